@@ -1,0 +1,119 @@
+"""Diagnostics as data: codes, severities, and the `Diagnostic` record.
+
+Every check in the front end reports through `Diagnostic`; `sexpgpu lint`,
+`sexpgpu run` and the language server only render these records. Each code
+has an entry (an example that triggers it and the fix) in `docs/errors.md`;
+`doc_anchor(code)` gives its anchor there. The families and the codes fixed
+by the spec come from `spec/generation.md` and DESIGN.md section 4.
+
+Imports nothing outside `sexpgpu_lang.source`; never JAX.
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+from .source import Span
+
+
+class Severity(enum.IntEnum):
+    """LSP's DiagnosticSeverity numbering (LSP 3.17, `DiagnosticSeverity`)."""
+
+    ERROR = 1
+    WARNING = 2
+    INFORMATION = 3
+    HINT = 4
+
+    @property
+    def label(self) -> str:
+        """`error`, `warning`, `information` or `hint`."""
+        return self.name.lower()
+
+
+#: Every code the front end emits, with a one-line title. `docs/errors.md` has
+#: a section per code with the same title; a test keeps the two in step.
+CODES: dict[str, str] = {
+    "E-SYNTAX-001": "unclosed bracket",
+    "E-SYNTAX-002": "unexpected closing bracket",
+    "E-SYNTAX-003": "bad token",
+    "E-SYNTAX-004": "mismatched bracket",
+    "E-NAME-001": "unbound name",
+    "E-NAME-002": "duplicate definition",
+    "E-NAME-003": "unknown keyword argument",
+    "E-NAME-004": "unknown key",
+    "E-FORM-001": "missing top-level form",
+    "E-FORM-002": "malformed form",
+    "E-FORM-003": "wrong number of arguments",
+    "E-FORM-004": "unknown top-level form",
+    "E-FORM-005": "missing keyword argument",
+    "E-TYPE-001": "not a tensor",
+    "E-TYPE-002": "wrong dtype",
+    "E-TYPE-003": "not a compile-time constant",
+    "E-TYPE-004": "not callable",
+    "E-SHAPE-001": "shapes do not broadcast",
+    "E-SHAPE-002": "matmul inner sizes differ",
+    "E-SHAPE-003": "axis out of range",
+    "E-SHAPE-004": "reshape changes the size",
+    "E-SHAPE-005": "shapes differ where they must agree",
+    "E-GEN-001": "a generator phase returns something other than a plist of tensors",
+    "E-GEN-002": "the state changes between trips",
+    "E-GEN-003": "a generated name is a loader field",
+    "E-GEN-004": "a metric inside a generator",
+    "E-GEN-005": "`:trips` is not an integer of 1 or more",
+    "E-CONTRACT-001": "`prepare` reads a field nobody provides",
+    "E-CONTRACT-002": "`objective` does not return a float scalar",
+    "E-CONTRACT-005": "a pass that does not run the generator reads a generated name",
+    "E-CONTRACT-010": "a counter outside `prepare`",
+    "E-MODEL-001": "a model called but not reachable from `model`",
+    "E-MODEL-002": "a model's parameters form a cycle",
+    "W-STACK-001": "a generator reads a per-microbatch context key: the run stays unstacked",
+    "W-RAND-001": "an unsalted draw inside a generator",
+}
+
+
+def doc_anchor(code: str) -> str:
+    """The anchor of `code`'s entry in docs/errors.md, e.g. `e-gen-002`."""
+    return code.lower()
+
+
+@dataclass(frozen=True, slots=True)
+class Related:
+    """A second place that explains a diagnostic (LSP `DiagnosticRelatedInformation`)."""
+
+    span: Span
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Diagnostic:
+    """One problem in a run file.
+
+    `span` is the smallest range that shows the problem; `related` are other
+    places (for E-GEN-002, where `:init` made the key); `help` says how to
+    fix it. `code` is a key of `CODES`.
+    """
+
+    code: str
+    severity: Severity
+    message: str
+    span: Span
+    related: tuple[Related, ...] = ()
+    help: str | None = None
+    data: dict = field(default_factory=dict, compare=False, hash=False)
+
+    @property
+    def is_error(self) -> bool:
+        """True for severity error."""
+        return self.severity == Severity.ERROR
+
+
+def error(code: str, span: Span, message: str, *, related=(), help=None, data=None) -> Diagnostic:
+    """An error diagnostic; `code` must be in `CODES`."""
+    assert code in CODES, code
+    return Diagnostic(code, Severity.ERROR, message, span, tuple(related), help, data or {})
+
+
+def warning(code: str, span: Span, message: str, *, related=(), help=None, data=None) -> Diagnostic:
+    """A warning diagnostic; `code` must be in `CODES`."""
+    assert code in CODES, code
+    return Diagnostic(code, Severity.WARNING, message, span, tuple(related), help, data or {})

@@ -1,0 +1,234 @@
+"""The typed IR: what the checker produces and the runtime lowers.
+
+Every expression node carries its inferred `type` and the `span` it came
+from. Phases (`generate.init`, `generate.step`, `generate.finish`,
+`prepare`, `objective`, each pass's prepare and objective) are `Phase`
+records: named parameters and a body. `Program` gathers them with the run's
+loaders, parameters and settings. The IR is plain data: no lark, no JAX.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .source import Span
+from .types import PlistType, TensorType, Type
+
+
+@dataclass(frozen=True, eq=False)
+class Expr:
+    """Base IR node: its type and source range."""
+
+    type: Type
+    span: Span
+
+
+@dataclass(frozen=True, eq=False)
+class Const(Expr):
+    """A compile-time value: a number, bool, shape tuple, keyword or string name, or None for nil."""
+
+    value: Any = None
+
+
+@dataclass(frozen=True, eq=False)
+class Var(Expr):
+    """A reference to a `let*` or `lambda` binding."""
+
+    name: str = ""
+
+
+@dataclass(frozen=True, eq=False)
+class Op(Expr):
+    """A registry op: `args` positional, `kwargs` the non-constant keyword
+    arguments (e.g. `:salt`), `static` the constants its rule normalised."""
+
+    name: str = ""
+    args: tuple[Expr, ...] = ()
+    kwargs: tuple[tuple[str, Expr], ...] = ()
+    static: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True, eq=False)
+class Vector(Expr):
+    """A vector of non-constant values, e.g. the `[row guess]` of `concat`."""
+
+    items: tuple[Expr, ...] = ()
+
+
+@dataclass(frozen=True, eq=False)
+class Let(Expr):
+    """`let*`: bind `names` to `values` in order, then evaluate `body`; the last is the value."""
+
+    names: tuple[str, ...] = ()
+    values: tuple[Expr, ...] = ()
+    body: tuple[Expr, ...] = ()
+
+
+@dataclass(frozen=True, eq=False)
+class Plist(Expr):
+    """`(list :k v ...)`."""
+
+    keys: tuple[str, ...] = ()
+    values: tuple[Expr, ...] = ()
+
+
+@dataclass(frozen=True, eq=False)
+class GetF(Expr):
+    """`(getf obj :key)` or `(field batch :key)`: one entry of a plist, context, batch or model's self."""
+
+    obj: Expr | None = None
+    key: str = ""
+
+
+@dataclass(frozen=True, eq=False)
+class Apply(Expr):
+    """A call of a user `lambda`, inlined: bind `params` to `args`, evaluate `body`."""
+
+    params: tuple[str, ...] = ()
+    args: tuple[Expr, ...] = ()
+    body: tuple[Expr, ...] = ()
+
+
+@dataclass(frozen=True, eq=False)
+class ModelCall(Expr):
+    """A call of a model: `self` is bound to the parameters at `path` (keys
+    from the root model's parameter tree), `params` to `args`. Under bf16,
+    `compute_dtype` is `bf16`: float parameters and float arguments are cast
+    to it before the body runs (DESIGN: precision policy)."""
+
+    model: str = ""
+    path: tuple[str, ...] = ()
+    self_name: str = "self"
+    params: tuple[str, ...] = ()
+    args: tuple[Expr, ...] = ()
+    body: tuple[Expr, ...] = ()
+    compute_dtype: str | None = None
+
+
+@dataclass(frozen=True, eq=False)
+class Report(Expr):
+    """`(metric :name v)`, `(diagnostic :name v)` or `(counter :name v)`; its value is nil."""
+
+    kind: str = "metric"
+    name: str = ""
+    value: Expr | None = None
+
+
+@dataclass(frozen=True, eq=False)
+class Seq(Expr):
+    """A body of several expressions; the last is the value."""
+
+    body: tuple[Expr, ...] = ()
+
+
+@dataclass(frozen=True)
+class Phase:
+    """One traced function of the step: `params` names bound to `param_types`, and `body`."""
+
+    name: str
+    params: tuple[str, ...]
+    param_types: tuple[Type, ...]
+    body: Expr
+    span: Span
+
+    @property
+    def out(self) -> Type:
+        """The phase's result type."""
+        return self.body.type
+
+
+@dataclass(frozen=True)
+class LoaderIR:
+    """A loader: `source` is (kind, {keyword: constant}); `fields` per record (name, shape, dtype)."""
+
+    name: str
+    source: tuple[str, dict]
+    batch: int
+    fields: tuple[tuple[str, tuple[int, ...], str], ...]
+    span: Span
+    base_dir: str = "."
+
+    def batch_type(self) -> PlistType:
+        """The batch as `prepare` and `:init` see it: each field with the batch axis first."""
+        return PlistType(tuple((n, TensorType((self.batch,) + s, d)) for n, s, d in self.fields))
+
+    def signature(self) -> tuple:
+        """Fields and batch size: two loaders with equal signatures feed the same graphs."""
+        return (self.batch, tuple(sorted(self.fields)))
+
+
+@dataclass(frozen=True)
+class ParamIR:
+    """One parameter leaf: its path in the tree (model-relative keys), shape, dtype, initialiser, frozen flag."""
+
+    path: tuple[str, ...]
+    shape: tuple[int, ...]
+    dtype: str
+    init: tuple[str, dict]
+    frozen: bool
+    place: int
+
+
+@dataclass(frozen=True)
+class GenerateIR:
+    """`defgenerate`: the trips and its three phases (finish may be None)."""
+
+    trips: int
+    init: Phase
+    step: Phase
+    finish: Phase | None
+    state: PlistType
+    out: PlistType
+    ctx_keys: frozenset[str]
+
+
+@dataclass(frozen=True)
+class PassIR:
+    """An evaluation pass: its loader, schedule, and its own prepare and objective phases."""
+
+    name: str
+    loader: str
+    every: int
+    batches: int
+    runs_generator: bool
+    prepare: Phase | None
+    objective: Phase
+    span: Span
+
+
+@dataclass(frozen=True)
+class RunIR:
+    """The `run` form's settings."""
+
+    loader: str
+    steps: int
+    microbatches: int = 1
+    stack: int = 1
+    stack_auto: bool = False
+    seed: int = 0
+    precision: str = "f32"
+    optimizer: tuple[str, dict] = ("adam", {"lr": 1e-3})
+    log_every: int = 50
+    log: dict = field(default_factory=dict)
+    checkpoint: dict | None = None
+    diagnostics: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Program:
+    """A checked run file, ready to lower: only built when the file has no errors."""
+
+    path: str
+    loaders: dict[str, LoaderIR]
+    params: tuple[ParamIR, ...]
+    root_model: str
+    generate: GenerateIR | None
+    prepare: Phase | None
+    objective: Phase
+    passes: tuple[PassIR, ...]
+    run: RunIR
+    identity: str
+    stackable: bool
+    metrics: tuple[str, ...]
+    diagnostics: tuple[str, ...]
+    counters: tuple[str, ...]

@@ -1,0 +1,95 @@
+"""Source text and ranges.
+
+Holds `Span` (a half-open range of code-point offsets) and `SourceText`, which
+turns offsets into 0-based (line, column) pairs. Every other position format
+(1-based for `sexpgpu lint`, UTF-16 for LSP) is derived from these in exactly
+one place each: `SourceText.line_col` here, `lsp/convert.py` for LSP.
+
+Imports nothing from the rest of the package, and never JAX.
+"""
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class Span:
+    """A half-open range `[start, end)` of code-point offsets into one file's text."""
+
+    start: int
+    end: int
+
+    def contains(self, other: "Span") -> bool:
+        """True when `other` lies inside this span (bounds included)."""
+        return self.start <= other.start and other.end <= self.end
+
+    def covers(self, offset: int) -> bool:
+        """True when `offset` is inside the span or just after its last character."""
+        return self.start <= offset <= self.end
+
+
+@dataclass(frozen=True)
+class SourceText:
+    """One run file's text with a line index.
+
+    `line_col(offset)` gives the 0-based line and the 0-based column in code
+    points; `offset(line, col)` is its inverse. Line ends are `\\n`, `\\r\\n`
+    or `\\r`; a `\\r` before `\\n` belongs to the line end, not to a column.
+    """
+
+    text: str
+    path: str = "<input>"
+
+    def __post_init__(self) -> None:
+        starts = [0]
+        text = self.text
+        i, n = 0, len(text)
+        while i < n:
+            c = text[i]
+            if c == "\n":
+                starts.append(i + 1)
+            elif c == "\r":
+                if i + 1 < n and text[i + 1] == "\n":
+                    i += 1
+                starts.append(i + 1)
+            i += 1
+        object.__setattr__(self, "_starts", starts)
+
+    @property
+    def line_starts(self) -> list[int]:
+        """Offsets at which each line begins (line 0 first)."""
+        return self._starts  # type: ignore[attr-defined]
+
+    def line_col(self, offset: int) -> tuple[int, int]:
+        """0-based (line, column in code points) of `offset`, clamped to the text."""
+        offset = max(0, min(offset, len(self.text)))
+        line = bisect.bisect_right(self.line_starts, offset) - 1
+        return line, offset - self.line_starts[line]
+
+    def offset(self, line: int, col: int) -> int:
+        """Offset of a 0-based (line, column), clamped to the line's end."""
+        starts = self.line_starts
+        if line >= len(starts):
+            return len(self.text)
+        if line < 0:
+            return 0
+        return min(starts[line] + max(col, 0), self.line_end(line))
+
+    def line_end(self, line: int) -> int:
+        """Offset just past the last character of `line` (before its line break)."""
+        starts = self.line_starts
+        end = starts[line + 1] if line + 1 < len(starts) else len(self.text)
+        while end > starts[line] and self.text[end - 1] in "\r\n":
+            end -= 1
+        return end
+
+    def line_text(self, line: int) -> str:
+        """The text of a 0-based line, without its line break."""
+        if line >= len(self.line_starts):
+            return ""
+        return self.text[self.line_starts[line]:self.line_end(line)]
+
+    def slice(self, span: Span) -> str:
+        """The text a span covers."""
+        return self.text[span.start:span.end]

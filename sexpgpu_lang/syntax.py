@@ -1,0 +1,301 @@
+"""Text to syntax tree: the lark grammar, error recovery and ranged nodes.
+
+`parse(source)` never fails: it returns the top-level forms it could read
+plus syntax diagnostics. Recovery (DESIGN.md section 1, STYLE.md "Positions
+and recovery"):
+
+* A `(` in column 1 always starts a new top-level form, so one missing `)`
+  costs one diagnostic and every other form is still read.
+* An unclosed bracket is reported at the opening bracket (E-SYNTAX-001) and
+  closed at the end of its top-level form; a stray closer is reported and
+  dropped (E-SYNTAX-002); a closer of the other kind is reported
+  (E-SYNTAX-004) and treated as the right one; a character that starts no
+  token is reported (E-SYNTAX-003) and skipped.
+
+The balanced token stream is then parsed by lark's LALR parser from
+`grammar.lark`, and lark's tree is turned at once into frozen dataclasses
+that carry a `Span`. Nothing after this module imports lark.
+"""
+from __future__ import annotations
+
+import pathlib
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+from lark import Lark, Token, Tree
+from lark.exceptions import UnexpectedCharacters
+
+from .diagnostics import Diagnostic, error
+from .source import SourceText, Span
+
+# --------------------------------------------------------------------------- nodes
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Node:
+    """A syntax node: its range in the file and its structural path.
+
+    `path` is the node's position inside its top-level form: the top-level
+    form's key (e.g. `defmodel student`) followed by child indices. It is
+    what a random draw's place is hashed from, so comments and other forms
+    do not change it.
+    """
+
+    span: Span
+    path: tuple = field(default=(), repr=False)
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Sym(Node):
+    """A symbol: `row`, `log-softmax`, `+`, `true`, `nil`."""
+
+    name: str = ""
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Kw(Node):
+    """A keyword `:name`; `name` is without the colon."""
+
+    name: str = ""
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Num(Node):
+    """An integer or float literal; `is_float` tells which."""
+
+    value: float | int = 0
+    is_float: bool = False
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Str(Node):
+    """A string literal, escapes resolved."""
+
+    value: str = ""
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class ListNode(Node):
+    """A list `( ... )`. `closed` is False when recovery supplied the `)`."""
+
+    items: tuple[Node, ...] = ()
+    closed: bool = True
+
+    @property
+    def head(self) -> str | None:
+        """The head symbol's name, or None when the list is empty or headed by a non-symbol."""
+        if self.items and isinstance(self.items[0], Sym):
+            return self.items[0].name
+        return None
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class VecNode(Node):
+    """A vector `[ ... ]`: shapes, axis lists, lists of tensors."""
+
+    items: tuple[Node, ...] = ()
+    closed: bool = True
+
+
+@dataclass(frozen=True)
+class ParseResult:
+    """The forms of one file, the syntax diagnostics, and the comments' ranges."""
+
+    source: SourceText
+    forms: tuple[Node, ...]
+    diagnostics: tuple[Diagnostic, ...]
+    comments: tuple[Span, ...]
+
+
+def walk(node: Node):
+    """Yield `node` and every node below it, parents first."""
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        yield n
+        if isinstance(n, (ListNode, VecNode)):
+            stack.extend(reversed(n.items))
+
+
+# --------------------------------------------------------------------------- lark
+
+
+_GRAMMAR = pathlib.Path(__file__).with_name("grammar.lark")
+_CLOSER = {"LPAR": "RPAR", "LBRACK": "RBRACK"}
+_TEXT = {"LPAR": "(", "RPAR": ")", "LBRACK": "[", "RBRACK": "]"}
+
+
+@lru_cache(maxsize=1)
+def _lark() -> Lark:
+    # cache=True keeps lark's LALR table construction out of every start-up.
+    return Lark(_GRAMMAR.read_text(), parser="lalr", lexer="basic", cache=True,
+                maybe_placeholders=False)
+
+
+def _lex(text: str, diags: list[Diagnostic]) -> tuple[list[Token], list[Span]]:
+    """All tokens of `text`, skipping (and reporting) characters that start none."""
+    lark = _lark()
+    tokens: list[Token] = []
+    comments: list[Span] = []
+    pos = 0
+    masked = text
+    while True:
+        try:
+            for tok in lark.lex(masked, dont_ignore=True):
+                if tok.type == "COMMENT":
+                    comments.append(Span(tok.start_pos, tok.end_pos))
+                elif tok.type != "WS":
+                    tokens.append(tok)
+            return tokens, comments
+        except UnexpectedCharacters as e:
+            pos = e.pos_in_stream
+            ch = masked[pos]
+            if ch == '"':
+                end = masked.find("\n", pos)
+                end = len(masked) if end < 0 else end
+                msg = "unterminated string: add the closing `\"` on this line"
+            else:
+                end = pos + 1
+                msg = f"unexpected character `{ch}`"
+            diags.append(error("E-SYNTAX-003", Span(pos, end), msg))
+            masked = masked[:pos] + " " * (end - pos) + masked[end:]
+            tokens.clear()
+            comments.clear()
+
+
+def _balance(chunk: list[Token], diags: list[Diagnostic]) -> list[Token]:
+    """Return `chunk` with its brackets balanced, reporting each repair."""
+    out: list[Token] = []
+    stack: list[Token] = []
+    for tok in chunk:
+        if tok.type in _CLOSER:
+            stack.append(tok)
+            out.append(tok)
+        elif tok.type in ("RPAR", "RBRACK"):
+            if not stack:
+                diags.append(error("E-SYNTAX-002", Span(tok.start_pos, tok.end_pos),
+                                   f"unexpected `{tok}`: no bracket is open here",
+                                   help="delete it, or add the opening bracket it closes"))
+                continue
+            opener = stack.pop()
+            want = _CLOSER[opener.type]
+            if tok.type != want:
+                diags.append(error(
+                    "E-SYNTAX-004", Span(tok.start_pos, tok.end_pos),
+                    f"`{tok}` closes the `{opener}` opened at line {opener.line}, column {opener.column}; expected `{_TEXT[want]}`",
+                    help=f"write `{_TEXT[want]}` here"))
+                tok = Token.new_borrow_pos(want, _TEXT[want], tok)
+            out.append(tok)
+        else:
+            out.append(tok)
+    if stack:
+        end = chunk[-1].end_pos
+        for opener in reversed(stack):
+            out.append(_synthetic_closer(opener, end))
+        outer = stack[0]
+        what = "form" if outer.type == "LPAR" else "vector"
+        diags.append(error(
+            "E-SYNTAX-001", Span(outer.start_pos, outer.end_pos),
+            f"this `{outer}` is never closed: the {what} needs {len(stack)} more "
+            f"`{_TEXT[_CLOSER[outer.type]]}`" if len(stack) == 1 or outer.type == "LPAR" else
+            f"this `{outer}` is never closed",
+            help="add the missing closing bracket at the end of the form"))
+    return out
+
+
+def _synthetic_closer(opener: Token, end: int) -> Token:
+    # An empty value marks a closer that recovery supplied (a real one is never empty).
+    return Token(_CLOSER[opener.type], "", start_pos=end, end_pos=end)
+
+
+def _chunks(tokens: list[Token]) -> list[list[Token]]:
+    """Split at every `(` in column 1: each starts a new top-level form."""
+    chunks: list[list[Token]] = []
+    for tok in tokens:
+        if not chunks or (tok.type == "LPAR" and tok.column == 1):
+            chunks.append([])
+        chunks[-1].append(tok)
+    return chunks
+
+
+def parse(source: SourceText) -> ParseResult:
+    """Parse a whole file. Never raises for any input text.
+
+    Returns the top-level forms (each a `Node` with a `Span`), the syntax
+    diagnostics (E-SYNTAX-001..004) and the comment ranges.
+    """
+    diags: list[Diagnostic] = []
+    tokens, comments = _lex(source.text, diags)
+    forms: list[Node] = []
+    lark = _lark()
+    for chunk in _chunks(tokens):
+        balanced = _balance(chunk, diags)
+        ip = lark.parse_interactive("")
+        for tok in balanced:
+            ip.feed_token(tok)
+        tree = ip.feed_eof()
+        for child in tree.children:
+            forms.append(_convert(child, ()))
+    forms = [_with_paths(f) for f in forms]
+    diags.sort(key=lambda d: d.span.start)
+    return ParseResult(source, tuple(forms), tuple(diags), tuple(comments))
+
+
+def _unescape(s: str) -> str:
+    body = s[1:-1]
+    out, i = [], 0
+    while i < len(body):
+        c = body[i]
+        if c == "\\" and i + 1 < len(body):
+            n = body[i + 1]
+            out.append({"n": "\n", "t": "\t", '"': '"', "\\": "\\"}.get(n, n))
+            i += 2
+        else:
+            out.append(c)
+            i += 1
+    return "".join(out)
+
+
+def _convert(t, path) -> Node:
+    if isinstance(t, Tree) and t.data == "atom":
+        tok: Token = t.children[0]
+        span = Span(tok.start_pos, tok.end_pos)
+        if tok.type == "INT":
+            return Num(span, path, int(tok), False)
+        if tok.type == "FLOAT":
+            return Num(span, path, float(tok), True)
+        if tok.type == "STRING":
+            return Str(span, path, _unescape(str(tok)))
+        if tok.type == "KEYWORD":
+            return Kw(span, path, str(tok)[1:])
+        return Sym(span, path, str(tok))
+    assert isinstance(t, Tree)
+    opener, closer = t.children[0], t.children[-1]
+    items = tuple(_convert(c, ()) for c in t.children[1:-1])
+    closed = str(closer) != ""
+    span = Span(opener.start_pos, closer.end_pos)
+    if t.data == "list":
+        return ListNode(span, path, items, closed)
+    return VecNode(span, path, items, closed)
+
+
+def form_key(form: Node) -> str:
+    """The stable name of a top-level form: `defmodel student`, `defgenerate`, `pass eval`."""
+    if isinstance(form, ListNode) and form.head:
+        if len(form.items) > 1 and isinstance(form.items[1], (Sym, Kw)) and form.head not in ("defgenerate",):
+            return f"{form.head} {form.items[1].name}"
+        return form.head
+    return "?"
+
+
+def _with_paths(form: Node) -> Node:
+    key = form_key(form)
+
+    def go(n: Node, path: tuple) -> Node:
+        if isinstance(n, ListNode):
+            return ListNode(n.span, path, tuple(go(c, path + (i,)) for i, c in enumerate(n.items)), n.closed)
+        if isinstance(n, VecNode):
+            return VecNode(n.span, path, tuple(go(c, path + (i,)) for i, c in enumerate(n.items)), n.closed)
+        return type(n)(n.span, path, *[getattr(n, f) for f in n.__dataclass_fields__ if f not in ("span", "path")])
+
+    return go(form, (key,))

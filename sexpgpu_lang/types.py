@@ -1,0 +1,268 @@
+"""Types of SexpGPU values: tensors (static shape, dtype, weak flag), plists,
+models, functions, nil, and the error type that silences follow-on errors.
+
+Types are small immutable values with one short printed form used
+everywhere (hover, messages, `explain`): `[64 8] i32`, `[] i64`,
+`(:row [64 8] i32 :stride [64 1] i32)`.
+
+Dtype promotion follows JAX's type promotion lattice
+(jax/_src/dtypes.py, `_type_promotion_lattice`; JAX docs "Type promotion
+semantics") restricted to the dtypes SexpGPU has: `bool i32 i64 f16 bf16 f32`.
+Python-literal operands are weakly typed (`i*`, `f*`); a weak type left after
+promotion is materialised as i32 or f32, our defaults.
+
+Imports nothing outside the standard library; never JAX.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+DTYPES = ("bool", "i32", "i64", "f16", "bf16", "f32")
+FLOAT_DTYPES = ("f16", "bf16", "f32")
+INT_DTYPES = ("i32", "i64")
+
+#: Byte width of each dtype (for memory estimates).
+ITEMSIZE = {"bool": 1, "i32": 4, "i64": 8, "f16": 2, "bf16": 2, "f32": 4}
+
+# The lattice: each node's immediate supertypes. `i*` and `f*` are the weak
+# integer and float types of Python literals.
+_LATTICE = {
+    "bool": ("i*",),
+    "i*": ("i32", "f*"),
+    "i32": ("i64",),
+    "i64": ("f*",),
+    "f*": ("f16", "bf16"),
+    "f16": ("f32",),
+    "bf16": ("f32",),
+    "f32": (),
+}
+
+
+@lru_cache(maxsize=None)
+def _upper(node: str) -> frozenset[str]:
+    out = {node}
+    for up in _LATTICE[node]:
+        out |= _upper(up)
+    return frozenset(out)
+
+
+def _node(dtype: str, weak: bool) -> str:
+    if weak and dtype in INT_DTYPES:
+        return "i*"
+    if weak and dtype in FLOAT_DTYPES:
+        return "f*"
+    return dtype
+
+
+def promote(a: tuple[str, bool], b: tuple[str, bool]) -> tuple[str, bool]:
+    """Join two (dtype, weak) pairs on JAX's promotion lattice.
+
+    `promote(("i32", False), ("f32", True))` is `("f32", True)`: an i32 array
+    plus a Python float is a weak float, as in JAX. Never raises: the lattice
+    has a join for every pair.
+    """
+    na, nb = _node(*a), _node(*b)
+    common = _upper(na) & _upper(nb)
+    # The join is the element of `common` below all the others.
+    join = next(c for c in common if all(o in _upper(c) for o in common))
+    if join == "i*":
+        return ("i32", True)
+    if join == "f*":
+        return ("f32", True)
+    return (join, False)
+
+
+def is_float(dtype: str) -> bool:
+    """True for f16, bf16 and f32."""
+    return dtype in FLOAT_DTYPES
+
+
+def is_int(dtype: str) -> bool:
+    """True for i32 and i64."""
+    return dtype in INT_DTYPES
+
+
+class Type:
+    """Base class of all SexpGPU types. Every type prints in one short form."""
+
+    def show(self) -> str:  # pragma: no cover - overridden
+        """The short printed form used in hover, messages and reports."""
+        raise NotImplementedError
+
+    def __str__(self) -> str:
+        return self.show()
+
+
+@dataclass(frozen=True, slots=True)
+class TensorType(Type):
+    """A tensor: static `shape` (ints), `dtype` (one of DTYPES), `weak` for
+    Python-literal types, and `value` when the scalar is a compile-time
+    constant (a literal, a `def`, a `size`)."""
+
+    shape: tuple[int, ...]
+    dtype: str
+    weak: bool = False
+    value: int | float | bool | None = None
+
+    def show(self) -> str:
+        dims = " ".join(str(d) for d in self.shape)
+        return f"[{dims}] {self.dtype}" + ("*" if self.weak else "")
+
+    @property
+    def rank(self) -> int:
+        """Number of axes."""
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        """Number of elements."""
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes the tensor occupies."""
+        return self.size * ITEMSIZE[self.dtype]
+
+    def strong(self) -> "TensorType":
+        """The same type without the weak flag or constant value (how it is materialised)."""
+        return TensorType(self.shape, self.dtype)
+
+
+@dataclass(frozen=True, slots=True)
+class ShapeType(Type):
+    """A vector of compile-time integers: a shape or an axis list, `[8 64]`."""
+
+    dims: tuple[int, ...]
+
+    def show(self) -> str:
+        return "[" + " ".join(str(d) for d in self.dims) + "] shape"
+
+
+@dataclass(frozen=True, slots=True)
+class TupleType(Type):
+    """A vector of values that are not all constants: `[row guess]` for `concat`."""
+
+    items: tuple[Type, ...]
+
+    def show(self) -> str:
+        return "[" + ", ".join(t.show() for t in self.items) + "]"
+
+
+@dataclass(frozen=True, slots=True)
+class KeywordType(Type):
+    """A keyword used as a value: a dtype (`:i32`) or a plist key."""
+
+    name: str
+
+    def show(self) -> str:
+        return f":{self.name} keyword"
+
+
+@dataclass(frozen=True, slots=True)
+class StringType(Type):
+    """A string constant."""
+
+    value: str
+
+    def show(self) -> str:
+        return "string"
+
+
+@dataclass(frozen=True, slots=True)
+class PlistType(Type):
+    """A plist: keys (without colons) to types, in order."""
+
+    entries: tuple[tuple[str, Type], ...]
+
+    def show(self) -> str:
+        return "(" + " ".join(f":{k} {t.show()}" for k, t in self.entries) + ")"
+
+    def get(self, key: str) -> Type | None:
+        """The type stored under `key`, or None."""
+        for k, t in self.entries:
+            if k == key:
+                return t
+        return None
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        """The keys, in order."""
+        return tuple(k for k, _ in self.entries)
+
+
+@dataclass(frozen=True, slots=True)
+class ModelType(Type):
+    """A model (`defmodel`); calling it runs its `:apply`."""
+
+    name: str
+
+    def show(self) -> str:
+        return f"model {self.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class SelfType(Type):
+    """A model's `self`: `(getf self :key)` reads a parameter or a sub-model."""
+
+    model: str
+
+    def show(self) -> str:
+        return f"self of {self.model}"
+
+
+@dataclass(frozen=True, slots=True)
+class FunctionType(Type):
+    """A `lambda` value; its parameters are typed at each call."""
+
+    arity: int
+    name: str = "lambda"
+
+    def show(self) -> str:
+        return f"function of {self.arity}"
+
+
+@dataclass(frozen=True, slots=True)
+class LoaderType(Type):
+    """A named loader, as a value."""
+
+    name: str
+
+    def show(self) -> str:
+        return f"loader {self.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class NilType(Type):
+    """`nil`, or an absent value; `reason` says why it is nil, for messages."""
+
+    reason: str = ""
+
+    def show(self) -> str:
+        return "nil"
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorType(Type):
+    """The type of an expression already reported: silences follow-on errors."""
+
+    def show(self) -> str:
+        return "{error}"
+
+
+ERROR = ErrorType()
+NIL = NilType()
+
+
+def scalar(dtype: str, value=None, weak: bool = False) -> TensorType:
+    """A rank-0 tensor type."""
+    return TensorType((), dtype, weak, value)
+
+
+def same_tensor(a: Type, b: Type) -> bool:
+    """Shape and dtype equal, the weak flag and constant value ignored (how E-GEN-002 compares)."""
+    return (isinstance(a, TensorType) and isinstance(b, TensorType)
+            and a.shape == b.shape and a.dtype == b.dtype)
