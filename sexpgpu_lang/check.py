@@ -208,7 +208,9 @@ class CtxType(PlistType):
 class BatchType(PlistType):
     """A batch: loader fields and, where the generator runs, the generated names."""
 
-    def __init__(self, entries, loader: str, generated: tuple[str, ...] = (), missing_generated: tuple[str, ...] = ()):
+    def __init__(self, entries, loader: str, generated: tuple[str, ...] = (), missing_generated: tuple[str, ...] = (),
+                 unknown_generated: bool = False):
+        object.__setattr__(self, "unknown_generated", unknown_generated)
         object.__setattr__(self, "entries", tuple(entries))
         object.__setattr__(self, "loader", loader)
         object.__setattr__(self, "generated", generated)
@@ -802,10 +804,10 @@ class Checker:
         for fr in frames:
             self.generator_effects(fr)
             ctx_keys |= {e.name for e in fr.effects if e.kind == "ctx"}
-        if trips is None or step is None:
+        if step is None:
             return None
         out = PlistType(tuple((k, t.strong() if isinstance(t, TensorType) else t) for k, t in out.entries))
-        return ir.GenerateIR(trips, init, step, finish, state, out, frozenset(ctx_keys))
+        return ir.GenerateIR(trips or 0, init, step, finish, state, out, frozenset(ctx_keys))
 
     def check_plist_of_tensors(self, phase: ir.Phase, what: str) -> PlistType | None:
         t = phase.out
@@ -891,7 +893,7 @@ class Checker:
 
     def generator_effects(self, frame: Frame):
         stacks = self.run_ir is not None and (self.run_ir.stack > 1 or self.run_ir.stack_auto)
-        where = f"`{frame.phase.split('.')[-1].join(':' * 1 for _ in [0]) if False else ':' + frame.phase.split('.')[-1]}`"
+        where = f"`:{frame.phase.split('.')[-1]}`"
         for e in frame.effects:
             rel = [Related(e.origin, "reported here")] if e.origin != e.site else []
             if e.kind == "metric":
@@ -921,9 +923,10 @@ class Checker:
                 generated = gen.out.keys
             else:
                 missing = gen.out.keys
-        elif self.forms.get("defgenerate"):
-            missing = tuple(self.facts.generated)
-        return BatchType(tuple(entries), loader.name, generated, missing)
+        # A generator that failed to check: what it makes is unknown, so reading
+        # an unknown name is not reported again (one mistake, one diagnostic).
+        broken = gen is None and bool(self.forms.get("defgenerate"))
+        return BatchType(tuple(entries), loader.name, generated, missing, broken)
 
     def top_train(self, train, gen):
         prep_forms, obj_forms = self.forms.get("prepare", []), self.forms.get("objective", [])
@@ -1262,6 +1265,8 @@ class Checker:
                                      "whose fields or batch size differ from the training loader's",
                                      related=rel, help=f"give the pass a `:prepare` that reads only `{t.loader}`'s fields, "
                                      "or give its loader the training loader's fields and batch size"), node.span)
+        if t.unknown_generated:
+            return ir.Const(ERROR, node.span)
         hint = near_miss(k, t.keys)
         return ir.Const(self.err("E-CONTRACT-001", key.span, f"the batch has no field `:{k}`: neither loader `{t.loader}` "
                                  "nor the generator provides it" + (f"; did you mean `:{hint}`?" if hint else ""),

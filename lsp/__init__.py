@@ -1,0 +1,1 @@
+"""The SexpGPU language server (pygls), built on sexpgpu_lang."""

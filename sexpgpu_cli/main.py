@@ -1,0 +1,169 @@
+"""The `sexpgpu` command: lint, explain, run, lsp.
+
+A thin shell: every check lives in sexpgpu_lang, every step in
+sexpgpu_runtime. `lint` and `lsp` never import JAX (the runtime is imported
+inside `run` and `explain --xla` only). Exit status: 0 clean, 1 when a file
+has errors (or a run fails), 2 for a usage or I/O problem.
+"""
+from __future__ import annotations
+
+import sys
+from enum import Enum
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from sexpgpu_lang import analyze_file
+from sexpgpu_lang import render
+
+VERSION = "0.1.0"
+
+app = typer.Typer(
+    name="sexpgpu",
+    help="Check, explain and run SexpGPU run files; serve them to editors.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+class Format(str, Enum):
+    text = "text"
+    json = "json"
+    sarif = "sarif"
+
+
+def fail(message: str, code: int = 2) -> "typer.Exit":
+    """Print one `sexpgpu: error: ...` line to stderr and return the Exit to raise."""
+    print(f"sexpgpu: error: {message}", file=sys.stderr)
+    return typer.Exit(code)
+
+
+def load(path: Path):
+    """Check one file; an unreadable file is one line on stderr and exit 2."""
+    try:
+        return analyze_file(str(path))
+    except FileNotFoundError:
+        raise fail(f"cannot read {path}: no such file")
+    except IsADirectoryError:
+        raise fail(f"cannot read {path}: it is a directory")
+    except UnicodeDecodeError as e:
+        raise fail(f"cannot read {path}: not UTF-8 text ({e.reason} at byte {e.start})")
+    except OSError as e:
+        raise fail(f"cannot read {path}: {e.strerror or e}")
+
+
+def print_text(results) -> tuple[int, int]:
+    """Print diagnostics compiler-style; return (errors, warnings)."""
+    n_err = n_warn = 0
+    for res in results:
+        for d in res.diagnostics:
+            print(render.to_text(res.source, d))
+            print()
+            n_err += d.is_error
+            n_warn += d.severity == 2
+    return n_err, n_warn
+
+
+@app.command()
+def lint(
+    files: List[Path] = typer.Argument(..., help="Run files (.sx) to check."),
+    format: Format = typer.Option(Format.text, "--format", "-f", help="text (compiler style), json (one array), or sarif (SARIF 2.1.0)."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the report to this file instead of standard output."),
+):
+    """Check run files and print their diagnostics.
+
+    Exit status: 0 when no file has an error, 1 when one does, 2 for a usage
+    or I/O problem. Warnings alone leave the status 0.
+    """
+    results = [load(f) for f in files]
+    if format == Format.text:
+        n_err, n_warn = print_text(results)
+        print(f"{len(results)} file{'s' if len(results) != 1 else ''} checked: {render.summary(n_err, n_warn)}",
+              file=sys.stderr)
+    else:
+        pairs = [(r.source, r.diagnostics) for r in results]
+        text = render.to_json(pairs) if format == Format.json else render.to_sarif(pairs, VERSION)
+        if output:
+            try:
+                output.write_text(text + "\n")
+            except OSError as e:
+                raise fail(f"cannot write {output}: {e.strerror or e}")
+        else:
+            print(text)
+    raise typer.Exit(1 if any(r.has_errors for r in results) else 0)
+
+
+@app.command()
+def run(
+    file: Path = typer.Argument(..., help="The run file to train."),
+    steps: Optional[int] = typer.Option(None, "--steps", min=1, help="Train this many steps instead of the file's `:steps`."),
+    run_dir: Optional[Path] = typer.Option(None, "--run-dir", help="Where metrics.jsonl (and checkpoints) go; default runs/<file stem>."),
+    diagnostics: Optional[str] = typer.Option(None, "--diagnostics", help="Comma-separated diagnostic names to compute and report."),
+    progress: Optional[bool] = typer.Option(None, "--progress/--no-progress", help="Show a progress bar (default: when stderr is a terminal)."),
+):
+    """Check a run file, then train it with JAX.
+
+    A file with errors is refused (its diagnostics are printed as `lint`
+    prints them). Metrics go to the terminal and to RUN_DIR/metrics.jsonl.
+    """
+    res = load(file)
+    if res.has_errors:
+        n_err, n_warn = print_text([res])
+        print(f"sexpgpu: error: {file} has {render.summary(n_err, n_warn)}; fix them before running", file=sys.stderr)
+        raise typer.Exit(1)
+    from sexpgpu_runtime.train import RunOptions, RunError, train  # JAX is imported only here
+
+    opts = RunOptions(
+        steps=steps,
+        run_dir=run_dir if run_dir is not None else Path("runs") / file.stem,
+        diagnostics=tuple(x for x in (diagnostics or "").split(",") if x),
+        progress=sys.stderr.isatty() if progress is None else progress,
+    )
+    try:
+        train(res.program, opts)
+    except RunError as e:
+        raise fail(str(e), 1)
+    except KeyboardInterrupt:
+        raise fail("interrupted", 130)
+
+
+@app.command()
+def explain(
+    file: Path = typer.Argument(..., help="The run file to explain."),
+    format: Format = typer.Option(Format.text, "--format", "-f", help="text or json."),
+):
+    """Print the training step as graphs: generate.init, generate.step (with its trips), generate.finish, train, each pass."""
+    res = load(file)
+    if res.has_errors:
+        n_err, n_warn = print_text([res])
+        raise fail(f"{file} has {render.summary(n_err, n_warn)}; fix them first", 1)
+    from sexpgpu_lang.explain import explain as build, to_text
+    report = build(res.program)
+    if format == Format.text:
+        print(to_text(report))
+    else:
+        import json
+        print(json.dumps(report, indent=2))
+
+
+@app.command()
+def lsp():
+    """Start the language server on standard input and output (for editors)."""
+    from lsp.server import main as serve
+    serve()
+
+
+@app.command()
+def version():
+    """Print the version."""
+    print(f"sexpgpu {VERSION}")
+
+
+def main():  # pragma: no cover - console entry for python -m
+    app()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()
