@@ -1550,3 +1550,20 @@ def identity(parsed: ParseResult) -> str:
 def check(parsed: ParseResult) -> CheckResult:
     """Check a parsed file: diagnostics, editor facts, and the IR when there is no error. Never raises for user input."""
     return Checker(parsed).run()
+
+
+def check_expression(text: str, names: dict[str, Type]) -> tuple[ir.Expr | None, list[Diagnostic]]:
+    """Check one expression with `names` bound to the given types (tests, hover experiments).
+
+    Returns the IR (None when the text holds no expression) and the diagnostics.
+    """
+    from .syntax import parse as _parse
+    parsed = _parse(SourceText(text))
+    checker = Checker(parsed)
+    scope = checker.globals.child()
+    for n, t in names.items():
+        scope.names[n] = Binding(t)
+    if not parsed.forms:
+        return None, list(parsed.diagnostics)
+    e = checker.infer(parsed.forms[0], scope)
+    return e, checker.diags

@@ -1,0 +1,375 @@
+"""IR to JAX: one lowering per registry op, and the evaluator that traces a phase.
+
+`LOWERINGS` has exactly the keys of `sexpgpu_lang.ops.REGISTRY` (a test
+checks it). Each lowering reads the constants its rule normalised
+(`call.static`: axes, dtypes, sizes) and the output type, and passes
+explicit dtypes wherever JAX's own default differs under
+`jax_enable_x64` (argmax's index, sums of ints, literals): DESIGN.md
+section 8.
+
+`evaluate` walks a phase's IR while JAX traces it. After every op it
+compares the traced result's shape and dtype with the IR's; this runs once
+per graph (at trace time) and a difference raises `InternalTypeError`
+naming the op and its range.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from sexpgpu_lang import ir
+from sexpgpu_lang.types import PlistType, TensorType, is_float
+
+from .dtypes import InternalTypeError, jdt, mismatch
+
+
+@dataclass
+class LowerCall:
+    """What a lowering sees: evaluated arguments, dynamic keywords, the rule's constants, the output type."""
+
+    args: list
+    kwargs: dict
+    static: dict
+    out: Any
+    ctx: "Effects"
+
+
+LOWERINGS: dict[str, Callable[[LowerCall], Any]] = {}
+
+
+def lowering(*names):
+    """Register one function as the lowering of `names`."""
+    def deco(fn):
+        for n in names:
+            LOWERINGS[n] = fn
+        return fn
+    return deco
+
+
+def _as(x, dtype: str):
+    return jnp.asarray(x, dtype=jdt(dtype))
+
+
+def _compute(call: LowerCall) -> str:
+    """Elementwise ops convert every operand to one dtype first: the output's, or
+    for comparisons the promoted operand dtype the rule recorded."""
+    if isinstance(call.out, TensorType) and call.out.dtype != "bool":
+        return call.out.dtype
+    return call.static["dtype"]
+
+
+def _ew(fn):
+    def lower(call: LowerCall):
+        dt = _compute(call)
+        return fn(*[_as(a, dt) for a in call.args])
+    return lower
+
+
+@lowering("+")
+def _add(call):
+    dt = _compute(call)
+    out = _as(call.args[0], dt)
+    for a in call.args[1:]:
+        out = out + _as(a, dt)
+    return out
+
+
+@lowering("*")
+def _mul(call):
+    dt = _compute(call)
+    out = _as(call.args[0], dt)
+    for a in call.args[1:]:
+        out = out * _as(a, dt)
+    return out
+
+
+@lowering("-")
+def _sub(call):
+    dt = _compute(call)
+    if len(call.args) == 1:
+        return -_as(call.args[0], dt)
+    return _as(call.args[0], dt) - _as(call.args[1], dt)
+
+
+LOWERINGS["/"] = _ew(jnp.true_divide)
+LOWERINGS["mod"] = _ew(jnp.mod)
+LOWERINGS["pow"] = _ew(jnp.power)
+LOWERINGS["maximum"] = _ew(jnp.maximum)
+LOWERINGS["minimum"] = _ew(jnp.minimum)
+LOWERINGS["neg"] = _ew(jnp.negative)
+LOWERINGS["abs"] = _ew(jnp.abs)
+LOWERINGS["relu"] = _ew(jax.nn.relu)
+LOWERINGS["exp"] = _ew(jnp.exp)
+LOWERINGS["log"] = _ew(jnp.log)
+LOWERINGS["sqrt"] = _ew(jnp.sqrt)
+LOWERINGS["rsqrt"] = _ew(lax.rsqrt)
+LOWERINGS["tanh"] = _ew(jnp.tanh)
+LOWERINGS["sigmoid"] = _ew(jax.nn.sigmoid)
+LOWERINGS["gelu"] = _ew(lambda x: jax.nn.gelu(x, approximate=True))
+LOWERINGS["silu"] = _ew(jax.nn.silu)
+for _n, _f in (("=", jnp.equal), ("!=", jnp.not_equal), ("<", jnp.less), ("<=", jnp.less_equal),
+               (">", jnp.greater), (">=", jnp.greater_equal)):
+    LOWERINGS[_n] = (lambda f: lambda call: f(*[_as(a, call.static["dtype"]) for a in call.args]))(_f)
+
+
+@lowering("and", "or")
+def _andor(call):
+    out = _as(call.args[0], "bool")
+    for a in call.args[1:]:
+        out = (jnp.logical_or if call.static["op"] == "or" else jnp.logical_and)(out, _as(a, "bool"))
+    return out
+
+
+@lowering("not")
+def _not(call):
+    return jnp.logical_not(_as(call.args[0], "bool"))
+
+
+@lowering("where")
+def _where(call):
+    c, a, b = call.args
+    dt = call.static["dtype"]
+    return jnp.where(_as(c, "bool"), _as(a, dt), _as(b, dt))
+
+
+# -- reductions ---------------------------------------------------------------------------
+
+
+def _red(fn, convert_first=False):
+    def lower(call):
+        s = call.static
+        x = call.args[0]
+        if convert_first:
+            x = _as(x, s["dtype"])
+        out = fn(x, axis=s["axes"], keepdims=s["keepdims"])
+        return out.astype(jdt(s["dtype"]))
+    return lower
+
+
+LOWERINGS["sum"] = lambda call: jnp.sum(_as(call.args[0], call.static["dtype"]) if call.args[0].dtype == jnp.bool_ else call.args[0],
+                                        axis=call.static["axes"], keepdims=call.static["keepdims"], dtype=jdt(call.static["dtype"]))
+LOWERINGS["prod"] = lambda call: jnp.prod(call.args[0], axis=call.static["axes"], keepdims=call.static["keepdims"],
+                                          dtype=jdt(call.static["dtype"]))
+LOWERINGS["max"] = _red(jnp.max)
+LOWERINGS["min"] = _red(jnp.min)
+LOWERINGS["mean"] = _red(jnp.mean, convert_first=True)
+LOWERINGS["logsumexp"] = _red(jax.nn.logsumexp, convert_first=True)
+
+
+@lowering("argmax", "argmin")
+def _argred(call):
+    f = jnp.argmax if call.static["op"] == "argmax" else jnp.argmin
+    return f(call.args[0], axis=call.static["axis"], keepdims=call.static["keepdims"]).astype(jnp.int32)
+
+
+# -- shape -------------------------------------------------------------------------------------
+
+
+LOWERINGS["reshape"] = lambda call: jnp.reshape(call.args[0], call.static["shape"])
+LOWERINGS["transpose"] = lambda call: jnp.transpose(call.args[0], call.static["perm"])
+LOWERINGS["concat"] = lambda call: jnp.concatenate([_as(a, call.static["dtype"]) for a in call.args[0]], axis=call.static["axis"])
+LOWERINGS["stack"] = lambda call: jnp.stack([_as(a, call.static["dtype"]) for a in call.args[0]], axis=call.static["axis"])
+LOWERINGS["expand-dims"] = lambda call: jnp.expand_dims(call.args[0], call.static["axis"])
+LOWERINGS["squeeze"] = lambda call: jnp.squeeze(call.args[0], axis=call.static["axes"])
+LOWERINGS["broadcast-to"] = lambda call: jnp.broadcast_to(call.args[0], call.static["shape"])
+LOWERINGS["slice"] = lambda call: lax.slice_in_dim(call.args[0], call.static["start"], call.static["end"], axis=call.static["axis"])
+
+
+def _indices(call, i):
+    if "indices" in call.static:
+        return jnp.asarray(call.static["indices"], dtype=jnp.int32)
+    return call.args[i]
+
+
+# `take` gathers along :axis (JAX's default flattens); out-of-range indices clamp.
+LOWERINGS["take"] = lambda call: jnp.take(call.args[0], _indices(call, 1), axis=call.static["axis"], mode="clip")
+LOWERINGS["take-along-axis"] = lambda call: jnp.take_along_axis(call.args[0], _indices(call, 1), axis=call.static["axis"], mode="clip")
+LOWERINGS["one-hot"] = lambda call: jax.nn.one_hot(call.args[0], call.static["n"], dtype=jdt(call.static["dtype"]))
+LOWERINGS["iota"] = lambda call: lax.broadcasted_iota(jdt(call.static["dtype"]), call.static["shape"], call.static["axis"])
+LOWERINGS["zeros"] = lambda call: jnp.zeros(call.static["shape"], jdt(call.static["dtype"]))
+LOWERINGS["ones"] = lambda call: jnp.ones(call.static["shape"], jdt(call.static["dtype"]))
+LOWERINGS["full"] = lambda call: jnp.full(call.static["shape"], call.args[1], dtype=jdt(call.static["dtype"]))
+LOWERINGS["size"] = lambda call: jnp.asarray(call.static["value"], dtype=jnp.int64)
+
+
+# -- linear algebra, networks -----------------------------------------------------------------
+
+
+LOWERINGS["matmul"] = lambda call: jnp.matmul(_as(call.args[0], call.static["dtype"]), _as(call.args[1], call.static["dtype"]))
+LOWERINGS["einsum"] = lambda call: jnp.einsum(call.static["subscripts"], *[_as(a, call.static["dtype"]) for a in call.args[1:]])
+LOWERINGS["softmax"] = lambda call: jax.nn.softmax(_as(call.args[0], call.static["dtype"]), axis=call.static["axis"])
+LOWERINGS["log-softmax"] = lambda call: jax.nn.log_softmax(_as(call.args[0], call.static["dtype"]), axis=call.static["axis"])
+
+
+@lowering("cross-entropy")
+def _xent(call):
+    logits, labels = call.args
+    logp = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
+    picked = jnp.take_along_axis(logp, labels[..., None].astype(jnp.int32), axis=-1, mode="clip")[..., 0]
+    return -picked
+
+
+# -- selection -----------------------------------------------------------------------------------
+
+
+LOWERINGS["sort"] = lambda call: jnp.sort(call.args[0], axis=call.static["axis"], descending=call.static["descending"])
+LOWERINGS["argsort"] = lambda call: jnp.argsort(call.args[0], axis=call.static["axis"],
+                                                descending=call.static["descending"]).astype(jnp.int32)
+
+
+@lowering("top-k")
+def _top_k(call):
+    values, indices = lax.top_k(call.args[0], call.static["k"])
+    return {"values": values, "indices": indices.astype(jnp.int32)}
+
+
+LOWERINGS["cast"] = lambda call: jnp.asarray(call.args[0]).astype(jdt(call.static["dtype"]))
+LOWERINGS["stop-gradient"] = lambda call: lax.stop_gradient(jnp.asarray(call.args[0]))
+
+
+# -- random draws ------------------------------------------------------------------------------------
+
+
+def draw_key(call: LowerCall):
+    """`fold_in(fold_in(key(seed), place), salt)`; the salt defaults to 0 (DESIGN.md section 2)."""
+    key = jax.random.fold_in(call.ctx.seed_key, jnp.uint32(call.static["place"]))
+    salt = call.kwargs.get("salt", 0)
+    return jax.random.fold_in(key, jnp.asarray(salt).astype(jnp.uint32))
+
+
+@lowering("uniform")
+def _uniform(call):
+    s = call.static
+    return jax.random.uniform(draw_key(call), s["shape"], jdt(s["dtype"]), s["min"], s["max"])
+
+
+@lowering("normal")
+def _normal(call):
+    s = call.static
+    x = jax.random.normal(draw_key(call), s["shape"], jnp.float32) * s["std"] + s["mean"]
+    return x.astype(jdt(s["dtype"]))
+
+
+@lowering("categorical")
+def _categorical(call):
+    logits = call.args[0]
+    if "temperature" in call.kwargs:
+        logits = logits / jnp.asarray(call.kwargs["temperature"], logits.dtype)
+    return jax.random.categorical(draw_key(call), logits, axis=-1).astype(jnp.int32)
+
+
+@lowering("bernoulli")
+def _bernoulli(call):
+    return jax.random.bernoulli(draw_key(call), jnp.asarray(call.args[0], jnp.float32))
+
+
+# Ops sharing one lowering learn their name through static["op"].
+_SHARED = {"and", "or", "argmax", "argmin"}
+
+
+# --------------------------------------------------------------------------- the evaluator
+
+
+@dataclass
+class Effects:
+    """What a phase reports while it is traced: metrics, selected diagnostics, counters.
+
+    `selected` names the diagnostics to compute (others are not evaluated at
+    all); `in_generator` drops every diagnostic; `seed_key` is the run's key.
+    """
+
+    seed_key: Any
+    selected: frozenset = frozenset()
+    in_generator: bool = False
+    metrics: dict = field(default_factory=dict)
+    diagnostics: dict = field(default_factory=dict)
+    counters: dict = field(default_factory=dict)
+
+
+def _scalar(v):
+    v = jnp.asarray(v)
+    return jnp.mean(v.astype(jnp.float32)) if v.ndim else v
+
+
+def evaluate(e: ir.Expr, env: dict, fx: Effects):
+    """Evaluate (trace) one IR expression with JAX. `env` maps binding names to values."""
+    if isinstance(e, ir.Const):
+        return e.value
+    if isinstance(e, ir.Var):
+        return env[e.name]
+    if isinstance(e, ir.Op):
+        args = [evaluate(a, env, fx) for a in e.args]
+        kwargs = {k: evaluate(v, env, fx) for k, v in e.kwargs}
+        static = e.static if e.name not in _SHARED else {**e.static, "op": e.name}
+        out = LOWERINGS[e.name](LowerCall(args, kwargs, static, e.type, fx))
+        why = mismatch(out, e.type)
+        if why:
+            raise InternalTypeError(f"internal error: `{e.name}` at offset {e.span.start}-{e.span.end}: {why}")
+        return out
+    if isinstance(e, ir.Vector):
+        return [evaluate(i, env, fx) for i in e.items]
+    if isinstance(e, ir.Let):
+        inner = dict(env)
+        for n, v in zip(e.names, e.values):
+            inner[n] = evaluate(v, inner, fx)
+        return _body(e.body, inner, fx)
+    if isinstance(e, ir.Seq):
+        return _body(e.body, env, fx)
+    if isinstance(e, ir.Plist):
+        return {k: evaluate(v, env, fx) for k, v in zip(e.keys, e.values)}
+    if isinstance(e, ir.GetF):
+        return evaluate(e.obj, env, fx)[e.key]
+    if isinstance(e, ir.Apply):
+        inner = dict(env)
+        for n, a in zip(e.params, e.args):
+            inner[n] = evaluate(a, env, fx)
+        return _body(e.body, inner, fx)
+    if isinstance(e, ir.ModelCall):
+        params = env["__params__"]
+        for k in e.path:
+            params = params[k]
+        args = [evaluate(a, env, fx) for a in e.args]
+        if e.compute_dtype:
+            params = _cast_floats(params, e.compute_dtype)
+            args = [_cast_floats(a, e.compute_dtype) for a in args]
+        inner = {"__params__": env["__params__"], e.self_name: params}
+        inner.update(zip(e.params, args))
+        return _body(e.body, inner, fx)
+    if isinstance(e, ir.Report):
+        if e.kind == "diagnostic" and (fx.in_generator or e.name not in fx.selected):
+            return None  # unselected: never computed
+        v = evaluate(e.value, env, fx)
+        if e.kind == "metric":
+            fx.metrics[e.name] = _scalar(v)
+        elif e.kind == "diagnostic":
+            fx.diagnostics[e.name] = _scalar(v)
+        else:
+            fx.counters[e.name] = fx.counters.get(e.name, 0) + jnp.sum(jnp.asarray(v))
+        return None
+    raise TypeError(f"cannot lower {type(e).__name__}")
+
+
+def _body(body, env, fx):
+    out = None
+    for b in body:
+        out = evaluate(b, env, fx)
+    return out
+
+
+def _cast_floats(tree, dtype: str):
+    def cast(x):
+        if hasattr(x, "dtype") and jnp.issubdtype(x.dtype, jnp.floating):
+            return x.astype(jdt(dtype))
+        return x
+    return jax.tree_util.tree_map(cast, tree)
+
+
+def run_phase(phase: ir.Phase, args: list, params, fx: Effects):
+    """Trace one phase: bind its parameters to `args`, evaluate its body."""
+    env = {"__params__": params}
+    env.update(zip(phase.params, args))
+    return evaluate(phase.body, env, fx)
