@@ -1,0 +1,220 @@
+"""The step's graphs: each phase of the IR traced into one jitted function.
+
+Per step and per group of microbatches (DESIGN.md section 5):
+`generate.init`, `generate.step` (called `:trips` times from the host loop,
+the trip an i64 array so it never retraces), `generate.finish`, then the
+training graph (prepare, objective, `jax.value_and_grad`), gradients summed
+over microbatches in order, then one optax update fused into the last
+group's graph. A run that stacks `S` microbatches vmaps every phase over
+them, the parameters and (in the generator) the context scalars shared;
+each copy's gradient is added in microbatch order, so the bits equal an
+unstacked run's.
+
+`Graphs.traces` counts how often each graph was traced: once per run.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from sexpgpu_lang import ir
+from sexpgpu_lang.types import PlistType, TensorType
+
+from .dtypes import InternalTypeError, jdt, mismatch
+from .lowering import Effects, run_phase
+from .params import merge
+
+
+def _check(name: str, value, t) -> None:
+    why = mismatch(value, t)
+    if why:
+        raise InternalTypeError(f"internal error: graph `{name}` returns a value whose type differs from the IR: {why}")
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How a step's microbatches are grouped: `stack` copies per call, `groups` calls."""
+
+    microbatches: int
+    stack: int
+
+    @property
+    def groups(self) -> int:
+        return self.microbatches // self.stack
+
+
+def layout_of(program: ir.Program) -> Layout:
+    """Stack `:stack` microbatches per call when the generator allows it (W-STACK-001 otherwise)."""
+    run = program.run
+    stack = run.stack if program.stackable else 1
+    if run.microbatches % stack:
+        stack = 1
+    return Layout(run.microbatches, stack)
+
+
+class Graphs:
+    """The jitted graphs of one run. Build once; every call after the first reuses the trace."""
+
+    def __init__(self, program: ir.Program, optimizer: optax.GradientTransformation,
+                 selected: frozenset = frozenset(), donate: bool = False):
+        self.p = program
+        self.opt = optimizer
+        self.selected = selected
+        self.layout = layout_of(program)
+        self.traces: Counter = Counter()
+        self.seed = program.run.seed
+        self.counter_types = self._counter_types()
+        S = self.layout.stack
+        gen = program.generate
+        dn = donate
+        if gen is not None:
+            init, step, finish = self._gen_fns(gen)
+            self.gen_init_1 = jax.jit(self._counted("generate.init", init))
+            self.gen_step_1 = jax.jit(self._counted("generate.step", step), donate_argnums=(2,) if dn else ())
+            self.gen_finish_1 = jax.jit(self._counted("generate.finish", finish))
+            if S > 1:
+                self.gen_init = jax.jit(self._counted("generate.init stacked", jax.vmap(init, in_axes=(None, None, 0, None))))
+                self.gen_step = jax.jit(self._counted("generate.step stacked", jax.vmap(step, in_axes=(None, None, 0, None, None))),
+                                        donate_argnums=(2,) if dn else ())
+                self.gen_finish = jax.jit(self._counted("generate.finish stacked", jax.vmap(finish, in_axes=(None, None, 0, None))))
+            else:
+                self.gen_init, self.gen_step, self.gen_finish = self.gen_init_1, self.gen_step_1, self.gen_finish_1
+        self.accumulate = jax.jit(self._counted("train.accumulate", self._accumulate))
+        self.update = jax.jit(self._counted("train.update", self._update), donate_argnums=(0, 2) if dn else ())
+        self.passes = {ps.name: jax.jit(self._counted(f"pass {ps.name}", self._eval_fn(ps))) for ps in program.passes}
+
+    # -- bookkeeping --------------------------------------------------------------------------
+    def _counted(self, name, fn):
+        def traced(*args):
+            self.traces[name] += 1
+            return fn(*args)
+        traced.__name__ = name.replace(" ", "_").replace(".", "_")
+        return traced
+
+    def _fx(self, in_generator=False) -> Effects:
+        return Effects(seed_key=jax.random.key(self.seed), selected=self.selected, in_generator=in_generator)
+
+    def _counter_types(self) -> dict[str, str]:
+        ctx_t = self.p.objective.param_types[1]
+        out = {}
+        for c in self.p.counters:
+            t = ctx_t.get(c) if isinstance(ctx_t, PlistType) else None
+            out[c] = t.dtype if isinstance(t, TensorType) else "f32"
+        return out
+
+    def zero_counters(self) -> dict:
+        """Run-long counter totals at the start of a run."""
+        return {c: jnp.zeros((), jdt(d)) for c, d in self.counter_types.items()}
+
+    # -- generator ----------------------------------------------------------------------------
+    def _gen_fns(self, gen: ir.GenerateIR):
+        def init(trainable, frozen, batch, ctx):
+            out = run_phase(gen.init, [batch, ctx], merge(trainable, frozen), self._fx(True))
+            out = {k: out[k] for k in gen.state.keys}
+            _check("generate.init", out, gen.state)
+            return out
+
+        def step(trainable, frozen, state, trip, ctx):
+            out = run_phase(gen.step, [state, trip, ctx], merge(trainable, frozen), self._fx(True))
+            out = {k: out[k] for k in gen.state.keys}
+            _check("generate.step", out, gen.state)
+            return out
+
+        def finish(trainable, frozen, state, ctx):
+            if gen.finish is None:
+                return state
+            out = run_phase(gen.finish, [state, ctx], merge(trainable, frozen), self._fx(True))
+            _check("generate.finish", out, gen.out)
+            return out
+
+        return init, step, finish
+
+    def generate(self, trainable, frozen, batch, ctx, stacked: bool, on_trip=None):
+        """Run the generator on one batch (or one stacked group): init, the trips, finish."""
+        gen = self.p.generate
+        init, step, finish = (self.gen_init, self.gen_step, self.gen_finish) if stacked else \
+            (self.gen_init_1, self.gen_step_1, self.gen_finish_1)
+        state = init(trainable, frozen, batch, ctx)
+        for t in range(gen.trips):
+            if on_trip is not None:
+                on_trip(t)
+            state = step(trainable, frozen, state, self.trip_values[t], ctx)
+        return finish(trainable, frozen, state, ctx)
+
+    @property
+    def trip_values(self):
+        if not hasattr(self, "_trips"):
+            self._trips = [jnp.asarray(t, dtype=jnp.int64) for t in range(self.p.generate.trips)]
+        return self._trips
+
+    # -- training -----------------------------------------------------------------------------
+    def _loss(self, prepare: ir.Phase | None, objective: ir.Phase):
+        counters = tuple(self.counter_types)
+
+        def loss(trainable, frozen, batch, ctx, base):
+            params = merge(trainable, frozen)
+            fx = self._fx()
+            inputs = run_phase(prepare, [batch, ctx], params, fx) if prepare is not None else batch
+            deltas = {c: jnp.asarray(fx.counters.get(c, 0)).astype(jdt(self.counter_types[c])) for c in counters}
+            octx = dict(ctx)
+            octx.update({c: base[c] + deltas[c] for c in counters})
+            value = run_phase(objective, [inputs, octx], params, fx)
+            _check(objective.name, value, objective.out)
+            return value.astype(jnp.float32), (fx.metrics, fx.diagnostics, deltas)
+
+        return loss
+
+    def _group(self, trainable, frozen, batches, ctxs, base):
+        """Per-copy loss, gradient, reports and counter deltas of one group, in microbatch order."""
+        S = self.layout.stack
+        loss = self._loss(self.p.prepare, self.p.objective)
+        vg = jax.value_and_grad(loss, has_aux=True)
+        if S == 1:
+            (l, (m, d, dl)), g = vg(trainable, frozen, batches, ctxs, base)
+            return [l], [g], [m], [d], [dl]
+        # Each copy sees the counter totals of the copies before it (prepare's counters are
+        # exact sums, so computing them twice costs little and XLA shares the work).
+        bases = []
+        running = dict(base)
+        pre = jax.vmap(lambda b, c: loss(trainable, frozen, b, c, base)[1][2], in_axes=(0, 0))(batches, ctxs) \
+            if self.counter_types else {}
+        for i in range(S):
+            bases.append(dict(running))
+            running = {c: running[c] + pre[c][i] for c in running}
+        stacked_base = jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *bases) if bases and base else base
+        axes_base = 0 if base else None
+        (l, (m, d, dl)), g = jax.vmap(vg, in_axes=(None, None, 0, 0, axes_base))(trainable, frozen, batches, ctxs, stacked_base)
+        pick = lambda tree, i: jax.tree_util.tree_map(lambda x: x[i], tree)
+        return ([l[i] for i in range(S)], [pick(g, i) for i in range(S)], [pick(m, i) for i in range(S)],
+                [pick(d, i) for i in range(S)], [pick(dl, i) for i in range(S)])
+
+    def _sum_into(self, acc, grads):
+        for g in grads:
+            acc = g if acc is None else jax.tree_util.tree_map(jnp.add, acc, g)
+        return acc
+
+    def _accumulate(self, trainable, frozen, acc, batches, ctxs, base):
+        losses, grads, metrics, diags, deltas = self._group(trainable, frozen, batches, ctxs, base)
+        return self._sum_into(acc, grads), losses, metrics, diags, deltas
+
+    def _update(self, trainable, frozen, opt_state, acc, batches, ctxs, base):
+        losses, grads, metrics, diags, deltas = self._group(trainable, frozen, batches, ctxs, base)
+        total = self._sum_into(acc, grads)
+        scale = 1.0 / self.layout.microbatches
+        total = jax.tree_util.tree_map(lambda g: g * jnp.asarray(scale, g.dtype), total)
+        updates, opt_state = self.opt.update(total, opt_state, trainable)
+        trainable = optax.apply_updates(trainable, updates)
+        return trainable, opt_state, losses, metrics, diags, deltas
+
+    # -- passes -------------------------------------------------------------------------------
+    def _eval_fn(self, ps: ir.PassIR):
+        loss = self._loss(ps.prepare, ps.objective)
+
+        def evaluate(trainable, frozen, batch, ctx, base):
+            value, (metrics, diags, _) = loss(trainable, frozen, batch, ctx, base)
+            return value, metrics
+        return evaluate

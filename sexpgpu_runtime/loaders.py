@@ -1,0 +1,181 @@
+"""Loaders: where records come from, in a deterministic, resumable order.
+
+A loader is a table of records (one array per field, the first axis the
+records) and an order: epoch `e` visits the records in the permutation
+drawn from `(seed, loader name, e)`, so the order is a pure function of
+the seed and shuffles every epoch. The position (records consumed) is the
+whole loader state: `batch(position)` returns records `position ...
+position + batch - 1` of that endless sequence, so a resume that restores
+the position continues the same order.
+
+We keep this small piece ourselves rather than adopt grain: the order
+needs only a seeded permutation per epoch and a position, and the tables
+here fit in memory (docs/loaders.md says more).
+
+Sources (DESIGN.md section 2):
+- `(stride-rows :vocab V :seq S :records N)`: synthetic rows
+  `row[i] = (start + i * stride) mod V`, with the stride as a field.
+- `(npz "path")`: arrays named as the fields, the first axis the records.
+- `(text-bytes "glob" :seq S :stride K)`: windows of S bytes from text files.
+"""
+from __future__ import annotations
+
+import glob as globlib
+import hashlib
+import os
+import zipfile
+
+import numpy as np
+
+from sexpgpu_lang.ir import LoaderIR
+
+NP_DTYPES = {"bool": np.bool_, "i32": np.int32, "i64": np.int64, "f16": np.float16, "f32": np.float32}
+
+
+class LoaderError(Exception):
+    """A data problem: a missing or corrupt file, a field missing or of the wrong shape or dtype."""
+
+
+def _np_dtype(name: str):
+    if name == "bf16":
+        import ml_dtypes
+        return ml_dtypes.bfloat16
+    return NP_DTYPES[name]
+
+
+def _seed_words(seed: int, name: str, *rest: int) -> list[int]:
+    h = int.from_bytes(hashlib.blake2s(name.encode(), digest_size=4).digest(), "little")
+    return [seed & 0xFFFFFFFF, h, *rest]
+
+
+class Loader:
+    """Batches of one loader: `batch(position) -> {field: array [batch, ...]}`.
+
+    The arrays are NumPy, with the declared dtypes; the batch axis is first.
+    Raises LoaderError (naming the file and field) when the data do not
+    match the declaration.
+    """
+
+    def __init__(self, spec: LoaderIR, seed: int):
+        self.spec = spec
+        self.seed = seed
+        self.table = load_table(spec, seed)
+        n = {len(v) for v in self.table.values()}
+        if len(n) != 1:
+            raise LoaderError(f"loader `{spec.name}`: fields have different record counts {sorted(n)}")
+        self.records = n.pop()
+        if self.records == 0:
+            raise LoaderError(f"loader `{spec.name}` has no records")
+        self._perms: dict[int, np.ndarray] = {}
+
+    def _perm(self, epoch: int) -> np.ndarray:
+        if epoch not in self._perms:
+            if len(self._perms) > 4:
+                self._perms.clear()
+            rng = np.random.default_rng(_seed_words(self.seed, self.spec.name, epoch))
+            self._perms[epoch] = rng.permutation(self.records)
+        return self._perms[epoch]
+
+    def indices(self, position: int, count: int) -> np.ndarray:
+        """The record indices at positions `position ... position + count - 1`."""
+        pos = np.arange(position, position + count)
+        epochs, within = np.divmod(pos, self.records)
+        out = np.empty(count, dtype=np.int64)
+        for e in np.unique(epochs):
+            sel = epochs == e
+            out[sel] = self._perm(int(e))[within[sel]]
+        return out
+
+    def batch(self, position: int) -> dict[str, np.ndarray]:
+        """One batch of `spec.batch` records starting at `position`."""
+        idx = self.indices(position, self.spec.batch)
+        return {name: self.table[name][idx] for name in self.table}
+
+
+def load_table(spec: LoaderIR, seed: int) -> dict[str, np.ndarray]:
+    """The loader's records, one array per declared field, checked against the declaration."""
+    kind, args = spec.source
+    if kind == "stride-rows":
+        table = _stride_rows(spec, seed, args)
+    elif kind == "npz":
+        table = _npz(spec, args)
+    elif kind == "text-bytes":
+        table = _text_bytes(spec, args)
+    else:  # the checker only admits the kinds above
+        raise LoaderError(f"loader `{spec.name}`: unknown source `{kind}`")
+    _check_table(spec, table)
+    return table
+
+
+def _check_table(spec: LoaderIR, table: dict[str, np.ndarray]) -> None:
+    where = f"loader `{spec.name}`"
+    for name, shape, dtype in spec.fields:
+        if name not in table:
+            raise LoaderError(f"{where}: the data have no field `{name}` (they have {', '.join(sorted(table)) or 'nothing'})")
+        arr = table[name]
+        if tuple(arr.shape[1:]) != tuple(shape):
+            raise LoaderError(f"{where}: field `{name}` has records of shape [{' '.join(map(str, arr.shape[1:]))}], "
+                              f"the declaration says [{' '.join(map(str, shape))}]")
+        if np.dtype(arr.dtype) != np.dtype(_np_dtype(dtype)):
+            raise LoaderError(f"{where}: field `{name}` has dtype {arr.dtype}, the declaration says {dtype}")
+
+
+def _field(spec: LoaderIR, name: str):
+    for n, shape, dtype in spec.fields:
+        if n == name:
+            return shape, dtype
+    return None
+
+
+def _stride_rows(spec: LoaderIR, seed: int, args: dict) -> dict[str, np.ndarray]:
+    vocab, seq = int(args.get("vocab", 16)), int(args.get("seq", 8))
+    n = int(args.get("records", 1 << 16))
+    rng = np.random.default_rng(_seed_words(seed, spec.name, 1 << 30))
+    start = rng.integers(0, vocab, size=(n, 1))
+    stride = rng.integers(1, max(vocab, 2), size=(n, 1))
+    rows = (start + np.arange(seq)[None, :] * stride) % vocab
+    table = {}
+    for name, value in (("row", rows), ("stride", stride)):
+        f = _field(spec, name)
+        if f is not None:
+            table[name] = value.astype(_np_dtype(f[1]))
+    return table
+
+
+def _resolve(spec: LoaderIR, path: str) -> str:
+    return path if os.path.isabs(path) else os.path.join(spec.base_dir, path)
+
+
+def _npz(spec: LoaderIR, args: dict) -> dict[str, np.ndarray]:
+    path = _resolve(spec, str(args.get("path", "")))
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            return {k: np.asarray(data[k]) for k in data.files if _field(spec, k) is not None}
+    except FileNotFoundError:
+        raise LoaderError(f"loader `{spec.name}`: no file {path}")
+    except (zipfile.BadZipFile, ValueError, OSError, EOFError) as e:
+        raise LoaderError(f"loader `{spec.name}`: {path} is not a readable .npz file ({e})")
+
+
+def _text_bytes(spec: LoaderIR, args: dict) -> dict[str, np.ndarray]:
+    pattern = _resolve(spec, str(args.get("glob", "")))
+    files = sorted(f for f in globlib.glob(pattern, recursive=True) if os.path.isfile(f))
+    if not files:
+        raise LoaderError(f"loader `{spec.name}`: no file matches {pattern}")
+    if len(spec.fields) != 1:
+        raise LoaderError(f"loader `{spec.name}`: text-bytes gives one field of byte windows; declare exactly one")
+    name, shape, dtype = spec.fields[0]
+    seq = int(args.get("seq", shape[0] if shape else 64))
+    if tuple(shape) != (seq,):
+        raise LoaderError(f"loader `{spec.name}`: field `{name}` must be [{seq}] for windows of {seq} bytes")
+    stride = int(args.get("stride", seq))
+    data = bytearray()
+    for f in files:
+        with open(f, "rb") as fh:
+            data += fh.read()
+    buf = np.frombuffer(bytes(data), dtype=np.uint8)
+    if len(buf) < seq:
+        raise LoaderError(f"loader `{spec.name}`: the files matching {pattern} hold {len(buf)} bytes, fewer than one window of {seq}")
+    starts = np.arange(0, len(buf) - seq + 1, stride)
+    windows = buf[starts[:, None] + np.arange(seq)[None, :]]
+    return {name: windows.astype(_np_dtype(dtype))}

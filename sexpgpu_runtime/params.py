@@ -1,0 +1,70 @@
+"""Parameters: initialised from the models' `:params`, split into trainable and frozen trees.
+
+Trees are nested dicts keyed like the root model's `:params` (a sub-model's
+parameters under its key). Each leaf's initial bits are a pure function of
+the seed and the leaf's place (`fold_in(key(seed), place)`).
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from sexpgpu_lang.ir import ParamIR
+
+from .dtypes import jdt
+
+
+def init_leaf(p: ParamIR, seed_key) -> jax.Array:
+    """One parameter's initial value, with its declared shape and dtype."""
+    kind, args = p.init
+    key = jax.random.fold_in(seed_key, jnp.uint32(p.place))
+    dt = jdt(p.dtype)
+    if kind == "normal":
+        x = jax.random.normal(key, p.shape, jnp.float32) * float(args.get("std", 1.0)) + float(args.get("mean", 0.0))
+        return x.astype(dt)
+    if kind == "uniform":
+        return jax.random.uniform(key, p.shape, jnp.float32, float(args.get("min", 0.0)), float(args.get("max", 1.0))).astype(dt)
+    if kind == "zeros":
+        return jnp.zeros(p.shape, dt)
+    if kind == "ones":
+        return jnp.ones(p.shape, dt)
+    raise ValueError(f"unknown initialiser {kind}")
+
+
+def set_path(tree: dict, path: tuple, value) -> None:
+    """Store `value` at `path` in a nested dict, creating levels as needed."""
+    for k in path[:-1]:
+        tree = tree.setdefault(k, {})
+    tree[path[-1]] = value
+
+
+def init_params(params: tuple[ParamIR, ...], seed: int) -> tuple[dict, dict]:
+    """(trainable, frozen) trees of freshly initialised parameters."""
+    seed_key = jax.random.key(seed)
+    trainable: dict = {}
+    frozen: dict = {}
+    for p in params:
+        set_path(frozen if p.frozen else trainable, p.path, init_leaf(p, seed_key))
+    return trainable, frozen
+
+
+def merge(a: dict, b: dict) -> dict:
+    """The union of two nested dicts with disjoint leaves (trainable and frozen)."""
+    out = dict(a)
+    for k, v in b.items():
+        if k in out and isinstance(out[k], dict) and isinstance(v, dict):
+            out[k] = merge(out[k], v)
+        else:
+            out[k] = v
+    return out
+
+
+def flatten(tree: dict, prefix: tuple = ()) -> dict[tuple, jax.Array]:
+    """Leaves of a nested dict by path."""
+    out = {}
+    for k, v in tree.items():
+        if isinstance(v, dict):
+            out.update(flatten(v, prefix + (k,)))
+        else:
+            out[prefix + (k,)] = v
+    return out
