@@ -1,0 +1,161 @@
+"""Neovim as a second, independent LSP client of `sexpgpu lsp` (issue 3).
+
+Neovim runs headless with `tests/nvim/lsp_client.lua`: it opens a case from
+`../shared/cases`, starts the server with `vim.lsp.start_client` (Debian's
+Neovim is 0.7: no `vim.lsp.start`, no `-l`), waits for the diagnostics, asks
+for hovers, edits the buffer and waits for the new diagnostics, and writes
+what Neovim itself saw as JSON. These tests assert on that JSON.
+
+Neovim must be installed (`tests/nvim/install.sh`); without it the test fails
+with that instruction rather than skipping. Imports nothing from the project:
+the server is reached only through the `sexpgpu lsp` program.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+CASES = ROOT.parent / "shared" / "cases"
+DRIVER = Path(__file__).resolve().parent / "nvim" / "lsp_client.lua"
+#: Per wait inside Neovim (start-up, diagnostics, a hover, the exit).
+WAIT_MS = 30_000
+#: For the whole Neovim process.
+PROCESS_TIMEOUT_S = 120
+
+SEVERITY = {1: "error", 2: "warning", 3: "information", 4: "hint"}  # vim.diagnostic.severity
+
+
+def nvim_program() -> str:
+    nvim = shutil.which("nvim")
+    if nvim is None:
+        pytest.fail("`nvim` is not on PATH: install Neovim with `sh tests/nvim/install.sh` "
+                    "(Debian's `neovim` package) to run the Neovim client test", pytrace=False)
+    return nvim
+
+
+def server_command() -> list[str]:
+    """`sexpgpu lsp` as an editor starts it: the venv's program, else PATH's."""
+    beside = Path(sys.executable).with_name("sexpgpu")
+    if beside.exists():
+        return [str(beside), "lsp"]
+    found = shutil.which("sexpgpu")
+    if found:
+        return [found, "lsp"]
+    return [sys.executable, "-c", "from sexpgpu_cli.main import app; app()", "lsp"]
+
+
+def expectations(text: str) -> set[tuple[str, int]]:
+    """The `;; expect: CODE LINE` header of a case (see ../shared/cases/README.md)."""
+    return {(code, int(line)) for code, line in re.findall(r"^;; expect: (\S+) (\d+)$", text, re.M)}
+
+
+def position_of(text: str, line_text: str, word: str) -> dict:
+    """0-based position of `word` on the first line containing `line_text` (ASCII lines only)."""
+    for number, line in enumerate(text.splitlines()):
+        if line_text in line:
+            return {"line": number, "character": line.index(line_text) + line_text.index(word)}
+    raise AssertionError(f"no line contains {line_text!r}")
+
+
+def run_neovim(tmp_path: Path, config: dict) -> dict:
+    """Run the Lua driver with `config`; return what it wrote, or fail with its log."""
+    nvim = nvim_program()
+    out = tmp_path / "nvim-result.json"
+    stderr = tmp_path / "server-stderr.txt"
+    # The server's stderr goes to a file (Neovim would chop it into its lsp.log); `exec` keeps
+    # the server itself as the process Neovim talks to.
+    cmd = ["sh", "-c", 'exec "$@" 2>>"$0"', str(stderr), *server_command()]
+    config = {"root": str(ROOT), "cmd": cmd, "timeout_ms": WAIT_MS, "out": str(out), **config}
+    config_path = tmp_path / "nvim-config.json"
+    config_path.write_text(json.dumps(config))
+    # A private home for Neovim: its lsp.log lands in tmp_path.
+    env = dict(os.environ, SEXPGPU_NVIM_CONFIG=str(config_path))
+    for var in ("XDG_CACHE_HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME"):
+        env[var] = str(tmp_path / "xdg" / var.lower())
+    proc = subprocess.run(
+        [nvim, "--headless", "-u", "NONE", "-i", "NONE", "-n", "-c", f"luafile {DRIVER}"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=PROCESS_TIMEOUT_S,
+    )
+    logs = sorted((tmp_path / "xdg").rglob("lsp.log"))
+    context = (f"nvim exited {proc.returncode}\nnvim stdout:\n{proc.stdout}\nnvim stderr:\n{proc.stderr}\n"
+               + (f"server stderr:\n{stderr.read_text()[-6000:]}\n" if stderr.exists() else "")
+               + "".join(f"{log}:\n{log.read_text()[-3000:]}\n" for log in logs))
+    assert out.exists(), f"the Neovim driver wrote no result\n{context}"
+    result = json.loads(out.read_text())
+    assert "error" not in result, f"the Neovim driver failed: {result['error']}\n" \
+        f"log: {json.dumps(result.get('log'), indent=1)}\n{context}"
+    assert proc.returncode == 0, context
+    return result
+
+
+def problems(diagnostics: list[dict]) -> set[tuple[str, int]]:
+    """Errors and warnings as (code, 1-based line), as the cases state them."""
+    return {(str(d["code"]), d["lnum"] + 1) for d in diagnostics if SEVERITY.get(d["severity"]) in ("error", "warning")}
+
+
+def hover_text(hover: dict) -> str:
+    assert not hover.get("error"), f"hover at {hover['line']}:{hover['character']} failed: {hover['error']}"
+    return "\n".join(hover.get("lines") or [])
+
+
+def test_neovim_shows_diagnostics_and_hover_and_follows_an_edit(tmp_path):
+    case = CASES / "gen-002-dtype-drift.sx"
+    assert case.exists(), f"missing case file {case} (expected ../shared/cases beside the repository)"
+    source = case.read_text()
+    file = tmp_path / case.name  # a copy: the buffer is edited (never saved), the case stays untouched
+    file.write_text(source)
+
+    bad = "(list :row (cast (where (= column at) guess row) :f32)"
+    bad_at = position_of(source, bad, ":f32")
+    assert bad_at["line"] == 39  # line 40, where the case expects E-GEN-002
+    hovers = [
+        position_of(source, "(let* ((row (getf state :row))", "row"),  # the state's row, in :step
+        position_of(source, bad, "cast"),  # the call that turns it into f32
+    ]
+    result = run_neovim(tmp_path, {
+        "file": str(file),
+        "hovers": hovers,
+        "edit": {"line": bad_at["line"], "start": bad_at["character"],
+                 "finish": bad_at["character"] + len(":f32"), "text": ":i32"},
+    })
+
+    assert result["attached"] is True
+    assert result["offset_encoding"] == "utf-16"
+
+    # On open: exactly the case's expectations, E-GEN-002 on line 40, read back from Neovim.
+    opened = result["opened"]["diagnostics"]
+    assert problems(opened) == expectations(source) == {("E-GEN-002", 40)}, opened
+    gen002 = next(d for d in opened if d["code"] == "E-GEN-002")
+    assert SEVERITY[gen002["severity"]] == "error"
+    assert (gen002["lnum"], gen002["col"]) == (39, source.splitlines()[39].index("(cast"))
+    assert "`:init` made it `[64 8] i32`" in gen002["message"], gen002["message"]
+    assert "[64 8] f32" in gen002["message"], gen002["message"]
+    assert "errors.md" in (gen002.get("codeDescription") or {}).get("href", ""), gen002
+    related = gen002.get("relatedInformation") or []
+    init_line = position_of(source, "(list :row (field batch :row)", ":row")["line"]
+    assert any(r["location"]["range"]["start"]["line"] == init_line for r in related), related
+
+    # Hover: the types Neovim's float would show.
+    state_row, cast_call = result["hovers"]
+    assert "[64 8] i32" in hover_text(state_row), state_row
+    assert "[64 8] f32" in hover_text(cast_call), cast_call
+
+    # Neovim sends the edit; the diagnostics follow: casting back to i32 fixes the file.
+    edited = result["edited"]
+    assert edited["line"].strip().startswith("(list :row (cast (where (= column at) guess row) :i32)")
+    assert problems(edited["diagnostics"]) == set(), edited["diagnostics"]
+    publishes = result["publishes"] or []
+    versions = [p["version"] for p in publishes if isinstance(p.get("version"), int)]
+    assert versions == sorted(versions), f"diagnostics published out of order: {publishes}"
+    assert not any(c.startswith("E-GEN-002@") for c in publishes[-1]["codes"]), publishes
+
+    # Neovim's shutdown and exit: the server ends cleanly.
+    assert result["exit"] == {"code": 0, "signal": 0}, result["exit"]
