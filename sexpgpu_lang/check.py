@@ -827,7 +827,9 @@ class Checker:
                          f"{what} returns `:{k}` as {v.show()}; every entry must be a tensor",
                          help="flatten nested plists into entries of their own")
                 ok = False
-        return t if ok else PlistType(tuple((k, v) for k, v in t.entries if isinstance(v, TensorType)))
+        # An entry already reported stays, typed ERROR, so that reading it later
+        # (`getf` in `:step`, `field` in `prepare`) is not reported again.
+        return t if ok else PlistType(tuple((k, v if isinstance(v, TensorType) else ERROR) for k, v in t.entries))
 
     def check_across_trips(self, step: ir.Phase, state: PlistType, node: ListNode, key_defs):
         t = step.out
@@ -843,6 +845,8 @@ class Checker:
             return [Related(key_defs[k].span, f"`:init` made `:{k}` here")] if k in key_defs else []
         for k, want in state.entries:
             got = t.get(k)
+            if isinstance(want, ErrorType):
+                continue
             if got is None:
                 self.err("E-GEN-002", site, f"`:step` drops `:{k}`, which `:init` made as {want.show()}",
                          related=rel(k), help=f"return `:{k}` in the state, e.g. `:{k} (getf state :{k})`",
