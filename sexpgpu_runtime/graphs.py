@@ -83,8 +83,8 @@ class Graphs:
                 self.gen_finish = jax.jit(self._counted("generate.finish stacked", jax.vmap(finish, in_axes=(None, None, 0, None))))
             else:
                 self.gen_init, self.gen_step, self.gen_finish = self.gen_init_1, self.gen_step_1, self.gen_finish_1
-        self.accumulate = jax.jit(self._counted("train.accumulate", self._accumulate))
-        self.update = jax.jit(self._counted("train.update", self._update), donate_argnums=(0, 2) if dn else ())
+        self.grads = jax.jit(self._counted("train" + (" stacked" if S > 1 else ""), self._grads))
+        self.update = jax.jit(self._counted("update", self._update), donate_argnums=(0, 1) if dn else ())
         self.passes = {ps.name: jax.jit(self._counted(f"pass {ps.name}", self._eval_fn(ps))) for ps in program.passes}
 
     # -- bookkeeping --------------------------------------------------------------------------
@@ -176,39 +176,34 @@ class Graphs:
         if S == 1:
             (l, (m, d, dl)), g = vg(trainable, frozen, batches, ctxs, base)
             return [l], [g], [m], [d], [dl]
-        # Each copy sees the counter totals of the copies before it (prepare's counters are
-        # exact sums, so computing them twice costs little and XLA shares the work).
-        bases = []
-        running = dict(base)
-        pre = jax.vmap(lambda b, c: loss(trainable, frozen, b, c, base)[1][2], in_axes=(0, 0))(batches, ctxs) \
-            if self.counter_types else {}
-        for i in range(S):
-            bases.append(dict(running))
-            running = {c: running[c] + pre[c][i] for c in running}
-        stacked_base = jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *bases) if bases and base else base
-        axes_base = 0 if base else None
-        (l, (m, d, dl)), g = jax.vmap(vg, in_axes=(None, None, 0, 0, axes_base))(trainable, frozen, batches, ctxs, stacked_base)
+        # Copy i objective reads the counter totals through copy i: take every copy's
+        # counter contributions first (prepare alone; XLA shares the work), then vmap
+        # the gradient with each copy's running totals.
+        bases = base
+        if self.counter_types:
+            pre = jax.vmap(lambda b, c: loss(trainable, frozen, b, c, base)[1][2])(batches, ctxs)
+            bases = {c: base[c] + jnp.cumsum(pre[c]) - pre[c] for c in base}
+        (l, (m, d, dl)), g = jax.vmap(vg, in_axes=(None, None, 0, 0, 0 if self.counter_types else None))(
+            trainable, frozen, batches, ctxs, bases)
         pick = lambda tree, i: jax.tree_util.tree_map(lambda x: x[i], tree)
-        return ([l[i] for i in range(S)], [pick(g, i) for i in range(S)], [pick(m, i) for i in range(S)],
-                [pick(d, i) for i in range(S)], [pick(dl, i) for i in range(S)])
+        return tuple([pick(v, i) for i in range(S)] for v in (l, g, m, d, dl))
 
-    def _sum_into(self, acc, grads):
-        for g in grads:
-            acc = g if acc is None else jax.tree_util.tree_map(jnp.add, acc, g)
-        return acc
+    def _grads(self, trainable, frozen, batches, ctxs, base):
+        return self._group(trainable, frozen, batches, ctxs, base)
 
-    def _accumulate(self, trainable, frozen, acc, batches, ctxs, base):
-        losses, grads, metrics, diags, deltas = self._group(trainable, frozen, batches, ctxs, base)
-        return self._sum_into(acc, grads), losses, metrics, diags, deltas
+    def _update(self, trainable, opt_state, grads):
+        """Sum the microbatches' gradients in order, average, and take one optax step.
 
-    def _update(self, trainable, frozen, opt_state, acc, batches, ctxs, base):
-        losses, grads, metrics, diags, deltas = self._group(trainable, frozen, batches, ctxs, base)
-        total = self._sum_into(acc, grads)
+        Kept apart from the gradient graphs so that a stacked and an unstacked run
+        add exactly the same arrays in the same order (no add fused into a matmul).
+        """
+        total = grads[0]
+        for g in grads[1:]:
+            total = jax.tree_util.tree_map(jnp.add, total, g)
         scale = 1.0 / self.layout.microbatches
         total = jax.tree_util.tree_map(lambda g: g * jnp.asarray(scale, g.dtype), total)
         updates, opt_state = self.opt.update(total, opt_state, trainable)
-        trainable = optax.apply_updates(trainable, updates)
-        return trainable, opt_state, losses, metrics, diags, deltas
+        return optax.apply_updates(trainable, updates), opt_state
 
     # -- passes -------------------------------------------------------------------------------
     def _eval_fn(self, ps: ir.PassIR):

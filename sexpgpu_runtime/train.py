@@ -146,7 +146,7 @@ def train(program: ir.Program, options: RunOptions) -> RunResult:
     t0 = time.perf_counter()
     try:
         for step in range(steps):
-            acc = None
+            grads = []
             losses, metrics, diags = [], [], []
             for g in range(layout.groups):
                 copies = []
@@ -165,15 +165,14 @@ def train(program: ir.Program, options: RunOptions) -> RunResult:
                 if program.generate is not None:
                     made = graphs.generate(trainable, frozen, batch, gen_ctx, stacked)
                     batch = {**batch, **made}
-                if g < layout.groups - 1:
-                    acc, l, m, d, dl = graphs.accumulate(trainable, frozen, acc, batch, ctxs, counters)
-                else:
-                    trainable, opt_state, l, m, d, dl = graphs.update(trainable, frozen, opt_state, acc, batch, ctxs, counters)
+                l, gs, m, d, dl = graphs.grads(trainable, frozen, batch, ctxs, counters)
+                grads += gs
                 for delta in dl:
                     counters = {c: counters[c] + delta[c] for c in counters}
                 losses += l
                 metrics.append(m)
                 diags.append(d)
+            trainable, opt_state = graphs.update(trainable, opt_state, grads)
             done = step + 1
             log_now = done % run.log_every == 0 or done == steps or done == 1
             pass_rows = {}
