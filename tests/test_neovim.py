@@ -24,7 +24,10 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 CASES = ROOT.parent / "shared" / "cases"
-DRIVER = Path(__file__).resolve().parent / "nvim" / "lsp_client.lua"
+NVIM_DIR = Path(__file__).resolve().parent / "nvim"
+DRIVER = NVIM_DIR / "lsp_client.lua"
+#: The Neovim setup docs/editors-setup.md gives, verbatim.
+DOCUMENTED_INIT = NVIM_DIR / "init.lua"
 #: Per wait inside Neovim (start-up, diagnostics, a hover, the exit).
 WAIT_MS = 30_000
 #: For the whole Neovim process.
@@ -65,6 +68,14 @@ def position_of(text: str, line_text: str, word: str) -> dict:
     raise AssertionError(f"no line contains {line_text!r}")
 
 
+def nvim_env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    """The environment with a private home for Neovim: its lsp.log lands in tmp_path."""
+    env = dict(os.environ, **extra)
+    for var in ("XDG_CACHE_HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME"):
+        env[var] = str(tmp_path / "xdg" / var.lower())
+    return env
+
+
 def run_neovim(tmp_path: Path, config: dict) -> dict:
     """Run the Lua driver with `config`; return what it wrote, or fail with its log."""
     nvim = nvim_program()
@@ -76,10 +87,7 @@ def run_neovim(tmp_path: Path, config: dict) -> dict:
     config = {"root": str(ROOT), "cmd": cmd, "timeout_ms": WAIT_MS, "out": str(out), **config}
     config_path = tmp_path / "nvim-config.json"
     config_path.write_text(json.dumps(config))
-    # A private home for Neovim: its lsp.log lands in tmp_path.
-    env = dict(os.environ, SEXPGPU_NVIM_CONFIG=str(config_path))
-    for var in ("XDG_CACHE_HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME"):
-        env[var] = str(tmp_path / "xdg" / var.lower())
+    env = nvim_env(tmp_path, SEXPGPU_NVIM_CONFIG=str(config_path))
     proc = subprocess.run(
         [nvim, "--headless", "-u", "NONE", "-i", "NONE", "-n", "-c", f"luafile {DRIVER}"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=PROCESS_TIMEOUT_S,
@@ -159,3 +167,33 @@ def test_neovim_shows_diagnostics_and_hover_and_follows_an_edit(tmp_path):
 
     # Neovim's shutdown and exit: the server ends cleanly.
     assert result["exit"] == {"code": 0, "signal": 0}, result["exit"]
+
+
+def test_the_documented_neovim_setup_attaches_sexpgpu_lsp(tmp_path):
+    """docs/editors-setup.md's Neovim 0.7 lines, run as they are: `*.sx` gets the
+    `sexpgpu` filetype and `sexpgpu lsp` (found on PATH) publishes diagnostics."""
+    snippet = DOCUMENTED_INIT.read_text().strip()
+    docs = (ROOT / "docs" / "editors-setup.md").read_text()
+    assert snippet in docs, "docs/editors-setup.md must show tests/nvim/init.lua verbatim"
+
+    nvim = nvim_program()
+    program = server_command()[0]
+    assert Path(program).name == "sexpgpu", f"no `sexpgpu` program beside {sys.executable} or on PATH"
+    case = CASES / "gen-002-dtype-drift.sx"
+    file = tmp_path / case.name
+    file.write_text(case.read_text())
+    out = tmp_path / "init-result.json"
+    env = nvim_env(tmp_path, SEXPGPU_NVIM_OUT=str(out))
+    env["PATH"] = os.pathsep.join([str(Path(program).parent), env.get("PATH", "")])
+    proc = subprocess.run(
+        [nvim, "--headless", "-u", str(DOCUMENTED_INIT), "-i", "NONE", "-n", str(file),
+         "-c", f"luafile {NVIM_DIR / 'check_init.lua'}"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=PROCESS_TIMEOUT_S,
+    )
+    logs = "".join(log.read_text()[-3000:] for log in (tmp_path / "xdg").rglob("lsp.log"))
+    assert out.exists(), f"nvim exited {proc.returncode}: {proc.stdout}\n{proc.stderr}\n{logs}"
+    result = json.loads(out.read_text())
+    assert result["filetype"] == "sexpgpu"
+    assert result["clients"] == ["sexpgpu"], result
+    assert result["waited"], f"no diagnostics arrived\n{logs}"
+    assert {(d["code"], d["lnum"] + 1) for d in result["diagnostics"]} == {("E-GEN-002", 40)}, result
