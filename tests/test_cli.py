@@ -1,0 +1,130 @@
+"""The `sexpgpu` command as a user runs it: formats, exit status, no traceback, no JAX in lint."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from helpers import FIXTURE, SHARED_CASES, variant
+
+SEXPGPU = [sys.executable, "-m", "sexpgpu_cli.main"]
+
+
+def sx(*args, cwd=None):
+    return subprocess.run(SEXPGPU + list(args), capture_output=True, text=True, cwd=cwd, timeout=300)
+
+
+@pytest.fixture
+def drift(tmp_path):
+    p = tmp_path / "drift.sx"
+    p.write_text(variant("(list :row (where (= column at) guess row)", "(list :row (cast (where (= column at) guess row) :f32)"))
+    return p
+
+
+def test_clean_file_exits_0(tmp_path):
+    r = sx("lint", str(FIXTURE))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout == ""
+    assert "no problems" in r.stderr
+
+
+def test_text_format_is_compiler_style(drift):
+    r = sx("lint", str(drift))
+    assert r.returncode == 1
+    lines = r.stdout.splitlines()
+    assert lines[0].startswith(f"{drift}:42:24: error[E-GEN-002]: `:step` returns `:row` as `[64 8] f32`")
+    assert lines[2].startswith("42 |") and "(cast (where" in lines[2]
+    caret = lines[3]
+    assert caret.index("^") == lines[2].index("(cast")
+    assert any("= note:" in l and ":33:" in l and "`:init` made `:row` here" in l for l in lines)
+
+
+def test_json_format(drift):
+    r = sx("lint", "--format", "json", str(drift), str(FIXTURE))
+    assert r.returncode == 1
+    data = json.loads(r.stdout)
+    assert isinstance(data, list) and len(data) == 1
+    d = data[0]
+    assert {k: d[k] for k in ("file", "code", "severity", "line", "column", "end_line")} == \
+        {"file": str(drift), "code": "E-GEN-002", "severity": "error", "line": 42, "column": 24, "end_line": 42}
+    assert d["end_column"] > d["column"]
+    assert d["related"] == [{"file": str(drift), "line": 33, "column": 17, "message": "`:init` made `:row` here"}]
+
+
+def test_sarif_format(drift, tmp_path):
+    out = tmp_path / "report.sarif"
+    r = sx("lint", "--format", "sarif", "--output", str(out), str(drift))
+    assert r.returncode == 1
+    log = json.loads(out.read_text())
+    assert log["version"] == "2.1.0"
+    run = log["runs"][0]
+    assert run["tool"]["driver"]["name"] == "sexpgpu"
+    assert [rule["id"] for rule in run["tool"]["driver"]["rules"]] == ["E-GEN-002"]
+    res = run["results"][0]
+    assert res["ruleId"] == "E-GEN-002" and res["level"] == "error"
+    assert res["locations"][0]["physicalLocation"]["region"]["startLine"] == 42
+    assert res["relatedLocations"][0]["physicalLocation"]["region"]["startLine"] == 33
+
+
+def test_warnings_alone_exit_0():
+    r = sx("lint", str(SHARED_CASES / "warn-unsalted-draw.sx"))
+    assert r.returncode == 0
+    assert "warning[W-RAND-001]" in r.stdout
+
+
+def test_missing_file_is_one_line_exit_2(tmp_path):
+    r = sx("lint", str(tmp_path / "nope.sx"))
+    assert r.returncode == 2
+    assert r.stderr.strip().splitlines() == [f"sexpgpu: error: cannot read {tmp_path / 'nope.sx'}: no such file"]
+    assert "Traceback" not in r.stderr
+
+
+def test_binary_file_is_one_line_exit_2(tmp_path):
+    p = tmp_path / "bin.sx"
+    p.write_bytes(b"\xff\xfe\x00(run")
+    r = sx("lint", str(p))
+    assert r.returncode == 2 and "not UTF-8" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_usage_error_exits_2():
+    r = sx("lint", "--format", "yaml", str(FIXTURE))
+    assert r.returncode == 2
+
+
+def test_lint_does_not_import_jax():
+    code = ("import sys\n"
+            "from typer.testing import CliRunner\n"
+            "from sexpgpu_cli.main import app\n"
+            f"r = CliRunner().invoke(app, ['lint', {str(FIXTURE)!r}])\n"
+            "assert r.exit_code == 0, r.output\n"
+            "bad = sorted(m for m in sys.modules if m == 'jax' or m.startswith(('jax.', 'jaxlib', 'optax')))\n"
+            "print(bad)\n"
+            "sys.exit(1 if bad else 0)\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_front_end_never_imports_jax():
+    code = ("import sys, glob\n"
+            "import sexpgpu_lang, sexpgpu_lang.check, sexpgpu_lang.render\n"
+            "for f in glob.glob('sexpgpu_lang/*.py'):\n"
+            "    __import__('sexpgpu_lang.' + f.split('/')[-1][:-3])\n"
+            "sys.exit(1 if 'jax' in sys.modules else 0)\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=Path(__file__).resolve().parents[1])
+    assert r.returncode == 0, r.stderr
+
+
+def test_run_refuses_a_file_with_errors(drift):
+    r = sx("run", str(drift))
+    assert r.returncode == 1
+    assert "error[E-GEN-002]" in r.stdout
+    assert "fix them before running" in r.stderr
+
+
+def test_run_writes_metrics_to_the_default_run_dir(tmp_path):
+    r = sx("run", str(FIXTURE), "--steps", "3", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    rows = [json.loads(l) for l in (tmp_path / "runs" / "tiny-generate" / "metrics.jsonl").read_text().splitlines()]
+    assert rows[-1]["step"] == 3 and "generation-accuracy" in rows[-1]

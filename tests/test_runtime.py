@@ -1,0 +1,86 @@
+"""`sexpgpu run` semantics on the CPU: learning, tracing once, stacking bits, passes, precision, draws."""
+import json
+
+import numpy as np
+import pytest
+
+from helpers import fixture_text, program_of, train_quiet, variant
+from sexpgpu_runtime.params import flatten
+
+
+@pytest.fixture(scope="module")
+def short_run(tmp_path_factory):
+    d = tmp_path_factory.mktemp("short")
+    return train_quiet(variant(":log (:every 50)", ":log (:every 25)"), 250, d), d
+
+
+def test_loss_falls_and_generation_accuracy_rises(short_run):
+    result, _ = short_run
+    first, last = result.history[0], result.history[-1]
+    assert last["step"] == 250
+    assert last["loss"] < first["loss"] - 0.5
+    assert last["generation-accuracy"] > first["generation-accuracy"] + 0.05
+
+
+def test_no_graph_is_traced_twice(short_run):
+    result, _ = short_run
+    assert result.traces, "no graph was traced"
+    assert set(result.traces) >= {"generate.init stacked", "generate.step stacked", "generate.finish stacked",
+                                  "train stacked", "update"}
+    assert all(n == 1 for n in result.traces.values()), result.traces
+
+
+def test_metrics_jsonl_has_a_row_per_logged_step(short_run):
+    result, d = short_run
+    rows = [json.loads(line) for line in (d / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1] + list(range(25, 251, 25))
+    assert all({"step", "loss", "generation-accuracy"} <= set(r) for r in rows)
+    assert rows == result.history
+
+
+def test_stacked_run_equals_unstacked_bit_for_bit(tmp_path):
+    stacked = train_quiet(fixture_text(), 20, tmp_path / "s2")
+    unstacked = train_quiet(variant(":stack 2", ":stack 1"), 20, tmp_path / "s1")
+    assert "train stacked" in stacked.traces and "train" in unstacked.traces
+    a, b = flatten(stacked.trainable), flatten(unstacked.trainable)
+    assert a.keys() == b.keys()
+    for k in a:
+        assert np.array_equal(np.asarray(a[k]), np.asarray(b[k])), k
+
+
+def test_a_run_is_a_pure_function_of_file_and_seed(tmp_path):
+    a = train_quiet(fixture_text(), 5, tmp_path / "a")
+    b = train_quiet(fixture_text(), 5, tmp_path / "b")
+    c = train_quiet(variant(":seed 0", ":seed 1"), 5, tmp_path / "c")
+    fa, fb, fc = flatten(a.trainable), flatten(b.trainable), flatten(c.trainable)
+    assert all(np.array_equal(fa[k], fb[k]) for k in fa)
+    assert not all(np.array_equal(fa[k], fc[k]) for k in fa)
+
+
+def test_pass_on_the_training_loaders_shape_runs_the_generator(tmp_path):
+    text = variant("(model student)", """(model student)
+
+(loader held-out
+  :source (stride-rows :vocab vocab :seq seq :records 512)
+  :batch 64
+  :fields (:row [seq] :i32
+           :stride [1] :i32))""")
+    text += "\n(pass held-out-eval :loader held-out :every 4 :batches 2)\n"
+    prog = program_of(text)
+    assert prog.passes[0].runs_generator
+    result = train_quiet(text, 8, tmp_path)
+    rows = [r for r in result.history if "held-out-eval/loss" in r]
+    assert [r["step"] for r in rows] == [4, 8]
+    assert "held-out-eval/generation-accuracy" in rows[0]
+    assert all(n == 1 for n in result.traces.values()), result.traces
+
+
+def test_bf16_keeps_the_cache_bf16_and_params_f32(tmp_path):
+    text = variant(":stride (field batch :stride)))", ":stride (field batch :stride)\n :cache (zeros [64 seq vocab] :bf16)))")
+    text = variant(":stride (getf state :stride))))", ":stride (getf state :stride)\n :cache (cast (model row) :bf16))))", text)
+    text = variant(":precision :f32", ":precision :bf16", text)
+    prog = program_of(text)
+    assert prog.generate.state.get("cache").dtype == "bf16"
+    result = train_quiet(text, 3, tmp_path)
+    assert all(str(v.dtype) == "float32" for v in flatten(result.trainable).values())
+    assert np.isfinite(result.history[-1]["loss"])
