@@ -328,14 +328,19 @@ class Checker:
             if not isinstance(form, ListNode) or not form.head:
                 self.err("E-FORM-004", form.span, "a top-level form must be a list like `(def name value)`")
                 continue
-            if form.head not in TOP_FORMS:
-                hint = near_miss(form.head, TOP_FORMS)
-                self.err("E-FORM-004", form.items[0].span, f"unknown top-level form `{form.head}`"
+            head = form.head
+            if head not in TOP_FORMS:
+                hint = near_miss(head, TOP_FORMS)
+                self.err("E-FORM-004", form.items[0].span, f"unknown top-level form `{head}`"
                          + (f"; did you mean `{hint}`?" if hint else ""),
                          data={"replace": hint} if hint else None)
-                continue
-            self.forms.setdefault(form.head, []).append(form)
-            self.facts.calls[(form.span.start, form.span.end)] = form.head
+                if hint is None:
+                    continue
+                # Check it as the form it most likely is, so that what it defines
+                # is not reported again as missing or unbound.
+                head = hint
+            self.forms.setdefault(head, []).append(form)
+            self.facts.calls[(form.span.start, form.span.end)] = head
         for head in ("model", "defgenerate", "prepare", "objective", "run", "curriculum"):
             for extra in self.forms.get(head, [])[1:]:
                 first = self.forms[head][0]
@@ -406,13 +411,17 @@ class Checker:
         return d
 
     def top_def(self, f: ListNode):
+        # A `def` that fails still binds its name, typed ERROR, so its uses are not reported again.
         if len(f.items) != 3:
             self.err("E-FORM-003", f.span, "`def` takes a name and a value: `(def name value)`")
+            if len(f.items) > 1 and isinstance(f.items[1], Sym):
+                self.define_global(f.items[1], "def", f, ERROR)
             return
         val = f.items[2]
         if isinstance(val, ListNode) and val.head == "lambda":
             params = self.lambda_params(val, None, "def")
             if params is None:
+                self.define_global(f.items[1], "function", f, ERROR)
                 return
             self.define_global(f.items[1], "function", f, FunctionType(len(params), f.items[1].name if isinstance(f.items[1], Sym) else "lambda"),
                                fn=(val, self.globals))
@@ -420,6 +429,7 @@ class Checker:
         e = self.infer(val, self.globals)
         if not isinstance(e.type, ErrorType) and not _is_constant(e.type):
             self.err("E-TYPE-003", val.span, f"`def` needs a compile-time constant, got {e.type.show()}")
+            self.define_global(f.items[1], "def", f, ERROR)
             return
         self.define_global(f.items[1], "def", f, e.type, ir=e)
 
@@ -499,10 +509,13 @@ class Checker:
         if d is None:
             return
         kws = self.keyword_args(f, 2, ("params", "apply", "frozen", "pretrained"), "defmodel")
-        self.models[name] = {"form": f, "kws": kws, "def": d, "params": {}, "subs": {}, "apply": None,
+        self.models[name] = {"form": f, "kws": kws, "def": d, "params": {}, "subs": {}, "failed": set(), "apply": None,
                              "frozen": False, "pretrained": None}
 
     def top_model_binding(self):
+        # Until a good `(model NAME)` binds it, `model` is ERROR: its calls are not reported
+        # again after the missing or bad form is.
+        self.globals.names["model"] = Binding(ERROR)
         forms = self.forms.get("model", [])
         if not forms:
             return
@@ -512,6 +525,8 @@ class Checker:
             return
         name = f.items[1].name
         b = self.globals.lookup(name)
+        if b is not None and isinstance(b.type, ErrorType):
+            return
         if b is None or not isinstance(b.type, ModelType):
             hint = near_miss(name, self.models)
             self.err("E-NAME-001", f.items[1].span, f"`{name}` is not a model" + (f"; did you mean `{hint}`?" if hint else ""),
@@ -543,6 +558,8 @@ class Checker:
             else:
                 for k, (kw, v) in self.keyword_args(pnode, 0, None, ":params").items():
                     self.model_param(m, name, kw, v)
+                    if k not in m["params"] and k not in m["subs"]:
+                        m["failed"].add(k)   # reported; `(getf self :k)` is ERROR, not reported again
         if "apply" in kws:
             lam = kws["apply"][1]
             params = self.lambda_params(lam, None, f"`:apply` of `{name}`")
@@ -1237,6 +1254,8 @@ class Checker:
             return ir.GetF(pt, node.span, obj, k)
         if k in m["subs"]:
             return ir.Const(ModelType(m["subs"][k]), node.span, m["subs"][k])
+        if k in m["failed"]:
+            return ir.Const(ERROR, node.span)
         hint = near_miss(k, list(m["params"]) + list(m["subs"]))
         return ir.Const(self.err("E-NAME-004", key.span, f"model `{t.model}` has no parameter `:{k}`"
                                  + (f"; did you mean `:{hint}`?" if hint else ""),
