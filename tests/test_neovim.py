@@ -193,7 +193,7 @@ def test_the_documented_neovim_setup_attaches_sexpgpu_lsp(tmp_path):
     logs = "".join(log.read_text()[-3000:] for log in (tmp_path / "xdg").rglob("lsp.log"))
     assert out.exists(), f"nvim exited {proc.returncode}: {proc.stdout}\n{proc.stderr}\n{logs}"
     result = json.loads(out.read_text())
-    assert result["filetype"] == "sexpgpu"
-    assert result["clients"] == ["sexpgpu"], result
-    assert result["waited"], f"no diagnostics arrived\n{logs}"
+    assert result["filetype"] == "sexpgpu", result
+    assert result["clients"] == ["sexpgpu"], f"{result}\nlsp.log:\n{logs}"
+    assert result["waited"], f"no diagnostics arrived\nlsp.log:\n{logs}"
     assert {(d["code"], d["lnum"] + 1) for d in result["diagnostics"]} == {("E-GEN-002", 40)}, result
