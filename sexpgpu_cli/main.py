@@ -102,6 +102,7 @@ def run(
     run_dir: Optional[Path] = typer.Option(None, "--run-dir", help="Where metrics.jsonl (and checkpoints) go; default runs/<file stem>."),
     diagnostics: Optional[str] = typer.Option(None, "--diagnostics", help="Comma-separated diagnostic names to compute and report."),
     progress: Optional[bool] = typer.Option(None, "--progress/--no-progress", help="Show a progress bar (default: when stderr is a terminal)."),
+    export: Optional[Path] = typer.Option(None, "--export", help="After training, write the parameters to this .safetensors file (one run's student is the next run's `:pretrained` teacher)."),
 ):
     """Check a run file, then train it with JAX.
 
@@ -120,13 +121,18 @@ def run(
         run_dir=run_dir if run_dir is not None else Path("runs") / file.stem,
         diagnostics=tuple(x for x in (diagnostics or "").split(",") if x),
         progress=sys.stderr.isatty() if progress is None else progress,
+        export=export,
     )
     try:
-        train(res.program, opts)
+        result = train(res.program, opts)
     except RunError as e:
         raise fail(str(e), 1)
     except KeyboardInterrupt:
         raise fail("interrupted", 130)
+    last = result.history[-1] if result.history else {}
+    shown = "  ".join(f"{k} {v:.4g}" for k, v in last.items() if k != "step")
+    print(f"trained {result.steps} steps in {result.seconds:.1f} s; {shown}; metrics in {opts.run_dir / 'metrics.jsonl'}",
+          file=sys.stderr)
 
 
 @app.command()

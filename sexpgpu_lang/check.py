@@ -245,6 +245,8 @@ class Checker:
         self._active: list[str] = []
         self.run_ir: ir.RunIR | None = None
         self.counter_names: tuple[str, ...] = ()
+        self.pretrained_files: list[tuple[tuple[str, ...], str]] = []
+        self.stages: list[tuple[str, int | None]] = []
 
     # -- reporting ------------------------------------------------------------
     def report(self, d: Diagnostic) -> None:
@@ -640,6 +642,44 @@ class Checker:
             stack.pop()
 
         visit(*order[0], False)
+        self.check_pretrained()
+
+    def check_pretrained(self):
+        """Each reachable model's `:pretrained` file: its tensors' names, shapes and dtypes
+        against `:params` (read from the safetensors header; no tensor data is read)."""
+        from .safetensors_header import HeaderError, read_header
+        self.pretrained_files: list[tuple[tuple[str, ...], str]] = []
+        for name, path in self.reachable.items():
+            m = self.models[name]
+            rel = m["pretrained"]
+            if rel is None:
+                continue
+            node = m["kws"]["pretrained"][1]
+            if not isinstance(rel, str):
+                self.err("E-FORM-002", node.span, "`:pretrained` takes a file name string")
+                continue
+            base = os.path.dirname(os.path.abspath(self.src.path)) if not self.src.path.startswith("<") else "."
+            full = rel if os.path.isabs(rel) else os.path.join(base, rel)
+            try:
+                header = read_header(full)
+            except HeaderError as e:
+                self.err("E-MODEL-003", node.span, f"cannot use `{rel}`: {e}")
+                continue
+            want = {".".join(p.path[len(path):]): p for p in self.params if p.path[:len(path)] == path}
+            bad = False
+            for tname, p in want.items():
+                got = header.get(tname)
+                shape = "[" + " ".join(map(str, p.shape)) + "]"
+                if got is None:
+                    self.err("E-MODEL-003", node.span, f"`{rel}` has no tensor `{tname}` (expected {shape} {p.dtype})")
+                    bad = True
+                elif got != (p.shape, p.dtype):
+                    gshape = "[" + " ".join(map(str, got[0])) + "]"
+                    self.err("E-MODEL-003", node.span, f"`{rel}`: tensor `{tname}` is {gshape} {got[1]}, "
+                             f"`:params` of `{name}` expects {shape} {p.dtype}")
+                    bad = True
+            if not bad:
+                self.pretrained_files.append((path, full))
 
     # -- the run -----------------------------------------------------------------
     def top_run(self):
@@ -1037,7 +1077,8 @@ class Checker:
         return tuple(out)
 
     def top_curriculum(self, train):
-        for f in self.forms.get("curriculum", []):
+        self.stages: list[tuple[str, int | None]] = []
+        for f in self.forms.get("curriculum", [])[:1]:
             for st in f.items[1:]:
                 if not (isinstance(st, ListNode) and st.head == "stage"):
                     self.err("E-FORM-002", st.span, "`curriculum` takes `(stage :loader l :records n)` forms")
@@ -1050,6 +1091,11 @@ class Checker:
                         self.err("E-CONTRACT-001", kws["loader"][1].span,
                                  f"stage loader `{ld.name}` does not have the training loader `{train.name}`'s fields and batch size",
                                  related=[Related(train.span, "the training loader")])
+                    records = self.const_int(kws["records"][1], "`:records`", 1) if "records" in kws else None
+                    if ld is not None:
+                        self.stages.append((ld.name, records))
+                else:
+                    self.err("E-FORM-005", st.span, "`stage` needs `:loader`")
 
     # -- expressions -----------------------------------------------------------------
     def infer_body(self, nodes, scope: Scope, span: Span) -> ir.Expr:
@@ -1461,7 +1507,8 @@ class Checker:
             diags.append(n)
         return ir.Program(self.src.path, dict(self.loaders), tuple(self.params), self.root_model, gen, prepare,
                           objective, passes, run, identity(self.parsed), stackable,
-                          tuple(dict.fromkeys(metrics)), tuple(dict.fromkeys(diags)), self.counter_names)
+                          tuple(dict.fromkeys(metrics)), tuple(dict.fromkeys(diags)), self.counter_names,
+                          tuple(self.stages), tuple(self.pretrained_files), self.src.text)
 
 
 # --------------------------------------------------------------------------- helpers

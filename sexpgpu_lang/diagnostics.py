@@ -66,6 +66,7 @@ CODES: dict[str, str] = {
     "E-CONTRACT-010": "a counter outside `prepare`",
     "E-MODEL-001": "a model called but not reachable from `model`",
     "E-MODEL-002": "a model's parameters form a cycle",
+    "E-MODEL-003": "a pretrained file that does not match `:params`",
     "W-STACK-001": "a generator reads a per-microbatch context key: the run stays unstacked",
     "W-RAND-001": "an unsalted draw inside a generator",
 }

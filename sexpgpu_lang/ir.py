@@ -232,3 +232,11 @@ class Program:
     metrics: tuple[str, ...]
     diagnostics: tuple[str, ...]
     counters: tuple[str, ...]
+    stages: tuple[tuple[str, int | None], ...] = ()
+    pretrained: tuple[tuple[tuple[str, ...], str], ...] = ()
+    source_text: str = ""
+
+    def line_col(self, offset: int) -> tuple[int, int]:
+        """1-based (line, column) of an offset into the run file's text."""
+        before = self.source_text[:offset]
+        return before.count("\n") + 1, offset - (before.rfind("\n") + 1) + 1

@@ -308,7 +308,9 @@ def evaluate(e: ir.Expr, env: dict, fx: Effects):
         out = LOWERINGS[e.name](LowerCall(args, kwargs, static, e.type, fx))
         why = mismatch(out, e.type)
         if why:
-            raise InternalTypeError(f"internal error: `{e.name}` at offset {e.span.start}-{e.span.end}: {why}")
+            err = InternalTypeError(f"internal error: `{e.name}`: {why}")
+            err.offset = e.span.start
+            raise err
         return out
     if isinstance(e, ir.Vector):
         return [evaluate(i, env, fx) for i in e.items]

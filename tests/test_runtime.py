@@ -84,3 +84,69 @@ def test_bf16_keeps_the_cache_bf16_and_params_f32(tmp_path):
     result = train_quiet(text, 3, tmp_path)
     assert all(str(v.dtype) == "float32" for v in flatten(result.trainable).values())
     assert np.isfinite(result.history[-1]["loss"])
+
+
+def test_export_then_pretrained_frozen_teacher(tmp_path):
+    """One run's student is the next run's teacher: --export names match `:pretrained`."""
+    from sexpgpu_lang import analyze
+    from sexpgpu_runtime.train import RunOptions, train
+    student = train(program_of(fixture_text()), RunOptions(steps=3, run_dir=tmp_path / "a", quiet=True,
+                                                            export=tmp_path / "student.safetensors"))
+    teacher = variant("(model student)", """(defmodel teacher
+  :frozen true
+  :pretrained "student.safetensors"
+  :params (:embed (normal [vocab dim] :std 0.1)
+           :first (normal [vocab dim] :std 0.1)
+           :second (normal [vocab dim] :std 0.1)
+           :hidden (normal [dim dim] :std 0.1)
+           :out (normal [dim vocab] :std 0.1))
+  :apply (lambda (self row) (matmul (take (getf self :embed) row) (getf self :out))))
+
+(defmodel pair
+  :params (:student student :teacher teacher)
+  :apply (lambda (self row) (student row)))
+
+(model pair)""")
+    teacher = variant(":label (mod (+ row stride) vocab)", ":label (argmax (teacher row))", teacher)
+    path = tmp_path / "next.sx"
+    path.write_text(teacher)
+    res = analyze(teacher, str(path))
+    assert res.program is not None, [d.message for d in res.diagnostics]
+    out = train(res.program, RunOptions(steps=2, run_dir=tmp_path / "b", quiet=True))
+    got = flatten(out.frozen)
+    want = flatten(student.trainable)
+    assert set(k[1] for k in got) == {"embed", "first", "second", "hidden", "out"}
+    for k, v in got.items():
+        assert np.array_equal(np.asarray(v), np.asarray(want[(k[1],)])), k   # loaded, and never updated
+    # a file whose tensor has another shape is refused by the checker, naming file, tensor, expected and found
+    bad = teacher.replace(":out (normal [dim vocab] :std 0.1))\n  :apply (lambda (self row) (matmul (take",
+                          ":out (normal [dim dim] :std 0.1))\n  :apply (lambda (self row) (matmul (take")
+    res = analyze(bad, str(path))
+    msgs = [d.message for d in res.diagnostics if d.code == "E-MODEL-003"]
+    assert msgs and "student.safetensors" in msgs[0] and "`out`" in msgs[0] and "[64 16]" in msgs[0] and "[64 64]" in msgs[0]
+
+
+def test_curriculum_switches_loader_and_sets_stage(tmp_path):
+    text = variant("(model student)", """(model student)
+
+(loader easy
+  :source (stride-rows :vocab vocab :seq seq :records 256)
+  :batch 64
+  :fields (:row [seq] :i32
+           :stride [1] :i32))
+
+(curriculum (stage :loader easy :records 256)
+            (stage :loader train))""")
+    text = variant("(metric :loss loss)", "(metric :loss loss)\n    (metric :stage (cast (getf ctx :stage) :f32))", text)
+    text = variant(":log (:every 50)", ":log (:every 1)", text)
+    prog = program_of(text)
+    assert prog.stages == (("easy", 256), ("train", None))
+    result = train_quiet(text, 4, tmp_path)
+    # 2 microbatches of 64 per step: steps 1-2 read `easy` (256 records), then `train`
+    assert [r["stage"] for r in result.history] == [0.0, 0.0, 1.0, 1.0]
+
+
+def test_unselected_diagnostic_is_not_computed_and_selected_one_is(tmp_path):
+    text = variant("(metric :loss loss)", "(metric :loss loss)\n    (diagnostic :logit-mean (mean logits))")
+    assert "logit-mean" not in train_quiet(text, 1, tmp_path / "a").history[-1]
+    assert "logit-mean" in train_quiet(text, 1, tmp_path / "b", diagnostics=("logit-mean",)).history[-1]
