@@ -107,8 +107,17 @@ def load_table(spec: LoaderIR, seed: int) -> dict[str, np.ndarray]:
     return table
 
 
+def _source_name(spec: LoaderIR) -> str:
+    kind, args = spec.source
+    if kind == "npz":
+        return f"loader `{spec.name}` ({_resolve(spec, str(args.get('path', '')))})"
+    if kind == "text-bytes":
+        return f"loader `{spec.name}` ({_resolve(spec, str(args.get('glob', '')))})"
+    return f"loader `{spec.name}`"
+
+
 def _check_table(spec: LoaderIR, table: dict[str, np.ndarray]) -> None:
-    where = f"loader `{spec.name}`"
+    where = _source_name(spec)
     for name, shape, dtype in spec.fields:
         if name not in table:
             raise LoaderError(f"{where}: the data have no field `{name}` (they have {', '.join(sorted(table)) or 'nothing'})")
@@ -143,6 +152,11 @@ def _stride_rows(spec: LoaderIR, seed: int, args: dict) -> dict[str, np.ndarray]
 
 
 def _resolve(spec: LoaderIR, path: str) -> str:
+    """A data path: `$STDLIB` is the Python standard library's directory, other `$VARS`
+    and `~` expand; a relative path is relative to the run file."""
+    import sysconfig
+    path = path.replace("$STDLIB", sysconfig.get_paths()["stdlib"])
+    path = os.path.expanduser(os.path.expandvars(path))
     return path if os.path.isabs(path) else os.path.join(spec.base_dir, path)
 
 
@@ -152,7 +166,7 @@ def _npz(spec: LoaderIR, args: dict) -> dict[str, np.ndarray]:
         with np.load(path, allow_pickle=False) as data:
             return {k: np.asarray(data[k]) for k in data.files if _field(spec, k) is not None}
     except FileNotFoundError:
-        raise LoaderError(f"loader `{spec.name}`: no file {path}")
+        raise LoaderError(f"loader `{spec.name}`: no file {path}; make it, or fix the path (relative to the run file)")
     except (zipfile.BadZipFile, ValueError, OSError, EOFError) as e:
         raise LoaderError(f"loader `{spec.name}`: {path} is not a readable .npz file ({e})")
 

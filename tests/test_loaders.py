@@ -1,0 +1,56 @@
+"""Loaders on real data: npz files, text bytes from the Python standard library, order and errors."""
+import sysconfig
+
+import numpy as np
+import pytest
+
+from sexpgpu_lang.ir import LoaderIR
+from sexpgpu_lang.source import Span
+from sexpgpu_runtime.loaders import Loader, LoaderError
+
+
+def spec(source, fields, batch=4, base="."):
+    return LoaderIR("data", source, batch, fields, Span(0, 0), str(base))
+
+
+def test_order_is_a_pure_function_of_seed_and_shuffles_every_epoch(tmp_path):
+    np.savez(tmp_path / "d.npz", x=np.arange(10, dtype=np.int32)[:, None])
+    s = spec(("npz", {"path": "d.npz"}), (("x", (1,), "i32"),), batch=5, base=tmp_path)
+    a, b, c = Loader(s, 7), Loader(s, 7), Loader(s, 8)
+    epoch0 = np.concatenate([a.batch(0)["x"], a.batch(5)["x"]])[:, 0]
+    epoch1 = np.concatenate([a.batch(10)["x"], a.batch(15)["x"]])[:, 0]
+    assert sorted(epoch0) == list(range(10)) and sorted(epoch1) == list(range(10))   # each epoch sees every record once
+    assert list(epoch0) != list(epoch1)                                                 # and in a new order
+    assert np.array_equal(a.batch(15)["x"], b.batch(15)["x"])                           # the position is the whole state
+    assert not np.array_equal(np.concatenate([c.batch(0)["x"], c.batch(5)["x"]])[:, 0], epoch0)
+
+
+def test_npz_errors_name_the_file_and_field(tmp_path):
+    np.savez(tmp_path / "d.npz", x=np.zeros((6, 3), np.float32))
+    with pytest.raises(LoaderError, match=r"no file .*missing\.npz"):
+        Loader(spec(("npz", {"path": "missing.npz"}), (("x", (3,), "f32"),), base=tmp_path), 0)
+    with pytest.raises(LoaderError, match=r"d\.npz.*no field `y`"):
+        Loader(spec(("npz", {"path": "d.npz"}), (("y", (3,), "f32"),), base=tmp_path), 0)
+    with pytest.raises(LoaderError, match=r"d\.npz.*field `x` has records of shape \[3\].*says \[4\]"):
+        Loader(spec(("npz", {"path": "d.npz"}), (("x", (4,), "f32"),), base=tmp_path), 0)
+    with pytest.raises(LoaderError, match=r"d\.npz.*field `x` has dtype float32.*says i32"):
+        Loader(spec(("npz", {"path": "d.npz"}), (("x", (3,), "i32"),), base=tmp_path), 0)
+    (tmp_path / "bad.npz").write_bytes(b"not a zip")
+    with pytest.raises(LoaderError, match=r"bad\.npz is not a readable \.npz"):
+        Loader(spec(("npz", {"path": "bad.npz"}), (("x", (3,), "f32"),), base=tmp_path), 0)
+
+
+def test_text_bytes_reads_the_standard_library():
+    s = spec(("text-bytes", {"glob": "$STDLIB/json/*.py", "seq": 32}), (("bytes", (32,), "i32"),), batch=8)
+    ld = Loader(s, 0)
+    b = ld.batch(0)["bytes"]
+    assert b.shape == (8, 32) and b.dtype == np.int32
+    assert ld.records > 100
+    text = bytes(b[0].astype(np.uint8)).decode("utf-8", errors="replace")
+    src = "".join(open(p, encoding="utf-8").read() for p in sorted(__import__("glob").glob(sysconfig.get_paths()["stdlib"] + "/json/*.py")))
+    assert text in src
+
+
+def test_text_bytes_with_no_files_is_one_clear_error(tmp_path):
+    with pytest.raises(LoaderError, match=r"no file matches .*nothing-here"):
+        Loader(spec(("text-bytes", {"glob": "nothing-here/*.txt", "seq": 8}), (("b", (8,), "i32"),), base=tmp_path), 0)
