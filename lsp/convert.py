@@ -1,0 +1,276 @@
+"""Every conversion between the front end's data and LSP's, in one place.
+
+The front end speaks code-point offsets into the text (`Span`); LSP speaks
+positions: a 0-based line and a 0-based character counted in the position
+encoding negotiated at `initialize` (LSP 3.17, "Position" and
+"PositionEncodingKind": UTF-16 code units unless the client offered
+`utf-8` or `utf-32`). Lines end at `\\n`, `\\r\\n` or `\\r` (LSP 3.17,
+"Text Documents"), the same rule as `sexpgpu_lang.source.SourceText`.
+
+`PositionMap` converts offsets and positions for one version of one
+document; the `to_lsp_*` functions build lsprotocol objects from
+`sexpgpu_lang` records (`Diagnostic`, and the `sexpgpu_lang.ide` results).
+Nothing else in the server converts a position or builds a range.
+
+Imports `sexpgpu_lang` and lsprotocol only; never JAX.
+"""
+from __future__ import annotations
+
+import bisect
+import re
+
+from lsprotocol import types
+
+from sexpgpu_lang.diagnostics import Diagnostic, doc_anchor
+from sexpgpu_lang import ide
+from sexpgpu_lang.render import DOCS_URL
+from sexpgpu_lang.source import Span
+
+_LINE_BREAK = re.compile(r"\r\n|\r|\n")
+
+UTF8, UTF16, UTF32 = (types.PositionEncodingKind.Utf8, types.PositionEncodingKind.Utf16,
+                      types.PositionEncodingKind.Utf32)
+
+
+def _units(s: str, encoding: str) -> int:
+    """The length of `s` in the encoding's code units."""
+    if encoding == UTF32 or s.isascii():
+        return len(s)
+    if encoding == UTF8:
+        return len(s.encode("utf-8", "surrogatepass"))
+    return len(s) + sum(1 for c in s if ord(c) > 0xFFFF)
+
+
+class PositionMap:
+    """Offsets to LSP positions and back, for one text and one position encoding.
+
+    `encoding` is a `PositionEncodingKind` value (`utf-8`, `utf-16`,
+    `utf-32`); anything else is treated as UTF-16, LSP's default.
+    """
+
+    def __init__(self, text: str, encoding: str = UTF16):
+        self.text = text
+        self.encoding = encoding if encoding in (UTF8, UTF16, UTF32) else UTF16
+        self.starts = [0] + [m.end() for m in _LINE_BREAK.finditer(text)]
+
+    def line_end(self, line: int) -> int:
+        """Offset just past the last character of `line`, before its line break."""
+        end = self.starts[line + 1] if line + 1 < len(self.starts) else len(self.text)
+        while end > self.starts[line] and self.text[end - 1] in "\r\n":
+            end -= 1
+        return end
+
+    def position(self, offset: int) -> types.Position:
+        """The LSP position of a code-point offset (clamped to the text)."""
+        offset = max(0, min(offset, len(self.text)))
+        line = bisect.bisect_right(self.starts, offset) - 1
+        start = self.starts[line]
+        offset = min(offset, self.line_end(line))  # inside a `\r\n`: the line's end
+        return types.Position(line=line, character=_units(self.text[start:offset], self.encoding))
+
+    def offset(self, pos: types.Position) -> int:
+        """The code-point offset of an LSP position. A line past the end gives the
+        end of the text; a character past the line's end gives the line's end
+        (LSP 3.17, "Position"); one inside a character counts as its start."""
+        if pos.line < 0:
+            return 0
+        if pos.line >= len(self.starts):
+            return len(self.text)
+        start, end = self.starts[pos.line], self.line_end(pos.line)
+        line = self.text[start:end]
+        want = max(pos.character, 0)
+        if self.encoding == UTF32 or line.isascii():
+            return start + min(want, len(line))
+        units = 0
+        for i, c in enumerate(line):
+            step = _units(c, self.encoding)
+            if units + step > want:
+                return start + i
+            units += step
+        return end
+
+    def range(self, span: Span) -> types.Range:
+        """The LSP range of a span."""
+        return types.Range(start=self.position(span.start), end=self.position(span.end))
+
+    def span(self, rng: types.Range) -> Span:
+        """The span of an LSP range (start and end ordered)."""
+        a, b = self.offset(rng.start), self.offset(rng.end)
+        return Span(min(a, b), max(a, b))
+
+    def line_of(self, offset: int) -> int:
+        """The 0-based line of an offset."""
+        return bisect.bisect_right(self.starts, max(0, min(offset, len(self.text)))) - 1
+
+
+def apply_change(text: str, change: types.TextDocumentContentChangeEvent, encoding: str) -> str:
+    """The text after one `didChange` content change: a whole new text, or a
+    range replaced (LSP 3.17, "TextDocumentContentChangeEvent"); the range is
+    in the positions of `text`, the text before this change."""
+    rng = getattr(change, "range", None)
+    if rng is None:
+        return change.text
+    span = PositionMap(text, encoding).span(rng)
+    return text[:span.start] + change.text + text[span.end:]
+
+
+# --------------------------------------------------------------------------- diagnostics
+
+
+def doc_href(code: str) -> str:
+    """The link to a code's entry in docs/errors.md."""
+    return f"{DOCS_URL}#{doc_anchor(code)}"
+
+
+def to_lsp_diagnostic(pm: PositionMap, uri: str, d: Diagnostic) -> types.Diagnostic:
+    """A front-end diagnostic as LSP's (LSP 3.17, "Diagnostic"): its code with a
+    `codeDescription` link to docs/errors.md, its related places as
+    `relatedInformation`, and its help as a last related entry at its own range."""
+    related = [types.DiagnosticRelatedInformation(
+        location=types.Location(uri=uri, range=pm.range(r.span)), message=r.message) for r in d.related]
+    if d.help:
+        related.append(types.DiagnosticRelatedInformation(
+            location=types.Location(uri=uri, range=pm.range(d.span)), message=f"help: {d.help}"))
+    return types.Diagnostic(
+        range=pm.range(d.span),
+        message=d.message,
+        severity=types.DiagnosticSeverity(int(d.severity)),
+        code=d.code,
+        code_description=types.CodeDescription(href=doc_href(d.code)),
+        source="sexpgpu",
+        related_information=related or None,
+    )
+
+
+# --------------------------------------------------------------------------- ide results
+
+
+def to_lsp_hover(pm: PositionMap, h: ide.HoverInfo) -> types.Hover:
+    """Markdown hover over the node's range."""
+    return types.Hover(contents=types.MarkupContent(kind=types.MarkupKind.Markdown, value=h.markdown),
+                       range=pm.range(h.span))
+
+
+def to_lsp_location_links(pm: PositionMap, uri: str, origin: Span | None, targets: list[ide.Target]
+                          ) -> list[types.LocationLink]:
+    """Definitions as LocationLinks: the name as the selection, the whole definition as the range."""
+    return [types.LocationLink(target_uri=uri, target_range=pm.range(t.full),
+                               target_selection_range=pm.range(t.span),
+                               origin_selection_range=pm.range(origin) if origin is not None else None)
+            for t in targets]
+
+
+def to_lsp_locations(pm: PositionMap, uri: str, refs: list[ide.Ref]) -> list[types.Location]:
+    """References as Locations."""
+    return [types.Location(uri=uri, range=pm.range(r.span)) for r in refs]
+
+
+def to_lsp_highlights(pm: PositionMap, refs: list[ide.Ref]) -> list[types.DocumentHighlight]:
+    """Highlights: a definition (or a write of a state key) as Write, a use as Read."""
+    return [types.DocumentHighlight(range=pm.range(r.span),
+                                    kind=types.DocumentHighlightKind.Write if r.write else types.DocumentHighlightKind.Read)
+            for r in refs]
+
+
+def to_lsp_text_edits(pm: PositionMap, edits) -> list[types.TextEdit]:
+    """Edits as TextEdits (ranges in the text the edits apply to)."""
+    return [types.TextEdit(range=pm.range(e.span), new_text=e.text) for e in edits]
+
+
+def to_lsp_workspace_edit(pm: PositionMap, uri: str, edits) -> types.WorkspaceEdit:
+    """Edits of one document as a WorkspaceEdit."""
+    return types.WorkspaceEdit(changes={uri: to_lsp_text_edits(pm, edits)})
+
+
+_SYMBOL_KINDS = {k.name.lower(): k for k in types.SymbolKind}
+
+
+def to_lsp_symbols(pm: PositionMap, symbols: list[ide.Symbol]) -> list[types.DocumentSymbol]:
+    """Hierarchical document symbols."""
+    return [types.DocumentSymbol(name=s.name, kind=_SYMBOL_KINDS.get(s.kind, types.SymbolKind.Object),
+                                 range=pm.range(s.span), selection_range=pm.range(s.selection),
+                                 detail=s.detail or None, children=to_lsp_symbols(pm, list(s.children)) or None)
+            for s in symbols]
+
+
+def to_lsp_folding_ranges(pm: PositionMap, folds: list[ide.Fold]) -> list[types.FoldingRange]:
+    """Folds as whole lines (LSP 3.17, "FoldingRange"): from the line of the
+    opening bracket to the line of the closing one; single-line ones dropped."""
+    out = []
+    for f in folds:
+        start, end = pm.line_of(f.span.start), pm.line_of(max(f.span.end - 1, f.span.start))
+        if end > start:
+            kind = types.FoldingRangeKind.Comment if f.kind == "comment" else types.FoldingRangeKind.Region
+            out.append(types.FoldingRange(start_line=start, end_line=end, kind=kind))
+    return out
+
+
+_COMPLETION_KINDS = {k.name.lower(): k for k in types.CompletionItemKind}
+
+
+def to_lsp_completions(pm: PositionMap, result: ide.Completions) -> types.CompletionList:
+    """Completion items that replace the word being typed."""
+    rng = pm.range(result.span)
+    items = []
+    for i, c in enumerate(result.items):
+        items.append(types.CompletionItem(
+            label=c.label, kind=_COMPLETION_KINDS.get(c.kind, types.CompletionItemKind.Text),
+            detail=c.detail or None,
+            documentation=types.MarkupContent(kind=types.MarkupKind.Markdown, value=c.doc) if c.doc else None,
+            sort_text=f"{i:04d}",
+            filter_text=c.text or c.label,
+            text_edit=types.TextEdit(range=rng, new_text=c.text or c.label)))
+    return types.CompletionList(is_incomplete=False, items=items)
+
+
+def to_lsp_signature_help(sig: ide.Signature) -> types.SignatureHelp:
+    """One signature; parameters as [start, end) offsets into its label. The
+    labels are ASCII, so code points and every encoding's units agree."""
+    params = [types.ParameterInformation(label=(s, e)) for s, e in sig.params]
+    info = types.SignatureInformation(label=sig.label, documentation=sig.doc or None, parameters=params,
+                                      active_parameter=sig.active)
+    return types.SignatureHelp(signatures=[info], active_signature=0, active_parameter=sig.active)
+
+
+def to_lsp_inlay_hints(pm: PositionMap, hints: list[ide.InlayHint]) -> list[types.InlayHint]:
+    """Type hints after names."""
+    return [types.InlayHint(position=pm.position(h.offset), label=h.label, kind=types.InlayHintKind.Type,
+                            padding_left=False) for h in hints]
+
+
+def semantic_legend() -> types.SemanticTokensLegend:
+    """The token types and modifiers `to_lsp_semantic_tokens` indexes into."""
+    return types.SemanticTokensLegend(token_types=list(ide.TOKEN_TYPES), token_modifiers=list(ide.TOKEN_MODIFIERS))
+
+
+def to_lsp_semantic_tokens(pm: PositionMap, tokens: list[ide.Token]) -> types.SemanticTokens:
+    """Tokens in LSP's relative encoding (LSP 3.17, "Semantic Tokens"): five
+    integers each, line delta, start delta (in the position encoding),
+    length, type index, modifier bits. Tokens never span lines here."""
+    types_ix = {t: i for i, t in enumerate(ide.TOKEN_TYPES)}
+    mods_ix = {m: i for i, m in enumerate(ide.TOKEN_MODIFIERS)}
+    data: list[int] = []
+    prev_line, prev_char = 0, 0
+    for t in tokens:
+        start = pm.position(t.span.start)
+        if pm.line_of(t.span.end) != start.line:
+            continue
+        length = _units(pm.text[t.span.start:t.span.end], pm.encoding)
+        if length <= 0:
+            continue
+        delta_line = start.line - prev_line
+        delta_char = start.character - prev_char if delta_line == 0 else start.character
+        bits = 0
+        for m in t.modifiers:
+            bits |= 1 << mods_ix[m]
+        data += [delta_line, delta_char, length, types_ix[t.type], bits]
+        prev_line, prev_char = start.line, start.character
+    return types.SemanticTokens(data=data)
+
+
+def to_lsp_code_action(pm: PositionMap, uri: str, fix: ide.Fix) -> types.CodeAction:
+    """A quick fix with the diagnostic it fixes."""
+    return types.CodeAction(title=fix.title, kind=types.CodeActionKind.QuickFix,
+                            diagnostics=[to_lsp_diagnostic(pm, uri, fix.diagnostic)],
+                            edit=to_lsp_workspace_edit(pm, uri, fix.edits),
+                            is_preferred=fix.preferred or None)

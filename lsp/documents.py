@@ -1,0 +1,132 @@
+"""The open documents and their analyses.
+
+`DocumentStore` holds the text of every open document, applying
+`didOpen`/`didChange`/`didClose` itself (full or incremental changes,
+positions through `lsp.convert`), so that one line-break rule and one
+position codec serve the whole server. Each change makes a new `Document`
+with a new `serial`, a number no other version of any document has: an
+analysis is keyed by it, and a result is only ever used (or published) for
+the serial it was computed from.
+
+Imports `sexpgpu_lang` and `lsp.convert`; never JAX.
+"""
+from __future__ import annotations
+
+import itertools
+import threading
+from dataclasses import dataclass, field
+from urllib.parse import unquote, urlparse
+
+from lsprotocol import types
+
+from sexpgpu_lang import CheckResult, analyze, ide
+
+from .convert import PositionMap, apply_change
+
+_serials = itertools.count(1)
+
+
+def uri_to_path(uri: str) -> str:
+    """The file-system path of a `file:` URI (used to resolve a loader's
+    relative paths); any other URI is returned as it is."""
+    parsed = urlparse(uri)
+    if parsed.scheme != "file":
+        return uri
+    path = unquote(parsed.path)
+    if len(path) > 2 and path[0] == "/" and path[2] == ":":  # file:///c:/x on Windows
+        path = path[1:]
+    return path
+
+
+@dataclass(frozen=True)
+class Document:
+    """One version of an open document. `version` is the client's; `serial` ours."""
+
+    uri: str
+    version: int | None
+    text: str
+    serial: int = field(default_factory=lambda: next(_serials))
+
+    def positions(self, encoding: str) -> PositionMap:
+        """The position map of this text in `encoding` (built once per encoding)."""
+        cache = self.__dict__.setdefault("_positions", {})
+        pm = cache.get(encoding)
+        if pm is None:
+            pm = cache[encoding] = PositionMap(self.text, encoding)
+        return pm
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """A document version, the front end's result for it, and the query index."""
+
+    document: Document
+    result: CheckResult
+    index: ide.Index
+
+
+def analyze_document(doc: Document) -> Analysis:
+    """Check a document's text with the front end (never raises for any text)."""
+    result = analyze(doc.text, uri_to_path(doc.uri))
+    return Analysis(doc, result, ide.index(result))
+
+
+class DocumentStore:
+    """The open documents by URI, and the latest analysis of each."""
+
+    def __init__(self):
+        self._docs: dict[str, Document] = {}
+        self._analyses: dict[str, Analysis] = {}
+        self._lock = threading.Lock()
+
+    def open(self, item: types.TextDocumentItem) -> Document:
+        """Start tracking a document (LSP 3.17, "DidOpenTextDocument")."""
+        doc = Document(item.uri, item.version, item.text)
+        self._docs[item.uri] = doc
+        return doc
+
+    def change(self, params: types.DidChangeTextDocumentParams, encoding: str) -> Document | None:
+        """Apply the changes in order (LSP 3.17, "DidChangeTextDocument"); None for a document not open."""
+        doc = self._docs.get(params.text_document.uri)
+        if doc is None:
+            return None
+        text = doc.text
+        for change in params.content_changes:
+            text = apply_change(text, change, encoding)
+        doc = Document(doc.uri, params.text_document.version, text)
+        self._docs[doc.uri] = doc
+        return doc
+
+    def close(self, uri: str) -> None:
+        """Stop tracking a document and drop its analysis."""
+        self._docs.pop(uri, None)
+        with self._lock:
+            self._analyses.pop(uri, None)
+
+    def get(self, uri: str) -> Document | None:
+        """The latest version of an open document."""
+        return self._docs.get(uri)
+
+    def is_latest(self, doc: Document) -> bool:
+        """True when `doc` is still the open document's latest version."""
+        cur = self._docs.get(doc.uri)
+        return cur is not None and cur.serial == doc.serial
+
+    def analysis(self, uri: str) -> Analysis | None:
+        """The analysis of the latest version of `uri`, computed now if needed;
+        None when the document is not open."""
+        doc = self._docs.get(uri)
+        if doc is None:
+            return None
+        with self._lock:
+            cached = self._analyses.get(uri)
+        if cached is not None and cached.document.serial == doc.serial:
+            return cached
+        return self.remember(analyze_document(doc))
+
+    def remember(self, analysis: Analysis) -> Analysis:
+        """Keep an analysis if its document is still the latest version (from any thread)."""
+        with self._lock:
+            if self.is_latest(analysis.document):
+                self._analyses[analysis.document.uri] = analysis
+        return analysis

@@ -1,0 +1,1 @@
+"""The server's features, one module per group; each has `register(server)`."""

@@ -1,0 +1,148 @@
+"""The SexpGPU language server: pygls 2.x over stdio, on the sexpgpu_lang front end.
+
+`main()` serves on stdin/stdout (`sexpgpu lsp`, `python -m lsp`).
+`build_server()` makes a server with every feature registered; the
+features live in `lsp/features/`, one module per group:
+
+* `diagnostics`: document sync (open, incremental change, close),
+  published and pulled diagnostics;
+* `navigation`: definition, references, highlight, rename, symbols,
+  folding ranges;
+* `information`: hover, signature help, inlay hints, semantic tokens;
+* `editing`: completion, formatting, code actions (quick fixes).
+
+Document text lives in our own `DocumentStore` (not pygls's workspace):
+`SexpProtocol` hands `didOpen`/`didChange`/`didClose` straight to our
+handlers, so one module (`lsp/convert.py`) converts every position.
+
+Never imports JAX.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+from concurrent.futures import ThreadPoolExecutor
+
+from lsprotocol import types
+from pygls.lsp.server import LanguageServer
+from pygls.protocol.language_server import LanguageServerProtocol, lsp_method
+
+from .config import ServerConfig
+from .convert import UTF16, to_lsp_diagnostic
+from .documents import Analysis, DocumentStore, analyze_document
+from .guard import report
+
+VERSION = "0.1.0"
+
+
+class SexpProtocol(LanguageServerProtocol):
+    """pygls's protocol, except that text-document sync is left to the server's
+    `DocumentStore`: pygls's workspace splits lines with `str.splitlines`,
+    which breaks at more characters than LSP's `\\n`, `\\r\\n` and `\\r`."""
+
+    def _user(self, method: str, params):
+        if (handler := self.fm.features.get(method)) is not None:
+            yield handler, (params,), None
+
+    @lsp_method(types.TEXT_DOCUMENT_DID_OPEN)
+    def lsp_text_document__did_open(self, params: types.DidOpenTextDocumentParams):
+        yield from self._user(types.TEXT_DOCUMENT_DID_OPEN, params)
+
+    @lsp_method(types.TEXT_DOCUMENT_DID_CHANGE)
+    def lsp_text_document__did_change(self, params: types.DidChangeTextDocumentParams):
+        yield from self._user(types.TEXT_DOCUMENT_DID_CHANGE, params)
+
+    @lsp_method(types.TEXT_DOCUMENT_DID_CLOSE)
+    def lsp_text_document__did_close(self, params: types.DidCloseTextDocumentParams):
+        yield from self._user(types.TEXT_DOCUMENT_DID_CLOSE, params)
+
+
+class SexpServer(LanguageServer):
+    """The server: open documents, settings, and the diagnostics scheduler."""
+
+    def __init__(self):
+        super().__init__("sexpgpu", VERSION, text_document_sync_kind=types.TextDocumentSyncKind.Incremental,
+                         protocol_cls=SexpProtocol)
+        self.store = DocumentStore()
+        self.config = ServerConfig()
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sexpgpu-check")
+        self._running: dict[str, asyncio.Task] = {}
+
+    @property
+    def encoding(self) -> str:
+        """The position encoding negotiated at `initialize` (UTF-16 before it)."""
+        try:
+            return self.workspace.position_encoding or UTF16
+        except RuntimeError:
+            return UTF16
+
+    def analysis(self, uri: str) -> Analysis | None:
+        """The analysis of the latest version of an open document."""
+        return self.store.analysis(uri)
+
+    # -- published diagnostics ---------------------------------------------------
+    def diagnose_later(self, uri: str) -> None:
+        """Check the latest version of `uri` off the event loop and publish its
+        diagnostics, unless a newer version arrived meanwhile: then check that
+        one instead. At most one check per document runs at a time, so a burst
+        of edits costs one check of the version before it and one of the last."""
+        if not self.config.push or uri in self._running:
+            return
+        self._running[uri] = asyncio.get_running_loop().create_task(self._diagnose(uri))
+
+    async def _diagnose(self, uri: str) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            while True:
+                doc = self.store.get(uri)
+                if doc is None:
+                    return
+                analysis = await loop.run_in_executor(self._executor, analyze_document, doc)
+                self.store.remember(analysis)
+                if self.store.is_latest(doc):
+                    self.publish(analysis)
+                    return
+        except Exception as exc:
+            report(self, "diagnostics", exc)
+        finally:
+            # No await between the last version check and this: a change that
+            # arrives later finds no check running and starts one.
+            self._running.pop(uri, None)
+
+    def publish(self, analysis: Analysis) -> None:
+        """Publish an analysis's diagnostics (LSP 3.17, "PublishDiagnostics")."""
+        doc = analysis.document
+        pm = doc.positions(self.encoding)
+        diags = [to_lsp_diagnostic(pm, doc.uri, d) for d in analysis.result.diagnostics]
+        self.text_document_publish_diagnostics(
+            types.PublishDiagnosticsParams(uri=doc.uri, diagnostics=diags, version=doc.version))
+
+    def clear(self, uri: str) -> None:
+        """Publish no diagnostics for `uri` (after it closes)."""
+        if self.config.push:
+            self.text_document_publish_diagnostics(types.PublishDiagnosticsParams(uri=uri, diagnostics=[]))
+
+
+def build_server() -> SexpServer:
+    """A server with every feature registered."""
+    from .features import diagnostics, editing, information, navigation
+
+    server = SexpServer()
+
+    @server.feature(types.INITIALIZE)
+    def initialize(ls: SexpServer, params: types.InitializeParams) -> None:
+        try:
+            ls.config = ServerConfig.from_initialize(params)
+        except Exception as exc:
+            report(ls, "initialize", exc)
+
+    for module in (diagnostics, navigation, information, editing):
+        module.register(server)
+    return server
+
+
+def main() -> None:
+    """Serve on stdin and stdout until the client exits; logs go to stderr."""
+    logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="sexpgpu-lsp %(levelname)s %(message)s")
+    build_server().start_io()

@@ -1,0 +1,284 @@
+"""The language server end to end: a real LSP client (pytest-lsp) drives
+`python -m lsp` over stdio, one server for the whole module.
+
+The client declares Neovim 0.7's capabilities (it does not pull
+diagnostics, so the server publishes them). The logic behind each feature
+is tested in test_ide.py and test_format.py; these tests check that each
+feature reaches a client, with the right ranges, and that diagnostics
+follow the edits.
+"""
+from __future__ import annotations
+
+import asyncio
+import itertools
+
+import pytest
+import pytest_lsp
+from lsprotocol import types
+from pytest_lsp import ClientServerConfig, LanguageClient, client_capabilities
+
+from helpers import fixture_text, variant
+from lsp_client import SERVER, Doc, apply_edits, published, recording_client
+from sexpgpu_lang import analyze
+from sexpgpu_lang.format import format_text
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+_uris = (f"file:///work/run-{i}.sx" for i in itertools.count())
+
+
+@pytest_lsp.fixture(config=ClientServerConfig(server_command=SERVER, client_factory=recording_client),
+                    scope="module")
+async def client(lsp_client: LanguageClient):
+    result = await lsp_client.initialize_session(
+        types.InitializeParams(capabilities=client_capabilities("neovim@v0.7.0")))
+    lsp_client.server_capabilities = result.capabilities  # type: ignore[attr-defined]
+    yield
+    await lsp_client.shutdown_session()
+
+
+def open_doc(client: LanguageClient, text: str | None = None) -> Doc:
+    return Doc(client, next(_uris), fixture_text() if text is None else text)
+
+
+# --------------------------------------------------------------------------- diagnostics
+
+
+async def test_capabilities_list_every_feature(client: LanguageClient):
+    caps = client.server_capabilities  # type: ignore[attr-defined]
+    assert caps.text_document_sync.change == types.TextDocumentSyncKind.Incremental
+    for name in ("hover_provider", "definition_provider", "references_provider", "rename_provider",
+                 "document_symbol_provider", "document_highlight_provider", "folding_range_provider",
+                 "completion_provider", "signature_help_provider", "document_formatting_provider",
+                 "document_range_formatting_provider", "semantic_tokens_provider", "code_action_provider",
+                 "inlay_hint_provider", "diagnostic_provider"):
+        assert getattr(caps, name), name
+    assert caps.position_encoding == types.PositionEncodingKind.Utf16
+
+
+async def test_diagnostics_on_open_carry_code_link_and_related(client: LanguageClient):
+    doc = open_doc(client, variant("(list :row (where (= column at) guess row)",
+                                   "(list :row (cast (where (= column at) guess row) :f32)"))
+    got = await published(client, doc.uri, 1)
+    [d] = got.diagnostics
+    assert d.code == "E-GEN-002" and d.severity == types.DiagnosticSeverity.Error and d.source == "sexpgpu"
+    assert d.range.start == doc.at("(cast (where")
+    assert d.code_description.href.endswith("docs/errors.md#e-gen-002")
+    made = [r for r in d.related_information if "`:init` made `:row` here" in r.message]
+    assert made and made[0].location.range.start == doc.at(":row (field batch :row)")
+    assert any(r.message.startswith("help: cast it back") for r in d.related_information)
+
+
+async def test_diagnostics_follow_edits_that_introduce_and_fix_gen_002(client: LanguageClient):
+    doc = open_doc(client)
+    assert (await published(client, doc.uri, 1)).diagnostics == ()
+    # make :step return the row as f32: E-GEN-002 at the entry
+    v2 = doc.replace("guess row)\n                  :stride", "guess (cast row :f32))\n                  :stride")
+    got = await published(client, doc.uri, v2)
+    assert [d.code for d in got.diagnostics] == ["E-GEN-002"]
+    assert "`:step` returns `:row` as `[64 8] f32`, but `:init` made it `[64 8] i32`" in got.diagnostics[0].message
+    # apply the server's quick fix: cast back to the dtype :init made
+    actions = await client.text_document_code_action_async(types.CodeActionParams(
+        text_document=doc.id, range=got.diagnostics[0].range,
+        context=types.CodeActionContext(diagnostics=got.diagnostics)))
+    [fix] = [a for a in actions if a.title.startswith("cast")]
+    assert fix.kind == types.CodeActionKind.QuickFix and fix.diagnostics[0].code == "E-GEN-002"
+    v3 = doc.edit(fix.edit.changes[doc.uri])
+    assert (await published(client, doc.uri, v3)).diagnostics == ()
+    # break it again with a weak float, then undo by hand
+    fixed = "(cast (where (= column at) guess (cast row :f32)) :i32)"
+    assert fixed in doc.text
+    v4 = doc.replace(fixed, "(+ (where (= column at) guess row) 0.5)")
+    assert [d.code for d in (await published(client, doc.uri, v4)).diagnostics] == ["E-GEN-002"]
+    v5 = doc.replace("(+ (where (= column at) guess row) 0.5)", "(where (= column at) guess row)")
+    assert (await published(client, doc.uri, v5)).diagnostics == ()
+
+
+async def test_a_burst_of_edits_publishes_only_in_version_order(client: LanguageClient):
+    doc = open_doc(client)
+    first = len(client.published)
+    value = "64"
+    for i in range(30):  # toggle an error in and out, without waiting for the server
+        new = "oops" if i % 2 == 0 else str(64 + i)
+        doc.replace(f"(def dim {value})", f"(def dim {new})")
+        value = new
+    got = await published(client, doc.uri, doc.version)
+    assert [d.code for d in got.diagnostics] == [d.code for d in analyze(doc.text).diagnostics]
+    versions = [p.version for p in client.published[first:] if p.uri == doc.uri]
+    assert versions == sorted(versions) and versions[-1] == doc.version
+    await asyncio.sleep(0.3)  # nothing older arrives late
+    assert [p.version for p in client.published[first:] if p.uri == doc.uri][-1] == doc.version
+
+
+async def test_close_clears_diagnostics(client: LanguageClient):
+    doc = open_doc(client, variant("(argmax (model row))", "(argmx (model row))"))
+    assert (await published(client, doc.uri, 1)).diagnostics
+    n = len(client.published)
+    doc.close()
+    got = await published(client, doc.uri, after=n)
+    assert got.diagnostics == ()
+
+
+async def test_pull_diagnostics(client: LanguageClient):
+    doc = open_doc(client, variant("(argmax (model row))", "(argmx (model row))"))
+    report = await client.text_document_diagnostic_async(types.DocumentDiagnosticParams(text_document=doc.id))
+    assert report.kind == "full" and [d.code for d in report.items] == ["E-NAME-001"]
+    again = await client.text_document_diagnostic_async(types.DocumentDiagnosticParams(
+        text_document=doc.id, previous_result_id=report.result_id))
+    assert again.kind == "unchanged" and again.result_id == report.result_id
+    doc.replace("argmx", "argmax")
+    fresh = await client.text_document_diagnostic_async(types.DocumentDiagnosticParams(
+        text_document=doc.id, previous_result_id=report.result_id))
+    assert fresh.kind == "full" and fresh.items == ()
+
+
+async def test_any_text_gives_diagnostics_and_the_server_stays_up(client: LanguageClient):
+    for text in ["(defgenerate :trips 6 :init (lambda (batch", "\x00\x01\ufffd(((]]]\"\n\r\r\n;", ")" * 50, ""]:
+        doc = open_doc(client, text)
+        got = await published(client, doc.uri, 1)
+        assert all(d.code for d in got.diagnostics)
+        for line in range(3):
+            for character in (0, 3, 200):
+                pos = types.Position(line=line, character=character)
+                await client.text_document_hover_async(types.HoverParams(text_document=doc.id, position=pos))
+                await client.text_document_completion_async(types.CompletionParams(text_document=doc.id, position=pos))
+                await client.text_document_signature_help_async(
+                    types.SignatureHelpParams(text_document=doc.id, position=pos))
+        await client.text_document_semantic_tokens_full_async(types.SemanticTokensParams(text_document=doc.id))
+        await client.text_document_formatting_async(types.DocumentFormattingParams(
+            text_document=doc.id, options=types.FormattingOptions(tab_size=2, insert_spaces=True)))
+    # a request about a document that is not open answers emptily
+    missing = types.TextDocumentIdentifier(uri="file:///nowhere.sx")
+    assert await client.text_document_hover_async(
+        types.HoverParams(text_document=missing, position=types.Position(line=0, character=0))) is None
+
+
+# --------------------------------------------------------------------------- information
+
+
+async def test_hover_shows_type_and_doc(client: LanguageClient):
+    doc = open_doc(client)
+    hover = await client.text_document_hover_async(types.HoverParams(text_document=doc.id, position=doc.at("guess (sum", 2)))
+    assert "guess: [64 1] i32" in hover.contents.value
+    assert hover.range.start == doc.at("guess (sum")
+    op = await client.text_document_hover_async(types.HoverParams(text_document=doc.id, position=doc.at("argmax")))
+    assert "(argmax x :axis -1)\n→ [64 8] i32" in op.contents.value
+    assert "index of the largest entry" in op.contents.value
+
+
+async def test_inlay_hints(client: LanguageClient):
+    doc = open_doc(client)
+    end = types.Position(line=doc.text.count("\n"), character=0)
+    hints = await client.text_document_inlay_hint_async(types.InlayHintParams(
+        text_document=doc.id, range=types.Range(start=types.Position(line=0, character=0), end=end)))
+    by_pos = {(h.position.line, h.position.character): h.label for h in hints}
+    assert by_pos[(doc.at("guess (sum").line, doc.at("guess (sum", 5).character)] == ": [64 1] i32"
+    assert by_pos[(doc.at(":row (field").line, doc.at(":row (field", 4).character)] == ": [64 8] i32"
+
+
+async def test_signature_help(client: LanguageClient):
+    doc = open_doc(client)
+    help_ = await client.text_document_signature_help_async(types.SignatureHelpParams(
+        text_document=doc.id, position=doc.at("[0] :axis 1)")))
+    sig = help_.signatures[help_.active_signature]
+    assert sig.label == "(take x indices :axis 0)"
+    s, e = sig.parameters[help_.active_parameter].label
+    assert sig.label[s:e] == "indices"
+
+
+async def test_semantic_tokens(client: LanguageClient):
+    doc = open_doc(client)
+    legend = client.server_capabilities.semantic_tokens_provider.legend  # type: ignore[attr-defined]
+    tokens = await client.text_document_semantic_tokens_full_async(types.SemanticTokensParams(text_document=doc.id))
+    data = tokens.data
+    assert len(data) % 5 == 0 and data
+    line = char = 0
+    decoded = []
+    lines = doc.text.split("\n")
+    for i in range(0, len(data), 5):
+        dl, dc, length, kind, _mods = data[i:i + 5]
+        line, char = line + dl, (char + dc if dl == 0 else dc)
+        decoded.append((lines[line][char:char + length], legend.token_types[kind]))
+    assert ("defgenerate", "keyword") in decoded and ("argmax", "function") in decoded
+    assert ("student", "class") in decoded and (":i32", "type") in decoded
+
+
+# --------------------------------------------------------------------------- navigation
+
+
+async def test_definition_of_a_state_key_and_a_generated_name(client: LanguageClient):
+    doc = open_doc(client)
+    [link] = await client.text_document_definition_async(types.DefinitionParams(
+        text_document=doc.id, position=doc.at("(getf state :row)", 13)))
+    assert link.target_selection_range.start == doc.at(":row (field batch :row)")
+    [link] = await client.text_document_definition_async(types.DefinitionParams(
+        text_document=doc.id, position=doc.at("(field batch :sample)", 14)))
+    assert link.target_selection_range.start == doc.at(":sample row")
+
+
+async def test_references_highlight_and_rename(client: LanguageClient):
+    doc = open_doc(client)
+    pos = doc.at("(column (iota", 1)
+    refs = await client.text_document_references_async(types.ReferenceParams(
+        text_document=doc.id, position=pos, context=types.ReferenceContext(include_declaration=True)))
+    assert len(refs) == 3
+    marks = await client.text_document_document_highlight_async(types.DocumentHighlightParams(
+        text_document=doc.id, position=pos))
+    assert [m.kind for m in marks] == [types.DocumentHighlightKind.Write] + [types.DocumentHighlightKind.Read] * 2
+    rng = await client.text_document_prepare_rename_async(types.PrepareRenameParams(text_document=doc.id, position=pos))
+    assert rng.start == doc.at("column (iota")
+    edit = await client.text_document_rename_async(types.RenameParams(text_document=doc.id, position=pos, new_name="col"))
+    renamed = apply_edits(doc.text, edit.changes[doc.uri])
+    assert renamed.count("(col (iota") == 1 and analyze(renamed).diagnostics == []
+    with pytest.raises(Exception, match="built-in"):
+        await client.text_document_rename_async(types.RenameParams(text_document=doc.id, position=pos, new_name="sum"))
+
+
+async def test_document_symbols_and_folding(client: LanguageClient):
+    doc = open_doc(client)
+    symbols = await client.text_document_document_symbol_async(types.DocumentSymbolParams(text_document=doc.id))
+    assert [s.name for s in symbols] == ["vocab", "seq", "dim", "train", "student", "model", "defgenerate",
+                                         "prepare", "objective", "run"]
+    assert symbols[4].kind == types.SymbolKind.Class and symbols[4].children[0].name == "embed"
+    folds = await client.text_document_folding_range_async(types.FoldingRangeParams(text_document=doc.id))
+    assert (0, 3, types.FoldingRangeKind.Comment) in [(f.start_line, f.end_line, f.kind) for f in folds]
+    assert (doc.at("(defgenerate").line, doc.at(":correct (mean").line) in [(f.start_line, f.end_line) for f in folds]
+
+
+# --------------------------------------------------------------------------- writing
+
+
+async def test_completion(client: LanguageClient):
+    doc = open_doc(client)
+    doc.replace("(getf state :stride))))", "(getf state :))))")
+    got = await client.text_document_completion_async(types.CompletionParams(
+        text_document=doc.id, position=doc.at("(getf state :))))", 13)))
+    assert {":row", ":stride"} <= {i.label for i in got.items}
+    item = next(i for i in got.items if i.label == ":row")
+    assert item.text_edit.range.start == doc.at("(getf state :))))", 12)
+    doc.replace(";; A student", ";; (getf state :")
+    none = await client.text_document_completion_async(types.CompletionParams(
+        text_document=doc.id, position=doc.at(";; (getf state :", 16)))
+    assert none.items == ()
+
+
+async def test_formatting_whole_and_range(client: LanguageClient):
+    messy = "(def vocab   16)\n\n\n\n(def seq\n 8)\n(def dim (* vocab\n    seq))\n"
+    doc = open_doc(client, messy)
+    opts = types.FormattingOptions(tab_size=2, insert_spaces=True)
+    edits = await client.text_document_formatting_async(types.DocumentFormattingParams(text_document=doc.id, options=opts))
+    assert apply_edits(messy, edits) == format_text(messy) == "(def vocab 16)\n\n(def seq 8)\n(def dim (* vocab seq))\n"
+    edits = await client.text_document_range_formatting_async(types.DocumentRangeFormattingParams(
+        text_document=doc.id, options=opts, range=types.Range(start=doc.at("(def seq"), end=doc.at("(def seq", 3))))
+    assert apply_edits(messy, edits) == "(def vocab   16)\n\n\n\n(def seq 8)\n(def dim (* vocab\n    seq))\n"
+
+
+async def test_code_action_replaces_a_near_miss(client: LanguageClient):
+    doc = open_doc(client, variant("(argmax (model row))", "(argmx (model row))"))
+    got = await published(client, doc.uri, 1)
+    actions = await client.text_document_code_action_async(types.CodeActionParams(
+        text_document=doc.id, range=got.diagnostics[0].range,
+        context=types.CodeActionContext(diagnostics=got.diagnostics)))
+    [action] = actions
+    assert action.title == "replace `argmx` with `argmax`" and action.is_preferred
+    assert analyze(apply_edits(doc.text, action.edit.changes[doc.uri])).diagnostics == []
