@@ -1,0 +1,148 @@
+"""Benchmark: edit-to-diagnostics latency of the language server on a generated 2,000-line run file.
+
+Starts `python -m lsp` (the server `sexpgpu lsp` runs) as an editor would,
+over stdio, and opens a run file generated from the tiny-generate fixture:
+the student model applies a stack of residual layers, each layer a
+`defmodel` of its own with a comment block, so the file is as long as
+asked (2,000 lines by default) and checks clean. Then, one at a time, it
+sends an incremental `didChange` that toggles an unbound name in the last
+layer in and out, and times each edit until the server publishes the
+diagnostics for that version (which must be right: one E-NAME-001, or
+none). Prints the file's size, the front end's own time for the file, and
+the latency's p50, p99 and max in milliseconds.
+
+    .venv/bin/python benchmarks/lsp_latency.py [--lines 2000] [--edits 60]
+
+Not a test: the numbers depend on the machine.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import sys
+import time
+from pathlib import Path
+
+from lsprotocol import types
+from pygls.lsp.client import LanguageClient
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+LAYER = """\
+;; layer {k}: a residual block, h + relu(h w{k} + b{k}).
+;; It keeps the hidden size, so the stack can be as deep as we like.
+(defmodel layer{k}
+  :params (:w (normal [dim dim] :std 0.02)
+           :b (zeros [dim]))
+  :apply (lambda (self h)
+           (let* ((a (matmul h (getf self :w)))
+                  (z (+ a (getf self :b)))
+                  (r (relu z)))
+             (+ h r))))
+
+"""
+
+
+def generate(lines: int) -> str:
+    """The tiny-generate fixture with a stack of layers, about `lines` lines long; it checks clean."""
+    base = (ROOT / "tests" / "fixtures" / "tiny-generate.sx").read_text()
+    fixed = base.count("\n") + 4
+    per_layer = LAYER.count("\n") + 2
+    n = max(1, (lines - fixed) // per_layer)
+    layers = "".join(LAYER.format(k=k) for k in range(1, n + 1))
+    subs = "\n".join(f"           :l{k} layer{k}" for k in range(1, n + 1))
+    calls = "\n".join(f"                  (h{k} (layer{k} h{k - 1}))" for k in range(1, n + 1))
+    text = base.replace(
+        "           :out (normal [dim vocab] :std 0.1))",
+        "           :out (normal [dim vocab] :std 0.1)\n" + subs + ")")
+    text = text.replace(
+        "                  (h (relu (matmul (+ here start next) (getf self :hidden)))))",
+        "                  (h0 (relu (matmul (+ here start next) (getf self :hidden))))\n" + calls + ")")
+    text = text.replace("             (matmul h (getf self :out)))))", f"             (matmul h{n} (getf self :out)))))")
+    return text.replace("(defmodel student", layers + "(defmodel student", 1)
+
+
+async def measure(text: str, edits: int) -> list[float]:
+    """Milliseconds from each `didChange` to the diagnostics of its version."""
+    client = LanguageClient("lsp-latency", "1")
+    arrived: dict[int, tuple[float, list]] = {}
+    got = asyncio.Event()
+
+    @client.feature(types.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS)
+    def on_publish(params: types.PublishDiagnosticsParams):
+        arrived[params.version] = (time.perf_counter(), [d.code for d in params.diagnostics])
+        got.set()
+
+    await client.start_io(sys.executable, "-m", "lsp", cwd=str(ROOT))
+    await client.initialize_async(types.InitializeParams(capabilities=types.ClientCapabilities()))
+    client.initialized(types.InitializedParams())
+    uri = "file:///bench/big.sx"
+    client.text_document_did_open(types.DidOpenTextDocumentParams(
+        text_document=types.TextDocumentItem(uri=uri, language_id="sexpgpu", version=1, text=text)))
+    await wait_for(arrived, got, 1)
+    assert arrived[1][1] == [], f"the generated file should check clean, got {arrived[1][1]}"
+
+    lines = text.split("\n")
+    line = max(i for i, s in enumerate(lines) if "(r (relu z))" in s)
+    col = lines[line].index("(relu z)") + len("(relu ")
+    latencies = []
+    for i in range(edits):
+        version = i + 2
+        broken = i % 2 == 0
+        rng = types.Range(start=types.Position(line=line, character=col),
+                          end=types.Position(line=line, character=col + (1 if broken else 2)))
+        sent = time.perf_counter()
+        client.text_document_did_change(types.DidChangeTextDocumentParams(
+            text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=version),
+            content_changes=[types.TextDocumentContentChangePartial(range=rng, text="zz" if broken else "z")]))
+        await wait_for(arrived, got, version)
+        done, codes = arrived[version]
+        assert codes == (["E-NAME-001"] if broken else []), (version, codes)
+        latencies.append((done - sent) * 1000)
+
+    await client.shutdown_async(None)
+    client.exit(None)
+    await client.stop()
+    return latencies
+
+
+async def wait_for(arrived: dict, got: asyncio.Event, version: int, timeout: float = 120) -> None:
+    deadline = time.perf_counter() + timeout
+    while version not in arrived:
+        got.clear()
+        await asyncio.wait_for(got.wait(), max(0.01, deadline - time.perf_counter()))
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The q-th percentile (0..100), nearest rank."""
+    ordered = sorted(values)
+    rank = max(1, min(len(ordered), round(q / 100 * len(ordered) + 0.5)))
+    return ordered[rank - 1]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--lines", type=int, default=2000, help="length of the generated run file")
+    parser.add_argument("--edits", type=int, default=60, help="edits to time")
+    parser.add_argument("--save", type=Path, help="also write the generated run file here")
+    args = parser.parse_args()
+
+    text = generate(args.lines)
+    if args.save:
+        args.save.write_text(text)
+    from sexpgpu_lang import analyze
+    t0 = time.perf_counter()
+    analyze(text, "big.sx")
+    check_ms = (time.perf_counter() - t0) * 1000
+
+    latencies = asyncio.run(measure(text, args.edits))
+    print(f"run file: {text.count(chr(10))} lines, {len(text)} characters; front end alone {check_ms:.0f} ms")
+    print(f"edit to diagnostics over {len(latencies)} edits: p50 {percentile(latencies, 50):.0f} ms, "
+          f"p99 {percentile(latencies, 99):.0f} ms, max {max(latencies):.0f} ms, "
+          f"mean {statistics.fmean(latencies):.0f} ms")
+
+
+if __name__ == "__main__":
+    main()
