@@ -146,7 +146,7 @@ def _lex(text: str, diags: list[Diagnostic]) -> tuple[list[Token], list[Span]]:
                     comments.append(Span(tok.start_pos, tok.end_pos))
                 elif tok.type != "WS":
                     tokens.append(tok)
-            return tokens, comments
+            return _glued_numbers(tokens, diags), comments
         except UnexpectedCharacters as e:
             pos = e.pos_in_stream
             ch = masked[pos]
@@ -163,20 +163,97 @@ def _lex(text: str, diags: list[Diagnostic]) -> tuple[list[Token], list[Span]]:
             comments.clear()
 
 
+_ATOMS = ("INT", "FLOAT", "SYMBOL", "KEYWORD", "STRING")
+
+
+def _glued_numbers(tokens: list[Token], diags: list[Diagnostic]) -> list[Token]:
+    """Report a number with other atoms glued to it (`64x`, `0,1`, `1.5.2`) as one bad
+    literal (E-SYNTAX-003) and keep only its leading number, instead of reading it as
+    several atoms."""
+    out: list[Token] = []
+    i = 0
+    while i < len(tokens):
+        tok = tokens[i]
+        out.append(tok)
+        j = i + 1
+        if tok.type in ("INT", "FLOAT"):
+            while j < len(tokens) and tokens[j].type in _ATOMS and tokens[j].start_pos == tokens[j - 1].end_pos:
+                j += 1
+            if j > i + 1:
+                text = "".join(str(t) for t in tokens[i:j])
+                diags.append(error("E-SYNTAX-003", Span(tok.start_pos, tokens[j - 1].end_pos),
+                                   f"`{text}` is not a number",
+                                   help="write an integer like `64` or a float like `0.1` or `3e-4`, "
+                                        "and separate names with spaces"))
+        i = j
+    return out
+
+
 def _balance(chunk: list[Token], diags: list[Diagnostic]) -> list[Token]:
-    """Return `chunk` with its brackets balanced, reporting each repair."""
+    """Return `chunk` with its brackets balanced, reporting each repair.
+
+    When the chunk lacks a closer or has one too many, the brackets are paired
+    again guided by indentation, so that one bracket missing or extra in the
+    middle of a form is reported where the indentation shows it, once, and the
+    rest of the form keeps its shape (instead of `:finish` being read inside
+    `:step`, or after the end of `defgenerate`).
+    """
+    plain: list[Diagnostic] = []
+    out = _pair(chunk, plain)
+    missing = sum(1 for t in chunk if t.type in _CLOSER) - sum(1 for t in chunk if t.type in ("RPAR", "RBRACK"))
+    if not any(d.code in ("E-SYNTAX-001", "E-SYNTAX-002") for d in plain):
+        diags.extend(plain)
+        return out
+    return _pair(chunk, diags, missing=max(missing, 0), extra=max(-missing, 0))
+
+
+def _pair(chunk: list[Token], diags: list[Diagnostic], missing: int = 0, extra: int = 0) -> list[Token]:
+    """Pair the brackets of `chunk`. With `missing` above 0, close an open bracket before
+    a line that is not indented past the line the bracket opened on; with `extra` above 0,
+    drop a closer at the end of a line when the next line is indented past the bracket it
+    closes. Each at most that many times."""
     out: list[Token] = []
     stack: list[Token] = []
-    for tok in chunk:
+    indent: dict[int, int] = {}
+    for t in chunk:
+        indent.setdefault(t.line, t.column)
+    for i, tok in enumerate(chunk):
+        starts_line = i == 0 or chunk[i - 1].line != tok.line
+        while (missing and starts_line and tok.type not in ("RPAR", "RBRACK") and stack
+               and stack[-1].line < tok.line and tok.column <= indent[stack[-1].line]):
+            opener = stack.pop()
+            missing -= 1
+            out.append(_synthetic_closer(opener, chunk[i - 1].end_pos))
+            closer = _TEXT[_CLOSER[opener.type]]
+            diags.append(error("E-SYNTAX-001", Span(opener.start_pos, opener.end_pos),
+                               f"this `{opener}` is never closed",
+                               help=f"add `{closer}` before line {tok.line}, where the indentation shows it ends"))
         if tok.type in _CLOSER:
             stack.append(tok)
             out.append(tok)
         elif tok.type in ("RPAR", "RBRACK"):
+            nxt = chunk[i + 1] if i + 1 < len(chunk) else None
+            if (extra and stack and nxt is not None and nxt.line != tok.line
+                    and stack[-1].line < nxt.line and nxt.column > stack[-1].column):
+                extra -= 1
+                diags.append(error("E-SYNTAX-002", Span(tok.start_pos, tok.end_pos),
+                                   f"one `{tok}` too many: the next line is still inside the "
+                                   f"`{stack[-1]}` opened at line {stack[-1].line}",
+                                   help="delete it"))
+                continue
             if not stack:
                 diags.append(error("E-SYNTAX-002", Span(tok.start_pos, tok.end_pos),
                                    f"unexpected `{tok}`: no bracket is open here",
                                    help="delete it, or add the opening bracket it closes"))
                 continue
+            if missing and len(stack) > 1 and _CLOSER[stack[-1].type] != tok.type == _CLOSER[stack[-2].type]:
+                # `(:row [seq :i32)`: the `[` lacks its closer, and this `)` is the `(`'s.
+                opener = stack.pop()
+                missing -= 1
+                out.append(_synthetic_closer(opener, chunk[i - 1].end_pos))
+                diags.append(error("E-SYNTAX-001", Span(opener.start_pos, opener.end_pos),
+                                   f"this `{opener}` is never closed",
+                                   help=f"add `{_TEXT[_CLOSER[opener.type]]}` before the `{tok}` at line {tok.line}"))
             opener = stack.pop()
             want = _CLOSER[opener.type]
             if tok.type != want:
