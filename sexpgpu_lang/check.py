@@ -483,9 +483,7 @@ class Checker:
         items, out, i = node.items, [], 0
         while i < len(items):
             k = items[i]
-            if not isinstance(k, Kw) or i + 2 >= len(items) + 0 and i + 2 > len(items) - 0:
-                pass
-            if not isinstance(k, Kw) or i + 2 >= len(items) + 1:
+            if not isinstance(k, Kw) or i + 2 >= len(items):
                 self.err("E-FORM-002", k.span, "`:fields` takes triples `:name [shape] :dtype`")
                 return None
             shape_t = self.infer(items[i + 1], self.globals).type
