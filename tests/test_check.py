@@ -1,0 +1,114 @@
+"""Front-end checks, written as the language: a run file with `;; ^^^ CODE` markers under
+each range a diagnostic must cover (STYLE.md, rust-analyzer's fixtures)."""
+import re
+
+from helpers import fixture_text, variant
+from sexpgpu_lang import analyze
+
+MARK = re.compile(r"^(\s*);;(\s*)(\^+)\s+([A-Z]+-[A-Z]+-\d+)\s*$")
+
+
+def check(source: str) -> None:
+    """Assert the errors and warnings of `source` are exactly those its markers show.
+
+    A marker line `;; ^^^ CODE` points at the nearest line above it that is
+    not a marker: the carets' columns are the range's columns on that line.
+    """
+    lines = source.split("\n")
+    expected = set()
+    target = None
+    for i, line in enumerate(lines):
+        m = MARK.match(line)
+        if m and target is not None:
+            col = line.index("^")
+            expected.add((m.group(4), target + 1, col + 1, col + 1 + len(m.group(3))))
+        elif not m:
+            target = i
+    res = analyze(source, "check.sx")
+    got = set()
+    for d in res.diagnostics:
+        if d.severity <= 2:
+            (l0, c0), (l1, c1) = res.source.line_col(d.span.start), res.source.line_col(d.span.end)
+            got.add((d.code, l0 + 1, c0 + 1, c1 + 1 if l1 == l0 else c0 + 2))
+    assert got == expected, "\n".join(f"{d.code} {d.message}" for d in res.diagnostics)
+
+
+def marked(text: str, snippet: str, code: str, within: str | None = None) -> str:
+    """`text` with a `;; ^^^ CODE` marker line under `snippet` (its first occurrence
+    inside the first occurrence of `within`, when given)."""
+    start = text.index(snippet, text.index(within) if within else 0)
+    line_start = text.rfind("\n", 0, start) + 1
+    line_end = text.find("\n", start)
+    col = start - line_start
+    marker = ";;" + " " * (col - 2) + "^" * len(snippet) + " " + code
+    return text[:line_end] + "\n" + marker + text[line_end:]
+
+
+def test_fixture_is_clean():
+    check(fixture_text())
+
+
+def test_unbound_name_is_reported_once_not_at_every_enclosing_call():
+    check(marked(variant("(argmax (model row))", "(argmx (model row))"), "argmx", "E-NAME-001"))
+
+
+def test_after_E_GEN_002_later_phases_use_the_state_init_made():
+    # :finish and prepare read :row as [64 8] i32 (what :init made), so nothing after the drift is reported
+    drift = "(cast (where (= column at) guess row) :f32)"
+    check(marked(variant("(list :row (where (= column at) guess row)", "(list :row " + drift), drift, "E-GEN-002"))
+
+
+def test_broadcast_mismatch_quotes_both_shapes():
+    src = variant("(truth (mod (+ (take row [0] :axis 1) (* column stride)) vocab)))",
+                  "(truth (mod (+ (take row [0] :axis 1) (* column stride)) vocab))\n"
+                  "                   (bad (+ row (iota [3]))))")
+    res = analyze(src, "b.sx")
+    [d] = [d for d in res.diagnostics if d.is_error]
+    assert d.code == "E-SHAPE-001" and "[64 8] and [3]" in d.message
+
+
+def test_unknown_keyword_suggests_the_near_miss():
+    check(marked(variant(":f32) :axes [1]", ":f32) :axis [1]"), ":axis", "E-NAME-003", within=":axis [1]"))
+
+
+def test_hover_types_come_from_the_rules():
+    text = fixture_text()
+    res = analyze(text, "t.sx")
+
+    def type_of(snippet, nth=0):
+        start = -1
+        for _ in range(nth + 1):
+            start = text.index(snippet, start + 1)
+        return res.facts.types[(start, start + len(snippet))].show()
+
+    assert type_of("(cast trip :i32)") == "[] i32"
+    assert type_of("(+ (cast trip :i32) 2)") == "[] i32"           # a literal is weak: i32 stays i32
+    assert type_of("(argmax (model row))") == "[64 8] i32"
+    assert type_of("(iota [1 seq] :axis 1)") == "[1 8] i32"
+    assert type_of("(size (field batch :sample))") == "[] i64"
+    assert type_of("(model (getf inputs :input))") == "[64 8 16] f32"
+
+
+def test_bf16_precision_shows_bf16_inside_models():
+    text = variant(":precision :f32", ":precision :bf16")
+    res = analyze(text, "t.sx")
+    start = text.index("(model (getf inputs :input))")
+    assert res.facts.types[(start, start + len("(model (getf inputs :input))"))].show() == "[64 8 16] bf16"
+    start = text.index("(mean (cross-entropy logits")
+    assert res.facts.types[(start, start + len("(mean (cross-entropy logits (getf inputs :target)))"))].show() == "[] f32"
+
+
+def test_weak_float_promotes_like_jax():
+    weak = "(+ (where (= column at) guess row) 0.5)"
+    check(marked(variant("(list :row (where (= column at) guess row)", "(list :row " + weak), weak, "E-GEN-002"))
+
+
+def test_objective_must_return_a_float_scalar():
+    check(variant("    loss)))\n\n(run", "    (argmax logits))))\n;;  ^^^^^^^^^^^^^^^ E-CONTRACT-002\n\n(run"))
+
+
+def test_half_typed_and_binary_text_never_raise():
+    for text in ["(", ")", "(defgenerate :trips", "(loader", "\x00\xff(run :loader", "(((((", "[:a :b",
+                 fixture_text()[:500], fixture_text()[:1234], "(def x (lambda", '(def s "unterminated']:
+        res = analyze(text, "half.sx")
+        assert isinstance(res.diagnostics, list)
