@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+from concurrent.futures import Executor, Future
 from dataclasses import dataclass, field
 from urllib.parse import unquote, urlparse
 
@@ -72,11 +73,18 @@ def analyze_document(doc: Document) -> Analysis:
 
 
 class DocumentStore:
-    """The open documents by URI, and the latest analysis of each."""
+    """The open documents by URI, the latest analysis of each, and the checks running.
+
+    Texts change only on the event loop's thread; analyses are computed on a
+    worker thread (`start`) or on the loop's (`analysis`), and a version is
+    never checked twice at once: a request that needs a version being checked
+    waits for that check.
+    """
 
     def __init__(self):
         self._docs: dict[str, Document] = {}
         self._analyses: dict[str, Analysis] = {}
+        self._running: dict[int, Future] = {}
         self._lock = threading.Lock()
 
     def open(self, item: types.TextDocumentItem) -> Document:
@@ -120,9 +128,27 @@ class DocumentStore:
             return None
         with self._lock:
             cached = self._analyses.get(uri)
+            running = self._running.get(doc.serial)
         if cached is not None and cached.document.serial == doc.serial:
             return cached
+        if running is not None:
+            return running.result()
         return self.remember(analyze_document(doc))
+
+    def start(self, doc: Document, executor: Executor) -> Future:
+        """Check `doc` on `executor` (or join the check of it already running)."""
+        with self._lock:
+            running = self._running.get(doc.serial)
+            if running is None:
+                running = self._running[doc.serial] = executor.submit(self._check, doc)
+        return running
+
+    def _check(self, doc: Document) -> Analysis:
+        try:
+            return self.remember(analyze_document(doc))
+        finally:
+            with self._lock:
+                self._running.pop(doc.serial, None)
 
     def remember(self, analysis: Analysis) -> Analysis:
         """Keep an analysis if its document is still the latest version (from any thread)."""

@@ -30,7 +30,7 @@ from pygls.protocol.language_server import LanguageServerProtocol, lsp_method
 
 from .config import ServerConfig
 from .convert import UTF16, to_lsp_diagnostic
-from .documents import Analysis, DocumentStore, analyze_document
+from .documents import Analysis, DocumentStore
 from .guard import report
 
 VERSION = "0.1.0"
@@ -92,14 +92,12 @@ class SexpServer(LanguageServer):
         self._running[uri] = asyncio.get_running_loop().create_task(self._diagnose(uri))
 
     async def _diagnose(self, uri: str) -> None:
-        loop = asyncio.get_running_loop()
         try:
             while True:
                 doc = self.store.get(uri)
                 if doc is None:
                     return
-                analysis = await loop.run_in_executor(self._executor, analyze_document, doc)
-                self.store.remember(analysis)
+                analysis = await asyncio.wrap_future(self.store.start(doc, self._executor))
                 if self.store.is_latest(doc):
                     self.publish(analysis)
                     return

@@ -282,3 +282,20 @@ async def test_code_action_replaces_a_near_miss(client: LanguageClient):
     [action] = actions
     assert action.title == "replace `argmx` with `argmax`" and action.is_preferred
     assert analyze(apply_edits(doc.text, action.edit.changes[doc.uri])).diagnostics == []
+
+
+@pytest.mark.parametrize("old,new,code,title", [
+    ("(list :sample row", "(metric :acc (mean (cast (= row truth) :f32)))\n              (list :sample row",
+     "E-GEN-004", "return `:acc` from the generator and report it from `objective`"),
+    ("(let* ((row (getf state :row))\n", "(counter :trips-run 1)\n          (let* ((row (getf state :row))\n",
+     "E-CONTRACT-010", "move the counter into `prepare`"),
+])
+async def test_code_actions_for_generator_contracts(client: LanguageClient, old, new, code, title):
+    doc = open_doc(client, variant(old, new))
+    [d] = (await published(client, doc.uri, 1)).diagnostics
+    assert d.code == code
+    actions = await client.text_document_code_action_async(types.CodeActionParams(
+        text_document=doc.id, range=d.range, context=types.CodeActionContext(diagnostics=[d])))
+    [action] = [a for a in actions if a.title == title]
+    version = doc.edit(action.edit.changes[doc.uri])
+    assert (await published(client, doc.uri, version)).diagnostics == ()

@@ -1,10 +1,15 @@
-"""`lsp/convert.py`: offsets to LSP positions and back in each encoding, and the LSP records."""
+"""The server's parts without a client: `lsp/convert.py` (offsets to LSP
+positions and back in each encoding, and the LSP records), the document
+store, the settings, and the guard around handlers."""
 from __future__ import annotations
 
 import pytest
 from lsprotocol import types
 
+from lsp.config import ServerConfig
 from lsp.convert import UTF8, UTF16, UTF32, PositionMap, apply_change, to_lsp_diagnostic, to_lsp_semantic_tokens
+from lsp.documents import DocumentStore
+from lsp.guard import guarded
 from sexpgpu_lang import analyze, ide
 from sexpgpu_lang.source import SourceText
 
@@ -69,3 +74,53 @@ def test_semantic_token_lengths_in_units():
     string = tokens[2]
     assert string[:3] == [0, 2, 4]                          # `"😀"` is 4 UTF-16 units
     assert tokens[3][:2] == [1, 1]                          # next line, relative line and absolute start
+
+
+# --------------------------------------------------------------------------- store, settings, guard
+
+
+def test_store_applies_changes_and_keys_analyses_by_version():
+    store = DocumentStore()
+    doc = store.open(types.TextDocumentItem(uri="file:///a.sx", language_id="sexpgpu", version=1, text="(def a 1)\n"))
+    first = store.analysis(doc.uri)
+    assert first.document is doc and store.analysis(doc.uri) is first
+    change = types.TextDocumentContentChangePartial(range=types.Range(start=pos(0, 7), end=pos(0, 8)), text="b")
+    new = store.change(types.DidChangeTextDocumentParams(
+        text_document=types.VersionedTextDocumentIdentifier(uri=doc.uri, version=2), content_changes=[change]), UTF16)
+    assert new.text == "(def a b)\n" and new.serial > doc.serial and not store.is_latest(doc)
+    assert "E-NAME-001" in [d.code for d in store.analysis(doc.uri).result.diagnostics]
+    store.remember(first)  # a stale result is not kept
+    assert store.analysis(doc.uri).document is new
+    store.close(doc.uri)
+    assert store.analysis(doc.uri) is None and store.get(doc.uri) is None
+
+
+def test_settings_from_initialize():
+    def params(diagnostic=None, **options):
+        caps = types.ClientCapabilities(text_document=types.TextDocumentClientCapabilities(diagnostic=diagnostic))
+        return types.InitializeParams(capabilities=caps, initialization_options=options or None)
+
+    pulls = types.DiagnosticClientCapabilities()
+    assert ServerConfig.from_initialize(params()).push
+    assert not ServerConfig.from_initialize(params(pulls)).push
+    assert ServerConfig.from_initialize(params(pulls, diagnostics="both")).push
+    assert not ServerConfig.from_initialize(params(diagnostics="pull")).push
+    assert ServerConfig.from_initialize(params(formatWidth=100)).format_width == 100
+    assert ServerConfig.from_initialize(params(formatWidth="wide", diagnostics=3)) == ServerConfig()
+
+
+def test_guard_logs_and_answers_emptily():
+    logged = []
+
+    class Server:
+        def window_log_message(self, params):
+            logged.append(params)
+
+    @guarded(list)
+    def broken(ls, params):
+        raise KeyError("boom")
+
+    assert broken(Server(), None) == []
+    [message] = logged
+    assert message.type == types.MessageType.Error
+    assert "internal error in broken" in message.message and "boom" in message.message
