@@ -193,18 +193,6 @@ def _const_of(ts: list[TensorType], fn):
 
 # --------------------------------------------------------------------------- elementwise
 
-_ARITH = {
-    "+": ("(+ a b ...)", "add, broadcasting; any number of operands", lambda *v: sum(v[1:], v[0])),
-    "-": ("(- a [b])", "subtract b from a, or negate a", None),
-    "*": ("(* a b ...)", "multiply, broadcasting; any number of operands", None),
-    "/": ("(/ a b)", "true division; integers give f32", None),
-    "mod": ("(mod a b)", "remainder with the sign of b (Python's %), broadcasting", None),
-    "pow": ("(pow a b)", "a to the power b, broadcasting", None),
-    "maximum": ("(maximum a b)", "elementwise maximum, broadcasting", None),
-    "minimum": ("(minimum a b)", "elementwise minimum, broadcasting", None),
-}
-
-
 def _elementwise(call: RuleCall, *, to_float=False, to_bool=False, bool_ok=True) -> TensorType:
     ts = [call.tensor(i) for i in range(len(call.args))]
     shape = broadcast_shapes([t.shape for t in ts], call.op)

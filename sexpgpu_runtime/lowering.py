@@ -69,22 +69,19 @@ def _ew(fn):
     return lower
 
 
-@lowering("+")
-def _add(call):
-    dt = _compute(call)
-    out = _as(call.args[0], dt)
-    for a in call.args[1:]:
-        out = out + _as(a, dt)
-    return out
+def _nary(fn):
+    """`+` and `*` take any number of operands, folded left to right in the compute dtype."""
+    def lower(call: LowerCall):
+        dt = _compute(call)
+        out = _as(call.args[0], dt)
+        for a in call.args[1:]:
+            out = fn(out, _as(a, dt))
+        return out
+    return lower
 
 
-@lowering("*")
-def _mul(call):
-    dt = _compute(call)
-    out = _as(call.args[0], dt)
-    for a in call.args[1:]:
-        out = out * _as(a, dt)
-    return out
+LOWERINGS["+"] = _nary(jnp.add)
+LOWERINGS["*"] = _nary(jnp.multiply)
 
 
 @lowering("-")
