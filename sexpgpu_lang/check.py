@@ -664,19 +664,20 @@ class Checker:
                 self.err("E-MODEL-003", node.span, f"cannot use `{rel}`: {e}")
                 continue
             want = {".".join(p.path[len(path):]): p for p in self.params if p.path[:len(path)] == path}
-            bad = False
+            # One diagnostic per file listing every mismatch (several at the same range
+            # would be merged into the first by `report`).
+            wrong = []
             for tname, p in want.items():
                 got = header.get(tname)
                 shape = "[" + " ".join(map(str, p.shape)) + "]"
                 if got is None:
-                    self.err("E-MODEL-003", node.span, f"`{rel}` has no tensor `{tname}` (expected {shape} {p.dtype})")
-                    bad = True
+                    wrong.append(f"has no tensor `{tname}` (expected {shape} {p.dtype})")
                 elif got != (p.shape, p.dtype):
                     gshape = "[" + " ".join(map(str, got[0])) + "]"
-                    self.err("E-MODEL-003", node.span, f"`{rel}`: tensor `{tname}` is {gshape} {got[1]}, "
-                             f"`:params` of `{name}` expects {shape} {p.dtype}")
-                    bad = True
-            if not bad:
+                    wrong.append(f"tensor `{tname}` is {gshape} {got[1]}, `:params` of `{name}` expects {shape} {p.dtype}")
+            if wrong:
+                self.err("E-MODEL-003", node.span, f"`{rel}`: " + "; ".join(wrong))
+            else:
                 self.pretrained_files.append((path, full))
 
     # -- the run -----------------------------------------------------------------
