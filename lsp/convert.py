@@ -60,13 +60,19 @@ class PositionMap:
             end -= 1
         return end
 
-    def position(self, offset: int) -> types.Position:
-        """The LSP position of a code-point offset (clamped to the text)."""
+    def line_char(self, offset: int) -> tuple[int, int]:
+        """The 0-based line and character (in the encoding's units) of a code-point offset, clamped to the text."""
         offset = max(0, min(offset, len(self.text)))
         line = bisect.bisect_right(self.starts, offset) - 1
         start = self.starts[line]
-        offset = min(offset, self.line_end(line))  # inside a `\r\n`: the line's end
-        return types.Position(line=line, character=_units(self.text[start:offset], self.encoding))
+        if offset > start and self.text[offset - 1] == "\r":
+            offset -= 1  # between the CR and the LF of a CRLF: the line's end
+        return line, _units(self.text[start:offset], self.encoding)
+
+    def position(self, offset: int) -> types.Position:
+        """The LSP position of a code-point offset (clamped to the text)."""
+        line, char = self.line_char(offset)
+        return types.Position(line=line, character=char)
 
     def offset(self, pos: types.Position) -> int:
         """The code-point offset of an LSP position. A line past the end gives the
@@ -252,19 +258,18 @@ def to_lsp_semantic_tokens(pm: PositionMap, tokens: list[ide.Token]) -> types.Se
     data: list[int] = []
     prev_line, prev_char = 0, 0
     for t in tokens:
-        start = pm.position(t.span.start)
-        if pm.line_of(t.span.end) != start.line:
+        line, char = pm.line_char(t.span.start)
+        text = pm.text[t.span.start:t.span.end]
+        if "\n" in text or "\r" in text:
             continue
-        length = _units(pm.text[t.span.start:t.span.end], pm.encoding)
+        length = _units(text, pm.encoding)
         if length <= 0:
             continue
-        delta_line = start.line - prev_line
-        delta_char = start.character - prev_char if delta_line == 0 else start.character
         bits = 0
         for m in t.modifiers:
             bits |= 1 << mods_ix[m]
-        data += [delta_line, delta_char, length, types_ix[t.type], bits]
-        prev_line, prev_char = start.line, start.character
+        data += [line - prev_line, char - prev_char if line == prev_line else char, length, types_ix[t.type], bits]
+        prev_line, prev_char = line, char
     return types.SemanticTokens(data=data)
 
 

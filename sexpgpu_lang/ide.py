@@ -258,6 +258,7 @@ class Index:
                 self._ref(d.span, use, False)
         self._state_writes()
         self._loader_fields()
+        self._scopes: tuple[dict[str, Definition], list[tuple[Span, Definition]]] | None = None
 
     # -- building ---------------------------------------------------------------
     def _walk(self, node: Node, parent: Node | None) -> None:
@@ -393,17 +394,23 @@ class Index:
     def visible(self, offset: int) -> dict[str, Definition]:
         """The names in scope at `offset`: globals, then lambda parameters and
         `let*` bindings whose scope holds it (inner ones shadow outer ones)."""
-        out: dict[str, Definition] = {}
-        scoped: list[tuple[int, Definition]] = []
-        for d in self.defs.values():
-            if d.kind in ("def", "function", "loader", "model", "model-binding"):
+        if self._scopes is None:
+            glob: dict[str, Definition] = {}
+            scoped: list[tuple[Span, Definition]] = []
+            for d in self.defs.values():
+                if d.kind in ("def", "function", "loader", "model", "model-binding"):
+                    glob[d.name] = d
+                elif d.kind == "binding":
+                    scope = self.binding_scope(d)
+                    if scope is not None:
+                        scoped.append((scope, d))
+            scoped.sort(key=lambda x: (x[0].start, x[1].span.start))
+            self._scopes = (glob, scoped)
+        glob, scoped = self._scopes
+        out = dict(glob)
+        for scope, d in scoped:
+            if scope.start <= offset < scope.end:
                 out[d.name] = d
-            elif d.kind == "binding":
-                scope = self.binding_scope(d)
-                if scope is not None and scope.start <= offset < scope.end:
-                    scoped.append((scope.start, d))
-        for _start, d in sorted(scoped, key=lambda x: (x[0], x[1].span.start)):
-            out[d.name] = d
         return out
 
     def binding_scope(self, d: Definition) -> Span | None:
@@ -711,6 +718,13 @@ def document_symbols(ix: Index) -> list[Symbol]:
     """One symbol per top-level form, with a model's parameters and the
     generator's phases and state keys as children."""
     out = []
+    members = sorted((d for d in ix.defs.values() if d.kind in ("param", "field")), key=lambda d: d.span.start)
+    starts = [d.span.start for d in members]
+
+    def inside(form: Node, kind: str) -> list[Definition]:
+        lo, hi = bisect.bisect_left(starts, form.span.start), bisect.bisect_left(starts, form.span.end)
+        return [d for d in members[lo:hi] if d.kind == kind]
+
     for form in ix.forms:
         if not isinstance(form, ListNode) or form.head not in TOP_FORMS:
             continue
@@ -728,14 +742,12 @@ def document_symbols(ix: Index) -> list[Symbol]:
         if head == "model" and name_node is not None:
             detail = f"model {name_node.name}"
         if head == "defmodel":
-            for p in sorted(ix.defs.values(), key=lambda p: p.span.start):
-                if p.kind == "param" and form.span.contains(p.span):
-                    children.append(Symbol(p.name, "field", Span(p.span.start, p.form_span.end), p.span,
-                                           p.detail.split(f":{p.name} ", 1)[-1]))
+            for p in inside(form, "param"):
+                children.append(Symbol(p.name, "field", Span(p.span.start, p.form_span.end), p.span,
+                                       p.detail.split(f":{p.name} ", 1)[-1]))
         if head == "loader":
-            for f in sorted(ix.defs.values(), key=lambda f: f.span.start):
-                if f.kind == "field" and form.span.contains(f.span):
-                    children.append(Symbol(f.name, "field", f.form_span, f.span, f.detail.split(": ", 1)[-1]))
+            for f in inside(form, "field"):
+                children.append(Symbol(f.name, "field", f.form_span, f.span, f.detail.split(": ", 1)[-1]))
         if head == "defgenerate":
             for phase in ("init", "step", "finish"):
                 lam = ix.phase_node(f"generate.{phase}")
