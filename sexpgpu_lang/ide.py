@@ -927,7 +927,7 @@ def _complete(ix: Index, frames: list[_Frame], prefix: str, offset: int) -> list
             or head == "full" and len(args) == 3:
         return [_kw(d, "enumMember", "dtype") for d in DTYPES]
     keywords = _form_keywords(ix, frames, k, head)
-    if prefix.startswith(":") or (keywords and not prefix and _expects_key(args, keywords)):
+    if prefix.startswith(":") or (keywords and not prefix and _expects_key(head, args, keywords)):
         out = [_kw(w, "property", f"keyword of `{head}`", KEYWORD_DOCS.get((head, w), "")) for w in keywords
                if w not in used]
         if head == "list" and ix.phase_at(offset) == "generate.step":
@@ -938,8 +938,11 @@ def _complete(ix: Index, frames: list[_Frame], prefix: str, offset: int) -> list
     return _values(ix, offset)
 
 
-def _expects_key(args: list[_Item], keywords: tuple[str, ...]) -> bool:
-    """True when the previous items end a `:key value` pair (or the form's name)."""
+def _expects_key(head: str, args: list[_Item], keywords: tuple[str, ...]) -> bool:
+    """True when the next item is a keyword: right after the head (and the
+    name, for a named form), or after a complete `:key value` pair."""
+    if len(args) == (2 if head in ("loader", "defmodel", "pass") else 1):
+        return head in FORM_KEYWORDS
     if args[-1].text.startswith(":"):
         return False
     kws = [i for i, a in enumerate(args) if a.text[1:] in keywords and a.text.startswith(":")]

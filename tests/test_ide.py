@@ -230,6 +230,9 @@ def labels(ix, offset):
     # a form's keywords
     ("(run :loader train", "(run :loader train :s$0", [":steps", ":stack", ":seed"], [":loader"]),
     ("(defgenerate :trips 6", "(defgenerate :trips 6 :$0", [":init", ":step", ":finish"], [":trips"]),
+    # no colon typed yet: keywords where a keyword comes next
+    ("(loader train\n", "(loader train $0\n", [":source", ":batch", ":fields"], ["vocab"]),
+    (":batch 64\n", ":batch 64 $0\n", [":fields"], [":batch", ":source"]),
     # a settings plist's keys
     (":log (:every 50)", ":log (:every 50 :$0)", [":tensorboard"], [":every"]),
     # a setting's values
