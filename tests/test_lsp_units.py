@@ -124,3 +124,10 @@ def test_guard_logs_and_answers_emptily():
     [message] = logged
     assert message.type == types.MessageType.Error
     assert "internal error in broken" in message.message and "boom" in message.message
+
+
+def test_the_server_never_imports_jax():
+    import subprocess
+    import sys
+    code = "import sys, lsp.server; lsp.server.build_server(); assert 'jax' not in sys.modules, 'jax imported'"
+    subprocess.run([sys.executable, "-c", code], check=True)
