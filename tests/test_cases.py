@@ -1,0 +1,136 @@
+"""Run-file cases: every `.sx` under `../shared/cases` and `tests/cases` gives exactly the
+diagnostics its `;; expect:` header names.
+
+The header rules are those of `../shared/tools/check_cases.py` (see
+`../shared/cases/README.md`): `;; expect: CODE LINE` is an error or warning with
+that code whose range starts on that 1-based line (`LINE:COL` is allowed, the
+column is ignored), `CODE` alone matches any line, `CODE-*` matches a family, and
+`;; expect: clean` means no error and no warning. The errors and warnings the
+file gives must be exactly the expected multiset: nothing missing, nothing more.
+Information and hints are not compared.
+
+Each case runs in-process through `sexpgpu_lang.analyze_file` (one test per
+file); one more test runs `check_cases.py` itself against the installed
+`sexpgpu` command on the shared cases, so the CLI's JSON is checked too.
+"""
+from __future__ import annotations
+
+import fnmatch
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sexpgpu_lang import Severity, analyze_file
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared"
+SHARED_CASES = SHARED / "cases"
+CHECK_CASES = SHARED / "tools" / "check_cases.py"
+OUR_CASES = REPO / "tests" / "cases"
+
+_EXPECT = re.compile(r";;\s*expect:\s*(\S+)(?:\s+(\d+)(?::\d+)?)?\s*$")
+_MISSING = "shared-cases-missing"
+
+
+def expectations(path: Path) -> tuple[list[tuple[str, int | None]], bool]:
+    """The `(code, line)` pairs and the `clean` flag of a case's header.
+
+    The header is the file's leading `;;` lines. Stricter than check_cases.py in
+    one way: an `;; expect` line that does not parse, or a file with no
+    expectation at all, is an error here instead of being skipped.
+    """
+    out: list[tuple[str, int | None]] = []
+    clean = False
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if not line.startswith(";;"):
+            break
+        if not re.match(r";;\s*expect", line):
+            continue
+        m = _EXPECT.match(line)
+        if m is None:
+            raise AssertionError(f"{path.name}: malformed expectation {line!r}")
+        if m.group(1) == "clean":
+            clean = True
+        else:
+            out.append((m.group(1), int(m.group(2)) if m.group(2) else None))
+    if not out and not clean:
+        raise AssertionError(f"{path.name}: no `;; expect:` line in its header")
+    if out and clean:
+        raise AssertionError(f"{path.name}: `;; expect: clean` beside other expectations")
+    return out, clean
+
+
+def reported(path: Path) -> list[tuple[str, int, str]]:
+    """(code, 1-based line, message) of every error and warning the checker gives."""
+    res = analyze_file(str(path))
+    return [(d.code, res.source.line_col(d.span.start)[0] + 1, d.message)
+            for d in res.diagnostics if d.severity in (Severity.ERROR, Severity.WARNING)]
+
+
+def unmatched(expected, got) -> tuple[list, list]:
+    """Expected entries with no diagnostic, and diagnostics nothing expected.
+
+    Exact codes are matched before family patterns, so `E-GEN-002 40` and
+    `E-GEN-* 40` on one line both find their diagnostic whatever their order."""
+    left = list(got)
+    missing = []
+    for code, line in sorted(expected, key=lambda e: "*" in e[0]):
+        hit = next((g for g in left if fnmatch.fnmatchcase(g[0], code) and (line is None or g[1] == line)), None)
+        if hit is None:
+            missing.append((code, line))
+        else:
+            left.remove(hit)
+    return missing, left
+
+
+def case_files() -> list:
+    shared = sorted(SHARED_CASES.glob("*.sx")) if SHARED_CASES.is_dir() else []
+    ours = sorted(OUR_CASES.glob("*.sx"))
+    params = [pytest.param(p, id=f"shared/{p.name}") for p in shared]
+    if not shared:
+        params.append(pytest.param(None, id=_MISSING))
+    return params + [pytest.param(p, id=f"ours/{p.name}") for p in ours]
+
+
+@pytest.mark.parametrize("path", case_files())
+def test_case(path: Path | None):
+    if path is None:
+        pytest.fail(f"no shared cases: {SHARED_CASES} is missing or holds no .sx file; "
+                    "the shared checkout must sit beside the repository (../shared/cases)")
+    expected, _clean = expectations(path)
+    got = reported(path)
+    missing, extra = unmatched(expected, [(c, l, m) for c, l, m in got])
+    if missing or extra:
+        lines = [f"{path}:"]
+        lines += [f"  missing  {c} {'any line' if l is None else f'line {l}'}" for c, l in missing]
+        lines += [f"  extra    {c} line {l}: {m}" for c, l, m in extra]
+        lines += ["  all diagnostics:"] + [f"    {c} line {l}: {m}" for c, l, m in got]
+        pytest.fail("\n".join(lines), pytrace=False)
+
+
+def test_our_cases_exist():
+    assert len(list(OUR_CASES.glob("*.sx"))) > 0, f"no cases in {OUR_CASES}"
+
+
+def sexpgpu_command() -> str:
+    """The `sexpgpu` installed beside this interpreter (the project's venv), else the one on PATH."""
+    beside = Path(sys.executable).with_name("sexpgpu")
+    if beside.exists():
+        return str(beside)
+    found = shutil.which("sexpgpu")
+    assert found, "the `sexpgpu` command is not installed (pip install -e . in the venv)"
+    return found
+
+
+def test_check_cases_tool_passes_on_shared_cases():
+    assert CHECK_CASES.is_file(), f"{CHECK_CASES} is missing: the shared checkout must sit beside the repository"
+    assert SHARED_CASES.is_dir(), f"{SHARED_CASES} is missing: the shared checkout must sit beside the repository"
+    proc = subprocess.run([sys.executable, str(CHECK_CASES), "--sexpgpu", sexpgpu_command(), str(SHARED_CASES)],
+                          capture_output=True, text=True, timeout=600)
+    out = proc.stdout.strip().splitlines()
+    assert proc.returncode == 0 and out and re.fullmatch(r"\d+ passed, 0 failed", out[-1]), \
+        f"check_cases.py exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
