@@ -16,6 +16,7 @@ import itertools
 import threading
 from concurrent.futures import Executor, Future
 from dataclasses import dataclass, field
+from functools import cached_property
 from urllib.parse import unquote, urlparse
 
 from lsprotocol import types
@@ -59,17 +60,21 @@ class Document:
 
 @dataclass(frozen=True)
 class Analysis:
-    """A document version, the front end's result for it, and the query index."""
+    """A document version and the front end's result for it; `index`, for
+    the editor queries, is built on first use (publishing needs none)."""
 
     document: Document
     result: CheckResult
-    index: ide.Index
+
+    @cached_property
+    def index(self) -> ide.Index:
+        """The query index of the result."""
+        return ide.index(self.result)
 
 
 def analyze_document(doc: Document) -> Analysis:
     """Check a document's text with the front end (never raises for any text)."""
-    result = analyze(doc.text, uri_to_path(doc.uri))
-    return Analysis(doc, result, ide.index(result))
+    return Analysis(doc, analyze(doc.text, uri_to_path(doc.uri)))
 
 
 class DocumentStore:
