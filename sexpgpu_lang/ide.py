@@ -26,7 +26,7 @@ from .check import (CTX_KEYS, OPTIMIZERS, RUN_KEYS, SOURCES, SPECIAL_FORMS, TOP_
 from .diagnostics import Diagnostic
 from .ops import INITIALIZERS, REGISTRY
 from .source import Span
-from .syntax import Kw, ListNode, Node, Num, Str, Sym, VecNode
+from .syntax import Kw, ListNode, Node, Num, Str, Sym, VecNode, walk
 from .types import DTYPES, ErrorType, FunctionType, ModelType, PlistType, SelfType, ShapeType, TensorType, Type
 
 # --------------------------------------------------------------------------- tables
@@ -256,7 +256,7 @@ class Index:
         for use, d in self.facts.uses:
             if d is not None and d.span in self.defs:
                 self._ref(d.span, use, False)
-        self._state_writes()
+        self._state_refs()
         self._loader_fields()
         self._scopes: tuple[dict[str, Definition], list[tuple[Span, Definition]]] | None = None
 
@@ -282,14 +282,25 @@ class Index:
         refs[span] = refs.get(span, False) or write
         self.target.setdefault(span, def_span)
 
-    def _state_writes(self) -> None:
+    def _state_refs(self) -> None:
+        """The state keys `:step` returns, and `(getf s :key)` on the state
+        parameter of `:step` or `:finish` whatever its name (the checker
+        records the reads only when the parameter is called `state`)."""
         result = self.phase_result("generate.step")
-        if result is None:
-            return
-        for k, _v in plist_pairs(result):
+        for k, _v in plist_pairs(result) if result is not None else ():
             d = self.facts.state_keys.get(k.name)
             if d is not None:
                 self._ref(d.span, k.span, True)
+        for phase in ("generate.step", "generate.finish"):
+            lam = self.phase_node(phase)
+            param = _param_name(lam, 0, "") if lam is not None else ""
+            if not param:
+                continue
+            for node in walk(lam):
+                if (isinstance(node, ListNode) and node.head == "getf" and len(node.items) == 3
+                        and isinstance(node.items[1], Sym) and node.items[1].name == param
+                        and isinstance(node.items[2], Kw) and node.items[2].name in self.facts.state_keys):
+                    self._ref(self.facts.state_keys[node.items[2].name].span, node.items[2].span, False)
 
     def _loader_fields(self) -> None:
         fields: dict[tuple[str, str], Definition] = {}

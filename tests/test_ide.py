@@ -140,6 +140,17 @@ def test_references_of_a_state_key_include_the_step_write():
     assert [r.span for r in ide.references(ix, offset, include_declaration=False)] == [r.span for r in refs[1:]]
 
 
+def test_state_keys_are_found_whatever_the_state_parameter_is_called():
+    text = fixture_text().replace("(lambda (state trip ctx)", "(lambda (s trip ctx)").replace(
+        "(getf state :row))\n                 (at", "(getf s :row))\n                 (at").replace(
+        "(getf state :stride))))", "(getf s :stride))))")
+    assert analyze(text).diagnostics == []
+    ix, offset = at(text.replace("(getf s :row))", "(getf s :r$0ow))"))
+    [target] = ide.definition(ix, offset)
+    assert line_of(ix, target.span) == 33
+    assert len(ide.rename(ix, offset, "cells")) == 4
+
+
 def test_highlights_of_a_binding():
     ix, offset = cursor("(truth (mod", "(tru$0th (mod")
     refs = ide.highlights(ix, offset)
