@@ -1,12 +1,14 @@
-"""The `sexpgpu` command: lint, explain, run, lsp.
+"""The `sexpgpu` command: lint, explain, run, plot, lsp.
 
 A thin shell: every check lives in sexpgpu_lang, every step in
 sexpgpu_runtime. `lint` and `lsp` never import JAX (the runtime is imported
 inside `run` and `explain --xla` only). Exit status: 0 clean, 1 when a file
-has errors (or a run fails), 2 for a usage or I/O problem.
+has errors (or a run fails), 2 for a usage or I/O problem, 130 or 143 when
+SIGINT or SIGTERM stopped a run (after saving a checkpoint to resume from).
 """
 from __future__ import annotations
 
+import shlex
 import sys
 from enum import Enum
 from pathlib import Path
@@ -103,18 +105,22 @@ def run(
     diagnostics: Optional[str] = typer.Option(None, "--diagnostics", help="Comma-separated diagnostic names to compute and report."),
     progress: Optional[bool] = typer.Option(None, "--progress/--no-progress", help="Show a progress bar (default: when stderr is a terminal)."),
     export: Optional[Path] = typer.Option(None, "--export", help="After training, write the parameters to this .safetensors file (one run's student is the next run's `:pretrained` teacher)."),
+    resume: bool = typer.Option(False, "--resume", help="Continue from the newest complete checkpoint in the run's checkpoint dir (it must have been made by this file's forms and seed)."),
 ):
     """Check a run file, then train it with JAX.
 
     A file with errors is refused (its diagnostics are printed as `lint`
-    prints them). Metrics go to the terminal and to RUN_DIR/metrics.jsonl.
+    prints them). Metrics go to the terminal and to RUN_DIR/metrics.jsonl;
+    checkpoints to RUN_DIR/checkpoints (or the `:checkpoint` `:dir`). SIGINT
+    or SIGTERM stops the run at the next trip or phase, saves the last
+    completed step, prints how to resume and exits 130 or 143.
     """
     res = load(file)
     if res.has_errors:
         n_err, n_warn = print_text([res])
         print(f"sexpgpu: error: {file} has {render.summary(n_err, n_warn)}; fix them before running", file=sys.stderr)
         raise typer.Exit(1)
-    from sexpgpu_runtime.train import RunOptions, RunError, train  # JAX is imported only here
+    from sexpgpu_runtime.train import RunOptions, RunError, RunStopped, train  # JAX is imported only here
 
     opts = RunOptions(
         steps=steps,
@@ -122,17 +128,46 @@ def run(
         diagnostics=tuple(x for x in (diagnostics or "").split(",") if x),
         progress=sys.stderr.isatty() if progress is None else progress,
         export=export,
+        resume=resume,
     )
     try:
         result = train(res.program, opts)
     except RunError as e:
         raise fail(str(e), 1)
+    except RunStopped as e:
+        again = ["sexpgpu", "run", str(file), "--resume"]
+        again += ["--run-dir", str(run_dir)] if run_dir is not None else []
+        again += ["--steps", str(steps)] if steps is not None else []
+        again += ["--diagnostics", diagnostics] if diagnostics else []
+        print(f"sexpgpu: {e}; resume with `{' '.join(shlex.quote(a) for a in again)}`", file=sys.stderr)
+        raise typer.Exit(e.exit_code)
     except KeyboardInterrupt:
         raise fail("interrupted", 130)
     last = result.history[-1] if result.history else {}
     shown = "  ".join(f"{k} {v:.4g}" for k, v in last.items() if k != "step")
-    print(f"trained {result.steps} steps in {result.seconds:.1f} s; {shown}; metrics in {opts.run_dir / 'metrics.jsonl'}",
+    done = f"trained {result.steps} steps" if not resume else f"trained steps {result.extra['start'] + 1}-{result.steps}"
+    if resume and result.extra["start"] >= result.steps:
+        done = f"nothing to train: the checkpoint is at step {result.extra['start']} of {result.steps}"
+    print(f"{done} in {result.seconds:.1f} s; {shown}; metrics in {opts.run_dir / 'metrics.jsonl'}",
           file=sys.stderr)
+
+
+@app.command()
+def plot(
+    run_dir: Path = typer.Argument(..., help="A run dir holding metrics.jsonl (runs/<file stem> by default for `run`)."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Where to write the PNG; default RUN_DIR/metrics.png."),
+):
+    """Draw every metric in RUN_DIR/metrics.jsonl against the step, as one PNG.
+
+    A pass's metrics (`held-out-eval/loss`) share a panel with the training
+    metric of the same name, so the two curves can be compared.
+    """
+    from sexpgpu_cli.plot import PlotError, plot_run  # matplotlib is imported only here
+    try:
+        out = plot_run(run_dir, output)
+    except PlotError as e:
+        raise fail(str(e), 1)
+    print(f"wrote {out}", file=sys.stderr)
 
 
 @app.command()

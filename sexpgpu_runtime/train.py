@@ -1,10 +1,18 @@
-"""The training loop: loaders, the step's graphs, metrics to the terminal and metrics.jsonl.
+"""The training loop: loaders, the step's graphs, checkpoints, stop signals, metrics.
 
 `Trainer(program, options)` owns one run; `RunState` is everything a step
 changes (parameters, optimizer state, the next step, records consumed,
 counter totals), so a checkpoint of it resumes the run exactly. A run is a
 pure function of its file, its data and its seed: parameter
 initialisation, record order and every draw derive from `:seed`.
+
+`train` wires the pieces: the run dir and checkpoint dir proven writable
+before anything trains, `--resume` from the newest complete checkpoint
+(checkpoint.py), SIGINT/SIGTERM looked for before every trip and between
+phases (signals.py), metrics to the terminal, metrics.jsonl and TensorBoard
+(tensorboard.py). A stop abandons the step in flight; what was saved is the
+last completed step, and the resume takes the abandoned step again, so the
+resumed run's bits are the uninterrupted run's.
 """
 from __future__ import annotations
 
@@ -21,19 +29,39 @@ import numpy as np
 from sexpgpu_lang import ir
 
 from .dtypes import InternalTypeError, jdt
+from .checkpoint import CheckpointError, Checkpoints, CheckpointSpec, Identity, checkpoint_spec
 from .graphs import Graphs
 from .loaders import Loader, LoaderError
 from .optim import make_optimizer
 from .params import flatten, init_params, set_path
+from .signals import StopSignals, Stopped
 
 
 class RunError(Exception):
     """A run that cannot go on, for a reason the user can act on (bad data, a NaN loss, an unwritable dir)."""
 
 
+class BadValue(RunError):
+    """A loss, metric or parameter that is NaN or infinite at a step; `metric` is as shown (`` `loss` ``)."""
+
+    def __init__(self, step: int, metric: str, value: float):
+        super().__init__(f"step {step}: {metric} is {value}")
+        self.step, self.metric, self.value = step, metric, value
+
+
+class RunStopped(Exception):
+    """A signal stopped the run. `step` is the step that was abandoned (1-based, as in metrics.jsonl);
+    `saved` the step of the newest complete checkpoint, in `dir`; `exit_code` 130 (SIGINT) or 143 (SIGTERM)."""
+
+    def __init__(self, signal_name: str, exit_code: int, step: int, saved: int, dir: Path):
+        super().__init__(f"stopped by {signal_name} during step {step}; step {saved} is saved in {dir}")
+        self.signal_name, self.exit_code, self.step, self.saved, self.dir = signal_name, exit_code, step, saved, dir
+
+
 @dataclass
 class RunOptions:
-    """How to run: `steps` overrides the file's `:steps`; metrics go under `run_dir`."""
+    """How to run: `steps` overrides the file's `:steps`; metrics (and by default checkpoints) go under
+    `run_dir`; `resume` continues from the newest complete checkpoint there."""
 
     steps: int | None = None
     run_dir: Path = Path("runs/run")
@@ -41,6 +69,7 @@ class RunOptions:
     progress: bool = False
     quiet: bool = False
     export: Path | None = None
+    resume: bool = False
 
 
 @dataclass
@@ -89,19 +118,32 @@ def _mean_reports(groups: list[list[dict]]) -> dict[str, float]:
 
 
 class Reporter:
-    """Metrics to the terminal (a rich progress bar on a terminal, plain lines otherwise) and metrics.jsonl."""
+    """Metrics to the terminal (a rich progress bar on a terminal, plain lines otherwise), metrics.jsonl,
+    and TensorBoard event files when `tensorboard` is set.
 
-    def __init__(self, run_dir: Path, total: int, progress: bool, quiet: bool, name: str, start: int = 0, append: bool = False):
+    A resumed run (`start` > 0) appends to metrics.jsonl after dropping the rows
+    an interrupted process logged past `start`, and purges them from
+    TensorBoard, so each step has one row.
+    """
+
+    def __init__(self, run_dir: Path, total: int, progress: bool, quiet: bool, name: str, start: int = 0,
+                 append: bool = False, tensorboard: bool = False):
         self.path = run_dir / "metrics.jsonl"
+        if append:
+            keep_rows_up_to(self.path, start)
         self.fh = open(self.path, "a" if append else "w", encoding="utf-8")
         self.total, self.quiet, self.start = total, quiet, start
         self.bar = None
+        self.tb = None
+        if tensorboard:
+            from .tensorboard import TensorBoardLog
+            self.tb = TensorBoardLog(run_dir, purge_step=start + 1 if append else None)
         self.t0 = time.perf_counter()
         if progress and not quiet:
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
             self.bar = Progress(TextColumn(f"[bold]{name}"), BarColumn(), MofNCompleteColumn(),
                                 TextColumn("loss {task.fields[loss]}"), TextColumn("{task.fields[rate]} steps/s"),
-                                TimeRemainingColumn(), transient=False)
+                                TextColumn("ETA"), TimeRemainingColumn(), transient=False)
             self.task = self.bar.add_task("train", total=total, completed=start, loss="-", rate="-")
             self.bar.start()
 
@@ -110,12 +152,16 @@ class Reporter:
         return (done - self.start) / elapsed if elapsed > 0 else 0.0
 
     def advance(self, done: int):
+        """A step finished that is not logged: move the bar only."""
         if self.bar is not None:
             self.bar.update(self.task, completed=done)
 
     def log(self, row: dict, done: int):
+        """A logged step: one metrics.jsonl row, TensorBoard scalars, the bar or one plain line."""
         self.fh.write(json.dumps(row) + "\n")
         self.fh.flush()
+        if self.tb is not None:
+            self.tb.log(row)
         rate = self._rate(done)
         if self.bar is not None:
             self.bar.update(self.task, completed=done, loss=f"{row.get('loss', float('nan')):.4f}", rate=f"{rate:.1f}")
@@ -126,7 +172,28 @@ class Reporter:
     def close(self):
         if self.bar is not None:
             self.bar.stop()
+        if self.tb is not None:
+            self.tb.close()
         self.fh.close()
+
+
+def keep_rows_up_to(path: Path, step: int) -> None:
+    """Drop the metrics.jsonl rows past `step` (logged by a process that stopped before its next checkpoint).
+
+    Rewritten through a temporary file and a rename, so a kill here loses nothing.
+    """
+    if not path.exists():
+        return
+    kept = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            if json.loads(line)["step"] <= step:
+                kept.append(line)
+        except (ValueError, KeyError, TypeError):
+            continue
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text("".join(k + "\n" for k in kept), encoding="utf-8")
+    tmp.replace(path)
 
 
 def prepare_run_dir(run_dir: Path) -> None:
@@ -179,7 +246,14 @@ def export_params(path: Path, trainable: dict, frozen: dict) -> None:
 
 
 class Trainer:
-    """One run of a checked program: loaders, graphs, optimizer, the step and the loop."""
+    """One run of a checked program: loaders, graphs, optimizer, the step and the loop.
+
+    `stop` (a StopSignals, set by `train`) is looked at before every trip of
+    the generator and between the phases of a step; `on_trip(step, trip)` is
+    called just before that look (tests send signals from it). `completed` is
+    the last state whose step finished (update, passes and logging), the one
+    a stop saves.
+    """
 
     def __init__(self, program: ir.Program, options: RunOptions):
         self.program = program
@@ -198,7 +272,12 @@ class Trainer:
         self.graphs = Graphs(program, self.optimizer, selected, donate=jax.default_backend() != "cpu")
         self.layout = self.graphs.layout
         self.batch_size = program.loaders[run.loader].batch
-        self.on_trip = None   # called before every trip with (step, trip); a signal check goes here
+        self.on_trip = None            # called before every trip with (step, trip), before the stop check
+        self.stop: StopSignals | None = None
+        self.checkpoint_every: int | None = None   # steps whose values are checked in full before a save
+        self.completed: RunState | None = None
+        self.pending = None
+        self._finite = None
 
     def initial_state(self) -> RunState:
         """Fresh parameters (pretrained ones loaded), fresh optimizer state, step 0."""
@@ -206,6 +285,20 @@ class Trainer:
         load_pretrained(self.program, trainable, frozen)
         return RunState(0, trainable, frozen, self.optimizer.init(trainable), 0, self.graphs.zero_counters())
 
+    # -- stops ----------------------------------------------------------------------------------
+    def poll(self) -> None:
+        """Raise `Stopped` if a stop signal has arrived (a phase boundary: nothing half-done is kept)."""
+        if self.stop is not None:
+            self.stop.check()
+
+    def _trip_hook(self, step: int):
+        def before_trip(trip: int):
+            if self.on_trip is not None:
+                self.on_trip(step, trip)
+            self.poll()
+        return before_trip
+
+    # -- data -----------------------------------------------------------------------------------
     def stage_at(self, records: int) -> tuple[int, str, int]:
         """(stage index, its loader, records consumed within it) for a training position."""
         start = 0
@@ -230,17 +323,25 @@ class Trainer:
         batch, ctxs, gen_ctx = jax.device_put((batch, ctxs, gen_ctx))
         return batch, ctxs, gen_ctx, records
 
+    # -- the step -------------------------------------------------------------------------------
     def step(self, state: RunState) -> tuple[RunState, dict]:
-        """Run one training step; return the new state and its reports (device values)."""
+        """Run one training step; return the new state and its reports (device values).
+
+        Looks for a stop before each group, before every trip, before the
+        training graph and before the update; `state` is never changed, so a
+        stop anywhere leaves it as the last completed state.
+        """
         g = self.graphs
         grads, losses, metrics, diags = [], [], [], []
         records, counters = state.records, state.counters
         for group in range(self.layout.groups):
+            self.poll()
             batch, ctxs, gen_ctx, records = self.next_group(state.step, group, records)
             if self.program.generate is not None:
-                on_trip = (lambda t: self.on_trip(state.step, t)) if self.on_trip else None
-                made = g.generate(state.trainable, state.frozen, batch, gen_ctx, self.layout.stack > 1, on_trip)
+                made = g.generate(state.trainable, state.frozen, batch, gen_ctx, self.layout.stack > 1,
+                                  self._trip_hook(state.step))
                 batch = {**batch, **made}
+                self.poll()
             l, gs, m, d, dl = g.grads(state.trainable, state.frozen, batch, ctxs, counters)
             grads += gs
             for delta in dl:
@@ -248,6 +349,7 @@ class Trainer:
             losses += l
             metrics.append(m)
             diags.append(d)
+        self.poll()
         trainable, opt_state = g.update(state.trainable, state.opt_state, grads)
         new = RunState(state.step + 1, trainable, state.frozen, opt_state, records, counters)
         return new, {"losses": losses, "metrics": metrics, "diagnostics": diags}
@@ -265,60 +367,204 @@ class Trainer:
         fn = self.graphs.passes[ps.name]
         loader = self.pass_loaders[ps.name]
         for k in range(ps.batches):
+            self.poll()
             batch = jax.device_put(loader.batch(k * loader.spec.batch))
             ctx = jax.device_put(make_ctx(state.step, 0, state.records))
             if ps.runs_generator:
-                batch = {**batch, **self.graphs.generate(state.trainable, state.frozen, batch, ctx, stacked=False)}
+                batch = {**batch, **self.graphs.generate(state.trainable, state.frozen, batch, ctx, stacked=False,
+                                                         on_trip=self._trip_hook(state.step))}
             loss, metrics = fn(state.trainable, state.frozen, batch, ctx, state.counters)
             for m, v in {"loss": float(loss), **{m: float(v) for m, v in metrics.items()}}.items():
                 sums[m] = sums.get(m, 0.0) + v
         return {f"{ps.name}/{m}": v / ps.batches for m, v in sums.items()}
 
+    # -- bad values -----------------------------------------------------------------------------
+    @staticmethod
+    def check_row(row: dict) -> None:
+        """Raise BadValue for the first NaN or infinite value of a metrics row."""
+        for k, v in row.items():
+            if k != "step" and not math.isfinite(v):
+                raise BadValue(row["step"], f"`{k}`", v)
+
+    @staticmethod
+    def check_losses(done: int, losses: list) -> None:
+        """Raise BadValue when a step's loss (any microbatch's) is NaN or infinite (syncs on that step)."""
+        vals = [float(x) for x in losses]
+        bad = [v for v in vals if not math.isfinite(v)]
+        if bad:
+            raise BadValue(done, "`loss`", bad[0])
+
+    def check_params(self, state: RunState) -> None:
+        """Raise BadValue naming the first trainable parameter with a NaN or infinite entry (before a save)."""
+        if self._finite is None:
+            self._finite = jax.jit(lambda tree: jax.tree_util.tree_map(lambda v: jax.numpy.all(jax.numpy.isfinite(v)), tree))
+        ok = jax.device_get(self._finite(state.trainable))
+        for path, good in flatten(ok).items():
+            if not bool(good):
+                raise BadValue(state.step, f"parameter `{'.'.join(map(str, path))}`", float("nan"))
+
+    # -- the loop -------------------------------------------------------------------------------
     def fit(self, state: RunState, reporter: Reporter, after_step=None) -> tuple[RunState, list[dict]]:
-        """Train from `state` to `self.steps`, logging every `:log :every` steps, running passes."""
+        """Train from `state` to `self.steps`, logging every `:log :every` steps, running passes.
+
+        Every step's loss is checked for NaN and Inf, one step late so the host
+        never waits for the step it just queued; a logged step, a pass and a
+        checkpoint step are checked in full at once. `after_step(state, row)`
+        runs after each step has finished (`row` is None for an unlogged step).
+        """
         history = []
         run = self.program.run
+        self.completed = state
+        self.pending = None   # (step, losses) of the last step, not yet checked
         while state.step < self.steps:
             state, reports = self.step(state)
             done = state.step
+            self.settle()
             log_now = done % run.log_every == 0 or done == self.steps or done == 1
+            save_now = self.checkpoint_every is not None and (done % self.checkpoint_every == 0 or done == self.steps)
             row = None
             pass_rows = {}
             for ps in self.program.passes:
                 if done % ps.every == 0 or done == self.steps:
                     pass_rows.update(self.run_pass(ps, state))
-            if log_now or pass_rows:
-                row = self.report_row(done, reports)
-                row.update(pass_rows)
-                bad = [k for k, v in row.items() if k != "step" and not math.isfinite(v)]
-                if bad:
-                    raise RunError(f"step {done}: `{bad[0]}` is {row[bad[0]]}; the run stopped "
-                                   "(lower the learning rate, or look for a log or division by 0)")
-                history.append(row)
-                reporter.log(row, done)
+            if log_now or pass_rows or save_now:
+                full = self.report_row(done, reports)
+                full.update(pass_rows)
+                self.check_row(full)
+                if log_now or pass_rows:
+                    row = full
+                    history.append(row)
+                    reporter.log(row, done)
+                else:
+                    reporter.advance(done)
             else:
+                self.pending = (done, reports["losses"])
                 reporter.advance(done)
             if after_step is not None:
                 after_step(state, row)
+            self.completed = state
+        self.settle()
         return state, history
 
+    def settle(self) -> None:
+        """Check the loss of the last step that was not checked yet (see `fit`)."""
+        if self.pending is not None:
+            pending, self.pending = self.pending, None
+            self.check_losses(*pending)
 
-def train(program: ir.Program, options: RunOptions) -> RunResult:
-    """Train `program` from scratch. Raises RunError for data problems, an unwritable run dir, or a NaN/Inf loss."""
+
+def _tree(state: RunState) -> dict:
+    """The arrays of a state that a checkpoint holds."""
+    return {"trainable": state.trainable, "frozen": state.frozen, "opt_state": state.opt_state,
+            "counters": state.counters}
+
+
+def _state(step: int, tree: dict, records: int) -> RunState:
+    return RunState(step, tree["trainable"], tree["frozen"], tree["opt_state"], records, tree["counters"])
+
+
+def open_checkpoints(program: ir.Program, options: RunOptions) -> Checkpoints:
+    """The run's checkpoint dir, created and proven writable (RunError otherwise)."""
+    try:
+        spec = checkpoint_spec(program.run.checkpoint, options.run_dir)
+        return Checkpoints(spec, Identity(program.identity, program.run.seed), program.path)
+    except CheckpointError as e:
+        raise RunError(str(e))
+
+
+def start_state(trainer: Trainer, store: Checkpoints, resume: bool) -> RunState:
+    """A fresh state, or with `resume` the newest complete checkpoint's.
+
+    Identity and free space are checked before anything is computed: a
+    checkpoint of another run is refused, and so is a fresh run into a dir
+    that already holds checkpoints (it would mix two runs).
+    """
+    try:
+        latest = store.latest()
+        if latest is not None:
+            store.check_identity(latest, store.meta(latest))
+        if not resume and latest is not None:
+            raise RunError(f"{store.spec.dir} already holds checkpoints of this run (newest: step {latest}); "
+                           "pass --resume to continue it, or give another --run-dir to start over")
+        if resume and latest is None:
+            raise RunError(f"nothing to resume: no complete checkpoint in {store.spec.dir}; "
+                           "run without --resume to start at step 0")
+        # The state's shapes and dtypes, traced without computing anything.
+        like = jax.eval_shape(lambda: _tree(trainer.initial_state()))
+        store.check_space(like)
+        if resume:
+            step, tree, records = store.restore(like)
+            return _state(step, tree, records)
+    except CheckpointError as e:
+        raise RunError(str(e))
+    return trainer.initial_state()
+
+
+def train(program: ir.Program, options: RunOptions, on_trip=None) -> RunResult:
+    """Train `program` from scratch, or from its newest checkpoint with `options.resume`.
+
+    Raises RunError for data problems, an unwritable or full dir, a checkpoint
+    of another run, or a NaN/Inf value (naming the step, the metric and the
+    last good checkpoint); RunStopped when SIGINT or SIGTERM stopped it (after
+    saving the last completed step). `on_trip(step, trip)` is called before
+    every trip of the generator.
+    """
     prepare_run_dir(options.run_dir)
     trainer = Trainer(program, options)
-    state = trainer.initial_state()
-    reporter = Reporter(options.run_dir, trainer.steps, options.progress, options.quiet, Path(program.path).stem)
-    t0 = time.perf_counter()
+    trainer.on_trip = on_trip
+    store = open_checkpoints(program, options)
     try:
-        state, history = trainer.fit(state, reporter)
-    except InternalTypeError as e:
-        line, col = program.line_col(getattr(e, "offset", 0))
-        raise RunError(f"{e} ({program.path}:{line}:{col}); this is a bug in sexpgpu, please report it")
+        state = start_state(trainer, store, options.resume)
+        every = store.spec.every
+        trainer.checkpoint_every = every
+        start = state.step
+        reporter = Reporter(options.run_dir, trainer.steps, options.progress, options.quiet, Path(program.path).stem,
+                            start=start, append=options.resume, tensorboard=bool(program.run.log.get("tensorboard")))
+
+        def save(s: RunState) -> None:
+            trainer.check_params(s)
+            store.save(s.step, _tree(s), s.records)
+
+        def after_step(s: RunState, row) -> None:
+            if every is not None and (s.step % every == 0 or s.step == trainer.steps):
+                save(s)
+
+        t0 = time.perf_counter()
+        try:
+            with StopSignals() as trainer.stop:
+                try:
+                    state, history = trainer.fit(state, reporter, after_step)
+                    store.wait()
+                except Stopped as stop:
+                    done = trainer.completed
+                    store.wait()
+                    if store.latest() != done.step:
+                        trainer.settle()
+                        save(done)
+                        store.wait()
+                    raise RunStopped(stop.name, stop.exit_code, done.step + 1, done.step, store.spec.dir)
+        except InternalTypeError as e:
+            line, col = program.line_col(getattr(e, "offset", 0))
+            raise RunError(f"{e} ({program.path}:{line}:{col}); this is a bug in sexpgpu, please report it")
+        except BadValue as e:
+            try:
+                store.wait()
+            except CheckpointError:
+                pass
+            good = store.latest()
+            where = (f"the last good checkpoint is step {good} in {store.spec.dir}" if good is not None
+                     else "no checkpoint was saved")
+            raise RunError(f"{e}; the run stopped (lower the learning rate, or look for a log or division by 0); "
+                           f"{where}")
+        except CheckpointError as e:
+            raise RunError(str(e))
+        finally:
+            reporter.close()
     finally:
-        reporter.close()
+        store.close()
     jax.block_until_ready(state.trainable)
     seconds = time.perf_counter() - t0
     if options.export is not None:
         export_params(options.export, state.trainable, state.frozen)
-    return RunResult(state.trainable, state.frozen, history, dict(trainer.graphs.traces), seconds, trainer.steps)
+    return RunResult(state.trainable, state.frozen, history, dict(trainer.graphs.traces), seconds, trainer.steps,
+                     extra={"start": start})

@@ -1,0 +1,223 @@
+"""Checkpoints with orbax-checkpoint: complete or absent, each stamped with the run's identity.
+
+A checkpoint is a directory `<dir>/<step>` that orbax's CheckpointManager
+writes under a temporary name and renames into place once every file is
+down, so a process killed mid-write leaves the previous checkpoints as they
+were (the temporary directory is ignored, and removed the next time the
+directory is opened). `step` is the number of completed steps, the same
+number as the `step` of a metrics.jsonl row.
+
+Each checkpoint holds two items:
+- `state`: a pytree of arrays (trainable and frozen parameters, the optimizer
+  state, the counter totals), restored against the tree a fresh run builds,
+  so optax's named tuples come back as they were;
+- `meta`: JSON with the step, the records consumed (the loader position,
+  see loaders.py), the identity (a hash of the run file's forms) and the seed.
+
+`:checkpoint (:every N :dir D :keep K)`: D is relative to the run dir
+(docs/checkpoints.md says why). This module knows nothing of RunState or the
+training loop: train.py hands it trees and numbers. It must not import
+sexpgpu_runtime.train.
+"""
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import jax
+import numpy as np
+
+FORMAT = "sexpgpu-checkpoint 1"
+DEFAULT_DIR = "checkpoints"
+DEFAULT_EVERY = 1000
+DEFAULT_KEEP = 3
+
+
+class CheckpointError(Exception):
+    """A checkpoint problem the user can act on: an unwritable or full dir, another run's checkpoint, a bad setting."""
+
+
+@dataclass(frozen=True)
+class Identity:
+    """What a checkpoint must match to be resumed: the hash of the run file's forms, and the seed."""
+
+    forms: str
+    seed: int
+
+    def show(self) -> str:
+        return f"forms {self.forms}, seed {self.seed}"
+
+
+@dataclass(frozen=True)
+class CheckpointSpec:
+    """Where checkpoints go and how often. `every` is None when the file has no `:checkpoint`:
+    then a checkpoint is written only when a signal stops the run (so that `--resume` works)."""
+
+    dir: Path
+    every: int | None
+    keep: int
+
+
+def checkpoint_spec(setting: dict | None, run_dir: Path) -> CheckpointSpec:
+    """The spec of a `:checkpoint (:every N :dir D :keep K)` plist (None when absent); D relative to `run_dir`."""
+    if setting is None:
+        return CheckpointSpec(run_dir / DEFAULT_DIR, None, 1)
+
+    def positive(key: str, default: int) -> int:
+        v = setting.get(key)
+        if v is None:
+            return default
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or v != int(v) or v < 1:
+            raise CheckpointError(f"`:checkpoint` `:{key}` must be a whole number of 1 or more, got {v!r}")
+        return int(v)
+
+    d = setting.get("dir", DEFAULT_DIR)
+    if not isinstance(d, str) or not d:
+        raise CheckpointError(f"`:checkpoint` `:dir` must be a path in quotes like \"checkpoints\", got {d!r}")
+    return CheckpointSpec(run_dir / Path(d).expanduser(), positive("every", DEFAULT_EVERY), positive("keep", DEFAULT_KEEP))
+
+
+def tree_nbytes(tree) -> int:
+    """The bytes of every array in a pytree (what a checkpoint of it holds, before compression)."""
+    return sum(int(np.prod(x.shape)) * np.dtype(x.dtype).itemsize for x in jax.tree_util.tree_leaves(tree))
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:.1f} MiB"
+
+
+def _reason(e: BaseException) -> str:
+    """One short line for an exception from orbax, tensorstore or the OS."""
+    if isinstance(e, OSError) and e.strerror:
+        return e.strerror
+    text = str(e).strip().splitlines()
+    line = text[0] if text else type(e).__name__
+    if "No space left" in str(e):
+        return "no space left on device"
+    return line if len(line) <= 200 else line[:197] + "..."
+
+
+class Checkpoints:
+    """The checkpoints of one run dir: list, save (atomic, asynchronous), restore the newest, check identity.
+
+    Opening creates the directory and proves it writable, so an unwritable dir
+    is one `CheckpointError` before any training.
+    """
+
+    def __init__(self, spec: CheckpointSpec, identity: Identity, file: str = ""):
+        import orbax.checkpoint as ocp  # ~0.5 s to import; only runs that train pay it
+
+        self.ocp = ocp
+        self.spec = spec
+        self.identity = identity
+        self.file = file
+        self.dir = spec.dir.resolve()
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            probe = self.dir / ".write-test"
+            probe.write_text("ok")
+            probe.unlink()
+        except OSError as e:
+            raise CheckpointError(f"cannot write checkpoints to {spec.dir}: {e.strerror or e}")
+        options = ocp.CheckpointManagerOptions(max_to_keep=spec.keep, create=True, cleanup_tmp_directories=True,
+                                               enable_async_checkpointing=True)
+        try:
+            self.manager = ocp.CheckpointManager(self.dir, options=options)
+        except Exception as e:  # orbax raises its own and the OS's errors
+            raise CheckpointError(f"cannot open checkpoints in {spec.dir}: {_reason(e)}")
+
+    # -- what is there --------------------------------------------------------------------------
+    def steps(self) -> list[int]:
+        """The steps of the complete checkpoints, oldest first (a half-written one is not among them)."""
+        self.manager.reload()
+        return sorted(self.manager.all_steps())
+
+    def latest(self) -> int | None:
+        """The step of the newest complete checkpoint, or None."""
+        steps = self.steps()
+        return steps[-1] if steps else None
+
+    def check_space(self, tree) -> None:
+        """Refuse to start when the disk cannot hold one more checkpoint of `tree`."""
+        need = int(tree_nbytes(tree) * 1.1) + 2**20
+        free = shutil.disk_usage(self.dir).free
+        if free < need:
+            raise CheckpointError(f"not enough free space for checkpoints in {self.spec.dir}: "
+                                  f"one needs about {_mib(need)}, {_mib(free)} free")
+
+    # -- writing --------------------------------------------------------------------------------
+    def save(self, step: int, tree, records: int) -> None:
+        """Start writing checkpoint `step` (returns once the arrays are copied off the device).
+
+        The write finishes in the background; the checkpoint appears, complete,
+        when it is done. Older checkpoints beyond `:keep` are deleted after it.
+        """
+        ocp = self.ocp
+        meta = {"format": FORMAT, "step": int(step), "records": int(records), "identity": self.identity.forms,
+                "seed": int(self.identity.seed), "file": str(self.file)}
+        try:
+            self.manager.save(int(step), args=ocp.args.Composite(state=ocp.args.StandardSave(tree),
+                                                                 meta=ocp.args.JsonSave(meta)), force=True)
+        except Exception as e:
+            raise CheckpointError(self._write_failed(step, e))
+
+    def wait(self) -> None:
+        """Block until every checkpoint started has been written (or raise why not)."""
+        try:
+            self.manager.wait_until_finished()
+        except Exception as e:
+            raise CheckpointError(self._write_failed(None, e))
+
+    def _write_failed(self, step: int | None, e: BaseException) -> str:
+        what = f"checkpoint step {step}" if step is not None else "a checkpoint"
+        try:
+            kept = self.latest()
+        except Exception:
+            kept = None
+        tail = f"; the newest complete checkpoint is step {kept}" if kept is not None else ""
+        return f"cannot write {what} to {self.spec.dir}: {_reason(e)}{tail}"
+
+    # -- reading --------------------------------------------------------------------------------
+    def meta(self, step: int) -> dict:
+        """The JSON item of checkpoint `step`."""
+        ocp = self.ocp
+        try:
+            got = self.manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))
+        except Exception as e:
+            raise CheckpointError(f"cannot read checkpoint step {step} in {self.spec.dir}: {_reason(e)}")
+        meta = got.meta
+        if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+            raise CheckpointError(f"{self.spec.dir / str(step)} is not a sexpgpu checkpoint")
+        return meta
+
+    def check_identity(self, step: int, meta: dict) -> None:
+        """Refuse a checkpoint that another run file (or seed) wrote, naming both identities."""
+        theirs = Identity(str(meta.get("identity")), int(meta.get("seed", -1)))
+        if theirs != self.identity:
+            made_by = f" by {meta['file']}" if meta.get("file") else ""
+            raise CheckpointError(f"checkpoint step {step} in {self.spec.dir} was made{made_by} with {theirs.show()}; "
+                                  f"this file has {self.identity.show()}, so it cannot resume it")
+
+    def restore(self, like) -> tuple[int, object, int]:
+        """Restore the newest complete checkpoint as a tree shaped like `like`: (step, tree, records)."""
+        step = self.latest()
+        if step is None:
+            raise CheckpointError(f"no complete checkpoint in {self.spec.dir} to resume from")
+        meta = self.meta(step)
+        self.check_identity(step, meta)
+        ocp = self.ocp
+        abstract = jax.tree_util.tree_map(ocp.utils.to_shape_dtype_struct, like)
+        try:
+            got = self.manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract)))
+        except Exception as e:
+            raise CheckpointError(f"cannot read checkpoint step {step} in {self.spec.dir}: {_reason(e)}")
+        return step, got.state, int(meta["records"])
+
+    def close(self) -> None:
+        """Finish pending writes and release the manager's threads."""
+        try:
+            self.manager.wait_until_finished()
+        finally:
+            self.manager.close()
+

@@ -1,0 +1,266 @@
+"""Checkpoints and resume: bit-exact resume after a stop, identity, kills mid-write, bad values, full or
+unwritable dirs, TensorBoard events, `sexpgpu plot`."""
+import json
+import os
+import random
+import signal
+import struct
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from helpers import ROOT, program_of, variant
+from sexpgpu_runtime.params import flatten
+from sexpgpu_runtime.train import RunError, RunOptions, RunStopped, train
+
+STEPS = 30
+TEST_SEED = 20240605
+# Every step logged (so every step's metrics can be compared), checkpoints every 7 steps, two kept.
+TEXT = variant(":log (:every 50))", ":log (:every 1 :tensorboard true)\n     :checkpoint (:every 7 :keep 2))")
+
+
+def run(text: str, run_dir: Path, steps: int = STEPS, on_trip=None, **kw):
+    """Train quietly; the program's path is inside the run dir."""
+    return train(program_of(text, str(run_dir / "run.sx")), RunOptions(steps=steps, run_dir=run_dir, quiet=True, **kw),
+                 on_trip=on_trip)
+
+
+def rows(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def assert_same_params(a, b):
+    fa, fb = flatten(a), flatten(b)
+    assert fa.keys() == fb.keys()
+    for k in fa:
+        assert np.array_equal(np.asarray(fa[k]), np.asarray(fb[k])), k
+
+
+@pytest.fixture(scope="module")
+def full(tmp_path_factory):
+    """The uninterrupted 30-step run."""
+    d = tmp_path_factory.mktemp("full")
+    return run(TEXT, d), d
+
+
+@pytest.fixture(scope="module")
+def stopped(tmp_path_factory):
+    """The same run, stopped by SIGTERM before a random trip of a random step, then resumed."""
+    d = tmp_path_factory.mktemp("stopped")
+    rng = random.Random(TEST_SEED)
+    target = (rng.randrange(1, STEPS - 1), rng.randrange(6))   # (0-based step in flight, trip)
+
+    def before_trip(step, trip):
+        if (step, trip) == target:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    with pytest.raises(RunStopped) as stop:
+        run(TEXT, d, on_trip=before_trip)
+    first_part = rows(d)
+    resumed = run(TEXT, d, resume=True)
+    return target, stop.value, first_part, resumed, d
+
+
+def test_stop_abandons_the_step_in_flight_and_saves_the_last_completed(stopped):
+    (step, trip), stop, first_part, _, d = stopped
+    assert (stop.signal_name, stop.exit_code) == ("SIGTERM", 143)
+    assert stop.step == step + 1          # the step in flight, numbered as in metrics.jsonl
+    assert stop.saved == step             # the last completed step was saved (it is not a multiple of 7)
+    assert [r["step"] for r in first_part] == list(range(1, step + 1))
+
+
+def test_resume_is_bit_exact_with_the_uninterrupted_run(full, stopped):
+    full_result, full_dir = full
+    (step, _), _, _, resumed, d = stopped
+    assert resumed.extra["start"] == step
+    assert_same_params(resumed.trainable, full_result.trainable)
+    assert_same_params(resumed.frozen, full_result.frozen)
+    # Every step after the resume point has the uninterrupted run's metrics, and the
+    # resumed metrics.jsonl kept the rows before it: one row per step, equal throughout.
+    assert resumed.history == [r for r in rows(full_dir) if r["step"] > step]
+    assert rows(d) == rows(full_dir)
+
+
+def test_keep_holds_the_newest_checkpoints(full):
+    from sexpgpu_runtime.checkpoint import Checkpoints, Identity, checkpoint_spec
+    _, d = full
+    prog = program_of(TEXT)
+    store = Checkpoints(checkpoint_spec(prog.run.checkpoint, d), Identity(prog.identity, prog.run.seed))
+    try:
+        assert store.steps() == [28, 30]  # every 7 and the last step; `:keep 2`
+    finally:
+        store.close()
+
+
+def test_checkpoint_of_another_file_is_refused_naming_both(full, tmp_path):
+    _, d = full
+    other = variant(":optimizer (adam :lr 3e-3)", ":optimizer (adam :lr 1e-3)", TEXT)
+    with pytest.raises(RunError) as e:
+        run(other, d, resume=True)
+    msg = str(e.value)
+    assert "\n" not in msg
+    assert program_of(TEXT).identity in msg and program_of(other).identity in msg
+    assert "seed 0" in msg and "cannot resume" in msg
+
+
+def test_comments_and_layout_keep_the_identity(full):
+    reformatted = ";; a comment the identity ignores\n" + TEXT.replace("(run :loader train", "(run\n  :loader   train")
+    assert program_of(reformatted).identity == program_of(TEXT).identity
+    result = run(reformatted, full[1], resume=True)   # already at step 30: resumes and has nothing to do
+    assert result.extra["start"] == STEPS and result.history == []
+
+
+def test_fresh_run_into_a_dir_with_checkpoints_is_refused(full):
+    with pytest.raises(RunError, match="already holds checkpoints of this run .*--resume"):
+        run(TEXT, full[1])
+
+
+def test_resume_without_a_checkpoint_says_so(tmp_path):
+    with pytest.raises(RunError, match="nothing to resume: no complete checkpoint in"):
+        run(TEXT, tmp_path, resume=True)
+
+
+def test_unwritable_checkpoint_dir_is_one_error_before_training(tmp_path):
+    (tmp_path / "a-file").write_text("not a dir")
+    text = variant(":checkpoint (:every 7 :keep 2)", ':checkpoint (:every 7 :dir "a-file/ckpt")', TEXT)
+    with pytest.raises(RunError) as e:
+        run(text, tmp_path)
+    assert str(e.value) == f"cannot write checkpoints to {tmp_path / 'a-file' / 'ckpt'}: Not a directory"
+    assert not (tmp_path / "metrics.jsonl").exists()
+
+
+def test_full_disk_is_one_error_before_training(tmp_path, monkeypatch):
+    import shutil
+    from sexpgpu_runtime import checkpoint
+    monkeypatch.setattr(checkpoint.shutil, "disk_usage", lambda p: shutil._ntuple_diskusage(10**9, 10**9 - 4096, 4096))
+    with pytest.raises(RunError, match=r"not enough free space for checkpoints in .*: one needs about 1\.\d MiB, 0\.0 MiB free"):
+        run(TEXT, tmp_path)
+    assert not (tmp_path / "metrics.jsonl").exists()
+
+
+def test_bad_checkpoint_setting_is_one_line(tmp_path):
+    text = variant(":checkpoint (:every 7 :keep 2)", ":checkpoint (:every 0)", TEXT)
+    with pytest.raises(RunError, match=r"^`:checkpoint` `:every` must be a whole number of 1 or more, got 0$"):
+        run(text, tmp_path)
+
+
+def test_nan_loss_names_the_step_the_metric_and_the_last_good_checkpoint(tmp_path):
+    # log(6 - step) is -inf at the 7th step (ctx :step 6), so the loss is NaN there.
+    text = variant("(loss (mean (cross-entropy logits (getf inputs :target)))))",
+                   "(loss (+ (mean (cross-entropy logits (getf inputs :target)))\n"
+                   "                  (* 0.0 (log (- 6.0 (cast (getf ctx :step) :f32)))))))", TEXT)
+    text = variant(":log (:every 1 :tensorboard true)", ":log (:every 50)", text)
+    text = variant(":checkpoint (:every 7 :keep 2)", ":checkpoint (:every 2 :keep 2)", text)
+    with pytest.raises(RunError) as e:
+        run(text, tmp_path, steps=12)
+    ckpts = tmp_path / "checkpoints"
+    assert str(e.value) == ("step 7: `loss` is nan; the run stopped (lower the learning rate, or look for a log or "
+                            f"division by 0); the last good checkpoint is step 6 in {ckpts}")
+    assert sorted(int(p.name) for p in ckpts.iterdir() if p.name.isdigit()) == [4, 6]
+
+
+KILL_MID_WRITE = textwrap.dedent("""
+    import os, sys, time
+    from pathlib import Path
+    import numpy as np
+    from sexpgpu_runtime.checkpoint import Checkpoints, CheckpointSpec, Identity
+
+    store = Checkpoints(CheckpointSpec(Path(sys.argv[1]), 1, 3), Identity("f00d", 0))
+    store.save(1, {"w": np.full((256, 256), 1.0, np.float32), "n": np.array(1, np.int64)}, records=64)
+    store.wait()
+    real_rename = os.rename
+    def slow_rename(src, dst, *a, **k):
+        # Every file of checkpoint 2 is written; only the rename that commits it is left.
+        if "tmp" in str(src):
+            print("renaming", flush=True)
+            time.sleep(120)
+        return real_rename(src, dst, *a, **k)
+    os.rename = slow_rename
+    store.save(2, {"w": np.full((256, 256), 2.0, np.float32), "n": np.array(2, np.int64)}, records=128)
+    store.wait()
+    print("not killed", flush=True)
+""")
+
+
+def test_sigkill_during_a_checkpoint_write_leaves_the_previous_one_loadable(tmp_path):
+    from sexpgpu_runtime.checkpoint import Checkpoints, CheckpointSpec, Identity
+    d = tmp_path / "ckpt"
+    p = subprocess.Popen([sys.executable, "-c", KILL_MID_WRITE, str(d)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, cwd=ROOT)
+    try:
+        assert p.stdout.readline().strip() == "renaming", p.stderr.read()
+        p.send_signal(signal.SIGKILL)
+        p.wait(timeout=30)
+    finally:
+        p.kill()
+    assert p.returncode == -signal.SIGKILL
+    leftovers = sorted(x.name for x in d.iterdir())
+    assert "1" in leftovers and "2" not in leftovers and any("tmp" in x for x in leftovers), leftovers
+    store = Checkpoints(CheckpointSpec(d, 1, 3), Identity("f00d", 0))
+    try:
+        assert store.steps() == [1]
+        step, tree, records = store.restore({"w": np.zeros((256, 256), np.float32), "n": np.array(0, np.int64)})
+        assert (step, records, int(tree["n"])) == (1, 64, 1)
+        assert np.all(np.asarray(tree["w"]) == 1.0)
+    finally:
+        store.close()
+    assert sorted(x.name for x in d.iterdir() if not x.name.startswith(".")) == ["1"]   # the torn write is cleaned up
+
+
+def tensorboard_scalars(run_dir: Path) -> dict[str, dict[int, float]]:
+    """Scalars of every event file under `run_dir` (TFRecord framing: length, crc, data, crc)."""
+    from tensorboardX.proto import event_pb2
+    out: dict[str, dict[int, float]] = {}
+    for f in sorted(run_dir.glob("events.out.tfevents.*")):
+        data = f.read_bytes()
+        i = 0
+        while i < len(data):
+            (n,) = struct.unpack("<Q", data[i:i + 8])
+            ev = event_pb2.Event.FromString(data[i + 12:i + 12 + n])
+            i += 12 + n + 4
+            for v in ev.summary.value:
+                out.setdefault(v.tag, {})[ev.step] = v.simple_value
+    return out
+
+
+def test_tensorboard_events_hold_every_logged_metric(full):
+    result, d = full
+    scalars = tensorboard_scalars(d)
+    assert set(scalars) == {"loss", "generation-accuracy"}
+    assert sorted(scalars["loss"]) == list(range(1, STEPS + 1))
+    for row in result.history:
+        assert scalars["loss"][row["step"]] == pytest.approx(row["loss"], rel=1e-6)
+
+
+def test_plot_writes_a_png_of_every_metric(full, tmp_path):
+    from typer.testing import CliRunner
+    from sexpgpu_cli.main import app
+    _, d = full
+    with (d / "metrics.jsonl").open() as f:
+        text = f.read()
+    # a pass's metrics join the training metric's panel
+    extra = "".join(json.dumps({"step": s, "held-out/loss": 2.8 - s / 100}) + "\n" for s in (10, 20, 30))
+    (tmp_path / "metrics.jsonl").write_text(text + extra)
+    r = CliRunner().invoke(app, ["plot", str(tmp_path)])
+    assert r.exit_code == 0, r.output
+    png = tmp_path / "metrics.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    from sexpgpu_cli.plot import panels
+    assert panels(["loss", "generation-accuracy", "held-out/loss", "held-out/f1"]) == {
+        "loss": ["loss", "held-out/loss"], "generation-accuracy": ["generation-accuracy"], "held-out/f1": ["held-out/f1"]}
+
+
+def test_plot_mistakes_are_one_line(tmp_path):
+    from typer.testing import CliRunner
+    from sexpgpu_cli.main import app
+    r = CliRunner().invoke(app, ["plot", str(tmp_path / "nope")])
+    assert (r.exit_code, r.output.strip()) == (1, f"sexpgpu: error: no run dir {tmp_path / 'nope'}")
+    r = CliRunner().invoke(app, ["plot", str(tmp_path)])
+    assert r.exit_code == 1 and "has no metrics.jsonl" in r.output and len(r.output.strip().splitlines()) == 1
+    (tmp_path / "metrics.jsonl").write_text('{"step": 1, "loss": 2.0}\nnot json\n{"step": 3, "loss": 1.0}\n')
+    r = CliRunner().invoke(app, ["plot", str(tmp_path)])
+    assert r.exit_code == 1 and f"{tmp_path / 'metrics.jsonl'}:2 is not a metrics row" in r.output
