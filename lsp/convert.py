@@ -148,6 +148,24 @@ def to_lsp_diagnostic(pm: PositionMap, uri: str, d: Diagnostic) -> types.Diagnos
     )
 
 
+def to_lsp_failure(message: str) -> types.Diagnostic:
+    """The one diagnostic shown when the front end failed on a file (a bug in
+    sexpgpu, not in the file), at the file's start: without it, a file that
+    could not be checked would look clean."""
+    return types.Diagnostic(
+        range=types.Range(start=types.Position(line=0, character=0), end=types.Position(line=0, character=0)),
+        message=f"sexpgpu could not check this file (an internal error, please report it): {message}",
+        severity=types.DiagnosticSeverity.Error, source="sexpgpu")
+
+
+def to_lsp_diagnostics(pm: PositionMap, uri: str, diagnostics, failure: str | None = None) -> list[types.Diagnostic]:
+    """A file's diagnostics, and the failure diagnostic when the front end failed."""
+    out = [to_lsp_diagnostic(pm, uri, d) for d in diagnostics]
+    if failure is not None:
+        out.append(to_lsp_failure(failure))
+    return out
+
+
 # --------------------------------------------------------------------------- ide results
 
 

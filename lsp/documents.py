@@ -13,6 +13,7 @@ Imports `sexpgpu_lang` and `lsp.convert`; never JAX.
 from __future__ import annotations
 
 import itertools
+import logging
 import threading
 from concurrent.futures import Executor, Future
 from dataclasses import dataclass, field
@@ -21,11 +22,14 @@ from urllib.parse import unquote, urlparse
 
 from lsprotocol import types
 
-from sexpgpu_lang import CheckResult, analyze, ide
+from sexpgpu_lang import CheckResult, SourceText, analyze, ide
+from sexpgpu_lang.check import Facts
+from sexpgpu_lang.syntax import ParseResult
 
 from .convert import PositionMap, apply_change
 
 _serials = itertools.count(1)
+log = logging.getLogger("sexpgpu.lsp")
 
 
 def uri_to_path(uri: str) -> str:
@@ -61,10 +65,13 @@ class Document:
 @dataclass(frozen=True)
 class Analysis:
     """A document version and the front end's result for it; `index`, for
-    the editor queries, is built on first use (publishing needs none)."""
+    the editor queries, is built on first use (publishing needs none).
+    `failure` says why the front end failed on this text (a bug in it: the
+    result is then empty), else None."""
 
     document: Document
     result: CheckResult
+    failure: str | None = None
 
     @cached_property
     def index(self) -> ide.Index:
@@ -73,8 +80,17 @@ class Analysis:
 
 
 def analyze_document(doc: Document) -> Analysis:
-    """Check a document's text with the front end (never raises for any text)."""
-    return Analysis(doc, analyze(doc.text, uri_to_path(doc.uri)))
+    """Check a document's text with the front end. Never raises: should the
+    front end fail (it must not, for any text), the analysis is empty and
+    says why in `failure`, and the error is logged."""
+    path = uri_to_path(doc.uri)
+    try:
+        return Analysis(doc, analyze(doc.text, path))
+    except Exception as exc:  # RecursionError included: a bug in the front end, not in the file
+        log.error("the front end failed on %s", doc.uri, exc_info=exc)
+        src = SourceText(doc.text, path)
+        empty = CheckResult(src, ParseResult(src, (), (), ()), [], Facts(), None)
+        return Analysis(doc, empty, f"{type(exc).__name__}: {exc}")
 
 
 class DocumentStore:

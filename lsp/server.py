@@ -29,7 +29,7 @@ from pygls.lsp.server import LanguageServer
 from pygls.protocol.language_server import LanguageServerProtocol, lsp_method
 
 from .config import ServerConfig
-from .convert import UTF16, to_lsp_diagnostic
+from .convert import UTF16, to_lsp_diagnostics
 from .documents import Analysis, DocumentStore
 from .guard import report
 
@@ -112,7 +112,7 @@ class SexpServer(LanguageServer):
         """Publish an analysis's diagnostics (LSP 3.17, "PublishDiagnostics")."""
         doc = analysis.document
         pm = doc.positions(self.encoding)
-        diags = [to_lsp_diagnostic(pm, doc.uri, d) for d in analysis.result.diagnostics]
+        diags = to_lsp_diagnostics(pm, doc.uri, analysis.result.diagnostics, analysis.failure)
         self.text_document_publish_diagnostics(
             types.PublishDiagnosticsParams(uri=doc.uri, diagnostics=diags, version=doc.version))
 

@@ -8,7 +8,8 @@ from lsprotocol import types
 
 from lsp.config import ServerConfig
 from lsp.convert import UTF8, UTF16, UTF32, PositionMap, apply_change, to_lsp_diagnostic, to_lsp_semantic_tokens
-from lsp.documents import DocumentStore
+from lsp import documents
+from lsp.documents import Document, DocumentStore
 from lsp.guard import guarded
 from sexpgpu_lang import analyze, ide
 from sexpgpu_lang.source import SourceText
@@ -131,3 +132,16 @@ def test_the_server_never_imports_jax():
     import sys
     code = "import sys, lsp.server; lsp.server.build_server(); assert 'jax' not in sys.modules, 'jax imported'"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_a_front_end_failure_is_shown_not_hidden(monkeypatch):
+    def broken(text, path):
+        raise RecursionError("maximum recursion depth exceeded")
+
+    monkeypatch.setattr(documents, "analyze", broken)
+    a = documents.analyze_document(Document("file:///deep.sx", 1, "((((x))))"))
+    assert a.result.diagnostics == [] and "RecursionError" in a.failure
+    from lsp.convert import to_lsp_diagnostics
+    [d] = to_lsp_diagnostics(PositionMap(a.document.text), a.document.uri, a.result.diagnostics, a.failure)
+    assert d.severity == types.DiagnosticSeverity.Error and "could not check this file" in d.message
+    assert ide.hover(a.index, 3) is None

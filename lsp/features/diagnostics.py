@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from lsprotocol import types
 
-from ..convert import to_lsp_diagnostic
+from ..convert import to_lsp_diagnostics
 from ..guard import guarded
 
 
@@ -55,5 +55,5 @@ def register(server) -> None:
         if params.previous_result_id == result_id:
             return types.RelatedUnchangedDocumentDiagnosticReport(result_id=result_id)
         pm = doc.positions(ls.encoding)
-        items = [to_lsp_diagnostic(pm, doc.uri, d) for d in analysis.result.diagnostics]
+        items = to_lsp_diagnostics(pm, doc.uri, analysis.result.diagnostics, analysis.failure)
         return types.RelatedFullDocumentDiagnosticReport(items=items, result_id=result_id)
