@@ -2,7 +2,7 @@
 
 `main()` serves on stdin/stdout (`sexpgpu lsp`, `python -m lsp`).
 `build_server()` makes a server with every feature registered; the
-features live in `lsp/features/`, one module per group:
+handlers live in one module per group of features, each with `register(server)`:
 
 * `diagnostics`: document sync (open, incremental change, close),
   published and pulled diagnostics;
@@ -124,7 +124,7 @@ class SexpServer(LanguageServer):
 
 def build_server() -> SexpServer:
     """A server with every feature registered."""
-    from .features import diagnostics, editing, information, navigation
+    from . import diagnostics, editing, information, navigation
 
     server = SexpServer()
 

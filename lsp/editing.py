@@ -13,8 +13,8 @@ from sexpgpu_lang import ide
 from sexpgpu_lang.format import Layout, format_range, format_text
 from sexpgpu_lang.source import Span
 
-from .. import convert
-from ..guard import guarded
+from . import convert
+from .guard import guarded
 
 
 def register(server) -> None:

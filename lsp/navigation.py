@@ -9,8 +9,8 @@ from pygls.exceptions import JsonRpcException
 
 from sexpgpu_lang import ide
 
-from .. import convert
-from ..guard import guarded, report
+from . import convert
+from .guard import guarded, report
 
 
 def _at(ls, params):

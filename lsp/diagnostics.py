@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from lsprotocol import types
 
-from ..convert import to_lsp_diagnostics
-from ..guard import guarded
+from .convert import to_lsp_diagnostics
+from .guard import guarded
 
 
 def register(server) -> None:

@@ -7,8 +7,8 @@ from lsprotocol import types
 
 from sexpgpu_lang import ide
 
-from .. import convert
-from ..guard import guarded
+from . import convert
+from .guard import guarded
 
 
 def register(server) -> None:

@@ -1,1 +1,0 @@
-"""The server's features, one module per group; each has `register(server)`."""
