@@ -321,7 +321,7 @@ class Index:
                 dims = " ".join(map(str, st.dims)) if isinstance(st, ShapeType) else "?"
                 dt = dtype.name if isinstance(dtype, Kw) else "?"
                 d = Definition(k.name, "field", k.span, Span(k.span.start, dtype.span.end),
-                               f"field :{k.name} of loader {name}: [{dims}] {dt} a record")
+                               f"field :{k.name} of loader {name}: [{dims}] {dt} per record")
                 fields[(name, k.name)] = d
                 self._define(d)
         for node in self.nodes.values():
