@@ -317,12 +317,27 @@ class Checker:
         self.err("E-TYPE-003", node.span, f"this must be a compile-time constant, got {t.show()}")
         return None
 
-    def config_plist(self, node: Node, allowed, what: str) -> dict:
-        """A data plist like `(:every 50 :tensorboard true)`."""
+    def config_plist(self, node: Node, kinds: dict[str, str], what: str) -> dict:
+        """A data plist like `(:every 50 :tensorboard true)`. `kinds` maps each allowed key to
+        `count` (an integer of 1 or more), `bool` or `string`; a value of another kind is
+        E-TYPE-003 and left out."""
         if not isinstance(node, ListNode) or (node.items and not isinstance(node.items[0], Kw)):
             self.err("E-FORM-002", node.span, f"`{what}` takes a plist like `(:every 50)`")
             return {}
-        return {k: self.const_value(v) for k, (kw, v) in self.keyword_args(node, 0, allowed, what).items()}
+        out = {}
+        for k, (kw, v) in self.keyword_args(node, 0, tuple(kinds), what).items():
+            if kinds[k] == "count":
+                val = self.const_int(v, f"`:{k}` of `{what}`", 1)
+            else:
+                val = self.const_value(v)
+                ok = isinstance(val, bool) if kinds[k] == "bool" else isinstance(val, str)
+                if val is not None and not ok:
+                    self.err("E-TYPE-003", v.span, f"`:{k}` of `{what}` must be "
+                             + ("`true` or `false`" if kinds[k] == "bool" else "a string"))
+                    val = None
+            if val is not None:
+                out[k] = val
+        return out
 
     # -- top level ------------------------------------------------------------
     def run(self) -> CheckResult:
@@ -731,8 +746,9 @@ class Checker:
                 args = {k: self.const_value(v) for k, (kw, v) in self.keyword_args(on, 1, OPTIMIZERS[on.head], on.head).items()}
                 opt = (on.head, args)
                 self.facts.calls[(on.span.start, on.span.end)] = on.head
-        log = self.config_plist(kws["log"][1], ("every", "tensorboard"), ":log") if "log" in kws else {}
-        ckpt = self.config_plist(kws["checkpoint"][1], ("every", "dir", "keep"), ":checkpoint") if "checkpoint" in kws else None
+        log = self.config_plist(kws["log"][1], {"every": "count", "tensorboard": "bool"}, ":log") if "log" in kws else {}
+        ckpt = (self.config_plist(kws["checkpoint"][1], {"every": "count", "dir": "string", "keep": "count"}, ":checkpoint")
+                if "checkpoint" in kws else None)
         diag_sel: tuple[str, ...] = ()
         if "diagnostics" in kws:
             dn = kws["diagnostics"][1]
