@@ -174,14 +174,38 @@ def plot(
 def explain(
     file: Path = typer.Argument(..., help="The run file to explain."),
     format: Format = typer.Option(Format.text, "--format", "-f", help="text or json."),
+    xla: bool = typer.Option(False, "--xla", help="Also compile each graph with JAX and print XLA's own memory "
+                             "and cost analysis beside the estimate (slow: seconds per graph)."),
+    memory_budget: Optional[str] = typer.Option(None, "--memory-budget", metavar="SIZE",
+                                                help="Device memory for `:stack :auto` and the fit check, e.g. "
+                                                "80GiB or 16GB (default: the device's memory with --xla, else 16 GiB)."),
 ):
-    """Print the training step as graphs: generate.init, generate.step (with its trips), generate.finish, train, each pass."""
+    """Print the training step as graphs: generate.init, generate.step (with its trips), generate.finish,
+    train, update and each pass; the lowering report, the memory plan and the cost model.
+
+    Everything but `--xla` is computed statically from the checked file, without JAX.
+    """
+    if format == Format.sarif:
+        raise fail("explain prints text or json, not sarif")
+    budget, source = None, None
+    if memory_budget is not None:
+        from sexpgpu_lang.explain import parse_bytes
+        try:
+            budget, source = parse_bytes(memory_budget), "--memory-budget"
+        except ValueError as e:
+            raise fail(str(e))
     res = load(file)
     if res.has_errors:
         n_err, n_warn = print_text([res])
         raise fail(f"{file} has {render.summary(n_err, n_warn)}; fix them first", 1)
     from sexpgpu_lang.explain import explain as build, to_text
-    report = build(res.program)
+    if xla:
+        from sexpgpu_runtime.xla_report import device_budget, xla_report  # JAX is imported only here
+        if budget is None:
+            budget, source = device_budget()
+    report = build(res.program, budget, source)
+    if xla:
+        report["xla"] = xla_report(res.program, report)
     if format == Format.text:
         print(to_text(report))
     else:

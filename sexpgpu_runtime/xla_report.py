@@ -1,0 +1,181 @@
+"""`sexpgpu explain --xla`: compile each graph of the step and read XLA's own analysis.
+
+For every graph the runtime jits (sexpgpu_runtime/graphs.py: `generate.init`,
+`generate.step`, `generate.finish`, `train`, `update`, each pass), lower it
+with abstract arguments (`jax.ShapeDtypeStruct`: no data is loaded and no
+parameter initialised), compile it for the default backend, and read
+`memory_analysis()` (bytes of arguments, outputs, temporaries, aliases) and
+`cost_analysis()` (FLOPs, transcendentals, bytes accessed). The result
+sits beside the static estimate of `sexpgpu_lang.explain` in the report.
+
+Units: bytes and FLOPs per call of one graph.
+
+XLA's numbers need two readings to compare with the estimate (docs/explain.md):
+- a graph that returns several arrays returns a tuple whose table of
+  buffer pointers (8 bytes per leaf) XLA counts in `output_size_in_bytes`;
+  `outputs` here is the arrays' bytes alone (`output_table` holds the rest);
+- JAX drops arguments a graph does not read (`keep_unused=False`), so
+  `args` is the bytes of the arguments the graph reads, as the estimate's.
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import jax
+import jax.numpy as jnp
+
+from sexpgpu_lang import ir
+from sexpgpu_lang.explain import RUNTIME_CTX
+from sexpgpu_lang.types import PlistType, TensorType
+
+from .dtypes import jdt
+from .graphs import Graphs
+from .optim import make_optimizer
+from .params import set_path
+
+
+def device_budget() -> tuple[int | None, str]:
+    """The default device's memory in bytes (`bytes_limit` of its memory stats) and where it came from.
+
+    (None, why) where the backend reports no limit (the CPU does not).
+    """
+    dev = jax.devices()[0]
+    try:
+        stats = dev.memory_stats() or {}
+    except Exception:  # some backends raise instead of returning None
+        stats = {}
+    limit = stats.get("bytes_limit")
+    if limit:
+        return int(limit), f"{dev.device_kind} memory"
+    return None, f"{dev.platform} backend reports no memory limit; assumed 16 GiB"
+
+
+def _sds(t: TensorType, stack: int = 1):
+    shape = ((stack,) if stack > 1 else ()) + tuple(t.shape)
+    return jax.ShapeDtypeStruct(shape, jdt(t.dtype))
+
+
+def _tree(t: PlistType, stack: int) -> dict:
+    return {k: _sds(v, stack) for k, v in t.entries if isinstance(v, TensorType)}
+
+
+def _ctx(stack: int) -> dict:
+    return {k: _sds(TensorType((), d), stack) for k, d in RUNTIME_CTX}
+
+
+def _params(program: ir.Program) -> tuple[dict, dict]:
+    trainable: dict = {}
+    frozen: dict = {}
+    for p in program.params:
+        set_path(frozen if p.frozen else trainable, p.path, _sds(TensorType(p.shape, p.dtype)))
+    return trainable, frozen
+
+
+def _analyse(fn, args) -> dict:
+    """Compile `fn` for `args` and read XLA's memory and cost analysis (bytes, FLOPs per call)."""
+    t0 = time.perf_counter()
+    compiled = fn.lower(*args).compile()
+    seconds = time.perf_counter() - t0
+    mem = compiled.memory_analysis()
+    cost = compiled.cost_analysis()
+    if isinstance(cost, (list, tuple)):
+        cost = cost[0] if cost else {}
+    cost = cost or {}
+    leaves = len(jax.tree_util.tree_leaves(jax.eval_shape(fn, *args)))
+    table = 8 * leaves if leaves > 1 else 0
+    out_total = int(getattr(mem, "output_size_in_bytes", 0))
+    args_b = int(getattr(mem, "argument_size_in_bytes", 0))
+    temps = int(getattr(mem, "temp_size_in_bytes", 0))
+    alias = int(getattr(mem, "alias_size_in_bytes", 0))
+    outputs = max(out_total - table, 0)
+    return {"flops": float(cost.get("flops", 0.0)), "transcendentals": float(cost.get("transcendentals", 0.0)),
+            "bytes_accessed": float(cost.get("bytes accessed", 0.0)), "args": args_b, "outputs": outputs,
+            "output_table": out_total - outputs, "output_leaves": leaves, "temps": temps, "alias": alias,
+            "live": args_b + outputs + temps - alias, "compile_seconds": round(seconds, 3)}
+
+
+def compile_graphs(program: ir.Program, stack: int) -> dict[str, dict]:
+    """XLA's analysis of every graph of one step at stacking degree `stack`, keyed as `step_graphs` keys them."""
+    run = program.run
+    if run.stack != stack or run.stack_auto:
+        program = dataclasses.replace(program, run=dataclasses.replace(run, stack=stack, stack_auto=False))
+    optimizer = make_optimizer(run.optimizer)
+    g = Graphs(program, optimizer, frozenset(run.diagnostics), donate=False)
+    S = g.layout.stack
+    trainable, frozen = _params(program)
+    batch_t = program.loaders[run.loader].batch_type()
+    out: dict[str, dict] = {}
+
+    def guard(name, fn, args):
+        try:
+            out[name] = _analyse(fn, args)
+        except Exception as e:  # one graph that fails to compile must not hide the others
+            out[name] = {"error": f"{type(e).__name__}: {e}"}
+
+    gen = program.generate
+    trip = jax.ShapeDtypeStruct((), jnp.int64)
+    if gen is not None:
+        batch, state, ctx = _tree(batch_t, S), _tree(gen.state, S), _ctx(1)
+        guard("generate.init", g.gen_init, (trainable, frozen, batch, ctx))
+        guard("generate.step", g.gen_step, (trainable, frozen, state, trip, ctx))
+        guard("generate.finish", g.gen_finish, (trainable, frozen, state, ctx))
+    tbatch = _tree(batch_t, S)
+    if gen is not None:
+        tbatch.update(_tree(gen.out, S))
+    base = {c: jax.ShapeDtypeStruct((), jdt(d)) for c, d in g.counter_types.items()}
+    guard("train", g.grads, (trainable, frozen, tbatch, _ctx(S), base))
+    opt_state = jax.eval_shape(optimizer.init, trainable)
+    guard("update", g.update, (trainable, opt_state, [trainable] * run.microbatches))
+    for ps in program.passes:
+        pb = _tree(program.loaders[ps.loader].batch_type(), 1)
+        if ps.runs_generator and gen is not None:
+            pstate = _tree(gen.state, 1)
+            guard(f"pass {ps.name} generate.init", g.gen_init_1, (trainable, frozen, pb, _ctx(1)))
+            guard(f"pass {ps.name} generate.step", g.gen_step_1, (trainable, frozen, pstate, trip, _ctx(1)))
+            guard(f"pass {ps.name} generate.finish", g.gen_finish_1, (trainable, frozen, pstate, _ctx(1)))
+            pb.update(_tree(gen.out, 1))
+        guard(f"pass {ps.name}", g.passes[ps.name], (trainable, frozen, pb, _ctx(1), base))
+    return out
+
+
+def _ratio(est: float, xla: float) -> float | None:
+    return None if not xla else est / xla
+
+
+def xla_report(program: ir.Program, report: dict) -> dict:
+    """XLA's analysis of the step's graphs, at the report's stacking degree, with estimate/XLA ratios."""
+    S = report["step"]["stack"]
+    graphs = compile_graphs(program, S)
+    est = {g["name"]: g for g in report["graphs"]}
+    for p in report["passes"]:
+        est[p["name"]] = p
+        for s in p.get("generator") or []:
+            est[s["name"]] = s
+    for name, x in graphs.items():
+        e = est.get(name)
+        if e is None or "error" in x:
+            continue
+        x["ratio"] = {"flops": _ratio(e["flops"], x["flops"]), "live": _ratio(e["live"]["total"], x["live"]),
+                      "temps": _ratio(e["live"]["temps"], x["temps"]), "args": _ratio(e["live"]["args"], x["args"]),
+                      "outputs": _ratio(e["live"]["outputs"], x["outputs"])}
+    dev = jax.devices()[0]
+    ok = [x for x in graphs.values() if "error" not in x]
+
+    def span(key):
+        vals = [x["ratio"][key] for x in ok if x.get("ratio") and x["ratio"][key] is not None]
+        return f"{min(vals):.2f}-{max(vals):.2f}" if vals else "-"
+
+    summary = (f"{len(ok)} of {_graphs(len(graphs))} compiled; estimate / XLA: FLOPs {span('flops')}, "
+               f"live set {span('live')} (per graph ratios in --format json, `xla.graphs.*.ratio`)")
+    notes = ["XLA's live set is arguments + outputs + temporaries - aliases; its outputs here leave out "
+             "the tuple's table of pointers (8 bytes a leaf)"]
+    if dev.platform == "cpu":
+        notes.append("the CPU backend computes bf16 matmuls in f32 and fuses some elementwise work into its "
+                     "matmuls (YNNPACK), so its temporaries can differ from an accelerator's (docs/explain.md)")
+    return {"backend": dev.platform, "device": dev.device_kind, "stack": S, "graphs": graphs,
+            "summary": summary, "notes": notes}
+
+
+def _graphs(n: int) -> str:
+    return f"{n} graph" + ("s" if n != 1 else "")
