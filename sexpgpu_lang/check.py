@@ -245,6 +245,7 @@ class Checker:
         self._active: list[str] = []
         self.run_ir: ir.RunIR | None = None
         self.counter_names: tuple[str, ...] = ()
+        self._state_type: PlistType | None = None
         self.pretrained_files: list[tuple[tuple[str, ...], str]] = []
         self.stages: list[tuple[str, int | None]] = []
 
@@ -388,17 +389,20 @@ class Checker:
         return CheckResult(self.src, self.parsed, self.diags, self.facts, program)
 
     def missing_forms(self):
-        top = Span(0, 0)
-        needs = {"run": "add `(run :loader train :steps 100 :optimizer (adam :lr 1e-3))`",
+        # One diagnostic naming every missing form, at the first form's `(` (or the start of
+        # a file with no form): several at one range would be merged into the first by `report`.
+        needs = {"loader": "add a `(loader ...)` form",
                  "model": "add `(model NAME)` naming the model objective trains",
                  "objective": "add `(objective (lambda (inputs ctx) loss))`",
-                 "loader": "add a `(loader ...)` form"}
-        if not self.parsed.forms:
+                 "run": "add `(run :loader train :steps 100 :optimizer (adam :lr 1e-3))`"}
+        missing = [h for h in needs if h not in self.forms]
+        if not missing:
             return
-        for head, fix in needs.items():
-            if head not in self.forms:
-                self.err("E-FORM-001", Span(self.parsed.forms[0].span.start, self.parsed.forms[0].span.start + 1) if top else top,
-                         f"the file has no `{head}` form", help=fix)
+        start = self.parsed.forms[0].span.start if self.parsed.forms else 0
+        names = [f"`{h}`" for h in missing]
+        listed = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1]
+        self.err("E-FORM-001", Span(start, start + 1 if self.parsed.forms else start),
+                 f"the file has no {listed} form", help="; ".join(needs[h] for h in missing))
 
     def scan_counters(self):
         names = []
@@ -524,7 +528,7 @@ class Checker:
         if d is None:
             return
         kws = self.keyword_args(f, 2, ("params", "apply", "frozen", "pretrained"), "defmodel")
-        self.models[name] = {"form": f, "kws": kws, "def": d, "params": {}, "subs": {}, "failed": set(), "apply": None,
+        self.models[name] = {"form": f, "kws": kws, "def": d, "params": {}, "param_defs": {}, "subs": {}, "failed": set(), "apply": None,
                              "frozen": False, "pretrained": None}
 
     def top_model_binding(self):
@@ -626,7 +630,8 @@ class Checker:
         m["params"][kw.name] = (t, (kind, args), v)
         self.note_type(kw, t)
         self.note_type(v, t)
-        self.facts.define(Definition(kw.name, "param", kw.span, v.span, f"{model_name} :{kw.name} {t.show()}"))
+        m["param_defs"][kw.name] = self.facts.define(
+            Definition(kw.name, "param", kw.span, v.span, f"{model_name} :{kw.name} {t.show()}"))
 
     def collect_params(self):
         """Walk the models reachable from `model`: their paths and parameter leaves."""
@@ -839,6 +844,7 @@ class Checker:
         if state is None:
             return None
         state = PlistType(tuple((k, t.strong() if isinstance(t, TensorType) else t) for k, t in state.entries))
+        self._state_type = state   # `getf` on this very object reads a state key (whatever the parameter's name)
         # Definitions of the state keys, where :init made them.
         init_list = _result_node(kws["init"][1].items[2:])
         key_defs: dict[str, Definition] = {}
@@ -1228,7 +1234,6 @@ class Checker:
             fn = None
             if isinstance(b.items[1], ListNode) and b.items[1].head == "lambda":
                 fn = (b.items[1], inner)
-            inner = inner.child()
             inner.names[b.items[0].name] = Binding(v.type, d, ir=v if isinstance(v, ir.Const) else None, fn=fn)
             names.append(b.items[0].name)
             values.append(v)
@@ -1299,7 +1304,7 @@ class Checker:
                                          + (f"; did you mean `:{hint}`?" if hint else ""),
                                          help="its keys are " + ", ".join(f"`:{x}`" for x in t.keys) if t.keys else None,
                                          data={"replace": f":{hint}"} if hint else None), node.span)
-            if isinstance(node.items[1], Sym) and node.items[1].name == "state" and k in self.facts.state_keys:
+            if t is self._state_type and k in self.facts.state_keys:
                 self.facts.uses.append((key.span, self.facts.state_keys[k]))
             return ir.GetF(got, node.span, obj, k)
         return ir.Const(self.err("E-TYPE-001", node.items[1].span, f"`getf` needs a plist, got {t.show()}"), node.span)
@@ -1309,7 +1314,7 @@ class Checker:
         k = key.name
         if k in m["params"]:
             pt = m["params"][k][0]
-            self.facts.uses.append((key.span, _find_def(self.facts, k, "param", m["params"][k][2].span)))
+            self.facts.uses.append((key.span, m["param_defs"][k]))
             if self.precision == "bf16" and is_float(pt.dtype):
                 pt = TensorType(pt.shape, "bf16")
             return ir.GetF(pt, node.span, obj, k)
@@ -1582,13 +1587,6 @@ def _entry_span(e: ir.Expr, key: str, default: Span) -> Span:
 
 def _entry_key_span(e: ir.Expr, key: str, default: Span) -> Span:
     return _entry_span(e, key, default)
-
-
-def _find_def(facts: Facts, name: str, kind: str, form_span: Span):
-    for d in facts.definitions:
-        if d.name == name and d.kind == kind and d.form_span == form_span:
-            return d
-    return None
 
 
 def _all_reports(e, kind):

@@ -189,6 +189,27 @@ def _glued_numbers(tokens: list[Token], diags: list[Diagnostic]) -> list[Token]:
     return out
 
 
+#: Deeper nesting is refused (E-SYNTAX-005): it keeps every recursive walk of the tree
+#: (conversion, checking, lowering) far inside Python's recursion limit.
+MAX_DEPTH = 100
+
+
+def _too_deep(chunk: list[Token], diags: list[Diagnostic]) -> bool:
+    """Report (and return True for) a top-level form whose brackets nest deeper than MAX_DEPTH."""
+    depth = 0
+    for tok in chunk:
+        if tok.type in _CLOSER:
+            depth += 1
+            if depth > MAX_DEPTH:
+                diags.append(error("E-SYNTAX-005", Span(tok.start_pos, tok.end_pos),
+                                   f"brackets nest more than {MAX_DEPTH} deep here; this form is not checked",
+                                   help="name intermediate values with `let*`"))
+                return True
+        elif tok.type in ("RPAR", "RBRACK"):
+            depth = max(0, depth - 1)
+    return False
+
+
 def _balance(chunk: list[Token], diags: list[Diagnostic]) -> list[Token]:
     """Return `chunk` with its brackets balanced, reporting each repair.
 
@@ -306,6 +327,8 @@ def parse(source: SourceText) -> ParseResult:
     forms: list[Node] = []
     lark = _lark()
     for chunk in _chunks(tokens):
+        if _too_deep(chunk, diags):
+            continue
         balanced = _balance(chunk, diags)
         ip = lark.parse_interactive("")
         for tok in balanced:
