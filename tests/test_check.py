@@ -112,3 +112,20 @@ def test_half_typed_and_binary_text_never_raise():
                  fixture_text()[:500], fixture_text()[:1234], "(def x (lambda", '(def s "unterminated']:
         res = analyze(text, "half.sx")
         assert isinstance(res.diagnostics, list)
+
+
+def test_deep_nesting_is_one_diagnostic_not_a_crash():
+    deep = "(def x " + "(+ 1 " * 600 + "1" + ")" * 600 + ")\n"
+    res = analyze(deep + fixture_text(), "deep.sx")
+    assert [d.code for d in res.diagnostics if d.is_error] == ["E-SYNTAX-005"]
+    assert res.source.line_col(res.diagnostics[0].span.start)[0] == 0
+
+
+def test_a_long_let_star_checks_in_linear_time():
+    import time
+    body = "(let* (" + " ".join(f"(v{i} (+ row {i}))" for i in range(2000)) + ") v1999)"
+    text = variant("(list :row (where (= column at) guess row)", f"(list :row (where (= column at) guess {body})")
+    t0 = time.perf_counter()
+    res = analyze(text, "long.sx")
+    assert not res.diagnostics
+    assert time.perf_counter() - t0 < 20   # a generous bound: only a quadratic walk would come near it
