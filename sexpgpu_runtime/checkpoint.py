@@ -191,13 +191,22 @@ class Checkpoints:
             raise CheckpointError(f"{self.spec.dir / str(step)} is not a sexpgpu checkpoint")
         return meta
 
+    @staticmethod
+    def identity_of(meta: dict) -> Identity:
+        """The identity a checkpoint's JSON item records."""
+        return Identity(str(meta.get("identity")), int(meta.get("seed", -1)))
+
+    def is_ours(self, meta: dict) -> bool:
+        """Whether a checkpoint was made by this run file's forms and seed."""
+        return self.identity_of(meta) == self.identity
+
     def check_identity(self, step: int, meta: dict) -> None:
         """Refuse a checkpoint that another run file (or seed) wrote, naming both identities."""
-        theirs = Identity(str(meta.get("identity")), int(meta.get("seed", -1)))
-        if theirs != self.identity:
+        if not self.is_ours(meta):
             made_by = f" by {meta['file']}" if meta.get("file") else ""
-            raise CheckpointError(f"checkpoint step {step} in {self.spec.dir} was made{made_by} with {theirs.show()}; "
-                                  f"this file has {self.identity.show()}, so it cannot resume it")
+            raise CheckpointError(f"checkpoint step {step} in {self.spec.dir} was made{made_by} with "
+                                  f"{self.identity_of(meta).show()}; this file has {self.identity.show()}, so it "
+                                  "cannot resume it (give another --run-dir to start this file afresh)")
 
     def restore(self, like) -> tuple[int, object, int]:
         """Restore the newest complete checkpoint as a tree shaped like `like`: (step, tree, records)."""

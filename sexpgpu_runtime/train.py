@@ -141,7 +141,7 @@ class Reporter:
         self.t0 = time.perf_counter()
         if progress and not quiet:
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-            self.bar = Progress(TextColumn(f"[bold]{name}"), BarColumn(), MofNCompleteColumn(),
+            self.bar = Progress(TextColumn(f"[bold]{name}"), BarColumn(), TextColumn("step"), MofNCompleteColumn(),
                                 TextColumn("loss {task.fields[loss]}"), TextColumn("{task.fields[rate]} steps/s"),
                                 TextColumn("ETA"), TimeRemainingColumn(), transient=False)
             self.task = self.bar.add_task("train", total=total, completed=start, loss="-", rate="-")
@@ -482,11 +482,15 @@ def start_state(trainer: Trainer, store: Checkpoints, resume: bool) -> RunState:
     try:
         latest = store.latest()
         if latest is not None:
-            store.check_identity(latest, store.meta(latest))
-        if not resume and latest is not None:
-            raise RunError(f"{store.spec.dir} already holds checkpoints of this run (newest: step {latest}); "
-                           "pass --resume to continue it, or give another --run-dir to start over")
-        if resume and latest is None:
+            meta = store.meta(latest)
+            if not resume:
+                if store.is_ours(meta):
+                    raise RunError(f"{store.spec.dir} already holds checkpoints of this run (newest: step {latest}); "
+                                   "pass --resume to continue it, or give another --run-dir to start over")
+                raise RunError(f"{store.spec.dir} already holds checkpoints of another run ({store.identity_of(meta).show()}, "
+                               f"newest: step {latest}); give another --run-dir to start this one")
+            store.check_identity(latest, meta)
+        elif resume:
             raise RunError(f"nothing to resume: no complete checkpoint in {store.spec.dir}; "
                            "run without --resume to start at step 0")
         # The state's shapes and dtypes, traced without computing anything.

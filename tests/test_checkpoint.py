@@ -85,6 +85,26 @@ def test_resume_is_bit_exact_with_the_uninterrupted_run(full, stopped):
     assert rows(d) == rows(full_dir)
 
 
+class Crash(Exception):
+    """A process that dies without saving (a kill, a lost machine)."""
+
+
+def test_a_crash_resumes_from_the_last_periodic_checkpoint_and_drops_the_later_rows(full, tmp_path):
+    full_result, full_dir = full
+
+    def before_trip(step, trip):
+        if (step, trip) == (17, 2):
+            raise Crash
+
+    with pytest.raises(Crash):
+        run(TEXT, tmp_path, on_trip=before_trip)
+    assert [r["step"] for r in rows(tmp_path)] == list(range(1, 18))
+    resumed = run(TEXT, tmp_path, resume=True)
+    assert resumed.extra["start"] == 14                  # the newest `:every 7` checkpoint
+    assert rows(tmp_path) == rows(full_dir)              # rows 15-17 were dropped, then logged again
+    assert_same_params(resumed.trainable, full_result.trainable)
+
+
 def test_keep_holds_the_newest_checkpoints(full):
     from sexpgpu_runtime.checkpoint import Checkpoints, Identity, checkpoint_spec
     _, d = full
@@ -143,8 +163,14 @@ def test_full_disk_is_one_error_before_training(tmp_path, monkeypatch):
 
 
 def test_bad_checkpoint_setting_is_one_line(tmp_path):
-    text = variant(":checkpoint (:every 7 :keep 2)", ":checkpoint (:every 0)", TEXT)
-    with pytest.raises(RunError, match=r"^`:checkpoint` `:every` must be a whole number of 1 or more, got 0$"):
+    from sexpgpu_lang import analyze
+    from sexpgpu_runtime.checkpoint import CheckpointError, checkpoint_spec
+    bad = variant(":checkpoint (:every 7 :keep 2)", ":checkpoint (:every 0)", TEXT)
+    assert [d.code for d in analyze(bad, "bad.sx").diagnostics] == ["E-TYPE-003"]   # the checker's, statically
+    with pytest.raises(CheckpointError, match=r"^`:checkpoint` `:keep` must be a whole number of 1 or more, got 0$"):
+        checkpoint_spec({"keep": 0}, tmp_path)                                     # the IR's, defensively
+    text = variant(":checkpoint (:every 7 :keep 2)", ':checkpoint (:dir "")', TEXT)
+    with pytest.raises(RunError, match=r'^`:checkpoint` `:dir` must be a path in quotes like "checkpoints", got \'\'$'):
         run(text, tmp_path)
 
 

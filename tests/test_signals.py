@@ -1,0 +1,68 @@
+"""SIGINT and SIGTERM: noted by a handler, acted on where the loop looks; `sexpgpu run` stops, says how to
+resume, exits 130 or 143, and `--resume` finishes the run."""
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from helpers import variant
+from sexpgpu_runtime.signals import StopSignals, Stopped
+
+
+@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_a_signal_is_noted_and_raised_where_the_loop_looks(sig, code):
+    before = signal.getsignal(sig)
+    with StopSignals() as stop:
+        stop.check()
+        os.kill(os.getpid(), sig)
+        with pytest.raises(Stopped) as e:
+            stop.check()
+    assert (e.value.name, e.value.exit_code) == (signal.Signals(sig).name, code)
+    assert signal.getsignal(sig) is before
+
+
+def test_a_second_sigint_interrupts_at_once():
+    with StopSignals() as stop:
+        os.kill(os.getpid(), signal.SIGINT)
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)
+        assert stop.received == signal.SIGINT
+
+
+def sexpgpu(*args, **kw):
+    return subprocess.Popen([sys.executable, "-m", "sexpgpu_cli.main", *args], stderr=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True, **kw)
+
+
+def test_sigint_stops_sexpgpu_run_and_resume_finishes_it(tmp_path):
+    f = tmp_path / "tiny.sx"
+    f.write_text(variant(":log (:every 50))", ":log (:every 1))"))
+    d = tmp_path / "out"
+    p = sexpgpu("run", str(f), "--steps", "60", "--run-dir", str(d), "--no-progress")
+    lines = []
+    try:
+        for line in p.stderr:
+            lines.append(line)
+            if line.startswith("step 3/60"):
+                p.send_signal(signal.SIGINT)
+                break
+        lines += p.stderr.readlines()
+        p.wait(timeout=60)
+    finally:
+        p.kill()
+    err = "".join(lines)
+    assert p.returncode == 130, err
+    assert "Traceback" not in err
+    last = lines[-1].strip()
+    saved = json.loads((d / "metrics.jsonl").read_text().splitlines()[-1])["step"]
+    assert last == (f"sexpgpu: stopped by SIGINT during step {saved + 1}; step {saved} is saved in {d / 'checkpoints'}; "
+                    f"resume with `sexpgpu run {f} --resume --run-dir {d} --steps 60`")
+    again = sexpgpu("run", str(f), "--resume", "--run-dir", str(d), "--steps", "60", "--no-progress")
+    out, err = again.communicate(timeout=120)
+    assert again.returncode == 0, err
+    assert f"trained steps {saved + 1}-60" in err.splitlines()[-1]
+    steps = [json.loads(line)["step"] for line in (d / "metrics.jsonl").read_text().splitlines()]
+    assert steps == list(range(1, 61))
