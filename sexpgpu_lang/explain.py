@@ -429,11 +429,12 @@ class _Trace:
 class GraphEstimate:
     """The static estimate of one jitted graph at one stacking degree.
 
-    Bytes: `args` (inputs it reads), `outputs`, `temps` (peak of
-    intermediates), `live = args + outputs + temps`; `flops` and
-    `transcendentals` per call; `bytes_moved` an estimate of bytes read
-    and written per call (XLA's "bytes accessed"). `inputs` and `outputs`
-    list (name, type as text, bytes) for the tree.
+    Bytes: `args` (the inputs it reads; `param_args` of them parameters),
+    `outputs`, `temps` (the peak of its temporaries; `largest_temp` the
+    largest one), `live = args + outputs + temps`, and `bytes_moved`, the
+    bytes read and written per call (XLA's "bytes accessed"). `flops` and
+    `transcendentals` per call. `input_list` and `output_list` hold
+    `{name, type, bytes}` for the tree.
     """
 
     name: str
@@ -444,8 +445,8 @@ class GraphEstimate:
     args: int = 0
     outputs: int = 0
     temps: int = 0
+    largest_temp: int = 0
     param_args: int = 0
-    output_leaves: int = 0
     input_list: list = field(default_factory=list)
     output_list: list = field(default_factory=list)
 
@@ -509,14 +510,20 @@ def _backward_cost(n: Node, nodes: list[Node], grad: list[bool]) -> Cost:
 
 _INPUTS = ("arg", "param", "grad")
 
+#: Elementwise ops that read their operand more than once (gelu's x and x³, silu's x and sigmoid(x)).
+_MULTI_READ = {"gelu", "silu", "mod", "pow"}
+
 #: Ops whose gradient reads no forward value (it only reshapes, sums or passes the cotangent on).
 _LINEAR_BACKWARD = {"+", "-", "neg", "sum", "mean", "cast", "concat", "stack", "reshape", "transpose", "slice",
                     "squeeze", "expand-dims", "broadcast-to"}
 #: Ops whose gradient reads their own output (exp, tanh, softmax ...).
 _OUTPUT_BACKWARD = {"exp", "tanh", "sigmoid", "softmax", "log-softmax", "cross-entropy", "relu", "sqrt", "rsqrt"}
-#: Ops whose gradient reads a value computed inside them, as large as their output (JAX's gelu keeps
-#: its tanh, silu its sigmoid), besides their input.
-_INNER_RESIDUAL = {"gelu", "silu"}
+#: Ops whose gradient reads a value computed inside them (JAX's gelu keeps its tanh, silu its sigmoid,
+#: cross-entropy the exponentials of its shifted logits): the index of the operand whose size it has,
+#: or None for the output's size.
+_INNER_RESIDUAL = {"gelu": None, "silu": None, "cross-entropy": 0}
+#: Ops whose gradient scatters into zeros the size of an operand (the transpose of a gather): its index.
+_SCATTER_BACKWARD = {"cross-entropy": 0, "take-along-axis": 0}
 
 
 class _Schedule:
@@ -579,6 +586,25 @@ class _Schedule:
         n = self.nodes[i]
         return frozenset().union(*(self.src[j] for j in n.inputs)) if n.inputs else frozenset()
 
+    def _reads_once(self, r: int, s: int) -> bool:
+        """Whether the fusion rooted at `r` reads `s` along one path, through ops that read each operand once."""
+        count: dict[int, int] = {}
+
+        def paths(i: int) -> int:
+            if i == s:
+                return 1
+            if i in count:
+                return count[i]
+            n = self.nodes[i]
+            if n.op in _INPUTS or (self.mat[i] and i != r):
+                count[i] = 0
+                return 0
+            k = sum(paths(j) for j in n.inputs)
+            count[i] = k * (2 if n.op in _MULTI_READ and k else 1)
+            return count[i]
+
+        return paths(r) == 1
+
     def _inputs_read(self, i: int) -> set[int]:
         """The arguments and parameters the fusion rooted at `i` reads."""
         acc: set[int] = set()
@@ -595,8 +621,8 @@ class _Schedule:
                 todo.extend(self.nodes[j].inputs)
         return frozenset(acc)
 
-    def peak(self, stack: int) -> tuple[int, float]:
-        """(peak bytes of temporaries, bytes read and written) under `stack` copies."""
+    def peak(self, stack: int) -> tuple[int, float, int]:
+        """(peak bytes of temporaries, bytes read and written, the largest temporary) under `stack` copies."""
         nodes, mat = self.nodes, self.mat
         roots = [n.id for n in nodes if mat[n.id]]
         pos = {r: k for k, r in enumerate(roots)}
@@ -615,6 +641,16 @@ class _Schedule:
             bw_spans, bw_moved, end = self._backward(stack, len(roots), pos, last)
             spans += bw_spans
             moved += bw_moved
+        # An elementwise fusion that reads an operand buffer of its own size once, where that buffer
+        # dies, writes its output into it (XLA's buffer sharing): the operand is freed as it starts.
+        for r in roots:
+            if REGISTRY.get(nodes[r].op) is None or REGISTRY[nodes[r].op].family != "tensor":
+                continue
+            for s in sorted(self.reads(r)):
+                if last[s] == pos[r] and s not in self.out_ids and nodes[s].bytes_at(stack) == nodes[r].bytes_at(stack) \
+                        and self._reads_once(r, s):
+                    last[s] = pos[r] - 1
+                    break
         spans += [(pos[r], last[r], nodes[r].bytes_at(stack)) for r in roots if r not in self.out_ids]
         delta = [0] * (end + 2)
         for a, b, size in spans:
@@ -624,7 +660,7 @@ class _Schedule:
         for d in delta:
             cur += d
             peak = max(peak, cur)
-        return peak, moved
+        return peak, moved, max((size for _, _, size in spans), default=0)
 
     def _backward(self, stack: int, t0: int, pos: dict, last: dict) -> tuple[list, float, int]:
         """The gradient, in reverse trace order after the forward roots: a residual (a forward value
@@ -639,10 +675,16 @@ class _Schedule:
         for i in order:
             n = nodes[i]
             needed = set() if n.op in _LINEAR_BACKWARD else set(self.reads(i))
+            if _INNER_RESIDUAL.get(n.op) is not None:  # it reads its inner value, not that operand
+                needed -= self.src[n.inputs[_INNER_RESIDUAL[n.op]]]
             if mat[i] and (n.op in _OUTPUT_BACKWARD or n.op in _EXPENSIVE):
                 needed.add(i)
             if mat[i] and n.op in _INNER_RESIDUAL:
-                spans.append((pos[i], t, n.bytes_at(stack)))
+                k = _INNER_RESIDUAL[n.op]
+                inner = n if k is None else nodes[n.inputs[k]]
+                spans.append((pos[i], t, inner.bytes_at(stack)))
+            if n.op in _SCATTER_BACKWARD and n.inputs and grad[n.inputs[_SCATTER_BACKWARD[n.op]]]:
+                spans.append((t, t, nodes[n.inputs[_SCATTER_BACKWARD[n.op]]].nbytes * stack))
             for r in needed:
                 if r in last:
                     last[r] = max(last[r], t)
@@ -667,7 +709,7 @@ def estimate_graph(name: str, trace: _Trace, stack: int, loss: int | None = None
     nodes = trace.nodes
     live = _live_nodes(nodes, trace.outputs)
     grad = _grad_nodes(nodes, live, loss) if loss is not None else None
-    temps, moved = _Schedule(nodes, trace.outputs, live, grad).peak(stack)
+    temps, moved, largest = _Schedule(nodes, trace.outputs, live, grad).peak(stack)
     g = GraphEstimate(name, stack)
     for n in nodes:
         if not live[n.id]:
@@ -683,8 +725,8 @@ def estimate_graph(name: str, trace: _Trace, stack: int, loss: int | None = None
                 g.param_args += n.bytes_at(stack)
     for _, i in trace.outputs:
         g.outputs += nodes[i].nbytes * stack  # vmap returns every output with the stack axis
-    g.output_leaves = len(trace.outputs)
     g.temps = temps
+    g.largest_temp = largest
     g.bytes_moved = moved
     return g
 
@@ -854,6 +896,7 @@ def _train_graph(program: ir.Program, stack: int) -> GraphEstimate:
 def _pass_graph(program: ir.Program, ps: ir.PassIR) -> GraphEstimate:
     runs_gen = ps.runs_generator and program.generate is not None
     tr, _ = trace_loss(program, ps.prepare, ps.objective, ps.loader, runs_gen)
+    tr.outputs = [(n, i) for n, i in tr.outputs if n == "loss" or n.startswith("metric:")]  # what a pass returns
     g = estimate_graph(f"pass {ps.name}", tr, 1)
     batch_t = program.loaders[ps.loader].batch_type()
     if runs_gen:
@@ -994,7 +1037,8 @@ def _graph_dict(g: GraphEstimate, calls: int, trips: int | None = None) -> dict:
     return {"name": g.name, "stack": g.stack, "calls_per_step": calls, "trips": trips,
             "inputs": g.input_list, "outputs": g.output_list,
             "flops": g.flops, "transcendentals": g.transcendentals, "bytes_moved": g.bytes_moved,
-            "live": {"args": g.args, "outputs": g.outputs, "temps": g.temps, "total": g.live}}
+            "live": {"args": g.args, "outputs": g.outputs, "temps": g.temps, "total": g.live,
+                     "largest_temp": g.largest_temp}}
 
 
 def explain(program: ir.Program, budget: int | None = None, budget_source: str | None = None) -> dict:
