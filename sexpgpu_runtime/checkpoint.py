@@ -21,6 +21,7 @@ sexpgpu_runtime.train.
 """
 from __future__ import annotations
 
+import logging
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +33,17 @@ FORMAT = "sexpgpu-checkpoint 1"
 DEFAULT_DIR = "checkpoints"
 DEFAULT_EVERY = 1000
 DEFAULT_KEEP = 3
+
+
+class _QuietOrbax(logging.Filter):
+    """Orbax logs a failed background write with tracebacks on the `absl` logger; the same failure
+    reaches the user as one CheckpointError line, so drop orbax's records there."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "/orbax/" not in record.pathname.replace("\\", "/")
+
+
+_QUIET = _QuietOrbax()
 
 
 class CheckpointError(Exception):
@@ -108,6 +120,10 @@ class Checkpoints:
     def __init__(self, spec: CheckpointSpec, identity: Identity, file: str = ""):
         import orbax.checkpoint as ocp  # ~0.5 s to import; only runs that train pay it
 
+        absl = logging.getLogger("absl")
+        if _QUIET not in absl.filters:
+            absl.addFilter(_QUIET)
+
         self.ocp = ocp
         self.spec = spec
         self.identity = identity
@@ -138,13 +154,29 @@ class Checkpoints:
         steps = self.steps()
         return steps[-1] if steps else None
 
-    def check_space(self, tree) -> None:
-        """Refuse to start when the disk cannot hold one more checkpoint of `tree`."""
+    def check_space(self, tree, step: int | None = None) -> None:
+        """Refuse when the disk cannot hold one more checkpoint of `tree` (its bytes and a margin).
+
+        Checked before training and before every save: orbax's writes, failing
+        half-way on a full disk, would print tracebacks from their threads.
+        """
         need = int(tree_nbytes(tree) * 1.1) + 2**20
-        free = shutil.disk_usage(self.dir).free
+        try:
+            free = shutil.disk_usage(self.dir).free
+        except OSError:
+            return
         if free < need:
-            raise CheckpointError(f"not enough free space for checkpoints in {self.spec.dir}: "
-                                  f"one needs about {_mib(need)}, {_mib(free)} free")
+            what = "checkpoints" if step is None else f"checkpoint step {step}"
+            kept = None
+            if step is not None:
+                try:
+                    self.manager.wait_until_finished()   # the write in flight may yet complete
+                except Exception:
+                    pass
+                kept = self.latest()
+            tail = f"; the newest complete checkpoint is step {kept}" if kept is not None else ""
+            raise CheckpointError(f"not enough free space for {what} in {self.spec.dir}: "
+                                  f"one needs about {_mib(need)}, {_mib(free)} free{tail}")
 
     # -- writing --------------------------------------------------------------------------------
     def save(self, step: int, tree, records: int) -> None:
@@ -154,6 +186,7 @@ class Checkpoints:
         when it is done. Older checkpoints beyond `:keep` are deleted after it.
         """
         ocp = self.ocp
+        self.check_space(tree, step)
         meta = {"format": FORMAT, "step": int(step), "records": int(records), "identity": self.identity.forms,
                 "seed": int(self.identity.seed), "file": str(self.file)}
         try:
@@ -224,9 +257,13 @@ class Checkpoints:
         return step, got.state, int(meta["records"])
 
     def close(self) -> None:
-        """Finish pending writes and release the manager's threads."""
+        """Finish pending writes and release the manager's threads. Never raises: a failed write was
+        reported by `wait` (which every path that trains calls), and a torn write is absent, not corrupt."""
         try:
             self.manager.wait_until_finished()
-        finally:
+        except Exception:
+            pass
+        try:
             self.manager.close()
-
+        except Exception:
+            pass

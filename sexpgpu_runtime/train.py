@@ -129,9 +129,12 @@ class Reporter:
     def __init__(self, run_dir: Path, total: int, progress: bool, quiet: bool, name: str, start: int = 0,
                  append: bool = False, tensorboard: bool = False):
         self.path = run_dir / "metrics.jsonl"
-        if append:
-            keep_rows_up_to(self.path, start)
-        self.fh = open(self.path, "a" if append else "w", encoding="utf-8")
+        try:
+            if append:
+                keep_rows_up_to(self.path, start)
+            self.fh = open(self.path, "a" if append else "w", encoding="utf-8")
+        except OSError as e:
+            raise RunError(f"cannot write {self.path}: {e.strerror or e}")
         self.total, self.quiet, self.start = total, quiet, start
         self.bar = None
         self.tb = None
@@ -158,8 +161,11 @@ class Reporter:
 
     def log(self, row: dict, done: int):
         """A logged step: one metrics.jsonl row, TensorBoard scalars, the bar or one plain line."""
-        self.fh.write(json.dumps(row) + "\n")
-        self.fh.flush()
+        try:
+            self.fh.write(json.dumps(row) + "\n")
+            self.fh.flush()
+        except OSError as e:
+            raise RunError(f"cannot write {self.path}: {e.strerror or e}")
         if self.tb is not None:
             self.tb.log(row)
         rate = self._rate(done)

@@ -162,6 +162,24 @@ def test_full_disk_is_one_error_before_training(tmp_path, monkeypatch):
     assert not (tmp_path / "metrics.jsonl").exists()
 
 
+def test_a_disk_that_fills_during_the_run_fails_the_save_naming_the_newest_checkpoint(tmp_path, monkeypatch):
+    import shutil
+    from sexpgpu_runtime import checkpoint
+    from sexpgpu_runtime.checkpoint import CheckpointError, Checkpoints, CheckpointSpec, Identity
+    store = Checkpoints(CheckpointSpec(tmp_path, 1, 3), Identity("f00d", 0))
+    tree = {"w": np.ones((64, 64), np.float32)}
+    try:
+        store.save(1, tree, records=64)
+        monkeypatch.setattr(checkpoint.shutil, "disk_usage", lambda p: shutil._ntuple_diskusage(10**9, 10**9, 0))
+        with pytest.raises(CheckpointError) as e:
+            store.save(2, tree, records=128)
+        assert str(e.value) == (f"not enough free space for checkpoint step 2 in {tmp_path}: one needs about 1.0 MiB, "
+                                "0.0 MiB free; the newest complete checkpoint is step 1")
+        assert store.steps() == [1]
+    finally:
+        store.close()
+
+
 def test_bad_checkpoint_setting_is_one_line(tmp_path):
     from sexpgpu_lang import analyze
     from sexpgpu_runtime.checkpoint import CheckpointError, checkpoint_spec
