@@ -911,7 +911,7 @@ def _pass_graph(program: ir.Program, ps: ir.PassIR) -> GraphEstimate:
 #: Per trainable element of one optimizer update: FLOPs (optax's elementwise ops, as XLA counts them)
 #: and parameter-sized reads and writes (adam: the two moments read the gradient and write themselves,
 #: the parameter reads both; sgd: read parameter and gradient, write the parameter).
-_OPT_FLOPS = {"adam": 12.0, "adamw": 14.0, "lion": 8.0, "sgd": 2.0}
+_OPT_FLOPS = {"adam": 13.0, "adamw": 17.0, "lion": 8.0, "sgd": 2.0}
 _OPT_TRAFFIC = {"adam": 10, "adamw": 11, "lion": 7, "sgd": 3}
 
 
@@ -925,7 +925,7 @@ def _update_graph(program: ir.Program) -> GraphEstimate:
     per = _OPT_FLOPS.get(name, 12.0) + (2.0 if a.get("momentum") is not None else 0.0) + \
         (4.0 if a.get("clip") is not None else 0.0)
     g = GraphEstimate("update", 1)
-    g.flops = n * (M + per)  # M - 1 adds, one scale, the optimizer
+    g.flops = n * ((M - 1) + (M > 1) + per)  # M - 1 adds, a scale by 1/M (none for one), the optimizer
     g.args = tr + opt + M * tr
     g.param_args = tr
     g.outputs = tr + opt

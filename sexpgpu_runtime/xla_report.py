@@ -20,7 +20,9 @@ XLA's numbers need two readings to compare with the estimate (docs/explain.md):
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import jax
 import jax.numpy as jnp
@@ -72,17 +74,17 @@ def _params(program: ir.Program) -> tuple[dict, dict]:
     return trainable, frozen
 
 
-def _analyse(fn, args) -> dict:
-    """Compile `fn` for `args` and read XLA's memory and cost analysis (bytes, FLOPs per call)."""
+def _read(lowered) -> dict:
+    """Compile one lowered graph and read XLA's memory and cost analysis (bytes, FLOPs per call)."""
     t0 = time.perf_counter()
-    compiled = fn.lower(*args).compile()
+    compiled = lowered.compile()
     seconds = time.perf_counter() - t0
     mem = compiled.memory_analysis()
     cost = compiled.cost_analysis()
     if isinstance(cost, (list, tuple)):
         cost = cost[0] if cost else {}
     cost = cost or {}
-    leaves = len(jax.tree_util.tree_leaves(jax.eval_shape(fn, *args)))
+    leaves = len(jax.tree_util.tree_leaves(lowered.out_info))
     table = 8 * leaves if leaves > 1 else 0
     out_total = int(getattr(mem, "output_size_in_bytes", 0))
     args_b = int(getattr(mem, "argument_size_in_bytes", 0))
@@ -93,6 +95,13 @@ def _analyse(fn, args) -> dict:
             "bytes_accessed": float(cost.get("bytes accessed", 0.0)), "args": args_b, "outputs": outputs,
             "output_table": out_total - outputs, "output_leaves": leaves, "temps": temps, "alias": alias,
             "live": args_b + outputs + temps - alias, "compile_seconds": round(seconds, 3)}
+
+
+def _guarded(fn, *args) -> dict:
+    try:
+        return fn(*args)
+    except Exception as e:  # one graph that fails to compile must not hide the others
+        return {"error": f"{type(e).__name__}: {e}"}
 
 
 def compile_graphs(program: ir.Program, stack: int) -> dict[str, dict]:
@@ -107,11 +116,10 @@ def compile_graphs(program: ir.Program, stack: int) -> dict[str, dict]:
     batch_t = program.loaders[run.loader].batch_type()
     out: dict[str, dict] = {}
 
-    def guard(name, fn, args):
-        try:
-            out[name] = _analyse(fn, args)
-        except Exception as e:  # one graph that fails to compile must not hide the others
-            out[name] = {"error": f"{type(e).__name__}: {e}"}
+    lowered: dict = {}
+
+    def guard(name, fn, args):  # trace now (one thread); compile below, several at once
+        lowered[name] = _guarded(lambda: fn.lower(*args))
 
     gen = program.generate
     trip = jax.ShapeDtypeStruct((), jnp.int64)
@@ -136,6 +144,10 @@ def compile_graphs(program: ir.Program, stack: int) -> dict[str, dict]:
             guard(f"pass {ps.name} generate.finish", g.gen_finish_1, (trainable, frozen, pstate, _ctx(1)))
             pb.update(_tree(gen.out, 1))
         guard(f"pass {ps.name}", g.passes[ps.name], (trainable, frozen, pb, _ctx(1), base))
+    with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as pool:
+        done = {name: pool.submit(_guarded, _read, low) for name, low in lowered.items() if not isinstance(low, dict)}
+    for name, low in lowered.items():
+        out[name] = low if isinstance(low, dict) else done[name].result()
     return out
 
 
