@@ -1,38 +1,34 @@
 """`sexpgpu explain`: the step as graphs, the lowering report, the memory plan and the cost model.
 
 Everything here is computed statically from the checked IR (`ir.Program`),
-so the language server can show it too: `generation_line(program)` is the
-one line a hover on `defgenerate` shows. `explain(program)` returns the
-report as plain data (dicts, lists, strings, ints: `json.dumps` takes it as
-it is) and `to_text(report)` prints it.
+in milliseconds, so the language server can show it too:
+`generation_line(program)` is the line a hover on `defgenerate` shows.
+`explain(program)` returns the report as plain data (`json.dumps` takes it
+as it is; `--format json` prints it) and `to_text(report)` prints it.
+`choose_stack(program, budget)` is the `:stack :auto` choice.
 
-How the estimate is made (docs/explain.md says more):
+The estimate (docs/explain.md says more, and how it compares with XLA's):
 
 - Each graph the runtime jits (`generate.init`, `generate.step`,
   `generate.finish`, `train`, `update`, each pass) is traced here
   symbolically, as `sexpgpu_runtime.lowering.evaluate` traces it with JAX:
-  one node per registry op, with its output type. Nodes that only feed
-  nothing the graph returns are dropped, as JAX and XLA drop them.
-- FLOPs: one rule per registry op (`FLOP_RULES`, its keys equal the
-  registry's), counted as XLA's cost analysis counts them: a
-  multiply-add is 2 FLOPs, elementwise ops one per output element,
-  reductions one per input element, gathers and layout ops none;
-  transcendental functions (`exp`, `log`, `tanh` ...) are counted apart.
-  The training graph adds the gradient: about twice the forward FLOPs of
-  every op on the path from a trainable parameter to the loss.
-- Live set: the bytes of the graph's arguments (the inputs it reads),
-  its outputs, and the peak of its temporaries. A temporary is a value
-  XLA materialises: a matmul's or reduction's output, a matmul's operand,
-  an expensive elementwise value read twice; cheap elementwise chains,
-  gathers and reshapes fuse into their reader. In the training graph the
-  forward values the gradient needs stay live until the backward pass
-  reads them, beside the cotangents.
-- A stacked graph (`:stack S`) holds S copies of everything that depends
-  on the batch, the state or the per-microbatch context; the parameters,
-  and what depends on them alone, are shared (that is what `vmap` does).
+  one `Node` per registry op, with the type its rule gave. What no output
+  depends on is dropped, and an op repeated on the same inputs is counted
+  once, as XLA does.
+- FLOPs: one rule per registry op (`FLOP_RULES`), counted as XLA's cost
+  analysis counts the HLO the op lowers to; the training graph adds the
+  gradient of every op between a trainable parameter and the loss.
+- Live set: the graph's arguments (the inputs it reads), its outputs, and
+  the peak of its temporaries: the values XLA materialises (matmul and
+  reduction outputs, matmul operands, expensive values read twice), each
+  live from its fusion to the last fusion that reads it; in the training
+  graph the residuals the gradient reads and the cotangents too.
+- A stacked graph (`:stack S`) holds S copies of what depends on the batch,
+  the state or a per-microbatch context scalar, and one of what depends on
+  the parameters alone (what `vmap` computes).
 
-Units: bytes are bytes (printed in KiB/MiB/GiB, powers of 1024), FLOPs are
-floating-point operations per call unless a field says `per_step`.
+Units: bytes (printed in KiB/MiB/GiB, powers of 1024) and FLOPs, per call
+of one graph unless a field says `per_step` or `per_pass`.
 
 Imports only the standard library and sexpgpu_lang; never JAX.
 """
@@ -97,9 +93,9 @@ def _reduce(extra_out: float = 0.0, per_in: float = 1.0, trans_in: float = 0.0, 
 
 
 def _matmul(ins, out, st):
-    a, b = ins[0], ins[1]
-    k = a.shape[-1] if a.rank else 1
-    return Cost(2.0 * _out(out) * k)
+    """2 FLOPs per multiply-add: 2 * (output size) * (contracted size)."""
+    a = ins[0]
+    return Cost(2.0 * _out(out) * (a.shape[-1] if a.rank else 1))
 
 
 _EINSUM = re.compile(r"^([a-zA-Z.,]*)->([a-zA-Z]*)$")
@@ -176,13 +172,18 @@ FLOP_RULES: dict[str, Callable[[list, Type, dict], Cost]] = {
     "categorical": _per_input(62.0, 2.0),
 }
 
-#: How XLA groups ops, for the live-set model (see the module docstring).
+# How XLA groups ops into fusions, for the live-set model:
+#: layout-only ops (bitcasts): never a buffer of their own.
 _VIEW = {"reshape", "squeeze", "expand-dims"}
+#: ops XLA does not recompute in each of several readers.
 _EXPENSIVE = {"/", "mod", "pow", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "gelu", "silu"}
+#: ops that read their operands as whole buffers (a library matmul, a sort, a row-wise softmax).
 _NEEDS_OPERANDS = {"matmul", "einsum", "sort", "argsort", "top-k", "softmax", "log-softmax", "cross-entropy",
                    "categorical"}
+#: ops whose output is always a buffer (a fusion's root).
 _ROOTS = {"matmul", "einsum", "sort", "argsort", "top-k", "softmax", "log-softmax", "cross-entropy",
           "sum", "prod", "max", "min", "mean", "logsumexp", "argmax", "argmin", "categorical"}
+#: ops through which no gradient flows.
 _NOT_DIFFERENTIABLE = {"stop-gradient", "argmax", "argmin", "argsort", "=", "!=", "<", "<=", ">", ">=",
                        "and", "or", "not", "iota", "zeros", "ones", "full", "size", "one-hot",
                        "uniform", "normal", "categorical", "bernoulli"}
@@ -508,6 +509,7 @@ def _backward_cost(n: Node, nodes: list[Node], grad: list[bool]) -> Cost:
     return Cost(per * out * len(gins))
 
 
+#: Values not computed in the graph: arguments, parameters, and the gradients the training graph returns.
 _INPUTS = ("arg", "param", "grad")
 
 #: Elementwise ops that read their operand more than once (gelu's x and x³, silu's x and sigmoid(x)).
