@@ -326,7 +326,7 @@ class _Trace:
             return self.op(e, env)
         if isinstance(e, ir.Vector):
             return [self.eval(i, env) for i in e.items]
-        if isinstance(e, (ir.Let,)):
+        if isinstance(e, ir.Let):
             inner = dict(env)
             for n, v in zip(e.names, e.values):
                 inner[n] = self.eval(v, inner)
@@ -1149,7 +1149,8 @@ def generation_line(program: ir.Program | None) -> str | None:
         return None
     try:
         gen = program.generate
-        S = layout_stack(program, program.run.microbatches if program.run.stack_auto else None)
+        auto = program.run.stack_auto and program.stackable
+        S = choose_stack(program, DEFAULT_BUDGET)[0] if auto else layout_stack(program)
         G = program.run.microbatches // S
         graphs = step_graphs(program, S)
         live = memory_plan(program, graphs, S)["generation"]
