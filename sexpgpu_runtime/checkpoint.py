@@ -33,6 +33,7 @@ FORMAT = "sexpgpu-checkpoint 1"
 DEFAULT_DIR = "checkpoints"
 DEFAULT_EVERY = 1000
 DEFAULT_KEEP = 3
+TMP_SUFFIX = ".orbax-checkpoint-tmp"   # orbax's name for a directory being written
 
 
 class _QuietOrbax(logging.Filter):
@@ -136,12 +137,24 @@ class Checkpoints:
             probe.unlink()
         except OSError as e:
             raise CheckpointError(f"cannot write checkpoints to {spec.dir}: {e.strerror or e}")
-        options = ocp.CheckpointManagerOptions(max_to_keep=spec.keep, create=True, cleanup_tmp_directories=True,
-                                               enable_async_checkpointing=True)
+        self._remove_torn_writes()
+        options = ocp.CheckpointManagerOptions(max_to_keep=spec.keep, create=True, enable_async_checkpointing=True)
         try:
             self.manager = ocp.CheckpointManager(self.dir, options=options)
         except Exception as e:  # orbax raises its own and the OS's errors
             raise CheckpointError(f"cannot open checkpoints in {spec.dir}: {_reason(e)}")
+
+    def _remove_torn_writes(self) -> None:
+        """Delete the temporary directories of writes a killed process left (never a checkpoint).
+
+        Done here, synchronously, rather than with orbax's
+        `cleanup_tmp_directories`, which runs in a background thread that
+        nothing waits for. One process writes a run's checkpoints, so nothing
+        else can be writing them now.
+        """
+        for p in self.dir.iterdir():
+            if TMP_SUFFIX in p.name and p.is_dir():
+                shutil.rmtree(p, ignore_errors=True)
 
     # -- what is there --------------------------------------------------------------------------
     def steps(self) -> list[int]:

@@ -334,8 +334,9 @@ class Trainer:
         """Run one training step; return the new state and its reports (device values).
 
         Looks for a stop before each group, before every trip, before the
-        training graph and before the update; `state` is never changed, so a
-        stop anywhere leaves it as the last completed state.
+        training graph and before the update; `state` is never changed before
+        the update (which may donate its buffers), so a stop anywhere leaves it
+        as the last completed state.
         """
         g = self.graphs
         grads, losses, metrics, diags = [], [], [], []
@@ -368,17 +369,21 @@ class Trainer:
         return row
 
     def run_pass(self, ps: ir.PassIR, state: RunState) -> dict:
-        """K batches of the pass's loader (always its first K, so evaluations compare), no gradient."""
+        """K batches of the pass's loader (always its first K, so evaluations compare), no gradient.
+
+        A pass does not look for a stop: it runs after its step's update, which
+        on an accelerator donated the previous state's buffers, so the step is
+        past abandoning; a stop that arrives during a pass is acted on before
+        the next step, once this step (its pass rows included) is complete.
+        """
         sums: dict[str, float] = {}
         fn = self.graphs.passes[ps.name]
         loader = self.pass_loaders[ps.name]
         for k in range(ps.batches):
-            self.poll()
             batch = jax.device_put(loader.batch(k * loader.spec.batch))
             ctx = jax.device_put(make_ctx(state.step, 0, state.records))
             if ps.runs_generator:
-                batch = {**batch, **self.graphs.generate(state.trainable, state.frozen, batch, ctx, stacked=False,
-                                                         on_trip=self._trip_hook(state.step))}
+                batch = {**batch, **self.graphs.generate(state.trainable, state.frozen, batch, ctx, stacked=False)}
             loss, metrics = fn(state.trainable, state.frozen, batch, ctx, state.counters)
             for m, v in {"loss": float(loss), **{m: float(v) for m, v in metrics.items()}}.items():
                 sums[m] = sums.get(m, 0.0) + v
