@@ -48,9 +48,20 @@ class Layout:
 
 
 def layout_of(program: ir.Program) -> Layout:
-    """Stack `:stack` microbatches per call when the generator allows it (W-STACK-001 otherwise)."""
+    """Stack `:stack` microbatches per call when the generator allows it (W-STACK-001 otherwise).
+
+    `:stack :auto` takes the largest degree whose estimated peak memory fits
+    the device (sexpgpu_lang.explain.choose_stack; 16 GiB where the backend
+    reports no limit, as the CPU does).
+    """
     run = program.run
-    stack = run.stack if program.stackable else 1
+    stack = run.stack
+    if run.stack_auto:
+        from sexpgpu_lang.explain import choose_stack
+        from .xla_report import device_budget
+        budget, _ = device_budget()
+        stack, _ = choose_stack(program, budget or 16 * 2**30)
+    stack = stack if program.stackable else 1
     if run.microbatches % stack:
         stack = 1
     return Layout(run.microbatches, stack)

@@ -150,3 +150,11 @@ def test_unselected_diagnostic_is_not_computed_and_selected_one_is(tmp_path):
     text = variant("(metric :loss loss)", "(metric :loss loss)\n    (diagnostic :logit-mean (mean logits))")
     assert "logit-mean" not in train_quiet(text, 1, tmp_path / "a").history[-1]
     assert "logit-mean" in train_quiet(text, 1, tmp_path / "b", diagnostics=("logit-mean",)).history[-1]
+
+
+def test_stack_auto_takes_the_degree_the_cost_model_picks(tmp_path):
+    from sexpgpu_runtime.graphs import layout_of
+    prog = program_of(variant(":stack 2", ":stack :auto"))
+    assert layout_of(prog).stack == 2          # the fixture fits easily: both microbatches in one call
+    result = train_quiet(variant(":stack 2", ":stack :auto"), 2, tmp_path)
+    assert "train stacked" in result.traces
