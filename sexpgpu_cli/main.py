@@ -56,13 +56,13 @@ def load(path: Path):
         raise fail(f"cannot read {path}: {e.strerror or e}")
 
 
-def print_text(results) -> tuple[int, int]:
-    """Print diagnostics compiler-style; return (errors, warnings)."""
+def print_text(results, file=None) -> tuple[int, int]:
+    """Print diagnostics compiler-style (to `file`, default stdout); return (errors, warnings)."""
     n_err = n_warn = 0
     for res in results:
         for d in res.diagnostics:
-            print(render.to_text(res.source, d))
-            print()
+            print(render.to_text(res.source, d), file=file)
+            print(file=file)
             n_err += d.is_error
             n_warn += d.severity == 2
     return n_err, n_warn
@@ -81,7 +81,14 @@ def lint(
     """
     results = [load(f) for f in files]
     if format == Format.text:
-        n_err, n_warn = print_text(results)
+        if output:
+            try:
+                with output.open("w", encoding="utf-8") as fh:
+                    n_err, n_warn = print_text(results, fh)
+            except OSError as e:
+                raise fail(f"cannot write {output}: {e.strerror or e}")
+        else:
+            n_err, n_warn = print_text(results)
         print(f"{len(results)} file{'s' if len(results) != 1 else ''} checked: {render.summary(n_err, n_warn)}",
               file=sys.stderr)
     else:
