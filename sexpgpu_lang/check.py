@@ -267,6 +267,7 @@ class Checker:
     def keyword_args(self, node: ListNode, start: int, allowed, what: str) -> dict[str, tuple[Kw, Node]]:
         out: dict[str, tuple[Kw, Node]] = {}
         items = node.items[start:]
+        present = {it.name for it in items if isinstance(it, Kw)}
         i = 0
         while i < len(items):
             k = items[i]
@@ -284,6 +285,11 @@ class Checker:
                          + (f"; did you mean `:{hint}`?" if hint else ""),
                          help="it takes " + ", ".join(f"`:{a}`" for a in allowed),
                          data={"replace": f":{hint}"} if hint else None)
+                if hint is not None and hint not in present:
+                    # Read it as the keyword it most likely is: the form is still checked,
+                    # and not also reported as missing `:hint` (E-FORM-005).
+                    out[hint] = (k, items[i + 1])
+                    present.add(hint)
             elif k.name in out:
                 self.err("E-NAME-002", k.span, f"`:{k.name}` is given twice")
             else:
@@ -1227,6 +1233,11 @@ class Checker:
         for b in node.items[1].items:
             if not (isinstance(b, ListNode) and len(b.items) == 2 and isinstance(b.items[0], Sym)):
                 self.err("E-FORM-002", b.span, "a `let*` binding is `(name value)`")
+                if isinstance(b, ListNode) and b.items and isinstance(b.items[0], Sym):
+                    for extra in b.items[1:]:
+                        self.infer(extra, inner)
+                    # The name is still bound, typed ERROR, so its uses are not reported again.
+                    inner.names[b.items[0].name] = Binding(ERROR)
                 continue
             v = self.infer(b.items[1], inner)
             d = self.facts.define(Definition(b.items[0].name, "binding", b.items[0].span, b.span, v.type.show()))
