@@ -25,7 +25,7 @@ from .diagnostics import Diagnostic, Related, error, warning
 from .ops import INITIALIZERS, REGISTRY, RuleCall, RuleError
 from .source import SourceText, Span
 from .syntax import Kw, ListNode, Node, Num, ParseResult, Str, Sym, VecNode, form_key
-from .types import (DTYPES, ERROR, NIL, ErrorType, FunctionType, KeywordType, LoaderType, ModelType,
+from .types import (DTYPES, dtype_hint, ERROR, NIL, ErrorType, FunctionType, KeywordType, LoaderType, ModelType,
                     NilType, PlistType, SelfType, ShapeType, StringType, TensorType, TupleType, Type,
                     is_float, same_tensor, scalar)
 
@@ -486,8 +486,10 @@ class Checker:
 
     def loader_source(self, node: Node):
         if not isinstance(node, ListNode) or node.head not in SOURCES:
+            hint = near_miss(node.head, SOURCES) if isinstance(node, ListNode) and node.head else None
             self.err("E-FORM-002", node.span, "`:source` must be one of "
-                     + ", ".join(f"`({s} ...)`" for s in SOURCES))
+                     + ", ".join(f"`({s} ...)`" for s in SOURCES) + (f"; did you mean `{hint}`?" if hint else ""),
+                     data={"replace": hint} if hint else None)
             return None
         kind = node.head
         args: dict = {}
@@ -518,7 +520,9 @@ class Checker:
                     self.err("E-TYPE-003", items[i + 1].span, f"a field's shape must be a constant vector like `[seq]`, got {shape_t.show()}")
                 return None
             if not isinstance(dt, Kw) or dt.name not in DTYPES:
-                self.err("E-TYPE-002", dt.span, "a field's dtype must be one of " + ", ".join(f"`:{d}`" for d in DTYPES))
+                hint = dtype_hint(dt.name) if isinstance(dt, Kw) else None
+                self.err("E-TYPE-002", dt.span, "a field's dtype must be one of " + ", ".join(f"`:{d}`" for d in DTYPES)
+                         + (f"; did you mean `:{hint}`?" if hint else ""), data={"replace": f":{hint}"} if hint else None)
                 return None
             out.append((k.name, shape_t.dims, dt.name))
             i += 3
@@ -606,8 +610,10 @@ class Checker:
             self.facts.define(Definition(kw.name, "param", kw.span, v.span, f"sub-model {v.name}"))
             return
         if not isinstance(v, ListNode) or v.head not in INITIALIZERS:
+            hint = near_miss(v.head, INITIALIZERS) if isinstance(v, ListNode) and v.head else None
             self.err("E-FORM-002", v.span, "a parameter is an initialiser (" + ", ".join(f"`{i}`" for i in INITIALIZERS)
-                     + ") or the name of another model")
+                     + ") or the name of another model" + (f"; did you mean `{hint}`?" if hint else ""),
+                     data={"replace": hint} if hint else None)
             return
         kind = v.head
         if len(v.items) < 2:
@@ -752,9 +758,16 @@ class Checker:
         if "optimizer" in kws:
             on = kws["optimizer"][1]
             if not isinstance(on, ListNode) or on.head not in OPTIMIZERS:
-                self.err("E-FORM-002", on.span, "`:optimizer` is one of " + ", ".join(f"`({o} :lr ...)`" for o in OPTIMIZERS))
+                hint = near_miss(on.head, OPTIMIZERS) if isinstance(on, ListNode) and on.head else None
+                self.err("E-FORM-002", on.span, "`:optimizer` is one of " + ", ".join(f"`({o} :lr ...)`" for o in OPTIMIZERS)
+                         + (f"; did you mean `{hint}`?" if hint else ""), data={"replace": hint} if hint else None)
             else:
-                args = {k: self.const_value(v) for k, (kw, v) in self.keyword_args(on, 1, OPTIMIZERS[on.head], on.head).items()}
+                okw = self.keyword_args(on, 1, OPTIMIZERS[on.head], on.head)
+                args = {k: self.const_value(v) for k, (kw, v) in okw.items()}
+                lr = args.get("lr")
+                if isinstance(lr, (int, float)) and not isinstance(lr, bool) and lr <= 0:
+                    self.err("E-FORM-002", okw["lr"][1].span, f"`:lr` must be greater than 0, got {lr}",
+                             help="a typical learning rate is `3e-4` to `3e-3`")
                 opt = (on.head, args)
                 self.facts.calls[(on.span.start, on.span.end)] = on.head
         log = self.config_plist(kws["log"][1], {"every": "count", "tensorboard": "bool"}, ":log") if "log" in kws else {}
@@ -1055,7 +1068,13 @@ class Checker:
         return ph
 
     def counters_effects(self, frame: Frame, where: str):
+        """Effects of `prepare` or `objective`: a counter outside prepare, an unsalted draw."""
         for e in frame.effects:
+            if e.kind == "draw" and not e.salted:
+                rel = [Related(e.origin, "drawn here")] if e.origin != e.site else []
+                self.report(warning("W-RAND-002", e.site, f"an unsalted draw in `{where}` draws the same bits at "
+                                    "every step: a dropout mask or noise that never changes", related=rel,
+                                    help="salt it, e.g. `:salt (getf ctx :step)`, or with the microbatch too"))
             if e.kind == "counter" and where != "prepare":
                 rel = [Related(e.origin, "declared here")] if e.origin != e.site else []
                 self.err("E-CONTRACT-010", e.site, f"a `counter` inside `{where}`: counters belong to `prepare`",
@@ -1401,7 +1420,10 @@ class Checker:
         i = 0
         while i < len(items):
             it = items[i]
-            if isinstance(it, Kw) and it.name not in DTYPES and it.name != "auto":
+            # A keyword is positional when it is a dtype, or last and looks like one
+            # (`:float32`), so the rule can say which dtype was meant.
+            trailing_dtype = i + 1 >= len(items) and isinstance(it, Kw) and dtype_hint(it.name) is not None
+            if isinstance(it, Kw) and it.name not in DTYPES and it.name != "auto" and not trailing_dtype:
                 if i + 1 >= len(items):
                     self.err("E-FORM-002", it.span, f"`:{it.name}` of `{what}` has no value")
                     i += 1
@@ -1412,6 +1434,10 @@ class Checker:
                              + (f"; did you mean `:{hint}`?" if hint else ""),
                              help=("it takes " + ", ".join(f"`:{a}`" for a in spec_kwargs)) if spec_kwargs else f"`{what}` takes no keywords",
                              data={"replace": f":{hint}"} if hint else None)
+                    if hint is not None and hint not in kw:
+                        # Read it as the keyword it most likely is, so the call's type is
+                        # what the user meant and nothing downstream is reported again.
+                        kw[hint] = (it, items[i + 1])
                 elif it.name in kw:
                     self.err("E-NAME-002", it.span, f"`:{it.name}` is given twice")
                 else:

@@ -70,6 +70,7 @@ CODES: dict[str, str] = {
     "E-MODEL-003": "a pretrained file that does not match `:params`",
     "W-STACK-001": "a generator reads a per-microbatch context key: the run stays unstacked",
     "W-RAND-001": "an unsalted draw inside a generator",
+    "W-RAND-002": "an unsalted draw in `prepare` or `objective`",
 }
 
 

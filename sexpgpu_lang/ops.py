@@ -25,7 +25,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Callable
 
-from .types import (DTYPES, ERROR, FLOAT_DTYPES, KeywordType, NilType, PlistType, ShapeType,
+from .types import (DTYPES, dtype_hint, ERROR, FLOAT_DTYPES, KeywordType, NilType, PlistType, ShapeType,
                     StringType, TensorType, TupleType, Type, is_float, is_int, promote, scalar)
 
 
@@ -102,8 +102,10 @@ class RuleCall:
         t = self.args[i] if isinstance(i, int) else self.kwargs[i]
         if isinstance(t, KeywordType) and t.name in DTYPES:
             return t.name
+        hint = dtype_hint(t.name) if isinstance(t, KeywordType) else None
         raise RuleError("E-TYPE-002", f"`{self.op}` needs a dtype, one of "
-                        + ", ".join(f"`:{d}`" for d in DTYPES) + f"; got {t.show()}", i)
+                        + ", ".join(f"`:{d}`" for d in DTYPES) + f"; got {t.show()}"
+                        + (f"; did you mean `:{hint}`?" if hint else ""), i)
 
     def axis(self, rank: int, value: int, where: int | str) -> int:
         """Normalise an axis (negative counts from the end) or raise E-SHAPE-003."""
@@ -513,6 +515,10 @@ def _take(call):
     if x.rank == 0:
         raise RuleError("E-SHAPE-003", "`take` needs at least one axis, got a scalar", 0)
     ax = call.axis(x.rank, call.const_int("axis") if "axis" in call.kwargs else 0, "axis")
+    bad = [i for i in call.static.get("indices", ()) if not 0 <= i < x.shape[ax]]
+    if bad:
+        raise RuleError("E-SHAPE-003", f"`take`: index {bad[0]} is outside axis {ax} of {_show(x.shape)} "
+                        f"(0 to {x.shape[ax] - 1})", 1)
     call.static["axis"] = ax
     return TensorType(x.shape[:ax] + idx.shape + x.shape[ax + 1:], x.dtype, x.weak)
 

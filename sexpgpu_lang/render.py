@@ -63,9 +63,20 @@ def _snippet(src: SourceText, span: Span) -> list[str]:
     end_line, end_col = src.line_col(span.end)
     end = end_col if end_line == line0 else len(text)
     width = max(1, end - col0)
+    # A very long line (generated files) is shown as a window around the range.
+    if len(text) > SNIPPET_WIDTH:
+        left = max(0, col0 - 20)
+        right = min(len(text), left + SNIPPET_WIDTH)
+        width = min(width, right - col0)
+        text = ("…" if left else "") + text[left:right] + ("…" if right < len(text) else "")
+        col0 = col0 - left + (1 if left else 0)
     gutter = str(line0 + 1)
     pad = " " * len(gutter)
-    return [f"{pad} |", f"{gutter} | {text}", f"{pad} | " + " " * col0 + "^" * width]
+    return [f"{pad} |", f"{gutter} | {text}", f"{pad} | " + " " * col0 + "^" * max(1, width)]
+
+
+#: The widest source line a text diagnostic shows whole.
+SNIPPET_WIDTH = 160
 
 
 def summary(n_errors: int, n_warnings: int) -> str:

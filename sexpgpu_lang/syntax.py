@@ -306,13 +306,38 @@ def _synthetic_closer(opener: Token, end: int) -> Token:
     return Token(_CLOSER[opener.type], "", start_pos=end, end_pos=end)
 
 
+#: Heads of the top-level forms (DESIGN.md section 2). A `(` in column 1 followed by one of
+#: these always starts a new form, even inside an unclosed one.
+TOP_LEVEL_HEADS = frozenset({"def", "loader", "defmodel", "model", "defgenerate", "prepare",
+                             "objective", "pass", "run", "curriculum"})
+
+
 def _chunks(tokens: list[Token]) -> list[list[Token]]:
-    """Split at every `(` in column 1: each starts a new top-level form."""
+    """Split the token stream into top-level forms.
+
+    A `(` in column 1 starts a new form when every bracket before it is
+    closed, or when it opens a top-level form by name (`(run`, `(defmodel`
+    ...): then a form left unclosed above costs one diagnostic, and every
+    form after it is still read. A column-1 `(` inside a form that is still
+    open and that names no top-level form (a `let*` binding written flush
+    left, say) continues that form.
+    """
     chunks: list[list[Token]] = []
-    for tok in tokens:
-        if not chunks or (tok.type == "LPAR" and tok.column == 1):
+    depth = 0
+    for k, tok in enumerate(tokens):
+        if tok.type == "LPAR" and tok.column == 1:
+            nxt = tokens[k + 1] if k + 1 < len(tokens) else None
+            names_form = nxt is not None and nxt.type == "SYMBOL" and str(nxt) in TOP_LEVEL_HEADS
+            if depth == 0 or names_form:
+                chunks.append([])
+                depth = 0
+        if not chunks:
             chunks.append([])
         chunks[-1].append(tok)
+        if tok.type in _CLOSER:
+            depth += 1
+        elif tok.type in ("RPAR", "RBRACK"):
+            depth = max(0, depth - 1)
     return chunks
 
 

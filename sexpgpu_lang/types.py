@@ -19,6 +19,20 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 DTYPES = ("bool", "i32", "i64", "f16", "bf16", "f32")
+
+#: The names other libraries use, for "did you mean" (`:int32` -> `:i32`).
+DTYPE_ALIASES = {"int32": "i32", "int64": "i64", "float16": "f16", "bfloat16": "bf16", "float32": "f32",
+                 "float": "f32", "int": "i32", "half": "f16", "bool_": "bool", "boolean": "bool", "f64": "f32",
+                 "float64": "f32", "i8": "i32", "u8": "i32", "uint8": "i32"}
+
+
+def dtype_hint(name: str) -> str | None:
+    """The SexpGPU dtype a mistyped dtype keyword most likely means, or None."""
+    if name in DTYPE_ALIASES:
+        return DTYPE_ALIASES[name]
+    import difflib
+    got = difflib.get_close_matches(name, DTYPES, n=1, cutoff=0.6)
+    return got[0] if got else None
 FLOAT_DTYPES = ("f16", "bf16", "f32")
 INT_DTYPES = ("i32", "i64")
 

@@ -126,3 +126,30 @@ def test_a_long_let_star_checks():
     text = variant("(list :row (where (= column at) guess row)", f"(list :row (where (= column at) guess {body})")
     res = analyze(text, "long.sx")
     assert not res.diagnostics
+
+
+def test_near_misses_for_sources_optimizers_initialisers_and_dtypes():
+    cases = [((":source (stride-rows", ":source (stride-row"), "did you mean `stride-rows`?"),
+             (("(adam :lr", "(adma :lr"), "did you mean `adam`?"),
+             (("(normal [vocab dim] :std 0.1)\n           :first", "(norml [vocab dim] :std 0.1)\n           :first"),
+              "did you mean `normal`?"),
+             ((":row [seq] :i32", ":row [seq] :int32"), "did you mean `:i32`?"),
+             (("(cast (= row truth) :f32)", "(cast (= row truth) :float32)"), "did you mean `:f32`?")]
+    for (old, new), hint in cases:
+        res = analyze(variant(old, new), "typo.sx")
+        assert len(res.diagnostics) == 1 and hint in res.diagnostics[0].message, [d.message for d in res.diagnostics]
+
+
+def test_a_misspelt_op_keyword_is_read_as_meant_and_not_reported_again():
+    res = analyze(variant(":axes [1]\n                             :keepdims true", ":axes [1]\n                             :kepdims true"), "k.sx")
+    assert [d.code for d in res.diagnostics] == ["E-NAME-003"]
+
+
+def test_learning_rate_must_be_positive_and_constant_take_indices_in_range():
+    check(marked(variant(":lr 3e-3", ":lr -1"), "-1", "E-FORM-002", within=":lr -1"))
+    check(marked(variant("(take row [0] :axis 1) (* column", "(take row [9] :axis 1) (* column"), "[9]", "E-SHAPE-003",
+                 within="(take row [9]"))
+
+
+def test_a_flush_left_binding_inside_a_balanced_form_does_not_split_it():
+    check(variant("  (let* ((logits (model (getf inputs :input)))", "  (let* (\n(logits (model (getf inputs :input)))"))
