@@ -18,13 +18,15 @@ from __future__ import annotations
 import difflib
 import hashlib
 import os
-from dataclasses import dataclass, field
+import pathlib
+from dataclasses import dataclass, field, replace
+from functools import lru_cache
 
 from . import ir
 from .diagnostics import Diagnostic, Related, error, warning
 from .ops import INITIALIZERS, REGISTRY, RuleCall, RuleError
 from .source import SourceText, Span
-from .syntax import Kw, ListNode, Node, Num, ParseResult, Str, Sym, VecNode, form_key
+from .syntax import Kw, ListNode, Node, Num, ParseResult, Str, Sym, VecNode, form_key, parse as parse_text
 from .types import (DTYPES, dtype_hint, ERROR, NIL, ErrorType, FunctionType, KeywordType, LoaderType, ModelType,
                     NilType, PlistType, SelfType, ShapeType, StringType, TensorType, TupleType, Type,
                     is_float, same_tensor, scalar)
@@ -149,6 +151,7 @@ class Binding:
     definition: Definition | None = None
     ir: ir.Expr | None = None
     fn: tuple | None = None       # (lambda node, scope) for functions
+    stdlib: str | None = None     # the name, for a function of the standard library (prelude.sx)
 
 
 class Scope:
@@ -232,7 +235,8 @@ class Checker:
         self.diags: list[Diagnostic] = list(parsed.diagnostics)
         self._seen: set = set()
         self.facts = Facts()
-        self.globals = Scope()
+        self.globals = Scope(prelude_scope())
+        self._redirect: tuple[Span, str] | None = None
         self.forms: dict[str, list[ListNode]] = {}
         self.loaders: dict[str, ir.LoaderIR] = {}
         self.models: dict[str, dict] = {}
@@ -251,6 +255,10 @@ class Checker:
 
     # -- reporting ------------------------------------------------------------
     def report(self, d: Diagnostic) -> None:
+        if self._redirect is not None:
+            # A mistake inside a standard-library layer shows at the user's call of it.
+            span, name = self._redirect
+            d = replace(d, span=span, message=f"in `{name}` (standard library): {d.message}", related=())
         key = (d.code, d.span.start, d.span.end)
         if key not in self._seen:
             self._seen.add(key)
@@ -1538,6 +1546,12 @@ class Checker:
             return ir.Const(ERROR, node.span)
         if len(self._active) > 32:
             return ir.Const(self.err("E-FORM-002", node.span, "functions call each other too deeply (recursion is not supported)"), node.span)
+        redirect = b.stdlib is not None and self._redirect is None
+        if redirect:
+            # The layer's text is not in this file: its facts are not this file's, and
+            # its diagnostics show at this call.
+            saved_facts, self.facts = self.facts, Facts()
+            self._redirect = (node.span, b.stdlib)
         inner = fscope.child()
         for p, a, pn in zip(params, args, lam.items[1].items):
             inner.names[p] = Binding(a.type, self.facts.define(Definition(p, "binding", pn.span, lam.span, a.type.show())))
@@ -1548,6 +1562,8 @@ class Checker:
         finally:
             self._active.pop()
             fr, self.frame = self.frame, saved
+            if redirect:
+                self.facts, self._redirect = saved_facts, None
         self._resite(fr.effects, node.span)
         return ir.Apply(body.type, node.span, tuple(params), tuple(args), body.body if isinstance(body, ir.Seq) else (body,))
 
@@ -1665,6 +1681,23 @@ def identity(parsed: ParseResult) -> str:
         return "?"
     text = "\n".join(canon(f) for f in parsed.forms)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+PRELUDE = pathlib.Path(__file__).with_name("prelude.sx")
+
+
+@lru_cache(maxsize=1)
+def prelude_scope() -> Scope:
+    """The standard library's functions (prelude.sx), in a scope every file's globals sit in."""
+    parsed = parse_text(SourceText(PRELUDE.read_text(encoding="utf-8"), str(PRELUDE)))
+    assert not parsed.diagnostics, parsed.diagnostics
+    scope = Scope()
+    for form in parsed.forms:
+        if isinstance(form, ListNode) and form.head == "def" and len(form.items) == 3 and isinstance(form.items[1], Sym):
+            lam = form.items[2]
+            name = form.items[1].name
+            scope.names[name] = Binding(FunctionType(len(lam.items[1].items), name), None, fn=(lam, scope), stdlib=name)
+    return scope
 
 
 def check(parsed: ParseResult) -> CheckResult:

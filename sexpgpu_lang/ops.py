@@ -208,7 +208,7 @@ def _elementwise(call: RuleCall, *, to_float=False, to_bool=False, bool_ok=True)
     if to_bool:
         return TensorType(shape, "bool")
     if to_float and not is_float(dt[0]):
-        dt = ("f32", False)
+        dt = ("f32", dt[1])   # a weak integer (a literal, a `dim`) gives a weak float, as in JAX
     return TensorType(shape, dt[0], dt[1])
 
 
@@ -586,6 +586,15 @@ def _full(call):
     dt = call.dtype_arg(2, None) if len(call.args) > 2 else call.dtype_arg("dtype", v.dtype)
     call.static.update(shape=dims, dtype=dt)
     return TensorType(dims, dt)
+
+
+@op("axis-size", "(axis-size x axis)", "the size of one axis of x, as a compile-time integer (weakly typed, like a literal)",
+    args=(2, 2), example="(axis-size x -1)", family="shape")
+def _dim(call):
+    x = call.tensor(0)
+    ax = call.axis(x.rank, call.const_int(1), 1)
+    call.static["value"] = x.shape[ax]
+    return scalar("i32", x.shape[ax], weak=True)
 
 
 @op("size", "(size x)", "the number of entries of x, as an i64 constant", example="(size x)", family="shape")

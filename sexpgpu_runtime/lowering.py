@@ -190,6 +190,7 @@ LOWERINGS["iota"] = lambda call: lax.broadcasted_iota(jdt(call.static["dtype"]),
 LOWERINGS["zeros"] = lambda call: jnp.zeros(call.static["shape"], jdt(call.static["dtype"]))
 LOWERINGS["ones"] = lambda call: jnp.ones(call.static["shape"], jdt(call.static["dtype"]))
 LOWERINGS["full"] = lambda call: jnp.full(call.static["shape"], call.args[1], dtype=jdt(call.static["dtype"]))
+LOWERINGS["axis-size"] = lambda call: jnp.asarray(call.static["value"], dtype=jnp.int32)
 LOWERINGS["size"] = lambda call: jnp.asarray(call.static["value"], dtype=jnp.int64)
 
 
@@ -204,9 +205,15 @@ LOWERINGS["log-softmax"] = lambda call: jax.nn.log_softmax(_as(call.args[0], cal
 
 @lowering("cross-entropy")
 def _xent(call):
+    """A label outside 0 ... V-1 gives NaN (not the clamped class's loss), so the run's NaN check stops
+    the run at that step instead of training on a wrong target; a negative label does not count from
+    the end, and the range is tested before the cast to i32, so a huge i64 label cannot wrap into it."""
     logits, labels = call.args
     logp = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
-    picked = jnp.take_along_axis(logp, labels[..., None].astype(jnp.int32), axis=-1, mode="clip")[..., 0]
+    classes = logp.shape[-1]
+    labels = jnp.asarray(labels)
+    index = jnp.where((labels < 0) | (labels >= classes), classes, labels).astype(jnp.int32)
+    picked = jnp.take_along_axis(logp, index[..., None], axis=-1, mode="fill", fill_value=jnp.nan)[..., 0]
     return -picked
 
 

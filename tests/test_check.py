@@ -153,3 +153,20 @@ def test_learning_rate_must_be_positive_and_constant_take_indices_in_range():
 
 def test_a_flush_left_binding_inside_a_balanced_form_does_not_split_it():
     check(variant("  (let* ((logits (model (getf inputs :input)))", "  (let* (\n(logits (model (getf inputs :input)))"))
+
+
+def test_standard_library_layers_check_like_user_code():
+    """prelude.sx's layers are in scope; a mistake inside one shows at the user's call, naming it."""
+    text = variant("(h (relu (matmul (+ here start next) (getf self :hidden)))))",
+                   "(h (mlp (layer-norm (+ here start next) (getf self :first) (getf self :second))\n"
+                   "                           (getf self :hidden) (getf self :second) (getf self :hidden) (getf self :second))))")
+    res = analyze(text, "std.sx")
+    # :first is [16 64], not a gain of [64]: a broadcast error inside `layer-norm`, shown at its call
+    # (and the `mlp` around it is not reported again)
+    errs = [d for d in res.diagnostics if d.is_error]
+    assert len(errs) == 1 and errs[0].message.startswith("in `layer-norm` (standard library): "), errs
+    assert text[errs[0].span.start:].startswith("(layer-norm (+ here start next)")
+    ok = variant("(h (relu (matmul (+ here start next) (getf self :hidden)))))",
+                 "(h (linear (layer-norm (+ here start next) (take (getf self :first) 0) (take (getf self :second) 0))\n"
+                 "                           (getf self :hidden) (take (getf self :hidden) 0))))")
+    check(ok)
