@@ -1700,6 +1700,23 @@ def prelude_scope() -> Scope:
     return scope
 
 
+@lru_cache(maxsize=1)
+def stdlib_docs() -> dict[str, tuple[str, str]]:
+    """Each standard-library function's signature and the comment above it in prelude.sx (hover, completion)."""
+    lines = PRELUDE.read_text(encoding="utf-8").splitlines()
+    out = {}
+    for i, line in enumerate(lines):
+        if line.startswith("(def ") and "(lambda (" in line:
+            name = line.split()[1]
+            params = line.split("(lambda (", 1)[1].split(")", 1)[0]
+            doc, j = [], i - 1
+            while j >= 0 and lines[j].startswith(";;"):
+                doc.insert(0, lines[j][2:].strip())
+                j -= 1
+            out[name] = (f"({name} {params})", " ".join(doc) + " (standard library)")
+    return out
+
+
 def check(parsed: ParseResult) -> CheckResult:
     """Check a parsed file: diagnostics, editor facts, and the IR when there is no error. Never raises for user input."""
     return Checker(parsed).run()

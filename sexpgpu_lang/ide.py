@@ -21,7 +21,7 @@ import bisect
 import re
 from dataclasses import dataclass, field
 
-from .check import (CTX_KEYS, OPTIMIZERS, RUN_KEYS, SOURCES, SPECIAL_FORMS, TOP_FORMS, BatchType, CheckResult,
+from .check import (stdlib_docs, CTX_KEYS, OPTIMIZERS, RUN_KEYS, SOURCES, SPECIAL_FORMS, TOP_FORMS, BatchType, CheckResult,
                     CtxType, Definition)
 from .diagnostics import Diagnostic
 from .ops import INITIALIZERS, REGISTRY
@@ -584,6 +584,9 @@ def _hover_call(ix: Index, call: ListNode, head: Node) -> str:
     if name in REGISTRY:
         spec = REGISTRY[name]
         return _code(spec.signature + arrow) + f"\n\n{spec.doc}"
+    if name in stdlib_docs() and not any(d.name == name for d in ix.defs.values()):
+        sig, doc = stdlib_docs()[name]
+        return _code(sig + arrow) + f"\n\n{doc}"
     if name in OPTIMIZERS:
         return _code(f"({name} " + " ".join(f":{k} ..." for k in OPTIMIZERS[name]) + ")") + "\n\noptimizer"
     if name in SOURCES:
@@ -1003,6 +1006,7 @@ def _heads(ix: Index, frames: list[_Frame], offset: int) -> list[Completion]:
         return [Completion("stage", "keyword", "(stage :loader l :records n)")]
     out = [Completion(n, "keyword", sig, doc, n) for n, (sig, doc) in SPECIAL_FORMS.items()]
     out += [Completion(n, "function", s.signature, s.doc, n) for n, s in REGISTRY.items()]
+    out += [Completion(n, "function", sig, doc, n) for n, (sig, doc) in stdlib_docs().items()]
     for name, d in ix.visible(offset).items():
         if d.kind in ("model", "model-binding", "function") or isinstance(ix.type_at(d.span), (ModelType, FunctionType)):
             out.append(Completion(name, "class" if d.kind.startswith("model") else "function", d.detail, "", name))
