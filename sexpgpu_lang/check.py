@@ -249,6 +249,7 @@ class Checker:
         self._active: list[str] = []
         self.run_ir: ir.RunIR | None = None
         self.counter_names: tuple[str, ...] = ()
+        self.lost_heads: set[str] = set()   # forms written without their `(`: reported, not also missing
         self._state_type: PlistType | None = None
         self.pretrained_files: list[tuple[tuple[str, ...], str]] = []
         self.stages: list[tuple[str, int | None]] = []
@@ -356,13 +357,26 @@ class Checker:
 
     # -- top level ------------------------------------------------------------
     def run(self) -> CheckResult:
+        # A run of items outside any form (a form that lost its `(`, say) is reported at
+        # its first item only, up to the next form.
+        stray = False
         for form in self.parsed.forms:
             if not isinstance(form, ListNode) or not form.head:
-                self.err("E-FORM-004", form.span, "a top-level form must be a list like `(def name value)`")
+                if not stray and isinstance(form, Sym) and form.name in TOP_FORMS:
+                    self.lost_heads.add(form.name)
+                    self.err("E-FORM-004", form.span, f"`{form.name}` is outside any list: the form has lost its `(`",
+                             help=f"write `({form.name}` in column 1")
+                elif not stray:
+                    self.err("E-FORM-004", form.span, "a top-level form must be a list like `(def name value)`",
+                             help="if a form lost its `(`, put it back; what follows up to the next form is not reported again")
+                stray = True
                 continue
             head = form.head
             if head not in TOP_FORMS:
                 hint = near_miss(head, TOP_FORMS)
+                if stray and hint is None:
+                    continue
+                stray = False
                 self.err("E-FORM-004", form.items[0].span, f"unknown top-level form `{head}`"
                          + (f"; did you mean `{hint}`?" if hint else ""),
                          data={"replace": hint} if hint else None)
@@ -371,6 +385,7 @@ class Checker:
                 # Check it as the form it most likely is, so that what it defines
                 # is not reported again as missing or unbound.
                 head = hint
+            stray = False
             self.forms.setdefault(head, []).append(form)
             self.facts.calls[(form.span.start, form.span.end)] = head
         for head in ("model", "defgenerate", "prepare", "objective", "run", "curriculum"):
@@ -409,7 +424,7 @@ class Checker:
                  "model": "add `(model NAME)` naming the model objective trains",
                  "objective": "add `(objective (lambda (inputs ctx) loss))`",
                  "run": "add `(run :loader train :steps 100 :optimizer (adam :lr 1e-3))`"}
-        missing = [h for h in needs if h not in self.forms]
+        missing = [h for h in needs if h not in self.forms and h not in self.lost_heads]
         if not missing:
             return
         start = self.parsed.forms[0].span.start if self.parsed.forms else 0
@@ -546,7 +561,7 @@ class Checker:
         if d is None:
             return
         kws = self.keyword_args(f, 2, ("params", "apply", "frozen", "pretrained"), "defmodel")
-        self.models[name] = {"form": f, "kws": kws, "def": d, "params": {}, "param_defs": {}, "subs": {}, "failed": set(), "apply": None,
+        self.models[name] = {"form": f, "kws": kws, "def": d, "params": {}, "param_defs": {}, "subs": {}, "failed": set(), "params_known": True, "apply": None,
                              "frozen": False, "pretrained": None}
 
     def top_model_binding(self):
@@ -582,6 +597,7 @@ class Checker:
         kws = m["kws"]
         if "params" not in kws:
             self.err("E-FORM-005", f.items[1].span, f"`defmodel {name}` needs `:params`")
+            m["params_known"] = False
         if "apply" not in kws:
             self.err("E-FORM-005", f.items[1].span, f"`defmodel {name}` needs `:apply (lambda (self x) ...)`")
         if "frozen" in kws:
@@ -592,6 +608,7 @@ class Checker:
             pnode = kws["params"][1]
             if not isinstance(pnode, ListNode) or (pnode.items and not isinstance(pnode.items[0], Kw)):
                 self.err("E-FORM-002", pnode.span, "`:params` takes `(:name (normal [shape] :std 0.1) ...)`")
+                m["params_known"] = False
             else:
                 for k, (kw, v) in self.keyword_args(pnode, 0, None, ":params").items():
                     self.model_param(m, name, kw, v)
@@ -1358,8 +1375,8 @@ class Checker:
             return ir.GetF(pt, node.span, obj, k)
         if k in m["subs"]:
             return ir.Const(ModelType(m["subs"][k]), node.span, m["subs"][k])
-        if k in m["failed"]:
-            return ir.Const(ERROR, node.span)
+        if k in m["failed"] or not m["params_known"]:
+            return ir.Const(ERROR, node.span)   # already reported where the parameter is declared
         hint = near_miss(k, list(m["params"]) + list(m["subs"]))
         return ir.Const(self.err("E-NAME-004", key.span, f"model `{t.model}` has no parameter `:{k}`"
                                  + (f"; did you mean `:{hint}`?" if hint else ""),
