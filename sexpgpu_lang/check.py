@@ -26,7 +26,7 @@ from . import ir
 from .diagnostics import Diagnostic, Related, error, warning
 from .ops import INITIALIZERS, REGISTRY, RuleCall, RuleError
 from .source import SourceText, Span
-from .syntax import Kw, ListNode, Node, Num, ParseResult, Str, Sym, VecNode, form_key, parse as parse_text
+from .syntax import ErrorNode, Kw, ListNode, Node, Num, ParseResult, Str, Sym, VecNode, form_key, parse as parse_text
 from .types import (DTYPES, dtype_hint, ERROR, NIL, ErrorType, FunctionType, KeywordType, LoaderType, ModelType,
                     NilType, PlistType, SelfType, ShapeType, StringType, TensorType, TupleType, Type,
                     is_float, same_tensor, scalar)
@@ -1201,6 +1201,8 @@ class Checker:
                 dims = tuple(i.type.value for i in items)
                 return ir.Const(ShapeType(dims), node.span, dims)
             return ir.Vector(TupleType(tuple(i.type for i in items)), node.span, tuple(items))
+        if isinstance(node, ErrorNode):
+            return ir.Const(ERROR, node.span)   # not read (E-SYNTAX-005): already reported
         assert isinstance(node, ListNode)
         if not node.items:
             return ir.Const(NIL, node.span, None)

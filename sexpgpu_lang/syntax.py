@@ -97,6 +97,13 @@ class VecNode(Node):
     closed: bool = True
 
 
+@dataclass(frozen=True, slots=True, eq=False)
+class ErrorNode(Node):
+    """A part of the file the parser did not read: brackets nested deeper than
+    MAX_DEPTH (E-SYNTAX-005). The checker gives it the error type, so the rest of
+    its form is still checked and nothing that depends on it is reported again."""
+
+
 @dataclass(frozen=True)
 class ParseResult:
     """The forms of one file, the syntax diagnostics, and the comments' ranges."""
@@ -202,7 +209,7 @@ def _too_deep(chunk: list[Token], diags: list[Diagnostic]) -> bool:
             depth += 1
             if depth > MAX_DEPTH:
                 diags.append(error("E-SYNTAX-005", Span(tok.start_pos, tok.end_pos),
-                                   f"brackets nest more than {MAX_DEPTH} deep here; this form is not checked",
+                                   f"brackets nest more than {MAX_DEPTH} deep here; what this bracket holds is not checked",
                                    help="name intermediate values with `let*`"))
                 return True
         elif tok.type in ("RPAR", "RBRACK"):
@@ -352,9 +359,10 @@ def parse(source: SourceText) -> ParseResult:
     forms: list[Node] = []
     lark = _lark()
     for chunk in _chunks(tokens):
-        if _too_deep(chunk, diags):
-            continue
+        deep = _too_deep(chunk, diags)
         balanced = _balance(chunk, diags)
+        if deep:
+            balanced = _cut_deep(balanced)
         ip = lark.parse_interactive("")
         for tok in balanced:
             ip.feed_token(tok)
@@ -364,6 +372,30 @@ def parse(source: SourceText) -> ParseResult:
     forms = [_with_paths(f) for f in forms]
     diags.sort(key=lambda d: d.span.start)
     return ParseResult(source, tuple(forms), tuple(diags), tuple(comments))
+
+
+def _cut_deep(tokens: list[Token]) -> list[Token]:
+    """Replace each bracket nested deeper than MAX_DEPTH, with all it holds, by one
+    placeholder (an empty SYMBOL, which no text lexes to) that becomes an `ErrorNode`."""
+    out: list[Token] = []
+    depth = i = 0
+    while i < len(tokens):
+        tok = tokens[i]
+        if tok.type in _CLOSER and depth == MAX_DEPTH:
+            j, d = i, 0
+            while j < len(tokens):   # the tokens are balanced: find this bracket's closer
+                d += 1 if tokens[j].type in _CLOSER else -1 if tokens[j].type in ("RPAR", "RBRACK") else 0
+                if d == 0:
+                    break
+                j += 1
+            j = min(j, len(tokens) - 1)
+            out.append(Token("SYMBOL", "", start_pos=tok.start_pos, end_pos=max(tok.end_pos, tokens[j].end_pos)))
+            i = j + 1
+            continue
+        depth += 1 if tok.type in _CLOSER else -1 if tok.type in ("RPAR", "RBRACK") else 0
+        out.append(tok)
+        i += 1
+    return out
 
 
 def _unescape(s: str) -> str:
@@ -393,6 +425,8 @@ def _convert(t, path) -> Node:
             return Str(span, path, _unescape(str(tok)))
         if tok.type == "KEYWORD":
             return Kw(span, path, str(tok)[1:])
+        if tok.type == "SYMBOL" and str(tok) == "":
+            return ErrorNode(span, path)
         return Sym(span, path, str(tok))
     assert isinstance(t, Tree)
     opener, closer = t.children[0], t.children[-1]
