@@ -111,7 +111,9 @@ class RuleCall:
         """Normalise an axis (negative counts from the end) or raise E-SHAPE-003."""
         if -rank <= value < rank:
             return value % rank if rank else 0
-        raise RuleError("E-SHAPE-003", f"axis {value} is out of range for rank {rank}", where)
+        raise RuleError("E-SHAPE-003", f"`{self.op}`: axis {value} is out of range for rank {rank} "
+                        f"(axes {-rank} to {rank - 1})" if rank else f"`{self.op}`: axis {value} is out of range for a scalar",
+                        where)
 
     def axes_kw(self, rank: int, name: str = "axes") -> tuple[int, ...] | None:
         """The `:axes` keyword normalised, or None when absent (all axes)."""
