@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Write docs/ops.md from the front end's registries: every top-level form, special
-form, parameter initialiser and operation, with its signature, keywords and doc line,
-and for each operation its registry example with the type the checker gives it.
+form, parameter initialiser, operation and standard-library function, with its
+signature, keywords and doc line, and for each operation its registry example with
+the type the checker gives it.
 
     python scripts/gen_ops_doc.py           # print the page
     python scripts/gen_ops_doc.py --write   # write docs/ops.md
@@ -20,7 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from sexpgpu_lang.check import SPECIAL_FORMS, TOP_FORMS, check_expression  # noqa: E402
+from sexpgpu_lang.check import SPECIAL_FORMS, TOP_FORMS, check_expression, stdlib_docs  # noqa: E402
 from sexpgpu_lang.ops import EXAMPLE_ENV, INITIALIZERS, REGISTRY  # noqa: E402
 
 PAGE = ROOT / "docs" / "ops.md"
@@ -91,6 +92,7 @@ def render() -> str:
         "- [Parameter initialisers](#parameter-initialisers)",
     ]
     out += [f"- [{title[f]}](#{anchor(title[f])})" for f in order]
+    out += ["- [Standard library](#standard-library)"]
     out += ["", "## Top-level forms", "", "| form | shape | what it does |", "|---|---|---|"]
     out += [f"| `{n}` | {code(sig)} | {cell(doc)} |" for n, (sig, doc) in TOP_FORMS.items()]
     out += ["", "## Special forms", "",
@@ -110,6 +112,11 @@ def render() -> str:
             ex = code(spec.example) if spec.example else ""
             ty = code(example_type(spec.example)) if spec.example else ""
             out.append(f"| {code(spec.name)} | {cell(code(spec.signature))} | {kws} | {cell(spec.doc)} | {cell(ex)} | {ty} |")
+    out += ["", "## Standard library", "",
+            "Functions written in SexpGPU (`sexpgpu_lang/prelude.sx`) that every run file can call;",
+            "see [stdlib.md](stdlib.md) for their shapes.", "",
+            "| function | signature | what it does |", "|---|---|---|"]
+    out += [f"| `{n}` | {code(sig)} | {cell(doc)} |" for n, (sig, doc) in stdlib_docs().items()]
     return "\n".join(out) + "\n"
 
 
