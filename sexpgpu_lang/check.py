@@ -237,6 +237,7 @@ class Checker:
         self.facts = Facts()
         self.globals = Scope(prelude_scope())
         self._redirect: tuple[Span, str] | None = None
+        self._contract005: set[int] = set()
         self.forms: dict[str, list[ListNode]] = {}
         self.loaders: dict[str, ir.LoaderIR] = {}
         self.models: dict[str, dict] = {}
@@ -406,6 +407,10 @@ class Checker:
         self.collect_params()
         self.top_run()
         train = self.loaders.get(self.run_ir.loader) if self.run_ir else None
+        if train is None and self.loaders and self.forms.get("run"):
+            # `run` is broken (reported already): check the phases against the first loader
+            # rather than not at all, so their own mistakes still show.
+            train = next(iter(self.loaders.values()))
         gen = self.top_generate(train)
         prepare, objective = self.top_train(train, gen)
         passes = self.top_passes(train, gen)
@@ -1405,6 +1410,9 @@ class Checker:
                 self.facts.uses.append((key.span, self.facts.generated[k]))
             return ir.GetF(got, node.span, obj, k)
         if k in t.missing_generated:
+            if id(t) in self._contract005:
+                return ir.Const(ERROR, node.span)   # one diagnostic per pass: the first generated name read
+            self._contract005.add(id(t))
             rel = [Related(self.facts.generated[k].span, "`:finish` makes it here")] if k in self.facts.generated else []
             return ir.Const(self.err("E-CONTRACT-005", key.span,
                                      f"`:{k}` is generated, but the generator does not run on loader `{t.loader}`, "
