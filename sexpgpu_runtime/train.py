@@ -569,7 +569,8 @@ def train(program: ir.Program, options: RunOptions, on_trip=None) -> RunResult:
             good = store.latest()
             where = (f"the last good checkpoint is step {good} in {store.spec.dir}" if good is not None
                      else "no checkpoint was saved")
-            raise RunError(f"{e}; the run stopped (lower the learning rate, or look for a log or division by 0); "
+            raise RunError(f"{e}, so the run stopped; likely causes: too high a learning rate, a log of 0 or a "
+                           "division by 0, an index out of range (e.g. a label >= the number of classes); "
                            f"{where}")
         except CheckpointError as e:
             raise RunError(str(e))

@@ -202,8 +202,9 @@ def test_nan_loss_names_the_step_the_metric_and_the_last_good_checkpoint(tmp_pat
     with pytest.raises(RunError) as e:
         run(text, tmp_path, steps=12)
     ckpts = tmp_path / "checkpoints"
-    assert str(e.value) == ("step 7: `loss` is nan; the run stopped (lower the learning rate, or look for a log or "
-                            f"division by 0); the last good checkpoint is step 6 in {ckpts}")
+    assert str(e.value) == ("step 7: `loss` is nan, so the run stopped; likely causes: too high a learning rate, "
+                            "a log of 0 or a division by 0, an index out of range (e.g. a label >= the number of "
+                            f"classes); the last good checkpoint is step 6 in {ckpts}")
     assert sorted(int(p.name) for p in ckpts.iterdir() if p.name.isdigit()) == [4, 6]
 
 

@@ -158,3 +158,26 @@ def test_stack_auto_takes_the_degree_the_cost_model_picks(tmp_path):
     assert layout_of(prog).stack == 2          # the fixture fits easily: both microbatches in one call
     result = train_quiet(variant(":stack 2", ":stack :auto"), 2, tmp_path)
     assert "train stacked" in result.traces
+
+
+# -- mistakes found before (or at) the step that would have hidden them ------------------------------
+
+
+def test_cross_entropy_of_a_label_out_of_range_is_nan():
+    import jax.numpy as jnp
+    from sexpgpu_runtime.lowering import LOWERINGS, LowerCall
+    logits = jnp.zeros((5, 4), jnp.float32)
+    labels = jnp.array([0, 3, 4, -1, 2**40], jnp.int64)   # 2**40 would wrap to 0 in i32
+    out = np.asarray(LOWERINGS["cross-entropy"](LowerCall([logits, labels], {}, {}, None, None)))
+    assert np.allclose(out[:2], np.log(4.0))
+    assert np.isnan(out[2:]).all(), out          # not the clamped (or wrapped) class's loss
+
+
+def test_a_label_out_of_range_stops_the_run_naming_the_likely_cause(tmp_path):
+    from sexpgpu_runtime.train import RunError
+    text = variant(":label (mod (+ row stride) vocab)", ":label (+ (mod (+ row stride) vocab) 1)")   # 1 ... vocab
+    with pytest.raises(RunError) as e:
+        train_quiet(text, 3, tmp_path)
+    msg = str(e.value)
+    assert msg.startswith("step 1: `loss` is nan, so the run stopped; likely causes:"), msg
+    assert "an index out of range (e.g. a label >= the number of classes)" in msg and "\n" not in msg
