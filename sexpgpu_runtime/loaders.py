@@ -60,12 +60,17 @@ class Loader:
         self.spec = spec
         self.seed = seed
         self.table = load_table(spec, seed)
-        n = {len(v) for v in self.table.values()}
-        if len(n) != 1:
-            raise LoaderError(f"loader `{spec.name}`: fields have different record counts {sorted(n)}")
-        self.records = n.pop()
-        if self.records == 0:
-            raise LoaderError(f"loader `{spec.name}` has no records")
+        self.where = _source_name(spec)
+        counts = {name: len(v) for name, v in self.table.items()}
+        if len(set(counts.values())) > 1:
+            each = ", ".join(f"`{name}` {n}" for name, n in counts.items())
+            raise LoaderError(f"{self.where}: fields have different record counts: {each}")
+        self.records = next(iter(counts.values()), 0)
+        if self.records < spec.batch:
+            # An epoch shorter than a batch would repeat records within every batch.
+            raise LoaderError(f"{self.where} has {self.records} record{'s' if self.records != 1 else ''}, "
+                              f"fewer than one batch of {spec.batch}; give it at least {spec.batch} records, "
+                              "or lower `:batch`")
         self._perms: dict[int, np.ndarray] = {}
 
     def _perm(self, epoch: int) -> np.ndarray:

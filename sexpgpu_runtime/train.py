@@ -272,6 +272,13 @@ class Trainer:
             self.pass_loaders = {ps.name: Loader(program.loaders[ps.loader], run.seed) for ps in program.passes}
         except LoaderError as e:
             raise RunError(str(e))
+        for ps in program.passes:
+            # A pass reads its loader's first K batches; more than the loader holds would repeat records.
+            ld = self.pass_loaders[ps.name]
+            if ps.batches * ld.spec.batch > ld.records:
+                raise RunError(f"pass `{ps.name}` reads {ps.batches} batches of {ld.spec.batch} "
+                               f"({ps.batches * ld.spec.batch} records), but {ld.where} has {ld.records}; "
+                               "lower its `:batches`, or give the loader more records")
         self.stages = [(name, n) for name, n in program.stages] or [(run.loader, None)]
         selected = frozenset(options.diagnostics or run.diagnostics)
         self.optimizer = make_optimizer(run.optimizer)

@@ -54,3 +54,21 @@ def test_text_bytes_reads_the_standard_library():
 def test_text_bytes_with_no_files_is_one_clear_error(tmp_path):
     with pytest.raises(LoaderError, match=r"no file matches .*nothing-here"):
         Loader(spec(("text-bytes", {"glob": "nothing-here/*.txt", "seq": 8}), (("b", (8,), "i32"),), base=tmp_path), 0)
+
+
+def test_fewer_records_than_one_batch_is_one_error_naming_loader_file_count_and_batch(tmp_path):
+    np.savez(tmp_path / "d.npz", x=np.zeros((10, 3), np.float32))
+    with pytest.raises(LoaderError) as e:
+        Loader(spec(("npz", {"path": "d.npz"}), (("x", (3,), "f32"),), batch=64, base=tmp_path), 0)
+    assert str(e.value) == (f"loader `data` ({tmp_path / 'd.npz'}) has 10 records, fewer than one batch of 64; "
+                            "give it at least 64 records, or lower `:batch`")
+    with pytest.raises(LoaderError, match=r"^loader `data` has 10 records, fewer than one batch of 64"):
+        Loader(spec(("stride-rows", {"vocab": 16, "seq": 8, "records": 10}), (("row", (8,), "i32"),), batch=64), 0)
+    assert Loader(spec(("npz", {"path": "d.npz"}), (("x", (3,), "f32"),), batch=10, base=tmp_path), 0).records == 10
+
+
+def test_fields_with_different_record_counts_name_the_file_and_each_field(tmp_path):
+    np.savez(tmp_path / "d.npz", x=np.zeros((10, 3), np.float32), y=np.zeros(12, np.int32))
+    with pytest.raises(LoaderError) as e:
+        Loader(spec(("npz", {"path": "d.npz"}), (("x", (3,), "f32"), ("y", (), "i32")), base=tmp_path), 0)
+    assert str(e.value) == f"loader `data` ({tmp_path / 'd.npz'}): fields have different record counts: `x` 10, `y` 12"

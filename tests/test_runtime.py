@@ -181,3 +181,18 @@ def test_a_label_out_of_range_stops_the_run_naming_the_likely_cause(tmp_path):
     msg = str(e.value)
     assert msg.startswith("step 1: `loss` is nan, so the run stopped; likely causes:"), msg
     assert "an index out of range (e.g. a label >= the number of classes)" in msg and "\n" not in msg
+
+
+def test_a_pass_reading_more_records_than_its_loader_holds_is_refused(tmp_path):
+    from sexpgpu_runtime.train import RunError
+    text = variant("(model student)", """(model student)
+
+(loader held-out
+  :source (stride-rows :vocab vocab :seq seq :records 100)
+  :batch 64
+  :fields (:row [seq] :i32
+           :stride [1] :i32))""") + "\n(pass held-out-eval :loader held-out :every 4 :batches 2)\n"
+    with pytest.raises(RunError) as e:
+        train_quiet(text, 1, tmp_path)
+    assert str(e.value) == ("pass `held-out-eval` reads 2 batches of 64 (128 records), but loader `held-out` has 100; "
+                            "lower its `:batches`, or give the loader more records")
