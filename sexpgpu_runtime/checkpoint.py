@@ -29,6 +29,8 @@ from pathlib import Path
 import jax
 import numpy as np
 
+from .paths import not_a_dir_reason
+
 FORMAT = "sexpgpu-checkpoint 1"
 DEFAULT_DIR = "checkpoints"
 DEFAULT_EVERY = 1000
@@ -130,6 +132,9 @@ class Checkpoints:
         self.identity = identity
         self.file = file
         self.dir = spec.dir.resolve()
+        why = not_a_dir_reason(spec.dir)
+        if why is not None:
+            raise CheckpointError(f"cannot write checkpoints to {spec.dir}: {why}")
         try:
             self.dir.mkdir(parents=True, exist_ok=True)
             probe = self.dir / ".write-test"

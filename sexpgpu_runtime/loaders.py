@@ -23,6 +23,7 @@ from __future__ import annotations
 import glob as globlib
 import hashlib
 import os
+import re
 import zipfile
 
 import numpy as np
@@ -156,11 +157,25 @@ def _stride_rows(spec: LoaderIR, seed: int, args: dict) -> dict[str, np.ndarray]
     return table
 
 
+_VAR = re.compile(r"\$(?:(\w+)|\{([^}]*)\})")
+
+
 def _resolve(spec: LoaderIR, path: str) -> str:
     """A data path: `$STDLIB` is the Python standard library's directory, other `$VARS`
-    and `~` expand; a relative path is relative to the run file."""
+    and `~` expand; a relative path is relative to the run file.
+
+    A variable that is not set (or is empty) is a LoaderError naming it: expanded
+    as it stands, `$DATA/*.npz` would silently become `/*.npz`, or stay literal.
+    """
     import sysconfig
-    path = path.replace("$STDLIB", sysconfig.get_paths()["stdlib"])
+    written = path
+    path = re.sub(r"\$(?:STDLIB\b|\{STDLIB\})", lambda m: sysconfig.get_paths()["stdlib"], path)
+    for m in _VAR.finditer(path):
+        name = m.group(1) or m.group(2)
+        if not os.environ.get(name):
+            state = "is empty" if name in os.environ else "is not set"
+            raise LoaderError(f"loader `{spec.name}`: the environment variable `{name}` in \"{written}\" {state}; "
+                              "set it, or write the path out")
     path = os.path.expanduser(os.path.expandvars(path))
     return path if os.path.isabs(path) else os.path.join(spec.base_dir, path)
 

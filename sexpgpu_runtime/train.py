@@ -34,6 +34,7 @@ from .graphs import Graphs
 from .loaders import Loader, LoaderError
 from .optim import make_optimizer
 from .params import flatten, init_params, set_path
+from .paths import not_a_dir_reason
 from .signals import StopSignals, Stopped
 
 
@@ -204,6 +205,9 @@ def keep_rows_up_to(path: Path, step: int) -> None:
 
 def prepare_run_dir(run_dir: Path) -> None:
     """Create the run dir and prove it writable, before anything trains."""
+    why = not_a_dir_reason(run_dir)
+    if why is not None:
+        raise RunError(f"cannot use {run_dir} as the run dir: {why}")
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
         probe = run_dir / ".write-test"

@@ -149,7 +149,8 @@ def test_unwritable_checkpoint_dir_is_one_error_before_training(tmp_path):
     text = variant(":checkpoint (:every 7 :keep 2)", ':checkpoint (:every 7 :dir "a-file/ckpt")', TEXT)
     with pytest.raises(RunError) as e:
         run(text, tmp_path)
-    assert str(e.value) == f"cannot write checkpoints to {tmp_path / 'a-file' / 'ckpt'}: Not a directory"
+    assert str(e.value) == (f"cannot write checkpoints to {tmp_path / 'a-file' / 'ckpt'}: "
+                            f"{tmp_path / 'a-file'} is a file, not a directory")
     assert not (tmp_path / "metrics.jsonl").exists()
 
 

@@ -72,3 +72,25 @@ def test_fields_with_different_record_counts_name_the_file_and_each_field(tmp_pa
     with pytest.raises(LoaderError) as e:
         Loader(spec(("npz", {"path": "d.npz"}), (("x", (3,), "f32"), ("y", (), "i32")), base=tmp_path), 0)
     assert str(e.value) == f"loader `data` ({tmp_path / 'd.npz'}): fields have different record counts: `x` 10, `y` 12"
+
+
+@pytest.mark.parametrize("source", [("npz", {"path": "$NOPE_VAR/d.npz"}),
+                                    ("text-bytes", {"glob": "$NOPE_VAR/*.py", "seq": 8}),
+                                    ("text-bytes", {"glob": "${NOPE_VAR}/*.py", "seq": 8})])
+def test_an_unset_variable_in_a_data_path_is_named(source, monkeypatch):
+    monkeypatch.delenv("NOPE_VAR", raising=False)
+    written = source[1].get("path") or source[1]["glob"]
+    with pytest.raises(LoaderError) as e:
+        Loader(spec(source, (("x", (8,), "i32"),)), 0)
+    assert str(e.value) == (f"loader `data`: the environment variable `NOPE_VAR` in \"{written}\" is not set; "
+                            "set it, or write the path out")
+    monkeypatch.setenv("NOPE_VAR", "")
+    with pytest.raises(LoaderError, match="`NOPE_VAR` .* is empty"):
+        Loader(spec(source, (("x", (8,), "i32"),)), 0)
+
+
+def test_a_set_variable_and_stdlib_expand(tmp_path, monkeypatch):
+    np.savez(tmp_path / "d.npz", x=np.zeros((4, 3), np.float32))
+    monkeypatch.setenv("DATA_DIR", str(tmp_path))
+    assert Loader(spec(("npz", {"path": "$DATA_DIR/d.npz"}), (("x", (3,), "f32"),)), 0).records == 4
+    assert Loader(spec(("text-bytes", {"glob": "${STDLIB}/json/__init__.py", "seq": 8}), (("b", (8,), "i32"),)), 0).records > 4

@@ -196,3 +196,15 @@ def test_a_pass_reading_more_records_than_its_loader_holds_is_refused(tmp_path):
         train_quiet(text, 1, tmp_path)
     assert str(e.value) == ("pass `held-out-eval` reads 2 batches of 64 (128 records), but loader `held-out` has 100; "
                             "lower its `:batches`, or give the loader more records")
+
+
+def test_a_run_dir_that_is_a_file_says_so(tmp_path):
+    from sexpgpu_runtime.train import RunError
+    (tmp_path / "afile").write_text("notes")
+    with pytest.raises(RunError) as e:
+        train_quiet(fixture_text(), 1, tmp_path / "afile")
+    assert str(e.value) == f"cannot use {tmp_path / 'afile'} as the run dir: it is a file, not a directory"
+    with pytest.raises(RunError) as e:
+        train_quiet(fixture_text(), 1, tmp_path / "afile" / "run")
+    assert str(e.value) == (f"cannot use {tmp_path / 'afile' / 'run'} as the run dir: "
+                            f"{tmp_path / 'afile'} is a file, not a directory")
