@@ -111,7 +111,7 @@ def run(
     run_dir: Optional[Path] = typer.Option(None, "--run-dir", help="Where metrics.jsonl (and checkpoints) go; default runs/<file stem>."),
     diagnostics: Optional[str] = typer.Option(None, "--diagnostics", help="Comma-separated diagnostic names to compute and report."),
     progress: Optional[bool] = typer.Option(None, "--progress/--no-progress", help="Show a progress bar (default: when stderr is a terminal)."),
-    export: Optional[Path] = typer.Option(None, "--export", help="After training, write the parameters to this .safetensors file (one run's student is the next run's `:pretrained` teacher)."),
+    export: Optional[Path] = typer.Option(None, "--export", help="After training, write the parameters to this .safetensors file (one run's student is the next run's `:pretrained` teacher); its directory is checked before training."),
     resume: bool = typer.Option(False, "--resume", help="Continue from the newest complete checkpoint in the run's checkpoint dir (it must have been made by this file's forms and seed)."),
 ):
     """Check a run file, then train it with JAX.
@@ -127,7 +127,7 @@ def run(
         n_err, n_warn = print_text([res])
         print(f"sexpgpu: error: {file} has {render.summary(n_err, n_warn)}; fix them before running", file=sys.stderr)
         raise typer.Exit(1)
-    from sexpgpu_runtime.train import RunOptions, RunError, RunStopped, train  # JAX is imported only here
+    from sexpgpu_runtime.train import OptionError, RunOptions, RunError, RunStopped, train  # JAX is imported only here
 
     opts = RunOptions(
         steps=steps,
@@ -139,6 +139,8 @@ def run(
     )
     try:
         result = train(res.program, opts)
+    except OptionError as e:   # found before anything ran: a usage problem
+        raise fail(str(e), 2)
     except RunError as e:
         raise fail(str(e), 1)
     except RunStopped as e:

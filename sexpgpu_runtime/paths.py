@@ -8,6 +8,8 @@ Plain os and pathlib: nothing here imports JAX or the rest of the runtime.
 """
 from __future__ import annotations
 
+import os
+import tempfile
 from pathlib import Path
 
 
@@ -40,3 +42,41 @@ def not_a_dir_reason(path: Path) -> str | None:
     return f"{blocker} is a file, not a directory"
 
 
+def check_output_file(path: Path) -> None:
+    """Raise PathProblem unless a file can be written at `path`: not a directory, in an existing,
+    writable directory. Probed by creating (and removing) a temporary file beside it."""
+    path = Path(path)
+    if path.is_dir():
+        raise PathProblem(f"cannot write {path}: it is a directory")
+    parent = path.parent
+    blocker = file_in_the_way(parent)
+    if blocker is not None:
+        raise PathProblem(f"cannot write {path}: {blocker} is a file, not a directory")
+    if not parent.is_dir():
+        raise PathProblem(f"cannot write {path}: there is no directory {parent}")
+    try:
+        with tempfile.NamedTemporaryFile(dir=parent, prefix=f".{path.name}.", suffix=".probe"):
+            pass
+    except OSError as e:
+        raise PathProblem(f"cannot write {path}: {e.strerror or e}")
+
+
+def umask() -> int:
+    """The process's umask (read from /proc where there is one, so no other thread sees it change)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def publish(tmp: Path, path: Path) -> None:
+    """Give a finished temporary file the permissions a new file gets (0666 less the umask: 0644
+    usually; writers such as safetensors make 0600 files), then rename it to `path` atomically."""
+    os.chmod(tmp, 0o666 & ~umask())
+    os.replace(tmp, path)

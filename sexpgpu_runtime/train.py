@@ -34,12 +34,17 @@ from .graphs import Graphs
 from .loaders import Loader, LoaderError
 from .optim import make_optimizer
 from .params import flatten, init_params, set_path
-from .paths import not_a_dir_reason
+from .paths import PathProblem, check_output_file, not_a_dir_reason, publish
 from .signals import StopSignals, Stopped
 
 
 class RunError(Exception):
     """A run that cannot go on, for a reason the user can act on (bad data, a NaN loss, an unwritable dir)."""
+
+
+class OptionError(RunError):
+    """A command-line option that cannot work (an `--export` path that cannot be written, say): found
+    before anything runs; the command line exits 2 for it, as for any usage problem."""
 
 
 class BadValue(RunError):
@@ -203,6 +208,16 @@ def keep_rows_up_to(path: Path, step: int) -> None:
     tmp.replace(path)
 
 
+def check_options(program: ir.Program, options: RunOptions) -> None:
+    """Refuse, before anything runs, options that cannot work (OptionError): an `--export` path that
+    cannot be written."""
+    if options.export is not None:
+        try:
+            check_output_file(options.export)
+        except PathProblem as e:
+            raise OptionError(str(e))
+
+
 def prepare_run_dir(run_dir: Path) -> None:
     """Create the run dir and prove it writable, before anything trains."""
     why = not_a_dir_reason(run_dir)
@@ -246,13 +261,23 @@ def load_pretrained(program: ir.Program, trainable: dict, frozen: dict) -> None:
 
 
 def export_params(path: Path, trainable: dict, frozen: dict) -> None:
-    """Write every parameter to a .safetensors file, named by its path below the root model joined with `.`."""
+    """Write every parameter to a .safetensors file, named by its path below the root model joined with `.`.
+
+    Written beside `path` under a temporary name, then renamed into place with
+    the permissions a new file gets (safetensors alone makes it 0600), so a
+    failed write never leaves a torn file. `check_options` proved the
+    directory writable before training.
+    """
     from safetensors.numpy import save_file
     tensors = {".".join(k): np.asarray(v) for k, v in {**flatten(trainable), **flatten(frozen)}.items()}
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp")
     try:
-        save_file(tensors, str(path))
-    except OSError as e:
-        raise RunError(f"cannot write {path}: {e.strerror or e}")
+        save_file(tensors, str(tmp))
+        publish(tmp, path)
+    except Exception as e:  # safetensors raises its own error types besides OSError
+        tmp.unlink(missing_ok=True)
+        raise RunError(f"cannot write {path}: {e.strerror if isinstance(e, OSError) and e.strerror else e}")
 
 
 class Trainer:
@@ -535,6 +560,7 @@ def train(program: ir.Program, options: RunOptions, on_trip=None) -> RunResult:
     saving the last completed step). `on_trip(step, trip)` is called before
     every trip of the generator.
     """
+    check_options(program, options)
     prepare_run_dir(options.run_dir)
     trainer = Trainer(program, options)
     trainer.on_trip = on_trip

@@ -183,6 +183,24 @@ def test_a_label_out_of_range_stops_the_run_naming_the_likely_cause(tmp_path):
     assert "an index out of range (e.g. a label >= the number of classes)" in msg and "\n" not in msg
 
 
+def test_export_is_checked_before_training_and_written_with_normal_permissions(tmp_path):
+    import os
+    import stat
+    from sexpgpu_runtime.paths import umask
+    from sexpgpu_runtime.train import OptionError, RunOptions, train
+    prog = program_of(fixture_text())
+    for bad, why in [(tmp_path / "nowhere" / "x.safetensors", f"there is no directory {tmp_path / 'nowhere'}"),
+                     (tmp_path, "it is a directory")]:
+        with pytest.raises(OptionError) as e:
+            train(prog, RunOptions(steps=1, run_dir=tmp_path / "a", quiet=True, export=bad))
+        assert str(e.value) == f"cannot write {bad}: {why}"
+        assert not (tmp_path / "a" / "metrics.jsonl").exists()          # refused before anything ran
+    out = tmp_path / "student.safetensors"
+    train(prog, RunOptions(steps=1, run_dir=tmp_path / "b", quiet=True, export=out))
+    assert stat.S_IMODE(os.stat(out).st_mode) == 0o666 & ~umask()         # 0644 under umask 022, not 0600
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []   # no temporary left
+
+
 def test_a_pass_reading_more_records_than_its_loader_holds_is_refused(tmp_path):
     from sexpgpu_runtime.train import RunError
     text = variant("(model student)", """(model student)
