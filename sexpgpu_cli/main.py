@@ -109,7 +109,7 @@ def run(
     file: Path = typer.Argument(..., help="The run file to train."),
     steps: Optional[int] = typer.Option(None, "--steps", min=1, help="Train this many steps instead of the file's `:steps`."),
     run_dir: Optional[Path] = typer.Option(None, "--run-dir", help="Where metrics.jsonl (and checkpoints) go; default runs/<file stem>."),
-    diagnostics: Optional[str] = typer.Option(None, "--diagnostics", help="Comma-separated diagnostic names to compute and report."),
+    diagnostics: Optional[str] = typer.Option(None, "--diagnostics", help="Comma-separated names of the file's `diagnostic`s to compute and report (besides the `run` form's `:diagnostics`)."),
     progress: Optional[bool] = typer.Option(None, "--progress/--no-progress", help="Show a progress bar (default: when stderr is a terminal)."),
     export: Optional[Path] = typer.Option(None, "--export", help="After training, write the parameters to this .safetensors file (one run's student is the next run's `:pretrained` teacher); its directory is checked before training."),
     resume: bool = typer.Option(False, "--resume", help="Continue from the newest complete checkpoint in the run's checkpoint dir (it must have been made by this file's forms and seed)."),
@@ -132,7 +132,7 @@ def run(
     opts = RunOptions(
         steps=steps,
         run_dir=run_dir if run_dir is not None else Path("runs") / file.stem,
-        diagnostics=tuple(x for x in (diagnostics or "").split(",") if x),
+        diagnostics=tuple(x.strip() for x in (diagnostics or "").split(",") if x.strip()),
         progress=sys.stderr.isatty() if progress is None else progress,
         export=export,
         resume=resume,

@@ -209,13 +209,23 @@ def keep_rows_up_to(path: Path, step: int) -> None:
 
 
 def check_options(program: ir.Program, options: RunOptions) -> None:
-    """Refuse, before anything runs, options that cannot work (OptionError): an `--export` path that
-    cannot be written."""
+    """Refuse, before anything runs, options that cannot work: OptionError for the command line's
+    (`--export`, `--diagnostics`), RunError for a `:diagnostics` name in the file's `run` form that no
+    `diagnostic` reports."""
     if options.export is not None:
         try:
             check_output_file(options.export)
         except PathProblem as e:
             raise OptionError(str(e))
+    reported = program.diagnostics
+    known = ("the file reports: " + ", ".join(f"`{n}`" for n in reported) if reported
+             else "the file reports none (a `(diagnostic :name value)` in `objective` makes one)")
+    for name in options.diagnostics:
+        if name not in reported:
+            raise OptionError(f"no diagnostic named `{name}`; {known}")
+    for name in program.run.diagnostics:
+        if name not in reported:
+            raise RunError(f"`run` selects `:diagnostics` `{name}`, but no diagnostic is named `{name}`; {known}")
 
 
 def prepare_run_dir(run_dir: Path) -> None:
@@ -309,7 +319,7 @@ class Trainer:
                                f"({ps.batches * ld.spec.batch} records), but {ld.where} has {ld.records}; "
                                "lower its `:batches`, or give the loader more records")
         self.stages = [(name, n) for name, n in program.stages] or [(run.loader, None)]
-        selected = frozenset(options.diagnostics or run.diagnostics)
+        selected = frozenset(options.diagnostics) | frozenset(run.diagnostics)
         self.optimizer = make_optimizer(run.optimizer)
         self.graphs = Graphs(program, self.optimizer, selected, donate=jax.default_backend() != "cpu")
         self.layout = self.graphs.layout

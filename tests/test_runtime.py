@@ -201,6 +201,29 @@ def test_export_is_checked_before_training_and_written_with_normal_permissions(t
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []   # no temporary left
 
 
+def test_a_diagnostic_name_the_file_does_not_report_is_refused_before_training(tmp_path):
+    from sexpgpu_runtime.train import OptionError, RunError
+    text = variant("(metric :loss loss)", "(metric :loss loss)\n    (diagnostic :logit-mean (mean logits))")
+    with pytest.raises(OptionError) as e:
+        train_quiet(text, 1, tmp_path / "a", diagnostics=("nope",))
+    assert str(e.value) == "no diagnostic named `nope`; the file reports: `logit-mean`"
+    with pytest.raises(RunError) as e:
+        train_quiet(variant(":log (:every 50)", ":log (:every 50)\n     :diagnostics [:nope]", text), 1, tmp_path / "b")
+    assert str(e.value) == ("`run` selects `:diagnostics` `nope`, but no diagnostic is named `nope`; "
+                            "the file reports: `logit-mean`")
+    with pytest.raises(OptionError, match=r"^no diagnostic named `nope`; the file reports none"):
+        train_quiet(fixture_text(), 1, tmp_path / "c", diagnostics=("nope",))
+    assert not any((tmp_path / d / "metrics.jsonl").exists() for d in "abc")
+
+
+def test_diagnostics_option_adds_to_the_run_forms(tmp_path):
+    text = variant("(metric :loss loss)", "(metric :loss loss)\n    (diagnostic :logit-mean (mean logits))\n"
+                                          "    (diagnostic :logit-max (max logits))")
+    text = variant(":log (:every 50)", ":log (:every 50)\n     :diagnostics [:logit-max]", text)
+    row = train_quiet(text, 1, tmp_path, diagnostics=("logit-mean",)).history[-1]
+    assert {"logit-mean", "logit-max"} <= set(row)
+
+
 def test_a_pass_reading_more_records_than_its_loader_holds_is_refused(tmp_path):
     from sexpgpu_runtime.train import RunError
     text = variant("(model student)", """(model student)
