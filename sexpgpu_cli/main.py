@@ -163,17 +163,19 @@ def run(
 
 @app.command()
 def plot(
-    run_dir: Path = typer.Argument(..., help="A run dir holding metrics.jsonl (runs/<file stem> by default for `run`)."),
-    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Where to write the PNG; default RUN_DIR/metrics.png."),
+    run_dir: Path = typer.Argument(..., metavar="RUN_DIR", help="A run dir holding metrics.jsonl (runs/<file stem> by default for `run`)."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", metavar="FILE", help="Where to write the image; its suffix picks the format (.png, .svg, .pdf, ...); default RUN_DIR/metrics.png."),
 ):
-    """Draw every metric in RUN_DIR/metrics.jsonl against the step, as one PNG.
+    """Draw every metric in RUN_DIR/metrics.jsonl against the step, as one image (PNG by default).
 
     A pass's metrics (`held-out-eval/loss`) share a panel with the training
     metric of the same name, so the two curves can be compared.
     """
-    from sexpgpu_cli.plot import PlotError, plot_run  # matplotlib is imported only here
+    from sexpgpu_cli.plot import PlotError, PlotUsageError, plot_run  # matplotlib is imported only here
     try:
         out = plot_run(run_dir, output)
+    except PlotUsageError as e:
+        raise fail(str(e), 2)
     except PlotError as e:
         raise fail(str(e), 1)
     print(f"wrote {out}", file=sys.stderr)

@@ -1,4 +1,4 @@
-"""`sexpgpu plot RUN_DIR`: every metric of metrics.jsonl against the step, in one PNG.
+"""`sexpgpu plot RUN_DIR`: every metric of metrics.jsonl against the step, in one image (PNG by default).
 
 One panel per metric name; a pass's metric (`held-out-eval/loss`) is drawn
 in the panel of the training metric with the same last name (`loss`), so a
@@ -16,29 +16,58 @@ from pathlib import Path
 
 
 class PlotError(Exception):
-    """A run dir that cannot be plotted (missing, empty, not metrics.jsonl), or a PNG that cannot be written."""
+    """A run dir that cannot be plotted (missing, empty, a corrupt metrics.jsonl), or an image that cannot be written."""
+
+
+class PlotUsageError(PlotError):
+    """An output the command line asked for that cannot be made (a suffix matplotlib has no format for)."""
+
+
+FIRST_FORMATS = ("png", "svg", "pdf")
+
+
+def image_formats() -> list[str]:
+    """The suffixes matplotlib's Agg canvas writes, the common ones first."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    known = FigureCanvasAgg.get_supported_filetypes()
+    return [f for f in FIRST_FORMATS if f in known] + sorted(f for f in known if f not in FIRST_FORMATS)
+
+
+def image_format(output: Path) -> str:
+    """The format of an output path, from its suffix; PlotUsageError naming the supported ones otherwise."""
+    formats = image_formats()
+    suffix = output.suffix[1:].lower()
+    if suffix not in formats:
+        what = f"no format for the suffix .{suffix}" if suffix else "it has no suffix to pick a format"
+        raise PlotUsageError(f"cannot write {output}: {what}; plot writes "
+                             f"{', '.join('.' + f for f in formats)}")
+    return suffix
 
 
 def read_rows(path: Path) -> list[dict]:
-    """The rows of a metrics.jsonl; a torn last line (a killed run) is skipped, a bad line elsewhere is an error."""
+    """The rows of a metrics.jsonl. A torn last line (no newline: a run killed while writing it) after
+    good rows is skipped; any other line that is not a metrics row is an error naming FILE:LINE."""
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        text = path.read_text(encoding="utf-8")
     except OSError as e:
         raise PlotError(f"cannot read {path}: {e.strerror or e}")
-    except UnicodeDecodeError:
-        raise PlotError(f"{path} is not a metrics.jsonl (not UTF-8 text)")
+    except UnicodeDecodeError as e:
+        line = path.read_bytes()[:e.start].count(b"\n") + 1
+        raise PlotError(f"{path}:{line} is corrupt: not UTF-8 text")
+    lines = text.splitlines()
     rows = []
     for i, line in enumerate(lines, 1):
         if not line.strip():
             continue
         try:
             row = json.loads(line)
-            if not isinstance(row, dict) or not isinstance(row.get("step"), (int, float)):
+            if not isinstance(row, dict) or isinstance(row.get("step"), bool) \
+                    or not isinstance(row.get("step"), (int, float)):
                 raise ValueError
         except ValueError:
-            if i == len(lines):
+            if i == len(lines) and not text.endswith("\n") and rows:
                 continue
-            raise PlotError(f"{path}:{i} is not a metrics row (a JSON object with a `step`)")
+            raise PlotError(f"{path}:{i} is corrupt: not a metrics row (a JSON object with a numeric `step`)")
         rows.append(row)
     return rows
 
@@ -67,7 +96,10 @@ def panels(names: list[str]) -> dict[str, list[str]]:
 
 
 def plot_run(run_dir: Path, output: Path | None = None) -> Path:
-    """Write the PNG of a run dir's metrics (RUN_DIR/metrics.png unless `output`); return its path."""
+    """Write the image of a run dir's metrics (RUN_DIR/metrics.png unless `output`, whose suffix picks
+    the format); return its path. PlotUsageError for an output suffix with no format, before anything
+    is read; PlotError for everything else."""
+    fmt = image_format(output) if output is not None else "png"
     path = run_dir if run_dir.is_file() else run_dir / "metrics.jsonl"
     if not run_dir.exists():
         raise PlotError(f"no run dir {run_dir}")
@@ -109,9 +141,12 @@ def plot_run(run_dir: Path, output: Path | None = None) -> Path:
         ax.axis("off")
     fig.tight_layout()
     try:
-        fig.savefig(out)
+        fig.savefig(out, format=fmt)
     except OSError as e:
         raise PlotError(f"cannot write {out}: {e.strerror or e}")
+    except Exception as e:  # a format whose writer is missing here (.pgf without LaTeX, .avif without its plugin)
+        reason = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise PlotError(f"cannot write {out}: {reason}")
     finally:
         plt.close(fig)
     return out

@@ -309,4 +309,42 @@ def test_plot_mistakes_are_one_line(tmp_path):
     assert r.exit_code == 1 and "has no metrics.jsonl" in r.output and len(r.output.strip().splitlines()) == 1
     (tmp_path / "metrics.jsonl").write_text('{"step": 1, "loss": 2.0}\nnot json\n{"step": 3, "loss": 1.0}\n')
     r = CliRunner().invoke(app, ["plot", str(tmp_path)])
-    assert r.exit_code == 1 and f"{tmp_path / 'metrics.jsonl'}:2 is not a metrics row" in r.output
+    assert (r.exit_code, r.output.strip()) == (1, f"sexpgpu: error: {tmp_path / 'metrics.jsonl'}:2 is corrupt: not a "
+                                                  "metrics row (a JSON object with a numeric `step`)")
+
+
+def test_plot_output_format_comes_from_the_suffix(tmp_path):
+    from typer.testing import CliRunner
+    from sexpgpu_cli.main import app
+    (tmp_path / "metrics.jsonl").write_text('{"step": 1, "loss": 2.0}\n{"step": 2, "loss": 1.0}\n')
+    for name in ("out.txt", "out"):
+        r = CliRunner().invoke(app, ["plot", str(tmp_path), "-o", str(tmp_path / name)])
+        lines = r.output.strip().splitlines()
+        assert r.exit_code == 2 and len(lines) == 1, r.output
+        assert lines[0].startswith(f"sexpgpu: error: cannot write {tmp_path / name}: ") and "Traceback" not in r.output
+        assert "plot writes .png, .svg, .pdf, " in lines[0]
+        assert not (tmp_path / name).exists()
+    r = CliRunner().invoke(app, ["plot", str(tmp_path), "-o", str(tmp_path / "out.svg")])
+    assert r.exit_code == 0 and (tmp_path / "out.svg").read_text().lstrip().startswith("<?xml")
+    r = CliRunner().invoke(app, ["plot", str(tmp_path), "-o", str(tmp_path / "no-dir" / "out.png")])
+    assert r.exit_code == 1 and r.output.strip().endswith("No such file or directory")
+
+
+@pytest.mark.parametrize("text, line", [("garbage\n", 1), ("garbage", 1), ('{"loss": 2.0}\n', 1),
+                                        ('{"step": 1, "loss": 2.0}\n{"ste\n', 2)])
+def test_plot_names_a_corrupt_line_rather_than_no_metrics(tmp_path, text, line):
+    from typer.testing import CliRunner
+    from sexpgpu_cli.main import app
+    (tmp_path / "metrics.jsonl").write_text(text)
+    r = CliRunner().invoke(app, ["plot", str(tmp_path)])
+    assert (r.exit_code, r.output.strip()) == (1, f"sexpgpu: error: {tmp_path / 'metrics.jsonl'}:{line} is corrupt: "
+                                                  "not a metrics row (a JSON object with a numeric `step`)")
+
+
+def test_plot_skips_a_torn_last_line(tmp_path):
+    from typer.testing import CliRunner
+    from sexpgpu_cli.main import app
+    (tmp_path / "metrics.jsonl").write_text('{"step": 1, "loss": 2.0}\n{"step": 2, "loss": 1.0}\n{"step": 3, "lo')
+    r = CliRunner().invoke(app, ["plot", str(tmp_path)])
+    assert r.exit_code == 0, r.output
+    assert (tmp_path / "metrics.png").exists()
