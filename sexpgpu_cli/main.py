@@ -15,14 +15,48 @@ from pathlib import Path
 from typing import List, Optional
 
 import typer
+import typer.core
 
 from sexpgpu_lang import analyze_file
 from sexpgpu_lang import render
 
 VERSION = "0.1.0"
 
+
+class _PlainHelp:
+    """Help that reads like a usual command line. Typer writes a required argument as `{files}...` in
+    the usage line and gives every flag a `<bool>` type, as if it took a value; here an argument is its
+    metavar (`FILE...`, `[FILE]` when optional) and a flag (`--resume`, `--help`) shows no type."""
+
+    def collect_usage_pieces(self, ctx) -> list[str]:
+        pieces = super().collect_usage_pieces(ctx)
+        args = [p for p in self.get_params(ctx) if isinstance(p, typer.core.TyperArgument)]
+        for p in args:
+            typer_piece = p.get_usage_pieces(ctx)
+            name = (p.metavar or p.name.upper()) + ("..." if p.nargs != 1 else "")
+            plain = name if p.required else f"[{name}]"
+            pieces = [plain if piece in typer_piece else piece for piece in pieces]
+        return pieces
+
+    def get_params(self, ctx):
+        params = super().get_params(ctx)
+        for p in params:
+            if getattr(p, "is_flag", False) and p.metavar is None:
+                p.metavar = ""   # a flag takes no value: no type column
+        return params
+
+
+class Command(_PlainHelp, typer.core.TyperCommand):
+    """Every `sexpgpu` command."""
+
+
+class Group(_PlainHelp, typer.core.TyperGroup):
+    """`sexpgpu` itself."""
+
+
 app = typer.Typer(
     name="sexpgpu",
+    cls=Group,
     help="Check, explain and run SexpGPU run files; serve them to editors.",
     no_args_is_help=True,
     add_completion=False,
@@ -31,9 +65,18 @@ app = typer.Typer(
 
 
 class Format(str, Enum):
+    """`lint`'s report formats."""
+
     text = "text"
     json = "json"
     sarif = "sarif"
+
+
+class ExplainFormat(str, Enum):
+    """`explain`'s formats (a SARIF log holds diagnostics, which explain does not print)."""
+
+    text = "text"
+    json = "json"
 
 
 def fail(message: str, code: int = 2) -> "typer.Exit":
@@ -56,6 +99,21 @@ def load(path: Path):
         raise fail(f"cannot read {path}: {e.strerror or e}")
 
 
+def run_files(paths: List[Path]) -> List[Path]:
+    """The files `lint` checks: each FILE as given, and every *.sx below each DIR (recursively, sorted).
+    A directory holding no *.sx is one line and exit 2."""
+    out: List[Path] = []
+    for path in paths:
+        if path.is_dir():
+            found = sorted(p for p in path.rglob("*.sx") if p.is_file())
+            if not found:
+                raise fail(f"no run files (*.sx) under {path}")
+            out += found
+        else:
+            out.append(path)
+    return out
+
+
 def print_text(results, file=None) -> tuple[int, int]:
     """Print diagnostics compiler-style (to `file`, default stdout); return (errors, warnings)."""
     n_err = n_warn = 0
@@ -68,18 +126,19 @@ def print_text(results, file=None) -> tuple[int, int]:
     return n_err, n_warn
 
 
-@app.command()
+@app.command(cls=Command)
 def lint(
-    files: List[Path] = typer.Argument(..., help="Run files (.sx) to check."),
+    files: List[Path] = typer.Argument(..., metavar="FILE|DIR", help="Run files (.sx) to check; a directory stands for every *.sx below it."),
     format: Format = typer.Option(Format.text, "--format", "-f", help="text (compiler style), json (one array), or sarif (SARIF 2.1.0)."),
-    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the report to this file instead of standard output."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", metavar="FILE", help="Write the report to this file instead of standard output."),
 ):
     """Check run files and print their diagnostics.
 
-    Exit status: 0 when no file has an error, 1 when one does, 2 for a usage
-    or I/O problem. Warnings alone leave the status 0.
+    A directory is searched recursively for *.sx files. Exit status: 0 when
+    no file has an error, 1 when one does, 2 for a usage or I/O problem.
+    Warnings alone leave the status 0.
     """
-    results = [load(f) for f in files]
+    results = [load(f) for f in run_files(files)]
     if format == Format.text:
         if output:
             try:
@@ -104,14 +163,14 @@ def lint(
     raise typer.Exit(1 if any(r.has_errors for r in results) else 0)
 
 
-@app.command()
+@app.command(cls=Command)
 def run(
-    file: Path = typer.Argument(..., help="The run file to train."),
-    steps: Optional[int] = typer.Option(None, "--steps", min=1, help="Train this many steps instead of the file's `:steps`."),
-    run_dir: Optional[Path] = typer.Option(None, "--run-dir", help="Where metrics.jsonl (and checkpoints) go; default runs/<file stem>."),
-    diagnostics: Optional[str] = typer.Option(None, "--diagnostics", help="Comma-separated names of the file's `diagnostic`s to compute and report (besides the `run` form's `:diagnostics`)."),
+    file: Path = typer.Argument(..., metavar="FILE", help="The run file to train."),
+    steps: Optional[int] = typer.Option(None, "--steps", min=1, metavar="N", help="Train this many steps instead of the file's `:steps`."),
+    run_dir: Optional[Path] = typer.Option(None, "--run-dir", metavar="DIR", help="Where metrics.jsonl (and checkpoints) go; default runs/<file stem>."),
+    diagnostics: Optional[str] = typer.Option(None, "--diagnostics", metavar="NAME,...", help="Comma-separated names of the file's `diagnostic`s to compute and report (besides the `run` form's `:diagnostics`)."),
     progress: Optional[bool] = typer.Option(None, "--progress/--no-progress", help="Show a progress bar (default: when stderr is a terminal)."),
-    export: Optional[Path] = typer.Option(None, "--export", help="After training, write the parameters to this .safetensors file (one run's student is the next run's `:pretrained` teacher); its directory is checked before training."),
+    export: Optional[Path] = typer.Option(None, "--export", metavar="FILE", help="After training, write the parameters to this .safetensors file (one run's student is the next run's `:pretrained` teacher); its directory is checked before training."),
     resume: bool = typer.Option(False, "--resume", help="Continue from the newest complete checkpoint in the run's checkpoint dir (it must have been made by this file's forms and seed)."),
 ):
     """Check a run file, then train it with JAX.
@@ -161,7 +220,7 @@ def run(
           file=sys.stderr)
 
 
-@app.command()
+@app.command(cls=Command)
 def plot(
     run_dir: Path = typer.Argument(..., metavar="RUN_DIR", help="A run dir holding metrics.jsonl (runs/<file stem> by default for `run`)."),
     output: Optional[Path] = typer.Option(None, "--output", "-o", metavar="FILE", help="Where to write the image; its suffix picks the format (.png, .svg, .pdf, ...); default RUN_DIR/metrics.png."),
@@ -181,23 +240,21 @@ def plot(
     print(f"wrote {out}", file=sys.stderr)
 
 
-@app.command()
+@app.command(cls=Command)
 def explain(
-    file: Path = typer.Argument(..., help="The run file to explain."),
-    format: Format = typer.Option(Format.text, "--format", "-f", help="text or json."),
+    file: Path = typer.Argument(..., metavar="FILE", help="The run file to explain."),
+    format: ExplainFormat = typer.Option(ExplainFormat.text, "--format", "-f", help="text or json."),
     xla: bool = typer.Option(False, "--xla", help="Also compile each graph with JAX and print XLA's own memory "
                              "and cost analysis beside the estimate (slow: seconds per graph)."),
     memory_budget: Optional[str] = typer.Option(None, "--memory-budget", metavar="SIZE",
                                                 help="Device memory for `:stack :auto` and the fit check, e.g. "
                                                 "80GiB or 16GB (default: the device's memory with --xla, else 16 GiB)."),
 ):
-    """Print the training step as graphs: generate.init, generate.step (with its trips), generate.finish,
-    train, update and each pass; the lowering report, the memory plan and the cost model.
+    """Print the training step as graphs, with the lowering report, the memory plan and the cost model.
 
-    Everything but `--xla` is computed statically from the checked file, without JAX.
+    The graphs are generate.init, generate.step (with its trips),
+    generate.finish, train, update and each pass. Everything but `--xla` is computed statically from the checked file, without JAX.
     """
-    if format == Format.sarif:
-        raise fail("explain prints text or json, not sarif")
     budget, source = None, None
     if memory_budget is not None:
         from sexpgpu_lang.explain import parse_bytes
@@ -217,21 +274,21 @@ def explain(
     report = build(res.program, budget, source)
     if xla:
         report["xla"] = xla_report(res.program, report)
-    if format == Format.text:
+    if format == ExplainFormat.text:
         print(to_text(report))
     else:
         import json
         print(json.dumps(report, indent=2))
 
 
-@app.command()
+@app.command(cls=Command)
 def lsp():
     """Start the language server on standard input and output (for editors)."""
     from lsp.server import main as serve
     serve()
 
 
-@app.command()
+@app.command(cls=Command)
 def version():
     """Print the version."""
     print(f"sexpgpu {VERSION}")

@@ -128,3 +128,56 @@ def test_run_writes_metrics_to_the_default_run_dir(tmp_path):
     assert r.returncode == 0, r.stderr
     rows = [json.loads(l) for l in (tmp_path / "runs" / "tiny-generate" / "metrics.jsonl").read_text().splitlines()]
     assert rows[-1]["step"] == 3 and "generation-accuracy" in rows[-1]
+
+
+# -- help reads like a usual command line --------------------------------------------------------------
+
+
+def help_of(*args):
+    from typer.testing import CliRunner
+    from sexpgpu_cli.main import app
+    r = CliRunner().invoke(app, [*args, "--help"], env={"COLUMNS": "200", "NO_COLOR": "1"})
+    assert r.exit_code == 0, r.output
+    return r.output
+
+
+@pytest.mark.parametrize("command, usage", [((), "sexpgpu [OPTIONS] COMMAND [ARGS]..."),
+                                            (("lint",), "sexpgpu lint [OPTIONS] FILE|DIR..."),
+                                            (("run",), "sexpgpu run [OPTIONS] FILE"),
+                                            (("explain",), "sexpgpu explain [OPTIONS] FILE"),
+                                            (("plot",), "sexpgpu plot [OPTIONS] RUN_DIR"),
+                                            (("lsp",), "sexpgpu lsp [OPTIONS]")])
+def test_help_shows_metavars_and_flags_without_a_type(command, usage):
+    text = help_of(*command)
+    assert next(l for l in text.splitlines() if "Usage:" in l).strip() == f"Usage: {usage}"
+    assert "<bool>" not in text and "{" not in text, text
+    flags = [l for l in text.splitlines() for f in ("--help", "--resume", "--overwrite", "--xla") if f" {f} " in l]
+    assert flags, text
+    for line in flags:    # the flag's row goes straight from the flag(s) to the help text
+        assert not line.strip("│ ").split("  ")[-1].startswith("<"), line
+        assert not any(w.startswith("<") for w in line.split()[1:4]), line
+
+
+def test_explain_offers_exactly_the_formats_it_prints():
+    assert "<text|json>" in help_of("explain") and "sarif" not in help_of("explain")
+    r = sx("explain", "--format", "sarif", str(FIXTURE))
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    r = sx("explain", "--format", "json", str(FIXTURE))
+    assert r.returncode == 0 and json.loads(r.stdout)
+
+
+# -- lint DIR ------------------------------------------------------------------------------------------
+
+
+def test_lint_a_directory_checks_every_run_file_below_it(tmp_path, drift):
+    (tmp_path / "deep" / "er").mkdir(parents=True)
+    (tmp_path / "deep" / "er" / "clean.sx").write_text(FIXTURE.read_text())
+    (tmp_path / "deep" / "notes.txt").write_text("not a run file")
+    r = sx("lint", "--format", "json", str(tmp_path))
+    assert r.returncode == 1, r.stderr
+    assert {d["file"] for d in json.loads(r.stdout)} == {str(drift)}
+    r = sx("lint", str(tmp_path / "deep"))
+    assert r.returncode == 0 and r.stderr.strip() == "1 file checked: no problems"
+    (tmp_path / "empty").mkdir()
+    r = sx("lint", str(tmp_path / "empty"))
+    assert (r.returncode, r.stderr.strip()) == (2, f"sexpgpu: error: no run files (*.sx) under {tmp_path / 'empty'}")
