@@ -172,14 +172,17 @@ def run(
     progress: Optional[bool] = typer.Option(None, "--progress/--no-progress", help="Show a progress bar (default: when stderr is a terminal)."),
     export: Optional[Path] = typer.Option(None, "--export", metavar="FILE", help="After training, write the parameters to this .safetensors file (one run's student is the next run's `:pretrained` teacher); its directory is checked before training."),
     resume: bool = typer.Option(False, "--resume", help="Continue from the newest complete checkpoint in the run's checkpoint dir (it must have been made by this file's forms and seed)."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Start over in a run dir an earlier run used, removing its checkpoints, metrics.jsonl and TensorBoard events."),
 ):
     """Check a run file, then train it with JAX.
 
     A file with errors is refused (its diagnostics are printed as `lint`
     prints them). Metrics go to the terminal and to RUN_DIR/metrics.jsonl;
-    checkpoints to RUN_DIR/checkpoints (or the `:checkpoint` `:dir`). SIGINT
-    or SIGTERM stops the run at the next trip or phase, saves the last
-    completed step, prints how to resume and exits 130 or 143.
+    checkpoints to RUN_DIR/checkpoints (or the `:checkpoint` `:dir`). A run
+    dir an earlier run used is refused unless --resume or --overwrite says
+    what to do with it. SIGINT or SIGTERM stops the run at the next trip or
+    phase, saves the last completed step, prints how to resume and exits 130
+    or 143.
     """
     res = load(file)
     if res.has_errors:
@@ -195,6 +198,7 @@ def run(
         progress=sys.stderr.isatty() if progress is None else progress,
         export=export,
         resume=resume,
+        overwrite=overwrite,
     )
     try:
         result = train(res.program, opts)

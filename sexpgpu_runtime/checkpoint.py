@@ -213,6 +213,14 @@ class Checkpoints:
         except Exception as e:
             raise CheckpointError(self._write_failed(step, e))
 
+    def delete_all(self) -> None:
+        """Delete every complete checkpoint (for a run started over with `--overwrite`)."""
+        try:
+            for step in self.steps():
+                self.manager.delete(step)
+        except Exception as e:
+            raise CheckpointError(f"cannot remove the checkpoints in {self.spec.dir}: {_reason(e)}")
+
     def wait(self) -> None:
         """Block until every checkpoint started has been written (or raise why not)."""
         try:

@@ -67,7 +67,9 @@ class RunStopped(Exception):
 @dataclass
 class RunOptions:
     """How to run: `steps` overrides the file's `:steps`; metrics (and by default checkpoints) go under
-    `run_dir`; `resume` continues from the newest complete checkpoint there."""
+    `run_dir`; `diagnostics` are selected besides the run form's `:diagnostics`; `resume` continues from
+    the newest complete checkpoint there; `overwrite` starts afresh in a run dir an earlier run used,
+    removing its checkpoints, metrics.jsonl and TensorBoard events."""
 
     steps: int | None = None
     run_dir: Path = Path("runs/run")
@@ -76,6 +78,7 @@ class RunOptions:
     quiet: bool = False
     export: Path | None = None
     resume: bool = False
+    overwrite: bool = False
 
 
 @dataclass
@@ -210,8 +213,10 @@ def keep_rows_up_to(path: Path, step: int) -> None:
 
 def check_options(program: ir.Program, options: RunOptions) -> None:
     """Refuse, before anything runs, options that cannot work: OptionError for the command line's
-    (`--export`, `--diagnostics`), RunError for a `:diagnostics` name in the file's `run` form that no
-    `diagnostic` reports."""
+    (`--export`, `--diagnostics`, `--resume` with `--overwrite`), RunError for a `:diagnostics` name
+    in the file's `run` form that no `diagnostic` reports."""
+    if options.resume and options.overwrite:
+        raise OptionError("--resume continues the run in the run dir and --overwrite starts it over; give one")
     if options.export is not None:
         try:
             check_output_file(options.export)
@@ -529,27 +534,57 @@ def open_checkpoints(program: ir.Program, options: RunOptions) -> Checkpoints:
         raise RunError(str(e))
 
 
-def start_state(trainer: Trainer, store: Checkpoints, resume: bool) -> RunState:
+def has_rows(metrics: Path) -> bool:
+    """Whether an earlier run logged to this metrics.jsonl (an empty file, left by a run that failed
+    before its first logged step, holds nothing to keep)."""
+    try:
+        return metrics.is_file() and metrics.stat().st_size > 0
+    except OSError:
+        return False
+
+
+def clear_run_dir(run_dir: Path, store: Checkpoints) -> None:
+    """What `--overwrite` removes before a fresh start: every checkpoint in the checkpoint dir,
+    metrics.jsonl (and a torn rewrite of it), and the TensorBoard event files in the run dir.
+    Nothing else in either dir is touched."""
+    store.delete_all()
+    for p in [run_dir / "metrics.jsonl", run_dir / "metrics.jsonl.tmp", *run_dir.glob("events.out.tfevents.*")]:
+        try:
+            p.unlink(missing_ok=True)
+        except OSError as e:
+            raise RunError(f"cannot remove {p} for --overwrite: {e.strerror or e}")
+
+
+def start_state(trainer: Trainer, store: Checkpoints, options: RunOptions) -> RunState:
     """A fresh state, or with `resume` the newest complete checkpoint's.
 
     Identity and free space are checked before anything is computed: a
-    checkpoint of another run is refused, and so is a fresh run into a dir
-    that already holds checkpoints (it would mix two runs).
+    checkpoint of another run is refused, and so is a fresh run into a run dir
+    that an earlier run used (checkpoints, or a metrics.jsonl with rows), since
+    it would mix two runs, unless `overwrite` clears that run first.
     """
+    resume, overwrite = options.resume, options.overwrite
+    metrics = options.run_dir / "metrics.jsonl"
     try:
         latest = store.latest()
         if latest is not None:
             meta = store.meta(latest)
-            if not resume:
+            if not resume and not overwrite:
                 if store.is_ours(meta):
                     raise RunError(f"{store.spec.dir} already holds checkpoints of this run (newest: step {latest}); "
-                                   "pass --resume to continue it, or give another --run-dir to start over")
+                                   "pass --resume to continue it, --overwrite to start over, or give another --run-dir")
                 raise RunError(f"{store.spec.dir} already holds checkpoints of another run ({store.identity_of(meta).show()}, "
-                               f"newest: step {latest}); give another --run-dir to start this one")
-            store.check_identity(latest, meta)
+                               f"newest: step {latest}); pass --overwrite to replace that run, or give another --run-dir")
+            if resume:
+                store.check_identity(latest, meta)
         elif resume:
             raise RunError(f"nothing to resume: no complete checkpoint in {store.spec.dir}; "
                            "run without --resume to start at step 0")
+        elif not overwrite and has_rows(metrics):
+            raise RunError(f"{options.run_dir} already holds the metrics.jsonl of an earlier run (and no checkpoint to "
+                           "resume from); pass --overwrite to start over, or give another --run-dir")
+        if overwrite:
+            clear_run_dir(options.run_dir, store)
         # The state's shapes and dtypes, traced without computing anything.
         like = jax.eval_shape(lambda: _tree(trainer.initial_state()))
         store.check_space(like)
@@ -576,7 +611,7 @@ def train(program: ir.Program, options: RunOptions, on_trip=None) -> RunResult:
     trainer.on_trip = on_trip
     store = open_checkpoints(program, options)
     try:
-        state = start_state(trainer, store, options.resume)
+        state = start_state(trainer, store, options)
         every = store.spec.every
         trainer.checkpoint_every = every
         start = state.step

@@ -313,6 +313,52 @@ def test_plot_mistakes_are_one_line(tmp_path):
                                                   "metrics row (a JSON object with a numeric `step`)")
 
 
+def test_fresh_run_into_a_run_dir_with_metrics_but_no_checkpoints_is_refused(tmp_path):
+    text = variant(":log (:every 50))", ":log (:every 1))")      # no `:checkpoint`: nothing saved while training
+    run(text, tmp_path, steps=2)
+    before = (tmp_path / "metrics.jsonl").read_text()
+    with pytest.raises(RunError) as e:
+        run(text, tmp_path, steps=3)
+    assert str(e.value) == (f"{tmp_path} already holds the metrics.jsonl of an earlier run (and no checkpoint to "
+                            "resume from); pass --overwrite to start over, or give another --run-dir")
+    assert (tmp_path / "metrics.jsonl").read_text() == before          # untouched
+    run(text, tmp_path, steps=3, overwrite=True)
+    assert [r["step"] for r in rows(tmp_path)] == [1, 2, 3]
+
+
+def test_an_empty_metrics_jsonl_is_no_earlier_run(tmp_path):
+    (tmp_path / "metrics.jsonl").write_text("")         # left by a run that failed before its first logged step
+    run(TEXT, tmp_path, steps=1)
+    assert [r["step"] for r in rows(tmp_path)] == [1]
+
+
+def test_overwrite_starts_over_removing_checkpoints_metrics_and_events(full, tmp_path):
+    full_result, full_dir = full
+    run(TEXT, tmp_path, steps=9)                        # checkpoints 7 and 9, 9 rows, events to step 9
+    with pytest.raises(RunError, match=r"already holds checkpoints of this run .*--resume.*--overwrite"):
+        run(TEXT, tmp_path, steps=3)
+    (tmp_path / "notes.txt").write_text("mine")
+    again = run(TEXT, tmp_path, steps=STEPS, overwrite=True)
+    assert rows(tmp_path) == rows(full_dir)             # one fresh run's rows, nothing of the first
+    assert_same_params(again.trainable, full_result.trainable)
+    assert sorted(tensorboard_scalars(tmp_path)["loss"]) == list(range(1, STEPS + 1))
+    assert len(list(tmp_path.glob("events.out.tfevents.*"))) == 1
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir() if p.name.isdigit()) == ["28", "30"]
+    assert (tmp_path / "notes.txt").read_text() == "mine"   # nothing else is touched
+
+
+def test_overwrite_replaces_another_runs_checkpoints_and_refuses_resume_with_it(full, tmp_path):
+    from sexpgpu_runtime.train import OptionError
+    other = variant(":optimizer (adam :lr 3e-3)", ":optimizer (adam :lr 1e-3)", TEXT)
+    run(other, tmp_path, steps=7)
+    with pytest.raises(RunError, match=r"checkpoints of another run .*pass --overwrite to replace that run"):
+        run(TEXT, tmp_path, steps=7)
+    run(TEXT, tmp_path, steps=7, overwrite=True)
+    assert [r["step"] for r in rows(tmp_path)] == list(range(1, 8))
+    with pytest.raises(OptionError, match="^--resume continues the run in the run dir and --overwrite starts it over"):
+        run(TEXT, tmp_path, resume=True, overwrite=True)
+
+
 def test_plot_output_format_comes_from_the_suffix(tmp_path):
     from typer.testing import CliRunner
     from sexpgpu_cli.main import app

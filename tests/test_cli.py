@@ -181,3 +181,37 @@ def test_lint_a_directory_checks_every_run_file_below_it(tmp_path, drift):
     (tmp_path / "empty").mkdir()
     r = sx("lint", str(tmp_path / "empty"))
     assert (r.returncode, r.stderr.strip()) == (2, f"sexpgpu: error: no run files (*.sx) under {tmp_path / 'empty'}")
+
+
+# -- sexpgpu run: mistakes found before training -------------------------------------------------------
+
+
+def test_run_refuses_options_that_cannot_work_before_training(tmp_path):
+    cases = [
+        (["--export", "/nonexistent/x.safetensors"], 2, "sexpgpu: error: cannot write /nonexistent/x.safetensors: "
+                                                        "there is no directory /nonexistent"),
+        (["--diagnostics", "nope"], 2, "sexpgpu: error: no diagnostic named `nope`; the file reports none "
+                                       "(a `(diagnostic :name value)` in `objective` makes one)"),
+        (["--resume", "--overwrite"], 2, "sexpgpu: error: --resume continues the run in the run dir and --overwrite "
+                                         "starts it over; give one"),
+    ]
+    for args, code, line in cases:
+        r = sx("run", str(FIXTURE), "--steps", "1", "--run-dir", str(tmp_path / "out"), *args, cwd=tmp_path)
+        assert (r.returncode, r.stderr.strip()) == (code, line), r.stderr
+        assert not (tmp_path / "out" / "metrics.jsonl").exists()
+    (tmp_path / "afile").write_text("notes")
+    r = sx("run", str(FIXTURE), "--steps", "1", "--run-dir", str(tmp_path / "afile"))
+    assert (r.returncode, r.stderr.strip()) == (1, f"sexpgpu: error: cannot use {tmp_path / 'afile'} as the run dir: "
+                                                   "it is a file, not a directory")
+
+
+def test_run_into_an_earlier_runs_dir_needs_overwrite(tmp_path):
+    d = str(tmp_path / "out")
+    assert sx("run", str(FIXTURE), "--steps", "1", "--run-dir", d, "--no-progress").returncode == 0
+    r = sx("run", str(FIXTURE), "--steps", "2", "--run-dir", d, "--no-progress")
+    assert r.returncode == 1 and r.stderr.strip().splitlines() == [
+        f"sexpgpu: error: {d} already holds the metrics.jsonl of an earlier run (and no checkpoint to resume from); "
+        "pass --overwrite to start over, or give another --run-dir"]
+    r = sx("run", str(FIXTURE), "--steps", "2", "--run-dir", d, "--no-progress", "--overwrite")
+    assert r.returncode == 0, r.stderr
+    assert [json.loads(l)["step"] for l in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()] == [1, 2]
