@@ -164,7 +164,7 @@ FLOP_RULES: dict[str, Callable[[list, Type, dict], Cost]] = {
     "reshape": _ew(0.0), "transpose": _ew(0.0), "concat": _ew(0.0), "stack": _ew(0.0),
     "expand-dims": _ew(0.0), "squeeze": _ew(0.0), "broadcast-to": _ew(0.0), "slice": _ew(0.0),
     "take": _ew(0.0), "take-along-axis": _ew(0.0), "one-hot": _ew(2.0), "iota": _ew(0.0),
-    "zeros": _ew(0.0), "ones": _ew(0.0), "full": _ew(0.0), "size": _ew(0.0),
+    "zeros": _ew(0.0), "ones": _ew(0.0), "full": _ew(0.0), "size": _ew(0.0), "axis-size": _ew(0.0),
     "matmul": _matmul, "einsum": _einsum,
     "softmax": _per_input(4.0, 1.0), "log-softmax": _per_input(4.0, 1.0), "cross-entropy": _per_input(4.0, 1.0),
     "sort": _sort, "argsort": _sort, "top-k": _top_k,
@@ -185,7 +185,7 @@ _ROOTS = {"matmul", "einsum", "sort", "argsort", "top-k", "softmax", "log-softma
           "sum", "prod", "max", "min", "mean", "logsumexp", "argmax", "argmin", "categorical"}
 #: ops through which no gradient flows.
 _NOT_DIFFERENTIABLE = {"stop-gradient", "argmax", "argmin", "argsort", "=", "!=", "<", "<=", ">", ">=",
-                       "and", "or", "not", "iota", "zeros", "ones", "full", "size", "one-hot",
+                       "and", "or", "not", "iota", "zeros", "ones", "full", "size", "axis-size", "one-hot",
                        "uniform", "normal", "categorical", "bernoulli"}
 
 
