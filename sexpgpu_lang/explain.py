@@ -124,6 +124,54 @@ def _einsum(ins, out, st):
     return Cost(flops)
 
 
+def _einsum_operands(subscripts: str) -> tuple[str, ...]:
+    """`"btd,dhk->bhtk"` as `("btd", "dhk", "bhtk")`: the operands' letters, then the output's."""
+    m = _EINSUM.match(subscripts)
+    return tuple(m.group(1).split(",")) + (m.group(2),) if m else ()
+
+
+def _grouped(letters: str, batch: str, a: set) -> bool:
+    """Whether `letters` is `batch`, then the letters of `a` and the others as two contiguous groups."""
+    if letters[:len(batch)] != batch:
+        return False
+    rest = letters[len(batch):]
+    kinds = [c in a for c in rest]
+    return sum(kinds[k] != kinds[k + 1] for k in range(len(kinds) - 1)) <= 1
+
+
+def einsum_layout(subscripts: str, lhs_rank: int, rhs_rank: int):
+    """How XLA lowers a two-operand einsum: `(lhs order, rhs order, dot output order, output order)`.
+
+    XLA runs an einsum as a `dot_general`, whose operands it wants in (batch, free, contracting)
+    order (the contracting and free axes each one contiguous group, in either order, the batch axes
+    leading) and whose output is (batch, lhs free, rhs free). An operand in another order is copied
+    into that order first (its new letters are returned; None when it is in order already); an
+    output in another order is a transposing copy of the dot's output. Returns None for what this
+    does not model (not two operands, repeated letters, `...`, an axis summed within one operand),
+    and `(None, None, None, None)` for a plain dot that needs no copy.
+    """
+    ops = _einsum_operands(subscripts)
+    if len(ops) != 3 or "." in subscripts:
+        return None
+    lhs, rhs, out = ops
+    if len(lhs) != lhs_rank or len(rhs) != rhs_rank or any(len(set(s)) != len(s) for s in ops):
+        return None
+    if not (set(lhs) | set(rhs)) >= set(out) or (set(lhs) ^ set(rhs)) - set(out):
+        return None  # an axis summed within one operand: jnp.einsum reduces it first
+    batch = "".join(c for c in lhs if c in rhs and c in out)
+    contract = "".join(c for c in lhs if c in rhs and c not in out)
+    free1 = "".join(c for c in lhs if c not in rhs)
+    free2 = "".join(c for c in rhs if c not in lhs)
+    rhs_contract = "".join(c for c in rhs if c in contract)
+    lhs_order = None if _grouped(lhs, batch, set(free1)) else batch + free1 + contract
+    rhs_ok = _grouped(rhs, batch, set(free2)) and rhs_contract == contract
+    rhs_order = None if rhs_ok else batch + contract + free2
+    natural = batch + free1 + free2
+    if lhs_order is None and rhs_order is None and natural == out:
+        return (None, None, None, None)
+    return lhs_order, rhs_order, natural, out
+
+
 def _sort(ins, out, st):
     """A comparison sort: about 2 log2(n) ops per element of rows of n."""
     x = ins[0]
@@ -420,7 +468,38 @@ class _Trace:
             return out
         if not isinstance(e.type, TensorType):
             return None
+        if e.name == "einsum":
+            lowered = self.einsum(e, ins, cost)
+            if lowered is not None:
+                return lowered
         return self.new(e.name, e.type, ins, cost, static=e.static)
+
+    def einsum(self, e: ir.Op, ins: list[int], cost: Cost) -> Node | None:
+        """A two-operand einsum as XLA runs it: a `dot_general` on operands in (batch, free,
+        contracting) order, whose output is (batch, lhs free, rhs free); an operand or an output in
+        another order is a transposing copy (`relayout`) before or after the dot. None when the
+        einsum is a plain dot already (or not a two-operand contraction this models)."""
+        if len(ins) != 2:
+            return None
+        x, y = self.nodes[ins[0]], self.nodes[ins[1]]
+        plan = einsum_layout(e.static.get("subscripts", ""), x.type.rank, y.type.rank)
+        if plan is None or plan == (None, None, None, None):
+            return None
+        lhs_order, rhs_order, natural, out = plan
+        lhs, rhs, _ = _einsum_operands(e.static["subscripts"])
+        sizes = dict(zip(lhs, x.type.shape))
+        sizes.update(zip(rhs, y.type.shape))
+        operands = []
+        for node, order in ((x, lhs_order), (y, rhs_order)):
+            if order is not None:
+                node = self.new("relayout", TensorType(tuple(sizes[c] for c in order), node.type.dtype), (node.id,),
+                                static={"order": order})
+            operands.append(node.id)
+        dot_t = TensorType(tuple(sizes[c] for c in natural), e.type.dtype)
+        dot = self.new("einsum", dot_t, operands, cost, static=dict(e.static, natural=natural))
+        if natural == out:
+            return dot
+        return self.new("relayout", e.type, (dot.id,), static={"order": out})
 
 
 # =========================================================================== one graph's estimate
@@ -503,7 +582,7 @@ def _backward_cost(n: Node, nodes: list[Node], grad: list[bool]) -> Cost:
         return Cost(2.0 * sum(nodes[i].type.size for i in gins))
     if n.op in ("take", "take-along-axis"):
         return Cost(float(out))
-    if fam == "shape" or n.op in ("cast",):
+    if fam == "shape" or n.op in ("cast", "relayout"):
         return Cost()
     per = 1.0 if n.op in ("+", "-", "neg", "where") else 2.0
     return Cost(per * out * len(gins))
@@ -517,7 +596,7 @@ _MULTI_READ = {"gelu", "silu", "mod", "pow"}
 
 #: Ops whose gradient reads no forward value (it only reshapes, sums or passes the cotangent on).
 _LINEAR_BACKWARD = {"+", "-", "neg", "sum", "mean", "cast", "concat", "stack", "reshape", "transpose", "slice",
-                    "squeeze", "expand-dims", "broadcast-to"}
+                    "squeeze", "expand-dims", "broadcast-to", "relayout"}
 #: Ops whose gradient reads their own output (exp, tanh, softmax ...).
 _OUTPUT_BACKWARD = {"exp", "tanh", "sigmoid", "softmax", "log-softmax", "cross-entropy", "relu", "sqrt", "rsqrt"}
 #: Ops whose gradient reads a value computed inside them (JAX's gelu keeps its tanh, silu its sigmoid,
@@ -581,7 +660,7 @@ class _Schedule:
             return True  # read again by its gradient, and too costly to recompute there
         # A value read by several fusions: XLA recomputes a cheap one in each (it duplicates it)
         # unless it is expensive or stands on other materialised values.
-        return len(self.users[n.id]) > 1 and (n.op in _EXPENSIVE or bool(srcs)) and n.op != "transpose"
+        return len(self.users[n.id]) > 1 and (n.op in _EXPENSIVE or bool(srcs)) and n.op not in ("transpose", "relayout")
 
     def reads(self, i: int) -> frozenset[int]:
         """The materialised values the fusion rooted at `i` reads."""

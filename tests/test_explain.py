@@ -20,8 +20,8 @@ import pytest
 
 from helpers import FIXTURE, ROOT, SHARED_CASES, fixture_text, program_of, variant
 from sexpgpu_lang import analyze_file
-from sexpgpu_lang.explain import (DEFAULT_BUDGET, FLOP_RULES, choose_stack, explain, fmt_bytes, fmt_flops,
-                                  generation_line, memory_plan, parse_bytes, step_graphs, to_text)
+from sexpgpu_lang.explain import (DEFAULT_BUDGET, FLOP_RULES, choose_stack, einsum_layout, explain, fmt_bytes,
+                                  fmt_flops, generation_line, memory_plan, parse_bytes, step_graphs, to_text)
 from sexpgpu_lang.ops import REGISTRY
 
 SEXPGPU = [sys.executable, "-m", "sexpgpu_cli.main"]
@@ -119,6 +119,21 @@ def sx(*args):
 
 def test_one_flop_rule_per_registry_op():
     assert set(FLOP_RULES) == set(REGISTRY)
+
+
+@pytest.mark.parametrize("subscripts, layout", [
+    # a plain dot: operands in (batch, free, contracting) order, the output (batch, lhs free, rhs free)
+    ("ij,jk->ik", (None, None, None, None)), ("ij,kj->ik", (None, None, None, None)),
+    ("bhtk,bhsk->bhts", (None, None, None, None)), ("bhts,bhsk->bhtk", (None, None, None, None)),
+    # the dot writes (b, t, h, k), then a transposing copy makes (b, h, t, k)
+    ("btd,dhk->bhtk", (None, None, "bthk", "bhtk")),
+    # the lhs's free (b, t) and contracting (h, k) axes interleave: it is copied to (b, t, h, k) first
+    ("bhtk,hkd->btd", ("bthk", None, "btd", "btd")),
+    ("ij,jk->ki", (None, None, "ik", "ki")),
+    ("ii,ij->j", None), ("ij,jk->i", None)])  # a diagonal, an axis summed within one operand: not modelled
+def test_einsum_layout_is_the_dot_general_xla_runs(subscripts, layout):
+    lhs, rest = subscripts.split(",")
+    assert einsum_layout(subscripts, len(lhs), len(rest.split("->")[0])) == layout
 
 
 def test_the_report_is_built_without_jax():
