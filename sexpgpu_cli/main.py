@@ -298,8 +298,32 @@ def version():
     print(f"sexpgpu {VERSION}")
 
 
-def main():  # pragma: no cover - console entry for python -m
-    app()
+def main() -> None:
+    """The console entry point: runs the app, and turns a usage mistake (a bad option
+    value, a missing argument) into one `sexpgpu: error: ...` line and exit status 2.
+
+    Usage errors are recognised by shape (`format_message()` and exit code 2), as
+    click's and typer's own (vendored) click raise them alike.
+    """
+    try:
+        code = app(standalone_mode=False)
+    except typer.Exit as e:
+        sys.exit(e.exit_code)
+    except typer.Abort:
+        print("sexpgpu: error: interrupted", file=sys.stderr)
+        sys.exit(130)
+    except Exception as e:
+        if getattr(e, "exit_code", None) == 2 and hasattr(e, "format_message"):
+            ctx = getattr(e, "ctx", None)
+            cmd = getattr(ctx, "command_path", None) or "sexpgpu"
+            message = e.format_message().replace("Value error, ", "").strip()
+            if message:   # (empty: the help was printed for a bare `sexpgpu`)
+                print(f"sexpgpu: error: {message} (see `{cmd} --help`)", file=sys.stderr)
+            sys.exit(2)
+        if type(e).__name__ in ("Exit",) and hasattr(e, "exit_code"):
+            sys.exit(e.exit_code)
+        raise
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -236,7 +236,7 @@ class Checker:
         self._seen: set = set()
         self.facts = Facts()
         self.globals = Scope(prelude_scope())
-        self._redirect: tuple[Span, str] | None = None
+        self._redirect: tuple[Span, str, str] | None = None
         self._contract005: set[int] = set()
         self.forms: dict[str, list[ListNode]] = {}
         self.loaders: dict[str, ir.LoaderIR] = {}
@@ -259,8 +259,9 @@ class Checker:
     def report(self, d: Diagnostic) -> None:
         if self._redirect is not None:
             # A mistake inside a standard-library layer shows at the user's call of it.
-            span, name = self._redirect
-            d = replace(d, span=span, message=f"in `{name}` (standard library): {d.message}", related=())
+            span, name, expects = self._redirect
+            d = replace(d, span=span, message=f"in `{name}` (standard library): {d.message}", related=(),
+                        help=expects)
         key = (d.code, d.span.start, d.span.end)
         if key not in self._seen:
             self._seen.add(key)
@@ -588,7 +589,10 @@ class Checker:
             hint = near_miss(name, self.models)
             self.err("E-NAME-001", f.items[1].span, f"`{name}` is not a model" + (f"; did you mean `{hint}`?" if hint else ""),
                      data={"replace": hint} if hint else None)
-            return
+            if hint is None:
+                return
+            # Check the run as the model it most likely names, so mistakes elsewhere still show.
+            name, b = hint, self.globals.lookup(hint)
         self.root_model = name
         self.facts.uses.append((f.items[1].span, b.definition))
         d = self.facts.define(Definition("model", "model-binding", f.items[0].span, f.span, f"model {name}"))
@@ -1568,7 +1572,10 @@ class Checker:
         params = [p.name for p in lam.items[1].items]
         args = [self.infer(a, scope) for a in node.items[1:]]
         if len(args) != len(params):
-            return ir.Const(self.err("E-FORM-003", node.span, f"this function takes {len(params)} arguments, got {len(args)}"), node.span)
+            name = node.items[0].name if isinstance(node.items[0], Sym) else "this function"
+            return ir.Const(self.err("E-FORM-003", node.span,
+                                     f"`{name}` takes {_count(len(params), 'argument')} "
+                                     f"`({name} {' '.join(params)})`, got {len(args)}"), node.span)
         if any(isinstance(a.type, ErrorType) for a in args):
             return ir.Const(ERROR, node.span)
         if len(self._active) > 32:
@@ -1578,7 +1585,10 @@ class Checker:
             # The layer's text is not in this file: its facts are not this file's, and
             # its diagnostics show at this call.
             saved_facts, self.facts = self.facts, Facts()
-            self._redirect = (node.span, b.stdlib)
+            sig, doc = stdlib_docs()[b.stdlib]
+            got = ", ".join(f"{p} {a.type.show()}" for p, a in zip(params, args))
+            self._redirect = (node.span, b.stdlib, f"`{sig}` takes {doc.removesuffix(' (standard library)')}; "
+                                                   f"this call gives {got}")
         inner = fscope.child()
         for p, a, pn in zip(params, args, lam.items[1].items):
             inner.names[p] = Binding(a.type, self.facts.define(Definition(p, "binding", pn.span, lam.span, a.type.show())))
@@ -1612,6 +1622,11 @@ class Checker:
 
 
 # --------------------------------------------------------------------------- helpers
+
+
+def _count(n: int, noun: str) -> str:
+    """`1 argument`, `3 arguments`."""
+    return f"{n} {noun}" + ("" if n == 1 else "s")
 
 
 def _walk(node):

@@ -1091,6 +1091,9 @@ def _signature_for(ix: Index, frames: list[_Frame], k: int, head: str, offset: i
     if head in REGISTRY:
         spec = REGISTRY[head]
         return spec.signature, spec.doc, spec.kwargs
+    if head in stdlib_docs():
+        sig, doc = stdlib_docs()[head]
+        return sig, doc, ()
     return None
 
 

@@ -139,8 +139,12 @@ def _lark() -> Lark:
                 maybe_placeholders=False)
 
 
-def _lex(text: str, diags: list[Diagnostic]) -> tuple[list[Token], list[Span]]:
-    """All tokens of `text`, skipping (and reporting) characters that start none."""
+def _lex(text: str, diags: list[Diagnostic], unterminated: set[int] | None = None) -> tuple[list[Token], list[Span]]:
+    """All tokens of `text`, skipping (and reporting) characters that start none.
+
+    An unterminated string is reported and closed at its line's end; its start
+    offset goes into `unterminated`."""
+    unterminated = set() if unterminated is None else unterminated
     lark = _lark()
     tokens: list[Token] = []
     comments: list[Span] = []
@@ -160,12 +164,20 @@ def _lex(text: str, diags: list[Diagnostic]) -> tuple[list[Token], list[Span]]:
             if ch == '"':
                 end = masked.find("\n", pos)
                 end = len(masked) if end < 0 else end
-                msg = "unterminated string: add the closing `\"` on this line"
+                while end > pos + 1 and masked[end - 1] == "\r":
+                    end -= 1
+                diags.append(error("E-SYNTAX-003", Span(pos, end), "unterminated string: add the closing `\"` on this line"))
+                if end - pos >= 2 and masked[end - 2] != "\\":
+                    # Close it in place (its last character becomes the `"`): it stays one string,
+                    # and the brackets it swallowed are not reported again (see `parse`).
+                    masked = masked[:end - 1] + '"' + masked[end:]
+                    unterminated.add(pos)
+                else:
+                    masked = masked[:pos] + " " * (end - pos) + masked[end:]
             else:
-                end = pos + 1
-                msg = f"unexpected character `{ch}`"
-            diags.append(error("E-SYNTAX-003", Span(pos, end), msg))
-            masked = masked[:pos] + " " * (end - pos) + masked[end:]
+                shown = ch if ch.isprintable() else f"U+{ord(ch):04X}"
+                diags.append(error("E-SYNTAX-003", Span(pos, pos + 1), f"unexpected character `{shown}`"))
+                masked = masked[:pos] + " " + masked[pos + 1:]
             tokens.clear()
             comments.clear()
 
@@ -355,12 +367,18 @@ def parse(source: SourceText) -> ParseResult:
     diagnostics (E-SYNTAX-001..004) and the comment ranges.
     """
     diags: list[Diagnostic] = []
-    tokens, comments = _lex(source.text, diags)
+    unterminated: set[int] = set()
+    tokens, comments = _lex(source.text, diags, unterminated)
     forms: list[Node] = []
     lark = _lark()
     for chunk in _chunks(tokens):
         deep = _too_deep(chunk, diags)
+        before = len(diags)
         balanced = _balance(chunk, diags)
+        if any(t.type == "STRING" and t.start_pos in unterminated for t in chunk):
+            # The string swallowed the rest of its line, closing brackets included: the
+            # E-SYNTAX-003 already said so; the brackets it ate are not reported again.
+            diags[before:] = [d for d in diags[before:] if d.code not in ("E-SYNTAX-001", "E-SYNTAX-002", "E-SYNTAX-004")]
         if deep:
             balanced = _cut_deep(balanced)
         ip = lark.parse_interactive("")

@@ -170,3 +170,26 @@ def test_standard_library_layers_check_like_user_code():
                  "(h (linear (layer-norm (+ here start next) (take (getf self :first) 0) (take (getf self :second) 0))\n"
                  "                           (getf self :hidden) (take (getf self :hidden) 0))))")
     check(ok)
+
+
+def test_an_unterminated_string_is_one_diagnostic():
+    res = analyze(variant("(def seq 8)", '(def seq 8)\n(def title "tiny'), "s.sx")
+    assert [d.code for d in res.diagnostics] == ["E-SYNTAX-003"]
+
+
+def test_a_misspelt_model_binding_still_checks_the_rest():
+    text = variant("(model student)", "(model studnt)")
+    text = variant("(metric :loss loss)", '(metric :loss (+ "x" loss))', text)
+    res = analyze(text, "m.sx")
+    assert sorted(d.code for d in res.diagnostics) == ["E-NAME-001", "E-TYPE-001"]
+
+
+def test_standard_library_mistakes_say_what_the_layer_takes_and_got():
+    text = variant("(h (relu (matmul (+ here start next) (getf self :hidden)))))",
+                   "(h (linear (+ here start next) (getf self :out) (getf self :hidden))))")
+    [d] = analyze(text, "l.sx").diagnostics
+    assert d.message.startswith("in `linear` (standard library): `+`: shapes [64 8 16] and [64 64] do not broadcast")
+    assert "`(linear x w b)` takes" in d.help and "w [64 16] f32" in d.help
+    [d] = analyze(variant("(h (relu (matmul (+ here start next) (getf self :hidden)))))",
+                          "(h (linear (+ here start next) (getf self :hidden))))"), "l.sx").diagnostics
+    assert d.message == "`linear` takes 3 arguments `(linear x w b)`, got 2"

@@ -215,3 +215,22 @@ def test_run_into_an_earlier_runs_dir_needs_overwrite(tmp_path):
     r = sx("run", str(FIXTURE), "--steps", "2", "--run-dir", d, "--no-progress", "--overwrite")
     assert r.returncode == 0, r.stderr
     assert [json.loads(l)["step"] for l in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()] == [1, 2]
+
+
+def test_usage_mistakes_are_one_line_exit_2():
+    import shutil
+    exe = shutil.which("sexpgpu") or str(Path(sys.executable).parent / "sexpgpu")
+    for args in (["run", str(FIXTURE), "--steps", "0"], ["lint", "-f", "xml", str(FIXTURE)], ["run"], ["nosuch"]):
+        r = subprocess.run([exe, *args], capture_output=True, text=True)
+        assert r.returncode == 2, args
+        lines = r.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("sexpgpu: error: ") and "--help" in lines[0], r.stderr
+
+
+def test_a_byte_order_mark_and_control_characters(tmp_path):
+    p = tmp_path / "bom.sx"
+    p.write_text("\ufeff" + FIXTURE.read_text(), encoding="utf-8")
+    assert sx("lint", str(p)).returncode == 0
+    p.write_text(FIXTURE.read_text().replace("(def seq 8)", "(def seq 8)\x01"))
+    r = sx("lint", "--format", "json", str(p))
+    assert [d["message"] for d in json.loads(r.stdout)] == ["unexpected character `U+0001`"]
