@@ -11,11 +11,16 @@ SARIF follows the OASIS SARIF 2.1.0 specification (section 3.27 `result`,
 from __future__ import annotations
 
 import json
+import pathlib
 
 from .diagnostics import CODES, Diagnostic, Severity, doc_anchor
 from .source import SourceText, Span
 
-DOCS_URL = "https://github.com/sexpgpu/sexpgpu/blob/main/docs/errors.md"
+#: Where each code's entry lives: the checkout's own docs/errors.md when it is there (an
+#: editable install, a source tree: the link then works offline and matches this version),
+#: else the project's published page.
+_LOCAL_DOCS = pathlib.Path(__file__).resolve().parents[1] / "docs" / "errors.md"
+DOCS_URL = _LOCAL_DOCS.as_uri() if _LOCAL_DOCS.is_file() else "https://github.com/sexpgpu/sexpgpu/blob/main/docs/errors.md"
 
 
 def position(src: SourceText, offset: int) -> tuple[int, int]:
