@@ -161,6 +161,7 @@ class Scope:
         self.parent, self.names = parent, {}
 
     def lookup(self, name: str) -> Binding | None:
+        """The binding of `name` here or in an enclosing scope, or None."""
         s = self
         while s is not None:
             if name in s.names:
@@ -169,9 +170,11 @@ class Scope:
         return None
 
     def child(self) -> "Scope":
+        """A new scope inside this one."""
         return Scope(self)
 
     def all_names(self):
+        """Every name visible here (for near-miss suggestions)."""
         s, out = self, set()
         while s is not None:
             out |= set(s.names)
@@ -257,6 +260,7 @@ class Checker:
 
     # -- reporting ------------------------------------------------------------
     def report(self, d: Diagnostic) -> None:
+        """Record a diagnostic once per (code, range); inside a standard-library layer, at the user's call."""
         if self._redirect is not None:
             # A mistake inside a standard-library layer shows at the user's call of it.
             span, name, expects = self._redirect
@@ -268,14 +272,17 @@ class Checker:
             self.diags.append(d)
 
     def err(self, code, span, message, **kw) -> ErrorType:
+        """Report an error and return ERROR, the type that silences follow-on errors."""
         self.report(error(code, span, message, **kw))
         return ERROR
 
     def note_type(self, node: Node, t: Type) -> None:
+        """Remember a node's type for hover (the first type wins)."""
         self.facts.types.setdefault((node.span.start, node.span.end), t)
 
     # -- keyword arguments of forms ------------------------------------------
     def keyword_args(self, node: ListNode, start: int, allowed, what: str) -> dict[str, tuple[Kw, Node]]:
+        """The `:key value` pairs of a form from item `start`; unknown keys are E-NAME-003 (read as their near miss)."""
         out: dict[str, tuple[Kw, Node]] = {}
         items = node.items[start:]
         present = {it.name for it in items if isinstance(it, Kw)}
@@ -309,6 +316,7 @@ class Checker:
         return out
 
     def const_int(self, node: Node, what: str, minimum: int | None = None, code="E-TYPE-003") -> int | None:
+        """A compile-time integer (at least `minimum`), or None after reporting why not."""
         t = self.infer(node, self.globals).type
         if isinstance(t, ErrorType):
             return None
@@ -321,6 +329,7 @@ class Checker:
         return None
 
     def const_value(self, node: Node):
+        """A compile-time constant's Python value (number, string, keyword name, shape), or None after reporting."""
         t = self.infer(node, self.globals).type
         if isinstance(t, TensorType) and t.value is not None:
             return t.value
@@ -359,6 +368,7 @@ class Checker:
 
     # -- top level ------------------------------------------------------------
     def run(self) -> CheckResult:
+        """Check every form in the runtime's order and build the result (the IR only when there is no error)."""
         # A run of items outside any form (a form that lost its `(`, say) is reported at
         # its first item only, up to the next form.
         stray = False
@@ -424,6 +434,7 @@ class Checker:
         return CheckResult(self.src, self.parsed, self.diags, self.facts, program)
 
     def missing_forms(self):
+        """E-FORM-001 naming every required top-level form the file lacks."""
         # One diagnostic naming every missing form, at the first form's `(` (or the start of
         # a file with no form): several at one range would be merged into the first by `report`.
         needs = {"loader": "add a `(loader ...)` form",
@@ -440,6 +451,7 @@ class Checker:
                  f"the file has no {listed} form", help="; ".join(needs[h] for h in missing))
 
     def scan_counters(self):
+        """The names `prepare` declares with `counter` (read before the generator is checked, for its nil reasons)."""
         names = []
         for f in self.forms.get("prepare", []):
             for n in _walk(f):
@@ -449,6 +461,7 @@ class Checker:
         self.facts.counters = self.counter_names
 
     def define_global(self, name_node: Node, kind: str, form: Node, t: Type, **kw) -> Definition | None:
+        """Bind a top-level name, reporting a duplicate or a built-in name (E-NAME-002)."""
         if not isinstance(name_node, Sym):
             self.err("E-FORM-002", name_node.span, f"`{kind}` needs a name here")
             return None
@@ -467,6 +480,7 @@ class Checker:
         return d
 
     def top_def(self, f: ListNode):
+        """`(def name value)`: a constant or a function."""
         # A `def` that fails still binds its name, typed ERROR, so its uses are not reported again.
         if len(f.items) != 3:
             self.err("E-FORM-003", f.span, "`def` takes a name and a value: `(def name value)`")
@@ -491,6 +505,7 @@ class Checker:
 
     # -- loaders ---------------------------------------------------------------
     def top_loader(self, f: ListNode):
+        """`(loader name :source :batch :fields)` to a LoaderIR."""
         if len(f.items) < 2:
             self.err("E-FORM-003", f.span, "`loader` needs a name")
             return
@@ -514,6 +529,7 @@ class Checker:
         d.detail = f"loader {name}: batch {batch}, " + " ".join(f":{n} [{' '.join(map(str, s))}] {dt}" for n, s, dt in fields)
 
     def loader_source(self, node: Node):
+        """A loader's `:source` form to (kind, constant arguments)."""
         if not isinstance(node, ListNode) or node.head not in SOURCES:
             hint = near_miss(node.head, SOURCES) if isinstance(node, ListNode) and node.head else None
             self.err("E-FORM-002", node.span, "`:source` must be one of "
@@ -533,6 +549,7 @@ class Checker:
         return (kind, args)
 
     def loader_fields(self, node: Node):
+        """`:fields (:name [shape] :dtype ...)` to (name, shape, dtype) triples."""
         if not isinstance(node, ListNode):
             self.err("E-FORM-002", node.span, "`:fields` takes `(:name [shape] :dtype ...)`")
             return None
@@ -559,6 +576,7 @@ class Checker:
 
     # -- models ------------------------------------------------------------------
     def declare_model(self, f: ListNode):
+        """Bind a `defmodel`'s name before any model is built (models may name each other)."""
         if len(f.items) < 2 or not isinstance(f.items[1], Sym):
             self.err("E-FORM-002", f.span, "`defmodel` needs a name: `(defmodel name :params (...) :apply (lambda (self x) ...))`")
             return
@@ -571,6 +589,7 @@ class Checker:
                              "frozen": False, "pretrained": None}
 
     def top_model_binding(self):
+        """`(model NAME)`: binds `model` to the root model."""
         # Until a good `(model NAME)` binds it, `model` is ERROR: its calls are not reported
         # again after the missing or bad form is.
         self.globals.names["model"] = Binding(ERROR)
@@ -599,6 +618,7 @@ class Checker:
         self.globals.names["model"] = Binding(ModelType(name), d)
 
     def build_model(self, f: ListNode):
+        """A `defmodel`'s `:params`, `:apply`, `:frozen` and `:pretrained`."""
         name = getattr(f.items[1], "name", None) if len(f.items) > 1 else None
         m = self.models.get(name)
         if m is None or m["form"] is not f:
@@ -633,6 +653,7 @@ class Checker:
                     m["apply"] = lam
 
     def model_param(self, m, model_name, kw: Kw, v: Node):
+        """One `:params` entry: an initialiser (a parameter) or a model name (a sub-model)."""
         if isinstance(v, Sym):
             b = self.globals.lookup(v.name)
             if b is None or not isinstance(b.type, ModelType):
@@ -748,6 +769,7 @@ class Checker:
 
     # -- the run -----------------------------------------------------------------
     def top_run(self):
+        """The `run` form's settings to a RunIR."""
         forms = self.forms.get("run", [])
         if not forms:
             return
@@ -821,6 +843,7 @@ class Checker:
 
     # -- phases --------------------------------------------------------------------
     def lambda_params(self, node: Node, count: int | None, what: str) -> list[Sym] | None:
+        """A lambda's parameter symbols (`count` of them when given), or None after reporting."""
         if not (isinstance(node, ListNode) and node.head == "lambda" and len(node.items) >= 3
                 and isinstance(node.items[1], ListNode)):
             self.err("E-FORM-002", node.span, f"{what} must be a `(lambda (params ...) body)`")
@@ -837,6 +860,7 @@ class Checker:
 
     def phase(self, name: str, node: Node, param_types: list[Type], frame: Frame, what: str,
               param_kinds=None) -> ir.Phase | None:
+        """Check a phase's lambda with its parameters bound to `param_types`; its effects go to `frame`."""
         params = self.lambda_params(node, len(param_types), what)
         if params is None:
             return None
@@ -854,17 +878,20 @@ class Checker:
         return ir.Phase(name, tuple(p.name for p in params), tuple(param_types), body, node.span)
 
     def ctx_type(self, phase: str) -> CtxType:
+        """The context plist a phase sees (objective also sees the counters)."""
         entries = list(CTX_KEYS.items())
         if phase == "objective":
             entries += [(c, scalar("f32")) for c in self.counter_names]
         return CtxType(tuple(entries))
 
     def generator_frame(self, phase: str) -> Frame:
+        """A frame for a generator phase: counters are nil there (spec: What a generator may read)."""
         reason = ("counter `:{}` is declared by `prepare`, which is traced after the generator, "
                   "so `(getf ctx :{})` is nil inside a generator")
         return Frame(phase, {c: reason.format(c, c) for c in self.counter_names})
 
     def top_generate(self, train: ir.LoaderIR | None):
+        """`defgenerate`: its three phases, the check across trips, and what it makes (spec/generation.md)."""
         forms = self.forms.get("defgenerate", [])
         if not forms:
             return None
@@ -941,6 +968,7 @@ class Checker:
         return ir.GenerateIR(trips or 0, init, step, finish, state, out, frozenset(ctx_keys))
 
     def check_plist_of_tensors(self, phase: ir.Phase, what: str) -> PlistType | None:
+        """E-GEN-001 unless a phase returns a plist of tensors; returns the plist."""
         t = phase.out
         site = _result_span(phase.body)
         if isinstance(t, ErrorType):
@@ -963,6 +991,7 @@ class Checker:
         return t if ok else PlistType(tuple((k, v if isinstance(v, TensorType) else ERROR) for k, v in t.entries))
 
     def check_across_trips(self, step: ir.Phase, state: PlistType, node: ListNode, key_defs):
+        """E-GEN-002: `:step` must return exactly the keys, shapes and dtypes `:init` made."""
         t = step.out
         site = _result_span(step.body)
         if isinstance(t, ErrorType):
@@ -1002,6 +1031,7 @@ class Checker:
                          help=f"make `:{k}` in `:init`, or drop it here")
 
     def check_generated_names(self, out: PlistType, node: Node, train: ir.LoaderIR):
+        """E-GEN-003: a generated name may not be a field of the training loader or a pass's loader."""
         loaders = [train] + [self.loaders[l] for l in self._pass_loaders() if l in self.loaders]
         for k, _ in out.entries:
             for ld in loaders:
@@ -1027,6 +1057,7 @@ class Checker:
         return out
 
     def generator_effects(self, frame: Frame):
+        """E-GEN-004, E-CONTRACT-010, W-RAND-001 and W-STACK-001 from what a generator phase does."""
         stacks = self.run_ir is not None and (self.run_ir.stack > 1 or self.run_ir.stack_auto)
         where = f"`:{frame.phase.split('.')[-1]}`"
         for e in frame.effects:
@@ -1049,6 +1080,7 @@ class Checker:
                                     help=f"drop the read of `:{e.name}` to let the run stack its microbatches"))
 
     def batch_for(self, loader: ir.LoaderIR, gen: ir.GenerateIR | None, runs_gen: bool) -> BatchType:
+        """The batch a loader gives prepare: its fields, plus the generated names where the generator runs."""
         entries = list(loader.batch_type().entries)
         generated: tuple[str, ...] = ()
         missing: tuple[str, ...] = ()
@@ -1064,6 +1096,7 @@ class Checker:
         return BatchType(tuple(entries), loader.name, generated, missing, broken)
 
     def top_train(self, train, gen):
+        """`prepare` and `objective` on the training loader's batch."""
         prep_forms, obj_forms = self.forms.get("prepare", []), self.forms.get("objective", [])
         if train is None:
             return None, None
@@ -1089,6 +1122,7 @@ class Checker:
         return prepare, objective
 
     def objective_phase(self, node, inputs, name):
+        """Check `objective` on `inputs`: it must return a float scalar (E-CONTRACT-002)."""
         frame = Frame("objective")
         ph = self.phase(name, node, [inputs, self.ctx_type("objective")], frame, "`objective`")
         if ph is None:
@@ -1115,6 +1149,7 @@ class Checker:
                          related=rel, help="move the counter into `prepare`", data={"name": e.name})
 
     def top_passes(self, train, gen):
+        """Each `pass`: its loader, whether the generator runs on it, its prepare and objective."""
         out = []
         for f in self.forms.get("pass", []):
             if len(f.items) < 2 or not isinstance(f.items[1], Sym):
@@ -1157,6 +1192,7 @@ class Checker:
         return tuple(out)
 
     def top_curriculum(self, train):
+        """`curriculum` stages: each stage's loader must match the training loader."""
         self.stages: list[tuple[str, int | None]] = []
         for f in self.forms.get("curriculum", [])[:1]:
             for st in f.items[1:]:
@@ -1179,6 +1215,7 @@ class Checker:
 
     # -- expressions -----------------------------------------------------------------
     def infer_body(self, nodes, scope: Scope, span: Span) -> ir.Expr:
+        """A body of expressions; its value is the last one's."""
         if not nodes:
             return ir.Const(NIL, span, None)
         exprs = tuple(self.infer(n, scope) for n in nodes)
@@ -1187,6 +1224,7 @@ class Checker:
         return ir.Seq(exprs[-1].type, span, exprs)
 
     def infer(self, node: Node, scope: Scope) -> ir.Expr:
+        """The typed IR of one expression (and its type remembered for hover)."""
         e = self._infer(node, scope)
         self.note_type(node, e.type)
         return e
@@ -1251,6 +1289,7 @@ class Checker:
         return ir.Const(ERROR, node.span)
 
     def unbound(self, sym: Sym, scope: Scope, callable_: bool) -> ErrorType:
+        """E-NAME-001 for an unbound name, with a near-miss suggestion."""
         cands = set(scope.all_names()) | {"true", "false", "nil"}
         if callable_:
             cands |= set(REGISTRY) | set(SPECIAL_FORMS)
@@ -1260,6 +1299,7 @@ class Checker:
                         data={"replace": hint} if hint else None)
 
     def infer_symbol(self, node: Sym, scope: Scope) -> ir.Expr:
+        """A symbol: a constant, a binding, a model or loader name, or `true`/`false`/`nil`."""
         name = node.name
         if name in ("true", "false"):
             v = name == "true"
@@ -1281,6 +1321,7 @@ class Checker:
 
     # -- special forms -----------------------------------------------------------------
     def form_let_star(self, node: ListNode, scope: Scope) -> ir.Expr:
+        """`(let* ((name value) ...) body ...)`: bindings in order."""
         if len(node.items) < 3 or not isinstance(node.items[1], ListNode):
             return ir.Const(self.err("E-FORM-002", node.span, "`let*` takes `((name value) ...)` and a body"), node.span)
         inner = scope.child()
@@ -1308,12 +1349,14 @@ class Checker:
                       body.body if isinstance(body, ir.Seq) else (body,))
 
     def form_lambda(self, node: ListNode, scope: Scope) -> ir.Expr:
+        """A lambda as a value (it is typed at each call)."""
         params = self.lambda_params(node, None, "`lambda`")
         if params is None:
             return ir.Const(ERROR, node.span)
         return ir.Const(FunctionType(len(params)), node.span, None)
 
     def form_list(self, node: ListNode, scope: Scope) -> ir.Expr:
+        """`(list :key value ...)`: a plist."""
         keys, values, entries = [], [], []
         items = node.items[1:]
         if len(items) % 2:
@@ -1339,6 +1382,7 @@ class Checker:
         return node.items[2]
 
     def form_getf(self, node: ListNode, scope: Scope) -> ir.Expr:
+        """`(getf obj :key)` on a plist, the context, or a model's self."""
         key = self._key_arg(node, "getf")
         if key is None:
             for a in node.items[1:]:
@@ -1376,6 +1420,7 @@ class Checker:
         return ir.Const(self.err("E-TYPE-001", node.items[1].span, f"`getf` needs a plist, got {t.show()}"), node.span)
 
     def getf_self(self, node, obj, t: SelfType, key: Kw) -> ir.Expr:
+        """`(getf self :key)`: a parameter (bf16 under `:precision :bf16`) or a sub-model."""
         m = self.models[t.model]
         k = key.name
         if k in m["params"]:
@@ -1394,6 +1439,7 @@ class Checker:
                                  data={"replace": f":{hint}"} if hint else None), node.span)
 
     def form_field(self, node: ListNode, scope: Scope) -> ir.Expr:
+        """`(field batch :name)`: a loader field or a generated name (E-CONTRACT-001, E-CONTRACT-005)."""
         key = self._key_arg(node, "field")
         if key is None:
             return ir.Const(ERROR, node.span)
@@ -1444,16 +1490,20 @@ class Checker:
         return ir.Report(NIL, node.span, kind, name, v)
 
     def form_counter(self, node, scope):
+        """`(counter :name value)`."""
         return self._report(node, scope, "counter")
 
     def form_metric(self, node, scope):
+        """`(metric :name value)`."""
         return self._report(node, scope, "metric")
 
     def form_diagnostic(self, node, scope):
+        """`(diagnostic :name value)`."""
         return self._report(node, scope, "diagnostic")
 
     # -- calls ---------------------------------------------------------------------------
     def split_args(self, node: ListNode, spec_kwargs, what: str):
+        """An op call's positional arguments and keyword arguments (unknown keywords are E-NAME-003)."""
         pos, kw = [], {}
         items = node.items[1:]
         i = 0
@@ -1488,6 +1538,7 @@ class Checker:
         return pos, kw
 
     def call_op(self, node: ListNode, spec, scope: Scope) -> ir.Expr:
+        """A registry op: its arguments, then its shape-and-dtype rule (ops.py)."""
         pos, kws = self.split_args(node, spec.kwargs, spec.name)
         args = [self.infer(a, scope) for a in pos]
         kwargs = {k: self.infer(v, scope) for k, (kw, v) in kws.items()}
@@ -1521,6 +1572,7 @@ class Checker:
             self.frame.effects.append(Effect(e.kind, e.name, e.origin, site, e.salted))
 
     def call_model(self, node: ListNode, name: str, scope: Scope) -> ir.Expr:
+        """A model call: reachability (E-MODEL-001), then its `:apply` checked for these argument types."""
         args = [self.infer(a, scope) for a in node.items[1:]]
         m = self.models.get(name)
         if m is None:
@@ -1568,6 +1620,7 @@ class Checker:
                             body.body if isinstance(body, ir.Seq) else (body,), compute)
 
     def call_function(self, node: ListNode, b: Binding, scope: Scope) -> ir.Expr:
+        """A `def`'d or standard-library function, inlined for these argument types."""
         lam, fscope = b.fn
         params = [p.name for p in lam.items[1].items]
         args = [self.infer(a, scope) for a in node.items[1:]]
@@ -1606,6 +1659,7 @@ class Checker:
 
     # -- program ---------------------------------------------------------------------------
     def program(self, gen, prepare, objective, passes) -> ir.Program:
+        """The Program IR of a file without errors."""
         run = self.run_ir
         stackable = True
         if gen is not None and gen.ctx_keys & set(PER_MICROBATCH_KEYS):

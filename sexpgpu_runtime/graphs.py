@@ -44,6 +44,7 @@ class Layout:
 
     @property
     def groups(self) -> int:
+        """Calls per step: microbatches / stack."""
         return self.microbatches // self.stack
 
 
@@ -158,6 +159,7 @@ class Graphs:
 
     @property
     def trip_values(self):
+        """The trips as i64 device arrays, made once (a Python int would retrace)."""
         if not hasattr(self, "_trips"):
             self._trips = [jnp.asarray(t, dtype=jnp.int64) for t in range(self.p.generate.trips)]
         return self._trips

@@ -185,6 +185,7 @@ class Reporter:
             print("  ".join(parts) + f"  {rate:.1f} steps/s", file=sys.stderr, flush=True)
 
     def close(self):
+        """Stop the progress bar and close metrics.jsonl."""
         if self.bar is not None:
             self.bar.stop()
         if self.tb is not None:
