@@ -1,0 +1,337 @@
+"""Benchmarks of issue 9: every row measured against its reference in the same run.
+
+    .venv/bin/python benchmarks/run_all.py [--only lint,lint10k,lsp,step,trips,stack,compiles] [--quick]
+
+Prints one table: benchmark, measured value, the reference measured in this
+run, the ratio and the target. About 3-5 minutes on the 2-core CPU machine.
+Not a test: the numbers depend on the machine (BENCHMARKS.md records them).
+
+Rows:
+* lint      `sexpgpu lint` on the fixture, cold (a fresh process), against
+            `python -c "import lark"`; median of several interleaved runs.
+* lint10k   `sexpgpu lint` on a generated 10,000-line run file (lsp_latency.generate),
+            a fresh process, median; also the front end alone in this process.
+* lsp       the server's edit-to-diagnostics p50/p99 on a 2,000-line file
+            (lsp_latency.measure).
+* step      the fixture's steady-state time per training step (the real loop,
+            `Trainer.fit`, after compiling) against a hand-written JAX + optax
+            step of the same model, batch, generator and optimizer.
+* trips     the generator's trip loop: a host loop of 6 jitted step calls (by hand,
+            and sexpgpu's own `generate.step` graph) against one `lax.fori_loop`
+            over the same 6 trips, jitted once.
+* stack     the fixture with `:microbatches 4 :stack 4` against `:stack 1`,
+            steady-state time per step.
+* compiles  `Graphs.traces` of a `train` run: how often each graph was traced.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+FIXTURE = ROOT / "tests" / "fixtures" / "tiny-generate.sx"
+SEXPGPU = ROOT / ".venv" / "bin" / "sexpgpu"
+ROWS: list[tuple[str, str, str, str, str]] = []
+
+
+def row(name: str, value: str, reference: str, ratio: str, target: str) -> None:
+    ROWS.append((name, value, reference, ratio, target))
+    print(f"  {name}: {value} | ref {reference} | ratio {ratio} | target {target}", flush=True)
+
+
+def timed_process(cmd: list[str], ok_codes=(0,)) -> float:
+    t0 = time.perf_counter()
+    p = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    dt = time.perf_counter() - t0
+    if p.returncode not in ok_codes:
+        raise SystemExit(f"{cmd} exited {p.returncode}:\n{p.stdout}\n{p.stderr}")
+    return dt
+
+
+def medians(cmds: list[list[str]], runs: int) -> list[float]:
+    """Median wall time of each command, the commands interleaved so that noise hits all alike."""
+    times: list[list[float]] = [[] for _ in cmds]
+    for _ in range(runs):
+        for i, c in enumerate(cmds):
+            times[i].append(timed_process(c))
+    return [statistics.median(t) for t in times]
+
+
+# --------------------------------------------------------------------------- front end
+
+def bench_lint(runs: int) -> None:
+    lint, lark = medians([[str(SEXPGPU), "lint", str(FIXTURE)], [sys.executable, "-c", "import lark"]], runs)
+    row("lint cold, fixture", f"{lint * 1000:.0f} ms", f"import lark {lark * 1000:.0f} ms", f"{lint / lark:.2f}x", "<= 1.5x")
+
+
+def bench_lint10k(runs: int) -> None:
+    from lsp_latency import generate
+    from sexpgpu_lang import analyze
+    text = generate(10_000)
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / "big.sx"
+        path.write_text(text)
+        (wall,) = medians([[str(SEXPGPU), "lint", str(path)]], runs)
+    inproc = []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        res = analyze(text, "big.sx")
+        inproc.append(time.perf_counter() - t0)
+    assert not res.diagnostics, res.diagnostics[:3]
+    row(f"lint 10k lines ({text.count(chr(10))} lines)", f"{wall * 1000:.0f} ms (process)",
+        f"front end alone {min(inproc) * 1000:.0f} ms", "-", "<= 1000 ms")
+
+
+def bench_lsp(edits: int) -> None:
+    from lsp_latency import generate, measure, percentile
+    text = generate(2000)
+    lat = asyncio.run(measure(text, edits))
+    p50, p99 = percentile(lat, 50), percentile(lat, 99)
+    row(f"server edit->diagnostics, 2k lines, {edits} edits", f"p50 {p50:.0f} ms, p99 {p99:.0f} ms", "-",
+        f"{p50 / 30:.1f}x / {p99 / 100:.1f}x of target", "p50 <= 30 ms, p99 <= 100 ms")
+
+
+# --------------------------------------------------------------------------- runtime
+
+def _jax():
+    import jax
+    jax.config.update("jax_enable_x64", True)
+    return jax
+
+
+def reference_step(seed: int = 0):
+    """The fixture's step by hand (as benchmarks/tiny_generate.py): returns (one_step(), params())."""
+    jax = _jax()
+    import jax.numpy as jnp
+    import numpy as np
+    import optax
+    from tiny_generate import BATCH, DIM, MICRO, SEQ, TRIPS, VOCAB
+    k = jax.random.split(jax.random.key(seed), 5)
+    params = {n: jax.random.normal(k[i], s, jnp.float32) * 0.1 for i, (n, s) in enumerate(
+        [("embed", (VOCAB, DIM)), ("first", (VOCAB, DIM)), ("second", (VOCAB, DIM)), ("hidden", (DIM, DIM)), ("out", (DIM, VOCAB))])}
+    opt = optax.adam(3e-3)
+    st = {"p": params, "o": opt.init(params)}
+    column = jnp.arange(SEQ, dtype=jnp.int32)[None, :]
+
+    def model(p, row):
+        h = jax.nn.relu((p["embed"][row] + p["first"][row[..., :1]] + p["second"][row[..., 1:2]]) @ p["hidden"])
+        return h @ p["out"]
+
+    def step(p, rows, strides, trip):
+        at = trip.astype(jnp.int32) + 2
+        guess = jnp.sum(jnp.where(column == at - 1, jnp.argmax(model(p, rows), -1).astype(jnp.int32), 0), 1,
+                        keepdims=True, dtype=jnp.int32)
+        return jnp.where(column == at, guess, rows), strides
+
+    def finish(rows, strides):
+        truth = (rows[:, :1] + column * strides) % VOCAB
+        return rows, (rows + strides) % VOCAB, jnp.mean((rows == truth).astype(jnp.float32), 1, keepdims=True)
+
+    @jax.jit
+    def train(p, s, samples, labels):
+        def loss_fn(p):
+            logp = jax.nn.log_softmax(jax.vmap(model, in_axes=(None, 0))(p, samples))
+            return -jnp.mean(jnp.take_along_axis(logp, labels[..., None], -1))
+        loss, g = jax.value_and_grad(loss_fn)(p)
+        u, s = opt.update(g, s, p)
+        return optax.apply_updates(p, u), s, loss
+
+    step_j = jax.jit(jax.vmap(step, in_axes=(None, 0, 0, None)))
+    finish_j = jax.jit(jax.vmap(finish))
+
+    def trips_fori(p, rows, strides):
+        return jax.lax.fori_loop(0, TRIPS, lambda t, c: step(p, c[0], c[1], jnp.asarray(t, jnp.int64)), (rows, strides))
+    fori_j = jax.jit(jax.vmap(trips_fori, in_axes=(None, 0, 0)))
+
+    rng = np.random.default_rng(seed)
+    trips = [jnp.asarray(t, jnp.int64) for t in range(TRIPS)]
+
+    def batch():
+        start = rng.integers(0, VOCAB, (MICRO, BATCH, 1))
+        stride = rng.integers(1, VOCAB, (MICRO, BATCH, 1))
+        rows = ((start + np.arange(SEQ) * stride) % VOCAB).astype(np.int32)
+        return jnp.asarray(rows), jnp.asarray(stride.astype(np.int32))
+
+    def one_step():
+        r, s_ = batch()
+        for t in trips:
+            r, s_ = step_j(st["p"], r, s_, t)
+        samples, labels, correct = finish_j(r, s_)
+        st["p"], st["o"], loss = train(st["p"], st["o"], samples, labels)
+        return loss
+
+    def host_trips(r, s_):
+        for t in trips:
+            r, s_ = step_j(st["p"], r, s_, t)
+        return r
+
+    def fori_trips(r, s_):
+        return fori_j(st["p"], r, s_)[0]
+
+    return one_step, st, batch, host_trips, fori_trips
+
+
+def per_step_reference(steps: int, warm: int = 30) -> float:
+    jax = _jax()
+    one_step, st, *_ = reference_step()
+    for _ in range(warm):
+        one_step()
+    jax.block_until_ready(st["p"])
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        one_step()
+    jax.block_until_ready(st["p"])
+    return (time.perf_counter() - t0) / steps
+
+
+def trainer_for(text: str):
+    _jax()
+    from sexpgpu_lang import analyze
+    from sexpgpu_runtime.train import RunOptions, Trainer
+    res = analyze(text, str(FIXTURE))
+    assert res.program is not None, [d.code for d in res.diagnostics]
+    return Trainer(res.program, RunOptions(quiet=True))
+
+
+def per_step_sexpgpu(text: str, steps: int, warm: int = 30) -> tuple[float, object]:
+    """Seconds per step of the real loop (`Trainer.fit`: logging, loss checks) after `warm` steps."""
+    jax = _jax()
+    from sexpgpu_runtime.train import Reporter
+    tr = trainer_for(text)
+    with tempfile.TemporaryDirectory() as d:
+        rep = Reporter(Path(d), warm + steps, False, True, "bench")
+        state = tr.initial_state()
+        tr.steps = warm
+        state, _ = tr.fit(state, rep)
+        jax.block_until_ready(state.trainable)
+        tr.steps = warm + steps
+        t0 = time.perf_counter()
+        state, _ = tr.fit(state, rep)
+        jax.block_until_ready(state.trainable)
+        dt = (time.perf_counter() - t0) / steps
+        rep.close()
+    return dt, tr
+
+
+def bench_step(steps: int) -> None:
+    ref = per_step_reference(steps)
+    sx, _ = per_step_sexpgpu(FIXTURE.read_text(), steps)
+    # Once more in the other order: the first measurement of a process pays for warm caches.
+    ref2 = per_step_reference(steps)
+    ref = min(ref, ref2)
+    row("training step, fixture (steady state)", f"{sx * 1000:.2f} ms/step", f"hand JAX+optax {ref * 1000:.2f} ms/step",
+        f"{sx / ref:.2f}x", "<= 1.05x")
+
+
+def bench_trips(reps: int) -> None:
+    jax = _jax()
+    _, st, batch, host_trips, fori_trips = reference_step()
+    r, s_ = batch()
+
+    def clock(fn) -> float:
+        for _ in range(10):
+            jax.block_until_ready(fn())
+        best = []
+        for _ in range(3):
+            t0 = time.perf_counter()
+            for _ in range(reps):
+                out = fn()
+            jax.block_until_ready(out)
+            best.append((time.perf_counter() - t0) / reps)
+        return min(best)
+
+    host = clock(lambda: host_trips(r, s_))
+    fori = clock(lambda: fori_trips(r, s_))
+    # sexpgpu's own generate.step graph in its host loop (stacked, as the fixture runs it).
+    tr = trainer_for(FIXTURE.read_text())
+    g = tr.graphs
+    state = tr.initial_state()
+    b, ctxs, gen_ctx, _ = tr.next_group(0, 0, 0)
+    stacked = tr.layout.stack > 1
+    init = g.gen_init if stacked else g.gen_init_1
+    step = g.gen_step if stacked else g.gen_step_1
+    s0 = init(state.trainable, state.frozen, b, gen_ctx)
+
+    def sx_trips():
+        s = s0
+        for t in g.trip_values:
+            s = step(state.trainable, state.frozen, s, t, gen_ctx)
+        return s
+    sx = clock(sx_trips)
+    row("trip loop, hand host loop of jitted steps", f"{host * 1e6:.0f} us/6 trips", f"fori_loop {fori * 1e6:.0f} us",
+        f"{host / fori:.2f}x", "<= 1.1x")
+    row("trip loop, sexpgpu generate.step host loop", f"{sx * 1e6:.0f} us/6 trips", f"fori_loop {fori * 1e6:.0f} us",
+        f"{sx / fori:.2f}x", "<= 1.1x")
+
+
+def stacked_text(stack: int) -> str:
+    text = FIXTURE.read_text()
+    old = "     :microbatches 2\n     :stack 2\n"
+    assert old in text
+    return text.replace(old, f"     :microbatches 4\n     :stack {stack}\n")
+
+
+def bench_stack(steps: int) -> None:
+    s1, tr1 = per_step_sexpgpu(stacked_text(1), steps)
+    s4, tr4 = per_step_sexpgpu(stacked_text(4), steps)
+    assert tr4.layout.stack == 4 and tr1.layout.stack == 1, (tr4.layout, tr1.layout)
+    row("stacked run degree 4 (microbatches 4)", f"{s4 * 1000:.2f} ms/step", f":stack 1 {s1 * 1000:.2f} ms/step",
+        f"{s4 / s1:.2f}x", "faster (< 1x)")
+
+
+def bench_compiles(steps: int) -> None:
+    _jax()
+    from sexpgpu_lang import analyze_file
+    from sexpgpu_runtime.train import RunOptions, train
+    res = analyze_file(str(FIXTURE))
+    with tempfile.TemporaryDirectory() as d:
+        out = train(res.program, RunOptions(steps=steps, run_dir=Path(d), quiet=True))
+    traces = dict(out.traces)
+    worst = max(traces.values())
+    row(f"compilations per run ({steps} steps)", ", ".join(f"{k} {v}" for k, v in sorted(traces.items())), "-",
+        f"max {worst} per graph", "1 per graph")
+
+
+# --------------------------------------------------------------------------- main
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--only", default="lint,lint10k,lsp,step,trips,stack,compiles")
+    ap.add_argument("--quick", action="store_true", help="fewer repetitions (a smoke run)")
+    a = ap.parse_args()
+    q = a.quick
+    which = a.only.split(",")
+    benches = {
+        "lint": lambda: bench_lint(3 if q else 7),
+        "lint10k": lambda: bench_lint10k(1 if q else 3),
+        "lsp": lambda: bench_lsp(10 if q else 60),
+        "step": lambda: bench_step(50 if q else 400),
+        "trips": lambda: bench_trips(50 if q else 300),
+        "stack": lambda: bench_stack(30 if q else 200),
+        "compiles": lambda: bench_compiles(20 if q else 60),
+    }
+    t0 = time.perf_counter()
+    for name in which:
+        print(f"[{name}]", flush=True)
+        benches[name]()
+    print()
+    print(f"machine: {os.cpu_count()} CPUs, Python {sys.version.split()[0]}; total {time.perf_counter() - t0:.0f} s")
+    widths = [max(len(r[i]) for r in ROWS + [("benchmark", "measured", "reference (same run)", "ratio", "target")])
+              for i in range(5)]
+    header = ("benchmark", "measured", "reference (same run)", "ratio", "target")
+    for r in [header, tuple("-" * w for w in widths)] + ROWS:
+        print(" | ".join(c.ljust(w) for c, w in zip(r, widths)))
+
+
+if __name__ == "__main__":
+    main()
