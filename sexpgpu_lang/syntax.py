@@ -19,10 +19,11 @@ that carry a `Span`. Nothing after this module imports lark.
 from __future__ import annotations
 
 import pathlib
+import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from lark import Lark, Token, Tree
+from lark import Lark, Token
 from lark.exceptions import UnexpectedCharacters
 
 from .diagnostics import Diagnostic, error
@@ -365,31 +366,209 @@ def parse(source: SourceText) -> ParseResult:
 
     Returns the top-level forms (each a `Node` with a `Span`), the syntax
     diagnostics (E-SYNTAX-001..004) and the comment ranges.
+
+    Incremental: the text is cut before every `(` in column 1 (no token can
+    span such a cut: strings and comments end at the line's end), each piece
+    is lexed once per distinct text (`_LEXED`), and each top-level form that
+    parses without a diagnostic is built once per distinct text (`_BUILT`,
+    spans relative to the form) and then moved to its offset. An edit re-lexes
+    and re-builds only the forms whose text it changed. A file with a lexing
+    diagnostic is parsed whole (`_parse_whole`), as are the forms with
+    bracket diagnostics, so every diagnostic is exactly the whole-file one.
     """
+    text = source.text
+    starts = [0] + [m.start() + 1 for m in _PIECE.finditer(text)]
+    if len(starts) > 1 and starts[1] == 0:
+        starts.pop(0)
+    pieces = []   # (offset, first line, lexed)
+    line, prev = 1, 0
+    for k, s in enumerate(starts):
+        e = starts[k + 1] if k + 1 < len(starts) else len(text)
+        line += text.count("\n", prev, s)
+        prev = s
+        lexed = _lex_piece(text[s:e])
+        if lexed is None:
+            return _parse_whole(source)
+        pieces.append((s, line, lexed))
+    # Group the pieces into top-level forms exactly as `_chunks` groups tokens.
+    groups: list[list[int]] = []
+    depth = 0
+    for idx, (_, _, lexed) in enumerate(pieces):
+        toks = lexed[0]
+        if not toks:
+            continue
+        names_form = len(toks) > 1 and toks[1].type == "SYMBOL" and str(toks[1]) in TOP_LEVEL_HEADS
+        if not groups or (toks[0].type == "LPAR" and toks[0].column == 1 and (depth == 0 or names_form)):
+            groups.append([idx])
+            depth = lexed[2]
+        else:
+            groups[-1].append(idx)
+            depth = _depth_after(toks, depth)
+    diags: list[Diagnostic] = []
+    forms: list[Node] = []
+    comments: list[Span] = []
+    for s, _, lexed in pieces:
+        comments.extend(Span(c.start + s, c.end + s) for c in lexed[1])
+    for group in groups:
+        off, first_line, _ = pieces[group[0]]
+        last = group[-1] + 1
+        end = pieces[last][0] if last < len(pieces) else len(text)
+        key = text[off:end]
+        placed = _PLACED.get((key, off))
+        if placed is None:
+            rel = _BUILT.get(key)
+            if rel is None:
+                tokens = [t if (s - off, ln - first_line) == (0, 0) else _moved(t, s - off, ln - first_line)
+                          for s, ln, lexed in (pieces[i] for i in group) for t in lexed[0]]
+                local: list[Diagnostic] = []
+                built = _parse_chunk(tokens, local, set())
+                if local:
+                    # Diagnostics name lines and offsets: parse this form where it is.
+                    tokens = [_moved(t, s, ln - 1) for s, ln, lexed in (pieces[i] for i in group) for t in lexed[0]]
+                    forms.extend(_parse_chunk(tokens, diags, set()))
+                    continue
+                rel = _remember(_BUILT, key, built)
+            placed = _remember(_PLACED, (key, off), tuple(_shift(f, off) for f in rel) if off else rel)
+        forms.extend(placed)
+    diags.sort(key=lambda d: d.span.start)
+    return ParseResult(source, tuple(forms), tuple(diags), tuple(comments))
+
+
+_PIECE = re.compile(r"\n\(")
+_CACHE_MAX = 4096
+#: piece text -> (tokens, comments, bracket depth after it from 0), positions relative to the piece.
+_LEXED: dict[str, tuple] = {}
+#: form text -> its forms, spans relative to the form's first piece.
+_BUILT: dict[str, tuple] = {}
+#: (form text, offset) -> its forms at that offset.
+_PLACED: dict[tuple[str, int], tuple] = {}
+
+
+def _remember(cache: dict, key, value):
+    if len(cache) >= _CACHE_MAX:
+        cache.clear()
+    cache[key] = value
+    return value
+
+
+def _lex_piece(piece: str):
+    """The piece's tokens, comments and closing depth (cached), or None when lexing it reports anything."""
+    hit = _LEXED.get(piece)
+    if hit is not None:
+        return hit
+    diags: list[Diagnostic] = []
+    tokens, comments = _lex(piece, diags)
+    if diags:
+        return None
+    return _remember(_LEXED, piece, (tokens, comments, _depth_after(tokens, 0)))
+
+
+def _depth_after(tokens: list[Token], depth: int) -> int:
+    for tok in tokens:
+        if tok.type in _CLOSER:
+            depth += 1
+        elif tok.type in ("RPAR", "RBRACK"):
+            depth = max(0, depth - 1)
+    return depth
+
+
+def _moved(tok: Token, dpos: int, dline: int) -> Token:
+    return Token(tok.type, tok.value, tok.start_pos + dpos, tok.line + dline, tok.column,
+                 tok.end_line + dline, tok.end_column, tok.end_pos + dpos)
+
+
+def _shift(n: Node, d: int) -> Node:
+    """`n` with every span moved by `d` characters."""
+    span = Span(n.span.start + d, n.span.end + d)
+    if isinstance(n, ListNode):
+        return ListNode(span, n.path, tuple(_shift(c, d) for c in n.items), n.closed)
+    if isinstance(n, VecNode):
+        return VecNode(span, n.path, tuple(_shift(c, d) for c in n.items), n.closed)
+    if isinstance(n, Sym):
+        return Sym(span, n.path, n.name)
+    if isinstance(n, Kw):
+        return Kw(span, n.path, n.name)
+    if isinstance(n, Num):
+        return Num(span, n.path, n.value, n.is_float)
+    if isinstance(n, Str):
+        return Str(span, n.path, n.value)
+    return type(n)(span, n.path)
+
+
+def _parse_whole(source: SourceText) -> ParseResult:
+    """`parse` without the caches: lex the whole text, then parse each top-level form."""
     diags: list[Diagnostic] = []
     unterminated: set[int] = set()
     tokens, comments = _lex(source.text, diags, unterminated)
     forms: list[Node] = []
-    lark = _lark()
     for chunk in _chunks(tokens):
-        deep = _too_deep(chunk, diags)
-        before = len(diags)
-        balanced = _balance(chunk, diags)
-        if any(t.type == "STRING" and t.start_pos in unterminated for t in chunk):
-            # The string swallowed the rest of its line, closing brackets included: the
-            # E-SYNTAX-003 already said so; the brackets it ate are not reported again.
-            diags[before:] = [d for d in diags[before:] if d.code not in ("E-SYNTAX-001", "E-SYNTAX-002", "E-SYNTAX-004")]
-        if deep:
-            balanced = _cut_deep(balanced)
-        ip = lark.parse_interactive("")
-        for tok in balanced:
-            ip.feed_token(tok)
-        tree = ip.feed_eof()
-        for child in tree.children:
-            forms.append(_convert(child, ()))
-    forms = [_with_paths(f) for f in forms]
+        forms.extend(_parse_chunk(chunk, diags, unterminated))
     diags.sort(key=lambda d: d.span.start)
     return ParseResult(source, tuple(forms), tuple(diags), tuple(comments))
+
+
+def _parse_chunk(chunk: list[Token], diags: list[Diagnostic], unterminated: set[int]) -> list[Node]:
+    """The forms of one top-level chunk of tokens, with their paths; its diagnostics go to `diags`."""
+    deep = _too_deep(chunk, diags)
+    before = len(diags)
+    balanced = _balance(chunk, diags)
+    if any(t.type == "STRING" and t.start_pos in unterminated for t in chunk):
+        # The string swallowed the rest of its line, closing brackets included: the
+        # E-SYNTAX-003 already said so; the brackets it ate are not reported again.
+        diags[before:] = [d for d in diags[before:] if d.code not in ("E-SYNTAX-001", "E-SYNTAX-002", "E-SYNTAX-004")]
+    if deep:
+        balanced = _cut_deep(balanced)
+    out = []
+    i = 0
+    while i < len(balanced):
+        node, i = _build(balanced, i, (_key_at(balanced, i),))
+        out.append(node)
+    return out
+
+
+def _key_at(tokens: list[Token], i: int) -> str:
+    """`form_key` of the form that starts at token `i`, read from the tokens."""
+    if tokens[i].type != "LPAR":
+        return "?"
+    head = tokens[i + 1]
+    if head.type != "SYMBOL" or str(head) == "":
+        return "?"
+    name = tokens[i + 2]
+    if str(head) != "defgenerate" and (name.type == "KEYWORD" or (name.type == "SYMBOL" and str(name) != "")):
+        return f"{head} {str(name)[1:] if name.type == 'KEYWORD' else name}"
+    return str(head)
+
+
+def _build(tokens: list[Token], i: int, path: tuple) -> tuple[Node, int]:
+    """The node that starts at token `i` of a balanced token list, and the index after it.
+
+    The token list is balanced (`_balance`) and nests at most MAX_DEPTH deep
+    (`_cut_deep`), so this is the grammar's whole parse: a bracket, its items,
+    its closer; or one atom."""
+    tok = tokens[i]
+    kind = tok.type
+    if kind == "LPAR" or kind == "LBRACK":
+        items = []
+        j = i + 1
+        while tokens[j].type != "RPAR" and tokens[j].type != "RBRACK":
+            node, j = _build(tokens, j, path + (len(items),))
+            items.append(node)
+        closer = tokens[j]
+        span = Span(tok.start_pos, closer.end_pos)
+        cls = ListNode if kind == "LPAR" else VecNode
+        return cls(span, path, tuple(items), str(closer) != ""), j + 1
+    span = Span(tok.start_pos, tok.end_pos)
+    if kind == "INT":
+        return Num(span, path, int(tok), False), i + 1
+    if kind == "FLOAT":
+        return Num(span, path, float(tok), True), i + 1
+    if kind == "STRING":
+        return Str(span, path, _unescape(str(tok))), i + 1
+    if kind == "KEYWORD":
+        return Kw(span, path, str(tok)[1:]), i + 1
+    if str(tok) == "":
+        return ErrorNode(span, path), i + 1
+    return Sym(span, path, str(tok)), i + 1
 
 
 def _cut_deep(tokens: list[Token]) -> list[Token]:
@@ -431,31 +610,6 @@ def _unescape(s: str) -> str:
     return "".join(out)
 
 
-def _convert(t, path) -> Node:
-    if isinstance(t, Tree) and t.data == "atom":
-        tok: Token = t.children[0]
-        span = Span(tok.start_pos, tok.end_pos)
-        if tok.type == "INT":
-            return Num(span, path, int(tok), False)
-        if tok.type == "FLOAT":
-            return Num(span, path, float(tok), True)
-        if tok.type == "STRING":
-            return Str(span, path, _unescape(str(tok)))
-        if tok.type == "KEYWORD":
-            return Kw(span, path, str(tok)[1:])
-        if tok.type == "SYMBOL" and str(tok) == "":
-            return ErrorNode(span, path)
-        return Sym(span, path, str(tok))
-    assert isinstance(t, Tree)
-    opener, closer = t.children[0], t.children[-1]
-    items = tuple(_convert(c, ()) for c in t.children[1:-1])
-    closed = str(closer) != ""
-    span = Span(opener.start_pos, closer.end_pos)
-    if t.data == "list":
-        return ListNode(span, path, items, closed)
-    return VecNode(span, path, items, closed)
-
-
 def form_key(form: Node) -> str:
     """The stable name of a top-level form: `defmodel student`, `defgenerate`, `pass eval`."""
     if isinstance(form, ListNode) and form.head:
@@ -463,16 +617,3 @@ def form_key(form: Node) -> str:
             return f"{form.head} {form.items[1].name}"
         return form.head
     return "?"
-
-
-def _with_paths(form: Node) -> Node:
-    key = form_key(form)
-
-    def go(n: Node, path: tuple) -> Node:
-        if isinstance(n, ListNode):
-            return ListNode(n.span, path, tuple(go(c, path + (i,)) for i, c in enumerate(n.items)), n.closed)
-        if isinstance(n, VecNode):
-            return VecNode(n.span, path, tuple(go(c, path + (i,)) for i, c in enumerate(n.items)), n.closed)
-        return type(n)(n.span, path, *[getattr(n, f) for f in n.__dataclass_fields__ if f not in ("span", "path")])
-
-    return go(form, (key,))
