@@ -1,4 +1,9 @@
-"""The examples on real data: each is clean and trains a few steps through the real loaders."""
+"""The examples on real data: each is clean and its loss falls over a few steps through the real loaders.
+
+examples/distill.sx loads examples/code-lm.safetensors, which a user makes by running
+examples/code-lm.sx with `--export` (examples/README.md); here the teacher is code-lm as its own
+test trains it (STEPS steps), exported into a tmp dir, and the copy of distill.sx that runs points there.
+"""
 from pathlib import Path
 
 import pytest
@@ -6,17 +11,63 @@ import pytest
 from sexpgpu_lang import analyze_file
 from sexpgpu_runtime.train import RunOptions, train
 
-EXAMPLES = sorted((Path(__file__).resolve().parents[1] / "examples").glob("*.sx"))
+EXAMPLES_DIR = Path(__file__).resolve().parents[1] / "examples"
+EXAMPLES = sorted(EXAMPLES_DIR.glob("*.sx"))
+STEPS = 10
 
 
 def test_there_are_examples():
-    assert len(EXAMPLES) >= 2
+    assert {"code-lm.sx", "distill.sx", "select.sx"} <= {p.name for p in EXAMPLES}
+
+
+def train_example(path: Path, run_dir: Path, export: Path | None = None):
+    res = analyze_file(str(path))
+    assert [d for d in res.diagnostics if d.severity <= 2] == []
+    return train(res.program, RunOptions(steps=STEPS, run_dir=run_dir, quiet=True, export=export))
+
+
+@pytest.fixture(scope="module")
+def code_lm(tmp_path_factory):
+    """code-lm's run, exported: its test's result, and distill's teacher (right names and shapes)."""
+    tmp = tmp_path_factory.mktemp("code-lm")
+    export = tmp / "code-lm.safetensors"
+    out = train_example(EXAMPLES_DIR / "code-lm.sx", tmp / "run", export)
+    assert export.is_file()
+    return out, export
+
+
+def runnable(path: Path, tmp_path: Path, request) -> Path:
+    """The example itself, or for distill.sx a copy (in tmp_path) whose teacher is the fixture's."""
+    if path.name != "distill.sx":
+        return path
+    teacher = request.getfixturevalue("code_lm")[1]
+    text = path.read_text(encoding="utf-8")
+    assert text.count(':pretrained "code-lm.safetensors"') == 1
+    copy = tmp_path / "distill.sx"
+    copy.write_text(text.replace('"code-lm.safetensors"', f'"{teacher}"'), encoding="utf-8")
+    return copy
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
-def test_example_is_clean_and_trains(path, tmp_path):
-    res = analyze_file(str(path))
-    assert [d for d in res.diagnostics if d.severity <= 2] == []
-    out = train(res.program, RunOptions(steps=3, run_dir=tmp_path, quiet=True))
-    assert out.history[-1]["step"] == 3
+def test_example_is_clean_and_loss_falls(path, tmp_path, request):
+    if path.name == "code-lm.sx":
+        out = request.getfixturevalue("code_lm")[0]
+    else:
+        out = train_example(runnable(path, tmp_path, request), tmp_path / "run")
+    assert out.history[-1]["step"] == STEPS
     assert all(n == 1 for n in out.traces.values()), out.traces
+    first, last = out.history[0], out.history[-1]
+    assert first["step"] == 1
+    assert last["loss"] < first["loss"], f"{path.name}: loss {first['loss']} at step 1, {last['loss']} at {STEPS}"
+
+
+def test_distill_teacher_matches_code_lm():
+    """The teacher in distill.sx is code-lm's model: the same :params and :apply, word for word."""
+    def model_form(text: str, name: str) -> str:
+        start = text.index(f"(defmodel {name}")
+        end = text.index("\n\n", start)
+        return " ".join(text[start:end].split())
+    code_lm = model_form((EXAMPLES_DIR / "code-lm.sx").read_text(encoding="utf-8"), "code-lm")
+    teacher = model_form((EXAMPLES_DIR / "distill.sx").read_text(encoding="utf-8"), "code-lm")
+    assert teacher.startswith(code_lm[:-1])
+    assert teacher.endswith(':frozen true :pretrained "code-lm.safetensors")')
