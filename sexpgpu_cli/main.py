@@ -85,10 +85,11 @@ def fail(message: str, code: int = 2) -> "typer.Exit":
     return typer.Exit(code)
 
 
-def load(path: Path):
-    """Check one file; an unreadable file is one line on stderr and exit 2."""
+def load(path: Path, read_files: bool = False):
+    """Check one file (opening no other file unless `read_files`: the `:pretrained` headers);
+    an unreadable file is one line on stderr and exit 2."""
     try:
-        return analyze_file(str(path))
+        return analyze_file(str(path), read_files)
     except FileNotFoundError:
         raise fail(f"cannot read {path}: no such file")
     except IsADirectoryError:
@@ -131,6 +132,7 @@ def lint(
     files: List[Path] = typer.Argument(..., metavar="FILE|DIR", help="Run files (.sx) to check; a directory stands for every *.sx below it."),
     format: Format = typer.Option(Format.text, "--format", "-f", help="text (compiler style), json (one array), or sarif (SARIF 2.1.0)."),
     output: Optional[Path] = typer.Option(None, "--output", "-o", metavar="FILE", help="Write the report to this file instead of standard output."),
+    read_files: bool = typer.Option(False, "--read-files", help="Also read each `:pretrained` file's header and compare it with `:params` (E-MODEL-003), as `run` does. Without it, lint opens no file but the run files."),
 ):
     """Check run files and print their diagnostics.
 
@@ -138,7 +140,7 @@ def lint(
     no file has an error, 1 when one does, 2 for a usage or I/O problem.
     Warnings alone leave the status 0.
     """
-    results = [load(f) for f in run_files(files)]
+    results = [load(f, read_files) for f in run_files(files)]
     if format == Format.text:
         if output:
             try:
@@ -184,7 +186,7 @@ def run(
     phase, saves the last completed step, prints how to resume and exits 130
     or 143.
     """
-    res = load(file)
+    res = load(file, read_files=True)   # E-MODEL-003 (a `:pretrained` file that does not fit) stops it here
     if res.has_errors:
         n_err, n_warn = print_text([res])
         print(f"sexpgpu: error: {file} has {render.summary(n_err, n_warn)}; fix them before running", file=sys.stderr)

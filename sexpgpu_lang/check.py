@@ -232,8 +232,9 @@ class BatchType(PlistType):
 class Checker:
     """Checks one parsed file. Use `check()` rather than this class directly."""
 
-    def __init__(self, parsed: ParseResult):
+    def __init__(self, parsed: ParseResult, read_files: bool = False):
         self.parsed = parsed
+        self.read_files = read_files   # open `:pretrained` files (`sexpgpu run`); lint and the server never do
         self.src = parsed.source
         self.diags: list[Diagnostic] = list(parsed.diagnostics)
         self._seen: set = set()
@@ -731,7 +732,8 @@ class Checker:
 
     def check_pretrained(self):
         """Each reachable model's `:pretrained` file: its tensors' names, shapes and dtypes
-        against `:params` (read from the safetensors header; no tensor data is read)."""
+        against `:params` (read from the safetensors header; no tensor data is read).
+        Only with `read_files`: otherwise the file is recorded for the runtime, not opened."""
         from .safetensors_header import HeaderError, read_header
         self.pretrained_files: list[tuple[tuple[str, ...], str]] = []
         for name, path in self.reachable.items():
@@ -745,6 +747,9 @@ class Checker:
                 continue
             base = os.path.dirname(os.path.abspath(self.src.path)) if not self.src.path.startswith("<") else "."
             full = rel if os.path.isabs(rel) else os.path.join(base, rel)
+            if not self.read_files:
+                self.pretrained_files.append((path, full))
+                continue
             try:
                 header = read_header(full)
             except HeaderError as e:
@@ -1813,9 +1818,11 @@ def stdlib_docs() -> dict[str, tuple[str, str]]:
     return out
 
 
-def check(parsed: ParseResult) -> CheckResult:
-    """Check a parsed file: diagnostics, editor facts, and the IR when there is no error. Never raises for user input."""
-    return Checker(parsed).run()
+def check(parsed: ParseResult, read_files: bool = False) -> CheckResult:
+    """Check a parsed file: diagnostics, editor facts, and the IR when there is no error. Never raises for user input.
+
+    Opens no file unless `read_files` (then each `:pretrained` file's header, for E-MODEL-003)."""
+    return Checker(parsed, read_files).run()
 
 
 def check_expression(text: str, names: dict[str, Type]) -> tuple[ir.Expr | None, list[Diagnostic]]:

@@ -1,5 +1,7 @@
 """Run-file cases: every `.sx` under `../shared/cases` and `tests/cases` gives exactly the
-diagnostics its `;; expect:` header names.
+diagnostics its `;; expect:` header names, as `sexpgpu lint` checks them (opening no
+other file); every `.sx` under `tests/cases-files` does so checked as `sexpgpu run`
+checks (`read_files=True`: their `:pretrained` files are read, for E-MODEL-003).
 
 The header rules are those of `../shared/tools/check_cases.py` (see
 `../shared/cases/README.md`): `;; expect: CODE LINE` is an error or warning with
@@ -31,6 +33,7 @@ SHARED = REPO.parent / "shared"
 SHARED_CASES = SHARED / "cases"
 CHECK_CASES = SHARED / "tools" / "check_cases.py"
 OUR_CASES = REPO / "tests" / "cases"
+FILE_CASES = REPO / "tests" / "cases-files"
 
 _EXPECT = re.compile(r";;\s*expect:\s*(\S+)(?:\s+(\d+)(?::\d+)?)?\s*$")
 _MISSING = "shared-cases-missing"
@@ -64,9 +67,9 @@ def expectations(path: Path) -> tuple[list[tuple[str, int | None]], bool]:
     return out, clean
 
 
-def reported(path: Path) -> list[tuple[str, int, str]]:
+def reported(path: Path, read_files: bool = False) -> list[tuple[str, int, str]]:
     """(code, 1-based line, message) of every error and warning the checker gives."""
-    res = analyze_file(str(path))
+    res = analyze_file(str(path), read_files)
     return [(d.code, res.source.line_col(d.span.start)[0] + 1, d.message)
             for d in res.diagnostics if d.severity in (Severity.ERROR, Severity.WARNING)]
 
@@ -93,7 +96,9 @@ def case_files() -> list:
     params = [pytest.param(p, id=f"shared/{p.name}") for p in shared]
     if not shared:
         params.append(pytest.param(None, id=_MISSING))
-    return params + [pytest.param(p, id=f"ours/{p.name}") for p in ours]
+    files = sorted(FILE_CASES.glob("*.sx"))
+    return (params + [pytest.param(p, id=f"ours/{p.name}") for p in ours]
+            + [pytest.param(p, id=f"files/{p.name}") for p in files])
 
 
 @pytest.mark.parametrize("path", case_files())
@@ -102,7 +107,7 @@ def test_case(path: Path | None):
         pytest.fail(f"no shared cases: {SHARED_CASES} is missing or holds no .sx file; "
                     "the shared checkout must sit beside the repository (../shared/cases)")
     expected, _clean = expectations(path)
-    got = reported(path)
+    got = reported(path, read_files=path.parent == FILE_CASES)
     missing, extra = unmatched(expected, [(c, l, m) for c, l, m in got])
     if missing or extra:
         lines = [f"{path}:"]
@@ -114,6 +119,13 @@ def test_case(path: Path | None):
 
 def test_our_cases_exist():
     assert len(list(OUR_CASES.glob("*.sx"))) > 0, f"no cases in {OUR_CASES}"
+    assert len(list(FILE_CASES.glob("*.sx"))) > 0, f"no cases in {FILE_CASES}"
+
+
+def test_file_cases_are_silent_when_no_file_is_read():
+    # what `sexpgpu lint` and the server see: the `:pretrained` files are not opened, so nothing is reported
+    for path in sorted(FILE_CASES.glob("*.sx")):
+        assert not [c for c, _, _ in reported(path) if c == "E-MODEL-003"], path.name
 
 
 def sexpgpu_command() -> str:

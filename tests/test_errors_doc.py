@@ -18,7 +18,7 @@ from sexpgpu_lang.diagnostics import CODES, doc_anchor
 
 REPO = Path(__file__).resolve().parents[1]
 DOC = REPO / "docs" / "errors.md"
-CASE_DIRS = (REPO / "tests" / "cases", REPO.parent / "shared" / "cases")
+CASE_DIRS = (REPO / "tests" / "cases", REPO / "tests" / "cases-files", REPO.parent / "shared" / "cases")
 FAMILIES = ("syntax", "names", "forms", "types", "shapes", "generation", "contract", "models", "warnings")
 
 
@@ -71,7 +71,7 @@ def test_section_heading_anchor_and_case(code):
         f'{code}: put `<a id="{doc_anchor(code)}"></a>` on the line before its heading'
     assert "```lisp" in sec["body"], f"{code}: the section has no ```lisp snippet"
     assert "**Fix:**" in sec["body"], f"{code}: the section does not say how to fix it"
-    links = re.findall(r"\]\((\.\./tests/cases/[^)]+\.sx)\)", sec["body"])
+    links = re.findall(r"\]\((\.\./tests/cases(?:-files)?/[^)]+\.sx)\)", sec["body"])
     assert links, f"{code}: the section links no case under tests/cases"
     for link in links:
         case = (DOC.parent / link).resolve()

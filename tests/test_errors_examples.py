@@ -40,7 +40,7 @@ def sections() -> dict[str, str]:
 
 def linked_cases(body: str) -> list[Path]:
     return [(DOC.parent / link).resolve()
-            for link in re.findall(r"\]\((\.\./tests/cases/[^)]+\.sx)\)", body)]
+            for link in re.findall(r"\]\((\.\./tests/cases(?:-files)?/[^)]+\.sx)\)", body)]
 
 
 def snippets(body: str) -> list[str]:
@@ -86,7 +86,7 @@ def header_codes(path: Path) -> set[str]:
 
 
 def codes_of(path: Path) -> list[str]:
-    res = analyze_file(str(path))
+    res = analyze_file(str(path), read_files=path.parent.name == "cases-files")  # as `sexpgpu run` checks them
     return sorted(d.code for d in res.diagnostics if d.severity in (Severity.ERROR, Severity.WARNING))
 
 

@@ -121,7 +121,7 @@ def test_export_then_pretrained_frozen_teacher(tmp_path):
     # a file whose tensor has another shape is refused by the checker, naming file, tensor, expected and found
     bad = teacher.replace(":out (normal [dim vocab] :std 0.1))\n  :apply (lambda (self row) (matmul (take",
                           ":out (normal [dim dim] :std 0.1))\n  :apply (lambda (self row) (matmul (take")
-    res = analyze(bad, str(path))
+    res = analyze(bad, str(path), read_files=True)   # as `sexpgpu run` checks it
     msgs = [d.message for d in res.diagnostics if d.code == "E-MODEL-003"]
     assert msgs and "student.safetensors" in msgs[0] and "`out`" in msgs[0] and "[64 16]" in msgs[0] and "[64 64]" in msgs[0]
 
