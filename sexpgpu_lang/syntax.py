@@ -369,10 +369,11 @@ def parse(source: SourceText) -> ParseResult:
 
     Incremental: the text is cut before every `(` in column 1 (no token can
     span such a cut: strings and comments end at the line's end), each piece
-    is lexed once per distinct text (`_LEXED`), and each top-level form that
-    parses without a diagnostic is built once per distinct text (`_BUILT`,
-    spans relative to the form) and then moved to its offset. An edit re-lexes
-    and re-builds only the forms whose text it changed. A file with a lexing
+    is lexed once per distinct text (`_LEXED`), each top-level form that
+    parses without a diagnostic is balanced once per distinct text (`_BUILT`)
+    and its nodes built once per text and offset (`_PLACED`). An edit re-lexes
+    and re-balances only the forms whose text it changed, and rebuilds the
+    nodes of the forms after it only when it moved them. A file with a lexing
     diagnostic is parsed whole (`_parse_whole`), as are the forms with
     bracket diagnostics, so every diagnostic is exactly the whole-file one.
     """
@@ -416,19 +417,19 @@ def parse(source: SourceText) -> ParseResult:
         key = text[off:end]
         placed = _PLACED.get((key, off))
         if placed is None:
-            rel = _BUILT.get(key)
-            if rel is None:
+            balanced = _BUILT.get(key)
+            if balanced is None:
                 tokens = [t if (s - off, ln - first_line) == (0, 0) else _moved(t, s - off, ln - first_line)
                           for s, ln, lexed in (pieces[i] for i in group) for t in lexed[0]]
                 local: list[Diagnostic] = []
-                built = _parse_chunk(tokens, local, set())
+                balanced = _balanced_chunk(tokens, local, set())
                 if local:
                     # Diagnostics name lines and offsets: parse this form where it is.
                     tokens = [_moved(t, s, ln - 1) for s, ln, lexed in (pieces[i] for i in group) for t in lexed[0]]
-                    forms.extend(_parse_chunk(tokens, diags, set()))
+                    forms.extend(_build_all(_balanced_chunk(tokens, diags, set()), 0))
                     continue
-                rel = _remember(_BUILT, key, built)
-            placed = _remember(_PLACED, (key, off), tuple(_shift(f, off) for f in rel) if off else rel)
+                _remember(_BUILT, key, balanced)
+            placed = _remember(_PLACED, (key, off), tuple(_build_all(balanced, off)))
         forms.extend(placed)
     diags.sort(key=lambda d: d.span.start)
     return ParseResult(source, tuple(forms), tuple(diags), tuple(comments))
@@ -438,7 +439,7 @@ _PIECE = re.compile(r"\n\(")
 _CACHE_MAX = 4096
 #: piece text -> (tokens, comments, bracket depth after it from 0), positions relative to the piece.
 _LEXED: dict[str, tuple] = {}
-#: form text -> its forms, spans relative to the form's first piece.
+#: form text -> its balanced tokens, positions relative to the form's first piece (forms without diagnostics).
 _BUILT: dict[str, tuple] = {}
 #: (form text, offset) -> its forms at that offset.
 _PLACED: dict[tuple[str, int], tuple] = {}
@@ -477,24 +478,6 @@ def _moved(tok: Token, dpos: int, dline: int) -> Token:
                  tok.end_line + dline, tok.end_column, tok.end_pos + dpos)
 
 
-def _shift(n: Node, d: int) -> Node:
-    """`n` with every span moved by `d` characters."""
-    span = Span(n.span.start + d, n.span.end + d)
-    if isinstance(n, ListNode):
-        return ListNode(span, n.path, tuple(_shift(c, d) for c in n.items), n.closed)
-    if isinstance(n, VecNode):
-        return VecNode(span, n.path, tuple(_shift(c, d) for c in n.items), n.closed)
-    if isinstance(n, Sym):
-        return Sym(span, n.path, n.name)
-    if isinstance(n, Kw):
-        return Kw(span, n.path, n.name)
-    if isinstance(n, Num):
-        return Num(span, n.path, n.value, n.is_float)
-    if isinstance(n, Str):
-        return Str(span, n.path, n.value)
-    return type(n)(span, n.path)
-
-
 def _parse_whole(source: SourceText) -> ParseResult:
     """`parse` without the caches: lex the whole text, then parse each top-level form."""
     diags: list[Diagnostic] = []
@@ -509,6 +492,11 @@ def _parse_whole(source: SourceText) -> ParseResult:
 
 def _parse_chunk(chunk: list[Token], diags: list[Diagnostic], unterminated: set[int]) -> list[Node]:
     """The forms of one top-level chunk of tokens, with their paths; its diagnostics go to `diags`."""
+    return _build_all(_balanced_chunk(chunk, diags, unterminated), 0)
+
+
+def _balanced_chunk(chunk: list[Token], diags: list[Diagnostic], unterminated: set[int]) -> list[Token]:
+    """One top-level chunk of tokens balanced (and cut at MAX_DEPTH); its diagnostics go to `diags`."""
     deep = _too_deep(chunk, diags)
     before = len(diags)
     balanced = _balance(chunk, diags)
@@ -518,10 +506,15 @@ def _parse_chunk(chunk: list[Token], diags: list[Diagnostic], unterminated: set[
         diags[before:] = [d for d in diags[before:] if d.code not in ("E-SYNTAX-001", "E-SYNTAX-002", "E-SYNTAX-004")]
     if deep:
         balanced = _cut_deep(balanced)
+    return balanced
+
+
+def _build_all(balanced: list[Token], d: int) -> list[Node]:
+    """The nodes of a balanced chunk, each with its path, spans moved by `d`."""
     out = []
     i = 0
     while i < len(balanced):
-        node, i = _build(balanced, i, (_key_at(balanced, i),))
+        node, i = _build(balanced, i, (_key_at(balanced, i),), d)
         out.append(node)
     return out
 
@@ -539,25 +532,25 @@ def _key_at(tokens: list[Token], i: int) -> str:
     return str(head)
 
 
-def _build(tokens: list[Token], i: int, path: tuple) -> tuple[Node, int]:
+def _build(tokens: list[Token], i: int, path: tuple, d: int = 0) -> tuple[Node, int]:
     """The node that starts at token `i` of a balanced token list, and the index after it.
 
     The token list is balanced (`_balance`) and nests at most MAX_DEPTH deep
     (`_cut_deep`), so this is the grammar's whole parse: a bracket, its items,
-    its closer; or one atom."""
+    its closer; or one atom. Spans are the tokens' positions plus `d`."""
     tok = tokens[i]
     kind = tok.type
     if kind == "LPAR" or kind == "LBRACK":
         items = []
         j = i + 1
         while tokens[j].type != "RPAR" and tokens[j].type != "RBRACK":
-            node, j = _build(tokens, j, path + (len(items),))
+            node, j = _build(tokens, j, path + (len(items),), d)
             items.append(node)
         closer = tokens[j]
-        span = Span(tok.start_pos, closer.end_pos)
+        span = Span(tok.start_pos + d, closer.end_pos + d)
         cls = ListNode if kind == "LPAR" else VecNode
         return cls(span, path, tuple(items), str(closer) != ""), j + 1
-    span = Span(tok.start_pos, tok.end_pos)
+    span = Span(tok.start_pos + d, tok.end_pos + d)
     if kind == "INT":
         return Num(span, path, int(tok), False), i + 1
     if kind == "FLOAT":
