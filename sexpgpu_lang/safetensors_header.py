@@ -46,5 +46,9 @@ def read_header(path: str) -> dict[str, tuple[tuple[int, ...], str]]:
         if name == "__metadata__" or not isinstance(info, dict):
             continue
         dt = str(info.get("dtype"))
-        out[name] = (tuple(int(d) for d in info.get("shape", ())), DTYPES.get(dt, dt))
+        try:
+            shape = tuple(int(d) for d in info.get("shape", ()))
+        except (TypeError, ValueError):
+            raise HeaderError(f"it is not a safetensors file (tensor `{name}` has no list of integers for its shape)")
+        out[name] = (shape, DTYPES.get(dt, dt))
     return out
