@@ -79,8 +79,12 @@ class ExplainFormat(str, Enum):
     json = "json"
 
 
-def fail(message: str, code: int = 2) -> "typer.Exit":
-    """Print one `sexpgpu: error: ...` line to stderr and return the Exit to raise."""
+def fail(message: str, code: int = 2, debug: bool = False) -> "typer.Exit":
+    """Print one `sexpgpu: error: ...` line to stderr and return the Exit to raise
+    (after the traceback of the exception being handled, with `debug`)."""
+    if debug:
+        import traceback
+        traceback.print_exc()
     print(f"sexpgpu: error: {message}", file=sys.stderr)
     return typer.Exit(code)
 
@@ -175,6 +179,7 @@ def run(
     export: Optional[Path] = typer.Option(None, "--export", metavar="FILE", help="After training, write the parameters to this .safetensors file (one run's student is the next run's `:pretrained` teacher); its directory is checked before training."),
     resume: bool = typer.Option(False, "--resume", help="Continue from the newest complete checkpoint in the run's checkpoint dir (it must have been made by this file's forms and seed)."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Start over in a run dir an earlier run used, removing its checkpoints, metrics.jsonl and TensorBoard events."),
+    debug: bool = typer.Option(False, "--debug", help="On an error, also print its traceback (for a bug report)."),
 ):
     """Check a run file, then train it with JAX.
 
@@ -205,9 +210,9 @@ def run(
     try:
         result = train(res.program, opts)
     except OptionError as e:   # found before anything ran: a usage problem
-        raise fail(str(e), 2)
+        raise fail(str(e), 2, debug)
     except RunError as e:
-        raise fail(str(e), 1)
+        raise fail(str(e), 1, debug)
     except RunStopped as e:
         again = ["sexpgpu", "run", str(file), "--resume"]
         again += ["--run-dir", str(run_dir)] if run_dir is not None else []
