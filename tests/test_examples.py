@@ -21,7 +21,7 @@ def test_there_are_examples():
 
 
 def train_example(path: Path, run_dir: Path, export: Path | None = None):
-    res = analyze_file(str(path))
+    res = analyze_file(str(path), read_files=True)     # distill's teacher header too (E-MODEL-003)
     assert [d for d in res.diagnostics if d.severity <= 2] == []
     return train(res.program, RunOptions(steps=STEPS, run_dir=run_dir, quiet=True, export=export))
 
