@@ -179,6 +179,10 @@ def run(
     export: Optional[Path] = typer.Option(None, "--export", metavar="FILE", help="After training, write the parameters to this .safetensors file (one run's student is the next run's `:pretrained` teacher); its directory is checked before training."),
     resume: bool = typer.Option(False, "--resume", help="Continue from the newest complete checkpoint in the run's checkpoint dir (it must have been made by this file's forms and seed)."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Start over in a run dir an earlier run used, removing its checkpoints, metrics.jsonl and TensorBoard events."),
+    mesh: Optional[str] = typer.Option(None, "--mesh", metavar="data=N", help="Data parallel over N devices (instead of the file's `:devices`, default every device): each batch split N ways, the parameters on every device."),
+    coordinator: Optional[str] = typer.Option(None, "--coordinator", metavar="HOST:PORT", help="Multi-process run: the address of process 0 (with --num-processes and --process-id; jax.distributed)."),
+    num_processes: Optional[int] = typer.Option(None, "--num-processes", min=1, metavar="N", help="Multi-process run: how many processes take part."),
+    process_id: Optional[int] = typer.Option(None, "--process-id", min=0, metavar="I", help="Multi-process run: this process's index, 0 to N-1."),
     debug: bool = typer.Option(False, "--debug", help="On an error, also print its traceback (for a bug report)."),
 ):
     """Check a run file, then train it with JAX.
@@ -196,7 +200,13 @@ def run(
         n_err, n_warn = print_text([res])
         print(f"sexpgpu: error: {file} has {render.summary(n_err, n_warn)}; fix them before running", file=sys.stderr)
         raise typer.Exit(1)
-    from sexpgpu_runtime.train import OptionError, RunOptions, RunError, RunStopped, train  # JAX is imported only here
+    from sexpgpu_runtime.sharding import MeshError, initialize, parse_mesh  # JAX is imported only here
+    from sexpgpu_runtime.train import OptionError, RunOptions, RunError, RunStopped, train
+    try:
+        devices = parse_mesh(mesh) if mesh is not None else None
+        initialize(coordinator, num_processes, process_id)
+    except (ValueError, MeshError) as e:
+        raise fail(str(e), 2)
 
     opts = RunOptions(
         steps=steps,
@@ -206,6 +216,7 @@ def run(
         export=export,
         resume=resume,
         overwrite=overwrite,
+        devices=devices,
     )
     try:
         result = train(res.program, opts)
@@ -218,6 +229,7 @@ def run(
         again += ["--run-dir", str(run_dir)] if run_dir is not None else []
         again += ["--steps", str(steps)] if steps is not None else []
         again += ["--diagnostics", diagnostics] if diagnostics else []
+        again += ["--mesh", mesh] if mesh else []
         print(f"sexpgpu: {e}; resume with `{' '.join(shlex.quote(a) for a in again)}`", file=sys.stderr)
         raise typer.Exit(e.exit_code)
     except KeyboardInterrupt:

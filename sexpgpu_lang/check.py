@@ -75,7 +75,7 @@ OPTIMIZERS = {
     "lion": ("lr", "b1", "b2", "weight-decay", "clip"),
 }
 RUN_KEYS = ("loader", "steps", "microbatches", "stack", "precision", "seed", "optimizer", "log",
-            "checkpoint", "diagnostics")
+            "checkpoint", "diagnostics", "devices")
 
 
 def place_hash(path: tuple) -> int:
@@ -815,6 +815,17 @@ class Checker:
                 self.err("E-FORM-002", pn.span, "`:precision` is `:f32` or `:bf16`")
         self.precision = precision
         seed = self.const_int(kws["seed"][1], "`:seed`", 0) if "seed" in kws else 0
+        devices = None
+        if "devices" in kws:
+            # Data parallel: every batch is split evenly along the mesh's `data` axis (docs/sharding.md).
+            dn = kws["devices"][1]
+            devices = self.const_int(dn, "`:devices`", 1)
+            for lname, ld in (self.loaders.items() if devices else ()):
+                if ld.batch % devices:
+                    self.err("E-FORM-002", dn.span,
+                             f"`:devices {devices}` does not divide `:batch {ld.batch}` of loader `{lname}`: "
+                             "each device takes an equal slice of every batch",
+                             help=f"make `:batch` a multiple of {devices}, or use a device count that divides it")
         opt = ("adam", {"lr": 1e-3})
         if "optimizer" in kws:
             on = kws["optimizer"][1]
@@ -844,7 +855,7 @@ class Checker:
         if steps is None or mb is None or stack is None or seed is None:
             return
         self.run_ir = ir.RunIR(cfg["loader"], steps, mb, stack, stack_auto, seed, precision, opt,
-                               int(log.get("every") or 50), log, ckpt, diag_sel)
+                               int(log.get("every") or 50), log, ckpt, diag_sel, devices)
 
     # -- phases --------------------------------------------------------------------
     def lambda_params(self, node: Node, count: int | None, what: str) -> list[Sym] | None:

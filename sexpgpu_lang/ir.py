@@ -212,6 +212,7 @@ class RunIR:
     log: dict = field(default_factory=dict)
     checkpoint: dict | None = None
     diagnostics: tuple[str, ...] = ()
+    devices: int | None = None     # `:devices N`: the data-parallel mesh size (None: every device)
 
 
 @dataclass(frozen=True)

@@ -72,8 +72,9 @@ class Graphs:
     """The jitted graphs of one run. Build once; every call after the first reuses the trace."""
 
     def __init__(self, program: ir.Program, optimizer: optax.GradientTransformation,
-                 selected: frozenset = frozenset(), donate: bool = False):
+                 selected: frozenset = frozenset(), donate: bool = False, dp=None):
         self.p = program
+        self.dp = dp   # a sharding.DataParallel, or None on one device (then nothing below changes)
         self.opt = optimizer
         self.selected = selected
         self.layout = layout_of(program)
@@ -96,7 +97,10 @@ class Graphs:
             else:
                 self.gen_init, self.gen_step, self.gen_finish = self.gen_init_1, self.gen_step_1, self.gen_finish_1
         self.grads = jax.jit(self._counted("train" + (" stacked" if S > 1 else ""), self._grads))
-        self.update = jax.jit(self._counted("update", self._update), donate_argnums=(0, 1) if dn else ())
+        # The new parameters and optimizer state are replicated, as they came in (XLA all-reduced the
+        # gradients inside the training graph, whose batch was split along the mesh's `data` axis).
+        out = {} if dp is None else {"out_shardings": dp.replicated}
+        self.update = jax.jit(self._counted("update", self._update), donate_argnums=(0, 1) if dn else (), **out)
         self.passes = {ps.name: jax.jit(self._counted(f"pass {ps.name}", self._eval_fn(ps))) for ps in program.passes}
 
     # -- bookkeeping --------------------------------------------------------------------------
@@ -123,25 +127,31 @@ class Graphs:
         return {c: jnp.zeros((), jdt(d)) for c, d in self.counter_types.items()}
 
     # -- generator ----------------------------------------------------------------------------
+    def _records(self, state):
+        """The generator's state stays split along the mesh's `data` axis, one slice of records per device."""
+        if self.dp is None:
+            return state
+        return self.dp.constrain_records(state, self.p.loaders[self.p.run.loader].batch)
+
     def _gen_fns(self, gen: ir.GenerateIR):
         def init(trainable, frozen, batch, ctx):
             out = run_phase(gen.init, [batch, ctx], merge(trainable, frozen), self._fx(True))
             out = {k: out[k] for k in gen.state.keys}
             _check("generate.init", out, gen.state)
-            return out
+            return self._records(out)
 
         def step(trainable, frozen, state, trip, ctx):
             out = run_phase(gen.step, [state, trip, ctx], merge(trainable, frozen), self._fx(True))
             out = {k: out[k] for k in gen.state.keys}
             _check("generate.step", out, gen.state)
-            return out
+            return self._records(out)
 
         def finish(trainable, frozen, state, ctx):
             if gen.finish is None:
                 return state
             out = run_phase(gen.finish, [state, ctx], merge(trainable, frozen), self._fx(True))
             _check("generate.finish", out, gen.out)
-            return out
+            return self._records(out)
 
         return init, step, finish
 

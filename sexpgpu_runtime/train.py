@@ -35,6 +35,7 @@ from .loaders import Loader, LoaderError
 from .optim import make_optimizer
 from .params import flatten, init_params, set_path
 from .paths import PathProblem, check_output_file, not_a_dir_reason, publish
+from .sharding import DataParallel, MeshError
 from .signals import StopSignals, Stopped
 
 
@@ -79,6 +80,7 @@ class RunOptions:
     export: Path | None = None
     resume: bool = False
     overwrite: bool = False
+    devices: int | None = None     # `--mesh data=N`: the data axis size (else the file's `:devices`, else every device)
 
 
 @dataclass
@@ -327,7 +329,11 @@ class Trainer:
         self.stages = [(name, n) for name, n in program.stages] or [(run.loader, None)]
         selected = frozenset(options.diagnostics) | frozenset(run.diagnostics)
         self.optimizer = make_optimizer(run.optimizer)
-        self.graphs = Graphs(program, self.optimizer, selected, donate=jax.default_backend() != "cpu")
+        try:
+            self.dp = DataParallel.of(program, options.devices)
+        except MeshError as e:
+            raise (OptionError if options.devices is not None else RunError)(str(e))
+        self.graphs = Graphs(program, self.optimizer, selected, donate=jax.default_backend() != "cpu", dp=self.dp)
         self.layout = self.graphs.layout
         self.batch_size = program.loaders[run.loader].batch
         self.on_trip = None            # called before every trip with (step, trip), before the stop check
@@ -341,7 +347,15 @@ class Trainer:
         """Fresh parameters (pretrained ones loaded), fresh optimizer state, step 0."""
         trainable, frozen = init_params(self.program.params, self.program.run.seed)
         load_pretrained(self.program, trainable, frozen)
-        return RunState(0, trainable, frozen, self.optimizer.init(trainable), 0, self.graphs.zero_counters())
+        return self.place(RunState(0, trainable, frozen, self.optimizer.init(trainable), 0, self.graphs.zero_counters()))
+
+    def place(self, state: RunState) -> RunState:
+        """On a mesh, the parameters, optimizer state and counters replicated on every device."""
+        if self.dp is None:
+            return state
+        trainable, frozen, opt_state, counters = self.dp.put_replicated(
+            (state.trainable, state.frozen, state.opt_state, state.counters))
+        return RunState(state.step, trainable, frozen, opt_state, state.records, counters)
 
     # -- stops ----------------------------------------------------------------------------------
     def poll(self) -> None:
@@ -378,7 +392,11 @@ class Trainer:
         else:
             (batch, ctxs), gen_ctx = copies[0], copies[0][1]
         # One transfer per group: the generator's calls then reuse the device copies.
-        batch, ctxs, gen_ctx = jax.device_put((batch, ctxs, gen_ctx))
+        if self.dp is None:
+            batch, ctxs, gen_ctx = jax.device_put((batch, ctxs, gen_ctx))
+        else:   # the records split along the mesh's `data` axis, the context scalars on every device
+            batch = self.dp.put_batch(batch, stacked=self.layout.stack > 1)
+            ctxs, gen_ctx = self.dp.put_replicated((ctxs, gen_ctx))
         return batch, ctxs, gen_ctx, records
 
     # -- the step -------------------------------------------------------------------------------
@@ -432,8 +450,12 @@ class Trainer:
         fn = self.graphs.passes[ps.name]
         loader = self.pass_loaders[ps.name]
         for k in range(ps.batches):
-            batch = jax.device_put(loader.batch(k * loader.spec.batch))
-            ctx = jax.device_put(make_ctx(state.step, 0, state.records))
+            if self.dp is None:
+                batch = jax.device_put(loader.batch(k * loader.spec.batch))
+                ctx = jax.device_put(make_ctx(state.step, 0, state.records))
+            else:
+                batch = self.dp.put_batch(loader.batch(k * loader.spec.batch), stacked=False)
+                ctx = self.dp.put_replicated(make_ctx(state.step, 0, state.records))
             if ps.runs_generator:
                 batch = {**batch, **self.graphs.generate(state.trainable, state.frozen, batch, ctx, stacked=False)}
             loss, metrics = fn(state.trainable, state.frozen, batch, ctx, state.counters)
@@ -591,7 +613,7 @@ def start_state(trainer: Trainer, store: Checkpoints, options: RunOptions) -> Ru
         store.check_space(like)
         if resume:
             step, tree, records = store.restore(like)
-            return _state(step, tree, records)
+            return trainer.place(_state(step, tree, records))
     except CheckpointError as e:
         raise RunError(str(e))
     return trainer.initial_state()

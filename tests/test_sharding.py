@@ -1,0 +1,105 @@
+"""Data parallel over a mesh (sexpgpu_runtime/sharding.py), on the CPU's 8 fake devices.
+
+XLA_FLAGS=--xla_force_host_platform_device_count=8 must be set before JAX
+starts, and this pytest process started JAX with one device already, so
+every multi-device run happens in a child process (CHILD below) that prints
+one JSON line: each step's loss, the records each step read, the shardings
+it saw, and how often each graph was traced.
+"""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from helpers import ROOT, fixture_text, program_of, variant
+
+CHILD = textwrap.dedent(r'''
+    import json, sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(sys.argv[1]) / "tests"))
+    import jax
+    import numpy as np
+    from helpers import variant, program_of
+    from sexpgpu_runtime import loaders, train as tr
+    from sexpgpu_runtime.params import flatten
+
+    devices, stack, steps, run_dir = int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), Path(sys.argv[5])
+    text = variant(":log (:every 50)", ":log (:every 1)")
+    text = variant(":stack 2", f":stack {stack}", text)
+    read = []
+    batch = loaders.Loader.batch
+    def logged(self, start):
+        out = batch(self, start)
+        read.append([int(start), float(sum(np.asarray(v, np.float64).sum() for v in out.values()))])
+        return out
+    loaders.Loader.batch = logged
+    seen = {}
+    put = tr.Trainer.next_group
+    def next_group(self, *a):
+        out = put(self, *a)
+        seen["batch"] = [str(v.sharding) for v in out[0].values()]
+        seen["batch_devices"] = sorted({len(v.sharding.device_set) for v in out[0].values()})
+        return out
+    tr.Trainer.next_group = next_group
+    opts = tr.RunOptions(steps=steps, run_dir=run_dir, quiet=True, devices=devices)
+    res = tr.train(program_of(text, str(run_dir / "run.sx")), opts)
+    params = {".".join(k): np.asarray(v).tolist() for k, v in flatten(res.trainable).items()}
+    params_devices = sorted({len(v.sharding.device_set) for v in flatten(res.trainable).values()})
+    print(json.dumps({"devices": len(jax.devices()), "losses": [r["loss"] for r in res.history],
+                      "records": read, "traces": res.traces, "params": params, "seen": seen,
+                      "params_devices": params_devices}))
+''')
+
+
+def child(devices: int, stack: int, steps: int, run_dir) -> dict:
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8", "JAX_PLATFORMS": "cpu"}
+    out = subprocess.run([sys.executable, "-c", CHILD, str(ROOT), str(devices), str(stack), str(steps), str(run_dir)],
+                         env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("stack", [1, 2])
+def test_eight_devices_give_one_devices_losses_and_record_order(tmp_path, stack):
+    one = child(1, stack, 4, tmp_path / "one")
+    eight = child(8, stack, 4, tmp_path / "eight")
+    assert one["devices"] == eight["devices"] == 8
+    # One device: no mesh. Eight: every batch split over the eight, the parameters on all of them.
+    assert one["seen"]["batch_devices"] == [1] and eight["seen"]["batch_devices"] == [8]
+    assert all(("None, " if stack > 1 else "") + "'data'" in s for s in eight["seen"]["batch"]), eight["seen"]
+    assert eight["params_devices"] == [8]
+    assert eight["records"] == one["records"]
+    assert len(one["losses"]) == 4
+    np.testing.assert_allclose(eight["losses"], one["losses"], rtol=1e-4, atol=1e-5)
+    for k in one["params"]:
+        np.testing.assert_allclose(eight["params"][k], one["params"][k], rtol=1e-3, atol=1e-5)
+    assert all(n == 1 for n in eight["traces"].values()), eight["traces"]
+
+
+def test_a_mesh_larger_than_the_devices_is_refused(tmp_path):
+    from sexpgpu_runtime.train import OptionError, RunOptions, train
+    import jax
+    n = len(jax.devices()) + 1
+    with pytest.raises(OptionError, match=f"asks for {n} devices"):
+        train(program_of(fixture_text()), RunOptions(steps=1, run_dir=tmp_path, quiet=True, devices=n))
+
+
+def test_devices_in_the_file_must_divide_every_batch():
+    from sexpgpu_lang import analyze
+    res = analyze(variant(":seed 0", ":devices 5 :seed 0"), "x.sx")
+    errs = [d for d in res.diagnostics if d.code == "E-FORM-002"]
+    assert errs and "`:devices 5` does not divide `:batch 64` of loader `train`" in errs[0].message
+    assert program_of(variant(":seed 0", ":devices 8 :seed 0")).run.devices == 8
+    assert program_of(fixture_text()).run.devices is None
+
+
+def test_parse_mesh():
+    from sexpgpu_runtime.sharding import parse_mesh
+    assert parse_mesh("data=8") == 8 and parse_mesh("4") == 4
+    for bad in ("model=2", "data=x", "data=0"):
+        with pytest.raises(ValueError):
+            parse_mesh(bad)
