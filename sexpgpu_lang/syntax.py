@@ -146,6 +146,9 @@ def _lex(text: str, diags: list[Diagnostic], unterminated: set[int] | None = Non
     An unterminated string is reported and closed at its line's end; its start
     offset goes into `unterminated`."""
     unterminated = set() if unterminated is None else unterminated
+    fast = _lex_fast(text)
+    if fast is not None:
+        return _glued_numbers(fast[0], diags), fast[1]
     lark = _lark()
     tokens: list[Token] = []
     comments: list[Span] = []
@@ -181,6 +184,52 @@ def _lex(text: str, diags: list[Diagnostic], unterminated: set[int] | None = Non
                 masked = masked[:pos] + " " + masked[pos + 1:]
             tokens.clear()
             comments.clear()
+
+
+@lru_cache(maxsize=1)
+def _scanner():
+    """lark's own compiled terminal pattern (one alternation, in lark's order), or None."""
+    try:
+        mres = _lark()._build_lexer(True).scanner._mres
+        return mres[0].match if len(mres) == 1 else None
+    except (AttributeError, IndexError, TypeError):   # another lark version: use its lexer
+        return None
+
+
+def _lex_fast(text: str):
+    """The tokens and comments of `text` exactly as lark's lexer gives them (with lark's own
+    pattern), without its per-token overhead; None when some character starts no token
+    (then `_lex` lets lark's lexer report it)."""
+    match = _scanner()
+    if match is None:
+        return None
+    new = Token._future_new
+    tokens: list[Token] = []
+    comments: list[Span] = []
+    pos, line, line_start, n = 0, 1, 0, len(text)
+    while pos < n:
+        m = match(text, pos)
+        if m is None:
+            return None
+        end = m.end()
+        if end == pos:
+            return None
+        kind = m.lastgroup
+        if kind == "WS" or kind == "COMMENT":
+            if kind == "COMMENT":
+                comments.append(Span(pos, end))
+            else:
+                k = text.count("\n", pos, end)
+                if k:
+                    line += k
+                    line_start = text.rindex("\n", pos, end) + 1
+        else:
+            value = m.group()
+            if "\n" in value:   # no token but WS holds a newline today; stay exact if one ever does
+                return None
+            tokens.append(new(kind, value, pos, line, pos - line_start + 1, line, end - line_start + 1, end))
+        pos = end
+    return tokens, comments
 
 
 _ATOMS = ("INT", "FLOAT", "SYMBOL", "KEYWORD", "STRING")
