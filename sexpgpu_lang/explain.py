@@ -1213,8 +1213,27 @@ def explain(program: ir.Program, budget: int | None = None, budget_source: str |
         "plan": plan["phases"],
         "stack_auto": auto,
         "notes": notes,
+        "mesh": mesh_report(program, plan, S),
         "xla": None,
     }
+
+
+def mesh_report(program: ir.Program, plan: dict, stack: int = 1) -> dict | None:
+    """With `:devices N` in `run` (docs/sharding.md): the data-parallel mesh, each graph input's sharding,
+    and the peak per device: parameters, optimizer state and held gradients are replicated, while
+    everything else (the batch, the generator's state, the activations) scales with the records each
+    device holds, so that part is divided by N (an estimate: what XLA adds for the all-reduce is not
+    counted). None without `:devices`."""
+    n = getattr(program.run, "devices", None)
+    if not n or n == 1:
+        return None
+    fixed = plan["params"] + plan["optimizer"] + plan["gradients_held"]
+    per_device = fixed + -(-max(plan["peak"] - fixed, 0) // n)
+    return {"axis": "data", "devices": n,
+            "records_per_device": {name: ld.batch // n for name, ld in program.loaders.items()},
+            "shardings": {"batch": "P('data')" if stack <= 1 else "P(None, 'data')",
+                          "generator state": "P('data')", "params": "P()", "optimizer": "P()", "ctx": "P()"},
+            "peak_per_device": per_device}
 
 
 def generation_line(program: ir.Program | None) -> str | None:
@@ -1343,6 +1362,12 @@ def to_text(report: dict) -> str:
         parts.append(f"passes {fmt_bytes(mem['passes'])}")
     parts.append(f"peak {fmt_bytes(mem['peak'])}")
     lines.append("memory: " + " · ".join(parts))
+    mesh = report.get("mesh")
+    if mesh:
+        per = ", ".join(f"`{k}` {v}" for k, v in mesh["records_per_device"].items())
+        ins = ", ".join(f"{k} {v}" for k, v in mesh["shardings"].items())
+        lines.append(f"mesh: data={mesh['devices']} · records per device: {per} · inputs: {ins} · "
+                     f"peak per device about {fmt_bytes(mesh['peak_per_device'])}")
     lines += ["", "memory plan: bytes live in each phase beside the parameters and optimizer state"
               + (f", and the {fmt_bytes(mem['gradients_held'])} of earlier groups' gradients held for the update"
                  if mem["gradients_held"] else "")]

@@ -103,3 +103,43 @@ def test_parse_mesh():
     for bad in ("model=2", "data=x", "data=0"):
         with pytest.raises(ValueError):
             parse_mesh(bad)
+
+
+def test_explain_shows_the_mesh_and_the_peak_per_device():
+    from sexpgpu_lang.explain import explain, to_text
+    one = explain(program_of(fixture_text()))
+    assert one["mesh"] is None and "mesh:" not in to_text(one)
+    report = explain(program_of(variant(":seed 0", ":devices 8 :seed 0")))
+    mesh = report["mesh"]
+    assert mesh["devices"] == 8 and mesh["records_per_device"] == {"train": 8}
+    assert mesh["shardings"]["batch"] == "P(None, 'data')" and mesh["shardings"]["params"] == "P()"
+    mem = report["memory"]
+    assert mem["params"] + mem["optimizer"] < mesh["peak_per_device"] < mem["peak"]
+    assert "mesh: data=8 · records per device: `train` 8" in to_text(report)
+
+
+def test_two_processes_on_one_machine_train_as_one(tmp_path):
+    """docs/sharding.md's two-process run: two local processes through jax.distributed, one CPU device
+    each, a mesh of two; both log the losses a one-process run logs."""
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    env["JAX_PLATFORMS"] = "cpu"
+    base = [sys.executable, "-m", "sexpgpu_cli.main", "run", str(ROOT / "tests" / "fixtures" / "tiny-generate.sx"),
+            "--steps", "2", "--no-progress"]
+    procs = [subprocess.Popen(base + ["--run-dir", str(tmp_path / f"p{i}"), "--coordinator", f"127.0.0.1:{port}",
+                                      "--num-processes", "2", "--process-id", str(i)],
+                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(2)]
+    one = subprocess.run(base + ["--run-dir", str(tmp_path / "one")], env=env, capture_output=True, text=True, timeout=120)
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert one.returncode == 0, one.stderr[-2000:]
+    for p, (_, err) in zip(procs, outs):
+        assert p.returncode == 0, err[-2000:]
+    rows = lambda d: [json.loads(l) for l in (tmp_path / d / "metrics.jsonl").read_text().splitlines()]
+    want = rows("one")
+    for d in ("p0", "p1"):
+        got = rows(d)
+        assert [r["step"] for r in got] == [r["step"] for r in want] == [1, 2]
+        np.testing.assert_allclose([r["loss"] for r in got], [r["loss"] for r in want], rtol=1e-5)
