@@ -6,7 +6,12 @@ from git into a temporary module, and times on generated run files
 the old parse; the new parse cold (caches cleared); the new parse after an
 edit in the last layer; and after an edit at the top that moves every form.
 
-    .venv/bin/python benchmarks/parse_incremental.py [--before 78a53e8]
+    .venv/bin/python benchmarks/parse_incremental.py [--before 78a53e8] [--check 3000]
+
+`--check N` first compares the two parsers on every run file of the
+repository and N random mutations of them (brackets, quotes, `\\n(`, BOMs,
+deletions), each parsed twice by the new parser (cold, then from its
+caches): forms, spans, paths, diagnostics and comments must be identical.
 """
 from __future__ import annotations
 
@@ -43,11 +48,54 @@ def old_parser(commit: str):
     return mod
 
 
+def dump(n):
+    out = [type(n).__name__, n.span.start, n.span.end, n.path]
+    for f in n.__dataclass_fields__:
+        if f not in ("span", "path"):
+            v = getattr(n, f)
+            out.append(tuple(dump(c) for c in v) if f == "items" else v)
+    return tuple(out)
+
+
+def outcome(parser, text: str):
+    r = parser.parse(SourceText(text, "x.sx"))
+    return ([dump(f) for f in r.forms], [(d.code, d.span.start, d.span.end, d.message, d.help) for d in r.diagnostics],
+            [(c.start, c.end) for c in r.comments])
+
+
+def check(old, mutations: int) -> None:
+    import random
+    files = [f for f in ROOT.rglob("*.sx") if ".venv" not in f.parts and "node_modules" not in f.parts]
+    texts = [f.read_text(encoding="utf-8", errors="replace") for f in files]
+    rng = random.Random(1)
+    pieces = list("()[]\n \":;ab1.\\\t\ufeff") + ["\n(", "(def ", "(run ", "\n  "]
+    cases = list(texts)
+    for _ in range(mutations):
+        t = rng.choice(texts)
+        for _ in range(rng.randint(1, 4)):
+            k = rng.randrange(len(t) + 1)
+            t = t[:k] + rng.choice(pieces) + t[k:] if rng.random() < 0.5 else t[:k] + t[k + rng.randint(1, 3):]
+        cases.append(t)
+    bad = 0
+    for t in cases:
+        want = outcome(old, t)
+        for _ in range(2):
+            if outcome(syntax, t) != want:
+                bad += 1
+                print("differs:", repr(t[:120]))
+    print(f"checked {len(cases)} texts ({len(files)} files, {mutations} mutations), twice each: {bad} differ")
+    if bad:
+        raise SystemExit(1)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--before", default="78a53e8")
+    ap.add_argument("--check", type=int, default=0, metavar="N", help="compare the parsers first, with N mutations")
     a = ap.parse_args()
     old = old_parser(a.before)
+    if a.check:
+        check(old, a.check)
     print("lines  | before | after, cold | after, edit in last layer | after, edit at top (moves every form)   [CPU ms]")
     for n in (2000, 10000):
         big = generate(n)
