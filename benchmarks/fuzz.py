@@ -5,7 +5,8 @@ Each input is one of our run files (`../shared/cases`, `examples/`,
 (`tests/test_fuzz_front_end.py` `mutate`: deleted, duplicated and stray
 brackets, swapped tokens, truncations, random bytes and Unicode, deep
 nesting). Every input is analyzed; every `--query-every`-th also gets every
-editor query and the formatter (`exercise`). An input fails when anything
+editor query and the formatter (`exercise`), and the one after it is
+analyzed with `read_files=True` (as `sexpgpu run` checks). An input fails when anything
 raises. Failures are written, one file each, under `--keep DIR` so they can
 become regression cases.
 
@@ -42,6 +43,8 @@ def chunk(args: tuple[int, int, int, int]) -> list[tuple[int, str, str]]:
         try:
             if i % query_every == 0:
                 exercise(text, rng, offsets=3)
+            elif i % query_every == 1:   # as `sexpgpu run` checks: `:pretrained` headers read
+                analyze(text, "fuzz.sx", read_files=True)
             else:
                 analyze(text, "fuzz.sx")
         except Exception:  # noqa: BLE001 - every exception is a front-end bug

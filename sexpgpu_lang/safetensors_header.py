@@ -35,6 +35,8 @@ def read_header(path: str) -> dict[str, tuple[tuple[int, ...], str]]:
         raise HeaderError("no such file")
     except OSError as e:
         raise HeaderError(e.strerror or str(e))
+    except ValueError:   # a NUL or a lone surrogate in the path: no file can have that name
+        raise HeaderError("no such file (its name holds a character no file name can)")
     try:
         meta = json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError):

@@ -169,6 +169,16 @@ def test_deep_nesting_ends_in_diagnostics():
             exercise(text, rng, offsets=1)
 
 
+def test_pretrained_paths_no_file_can_have_are_model_003_when_files_are_read():
+    # found by benchmarks/fuzz.py: a lone surrogate (or a NUL) in a `:pretrained` path made open() raise
+    # UnicodeEncodeError / ValueError out of the checker under read_files=True (`sexpgpu run`)
+    text = (ROOT / "tests" / "cases" / "clean-pretrained-teacher.sx").read_text(encoding="utf-8")
+    assert '"data/teacher.safetensors"' in text
+    for bad in ("data/\ud800.safetensors", "data/a\x00b.safetensors", "", "/", "data"):
+        res = analyze(text.replace('"data/teacher.safetensors"', f'"{bad}"'), "fuzz.sx", read_files=True)
+        assert [d.code for d in res.diagnostics if d.is_error] == ["E-MODEL-003"], (bad, res.diagnostics)
+
+
 # --------------------------------------------------------------------------- hypothesis
 
 _settings = settings(max_examples=400, deadline=None, derandomize=True,
