@@ -612,6 +612,10 @@ def start_state(trainer: Trainer, store: Checkpoints, options: RunOptions) -> Ru
         like = jax.eval_shape(lambda: _tree(trainer.initial_state()))
         store.check_space(like)
         if resume:
+            # Restore onto this run's devices (the mesh's, replicated, or the one device), whatever
+            # devices the checkpoint was saved from: orbax refuses another topology otherwise.
+            where = trainer.dp.replicated if trainer.dp is not None else jax.sharding.SingleDeviceSharding(jax.devices()[0])
+            like = jax.tree_util.tree_map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=where), like)
             step, tree, records = store.restore(like)
             return trainer.place(_state(step, tree, records))
     except CheckpointError as e:

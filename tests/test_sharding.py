@@ -143,3 +143,21 @@ def test_two_processes_on_one_machine_train_as_one(tmp_path):
         got = rows(d)
         assert [r["step"] for r in got] == [r["step"] for r in want] == [1, 2]
         np.testing.assert_allclose([r["loss"] for r in got], [r["loss"] for r in want], rtol=1e-5)
+
+
+def test_a_run_on_eight_devices_saves_and_resumes_its_checkpoint(tmp_path):
+    """Orbax saves the state of a run on one device and restores it onto a mesh of eight (and a mesh's
+    checkpoint resumes on a mesh); the resumed steps log what the uninterrupted run logs."""
+    from helpers import variant as v
+    run_file = tmp_path / "ck.sx"
+    run_file.write_text(v(":log (:every 50))", ":log (:every 1) :checkpoint (:every 2))"))
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8", "JAX_PLATFORMS": "cpu"}
+    base = [sys.executable, "-m", "sexpgpu_cli.main", "run", str(run_file), "--no-progress"]
+    a, b = ["--run-dir", str(tmp_path / "a")], ["--run-dir", str(tmp_path / "b")]
+    for args in (["--steps", "2", "--mesh", "data=1"] + a, ["--steps", "4", "--mesh", "data=8", "--resume"] + a,
+                 ["--steps", "2", "--mesh", "data=8"] + b, ["--steps", "4", "--mesh", "data=8", "--resume"] + b):
+        r = subprocess.run(base + args, env=env, capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr[-2000:]
+    rows = lambda d: [json.loads(l) for l in (tmp_path / d / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows("a")] == [r["step"] for r in rows("b")] == [1, 2, 3, 4]
+    np.testing.assert_allclose([r["loss"] for r in rows("a")], [r["loss"] for r in rows("b")], rtol=1e-5)
