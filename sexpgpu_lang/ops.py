@@ -93,6 +93,14 @@ class RuleCall:
             return (t.value,)
         raise RuleError("E-TYPE-003", f"`{self.op}` needs a constant shape like `[64 8]` here, got {t.show()}", i)
 
+    def sizes(self, i: int | str) -> tuple[int, ...]:
+        """Argument `i` as the shape of a tensor to make: a constant shape of sizes 0 or more."""
+        dims = self.shape_arg(i)
+        bad = [d for d in dims if d < 0]
+        if bad:
+            raise RuleError("E-SHAPE-004", f"`{self.op}`: a size must be 0 or more, got {bad[0]} in {_show(dims)}", i)
+        return dims
+
     def dtype_arg(self, i: int | str, default: str | None = None) -> str:
         """Argument `i` as a dtype keyword (`:f32`), or `default` when absent."""
         if isinstance(i, int) and i >= len(self.args) or isinstance(i, str) and i not in self.kwargs:
@@ -472,7 +480,7 @@ def _squeeze(call):
     example="(broadcast-to v [2 3])", family="shape")
 def _broadcast_to(call):
     x = call.tensor(0)
-    dims = call.shape_arg(1)
+    dims = call.sizes(1)
     out = broadcast_shapes([x.shape, dims], "broadcast-to", 1)
     if out != tuple(dims):
         raise RuleError("E-SHAPE-001", f"`broadcast-to`: {_show(x.shape)} does not broadcast to {_show(dims)}", 1)
@@ -550,6 +558,8 @@ def _one_hot(call):
     if not is_int(idx.dtype):
         raise RuleError("E-TYPE-002", f"`one-hot` needs integer indices, got {idx.show()}", 0)
     n = call.const_int(1)
+    if n < 1:
+        raise RuleError("E-SHAPE-004", f"`one-hot` needs 1 or more classes, got {n}", 1)
     dt = call.dtype_arg("dtype", "f32")
     call.static.update(n=n, dtype=dt)
     return TensorType(idx.shape + (n,), dt)
@@ -558,7 +568,7 @@ def _one_hot(call):
 @op("iota", "(iota [shape] :axis 0 :dtype :i32)", "each entry's index along `:axis`", args=(1, 1),
     kwargs=("axis", "dtype"), example="(iota [2 3] :axis 1)", family="shape")
 def _iota(call):
-    dims = call.shape_arg(0)
+    dims = call.sizes(0)
     ax = call.axis(len(dims), call.const_int("axis") if "axis" in call.kwargs else 0, "axis")
     dt = call.dtype_arg("dtype", "i32")
     call.static.update(shape=dims, axis=ax, dtype=dt)
@@ -566,7 +576,7 @@ def _iota(call):
 
 
 def _fill(call, value):
-    dims = call.shape_arg(0)
+    dims = call.sizes(0)
     dt = call.dtype_arg(1, None) if len(call.args) > 1 else call.dtype_arg("dtype", "f32")
     call.static.update(shape=dims, dtype=dt, value=value)
     return TensorType(dims, dt)
@@ -581,7 +591,7 @@ op("ones", "(ones [shape] :dtype)", "a tensor of ones (dtype default f32)", args
 @op("full", "(full [shape] value :dtype)", "a tensor filled with a scalar value", args=(2, 3), kwargs=("dtype",),
     example="(full [2 3] s)", family="shape")
 def _full(call):
-    dims = call.shape_arg(0)
+    dims = call.sizes(0)
     v = call.tensor(1)
     if v.shape != ():
         raise RuleError("E-SHAPE-005", f"`full` needs a scalar value, got {v.show()}", 1)
@@ -667,7 +677,9 @@ def _einsum(call):
 
 def _softmaxish(call):
     x = call.tensor(0)
-    ax = call.axis(x.rank, call.const_int("axis") if "axis" in call.kwargs else -1, "axis") if x.rank else 0
+    if x.rank == 0:
+        raise RuleError("E-SHAPE-003", f"`{call.op}` normalises along an axis; a scalar has none", 0)
+    ax = call.axis(x.rank, call.const_int("axis") if "axis" in call.kwargs else -1, "axis")
     dt = x.dtype if is_float(x.dtype) else "f32"
     call.static.update(axis=ax, dtype=dt)
     return TensorType(x.shape, dt)
@@ -756,8 +768,11 @@ def _salt(call):
     example="(uniform [2 3] :salt n)", family="random")
 def _uniform(call):
     _salt(call)
-    dims = call.shape_arg(0)
+    dims = call.sizes(0)
     dt = call.dtype_arg("dtype", "f32")
+    if not is_float(dt):
+        raise RuleError("E-TYPE-002", f"`{call.op}` draws floats; `:dtype` must be a float dtype, got `:{dt}`", "dtype",
+                        help="draw floats and `cast` them, or use `categorical` or `bernoulli` for integers and bools")
     call.static.update(shape=dims, dtype=dt, min=call.const_float("min", 0.0), max=call.const_float("max", 1.0))
     return TensorType(dims, dt)
 
@@ -767,8 +782,11 @@ def _uniform(call):
     example="(normal [2 3] :salt 3)", family="random")
 def _normal(call):
     _salt(call)
-    dims = call.shape_arg(0)
+    dims = call.sizes(0)
     dt = call.dtype_arg("dtype", "f32")
+    if not is_float(dt):
+        raise RuleError("E-TYPE-002", f"`{call.op}` draws floats; `:dtype` must be a float dtype, got `:{dt}`", "dtype",
+                        help="draw floats and `cast` them, or use `categorical` or `bernoulli` for integers and bools")
     call.static.update(shape=dims, dtype=dt, std=call.const_float("std", 1.0), mean=call.const_float("mean", 0.0))
     return TensorType(dims, dt)
 

@@ -306,7 +306,7 @@ def evaluate(e: ir.Expr, env: dict, fx: Effects):
     if isinstance(e, ir.Var):
         return env[e.name]
     if isinstance(e, ir.Op):
-        args = [evaluate(a, env, fx) for a in e.args]
+        args = [_materialise(a, evaluate(a, env, fx)) for a in e.args]
         kwargs = {k: evaluate(v, env, fx) for k, v in e.kwargs}
         static = e.static if e.name not in _SHARED else {**e.static, "op": e.name}
         out = LOWERINGS[e.name](LowerCall(args, kwargs, static, e.type, fx))
@@ -357,6 +357,14 @@ def evaluate(e: ir.Expr, env: dict, fx: Effects):
             fx.counters[e.name] = fx.counters.get(e.name, 0) + jnp.sum(jnp.asarray(v))
         return None
     raise TypeError(f"cannot lower {type(e).__name__}")
+
+
+def _materialise(e: ir.Expr, value):
+    """A literal (a Python number) given to an op becomes an array of the dtype its rule
+    gave it (i32, f32, bool), not the i64/f64 JAX would make of it under x64."""
+    if isinstance(e, ir.Const) and isinstance(e.type, TensorType) and isinstance(value, (bool, int, float)):
+        return jnp.asarray(value, dtype=jdt(e.type.dtype))
+    return value
 
 
 def _body(body, env, fx):

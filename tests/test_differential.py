@@ -2,11 +2,8 @@
 (benchmarks/differential.py runs thousands; this runs a few hundred).
 
 Each disagreement the benchmark found is kept here as a regression case,
-asserting today's behaviour: the checker accepts a program the runtime
-cannot lower, or infers a type JAX does not give. FIXME (issue 8): each
-`KNOWN` kind is a bug in a rule of `sexpgpu_lang/ops.py` (or in its
-lowering); when one is fixed, its case here fails and moves to the
-agreeing side.
+now fixed: the checker rejects what JAX cannot run, and every accepted
+program's types are JAX's.
 """
 from __future__ import annotations
 
@@ -25,41 +22,39 @@ from differential import expr, lower, random_env  # noqa: E402
 from sexpgpu_lang.check import check_expression  # noqa: E402
 from sexpgpu_lang.types import TensorType  # noqa: E402
 
-#: Kind -> (a program, its names, what JAX says). All accepted by the checker today.
-KNOWN = {
-    # FIXME: softmax / log-softmax of a rank-0 tensor: the rule accepts it, JAX has no axis to normalise over
-    "softmax-of-a-scalar": ("(log-softmax a)", {"a": TensorType((), "f32")}, r"axis \d+ is out of bounds"),
-    # FIXME: a negative size in a shape vector of a creation op: accepted, JAX refuses the shape
-    "negative-size": ("(iota [2 -1 4] :dtype :i32)", {}, r"must have every element be nonnegative"),
-    "negative-size-zeros": ("(zeros [2 2 -1] :dtype :i32)", {}, r"must have every element be nonnegative"),
-    # FIXME: `uniform` with an integer `:dtype`: accepted, jax.random.uniform takes float dtypes only
-    "uniform-integer-dtype": ("(uniform [2 3] :dtype :i32 :salt 3)", {}, r"must be a float dtype"),
-    # FIXME: a bare literal as the tensor of a shape op: the rule types it [] i32 / f32, the lowering
-    # gets a Python number that x64 JAX makes i64 / f64 (or has no dtype at all)
-    "literal-to-shape-op": ("(expand-dims 2)", {}, r"JAX gave \[1\] i64, the rule says \[1\] i32"),
-    "literal-to-stop-gradient": ("(stop-gradient -1.5)", {}, r"JAX gave \[\] float64, the rule says \[\] f32"),
-    "literal-to-reduction": ("(sum -2)", {}, r"has no attribute 'dtype'"),
+#: The disagreements the benchmark found, each fixed: the checker now rejects the first four
+#: kinds (as JAX does), and a literal given to an op lowers with the dtype its rule gives it.
+REJECTED = {
+    "softmax-of-a-scalar": ("(log-softmax a)", {"a": TensorType((), "f32")}, "E-SHAPE-003"),
+    "negative-size": ("(iota [2 -1 4] :dtype :i32)", {}, "E-SHAPE-004"),
+    "negative-size-zeros": ("(zeros [2 2 -1] :dtype :i32)", {}, "E-SHAPE-004"),
+    "uniform-integer-dtype": ("(uniform [2 3] :dtype :i32 :salt 3)", {}, "E-TYPE-002"),
+}
+LOWERED = {
+    "literal-to-shape-op": ("(expand-dims 2)", ((1,), "i32")),
+    "literal-to-stop-gradient": ("(stop-gradient -1.5)", ((), "f32")),
+    "literal-to-reduction": ("(sum -2)", ((), "i32")),
 }
 
 
-@pytest.mark.parametrize("kind", sorted(KNOWN))
-def test_known_disagreement_today(kind):
-    text, env, jax_says = KNOWN[kind]
-    e, diags = check_expression(text, env)
-    assert e is not None and not [d for d in diags if d.is_error], [d.message for d in diags]   # accepted
-    why = lower(e, env)
-    assert why is not None and re.search(jax_says, why), why
+@pytest.mark.parametrize("kind", sorted(REJECTED))
+def test_checker_rejects_what_jax_cannot_run(kind):
+    text, env, code = REJECTED[kind]
+    _, diags = check_expression(text, env)
+    assert [d.code for d in diags if d.is_error] == [code]
 
 
-def known_kind(why: str) -> bool:
-    return any(re.search(pattern, why) for _, _, pattern in KNOWN.values()) or \
-        re.search(r"JAX gave \[[\d ]*\] (i64|float64), the rule says \[[\d ]*\] (i32|f32)", why) is not None or \
-        "require non-empty reduced dimension" in why   # a negative size reaching argmin / argmax
+@pytest.mark.parametrize("kind", sorted(LOWERED))
+def test_a_literal_lowers_with_its_rule_dtype(kind):
+    text, (shape, dtype) = LOWERED[kind]
+    e, diags = check_expression(text, {})
+    assert not diags and (e.type.shape, e.type.dtype) == (shape, dtype)
+    assert lower(e, {}) is None          # no disagreement: JAX gives exactly the rule's type
 
 
-def test_random_programs_agree_but_for_the_known_kinds():
+def test_random_programs_agree():
     rng = random.Random(20261129)
-    accepted, new = 0, []
+    accepted, bad = 0, []
     for _ in range(400):
         env = random_env(rng)
         text = expr(rng, env, 3, top=True)
@@ -68,7 +63,7 @@ def test_random_programs_agree_but_for_the_known_kinds():
             continue
         accepted += 1
         why = lower(e, env)
-        if why is not None and not known_kind(why):
-            new.append((text, env, why))
+        if why is not None:
+            bad.append((text, env, why))
     assert accepted > 100
-    assert not new, "\n".join(f"{t}  with {env}: {why}" for t, env, why in new)
+    assert not bad, "\n".join(f"{t}  with {env}: {why}" for t, env, why in bad)
