@@ -125,3 +125,13 @@ def test_snippet_is_an_excerpt_of_a_linked_case(code):
                 missing.append(line.strip())
     assert not missing, (f"{code}: these lines of the docs/errors.md snippet are in none of its linked cases "
                          f"{[c.name for c in linked_cases(body)]}:\n  " + "\n  ".join(missing))
+
+
+def test_every_section_shows_the_message_its_case_gives():
+    """Each section's **Message:** line is what linting its first case prints today
+    (scripts/gen_error_messages.py --write rewrites them)."""
+    import subprocess
+    import sys
+    assert DOC.read_text(encoding="utf-8").count("**Message:**") == len(sections())
+    r = subprocess.run([sys.executable, str(REPO / "scripts" / "gen_error_messages.py"), "--check"])
+    assert r.returncode == 0, "docs/errors.md's messages are stale: run scripts/gen_error_messages.py --write"
