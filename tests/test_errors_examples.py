@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from sexpgpu_lang import Severity, analyze_file
+from test_errors_doc import expected_codes
 
 REPO = Path(__file__).resolve().parents[1]
 DOC = REPO / "docs" / "errors.md"
@@ -74,17 +75,6 @@ def line_pattern(line: str) -> re.Pattern:
     return re.compile(r".*?".join(p for p in parts))
 
 
-def header_codes(path: Path) -> set[str]:
-    codes = set()
-    for line in path.read_text(encoding="utf-8").splitlines():
-        if not line.startswith(";;"):
-            break
-        m = re.match(r";;\s*expect:\s*(\S+)", line)
-        if m and m.group(1) != "clean":
-            codes.add(m.group(1))
-    return codes
-
-
 def codes_of(path: Path) -> list[str]:
     res = analyze_file(str(path), read_files=path.parent.name == "cases-files")  # as `sexpgpu run` checks them
     return sorted(d.code for d in res.diagnostics if d.severity in (Severity.ERROR, Severity.WARNING))
@@ -104,8 +94,8 @@ def test_linked_cases_give_exactly_the_code(code):
     for case in cases:
         got = codes_of(case)
         assert code in got, f"{code}: {case.name} gives {got}, not {code}"
-        assert set(got) == header_codes(case), \
-            f"{code}: {case.name} gives {got}, its header expects {sorted(header_codes(case))}"
+        assert set(got) == expected_codes(case), \
+            f"{code}: {case.name} gives {got}, its header expects {sorted(expected_codes(case))}"
 
 
 @pytest.mark.parametrize("code", sorted(SECTIONS))
