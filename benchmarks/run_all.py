@@ -125,38 +125,9 @@ def reference_step(seed: int = 0):
     jax = _jax()
     import jax.numpy as jnp
     import numpy as np
-    import optax
-    from tiny_generate import BATCH, DIM, MICRO, SEQ, TRIPS, VOCAB
-    k = jax.random.split(jax.random.key(seed), 5)
-    params = {n: jax.random.normal(k[i], s, jnp.float32) * 0.1 for i, (n, s) in enumerate(
-        [("embed", (VOCAB, DIM)), ("first", (VOCAB, DIM)), ("second", (VOCAB, DIM)), ("hidden", (DIM, DIM)), ("out", (DIM, VOCAB))])}
-    opt = optax.adam(3e-3)
+    from tiny_generate import TRIPS, reference_parts
+    params, opt, step, finish, train, make_batch = reference_parts(seed)
     st = {"p": params, "o": opt.init(params)}
-    column = jnp.arange(SEQ, dtype=jnp.int32)[None, :]
-
-    def model(p, row):
-        h = jax.nn.relu((p["embed"][row] + p["first"][row[..., :1]] + p["second"][row[..., 1:2]]) @ p["hidden"])
-        return h @ p["out"]
-
-    def step(p, rows, strides, trip):
-        at = trip.astype(jnp.int32) + 2
-        guess = jnp.sum(jnp.where(column == at - 1, jnp.argmax(model(p, rows), -1).astype(jnp.int32), 0), 1,
-                        keepdims=True, dtype=jnp.int32)
-        return jnp.where(column == at, guess, rows), strides
-
-    def finish(rows, strides):
-        truth = (rows[:, :1] + column * strides) % VOCAB
-        return rows, (rows + strides) % VOCAB, jnp.mean((rows == truth).astype(jnp.float32), 1, keepdims=True)
-
-    @jax.jit
-    def train(p, s, samples, labels):
-        def loss_fn(p):
-            logp = jax.nn.log_softmax(jax.vmap(model, in_axes=(None, 0))(p, samples))
-            return -jnp.mean(jnp.take_along_axis(logp, labels[..., None], -1))
-        loss, g = jax.value_and_grad(loss_fn)(p)
-        u, s = opt.update(g, s, p)
-        return optax.apply_updates(p, u), s, loss
-
     step_j = jax.jit(jax.vmap(step, in_axes=(None, 0, 0, None)))
     finish_j = jax.jit(jax.vmap(finish))
 
@@ -168,10 +139,7 @@ def reference_step(seed: int = 0):
     trips = [jnp.asarray(t, jnp.int64) for t in range(TRIPS)]
 
     def batch():
-        start = rng.integers(0, VOCAB, (MICRO, BATCH, 1))
-        stride = rng.integers(1, VOCAB, (MICRO, BATCH, 1))
-        rows = ((start + np.arange(SEQ) * stride) % VOCAB).astype(np.int32)
-        return jnp.asarray(rows), jnp.asarray(stride.astype(np.int32))
+        return make_batch(rng)
 
     def one_step():
         r, s_ = batch()

@@ -30,36 +30,28 @@ sys.path.insert(0, str(ROOT))
 VOCAB, SEQ, DIM, BATCH, TRIPS, MICRO = 16, 8, 64, 64, 6, 2
 
 
-def reference(steps: int, seed: int = 0) -> tuple[float, float]:
-    """The fixture's step by hand; returns (seconds, final generation accuracy)."""
-    t0 = time.perf_counter()
+def reference_parts(seed: int = 0):
+    """The fixture's model and step written by hand in JAX and optax, shared by the benchmarks:
+    (params, optimizer, step, finish, train, batch). `step(p, rows, strides, trip)` and
+    `finish(rows, strides)` take one microbatch (vmap them over the stacked ones); `train`
+    is jitted (value_and_grad, then one adam update); `batch(rng)` makes the stacked rows and
+    strides of one step, [MICRO BATCH SEQ] and [MICRO BATCH 1] i32."""
     k = jax.random.split(jax.random.key(seed), 5)
     params = {n: jax.random.normal(k[i], s, jnp.float32) * 0.1 for i, (n, s) in enumerate(
         [("embed", (VOCAB, DIM)), ("first", (VOCAB, DIM)), ("second", (VOCAB, DIM)), ("hidden", (DIM, DIM)), ("out", (DIM, VOCAB))])}
     opt = optax.adam(3e-3)
-    opt_state = opt.init(params)
-
-    def model(p, row):
-        here = p["embed"][row]
-        start = p["first"][row[..., :1]]
-        nxt = p["second"][row[..., 1:2]]
-        h = jax.nn.relu((here + start + nxt) @ p["hidden"])
-        return h @ p["out"]
-
     column = jnp.arange(SEQ, dtype=jnp.int32)[None, :]
 
-    @jax.jit
-    def init(rows, strides):
-        return rows, strides
+    def model(p, row):
+        h = jax.nn.relu((p["embed"][row] + p["first"][row[..., :1]] + p["second"][row[..., 1:2]]) @ p["hidden"])
+        return h @ p["out"]
 
-    @jax.jit
     def step(p, rows, strides, trip):
         at = trip.astype(jnp.int32) + 2
-        guess = jnp.sum(jnp.where(column == at - 1, jnp.argmax(model(p, rows), -1).astype(jnp.int32), 0), 1, keepdims=True,
-                        dtype=jnp.int32)
+        guess = jnp.sum(jnp.where(column == at - 1, jnp.argmax(model(p, rows), -1).astype(jnp.int32), 0), 1,
+                        keepdims=True, dtype=jnp.int32)
         return jnp.where(column == at, guess, rows), strides
 
-    @jax.jit
     def finish(rows, strides):
         truth = (rows[:, :1] + column * strides) % VOCAB
         return rows, (rows + strides) % VOCAB, jnp.mean((rows == truth).astype(jnp.float32), 1, keepdims=True)
@@ -67,23 +59,33 @@ def reference(steps: int, seed: int = 0) -> tuple[float, float]:
     @jax.jit
     def train(p, s, samples, labels):
         def loss_fn(p):
-            logits = jax.vmap(model, in_axes=(None, 0))(p, samples)
-            logp = jax.nn.log_softmax(logits)
+            logp = jax.nn.log_softmax(jax.vmap(model, in_axes=(None, 0))(p, samples))
             return -jnp.mean(jnp.take_along_axis(logp, labels[..., None], -1))
         loss, g = jax.value_and_grad(loss_fn)(p)
         u, s = opt.update(g, s, p)
         return optax.apply_updates(p, u), s, loss
 
-    init_v = jax.vmap(init)
-    init_j, step_j, finish_j = jax.jit(init_v), jax.jit(jax.vmap(step, in_axes=(None, 0, 0, None))), jax.jit(jax.vmap(finish))
+    def batch(rng):
+        start = rng.integers(0, VOCAB, (MICRO, BATCH, 1))
+        stride = rng.integers(1, VOCAB, (MICRO, BATCH, 1))
+        rows = ((start + np.arange(SEQ) * stride) % VOCAB).astype(np.int32)
+        return jnp.asarray(rows), jnp.asarray(stride.astype(np.int32))
+
+    return params, opt, step, finish, train, batch
+
+
+def reference(steps: int, seed: int = 0) -> tuple[float, float]:
+    """The fixture's step by hand; returns (seconds, final generation accuracy)."""
+    t0 = time.perf_counter()
+    params, opt, step, finish, train, batch = reference_parts(seed)
+    opt_state = opt.init(params)
+    init_j = jax.jit(jax.vmap(lambda rows, strides: (rows, strides)))
+    step_j, finish_j = jax.jit(jax.vmap(step, in_axes=(None, 0, 0, None))), jax.jit(jax.vmap(finish))
     rng = np.random.default_rng(seed)
     trips = [jnp.asarray(t, jnp.int64) for t in range(TRIPS)]
     acc = 0.0
     for i in range(steps):
-        start = rng.integers(0, VOCAB, (MICRO, BATCH, 1))
-        stride = rng.integers(1, VOCAB, (MICRO, BATCH, 1))
-        rows = ((start + np.arange(SEQ) * stride) % VOCAB).astype(np.int32)
-        r, s_ = init_j(jnp.asarray(rows), jnp.asarray(stride.astype(np.int32)))
+        r, s_ = init_j(*batch(rng))
         for t in trips:
             r, s_ = step_j(params, r, s_, t)
         samples, labels, correct = finish_j(r, s_)
