@@ -75,7 +75,7 @@ OPTIMIZERS = {
     "lion": ("lr", "b1", "b2", "weight-decay", "clip"),
 }
 RUN_KEYS = ("loader", "steps", "microbatches", "stack", "precision", "seed", "optimizer", "log",
-            "checkpoint", "diagnostics", "devices")
+            "checkpoint", "diagnostics", "devices", "shard-params")
 
 
 def place_hash(path: tuple) -> int:
@@ -826,6 +826,15 @@ class Checker:
                              f"`:devices {devices}` does not divide `:batch {ld.batch}` of loader `{lname}`: "
                              "each device takes an equal slice of every batch",
                              help=f"make `:batch` a multiple of {devices}, or use a device count that divides it")
+        shard_params = "replicated"
+        if "shard-params" in kws:
+            # Parameters and optimizer state whole on every device, or split FSDP-style (docs/sharding.md).
+            sp = kws["shard-params"][1]
+            if isinstance(sp, Kw) and sp.name in ("replicated", "fsdp"):
+                shard_params = sp.name
+            else:
+                self.err("E-FORM-002", sp.span, "`:shard-params` is `:replicated` or `:fsdp`",
+                         help="`:fsdp` splits every parameter and its optimizer state along the mesh's `data` axis")
         opt = ("adam", {"lr": 1e-3})
         if "optimizer" in kws:
             on = kws["optimizer"][1]
@@ -855,7 +864,8 @@ class Checker:
         if steps is None or mb is None or stack is None or seed is None:
             return
         self.run_ir = ir.RunIR(cfg["loader"], steps, mb, stack, stack_auto, seed, precision, opt,
-                               int(log.get("every") or 50), log, ckpt, diag_sel, devices)
+                               int(log.get("every") or 50), log, ckpt, diag_sel, devices,
+                               shard_params=shard_params)
 
     # -- phases --------------------------------------------------------------------
     def lambda_params(self, node: Node, count: int | None, what: str) -> list[Sym] | None:

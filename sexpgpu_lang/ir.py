@@ -213,6 +213,7 @@ class RunIR:
     checkpoint: dict | None = None
     diagnostics: tuple[str, ...] = ()
     devices: int | None = None     # `:devices N`: the data-parallel mesh size (None: every device)
+    shard_params: str = "replicated"   # `:shard-params`: "replicated" or "fsdp" (docs/sharding.md)
 
 
 @dataclass(frozen=True)
