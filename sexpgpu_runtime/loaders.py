@@ -92,9 +92,11 @@ class Loader:
             out[sel] = self._perm(int(e))[within[sel]]
         return out
 
-    def batch(self, position: int) -> dict[str, np.ndarray]:
-        """One batch of `spec.batch` records starting at `position`."""
-        idx = self.indices(position, self.spec.batch)
+    def batch(self, position: int, lo: int = 0, hi: int | None = None) -> dict[str, np.ndarray]:
+        """One batch of `spec.batch` records starting at `position`; with `lo`/`hi`, only its rows
+        `[lo, hi)` (a process's share of the global batch in a multi-process run, sharding.py)."""
+        hi = self.spec.batch if hi is None else hi
+        idx = self.indices(position + lo, hi - lo)
         return {name: self.table[name][idx] for name in self.table}
 
 
