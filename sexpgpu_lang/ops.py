@@ -128,8 +128,11 @@ class RuleCall:
         if name not in self.kwargs:
             return None
         dims = self.shape_arg(name)
-        axes = tuple(sorted({self.axis(rank, a, name) for a in dims}))
-        return axes
+        axes = [self.axis(rank, a, name) for a in dims]
+        if len(set(axes)) != len(axes):
+            # JAX refuses a repeated axis (`jnp.sum(x, axis=(0, 0))`), so the checker does too.
+            raise RuleError("E-SHAPE-003", f"`{self.op}`: `:{name}` {_show(dims)} names an axis twice", name)
+        return tuple(sorted(axes))
 
 
 @dataclass(frozen=True)
@@ -679,6 +682,9 @@ def _softmaxish(call):
     x = call.tensor(0)
     if x.rank == 0:
         raise RuleError("E-SHAPE-003", f"`{call.op}` normalises along an axis; a scalar has none", 0)
+    if x.dtype == "bool":
+        raise RuleError("E-TYPE-002", f"`{call.op}` needs numbers, got bool", 0,
+                        help="cast the operand with `(cast x :f32)`")
     ax = call.axis(x.rank, call.const_int("axis") if "axis" in call.kwargs else -1, "axis")
     dt = x.dtype if is_float(x.dtype) else "f32"
     call.static.update(axis=ax, dtype=dt)
@@ -811,7 +817,7 @@ def _categorical(call):
 def _bernoulli(call):
     _salt(call)
     p = call.tensor(0)
-    if not is_float(p.dtype) and not p.weak:
+    if not is_float(p.dtype):   # JAX refuses integer probabilities, literals included (`(bernoulli 1)`)
         raise RuleError("E-TYPE-002", f"`bernoulli` needs float probabilities, got {p.show()}", 0)
     return TensorType(p.shape, "bool")
 
