@@ -8,7 +8,6 @@ SIGINT or SIGTERM stopped a run (after saving a checkpoint to resume from).
 """
 from __future__ import annotations
 
-import shlex
 import sys
 from enum import Enum
 from pathlib import Path
@@ -17,10 +16,92 @@ from typing import List, Optional
 import typer
 import typer.core
 
-from sexpgpu_lang import analyze_file
-from sexpgpu_lang import render
+# Start-up (`sexpgpu lint` is meant to start about as fast as `import lark`): the front end,
+# the renderers, JAX, the server and pydantic are imported only by the commands that use them;
+# see `_Coercion` for pydantic.
 
 VERSION = "0.1.0"
+
+
+class _Coercion:
+    """typer's conversion of one command-line value, without pydantic on the usual path.
+
+    typer converts every parameter's value through a pydantic `TypeAdapter`, and importing
+    pydantic (and its plugin loader, which imports importlib.metadata) and building the
+    adapters costs more than the rest of `sexpgpu lint`. This converts the values of this
+    command line's simple parameters (a path, a list of paths, an enum choice, a plain `str`
+    or `bool`) with typer's own functions (`coerce_cli_path`, `coerce_cli_choice`), which is
+    what the adapters call; any other parameter, and any value this does not accept,
+    goes to typer's own conversion (`build_runtime_param`), which then reports the error
+    exactly as typer does.
+    """
+
+    def __init__(self, param, descriptor) -> None:
+        self.param, self.descriptor = param, descriptor
+        self._typer = None
+
+    def typer_runtime(self):
+        """typer's own conversion of this parameter (imports pydantic)."""
+        if self._typer is None:
+            from typer._coercion import build_runtime_param
+            self._typer = build_runtime_param(self.descriptor)
+        return self._typer
+
+    def coerce(self, value, param, ctx):
+        """The converted value; typer's conversion decides whenever this one would not."""
+        from typer import _param_types as pt
+        info = self.descriptor.parameter_info
+        multi = param.multiple or param.nargs == -1
+        if value is None:
+            return () if multi else None
+        annotation = self.descriptor.annotation
+        try:
+            if multi:
+                item = typing_args(annotation)
+                if isinstance(value, (list, tuple)) and item is not None:
+                    return [self._one(v, item, info, param, ctx, pt) for v in value]
+            elif not isinstance(value, (list, tuple)):
+                return self._one(value, annotation, info, param, ctx, pt)
+        except _Unsure:
+            pass
+        return self.typer_runtime().coerce(value, param=param, ctx=ctx)
+
+    @staticmethod
+    def _one(value, annotation, info, param, ctx, pt):
+        if info.parser is not None:
+            raise _Unsure
+        if isinstance(annotation, type) and issubclass(annotation, Enum):
+            try:
+                return pt.coerce_cli_choice(value, choices=tuple(annotation), case_sensitive=info.case_sensitive, ctx=ctx)
+            except ValueError:
+                raise _Unsure from None   # typer words the error
+        if annotation is bool and isinstance(value, bool):
+            return value
+        if annotation is str and isinstance(value, str):
+            return value
+        if annotation is Path and isinstance(value, str) and value and info.path_type is None:
+            return pt.coerce_cli_path(Path(value), info, path_type=Path, param=param, ctx=ctx)
+        raise _Unsure
+
+
+class _Unsure(Exception):
+    """`_Coercion` leaves this value to typer."""
+
+
+def typing_args(annotation):
+    """The item type of `list[X]` / `List[X]`, else None."""
+    from typing import get_args, get_origin
+    if get_origin(annotation) is list:
+        args = get_args(annotation)
+        return args[0] if len(args) == 1 else None
+    return None
+
+
+def _coerce_without_pydantic(params) -> None:
+    """Give each typer parameter a `_Coercion` (when this typer has the hooks it relies on)."""
+    for p in params:
+        if getattr(p, "_runtime_param", 0) is None and hasattr(p, "type_descriptor"):
+            p._runtime_param = _Coercion(p, p.type_descriptor)
 
 
 class _PlainHelp:
@@ -40,6 +121,7 @@ class _PlainHelp:
 
     def get_params(self, ctx):
         params = super().get_params(ctx)
+        _coerce_without_pydantic(params)   # `--help` is made here, after __init__
         for p in params:
             if getattr(p, "is_flag", False) and p.metavar is None:
                 p.metavar = ""   # a flag takes no value: no type column
@@ -92,6 +174,7 @@ def fail(message: str, code: int = 2, debug: bool = False) -> "typer.Exit":
 def load(path: Path, read_files: bool = False):
     """Check one file (opening no other file unless `read_files`: the `:pretrained` headers);
     an unreadable file is one line on stderr and exit 2."""
+    from sexpgpu_lang import analyze_file
     try:
         return analyze_file(str(path), read_files)
     except FileNotFoundError:
@@ -121,6 +204,7 @@ def run_files(paths: List[Path]) -> List[Path]:
 
 def print_text(results, file=None) -> tuple[int, int]:
     """Print diagnostics compiler-style (to `file`, default stdout); return (errors, warnings)."""
+    from sexpgpu_lang import render
     n_err = n_warn = 0
     for res in results:
         for d in res.diagnostics:
@@ -144,6 +228,7 @@ def lint(
     no file has an error, 1 when one does, 2 for a usage or I/O problem.
     Warnings alone leave the status 0.
     """
+    from sexpgpu_lang import render
     results = [load(f, read_files) for f in run_files(files)]
     if format == Format.text:
         if output:
@@ -195,6 +280,8 @@ def run(
     phase, saves the last completed step, prints how to resume and exits 130
     or 143.
     """
+    import shlex
+    from sexpgpu_lang import render
     res = load(file, read_files=True)   # E-MODEL-003 (a `:pretrained` file that does not fit) stops it here
     if res.has_errors:
         n_err, n_warn = print_text([res])
@@ -278,6 +365,7 @@ def explain(
     The graphs are generate.init, generate.step (with its trips),
     generate.finish, train, update and each pass. Everything but `--xla` is computed statically from the checked file, without JAX.
     """
+    from sexpgpu_lang import render
     budget, source = None, None
     if memory_budget is not None:
         from sexpgpu_lang.explain import parse_bytes
