@@ -159,11 +159,16 @@ class Scope:
 
     def __init__(self, parent: "Scope | None" = None):
         self.parent, self.names = parent, {}
+        # While a cached computation runs (`CheckCache`), the names looked up in this
+        # scope (the file's globals), its dependencies; else None.
+        self.reads: set | None = None
 
     def lookup(self, name: str) -> Binding | None:
         """The binding of `name` here or in an enclosing scope, or None."""
         s = self
         while s is not None:
+            if s.reads is not None:
+                s.reads.add(name)
             if name in s.names:
                 return s.names[name]
             s = s.parent
@@ -177,9 +182,93 @@ class Scope:
         """Every name visible here (for near-miss suggestions)."""
         s, out = self, set()
         while s is not None:
+            if s.reads is not None:
+                s.reads.add(_ALL_NAMES)
             out |= set(s.names)
             s = s.parent
         return out
+
+
+# --------------------------------------------------------------------------- results kept across checks
+
+_ALL_NAMES = "\0every global name"   # a read of the set of global names (a near-miss suggestion)
+_ALL_MODELS = "\0every model"        # a read of the set of model names
+
+
+def _definition_sig(d: Definition | None):
+    return None if d is None else (d.name, d.kind, d.span, d.form_span, d.detail)
+
+
+def _model_sig(m: dict | None):
+    """What `(getf self :key)` reads of a model (`getf_self`), comparable across checks."""
+    if m is None:
+        return None
+    return (tuple((k, v[0]) for k, v in m["params"].items()), tuple(m["subs"].items()), frozenset(m["failed"]),
+            m["params_known"], tuple((k, _definition_sig(d)) for k, d in m["param_defs"].items()))
+
+
+_MODEL_STATE = ("params_known", "frozen", "pretrained", "params", "subs", "failed", "param_defs", "apply")
+
+
+def _copy_model_state(state: dict) -> dict:
+    return {k: (v.copy() if isinstance(v, (dict, set)) else v) for k, v in state.items()}
+
+
+class _Entry:
+    """One cached computation: its syntax node, what it read, what it added, what it returned."""
+
+    __slots__ = ("node", "reads", "model_reads", "types", "definitions", "uses", "calls", "diags", "result")
+
+    def __init__(self, node, reads, model_reads, types, definitions, uses, calls, diags, result):
+        self.node, self.reads, self.model_reads = node, reads, model_reads
+        self.types, self.definitions, self.uses, self.calls = types, definitions, uses, calls
+        self.diags, self.result = diags, result
+
+
+class CheckCache:
+    """Results of checking parts of one file, kept from one check of it to the next.
+
+    The language server keeps one per open document and passes it to
+    `check`, so that an edit re-checks only what it touched. Two kinds of
+    computation are kept: building a `defmodel` form (its parameters and
+    `:apply`), and checking a model's `:apply` body for given argument types
+    (when the body calls no other model and its arguments are tensors).
+    An entry holds what the computation added to the facts and diagnostics,
+    what it returned, and what it read from the rest of the file: every
+    global name it looked up (with the binding found) and every model whose
+    parameters it read. It is reused only for the very same syntax node (the
+    parser keeps a top-level form's nodes when its text and offset are
+    unchanged) when every one of those reads gives what it gave, and its
+    additions are replayed in order; so a check with a cache gives exactly
+    the result of a check without one. Entries that a check does not use
+    are dropped after the next check.
+    """
+
+    def __init__(self):
+        self._old: dict = {}
+        self._new: dict = {}
+        self.hits = 0
+        self.misses = 0
+
+    def get(self, key) -> _Entry | None:
+        """The entry under `key`, kept for the next check too; None if there is none."""
+        e = self._new.get(key)
+        if e is None:
+            e = self._old.get(key)
+            if e is not None:
+                self._new[key] = e
+        return e
+
+    def put(self, key, entry: _Entry) -> None:
+        """Keep an entry."""
+        self._new[key] = entry
+
+    def rotate(self) -> None:
+        """End of a check: entries neither used nor made by it are dropped at the end of the next one."""
+        self._old, self._new = self._new, {}
+
+    def __len__(self) -> int:
+        return len(self._new) + len(self._old)
 
 
 @dataclass
@@ -232,8 +321,11 @@ class BatchType(PlistType):
 class Checker:
     """Checks one parsed file. Use `check()` rather than this class directly."""
 
-    def __init__(self, parsed: ParseResult, read_files: bool = False):
+    def __init__(self, parsed: ParseResult, read_files: bool = False, cache: CheckCache | None = None):
         self.parsed = parsed
+        self.cache = cache             # results of an earlier check of this file (`CheckCache`), or None
+        self._model_calls = 0          # calls of `call_model` so far: a cached computation makes none
+        self._model_reads: set | None = None   # while a cached computation runs, the models it read
         self.read_files = read_files   # open `:pretrained` files (`sexpgpu run`); lint and the server never do
         self.src = parsed.source
         self.diags: list[Diagnostic] = list(parsed.diagnostics)
@@ -368,8 +460,16 @@ class Checker:
         return out
 
     # -- top level ------------------------------------------------------------
-    def run(self) -> CheckResult:
-        """Check every form in the runtime's order and build the result (the IR only when there is no error)."""
+    def run(self, build_ir: bool = True) -> CheckResult:
+        """Check every form in the runtime's order and build the result (the IR only when there is no
+        error, and only with `build_ir`: the language server needs none)."""
+        try:
+            return self._run(build_ir)
+        finally:
+            if self.cache is not None:
+                self.cache.rotate()
+
+    def _run(self, build_ir: bool) -> CheckResult:
         # A run of items outside any form (a form that lost its `(`, say) is reported at
         # its first item only, up to the next form.
         stray = False
@@ -430,7 +530,7 @@ class Checker:
         self.missing_forms()
         self.diags.sort(key=lambda d: (d.span.start, d.code))
         program = None
-        if not any(d.is_error for d in self.diags) and objective is not None and self.run_ir and train:
+        if build_ir and not any(d.is_error for d in self.diags) and objective is not None and self.run_ir and train:
             program = self.program(gen, prepare, objective, passes)
         return CheckResult(self.src, self.parsed, self.diags, self.facts, program)
 
@@ -619,11 +719,26 @@ class Checker:
         self.globals.names["model"] = Binding(ModelType(name), d)
 
     def build_model(self, f: ListNode):
-        """A `defmodel`'s `:params`, `:apply`, `:frozen` and `:pretrained`."""
+        """A `defmodel`'s `:params`, `:apply`, `:frozen` and `:pretrained` (from the cache when it holds them)."""
         name = getattr(f.items[1], "name", None) if len(f.items) > 1 else None
         m = self.models.get(name)
         if m is None or m["form"] is not f:
             return
+        if self.cache is None:
+            self._build_model(f, name, m)
+            return
+        key = ("build", id(f))
+        entry = self.cache.get(key)
+        if entry is not None and entry.node is f and self._reads_hold(entry):
+            self._replay(entry)
+            m.update(_copy_model_state(entry.result))
+            return
+        entry = self._recorded(f, lambda: self._build_model(f, name, m))
+        if entry is not None:
+            entry.result = _copy_model_state({k: m[k] for k in _MODEL_STATE})
+            self.cache.put(key, entry)
+
+    def _build_model(self, f: ListNode, name: str, m: dict):
         kws = m["kws"]
         if "params" not in kws:
             self.err("E-FORM-005", f.items[1].span, f"`defmodel {name}` needs `:params`")
@@ -658,6 +773,8 @@ class Checker:
         if isinstance(v, Sym):
             b = self.globals.lookup(v.name)
             if b is None or not isinstance(b.type, ModelType):
+                if self._model_reads is not None:
+                    self._model_reads.add(_ALL_MODELS)
                 hint = near_miss(v.name, self.models)
                 self.err("E-NAME-001", v.span, f"`{v.name}` is not a model" + (f"; did you mean `{hint}`?" if hint else ""))
                 return
@@ -1448,6 +1565,8 @@ class Checker:
     def getf_self(self, node, obj, t: SelfType, key: Kw) -> ir.Expr:
         """`(getf self :key)`: a parameter (bf16 under `:precision :bf16`) or a sub-model."""
         m = self.models[t.model]
+        if self._model_reads is not None:
+            self._model_reads.add(t.model)
         k = key.name
         if k in m["params"]:
             pt = m["params"][k][0]
@@ -1599,6 +1718,7 @@ class Checker:
 
     def call_model(self, node: ListNode, name: str, scope: Scope) -> ir.Expr:
         """A model call: reachability (E-MODEL-001), then its `:apply` checked for these argument types."""
+        self._model_calls += 1
         args = [self.infer(a, scope) for a in node.items[1:]]
         m = self.models.get(name)
         if m is None:
@@ -1625,25 +1745,157 @@ class Checker:
         if name in self._active:
             return ir.Const(self.err("E-MODEL-002", node.span, f"model `{name}` calls itself"), node.span)
         if key not in self._memo:
-            scope_m = self.globals.child()
-            scope_m.names[params[0]] = Binding(SelfType(name), self.facts.define(
-                Definition(params[0], "binding", lam.items[1].items[0].span, lam.span, f"self of {name}")))
-            for p, t, pn in zip(params[1:], arg_types, lam.items[1].items[1:]):
-                scope_m.names[p] = Binding(t, self.facts.define(Definition(p, "binding", pn.span, lam.span, t.show())))
-                self.note_type(pn, t)
-            saved, self.frame = self.frame, Frame(self.frame.phase, self.frame.ctx_nil)
-            self._active.append(name)
-            try:
-                body = self.infer_body(lam.items[2:], scope_m, lam.span)
-            finally:
-                self._active.pop()
-                inner, self.frame = self.frame, saved
-            self._memo[key] = (body, inner.effects)
+            self._memo[key] = self.model_body(name, lam, params, arg_types)
         body, effects = self._memo[key]
         self._resite(effects, node.span)
         out = body.type
         return ir.ModelCall(out, node.span, name, self.reachable[name], params[0], tuple(params[1:]), tuple(args),
                             body.body if isinstance(body, ir.Seq) else (body,), compute)
+
+    def model_body(self, name: str, lam: ListNode, params: list[str], arg_types: list[Type]) -> tuple:
+        """A model's `:apply` body checked for these argument types: (body IR, its effects).
+        From the cache when the body calls no other model and its arguments are tensors."""
+        if self.cache is None or self._redirect is not None or not all(type(t) is TensorType for t in arg_types):
+            return self._model_body(name, lam, params, arg_types)
+        key = ("apply", id(lam), name, tuple(arg_types), self.precision, self.frame.phase,
+               tuple(self.frame.ctx_nil.items()), len(self._active))
+        entry = self.cache.get(key)
+        if entry is not None and entry.node is lam and self._reads_hold(entry):
+            self._replay(entry)
+            return entry.result
+        out = []
+        entry = self._recorded(lam, lambda: out.append(self._model_body(name, lam, params, arg_types)))
+        if entry is not None:
+            entry.result = out[0]
+            self.cache.put(key, entry)
+        return out[0]
+
+    def _model_body(self, name: str, lam: ListNode, params: list[str], arg_types: list[Type]) -> tuple:
+        scope_m = self.globals.child()
+        scope_m.names[params[0]] = Binding(SelfType(name), self.facts.define(
+            Definition(params[0], "binding", lam.items[1].items[0].span, lam.span, f"self of {name}")))
+        for p, t, pn in zip(params[1:], arg_types, lam.items[1].items[1:]):
+            scope_m.names[p] = Binding(t, self.facts.define(Definition(p, "binding", pn.span, lam.span, t.show())))
+            self.note_type(pn, t)
+        saved, self.frame = self.frame, Frame(self.frame.phase, self.frame.ctx_nil)
+        self._active.append(name)
+        try:
+            body = self.infer_body(lam.items[2:], scope_m, lam.span)
+        finally:
+            self._active.pop()
+            inner, self.frame = self.frame, saved
+        return (body, inner.effects)
+
+    # -- the cache (`CheckCache`) ----------------------------------------------------------------
+    def _binding_sig(self, b: Binding | None):
+        """What a computation can learn from a global binding, comparable across checks."""
+        if b is None:
+            return None
+        value = (type(b.ir.value), b.ir.value) if isinstance(b.ir, ir.Const) else b.ir is not None
+        fn = None
+        if b.fn is not None:   # the lambda node (compared by identity) and its scope
+            fn = (b.fn[0], "globals" if b.fn[1] is self.globals else b.fn[1])
+        return (b.type, _definition_sig(b.definition), value, fn, b.stdlib)
+
+    def _reads_hold(self, entry: _Entry) -> bool:
+        """True when every read an entry recorded gives now what it gave then."""
+        names = self.globals.names
+        for name, sig in entry.reads:
+            now = frozenset(names) if name == _ALL_NAMES else self._binding_sig(names.get(name))
+            if now != sig:
+                return False
+        for name, sig in entry.model_reads:
+            now = tuple(self.models) if name == _ALL_MODELS else _model_sig(self.models.get(name))
+            if now != sig:
+                return False
+        return True
+
+    def _recorded(self, node: Node, compute) -> _Entry | None:
+        """Run `compute()` with the facts and diagnostics it adds and the globals and models it
+        reads kept apart, then add them to this check's; the cache entry for it, or None when it
+        cannot be reused (it called a model, or used a definition made elsewhere)."""
+        saved = (self.facts, self.diags, self._seen, self.globals.reads, self._model_reads)
+        f = self.facts
+        self.facts = Facts(state_keys=f.state_keys, generated=f.generated, loader_fields=f.loader_fields,
+                           counters=f.counters, phases=f.phases)
+        self.diags, self._seen, self.globals.reads, self._model_reads = [], set(), set(), set()
+        calls = self._model_calls
+        try:
+            compute()
+        finally:
+            facts, diags, reads, mreads = self.facts, self.diags, self.globals.reads, self._model_reads
+            self.facts, self.diags, self._seen, self.globals.reads, self._model_reads = saved
+            if self.globals.reads is not None:
+                self.globals.reads |= reads
+            if self._model_reads is not None:
+                self._model_reads |= mreads
+        entry = _Entry(node, (), (), facts.types, facts.definitions, (), facts.calls, diags, None)
+        self._merge(entry, facts.uses)
+        self.cache.misses += 1
+        if self._model_calls != calls:
+            return None
+        uses = self._use_refs(facts, mreads)
+        if uses is None:
+            return None
+        names = self.globals.names
+        entry.reads = tuple((n, frozenset(names) if n == _ALL_NAMES else self._binding_sig(names.get(n)))
+                            for n in sorted(reads))
+        entry.model_reads = tuple((n, tuple(self.models) if n == _ALL_MODELS else _model_sig(self.models.get(n)))
+                                  for n in sorted(mreads))
+        entry.uses = uses
+        return entry
+
+    def _use_refs(self, facts: Facts, mreads: set) -> tuple | None:
+        """The uses a computation recorded, each definition named so that a later check finds its
+        own: made by the computation (kept), a global's, or a model parameter's; None otherwise."""
+        local = {id(d) for d in facts.definitions}
+        names = self.globals.names
+        out = []
+        for span, d in facts.uses:
+            if d is None or id(d) in local:
+                out.append((span, None, d))
+                continue
+            b = names.get(d.name)
+            if b is not None and b.definition is d:
+                out.append((span, "global", d.name))
+                continue
+            for mname in mreads:
+                m = self.models.get(mname) if mname != _ALL_MODELS else None
+                key = next((k for k, pd in m["param_defs"].items() if pd is d), None) if m else None
+                if key is not None:
+                    out.append((span, "param", (mname, key)))
+                    break
+            else:
+                return None
+        return tuple(out)
+
+    def _replay(self, entry: _Entry) -> None:
+        """Add a cached computation's facts and diagnostics to this check's, as running it would."""
+        self.cache.hits += 1
+        uses = []
+        for span, kind, ref in entry.uses:
+            if kind is None:
+                uses.append((span, ref))
+            elif kind == "global":
+                uses.append((span, self.globals.names[ref].definition))
+            else:
+                uses.append((span, self.models[ref[0]]["param_defs"][ref[1]]))
+        self._merge(entry, uses)
+        if self.globals.reads is not None:   # replayed inside a computation being recorded
+            self.globals.reads.update(n for n, _ in entry.reads)
+        if self._model_reads is not None:
+            self._model_reads.update(n for n, _ in entry.model_reads)
+
+    def _merge(self, entry: _Entry, uses) -> None:
+        types, calls = self.facts.types, self.facts.calls
+        for k, t in entry.types.items():
+            types.setdefault(k, t)
+        self.facts.definitions.extend(entry.definitions)
+        self.facts.uses.extend(uses)
+        for k, c in entry.calls.items():
+            calls.setdefault(k, c)
+        for d in entry.diags:
+            self.report(d)
 
     def call_function(self, node: ListNode, b: Binding, scope: Scope) -> ir.Expr:
         """A `def`'d or standard-library function, inlined for these argument types."""
@@ -1839,11 +2091,14 @@ def stdlib_docs() -> dict[str, tuple[str, str]]:
     return out
 
 
-def check(parsed: ParseResult, read_files: bool = False) -> CheckResult:
+def check(parsed: ParseResult, read_files: bool = False, cache: CheckCache | None = None,
+          build_ir: bool = True) -> CheckResult:
     """Check a parsed file: diagnostics, editor facts, and the IR when there is no error. Never raises for user input.
 
-    Opens no file unless `read_files` (then each `:pretrained` file's header, for E-MODEL-003)."""
-    return Checker(parsed, read_files).run()
+    Opens no file unless `read_files` (then each `:pretrained` file's header, for E-MODEL-003).
+    `cache`, kept from the check of an earlier version of the same file, makes the check
+    incremental (the result is the same); `build_ir=False` leaves `program` None."""
+    return Checker(parsed, read_files, cache).run(build_ir)
 
 
 def check_expression(text: str, names: dict[str, Type]) -> tuple[ir.Expr | None, list[Diagnostic]]:
