@@ -97,11 +97,18 @@ class Graphs:
             else:
                 self.gen_init, self.gen_step, self.gen_finish = self.gen_init_1, self.gen_step_1, self.gen_finish_1
         self.grads = jax.jit(self._counted("train" + (" stacked" if S > 1 else ""), self._grads))
-        # The new parameters and optimizer state are replicated, as they came in (XLA all-reduced the
-        # gradients inside the training graph, whose batch was split along the mesh's `data` axis).
-        out = {} if dp is None else {"out_shardings": dp.replicated}
-        self.update = jax.jit(self._counted("update", self._update), donate_argnums=(0, 1) if dn else (), **out)
+        # The new parameters and optimizer state are sharded as they came in: replicated (XLA all-reduced
+        # the gradients inside the training graph, whose batch was split along the mesh's `data` axis),
+        # or under FSDP split as sharding.DataParallel.state_sharding says.
+        if dp is not None and dp.fsdp:
+            self.update = self._sharded_update(dn)
+        else:
+            out = {} if dp is None else {"out_shardings": dp.replicated}
+            self.update = jax.jit(self._counted("update", self._update), donate_argnums=(0, 1) if dn else (), **out)
         self.passes = {ps.name: jax.jit(self._counted(f"pass {ps.name}", self._eval_fn(ps))) for ps in program.passes}
+        # After each group: the counter totals and the first non-finite loss (`_tally`), on every device.
+        rep = {} if dp is None else {"out_shardings": dp.replicated}
+        self.tally = jax.jit(self._counted("tally", self._tally), **rep)
 
     # -- bookkeeping --------------------------------------------------------------------------
     def _counted(self, name, fn):
@@ -125,6 +132,30 @@ class Graphs:
     def zero_counters(self) -> dict:
         """Run-long counter totals at the start of a run."""
         return {c: jnp.zeros((), jdt(d)) for c, d in self.counter_types.items()}
+
+    def no_bad(self) -> tuple:
+        """The record `tally` keeps of the first non-finite loss, before any step: (i64 -1, f32 0),
+        on the device (every device of the mesh)."""
+        bad = (jnp.asarray(-1, jnp.int64), jnp.asarray(0.0, jnp.float32))
+        return bad if self.dp is None else self.dp.put_replicated(bad)
+
+    def _tally(self, counters, deltas, losses, step, bad):
+        """One group's bookkeeping, in one small graph (nothing read back to the host):
+
+        * `counters` (name -> scalar total) plus each copy's `deltas` (a list of such dicts, in
+          microbatch order), added one copy at a time exactly as `counters[c] + delta[c]` would;
+        * `bad`, (i64 step, f32 value): the step (1-based, `step` the group's context `:step`, a
+          scalar or [S] i64) and value of the first non-finite entry of `losses` (f32 scalars in
+          microbatch order), kept once set; step -1 while every loss so far was finite.
+        Returns (counters, bad).
+        """
+        for d in deltas:
+            counters = {c: counters[c] + d[c] for c in counters}
+        vals = jnp.stack([jnp.asarray(v, jnp.float32) for v in losses])
+        nonfinite = ~jnp.isfinite(vals)
+        hit = jnp.any(nonfinite) & (bad[0] < 0)
+        done = jnp.ravel(step)[0].astype(jnp.int64) + 1
+        return counters, (jnp.where(hit, done, bad[0]), jnp.where(hit, vals[jnp.argmax(nonfinite)], bad[1]))
 
     # -- generator ----------------------------------------------------------------------------
     def _records(self, state):
@@ -212,7 +243,24 @@ class Graphs:
         return tuple([pick(v, i) for i in range(S)] for v in (l, g, m, d, dl))
 
     def _grads(self, trainable, frozen, batches, ctxs, base):
-        return self._group(trainable, frozen, batches, ctxs, base)
+        l, g, m, d, dl = self._group(trainable, frozen, batches, ctxs, base)
+        if self.dp is not None and self.dp.fsdp:
+            # Each gradient split as its parameter is: XLA reduce-scatters instead of all-reducing.
+            g = [self.dp.constrain_state(x) for x in g]
+        return l, g, m, d, dl
+
+    def _sharded_update(self, donate: bool):
+        """The update graph under FSDP: jitted at its first call, when the state's tree is known, with
+        `out_shardings` the parameters' and optimizer state's FSDP shardings."""
+        jitted = []
+
+        def update(trainable, opt_state, grads):
+            if not jitted:
+                out = self.dp.state_shardings((trainable, opt_state))
+                jitted.append(jax.jit(self._counted("update", self._update), out_shardings=out,
+                                      donate_argnums=(0, 1) if donate else ()))
+            return jitted[0](trainable, opt_state, grads)
+        return update
 
     def _update(self, trainable, opt_state, grads):
         """Sum the microbatches' gradients in order, average, and take one optax step.

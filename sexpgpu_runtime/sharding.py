@@ -1,12 +1,16 @@
 """Data parallelism with jax.sharding: one `Mesh` with a `data` axis, batches split along it.
 
-`DataParallel(n)` builds a 1-D mesh over the first `n` devices. Every batch
-(and the generator's state, which holds one entry per record) is sharded
-along the batch axis: the first axis, or the second under stacking (the
-first is then the stack). Parameters, optimizer state, the context scalars
-and the counter totals are replicated. The graphs are the same jitted
-functions as on one device; XLA sees sharded inputs and replicated
-parameters and inserts the gradient all-reduce itself.
+`DataParallel(n)` builds a 1-D mesh over `n` devices. Every batch (and the
+generator's state, which holds one entry per record) is sharded along the
+batch axis: the first axis, or the second under stacking (the first is
+then the stack). The context scalars and the counter totals are replicated.
+The parameters and the optimizer state are replicated, or with
+`fsdp=True` (`:shard-params :fsdp`, `--fsdp`) each array is split along its
+largest axis the mesh size divides (sexpgpu_lang.mesh.fsdp_dim; whole on
+every device when none does). The graphs are the same jitted functions as
+on one device: XLA sees the inputs' shardings and the update graph's
+`out_shardings` and inserts the gradient all-reduce (or, under FSDP, the
+parameter all-gathers and the gradient reduce-scatters) itself.
 
 With one device there is no mesh at all (`DataParallel.of(program, None)`
 returns None when one device is asked for), so a one-device run is the
@@ -14,8 +18,11 @@ same program, bit for bit, as before sharding existed.
 
 Multi-host: `initialize(coordinator, num_processes, process_id)` calls
 `jax.distributed.initialize` before anything else touches JAX; the mesh
-then spans every process's devices, and each process puts its own slice of
-each global batch (`make_array_from_process_local_data`).
+then spans every process's devices, an equal number from each, in process
+order, so process `k` holds rows `[k*B/P, (k+1)*B/P)` of every global batch
+of B records. Each process reads only those records (`read`) and gives them
+to JAX (`make_array_from_process_local_data`), so the global batch is the
+one a single process reads.
 
 This module knows nothing of the training loop; train.py and graphs.py
 call it.
@@ -27,26 +34,12 @@ import numpy as np
 import jax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-AXIS = "data"
+from sexpgpu_lang.mesh import AXIS, fsdp_dim, parse_mesh  # noqa: F401  (parse_mesh: the CLI's import)
 
 
 class MeshError(Exception):
-    """A mesh that cannot be built: more devices than JAX sees, a batch that does not divide."""
-
-
-def parse_mesh(text: str) -> int:
-    """`--mesh data=N` (or just `N`) to the data axis size N; ValueError with a one-line reason."""
-    t = text.strip()
-    name, _, value = t.rpartition("=")
-    if name and name.strip() != AXIS:
-        raise ValueError(f"--mesh names the axis `{name.strip()}`; the one axis is `{AXIS}` (e.g. --mesh data=8)")
-    try:
-        n = int(value)
-    except ValueError:
-        raise ValueError(f"--mesh takes `data=N` with N a whole number of devices, got `{text}`") from None
-    if n < 1:
-        raise ValueError(f"--mesh data=N needs N >= 1, got {n}")
-    return n
+    """A mesh that cannot be built: more devices than JAX sees, a batch that does not divide,
+    a multi-process mesh that does not take the same number of devices from every process."""
 
 
 def initialize(coordinator: str | None, num_processes: int | None, process_id: int | None) -> None:
@@ -54,48 +47,83 @@ def initialize(coordinator: str | None, num_processes: int | None, process_id: i
 
     With none of the three given, nothing happens (JAX's own environment
     variables are read only when `jax.distributed.initialize()` is called,
-    which a single-process run never does).
+    which a single-process run never does). MeshError when only some are given.
     """
     if coordinator is None and num_processes is None and process_id is None:
         return
     if coordinator is None or num_processes is None or process_id is None:
         raise MeshError("a multi-process run needs all of --coordinator HOST:PORT, --num-processes N and --process-id I")
+    if process_id >= num_processes:
+        raise MeshError(f"--process-id {process_id} is not below --num-processes {num_processes}; "
+                        f"number the processes 0 to {num_processes - 1}")
     jax.distributed.initialize(coordinator_address=coordinator, num_processes=num_processes, process_id=process_id)
 
 
-class DataParallel:
-    """The mesh of a data-parallel run and the shardings of what goes into its graphs."""
+def mesh_devices(devices: int) -> list:
+    """The `devices` devices of the mesh, in mesh order: the first `devices` JAX lists in one process;
+    with P processes the first `devices / P` of each process, process 0's first. MeshError when there
+    are not enough, or `devices` does not divide by P."""
+    available = jax.devices()
+    if devices > len(available):
+        raise MeshError(f"the run asks for {devices} devices, but JAX sees {len(available)} "
+                        f"({jax.default_backend()}); lower `:devices` in `run` or `--mesh data=N`")
+    procs = jax.process_count()
+    if procs == 1:
+        return available[:devices]
+    if devices % procs:
+        raise MeshError(f"a mesh of {devices} devices cannot take the same number from each of the {procs} "
+                        f"processes; make `:devices`/`--mesh data=N` a multiple of {procs}")
+    per = devices // procs
+    out = []
+    for k in range(procs):
+        mine = sorted((d for d in available if d.process_index == k), key=lambda d: d.id)
+        if len(mine) < per:
+            raise MeshError(f"the mesh needs {per} devices from each process, but process {k} has {len(mine)}")
+        out += mine[:per]
+    return out
 
-    def __init__(self, devices: int):
-        available = jax.devices()
-        if devices > len(available):
-            raise MeshError(f"the run asks for {devices} devices, but JAX sees {len(available)} "
-                            f"({jax.default_backend()}); lower `:devices` in `run` or `--mesh data=N`")
+
+class DataParallel:
+    """The mesh of a data-parallel run and the shardings of what goes into its graphs.
+
+    `fsdp`: split the parameters and the optimizer state along `data` (else replicated).
+    """
+
+    def __init__(self, devices: int, fsdp: bool = False):
         self.devices = devices
-        self.mesh = Mesh(np.array(available[:devices]), (AXIS,))
+        self.fsdp = fsdp
+        self.mesh = Mesh(np.array(mesh_devices(devices)), (AXIS,))
         self.replicated = NamedSharding(self.mesh, P())
         self.batch = NamedSharding(self.mesh, P(AXIS))
         self.stacked_batch = NamedSharding(self.mesh, P(None, AXIS))
 
     @staticmethod
-    def of(program, devices: int | None) -> "DataParallel | None":
+    def of(program, devices: int | None, fsdp: bool | None = None) -> "DataParallel | None":
         """The run's mesh: `devices` (the command line's `--mesh`), else the file's `:devices`, else every
-        device (as many as divide every loader's `:batch`). None when that is one device: a one-device
-        run uses no mesh at all."""
+        device (as many as divide every loader's `:batch`, and a multiple of the process count). `fsdp`
+        (`--fsdp`) overrides the file's `:shard-params`. None when that is one device: a one-device run
+        uses no mesh at all. MeshError when the mesh cannot be built."""
         n = devices if devices is not None else getattr(program.run, "devices", None)
+        procs = jax.process_count()
         if n is None:
             # Every device, or as many as split every batch evenly (6 GPUs and `:batch 64`: 4 of them).
             batches = [ld.batch for ld in program.loaders.values()]
-            n = max(d for d in range(1, len(jax.devices()) + 1) if all(b % d == 0 for b in batches))
-        if n == 1:
+            fits = [d for d in range(procs, len(jax.devices()) + 1, procs) if all(b % d == 0 for b in batches)]
+            if not fits:
+                raise MeshError(f"no mesh over the {procs} processes divides every loader's `:batch` "
+                                f"({', '.join(map(str, batches))}); make each `:batch` a multiple of {procs}")
+            n = max(fits)
+        if n == 1 and procs == 1:
             return None
-        dp = DataParallel(n)
+        if fsdp is None:
+            fsdp = getattr(program.run, "shard_params", "replicated") == "fsdp"
+        dp = DataParallel(n, fsdp)
         dp.check_batches(program)
         return dp
 
     def check_batches(self, program) -> None:
         """Every loader's `:batch` must divide by the device count (lint says so when `:devices` is in
-        the file; a `--mesh` from the command line is checked here)."""
+        the file; a `--mesh` from the command line is checked here). MeshError otherwise."""
         for name, ld in program.loaders.items():
             if ld.batch % self.devices:
                 raise MeshError(f"loader `{name}` has `:batch {ld.batch}`, which does not divide by the "
@@ -104,28 +132,70 @@ class DataParallel:
     def describe(self) -> str:
         """One line: the mesh's axis, size and devices."""
         kinds = sorted({d.platform for d in self.mesh.devices.flat})
-        return f"mesh data={self.devices} over {self.devices} {'/'.join(kinds)} devices ({jax.process_count()} processes)"
+        how = "parameters split (FSDP)" if self.fsdp else "parameters replicated"
+        return (f"mesh data={self.devices} over {self.devices} {'/'.join(kinds)} devices "
+                f"({jax.process_count()} processes), {how}")
 
-    # -- placing values -------------------------------------------------------------------------
+    # -- the state: parameters, optimizer state, counters ---------------------------------------
+    def state_sharding(self, shape: tuple[int, ...]) -> NamedSharding:
+        """Where an array of the state lives: replicated, or under FSDP split along its largest axis
+        the mesh size divides (replicated when none does, and for scalars)."""
+        d = fsdp_dim(tuple(shape), self.devices) if self.fsdp else None
+        if d is None:
+            return self.replicated
+        return NamedSharding(self.mesh, P(*([None] * d), AXIS))
+
+    def state_shardings(self, tree):
+        """A tree of `state_sharding`s, one per leaf of `tree` (arrays or `jax.ShapeDtypeStruct`s)."""
+        return jax.tree_util.tree_map(lambda x: self.state_sharding(tuple(getattr(x, "shape", ()))), tree)
+
+    def put_state(self, tree):
+        """Parameters, optimizer state, counters onto the mesh (every process passes the same values)."""
+        return jax.device_put(tree, self.state_shardings(tree))
+
+    def constrain_state(self, tree):
+        """Inside a traced function: pin each leaf (a gradient, say) to its state sharding, so under FSDP
+        XLA reduce-scatters a gradient rather than all-reducing it."""
+        return jax.tree_util.tree_map(lambda x: jax.lax.with_sharding_constraint(x, self.state_sharding(x.shape)), tree)
+
     def put_replicated(self, tree):
-        """Parameters, optimizer state, contexts, counters: the whole value on every device."""
+        """Contexts and other small values: the whole value on every device."""
         return jax.device_put(tree, self.replicated)
 
+    # -- batches --------------------------------------------------------------------------------
+    def rows(self, batch: int) -> tuple[int, int]:
+        """The rows `[lo, hi)` of a global batch of `batch` records that this process's devices hold
+        (all of them in a one-process run)."""
+        if jax.process_count() == 1:
+            return 0, batch
+        spans = [idx[0] for idx in self.batch.addressable_devices_indices_map((batch,)).values()]
+        lo, hi = min(s.start or 0 for s in spans), max(batch if s.stop is None else s.stop for s in spans)
+        return lo, hi
+
+    def read(self, loader, position: int) -> dict:
+        """This process's records of the global batch at `position` (loaders.Loader.batch): the whole
+        batch in one process; in several, only the rows its devices hold, so no host reads another's."""
+        if jax.process_count() == 1:
+            return loader.batch(position)
+        lo, hi = self.rows(loader.spec.batch)
+        return loader.batch(position, lo, hi)
+
     def put_batch(self, tree, stacked: bool):
-        """A batch (every leaf with the batch axis first, or second when stacked) split along `data`."""
+        """A batch (every leaf with the batch axis first, or second when stacked) split along `data`.
+        In a multi-process run `tree` holds only this process's rows (`read`); the global array is
+        built from every process's rows (`jax.make_array_from_process_local_data`)."""
         sharding = self.stacked_batch if stacked else self.batch
         if jax.process_count() == 1:
             return jax.device_put(tree, sharding)
-        return jax.tree_util.tree_map(lambda x: self._from_process_local(np.asarray(x), sharding, stacked), tree)
-
-    def _from_process_local(self, x: np.ndarray, sharding, stacked: bool):
-        """Multi-host: every process has built the global batch (the loader is a pure function of the
-        position); each gives JAX only its own rows, the slice its devices hold."""
         axis = 1 if stacked else 0
-        n, k = jax.process_count(), jax.process_index()
-        rows = x.shape[axis] // n
-        local = np.take(x, np.arange(k * rows, (k + 1) * rows), axis=axis)
-        return jax.make_array_from_process_local_data(sharding, local, x.shape)
+        procs = jax.process_count()
+
+        def one(x):
+            x = np.asarray(x)
+            shape = list(x.shape)
+            shape[axis] *= procs   # every process holds an equal, contiguous share (mesh_devices)
+            return jax.make_array_from_process_local_data(sharding, x, tuple(shape))
+        return jax.tree_util.tree_map(one, tree)
 
     def constrain_records(self, tree, batch: int):
         """Inside a traced (per-copy) function: keep every per-record value (first axis == batch)

@@ -28,12 +28,13 @@ CHILD = textwrap.dedent(r'''
     from sexpgpu_runtime.params import flatten
 
     devices, stack, steps, run_dir = int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), Path(sys.argv[5])
+    fsdp = sys.argv[6] == "fsdp"
     text = variant(":log (:every 50)", ":log (:every 1)")
     text = variant(":stack 2", f":stack {stack}", text)
     read = []
     batch = loaders.Loader.batch
-    def logged(self, start):
-        out = batch(self, start)
+    def logged(self, start, *rows):
+        out = batch(self, start, *rows)
         read.append([int(start), float(sum(np.asarray(v, np.float64).sum() for v in out.values()))])
         return out
     loaders.Loader.batch = logged
@@ -45,19 +46,28 @@ CHILD = textwrap.dedent(r'''
         seen["batch_devices"] = sorted({len(v.sharding.device_set) for v in out[0].values()})
         return out
     tr.Trainer.next_group = next_group
-    opts = tr.RunOptions(steps=steps, run_dir=run_dir, quiet=True, devices=devices)
+    step = tr.Trainer.step
+    def stepped(self, state):
+        new, reports = step(self, state)
+        seen["opt_state"] = sorted({str(getattr(v.sharding, "spec", None)) for v in jax.tree_util.tree_leaves(new.opt_state)})
+        return new, reports
+    tr.Trainer.step = stepped
+    opts = tr.RunOptions(steps=steps, run_dir=run_dir, quiet=True, devices=devices, fsdp=fsdp or None)
     res = tr.train(program_of(text, str(run_dir / "run.sx")), opts)
     params = {".".join(k): np.asarray(v).tolist() for k, v in flatten(res.trainable).items()}
     params_devices = sorted({len(v.sharding.device_set) for v in flatten(res.trainable).values()})
+    seen["params"] = {".".join(k): [str(getattr(v.sharding, "spec", None)), [list(s.data.shape) for s in v.addressable_shards]]
+                      for k, v in flatten(res.trainable).items()}
     print(json.dumps({"devices": len(jax.devices()), "losses": [r["loss"] for r in res.history],
                       "records": read, "traces": res.traces, "params": params, "seen": seen,
                       "params_devices": params_devices}))
 ''')
 
 
-def child(devices: int, stack: int, steps: int, run_dir) -> dict:
+def child(devices: int, stack: int, steps: int, run_dir, fsdp: bool = False) -> dict:
     env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8", "JAX_PLATFORMS": "cpu"}
-    out = subprocess.run([sys.executable, "-c", CHILD, str(ROOT), str(devices), str(stack), str(steps), str(run_dir)],
+    out = subprocess.run([sys.executable, "-c", CHILD, str(ROOT), str(devices), str(stack), str(steps), str(run_dir),
+                          "fsdp" if fsdp else "replicated"],
                          env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -78,6 +88,49 @@ def test_eight_devices_give_one_devices_losses_and_record_order(tmp_path, stack)
     for k in one["params"]:
         np.testing.assert_allclose(eight["params"][k], one["params"][k], rtol=1e-3, atol=1e-5)
     assert all(n == 1 for n in eight["traces"].values()), eight["traces"]
+
+
+@pytest.mark.parametrize("stack", [1, 2])
+def test_fsdp_on_eight_devices_gives_one_devices_losses_with_the_parameters_split(tmp_path, stack):
+    """`--fsdp`: every parameter and its optimizer state split along `data` on its largest axis that 8
+    divides; the losses and the trained parameters are one device's, within float tolerance, with
+    `:microbatches 2` stacked (stack 2) or not (stack 1)."""
+    from sexpgpu_lang.mesh import fsdp_spec
+    one = child(1, stack, 4, tmp_path / "one")
+    eight = child(8, stack, 4, tmp_path / "eight", fsdp=True)
+    assert eight["records"] == one["records"]
+    np.testing.assert_allclose(eight["losses"], one["losses"], rtol=1e-4, atol=1e-5)
+    for k in one["params"]:
+        np.testing.assert_allclose(eight["params"][k], one["params"][k], rtol=1e-3, atol=1e-5)
+    shapes = {k: np.shape(v) for k, v in one["params"].items()}   # embed [16 64], hidden [64 64], out [64 16], ...
+    for k, (spec, shards) in eight["seen"]["params"].items():
+        want = fsdp_spec(shapes[k], 8)
+        assert spec.replace(",)", ")") == want, (k, spec, want)
+        d = want.count("None")   # the split axis: each device holds 1/8 of it
+        assert len(shards) == 8 and all(s[d] == shapes[k][d] // 8 for s in shards), (k, shards)
+    assert eight["seen"]["params"]["hidden"][0] == "P('data',)"
+    assert eight["seen"]["params"]["embed"][0] == "P(None, 'data')"
+    # Adam's moments are split as their parameters are (its step count, a scalar, is replicated).
+    assert set(eight["seen"]["opt_state"]) == {"P()", "P('data',)", "P(None, 'data')"}
+    replicated = child(8, stack, 1, tmp_path / "rep")
+    assert set(replicated["seen"]["opt_state"]) == {"P()"}
+    assert all(n == 1 for n in eight["traces"].values()), eight["traces"]
+
+
+def test_fsdp_splits_the_largest_axis_the_mesh_divides():
+    from sexpgpu_lang.mesh import fsdp_dim, fsdp_spec
+    assert fsdp_dim((16, 64), 8) == 1 and fsdp_dim((64, 64), 8) == 0 and fsdp_dim((64, 16), 8) == 0
+    assert fsdp_dim((3, 5), 8) is None and fsdp_dim((), 8) is None and fsdp_dim((64,), 1) is None
+    assert fsdp_dim((4, 24), 8) == 1 and fsdp_dim((4,), 8) is None
+    assert fsdp_spec((16, 64), 8) == "P(None, 'data')" and fsdp_spec((3,), 8) == "P()"
+
+
+def test_shard_params_in_the_file_is_checked():
+    from sexpgpu_lang import analyze
+    assert program_of(variant(":seed 0", ":shard-params :fsdp :seed 0")).run.shard_params == "fsdp"
+    assert program_of(fixture_text()).run.shard_params == "replicated"
+    res = analyze(variant(":seed 0", ":shard-params :zero3 :seed 0"), "x.sx")
+    assert [d.message for d in res.diagnostics if d.code == "E-FORM-002"] == ["`:shard-params` is `:replicated` or `:fsdp`"]
 
 
 def test_a_mesh_larger_than_the_devices_is_refused(tmp_path):
