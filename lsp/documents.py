@@ -8,6 +8,10 @@ with a new `serial`, a number no other version of any document has: an
 analysis is keyed by it, and a result is only ever used (or published) for
 the serial it was computed from.
 
+Each open document keeps a `CheckCache`, so that checking a version reuses
+what checking the one before found for the forms an edit did not touch
+(the result is the same as a check from scratch).
+
 Imports `sexpgpu_lang` and `lsp.convert`; never JAX.
 """
 from __future__ import annotations
@@ -22,9 +26,9 @@ from urllib.parse import unquote, urlparse
 
 from lsprotocol import types
 
-from sexpgpu_lang import CheckResult, SourceText, analyze, ide
-from sexpgpu_lang.check import Facts
-from sexpgpu_lang.syntax import ParseResult
+from sexpgpu_lang import CheckResult, SourceText, ide
+from sexpgpu_lang.check import CheckCache, Facts, check
+from sexpgpu_lang.syntax import ParseResult, parse
 
 from .convert import PositionMap, apply_change
 
@@ -79,13 +83,15 @@ class Analysis:
         return ide.index(self.result)
 
 
-def analyze_document(doc: Document) -> Analysis:
-    """Check a document's text with the front end. Never raises: should the
-    front end fail (it must not, for any text), the analysis is empty and
-    says why in `failure`, and the error is logged."""
+def analyze_document(doc: Document, cache: CheckCache | None = None) -> Analysis:
+    """Check a document's text with the front end, as `sexpgpu lint` does but
+    without building the IR (no editor feature reads it), reusing `cache`
+    (kept from the document's earlier versions) when given. Never raises:
+    should the front end fail (it must not, for any text), the analysis is
+    empty and says why in `failure`, and the error is logged."""
     path = uri_to_path(doc.uri)
     try:
-        return Analysis(doc, analyze(doc.text, path))
+        return Analysis(doc, check(parse(SourceText(doc.text, path)), cache=cache, build_ir=False))
     except Exception as exc:  # RecursionError included: a bug in the front end, not in the file
         log.error("the front end failed on %s", doc.uri, exc_info=exc)
         src = SourceText(doc.text, path)
@@ -106,6 +112,7 @@ class DocumentStore:
         self._docs: dict[str, Document] = {}
         self._analyses: dict[str, Analysis] = {}
         self._running: dict[int, Future] = {}
+        self._caches: dict[str, CheckCache] = {}
         self._lock = threading.Lock()
 
     def open(self, item: types.TextDocumentItem) -> Document:
@@ -131,6 +138,7 @@ class DocumentStore:
         self._docs.pop(uri, None)
         with self._lock:
             self._analyses.pop(uri, None)
+            self._caches.pop(uri, None)
 
     def get(self, uri: str) -> Document | None:
         """The latest version of an open document."""
@@ -154,7 +162,15 @@ class DocumentStore:
             return cached
         if running is not None:
             return running.result()
-        return self.remember(analyze_document(doc))
+        return self.remember(analyze_document(doc, self.cache(uri)))
+
+    def cache(self, uri: str) -> CheckCache:
+        """The check cache of a document (made on first use; dropped when it closes)."""
+        with self._lock:
+            cache = self._caches.get(uri)
+            if cache is None:
+                cache = self._caches[uri] = CheckCache()
+            return cache
 
     def start(self, doc: Document, executor: Executor) -> Future:
         """Check `doc` on `executor` (or join the check of it already running)."""
@@ -166,7 +182,7 @@ class DocumentStore:
 
     def _check(self, doc: Document) -> Analysis:
         try:
-            return self.remember(analyze_document(doc))
+            return self.remember(analyze_document(doc, self.cache(doc.uri)))
         finally:
             with self._lock:
                 self._running.pop(doc.serial, None)

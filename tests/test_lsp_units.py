@@ -135,10 +135,10 @@ def test_the_server_never_imports_jax():
 
 
 def test_a_front_end_failure_is_shown_not_hidden(monkeypatch):
-    def broken(text, path):
+    def broken(*args, **kwargs):
         raise RecursionError("maximum recursion depth exceeded")
 
-    monkeypatch.setattr(documents, "analyze", broken)
+    monkeypatch.setattr(documents, "check", broken)
     a = documents.analyze_document(Document("file:///deep.sx", 1, "((((x))))"))
     assert a.result.diagnostics == [] and "RecursionError" in a.failure
     from lsp.convert import to_lsp_diagnostics
