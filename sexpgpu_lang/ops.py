@@ -574,12 +574,22 @@ def _iota(call):
     dims = call.sizes(0)
     ax = call.axis(len(dims), call.const_int("axis") if "axis" in call.kwargs else 0, "axis")
     dt = call.dtype_arg("dtype", "i32")
+    if dt == "bool":   # lax.broadcasted_iota refuses bool
+        raise RuleError("E-TYPE-002", "`iota` counts in numbers; `:dtype` cannot be `:bool`", "dtype",
+                        help="compare the count instead, e.g. `(= (iota [4]) 0)`")
     call.static.update(shape=dims, axis=ax, dtype=dt)
     return TensorType(dims, dt)
 
 
+def _dtype_once(call, i: int):
+    """A dtype given both as argument `i` and as `:dtype` is a mistake (JAX: "multiple values for 'dtype'")."""
+    if len(call.args) > i and "dtype" in call.kwargs:
+        raise RuleError("E-NAME-002", f"`{call.op}`: the dtype is given twice, as an argument and as `:dtype`", "dtype")
+
+
 def _fill(call, value):
     dims = call.sizes(0)
+    _dtype_once(call, 1)
     dt = call.dtype_arg(1, None) if len(call.args) > 1 else call.dtype_arg("dtype", "f32")
     call.static.update(shape=dims, dtype=dt, value=value)
     return TensorType(dims, dt)
@@ -598,6 +608,7 @@ def _full(call):
     v = call.tensor(1)
     if v.shape != ():
         raise RuleError("E-SHAPE-005", f"`full` needs a scalar value, got {v.show()}", 1)
+    _dtype_once(call, 2)
     dt = call.dtype_arg(2, None) if len(call.args) > 2 else call.dtype_arg("dtype", v.dtype)
     call.static.update(shape=dims, dtype=dt)
     return TensorType(dims, dt)
