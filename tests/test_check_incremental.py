@@ -1,0 +1,207 @@
+"""The incremental check (`CheckCache`) gives exactly what a check from scratch gives.
+
+Random sequences of edits (insertions, deletions, a `def`'s value changed,
+a model renamed, a bracket broken, a number changed, a name misspelt, an
+undo back to an earlier text) are applied to real run files (examples/,
+../shared/cases/, the fixtures) and to files with many models written to
+exercise the cache (models that read `def`s, call `def`'d and
+standard-library functions, report metrics, misspell parameters, run under
+`:precision :bf16`). After every edit the file is checked twice: with the
+cache kept across the sequence, as the language server does, and cold.
+Diagnostics (codes, messages, ranges, related places, fixes), every editor
+fact (types by range, definitions, uses and which definition each use
+points to, calls, state keys, generated names), the IR, and hover, symbols,
+inlay hints and semantic tokens must be equal.
+"""
+from __future__ import annotations
+
+import dataclasses
+import random
+import re
+import zlib
+from pathlib import Path
+
+import pytest
+
+from sexpgpu_lang import SourceText, ide
+from sexpgpu_lang.check import CheckCache, check
+from sexpgpu_lang.syntax import parse
+
+ROOT = Path(__file__).resolve().parents[1]
+SEED_DIRS = [ROOT / "examples", ROOT.parent / "shared" / "cases", ROOT / "tests" / "fixtures"]
+
+LAYER = """\
+;; layer {k}
+(defmodel layer{k}
+  :params (:w (normal [dim dim] :std 0.02)
+           :b (zeros [dim]){extra_param})
+  :apply (lambda (self h)
+           (let* ((a (matmul h (getf self :w)))
+                  (z (+ a (getf self :b)))
+                  (r {body}))
+             (+ h r))))
+
+"""
+BODIES = ["(relu z)", "(twice z)", "(linear z (getf self :w) (getf self :b))", "(* z scale)",
+          "(relu (getf self :bb))", "(let* ((m (metric :act (mean z)))) (relu z))", "(tanh (* z half))",
+          "(relu zz)"]
+
+
+def many_models(n: int, precision: str = "f32", block: bool = True) -> str:
+    """The tiny-generate fixture whose student runs `n` layers (and a block that calls a layer),
+    each layer's body one of BODIES: reads of `def`s, `def`'d and standard-library functions,
+    a metric, a misspelt parameter, an unbound name."""
+    base = (ROOT / "tests" / "fixtures" / "tiny-generate.sx").read_text()
+    layers = "(def scale 2)\n(def half 0.5)\n(def twice (lambda (x) (* x scale)))\n\n" + "".join(
+        LAYER.format(k=k, body=BODIES[k % len(BODIES)], extra_param="") for k in range(1, n + 1))
+    if block:
+        layers += LAYER.format(k=0, body="(layer1 z)", extra_param="\n           :inner layer1")
+    subs = "\n".join(f"           :l{k} layer{k}" for k in range(1 if not block else 0, n + 1))
+    calls = "\n".join(f"                  (h{k} (layer{k} h{k - 1}))" for k in range(1, n + 1))
+    text = base.replace("           :out (normal [dim vocab] :std 0.1))",
+                        "           :out (normal [dim vocab] :std 0.1)\n" + subs + ")")
+    text = text.replace("                  (h (relu (matmul (+ here start next) (getf self :hidden)))))",
+                        "                  (h0 (relu (matmul (+ here start next) (getf self :hidden))))\n"
+                        + calls + ")")
+    last = f"(layer0 h{n})" if block else f"h{n}"
+    text = text.replace("             (matmul h (getf self :out)))))", f"             (matmul {last} (getf self :out)))))")
+    text = text.replace(":precision :f32", f":precision :{precision}")
+    return text.replace("(defmodel student", layers + "(defmodel student", 1)
+
+
+SNIPPETS = ["x", " ", "\n", "(", ")", "[", "]", "zz", "1", ";; note\n", "\n(def extra 3)\n", " :w", "h",
+            "(relu z)", "\n(defmodel", "dim", "0.5", ":bf16"]
+
+
+def mutate(text: str, rng: random.Random, history: list[str]) -> str:
+    """One random edit of a run file's text."""
+    kind = rng.choice(["insert", "delete", "def", "rename", "bracket", "number", "misspell", "undo", "insert", "def"])
+    n = len(text)
+    if kind == "insert" or n == 0:
+        at = rng.randint(0, n)
+        return text[:at] + rng.choice(SNIPPETS) + text[at:]
+    if kind == "delete":
+        at = rng.randrange(n)
+        return text[:at] + text[at + rng.randint(1, 8):]
+    if kind == "def" and (defs := list(re.finditer(r"\(def (\S+) ([0-9.]+)\)", text))):
+        m = rng.choice(defs)
+        return text[:m.start(2)] + rng.choice(["2", "3", "4", "8", "16", "64", "0.5", "1e-3"]) + text[m.end(2):]
+    if kind == "rename" and (models := list(re.finditer(r"\(defmodel (\S+)", text))):
+        name = rng.choice(models).group(1)
+        new = name + rng.choice(["x", "2", ""])
+        if rng.random() < 0.5:   # the definition only: its uses become unbound
+            m = next(mm for mm in models if mm.group(1) == name)
+            return text[:m.start(1)] + new + text[m.end(1):]
+        return re.sub(rf"(?<![\w-]){re.escape(name)}(?![\w-])", new, text)
+    if kind == "bracket" and (brackets := [i for i, c in enumerate(text) if c in "()[]"]):
+        at = rng.choice(brackets)
+        return text[:at] + text[at + 1:]
+    if kind == "number" and (nums := list(re.finditer(r"(?<![\w.-])\d+(?![\w.])", text))):
+        m = rng.choice(nums)
+        return text[:m.start()] + str(rng.choice([1, 2, 3, 8, 16, 64])) + text[m.end():]
+    if kind == "misspell" and (names := list(re.finditer(r"\((relu|matmul|getf|twice|linear|mean|layer\d+) ", text))):
+        m = rng.choice(names)
+        return text[:m.end(1)] + rng.choice(["x", "2", "-"]) + text[m.end(1):]
+    if kind == "undo" and history:
+        return rng.choice(history[-4:])
+    at = rng.randint(0, n)
+    return text[:at] + rng.choice(SNIPPETS) + text[at:]
+
+
+def structure(x, depth: int = 0):
+    """A comparable form of IR and facts: dataclasses field by field (the IR compares by identity)."""
+    if dataclasses.is_dataclass(x) and not isinstance(x, type):
+        return (type(x).__name__,) + tuple(structure(getattr(x, f.name), depth + 1) for f in dataclasses.fields(x))
+    if isinstance(x, (tuple, list)):
+        return tuple(structure(i, depth + 1) for i in x)
+    if isinstance(x, dict):
+        return tuple((structure(k, depth + 1), structure(v, depth + 1)) for k, v in x.items())
+    if isinstance(x, (set, frozenset)):
+        return frozenset(x)
+    return x
+
+
+def observed(text: str, cache: CheckCache | None, queries: list[int]):
+    """Everything the check gives that an editor or the runtime reads."""
+    r = check(parse(SourceText(text, "/work/x.sx")), cache=cache)
+    f = r.facts
+    at = {id(d): i for i, d in enumerate(f.definitions)}
+    uses = [(span, d, at.get(id(d), -1)) for span, d in f.uses]
+    ix = ide.index(r)
+    return {
+        "diagnostics": r.diagnostics,
+        "types": list(f.types.items()),
+        "definitions": f.definitions,
+        "uses": uses,
+        "calls": list(f.calls.items()),
+        "state_keys": [(k, at.get(id(d), -1)) for k, d in f.state_keys.items()],
+        "generated": [(k, at.get(id(d), -1)) for k, d in f.generated.items()],
+        "rest": (f.loader_fields, f.counters, f.phases),
+        "program": structure(r.program),
+        "hover": [ide.hover(ix, q) for q in queries],
+        "symbols": ide.document_symbols(ix),
+        "inlay": ide.inlay_hints(ix),
+        "tokens": ide.semantic_tokens(ix),
+    }
+
+
+def run_sequence(text: str, seed: int, edits: int) -> int:
+    """Apply `edits` random edits; after each, the cached and the cold check must agree.
+    Returns how many cached computations were reused."""
+    rng = random.Random(seed)
+    cache = CheckCache()
+    history: list[str] = []
+    for step in range(edits + 1):
+        if step:
+            history.append(text)
+            text = mutate(text, rng, history)
+        queries = [rng.randint(0, len(text)) for _ in range(6)]
+        warm = observed(text, cache, queries)
+        cold = observed(text, None, queries)
+        for key in cold:
+            assert warm[key] == cold[key], (f"seed {seed}, edit {step}: `{key}` differs from a cold check", text)
+    return cache.hits
+
+
+def _seed_files() -> list[Path]:
+    return [p for d in SEED_DIRS for p in sorted(d.glob("*.sx"))]
+
+
+@pytest.mark.parametrize("path", _seed_files(), ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_random_edits_of_run_files(path: Path):
+    run_sequence(path.read_text(encoding="utf-8"), seed=zlib.crc32(path.name.encode()) % 1000, edits=10)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_random_edits_of_a_file_of_many_models(seed: int):
+    text = many_models(12, precision="bf16" if seed % 3 == 2 else "f32", block=seed % 2 == 0)
+    hits = run_sequence(text, seed, edits=40)
+    assert hits > 40, "the cache should be reused for the forms an edit did not touch"
+
+
+def test_an_edit_in_one_layer_reuses_the_others():
+    text = many_models(20, block=False)
+    cache = CheckCache()
+    check(parse(SourceText(text)), cache=cache)
+    hits, misses = cache.hits, cache.misses
+    edited = text.replace("(r (relu z))", "(r (relu (relu z)))", 1)   # the first layer that applies relu
+    assert edited != text
+    check(parse(SourceText(edited)), cache=cache)
+    # Every layer is built and applied from the cache but the edited one, and the layers after
+    # it (they moved); the student and the block, which call models, are always checked.
+    reused = cache.hits - hits
+    assert reused >= 2 * 5, reused
+    assert observed(edited, cache, [0])["diagnostics"] == observed(edited, None, [0])["diagnostics"]
+
+
+def test_a_changed_def_is_seen_by_the_layers_that_read_it():
+    text = many_models(8, block=False)
+    cache = CheckCache()
+    check(parse(SourceText(text)), cache=cache)
+    # The same length: no form moves, so every layer's nodes are the same objects, but
+    # `dim` changes every layer's parameter shapes: no layer may keep its old types.
+    edited = text.replace("(def dim 64)", "(def dim 32)", 1)
+    warm = check(parse(SourceText(edited)), cache=cache)
+    cold = check(parse(SourceText(edited)))
+    assert warm.diagnostics == cold.diagnostics and warm.facts == cold.facts
+    assert any(t.show().startswith("[32 32]") for t in warm.facts.types.values())
