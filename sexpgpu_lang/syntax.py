@@ -12,16 +12,20 @@ and recovery"):
   (E-SYNTAX-004) and treated as the right one; a character that starts no
   token is reported (E-SYNTAX-003) and skipped.
 
-Tokens come from the terminals of `grammar.lark` (lark's compiled lexer
-pattern; lark's own lexer reports a character that starts no token). Once
+Tokens come from the terminals of `grammar.lark`: lark's compiled lexer
+pattern, stored in `_lexer_table.py` so that a parse imports no lark (it is
+used while its copy of the grammar equals grammar.lark; `write_lexer_table()`
+writes it again, and tests/test_lexer_table.py compares it with lark's).
+lark's own lexer reports a character that starts no token. Once
 the balancer has paired every bracket, the grammar's two rules (`list`,
 `vector`) are applied to the balanced tokens directly, building frozen
 dataclasses that carry a `Span`; this replaced feeding lark's LALR parser
 token by token, which gave the same trees (benchmarks/parse_incremental.py
 --check compares the two on every run file in the repository and random
 edits of them) at several times the cost. Unchanged top-level forms are
-reused from the previous parse of the same text. Nothing after this module
-imports lark.
+reused from the previous parse of the same text. lark is imported only for
+a text with a character that starts no token, and nothing after this module
+imports it.
 """
 from __future__ import annotations
 
@@ -29,9 +33,6 @@ import pathlib
 import re
 from dataclasses import dataclass, field
 from functools import lru_cache
-
-from lark import Lark, Token
-from lark.exceptions import UnexpectedCharacters
 
 from .diagnostics import Diagnostic, error
 from .source import SourceText, Span
@@ -132,16 +133,45 @@ def walk(node: Node):
             stack.extend(reversed(n.items))
 
 
-# --------------------------------------------------------------------------- lark
+# --------------------------------------------------------------------------- tokens
+
+
+class Token:
+    """One token: its terminal's name (`type`), its text, where it starts (offset, 1-based
+    line and column) and its end offset. lark's `Token` fields, without lark; a token never
+    spans lines. A closer that recovery supplied has an empty `value`."""
+
+    __slots__ = ("type", "value", "start_pos", "line", "column", "end_pos")
+
+    def __init__(self, type: str, value: str, start_pos: int, line: int | None, column: int | None, end_pos: int):
+        self.type = type
+        self.value = value
+        self.start_pos = start_pos
+        self.line = line
+        self.column = column
+        self.end_pos = end_pos
+
+    def __str__(self) -> str:
+        return self.value
+
+    def __repr__(self) -> str:
+        return f"Token({self.type!r}, {self.value!r}, {self.start_pos}, {self.line}, {self.column}, {self.end_pos})"
+
+
+# --------------------------------------------------------------------------- lexer
 
 
 _GRAMMAR = pathlib.Path(__file__).with_name("grammar.lark")
 _CLOSER = {"LPAR": "RPAR", "LBRACK": "RBRACK"}
+_OPENERS = frozenset(("LPAR", "LBRACK"))
+_CLOSERS = frozenset(("RPAR", "RBRACK"))
 _TEXT = {"LPAR": "(", "RPAR": ")", "LBRACK": "[", "RBRACK": "]"}
 
 
 @lru_cache(maxsize=1)
-def _lark() -> Lark:
+def _lark():
+    """grammar.lark as a lark parser (only its lexer is used: `_lex` on a bad character)."""
+    from lark import Lark
     # cache=True keeps lark's LALR table construction out of every start-up.
     return Lark(_GRAMMAR.read_text(), parser="lalr", lexer="basic", cache=True,
                 maybe_placeholders=False)
@@ -156,6 +186,7 @@ def _lex(text: str, diags: list[Diagnostic], unterminated: set[int] | None = Non
     fast = _lex_fast(text)
     if fast is not None:
         return _glued_numbers(fast[0], diags), fast[1]
+    from lark.exceptions import UnexpectedCharacters
     lark = _lark()
     tokens: list[Token] = []
     comments: list[Span] = []
@@ -167,7 +198,7 @@ def _lex(text: str, diags: list[Diagnostic], unterminated: set[int] | None = Non
                 if tok.type == "COMMENT":
                     comments.append(Span(tok.start_pos, tok.end_pos))
                 elif tok.type != "WS":
-                    tokens.append(tok)
+                    tokens.append(Token(tok.type, tok.value, tok.start_pos, tok.line, tok.column, tok.end_pos))
             return _glued_numbers(tokens, diags), comments
         except UnexpectedCharacters as e:
             pos = e.pos_in_stream
@@ -195,47 +226,79 @@ def _lex(text: str, diags: list[Diagnostic], unterminated: set[int] | None = Non
 
 @lru_cache(maxsize=1)
 def _scanner():
-    """lark's own compiled terminal pattern (one alternation, in lark's order), or None."""
+    """The terminals' compiled pattern (one alternation, in lark's order): the stored copy
+    (`_lexer_table`) while its grammar is grammar.lark's text, else lark's own; or None."""
+    from . import _lexer_table as table
+    try:
+        same = _GRAMMAR.read_text() == table.GRAMMAR
+    except OSError:
+        same = False
+    if same:
+        return re.compile(table.PATTERN, table.FLAGS)
+    return lark_pattern()
+
+
+def lark_pattern():
+    """lark's own compiled terminal pattern for grammar.lark, or None (another lark version
+    that builds several: then lark's lexer does all the lexing)."""
     try:
         mres = _lark()._build_lexer(True).scanner._mres
-        return mres[0].match if len(mres) == 1 else None
-    except (AttributeError, IndexError, TypeError):   # another lark version: use its lexer
+        return mres[0] if len(mres) == 1 else None
+    except (AttributeError, IndexError, TypeError):
         return None
+
+
+def write_lexer_table(path: pathlib.Path | None = None) -> pathlib.Path:
+    """Write `_lexer_table.py`: grammar.lark's text and lark's compiled pattern for it."""
+    import lark
+    pattern = lark_pattern()
+    if pattern is None:
+        raise SystemExit(f"lark {lark.__version__} builds more than one terminal pattern; not written")
+    path = path or pathlib.Path(__file__).with_name("_lexer_table.py")
+    path.write_text(
+        '"""lark\'s compiled terminal pattern for grammar.lark, so that parsing imports no lark.\n\n'
+        f'Written with lark {lark.__version__} by `python -c "from sexpgpu_lang.syntax import write_lexer_table;\n'
+        'write_lexer_table()"`; do not edit. `syntax.py` uses it only while GRAMMAR is grammar.lark\'s text;\n'
+        'tests/test_lexer_table.py compares it with lark\'s.\n'
+        '"""\n\n'
+        f"GRAMMAR = {_GRAMMAR.read_text()!r}\n\n"
+        f"PATTERN = {pattern.pattern!r}\n\n"
+        f"FLAGS = {int(pattern.flags)}\n", encoding="utf-8")
+    return path
 
 
 def _lex_fast(text: str):
     """The tokens and comments of `text` exactly as lark's lexer gives them (with lark's own
     pattern), without its per-token overhead; None when some character starts no token
     (then `_lex` lets lark's lexer report it)."""
-    match = _scanner()
-    if match is None:
+    pattern = _scanner()
+    if pattern is None:
         return None
-    new = Token._future_new
     tokens: list[Token] = []
     comments: list[Span] = []
-    pos, line, line_start, n = 0, 1, 0, len(text)
-    while pos < n:
-        m = match(text, pos)
-        if m is None:
-            return None
-        end = m.end()
-        if end == pos:
+    pos, line, line_start = 0, 1, 0
+    # Each match starts where the previous one ended (else a character started no token):
+    # then it is the match lark's lexer finds there, as no terminal matches the empty text.
+    for m in pattern.finditer(text):
+        start, end = m.span()
+        if start != pos or end == pos:
             return None
         kind = m.lastgroup
-        if kind == "WS" or kind == "COMMENT":
-            if kind == "COMMENT":
-                comments.append(Span(pos, end))
-            else:
-                k = text.count("\n", pos, end)
-                if k:
-                    line += k
-                    line_start = text.rindex("\n", pos, end) + 1
+        if kind == "WS":
+            k = text.count("\n", pos, end)
+            if k:
+                line += k
+                line_start = text.rindex("\n", pos, end) + 1
+        elif kind == "COMMENT":
+            comments.append(Span(pos, end))
         else:
             value = m.group()
             if "\n" in value:   # no token but WS holds a newline today; stay exact if one ever does
                 return None
-            tokens.append(new(kind, value, pos, line, pos - line_start + 1, line, end - line_start + 1, end))
+            tokens.append(Token(kind, value, pos, line, pos - line_start + 1, end))
         pos = end
+    if pos != len(text):
+        return None
     return tokens, comments
 
 
@@ -256,7 +319,7 @@ def _glued_numbers(tokens: list[Token], diags: list[Diagnostic]) -> list[Token]:
             while j < len(tokens) and tokens[j].type in _ATOMS and tokens[j].start_pos == tokens[j - 1].end_pos:
                 j += 1
             if j > i + 1:
-                text = "".join(str(t) for t in tokens[i:j])
+                text = "".join(t.value for t in tokens[i:j])
                 diags.append(error("E-SYNTAX-003", Span(tok.start_pos, tokens[j - 1].end_pos),
                                    f"`{text}` is not a number",
                                    help="write an integer like `64` or a float like `0.1` or `3e-4`, "
@@ -358,7 +421,7 @@ def _pair(chunk: list[Token], diags: list[Diagnostic], missing: int = 0, extra: 
                     "E-SYNTAX-004", Span(tok.start_pos, tok.end_pos),
                     f"`{tok}` closes the `{opener}` opened at line {opener.line}, column {opener.column}; expected `{_TEXT[want]}`",
                     help=f"write `{_TEXT[want]}` here"))
-                tok = Token.new_borrow_pos(want, _TEXT[want], tok)
+                tok = Token(want, _TEXT[want], tok.start_pos, tok.line, tok.column, tok.end_pos)
             out.append(tok)
         else:
             out.append(tok)
@@ -379,7 +442,7 @@ def _pair(chunk: list[Token], diags: list[Diagnostic], missing: int = 0, extra: 
 
 def _synthetic_closer(opener: Token, end: int) -> Token:
     # An empty value marks a closer that recovery supplied (a real one is never empty).
-    return Token(_CLOSER[opener.type], "", start_pos=end, end_pos=end)
+    return Token(_CLOSER[opener.type], "", end, None, None, end)
 
 
 #: Heads of the top-level forms (DESIGN.md section 2). A `(` in column 1 followed by one of
@@ -403,7 +466,7 @@ def _chunks(tokens: list[Token]) -> list[list[Token]]:
     for k, tok in enumerate(tokens):
         if tok.type == "LPAR" and tok.column == 1:
             nxt = tokens[k + 1] if k + 1 < len(tokens) else None
-            names_form = nxt is not None and nxt.type == "SYMBOL" and str(nxt) in TOP_LEVEL_HEADS
+            names_form = nxt is not None and nxt.type == "SYMBOL" and nxt.value in TOP_LEVEL_HEADS
             if depth == 0 or names_form:
                 chunks.append([])
                 depth = 0
@@ -454,7 +517,7 @@ def parse(source: SourceText) -> ParseResult:
         toks = lexed[0]
         if not toks:
             continue
-        names_form = len(toks) > 1 and toks[1].type == "SYMBOL" and str(toks[1]) in TOP_LEVEL_HEADS
+        names_form = len(toks) > 1 and toks[1].type == "SYMBOL" and toks[1].value in TOP_LEVEL_HEADS
         if not groups or (toks[0].type == "LPAR" and toks[0].column == 1 and (depth == 0 or names_form)):
             groups.append([idx])
             depth = lexed[2]
@@ -530,8 +593,7 @@ def _depth_after(tokens: list[Token], depth: int) -> int:
 
 
 def _moved(tok: Token, dpos: int, dline: int) -> Token:
-    return Token(tok.type, tok.value, tok.start_pos + dpos, tok.line + dline, tok.column,
-                 tok.end_line + dline, tok.end_column, tok.end_pos + dpos)
+    return Token(tok.type, tok.value, tok.start_pos + dpos, tok.line + dline, tok.column, tok.end_pos + dpos)
 
 
 def _parse_whole(source: SourceText) -> ParseResult:
@@ -580,12 +642,12 @@ def _key_at(tokens: list[Token], i: int) -> str:
     if tokens[i].type != "LPAR":
         return "?"
     head = tokens[i + 1]
-    if head.type != "SYMBOL" or str(head) == "":
+    if head.type != "SYMBOL" or head.value == "":
         return "?"
     name = tokens[i + 2]
-    if str(head) != "defgenerate" and (name.type == "KEYWORD" or (name.type == "SYMBOL" and str(name) != "")):
-        return f"{head} {str(name)[1:] if name.type == 'KEYWORD' else name}"
-    return str(head)
+    if head.value != "defgenerate" and (name.type == "KEYWORD" or (name.type == "SYMBOL" and name.value != "")):
+        return f"{head.value} {name.value[1:] if name.type == 'KEYWORD' else name.value}"
+    return head.value
 
 
 def _build(tokens: list[Token], i: int, path: tuple, d: int = 0) -> tuple[Node, int]:
@@ -605,19 +667,19 @@ def _build(tokens: list[Token], i: int, path: tuple, d: int = 0) -> tuple[Node, 
         closer = tokens[j]
         span = Span(tok.start_pos + d, closer.end_pos + d)
         cls = ListNode if kind == "LPAR" else VecNode
-        return cls(span, path, tuple(items), str(closer) != ""), j + 1
+        return cls(span, path, tuple(items), closer.value != ""), j + 1
     span = Span(tok.start_pos + d, tok.end_pos + d)
     if kind == "INT":
-        return Num(span, path, int(tok), False), i + 1
+        return Num(span, path, int(tok.value), False), i + 1
     if kind == "FLOAT":
-        return Num(span, path, float(tok), True), i + 1
+        return Num(span, path, float(tok.value), True), i + 1
     if kind == "STRING":
-        return Str(span, path, _unescape(str(tok))), i + 1
+        return Str(span, path, _unescape(tok.value)), i + 1
     if kind == "KEYWORD":
-        return Kw(span, path, str(tok)[1:]), i + 1
-    if str(tok) == "":
+        return Kw(span, path, tok.value[1:]), i + 1
+    if tok.value == "":
         return ErrorNode(span, path), i + 1
-    return Sym(span, path, str(tok)), i + 1
+    return Sym(span, path, tok.value), i + 1
 
 
 def _cut_deep(tokens: list[Token]) -> list[Token]:
@@ -635,7 +697,7 @@ def _cut_deep(tokens: list[Token]) -> list[Token]:
                     break
                 j += 1
             j = min(j, len(tokens) - 1)
-            out.append(Token("SYMBOL", "", start_pos=tok.start_pos, end_pos=max(tok.end_pos, tokens[j].end_pos)))
+            out.append(Token("SYMBOL", "", tok.start_pos, None, None, max(tok.end_pos, tokens[j].end_pos)))
             i = j + 1
             continue
         depth += 1 if tok.type in _CLOSER else -1 if tok.type in ("RPAR", "RBRACK") else 0
@@ -666,3 +728,4 @@ def form_key(form: Node) -> str:
             return f"{form.head} {form.items[1].name}"
         return form.head
     return "?"
+

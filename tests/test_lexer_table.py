@@ -1,0 +1,49 @@
+"""The lexer's stored pattern (`sexpgpu_lang/_lexer_table.py`) is lark's pattern for grammar.lark.
+
+Parsing uses the stored copy so that it never imports lark; these tests fail when
+grammar.lark or lark changed without the copy being written again with
+`python -c "from sexpgpu_lang.syntax import write_lexer_table; write_lexer_table()"`.
+"""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from sexpgpu_lang import _lexer_table, syntax
+from sexpgpu_lang.source import SourceText
+
+REGENERATE = 'run: python -c "from sexpgpu_lang.syntax import write_lexer_table; write_lexer_table()"'
+
+
+def test_the_stored_grammar_is_grammar_lark():
+    assert _lexer_table.GRAMMAR == syntax._GRAMMAR.read_text(), REGENERATE
+
+
+def test_the_stored_pattern_is_larks():
+    pattern = syntax.lark_pattern()
+    assert pattern is not None
+    assert (_lexer_table.PATTERN, _lexer_table.FLAGS) == (pattern.pattern, int(pattern.flags)), REGENERATE
+
+
+def test_written_again_it_is_the_same_file(tmp_path):
+    out = syntax.write_lexer_table(tmp_path / "table.py")
+    assert out.read_text(encoding="utf-8") == Path(_lexer_table.__file__).read_text(encoding="utf-8"), REGENERATE
+
+
+def test_checking_a_clean_file_imports_no_lark():
+    fixture = Path(__file__).parent / "fixtures" / "tiny-generate.sx"
+    code = ("import sys\n"
+            "from sexpgpu_lang import analyze_file\n"
+            f"res = analyze_file({str(fixture)!r})\n"
+            "assert not res.diagnostics, res.diagnostics\n"
+            "sys.exit(1 if 'lark' in sys.modules else 0)\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_a_bad_character_is_still_reported_by_larks_lexer():
+    res = syntax.parse(SourceText("(def x 1)\n(def y \x01)\n"))
+    assert [(d.code, d.span.start, d.message) for d in res.diagnostics] == [
+        ("E-SYNTAX-003", 17, "unexpected character `U+0001`")]
+    assert [f.span.start for f in res.forms] == [0, 10]
