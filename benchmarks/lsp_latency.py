@@ -8,8 +8,12 @@ asked (2,000 lines by default) and checks clean. Then, one at a time, it
 sends an incremental `didChange` that toggles an unbound name in the last
 layer in and out, and times each edit until the server publishes the
 diagnostics for that version (which must be right: one E-NAME-001, or
-none). Prints the file's size, the front end's own time for the file, and
-the latency's p50, p99 and max in milliseconds.
+none). Prints the file's size, the front end's own time for the file
+(cold, and with the cache of the version before, as the server checks an
+edit), the latency's p50, p99 and max in milliseconds, and the server
+process's CPU time per edit (user + system, from /proc; it does not count
+the waits for a core on a loaded machine, so it varies less than the wall
+times).
 
     .venv/bin/python benchmarks/lsp_latency.py [--lines 2000] [--edits 60]
 
@@ -64,8 +68,24 @@ def generate(lines: int) -> str:
     return text.replace("(defmodel student", layers + "(defmodel student", 1)
 
 
+def cpu_seconds(pid: int) -> float | None:
+    """User + system CPU time of a process so far (Linux /proc), or None where there is no /proc."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    import os
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 async def measure(text: str, edits: int) -> list[float]:
     """Milliseconds from each `didChange` to the diagnostics of its version."""
+    return (await measure_with_cpu(text, edits))[0]
+
+
+async def measure_with_cpu(text: str, edits: int) -> tuple[list[float], float | None]:
+    """Milliseconds from each `didChange` to the diagnostics of its version, and the
+    server's CPU milliseconds per edit (None where it cannot be read)."""
     client = LanguageClient("lsp-latency", "1")
     arrived: dict[int, tuple[float, list]] = {}
     got = asyncio.Event()
@@ -88,6 +108,8 @@ async def measure(text: str, edits: int) -> list[float]:
     line = max(i for i, s in enumerate(lines) if "(r (relu z))" in s)
     col = lines[line].index("(relu z)") + len("(relu ")
     latencies = []
+    pid = client._server.pid if client._server is not None else None
+    cpu0 = cpu_seconds(pid) if pid else None
     for i in range(edits):
         version = i + 2
         broken = i % 2 == 0
@@ -101,11 +123,13 @@ async def measure(text: str, edits: int) -> list[float]:
         done, codes = arrived[version]
         assert codes == (["E-NAME-001"] if broken else []), (version, codes)
         latencies.append((done - sent) * 1000)
+    cpu1 = cpu_seconds(pid) if pid else None
+    cpu_ms = (cpu1 - cpu0) * 1000 / edits if cpu0 is not None and cpu1 is not None and edits else None
 
     await client.shutdown_async(None)
     client.exit(None)
     await client.stop()
-    return latencies
+    return latencies, cpu_ms
 
 
 async def wait_for(arrived: dict, got: asyncio.Event, version: int, timeout: float = 120) -> None:
@@ -136,12 +160,31 @@ def main() -> None:
     t0 = time.perf_counter()
     analyze(text, "big.sx")
     check_ms = (time.perf_counter() - t0) * 1000
+    edit_ms = front_end_edit_ms(text)
 
-    latencies = asyncio.run(measure(text, args.edits))
-    print(f"run file: {text.count(chr(10))} lines, {len(text)} characters; front end alone {check_ms:.0f} ms")
+    latencies, cpu_ms = asyncio.run(measure_with_cpu(text, args.edits))
+    print(f"run file: {text.count(chr(10))} lines, {len(text)} characters; front end alone {check_ms:.0f} ms cold, "
+          f"{edit_ms:.0f} ms CPU for an edit with the server's cache (median)")
     print(f"edit to diagnostics over {len(latencies)} edits: p50 {percentile(latencies, 50):.0f} ms, "
           f"p99 {percentile(latencies, 99):.0f} ms, max {max(latencies):.0f} ms, "
-          f"mean {statistics.fmean(latencies):.0f} ms")
+          f"mean {statistics.fmean(latencies):.0f} ms"
+          + (f"; server CPU {cpu_ms:.1f} ms per edit" if cpu_ms is not None else ""))
+
+
+def front_end_edit_ms(text: str, rounds: int = 10) -> float:
+    """Median CPU milliseconds of the server's check of an edited version, in this process:
+    parse and check with the document's `CheckCache`, no IR (lsp/documents.py)."""
+    from sexpgpu_lang import SourceText
+    from sexpgpu_lang.check import CheckCache, check
+    from sexpgpu_lang.syntax import parse
+    broken = text[:text.rindex("(r (relu z))")] + "(r (relu zz))" + text[text.rindex("(r (relu z))") + 12:]
+    cache = CheckCache()
+    times = []
+    for i in range(rounds + 1):
+        t0 = time.process_time()
+        check(parse(SourceText(broken if i % 2 else text, "big.sx")), cache=cache, build_ir=False)
+        times.append((time.process_time() - t0) * 1000)
+    return statistics.median(times[1:])
 
 
 if __name__ == "__main__":
