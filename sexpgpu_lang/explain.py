@@ -231,6 +231,13 @@ _NEEDS_OPERANDS = {"matmul", "einsum", "sort", "argsort", "top-k", "softmax", "l
 #: ops whose output is always a buffer (a fusion's root).
 _ROOTS = {"matmul", "einsum", "sort", "argsort", "top-k", "softmax", "log-softmax", "cross-entropy",
           "sum", "prod", "max", "min", "mean", "logsumexp", "argmax", "argmin", "categorical"}
+#: The compilers the schedule models (`target`): an accelerator's (the default) and XLA's CPU backend.
+TARGETS = ("accelerator", "cpu")
+#: On the CPU: reductions XLA hands to its matmul and reduction library (YNNPACK) as library fusions.
+_LIBRARY_REDUCE = {"sum", "prod", "max", "min", "mean", "logsumexp"}
+#: On the CPU: the elementwise ops a library fusion takes in (no select, comparison, cast or gather).
+_LIBRARY_ELEMENTWISE = {"+", "-", "*", "/", "maximum", "minimum", "neg", "abs", "exp", "log", "sqrt", "rsqrt",
+                        "tanh", "sigmoid"}
 #: ops through which no gradient flows.
 _NOT_DIFFERENTIABLE = {"stop-gradient", "argmax", "argmin", "argsort", "=", "!=", "<", "<=", ">", ">=",
                        "and", "or", "not", "iota", "zeros", "ones", "full", "size", "axis-size", "one-hot",
@@ -618,8 +625,10 @@ class _Schedule:
     """
 
     def __init__(self, nodes: list[Node], outputs: list[tuple[str, int]], live: list[bool],
-                 grad: list[bool] | None = None):
-        self.nodes, self.live, self.grad = nodes, live, grad
+                 grad: list[bool] | None = None, target: str = "accelerator"):
+        if target not in TARGETS:
+            raise ValueError(f"unknown target {target!r}; expected one of {', '.join(TARGETS)}")
+        self.nodes, self.live, self.grad, self.target = nodes, live, grad, target
         self.out_ids = {i for _, i in outputs}
         users: list[list[int]] = [[] for _ in nodes]
         for n in nodes:
@@ -640,19 +649,48 @@ class _Schedule:
         self.inputs_read = [self._inputs_read(n.id) for n in nodes]
 
     def _operands(self) -> list[bool]:
-        """Values a matmul, sort or softmax reads as a whole buffer (through reshapes and transposes)."""
+        """Values a matmul, sort or softmax reads as a whole buffer (through reshapes and transposes);
+        on the CPU also the inputs of a library reduction (`_library_inputs`)."""
         out = [False] * len(self.nodes)
         for n in self.nodes:
             if self.live[n.id] and n.op in _NEEDS_OPERANDS:
                 for i in n.inputs:
-                    j = i
-                    while self.nodes[j].op in _VIEW or self.nodes[j].op == "transpose":
-                        j = self.nodes[j].inputs[0]
+                    out[self._through_views(i)] = True
+            if self.target == "cpu" and self.live[n.id] and n.op in _LIBRARY_REDUCE:
+                for j in self._library_inputs(n.id):
                     out[j] = True
         return out
 
+    def _through_views(self, i: int) -> int:
+        while self.nodes[i].op in _VIEW or self.nodes[i].op == "transpose":
+            i = self.nodes[i].inputs[0]
+        return i
+
+    def _library_inputs(self, r: int) -> set[int]:
+        """On the CPU, the buffers the library fusion of reduction `r` reads. XLA's CPU backend runs the
+        reduction in YNNPACK and grows that fusion up through elementwise ops the library has
+        (`_LIBRARY_ELEMENTWISE`) whose every reader is in the fusion; any other value it reads (a
+        select, a comparison, a gather, a value read elsewhere too) is a buffer of its own, where an
+        accelerator's reduction fusion would compute it in place."""
+        inside = {r}
+        frontier: set[int] = set()
+        todo = list(self.nodes[r].inputs)
+        while todo:
+            j = self._through_views(todo.pop())
+            n = self.nodes[j]
+            if n.op in _INPUTS or j in inside or n.nbytes == 0:
+                continue
+            if n.op in _LIBRARY_ELEMENTWISE and j not in self.out_ids and set(self.users[j]) <= inside:
+                inside.add(j)
+                todo.extend(n.inputs)
+            else:
+                frontier.add(j)
+        return frontier
+
     def _materialised(self, n: Node, operand: bool, srcs: frozenset[int]) -> bool:
         if n.nbytes == 0 or n.op in _VIEW:
+            return False
+        if self.target == "cpu" and n.op == "softmax" and self._fused_into_matmul(n):
             return False
         if n.id in self.out_ids or n.op in _ROOTS or operand:
             return True
@@ -661,6 +699,22 @@ class _Schedule:
         # A value read by several fusions: XLA recomputes a cheap one in each (it duplicates it)
         # unless it is expensive or stands on other materialised values.
         return len(self.users[n.id]) > 1 and (n.op in _EXPENSIVE or bool(srcs)) and n.op not in ("transpose", "relayout")
+
+    def _flattened_apart(self, s: int, r: int) -> bool:
+        """On the CPU, whether fusion `r` cannot write into matmul output `s`: the CPU's library runs a
+        matmul of a rank-3 or higher operand on its rows flattened to two axes, and XLA shares a buffer
+        only between equal shapes; `r` has the flattened shape only when matmuls alone read it."""
+        if self.target != "cpu" or self.nodes[s].op != "matmul" or self.nodes[s].type.rank <= 2:
+            return False
+        return not self.users[r] or any(self.nodes[u].op != "matmul" for u in self.users[r])
+
+    def _fused_into_matmul(self, n: Node) -> bool:
+        """On the CPU, a softmax whose one reader is a matmul or an einsum (and which the gradient does
+        not read again) is fused into that library fusion: the fusion grows up through the softmax's
+        division, exponential and reductions, whose readers are all inside it, to the scores buffer."""
+        users = self.users[n.id]
+        return (n.id not in self.out_ids and not (self.grad is not None and self.grad[n.id]) and len(users) == 1
+                and self.nodes[users[0]].op in ("matmul", "einsum"))
 
     def reads(self, i: int) -> frozenset[int]:
         """The materialised values the fusion rooted at `i` reads."""
@@ -729,7 +783,7 @@ class _Schedule:
                 continue
             for s in sorted(self.reads(r)):
                 if last[s] == pos[r] and s not in self.out_ids and nodes[s].bytes_at(stack) == nodes[r].bytes_at(stack) \
-                        and self._reads_once(r, s):
+                        and self._reads_once(r, s) and not self._flattened_apart(s, r):
                     last[s] = pos[r] - 1
                     break
         spans += [(pos[r], last[r], nodes[r].bytes_at(stack)) for r in roots if r not in self.out_ids]
@@ -737,11 +791,21 @@ class _Schedule:
         for a, b, size in spans:
             delta[a] += size
             delta[b + 1] -= size
-        peak = cur = 0
-        for d in delta:
+        # The outputs' buffers are reserved for the whole call, but until an output is computed its
+        # buffer is free: XLA's buffer assignment packs temporaries that die before then into it. So
+        # the temporaries counted beside the outputs are the peak of (temporaries + outputs computed
+        # so far), less the outputs. (Outputs the forward does not compute, the gradients, count as
+        # computed from the start.)
+        made = [0] * (end + 2)
+        for r in roots:
+            if r in self.out_ids:
+                made[pos[r]] += nodes[r].nbytes * stack
+        peak = cur = done = 0
+        for d, m in zip(delta, made):
             cur += d
-            peak = max(peak, cur)
-        return peak, moved, max((size for _, _, size in spans), default=0)
+            done += m
+            peak = max(peak, cur + done)
+        return peak - done, moved, max((size for _, _, size in spans), default=0)
 
     def _backward(self, stack: int, t0: int, pos: dict, last: dict) -> tuple[list, float, int]:
         """The gradient, in reverse trace order after the forward roots: a residual (a forward value
@@ -784,13 +848,15 @@ class _Schedule:
         return spans, moved, t
 
 
-def estimate_graph(name: str, trace: _Trace, stack: int, loss: int | None = None) -> GraphEstimate:
+def estimate_graph(name: str, trace: _Trace, stack: int, loss: int | None = None,
+                   target: str = "accelerator") -> GraphEstimate:
     """The estimate of one traced graph under `stack` copies; with `loss`, the training graph:
-    the forward, and the gradient of `loss` with respect to every trainable parameter."""
+    the forward, and the gradient of `loss` with respect to every trainable parameter. `target`
+    is the compiler the live set models (`TARGETS`; docs/explain.md says what each assumes)."""
     nodes = trace.nodes
     live = _live_nodes(nodes, trace.outputs)
     grad = _grad_nodes(nodes, live, loss) if loss is not None else None
-    temps, moved, largest = _Schedule(nodes, trace.outputs, live, grad).peak(stack)
+    temps, moved, largest = _Schedule(nodes, trace.outputs, live, grad, target).peak(stack)
     g = GraphEstimate(name, stack)
     for n in nodes:
         if not live[n.id]:
@@ -937,26 +1003,27 @@ def _params_io(g: GraphEstimate) -> dict:
     return {"name": "params", "type": fmt_bytes(g.param_args), "bytes": g.param_args}
 
 
-def _generator_graphs(program: ir.Program, stack: int, prefix: str = "") -> dict[str, GraphEstimate]:
+def _generator_graphs(program: ir.Program, stack: int, prefix: str = "",
+                      target: str = "accelerator") -> dict[str, GraphEstimate]:
     gen = program.generate
     batch_t = program.loaders[program.run.loader].batch_type()
     out = {}
-    g = estimate_graph(prefix + "generate.init", trace_generate(program, "init"), stack)
+    g = estimate_graph(prefix + "generate.init", trace_generate(program, "init"), stack, target=target)
     g.input_list = [_io("batch", batch_t, stack), _ctx_io(1), _params_io(g)]
     g.output_list = [_io("state", gen.state, stack)]
     out[g.name] = g
-    g = estimate_graph(prefix + "generate.step", trace_generate(program, "step"), stack)
+    g = estimate_graph(prefix + "generate.step", trace_generate(program, "step"), stack, target=target)
     g.input_list = [_io("state", gen.state, stack), _io("trip", TensorType((), "i64")), _ctx_io(1), _params_io(g)]
     g.output_list = [_io("state", gen.state, stack)]
     out[g.name] = g
-    g = estimate_graph(prefix + "generate.finish", trace_generate(program, "finish"), stack)
+    g = estimate_graph(prefix + "generate.finish", trace_generate(program, "finish"), stack, target=target)
     g.input_list = [_io("state", gen.state, stack), _ctx_io(1), _params_io(g)]
     g.output_list = [_io("made", gen.out, stack)]
     out[g.name] = g
     return out
 
 
-def _train_graph(program: ir.Program, stack: int) -> GraphEstimate:
+def _train_graph(program: ir.Program, stack: int, target: str = "accelerator") -> GraphEstimate:
     gen = program.generate
     tr, loss = trace_loss(program, program.prepare, program.objective, program.run.loader, True)
     grads = []
@@ -965,7 +1032,7 @@ def _train_graph(program: ir.Program, stack: int) -> GraphEstimate:
             t = TensorType(p.shape, p.dtype)
             tr.output("grad:" + "/".join(p.path), tr.new("grad", t, per_copy=True))
             grads.append(("/".join(p.path), t))
-    g = estimate_graph("train", tr, stack, loss)
+    g = estimate_graph("train", tr, stack, loss, target)
     batch_t = program.loaders[program.run.loader].batch_type()
     if gen is not None:
         batch_t = PlistType(batch_t.entries + gen.out.entries)
@@ -974,11 +1041,11 @@ def _train_graph(program: ir.Program, stack: int) -> GraphEstimate:
     return g
 
 
-def _pass_graph(program: ir.Program, ps: ir.PassIR) -> GraphEstimate:
+def _pass_graph(program: ir.Program, ps: ir.PassIR, target: str = "accelerator") -> GraphEstimate:
     runs_gen = ps.runs_generator and program.generate is not None
     tr, _ = trace_loss(program, ps.prepare, ps.objective, ps.loader, runs_gen)
     tr.outputs = [(n, i) for n, i in tr.outputs if n == "loss" or n.startswith("metric:")]  # what a pass returns
-    g = estimate_graph(f"pass {ps.name}", tr, 1)
+    g = estimate_graph(f"pass {ps.name}", tr, 1, target=target)
     batch_t = program.loaders[ps.loader].batch_type()
     if runs_gen:
         batch_t = PlistType(batch_t.entries + program.generate.out.entries)
@@ -1020,8 +1087,9 @@ def _update_graph(program: ir.Program) -> GraphEstimate:
     return g
 
 
-def step_graphs(program: ir.Program, stack: int) -> dict[str, GraphEstimate]:
-    """Every graph of one step at stacking degree `stack`, keyed by the names `sexpgpu explain` prints.
+def step_graphs(program: ir.Program, stack: int, target: str = "accelerator") -> dict[str, GraphEstimate]:
+    """Every graph of one step at stacking degree `stack`, keyed by the names `sexpgpu explain` prints,
+    their live sets as `target` (`TARGETS`) would make them.
 
     Keys: `generate.init`, `generate.step`, `generate.finish` (when the file
     has `defgenerate`), `train`, `update`, and `pass NAME` for each pass; a
@@ -1030,13 +1098,13 @@ def step_graphs(program: ir.Program, stack: int) -> dict[str, GraphEstimate]:
     """
     out: dict[str, GraphEstimate] = {}
     if program.generate is not None:
-        out.update(_generator_graphs(program, stack))
-    out["train"] = _train_graph(program, stack)
+        out.update(_generator_graphs(program, stack, target=target))
+    out["train"] = _train_graph(program, stack, target)
     out["update"] = _update_graph(program)
     for ps in program.passes:
         if ps.runs_generator and program.generate is not None:
-            out.update(_generator_graphs(program, 1, f"pass {ps.name} "))
-        out[f"pass {ps.name}"] = _pass_graph(program, ps)
+            out.update(_generator_graphs(program, 1, f"pass {ps.name} ", target))
+        out[f"pass {ps.name}"] = _pass_graph(program, ps, target)
     return out
 
 
@@ -1096,8 +1164,9 @@ def memory_plan(program: ir.Program, graphs: dict[str, GraphEstimate], stack: in
             "passes": passes, "peak": peak, "phases": phases, "donate": donate}
 
 
-def choose_stack(program: ir.Program, budget: int) -> tuple[int, list[dict]]:
-    """For `:stack :auto`: the largest degree dividing `:microbatches` whose peak fits `budget` bytes.
+def choose_stack(program: ir.Program, budget: int, target: str = "accelerator") -> tuple[int, list[dict]]:
+    """For `:stack :auto`: the largest degree dividing `:microbatches` whose peak fits `budget` bytes
+    (live sets as `target` makes them).
 
     Returns (degree, candidates), each candidate `{degree, peak, fits}` (bytes);
     the degree is 1 when none fits (the report then says the run does not fit).
@@ -1105,7 +1174,7 @@ def choose_stack(program: ir.Program, budget: int) -> tuple[int, list[dict]]:
     M = program.run.microbatches
     cands = []
     for s in (d for d in range(1, M + 1) if M % d == 0):
-        peak = memory_plan(program, step_graphs(program, s), s)["peak"]
+        peak = memory_plan(program, step_graphs(program, s, target), s)["peak"]
         cands.append({"degree": s, "peak": peak, "fits": peak <= budget})
     fitting = [c["degree"] for c in cands if c["fits"]]
     return (max(fitting) if fitting else 1), cands
@@ -1122,12 +1191,16 @@ def _graph_dict(g: GraphEstimate, calls: int, trips: int | None = None) -> dict:
                      "largest_temp": g.largest_temp}}
 
 
-def explain(program: ir.Program, budget: int | None = None, budget_source: str | None = None) -> dict:
+def explain(program: ir.Program, budget: int | None = None, budget_source: str | None = None,
+            target: str = "accelerator") -> dict:
     """The report of `sexpgpu explain` as plain data (docs/explain.md describes every field).
 
     `budget`: the device's memory in bytes, for `:stack :auto` and the fit
     check; None assumes `DEFAULT_BUDGET` (16 GiB) and says so in
-    `memory.budget_source`. Bytes are bytes; `flops` are per call of a
+    `memory.budget_source`. `target`: the compiler whose fusion the live
+    sets model, "accelerator" (the default) or "cpu" (XLA's CPU backend, for
+    a run on the CPU and to compare with `--xla` there); `step.target` says
+    which. Bytes are bytes; `flops` are per call of a
     graph, `*_per_step` per training step, `*_per_pass` per evaluation.
     """
     run = program.run
@@ -1137,7 +1210,7 @@ def explain(program: ir.Program, budget: int | None = None, budget_source: str |
     auto = None
     if run.stack_auto:
         if program.stackable:
-            S, cands = choose_stack(program, budget)
+            S, cands = choose_stack(program, budget, target)
             auto = {"chosen": S, "candidates": cands, "budget": budget, "reason": None}
         else:
             S = 1
@@ -1148,7 +1221,7 @@ def explain(program: ir.Program, budget: int | None = None, budget_source: str |
     M = run.microbatches
     G = M // S
     gen = program.generate
-    graphs = step_graphs(program, S)
+    graphs = step_graphs(program, S, target)
     plan = memory_plan(program, graphs, S)
     tree: list[dict] = []
     rows: list[dict] = []
@@ -1202,7 +1275,7 @@ def explain(program: ir.Program, budget: int | None = None, budget_source: str |
     return {
         "file": program.path,
         "step": {"microbatches": M, "stack": S, "groups": G, "stack_auto": run.stack_auto,
-                 "stackable": program.stackable, "precision": run.precision, "optimizer": run.optimizer[0],
+                 "stackable": program.stackable, "precision": run.precision, "optimizer": run.optimizer[0], "target": target,
                  "flops": sum(r["flops_per_step"] for r in per_step),
                  "bytes_moved": sum(r["bytes_per_step"] for r in per_step)},
         "graphs": tree,
