@@ -15,7 +15,15 @@ Each checkpoint holds two items:
   see loaders.py), the identity (a hash of the run file's forms) and the seed.
 
 `:checkpoint (:every N :dir D :keep K)`: D is relative to the run dir
-(docs/checkpoints.md says why). This module knows nothing of RunState or the
+(docs/checkpoints.md says why).
+
+Several processes (jax.distributed, docs/sharding.md): every process opens
+the same directory (a shared file system across hosts; `same_dir_everywhere`
+refuses otherwise) and calls every save, restore and delete; orbax writes
+each array's shards from the process that holds them, the metadata and the
+JSON item from process 0 alone, and puts barriers between the steps. A
+checkpoint does not record how many processes or devices wrote it: it is
+restored onto whatever shardings the resuming run asks for. This module knows nothing of RunState or the
 training loop: train.py hands it trees and numbers. It must not import
 sexpgpu_runtime.train.
 """
@@ -93,6 +101,22 @@ def checkpoint_spec(setting: dict | None, run_dir: Path) -> CheckpointSpec:
     return CheckpointSpec(run_dir / Path(d).expanduser(), positive("every", DEFAULT_EVERY), positive("keep", DEFAULT_KEEP))
 
 
+def same_dir_everywhere(path: Path) -> None:
+    """In a multi-process run, CheckpointError on every process unless all name the same checkpoint
+    dir (a collective: every process must call it). Two dirs would split each checkpoint between them."""
+    if jax.process_count() == 1:
+        return
+    import hashlib
+    from jax.experimental import multihost_utils
+    mine = np.frombuffer(hashlib.sha256(str(path).encode()).digest(), np.uint8)
+    every = np.asarray(multihost_utils.process_allgather(mine))
+    if not (every == every[0]).all():
+        others = sorted({k for k in range(len(every)) if not (every[k] == mine).all()})
+        raise CheckpointError(f"the processes of this run write checkpoints to different dirs (this one, process "
+                              f"{jax.process_index()}: {path}; process {others[0]} another); give every process "
+                              "the same --run-dir, on a file system they all see")
+
+
 def tree_nbytes(tree) -> int:
     """The bytes of every array in a pytree (what a checkpoint of it holds, before compression)."""
     return sum(int(np.prod(x.shape)) * np.dtype(x.dtype).itemsize for x in jax.tree_util.tree_leaves(tree))
@@ -137,12 +161,14 @@ class Checkpoints:
             raise CheckpointError(f"cannot write checkpoints to {spec.dir}: {why}")
         try:
             self.dir.mkdir(parents=True, exist_ok=True)
-            probe = self.dir / ".write-test"
+            probe = self.dir / f".write-test.{jax.process_index()}"   # one per process: they share the dir
             probe.write_text("ok")
             probe.unlink()
         except OSError as e:
             raise CheckpointError(f"cannot write checkpoints to {spec.dir}: {e.strerror or e}")
-        self._remove_torn_writes()
+        same_dir_everywhere(self.dir)
+        if jax.process_index() == 0:
+            self._remove_torn_writes()
         options = ocp.CheckpointManagerOptions(max_to_keep=spec.keep, create=True, enable_async_checkpointing=True)
         try:
             self.manager = ocp.CheckpointManager(self.dir, options=options)
@@ -154,8 +180,8 @@ class Checkpoints:
 
         Done here, synchronously, rather than with orbax's
         `cleanup_tmp_directories`, which runs in a background thread that
-        nothing waits for. One process writes a run's checkpoints, so nothing
-        else can be writing them now.
+        nothing waits for. One run writes these checkpoints, and none of its
+        processes has begun a save yet (process 0 alone calls this).
         """
         for p in self.dir.iterdir():
             if TMP_SUFFIX in p.name and p.is_dir():
