@@ -145,3 +145,9 @@ def test_a_front_end_failure_is_shown_not_hidden(monkeypatch):
     [d] = to_lsp_diagnostics(PositionMap(a.document.text), a.document.uri, a.result.diagnostics, a.failure)
     assert d.severity == types.DiagnosticSeverity.Error and "could not check this file" in d.message
     assert ide.hover(a.index, 3) is None
+
+
+def test_the_servers_source_text_has_the_front_ends_line_starts():
+    from sexpgpu_lang import SourceText
+    for text in ["", "a", "\n", "\r", "\r\n", "a\nb\r\nc\rd", "\r\r\n\n\r", "x\u2028y\x0cz\n", "é\r\n😀\n"]:
+        assert documents._Source(text).line_starts == SourceText(text).line_starts, repr(text)
