@@ -656,7 +656,7 @@ def _matmul(call):
     return TensorType(shape, dt[0])
 
 
-_EINSUM = re.compile(r"^([a-zA-Z.,]*)->([a-zA-Z]*)$")
+_EINSUM = re.compile(r"^([a-zA-Z,]*)->([a-zA-Z]*)$")
 
 
 @op("einsum", '(einsum "ij,jk->ik" a b ...)', "Einstein summation with an explicit output", args=(2, None),
@@ -665,9 +665,13 @@ def _einsum(call):
     spec = call.args[0]
     if not isinstance(spec, StringType):
         raise RuleError("E-TYPE-003", "`einsum` needs a subscripts string like \"ij,jk->ik\" first", 0)
+    if "." in spec.value:   # JAX reads `...` as the axes not named; the language names every axis
+        raise RuleError("E-FORM-002", f"`einsum` subscripts {spec.value!r}: name every axis with a letter (no `...`)", 0)
     m = _EINSUM.match(spec.value.replace(" ", ""))
     if not m:
         raise RuleError("E-FORM-002", f"`einsum` subscripts {spec.value!r} need an explicit `->` output", 0)
+    if len(set(m.group(2))) != len(m.group(2)):   # JAX: "appeared more than once in the output"
+        raise RuleError("E-FORM-002", f"`einsum` output {m.group(2)!r} names an axis twice", 0)
     ins = m.group(1).split(",")
     ts = [call.tensor(i + 1) for i in range(len(call.args) - 1)]
     if len(ins) != len(ts):
