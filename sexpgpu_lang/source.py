@@ -10,7 +10,9 @@ Imports nothing from the rest of the package, and never JAX.
 from __future__ import annotations
 
 import bisect
+import re
 from dataclasses import dataclass
+from itertools import accumulate
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -42,18 +44,12 @@ class SourceText:
     path: str = "<input>"
 
     def __post_init__(self) -> None:
-        starts = [0]
         text = self.text
-        i, n = 0, len(text)
-        while i < n:
-            c = text[i]
-            if c == "\n":
-                starts.append(i + 1)
-            elif c == "\r":
-                if i + 1 < n and text[i + 1] == "\n":
-                    i += 1
-                starts.append(i + 1)
-            i += 1
+        if "\r" in text:
+            starts = [0] + [m.end() for m in re.finditer(r"\r\n?|\n", text)]
+        else:   # the usual case: one C loop over the lines' lengths
+            starts = [0, *accumulate(len(line) + 1 for line in text.split("\n"))]
+            starts.pop()   # the offset after the last line's (absent) break
         object.__setattr__(self, "_starts", starts)
 
     @property
