@@ -42,21 +42,32 @@ class MeshError(Exception):
     a multi-process mesh that does not take the same number of devices from every process."""
 
 
-def initialize(coordinator: str | None, num_processes: int | None, process_id: int | None) -> None:
+def initialize(coordinator: str | None, num_processes: int | None, process_id: int | None,
+               detect: bool = False) -> None:
     """Join a multi-process run through `jax.distributed.initialize` (before any other JAX call).
 
-    With none of the three given, nothing happens (JAX's own environment
-    variables are read only when `jax.distributed.initialize()` is called,
-    which a single-process run never does). MeshError when only some are given.
+    `coordinator` (HOST:PORT of process 0), `num_processes` and `process_id`
+    are the command line's; any left out JAX finds itself where it can: the
+    coordinator in `JAX_COORDINATOR_ADDRESS`, all three under SLURM, Open
+    MPI, Kubernetes or on Cloud TPU. Nothing happens (a one-process run) when
+    none is given, `JAX_COORDINATOR_ADDRESS` is not set and `detect`
+    (`--distributed`) is not asked. MeshError (one line) when JAX cannot
+    complete them, or cannot join.
     """
-    if coordinator is None and num_processes is None and process_id is None:
+    import os
+    if coordinator is None and num_processes is None and process_id is None and not detect \
+            and not os.environ.get("JAX_COORDINATOR_ADDRESS"):
         return
-    if coordinator is None or num_processes is None or process_id is None:
-        raise MeshError("a multi-process run needs all of --coordinator HOST:PORT, --num-processes N and --process-id I")
-    if process_id >= num_processes:
+    if process_id is not None and num_processes is not None and process_id >= num_processes:
         raise MeshError(f"--process-id {process_id} is not below --num-processes {num_processes}; "
                         f"number the processes 0 to {num_processes - 1}")
-    jax.distributed.initialize(coordinator_address=coordinator, num_processes=num_processes, process_id=process_id)
+    try:
+        jax.distributed.initialize(coordinator_address=coordinator, num_processes=num_processes, process_id=process_id)
+    except (ValueError, RuntimeError) as e:   # JAX's own: a missing setting, a coordinator that never answered
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise MeshError(f"cannot join a multi-process run: {first.rstrip('.')}; give --coordinator HOST:PORT, "
+                        "--num-processes N and --process-id I (or run where JAX finds them: JAX_COORDINATOR_ADDRESS, "
+                        "SLURM, Open MPI, Kubernetes, Cloud TPU)") from None
 
 
 def mesh_devices(devices: int) -> list:

@@ -173,7 +173,8 @@ def test_explain_shows_the_mesh_and_the_peak_per_device():
 
 def test_two_processes_on_one_machine_train_as_one(tmp_path):
     """docs/sharding.md's two-process run: two local processes through jax.distributed, one CPU device
-    each, a mesh of two; both log the losses a one-process run logs."""
+    each, a mesh of two, the coordinator from `JAX_COORDINATOR_ADDRESS` (read by JAX); process 0 logs the
+    losses a one-process run logs, once, into the run dir both share."""
     import socket
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -182,20 +183,31 @@ def test_two_processes_on_one_machine_train_as_one(tmp_path):
     env["JAX_PLATFORMS"] = "cpu"
     base = [sys.executable, "-m", "sexpgpu_cli.main", "run", str(ROOT / "tests" / "fixtures" / "tiny-generate.sx"),
             "--steps", "2", "--no-progress"]
-    procs = [subprocess.Popen(base + ["--run-dir", str(tmp_path / f"p{i}"), "--coordinator", f"127.0.0.1:{port}",
-                                      "--num-processes", "2", "--process-id", str(i)],
-                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(2)]
+    procs = [subprocess.Popen(base + ["--run-dir", str(tmp_path / "two"), "--num-processes", "2", "--process-id", str(i)],
+                              env={**env, "JAX_COORDINATOR_ADDRESS": f"127.0.0.1:{port}"},
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(2)]
     one = subprocess.run(base + ["--run-dir", str(tmp_path / "one")], env=env, capture_output=True, text=True, timeout=120)
     outs = [p.communicate(timeout=120) for p in procs]
     assert one.returncode == 0, one.stderr[-2000:]
     for p, (_, err) in zip(procs, outs):
         assert p.returncode == 0, err[-2000:]
     rows = lambda d: [json.loads(l) for l in (tmp_path / d / "metrics.jsonl").read_text().splitlines()]
-    want = rows("one")
-    for d in ("p0", "p1"):
-        got = rows(d)
-        assert [r["step"] for r in got] == [r["step"] for r in want] == [1, 2]
-        np.testing.assert_allclose([r["loss"] for r in got], [r["loss"] for r in want], rtol=1e-5)
+    want, got = rows("one"), rows("two")
+    assert [r["step"] for r in got] == [r["step"] for r in want] == [1, 2]
+    np.testing.assert_allclose([r["loss"] for r in got], [r["loss"] for r in want], rtol=1e-5)
+    assert "step 2/2" in outs[0][1] and "step 2/2" not in outs[1][1]   # process 0 alone prints the rows
+
+
+def test_a_multi_process_run_without_a_coordinator_is_one_line():
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    env.pop("JAX_COORDINATOR_ADDRESS", None)
+    r = subprocess.run([sys.executable, "-m", "sexpgpu_cli.main", "run", str(ROOT / "tests" / "fixtures" / "tiny-generate.sx"),
+                        "--steps", "1", "--num-processes", "2", "--process-id", "1"], env=env, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 2, r.stderr[-2000:]
+    assert r.stderr.strip() == ("sexpgpu: error: cannot join a multi-process run: coordinator_address should be defined; "
+                                "give --coordinator HOST:PORT, --num-processes N and --process-id I (or run where JAX "
+                                "finds them: JAX_COORDINATOR_ADDRESS, SLURM, Open MPI, Kubernetes, Cloud TPU)")
 
 
 def test_a_run_on_eight_devices_saves_and_resumes_its_checkpoint(tmp_path):
