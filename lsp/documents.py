@@ -124,6 +124,8 @@ class DocumentStore:
         self._running: dict[int, Future] = {}
         self._caches: dict[str, CheckCache] = {}
         self._lock = threading.Lock()
+        #: Called (from the thread that checked) after each check; `lsp.server.main` sets it.
+        self.on_checked = None
 
     def open(self, item: types.TextDocumentItem) -> Document:
         """Start tracking a document (LSP 3.17, "DidOpenTextDocument")."""
@@ -202,4 +204,6 @@ class DocumentStore:
         with self._lock:
             if self.is_latest(analysis.document):
                 self._analyses[analysis.document.uri] = analysis
+        if self.on_checked is not None:
+            self.on_checked()
         return analysis

@@ -844,7 +844,12 @@ class Checker:
                 visit(sub, path + (key,), frozen)
             stack.pop()
 
-        visit(*order[0], False)
+        try:
+            visit(*order[0], False)
+        finally:
+            # `visit` refers to itself: without this the checker would live in a reference
+            # cycle, freed only by a full collection (the language server avoids those).
+            del visit
         self.check_pretrained()
 
     def check_pretrained(self):
@@ -1887,13 +1892,16 @@ class Checker:
             self._model_reads.update(n for n, _ in entry.model_reads)
 
     def _merge(self, entry: _Entry, uses) -> None:
-        types, calls = self.facts.types, self.facts.calls
-        for k, t in entry.types.items():
-            types.setdefault(k, t)
+        # `setdefault` of each entry in order, as the computation did (first type wins);
+        # `update` where no key is there yet, which is the same.
+        for mine, theirs in ((self.facts.types, entry.types), (self.facts.calls, entry.calls)):
+            if mine.keys().isdisjoint(theirs):
+                mine.update(theirs)
+            else:
+                for k, v in theirs.items():
+                    mine.setdefault(k, v)
         self.facts.definitions.extend(entry.definitions)
         self.facts.uses.extend(uses)
-        for k, c in entry.calls.items():
-            calls.setdefault(k, c)
         for d in entry.diags:
             self.report(d)
 
