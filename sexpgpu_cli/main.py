@@ -171,12 +171,12 @@ def fail(message: str, code: int = 2, debug: bool = False) -> "typer.Exit":
     return typer.Exit(code)
 
 
-def load(path: Path, read_files: bool = False):
-    """Check one file (opening no other file unless `read_files`: the `:pretrained` headers);
-    an unreadable file is one line on stderr and exit 2."""
+def load(path: Path, read_files: bool = False, build_ir: bool = True):
+    """Check one file (opening no other file unless `read_files`: the `:pretrained` headers;
+    building the IR only with `build_ir`); an unreadable file is one line on stderr and exit 2."""
     from sexpgpu_lang import analyze_file
     try:
-        return analyze_file(str(path), read_files)
+        return analyze_file(str(path), read_files, build_ir)
     except FileNotFoundError:
         raise fail(f"cannot read {path}: no such file")
     except IsADirectoryError:
@@ -229,7 +229,7 @@ def lint(
     Warnings alone leave the status 0.
     """
     from sexpgpu_lang import render
-    results = [load(f, read_files) for f in run_files(files)]
+    results = [load(f, read_files, build_ir=False) for f in run_files(files)]
     if format == Format.text:
         if output:
             try:

@@ -13,18 +13,20 @@ from .syntax import parse
 __all__ = ["analyze", "analyze_file", "CheckResult", "Diagnostic", "Related", "Severity", "SourceText", "Span", "CODES"]
 
 
-def analyze(text: str, path: str = "<input>", read_files: bool = False) -> CheckResult:
+def analyze(text: str, path: str = "<input>", read_files: bool = False, build_ir: bool = True) -> CheckResult:
     """Parse and check one run file's text. Never raises for any text.
 
     Opens no file unless `read_files`: then the `:pretrained` files' headers are
     read and compared with `:params` (E-MODEL-003), as `sexpgpu run` does before training.
-    `sexpgpu lint` and the language server leave it off: they read nothing but the document."""
+    `sexpgpu lint` and the language server leave it off: they read nothing but the document.
+    `build_ir=False` leaves the result's `program` None (the diagnostics are the same):
+    `sexpgpu lint` needs no IR."""
     src = SourceText(text, path)
-    return check(parse(src), read_files)
+    return check(parse(src), read_files, build_ir=build_ir)
 
 
-def analyze_file(path: str, read_files: bool = False) -> CheckResult:
+def analyze_file(path: str, read_files: bool = False, build_ir: bool = True) -> CheckResult:
     """Read (UTF-8) and check a run file. Raises OSError / UnicodeDecodeError for unreadable files."""
     with open(path, encoding="utf-8", newline="") as fh:
         text = fh.read()
-    return analyze(text, path, read_files)
+    return analyze(text, path, read_files, build_ir)
