@@ -268,6 +268,8 @@ def run(
     coordinator: Optional[str] = typer.Option(None, "--coordinator", metavar="HOST:PORT", help="Multi-process run: the address of process 0 (with --num-processes and --process-id; jax.distributed)."),
     num_processes: Optional[int] = typer.Option(None, "--num-processes", min=1, metavar="N", help="Multi-process run: how many processes take part."),
     process_id: Optional[int] = typer.Option(None, "--process-id", min=0, metavar="I", help="Multi-process run: this process's index, 0 to N-1."),
+    fsdp: Optional[bool] = typer.Option(None, "--fsdp/--no-fsdp", help="Split the parameters and optimizer state over the mesh (FSDP), or replicate them, whatever the file's `:shard-params`."),
+    distributed: bool = typer.Option(False, "--distributed", help="Join a multi-process run with the settings JAX finds itself (JAX_COORDINATOR_ADDRESS, SLURM, Open MPI, Kubernetes, Cloud TPU)."),
     debug: bool = typer.Option(False, "--debug", help="On an error, also print its traceback (for a bug report)."),
 ):
     """Check a run file, then train it with JAX.
@@ -291,7 +293,7 @@ def run(
     from sexpgpu_runtime.train import OptionError, RunOptions, RunError, RunStopped, train
     try:
         devices = parse_mesh(mesh) if mesh is not None else None
-        initialize(coordinator, num_processes, process_id)
+        initialize(coordinator, num_processes, process_id, detect=distributed)
     except (ValueError, MeshError) as e:
         raise fail(str(e), 2)
 
@@ -304,6 +306,7 @@ def run(
         resume=resume,
         overwrite=overwrite,
         devices=devices,
+        fsdp=fsdp,
     )
     try:
         result = train(res.program, opts)
@@ -317,6 +320,7 @@ def run(
         again += ["--steps", str(steps)] if steps is not None else []
         again += ["--diagnostics", diagnostics] if diagnostics else []
         again += ["--mesh", mesh] if mesh else []
+        again += [] if fsdp is None else ["--fsdp" if fsdp else "--no-fsdp"]
         print(f"sexpgpu: {e}; resume with `{' '.join(shlex.quote(a) for a in again)}`", file=sys.stderr)
         raise typer.Exit(e.exit_code)
     except KeyboardInterrupt:
@@ -359,6 +363,8 @@ def explain(
     memory_budget: Optional[str] = typer.Option(None, "--memory-budget", metavar="SIZE",
                                                 help="Device memory for `:stack :auto` and the fit check, e.g. "
                                                 "80GiB or 16GB (default: the device's memory with --xla, else 16 GiB)."),
+    mesh: Optional[str] = typer.Option(None, "--mesh", metavar="data=N", help="Explain the step on a data-parallel mesh of N devices (instead of the file's `:devices`): the mesh line and the memory per device."),
+    fsdp: Optional[bool] = typer.Option(None, "--fsdp/--no-fsdp", help="With a mesh: the parameters and optimizer state split over it (FSDP), or replicated, whatever the file's `:shard-params`."),
 ):
     """Print the training step as graphs, with the lowering report, the memory plan and the cost model.
 
@@ -378,13 +384,20 @@ def explain(
         n_err, n_warn = print_text([res])
         raise fail(f"{file} has {render.summary(n_err, n_warn)}; fix them first", 1)
     from sexpgpu_lang.explain import explain as build, to_text
+    program = res.program
+    if mesh is not None or fsdp is not None:
+        from sexpgpu_lang.mesh import parse_mesh, with_mesh
+        try:
+            program = with_mesh(program, parse_mesh(mesh) if mesh is not None else None, fsdp)
+        except ValueError as e:
+            raise fail(str(e))
     if xla:
         from sexpgpu_runtime.xla_report import device_budget, xla_report  # JAX is imported only here
         if budget is None:
             budget, source = device_budget()
-    report = build(res.program, budget, source)
+    report = build(program, budget, source)
     if xla:
-        report["xla"] = xla_report(res.program, report)
+        report["xla"] = xla_report(program, report)
     if format == ExplainFormat.text:
         print(to_text(report))
     else:
