@@ -78,6 +78,7 @@ RUN_KEYS = ("loader", "steps", "microbatches", "stack", "precision", "seed", "op
             "checkpoint", "diagnostics", "devices", "shard-params")
 
 
+@lru_cache(maxsize=1 << 16)
 def place_hash(path: tuple) -> int:
     """The 32-bit place of a draw: a hash of its structural path in its top-level form."""
     digest = hashlib.blake2s(repr(path).encode(), digest_size=4).digest()
@@ -326,6 +327,7 @@ class Checker:
         self.cache = cache             # results of an earlier check of this file (`CheckCache`), or None
         self._model_calls = 0          # calls of `call_model` so far: a cached computation makes none
         self._model_reads: set | None = None   # while a cached computation runs, the models it read
+        self._sigs: dict | None = None          # `_model_sig` by model name, once every model is built
         self.read_files = read_files   # open `:pretrained` files (`sexpgpu run`); lint and the server never do
         self.src = parsed.source
         self.diags: list[Diagnostic] = list(parsed.diagnostics)
@@ -516,6 +518,7 @@ class Checker:
         self.top_model_binding()
         for f in self.forms.get("defmodel", []):
             self.build_model(f)
+        self._sigs = {}   # the models are built: their signatures are final (`_model_sig_of`)
         self.collect_params()
         self.top_run()
         train = self.loaders.get(self.run_ir.loader) if self.run_ir else None
@@ -1802,6 +1805,15 @@ class Checker:
             fn = (b.fn[0], "globals" if b.fn[1] is self.globals else b.fn[1])
         return (b.type, _definition_sig(b.definition), value, fn, b.stdlib)
 
+    def _model_sig_of(self, name: str):
+        """`_model_sig` of a model now (kept once every model is built: they change no more)."""
+        if self._sigs is None:
+            return _model_sig(self.models.get(name))
+        sig = self._sigs.get(name, self)
+        if sig is self:
+            sig = self._sigs[name] = _model_sig(self.models.get(name))
+        return sig
+
     def _reads_hold(self, entry: _Entry) -> bool:
         """True when every read an entry recorded gives now what it gave then."""
         names = self.globals.names
@@ -1810,7 +1822,7 @@ class Checker:
             if now != sig:
                 return False
         for name, sig in entry.model_reads:
-            now = tuple(self.models) if name == _ALL_MODELS else _model_sig(self.models.get(name))
+            now = tuple(self.models) if name == _ALL_MODELS else self._model_sig_of(name)
             if now != sig:
                 return False
         return True
@@ -1845,7 +1857,7 @@ class Checker:
         names = self.globals.names
         entry.reads = tuple((n, frozenset(names) if n == _ALL_NAMES else self._binding_sig(names.get(n)))
                             for n in sorted(reads))
-        entry.model_reads = tuple((n, tuple(self.models) if n == _ALL_MODELS else _model_sig(self.models.get(n)))
+        entry.model_reads = tuple((n, tuple(self.models) if n == _ALL_MODELS else self._model_sig_of(n))
                                   for n in sorted(mreads))
         entry.uses = uses
         return entry
