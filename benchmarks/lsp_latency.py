@@ -83,9 +83,10 @@ async def measure(text: str, edits: int) -> list[float]:
     return (await measure_with_cpu(text, edits))[0]
 
 
-async def measure_with_cpu(text: str, edits: int) -> tuple[list[float], float | None]:
+async def measure_with_cpu(text: str, edits: int, first: bool = False) -> tuple[list[float], float | None]:
     """Milliseconds from each `didChange` to the diagnostics of its version, and the
-    server's CPU milliseconds per edit (None where it cannot be read)."""
+    server's CPU milliseconds per edit (None where it cannot be read). The edits are in
+    the last layer, or with `first` in the first (which moves every form after it)."""
     client = LanguageClient("lsp-latency", "1")
     arrived: dict[int, tuple[float, list]] = {}
     got = asyncio.Event()
@@ -105,7 +106,7 @@ async def measure_with_cpu(text: str, edits: int) -> tuple[list[float], float | 
     assert arrived[1][1] == [], f"the generated file should check clean, got {arrived[1][1]}"
 
     lines = text.split("\n")
-    line = max(i for i, s in enumerate(lines) if "(r (relu z))" in s)
+    line = (min if first else max)(i for i, s in enumerate(lines) if "(r (relu z))" in s)
     col = lines[line].index("(relu z)") + len("(relu ")
     latencies = []
     pid = client._server.pid if client._server is not None else None
@@ -151,6 +152,8 @@ def main() -> None:
     parser.add_argument("--lines", type=int, default=2000, help="length of the generated run file")
     parser.add_argument("--edits", type=int, default=60, help="edits to time")
     parser.add_argument("--save", type=Path, help="also write the generated run file here")
+    parser.add_argument("--first", action="store_true",
+                        help="edit the first layer instead of the last: every form after it moves")
     args = parser.parse_args()
 
     text = generate(args.lines)
@@ -162,7 +165,7 @@ def main() -> None:
     check_ms = (time.perf_counter() - t0) * 1000
     edit_ms = front_end_edit_ms(text)
 
-    latencies, cpu_ms = asyncio.run(measure_with_cpu(text, args.edits))
+    latencies, cpu_ms = asyncio.run(measure_with_cpu(text, args.edits, args.first))
     print(f"run file: {text.count(chr(10))} lines, {len(text)} characters; front end alone {check_ms:.0f} ms cold, "
           f"{edit_ms:.0f} ms CPU for an edit with the server's cache (median)")
     print(f"edit to diagnostics over {len(latencies)} edits: p50 {percentile(latencies, 50):.0f} ms, "
