@@ -109,14 +109,17 @@ class PositionMap:
         return bisect.bisect_right(self.starts, max(0, min(offset, len(self.text)))) - 1
 
 
-def apply_change(text: str, change: types.TextDocumentContentChangeEvent, encoding: str) -> str:
+def apply_change(text: str, change: types.TextDocumentContentChangeEvent, encoding: str,
+                 pm: PositionMap | None = None) -> str:
     """The text after one `didChange` content change: a whole new text, or a
     range replaced (LSP 3.17, "TextDocumentContentChangeEvent"); the range is
-    in the positions of `text`, the text before this change."""
+    in the positions of `text`, the text before this change (`pm`, when given,
+    is `text`'s position map in `encoding`)."""
     rng = getattr(change, "range", None)
     if rng is None:
         return change.text
-    span = PositionMap(text, encoding).span(rng)
+    span = (pm if pm is not None and pm.text is text and pm.encoding == encoding
+            else PositionMap(text, encoding)).span(rng)
     return text[:span.start] + change.text + text[span.end:]
 
 

@@ -139,8 +139,9 @@ class DocumentStore:
         if doc is None:
             return None
         text = doc.text
-        for change in params.content_changes:
-            text = apply_change(text, change, encoding)
+        for i, change in enumerate(params.content_changes):
+            # The first change is in the positions of the text published last: its map is made already.
+            text = apply_change(text, change, encoding, doc.positions(encoding) if i == 0 else None)
         doc = Document(doc.uri, params.text_document.version, text)
         self._docs[doc.uri] = doc
         return doc
