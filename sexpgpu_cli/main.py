@@ -365,6 +365,9 @@ def explain(
                                                 "80GiB or 16GB (default: the device's memory with --xla, else 16 GiB)."),
     mesh: Optional[str] = typer.Option(None, "--mesh", metavar="data=N", help="Explain the step on a data-parallel mesh of N devices (instead of the file's `:devices`): the mesh line and the memory per device."),
     fsdp: Optional[bool] = typer.Option(None, "--fsdp/--no-fsdp", help="With a mesh: the parameters and optimizer state split over it (FSDP), or replicated, whatever the file's `:shard-params`."),
+    target: Optional[str] = typer.Option(None, "--target", metavar="accelerator|cpu",
+                                         help="The compiler whose fusion the live sets model (default: "
+                                         "accelerator; with --xla, JAX's default backend's)."),
 ):
     """Print the training step as graphs, with the lowering report, the memory plan and the cost model.
 
@@ -383,7 +386,9 @@ def explain(
     if res.has_errors:
         n_err, n_warn = print_text([res])
         raise fail(f"{file} has {render.summary(n_err, n_warn)}; fix them first", 1)
-    from sexpgpu_lang.explain import explain as build, to_text
+    from sexpgpu_lang.explain import TARGETS, explain as build, to_text
+    if target is not None and target not in TARGETS:
+        raise fail(f"unknown --target {target!r}; expected one of {', '.join(TARGETS)}")
     program = res.program
     if mesh is not None or fsdp is not None:
         from sexpgpu_lang.mesh import parse_mesh, with_mesh
@@ -392,10 +397,11 @@ def explain(
         except ValueError as e:
             raise fail(str(e))
     if xla:
-        from sexpgpu_runtime.xla_report import device_budget, xla_report  # JAX is imported only here
+        from sexpgpu_runtime.xla_report import backend_target, device_budget, xla_report  # JAX only here
         if budget is None:
             budget, source = device_budget()
-    report = build(program, budget, source)
+        target = target or backend_target()
+    report = build(program, budget, source, target or "accelerator")
     if xla:
         report["xla"] = xla_report(program, report)
     if format == ExplainFormat.text:

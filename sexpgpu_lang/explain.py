@@ -22,7 +22,11 @@ The estimate (docs/explain.md says more, and how it compares with XLA's):
   the peak of its temporaries: the values XLA materialises (matmul and
   reduction outputs, matmul operands, expensive values read twice), each
   live from its fusion to the last fusion that reads it; in the training
-  graph the residuals the gradient reads and the cotangents too.
+  graph the residuals the gradient reads and the cotangents too. Which
+  values are materialised depends on the compiler's fusion: `target`
+  "accelerator" (the default) models an accelerator's, "cpu" XLA's CPU
+  backend, which hands matmuls and large reductions to a library
+  (`TARGETS`; docs/explain.md says what each assumes).
 - A stacked graph (`:stack S`) holds S copies of what depends on the batch,
   the state or a per-microbatch context scalar, and one of what depends on
   the parameters alone (what `vmap` computes).
@@ -233,8 +237,10 @@ _ROOTS = {"matmul", "einsum", "sort", "argsort", "top-k", "softmax", "log-softma
           "sum", "prod", "max", "min", "mean", "logsumexp", "argmax", "argmin", "categorical"}
 #: The compilers the schedule models (`target`): an accelerator's (the default) and XLA's CPU backend.
 TARGETS = ("accelerator", "cpu")
-#: On the CPU: reductions XLA hands to its matmul and reduction library (YNNPACK) as library fusions.
-_LIBRARY_REDUCE = {"sum", "prod", "max", "min", "mean", "logsumexp"}
+#: On the CPU: reductions XLA hands to its matmul and reduction library (YNNPACK) as library fusions,
+#: when they reduce f32 values and read at least `_LIBRARY_REDUCE_MIN` elements.
+_LIBRARY_REDUCE = {"sum", "max", "min", "mean", "logsumexp"}
+_LIBRARY_REDUCE_MIN = 32 * 1024
 #: On the CPU: the elementwise ops a library fusion takes in (no select, comparison, cast or gather).
 _LIBRARY_ELEMENTWISE = {"+", "-", "*", "/", "maximum", "minimum", "neg", "abs", "exp", "log", "sqrt", "rsqrt",
                         "tanh", "sigmoid"}
@@ -625,10 +631,10 @@ class _Schedule:
     """
 
     def __init__(self, nodes: list[Node], outputs: list[tuple[str, int]], live: list[bool],
-                 grad: list[bool] | None = None, target: str = "accelerator"):
+                 grad: list[bool] | None = None, target: str = "accelerator", stack: int = 1):
         if target not in TARGETS:
             raise ValueError(f"unknown target {target!r}; expected one of {', '.join(TARGETS)}")
-        self.nodes, self.live, self.grad, self.target = nodes, live, grad, target
+        self.nodes, self.live, self.grad, self.target, self.stack = nodes, live, grad, target, stack
         self.out_ids = {i for _, i in outputs}
         users: list[list[int]] = [[] for _ in nodes]
         for n in nodes:
@@ -656,7 +662,7 @@ class _Schedule:
             if self.live[n.id] and n.op in _NEEDS_OPERANDS:
                 for i in n.inputs:
                     out[self._through_views(i)] = True
-            if self.target == "cpu" and self.live[n.id] and n.op in _LIBRARY_REDUCE:
+            if self.target == "cpu" and self.live[n.id] and self._library_reduce(n):
                 for j in self._library_inputs(n.id):
                     out[j] = True
         return out
@@ -665,6 +671,14 @@ class _Schedule:
         while self.nodes[i].op in _VIEW or self.nodes[i].op == "transpose":
             i = self.nodes[i].inputs[0]
         return i
+
+    def _library_reduce(self, n: Node) -> bool:
+        """On the CPU, whether reduction `n` runs in the library: an f32 sum, mean, max or min (or
+        logsumexp, a max and a sum) of at least `_LIBRARY_REDUCE_MIN` elements (XLA's own rule)."""
+        if n.op not in _LIBRARY_REDUCE or n.type.dtype != "f32" or not n.inputs:
+            return False
+        x = self.nodes[n.inputs[0]]
+        return x.type.dtype == "f32" and x.type.size * (self.stack if x.per_copy else 1) >= _LIBRARY_REDUCE_MIN
 
     def _library_inputs(self, r: int) -> set[int]:
         """On the CPU, the buffers the library fusion of reduction `r` reads. XLA's CPU backend runs the
@@ -701,9 +715,10 @@ class _Schedule:
         return len(self.users[n.id]) > 1 and (n.op in _EXPENSIVE or bool(srcs)) and n.op not in ("transpose", "relayout")
 
     def _flattened_apart(self, s: int, r: int) -> bool:
-        """On the CPU, whether fusion `r` cannot write into matmul output `s`: the CPU's library runs a
-        matmul of a rank-3 or higher operand on its rows flattened to two axes, and XLA shares a buffer
-        only between equal shapes; `r` has the flattened shape only when matmuls alone read it."""
+        """On the CPU, whether fusion `r` cannot write into matmul output `s` because XLA gave them
+        different shapes (it shares a buffer only between equal shapes): the CPU's library runs a
+        matmul of a rank-3 or higher operand on its rows flattened to two axes, and `r` has that
+        flattened shape only when matmuls alone read it."""
         if self.target != "cpu" or self.nodes[s].op != "matmul" or self.nodes[s].type.rank <= 2:
             return False
         return not self.users[r] or any(self.nodes[u].op != "matmul" for u in self.users[r])
@@ -824,6 +839,10 @@ class _Schedule:
                 needed -= self.src[n.inputs[_INNER_RESIDUAL[n.op]]]
             if mat[i] and (n.op in _OUTPUT_BACKWARD or n.op in _EXPENSIVE):
                 needed.add(i)
+            if self.target == "cpu" and n.op == "cross-entropy" and n.inputs:
+                # XLA's CPU schedule computes the loss (the logit at the label less the log of the
+                # sum) after cross-entropy's cotangent: the logits live until then
+                needed |= self.src[n.inputs[0]]
             if mat[i] and n.op in _INNER_RESIDUAL:
                 k = _INNER_RESIDUAL[n.op]
                 inner = n if k is None else nodes[n.inputs[k]]
@@ -856,7 +875,7 @@ def estimate_graph(name: str, trace: _Trace, stack: int, loss: int | None = None
     nodes = trace.nodes
     live = _live_nodes(nodes, trace.outputs)
     grad = _grad_nodes(nodes, live, loss) if loss is not None else None
-    temps, moved, largest = _Schedule(nodes, trace.outputs, live, grad, target).peak(stack)
+    temps, moved, largest = _Schedule(nodes, trace.outputs, live, grad, target, stack).peak(stack)
     g = GraphEstimate(name, stack)
     for n in nodes:
         if not live[n.id]:
@@ -1383,7 +1402,9 @@ def to_text(report: dict) -> str:
     how = _plural(M, "microbatch", "microbatches")
     if S > 1:
         how += f", stacked {S} per call ({_plural(G, 'call')})"
-    lines = [f"step of {report['file']}: {how}; {st['optimizer']}, {st['precision']}"]
+    lines = [f"step of {report['file']}: {how}; {st['optimizer']}, {st['precision']}"
+             + ("" if st.get("target", "accelerator") == "accelerator" else
+                f"; live sets for the {st['target']} target")]
     entries = [(g, False) for g in report["graphs"]] + [(p, True) for p in report["passes"]]
     for k, (g, is_pass) in enumerate(entries):
         branch, pad = ("└─ ", "   ") if k == len(entries) - 1 else ("├─ ", "│  ")

@@ -53,6 +53,13 @@ def device_budget() -> tuple[int | None, str]:
     return None, f"{dev.platform} backend reports no memory limit; assumed 16 GiB"
 
 
+def backend_target() -> str:
+    """The schedule target (`sexpgpu_lang.explain.TARGETS`) of JAX's default backend: "cpu" for XLA's
+    CPU backend, "accelerator" for any other, so that `--xla` compares the estimate made for the
+    compiler it runs on."""
+    return "cpu" if jax.default_backend() == "cpu" else "accelerator"
+
+
 def _sds(t: TensorType, stack: int = 1):
     shape = ((stack,) if stack > 1 else ()) + tuple(t.shape)
     return jax.ShapeDtypeStruct(shape, jdt(t.dtype))
@@ -182,9 +189,13 @@ def xla_report(program: ir.Program, report: dict) -> dict:
                f"live set {span('live')} (per graph ratios in --format json, `xla.graphs.*.ratio`)")
     notes = ["XLA's live set is arguments + outputs + temporaries - aliases; its outputs here leave out "
              "the tuple's table of pointers (8 bytes a leaf)"]
+    target = report["step"].get("target", "accelerator")
+    if target != backend_target():
+        notes.append(f"the estimate models the {target} target, not this backend's ({backend_target()}): "
+                     f"live sets are not compared like with like (docs/explain.md)")
     if dev.platform == "cpu":
-        notes.append("the CPU backend computes bf16 matmuls in f32 and fuses some elementwise work into its "
-                     "matmuls (YNNPACK), so its temporaries can differ from an accelerator's (docs/explain.md)")
+        notes.append("the CPU backend computes bf16 matmuls in f32, so under :bf16 its temporaries around a "
+                     "matmul are up to twice the estimate's (docs/explain.md)")
     return {"backend": dev.platform, "device": dev.device_kind, "stack": S, "graphs": graphs,
             "summary": summary, "notes": notes}
 
