@@ -1,39 +1,72 @@
-"""Benchmark: the checker's types against JAX's, on random compositions of the registry's operations.
+"""Benchmark: the checker against JAX in both directions, on random programs over the registry's operations.
 
-Each program is one expression: random ops of `sexpgpu_lang.ops.REGISTRY`
-(random arity, keyword arguments such as `:axis`, `:axes`, `:keepdims`,
+Well-typed direction. Random compositions of `sexpgpu_lang.ops.REGISTRY`'s
+ops (random arity, keywords such as `:axis`, `:axes`, `:keepdims`,
 `:dtype`, `:salt`), nested up to `--depth`, over random names bound to
-random shapes and dtypes, and literals. `check_expression` types it; when
-the checker accepts it, the runtime's evaluator traces it with JAX
-(`jax.eval_shape`), which compares every op's JAX result with the type
-the checker inferred for that node, and the whole result with the
-expression's type. A disagreement is an accepted program that fails to
-lower, or a node whose JAX type differs. Prints how many programs were
-accepted and rejected and the disagreements (goal 0); `--keep DIR` writes
-each one as `expr` plus its names' types, for a regression test.
+random shapes and dtypes, and literals. `check_expression` types each;
+when the checker accepts one, the runtime's evaluator traces it with JAX
+(`jax.eval_shape`) and compares every op's JAX result with the type the
+checker inferred for that node, and the whole result with the
+expression's type: an accepted program that fails to lower, or a node
+whose JAX type differs, is a disagreement.
 
-    .venv/bin/python benchmarks/differential.py [--n 2000] [--seed 0] [--depth 3] [--keep DIR]
+Ill-typed direction. `ill_typed` writes a call of each op in turn with
+one fault drawn from its family's (shapes that do not broadcast, a
+scalar where an axis is needed, an axis out of range or not constant,
+repeated axes, bool or integer operands, a bad dtype, a negative size, a
+matmul inner-size mismatch, a wrong einsum, a non-permutation, an index
+out of range...) or a generic one (too few or too many arguments, an
+unknown keyword, a string for a tensor); operands are sometimes wrapped
+in type-preserving ops and the call in another op. The random
+compositions the checker rejects count here too.
 
-Not yet covered (FIXME, issue 8): a rejected program is not run through
-JAX, so "rejected although JAX could lower it" is not counted; programs are
-single expressions, not whole `:step` and `objective` phases.
+JAX's own verdict. Every program, accepted or not, is also evaluated
+with `DIRECT`: each op as a JAX user writes it (the jnp, lax, jax.nn,
+jax.random function, or optax's cross-entropy), with none of the
+runtime's conversions or type checks, traced and lowered with
+`jax.jit(...).lower`. A rejected program JAX also refuses is an
+agreement; one JAX lowers is a deliberate strictness when a rule of
+`STRICT` explains each of its errors (docs/language.md, "Where the
+checker is stricter than JAX"), else a disagreement. An accepted program
+JAX's function refuses is explained by a rule of `LENIENT` (the
+language converts, e.g. integers to f32 for `sigmoid`) or is a
+disagreement.
+
+Prints the counts per category, both directions, and the unexplained
+disagreements (goal 0; exit status 1 otherwise). `--keep DIR` writes
+each one as `expr` plus its names' types, for a regression case.
+
+    .venv/bin/python benchmarks/differential.py [--n 3000] [--ill 2000] [--seed 0] [--depth 3] [--keep DIR]
+
+Not covered (issue 8): programs are single expressions, not whole
+`:step` and `objective` phases.
 """
 from __future__ import annotations
 
 import argparse
 import random
+import re
 import sys
 import time
 import traceback
+import warnings
+from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import sexpgpu_runtime  # noqa: F401  (enables x64, as a run does)
 import jax
+import jax.numpy as jnp
+import optax
+from jax import lax
 
 from sexpgpu_lang.check import check_expression
 from sexpgpu_lang.ops import REGISTRY
-from sexpgpu_lang.types import PlistType, TensorType
-from sexpgpu_runtime.dtypes import jdt, name_of
+from sexpgpu_lang.source import SourceText
+from sexpgpu_lang.syntax import Kw, ListNode, Num, Str, Sym, VecNode, parse
+from sexpgpu_lang.types import DTYPES, PlistType, TensorType
+from sexpgpu_runtime.dtypes import JAX_DTYPES, jdt, name_of
 from sexpgpu_runtime.lowering import Effects, evaluate
 
 SHAPES = [(), (3,), (2, 3), (3, 4), (2, 3, 4), (4,)]
@@ -133,47 +166,845 @@ def lower(e, env_types) -> str | None:
     return None
 
 
+
+# --------------------------------------------------------------------------- JAX's own verdict
+
+
+class DType(str):
+    """A keyword such as `:f32` read as a dtype name; JAX is given the dtype it names, or the
+    name itself when the language has no such dtype (`:float32`), so NumPy judges it."""
+
+
+def _dt(d):
+    return jnp.dtype(JAX_DTYPES.get(d, str(d)))
+
+
+def _fold(f):
+    """`+`, `*`, `and`, `or` take any number of operands (the language's n-ary form), folded with
+    JAX's binary function; one operand is itself."""
+    def call(*a, **kw):
+        if not a:
+            raise TypeError("no operands")
+        out = jnp.asarray(a[0]) if len(a) == 1 else a[0]
+        for x in a[1:]:
+            out = f(out, x, **kw)
+        return out
+    return call
+
+
+def _key(kw):
+    key = jax.random.key(0)
+    return jax.random.fold_in(key, kw.pop("salt")) if "salt" in kw else key
+
+
+def _axes(kw):
+    if "axes" in kw:
+        a = kw.pop("axes")
+        kw["axis"] = tuple(a) if isinstance(a, list) else a
+    return kw
+
+
+def _dtype_kw(kw, default):
+    """`:dtype` as JAX's `dtype=` (the language's default when neither it nor a positional dtype is given)."""
+    if "dtype" in kw:
+        kw["dtype"] = _dt(kw["dtype"])
+    elif default:
+        kw["dtype"] = _dt(default)
+    return kw
+
+
+def _idx(i):
+    return jnp.asarray(i) if isinstance(i, list) else i
+
+
+#: Each op as a JAX user writes it: the jnp/lax/jax.nn/jax.random function, called with the
+#: language's positional arguments and keywords (`:axes` is `axis=`, a dtype keyword is the dtype)
+#: and the language's defaults (argmax along the last axis, take along axis 0...), and nothing
+#: else: no conversion, no check. What this cannot trace or lower is what JAX refuses.
+DIRECT: dict[str, Callable] = {
+    "+": _fold(jnp.add), "*": _fold(jnp.multiply), "and": _fold(jnp.logical_and), "or": _fold(jnp.logical_or),
+    "-": lambda *a, **k: jnp.negative(*a, **k) if len(a) == 1 else jnp.subtract(*a, **k),
+    "/": jnp.true_divide, "mod": jnp.mod, "pow": jnp.power, "maximum": jnp.maximum, "minimum": jnp.minimum,
+    "neg": jnp.negative, "abs": jnp.abs, "relu": jax.nn.relu, "exp": jnp.exp, "log": jnp.log, "sqrt": jnp.sqrt,
+    "rsqrt": lax.rsqrt, "tanh": jnp.tanh, "sigmoid": jax.nn.sigmoid, "silu": jax.nn.silu,
+    "gelu": lambda *a, **k: jax.nn.gelu(*a, approximate=True, **k),
+    "=": jnp.equal, "!=": jnp.not_equal, "<": jnp.less, "<=": jnp.less_equal, ">": jnp.greater,
+    ">=": jnp.greater_equal, "not": jnp.logical_not, "where": jnp.where,
+    "sum": lambda x, **k: jnp.sum(x, **_axes(k)), "prod": lambda x, **k: jnp.prod(x, **_axes(k)),
+    "max": lambda x, **k: jnp.max(x, **_axes(k)), "min": lambda x, **k: jnp.min(x, **_axes(k)),
+    "mean": lambda x, **k: jnp.mean(x, **_axes(k)), "logsumexp": lambda x, **k: jax.nn.logsumexp(x, **_axes(k)),
+    "argmax": lambda x, *, axis=-1, **k: jnp.argmax(x, axis=axis, **k),
+    "argmin": lambda x, *, axis=-1, **k: jnp.argmin(x, axis=axis, **k),
+    "reshape": lambda x, shape, /, **k: jnp.reshape(x, shape, **k),
+    "transpose": lambda x, *perm, **k: jnp.transpose(x, *perm, **k),
+    "concat": lambda xs, *, axis=0, **k: jnp.concatenate(xs, axis=axis, **k),
+    "stack": lambda xs, *, axis=0, **k: jnp.stack(xs, axis=axis, **k),
+    "expand-dims": lambda x, *, axis=0, **k: jnp.expand_dims(x, axis, **k),
+    "squeeze": lambda x, **k: jnp.squeeze(x, **_axes(k)),
+    "broadcast-to": lambda x, shape, /, **k: jnp.broadcast_to(x, shape, **k),
+    "slice": lambda x, *, axis=0, start=None, end=None, **k: lax.slice_in_dim(x, start, end, axis=axis, **k),
+    "take": lambda x, i, *, axis=0, **k: jnp.take(x, _idx(i), axis=axis, **k),
+    "take-along-axis": lambda x, i, *, axis=-1, **k: jnp.take_along_axis(x, _idx(i), axis=axis, **k),
+    "one-hot": lambda x, n, *, dtype=DType("f32"), **k: jax.nn.one_hot(x, n, dtype=_dt(dtype), **k),
+    "iota": lambda shape, *, axis=0, dtype=DType("i32"), **k: lax.broadcasted_iota(_dt(dtype), shape, axis, **k),
+    "zeros": lambda shape, *dt, **k: jnp.zeros(shape, *[_dt(d) for d in dt], **_dtype_kw(k, None if dt else "f32")),
+    "ones": lambda shape, *dt, **k: jnp.ones(shape, *[_dt(d) for d in dt], **_dtype_kw(k, None if dt else "f32")),
+    "full": lambda shape, v, *dt, **k: jnp.full(shape, v, *[_dt(d) for d in dt], **_dtype_kw(k, None)),
+    "axis-size": lambda x, axis, /, **k: jnp.shape(x, **k)[axis],
+    "size": jnp.size,
+    "matmul": jnp.matmul, "einsum": jnp.einsum,
+    "softmax": lambda x, *, axis=-1, **k: jax.nn.softmax(x, axis=axis, **k),
+    "log-softmax": lambda x, *, axis=-1, **k: jax.nn.log_softmax(x, axis=axis, **k),
+    "cross-entropy": optax.softmax_cross_entropy_with_integer_labels,
+    "sort": lambda x, *, axis=-1, **k: jnp.sort(x, axis=axis, **k),
+    "argsort": lambda x, *, axis=-1, **k: jnp.argsort(x, axis=axis, **k),
+    "top-k": lambda *a, **k: dict(zip(("values", "indices"), lax.top_k(*a, **k))),   # a plist: a dict pytree
+    "cast": lambda x, dtype, /, **k: jnp.asarray(x).astype(_dt(dtype), **k),
+    "stop-gradient": lax.stop_gradient,
+    "uniform": lambda shape, *, min=0.0, max=1.0, dtype=DType("f32"), **k:
+        jax.random.uniform(_key(k), shape, _dt(dtype), min, max, **k),
+    "normal": lambda shape, *, std=1.0, mean=0.0, dtype=DType("f32"), **k:
+        jax.random.normal(_key(k), shape, _dt(dtype), **k) * std + mean,
+    "categorical": lambda lg, *, temperature=None, **k:
+        jax.random.categorical(_key(k), lg if temperature is None else lg / temperature, **k),
+    "bernoulli": lambda p, **k: jax.random.bernoulli(_key(k), p, **k),
+}
+
+
+def direct_eval(node, env):
+    """Evaluate a syntax node with DIRECT: names from `env`, literals as Python numbers (weakly
+    typed in JAX, as in the language), `[..]` as a Python list. Arguments are split into
+    positional and keyword ones as the checker splits them (`check.Checker.split_args`)."""
+    if isinstance(node, (Num, Str)):
+        return node.value
+    if isinstance(node, Kw):
+        return DType(node.name)
+    if isinstance(node, Sym):
+        if node.name in ("true", "false"):
+            return node.name == "true"
+        return env[node.name]
+    if isinstance(node, VecNode):
+        return [direct_eval(i, env) for i in node.items]
+    if isinstance(node, ListNode):
+        fn = DIRECT[node.head]
+        args, kw, items, i = [], {}, node.items[1:], 0
+        while i < len(items):
+            it = items[i]
+            if isinstance(it, Kw) and it.name not in DTYPES and i + 1 < len(items):
+                if it.name in kw:   # Python's verdict on f(axis=0, axis=1)
+                    raise TypeError(f"keyword argument repeated: {it.name}")
+                kw[it.name] = direct_eval(items[i + 1], env)
+                i += 2
+            else:
+                args.append(direct_eval(it, env))
+                i += 1
+        return fn(*args, **kw)
+    raise TypeError(f"cannot evaluate {type(node).__name__}")
+
+
+def jax_verdict(text: str, env_types) -> str | None:
+    """None when JAX itself traces and lowers `text` (jax.jit(...).lower over abstract inputs of
+    the names' types), else JAX's error, first line."""
+    form = parse(SourceText(text)).forms[0]
+    structs = {k: jax.ShapeDtypeStruct(t.shape, jdt(t.dtype)) for k, t in env_types.items()}
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            jax.jit(lambda env: direct_eval(form, env)).lower(structs)
+    except Exception as exc:  # noqa: BLE001 - any failure is JAX's verdict "cannot lower"
+        msg = str(exc).strip()
+        return f"{type(exc).__name__}: {msg.splitlines()[0][:200] if msg else ''}"
+    return None
+
+
+# --------------------------------------------------------------------------- ill-typed programs
+
+
+NUMERIC = ["f32", "bf16", "i32", "i64"]
+FLOATS = ["f32", "bf16"]
+INTS = ["i32", "i64"]
+BAD_DTYPES = ["f64", "int32", "float", "u8", "x"]
+
+
+class Builder:
+    """Names bound to chosen types, for one program; `t` returns a name, sometimes wrapped in a
+    type-preserving op, so the faulty call's operands are themselves compositions."""
+
+    def __init__(self, rng: random.Random):
+        self.rng, self.env = rng, {}
+
+    def t(self, shape, dtype, wrap=True) -> str:
+        name = "abcdefghijklmnopqrstuvwxyz"[len(self.env)]
+        self.env[name] = TensorType(tuple(shape), dtype)
+        r = self.rng.random() if wrap else 1.0
+        if r < 0.15:
+            return f"(stop-gradient {name})"
+        if r < 0.25 and len(shape) >= 1:
+            return f"(reshape {name} [{' '.join(map(str, shape))}])"
+        if r < 0.32 and dtype != "bool":
+            return f"(cast {name} :{dtype})"
+        return name
+
+    def shape(self, lo=0, hi=3):
+        return tuple(self.rng.choice([2, 3, 4]) for _ in range(self.rng.randint(lo, hi)))
+
+    def partner(self, s):
+        """A shape that broadcasts with `s`."""
+        k = self.rng.randint(0, len(s))
+        return tuple(1 if self.rng.random() < 0.3 else d for d in s[len(s) - k:])
+
+    def clash(self, s):
+        """A shape that does not broadcast with `s` (rank >= 1)."""
+        k = self.rng.randint(1, len(s))
+        out = list(s[len(s) - k:])
+        j = self.rng.randrange(len(out))
+        out[j] = out[j] + 1 if out[j] != 4 else 5
+        return tuple(out)
+
+    def pick(self, xs):
+        return self.rng.choice(xs)
+
+
+def _vec(dims) -> str:
+    return "[" + " ".join(map(str, dims)) + "]"
+
+
+def _bad_axis(rng, rank: int) -> int:
+    return rng.choice([rank, rank + 1, -rank - 1])
+
+
+def _axis_kw(b: Builder, fault: str | None, rank: int, *, name="axis") -> list[str]:
+    """`:axis` (or `:axes`) for an op over `rank` axes, right, or wrong the way `fault` says."""
+    rng = b.rng
+    if fault == "axis-out-of-range":
+        v = _bad_axis(rng, rank)
+        return [f":{name} " + (f"[{v}]" if name == "axes" else str(v))]
+    if fault == "axis-not-constant":
+        return [f":{name} " + b.t((), "i32", wrap=False)]
+    if fault == "axis-float":
+        return [f":{name} 1.5"]
+    if fault == "axes-repeated" and name == "axes" and rank:
+        a = rng.randrange(rank)
+        return [f":axes [{a} {a - rank}]"]
+    if rank == 0 or rng.random() < 0.4:
+        return []
+    if name == "axes":
+        return [f":axes [{' '.join(str(a) for a in sorted(rng.sample(range(rank), rng.randint(1, rank))))}]"]
+    return [f":axis {rng.randint(-rank, rank - 1)}"]
+
+
+AXIS_FAULTS = ["axis-out-of-range", "axis-not-constant", "axis-float"]
+
+
+def _elementwise(b: Builder, op: str, fault):
+    n = {"+": 2, "*": 2, "-": 2, "and": 2, "or": 2, "not": 1, "where": 3}.get(op, REGISTRY[op].min_args)
+    s = b.shape()
+    logic, compare = op in ("and", "or", "not"), op in ("=", "!=", "<", "<=", ">", ">=")
+    dts = ["bool"] if logic else (NUMERIC + ["bool"] if compare else NUMERIC)
+    dt = b.pick(dts)
+    shapes = [s] + [b.partner(s) for _ in range(n - 1)]
+    dtypes = [dt] * n
+    if op == "where":
+        dtypes[0] = "bool"
+        dtypes[1:] = [b.pick(NUMERIC), b.pick(NUMERIC)]
+    if fault == "shapes-clash" and s and n > 1:
+        shapes[b.rng.randrange(1, n)] = b.clash(s)
+    elif fault == "bool-operand":
+        dtypes[b.rng.randrange(n)] = "bool"
+    elif fault == "not-bool" :
+        dtypes[0] = b.pick(NUMERIC)
+    elif fault == "int-operand":
+        dtypes[b.rng.randrange(n)] = b.pick(INTS)
+    args = [b.t(sh, d) for sh, d in zip(shapes, dtypes)]
+    if fault == "literal-operand":
+        args[b.rng.randrange(n)] = b.pick(["2", "-1.5", "true"])
+    return args, []
+
+
+def _reduction(b: Builder, op: str, fault):
+    arg = op in ("argmax", "argmin")
+    s = b.shape(0 if not arg else 1, 3) if fault != "scalar" else ()
+    x = b.t(s, b.pick(NUMERIC if fault != "bool-operand" else ["bool"]))
+    kws = _axis_kw(b, fault, len(s), name="axis" if arg else "axes")
+    if fault == "keepdims-not-bool":
+        kws.append(f":keepdims {b.pick(['1', '0.5', b.t((), 'bool', wrap=False)])}")
+    elif b.rng.random() < 0.3:
+        kws.append(f":keepdims {b.pick(['true', 'false'])}")
+    return [x], kws
+
+
+def _unary_network(b: Builder, op: str, fault):
+    s = b.shape(1, 3) if fault != "scalar" else ()
+    dt = "bool" if fault == "bool-operand" else b.pick(NUMERIC)
+    return [b.t(s, dt)], _axis_kw(b, fault, len(s))
+
+
+def _sortish(b: Builder, op: str, fault):
+    args, kws = _unary_network(b, op, fault)
+    if fault == "keepdims-not-bool":
+        kws.append(f":descending {b.pick(['1', '0.5'])}")
+    return args, kws
+
+
+def _shape_op(b: Builder, op: str, fault):
+    rng = b.rng
+    s = b.shape(1, 3) if fault != "scalar" else ()
+    r = len(s)
+    dt = b.pick(NUMERIC + ["bool"])
+    if op == "reshape":
+        x = b.t(s, dt)
+        n = 1
+        for d in s:
+            n *= d
+        if fault == "size-mismatch":
+            return [x, _vec((n + 1,))], []
+        if fault == "two-wildcards":
+            return [x, "[-1 -1]"], []
+        if fault == "negative-size":
+            return [x, _vec((-n,))], []
+        if fault == "not-constant":
+            return [x, b.t((1,), "i32", wrap=False)], []
+        return [x, rng.choice([_vec(s[::-1]), "[-1]", _vec((n,))])], []
+    if op == "transpose":
+        x = b.t(s, dt)
+        perm = list(range(r))
+        rng.shuffle(perm)
+        if fault == "not-a-permutation":
+            perm = perm[:-1] if rng.random() < 0.5 else perm + [0]
+        elif fault == "axis-out-of-range":
+            perm[0] = _bad_axis(rng, r)
+        return ([x, _vec(perm)] if rng.random() < 0.8 or fault else [x]), []
+    if op in ("concat", "stack"):
+        k = rng.randint(1, 3)
+        shapes = [s] * k
+        ax = rng.randrange(r + (op == "stack")) if r + (op == "stack") else 0
+        if op == "concat" and r:
+            shapes = [s[:ax] + (rng.choice([1, 2, 3]),) + s[ax + 1:] for _ in range(k)]
+        if fault == "shapes-clash":
+            shapes = shapes[:1] + [b.clash(shapes[0]) if rng.random() < 0.5 else shapes[0] + (2,)]
+        if fault == "empty":
+            return ["[]"], []
+        if fault == "not-a-vector":
+            return [b.t(s, dt)], []
+        items = [b.t(sh, b.pick(NUMERIC) if rng.random() < 0.3 else dt) for sh in shapes]
+        kws = _axis_kw(b, fault, r + (op == "stack")) if fault in AXIS_FAULTS else [f":axis {ax}"]
+        return ["[" + " ".join(items) + "]"], kws
+    if op == "expand-dims":
+        return [b.t(s, dt)], _axis_kw(b, fault, r + 1)
+    if op == "squeeze":
+        j = rng.randrange(r + 1)
+        s1 = s[:j] + (1,) + s[j:]
+        x = b.t(s1, dt)
+        if fault == "not-size-one" and r:
+            k = rng.choice([k for k, d in enumerate(s1) if d != 1])
+            return [x], [f":axes [{k}]"]
+        if fault in AXIS_FAULTS + ["axes-repeated"]:
+            return [x], _axis_kw(b, fault, r + 1, name="axes")
+        return [x], ([f":axes [{j}]"] if rng.random() < 0.6 else [])
+    if op == "broadcast-to":
+        p = b.partner(s)
+        x = b.t(p, dt)
+        if fault == "shapes-clash":
+            return [b.t(b.clash(s), dt)], []
+        if fault == "negative-size":
+            return [x, _vec(s[:-1] + (-1,))], []
+        if fault == "not-constant":
+            return [x, b.t((r,), "i32", wrap=False)], []
+        if fault == "rank-down" and p:
+            return [b.t(s + (2,), dt), _vec(s)], []
+        return [x, _vec(s)], []
+    if op == "slice":
+        ax = rng.randrange(r) if r else 0
+        n = s[ax] if r else 0
+        start, end = rng.randint(0, n), None
+        end = rng.randint(start, n)
+        if fault == "out-of-range":
+            start, end = rng.choice([(0, n + 1), (n, n + 2), (-n - 1, n), (2, 1)])
+        kws = _axis_kw(b, fault, r) if fault in AXIS_FAULTS else [f":axis {ax}"]
+        if fault == "not-constant":
+            kws.append(":start " + b.t((), "i32", wrap=False))
+        else:
+            kws += [f":start {start}", f":end {end}"]
+        return [b.t(s, dt)], kws
+    if op in ("take", "take-along-axis"):
+        x = b.t(s, dt)
+        ax = rng.randrange(r) if r else 0
+        along = op == "take-along-axis"
+        ishape = tuple(d if k != ax else rng.choice([1, 2, 3]) for k, d in enumerate(s)) if along else b.shape(0, 2)
+        idt = b.pick(INTS)
+        if fault == "float-indices":
+            idt = b.pick(FLOATS + ["bool"])
+        if fault == "rank-mismatch":
+            ishape = ishape + (2,)
+        if fault == "shapes-clash" and along and r > 1:
+            k = rng.choice([k for k in range(r) if k != ax])
+            ishape = ishape[:k] + (ishape[k] + 1,) + ishape[k + 1:]
+        idx = b.t(ishape, idt)
+        if fault == "static-index-out-of-range" and not along and r:
+            idx = _vec([0, s[ax] + rng.randint(0, 2)])
+        elif not along and rng.random() < 0.3 and r:
+            idx = _vec([rng.randrange(s[ax]) for _ in range(rng.randint(1, 3))])
+        kws = _axis_kw(b, fault, r) if fault in AXIS_FAULTS else [f":axis {ax}"]
+        return [x, idx], kws
+    if op == "one-hot":
+        idt = b.pick(FLOATS) if fault == "float-indices" else b.pick(INTS)
+        n = {"zero-size": 0, "negative-size": -2}.get(fault, rng.randint(1, 5))
+        kws = [f":dtype :{b.pick(BAD_DTYPES)}"] if fault == "bad-dtype" else ([f":dtype :{b.pick(NUMERIC)}"] if rng.random() < 0.3 else [])
+        nn = b.t((), "i32", wrap=False) if fault == "not-constant" else str(n)
+        return [b.t(b.shape(0, 2), idt), nn], kws
+    if op in ("iota", "zeros", "ones", "full", "uniform", "normal"):
+        dims = list(b.shape(0 if op not in ("iota",) else 1, 3))
+        if fault == "negative-size" and dims:
+            dims[rng.randrange(len(dims))] = rng.choice([-1, -2])
+        shape = _vec(dims) if fault != "not-constant" else b.t((max(len(dims), 1),), "i32", wrap=False)
+        args, kws = [shape], []
+        if op == "full":
+            vs = () if fault != "not-scalar" else b.shape(1, 2)
+            args.append(b.t(vs, b.pick(NUMERIC)) if rng.random() < 0.7 else b.pick(["2", "0.5"]))
+        if op == "iota":
+            kws += _axis_kw(b, fault, len(dims)) if fault in AXIS_FAULTS else []
+        dtypes = FLOATS if op in ("uniform", "normal") else NUMERIC + ["bool"]
+        if fault == "bad-dtype":
+            dtypes = BAD_DTYPES
+        if fault == "int-dtype":
+            dtypes = INTS + ["bool"]
+        if rng.random() < 0.5 or fault in ("bad-dtype", "int-dtype"):
+            d = b.pick(dtypes)
+            if op in ("zeros", "ones", "full") and rng.random() < 0.5:
+                args.append(f":{d}")
+            else:
+                kws.append(f":dtype :{d}")
+        if op in ("uniform", "normal"):
+            kws += _salt(b, fault)
+            if fault == "not-constant":
+                kws.append(f":{'min' if op == 'uniform' else 'std'} " + b.t((), "f32", wrap=False))
+        return args, kws
+    if op == "axis-size":
+        x = b.t(s, dt)
+        if fault == "axis-out-of-range":
+            return [x, str(_bad_axis(rng, r))], []
+        if fault == "axis-not-constant":
+            return [x, b.t((), "i32", wrap=False)], []
+        return [x, str(rng.randint(-r, r - 1) if r else 0)], []
+    if op == "size":
+        return [b.t(s, dt)], []
+    raise KeyError(op)
+
+
+def _salt(b: Builder, fault) -> list[str]:
+    if fault == "salt-float":
+        return [f":salt {b.pick(['0.5', b.t((), 'f32', wrap=False)])}"]
+    if fault == "salt-not-scalar":
+        return [":salt " + b.t((2,), "i32", wrap=False)]
+    return [f":salt {b.pick(['1', b.t((), 'i32', wrap=False)])}"] if b.rng.random() < 0.8 else []
+
+
+def _linalg(b: Builder, op: str, fault):
+    rng = b.rng
+    m, k, n = (rng.choice([2, 3, 4]) for _ in range(3))
+    dt = [b.pick(NUMERIC), b.pick(NUMERIC)]
+    if op == "matmul":
+        batch = b.shape(0, 1)
+        sa, sb = batch + (m, k), (k, n)
+        if rng.random() < 0.2:
+            sa = (k,)
+        if rng.random() < 0.2:
+            sb = (k,)
+        if fault == "inner-mismatch":
+            sb = (k + 1,) + sb[1:]
+        elif fault == "scalar":
+            sa = ()
+        elif fault == "shapes-clash":
+            sa, sb = (2, m, k), (3, k, n)
+        return [b.t(sa, dt[0]), b.t(sb, dt[1])], []
+    # einsum
+    spec, shapes = rng.choice([("ij,jk->ik", [(m, k), (k, n)]), ("ij->ji", [(m, k)]), ("i,i->", [(k,), (k,)]),
+                               ("bij,bjk->bik", [(2, m, k), (2, k, n)]), ("ij->", [(m, k)])])
+    if fault == "operand-count":
+        shapes = shapes + [shapes[0]] if rng.random() < 0.5 else shapes[:-1]
+    elif fault == "rank-mismatch":
+        shapes = [shapes[0] + (2,)] + shapes[1:]
+    elif fault == "shapes-clash" and "," in spec:
+        shapes = [shapes[0], tuple(d + 1 if d != 2 else 5 for d in shapes[1])]
+    elif fault == "bad-output":
+        spec = spec.split("->")[0] + "->" + rng.choice(["z", "iz", "ii"])
+    elif fault == "implicit-output":
+        spec = spec.split("->")[0]
+    elif fault == "ellipsis":
+        spec = "..." + spec.replace(",", ",...").replace("->", "->...")
+    elif fault == "not-a-string":
+        return [":ij"] + [b.t(s, b.pick(NUMERIC)) for s in shapes], []
+    return [f'"{spec}"'] + [b.t(s, b.pick(NUMERIC)) for s in shapes], []
+
+
+def _network(b: Builder, op: str, fault):
+    rng = b.rng
+    if op in ("softmax", "log-softmax"):
+        return _unary_network(b, op, fault)
+    if op == "cross-entropy":
+        lead = b.shape(0, 2)
+        v = rng.choice([2, 3, 4])
+        lg_dt, lb_dt = b.pick(FLOATS), b.pick(INTS)
+        lg, lb = lead + (v,), lead
+        if fault == "int-operand":
+            lg_dt = b.pick(INTS)
+        elif fault == "float-indices":
+            lb_dt = b.pick(FLOATS)
+        elif fault == "shapes-clash":
+            lb = lead + (v,) if rng.random() < 0.5 else (lead[:-1] + (lead[-1] + 1,) if lead else (2,))
+        elif fault == "scalar":
+            lg = ()
+        return [b.t(lg, lg_dt), b.t(lb, lb_dt)], []
+    raise KeyError(op)
+
+
+def _selection(b: Builder, op: str, fault):
+    rng = b.rng
+    if op in ("sort", "argsort"):
+        return _sortish(b, op, fault)
+    s = b.shape(1, 3) if fault != "scalar" else ()
+    k = rng.randint(1, s[-1]) if s else 1
+    if fault == "k-out-of-range":
+        k = rng.choice([0, -1, (s[-1] if s else 0) + 1])
+    kk = b.t((), "i32", wrap=False) if fault == "not-constant" else str(k)
+    return [b.t(s, b.pick(NUMERIC)), kk], []
+
+
+def _misc(b: Builder, op: str, fault):
+    rng = b.rng
+    s = b.shape()
+    if op == "cast":
+        d = b.pick(BAD_DTYPES) if fault == "bad-dtype" else b.pick(NUMERIC + ["bool"])
+        return [b.t(s, b.pick(NUMERIC + ["bool"])), f":{d}" if fault != "not-a-dtype" else "1"], []
+    if op == "stop-gradient":
+        if fault == "plist-operand":
+            return [f"(top-k {b.t((3,), 'f32')} 2)"], []
+        return [b.t(s, b.pick(NUMERIC + ["bool"]))], []
+    if op == "categorical":
+        lg = b.shape(1, 3) if fault != "scalar" else ()
+        dt = b.pick(INTS + ["bool"]) if fault == "int-operand" else b.pick(FLOATS)
+        kws = _salt(b, fault)
+        if fault == "temperature-not-scalar":
+            kws.append(":temperature " + b.t((2,), "f32", wrap=False))
+        elif rng.random() < 0.3:
+            kws.append(":temperature 0.5")
+        return [b.t(lg, dt)], kws
+    if op == "bernoulli":
+        p = b.pick(["1", "0", b.t(s, b.pick(INTS + ["bool"]))]) if fault == "int-operand" else b.t(s, b.pick(FLOATS))
+        return [p], _salt(b, fault)
+    raise KeyError(op)
+
+
+#: Each op's family: the template that builds a well-typed call of it and the faults that make it
+#: ill-typed (besides the ones every op gets: GENERIC_FAULTS).
+FAMILIES = {
+    "elementwise": (_elementwise, ["shapes-clash", "bool-operand", "int-operand", "literal-operand", "not-bool"]),
+    "reduction": (_reduction, AXIS_FAULTS + ["axes-repeated", "keepdims-not-bool", "scalar", "bool-operand"]),
+    "shape": (_shape_op, None),   # per op: SHAPE_FAULTS
+    "linalg": (_linalg, ["inner-mismatch", "scalar", "shapes-clash", "operand-count", "rank-mismatch", "bad-output",
+                         "implicit-output", "ellipsis", "not-a-string"]),
+    "network": (_network, AXIS_FAULTS + ["scalar", "bool-operand", "int-operand", "float-indices", "shapes-clash"]),
+    "selection": (_selection, AXIS_FAULTS + ["scalar", "k-out-of-range", "not-constant", "keepdims-not-bool",
+                                             "bool-operand"]),
+    "misc": (_misc, ["bad-dtype", "not-a-dtype", "plist-operand", "scalar", "int-operand", "temperature-not-scalar",
+                     "salt-float", "salt-not-scalar"]),
+}
+#: The faults of each shape-family op (and of the draws, which share its shape templates).
+SHAPE_FAULTS = {
+    "reshape": ["size-mismatch", "two-wildcards", "negative-size", "not-constant"],
+    "transpose": ["not-a-permutation", "axis-out-of-range"],
+    "concat": AXIS_FAULTS + ["shapes-clash", "empty", "not-a-vector", "scalar"],
+    "stack": AXIS_FAULTS + ["shapes-clash", "empty", "not-a-vector"],
+    "expand-dims": AXIS_FAULTS,
+    "squeeze": AXIS_FAULTS + ["axes-repeated", "not-size-one"],
+    "broadcast-to": ["shapes-clash", "negative-size", "not-constant", "rank-down"],
+    "slice": AXIS_FAULTS + ["out-of-range", "not-constant", "scalar"],
+    "take": AXIS_FAULTS + ["float-indices", "static-index-out-of-range", "scalar"],
+    "take-along-axis": AXIS_FAULTS + ["float-indices", "rank-mismatch", "shapes-clash", "scalar"],
+    "one-hot": ["float-indices", "zero-size", "negative-size", "bad-dtype", "not-constant"],
+    "iota": AXIS_FAULTS + ["negative-size", "bad-dtype", "not-constant", "int-dtype"],
+    "zeros": ["negative-size", "bad-dtype", "not-constant"],
+    "ones": ["negative-size", "bad-dtype", "not-constant"],
+    "full": ["negative-size", "bad-dtype", "not-constant", "not-scalar"],
+    "uniform": ["negative-size", "bad-dtype", "not-constant", "int-dtype", "salt-float", "salt-not-scalar"],
+    "normal": ["negative-size", "bad-dtype", "not-constant", "int-dtype", "salt-float", "salt-not-scalar"],
+    "axis-size": ["axis-out-of-range", "axis-not-constant", "scalar"],
+    "size": ["scalar"],
+}
+GENERIC_FAULTS = ["too-few-arguments", "too-many-arguments", "unknown-keyword", "string-operand"]
+
+
+def family_of(op: str) -> str:
+    spec = REGISTRY[op]
+    if op in ("cast", "stop-gradient", "categorical", "bernoulli"):
+        return "misc"
+    if op in ("uniform", "normal"):
+        return "shape"
+    if spec.family == "tensor":
+        return "elementwise"
+    return spec.family
+
+
+def ill_typed(rng: random.Random, op: str | None = None) -> tuple[str, dict, str, str]:
+    """A call of `op` (random when None) with one fault: (text, names' types, op, fault).
+
+    The fault is one of the op's family's (a clash of shapes, a bool operand, an axis out of
+    range...) or a generic one (arity, an unknown keyword, a string for a tensor); some faults
+    do not apply to every op of a family, and those programs come out well-typed, which the
+    benchmark counts as accepted.
+    """
+    op = op or rng.choice(sorted(REGISTRY))
+    template, faults = FAMILIES[family_of(op)]
+    faults = faults or SHAPE_FAULTS[op]
+    fault = rng.choice(faults + GENERIC_FAULTS)
+    b = Builder(rng)
+    args, kws = template(b, op, None if fault in GENERIC_FAULTS else fault)
+    spec = REGISTRY[op]
+    if fault == "too-few-arguments":
+        args = args[:max(spec.min_args - 1, 0)] if spec.min_args else args
+    elif fault == "too-many-arguments":
+        args = args + [args[-1]] * ((spec.max_args or len(args)) + 1 - len(args)) if spec.max_args is not None else args
+    elif fault == "unknown-keyword":
+        kws = kws + [rng.choice([":bogus 1", ":salt 1", ":dtype :f32", ":axis 0", ":keepdims true"])]
+    elif fault == "string-operand" and args:
+        args = ['"x"'] + args[1:]
+    text = "(" + " ".join([op] + args + kws) + ")"
+    if rng.random() < 0.3 and op != "top-k":
+        text = rng.choice(["(stop-gradient {})", "(expand-dims {} :axis 0)", "(size {})"]).format(text)
+    return text, b.env, op, fault
+
+
+# --------------------------------------------------------------------------- where the checker differs from JAX by design
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A deliberate difference from JAX: `name`; for a strict rule the diagnostic `code` and a
+    `pattern` of its message, for a lenient one a `pattern` of JAX's error; why; and an example
+    (text and names' types, written `name:[dims]dtype`) that the test checks shows the difference."""
+
+    name: str
+    code: str | None
+    pattern: str
+    reason: str
+    example: str
+    names: str = ""
+
+
+#: The checker rejects, JAX traces and lowers: the language is stricter by design. Listed in
+#: docs/language.md ("Where the checker is stricter than JAX"); tests/test_differential.py checks
+#: that each example is rejected with the rule's code and that JAX lowers it.
+STRICT = [
+    Rule("bool-arithmetic", "E-TYPE-002", r"needs numbers, got bool",
+         "JAX computes with bool as 0 and 1 (`jnp.add` of two masks is their `or`, `jnp.exp(True)` is e, "
+         "`softmax` of a mask is not refused everywhere); in a run file that is a missing comparison or `cast`",
+         "(+ m m)", "m:[4]bool"),
+    Rule("logic-needs-bool", "E-TYPE-002", r"^`(and|or|not)` needs bool operands",
+         "`jnp.logical_and`/`or`/`not` read any number as a truth value (nonzero is true); the language asks "
+         "for a comparison, so a float or integer tensor is not taken for a mask", "(not x)", "x:[4]f32"),
+    Rule("where-needs-bool", "E-TYPE-002", r"^`where` needs a bool condition",
+         "`jnp.where` treats a nonzero number as true; the condition must be a comparison",
+         "(where (- i 1) x 0)", "i:[4]i32 x:[4]f32"),
+    Rule("integer-indices", "E-TYPE-002", r"needs integer indices",
+         "`jax.nn.one_hot` compares float indices with `arange` (2.5 gives a row of zeros), `jnp.take` "
+         "takes bool indices as 0 and 1; indices must be i32 or i64", "(one-hot x 4)", "x:[2]f32"),
+    Rule("float-logits", "E-TYPE-002", r"^`categorical` needs float logits",
+         "`jax.random.categorical` adds Gumbel noise to bool logits as 0 and 1", "(categorical m :salt 1)", "m:[2 3]bool"),
+    Rule("integer-salt", "E-TYPE-002", r"`:salt` must be an integer scalar",
+         "`jax.random.fold_in` converts a float salt to an integer (0.5 and 0 give the same bits)",
+         "(uniform [2] :salt 0.5)"),
+    Rule("boolean-flags", "E-TYPE-003", r"must be `true` or `false`",
+         "JAX reads `keepdims` and `descending` as Python truth values (1, 0.5); the language takes `true` or `false`",
+         "(sum x :keepdims 1)", "x:[2 3]f32"),
+    Rule("dtype-names", "E-TYPE-002", r"needs a dtype, one of",
+         "a dtype is one of the language's six (`bool i32 i64 f16 bf16 f32`); NumPy's names are refused even "
+         "where JAX takes them (`:float32`; `:float` is float64 in NumPy), with a suggestion",
+         "(cast x :float32)", "x:[2]i32"),
+    Rule("full-scalar-value", "E-SHAPE-005", r"^`full` needs a scalar value",
+         "`jnp.full` broadcasts a tensor value to the shape; the language keeps that for `broadcast-to`",
+         "(full [2 3] v)", "v:[3]f32"),
+    Rule("non-empty-selection", None, r"^`top-k`: k = 0 |^`one-hot` needs 1 or more classes, got 0",
+         "`lax.top_k(x, 0)` and `jax.nn.one_hot(i, 0)` give empty tensors; selecting nothing is taken for a mistake",
+         "(top-k x 0)", "x:[4]f32"),
+    Rule("stop-gradient-of-a-tensor", "E-TYPE-001", r"^`stop-gradient` needs a tensor",
+         "`lax.stop_gradient` maps over any pytree; in the language ops take tensors, so a plist's entries are "
+         "stopped one by one", "(stop-gradient (top-k x 2))", "x:[4]f32"),
+    Rule("explicit-einsum-output", "E-FORM-002", r"need an explicit `->` output",
+         "`jnp.einsum` without `->` outputs the letters that appear once, in alphabetical order, which hides "
+         "the summed axes", '(einsum "ij,jk" a b)', "a:[2 3]f32 b:[3 4]f32"),
+    Rule("no-einsum-ellipsis", "E-FORM-002", r"name every axis with a letter",
+         "`jnp.einsum` reads `...` as the axes a subscript does not name; the language names every axis, so each "
+         "operand's rank is checked", '(einsum "...j->j" x)', "x:[2 3]f32"),
+    Rule("tensor-operands", "E-TYPE-001", r"needs a tensor here, got string|needs a vector of tensors like",
+         "NumPy takes a string as a 0-d array (`jnp.size(\"x\")` is 1) and `jnp.stack`/`jnp.concatenate` iterate "
+         "over a tensor's first axis; the language wants a tensor, and a vector `[a b]` for `stack` and `concat`",
+         "(stack x)", "x:[2 3]f32"),
+    Rule("scalar-temperature", "E-SHAPE-005", r"^`:temperature` must be a scalar",
+         "dividing the logits by a tensor broadcasts in JAX; a draw's temperature is one number",
+         "(categorical x :salt 1 :temperature t)", "x:[2 3]f32 t:[3]f32"),
+    Rule("integer-constants", "E-TYPE-003", r"needs a compile-time integer here, got \[\] (f|bf)",
+         "`lax.broadcasted_iota` truncates a float dimension (1.5 is axis 1); an axis, a count or a size is an "
+         "integer", "(iota [2 3] :axis 1.5)"),
+    Rule("signature-keywords", "E-NAME-003", r"has no keyword",
+         "an op takes the keywords its signature lists, even where the JAX function behind it takes more "
+         "(`jnp.sum(x, axis=0)`: the language spells it `:axes`, and says so)", "(sum x :axis 0)", "x:[2 3]f32"),
+    Rule("static-index-range", "E-SHAPE-003", r"^`take`: index .* is outside",
+         "`jnp.take` fills (or clamps) an index out of range; a constant index known to be out of range is a mistake",
+         "(take x [0 5])", "x:[4]f32"),
+]
+
+#: The checker accepts and the runtime lowers, but the JAX function a user would call refuses: the
+#: language defines the conversion. Matched on JAX's error.
+LENIENT = [
+    Rule("integers-to-float", None, r"does not accept dtype int",
+         "float-only ops (`sigmoid`, `silu`, `rsqrt`, `softmax`...) turn integers into f32, as `jnp.exp` does; "
+         "`jax.nn.sigmoid`, `jax.nn.silu` and `lax.rsqrt` refuse integers", "(sigmoid i)", "i:[4]i32"),
+    Rule("negative-axis", None, r"iota dimension must be between",
+         "a negative axis counts from the end in every op; `lax.broadcasted_iota` takes only 0 to rank - 1",
+         "(iota [2 3] :axis -1)"),
+]
+
+
+def names_of(spec: str) -> dict[str, TensorType]:
+    """`"a:[2 3]f32 b:[]i32"` as names' types."""
+    out = {}
+    for item in spec.split():
+        name, rest = item.split(":", 1)
+        dims, dtype = rest[1:].split("]")
+        out[name] = TensorType(tuple(int(d) for d in dims.split()) if dims else (), dtype)
+    return out
+
+
+def strict_rule(errors) -> str | None:
+    """The strict rule that explains every error of a rejected program JAX lowers, or None."""
+    names = []
+    for d in errors:
+        rule = next((r for r in STRICT if (r.code is None or r.code == d.code) and re.search(r.pattern, d.message)), None)
+        if rule is None:
+            return None
+        names.append(rule.name)
+    return names[0] if names else None
+
+
+def lenient_rule(jax_error: str) -> str | None:
+    return next((r.name for r in LENIENT if re.search(r.pattern, jax_error)), None)
+
+
+# --------------------------------------------------------------------------- both directions
+
+
+@dataclass
+class Tally:
+    """Counts of one run: the well-typed direction (programs the checker accepts) and the
+    ill-typed one (programs it rejects), and every unexplained disagreement."""
+
+    programs: int = 0
+    accepted: int = 0
+    runtime_fails: int = 0
+    accepted_jax_agrees: int = 0
+    lenient: Counter = field(default_factory=Counter)
+    rejected: int = 0
+    rejected_jax_refuses: int = 0
+    strict: Counter = field(default_factory=Counter)
+    covered: Counter = field(default_factory=Counter)
+    disagreements: list = field(default_factory=list)
+
+    def judge(self, text: str, env, source: str) -> str:
+        """Check `text`, then ask the runtime (accepted) and JAX itself (both); returns the verdict."""
+        self.programs += 1
+        try:
+            e, diags = check_expression(text, env)
+        except Exception as exc:  # noqa: BLE001 - the checker must never raise
+            self.disagreements.append((text, env, f"checker raised {type(exc).__name__}: {exc}"))
+            return "unexplained"
+        errors = [d for d in diags if d.is_error]
+        verdict = jax_verdict(text, env)
+        if e is None or errors:
+            self.rejected += 1
+            if source:
+                self.covered[source] += 1
+            if verdict is not None:
+                self.rejected_jax_refuses += 1
+                return "agree"
+            rule = strict_rule(errors)
+            if rule is None:
+                self.disagreements.append((text, env, "rejected ("
+                                           + "; ".join(f"{d.code} {d.message}" for d in errors) + "), JAX lowers it"))
+                return "unexplained"
+            self.strict[rule] += 1
+            return f"strict:{rule}"
+        self.accepted += 1
+        why = lower(e, env)
+        if why:
+            self.runtime_fails += 1
+            self.disagreements.append((text, env, f"accepted, the runtime disagrees: {why}"))
+            return "unexplained"
+        if verdict is None:
+            self.accepted_jax_agrees += 1
+            return "agree"
+        rule = lenient_rule(verdict)
+        if rule is None:
+            self.disagreements.append((text, env, f"accepted, JAX refuses: {verdict}"))
+            return "unexplained"
+        self.lenient[rule] += 1
+        return f"lenient:{rule}"
+
+    def report(self) -> str:
+        lines = [f"well-typed direction: {self.accepted} programs the checker accepts",
+                 f"  the runtime lowers it, JAX's type at every node: {self.accepted - self.runtime_fails}",
+                 f"  JAX's own functions lower it too (agree): {self.accepted_jax_agrees}"]
+        lines += [f"  intentional-lenient {k}: {n}" for k, n in sorted(self.lenient.items())]
+        lines += [f"ill-typed direction: {self.rejected} programs the checker rejects",
+                  f"  JAX refuses it too (agree): {self.rejected_jax_refuses}"]
+        lines += [f"  intentional-strict {k}: {n}" for k, n in sorted(self.strict.items())]
+        lines.append(f"unexplained disagreements: {len(self.disagreements)}")
+        return "\n".join(lines)
+
+
+def run(n_random: int, n_ill: int, seed: int, depth: int = 3, progress=None) -> Tally:
+    """`n_random` random compositions (mostly the well-typed direction) and `n_ill` ill-typed calls
+    (each op in turn, one fault each), judged by the checker, the runtime and JAX."""
+    rng = random.Random(seed)
+    tally = Tally()
+    ops = sorted(REGISTRY)
+    for i in range(n_random):
+        env = random_env(rng)
+        tally.judge(expr(rng, env, depth, top=True), env, "")
+        if progress and (i + 1) % 500 == 0:
+            progress(f"random {i + 1}/{n_random}")
+    for i in range(n_ill):
+        text, env, op, fault = ill_typed(rng, ops[i % len(ops)])
+        tally.judge(text, env, op)
+        if progress and (i + 1) % 500 == 0:
+            progress(f"ill-typed {i + 1}/{n_ill}")
+    return tally
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--n", type=int, default=2000)
+    ap.add_argument("--n", type=int, default=3000, help="random compositions (default 3000)")
+    ap.add_argument("--ill", type=int, default=2000, help="ill-typed calls, each op in turn (default 2000)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--depth", type=int, default=3)
     ap.add_argument("--keep", type=Path, default=None, metavar="DIR")
     a = ap.parse_args()
-    rng = random.Random(a.seed)
-    accepted = rejected = crashed = 0
-    disagreements = []
     t0 = time.perf_counter()
-    for i in range(a.n):
-        env = random_env(rng)
-        text = expr(rng, env, a.depth, top=True)
-        try:
-            e, diags = check_expression(text, env)
-        except Exception as exc:  # noqa: BLE001 - the checker must never raise
-            crashed += 1
-            disagreements.append((text, env, f"checker raised {type(exc).__name__}: {exc}"))
-            continue
-        if e is None or any(d.is_error for d in diags):
-            rejected += 1
-            continue
-        accepted += 1
-        why = lower(e, env)
-        if why:
-            disagreements.append((text, env, why))
-        if (i + 1) % 200 == 0:
-            print(f"\r{i + 1}/{a.n}: {accepted} accepted, {len(disagreements)} disagreements", end="", file=sys.stderr)
+    tally = run(a.n, a.ill, a.seed, a.depth, progress=lambda s: print(f"\r{s}", end="", file=sys.stderr))
     print(file=sys.stderr)
-    for text, env, why in disagreements[:30]:
+    for text, env, why in tally.disagreements[:30]:
         names = " ".join(f"{k}:{list(t.shape)}{t.dtype}" for k, t in env.items())
         print(f"  {text}\n      with {names}\n      {why}")
-    if a.keep and disagreements:
+    if a.keep and tally.disagreements:
         a.keep.mkdir(parents=True, exist_ok=True)
         with open(a.keep / f"differential-{a.seed}.txt", "w", encoding="utf-8") as fh:
-            for text, env, why in disagreements:
+            for text, env, why in tally.disagreements:
                 fh.write(f"{text}\t{ {k: (list(t.shape), t.dtype) for k, t in env.items()} }\t{why}\n")
-    print(f"{a.n} programs in {time.perf_counter() - t0:.0f} s: {accepted} accepted, {rejected} rejected, "
-          f"{crashed} crashed the checker; {len(disagreements)} disagreements")
-    return 1 if disagreements else 0
+    uncovered = sorted(set(REGISTRY) - set(tally.covered))
+    print(f"{tally.programs} programs ({a.n} random compositions, {a.ill} ill-typed calls; seed {a.seed}) "
+          f"in {time.perf_counter() - t0:.0f} s; each op's calls rejected at least "
+          f"{min(tally.covered[o] for o in REGISTRY)} times" + (f"; never rejected: {uncovered}" if uncovered else ""))
+    print(tally.report())
+    return 1 if tally.disagreements else 0
 
 
 if __name__ == "__main__":
