@@ -143,6 +143,7 @@ class QuietCollector:
         self._pending = 0
         self._last = time.monotonic()
         self._lock = threading.Lock()
+        self._stop = threading.Event()
 
     def checked(self) -> None:
         """After a check (any thread): freeze what is alive; collect after `every` checks."""
@@ -162,12 +163,15 @@ class QuietCollector:
     def start(self) -> None:
         """Collect in a daemon thread whenever the checks pause for `idle_s`."""
         def idle():
-            while True:
-                time.sleep(self.idle_s / 2)
+            while not self._stop.wait(self.idle_s / 2):
                 with self._lock:
                     if self._pending and time.monotonic() - self._last >= self.idle_s:
                         self._collect()
         threading.Thread(target=idle, name="sexpgpu-gc", daemon=True).start()
+
+    def stop(self) -> None:
+        """Stop the thread `start` started."""
+        self._stop.set()
 
 
 def build_server() -> SexpServer:

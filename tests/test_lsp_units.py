@@ -151,3 +151,45 @@ def test_the_servers_source_text_has_the_front_ends_line_starts():
     from sexpgpu_lang import SourceText
     for text in ["", "a", "\n", "\r", "\r\n", "a\nb\r\nc\rd", "\r\r\n\n\r", "x\u2028y\x0cz\n", "é\r\n😀\n"]:
         assert documents._Source(text).line_starts == SourceText(text).line_starts, repr(text)
+
+
+class _Cycle:
+    def __init__(self):
+        self.me = self
+
+
+def test_the_quiet_collector_freezes_after_a_check_and_collects_after_every_n_checks():
+    import gc
+    import weakref
+
+    from lsp.server import QuietCollector
+    collector = QuietCollector(idle_s=3600, every=2)
+    try:
+        dead = weakref.ref(_Cycle())
+        collector.checked()              # freezes what is alive, the cycle too
+        gc.collect()
+        assert dead() is not None, "a frozen cycle is left to the quiet collection"
+        collector.checked()              # the second check: the full collection
+        assert dead() is None
+    finally:
+        gc.unfreeze()
+
+
+def test_the_quiet_collector_collects_when_the_checks_pause():
+    import gc
+    import time
+    import weakref
+
+    from lsp.server import QuietCollector
+    collector = QuietCollector(idle_s=0.2, every=1000)
+    collector.start()
+    try:
+        dead = weakref.ref(_Cycle())
+        collector.checked()
+        deadline = time.monotonic() + 10
+        while dead() is not None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert dead() is None, "no collection after the checks paused"
+    finally:
+        collector.stop()
+        gc.unfreeze()
