@@ -807,20 +807,22 @@ class _Schedule:
             delta[a] += size
             delta[b + 1] -= size
         # The outputs' buffers are reserved for the whole call, but until an output is computed its
-        # buffer is free: XLA's buffer assignment packs temporaries that die before then into it. So
-        # the temporaries counted beside the outputs are the peak of (temporaries + outputs computed
-        # so far), less the outputs. (Outputs the forward does not compute, the gradients, count as
+        # buffer is free: XLA's buffer assignment packs temporaries that die before then into it,
+        # when they fit (here: an output buffer as large as the largest temporary). So the
+        # temporaries counted beside the outputs are the peak of (temporaries + those outputs computed
+        # so far), less those outputs. (Outputs the forward does not compute, the gradients, count as
         # computed from the start.)
+        largest = max((size for _, _, size in spans), default=0)
         made = [0] * (end + 2)
         for r in roots:
-            if r in self.out_ids:
+            if r in self.out_ids and nodes[r].nbytes * stack >= largest:
                 made[pos[r]] += nodes[r].nbytes * stack
         peak = cur = done = 0
         for d, m in zip(delta, made):
             cur += d
             done += m
             peak = max(peak, cur + done)
-        return peak - done, moved, max((size for _, _, size in spans), default=0)
+        return peak - done, moved, largest
 
     def _backward(self, stack: int, t0: int, pos: dict, last: dict) -> tuple[list, float, int]:
         """The gradient, in reverse trace order after the forward roots: a residual (a forward value
