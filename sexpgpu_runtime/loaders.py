@@ -84,6 +84,9 @@ class Loader:
 
     def indices(self, position: int, count: int) -> np.ndarray:
         """The record indices at positions `position ... position + count - 1`."""
+        epoch, within = divmod(position, self.records)
+        if within + count <= self.records:   # one epoch (every batch but one per epoch): a slice of its order
+            return self._perm(epoch)[within:within + count].astype(np.int64)
         pos = np.arange(position, position + count)
         epochs, within = np.divmod(pos, self.records)
         out = np.empty(count, dtype=np.int64)

@@ -81,6 +81,7 @@ class RunOptions:
     resume: bool = False
     overwrite: bool = False
     devices: int | None = None     # `--mesh data=N`: the data axis size (else the file's `:devices`, else every device)
+    fsdp: bool | None = None       # `--fsdp`/`--no-fsdp`: split parameters and optimizer state (else `:shard-params`)
 
 
 @dataclass
@@ -115,6 +116,23 @@ def make_ctx(step: int, microbatch: int, records: int, stage: int = 0, stage_rec
             "stage": np.int32(stage), "stage-records": np.int64(records if stage_records is None else stage_records)}
 
 
+_CTX_FIELDS = tuple((k, np.asarray(v).dtype) for k, v in make_ctx(0, 0, 0).items())
+
+
+def _group_on_device(batch: dict, rows: np.ndarray, stacked: bool):
+    """Traced once (jitted below): the host batch as it is, and the context scalars unpacked from
+    `rows`, [S 5] i64 (one row of `make_ctx`'s values per copy), with their dtypes. Returns (batch,
+    ctxs, gen_ctx): ctxs [S]-shaped entries when stacked, else scalars; gen_ctx the first copy's."""
+    ctx = {k: rows[:, i].astype(dt) for i, (k, dt) in enumerate(_CTX_FIELDS)}
+    first = {k: v[0] for k, v in ctx.items()}
+    return batch, (ctx if stacked else first), first
+
+
+# Numpy arguments of a jitted call are transferred by jit's C++ path: one call puts a group's batch and
+# all its context scalars on the device several times faster than `jax.device_put` of the 12 leaves.
+_to_device = jax.jit(_group_on_device, static_argnums=(2,))
+
+
 def _stack(trees: list[dict]) -> dict:
     return {k: np.stack([t[k] for t in trees]) for k in trees[0]}
 
@@ -134,16 +152,21 @@ class Reporter:
 
     A resumed run (`start` > 0) appends to metrics.jsonl after dropping the rows
     an interrupted process logged past `start`, and purges them from
-    TensorBoard, so each step has one row.
+    TensorBoard, so each step has one row. In a multi-process run process 0
+    alone writes and prints (the losses are global, every process has them).
     """
 
     def __init__(self, run_dir: Path, total: int, progress: bool, quiet: bool, name: str, start: int = 0,
                  append: bool = False, tensorboard: bool = False):
         self.path = run_dir / "metrics.jsonl"
+        self.fh = None
+        if jax.process_index() != 0:
+            quiet, progress, tensorboard = True, False, False
         try:
-            if append:
+            if append and jax.process_index() == 0:
                 keep_rows_up_to(self.path, start)
-            self.fh = open(self.path, "a" if append else "w", encoding="utf-8")
+            if jax.process_index() == 0:
+                self.fh = open(self.path, "a" if append else "w", encoding="utf-8")
         except OSError as e:
             raise RunError(f"cannot write {self.path}: {e.strerror or e}")
         self.total, self.quiet, self.start = total, quiet, start
@@ -173,8 +196,9 @@ class Reporter:
     def log(self, row: dict, done: int):
         """A logged step: one metrics.jsonl row, TensorBoard scalars, the bar or one plain line."""
         try:
-            self.fh.write(json.dumps(row) + "\n")
-            self.fh.flush()
+            if self.fh is not None:
+                self.fh.write(json.dumps(row) + "\n")
+                self.fh.flush()
         except OSError as e:
             raise RunError(f"cannot write {self.path}: {e.strerror or e}")
         if self.tb is not None:
@@ -192,7 +216,8 @@ class Reporter:
             self.bar.stop()
         if self.tb is not None:
             self.tb.close()
-        self.fh.close()
+        if self.fh is not None:
+            self.fh.close()
 
 
 def keep_rows_up_to(path: Path, step: int) -> None:
@@ -243,7 +268,7 @@ def prepare_run_dir(run_dir: Path) -> None:
         raise RunError(f"cannot use {run_dir} as the run dir: {why}")
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
-        probe = run_dir / ".write-test"
+        probe = run_dir / f".write-test.{jax.process_index()}"   # several processes may share the dir
         probe.write_text("ok")
         probe.unlink()
     except OSError as e:
@@ -287,6 +312,11 @@ def export_params(path: Path, trainable: dict, frozen: dict) -> None:
     directory writable before training.
     """
     from safetensors.numpy import save_file
+    if jax.process_count() > 1:   # every process gathers the whole arrays (a collective); process 0 writes
+        from jax.experimental import multihost_utils
+        trainable, frozen = multihost_utils.process_allgather((trainable, frozen), tiled=True)
+        if jax.process_index() != 0:
+            return
     tensors = {".".join(k): np.asarray(v) for k, v in {**flatten(trainable), **flatten(frozen)}.items()}
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp")
@@ -330,7 +360,7 @@ class Trainer:
         selected = frozenset(options.diagnostics) | frozenset(run.diagnostics)
         self.optimizer = make_optimizer(run.optimizer)
         try:
-            self.dp = DataParallel.of(program, options.devices)
+            self.dp = DataParallel.of(program, options.devices, options.fsdp)
         except MeshError as e:
             raise (OptionError if options.devices is not None else RunError)(str(e))
         self.graphs = Graphs(program, self.optimizer, selected, donate=jax.default_backend() != "cpu", dp=self.dp)
@@ -340,7 +370,7 @@ class Trainer:
         self.stop: StopSignals | None = None
         self.checkpoint_every: int | None = None   # steps whose values are checked in full before a save
         self.completed: RunState | None = None
-        self.pending = None
+        self.bad = None                # on the device: (first step with a non-finite loss, or -1; its value)
         self._finite = None
 
     def initial_state(self) -> RunState:
@@ -350,10 +380,11 @@ class Trainer:
         return self.place(RunState(0, trainable, frozen, self.optimizer.init(trainable), 0, self.graphs.zero_counters()))
 
     def place(self, state: RunState) -> RunState:
-        """On a mesh, the parameters, optimizer state and counters replicated on every device."""
+        """On a mesh, the parameters, optimizer state and counters replicated on every device (or, under
+        FSDP, split along the mesh: sharding.DataParallel.state_sharding)."""
         if self.dp is None:
             return state
-        trainable, frozen, opt_state, counters = self.dp.put_replicated(
+        trainable, frozen, opt_state, counters = self.dp.put_state(
             (state.trainable, state.frozen, state.opt_state, state.counters))
         return RunState(state.step, trainable, frozen, opt_state, state.records, counters)
 
@@ -380,22 +411,27 @@ class Trainer:
             start += n
         raise AssertionError("unreachable")
 
+    def read(self, loader: Loader, position: int) -> dict:
+        """The batch at `position`: on several processes only this process's rows (sharding.py)."""
+        return loader.batch(position) if self.dp is None else self.dp.read(loader, position)
+
     def next_group(self, step: int, group: int, records: int):
         """The batches and contexts of one group of microbatches, on the device."""
-        copies = []
+        batches, rows = [], []
         for i in range(self.layout.stack):
             stage, name, within = self.stage_at(records)
-            copies.append((self.loaders[name].batch(within), make_ctx(step, group * self.layout.stack + i, records, stage, within)))
+            batches.append(self.read(self.loaders[name], within))
+            rows.append((step, group * self.layout.stack + i, records, stage, within))
             records += self.batch_size
-        if self.layout.stack > 1:
-            batch, ctxs, gen_ctx = _stack([c[0] for c in copies]), _stack([c[1] for c in copies]), copies[0][1]
-        else:
-            (batch, ctxs), gen_ctx = copies[0], copies[0][1]
+        stacked = self.layout.stack > 1
+        batch = _stack(batches) if stacked else batches[0]
         # One transfer per group: the generator's calls then reuse the device copies.
         if self.dp is None:
-            batch, ctxs, gen_ctx = jax.device_put((batch, ctxs, gen_ctx))
+            batch, ctxs, gen_ctx = _to_device(batch, np.array(rows, np.int64), stacked)
         else:   # the records split along the mesh's `data` axis, the context scalars on every device
-            batch = self.dp.put_batch(batch, stacked=self.layout.stack > 1)
+            ctx_list = [make_ctx(*r) for r in rows]
+            ctxs, gen_ctx = (_stack(ctx_list) if stacked else ctx_list[0]), ctx_list[0]
+            batch = self.dp.put_batch(batch, stacked=stacked)
             ctxs, gen_ctx = self.dp.put_replicated((ctxs, gen_ctx))
         return batch, ctxs, gen_ctx, records
 
@@ -406,11 +442,14 @@ class Trainer:
         Looks for a stop before each group, before every trip, before the
         training graph and before the update; `state` is never changed before
         the update (which may donate its buffers), so a stop anywhere leaves it
-        as the last completed state.
+        as the last completed state. Nothing here waits for the device: the
+        first non-finite loss is kept on the device (`self.bad`, set once the
+        update is queued) and read by `settle`.
         """
         g = self.graphs
         grads, losses, metrics, diags = [], [], [], []
         records, counters = state.records, state.counters
+        bad = self.bad if self.bad is not None else g.no_bad()
         for group in range(self.layout.groups):
             self.poll()
             batch, ctxs, gen_ctx, records = self.next_group(state.step, group, records)
@@ -421,14 +460,14 @@ class Trainer:
                 self.poll()
             l, gs, m, d, dl = g.grads(state.trainable, state.frozen, batch, ctxs, counters)
             grads += gs
-            for delta in dl:
-                counters = {c: counters[c] + delta[c] for c in counters}
+            counters, bad = g.tally(counters, dl, l, ctxs["step"], bad)
             losses += l
             metrics.append(m)
             diags.append(d)
         self.poll()
         trainable, opt_state = g.update(state.trainable, state.opt_state, grads)
         new = RunState(state.step + 1, trainable, state.frozen, opt_state, records, counters)
+        self.bad = bad
         return new, {"losses": losses, "metrics": metrics, "diagnostics": diags}
 
     def report_row(self, done: int, reports: dict) -> dict:
@@ -454,7 +493,7 @@ class Trainer:
                 batch = jax.device_put(loader.batch(k * loader.spec.batch))
                 ctx = jax.device_put(make_ctx(state.step, 0, state.records))
             else:
-                batch = self.dp.put_batch(loader.batch(k * loader.spec.batch), stacked=False)
+                batch = self.dp.put_batch(self.read(loader, k * loader.spec.batch), stacked=False)
                 ctx = self.dp.put_replicated(make_ctx(state.step, 0, state.records))
             if ps.runs_generator:
                 batch = {**batch, **self.graphs.generate(state.trainable, state.frozen, batch, ctx, stacked=False)}
@@ -472,12 +511,13 @@ class Trainer:
                 raise BadValue(row["step"], f"`{k}`", v)
 
     @staticmethod
-    def check_losses(done: int, losses: list) -> None:
-        """Raise BadValue when a step's loss (any microbatch's) is NaN or infinite (syncs on that step)."""
-        vals = [float(x) for x in losses]
-        bad = [v for v in vals if not math.isfinite(v)]
-        if bad:
-            raise BadValue(done, "`loss`", bad[0])
+    def check_losses(bad) -> None:
+        """Raise BadValue naming the first step whose loss (any microbatch's, the first in microbatch
+        order) was NaN or infinite. `bad` is `Graphs.tally`'s record, (i64 step or -1, f32 value); reading
+        it waits for the device."""
+        step, value = jax.device_get(bad)
+        if int(step) >= 0:
+            raise BadValue(int(step), "`loss`", float(value))
 
     def check_params(self, state: RunState) -> None:
         """Raise BadValue naming the first trainable parameter with a NaN or infinite entry (before a save)."""
@@ -492,26 +532,29 @@ class Trainer:
     def fit(self, state: RunState, reporter: Reporter, after_step=None) -> tuple[RunState, list[dict]]:
         """Train from `state` to `self.steps`, logging every `:log :every` steps, running passes.
 
-        Every step's loss is checked for NaN and Inf, one step late so the host
-        never waits for the step it just queued; a logged step, a pass and a
-        checkpoint step are checked in full at once. `after_step(state, row)`
-        runs after each step has finished (`row` is None for an unlogged step).
+        Every step's loss is checked for NaN and Inf on the device (`Graphs.tally`
+        keeps the first bad step), so the host never waits for a step it queued;
+        the record is read (`settle`) at a logged step, a pass, a checkpoint step
+        and the end, before anything of that step is reported or saved, and a
+        NaN stops the run naming the first bad step. A logged step, a pass and a
+        checkpoint step are also checked in full. `after_step(state, row)` runs
+        after each step has finished (`row` is None for an unlogged step).
         """
         history = []
         run = self.program.run
         self.completed = state
-        self.pending = None   # (step, losses) of the last step, not yet checked
         while state.step < self.steps:
             state, reports = self.step(state)
             done = state.step
-            self.settle()
             log_now = done % run.log_every == 0 or done == self.steps or done == 1
             save_now = self.checkpoint_every is not None and (done % self.checkpoint_every == 0 or done == self.steps)
+            passes_now = [ps for ps in self.program.passes if done % ps.every == 0 or done == self.steps]
+            if log_now or save_now or passes_now:
+                self.settle()
             row = None
             pass_rows = {}
-            for ps in self.program.passes:
-                if done % ps.every == 0 or done == self.steps:
-                    pass_rows.update(self.run_pass(ps, state))
+            for ps in passes_now:
+                pass_rows.update(self.run_pass(ps, state))
             if log_now or pass_rows or save_now:
                 full = self.report_row(done, reports)
                 full.update(pass_rows)
@@ -523,7 +566,6 @@ class Trainer:
                 else:
                     reporter.advance(done)
             else:
-                self.pending = (done, reports["losses"])
                 reporter.advance(done)
             if after_step is not None:
                 after_step(state, row)
@@ -532,10 +574,10 @@ class Trainer:
         return state, history
 
     def settle(self) -> None:
-        """Check the loss of the last step that was not checked yet (see `fit`)."""
-        if self.pending is not None:
-            pending, self.pending = self.pending, None
-            self.check_losses(*pending)
+        """Raise BadValue if any completed step's loss was NaN or infinite, naming the first such step
+        (see `fit`); waits for the device. Called before anything is logged or saved."""
+        if self.bad is not None:
+            self.check_losses(self.bad)
 
 
 def _tree(state: RunState) -> dict:
@@ -571,6 +613,8 @@ def clear_run_dir(run_dir: Path, store: Checkpoints) -> None:
     metrics.jsonl (and a torn rewrite of it), and the TensorBoard event files in the run dir.
     Nothing else in either dir is touched."""
     store.delete_all()
+    if jax.process_index() != 0:   # process 0 writes the metrics (Reporter) and removes them
+        return
     for p in [run_dir / "metrics.jsonl", run_dir / "metrics.jsonl.tmp", *run_dir.glob("events.out.tfevents.*")]:
         try:
             p.unlink(missing_ok=True)
@@ -614,8 +658,10 @@ def start_state(trainer: Trainer, store: Checkpoints, options: RunOptions) -> Ru
         if resume:
             # Restore onto this run's devices (the mesh's, replicated, or the one device), whatever
             # devices the checkpoint was saved from: orbax refuses another topology otherwise.
-            where = trainer.dp.replicated if trainer.dp is not None else jax.sharding.SingleDeviceSharding(jax.devices()[0])
-            like = jax.tree_util.tree_map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=where), like)
+            # Under FSDP each array comes back split as the run splits it (sharding.py).
+            one = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+            where = trainer.dp.state_shardings(like) if trainer.dp is not None else jax.tree_util.tree_map(lambda _: one, like)
+            like = jax.tree_util.tree_map(lambda x, w: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=w), like, where)
             step, tree, records = store.restore(like)
             return trainer.place(_state(step, tree, records))
     except CheckpointError as e:
@@ -646,6 +692,7 @@ def train(program: ir.Program, options: RunOptions, on_trip=None) -> RunResult:
                             start=start, append=options.resume, tensorboard=bool(program.run.log.get("tensorboard")))
 
         def save(s: RunState) -> None:
+            trainer.settle()          # a NaN loss of any step so far is never checkpointed
             trainer.check_params(s)
             store.save(s.step, _tree(s), s.records)
 

@@ -209,6 +209,34 @@ def test_nan_loss_names_the_step_the_metric_and_the_last_good_checkpoint(tmp_pat
     assert sorted(int(p.name) for p in ckpts.iterdir() if p.name.isdigit()) == [4, 6]
 
 
+@pytest.mark.parametrize("stop_in", [None, 9])
+def test_nan_loss_between_checks_names_its_step_and_is_never_saved(tmp_path, stop_in):
+    # The loss is NaN from the 7th step on; nothing is logged or saved until step 10 (or SIGTERM in step 9).
+    # The loss is read back only then, yet the error names step 7, and the checkpoint of step 5 is the
+    # last one: step 10 (or the last completed step, 8, at the stop) is never saved.
+    text = variant("(loss (mean (cross-entropy logits (getf inputs :target)))))",
+                   "(loss (+ (mean (cross-entropy logits (getf inputs :target)))\n"
+                   "                  (* 0.0 (log (- 6.0 (cast (getf ctx :step) :f32)))))))", TEXT)
+    text = variant(":log (:every 1 :tensorboard true)", ":log (:every 50)", text)
+    text = variant(":checkpoint (:every 7 :keep 2)", ":checkpoint (:every 5 :keep 3)", text)
+
+    sent = []
+
+    def before_trip(step, trip):
+        if step + 1 == stop_in and trip == 2:
+            sent.append(step + 1)   # the run got past the NaN step, into the window before the next check
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    with pytest.raises(RunError) as e:
+        run(text, tmp_path, steps=12, on_trip=before_trip)
+    assert sent == ([] if stop_in is None else [stop_in])
+    ckpts = tmp_path / "checkpoints"
+    assert str(e.value).startswith("step 7: `loss` is nan, so the run stopped;"), str(e.value)
+    assert str(e.value).endswith(f"the last good checkpoint is step 5 in {ckpts}")
+    assert sorted(int(p.name) for p in ckpts.iterdir() if p.name.isdigit()) == [5]
+    assert [r["step"] for r in rows(tmp_path)] == [1]
+
+
 KILL_MID_WRITE = textwrap.dedent("""
     import os, sys, time
     from pathlib import Path
