@@ -859,7 +859,6 @@ class Checker:
         """Each reachable model's `:pretrained` file: its tensors' names, shapes and dtypes
         against `:params` (read from the safetensors header; no tensor data is read).
         Only with `read_files`: otherwise the file is recorded for the runtime, not opened."""
-        from .safetensors_header import HeaderError, read_header
         self.pretrained_files: list[tuple[tuple[str, ...], str]] = []
         for name, path in self.reachable.items():
             m = self.models[name]
@@ -875,6 +874,7 @@ class Checker:
             if not self.read_files:
                 self.pretrained_files.append((path, full))
                 continue
+            from .safetensors_header import HeaderError, read_header   # (json, struct): only when reading
             try:
                 header = read_header(full)
             except HeaderError as e:
