@@ -10,7 +10,6 @@ SARIF follows the OASIS SARIF 2.1.0 specification (section 3.27 `result`,
 """
 from __future__ import annotations
 
-import json
 import pathlib
 
 from .diagnostics import CODES, Diagnostic, Severity, doc_anchor
@@ -46,6 +45,7 @@ def to_json_obj(src: SourceText, d: Diagnostic) -> dict:
 
 def to_json(results: list[tuple[SourceText, list[Diagnostic]]]) -> str:
     """All files' diagnostics as one JSON array."""
+    import json   # (here: the text format, what lint prints by default, needs none)
     return json.dumps([to_json_obj(src, d) for src, ds in results for d in ds], indent=2)
 
 
@@ -126,4 +126,5 @@ def to_sarif(results: list[tuple[SourceText, list[Diagnostic]]], version: str) -
     log = {"$schema": "https://json.schemastore.org/sarif-2.1.0.json", "version": "2.1.0",
            "runs": [{"tool": {"driver": {"name": "sexpgpu", "version": version, "informationUri": DOCS_URL,
                                          "rules": rules}}, "results": out}]}
+    import json
     return json.dumps(log, indent=2)
