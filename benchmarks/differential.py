@@ -698,19 +698,23 @@ def _misc(b: Builder, op: str, fault):
 #: Each op's family: the template that builds a well-typed call of it and the faults that make it
 #: ill-typed (besides the ones every op gets: GENERIC_FAULTS).
 FAMILIES = {
-    "elementwise": (_elementwise, ["shapes-clash", "bool-operand", "int-operand", "literal-operand", "not-bool"]),
+    "elementwise": (_elementwise, None),   # by arity and kind: elementwise_faults
     "reduction": (_reduction, AXIS_FAULTS + ["axes-repeated", "keepdims-not-bool", "scalar", "bool-operand"]),
-    "shape": (_shape_op, None),   # per op: SHAPE_FAULTS
+    "shape": (_shape_op, None),   # per op: OP_FAULTS
     "linalg": (_linalg, ["inner-mismatch", "scalar", "shapes-clash", "operand-count", "rank-mismatch", "bad-output",
                          "implicit-output", "ellipsis", "not-a-string"]),
     "network": (_network, AXIS_FAULTS + ["scalar", "bool-operand", "int-operand", "float-indices", "shapes-clash"]),
     "selection": (_selection, AXIS_FAULTS + ["scalar", "k-out-of-range", "not-constant", "keepdims-not-bool",
                                              "bool-operand"]),
-    "misc": (_misc, ["bad-dtype", "not-a-dtype", "plist-operand", "scalar", "int-operand", "temperature-not-scalar",
-                     "salt-float", "salt-not-scalar"]),
+    "misc": (_misc, None),    # per op: OP_FAULTS
 }
-#: The faults of each shape-family op (and of the draws, which share its shape templates).
-SHAPE_FAULTS = {
+#: The faults of each op of the families whose ops differ too much to share a list (the draws
+#: `uniform` and `normal` use the shape ops' template).
+OP_FAULTS = {
+    "cast": ["bad-dtype", "not-a-dtype"],
+    "stop-gradient": ["plist-operand"],
+    "categorical": ["scalar", "int-operand", "temperature-not-scalar", "salt-float", "salt-not-scalar"],
+    "bernoulli": ["int-operand", "salt-float", "salt-not-scalar"],
     "reshape": ["size-mismatch", "two-wildcards", "negative-size", "not-constant"],
     "transpose": ["not-a-permutation", "axis-out-of-range"],
     "concat": AXIS_FAULTS + ["shapes-clash", "empty", "not-a-vector", "scalar"],
@@ -734,6 +738,16 @@ SHAPE_FAULTS = {
 GENERIC_FAULTS = ["too-few-arguments", "too-many-arguments", "unknown-keyword", "string-operand"]
 
 
+def elementwise_faults(op: str) -> list[str]:
+    if op in ("and", "or", "not", "where"):
+        return ["shapes-clash", "not-bool", "int-operand", "literal-operand"][op == "not":]
+    if op in ("=", "!=", "<", "<=", ">", ">="):
+        return ["shapes-clash", "literal-operand"]
+    if REGISTRY[op].min_args == 1 and op not in ("+", "*", "-"):
+        return ["bool-operand", "literal-operand"]
+    return ["shapes-clash", "bool-operand", "literal-operand"]
+
+
 def family_of(op: str) -> str:
     spec = REGISTRY[op]
     if op in ("cast", "stop-gradient", "categorical", "bernoulli"):
@@ -755,7 +769,7 @@ def ill_typed(rng: random.Random, op: str | None = None) -> tuple[str, dict, str
     """
     op = op or rng.choice(sorted(REGISTRY))
     template, faults = FAMILIES[family_of(op)]
-    faults = faults or SHAPE_FAULTS[op]
+    faults = faults or (elementwise_faults(op) if template is _elementwise else OP_FAULTS[op])
     fault = rng.choice(faults + GENERIC_FAULTS)
     b = Builder(rng)
     args, kws = template(b, op, None if fault in GENERIC_FAULTS else fault)
@@ -809,7 +823,9 @@ STRICT = [
          "`jax.nn.one_hot` compares float indices with `arange` (2.5 gives a row of zeros), `jnp.take` "
          "takes bool indices as 0 and 1; indices must be i32 or i64", "(one-hot x 4)", "x:[2]f32"),
     Rule("float-logits", "E-TYPE-002", r"^`categorical` needs float logits",
-         "`jax.random.categorical` adds Gumbel noise to bool logits as 0 and 1", "(categorical m :salt 1)", "m:[2 3]bool"),
+         "`jax.random.categorical` refuses bool logits, but divided by a `:temperature` they are floats (0 and 2) "
+         "and JAX draws from them; the logits must be float whatever the temperature",
+         "(categorical m :salt 1 :temperature 0.5)", "m:[2 3]bool"),
     Rule("integer-salt", "E-TYPE-002", r"`:salt` must be an integer scalar",
          "`jax.random.fold_in` converts a float salt to an integer (0.5 and 0 give the same bits)",
          "(uniform [2] :salt 0.5)"),
@@ -867,12 +883,8 @@ LENIENT = [
 
 def names_of(spec: str) -> dict[str, TensorType]:
     """`"a:[2 3]f32 b:[]i32"` as names' types."""
-    out = {}
-    for item in spec.split():
-        name, rest = item.split(":", 1)
-        dims, dtype = rest[1:].split("]")
-        out[name] = TensorType(tuple(int(d) for d in dims.split()) if dims else (), dtype)
-    return out
+    return {name: TensorType(tuple(int(d) for d in dims.split()), dtype)
+            for name, dims, dtype in re.findall(r"([\w-]+):\[([-\d ]*)\](\w+)", spec)}
 
 
 def strict_rule(errors) -> str | None:
