@@ -1313,21 +1313,43 @@ def explain(program: ir.Program, budget: int | None = None, budget_source: str |
 
 
 def mesh_report(program: ir.Program, plan: dict, stack: int = 1) -> dict | None:
-    """With `:devices N` in `run` (docs/sharding.md): the data-parallel mesh, each graph input's sharding,
-    and the peak per device: parameters, optimizer state and held gradients are replicated, while
-    everything else (the batch, the generator's state, the activations) scales with the records each
-    device holds, so that part is divided by N (an estimate: what XLA adds for the all-reduce is not
-    counted). None without `:devices`."""
+    """With `:devices N` in `run` (or `--mesh data=N`; docs/sharding.md): the data-parallel mesh, each
+    graph input's sharding, and the peak per device. Everything that scales with the records a device
+    holds (the batch, the generator's state, the activations) is divided by N. Parameters, optimizer
+    state and held gradients are whole on every device; under `:shard-params :fsdp` each array that N
+    divides along some axis (sexpgpu_lang.mesh.fsdp_dim) is 1/N, and the parameters gathered for the
+    computation are counted whole once more. An estimate: XLA's collective buffers are not counted.
+    None without a mesh."""
+    from .mesh import fsdp_dim, fsdp_spec
     n = getattr(program.run, "devices", None)
     if not n or n == 1:
         return None
+    fsdp = getattr(program.run, "shard_params", "replicated") == "fsdp"
     fixed = plan["params"] + plan["optimizer"] + plan["gradients_held"]
-    per_device = fixed + -(-max(plan["peak"] - fixed, 0) // n)
-    return {"axis": "data", "devices": n,
-            "records_per_device": {name: ld.batch // n for name, ld in program.loaders.items()},
-            "shardings": {"batch": "P('data')" if stack <= 1 else "P(None, 'data')",
-                          "generator state": "P('data')", "params": "P()", "optimizer": "P()", "ctx": "P()"},
-            "peak_per_device": per_device}
+    out = {"axis": "data", "devices": n, "shard_params": "fsdp" if fsdp else "replicated",
+           "records_per_device": {name: ld.batch // n for name, ld in program.loaders.items()}}
+    if not fsdp:
+        out["shardings"] = {"batch": "P('data')" if stack <= 1 else "P(None, 'data')",
+                            "generator state": "P('data')", "params": "P()", "optimizer": "P()", "ctx": "P()"}
+        out["params_per_device"], out["optimizer_per_device"] = plan["params"], plan["optimizer"]
+        out["peak_per_device"] = fixed + -(-max(plan["peak"] - fixed, 0) // n)
+        return out
+    def mine(p) -> int:   # bytes of one parameter a device holds
+        b = TensorType(p.shape, p.dtype).nbytes
+        return b // n if fsdp_dim(p.shape, n) is not None else b
+    params_pd = sum(mine(p) for p in program.params)
+    trainable_pd = sum(mine(p) for p in program.params if not p.frozen)
+    share = trainable_pd / plan["trainable"] if plan["trainable"] else 1.0   # optimizer state and gradients
+    fixed_pd = params_pd + math.ceil(plan["optimizer"] * share) + math.ceil(plan["gradients_held"] * share)
+    split = sum(fsdp_dim(p.shape, n) is not None for p in program.params)
+    out["shardings"] = {"batch": "P('data')" if stack <= 1 else "P(None, 'data')", "generator state": "P('data')",
+                        "params": f"FSDP: {split} of {len(program.params)} split on their largest axis {n} divides",
+                        "optimizer": "as its parameter", "ctx": "P()"}
+    out["param_shardings"] = {".".join(p.path): fsdp_spec(p.shape, n) for p in program.params}
+    out["params_per_device"] = params_pd
+    out["optimizer_per_device"] = math.ceil(plan["optimizer"] * share)
+    out["peak_per_device"] = fixed_pd + (plan["params"] - params_pd) + -(-max(plan["peak"] - fixed, 0) // n)
+    return out
 
 
 def generation_line(program: ir.Program | None) -> str | None:
@@ -1462,7 +1484,11 @@ def to_text(report: dict) -> str:
     if mesh:
         per = ", ".join(f"`{k}` {v}" for k, v in mesh["records_per_device"].items())
         ins = ", ".join(f"{k} {v}" for k, v in mesh["shardings"].items())
-        lines.append(f"mesh: data={mesh['devices']} · records per device: {per} · inputs: {ins} · "
+        held = ""
+        if mesh.get("shard_params") == "fsdp":
+            held = (f"params per device {fmt_bytes(mesh['params_per_device'])}, optimizer per device "
+                    f"{fmt_bytes(mesh['optimizer_per_device'])} · ")
+        lines.append(f"mesh: data={mesh['devices']} · records per device: {per} · inputs: {ins} · {held}"
                      f"peak per device about {fmt_bytes(mesh['peak_per_device'])}")
     lines += ["", "memory plan: bytes live in each phase beside the parameters and optimizer state"
               + (f", and the {fmt_bytes(mem['gradients_held'])} of earlier groups' gradients held for the update"

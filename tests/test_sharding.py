@@ -171,6 +171,42 @@ def test_explain_shows_the_mesh_and_the_peak_per_device():
     assert "mesh: data=8 · records per device: `train` 8" in to_text(report)
 
 
+def test_explain_with_fsdp_divides_the_parameters_and_optimizer_state_per_device():
+    from sexpgpu_lang.explain import explain, to_text
+    from sexpgpu_lang.mesh import with_mesh
+    replicated = explain(program_of(variant(":seed 0", ":devices 8 :seed 0")))
+    fsdp = explain(program_of(variant(":seed 0", ":devices 8 :shard-params :fsdp :seed 0")))
+    mem, mesh = fsdp["memory"], fsdp["mesh"]
+    assert mesh["shard_params"] == "fsdp" and replicated["mesh"]["shard_params"] == "replicated"
+    # Every parameter of the fixture has an axis 8 divides: each device holds 1/8, and 1/8 of Adam's moments.
+    assert mesh["params_per_device"] == mem["params"] // 8 and replicated["mesh"]["params_per_device"] == mem["params"]
+    assert mesh["optimizer_per_device"] == -(-(mem["optimizer"]) // 8)
+    assert mesh["param_shardings"] == {"embed": "P(None, 'data')", "first": "P(None, 'data')",
+                                       "second": "P(None, 'data')", "hidden": "P('data')", "out": "P('data')"}
+    assert mesh["peak_per_device"] < replicated["mesh"]["peak_per_device"]
+    assert "params per device 4.0 KiB, optimizer per device 8.0 KiB" in to_text(fsdp)
+    # --mesh and --fsdp from the command line give the file's report.
+    cli = explain(with_mesh(program_of(fixture_text()), 8, fsdp=True))
+    assert cli["mesh"] == mesh
+    with pytest.raises(ValueError, match="`:batch 64`, which does not divide by the 5 devices"):
+        with_mesh(program_of(fixture_text()), 5)
+
+
+def test_sexpgpu_explain_takes_the_mesh_from_the_command_line():
+    run = lambda *a: subprocess.run([sys.executable, "-m", "sexpgpu_cli.main", "explain",
+                                     str(ROOT / "tests" / "fixtures" / "tiny-generate.sx"), *a],
+                                    capture_output=True, text=True, timeout=120)
+    r = run("--mesh", "data=8", "--fsdp", "--format", "json")
+    assert r.returncode == 0, r.stderr
+    mesh = json.loads(r.stdout)["mesh"]
+    assert mesh["devices"] == 8 and mesh["shard_params"] == "fsdp" and mesh["param_shardings"]["hidden"] == "P('data')"
+    r = run("--mesh", "data=8")
+    assert r.returncode == 0 and "mesh: data=8 · records per device: `train` 8 · inputs: batch P(None, 'data')" in r.stdout
+    r = run("--mesh", "data=5")
+    assert r.returncode == 2 and r.stderr.strip() == ("sexpgpu: error: loader `train` has `:batch 64`, which does not "
+                                                      "divide by the 5 devices of the mesh; make `:batch` a multiple of 5")
+
+
 def test_two_processes_on_one_machine_train_as_one(tmp_path):
     """docs/sharding.md's two-process run: two local processes through jax.distributed, one CPU device
     each, a mesh of two, the coordinator from `JAX_COORDINATOR_ADDRESS` (read by JAX); process 0 logs the
