@@ -48,7 +48,7 @@ INITIALIZER_KEYWORDS = {"normal": ("std", "mean", "dtype"), "uniform": ("min", "
 #: Data plists that are the value of a settings keyword (check.py `top_run`).
 PLIST_KEYWORDS = {"log": ("every", "tensorboard"), "checkpoint": ("every", "dir", "keep")}
 #: Keywords whose value is itself a keyword from a fixed set.
-KEYWORD_VALUES = {"precision": ("f32", "bf16"), "stack": ("auto",), "dtype": DTYPES}
+KEYWORD_VALUES = {"precision": ("f32", "bf16"), "stack": ("auto",), "dtype": DTYPES, "shard-params": ("replicated", "fsdp")}
 
 #: One-line docs of the keywords of `defgenerate` (spec/generation.md) and the other forms.
 KEYWORD_DOCS: dict[tuple[str, str], str] = {
@@ -71,6 +71,8 @@ KEYWORD_DOCS: dict[tuple[str, str], str] = {
     ("run", "precision"): "`:f32` or `:bf16`",
     ("run", "seed"): "the seed every draw derives from",
     ("run", "optimizer"): "`(adam :lr ...)`, `(adamw ...)`, `(sgd ...)`, `(lion ...)`",
+    ("run", "devices"): "data parallel over this many devices; divides every loader's `:batch`",
+    ("run", "shard-params"): "`:replicated` (every device holds every parameter) or `:fsdp` (each split over the mesh)",
     ("pass", "loader"): "the loader the pass reads",
     ("pass", "every"): "run the pass every this many steps",
 }

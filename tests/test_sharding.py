@@ -262,3 +262,13 @@ def test_a_run_on_eight_devices_saves_and_resumes_its_checkpoint(tmp_path):
     rows = lambda d: [json.loads(l) for l in (tmp_path / d / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows("a")] == [r["step"] for r in rows("b")] == [1, 2, 3, 4]
     np.testing.assert_allclose([r["loss"] for r in rows("a")], [r["loss"] for r in rows("b")], rtol=1e-5)
+
+
+def test_the_editor_completes_shard_params_and_its_values():
+    from sexpgpu_lang import analyze, ide
+    text = variant(":seed 0", ":shard-params :f :seed 0")
+    at = text.index(":shard-params :f") + len(":shard-params :f")
+    assert [c.label for c in ide.completions(ide.index(analyze(text, "x.sx")), at).items] == [":replicated", ":fsdp"]
+    text = variant(":seed 0", ":shard-p :seed 0")
+    at = text.index(":shard-p") + len(":shard-p")
+    assert ":shard-params" in [c.label for c in ide.completions(ide.index(analyze(text, "x.sx")), at).items]
