@@ -166,7 +166,6 @@ def lower(e, env_types) -> str | None:
     return None
 
 
-
 # --------------------------------------------------------------------------- JAX's own verdict
 
 
