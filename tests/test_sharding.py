@@ -248,20 +248,24 @@ def test_a_multi_process_run_without_a_coordinator_is_one_line():
 
 def test_a_run_on_eight_devices_saves_and_resumes_its_checkpoint(tmp_path):
     """Orbax saves the state of a run on one device and restores it onto a mesh of eight (and a mesh's
-    checkpoint resumes on a mesh); the resumed steps log what the uninterrupted run logs."""
+    checkpoint resumes on a mesh, an FSDP one on one device); the resumed steps log what the
+    uninterrupted run logs."""
     from helpers import variant as v
     run_file = tmp_path / "ck.sx"
     run_file.write_text(v(":log (:every 50))", ":log (:every 1) :checkpoint (:every 2))"))
     env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8", "JAX_PLATFORMS": "cpu"}
     base = [sys.executable, "-m", "sexpgpu_cli.main", "run", str(run_file), "--no-progress"]
-    a, b = ["--run-dir", str(tmp_path / "a")], ["--run-dir", str(tmp_path / "b")]
+    a, b, c = (["--run-dir", str(tmp_path / d)] for d in "abc")
     for args in (["--steps", "2", "--mesh", "data=1"] + a, ["--steps", "4", "--mesh", "data=8", "--resume"] + a,
-                 ["--steps", "2", "--mesh", "data=8"] + b, ["--steps", "4", "--mesh", "data=8", "--resume"] + b):
+                 ["--steps", "2", "--mesh", "data=8"] + b, ["--steps", "4", "--mesh", "data=8", "--resume"] + b,
+                 # FSDP: split on 8 devices, resumed on one (no mesh), whole
+                 ["--steps", "2", "--mesh", "data=8", "--fsdp"] + c, ["--steps", "4", "--mesh", "data=1", "--resume"] + c):
         r = subprocess.run(base + args, env=env, capture_output=True, text=True, timeout=120)
         assert r.returncode == 0, r.stderr[-2000:]
     rows = lambda d: [json.loads(l) for l in (tmp_path / d / "metrics.jsonl").read_text().splitlines()]
-    assert [r["step"] for r in rows("a")] == [r["step"] for r in rows("b")] == [1, 2, 3, 4]
+    assert [r["step"] for r in rows("a")] == [r["step"] for r in rows("b")] == [r["step"] for r in rows("c")] == [1, 2, 3, 4]
     np.testing.assert_allclose([r["loss"] for r in rows("a")], [r["loss"] for r in rows("b")], rtol=1e-5)
+    np.testing.assert_allclose([r["loss"] for r in rows("c")], [r["loss"] for r in rows("b")], rtol=1e-5)
 
 
 def test_the_editor_completes_shard_params_and_its_values():
