@@ -36,8 +36,8 @@ class _Coercion:
     exactly as typer does.
     """
 
-    def __init__(self, param, descriptor) -> None:
-        self.param, self.descriptor = param, descriptor
+    def __init__(self, descriptor) -> None:
+        self.descriptor = descriptor
         self._typer = None
 
     def typer_runtime(self):
@@ -57,7 +57,7 @@ class _Coercion:
         annotation = self.descriptor.annotation
         try:
             if multi:
-                item = typing_args(annotation)
+                item = _list_item(annotation)
                 if isinstance(value, (list, tuple)) and item is not None:
                     return [self._one(v, item, info, param, ctx, pt) for v in value]
             elif not isinstance(value, (list, tuple)):
@@ -80,7 +80,10 @@ class _Coercion:
         if annotation is str and isinstance(value, str):
             return value
         if annotation is Path and isinstance(value, str) and value and info.path_type is None:
-            return pt.coerce_cli_path(Path(value), info, path_type=Path, param=param, ctx=ctx)
+            try:   # (its BadParameter, a path that does not exist say, is typer's own error)
+                return pt.coerce_cli_path(Path(value), info, path_type=Path, param=param, ctx=ctx)
+            except (ValueError, TypeError):
+                raise _Unsure from None
         raise _Unsure
 
 
@@ -88,7 +91,7 @@ class _Unsure(Exception):
     """`_Coercion` leaves this value to typer."""
 
 
-def typing_args(annotation):
+def _list_item(annotation):
     """The item type of `list[X]` / `List[X]`, else None."""
     from typing import get_args, get_origin
     if get_origin(annotation) is list:
@@ -101,7 +104,7 @@ def _coerce_without_pydantic(params) -> None:
     """Give each typer parameter a `_Coercion` (when this typer has the hooks it relies on)."""
     for p in params:
         if getattr(p, "_runtime_param", 0) is None and hasattr(p, "type_descriptor"):
-            p._runtime_param = _Coercion(p, p.type_descriptor)
+            p._runtime_param = _Coercion(p.type_descriptor)
 
 
 class _PlainHelp:
