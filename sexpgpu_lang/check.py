@@ -19,7 +19,7 @@ import difflib
 import hashlib
 import os
 import pathlib
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from functools import lru_cache
 
 from . import ir
@@ -197,11 +197,14 @@ _ALL_MODELS = "\0every model"        # a read of the set of model names
 
 
 def _definition_sig(d: Definition | None):
-    return None if d is None else (d.name, d.kind, d.span, d.form_span, d.detail)
+    # Not where it is: a cached use of a global is re-pointed to this check's definition
+    # (`_replay`), and nothing else of a global's definition reaches a cached result.
+    return None if d is None else (d.name, d.kind, d.detail)
 
 
 def _model_sig(m: dict | None):
-    """What `(getf self :key)` reads of a model (`getf_self`), comparable across checks."""
+    """What `(getf self :key)` reads of a model (`getf_self`), comparable across checks. Not
+    where the parameters are defined: a use of one is re-pointed to this check's definition."""
     if m is None:
         return None
     return (tuple((k, v[0]) for k, v in m["params"].items()), tuple(m["subs"].items()), frozenset(m["failed"]),
@@ -216,14 +219,40 @@ def _copy_model_state(state: dict) -> dict:
 
 
 class _Entry:
-    """One cached computation: its syntax node, what it read, what it added, what it returned."""
+    """One cached computation: where its top-level form was (`start`, `end`), what it read,
+    what it added, what it returned."""
 
-    __slots__ = ("node", "reads", "model_reads", "types", "definitions", "uses", "calls", "diags", "result")
+    __slots__ = ("start", "end", "reads", "model_reads", "types", "definitions", "uses", "calls", "diags", "result")
 
-    def __init__(self, node, reads, model_reads, types, definitions, uses, calls, diags, result):
-        self.node, self.reads, self.model_reads = node, reads, model_reads
+    def __init__(self, start, end, reads, model_reads, types, definitions, uses, calls, diags, result):
+        self.start, self.end, self.reads, self.model_reads = start, end, reads, model_reads
         self.types, self.definitions, self.uses, self.calls = types, definitions, uses, calls
         self.diags, self.result = diags, result
+
+
+def _node_at(form: Node, path: tuple) -> Node:
+    """The node of `form` at a path (the form's key, then child indices; `syntax.Node.path`)."""
+    node = form
+    for i in path[1:]:
+        node = node.items[i]
+    return node
+
+
+_IR_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def _shift_ir(e, shift):
+    """An IR tree with every span moved by `shift` (a function of a Span)."""
+    if isinstance(e, ir.Expr):
+        names = _IR_FIELDS.get(type(e))
+        if names is None:
+            names = _IR_FIELDS[type(e)] = tuple(f.name for f in fields(e))
+        return type(e)(*[_shift_ir(getattr(e, n), shift) for n in names])
+    if isinstance(e, Span):
+        return shift(e)
+    if isinstance(e, tuple):
+        return tuple(_shift_ir(x, shift) for x in e)
+    return e
 
 
 class CheckCache:
@@ -328,6 +357,8 @@ class Checker:
         self._model_calls = 0          # calls of `call_model` so far: a cached computation makes none
         self._model_reads: set | None = None   # while a cached computation runs, the models it read
         self._sigs: dict | None = None          # `_model_sig` by model name, once every model is built
+        self._build_ir = True                   # `run(build_ir)`: without the IR, cached model bodies keep
+                                                # their IR's old ranges (`_moved`)
         self.read_files = read_files   # open `:pretrained` files (`sexpgpu run`); lint and the server never do
         self.src = parsed.source
         self.diags: list[Diagnostic] = list(parsed.diagnostics)
@@ -465,6 +496,7 @@ class Checker:
     def run(self, build_ir: bool = True) -> CheckResult:
         """Check every form in the runtime's order and build the result (the IR only when there is no
         error, and only with `build_ir`: the language server needs none)."""
+        self._build_ir = build_ir
         try:
             return self._run(build_ir)
         finally:
@@ -730,11 +762,16 @@ class Checker:
         if self.cache is None:
             self._build_model(f, name, m)
             return
-        key = ("build", id(f))
-        entry = self.cache.get(key)
-        if entry is not None and entry.node is f and self._reads_hold(entry):
+        key = ("build", self.src.text[f.span.start:f.span.end], f.path)
+        entry = self._cached(key, f, "build")
+        if entry is not None:
             self._replay(entry)
-            m.update(_copy_model_state(entry.result))
+            state = _copy_model_state(entry.result)
+            # This form's own nodes (the same text, so the same paths).
+            state["params"] = {k: (t, init, _node_at(f, node.path)) for k, (t, init, node) in state["params"].items()}
+            if state["apply"] is not None:
+                state["apply"] = _node_at(f, state["apply"].path)
+            m.update(state)
             return
         entry = self._recorded(f, lambda: self._build_model(f, name, m))
         if entry is not None:
@@ -1753,26 +1790,27 @@ class Checker:
         if name in self._active:
             return ir.Const(self.err("E-MODEL-002", node.span, f"model `{name}` calls itself"), node.span)
         if key not in self._memo:
-            self._memo[key] = self.model_body(name, lam, params, arg_types)
+            self._memo[key] = self.model_body(name, lam, params, arg_types, m["form"])
         body, effects = self._memo[key]
         self._resite(effects, node.span)
         out = body.type
         return ir.ModelCall(out, node.span, name, self.reachable[name], params[0], tuple(params[1:]), tuple(args),
                             body.body if isinstance(body, ir.Seq) else (body,), compute)
 
-    def model_body(self, name: str, lam: ListNode, params: list[str], arg_types: list[Type]) -> tuple:
-        """A model's `:apply` body checked for these argument types: (body IR, its effects).
-        From the cache when the body calls no other model and its arguments are tensors."""
+    def model_body(self, name: str, lam: ListNode, params: list[str], arg_types: list[Type], form: ListNode) -> tuple:
+        """A model's `:apply` body (`lam`, in the `defmodel` `form`) checked for these argument
+        types: (body IR, its effects). From the cache when the body calls no other model and
+        its arguments are tensors."""
         if self.cache is None or self._redirect is not None or not all(type(t) is TensorType for t in arg_types):
             return self._model_body(name, lam, params, arg_types)
-        key = ("apply", id(lam), name, tuple(arg_types), self.precision, self.frame.phase,
-               tuple(self.frame.ctx_nil.items()), len(self._active))
-        entry = self.cache.get(key)
-        if entry is not None and entry.node is lam and self._reads_hold(entry):
+        key = ("apply", self.src.text[form.span.start:form.span.end], lam.path, name, tuple(arg_types),
+               self.precision, self.frame.phase, tuple(self.frame.ctx_nil.items()), len(self._active))
+        entry = self._cached(key, form, "apply")
+        if entry is not None:
             self._replay(entry)
             return entry.result
         out = []
-        entry = self._recorded(lam, lambda: out.append(self._model_body(name, lam, params, arg_types)))
+        entry = self._recorded(form, lambda: out.append(self._model_body(name, lam, params, arg_types)))
         if entry is not None:
             entry.result = out[0]
             self.cache.put(key, entry)
@@ -1827,7 +1865,53 @@ class Checker:
                 return False
         return True
 
-    def _recorded(self, node: Node, compute) -> _Entry | None:
+    def _cached(self, key, form: ListNode, kind: str) -> _Entry | None:
+        """The cache's entry under `key` if every read it made still holds, moved to where
+        `form` (the top-level form of the same text) now is; else None."""
+        entry = self.cache.get(key)
+        if entry is None or not self._reads_hold(entry):
+            return None
+        if entry.start != form.span.start:
+            if not form.closed:   # a form without its `)`: its nodes may reach outside its span
+                return None
+            entry, whole = self._moved(entry, form, kind)
+            if whole:
+                self.cache.put(key, entry)
+        return entry
+
+    def _moved(self, entry: _Entry, form: ListNode, kind: str) -> tuple[_Entry, bool]:
+        """An entry moved with its form: every range inside where the form was moves by as
+        much; a range elsewhere (a `def`'d function's body, which the reads show unmoved) stays.
+        Without `build_ir` a model body's IR is not moved (no result shows it: the checks read
+        a model call's type and its effects, never the ranges inside its body), and the
+        moved entry, not whole, is not kept. Returns (the entry, whether it is whole)."""
+        lo, hi, d = entry.start, entry.end, form.span.start - entry.start
+
+        def shift(s: Span) -> Span:
+            return Span(s.start + d, s.end + d) if lo <= s.start and s.end <= hi else s
+
+        def key(k: tuple) -> tuple:
+            return (k[0] + d, k[1] + d) if lo <= k[0] and k[1] <= hi else k
+
+        moved = {}
+        for x in entry.definitions:
+            moved[id(x)] = Definition(x.name, x.kind, shift(x.span), shift(x.form_span), x.detail)
+        uses = tuple((shift(span), kind_, moved[id(ref)] if kind_ is None and ref is not None else ref)
+                     for span, kind_, ref in entry.uses)
+        diags = [replace(g, span=shift(g.span), related=tuple(replace(r, span=shift(r.span)) for r in g.related))
+                 for g in entry.diags]
+        if kind == "apply":
+            body, effects = entry.result
+            result = (_shift_ir(body, shift) if self._build_ir else body,
+                      [Effect(e.kind, e.name, shift(e.origin), shift(e.site), e.salted) for e in effects])
+        else:
+            result = dict(entry.result, param_defs={k: moved[id(x)] for k, x in entry.result["param_defs"].items()})
+        return _Entry(form.span.start, form.span.end, entry.reads, entry.model_reads,
+                      {key(k): t for k, t in entry.types.items()}, [moved[id(x)] for x in entry.definitions],
+                      uses, {key(k): c for k, c in entry.calls.items()}, diags, result), \
+            kind != "apply" or self._build_ir
+
+    def _recorded(self, form: ListNode, compute) -> _Entry | None:
         """Run `compute()` with the facts and diagnostics it adds and the globals and models it
         reads kept apart, then add them to this check's; the cache entry for it, or None when it
         cannot be reused (it called a model, or used a definition made elsewhere)."""
@@ -1846,7 +1930,8 @@ class Checker:
                 self.globals.reads |= reads
             if self._model_reads is not None:
                 self._model_reads |= mreads
-        entry = _Entry(node, (), (), facts.types, facts.definitions, (), facts.calls, diags, None)
+        entry = _Entry(form.span.start, form.span.end, (), (), facts.types, facts.definitions, (), facts.calls,
+                       diags, None)
         self._merge(entry, facts.uses)
         self.cache.misses += 1
         if self._model_calls != calls:

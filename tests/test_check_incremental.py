@@ -45,15 +45,19 @@ LAYER = """\
 BODIES = ["(relu z)", "(twice z)", "(linear z (getf self :w) (getf self :b))", "(* z scale)",
           "(relu (getf self :bb))", "(let* ((m (metric :act (mean z)))) (relu z))", "(tanh (* z half))",
           "(relu zz)"]
+#: Bodies without an error, so that the file has an IR (a draw without a salt is a warning).
+CLEAN_BODIES = ["(relu z)", "(twice z)", "(linear z (getf self :w) (getf self :b))", "(* z scale)",
+                "(+ z (uniform [dim]))", "(tanh (* z half))"]
 
 
-def many_models(n: int, precision: str = "f32", block: bool = True) -> str:
+def many_models(n: int, precision: str = "f32", block: bool = True, clean: bool = False) -> str:
     """The tiny-generate fixture whose student runs `n` layers (and a block that calls a layer),
     each layer's body one of BODIES: reads of `def`s, `def`'d and standard-library functions,
-    a metric, a misspelt parameter, an unbound name."""
+    a metric, a misspelt parameter, an unbound name; or with `clean` one of CLEAN_BODIES."""
     base = (ROOT / "tests" / "fixtures" / "tiny-generate.sx").read_text()
+    bodies = CLEAN_BODIES if clean else BODIES
     layers = "(def scale 2)\n(def half 0.5)\n(def twice (lambda (x) (* x scale)))\n\n" + "".join(
-        LAYER.format(k=k, body=BODIES[k % len(BODIES)], extra_param="") for k in range(1, n + 1))
+        LAYER.format(k=k, body=bodies[k % len(bodies)], extra_param="") for k in range(1, n + 1))
     if block:
         layers += LAYER.format(k=0, body="(layer1 z)", extra_param="\n           :inner layer1")
     subs = "\n".join(f"           :l{k} layer{k}" for k in range(1 if not block else 0, n + 1))
@@ -75,7 +79,8 @@ SNIPPETS = ["x", " ", "\n", "(", ")", "[", "]", "zz", "1", ";; note\n", "\n(def 
 
 def mutate(text: str, rng: random.Random, history: list[str]) -> str:
     """One random edit of a run file's text."""
-    kind = rng.choice(["insert", "delete", "def", "rename", "bracket", "number", "misspell", "undo", "insert", "def"])
+    kind = rng.choice(["insert", "delete", "def", "rename", "bracket", "number", "misspell", "undo", "insert", "def",
+                       "move", "move"])
     n = len(text)
     if kind == "insert" or n == 0:
         at = rng.randint(0, n)
@@ -104,6 +109,13 @@ def mutate(text: str, rng: random.Random, history: list[str]) -> str:
         return text[:m.end(1)] + rng.choice(["x", "2", "-"]) + text[m.end(1):]
     if kind == "undo" and history:
         return rng.choice(history[-4:])
+    if kind == "move" and (starts := [m.start() for m in re.finditer(r"^\(", text, re.M)]):
+        # A blank line or a comment before a form, or a blank line less: the forms after it
+        # move, unchanged (the text still checks as it did).
+        at = rng.choice(starts)
+        if at >= 2 and text[at - 2:at] == "\n\n" and rng.random() < 0.4:
+            return text[:at - 1] + text[at:]
+        return text[:at] + rng.choice(["\n", ";; moved\n", "\n\n"]) + text[at:]
     at = rng.randint(0, n)
     return text[:at] + rng.choice(SNIPPETS) + text[at:]
 
@@ -121,9 +133,9 @@ def structure(x, depth: int = 0):
     return x
 
 
-def observed(text: str, cache: CheckCache | None, queries: list[int]):
+def observed(text: str, cache: CheckCache | None, queries: list[int], build_ir: bool = True):
     """Everything the check gives that an editor or the runtime reads."""
-    r = check(parse(SourceText(text, "/work/x.sx")), cache=cache)
+    r = check(parse(SourceText(text, "/work/x.sx")), cache=cache, build_ir=build_ir)
     f = r.facts
     at = {id(d): i for i, d in enumerate(f.definitions)}
     uses = [(span, d, at.get(id(d), -1)) for span, d in f.uses]
@@ -137,7 +149,7 @@ def observed(text: str, cache: CheckCache | None, queries: list[int]):
         "state_keys": [(k, at.get(id(d), -1)) for k, d in f.state_keys.items()],
         "generated": [(k, at.get(id(d), -1)) for k, d in f.generated.items()],
         "rest": (f.loader_fields, f.counters, f.phases),
-        "program": structure(r.program),
+        "program": structure(r.program) if build_ir else None,
         "hover": [ide.hover(ix, q) for q in queries],
         "symbols": ide.document_symbols(ix),
         "inlay": ide.inlay_hints(ix),
@@ -147,6 +159,7 @@ def observed(text: str, cache: CheckCache | None, queries: list[int]):
 
 def run_sequence(text: str, seed: int, edits: int) -> int:
     """Apply `edits` random edits; after each, the cached and the cold check must agree.
+    One check in three is made without the IR, as the language server checks.
     Returns how many cached computations were reused."""
     rng = random.Random(seed)
     cache = CheckCache()
@@ -156,8 +169,9 @@ def run_sequence(text: str, seed: int, edits: int) -> int:
             history.append(text)
             text = mutate(text, rng, history)
         queries = [rng.randint(0, len(text)) for _ in range(6)]
-        warm = observed(text, cache, queries)
-        cold = observed(text, None, queries)
+        build_ir = step % 3 != 1
+        warm = observed(text, cache, queries, build_ir)
+        cold = observed(text, None, queries, build_ir)
         for key in cold:
             assert warm[key] == cold[key], (f"seed {seed}, edit {step}: `{key}` differs from a cold check", text)
     return cache.hits
@@ -177,6 +191,14 @@ def test_random_edits_of_a_file_of_many_models(seed: int):
     text = many_models(12, precision="bf16" if seed % 3 == 2 else "f32", block=seed % 2 == 0)
     hits = run_sequence(text, seed, edits=40)
     assert hits > 40, "the cache should be reused for the forms an edit did not touch"
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_random_edits_of_a_file_of_many_models_that_checks_clean(seed: int):
+    text = many_models(10, precision="bf16" if seed == 3 else "f32", block=seed % 2 == 0, clean=True)
+    r = check(parse(SourceText(text, "/work/x.sx")))
+    assert r.program is not None and {d.code for d in r.diagnostics} == {"W-RAND-001", "W-RAND-002"}, r.diagnostics
+    run_sequence(text, 100 + seed, edits=30)
 
 
 def test_an_edit_in_one_layer_reuses_the_others():
