@@ -74,7 +74,7 @@ def many_models(n: int, precision: str = "f32", block: bool = True, clean: bool 
 
 
 SNIPPETS = ["x", " ", "\n", "(", ")", "[", "]", "zz", "1", ";; note\n", "\n(def extra 3)\n", " :w", "h",
-            "(relu z)", "\n(defmodel", "dim", "0.5", ":bf16"]
+            "(relu z)", "\n(defmodel", "dim", "0.5", ":bf16", "\"", "{", "#"]
 
 
 def mutate(text: str, rng: random.Random, history: list[str]) -> str:
