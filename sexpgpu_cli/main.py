@@ -22,6 +22,9 @@ import typer.core
 
 VERSION = "0.1.0"
 
+#: True when `main` runs the app (the process exits after the command), not a caller's `app()`.
+_EXITS_AFTER = False
+
 
 class _Coercion:
     """typer's conversion of one command-line value, without pydantic on the usual path.
@@ -235,15 +238,17 @@ def lint(
     from sexpgpu_lang import render
     # No cyclic garbage collection while checking: lint keeps every result until it prints them
     # and makes little garbage, so collections would only walk the trees again and again (40% of
-    # the CPU time of a 10,000-line file; peak memory is the same). Then what exists is frozen
-    # (`gc.freeze`): lint is about to exit, and no collection, the one at exit included, walks it.
+    # the CPU time of a 10,000-line file; peak memory is the same). As the `sexpgpu` command, what
+    # exists is then frozen (`gc.freeze`): the process is about to exit, and no collection, the one
+    # at exit included, walks it again.
     collecting = gc.isenabled()
     gc.disable()
     try:
         results = [load(f, read_files, build_ir=False) for f in run_files(files)]
     finally:
         if collecting:
-            gc.freeze()
+            if _EXITS_AFTER:
+                gc.freeze()
             gc.enable()
     if format == Format.text:
         if output:
@@ -446,6 +451,8 @@ def main() -> None:
     Usage errors are recognised by shape (`format_message()` and exit code 2), as
     click's and typer's own (vendored) click raise them alike.
     """
+    global _EXITS_AFTER
+    _EXITS_AFTER = True
     try:
         code = app(standalone_mode=False)
     except typer.Exit as e:
