@@ -3,7 +3,9 @@
     .venv/bin/python benchmarks/run_all.py [--only lint,lint10k,lsp,step,trips,stack,compiles] [--quick]
 
 Prints one table: benchmark, measured value, the reference measured in this
-run, the ratio and the target. About 3-5 minutes on the 2-core CPU machine.
+run, the ratio and the target. The runtime rows give two ratios: best block
+over best block, and (paired) the median over rounds of one block over the
+reference's block run next to it. About 3-5 minutes on the 2-core CPU machine.
 Not a test: the numbers depend on the machine (BENCHMARKS.md records them).
 
 Rows:
@@ -17,8 +19,9 @@ Rows:
             `Trainer.fit`, after compiling) against a hand-written JAX + optax
             step of the same model, batch, generator and optimizer.
 * trips     the generator's trip loop: a host loop of 6 jitted step calls (by hand,
-            and sexpgpu's own `generate.step` graph) against one `lax.fori_loop`
-            over the same 6 trips, jitted once.
+            and sexpgpu's own loop, `Graphs.trips`, with the trainer's stop check
+            before every trip) against one `lax.fori_loop` over the same 6 trips,
+            jitted once.
 * stack     the fixture with `:microbatches 4 :stack 4` against `:stack 1`,
             steady-state time per step.
 * compiles  `Graphs.traces` of a `train` run: how often each graph was traced.
@@ -212,60 +215,77 @@ class SxLoop:
         self.dir.cleanup()
 
 
-def interleaved(a, b, steps: int, rounds: int = 5) -> tuple[float, float]:
-    """Best seconds per step of a and of b, in `rounds` alternating blocks (a shared, noisy machine)."""
+def interleaved(a, b, steps: int, rounds: int = 10) -> tuple[float, float, float]:
+    """Seconds per step of a and of b in `rounds` alternating blocks of `steps // rounds` steps (a shared,
+    noisy machine): (best block of a, best block of b, median over the rounds of a's block / b's block
+    next to it). The paired median is the steadier figure when the load changes during the run."""
     ta, tb = [], []
     for _ in range(rounds):
         ta.append(a.block(steps // rounds))
         tb.append(b.block(steps // rounds))
-    return min(ta), min(tb)
+    return min(ta), min(tb), statistics.median(x / y for x, y in zip(ta, tb))
+
+
+def ratios(a: float, b: float, paired: float) -> str:
+    """`best a / best b`, then the median of the paired ratios."""
+    return f"{a / b:.2f}x (paired {paired:.2f}x)"
 
 
 def bench_step(steps: int) -> None:
     sx_loop, ref_loop = SxLoop(FIXTURE.read_text()), RefLoop()
-    sx, ref = interleaved(sx_loop, ref_loop, steps)
+    sx, ref, paired = interleaved(sx_loop, ref_loop, steps)
     sx_loop.close()
     row("training step, fixture (steady state)", f"{sx * 1000:.2f} ms/step", f"hand JAX+optax {ref * 1000:.2f} ms/step",
-        f"{sx / ref:.2f}x", "<= 1.05x")
+        ratios(sx, ref, paired), "<= 1.05x")
 
 
 def bench_trips(reps: int) -> None:
     jax = _jax()
     _, st, batch, host_trips, fori_trips = reference_step()
     r, s_ = batch()
-    # sexpgpu's own generate.step graph in its host loop (stacked, as the fixture runs it).
+    # sexpgpu's real trip loop (Graphs.trips: the trainer's stop check before every trip, then its
+    # generate.step graph), stacked, as the fixture runs it.
     tr = trainer_for(FIXTURE.read_text())
     g = tr.graphs
     state = tr.initial_state()
     b, ctxs, gen_ctx, _ = tr.next_group(0, 0, 0)
     stacked = tr.layout.stack > 1
     init = g.gen_init if stacked else g.gen_init_1
-    step = g.gen_step if stacked else g.gen_step_1
     s0 = init(state.trainable, state.frozen, b, gen_ctx)
+    hook = tr._trip_hook(0)
+    if hasattr(g, "trips"):
+        def sx_trips():
+            return g.trips(state.trainable, state.frozen, s0, gen_ctx, stacked, hook)
+    else:   # the runtime before Graphs.trips (to measure "before" with this script)
+        step = g.gen_step if stacked else g.gen_step_1
 
-    def sx_trips():
-        s = s0
-        for t in g.trip_values:
-            s = step(state.trainable, state.frozen, s, t, gen_ctx)
-        return s
+        def sx_trips():
+            s = s0
+            for t in range(len(g.trip_values)):
+                hook(t)
+                s = step(state.trainable, state.frozen, s, g.trip_values[t], gen_ctx)
+            return s
 
     fns = {"host": lambda: host_trips(r, s_), "fori": lambda: fori_trips(r, s_), "sx": sx_trips}
     for fn in fns.values():
         for _ in range(10):
             jax.block_until_ready(fn())
-    best = {k: float("inf") for k in fns}
-    for _ in range(5):   # interleaved blocks, best of each
+    rounds = 10
+    times = {k: [] for k in fns}
+    for _ in range(rounds):   # interleaved blocks
         for k, fn in fns.items():
             t0 = time.perf_counter()
-            for _ in range(reps // 5):
+            for _ in range(reps // rounds):
                 out = fn()
             jax.block_until_ready(out)
-            best[k] = min(best[k], (time.perf_counter() - t0) / (reps // 5))
+            times[k].append((time.perf_counter() - t0) / (reps // rounds))
+    best = {k: min(v) for k, v in times.items()}
+    paired = {k: statistics.median(x / y for x, y in zip(times[k], times["fori"])) for k in ("host", "sx")}
     host, fori, sx = best["host"], best["fori"], best["sx"]
     row("trip loop, hand host loop of jitted steps", f"{host * 1e6:.0f} us/6 trips", f"fori_loop {fori * 1e6:.0f} us",
-        f"{host / fori:.2f}x", "<= 1.1x")
-    row("trip loop, sexpgpu generate.step host loop", f"{sx * 1e6:.0f} us/6 trips", f"fori_loop {fori * 1e6:.0f} us",
-        f"{sx / fori:.2f}x", "<= 1.1x")
+        ratios(host, fori, paired["host"]), "<= 1.1x")
+    row("trip loop, sexpgpu Graphs.trips host loop", f"{sx * 1e6:.0f} us/6 trips", f"fori_loop {fori * 1e6:.0f} us",
+        ratios(sx, fori, paired["sx"]), "<= 1.1x")
 
 
 def stacked_text(stack: int) -> str:
@@ -278,10 +298,10 @@ def stacked_text(stack: int) -> str:
 def bench_stack(steps: int) -> None:
     l1, l4 = SxLoop(stacked_text(1)), SxLoop(stacked_text(4))
     assert l4.tr.layout.stack == 4 and l1.tr.layout.stack == 1, (l4.tr.layout, l1.tr.layout)
-    s4, s1 = interleaved(l4, l1, steps)
+    s4, s1, paired = interleaved(l4, l1, steps)
     l1.close(), l4.close()
     row("stacked run degree 4 (microbatches 4)", f"{s4 * 1000:.2f} ms/step", f":stack 1 {s1 * 1000:.2f} ms/step",
-        f"{s4 / s1:.2f}x", "faster (< 1x)")
+        ratios(s4, s1, paired), "faster (< 1x)")
 
 
 def bench_compiles(steps: int) -> None:

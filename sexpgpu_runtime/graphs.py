@@ -106,9 +106,6 @@ class Graphs:
             out = {} if dp is None else {"out_shardings": dp.replicated}
             self.update = jax.jit(self._counted("update", self._update), donate_argnums=(0, 1) if dn else (), **out)
         self.passes = {ps.name: jax.jit(self._counted(f"pass {ps.name}", self._eval_fn(ps))) for ps in program.passes}
-        # After each group: the counter totals and the first non-finite loss (`_tally`), on every device.
-        rep = {} if dp is None else {"out_shardings": dp.replicated}
-        self.tally = jax.jit(self._counted("tally", self._tally), **rep)
 
     # -- bookkeeping --------------------------------------------------------------------------
     def _counted(self, name, fn):
@@ -139,17 +136,21 @@ class Graphs:
         bad = (jnp.asarray(-1, jnp.int64), jnp.asarray(0.0, jnp.float32))
         return bad if self.dp is None else self.dp.put_replicated(bad)
 
-    def _tally(self, counters, deltas, losses, step, bad):
-        """One group's bookkeeping, in one small graph (nothing read back to the host):
+    @staticmethod
+    def _tally(counters, deltas, losses, step, bad):
+        """A group's bookkeeping, traced inside its training graph (nothing is read back to the host):
 
         * `counters` (name -> scalar total) plus each copy's `deltas` (a list of such dicts, in
-          microbatch order), added one copy at a time exactly as `counters[c] + delta[c]` would;
+          microbatch order), added one copy at a time. The deltas pass an optimization barrier first:
+          a delta XLA sees as a constant would be folded, `(t + c0) + c1` becoming `t + (c0 + c1)`,
+          which rounds differently; so the totals are those of `counters[c] + delta[c]`, one add per
+          copy, stacked or not, as when each add was its own call.
         * `bad`, (i64 step, f32 value): the step (1-based, `step` the group's context `:step`, a
           scalar or [S] i64) and value of the first non-finite entry of `losses` (f32 scalars in
           microbatch order), kept once set; step -1 while every loss so far was finite.
         Returns (counters, bad).
         """
-        for d in deltas:
+        for d in jax.lax.optimization_barrier(list(deltas)):
             counters = {c: counters[c] + d[c] for c in counters}
         vals = jnp.stack([jnp.asarray(v, jnp.float32) for v in losses])
         nonfinite = ~jnp.isfinite(vals)
@@ -188,15 +189,22 @@ class Graphs:
 
     def generate(self, trainable, frozen, batch, ctx, stacked: bool, on_trip=None):
         """Run the generator on one batch (or one stacked group): init, the trips, finish."""
-        gen = self.p.generate
-        init, step, finish = (self.gen_init, self.gen_step, self.gen_finish) if stacked else \
-            (self.gen_init_1, self.gen_step_1, self.gen_finish_1)
+        init, finish = (self.gen_init, self.gen_finish) if stacked else (self.gen_init_1, self.gen_finish_1)
         state = init(trainable, frozen, batch, ctx)
-        for t in range(gen.trips):
+        state = self.trips(trainable, frozen, state, ctx, stacked, on_trip)
+        return finish(trainable, frozen, state, ctx)
+
+    def trips(self, trainable, frozen, state, ctx, stacked: bool, on_trip=None):
+        """The trip loop: for each trip t, `on_trip(t)` (the trainer's stop check) and one call of the
+        jitted `generate.step` (stacked or not) with the trip as an i64 device array, the state staying on
+        the device. Returns the state after the last trip (the generator's state keys, device arrays).
+        Nothing here waits for the device: each call is queued (asynchronous dispatch)."""
+        step = self.gen_step if stacked else self.gen_step_1
+        for t, trip in enumerate(self.trip_values):
             if on_trip is not None:
                 on_trip(t)
-            state = step(trainable, frozen, state, self.trip_values[t], ctx)
-        return finish(trainable, frozen, state, ctx)
+            state = step(trainable, frozen, state, trip, ctx)
+        return state
 
     @property
     def trip_values(self):
@@ -242,12 +250,19 @@ class Graphs:
         pick = lambda tree, i: jax.tree_util.tree_map(lambda x: x[i], tree)
         return tuple([pick(v, i) for i in range(S)] for v in (l, g, m, d, dl))
 
-    def _grads(self, trainable, frozen, batches, ctxs, base):
+    def _grads(self, trainable, frozen, batches, ctxs, base, bad=None):
+        """The training graph of one group: (losses, gradients, metrics, diagnostics, counter deltas), one
+        entry per copy in microbatch order. With `bad` (the trainer's record of the first non-finite loss,
+        `no_bad`), the counter totals after the group and the updated record replace the deltas:
+        (losses, gradients, metrics, diagnostics, totals, bad); see `_tally`."""
         l, g, m, d, dl = self._group(trainable, frozen, batches, ctxs, base)
         if self.dp is not None and self.dp.fsdp:
             # Each gradient split as its parameter is: XLA reduce-scatters instead of all-reducing.
             g = [self.dp.constrain_state(x) for x in g]
-        return l, g, m, d, dl
+        if bad is None:
+            return l, g, m, d, dl
+        totals, bad = self._tally(base, dl, l, ctxs["step"], bad)
+        return l, g, m, d, totals, bad
 
     def _sharded_update(self, donate: bool):
         """The update graph under FSDP: jitted at its first call, when the state's tree is known, with

@@ -458,9 +458,8 @@ class Trainer:
                                   self._trip_hook(state.step))
                 batch = {**batch, **made}
                 self.poll()
-            l, gs, m, d, dl = g.grads(state.trainable, state.frozen, batch, ctxs, counters)
+            l, gs, m, d, counters, bad = g.grads(state.trainable, state.frozen, batch, ctxs, counters, bad)
             grads += gs
-            counters, bad = g.tally(counters, dl, l, ctxs["step"], bad)
             losses += l
             metrics.append(m)
             diags.append(d)
@@ -513,8 +512,8 @@ class Trainer:
     @staticmethod
     def check_losses(bad) -> None:
         """Raise BadValue naming the first step whose loss (any microbatch's, the first in microbatch
-        order) was NaN or infinite. `bad` is `Graphs.tally`'s record, (i64 step or -1, f32 value); reading
-        it waits for the device."""
+        order) was NaN or infinite. `bad` is the record the training graph keeps (`Graphs._tally`):
+        (i64 step or -1, f32 value). Reading it waits for the device."""
         step, value = jax.device_get(bad)
         if int(step) >= 0:
             raise BadValue(int(step), "`loss`", float(value))
@@ -532,9 +531,9 @@ class Trainer:
     def fit(self, state: RunState, reporter: Reporter, after_step=None) -> tuple[RunState, list[dict]]:
         """Train from `state` to `self.steps`, logging every `:log :every` steps, running passes.
 
-        Every step's loss is checked for NaN and Inf on the device (`Graphs.tally`
-        keeps the first bad step), so the host never waits for a step it queued;
-        the record is read (`settle`) at a logged step, a pass, a checkpoint step
+        Every step's loss is checked for NaN and Inf on the device (the training
+        graph keeps the first bad step: `Graphs._tally`), so the host never waits
+        for a step it queued; the record is read (`settle`) at a logged step, a pass, a checkpoint step
         and the end, before anything of that step is reported or saved, and a
         NaN stops the run naming the first bad step. A logged step, a pass and a
         checkpoint step are also checked in full. `after_step(state, row)` runs
