@@ -266,12 +266,12 @@ class CheckCache:
     An entry holds what the computation added to the facts and diagnostics,
     what it returned, and what it read from the rest of the file: every
     global name it looked up (with the binding found) and every model whose
-    parameters it read. It is reused only for the very same syntax node (the
-    parser keeps a top-level form's nodes when its text and offset are
-    unchanged) when every one of those reads gives what it gave, and its
-    additions are replayed in order; so a check with a cache gives exactly
-    the result of a check without one. Entries that a check does not use
-    are dropped after the next check.
+    parameters it read. It is found by the text of its top-level form and
+    the path of its node in it, and reused when every one of those reads
+    gives what it gave: its additions are replayed in order, moved by as
+    much as the form moved; so a check with a cache gives exactly the
+    result of a check without one. Entries that a check does not use are
+    dropped after the next check.
     """
 
     def __init__(self):
@@ -1890,9 +1890,6 @@ class Checker:
         def shift(s: Span) -> Span:
             return Span(s.start + d, s.end + d) if lo <= s.start and s.end <= hi else s
 
-        def key(k: tuple) -> tuple:
-            return (k[0] + d, k[1] + d) if lo <= k[0] and k[1] <= hi else k
-
         moved = {}
         for x in entry.definitions:
             moved[id(x)] = Definition(x.name, x.kind, shift(x.span), shift(x.form_span), x.detail)
@@ -1907,8 +1904,10 @@ class Checker:
         else:
             result = dict(entry.result, param_defs={k: moved[id(x)] for k, x in entry.result["param_defs"].items()})
         return _Entry(form.span.start, form.span.end, entry.reads, entry.model_reads,
-                      {key(k): t for k, t in entry.types.items()}, [moved[id(x)] for x in entry.definitions],
-                      uses, {key(k): c for k, c in entry.calls.items()}, diags, result), \
+                      {((a + d, b + d) if lo <= a and b <= hi else (a, b)): t for (a, b), t in entry.types.items()},
+                      [moved[id(x)] for x in entry.definitions], uses,
+                      {((a + d, b + d) if lo <= a and b <= hi else (a, b)): c for (a, b), c in entry.calls.items()},
+                      diags, result), \
             kind != "apply" or self._build_ir
 
     def _recorded(self, form: ListNode, compute) -> _Entry | None:
