@@ -37,7 +37,8 @@ CHILD = textwrap.dedent(r'''
         reads.append([int(start), *map(int, rows), {k: np.asarray(v).tolist() for k, v in got.items()}])
         return got
     loaders.Loader.batch = logged
-    opts = tr.RunOptions(steps=int(steps), run_dir=Path(run_dir), quiet=True, fsdp=True, resume=resume == "resume")
+    opts = tr.RunOptions(steps=int(steps), run_dir=Path(run_dir), quiet=True, fsdp=True, resume=resume == "resume",
+                         export=None if resume == "resume" else Path(run_dir + f"-{steps}.safetensors"))
     try:
         res = tr.train(program_of(text, str(Path(run_dir) / "run.sx")), opts)
     except tr.RunError as e:
@@ -76,7 +77,7 @@ def finish(started: list, ok: bool = True) -> list[dict]:
     for p, path in started:
         log, _ = p.communicate(timeout=240)
         if ok:
-            assert p.returncode == 0, log[-3000:]
+            assert p.returncode == 0, (log[-3000:], path.read_text() if path.exists() else None)
         outs.append(json.loads(path.read_text()))
     return outs
 
@@ -109,6 +110,12 @@ def test_two_processes_read_their_own_rows_and_save_a_checkpoint_that_resumes(tm
     # ... and on one process (no mesh) as a one-process run.
     assert r1["steps"] == [3, 4]
     np.testing.assert_allclose(r1["losses"], one["losses"][2:], rtol=1e-5)
+    # --export: the parameters gathered from both processes' shards, written once, as one process's.
+    from safetensors.numpy import load_file
+    two, alone = load_file(tmp_path / "uninterrupted-4.safetensors"), load_file(tmp_path / "one-4.safetensors")
+    assert sorted(two) == sorted(alone) == ["embed", "first", "hidden", "out", "second"]
+    for k in two:
+        np.testing.assert_allclose(two[k], alone[k], rtol=1e-4, atol=1e-6)
     rows = [json.loads(line) for line in (tmp_path / "shared" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2, 3, 4]
     assert [r["loss"] for r in rows] == a[0]["losses"] + b[0]["losses"]
