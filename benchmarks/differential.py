@@ -270,10 +270,12 @@ DIRECT: dict[str, Callable] = {
 }
 
 
-def direct_eval(node, env):
+def direct_eval(node, env, results=None):
     """Evaluate a syntax node with DIRECT: names from `env`, literals as Python numbers (weakly
     typed in JAX, as in the language), `[..]` as a Python list. Arguments are split into
-    positional and keyword ones as the checker splits them (`check.Checker.split_args`)."""
+    positional and keyword ones as the checker splits them (`check.Checker.split_args`). Each
+    call's result is appended to `results`, so that every node is lowered, even one only
+    `size` reads."""
     if isinstance(node, (Num, Str)):
         return node.value
     if isinstance(node, Kw):
@@ -283,7 +285,7 @@ def direct_eval(node, env):
             return node.name == "true"
         return env[node.name]
     if isinstance(node, VecNode):
-        return [direct_eval(i, env) for i in node.items]
+        return [direct_eval(i, env, results) for i in node.items]
     if isinstance(node, ListNode):
         fn = DIRECT[node.head]
         args, kw, items, i = [], {}, node.items[1:], 0
@@ -292,24 +294,27 @@ def direct_eval(node, env):
             if isinstance(it, Kw) and it.name not in DTYPES and i + 1 < len(items):
                 if it.name in kw:   # Python's verdict on f(axis=0, axis=1)
                     raise TypeError(f"keyword argument repeated: {it.name}")
-                kw[it.name] = direct_eval(items[i + 1], env)
+                kw[it.name] = direct_eval(items[i + 1], env, results)
                 i += 2
             else:
-                args.append(direct_eval(it, env))
+                args.append(direct_eval(it, env, results))
                 i += 1
-        return fn(*args, **kw)
+        out = fn(*args, **kw)
+        if results is not None:
+            results.append(out)
+        return out
     raise TypeError(f"cannot evaluate {type(node).__name__}")
 
 
 def jax_verdict(text: str, env_types) -> str | None:
     """None when JAX itself traces and lowers `text` (jax.jit(...).lower over abstract inputs of
-    the names' types), else JAX's error, first line."""
+    the names' types, every call's result an output), else JAX's error, first line."""
     form = parse(SourceText(text)).forms[0]
     structs = {k: jax.ShapeDtypeStruct(t.shape, jdt(t.dtype)) for k, t in env_types.items()}
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            jax.jit(lambda env: direct_eval(form, env)).lower(structs)
+            jax.jit(lambda env: (lambda rs: (direct_eval(form, env, rs), rs)[1])([])).lower(structs)
     except Exception as exc:  # noqa: BLE001 - any failure is JAX's verdict "cannot lower"
         msg = str(exc).strip()
         return f"{type(exc).__name__}: {msg.splitlines()[0][:200] if msg else ''}"
@@ -345,7 +350,8 @@ class Builder:
         return name
 
     def shape(self, lo=0, hi=3):
-        return tuple(self.rng.choice([2, 3, 4]) for _ in range(self.rng.randint(lo, hi)))
+        """Sizes 2 to 4, now and then 0 (an empty tensor)."""
+        return tuple(self.rng.choice([2, 3, 4] * 10 + [0]) for _ in range(self.rng.randint(lo, hi)))
 
     def partner(self, s):
         """A shape that broadcasts with `s`."""
@@ -357,7 +363,7 @@ class Builder:
         k = self.rng.randint(1, len(s))
         out = list(s[len(s) - k:])
         j = self.rng.randrange(len(out))
-        out[j] = out[j] + 1 if out[j] != 4 else 5
+        out[j] = {0: 2, 4: 5}.get(out[j], out[j] + 1)
         return tuple(out)
 
     def pick(self, xs):
@@ -416,13 +422,18 @@ def _elementwise(b: Builder, op: str, fault):
         dtypes[b.rng.randrange(n)] = b.pick(INTS)
     args = [b.t(sh, d) for sh, d in zip(shapes, dtypes)]
     if fault == "literal-operand":
-        args[b.rng.randrange(n)] = b.pick(["2", "-1.5", "true"])
+        args[b.rng.randrange(n)] = b.pick(["2", "-1.5", "true", "2147483648", "-2147483649"])
+    if fault == "negative-power":
+        args[1] = b.pick(["-1", "-2"])
     return args, []
 
 
 def _reduction(b: Builder, op: str, fault):
     arg = op in ("argmax", "argmin")
     s = b.shape(0 if not arg else 1, 3) if fault != "scalar" else ()
+    if fault == "empty-axis":
+        s = (0,) + b.shape(0, 2)
+        return [b.t(s, b.pick(NUMERIC))], [":axis 0" if arg else ":axes [0]"]
     x = b.t(s, b.pick(NUMERIC if fault != "bool-operand" else ["bool"]))
     kws = _axis_kw(b, fault, len(s), name="axis" if arg else "axes")
     if fault == "keepdims-not-bool":
@@ -541,7 +552,7 @@ def _shape_op(b: Builder, op: str, fault):
         idx = b.t(ishape, idt)
         if fault == "static-index-out-of-range" and not along and r:
             idx = _vec([0, s[ax] + rng.randint(0, 2)])
-        elif not along and rng.random() < 0.3 and r:
+        elif not along and rng.random() < 0.3 and r and s[ax]:
             idx = _vec([rng.randrange(s[ax]) for _ in range(rng.randint(1, 3))])
         kws = _axis_kw(b, fault, r) if fault in AXIS_FAULTS else [f":axis {ax}"]
         return [x, idx], kws
@@ -662,7 +673,7 @@ def _selection(b: Builder, op: str, fault):
     if op in ("sort", "argsort"):
         return _sortish(b, op, fault)
     s = b.shape(1, 3) if fault != "scalar" else ()
-    k = rng.randint(1, s[-1]) if s else 1
+    k = rng.randint(1, s[-1]) if s and s[-1] else 1
     if fault == "k-out-of-range":
         k = rng.choice([0, -1, (s[-1] if s else 0) + 1])
     kk = b.t((), "i32", wrap=False) if fault == "not-constant" else str(k)
@@ -681,6 +692,8 @@ def _misc(b: Builder, op: str, fault):
         return [b.t(s, b.pick(NUMERIC + ["bool"]))], []
     if op == "categorical":
         lg = b.shape(1, 3) if fault != "scalar" else ()
+        if fault == "empty-axis":
+            lg = b.shape(0, 2) + (0,)
         dt = b.pick(INTS + ["bool"]) if fault == "int-operand" else b.pick(FLOATS)
         kws = _salt(b, fault)
         if fault == "temperature-not-scalar":
@@ -698,7 +711,7 @@ def _misc(b: Builder, op: str, fault):
 #: ill-typed (besides the ones every op gets: GENERIC_FAULTS).
 FAMILIES = {
     "elementwise": (_elementwise, None),   # by arity and kind: elementwise_faults
-    "reduction": (_reduction, AXIS_FAULTS + ["axes-repeated", "keepdims-not-bool", "scalar", "bool-operand"]),
+    "reduction": (_reduction, AXIS_FAULTS + ["axes-repeated", "keepdims-not-bool", "scalar", "bool-operand", "empty-axis"]),
     "shape": (_shape_op, None),   # per op: OP_FAULTS
     "linalg": (_linalg, ["inner-mismatch", "scalar", "shapes-clash", "operand-count", "rank-mismatch", "bad-output",
                          "implicit-output", "ellipsis", "not-a-string"]),
@@ -712,7 +725,7 @@ FAMILIES = {
 OP_FAULTS = {
     "cast": ["bad-dtype", "not-a-dtype"],
     "stop-gradient": ["plist-operand"],
-    "categorical": ["scalar", "int-operand", "temperature-not-scalar", "salt-float", "salt-not-scalar"],
+    "categorical": ["scalar", "int-operand", "temperature-not-scalar", "salt-float", "salt-not-scalar", "empty-axis"],
     "bernoulli": ["int-operand", "salt-float", "salt-not-scalar"],
     "reshape": ["size-mismatch", "two-wildcards", "negative-size", "not-constant"],
     "transpose": ["not-a-permutation", "axis-out-of-range"],
@@ -744,7 +757,7 @@ def elementwise_faults(op: str) -> list[str]:
         return ["shapes-clash", "literal-operand"]
     if REGISTRY[op].min_args == 1 and op not in ("+", "*", "-"):
         return ["bool-operand", "literal-operand"]
-    return ["shapes-clash", "bool-operand", "literal-operand"]
+    return ["shapes-clash", "bool-operand", "literal-operand"] + (["negative-power"] if op == "pow" else [])
 
 
 def family_of(op: str) -> str:
@@ -860,6 +873,9 @@ STRICT = [
     Rule("integer-constants", "E-TYPE-003", r"needs a compile-time integer here, got \[\] (f|bf)",
          "`lax.broadcasted_iota` truncates a float dimension (1.5 is axis 1); an axis, a count or a size is an "
          "integer", "(iota [2 3] :axis 1.5)"),
+    Rule("i32-literals", "E-TYPE-002", r"does not fit in i32, the dtype of an integer literal",
+         "an integer literal is an i32 in the language; JAX wraps a bigger one silently when it meets an i32 "
+         "(`x + 2147483648` is `x - 2147483648`) and makes an i64 of it alone", "(+ i 2147483648)", "i:[2]i32"),
     Rule("signature-keywords", "E-NAME-003", r"has no keyword",
          "an op takes the keywords its signature lists, even where the JAX function behind it takes more "
          "(`jnp.sum(x, axis=0)`: the language spells it `:axes`, and says so)", "(sum x :axis 0)", "x:[2 3]f32"),

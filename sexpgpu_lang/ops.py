@@ -54,6 +54,12 @@ class RuleCall:
         """Argument `i` (index or keyword) as a tensor, or a RuleError E-TYPE-001."""
         t = self.args[i] if isinstance(i, int) else self.kwargs[i]
         if isinstance(t, TensorType):
+            if t.weak and isinstance(i, int) and type(t.value) is int and not -2**31 <= t.value < 2**31:
+                # An integer literal given to an op is an i32 (the runtime materialises it so); JAX
+                # refuses to make an i32 of it ("Python integer ... out of bounds for int32").
+                raise RuleError("E-TYPE-002", f"`{self.op}`: the integer {t.value} does not fit in i32, the dtype of an "
+                                "integer literal", i, help="write it as a float (`3e9`), or build it in i64, "
+                                "e.g. `(* (cast 65536 :i64) 65536)`")
             return t
         what = "nil" if isinstance(t, NilType) else t.show()
         why = f" ({t.reason})" if isinstance(t, NilType) and t.reason else ""
@@ -268,7 +274,12 @@ def _mod(call):
 
 @op("pow", "(pow a b)", "a to the power b, broadcasting", args=(2, 2), example="(pow x 2.0)")
 def _pow(call):
-    return _elementwise(call, bool_ok=False)
+    out = _elementwise(call, bool_ok=False)
+    e = call.args[1]
+    if is_int(out.dtype) and e.value is not None and e.value < 0:   # JAX: "Integers cannot be raised to negative powers"
+        raise RuleError("E-TYPE-002", f"`pow`: an integer to the negative power {e.value} is not an integer", 1,
+                        help="compute in floats, e.g. `(pow (cast x :f32) -1)`")
+    return out
 
 
 for _name, _doc in (("maximum", "elementwise maximum, broadcasting"), ("minimum", "elementwise minimum, broadcasting")):
@@ -327,6 +338,8 @@ def _reduce(call, *, out_dtype=None, float_only=False):
     axes = tuple(range(x.rank)) if axes is None else axes
     shape = tuple(1 if k in axes else d for k, d in enumerate(x.shape)) if keep else \
         tuple(d for k, d in enumerate(x.shape) if k not in axes)
+    if call.op in ("max", "min") and any(x.shape[k] == 0 for k in axes):   # JAX: "zero-size array ... has no identity"
+        raise RuleError("E-SHAPE-004", f"`{call.op}` over an axis of size 0 has no value ({_show(x.shape)})", 0)
     dtype = out_dtype or x.dtype
     if dtype == "bool" and call.op in ("sum", "prod"):
         dtype = "i32"
@@ -351,6 +364,8 @@ def _arg_reduce(call):
     if x.rank == 0:
         raise RuleError("E-SHAPE-003", f"`{call.op}` needs at least one axis, got a scalar", 0)
     ax = call.axis(x.rank, call.const_int("axis") if "axis" in call.kwargs else -1, "axis")
+    if x.shape[ax] == 0:   # JAX: "attempt to get argmax of an empty sequence"
+        raise RuleError("E-SHAPE-004", f"`{call.op}` along axis {ax} of {_show(x.shape)}, of size 0, has no index", 0)
     keep = call.const_bool("keepdims", False)
     shape = tuple(1 if k == ax else d for k, d in enumerate(x.shape)) if keep else \
         tuple(d for k, d in enumerate(x.shape) if k != ax)
@@ -820,6 +835,8 @@ def _categorical(call):
     lg = call.tensor(0)
     if not is_float(lg.dtype) or lg.rank == 0:
         raise RuleError("E-TYPE-002", f"`categorical` needs float logits [... V], got {lg.show()}", 0)
+    if lg.shape[-1] == 0:
+        raise RuleError("E-SHAPE-004", f"`categorical` needs 1 or more classes, the logits are {_show(lg.shape)}", 0)
     if "temperature" in call.kwargs:
         t = call.tensor("temperature")
         if t.shape != ():

@@ -74,8 +74,8 @@ def test_random_programs_agree():
 
 
 #: Found by the ill-typed direction, each fixed in sexpgpu_lang/ops.py: the checker accepted these
-#: although JAX refuses them (the iota and einsum ones failed in the runtime too). Now rejected, and
-#: JAX refuses each: agreement. tests/cases has a run file for each.
+#: although JAX refuses them (the iota, einsum and empty-axis ones failed in the runtime too).
+#: Now rejected, and JAX refuses each: agreement. tests/cases has a run file for most.
 NOW_REJECTED = {
     "repeated-axes": ("(sum x :axes [1 -1])", "x:[2 3]f32", "E-SHAPE-003"),
     "repeated-squeeze-axes": ("(squeeze x :axes [0 0])", "x:[1 3]f32", "E-SHAPE-003"),
@@ -84,6 +84,10 @@ NOW_REJECTED = {
     "iota-bool": ("(iota [2 3] :dtype :bool)", "", "E-TYPE-002"),
     "dtype-twice": ("(zeros [2] :i32 :dtype :i64)", "", "E-NAME-002"),
     "einsum-output-twice": ('(einsum "ij->ii" x)', "x:[2 2]f32", "E-FORM-002"),
+    "max-of-empty-axis": ("(max x :axes [0])", "x:[0 3]f32", "E-SHAPE-004"),
+    "argmax-of-empty-axis": ("(argmax x :axis 0)", "x:[0 3]f32", "E-SHAPE-004"),
+    "categorical-of-no-class": ("(categorical x :salt 1)", "x:[2 0]f32", "E-SHAPE-004"),
+    "integer-negative-power": ("(pow i -1)", "i:[3]i32", "E-TYPE-002"),
 }
 
 
