@@ -234,12 +234,12 @@ def test_two_processes_on_one_machine_train_as_one(tmp_path):
     assert "step 2/2" in outs[0][1] and "step 2/2" not in outs[1][1]   # process 0 alone prints the rows
 
 
-def test_a_multi_process_run_without_a_coordinator_is_one_line():
+@pytest.mark.parametrize("args", [["--num-processes", "2", "--process-id", "1"], ["--distributed"]])
+def test_a_multi_process_run_without_a_coordinator_is_one_line(args):
     env = {**os.environ, "JAX_PLATFORMS": "cpu"}
     env.pop("JAX_COORDINATOR_ADDRESS", None)
     r = subprocess.run([sys.executable, "-m", "sexpgpu_cli.main", "run", str(ROOT / "tests" / "fixtures" / "tiny-generate.sx"),
-                        "--steps", "1", "--num-processes", "2", "--process-id", "1"], env=env, capture_output=True,
-                       text=True, timeout=120)
+                        "--steps", "1", *args], env=env, capture_output=True, text=True, timeout=120)
     assert r.returncode == 2, r.stderr[-2000:]
     assert r.stderr.strip() == ("sexpgpu: error: cannot join a multi-process run: coordinator_address should be defined; "
                                 "give --coordinator HOST:PORT, --num-processes N and --process-id I (or run where JAX "
