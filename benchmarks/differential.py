@@ -16,7 +16,7 @@ scalar where an axis is needed, an axis out of range or not constant,
 repeated axes, bool or integer operands, a bad dtype, a negative size, a
 matmul inner-size mismatch, a wrong einsum, a non-permutation, an index
 out of range...) or a generic one (too few or too many arguments, an
-unknown keyword, a string for a tensor); operands are sometimes wrapped
+unknown keyword, a string or a vector for a tensor); operands are sometimes wrapped
 in type-preserving ops and the call in another op. The random
 compositions the checker rejects count here too.
 
@@ -600,8 +600,8 @@ def _shape_op(b: Builder, op: str, fault):
                 kws.append(f":dtype :{d}")
         if op in ("uniform", "normal"):
             kws += _salt(b, fault)
-            if fault == "not-constant":
-                kws.append(f":{'min' if op == 'uniform' else 'std'} " + b.t((), "f32", wrap=False))
+            if fault == "param-not-constant":
+                kws.append(f":{b.pick(['min', 'max'] if op == 'uniform' else ['std', 'mean'])} " + b.t((), "f32", wrap=False))
         return args, kws
     if op == "axis-size":
         x = b.t(s, dt)
@@ -756,12 +756,14 @@ OP_FAULTS = {
     "zeros": ["negative-size", "bad-dtype", "not-constant"],
     "ones": ["negative-size", "bad-dtype", "not-constant"],
     "full": ["negative-size", "bad-dtype", "not-constant", "not-scalar"],
-    "uniform": ["negative-size", "bad-dtype", "not-constant", "int-dtype", "salt-float", "salt-not-scalar"],
-    "normal": ["negative-size", "bad-dtype", "not-constant", "int-dtype", "salt-float", "salt-not-scalar"],
+    "uniform": ["negative-size", "bad-dtype", "not-constant", "param-not-constant", "int-dtype", "salt-float",
+                "salt-not-scalar"],
+    "normal": ["negative-size", "bad-dtype", "not-constant", "param-not-constant", "int-dtype", "salt-float",
+               "salt-not-scalar"],
     "axis-size": ["axis-out-of-range", "axis-not-constant", "scalar"],
     "size": ["scalar"],
 }
-GENERIC_FAULTS = ["too-few-arguments", "too-many-arguments", "unknown-keyword", "string-operand"]
+GENERIC_FAULTS = ["too-few-arguments", "too-many-arguments", "unknown-keyword", "string-operand", "vector-operand"]
 
 
 def elementwise_faults(op: str) -> list[str]:
@@ -789,7 +791,7 @@ def ill_typed(rng: random.Random, op: str | None = None) -> tuple[str, dict, str
     """A call of `op` (random when None) with one fault: (text, names' types, op, fault).
 
     The fault is one of the op's family's (a clash of shapes, a bool operand, an axis out of
-    range...) or a generic one (arity, an unknown keyword, a string for a tensor); some faults
+    range...) or a generic one (arity, an unknown keyword, a string or vector for a tensor); some faults
     do not apply to every op of a family, and those programs come out well-typed, which the
     benchmark counts as accepted.
     """
@@ -808,6 +810,8 @@ def ill_typed(rng: random.Random, op: str | None = None) -> tuple[str, dict, str
         kws = kws + [rng.choice([":bogus 1", ":salt 1", ":dtype :f32", ":axis 0", ":keepdims true"])]
     elif fault == "string-operand" and args:
         args = ['"x"'] + args[1:]
+    elif fault == "vector-operand" and args:
+        args = [rng.choice(["[0 1]", "[2]", "[]"])] + args[1:]
     text = "(" + " ".join([op] + args + kws) + ")"
     if rng.random() < 0.3 and op != "top-k":
         text = rng.choice(["(stop-gradient {})", "(expand-dims {} :axis 0)", "(size {})"]).format(text)
@@ -877,10 +881,15 @@ STRICT = [
     Rule("no-einsum-ellipsis", "E-FORM-002", r"name every axis with a letter",
          "`jnp.einsum` reads `...` as the axes a subscript does not name; the language names every axis, so each "
          "operand's rank is checked", '(einsum "...j->j" x)', "x:[2 3]f32"),
-    Rule("tensor-operands", "E-TYPE-001", r"needs a tensor here, got string|needs a vector of tensors like",
-         "NumPy takes a string as a 0-d array (`jnp.size(\"x\")` is 1) and `jnp.stack`/`jnp.concatenate` iterate "
-         "over a tensor's first axis; the language wants a tensor, and a vector `[a b]` for `stack` and `concat`",
+    Rule("tensor-operands", "E-TYPE-001", r"needs a tensor here, got (string|\[[-\d ]*\] shape)|needs a vector of tensors like",
+         "NumPy takes a string or a list for an array (`jnp.size(\"x\")` is 1, `jnp.asarray([0 1])`), and "
+         "`jnp.stack`/`jnp.concatenate` iterate over a tensor's first axis; in the language `[0 1]` is a constant "
+         "shape or list of axes, an op wants a tensor, and `stack` and `concat` a vector `[a b]`",
          "(stack x)", "x:[2 3]f32"),
+    Rule("constant-draw-parameters", "E-TYPE-003", r"^`:(min|max|std|mean)` of `(uniform|normal)` must be a compile-time",
+         "`jax.random.uniform` and `normal` take traced bounds; in the language a draw's distribution is fixed when "
+         "the file is checked (scale a draw by a tensor instead: `(* s (normal [2] :salt 1))`)",
+         "(uniform [2] :min s :salt 1)", "s:[]f32"),
     Rule("scalar-temperature", "E-SHAPE-005", r"^`:temperature` must be a scalar",
          "dividing the logits by a tensor broadcasts in JAX; a draw's temperature is one number",
          "(categorical x :salt 1 :temperature t)", "x:[2 3]f32 t:[3]f32"),
@@ -904,6 +913,9 @@ LENIENT = [
     Rule("integers-to-float", None, r"does not accept dtype int",
          "float-only ops (`sigmoid`, `silu`, `rsqrt`, `softmax`...) turn integers into f32, as `jnp.exp` does; "
          "`jax.nn.sigmoid`, `jax.nn.silu` and `lax.rsqrt` refuse integers", "(sigmoid i)", "i:[4]i32"),
+    Rule("integer-as-vector", None, r"'int' object is not iterable",
+         "where a vector of sizes or axes is expected, one integer counts as a vector of one (`(transpose x 0)` is "
+         "`(transpose x [0])`); `jnp.transpose` wants a sequence", "(transpose x 0)", "x:[2]f32"),
     Rule("negative-axis", None, r"iota dimension must be between",
          "a negative axis counts from the end in every op; `lax.broadcasted_iota` takes only 0 to rank - 1",
          "(iota [2 3] :axis -1)"),
