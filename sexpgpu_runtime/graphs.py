@@ -3,9 +3,10 @@
 Per step and per group of microbatches (DESIGN.md section 5):
 `generate.init`, `generate.step` (called `:trips` times from the host loop,
 the trip an i64 array so it never retraces), `generate.finish`, then the
-training graph (prepare, objective, `jax.value_and_grad`), gradients summed
-over microbatches in order, then one optax update fused into the last
-group's graph. A run that stacks `S` microbatches vmaps every phase over
+training graph (prepare, objective, `jax.value_and_grad`; it also adds the
+counters to their totals and keeps the first non-finite loss); after the
+last group, one update graph sums the gradients in microbatch order and
+takes the optax step. A run that stacks `S` microbatches vmaps every phase over
 them, the parameters and (in the generator) the context scalars shared;
 each copy's gradient is added in microbatch order, so the bits equal an
 unstacked run's.
@@ -131,8 +132,8 @@ class Graphs:
         return {c: jnp.zeros((), jdt(d)) for c, d in self.counter_types.items()}
 
     def no_bad(self) -> tuple:
-        """The record `tally` keeps of the first non-finite loss, before any step: (i64 -1, f32 0),
-        on the device (every device of the mesh)."""
+        """The record the training graph keeps of the first non-finite loss (`_tally`), before any
+        step: (i64 -1, f32 0), on the device (every device of the mesh)."""
         bad = (jnp.asarray(-1, jnp.int64), jnp.asarray(0.0, jnp.float32))
         return bad if self.dp is None else self.dp.put_replicated(bad)
 
