@@ -881,8 +881,14 @@ STRICT = [
     Rule("no-einsum-ellipsis", "E-FORM-002", r"name every axis with a letter",
          "`jnp.einsum` reads `...` as the axes a subscript does not name; the language names every axis, so each "
          "operand's rank is checked", '(einsum "...j->j" x)', "x:[2 3]f32"),
-    Rule("tensor-operands", "E-TYPE-001", r"needs a tensor here, got (string|\[[-\d ]*\] shape)|needs a vector of tensors like",
-         "NumPy takes a string or a list for an array (`jnp.size(\"x\")` is 1, `jnp.asarray([0 1])`), and "
+    Rule("einsum-equal-sizes", "E-SHAPE-005", r"^`einsum`: axis '.' has sizes (1 and \d+|\d+ and 1)$",
+         "`jnp.einsum` broadcasts a letter's size-1 axis against a larger one; in the language a letter names one "
+         "size (`broadcast-to` first)", '(einsum "ij,jk->ik" a b)', "a:[2 1]f32 b:[3 4]f32"),
+    Rule("exact-label-shape", "E-SHAPE-005", r"^`cross-entropy`: logits \[[\d ]*\] need labels",
+         "optax's cross-entropy broadcasts labels against the logits' leading axes (labels `[1]` for logits "
+         "`[3 4]`); the labels must have exactly the logits' leading shape", "(cross-entropy x l)", "x:[3 4]f32 l:[1]i32"),
+    Rule("tensor-operands", "E-TYPE-001", r"needs a tensor here, got (string|\[[-\d ]*\] shape|\(:)|needs a vector of tensors like",
+         "NumPy takes a string, a list or a dict for an array (`jnp.size(\"x\")` is 1, `jnp.asarray([0 1])`), and "
          "`jnp.stack`/`jnp.concatenate` iterate over a tensor's first axis; in the language `[0 1]` is a constant "
          "shape or list of axes, an op wants a tensor, and `stack` and `concat` a vector `[a b]`",
          "(stack x)", "x:[2 3]f32"),
