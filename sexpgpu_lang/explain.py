@@ -1328,11 +1328,13 @@ def mesh_report(program: ir.Program, plan: dict, stack: int = 1) -> dict | None:
     fixed = plan["params"] + plan["optimizer"] + plan["gradients_held"]
     out = {"axis": "data", "devices": n, "shard_params": "fsdp" if fsdp else "replicated",
            "records_per_device": {name: ld.batch // n for name, ld in program.loaders.items()}}
+    records = "P('data')" if stack <= 1 else "P(None, 'data')"
     if not fsdp:
-        out["shardings"] = {"batch": "P('data')" if stack <= 1 else "P(None, 'data')",
-                            "generator state": "P('data')", "params": "P()", "optimizer": "P()", "ctx": "P()"}
+        out["shardings"] = {"batch": records, "generator state": records, "params": "P()", "optimizer": "P()",
+                            "ctx": "P()"}
         out["params_per_device"], out["optimizer_per_device"] = plan["params"], plan["optimizer"]
         out["peak_per_device"] = fixed + -(-max(plan["peak"] - fixed, 0) // n)
+        out["memory_per_device"] = _memory_per_device(plan, n, plan["params"], 1.0, out["peak_per_device"])
         return out
     def mine(p) -> int:   # bytes of one parameter a device holds
         b = TensorType(p.shape, p.dtype).nbytes
@@ -1342,14 +1344,41 @@ def mesh_report(program: ir.Program, plan: dict, stack: int = 1) -> dict | None:
     share = trainable_pd / plan["trainable"] if plan["trainable"] else 1.0   # optimizer state and gradients
     fixed_pd = params_pd + math.ceil(plan["optimizer"] * share) + math.ceil(plan["gradients_held"] * share)
     split = sum(fsdp_dim(p.shape, n) is not None for p in program.params)
-    out["shardings"] = {"batch": "P('data')" if stack <= 1 else "P(None, 'data')", "generator state": "P('data')",
+    out["shardings"] = {"batch": records, "generator state": records,
                         "params": f"FSDP: {split} of {len(program.params)} split on their largest axis {n} divides",
                         "optimizer": "as its parameter", "ctx": "P()"}
     out["param_shardings"] = {".".join(p.path): fsdp_spec(p.shape, n) for p in program.params}
     out["params_per_device"] = params_pd
     out["optimizer_per_device"] = math.ceil(plan["optimizer"] * share)
     out["peak_per_device"] = fixed_pd + (plan["params"] - params_pd) + -(-max(plan["peak"] - fixed, 0) // n)
+    out["memory_per_device"] = _memory_per_device(plan, n, params_pd, share, out["peak_per_device"])
     return out
+
+
+#: Which of `mesh["shardings"]` each named input of a graph (`_graph_dict`'s `inputs`) takes.
+_INPUT_SHARDING = {"batch": "batch", "state": "generator state", "params": "params", "optimizer": "optimizer",
+                   "gradients": "params", "ctx": "ctx", "trip": "ctx"}
+
+
+def graph_shardings(mesh: dict, graph: dict) -> dict[str, str]:
+    """Each input of one graph of the report (`graph["inputs"]`) and its sharding on the mesh (a
+    `PartitionSpec` as text, or the FSDP rule): the batch and the generator state split along `data`,
+    the trip and the context scalars replicated, the parameters (and the gradients and optimizer state
+    that follow them) replicated or split as `:shard-params` says (docs/sharding.md)."""
+    return {i["name"]: mesh["shardings"][_INPUT_SHARDING.get(i["name"], "ctx")] for i in graph["inputs"]}
+
+
+def _memory_per_device(plan: dict, n: int, params: int, share: float, peak: int) -> dict:
+    """The `memory` line per device of an `n`-device mesh (bytes): what the phases hold scales with the
+    records a device holds (1/n, rounded up); `params` is what one device keeps of the parameters (all,
+    or its FSDP shards) and `share` the fraction of the optimizer state and of the gradients it keeps (1
+    replicated; its shards' bytes over the trainable bytes under FSDP); `peak` is `mesh_report`'s."""
+    def per(k: str) -> int:
+        return -(-plan[k] // n)
+    return {"params": params, "optimizer": math.ceil(plan["optimizer"] * share),
+            "gradients_held": math.ceil(plan["gradients_held"] * share), "generation": per("generation"),
+            "train": per("train"), "update": math.ceil(plan["update"] * share), "passes": per("passes"),
+            "peak": peak}
 
 
 def generation_line(program: ir.Program | None) -> str | None:
@@ -1429,6 +1458,7 @@ def to_text(report: dict) -> str:
     lines = [f"step of {report['file']}: {how}; {st['optimizer']}, {st['precision']}"
              + ("" if st.get("target", "accelerator") == "accelerator" else
                 f"; live sets for the {st['target']} target")]
+    mesh = report.get("mesh")
     entries = [(g, False) for g in report["graphs"]] + [(p, True) for p in report["passes"]]
     for k, (g, is_pass) in enumerate(entries):
         branch, pad = ("└─ ", "   ") if k == len(entries) - 1 else ("├─ ", "│  ")
@@ -1440,14 +1470,14 @@ def to_text(report: dict) -> str:
                 b2, p2 = ("└─ ", "   ") if j == len(subs) - 1 else ("├─ ", "│  ")
                 title = s["name"].replace(g["name"] + " ", "") + (f"  ×{s['trips']} trips" if s["trips"] else "")
                 lines.append(pad + b2 + title)
-                lines += _graph_body(s, pad + p2, xg.get(s["name"] if j < len(subs) - 1 else g["name"]))
+                lines += _graph_body(s, pad + p2, xg.get(s["name"] if j < len(subs) - 1 else g["name"]), mesh)
             continue
         title = g["name"] + (f"  stacked ×{g['stack']}" if g["stack"] > 1 else "")
         if g["trips"]:
             title += f"  ×{g['trips']} trips"
         title += f"  ({_plural(g['calls_per_step'], 'call')} per step)"
         lines.append(branch + title)
-        lines += _graph_body(g, pad, xg.get(g["name"]))
+        lines += _graph_body(g, pad, xg.get(g["name"]), mesh)
     lines += ["", "lowering report"]
     table = [("row", "degree", "graphs", "calls", "FLOPs", "moved", "live set")]
     for r in report["lowering"]:
@@ -1470,17 +1500,23 @@ def to_text(report: dict) -> str:
         lines.append(f"generation: {_plural(gen['trips'], 'trip')} · {gen['graphs']} graphs · "
                      f"{gen['calls_per_step']} calls per step · {state} · made {fmt_bytes(gen['made_bytes'])} per copy")
     mem = report["memory"]
-    parts = [f"params {fmt_bytes(mem['params'])}", f"optimizer {fmt_bytes(mem['optimizer'])}"]
-    if mem["gradients_held"]:
-        parts.append(f"gradients {fmt_bytes(mem['gradients_held'])}")
-    if gen is not None:
-        parts.append(f"generation {fmt_bytes(mem['generation'])}")
-    parts.append(f"train {fmt_bytes(mem['train'])}")
-    if report["passes"]:
-        parts.append(f"passes {fmt_bytes(mem['passes'])}")
-    parts.append(f"peak {fmt_bytes(mem['peak'])}")
-    lines.append("memory: " + " · ".join(parts))
-    mesh = report.get("mesh")
+
+    def memory_parts(m: dict) -> str:
+        parts = [f"params {fmt_bytes(m['params'])}", f"optimizer {fmt_bytes(m['optimizer'])}"]
+        if m["gradients_held"]:
+            parts.append(f"gradients {fmt_bytes(m['gradients_held'])}")
+        if gen is not None:
+            parts.append(f"generation {fmt_bytes(m['generation'])}")
+        parts.append(f"train {fmt_bytes(m['train'])}")
+        if report["passes"]:
+            parts.append(f"passes {fmt_bytes(m['passes'])}")
+        return " · ".join(parts + [f"peak {fmt_bytes(m['peak'])}"])
+
+    if mesh:
+        lines.append(f"memory per device (1 of data={mesh['devices']}): " + memory_parts(mesh["memory_per_device"]))
+        lines.append(f"memory, all devices together: " + memory_parts(mem))
+    else:
+        lines.append("memory: " + memory_parts(mem))
     if mesh:
         per = ", ".join(f"`{k}` {v}" for k, v in mesh["records_per_device"].items())
         ins = ", ".join(f"{k} {v}" for k, v in mesh["shardings"].items())
@@ -1521,13 +1557,15 @@ def _io_text(items: list[dict]) -> str:
     return ", ".join(f"{i['name']} {i['type']}".rstrip() for i in items if i["bytes"] or i["name"] != "params")
 
 
-def _graph_body(g: dict, pad: str, x: dict | None) -> list[str]:
+def _graph_body(g: dict, pad: str, x: dict | None, mesh: dict | None = None) -> list[str]:
     lv = g["live"]
-    out = [pad + "  in   " + _io_text(g["inputs"]),
-           pad + "  out  " + _io_text(g["outputs"]),
-           pad + f"  cost {fmt_flops(g['flops'])} · {fmt_bytes(g['bytes_moved'])} moved · live "
-                 f"{fmt_bytes(lv['total'])} (args {fmt_bytes(lv['args'])}, out {fmt_bytes(lv['outputs'])}, "
-                 f"temps {fmt_bytes(lv['temps'])})"]
+    out = [pad + "  in   " + _io_text(g["inputs"])]
+    if mesh:
+        out.append(pad + "  shard " + ", ".join(f"{k} {v}" for k, v in graph_shardings(mesh, g).items()))
+    out += [pad + "  out  " + _io_text(g["outputs"]),
+            pad + f"  cost {fmt_flops(g['flops'])} · {fmt_bytes(g['bytes_moved'])} moved · live "
+                  f"{fmt_bytes(lv['total'])} (args {fmt_bytes(lv['args'])}, out {fmt_bytes(lv['outputs'])}, "
+                  f"temps {fmt_bytes(lv['temps'])})"]
     if x and x.get("error"):
         out.append(pad + f"  xla  could not compile: {x['error']}")
     elif x:

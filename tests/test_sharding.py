@@ -159,7 +159,7 @@ def test_parse_mesh():
 
 
 def test_explain_shows_the_mesh_and_the_peak_per_device():
-    from sexpgpu_lang.explain import explain, to_text
+    from sexpgpu_lang.explain import explain, fmt_bytes, to_text
     one = explain(program_of(fixture_text()))
     assert one["mesh"] is None and "mesh:" not in to_text(one)
     report = explain(program_of(variant(":seed 0", ":devices 8 :seed 0")))
@@ -169,6 +169,21 @@ def test_explain_shows_the_mesh_and_the_peak_per_device():
     mem = report["memory"]
     assert mem["params"] + mem["optimizer"] < mesh["peak_per_device"] < mem["peak"]
     assert "mesh: data=8 · records per device: `train` 8" in to_text(report)
+    # The memory line is per device: the phases hold 1/8 of the records' bytes, the parameters whole.
+    per = mesh["memory_per_device"]
+    assert per["params"] == mem["params"] and per["optimizer"] == mem["optimizer"]
+    assert per["train"] == -(-mem["train"] // 8) and per["generation"] == -(-mem["generation"] // 8)
+    assert per["peak"] == mesh["peak_per_device"]
+    text = to_text(report)
+    line = next(l for l in text.splitlines() if l.startswith("memory per device (1 of data=8): "))
+    assert f"train {fmt_bytes(per['train'])}" in line and f"peak {fmt_bytes(per['peak'])}" in line
+    assert "memory: " not in text and f"memory, all devices together: params {fmt_bytes(mem['params'])}" in text
+    # Each graph's inputs and their shardings, under the graph's `in` line.
+    shards = [l.split("shard ", 1)[1] for l in text.splitlines() if "  shard " in l]
+    assert shards[:2] == ["batch P(None, 'data'), ctx P(), params P()",
+                          "state P(None, 'data'), trip P(), ctx P(), params P()"]
+    assert len(shards) == len(report["graphs"])
+    assert "  shard " not in to_text(one)
 
 
 def test_explain_with_fsdp_divides_the_parameters_and_optimizer_state_per_device():
@@ -185,6 +200,10 @@ def test_explain_with_fsdp_divides_the_parameters_and_optimizer_state_per_device
                                        "second": "P(None, 'data')", "hidden": "P('data')", "out": "P('data')"}
     assert mesh["peak_per_device"] < replicated["mesh"]["peak_per_device"]
     assert "params per device 4.0 KiB, optimizer per device 8.0 KiB" in to_text(fsdp)
+    per = mesh["memory_per_device"]
+    assert (per["params"], per["optimizer"]) == (mesh["params_per_device"], mesh["optimizer_per_device"])
+    assert per["update"] == -(-mem["update"] // 8) and per["peak"] == mesh["peak_per_device"]
+    assert "memory per device (1 of data=8): params 4.0 KiB · optimizer 8.0 KiB" in to_text(fsdp)
     # --mesh and --fsdp from the command line give the file's report.
     cli = explain(with_mesh(program_of(fixture_text()), 8, fsdp=True))
     assert cli["mesh"] == mesh
