@@ -30,7 +30,7 @@ from sexpgpu_lang import CheckResult, SourceText, ide
 from sexpgpu_lang.check import CheckCache, Facts, check
 from sexpgpu_lang.syntax import ParseResult, parse
 
-from .convert import _LINE_BREAK, PositionMap, apply_change
+from .convert import PositionMap, apply_change
 
 _serials = itertools.count(1)
 log = logging.getLogger("sexpgpu.lsp")
@@ -83,16 +83,6 @@ class Analysis:
         return ide.index(self.result)
 
 
-class _Source(SourceText):
-    """A `SourceText` whose line index is found by one regular expression (C speed)
-    rather than `SourceText`'s loop over every character (9 ms of a 2,000-line edit);
-    the same line starts (`\\n`, `\\r\\n`, `\\r`), as tests/test_lsp_units.py checks.
-    Redundant once `sexpgpu_lang/source.py` finds them as fast."""
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "_starts", [0] + [m.end() for m in _LINE_BREAK.finditer(self.text)])
-
-
 def analyze_document(doc: Document, cache: CheckCache | None = None) -> Analysis:
     """Check a document's text with the front end, as `sexpgpu lint` does but
     without building the IR (no editor feature reads it), reusing `cache`
@@ -101,7 +91,7 @@ def analyze_document(doc: Document, cache: CheckCache | None = None) -> Analysis
     empty and says why in `failure`, and the error is logged."""
     path = uri_to_path(doc.uri)
     try:
-        return Analysis(doc, check(parse(_Source(doc.text, path)), cache=cache, build_ir=False))
+        return Analysis(doc, check(parse(SourceText(doc.text, path)), cache=cache, build_ir=False))
     except Exception as exc:  # RecursionError included: a bug in the front end, not in the file
         log.error("the front end failed on %s", doc.uri, exc_info=exc)
         src = SourceText(doc.text, path)
