@@ -441,6 +441,19 @@ class Checker:
             i += 2
         return out
 
+    def const_keyword(self, kws: dict, key: str, choices: tuple[str, ...], help: str | None = None) -> str:
+        """The keyword a setting `:key` names, one of `choices` (the first is the default, taken when the
+        setting is absent); anything else is E-FORM-002 naming the choices, and gives the default."""
+        if key not in kws:
+            return choices[0]
+        node = kws[key][1]
+        if isinstance(node, Kw) and node.name in choices:
+            return node.name
+        names = [f"`:{c}`" for c in choices]
+        listed = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1]
+        self.err("E-FORM-002", node.span, f"`:{key}` is {listed}", help=help)
+        return choices[0]
+
     def const_int(self, node: Node, what: str, minimum: int | None = None, code="E-TYPE-003") -> int | None:
         """A compile-time integer (at least `minimum`), or None after reporting why not."""
         t = self.infer(node, self.globals).type
@@ -968,13 +981,7 @@ class Checker:
                 if stack and mb and mb % stack:
                     self.err("E-FORM-002", sn.span, f"`:stack {stack}` must divide `:microbatches {mb}`")
                     stack = 1
-        precision = "f32"
-        if "precision" in kws:
-            pn = kws["precision"][1]
-            if isinstance(pn, Kw) and pn.name in ("f32", "bf16"):
-                precision = pn.name
-            else:
-                self.err("E-FORM-002", pn.span, "`:precision` is `:f32` or `:bf16`")
+        precision = self.const_keyword(kws, "precision", ("f32", "bf16"))
         self.precision = precision
         seed = self.const_int(kws["seed"][1], "`:seed`", 0) if "seed" in kws else 0
         devices = None
@@ -988,15 +995,10 @@ class Checker:
                              f"`:devices {devices}` does not divide `:batch {ld.batch}` of loader `{lname}`: "
                              "each device takes an equal slice of every batch",
                              help=f"make `:batch` a multiple of {devices}, or use a device count that divides it")
-        shard_params = "replicated"
-        if "shard-params" in kws:
-            # Parameters and optimizer state whole on every device, or split FSDP-style (docs/sharding.md).
-            sp = kws["shard-params"][1]
-            if isinstance(sp, Kw) and sp.name in ("replicated", "fsdp"):
-                shard_params = sp.name
-            else:
-                self.err("E-FORM-002", sp.span, "`:shard-params` is `:replicated` or `:fsdp`",
-                         help="`:fsdp` splits every parameter and its optimizer state along the mesh's `data` axis")
+        # Parameters and optimizer state whole on every device, or split FSDP-style (docs/sharding.md).
+        shard_params = self.const_keyword(
+            kws, "shard-params", ("replicated", "fsdp"),
+            help="`:fsdp` splits every parameter and its optimizer state along the mesh's `data` axis")
         opt = ("adam", {"lr": 1e-3})
         if "optimizer" in kws:
             on = kws["optimizer"][1]
