@@ -16,6 +16,7 @@ resumed run's bits are the uninterrupted run's.
 """
 from __future__ import annotations
 
+import collections
 import json
 import math
 import sys
@@ -115,6 +116,9 @@ def make_ctx(step: int, microbatch: int, records: int, stage: int = 0, stage_rec
     return {"step": np.int64(step), "microbatch": np.int32(microbatch), "records": np.int64(records),
             "stage": np.int32(stage), "stage-records": np.int64(records if stage_records is None else stage_records)}
 
+
+#: How many steps the loop queues ahead of the device before it waits for the oldest (`Trainer.fit`).
+MAX_STEPS_IN_FLIGHT = 2
 
 _CTX_FIELDS = tuple((k, np.asarray(v).dtype) for k, v in make_ctx(0, 0, 0).items())
 
@@ -542,9 +546,16 @@ class Trainer:
         history = []
         run = self.program.run
         self.completed = state
+        in_flight: collections.deque = collections.deque()
         while state.step < self.steps:
             state, reports = self.step(state)
             done = state.step
+            # At most MAX_STEPS_IN_FLIGHT steps queued ahead of the device: enough to keep it busy, and a
+            # bound on what waits in the queue (batches, and on a CPU mesh the collectives of many queued
+            # steps, which XLA:CPU's device threads can deadlock on).
+            in_flight.append(self.bad)
+            if len(in_flight) > MAX_STEPS_IN_FLIGHT:
+                jax.block_until_ready(in_flight.popleft())
             log_now = done % run.log_every == 0 or done == self.steps or done == 1
             save_now = self.checkpoint_every is not None and (done % self.checkpoint_every == 0 or done == self.steps)
             passes_now = [ps for ps in self.program.passes if done % ps.every == 0 or done == self.steps]

@@ -295,3 +295,16 @@ def test_the_editor_completes_shard_params_and_its_values():
     text = variant(":seed 0", ":shard-p :seed 0")
     at = text.index(":shard-p") + len(":shard-p")
     assert ":shard-params" in [c.label for c in ide.completions(ide.index(analyze(text, "x.sx")), at).items]
+
+
+def test_a_long_fsdp_run_on_eight_devices_keeps_few_steps_in_flight(tmp_path):
+    # Logged every 50 steps, the loop queues many steps between reads; unbounded, XLA:CPU's eight
+    # device threads deadlocked in an FSDP all-gather and aborted the run (SIGABRT) after about 60 s.
+    # The loop waits once MAX_STEPS_IN_FLIGHT steps are queued (sexpgpu_runtime/train.py `fit`).
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8", "JAX_PLATFORMS": "cpu"}
+    r = subprocess.run([sys.executable, "-m", "sexpgpu_cli.main", "run", str(ROOT / "tests" / "fixtures" / "tiny-generate.sx"),
+                        "--steps", "150", "--mesh", "data=8", "--fsdp", "--run-dir", str(tmp_path / "run")],
+                       env=env, capture_output=True, text=True, timeout=400)
+    assert r.returncode == 0, r.stderr[-2000:]
+    rows = [json.loads(l) for l in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [row["step"] for row in rows][-1] == 150
