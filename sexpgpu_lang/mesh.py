@@ -16,6 +16,9 @@ SHARD_PARAMS = ("replicated", "fsdp")
 def parse_mesh(text: str) -> int:
     """`--mesh data=N` (or just `N`) to the data axis size N; ValueError with a one-line reason."""
     t = text.strip()
+    if "," in t:
+        raise ValueError(f"--mesh takes one axis, `data=N`; got `{text}` (a model axis is not supported: "
+                         "use --fsdp to split the parameters along `data`)")
     name, _, value = t.rpartition("=")
     if name and name.strip() != AXIS:
         raise ValueError(f"--mesh names the axis `{name.strip()}`; the one axis is `{AXIS}` (e.g. --mesh data=8)")
@@ -67,3 +70,13 @@ def with_mesh(program, devices: int | None, fsdp: bool | None = None):
     if fsdp is not None:
         run = replace(run, shard_params="fsdp" if fsdp else "replicated")
     return program if run is program.run else replace(program, run=run)
+
+
+def check_coordinator(address: str, where: str = "--coordinator") -> None:
+    """A multi-process run's coordinator address, `HOST:PORT` (`[V6ADDR]:PORT` too) with PORT 1-65535,
+    as `jax.distributed.initialize` needs it; ValueError with a one-line reason otherwise. `where`
+    names the setting it came from in the message."""
+    host, sep, port = address.strip().rpartition(":")
+    if not sep or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise ValueError(f"{where} takes HOST:PORT, the address and port of process 0 with a port from 1 to "
+                         f"65535 (e.g. 10.0.0.1:1234), got `{address}`")

@@ -58,6 +58,14 @@ def initialize(coordinator: str | None, num_processes: int | None, process_id: i
     if coordinator is None and num_processes is None and process_id is None and not detect \
             and not os.environ.get("JAX_COORDINATOR_ADDRESS"):
         return
+    from sexpgpu_lang.mesh import check_coordinator
+    try:
+        if coordinator is not None:
+            check_coordinator(coordinator)
+        elif os.environ.get("JAX_COORDINATOR_ADDRESS"):
+            check_coordinator(os.environ["JAX_COORDINATOR_ADDRESS"], "JAX_COORDINATOR_ADDRESS")
+    except ValueError as e:
+        raise MeshError(str(e)) from None
     if process_id is not None and num_processes is not None and process_id >= num_processes:
         raise MeshError(f"--process-id {process_id} is not below --num-processes {num_processes}; "
                         f"number the processes 0 to {num_processes - 1}")

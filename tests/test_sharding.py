@@ -8,6 +8,7 @@ it saw, and how often each graph was traced.
 """
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -156,6 +157,22 @@ def test_parse_mesh():
     for bad in ("model=2", "data=x", "data=0"):
         with pytest.raises(ValueError):
             parse_mesh(bad)
+    with pytest.raises(ValueError, match="--mesh takes one axis, `data=N`; got `data=8,model=2`"):
+        parse_mesh("data=8,model=2")
+
+
+def test_a_coordinator_that_is_not_host_and_port_is_one_line():
+    from sexpgpu_lang.mesh import check_coordinator
+    check_coordinator("10.0.0.1:1234"), check_coordinator("[::1]:80"), check_coordinator("node-0:65535")
+    for bad in ("nonsense", "host:99999", "host:", ":123", "127.0.0.1:x", "host:0"):
+        with pytest.raises(ValueError, match=f"--coordinator takes HOST:PORT.*got `{re.escape(bad)}`"):
+            check_coordinator(bad)
+    r = subprocess.run([sys.executable, "-m", "sexpgpu_cli.main", "run", str(ROOT / "tests" / "fixtures" / "tiny-generate.sx"),
+                        "--coordinator", "nonsense", "--num-processes", "2", "--process-id", "0"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and r.stderr.strip().splitlines() == [
+        "sexpgpu: error: --coordinator takes HOST:PORT, the address and port of process 0 with a port from 1 "
+        "to 65535 (e.g. 10.0.0.1:1234), got `nonsense`"], r.stderr
 
 
 def test_explain_shows_the_mesh_and_the_peak_per_device():
