@@ -1185,9 +1185,16 @@ def memory_plan(program: ir.Program, graphs: dict[str, GraphEstimate], stack: in
             "passes": passes, "peak": peak, "phases": phases, "donate": donate}
 
 
+def device_peak(program: ir.Program, plan: dict, stack: int) -> int:
+    """The peak one device holds (bytes): the plan's peak, or on a mesh `mesh_report`'s peak per device;
+    what a device's memory budget is compared with."""
+    mesh = mesh_report(program, plan, stack)
+    return plan["peak"] if mesh is None else mesh["peak_per_device"]
+
+
 def choose_stack(program: ir.Program, budget: int, target: str = "accelerator") -> tuple[int, list[dict]]:
     """For `:stack :auto`: the largest degree dividing `:microbatches` whose peak fits `budget` bytes
-    (live sets as `target` makes them).
+    (live sets as `target` makes them; on a mesh, the peak per device, as `budget` is one device's).
 
     Returns (degree, candidates), each candidate `{degree, peak, fits}` (bytes);
     the degree is 1 when none fits (the report then says the run does not fit).
@@ -1195,7 +1202,7 @@ def choose_stack(program: ir.Program, budget: int, target: str = "accelerator") 
     M = program.run.microbatches
     cands = []
     for s in (d for d in range(1, M + 1) if M % d == 0):
-        peak = memory_plan(program, step_graphs(program, s, target), s)["peak"]
+        peak = device_peak(program, memory_plan(program, step_graphs(program, s, target), s), s)
         cands.append({"degree": s, "peak": peak, "fits": peak <= budget})
     fitting = [c["degree"] for c in cands if c["fits"]]
     return (max(fitting) if fitting else 1), cands
@@ -1288,7 +1295,8 @@ def explain(program: ir.Program, budget: int | None = None, budget_source: str |
     per_step = [r for r in rows if r["calls_per_step"] is not None]
     memory = {k: plan[k] for k in ("params", "trainable", "frozen", "optimizer", "gradients_held",
                                    "generation", "train", "update", "passes", "peak", "donate")}
-    memory.update(budget=budget, budget_source=budget_source or "given", fits=plan["peak"] <= budget)
+    memory.update(budget=budget, budget_source=budget_source or "given",
+                  fits=device_peak(program, plan, S) <= budget)
     notes = []
     if run.stack > 1 and S == 1 and not run.stack_auto:
         notes.append("the run asks for `:stack` but a generator reads a per-microbatch context key "
@@ -1533,7 +1541,9 @@ def to_text(report: dict) -> str:
     for p in report["plan"]:
         detail = " + ".join(f"{k} {fmt_bytes(v)}" for k, v in p["parts"].items() if v)
         lines.append(f"  {p['phase']:<{width}}  {fmt_bytes(p['live']):>10}   {detail}")
-    lines.append(f"  peak {fmt_bytes(mem['peak'])} {'fits' if mem['fits'] else 'does NOT fit'} in "
+    fit_peak = f"peak {fmt_bytes(mem['peak'])}" if not mesh else \
+        f"peak per device {fmt_bytes(mesh['peak_per_device'])}"
+    lines.append(f"  {fit_peak} {'fits' if mem['fits'] else 'does NOT fit'} in "
                  f"{fmt_bytes(mem['budget'])} ({mem['budget_source']})")
     if mem["donate"]:
         lines.append("  the trips' state and the update's inputs are donated, as the runtime does on an accelerator")

@@ -49,20 +49,23 @@ class Layout:
         return self.microbatches // self.stack
 
 
-def layout_of(program: ir.Program) -> Layout:
+def layout_of(program: ir.Program, dp=None) -> Layout:
     """Stack `:stack` microbatches per call when the generator allows it (W-STACK-001 otherwise).
 
     `:stack :auto` takes the largest degree whose estimated peak memory fits
     the device (sexpgpu_lang.explain.choose_stack; 16 GiB where the backend
-    reports no limit, as the CPU does).
+    reports no limit, as the CPU does); on the mesh `dp` (a
+    sharding.DataParallel), the peak one device of it holds.
     """
     run = program.run
     stack = run.stack
     if run.stack_auto:
         from sexpgpu_lang.explain import choose_stack
+        from sexpgpu_lang.mesh import with_mesh
         from .xla_report import device_budget
         budget, _ = device_budget()
-        stack, _ = choose_stack(program, budget or 16 * 2**30)
+        planned = program if dp is None else with_mesh(program, dp.devices, dp.fsdp)
+        stack, _ = choose_stack(planned, budget or 16 * 2**30)
     stack = stack if program.stackable else 1
     if run.microbatches % stack:
         stack = 1
@@ -78,7 +81,7 @@ class Graphs:
         self.dp = dp   # a sharding.DataParallel, or None on one device (then nothing below changes)
         self.opt = optimizer
         self.selected = selected
-        self.layout = layout_of(program)
+        self.layout = layout_of(program, dp)
         self.traces: Counter = Counter()
         self.seed = program.run.seed
         self.counter_types = self._counter_types()

@@ -201,6 +201,20 @@ def test_explain_shows_the_mesh_and_the_peak_per_device():
                           "state P(None, 'data'), trip P(), ctx P(), params P()"]
     assert len(shards) == len(report["graphs"])
     assert "  shard " not in to_text(one)
+    # A memory budget is one device's: the peak per device is what must fit in it.
+    budget = (mesh["peak_per_device"] + mem["peak"]) // 2
+    on_mesh = explain(program_of(variant(":seed 0", ":devices 8 :seed 0")), budget, "given")
+    assert on_mesh["memory"]["fits"] and not explain(program_of(fixture_text()), budget, "given")["memory"]["fits"]
+    assert f"peak per device {fmt_bytes(mesh['peak_per_device'])} fits in" in to_text(on_mesh)
+    # and `:stack :auto` picks its degree against it: on 8 devices the stacked step fits where on one it does not.
+    from sexpgpu_lang.explain import choose_stack
+    auto = variant(":stack 2", ":stack :auto")
+    one_cands = dict((c["degree"], c["peak"]) for c in choose_stack(program_of(auto), 10 ** 12)[1])
+    mesh_cands = dict((c["degree"], c["peak"]) for c in
+                      choose_stack(program_of(variant(":seed 0", ":devices 8 :seed 0", auto)), 10 ** 12)[1])
+    tight = (one_cands[2] + mesh_cands[2]) // 2
+    assert choose_stack(program_of(auto), tight)[0] == 1
+    assert choose_stack(program_of(variant(":seed 0", ":devices 8 :seed 0", auto)), tight)[0] == 2
 
 
 def test_explain_with_fsdp_divides_the_parameters_and_optimizer_state_per_device():
