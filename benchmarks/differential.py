@@ -32,14 +32,39 @@ JAX's function refuses is explained by a rule of `LENIENT` (the
 language converts, e.g. integers to f32 for `sigmoid`) or is a
 disagreement.
 
+Whole run files (`--phases`). `phase_file` writes a run file: a loader
+of random fields (shapes, dtypes), a model `m` multiplying a trainable
+parameter by its argument, a generator whose `:init` makes a state from
+the fields, whose `:step` reads the state, the trip, `(getf ctx :step)`
+and a model call and returns a state that keeps each key's shape and
+dtype (`keep`), changes one, drops one or adds one (`drift`), or is
+random compositions as they come (`raw`), an optional `:finish`, and an
+`objective` reading every field and generated name (`field` or `getf`),
+calling the model, and returning an f32 scalar loss with the parameter
+in it (`ok`), an unreduced one, one cast to a non-float (or bf16) dtype,
+or a composition as it comes. The compositions are random calls of the
+registry's ops, mostly ones the checker types alone. When the checker
+accepts a file (`analyze`: no error, an IR), `phase_runtime` lowers every
+graph of its step as `sexpgpu run` builds them (`Graphs`:
+`generate.init`, `.step`, `.finish`, `train` with its gradient, `update`)
+from `jax.ShapeDtypeStruct`s and compares JAX's types of the state, the
+made record, the loss and the gradient with the checker's. Every file,
+accepted or not, is also run as a JAX user writes it (`phase_jax_verdict`:
+`DIRECT` ops, the generator as `lax.fori_loop` with the state as its
+carry, `jax.grad` of the objective); a rejected file JAX runs is
+explained by a rule of `STRICT` or `PHASE_STRICT`, an accepted one JAX
+refuses by `LENIENT` or `PHASE_LENIENT`, or it is a disagreement.
+
 Prints the counts per category, both directions, and the unexplained
 disagreements (goal 0; exit status 1 otherwise). `--keep DIR` writes
-each one as `expr` plus its names' types, for a regression case.
+each one as `expr` plus its names' types, or as a run file, for a regression case.
 
-    .venv/bin/python benchmarks/differential.py [--n 3000] [--ill 2000] [--seed 0] [--depth 3] [--keep DIR]
+    .venv/bin/python benchmarks/differential.py [--n 3000] [--ill 2000] [--phases 1000] [--seed 0] [--depth 3]
+        [--phase-depth 2] [--keep DIR]
 
-Not covered (issue 8): programs are single expressions, not whole
-`:step` and `objective` phases.
+Not covered: stacked microbatches (`:stack` > 1, the vmapped graphs),
+`prepare`, evaluation passes, `:precision :bf16`, sub-models and
+`def`'d functions in the random files.
 """
 from __future__ import annotations
 
@@ -1039,32 +1064,554 @@ def run(n_random: int, n_ill: int, seed: int, depth: int = 3, progress=None) -> 
     return tally
 
 
+# --------------------------------------------------------------------------- whole run files: `:step` and `objective`
+
+
+FIELD_SHAPES = [(), (3,), (2, 3), (3, 4), (4,)]
+PARAM_SHAPES = [(), (3,), (4,), (3, 4)]
+BATCH = 2
+STEP_KINDS = ["keep", "keep", "keep", "drift", "raw"]
+LOSS_KINDS = ["ok", "ok", "ok", "not-reduced", "not-float", "raw"]
+
+
+@dataclass
+class PhaseFile:
+    """One random run file, and what it was built from, so that JAX can run the same phases directly.
+
+    The loader gives `fields` (per-record types); the model `m` multiplies its parameter `w`
+    (`param`) by its argument. `:init` binds each field to its name and makes `init` (state key ->
+    expression); `:step` binds each state key to its name, `k` to `(getf ctx :step)` and `p` to
+    `(m step_x)`, and returns `step` (key -> expression; a key it drops is absent, one it adds
+    present); `:finish`, when there is one, binds the state keys and returns `finish`. `objective`
+    reads each field and generated name (`field` or `getf`), binds `p` to `(m obj_x)` and returns `loss`.
+    """
+
+    text: str
+    step_kind: str
+    loss_kind: str
+    fields: dict
+    param: TensorType
+    trips: int
+    init: dict
+    step: dict
+    step_x: str
+    finish: dict | None
+    obj_x: str
+    loss: str
+
+
+def _dims(shape) -> str:
+    return "[" + " ".join(map(str, shape)) + "]"
+
+
+def _typed(text: str, env: dict):
+    """The checker's type of one expression over `env` (None when it rejects it)."""
+    try:
+        e, diags = check_expression(text, env)
+    except Exception:  # noqa: BLE001 - judged again as part of the whole file
+        return None
+    if e is None or any(d.is_error for d in diags) or not isinstance(e.type, TensorType):
+        return None
+    return e.type
+
+
+def _broadcasts(src, dst) -> bool:
+    return len(src) <= len(dst) and all(a in (1, b) for a, b in zip(reversed(src), reversed(dst)))
+
+
+def _model_arg(rng, env: dict, param: TensorType) -> str:
+    """A name `(m x)` multiplies the parameter by, preferring one the checker accepts (else `1.0`)."""
+    names = list(env)
+    rng.shuffle(names)
+    ok = [n for n in names if _typed(f"(* w {n})", {"w": param, n: env[n]}) is not None]
+    if ok and rng.random() < 0.9:
+        return ok[0]
+    return names[0] if names and rng.random() < 0.5 else "1.0"
+
+
+def _keep(rng, text: str, t, want: TensorType, key: str) -> str:
+    """`text` (of checker type `t`, or None) made into a value of type `want`, the state key's."""
+    if t is None:
+        return key if rng.random() < 0.5 else text
+    if t.shape != want.shape:
+        text = (f"(broadcast-to {text} {_dims(want.shape)})" if _broadcasts(t.shape, want.shape) and rng.random() < 0.7
+                else f"(broadcast-to ({rng.choice(['sum', 'mean', 'max'])} (cast {text} :f32)) {_dims(want.shape)})")
+    if t.dtype != want.dtype or t.weak or rng.random() < 0.2:
+        text = f"(cast {text} :{want.dtype})"
+    if rng.random() < 0.3:
+        text = f"(where (> trip {rng.randint(0, 2)}) {text} {key})"
+    return text
+
+
+def _drift(rng, text: str, want: TensorType) -> str:
+    """A value of another type than `want`: another dtype, or another shape."""
+    r = rng.random()
+    if r < 0.4:
+        return f"(cast {text} :{rng.choice([d for d in ('f32', 'bf16', 'i32', 'i64', 'bool') if d != want.dtype])})"
+    if r < 0.6:
+        return f"(expand-dims {text} :axis 0)"
+    if r < 0.8 and want.shape:
+        return f"(broadcast-to (mean (cast {text} :f32)) {_dims(want.shape[1:])})"
+    return f"(+ {text} {rng.choice(['1.0', '(cast trip :i64)', '(cast 1 :i64)', 'k'])})"
+
+
+def phase_file(rng: random.Random, depth: int = 2) -> PhaseFile:
+    """A random run file whose `:step` and `objective` hold random compositions of the registry's ops.
+
+    Mostly (`typed`) each composition is one the checker types alone, so that what is wrong with a
+    file, if anything, is how its phases fit: a `:step` that keeps the state (`keep`: each value made
+    into its key's shape and dtype with `broadcast-to`, a reduction, `cast`, `where` on the trip),
+    that changes one key's dtype or shape or drops or adds a key (`drift`), or that returns
+    compositions as they come (`raw`); a loss reduced to an f32 scalar with the parameter in it
+    (`ok`), not reduced, cast to a non-float (or bf16) dtype, or a composition as it comes (`raw`).
+    Otherwise compositions are taken as they come, ill-typed or not.
+    """
+    typed = rng.random() < 0.85
+
+    def expr(rng, env, depth, top=True):
+        for _ in range(30 if typed else 1):
+            text = globals()["expr"](rng, env, depth, top=top)
+            if _typed(text, env) is not None:
+                break
+        return text
+    fields = {f"f{i}": TensorType(rng.choice(FIELD_SHAPES), rng.choice(DTYPES)) for i in range(rng.randint(1, 3))}
+    batch = {k: TensorType((BATCH,) + t.shape, t.dtype) for k, t in fields.items()}
+    param = TensorType(rng.choice(PARAM_SHAPES), "f32")
+    trips = rng.randint(1, 3)
+    init = {}
+    for i in range(rng.randint(1, 3)):
+        init[f"s{i}"] = rng.choice(list(batch)) if rng.random() < 0.4 else expr(rng, batch, depth, top=True)
+    state = {k: _typed(e, batch) for k, e in init.items()}
+    state = {k: (t.strong() if t is not None else None) for k, t in state.items()}
+    step_kind = rng.choice(STEP_KINDS)
+    env = {k: t for k, t in state.items() if t is not None}
+    env.update(trip=TensorType((), "i64"), k=TensorType((), "i64"))
+    step_x = _model_arg(rng, {n: t for n, t in env.items() if n != "k"}, param)
+    p = _typed(f"(* w {step_x})", {"w": param, **env})
+    if p is not None:
+        env["p"] = p
+    step = {}
+    for key in init:
+        text = key if rng.random() < 0.3 else expr(rng, env, depth, top=True)
+        if step_kind == "raw":
+            step[key] = text
+        elif state[key] is None:
+            step[key] = key
+        else:
+            step[key] = _keep(rng, text, _typed(text, env), state[key], key)
+    if step_kind == "drift":
+        key = rng.choice(list(init))
+        r = rng.random()
+        if r < 0.15:
+            del step[key]
+        elif r < 0.3:
+            step["extra"] = key
+        elif state[key] is not None:
+            step[key] = _drift(rng, step[key], state[key])
+    finish = None
+    if rng.random() < 0.5:
+        senv = {k: t for k, t in state.items() if t is not None} or {"s0": TensorType((), "f32")}
+        finish = {f"g{i}": expr(rng, senv, depth, top=True) if rng.random() < 0.7 else rng.choice(list(init))
+                  for i in range(rng.randint(1, 2))}
+    out_types = state if finish is None else {k: _typed(e, {k2: t for k2, t in state.items() if t is not None})
+                                              for k, e in finish.items()}
+    oenv = dict(batch)
+    oenv.update({k: t for k, t in out_types.items() if t is not None})
+    obj_x = _model_arg(rng, oenv, param)
+    p = _typed(f"(* w {obj_x})", {"w": param, **oenv})
+    if p is not None:
+        oenv["p"] = p
+    loss_kind = rng.choice(LOSS_KINDS)
+    e = expr(rng, oenv, depth, top=True)
+    pl = "(mean (cast p :f32))"
+    loss = {"ok": f"(+ ({rng.choice(['mean', 'sum', 'max'])} (cast {e} :f32)) {pl})",
+            "not-reduced": f"(+ (cast {e} :f32) {pl})",
+            "not-float": f"(cast (+ (mean (cast {e} :f32)) {pl}) :{rng.choice(['i32', 'i64', 'bool', 'bf16'])})",
+            "raw": e}[loss_kind]
+    generated = list(finish or init)
+    text = phase_text(fields, param, trips, init, step, step_x, finish, generated, obj_x, loss, rng)
+    return PhaseFile(text, step_kind, loss_kind, fields, param, trips, init, step, step_x, finish, obj_x, loss)
+
+
+def phase_text(fields, param, trips, init, step, step_x, finish, generated, obj_x, loss, rng) -> str:
+    def plist(d):
+        return "(list " + " ".join(f":{k} {v}" for k, v in d.items()) + ")"
+
+    state_binds = " ".join(f"({k} (getf state :{k}))" for k in init)
+    reads = " ".join(f"({k} ({rng.choice(['field', 'getf'])} batch :{k}))" for k in list(fields) + generated)
+    lines = [
+        "(loader train",
+        '  :source (npz "d.npz")',
+        f"  :batch {BATCH}",
+        "  :fields (" + " ".join(f":{k} {_dims(t.shape)} :{t.dtype}" for k, t in fields.items()) + "))",
+        "",
+        "(defmodel m",
+        f"  :params (:w (normal {_dims(param.shape)} :std 0.1))",
+        "  :apply (lambda (self x) (* (getf self :w) x)))",
+        "",
+        "(model m)",
+        "",
+        f"(defgenerate :trips {trips}",
+        "  :init (lambda (batch ctx)",
+        "          (let* (" + " ".join(f"({k} (field batch :{k}))" for k in fields) + ")",
+        f"            {plist(init)}))",
+        "  :step (lambda (state trip ctx)",
+        f"          (let* ({state_binds} (k (getf ctx :step)) (p (m {step_x})))",
+        f"            {plist(step)}))",
+    ]
+    if finish is not None:
+        lines += ["  :finish (lambda (state ctx)",
+                  f"            (let* ({state_binds})",
+                  f"              {plist(finish)}))"]
+    lines[-1] += ")"
+    lines += ["",
+              "(objective (lambda (batch ctx)",
+              f"  (let* ({reads} (p (m {obj_x})))",
+              f"    {loss})))",
+              "",
+              "(run :loader train :steps 1 :microbatches 1 :seed 0 :optimizer (adam :lr 1e-3))", ""]
+    return "\n".join(lines)
+
+
+def _first_line(exc: Exception, n: int = 200) -> str:
+    """The error's type and first line; a JAX loop's carry error with the line naming the component."""
+    lines = [ln for ln in str(exc).strip().splitlines() if ln.strip()]
+    msg = " ".join(lines[:2]) if lines and "carry" in lines[0] else (lines[0] if lines else "")
+    return f"{type(exc).__name__}: {msg[:n]}"
+
+
+def _direct(text: str, env: dict):
+    return direct_eval(parse(SourceText(text)).forms[0], env)
+
+
+def phase_jax_verdict(pf: PhaseFile) -> tuple[str | None, dict]:
+    """(None, carry) when JAX itself, each op called as a JAX user calls it (`DIRECT`), runs the file's
+    phases: the generator as `lax.fori_loop` over the trips with the state as its carry (the loop
+    a JAX user writes for a state kept on the device: each trip's state must have the type the
+    previous one had), then `jax.grad` of the objective with respect to the parameter, both jitted and
+    lowered over abstract inputs; else (the phase and JAX's error, carry). `carry`: each state
+    key's JAX type as `:init` makes it and as one trip of `:step` returns it (dtype name, dtype
+    name, whether the first is weakly typed: a literal, a size; JAX's loop lets such a carry take
+    the step's dtype), where JAX computes them."""
+    batch = {k: jax.ShapeDtypeStruct((BATCH,) + t.shape, jdt(t.dtype)) for k, t in pf.fields.items()}
+    w = jax.ShapeDtypeStruct(pf.param.shape, jdt(pf.param.dtype))
+    ctx = {"step": jax.ShapeDtypeStruct((), jnp.int64)}
+
+    def with_p(w, env, x):
+        env = dict(env)
+        env["p"] = jnp.multiply(w, _direct(x, env))
+        return env
+
+    def gen(w, batch, ctx):
+        state = {k: _direct(e, batch) for k, e in pf.init.items()}
+
+        def body(t, state):
+            env = with_p(w, {**state, "trip": jnp.asarray(t, jnp.int64), "k": ctx["step"]}, pf.step_x)
+            return {k: _direct(e, env) for k, e in pf.step.items()}
+        if trace is not None:
+            trace.append(jax.eval_shape(body, jnp.int64(0), state))
+        state = lax.fori_loop(jnp.int64(0), jnp.int64(pf.trips), body, state)
+        if pf.finish is None:
+            return state
+        return {k: _direct(e, state) for k, e in pf.finish.items()}
+
+    def objective(w, batch):
+        return _direct(pf.loss, with_p(w, batch, pf.obj_x))
+
+    phase, carry, trace = "generate", {}, None
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            made = jax.eval_shape(lambda b: {k: _direct(e, b) for k, e in pf.init.items()}, batch)
+            try:
+                trace = []
+                jax.eval_shape(gen, w, batch, ctx)
+            except Exception:  # noqa: BLE001 - lowered below, for the verdict
+                pass
+            stepped = trace[0] if trace else {}
+            for k, v in made.items():
+                if hasattr(v, "dtype") and hasattr(stepped.get(k), "dtype"):
+                    carry[k] = (name_of(v.dtype), name_of(stepped[k].dtype), bool(getattr(v, "weak_type", False)))
+            trace = None
+            jax.jit(gen).lower(w, batch, ctx)
+            made = jax.eval_shape(gen, w, batch, ctx)
+            phase = "objective"
+            jax.jit(jax.grad(objective)).lower(w, {**batch, **made})
+    except Exception as exc:  # noqa: BLE001 - any failure is JAX's verdict "cannot run"
+        return f"{phase}: {_first_line(exc, 400)}", carry
+    return None, carry
+
+
+def _differs(out, want: PlistType) -> str | None:
+    """Why a graph's output structs differ from the checker's plist type, or None."""
+    if not isinstance(out, dict) or set(out) != set(want.keys):
+        return f"keys {sorted(out) if isinstance(out, dict) else type(out).__name__}, checker {sorted(want.keys)}"
+    for k, t in want.entries:
+        got = (tuple(out[k].shape), name_of(out[k].dtype))
+        if got != (t.shape, t.dtype):
+            return f":{k}: checker {list(t.shape)} {t.dtype}, JAX {list(got[0])} {got[1]}"
+    return None
+
+
+def phase_runtime(program) -> str | None:
+    """None when the runtime lowers every graph of the step (`generate.init`, `.step`, `.finish`,
+    `train` with its gradient, `update`) from abstract inputs and JAX's type of each phase's output
+    (the state's entries, the made record, the loss, the gradient) is the checker's; else why not."""
+    from sexpgpu_runtime.graphs import Graphs
+    from sexpgpu_runtime.lowering import run_phase
+    from sexpgpu_runtime.optim import make_optimizer
+    from sexpgpu_runtime.params import merge
+    from sexpgpu_runtime.xla_report import _ctx, _params, _tree
+
+    g = Graphs(program, make_optimizer(program.run.optimizer))
+    trainable, frozen = _params(program)
+    batch = _tree(program.loaders[program.run.loader].batch_type(), 1)
+    gen = program.generate
+    trip = jax.ShapeDtypeStruct((), jnp.int64)
+    state = _tree(gen.state, 1)
+    graphs = [("generate.init", g.gen_init, (trainable, frozen, batch, _ctx(1)), gen.state),
+              ("generate.step", g.gen_step, (trainable, frozen, state, trip, _ctx(1)), gen.state),
+              ("generate.finish", g.gen_finish, (trainable, frozen, state, _ctx(1)), gen.out)]
+    name = "?"
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for name, fn, args, want in graphs:
+                why = _differs(fn.lower(*args).out_info, want)
+                if why:
+                    return f"{name} returns {why}"
+            tbatch = {**batch, **_tree(gen.out, 1)}
+            name = "objective"
+            loss = jax.eval_shape(lambda tr, fr, b, c: run_phase(program.objective, [b, c], merge(tr, fr), g._fx()),
+                                  trainable, frozen, tbatch, _ctx(1))
+            want = program.objective.out
+            if (tuple(loss.shape), name_of(loss.dtype)) != (want.shape, want.dtype):
+                return f"objective: checker {list(want.shape)} {want.dtype}, JAX {list(loss.shape)} {name_of(loss.dtype)}"
+            name = "train"
+            losses, grads, *_ = g.grads.lower(trainable, frozen, tbatch, _ctx(1), {}).out_info
+            if (losses[0].shape, name_of(losses[0].dtype)) != ((), "f32"):
+                return f"train: the loss is {losses[0]}"
+            got = jax.tree_util.tree_map(lambda s: (tuple(s.shape), name_of(s.dtype)), grads[0])
+            if got != jax.tree_util.tree_map(lambda s: (tuple(s.shape), name_of(s.dtype)), trainable):
+                return f"train: gradient {got}"
+            name = "update"
+            opt_state = jax.eval_shape(g.opt.init, trainable)
+            g.update.lower(trainable, opt_state, [trainable])
+    except Exception as exc:  # noqa: BLE001 - an accepted file the runtime cannot lower is a disagreement
+        return f"{name}: {_first_line(exc)}"
+    return None
+
+
+@dataclass(frozen=True)
+class PhaseRule:
+    """A deliberate difference from JAX in how phases fit together: `name`, why, and an example: what
+    `:init` and `:step` return in `PHASE_EXAMPLE` (tests/test_differential.py checks it shows the
+    difference). A strict one explains an E-GEN-002 of a dtype when `applies(want, got, jax_init,
+    jax_step, weak)` holds (the checker's dtypes of the key as `:init` made it and as `:step` returns it,
+    JAX's, and whether JAX's `:init` value is weakly typed); a lenient one matches JAX's error (`pattern`)."""
+
+    name: str
+    reason: str
+    init: str
+    step: str
+    applies: Callable | None = None
+    pattern: str = ""
+
+
+_WIDE = {"i32": {"i32", "i64"}, "f32": {"f32", "float64"}}
+_THIRTY_TWO = ("a literal alone is an `i32` or `f32`, an index (`argmax`, `argsort`) an `i32`, and a float-only op "
+               "turns integers into `f32`; JAX, with 64-bit types enabled (a run needs them for `i64`), makes `int64` "
+               "or `float64` there (`jnp.sum(2.0)`, `jnp.argmax`, `jnp.exp` of an `i64`), so the state's dtype can "
+               "change between trips in one and not in the other")
+
+#: Listed in docs/language.md with the expression-level rules.
+PHASE_STRICT = [
+    PhaseRule("strong-state", "`:init` fixes each state entry's dtype, even one computed from literals and sizes alone "
+              "(weakly typed, as `(size x)`); JAX's `fori_loop` lets a weakly typed carry take the dtype the step "
+              "gives it", "(list :s0 (size f0))", "(list :s0 (zeros []))",
+              applies=lambda want, got, ji, js, weak: weak and js == got),
+    PhaseRule("32-bit-defaults", _THIRTY_TWO, "(list :s0 (argmax f0))", "(list :s0 (+ s0 (cast 1 :i64)))",
+              applies=lambda want, got, ji, js, weak: (ji == js and ji in _WIDE.get(want, {want})
+                                                       and js in _WIDE.get(got, {got}) and (ji, js) != (want, got))),
+]
+PHASE_LENIENT = [
+    PhaseRule("32-bit-defaults", _THIRTY_TWO, "(list :s0 (sum 2.0))", "(list :s0 (cast s0 :f32))",
+              pattern=r"has type (float|int)(?:32|64)(\[[\d,]*\]) but the corresponding output carry component "
+                      r"has type \1(?:32|64)\2"),
+]
+
+#: The file the phase rules' examples change (`(list :s0 (sum f0))` and `(list :s0 (+ s0 1.0))`).
+PHASE_EXAMPLE = """(loader train :source (npz "d.npz") :batch 2 :fields (:f0 [3] :f32))
+(defmodel m :params (:w (normal [3] :std 0.1)) :apply (lambda (self x) (* (getf self :w) x)))
+(model m)
+(defgenerate :trips 2
+  :init (lambda (batch ctx) (let* ((f0 (field batch :f0))) (list :s0 (sum f0))))
+  :step (lambda (state trip ctx) (let* ((s0 (getf state :s0)) (p (m 1.0))) (list :s0 (+ s0 1.0)))))
+(objective (lambda (batch ctx) (let* ((f0 (field batch :f0)) (s0 (field batch :s0)) (p (m f0)))
+  (+ (mean (cast s0 :f32)) (mean (cast p :f32))))))
+(run :loader train :steps 1 :seed 0 :optimizer (adam :lr 1e-3))
+"""
+
+
+def phase_example(rule: PhaseRule) -> PhaseFile:
+    """`PHASE_EXAMPLE` with the rule's `:init` and `:step`, as a `PhaseFile` the judge reads."""
+    text = PHASE_EXAMPLE.replace("(list :s0 (sum f0))", rule.init).replace("(list :s0 (+ s0 1.0))", rule.step)
+    body = lambda t: t[len("(list :s0 "):-1]  # noqa: E731
+    return PhaseFile(text, "example", "ok", {"f0": TensorType((3,), "f32")}, TensorType((3,), "f32"), 2,
+                     {"s0": body(rule.init)}, {"s0": body(rule.step)}, "1.0", None, "f0",
+                     "(+ (mean (cast s0 :f32)) (mean (cast p :f32)))")
+
+
+def phase_rule(errors, carry: dict) -> str | None:
+    """The rule (expression-level `STRICT` or phase-level `PHASE_STRICT`) explaining every error, or None;
+    `carry`: JAX's types of the state keys (`phase_jax_verdict`)."""
+    names = []
+    for d in errors:
+        rule = next((r.name for r in STRICT if (r.code is None or r.code == d.code) and re.search(r.pattern, d.message)),
+                    None)
+        data = d.data or {}
+        if rule is None and d.code == "E-GEN-002" and data.get("what") == "dtype" and data.get("key") in carry:
+            rule = next((r.name for r in PHASE_STRICT
+                         if r.applies(data["want_dtype"], data["got_dtype"], *carry[data["key"]])), None)
+        if rule is None:
+            return None
+        names.append(rule)
+    return names[0] if names else None
+
+
+def phase_lenient_rule(jax_error: str) -> str | None:
+    return next((r.name for r in LENIENT + PHASE_LENIENT if re.search(r.pattern, jax_error)), None)
+
+
+@dataclass
+class PhaseTally:
+    """Counts over whole run files, per kind of `:step` and of loss, and the unexplained disagreements."""
+
+    files: int = 0
+    accepted: Counter = field(default_factory=Counter)      # step kind / loss kind -> accepted files
+    rejected: Counter = field(default_factory=Counter)
+    runtime_ok: int = 0
+    jax_agrees: int = 0
+    lenient: Counter = field(default_factory=Counter)
+    jax_refuses: Counter = field(default_factory=Counter)   # phase JAX refused in -> count
+    strict: Counter = field(default_factory=Counter)
+    codes: Counter = field(default_factory=Counter)
+    disagreements: list = field(default_factory=list)
+
+    def judge(self, pf: PhaseFile) -> str:
+        from sexpgpu_lang import analyze
+        self.files += 1
+        kinds = (f"step {pf.step_kind}", f"loss {pf.loss_kind}")
+        try:
+            res = analyze(pf.text, "phases.sx")
+        except Exception as exc:  # noqa: BLE001 - the checker must never raise
+            self.disagreements.append((pf.text, f"checker raised {_first_line(exc)}"))
+            return "unexplained"
+        errors = [d for d in res.diagnostics if d.is_error]
+        verdict, carry = phase_jax_verdict(pf)
+        if errors or res.program is None:
+            for k in kinds:
+                self.rejected[k] += 1
+            self.codes.update({d.code for d in errors})
+            if verdict is not None:
+                self.jax_refuses[verdict.split(":", 1)[0]] += 1
+                return "agree"
+            rule = phase_rule(errors, carry)
+            if rule is None:
+                self.disagreements.append((pf.text, "rejected (" + "; ".join(f"{d.code} {d.message}" for d in errors)
+                                           + "), JAX runs it"))
+                return "unexplained"
+            self.strict[rule] += 1
+            return f"strict:{rule}"
+        for k in kinds:
+            self.accepted[k] += 1
+        why = phase_runtime(res.program)
+        if why:
+            self.disagreements.append((pf.text, f"accepted, the runtime disagrees: {why}"))
+            return "unexplained"
+        self.runtime_ok += 1
+        if verdict is None:
+            self.jax_agrees += 1
+            return "agree"
+        rule = phase_lenient_rule(verdict)
+        if rule is None:
+            self.disagreements.append((pf.text, f"accepted, JAX refuses: {verdict}"))
+            return "unexplained"
+        self.lenient[rule] += 1
+        return f"lenient:{rule}"
+
+    def report(self) -> str:
+        acc, rej = sum(self.accepted.values()) // 2, sum(self.rejected.values()) // 2
+        kinds = sorted(set(self.accepted) | set(self.rejected))
+        lines = [f"{self.files} run files: per kind, accepted / rejected by the checker"]
+        lines += [f"  {k}: {self.accepted[k]} / {self.rejected[k]}" for k in kinds]
+        lines += [f"well-typed direction: {acc} files the checker accepts",
+                  f"  the runtime lowers every graph, JAX's type for every phase output: {self.runtime_ok}",
+                  f"  JAX's own functions run it too (agree): {self.jax_agrees}"]
+        lines += [f"  intentional-lenient {k}: {n}" for k, n in sorted(self.lenient.items())]
+        lines += [f"ill-typed direction: {rej} files the checker rejects ("
+                  + ", ".join(f"{c} {n}" for c, n in self.codes.most_common()) + ")"]
+        lines += [f"  JAX refuses it too, in {k} (agree): {n}" for k, n in sorted(self.jax_refuses.items())]
+        lines += [f"  intentional-strict {k}: {n}" for k, n in sorted(self.strict.items())]
+        lines.append(f"unexplained disagreements: {len(self.disagreements)}")
+        return "\n".join(lines)
+
+
+def run_phases(n: int, seed: int, depth: int = 2, progress=None) -> PhaseTally:
+    """`n` random run files, each judged by the checker, the runtime and JAX."""
+    rng = random.Random(seed)
+    tally = PhaseTally()
+    for i in range(n):
+        tally.judge(phase_file(rng, depth))
+        if progress and (i + 1) % 50 == 0:
+            progress(f"files {i + 1}/{n}")
+    return tally
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=3000, help="random compositions (default 3000)")
     ap.add_argument("--ill", type=int, default=2000, help="ill-typed calls, each op in turn (default 2000)")
+    ap.add_argument("--phases", type=int, default=1000, help="whole run files, `:step` and `objective` (default 1000)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--depth", type=int, default=3)
+    ap.add_argument("--phase-depth", type=int, default=2, help="depth of the compositions in run files (default 2)")
     ap.add_argument("--keep", type=Path, default=None, metavar="DIR")
     a = ap.parse_args()
-    t0 = time.perf_counter()
-    tally = run(a.n, a.ill, a.seed, a.depth, progress=lambda s: print(f"\r{s}", end="", file=sys.stderr))
-    print(file=sys.stderr)
-    for text, env, why in tally.disagreements[:30]:
-        names = " ".join(f"{k}:{list(t.shape)}{t.dtype}" for k, t in env.items())
-        print(f"  {text}\n      with {names}\n      {why}")
-    if a.keep and tally.disagreements:
-        a.keep.mkdir(parents=True, exist_ok=True)
-        with open(a.keep / f"differential-{a.seed}.txt", "w", encoding="utf-8") as fh:
-            for text, env, why in tally.disagreements:
-                fh.write(f"{text}\t{ {k: (list(t.shape), t.dtype) for k, t in env.items()} }\t{why}\n")
-    uncovered = sorted(set(REGISTRY) - set(tally.covered))
-    print(f"{tally.programs} programs ({a.n} random compositions, {a.ill} ill-typed calls; seed {a.seed}) "
-          f"in {time.perf_counter() - t0:.0f} s; each op's calls rejected at least "
-          f"{min(tally.covered[o] for o in REGISTRY)} times" + (f"; never rejected: {uncovered}" if uncovered else ""))
-    print(tally.report())
-    return 1 if tally.disagreements else 0
-
+    progress = lambda s: print(f"\r{s}", end="", file=sys.stderr)  # noqa: E731
+    bad = 0
+    if a.n or a.ill:
+        t0 = time.perf_counter()
+        tally = run(a.n, a.ill, a.seed, a.depth, progress=progress)
+        print(file=sys.stderr)
+        for text, env, why in tally.disagreements[:30]:
+            names = " ".join(f"{k}:{list(t.shape)}{t.dtype}" for k, t in env.items())
+            print(f"  {text}\n      with {names}\n      {why}")
+        if a.keep and tally.disagreements:
+            a.keep.mkdir(parents=True, exist_ok=True)
+            with open(a.keep / f"differential-{a.seed}.txt", "w", encoding="utf-8") as fh:
+                for text, env, why in tally.disagreements:
+                    fh.write(f"{text}\t{ {k: (list(t.shape), t.dtype) for k, t in env.items()} }\t{why}\n")
+        uncovered = sorted(set(REGISTRY) - set(tally.covered))
+        print(f"{tally.programs} programs ({a.n} random compositions, {a.ill} ill-typed calls; seed {a.seed}) "
+              f"in {time.perf_counter() - t0:.0f} s; each op's calls rejected at least "
+              f"{min(tally.covered[o] for o in REGISTRY)} times" + (f"; never rejected: {uncovered}" if uncovered else ""))
+        print(tally.report())
+        bad += len(tally.disagreements)
+    if a.phases:
+        t0 = time.perf_counter()
+        pt = run_phases(a.phases, a.seed, a.phase_depth, progress=progress)
+        print(file=sys.stderr)
+        for text, why in pt.disagreements[:10]:
+            print(f"{text}\n  {why}\n")
+        if a.keep and pt.disagreements:
+            a.keep.mkdir(parents=True, exist_ok=True)
+            for i, (text, why) in enumerate(pt.disagreements):
+                (a.keep / f"phases-{a.seed}-{i}.sx").write_text(f";; {why}\n{text}", encoding="utf-8")
+        print(f"whole run files (seed {a.seed}, depth {a.phase_depth}) in {time.perf_counter() - t0:.0f} s")
+        print(pt.report())
+        bad += len(pt.disagreements)
+    return 1 if bad else 0
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -22,6 +22,7 @@ import sexpgpu_runtime  # noqa: F401,E402  (enables x64)
 from differential import (DIRECT, LENIENT, STRICT, Tally, expr, jax_verdict, lenient_rule, lower, names_of,  # noqa: E402
                           random_env, run, strict_rule)
 
+from sexpgpu_lang import analyze  # noqa: E402
 from sexpgpu_lang.check import check_expression  # noqa: E402
 from sexpgpu_lang.ops import EXAMPLE_ENV, REGISTRY  # noqa: E402
 from sexpgpu_lang.types import TensorType  # noqa: E402
@@ -151,3 +152,83 @@ def test_both_directions_agree_on_a_few_hundred_programs():
     assert tally.rejected_jax_refuses > 0.8 * tally.rejected
     assert set(tally.covered) == set(REGISTRY)      # every op's call was rejected at least once
     assert not tally.disagreements, "\n".join(f"{t}  with {env}: {why}" for t, env, why in tally.disagreements)
+
+
+# --------------------------------------------------------------------------- whole run files
+
+from differential import (PHASE_LENIENT, PHASE_STRICT, PhaseTally, phase_example, phase_file,  # noqa: E402
+                          phase_jax_verdict, phase_runtime, run_phases)
+
+
+def test_whole_run_files_agree():
+    """A few dozen random run files (compositions inside `:init`, `:step`, `:finish` and `objective`):
+    the checker accepts one exactly when the runtime lowers every graph with the checker's types and
+    JAX runs its phases (or a rule explains the difference)."""
+    tally = run_phases(80, seed=3)
+    assert sum(tally.accepted.values()) // 2 >= 8 and sum(tally.rejected.values()) // 2 >= 8
+    assert tally.codes["E-GEN-002"] and tally.codes["E-CONTRACT-002"]   # drifting states, bad losses
+    assert sum(tally.jax_refuses.values()) >= 8
+    assert not tally.disagreements, "\n\n".join(f"{t}\n{why}" for t, why in tally.disagreements)
+
+
+@pytest.mark.parametrize("rule", PHASE_STRICT, ids=lambda r: r.name)
+def test_each_phase_strict_rule_example_is_rejected_and_jax_runs_it(rule):
+    pf = phase_example(rule)
+    res = analyze(pf.text, "example.sx")
+    assert [d.code for d in res.diagnostics if d.is_error] == ["E-GEN-002"]
+    verdict, _ = phase_jax_verdict(pf)
+    assert verdict is None
+    assert PhaseTally().judge(pf) == f"strict:{rule.name}"
+    monkey = PhaseTally()
+    import differential
+    saved = differential.PHASE_STRICT
+    differential.PHASE_STRICT = [r for r in saved if r is not rule]
+    try:
+        assert monkey.judge(pf) == "unexplained"       # without the rule, a disagreement
+    finally:
+        differential.PHASE_STRICT = saved
+
+
+@pytest.mark.parametrize("rule", PHASE_LENIENT, ids=lambda r: r.name)
+def test_each_phase_lenient_rule_example_is_accepted_and_lowered_but_jax_refuses_it(rule):
+    pf = phase_example(rule)
+    res = analyze(pf.text, "example.sx")
+    assert res.program is not None and not [d for d in res.diagnostics if d.is_error]
+    assert phase_runtime(res.program) is None
+    verdict, _ = phase_jax_verdict(pf)
+    assert verdict is not None and re.search(rule.pattern, verdict), verdict
+    assert PhaseTally().judge(pf) == f"lenient:{rule.name}"
+
+
+def test_the_example_file_is_clean_and_agrees():
+    from differential import PhaseRule
+    pf = phase_example(PhaseRule("none", "", "(list :s0 (sum f0))", "(list :s0 (+ s0 1.0))"))
+    assert PhaseTally().judge(pf) == "agree"
+
+
+def test_a_runtime_type_that_differs_from_the_checker_is_caught():
+    """`phase_runtime` compares JAX's types with the checker's: with the IR's state dtype changed, the
+    runtime's own check fails and the comparison says so."""
+    import dataclasses
+
+    from sexpgpu_lang.types import PlistType
+    from differential import PhaseRule
+    pf = phase_example(PhaseRule("none", "", "(list :s0 (sum f0))", "(list :s0 (+ s0 1.0))"))
+    program = analyze(pf.text, "example.sx").program
+    assert phase_runtime(program) is None
+    gen = program.generate
+    wrong = PlistType((("s0", TensorType((), "bf16")),))
+    bad = dataclasses.replace(program, generate=dataclasses.replace(gen, state=wrong, out=wrong))
+    assert phase_runtime(bad) is not None
+    body = dataclasses.replace(program.objective.body, type=TensorType((), "bf16"))
+    obj = dataclasses.replace(program.objective, body=body)
+    assert "objective" in phase_runtime(dataclasses.replace(program, objective=obj))
+
+
+def test_random_files_take_each_kind_of_step_and_loss():
+    rng = random.Random(5)
+    files = [phase_file(rng) for _ in range(60)]
+    assert {f.step_kind for f in files} == {"keep", "drift", "raw"}
+    assert {f.loss_kind for f in files} == {"ok", "not-reduced", "not-float", "raw"}
+    assert any(f.finish for f in files) and any(f.finish is None for f in files)
+    assert all("(getf ctx :step)" in f.text and "(m " in f.text for f in files)
