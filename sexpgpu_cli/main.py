@@ -284,7 +284,7 @@ def run(
     export: Optional[Path] = typer.Option(None, "--export", metavar="FILE", help="After training, write the parameters to this .safetensors file (one run's student is the next run's `:pretrained` teacher); its directory is checked before training."),
     resume: bool = typer.Option(False, "--resume", help="Continue from the newest complete checkpoint in the run's checkpoint dir (it must have been made by this file's forms and seed)."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Start over in a run dir an earlier run used, removing its checkpoints, metrics.jsonl and TensorBoard events."),
-    mesh: Optional[str] = typer.Option(None, "--mesh", metavar="data=N", help="Data parallel over N devices (instead of the file's `:devices`, default every device): each batch split N ways, the parameters on every device."),
+    mesh: Optional[str] = typer.Option(None, "--mesh", metavar="data=N", help="Data parallel over N devices (instead of the file's `:devices`, default every device): each batch split N ways, the parameters on every device (split along the mesh with --fsdp)."),
     coordinator: Optional[str] = typer.Option(None, "--coordinator", metavar="HOST:PORT", help="Multi-process run: the address of process 0 (with --num-processes and --process-id; jax.distributed)."),
     num_processes: Optional[int] = typer.Option(None, "--num-processes", min=1, metavar="N", help="Multi-process run: how many processes take part."),
     process_id: Optional[int] = typer.Option(None, "--process-id", min=0, metavar="I", help="Multi-process run: this process's index, 0 to N-1."),
@@ -416,6 +416,9 @@ def explain(
             program = with_mesh(program, parse_mesh(mesh) if mesh is not None else None, fsdp)
         except ValueError as e:
             raise fail(str(e))
+        if fsdp and (program.run.devices or 1) == 1:
+            raise fail("--fsdp splits the parameters over a mesh, and this run has none: give --mesh data=N "
+                       "(or `:devices N` in `run`)")
     if xla:
         from sexpgpu_runtime.xla_report import backend_target, device_budget, xla_report  # JAX only here
         if budget is None:

@@ -98,11 +98,11 @@ def panels(names: list[str]) -> dict[str, list[str]]:
 def plot_run(run_dir: Path, output: Path | None = None) -> Path:
     """Write the image of a run dir's metrics (RUN_DIR/metrics.png unless `output`, whose suffix picks
     the format); return its path. PlotUsageError for an output suffix with no format, before anything
-    is read; PlotError for everything else."""
+    is read, and for a run dir that does not exist (a mistyped argument); PlotError for everything else."""
     fmt = image_format(output) if output is not None else "png"
     path = run_dir if run_dir.is_file() else run_dir / "metrics.jsonl"
     if not run_dir.exists():
-        raise PlotError(f"no run dir {run_dir}")
+        raise PlotUsageError(f"no run dir {run_dir}; give the run dir `sexpgpu run` wrote (runs/<file stem> by default)")
     if not path.exists():
         raise PlotError(f"{run_dir} has no metrics.jsonl (`sexpgpu run` writes one in its run dir)")
     rows = read_rows(path)

@@ -332,7 +332,8 @@ def test_plot_mistakes_are_one_line(tmp_path):
     from typer.testing import CliRunner
     from sexpgpu_cli.main import app
     r = CliRunner().invoke(app, ["plot", str(tmp_path / "nope")])
-    assert (r.exit_code, r.output.strip()) == (1, f"sexpgpu: error: no run dir {tmp_path / 'nope'}")
+    assert (r.exit_code, r.output.strip()) == (2, f"sexpgpu: error: no run dir {tmp_path / 'nope'}; give the run dir "
+                                                  "`sexpgpu run` wrote (runs/<file stem> by default)")
     r = CliRunner().invoke(app, ["plot", str(tmp_path)])
     assert r.exit_code == 1 and "has no metrics.jsonl" in r.output and len(r.output.strip().splitlines()) == 1
     (tmp_path / "metrics.jsonl").write_text('{"step": 1, "loss": 2.0}\nnot json\n{"step": 3, "loss": 1.0}\n')

@@ -255,6 +255,9 @@ def test_sexpgpu_explain_takes_the_mesh_from_the_command_line():
     r = run("--mesh", "data=5")
     assert r.returncode == 2 and r.stderr.strip() == ("sexpgpu: error: loader `train` has `:batch 64`, which does not "
                                                       "divide by the 5 devices of the mesh; make `:batch` a multiple of 5")
+    r = run("--fsdp")
+    assert r.returncode == 2 and r.stderr.strip() == ("sexpgpu: error: --fsdp splits the parameters over a mesh, and "
+                                                      "this run has none: give --mesh data=N (or `:devices N` in `run`)")
 
 
 def test_two_processes_on_one_machine_train_as_one(tmp_path):
