@@ -1369,9 +1369,9 @@ def phase_runtime(program) -> str | None:
     gen = program.generate
     trip = jax.ShapeDtypeStruct((), jnp.int64)
     state = _tree(gen.state, 1)
-    graphs = [("generate.init", g.gen_init, (trainable, frozen, batch, _ctx(1)), gen.state),
-              ("generate.step", g.gen_step, (trainable, frozen, state, trip, _ctx(1)), gen.state),
-              ("generate.finish", g.gen_finish, (trainable, frozen, state, _ctx(1)), gen.out)]
+    graphs = [("generate.init", g.gen_init_1, (trainable, frozen, batch, _ctx(1)), gen.state),
+              ("generate.step", g.gen_step_1, (trainable, frozen, state, trip, _ctx(1)), gen.state),
+              ("generate.finish", g.gen_finish_1, (trainable, frozen, state, _ctx(1)), gen.out)]
     name = "?"
     try:
         with warnings.catch_warnings():
@@ -1382,13 +1382,21 @@ def phase_runtime(program) -> str | None:
                     return f"{name} returns {why}"
             tbatch = {**batch, **_tree(gen.out, 1)}
             name = "objective"
-            loss = jax.eval_shape(lambda tr, fr, b, c: run_phase(program.objective, [b, c], merge(tr, fr), g._fx()),
-                                  trainable, frozen, tbatch, _ctx(1))
+            def objective(tr, fr, b, c):
+                fx, params = g._fx(), merge(tr, fr)
+                inputs = run_phase(program.prepare, [b, c], params, fx) if program.prepare is not None else b
+                octx = {**c, **{k: jnp.zeros((), jdt(d)) for k, d in g.counter_types.items()}}
+                return run_phase(program.objective, [inputs, octx], params, fx)
+            loss = jax.eval_shape(objective, trainable, frozen, tbatch, _ctx(1))
             want = program.objective.out
             if (tuple(loss.shape), name_of(loss.dtype)) != (want.shape, want.dtype):
                 return f"objective: checker {list(want.shape)} {want.dtype}, JAX {list(loss.shape)} {name_of(loss.dtype)}"
             name = "train"
-            losses, grads, *_ = g.grads.lower(trainable, frozen, tbatch, _ctx(1), {}).out_info
+            S = g.layout.stack    # the training graph takes S microbatches stacked (a run file's `:stack`)
+            sbatch = jax.tree_util.tree_map(lambda x: jax.ShapeDtypeStruct(((S,) if S > 1 else ()) + x.shape, x.dtype),
+                                            tbatch)
+            base = {c: jax.ShapeDtypeStruct((), jdt(d)) for c, d in g.counter_types.items()}
+            losses, grads, *_ = g.grads.lower(trainable, frozen, sbatch, _ctx(S), base).out_info
             if (losses[0].shape, name_of(losses[0].dtype)) != ((), "f32"):
                 return f"train: the loss is {losses[0]}"
             got = jax.tree_util.tree_map(lambda s: (tuple(s.shape), name_of(s.dtype)), grads[0])
@@ -1396,7 +1404,7 @@ def phase_runtime(program) -> str | None:
                 return f"train: gradient {got}"
             name = "update"
             opt_state = jax.eval_shape(g.opt.init, trainable)
-            g.update.lower(trainable, opt_state, [trainable])
+            g.update.lower(trainable, opt_state, [trainable] * program.run.microbatches)
     except Exception as exc:  # noqa: BLE001 - an accepted file the runtime cannot lower is a disagreement
         return f"{name}: {_first_line(exc)}"
     return None
@@ -1427,9 +1435,9 @@ _THIRTY_TWO = ("a literal alone is an `i32` or `f32`, an index (`argmax`, `argso
 #: Listed in docs/language.md with the expression-level rules.
 PHASE_STRICT = [
     PhaseRule("strong-state", "`:init` fixes each state entry's dtype, even one computed from literals and sizes alone "
-              "(weakly typed, as `(size x)`); JAX's `fori_loop` lets a weakly typed carry take the dtype the step "
-              "gives it", "(list :s0 (size f0))", "(list :s0 (zeros []))",
-              applies=lambda want, got, ji, js, weak: weak and js == got),
+              "(weakly typed, as `(size x)` or `(>= -1.5 0.5)`); JAX's `fori_loop` lets a weakly typed carry take the "
+              "dtype the step gives it (that dtype, or its 64-bit counterpart: see `32-bit-defaults`)", "(list :s0 (size f0))", "(list :s0 (zeros []))",
+              applies=lambda want, got, ji, js, weak: weak and js in _WIDE.get(got, {got})),
     PhaseRule("32-bit-defaults", _THIRTY_TWO, "(list :s0 (argmax f0))", "(list :s0 (+ s0 (cast 1 :i64)))",
               applies=lambda want, got, ji, js, weak: (ji == js and ji in _WIDE.get(want, {want})
                                                        and js in _WIDE.get(got, {got}) and (ji, js) != (want, got))),

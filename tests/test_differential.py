@@ -232,3 +232,34 @@ def test_random_files_take_each_kind_of_step_and_loss():
     assert {f.loss_kind for f in files} == {"ok", "not-reduced", "not-float", "raw"}
     assert any(f.finish for f in files) and any(f.finish is None for f in files)
     assert all("(getf ctx :step)" in f.text and "(m " in f.text for f in files)
+
+
+#: What the whole-file benchmark found (none a checker or runtime bug): files the checker rejects
+#: with E-GEN-002 that JAX's loop runs, or accepts where JAX's loop refuses, each explained by a phase
+#: rule. `:init` and `:step` of `differential.PHASE_EXAMPLE`, and the judge's verdict.
+PHASE_FOUND = {
+    "size-state-to-f32": ("(list :s0 (size f0))", "(list :s0 (zeros []))", "strict:strong-state"),
+    "weak-bool-state-plus-float": ("(list :s0 (>= -1.5 0.5))", "(list :s0 (+ s0 1.0))", "strict:strong-state"),
+    "argsort-state-to-i64": ("(list :s0 (argsort f0))", "(list :s0 (+ s0 (cast 1 :i64)))", "strict:32-bit-defaults"),
+    "argmax-state-kept-i64": ("(list :s0 (cast (argmax f0) :i64))", "(list :s0 (transpose (argsort (cast s0 :f32))))",
+                              "strict:32-bit-defaults"),
+    "mean-of-a-literal": ("(list :s0 (tanh (mean 2.0 :keepdims true)))", "(list :s0 (cast s0 :f32))",
+                          "lenient:32-bit-defaults"),
+    "logsumexp-of-i64": ("(list :s0 (sum f0))", "(list :s0 (where (> trip 2) (neg (logsumexp (cast s0 :i64))) s0))",
+                         "lenient:32-bit-defaults"),
+    "drift-jax-refuses-too": ("(list :s0 (sum f0))", "(list :s0 (cast s0 :i32))", "agree"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(PHASE_FOUND))
+def test_found_by_the_whole_file_direction(kind):
+    from differential import PhaseRule
+    init, step, verdict = PHASE_FOUND[kind]
+    assert PhaseTally().judge(phase_example(PhaseRule(kind, "", init, step))) == verdict
+
+
+def test_the_docs_list_every_phase_rule():
+    text = (Path(__file__).resolve().parents[1] / "docs" / "language.md").read_text(encoding="utf-8")
+    section = text.split("### Whole run files", 1)[1].split("\n## ", 1)[0]
+    for rule in PHASE_STRICT + PHASE_LENIENT:
+        assert f"`{rule.name}`" in section and rule.init.split(" ", 2)[2][:-1] in section, rule.name
