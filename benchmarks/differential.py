@@ -48,7 +48,8 @@ accepts a file (`analyze`: no error, an IR), `phase_runtime` lowers every
 graph of its step as `sexpgpu run` builds them (`Graphs`:
 `generate.init`, `.step`, `.finish`, `train` with its gradient, `update`)
 from `jax.ShapeDtypeStruct`s and compares JAX's types of the state, the
-made record, the loss and the gradient with the checker's. Every file,
+made record, the loss and the gradient with the checker's (tracing, the
+runtime compares each node's too: `InternalTypeError`). Every file,
 accepted or not, is also run as a JAX user writes it (`phase_jax_verdict`:
 `DIRECT` ops, the generator as `lax.fori_loop` with the state as its
 carry, `jax.grad` of the objective); a rejected file JAX runs is
