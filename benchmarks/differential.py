@@ -1085,6 +1085,7 @@ class PhaseFile:
     `(m step_x)`, and returns `step` (key -> expression; a key it drops is absent, one it adds
     present); `:finish`, when there is one, binds the state keys and returns `finish`. `objective`
     reads each field and generated name (`field` or `getf`), binds `p` to `(m obj_x)` and returns `loss`.
+    The run has `precision` (under `bf16` a model call computes in bf16) and stacks `stack` microbatches.
     """
 
     text: str
@@ -1099,6 +1100,8 @@ class PhaseFile:
     finish: dict | None
     obj_x: str
     loss: str
+    precision: str = "f32"
+    stack: int = 1
 
 
 def _dims(shape) -> str:
@@ -1120,11 +1123,22 @@ def _broadcasts(src, dst) -> bool:
     return len(src) <= len(dst) and all(a in (1, b) for a, b in zip(reversed(src), reversed(dst)))
 
 
-def _model_arg(rng, env: dict, param: TensorType) -> str:
+def _in_model(t: TensorType, precision: str) -> TensorType:
+    """A float parameter or argument as a model sees it: bf16 under `:precision :bf16`."""
+    return TensorType(t.shape, "bf16") if precision == "bf16" and t.dtype in ("f32", "bf16", "f16") else t
+
+
+def _model_type(x: str, env: dict, param: TensorType, precision: str):
+    """The checker's type of `(m x)`: the parameter times `x`, each as the model sees it."""
+    xt = env.get(x, TensorType((), "f32", True))
+    return _typed("(* w x)", {"w": _in_model(param, precision), "x": _in_model(xt, precision)})
+
+
+def _model_arg(rng, env: dict, param: TensorType, precision: str = "f32") -> str:
     """A name `(m x)` multiplies the parameter by, preferring one the checker accepts (else `1.0`)."""
     names = list(env)
     rng.shuffle(names)
-    ok = [n for n in names if _typed(f"(* w {n})", {"w": param, n: env[n]}) is not None]
+    ok = [n for n in names if _model_type(n, env, param, precision) is not None]
     if ok and rng.random() < 0.9:
         return ok[0]
     return names[0] if names and rng.random() < 0.5 else "1.0"
@@ -1178,6 +1192,8 @@ def phase_file(rng: random.Random, depth: int = 2) -> PhaseFile:
     fields = {f"f{i}": TensorType(rng.choice(FIELD_SHAPES), rng.choice(DTYPES)) for i in range(rng.randint(1, 3))}
     batch = {k: TensorType((BATCH,) + t.shape, t.dtype) for k, t in fields.items()}
     param = TensorType(rng.choice(PARAM_SHAPES), "f32")
+    precision = "bf16" if rng.random() < 0.2 else "f32"
+    stack = 2 if rng.random() < 0.2 else 1
     trips = rng.randint(1, 3)
     init = {}
     for i in range(rng.randint(1, 3)):
@@ -1187,8 +1203,8 @@ def phase_file(rng: random.Random, depth: int = 2) -> PhaseFile:
     step_kind = rng.choice(STEP_KINDS)
     env = {k: t for k, t in state.items() if t is not None}
     env.update(trip=TensorType((), "i64"), k=TensorType((), "i64"))
-    step_x = _model_arg(rng, {n: t for n, t in env.items() if n != "k"}, param)
-    p = _typed(f"(* w {step_x})", {"w": param, **env})
+    step_x = _model_arg(rng, {n: t for n, t in env.items() if n != "k"}, param, precision)
+    p = _model_type(step_x, env, param, precision)
     if p is not None:
         env["p"] = p
     step = {}
@@ -1218,8 +1234,8 @@ def phase_file(rng: random.Random, depth: int = 2) -> PhaseFile:
                                               for k, e in finish.items()}
     oenv = dict(batch)
     oenv.update({k: t for k, t in out_types.items() if t is not None})
-    obj_x = _model_arg(rng, oenv, param)
-    p = _typed(f"(* w {obj_x})", {"w": param, **oenv})
+    obj_x = _model_arg(rng, oenv, param, precision)
+    p = _model_type(obj_x, oenv, param, precision)
     if p is not None:
         oenv["p"] = p
     loss_kind = rng.choice(LOSS_KINDS)
@@ -1230,11 +1246,13 @@ def phase_file(rng: random.Random, depth: int = 2) -> PhaseFile:
             "not-float": f"(cast (+ (mean (cast {e} :f32)) {pl}) :{rng.choice(['i32', 'i64', 'bool', 'bf16'])})",
             "raw": e}[loss_kind]
     generated = list(finish or init)
-    text = phase_text(fields, param, trips, init, step, step_x, finish, generated, obj_x, loss, rng)
-    return PhaseFile(text, step_kind, loss_kind, fields, param, trips, init, step, step_x, finish, obj_x, loss)
+    text = phase_text(fields, param, trips, init, step, step_x, finish, generated, obj_x, loss, rng, precision, stack)
+    return PhaseFile(text, step_kind, loss_kind, fields, param, trips, init, step, step_x, finish, obj_x, loss,
+                     precision, stack)
 
 
-def phase_text(fields, param, trips, init, step, step_x, finish, generated, obj_x, loss, rng) -> str:
+def phase_text(fields, param, trips, init, step, step_x, finish, generated, obj_x, loss, rng,
+               precision="f32", stack=1) -> str:
     def plist(d):
         return "(list " + " ".join(f":{k} {v}" for k, v in d.items()) + ")"
 
@@ -1270,7 +1288,8 @@ def phase_text(fields, param, trips, init, step, step_x, finish, generated, obj_
               f"  (let* ({reads} (p (m {obj_x})))",
               f"    {loss})))",
               "",
-              "(run :loader train :steps 1 :microbatches 1 :seed 0 :optimizer (adam :lr 1e-3))", ""]
+              f"(run :loader train :steps 1 :microbatches {stack} :stack {stack} :precision :{precision} :seed 0",
+              "     :optimizer (adam :lr 1e-3))", ""]
     return "\n".join(lines)
 
 
@@ -1299,8 +1318,13 @@ def phase_jax_verdict(pf: PhaseFile) -> tuple[str | None, dict]:
     ctx = {"step": jax.ShapeDtypeStruct((), jnp.int64)}
 
     def with_p(w, env, x):
-        env = dict(env)
-        env["p"] = jnp.multiply(w, _direct(x, env))
+        """`p`, the model's product: under `:precision :bf16` of the float operands cast to bf16."""
+        env, v = dict(env), _direct(x, env)
+        if pf.precision == "bf16":
+            w = w.astype(jnp.bfloat16)
+            if jnp.issubdtype(jnp.result_type(v), jnp.floating):
+                v = jnp.asarray(v, jnp.bfloat16)
+        env["p"] = jnp.multiply(w, v)
         return env
 
     def gen(w, batch, ctx):
@@ -1343,13 +1367,14 @@ def phase_jax_verdict(pf: PhaseFile) -> tuple[str | None, dict]:
     return None, carry
 
 
-def _differs(out, want: PlistType) -> str | None:
-    """Why a graph's output structs differ from the checker's plist type, or None."""
+def _differs(out, want: PlistType, lead: int = 0) -> str | None:
+    """Why a graph's output structs differ from the checker's plist type (each with a leading axis of
+    `lead` copies when stacked), or None."""
     if not isinstance(out, dict) or set(out) != set(want.keys):
         return f"keys {sorted(out) if isinstance(out, dict) else type(out).__name__}, checker {sorted(want.keys)}"
     for k, t in want.entries:
         got = (tuple(out[k].shape), name_of(out[k].dtype))
-        if got != (t.shape, t.dtype):
+        if got != (((lead,) if lead else ()) + t.shape, t.dtype):
             return f":{k}: checker {list(t.shape)} {t.dtype}, JAX {list(got[0])} {got[1]}"
     return None
 
@@ -1370,15 +1395,21 @@ def phase_runtime(program) -> str | None:
     gen = program.generate
     trip = jax.ShapeDtypeStruct((), jnp.int64)
     state = _tree(gen.state, 1)
-    graphs = [("generate.init", g.gen_init_1, (trainable, frozen, batch, _ctx(1)), gen.state),
-              ("generate.step", g.gen_step_1, (trainable, frozen, state, trip, _ctx(1)), gen.state),
-              ("generate.finish", g.gen_finish_1, (trainable, frozen, state, _ctx(1)), gen.out)]
+    graphs = [("generate.init", g.gen_init_1, (trainable, frozen, batch, _ctx(1)), gen.state, 0),
+              ("generate.step", g.gen_step_1, (trainable, frozen, state, trip, _ctx(1)), gen.state, 0),
+              ("generate.finish", g.gen_finish_1, (trainable, frozen, state, _ctx(1)), gen.out, 0)]
+    S = g.layout.stack    # a run that stacks S microbatches vmaps every phase: each copy has the checker's types
+    if S > 1:
+        sb, ss = _tree(program.loaders[program.run.loader].batch_type(), S), _tree(gen.state, S)
+        graphs += [("generate.init stacked", g.gen_init, (trainable, frozen, sb, _ctx(1)), gen.state, S),
+                   ("generate.step stacked", g.gen_step, (trainable, frozen, ss, trip, _ctx(1)), gen.state, S),
+                   ("generate.finish stacked", g.gen_finish, (trainable, frozen, ss, _ctx(1)), gen.out, S)]
     name = "?"
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            for name, fn, args, want in graphs:
-                why = _differs(fn.lower(*args).out_info, want)
+            for name, fn, args, want, lead in graphs:
+                why = _differs(fn.lower(*args).out_info, want, lead)
                 if why:
                     return f"{name} returns {why}"
             tbatch = {**batch, **_tree(gen.out, 1)}
@@ -1392,8 +1423,7 @@ def phase_runtime(program) -> str | None:
             want = program.objective.out
             if (tuple(loss.shape), name_of(loss.dtype)) != (want.shape, want.dtype):
                 return f"objective: checker {list(want.shape)} {want.dtype}, JAX {list(loss.shape)} {name_of(loss.dtype)}"
-            name = "train"
-            S = g.layout.stack    # the training graph takes S microbatches stacked (a run file's `:stack`)
+            name = "train"    # the training graph takes S microbatches stacked (a run file's `:stack`)
             sbatch = jax.tree_util.tree_map(lambda x: jax.ShapeDtypeStruct(((S,) if S > 1 else ()) + x.shape, x.dtype),
                                             tbatch)
             base = {c: jax.ShapeDtypeStruct((), jdt(d)) for c, d in g.counter_types.items()}
@@ -1510,7 +1540,7 @@ class PhaseTally:
     def judge(self, pf: PhaseFile) -> str:
         from sexpgpu_lang import analyze
         self.files += 1
-        kinds = (f"step {pf.step_kind}", f"loss {pf.loss_kind}")
+        kinds = (f"step {pf.step_kind}", f"loss {pf.loss_kind}", f"precision {pf.precision}", f"stack {pf.stack}")
         try:
             res = analyze(pf.text, "phases.sx")
         except Exception as exc:  # noqa: BLE001 - the checker must never raise
@@ -1550,7 +1580,7 @@ class PhaseTally:
         return f"lenient:{rule}"
 
     def report(self) -> str:
-        acc, rej = sum(self.accepted.values()) // 2, sum(self.rejected.values()) // 2
+        acc, rej = sum(self.accepted.values()) // 4, sum(self.rejected.values()) // 4
         kinds = sorted(set(self.accepted) | set(self.rejected))
         lines = [f"{self.files} run files: per kind, accepted / rejected by the checker"]
         lines += [f"  {k}: {self.accepted[k]} / {self.rejected[k]}" for k in kinds]

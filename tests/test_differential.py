@@ -165,7 +165,8 @@ def test_whole_run_files_agree():
     the checker accepts one exactly when the runtime lowers every graph with the checker's types and
     JAX runs its phases (or a rule explains the difference)."""
     tally = run_phases(80, seed=3)
-    assert sum(tally.accepted.values()) // 2 >= 8 and sum(tally.rejected.values()) // 2 >= 8
+    assert sum(tally.accepted.values()) // 4 >= 8 and sum(tally.rejected.values()) // 4 >= 8
+    assert tally.accepted["precision bf16"] and tally.accepted["stack 2"]
     assert tally.codes["E-GEN-002"] and tally.codes["E-CONTRACT-002"]   # drifting states, bad losses
     assert sum(tally.jax_refuses.values()) >= 8
     assert not tally.disagreements, "\n\n".join(f"{t}\n{why}" for t, why in tally.disagreements)
