@@ -63,9 +63,11 @@ each one as `expr` plus its names' types, or as a run file, for a regression cas
     .venv/bin/python benchmarks/differential.py [--n 3000] [--ill 2000] [--phases 1000] [--seed 0] [--depth 3]
         [--phase-depth 2] [--keep DIR]
 
-Not covered: stacked microbatches (`:stack` > 1, the vmapped graphs),
-`prepare`, evaluation passes, `:precision :bf16`, sub-models and
-`def`'d functions in the random files.
+One file in five runs under `:precision :bf16`, one in five stacks two
+microbatches (the stacked generator and training graphs are lowered too).
+
+Not covered by the random files: `prepare`, evaluation passes, curriculum
+stages, sub-models, frozen or pretrained parameters, and `def`'d functions.
 """
 from __future__ import annotations
 
