@@ -1306,12 +1306,17 @@ def _direct(text: str, env: dict):
     return direct_eval(parse(SourceText(text)).forms[0], env)
 
 
-def phase_jax_verdict(pf: PhaseFile) -> tuple[str | None, dict]:
-    """(None, carry) when JAX itself, each op called as a JAX user calls it (`DIRECT`), runs the file's
-    phases: the generator as `lax.fori_loop` over the trips with the state as its carry (the loop
-    a JAX user writes for a state kept on the device: each trip's state must have the type the
-    previous one had), then `jax.grad` of the objective with respect to the parameter, both jitted and
-    lowered over abstract inputs; else (the phase and JAX's error, carry). `carry`: each state
+NOT_JUDGED = "not judged"
+
+
+def phase_jax_verdicts(pf: PhaseFile) -> tuple[dict, dict]:
+    """JAX's verdict on each phase, each op called as a JAX user calls it (`DIRECT`), jitted and
+    lowered over abstract inputs: `generate`, the generator as `lax.fori_loop` over the trips with
+    the state as its carry (the loop a JAX user writes for a state kept on the device: each trip's
+    state must have the type the previous one had), and `objective`, `jax.grad` of the objective
+    with respect to the parameter, on the batch with what the generator makes (its trips a host
+    loop); None where JAX runs it, else JAX's error, `NOT_JUDGED` for the objective when JAX cannot
+    run the generator even so. And `carry`: each state
     key's JAX type as `:init` makes it and as one trip of `:step` returns it (dtype name, dtype
     name, whether the first is weakly typed: a literal, a size; JAX's loop lets such a carry take
     the step's dtype), where JAX computes them."""
@@ -1329,7 +1334,7 @@ def phase_jax_verdict(pf: PhaseFile) -> tuple[str | None, dict]:
         env["p"] = jnp.multiply(w, v)
         return env
 
-    def gen(w, batch, ctx):
+    def gen(w, batch, ctx, host=False):
         state = {k: _direct(e, batch) for k, e in pf.init.items()}
 
         def body(t, state):
@@ -1337,7 +1342,11 @@ def phase_jax_verdict(pf: PhaseFile) -> tuple[str | None, dict]:
             return {k: _direct(e, env) for k, e in pf.step.items()}
         if trace is not None:
             trace.append(jax.eval_shape(body, jnp.int64(0), state))
-        state = lax.fori_loop(jnp.int64(0), jnp.int64(pf.trips), body, state)
+        if host:
+            for t in range(pf.trips):
+                state = body(jnp.int64(t), state)
+        else:
+            state = lax.fori_loop(jnp.int64(0), jnp.int64(pf.trips), body, state)
         if pf.finish is None:
             return state
         return {k: _direct(e, state) for k, e in pf.finish.items()}
@@ -1345,28 +1354,41 @@ def phase_jax_verdict(pf: PhaseFile) -> tuple[str | None, dict]:
     def objective(w, batch):
         return _direct(pf.loss, with_p(w, batch, pf.obj_x))
 
-    phase, carry, trace = "generate", {}, None
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
+    carry, trace, out = {}, None, {"generate": None, "objective": NOT_JUDGED}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
             made = jax.eval_shape(lambda b: {k: _direct(e, b) for k, e in pf.init.items()}, batch)
-            try:
-                trace = []
-                jax.eval_shape(gen, w, batch, ctx)
-            except Exception:  # noqa: BLE001 - lowered below, for the verdict
-                pass
-            stepped = trace[0] if trace else {}
-            for k, v in made.items():
-                if hasattr(v, "dtype") and hasattr(stepped.get(k), "dtype"):
-                    carry[k] = (name_of(v.dtype), name_of(stepped[k].dtype), bool(getattr(v, "weak_type", False)))
-            trace = None
+            trace = []
+            jax.eval_shape(gen, w, batch, ctx)
+        except Exception:  # noqa: BLE001 - lowered below, for the verdict
+            made = {}
+        stepped = trace[0] if trace else {}
+        for k, v in made.items():
+            if hasattr(v, "dtype") and hasattr(stepped.get(k), "dtype"):
+                carry[k] = (name_of(v.dtype), name_of(stepped[k].dtype), bool(getattr(v, "weak_type", False)))
+        trace = None
+        try:
             jax.jit(gen).lower(w, batch, ctx)
-            made = jax.eval_shape(gen, w, batch, ctx)
-            phase = "objective"
+        except Exception as exc:  # noqa: BLE001 - any failure is JAX's verdict "cannot run"
+            out["generate"] = _first_line(exc, 400)
+        try:   # what the generator makes, its trips a host loop (as the runtime runs them): the objective's batch
+            made = jax.eval_shape(functools.partial(gen, host=True), w, batch, ctx)
+        except Exception:  # noqa: BLE001 - then JAX cannot judge the objective
+            return out, carry
+        try:
             jax.jit(jax.grad(objective)).lower(w, {**batch, **made})
-    except Exception as exc:  # noqa: BLE001 - any failure is JAX's verdict "cannot run"
-        return f"{phase}: {_first_line(exc, 400)}", carry
-    return None, carry
+            out["objective"] = None
+        except Exception as exc:  # noqa: BLE001
+            out["objective"] = _first_line(exc, 400)
+    return out, carry
+
+
+def phase_jax_verdict(pf: PhaseFile) -> tuple[str | None, dict]:
+    """JAX's first refusal (`phase: error`) of `phase_jax_verdicts`, or None; and the carry's types."""
+    out, carry = phase_jax_verdicts(pf)
+    bad = [f"{k}: {v}" for k, v in out.items() if v is not None and v is not NOT_JUDGED]
+    return (bad[0] if bad else None), carry
 
 
 def _differs(out, want: PlistType, lead: int = 0) -> str | None:
@@ -1524,76 +1546,96 @@ def phase_lenient_rule(jax_error: str) -> str | None:
     return next((r.name for r in LENIENT + PHASE_LENIENT if re.search(r.pattern, jax_error)), None)
 
 
+def generator_only(text: str) -> str:
+    """The file with a trivial objective (the model's product, reduced): what the checker says of
+    its generator alone."""
+    head, rest = text.split("(objective", 1)
+    return head + "(objective (lambda (batch ctx) (let* ((p (m 1.0))) (mean (cast p :f32)))))\n\n" + rest[rest.index("(run "):]
+
+
 @dataclass
 class PhaseTally:
-    """Counts over whole run files, per kind of `:step` and of loss, and the unexplained disagreements."""
+    """Counts over whole run files, per kind of file, and per phase (`generate`, `objective`) the
+    checker's verdict against JAX's; and the unexplained disagreements."""
 
     files: int = 0
-    accepted: Counter = field(default_factory=Counter)      # step kind / loss kind -> accepted files
+    accepted: Counter = field(default_factory=Counter)      # kind ("step keep", "loss ok"...) -> files
     rejected: Counter = field(default_factory=Counter)
     runtime_ok: int = 0
-    jax_agrees: int = 0
-    lenient: Counter = field(default_factory=Counter)
-    jax_refuses: Counter = field(default_factory=Counter)   # phase JAX refused in -> count
-    strict: Counter = field(default_factory=Counter)
     codes: Counter = field(default_factory=Counter)
+    phases: Counter = field(default_factory=Counter)        # (phase, outcome) -> count
     disagreements: list = field(default_factory=list)
 
     def judge(self, pf: PhaseFile) -> str:
+        """The checker's verdict on each phase against JAX's: the generator's errors are those the
+        file gives with a trivial objective (`generator_only`); the objective is judged when the
+        checker accepts the generator (so no error is hidden behind it), all the file's errors its own.
+        Returns the first outcome other than agreement, else "agree"."""
         from sexpgpu_lang import analyze
         self.files += 1
         kinds = (f"step {pf.step_kind}", f"loss {pf.loss_kind}", f"precision {pf.precision}", f"stack {pf.stack}")
         try:
             res = analyze(pf.text, "phases.sx")
+            errors = [d for d in res.diagnostics if d.is_error]
+            accepted = not errors and res.program is not None
+            gen_errors = [] if accepted else [d for d in analyze(generator_only(pf.text), "g.sx").diagnostics
+                                              if d.is_error]
         except Exception as exc:  # noqa: BLE001 - the checker must never raise
             self.disagreements.append((pf.text, f"checker raised {_first_line(exc)}"))
             return "unexplained"
-        errors = [d for d in res.diagnostics if d.is_error]
-        verdict, carry = phase_jax_verdict(pf)
-        if errors or res.program is None:
-            for k in kinds:
-                self.rejected[k] += 1
+        verdicts, carry = phase_jax_verdicts(pf)
+        outcomes = []
+        (self.accepted if accepted else self.rejected).update(kinds)
+        if accepted:
+            why = phase_runtime(res.program)
+            if why:
+                self.disagreements.append((pf.text, f"accepted, the runtime disagrees: {why}"))
+                outcomes.append("unexplained")
+            else:
+                self.runtime_ok += 1
+        else:
             self.codes.update({d.code for d in errors})
-            if verdict is not None:
-                self.jax_refuses[verdict.split(":", 1)[0]] += 1
-                return "agree"
-            rule = phase_rule(errors, carry)
-            if rule is None:
-                self.disagreements.append((pf.text, "rejected (" + "; ".join(f"{d.code} {d.message}" for d in errors)
-                                           + "), JAX runs it"))
-                return "unexplained"
-            self.strict[rule] += 1
-            return f"strict:{rule}"
-        for k in kinds:
-            self.accepted[k] += 1
-        why = phase_runtime(res.program)
-        if why:
-            self.disagreements.append((pf.text, f"accepted, the runtime disagrees: {why}"))
-            return "unexplained"
-        self.runtime_ok += 1
-        if verdict is None:
-            self.jax_agrees += 1
-            return "agree"
-        rule = phase_lenient_rule(verdict)
-        if rule is None:
-            self.disagreements.append((pf.text, f"accepted, JAX refuses: {verdict}"))
-            return "unexplained"
-        self.lenient[rule] += 1
-        return f"lenient:{rule}"
+        judged = {"generate": gen_errors} if gen_errors else {"generate": [], "objective": errors}
+        for phase, errs in judged.items():
+            v = verdicts[phase]
+            if v is NOT_JUDGED:
+                self.phases[(phase, "not judged: JAX cannot run the generator")] += 1
+                continue
+            if errs and v is not None:
+                outcome = "agree: both refuse"
+            elif not errs and v is None:
+                outcome = "agree: both run"
+            elif errs:
+                rule = phase_rule(errs, carry if phase == "generate" else {})
+                outcome = f"strict:{rule}" if rule else "unexplained"
+                why = "rejected (" + "; ".join(f"{d.code} {d.message}" for d in errs) + "), JAX runs it"
+            else:
+                rule = phase_lenient_rule(v)
+                outcome = f"lenient:{rule}" if rule else "unexplained"
+                why = f"accepted, JAX refuses: {v}"
+            if outcome == "unexplained":
+                self.disagreements.append((pf.text, f"{phase}: {why}"))
+            self.phases[(phase, outcome)] += 1
+            outcomes.append(outcome)
+        return next((o for o in outcomes if not o.startswith("agree")), "agree")
 
     def report(self) -> str:
         acc, rej = sum(self.accepted.values()) // 4, sum(self.rejected.values()) // 4
         kinds = sorted(set(self.accepted) | set(self.rejected))
-        lines = [f"{self.files} run files: per kind, accepted / rejected by the checker"]
+        lines = [f"{self.files} run files: {acc} the checker accepts (the runtime lowers every graph, JAX's type "
+                 f"for every phase output: {self.runtime_ok}), {rej} it rejects ("
+                 + ", ".join(f"{c} {n}" for c, n in self.codes.most_common()) + ")",
+                 "per kind, accepted / rejected:"]
         lines += [f"  {k}: {self.accepted[k]} / {self.rejected[k]}" for k in kinds]
-        lines += [f"well-typed direction: {acc} files the checker accepts",
-                  f"  the runtime lowers every graph, JAX's type for every phase output: {self.runtime_ok}",
-                  f"  JAX's own functions run it too (agree): {self.jax_agrees}"]
-        lines += [f"  intentional-lenient {k}: {n}" for k, n in sorted(self.lenient.items())]
-        lines += [f"ill-typed direction: {rej} files the checker rejects ("
-                  + ", ".join(f"{c} {n}" for c, n in self.codes.most_common()) + ")"]
-        lines += [f"  JAX refuses it too, in {k} (agree): {n}" for k, n in sorted(self.jax_refuses.items())]
-        lines += [f"  intentional-strict {k}: {n}" for k, n in sorted(self.strict.items())]
+        names = {"agree: both run": "checker accepts, JAX runs it (agree)",
+                 "agree: both refuse": "checker rejects, JAX refuses it (agree)"}
+        for phase in ("generate", "objective"):
+            lines.append(f"{phase} phase:")
+            for (ph, o), n in sorted(self.phases.items()):
+                if ph == phase:
+                    label = names.get(o) or (f"intentional-{o.replace(':', ' ', 1)}" if ":" in o and not o.startswith("not")
+                                             else o)
+                    lines.append(f"  {label}: {n}")
         lines.append(f"unexplained disagreements: {len(self.disagreements)}")
         return "\n".join(lines)
 
