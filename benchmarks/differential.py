@@ -50,11 +50,13 @@ graph of its step as `sexpgpu run` builds them (`Graphs`:
 from `jax.ShapeDtypeStruct`s and compares JAX's types of the state, the
 made record, the loss and the gradient with the checker's (tracing, the
 runtime compares each node's too: `InternalTypeError`). Every file,
-accepted or not, is also run as a JAX user writes it (`phase_jax_verdict`:
-`DIRECT` ops, the generator as `lax.fori_loop` with the state as its
-carry, `jax.grad` of the objective); a rejected file JAX runs is
-explained by a rule of `STRICT` or `PHASE_STRICT`, an accepted one JAX
-refuses by `LENIENT` or `PHASE_LENIENT`, or it is a disagreement.
+accepted or not, is also run as a JAX user writes it, phase by phase
+(`phase_jax_verdicts`: `DIRECT` ops, the generator as `lax.fori_loop`
+with the state as its carry, `jax.grad` of the objective on what the
+generator makes), and each phase is judged alone (`PhaseTally.judge`): a
+phase the checker rejects and JAX runs is explained by a rule of `STRICT`
+or `PHASE_STRICT`, one it accepts and JAX refuses by `LENIENT` or
+`PHASE_LENIENT`, or it is a disagreement.
 
 Prints the counts per category, both directions, and the unexplained
 disagreements (goal 0; exit status 1 otherwise). `--keep DIR` writes
