@@ -1473,7 +1473,8 @@ class PhaseRule:
     `:init` and `:step` return in `PHASE_EXAMPLE` (tests/test_differential.py checks it shows the
     difference). A strict one explains an E-GEN-002 of a dtype when `applies(want, got, jax_init,
     jax_step, weak)` holds (the checker's dtypes of the key as `:init` made it and as `:step` returns it,
-    JAX's, and whether JAX's `:init` value is weakly typed); a lenient one matches JAX's error (`pattern`)."""
+    JAX's, and whether JAX's `:init` value is weakly typed); a lenient one matches JAX's error (`pattern`),
+    and the file (`applies(pf)`) where it has `applies`."""
 
     name: str
     reason: str
@@ -1503,6 +1504,12 @@ PHASE_LENIENT = [
     PhaseRule("32-bit-defaults", _THIRTY_TWO, "(list :s0 (sum 2.0))", "(list :s0 (cast s0 :f32))",
               pattern=r"has type (float|int)(?:32|64)(\[[\d,]*\]) but the corresponding output carry component "
                       r"has type \1(?:32|64)\2"),
+    PhaseRule("f32-cross-entropy", "`cross-entropy` computes in `f32` and returns `f32` whatever its logits' float "
+              "dtype (see Precision below); optax's `softmax_cross_entropy_with_integer_labels` returns the logits' "
+              "dtype, so JAX's loop sees a state the language keeps `f32` become `bfloat16`",
+              "(list :s0 (sum f0))", "(list :s0 (cross-entropy (cast (broadcast-to s0 [3]) :bf16) 0))",
+              applies=lambda pf: any("cross-entropy" in e for e in pf.step.values()),
+              pattern=r"has type float32(\[[\d,]*\]) but the corresponding output carry component has type bfloat16\1"),
 ]
 
 #: The file the phase rules' examples change (`(list :s0 (sum f0))` and `(list :s0 (+ s0 1.0))`).
@@ -1544,8 +1551,11 @@ def phase_rule(errors, carry: dict) -> str | None:
     return names[0] if names else None
 
 
-def phase_lenient_rule(jax_error: str) -> str | None:
-    return next((r.name for r in LENIENT + PHASE_LENIENT if re.search(r.pattern, jax_error)), None)
+def phase_lenient_rule(jax_error: str, pf: PhaseFile | None = None) -> str | None:
+    """The lenient rule explaining JAX's refusal of a phase the checker accepts (a phase rule's
+    `applies(pf)`, where it has one, must hold too), or None."""
+    return next((r.name for r in LENIENT + PHASE_LENIENT if re.search(r.pattern, jax_error)
+                 and (getattr(r, "applies", None) is None or (pf is not None and r.applies(pf)))), None)
 
 
 def generator_only(text: str) -> str:
@@ -1612,7 +1622,7 @@ class PhaseTally:
                 outcome = f"strict:{rule}" if rule else "unexplained"
                 why = "rejected (" + "; ".join(f"{d.code} {d.message}" for d in errs) + "), JAX runs it"
             else:
-                rule = phase_lenient_rule(v)
+                rule = phase_lenient_rule(v, pf)
                 outcome = f"lenient:{rule}" if rule else "unexplained"
                 why = f"accepted, JAX refuses: {v}"
             if outcome == "unexplained":
