@@ -165,51 +165,9 @@ def matmul_rate(n: int, reps: int) -> float:
 
 
 def bench_trips(reps: int) -> list[tuple[str, str, str, str, str]]:
-    """run_all.bench_trips on this device, its rows returned: the fixture's 6 generator trips as a host loop
-    of jitted steps (by hand, and sexpgpu's `Graphs.trips`) against one `lax.fori_loop`, in interleaved
-    blocks (best block and the paired median of the ratios).
-
-    One change from run_all's: on an accelerator the trainer's `generate.step` donates its state
-    argument (`Graphs(donate=True)`), so calling `Graphs.trips` again on the same initial state would
-    read deleted buffers; here each call starts from the state the previous call returned, as the trip
-    loop of a real step feeds each trip's state to the next (same shapes, same work per call)."""
-    import jax
+    """run_all's trip-loop rows (`run_all.trip_rows`) on this device."""
     import run_all
-    _, st, batch, host_trips, fori_trips = run_all.reference_step()
-    r, s_ = batch()
-    tr = run_all.trainer_for(run_all.FIXTURE.read_text())
-    g = tr.graphs
-    state = tr.initial_state()
-    b, _ctxs, gen_ctx, _ = tr.next_group(0, 0, 0)
-    stacked = tr.layout.stack > 1
-    init = g.gen_init if stacked else g.gen_init_1
-    carry = {"s": init(state.trainable, state.frozen, b, gen_ctx)}
-    hook = tr._trip_hook(0)
-
-    def sx_trips():
-        carry["s"] = g.trips(state.trainable, state.frozen, carry["s"], gen_ctx, stacked, hook)
-        return carry["s"]
-
-    fns = {"host": lambda: host_trips(r, s_), "fori": lambda: fori_trips(r, s_), "sx": sx_trips}
-    for fn in fns.values():
-        for _ in range(10):
-            jax.block_until_ready(fn())
-    rounds = 10
-    per = max(1, reps // rounds)
-    times: dict[str, list[float]] = {k: [] for k in fns}
-    for _ in range(rounds):
-        for k, fn in fns.items():
-            t0 = time.perf_counter()
-            for _ in range(per):
-                out = fn()
-            jax.block_until_ready(out)
-            times[k].append((time.perf_counter() - t0) / per)
-    best = {k: min(v) for k, v in times.items()}
-    paired = {k: statistics.median(x / y for x, y in zip(times[k], times["fori"])) for k in ("host", "sx")}
-    fori = best["fori"]
-    return [(f"trip loop, {label}", f"{best[k] * 1e6:.0f} us/6 trips", f"fori_loop {fori * 1e6:.0f} us",
-             run_all.ratios(best[k], fori, paired[k]), "<= 1.1x")
-            for k, label in (("host", "hand host loop of jitted steps"), ("sx", "sexpgpu Graphs.trips host loop"))]
+    return run_all.trip_rows(reps)
 
 
 def fmt_rate(x: float) -> str:

@@ -245,53 +245,54 @@ def bench_step(steps: int) -> None:
         ratios(sx, ref, paired), "<= 1.05x")
 
 
-def bench_trips(reps: int) -> None:
+def trip_rows(reps: int) -> list[tuple[str, str, str, str, str]]:
+    """The trip-loop rows on the default device: the fixture's 6 generator trips as a host loop of
+    jitted steps (by hand, and sexpgpu's real loop `Graphs.trips`, with the trainer's stop check before
+    every trip, stacked as the fixture runs) against one `lax.fori_loop`, in interleaved blocks (best
+    block, and the paired median of the ratios). Each `Graphs.trips` call starts from the state the
+    previous one returned, as a real step feeds each trip's state to the next: on an accelerator the
+    trainer's `generate.step` donates its state argument, so the first state cannot be read twice."""
     jax = _jax()
     _, st, batch, host_trips, fori_trips = reference_step()
     r, s_ = batch()
-    # sexpgpu's real trip loop (Graphs.trips: the trainer's stop check before every trip, then its
-    # generate.step graph), stacked, as the fixture runs it.
     tr = trainer_for(FIXTURE.read_text())
     g = tr.graphs
     state = tr.initial_state()
     b, ctxs, gen_ctx, _ = tr.next_group(0, 0, 0)
     stacked = tr.layout.stack > 1
     init = g.gen_init if stacked else g.gen_init_1
-    s0 = init(state.trainable, state.frozen, b, gen_ctx)
+    carry = {"s": init(state.trainable, state.frozen, b, gen_ctx)}
     hook = tr._trip_hook(0)
-    if hasattr(g, "trips"):
-        def sx_trips():
-            return g.trips(state.trainable, state.frozen, s0, gen_ctx, stacked, hook)
-    else:   # the runtime before Graphs.trips (to measure "before" with this script)
-        step = g.gen_step if stacked else g.gen_step_1
 
-        def sx_trips():
-            s = s0
-            for t in range(len(g.trip_values)):
-                hook(t)
-                s = step(state.trainable, state.frozen, s, g.trip_values[t], gen_ctx)
-            return s
+    def sx_trips():
+        carry["s"] = g.trips(state.trainable, state.frozen, carry["s"], gen_ctx, stacked, hook)
+        return carry["s"]
 
     fns = {"host": lambda: host_trips(r, s_), "fori": lambda: fori_trips(r, s_), "sx": sx_trips}
     for fn in fns.values():
         for _ in range(10):
             jax.block_until_ready(fn())
     rounds = 10
-    times = {k: [] for k in fns}
+    per = max(1, reps // rounds)
+    times: dict[str, list[float]] = {k: [] for k in fns}
     for _ in range(rounds):   # interleaved blocks
         for k, fn in fns.items():
             t0 = time.perf_counter()
-            for _ in range(reps // rounds):
+            for _ in range(per):
                 out = fn()
             jax.block_until_ready(out)
-            times[k].append((time.perf_counter() - t0) / (reps // rounds))
+            times[k].append((time.perf_counter() - t0) / per)
     best = {k: min(v) for k, v in times.items()}
     paired = {k: statistics.median(x / y for x, y in zip(times[k], times["fori"])) for k in ("host", "sx")}
-    host, fori, sx = best["host"], best["fori"], best["sx"]
-    row("trip loop, hand host loop of jitted steps", f"{host * 1e6:.0f} us/6 trips", f"fori_loop {fori * 1e6:.0f} us",
-        ratios(host, fori, paired["host"]), "<= 1.1x")
-    row("trip loop, sexpgpu Graphs.trips host loop", f"{sx * 1e6:.0f} us/6 trips", f"fori_loop {fori * 1e6:.0f} us",
-        ratios(sx, fori, paired["sx"]), "<= 1.1x")
+    fori = best["fori"]
+    return [(f"trip loop, {label}", f"{best[k] * 1e6:.0f} us/6 trips", f"fori_loop {fori * 1e6:.0f} us",
+             ratios(best[k], fori, paired[k]), "<= 1.1x")
+            for k, label in (("host", "hand host loop of jitted steps"), ("sx", "sexpgpu Graphs.trips host loop"))]
+
+
+def bench_trips(reps: int) -> None:
+    for r in trip_rows(reps):
+        row(*r)
 
 
 def stacked_text(stack: int) -> str:
