@@ -1304,8 +1304,8 @@ def _first_line(exc: Exception, n: int = 200) -> str:
     return f"{type(exc).__name__}: {msg[:n]}"
 
 
-def _direct(text: str, env: dict):
-    return direct_eval(parse(SourceText(text)).forms[0], env)
+def _direct(text: str, env: dict, results=None):
+    return direct_eval(parse(SourceText(text)).forms[0], env, results)
 
 
 NOT_JUDGED = "not judged"
@@ -1325,6 +1325,22 @@ def phase_jax_verdicts(pf: PhaseFile) -> tuple[dict, dict]:
     batch = {k: jax.ShapeDtypeStruct((BATCH,) + t.shape, jdt(t.dtype)) for k, t in pf.fields.items()}
     w = jax.ShapeDtypeStruct(pf.param.shape, jdt(pf.param.dtype))
     ctx = {"step": jax.ShapeDtypeStruct((), jnp.int64)}
+
+    rs: list = [None]   # while set, a list every call's result is added to (`nodes`)
+
+    def _direct(text, env):
+        return globals()["_direct"](text, env, rs[0])
+
+    def nodes(fn):
+        """`fn` returning, besides its value, every call's result: each node is lowered, even one only a
+        `size` reads or a state no later phase reads (JAX drops dead values before lowering)."""
+        def run(*args):
+            rs[0] = []
+            try:
+                return fn(*args), rs[0]
+            finally:
+                rs[0] = None
+        return run
 
     def with_p(w, env, x):
         """`p`, the model's product: under `:precision :bf16` of the float operands cast to bf16."""
@@ -1372,6 +1388,7 @@ def phase_jax_verdicts(pf: PhaseFile) -> tuple[dict, dict]:
         trace = None
         try:
             jax.jit(gen).lower(w, batch, ctx)
+            jax.jit(nodes(functools.partial(gen, host=True))).lower(w, batch, ctx)
         except Exception as exc:  # noqa: BLE001 - any failure is JAX's verdict "cannot run"
             out["generate"] = _first_line(exc, 400)
         try:   # what the generator makes, its trips a host loop (as the runtime runs them): the objective's batch
@@ -1380,6 +1397,7 @@ def phase_jax_verdicts(pf: PhaseFile) -> tuple[dict, dict]:
             return out, carry
         try:
             jax.jit(jax.grad(objective)).lower(w, {**batch, **made})
+            jax.jit(nodes(objective)).lower(w, {**batch, **made})
             out["objective"] = None
         except Exception as exc:  # noqa: BLE001
             out["objective"] = _first_line(exc, 400)
@@ -1474,7 +1492,8 @@ class PhaseRule:
     difference). A strict one explains an E-GEN-002 of a dtype when `applies(want, got, jax_init,
     jax_step, weak)` holds (the checker's dtypes of the key as `:init` made it and as `:step` returns it,
     JAX's, and whether JAX's `:init` value is weakly typed); a lenient one matches JAX's error (`pattern`),
-    and the file (`applies(pf)`) where it has `applies`."""
+    and the file and JAX's error (`applies(pf, error)`) where it has `applies`. A strict rule of another
+    `code` explains an error whose message matches its `pattern`."""
 
     name: str
     reason: str
@@ -1482,10 +1501,12 @@ class PhaseRule:
     step: str
     applies: Callable | None = None
     pattern: str = ""
+    code: str = "E-GEN-002"
 
 
 _WIDE = {"i32": {"i32", "i64"}, "f32": {"f32", "float64"}}
-_THIRTY_TWO = ("a literal alone is an `i32` or `f32`, an index (`argmax`, `argsort`) an `i32`, and a float-only op "
+_THIRTY_TWO = ("a literal alone is an `i32` or `f32` (with a tensor, the tensor's dtype: `(maximum (gelu -1.5) x)` is "
+               "`bf16` for a `bf16` `x`), an index (`argmax`, `argsort`) an `i32`, and a float-only op "
                "turns integers into `f32`; JAX, with 64-bit types enabled (a run needs them for `i64`), makes `int64` "
                "or `float64` there (`jnp.sum(2.0)`, `jnp.argmax`, `jnp.exp` of an `i64`), so the state's dtype can "
                "change between trips in one and not in the other")
@@ -1499,16 +1520,30 @@ PHASE_STRICT = [
     PhaseRule("32-bit-defaults", _THIRTY_TWO, "(list :s0 (argmax f0))", "(list :s0 (+ s0 (cast 1 :i64)))",
               applies=lambda want, got, ji, js, weak: (ji == js and ji in _WIDE.get(want, {want})
                                                        and js in _WIDE.get(got, {got}) and (ji, js) != (want, got))),
+    PhaseRule("tensor-entries", "a generator phase returns a flat plist of tensors (E-GEN-001): a state or made "
+              "record entry is a tensor, not a plist such as `top-k`'s; JAX's loop carries any pytree, nested dicts too",
+              "(list :s0 (top-k f0 2))", "(list :s0 s0)", code="E-GEN-001", pattern=r"every entry must be a tensor"),
 ]
+
+
+def _widened(pf, error: str) -> bool:
+    """JAX's loop refuses a carry that changes between a type and its 64-bit counterpart (`float64`,
+    `int64`), of the same kind and shape."""
+    m = re.search(r"has type (\w+)(\[[\d,]*\]) but the corresponding output carry component has type (\w+)\2", error)
+    if m is None or m.group(1) == m.group(3):
+        return False
+    kind = lambda t: "float" if "float" in t else "int" if t.startswith("int") else t  # noqa: E731
+    return kind(m.group(1)) == kind(m.group(3)) and bool({m.group(1), m.group(3)} & {"float64", "int64"})
+
+
 PHASE_LENIENT = [
     PhaseRule("32-bit-defaults", _THIRTY_TWO, "(list :s0 (sum 2.0))", "(list :s0 (cast s0 :f32))",
-              pattern=r"has type (float|int)(?:32|64)(\[[\d,]*\]) but the corresponding output carry component "
-                      r"has type \1(?:32|64)\2"),
+              applies=_widened, pattern=r"carry input and carry output must have equal types"),
     PhaseRule("f32-cross-entropy", "`cross-entropy` computes in `f32` and returns `f32` whatever its logits' float "
               "dtype (see Precision below); optax's `softmax_cross_entropy_with_integer_labels` returns the logits' "
               "dtype, so JAX's loop sees a state the language keeps `f32` become `bfloat16`",
               "(list :s0 (sum f0))", "(list :s0 (cross-entropy (cast (broadcast-to s0 [3]) :bf16) 0))",
-              applies=lambda pf: any("cross-entropy" in e for e in pf.step.values()),
+              applies=lambda pf, error: any("cross-entropy" in e for e in pf.step.values()),
               pattern=r"has type float32(\[[\d,]*\]) but the corresponding output carry component has type bfloat16\1"),
 ]
 
@@ -1543,8 +1578,11 @@ def phase_rule(errors, carry: dict) -> str | None:
                     None)
         data = d.data or {}
         if rule is None and d.code == "E-GEN-002" and data.get("what") == "dtype" and data.get("key") in carry:
-            rule = next((r.name for r in PHASE_STRICT
-                         if r.applies(data["want_dtype"], data["got_dtype"], *carry[data["key"]])), None)
+            rule = next((r.name for r in PHASE_STRICT if r.code == d.code
+                         and r.applies(data["want_dtype"], data["got_dtype"], *carry[data["key"]])), None)
+        if rule is None:
+            rule = next((r.name for r in PHASE_STRICT if r.code != "E-GEN-002" and r.code == d.code
+                         and re.search(r.pattern, d.message)), None)
         if rule is None:
             return None
         names.append(rule)
@@ -1555,7 +1593,7 @@ def phase_lenient_rule(jax_error: str, pf: PhaseFile | None = None) -> str | Non
     """The lenient rule explaining JAX's refusal of a phase the checker accepts (a phase rule's
     `applies(pf)`, where it has one, must hold too), or None."""
     return next((r.name for r in LENIENT + PHASE_LENIENT if re.search(r.pattern, jax_error)
-                 and (getattr(r, "applies", None) is None or (pf is not None and r.applies(pf)))), None)
+                 and (getattr(r, "applies", None) is None or (pf is not None and r.applies(pf, jax_error)))), None)
 
 
 def generator_only(text: str) -> str:
