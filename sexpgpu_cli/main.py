@@ -335,12 +335,9 @@ def run(
     except RunError as e:
         raise fail(str(e), 1, debug)
     except RunStopped as e:
-        again = ["sexpgpu", "run", str(file), "--resume"]
-        again += ["--run-dir", str(run_dir)] if run_dir is not None else []
-        again += ["--steps", str(steps)] if steps is not None else []
-        again += ["--diagnostics", diagnostics] if diagnostics else []
-        again += ["--mesh", mesh] if mesh else []
-        again += [] if fsdp is None else ["--fsdp" if fsdp else "--no-fsdp"]
+        again = resume_command(file, run_dir=run_dir, steps=steps, diagnostics=diagnostics, mesh=mesh, fsdp=fsdp,
+                               coordinator=coordinator, num_processes=num_processes, process_id=process_id,
+                               distributed=distributed)
         print(f"sexpgpu: {e}; resume with `{' '.join(shlex.quote(a) for a in again)}`", file=sys.stderr)
         raise typer.Exit(e.exit_code)
     except KeyboardInterrupt:
@@ -352,6 +349,27 @@ def run(
         done = f"nothing to train: the checkpoint is at step {result.extra['start']} of {result.steps}"
     print(f"{done} in {result.seconds:.1f} s; {shown}; metrics in {opts.run_dir / 'metrics.jsonl'}",
           file=sys.stderr)
+
+
+def resume_command(file: Path, *, run_dir: Optional[Path] = None, steps: Optional[int] = None,
+                   diagnostics: Optional[str] = None, mesh: Optional[str] = None, fsdp: Optional[bool] = None,
+                   coordinator: Optional[str] = None, num_processes: Optional[int] = None,
+                   process_id: Optional[int] = None, distributed: bool = False) -> list[str]:
+    """The `sexpgpu run ... --resume` command line that takes a stopped run up again: the run's file and
+    every option it was given that says where and how it runs (run dir, steps, diagnostics, mesh,
+    FSDP, and a multi-process run's coordinator, process count and id, or `--distributed`); each
+    process of a multi-process run is told its own."""
+    again = ["sexpgpu", "run", str(file), "--resume"]
+    again += ["--run-dir", str(run_dir)] if run_dir is not None else []
+    again += ["--steps", str(steps)] if steps is not None else []
+    again += ["--diagnostics", diagnostics] if diagnostics else []
+    again += ["--mesh", mesh] if mesh else []
+    again += [] if fsdp is None else ["--fsdp" if fsdp else "--no-fsdp"]
+    again += ["--coordinator", coordinator] if coordinator else []
+    again += ["--num-processes", str(num_processes)] if num_processes is not None else []
+    again += ["--process-id", str(process_id)] if process_id is not None else []
+    again += ["--distributed"] if distributed else []
+    return again
 
 
 @app.command(cls=Command)
