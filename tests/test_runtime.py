@@ -57,15 +57,20 @@ def test_a_run_is_a_pure_function_of_file_and_seed(tmp_path):
     assert not all(np.array_equal(fa[k], fc[k]) for k in fa)
 
 
-def test_pass_on_the_training_loaders_shape_runs_the_generator(tmp_path):
-    text = variant("(model student)", """(model student)
+def with_held_out_pass(records: int) -> str:
+    """The fixture with a `held-out` loader of `records` records (the training loader's fields) and a
+    pass `held-out-eval` of 2 batches every 4 steps."""
+    return variant("(model student)", f"""(model student)
 
 (loader held-out
-  :source (stride-rows :vocab vocab :seq seq :records 512)
+  :source (stride-rows :vocab vocab :seq seq :records {records})
   :batch 64
   :fields (:row [seq] :i32
-           :stride [1] :i32))""")
-    text += "\n(pass held-out-eval :loader held-out :every 4 :batches 2)\n"
+           :stride [1] :i32))""") + "\n(pass held-out-eval :loader held-out :every 4 :batches 2)\n"
+
+
+def test_pass_on_the_training_loaders_shape_runs_the_generator(tmp_path):
+    text = with_held_out_pass(512)
     prog = program_of(text)
     assert prog.passes[0].runs_generator
     result = train_quiet(text, 8, tmp_path)
@@ -226,13 +231,7 @@ def test_diagnostics_option_adds_to_the_run_forms(tmp_path):
 
 def test_a_pass_reading_more_records_than_its_loader_holds_is_refused(tmp_path):
     from sexpgpu_runtime.train import RunError
-    text = variant("(model student)", """(model student)
-
-(loader held-out
-  :source (stride-rows :vocab vocab :seq seq :records 100)
-  :batch 64
-  :fields (:row [seq] :i32
-           :stride [1] :i32))""") + "\n(pass held-out-eval :loader held-out :every 4 :batches 2)\n"
+    text = with_held_out_pass(100)
     with pytest.raises(RunError) as e:
         train_quiet(text, 1, tmp_path)
     assert str(e.value) == ("pass `held-out-eval` reads 2 batches of 64 (128 records), but loader `held-out` has 100; "
