@@ -1295,8 +1295,9 @@ def explain(program: ir.Program, budget: int | None = None, budget_source: str |
     per_step = [r for r in rows if r["calls_per_step"] is not None]
     memory = {k: plan[k] for k in ("params", "trainable", "frozen", "optimizer", "gradients_held",
                                    "generation", "train", "update", "passes", "peak", "donate")}
+    mesh = mesh_report(program, plan, S)
     memory.update(budget=budget, budget_source=budget_source or "given",
-                  fits=device_peak(program, plan, S) <= budget)
+                  fits=(plan["peak"] if mesh is None else mesh["peak_per_device"]) <= budget)
     notes = []
     if run.stack > 1 and S == 1 and not run.stack_auto:
         notes.append("the run asks for `:stack` but a generator reads a per-microbatch context key "
@@ -1315,7 +1316,7 @@ def explain(program: ir.Program, budget: int | None = None, budget_source: str |
         "plan": plan["phases"],
         "stack_auto": auto,
         "notes": notes,
-        "mesh": mesh_report(program, plan, S),
+        "mesh": mesh,
         "xla": None,
     }
 
