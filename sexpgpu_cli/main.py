@@ -6,8 +6,6 @@ inside `run` and `explain --xla` only). Exit status: 0 clean, 1 when a file
 has errors (or a run fails), 2 for a usage or I/O problem, 130 or 143 when
 SIGINT or SIGTERM stopped a run (after saving a checkpoint to resume from).
 """
-from __future__ import annotations
-
 import sys
 from enum import Enum
 from pathlib import Path
@@ -18,7 +16,8 @@ import typer.core
 
 # Start-up (`sexpgpu lint` is meant to start about as fast as `import lark`): the front end,
 # the renderers, JAX, the server and pydantic are imported only by the commands that use them;
-# see `_Coercion` for pydantic.
+# see `_Coercion` for pydantic. No `from __future__ import annotations` here: typer reads every
+# command's signature at start-up, and string annotations would each be compiled and evaluated.
 
 VERSION = "0.1.0"
 
