@@ -16,11 +16,13 @@ Imports nothing outside `sexpgpu_lang`; never JAX.
 from __future__ import annotations
 
 import difflib
-import hashlib
 import os
 import pathlib
 from dataclasses import dataclass, field, fields, replace
 from functools import lru_cache
+
+# hashlib's own blake2s (what `hashlib.blake2s` is); importing hashlib loads OpenSSL, 2-3 ms of `sexpgpu lint`.
+from _blake2 import blake2s
 
 from . import ir
 from .diagnostics import Diagnostic, Related, error, warning
@@ -81,7 +83,7 @@ RUN_KEYS = ("loader", "steps", "microbatches", "stack", "precision", "seed", "op
 @lru_cache(maxsize=1 << 16)
 def place_hash(path: tuple) -> int:
     """The 32-bit place of a draw: a hash of its structural path in its top-level form."""
-    digest = hashlib.blake2s(repr(path).encode(), digest_size=4).digest()
+    digest = blake2s(repr(path).encode(), digest_size=4).digest()
     return int.from_bytes(digest, "little")
 
 
@@ -2159,6 +2161,7 @@ def identity(parsed: ParseResult) -> str:
         if isinstance(n, Num):
             return repr(n.value)
         return "?"
+    import hashlib
     text = "\n".join(canon(f) for f in parsed.forms)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
