@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 
 from sexpgpu_lang import ir
@@ -28,6 +29,30 @@ from sexpgpu_lang.types import PlistType, TensorType
 from .dtypes import InternalTypeError, jdt, mismatch
 from .lowering import Effects, run_phase
 from .params import merge
+
+
+def make_ctx(step: int, microbatch: int, records: int, stage: int = 0, stage_records: int | None = None) -> dict:
+    """The context scalars with their dtypes (`:step` i64, `:microbatch` i32, ...; DESIGN.md section 2)."""
+    return {"step": np.int64(step), "microbatch": np.int32(microbatch), "records": np.int64(records),
+            "stage": np.int32(stage), "stage-records": np.int64(records if stage_records is None else stage_records)}
+
+
+_CTX_FIELDS = tuple((k, np.asarray(v).dtype) for k, v in make_ctx(0, 0, 0).items())
+
+
+def group_on_device(batch: dict, rows, stacked: bool):
+    """Traced (inside `to_device`, or the trainer's `generate.init`): the host batch as it is, and the
+    context scalars unpacked from `rows`, [S 5] i64 (one row of `make_ctx`'s values per copy), with
+    their dtypes. Returns (batch, ctxs, gen_ctx): ctxs [S]-shaped entries when stacked, else scalars;
+    gen_ctx the first copy's."""
+    ctx = {k: rows[:, i].astype(dt) for i, (k, dt) in enumerate(_CTX_FIELDS)}
+    first = {k: v[0] for k, v in ctx.items()}
+    return batch, (ctx if stacked else first), first
+
+
+# Numpy arguments of a jitted call are transferred by jit's C++ path: one call puts a group's batch and
+# all its context scalars on the device several times faster than `jax.device_put` of the 12 leaves.
+to_device = jax.jit(group_on_device, static_argnums=(2,))
 
 
 def _check(name: str, value, t) -> None:
@@ -100,6 +125,12 @@ class Graphs:
                 self.gen_finish = jax.jit(self._counted("generate.finish stacked", jax.vmap(finish, in_axes=(None, None, 0, None))))
             else:
                 self.gen_init, self.gen_step, self.gen_finish = self.gen_init_1, self.gen_step_1, self.gen_finish_1
+            if dp is None:
+                # On one device the trainer's `generate.init` also takes the group over from the host (its
+                # batch and context rows as numpy): one launch per group fewer than `to_device` then init.
+                self.gen_start_1 = jax.jit(self._counted("generate.init", self._from_host(init, False)))
+                self.gen_start = self.gen_start_1 if S == 1 else jax.jit(self._counted(
+                    "generate.init stacked", self._from_host(jax.vmap(init, in_axes=(None, None, 0, None)), True)))
         self.grads = jax.jit(self._counted("train" + (" stacked" if S > 1 else ""), self._grads))
         # The new parameters and optimizer state are sharded as they came in: replicated (XLA all-reduced
         # the gradients inside the training graph, whose batch was split along the mesh's `data` axis),
@@ -190,6 +221,23 @@ class Graphs:
             return self._records(out)
 
         return init, step, finish
+
+    @staticmethod
+    def _from_host(init, stacked: bool):
+        def start(trainable, frozen, batch, rows):
+            batch, ctxs, gen_ctx = group_on_device(batch, rows, stacked)
+            return batch, ctxs, gen_ctx, init(trainable, frozen, batch, gen_ctx)
+        return start
+
+    def generate_from_host(self, trainable, frozen, batch, rows, stacked: bool, on_trip=None):
+        """Run the generator on one group given as numpy on the host (one device only): `batch` the
+        loader's fields ([S B ...] when stacked) and `rows` the context rows, [S 5] i64 (`make_ctx`'s
+        values per copy). The first call, `generate.init`, also puts both on the device. Returns
+        (batch, ctxs, gen_ctx, made) on the device, the first three as `to_device` gives them."""
+        start, finish = (self.gen_start, self.gen_finish) if stacked else (self.gen_start_1, self.gen_finish_1)
+        batch, ctxs, gen_ctx, state = start(trainable, frozen, batch, rows)
+        state = self.trips(trainable, frozen, state, gen_ctx, stacked, on_trip)
+        return batch, ctxs, gen_ctx, finish(trainable, frozen, state, gen_ctx)
 
     def generate(self, trainable, frozen, batch, ctx, stacked: bool, on_trip=None):
         """Run the generator on one batch (or one stacked group): init, the trips, finish."""

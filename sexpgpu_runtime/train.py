@@ -31,7 +31,7 @@ from sexpgpu_lang import ir
 
 from .dtypes import InternalTypeError, jdt
 from .checkpoint import CheckpointError, Checkpoints, CheckpointSpec, Identity, checkpoint_spec
-from .graphs import Graphs
+from .graphs import Graphs, make_ctx, to_device
 from .loaders import Loader, LoaderError
 from .optim import make_optimizer
 from .params import flatten, init_params, set_path
@@ -111,30 +111,8 @@ class RunResult:
     extra: dict = field(default_factory=dict)
 
 
-def make_ctx(step: int, microbatch: int, records: int, stage: int = 0, stage_records: int | None = None) -> dict:
-    """The context scalars with their dtypes (`:step` i64, `:microbatch` i32, ...; DESIGN.md section 2)."""
-    return {"step": np.int64(step), "microbatch": np.int32(microbatch), "records": np.int64(records),
-            "stage": np.int32(stage), "stage-records": np.int64(records if stage_records is None else stage_records)}
-
-
 #: How many steps the loop queues ahead of the device before it waits for the oldest (`Trainer.fit`).
 MAX_STEPS_IN_FLIGHT = 2
-
-_CTX_FIELDS = tuple((k, np.asarray(v).dtype) for k, v in make_ctx(0, 0, 0).items())
-
-
-def _group_on_device(batch: dict, rows: np.ndarray, stacked: bool):
-    """Traced once (jitted below): the host batch as it is, and the context scalars unpacked from
-    `rows`, [S 5] i64 (one row of `make_ctx`'s values per copy), with their dtypes. Returns (batch,
-    ctxs, gen_ctx): ctxs [S]-shaped entries when stacked, else scalars; gen_ctx the first copy's."""
-    ctx = {k: rows[:, i].astype(dt) for i, (k, dt) in enumerate(_CTX_FIELDS)}
-    first = {k: v[0] for k, v in ctx.items()}
-    return batch, (ctx if stacked else first), first
-
-
-# Numpy arguments of a jitted call are transferred by jit's C++ path: one call puts a group's batch and
-# all its context scalars on the device several times faster than `jax.device_put` of the 12 leaves.
-_to_device = jax.jit(_group_on_device, static_argnums=(2,))
 
 
 def _stack(trees: list[dict]) -> dict:
@@ -419,21 +397,28 @@ class Trainer:
         """The batch at `position`: on several processes only this process's rows (sharding.py)."""
         return loader.batch(position) if self.dp is None else self.dp.read(loader, position)
 
-    def next_group(self, step: int, group: int, records: int):
-        """The batches and contexts of one group of microbatches, on the device."""
+    def host_group(self, step: int, group: int, records: int):
+        """The batches of one group of microbatches as numpy ([S B ...] when stacked), their context
+        rows ([S 5] i64, `make_ctx`'s values per copy) and the records consumed after the group."""
         batches, rows = [], []
         for i in range(self.layout.stack):
             stage, name, within = self.stage_at(records)
             batches.append(self.read(self.loaders[name], within))
             rows.append((step, group * self.layout.stack + i, records, stage, within))
             records += self.batch_size
+        batch = _stack(batches) if self.layout.stack > 1 else batches[0]
+        return batch, np.array(rows, np.int64), records
+
+    def next_group(self, step: int, group: int, records: int):
+        """The batches and contexts of one group of microbatches, on the device: (batch, ctxs, gen_ctx,
+        records after the group)."""
+        batch, rows, records = self.host_group(step, group, records)
         stacked = self.layout.stack > 1
-        batch = _stack(batches) if stacked else batches[0]
         # One transfer per group: the generator's calls then reuse the device copies.
         if self.dp is None:
-            batch, ctxs, gen_ctx = _to_device(batch, np.array(rows, np.int64), stacked)
+            batch, ctxs, gen_ctx = to_device(batch, rows, stacked)
         else:   # the records split along the mesh's `data` axis, the context scalars on every device
-            ctx_list = [make_ctx(*r) for r in rows]
+            ctx_list = [make_ctx(*r) for r in rows.tolist()]
             ctxs, gen_ctx = (_stack(ctx_list) if stacked else ctx_list[0]), ctx_list[0]
             batch = self.dp.put_batch(batch, stacked=stacked)
             ctxs, gen_ctx = self.dp.put_replicated((ctxs, gen_ctx))
@@ -456,10 +441,17 @@ class Trainer:
         bad = self.bad if self.bad is not None else g.no_bad()
         for group in range(self.layout.groups):
             self.poll()
-            batch, ctxs, gen_ctx, records = self.next_group(state.step, group, records)
-            if self.program.generate is not None:
-                made = g.generate(state.trainable, state.frozen, batch, gen_ctx, self.layout.stack > 1,
-                                  self._trip_hook(state.step))
+            stacked = self.layout.stack > 1
+            if self.program.generate is not None and self.dp is None:
+                # the group's transfer is the generator's first call
+                host, rows, records = self.host_group(state.step, group, records)
+                batch, ctxs, gen_ctx, made = g.generate_from_host(
+                    state.trainable, state.frozen, host, rows, stacked, self._trip_hook(state.step))
+            else:
+                batch, ctxs, gen_ctx, records = self.next_group(state.step, group, records)
+                made = None if self.program.generate is None else g.generate(
+                    state.trainable, state.frozen, batch, gen_ctx, stacked, self._trip_hook(state.step))
+            if made is not None:
                 batch = {**batch, **made}
                 self.poll()
             l, gs, m, d, counters, bad = g.grads(state.trainable, state.frozen, batch, ctxs, counters, bad)
@@ -493,13 +485,19 @@ class Trainer:
         loader = self.pass_loaders[ps.name]
         for k in range(ps.batches):
             if self.dp is None:
-                batch = jax.device_put(loader.batch(k * loader.spec.batch))
-                ctx = jax.device_put(make_ctx(state.step, 0, state.records))
+                host = loader.batch(k * loader.spec.batch)
+                rows = np.array([list(make_ctx(state.step, 0, state.records).values())], np.int64)
+                if ps.runs_generator:   # the transfer is the generator's first call, as in a step
+                    batch, _, ctx, made = self.graphs.generate_from_host(
+                        state.trainable, state.frozen, host, rows, stacked=False)
+                    batch = {**batch, **made}
+                else:
+                    batch, _, ctx = to_device(host, rows, False)
             else:
                 batch = self.dp.put_batch(self.read(loader, k * loader.spec.batch), stacked=False)
                 ctx = self.dp.put_replicated(make_ctx(state.step, 0, state.records))
-            if ps.runs_generator:
-                batch = {**batch, **self.graphs.generate(state.trainable, state.frozen, batch, ctx, stacked=False)}
+                if ps.runs_generator:
+                    batch = {**batch, **self.graphs.generate(state.trainable, state.frozen, batch, ctx, stacked=False)}
             loss, metrics = fn(state.trainable, state.frozen, batch, ctx, state.counters)
             for m, v in {"loss": float(loss), **{m: float(v) for m, v in metrics.items()}}.items():
                 sums[m] = sums.get(m, 0.0) + v

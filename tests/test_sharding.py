@@ -40,13 +40,15 @@ CHILD = textwrap.dedent(r'''
         return out
     loaders.Loader.batch = logged
     seen = {}
-    put = tr.Trainer.next_group
-    def next_group(self, *a):
-        out = put(self, *a)
-        seen["batch"] = [str(v.sharding) for v in out[0].values()]
-        seen["batch_devices"] = sorted({len(v.sharding.device_set) for v in out[0].values()})
-        return out
-    tr.Trainer.next_group = next_group
+    def batch_seen(put):   # the group's batch on the device: one device puts it in generate.init
+        def watched(self, *a, **k):
+            out = put(self, *a, **k)
+            seen["batch"] = [str(v.sharding) for v in out[0].values()]
+            seen["batch_devices"] = sorted({len(v.sharding.device_set) for v in out[0].values()})
+            return out
+        return watched
+    tr.Trainer.next_group = batch_seen(tr.Trainer.next_group)
+    tr.Graphs.generate_from_host = batch_seen(tr.Graphs.generate_from_host)
     step = tr.Trainer.step
     def stepped(self, state):
         new, reports = step(self, state)
