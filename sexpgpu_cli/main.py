@@ -234,15 +234,15 @@ def lint(
     Warnings alone leave the status 0.
     """
     import gc
-    from sexpgpu_lang import render
-    # No cyclic garbage collection while checking: lint keeps every result until it prints them
-    # and makes little garbage, so collections would only walk the trees again and again (40% of
-    # the CPU time of a 10,000-line file; peak memory is the same). As the `sexpgpu` command, what
-    # exists is then frozen (`gc.freeze`): the process is about to exit, and no collection, the one
-    # at exit included, walks it again.
+    # No cyclic garbage collection while importing the front end and checking: lint keeps every
+    # result until it prints them and makes little garbage, so collections would only walk the
+    # modules and trees again and again (40% of the CPU time of a 10,000-line file; peak memory is
+    # the same). As the `sexpgpu` command, what exists is then frozen (`gc.freeze`): the process
+    # is about to exit, and no collection, the one at exit included, walks it again.
     collecting = gc.isenabled()
     gc.disable()
     try:
+        from sexpgpu_lang import render
         results = [load(f, read_files, build_ir=False) for f in run_files(files)]
     finally:
         if collecting:
