@@ -1431,7 +1431,8 @@ def phase_runtime(program) -> str | None:
     from sexpgpu_runtime.lowering import run_phase
     from sexpgpu_runtime.optim import make_optimizer
     from sexpgpu_runtime.params import merge
-    from sexpgpu_runtime.xla_report import _ctx, _params, _tree
+    from sexpgpu_runtime.xla_report import _params, _rows, _tree
+    from sexpgpu_lang.explain import RUNTIME_CTX
 
     g = Graphs(program, make_optimizer(program.run.optimizer))
     trainable, frozen = _params(program)
@@ -1439,31 +1440,35 @@ def phase_runtime(program) -> str | None:
     gen = program.generate
     trip = jax.ShapeDtypeStruct((), jnp.int64)
     state = _tree(gen.state, 1)
-    graphs = [("generate.init", g.gen_init_1, (trainable, frozen, batch, _ctx(1)), gen.state, 0),
-              ("generate.step", g.gen_step_1, (trainable, frozen, state, trip, _ctx(1)), gen.state, 0),
-              ("generate.finish", g.gen_finish_1, (trainable, frozen, state, _ctx(1)), gen.out, 0)]
+    graphs = [("generate.init", g.gen_init_1, (trainable, frozen, batch, _rows(1)), gen.state, 0),
+              ("generate.step", g.gen_step_1, (trainable, frozen, state, trip, _rows(1)), gen.state, 0),
+              ("generate.finish", g.gen_finish_1, (trainable, frozen, state, _rows(1)), gen.out, 0)]
     S = g.layout.stack    # a run that stacks S microbatches vmaps every phase: each copy has the checker's types
     if S > 1:
         sb, ss = _tree(program.loaders[program.run.loader].batch_type(), S), _tree(gen.state, S)
-        graphs += [("generate.init stacked", g.gen_init, (trainable, frozen, sb, _ctx(1)), gen.state, S),
-                   ("generate.step stacked", g.gen_step, (trainable, frozen, ss, trip, _ctx(1)), gen.state, S),
-                   ("generate.finish stacked", g.gen_finish, (trainable, frozen, ss, _ctx(1)), gen.out, S)]
+        graphs += [("generate.init stacked", g.gen_init, (trainable, frozen, sb, _rows(S)), gen.state, S),
+                   ("generate.step stacked", g.gen_step, (trainable, frozen, ss, trip, _rows(S)), gen.state, S),
+                   ("generate.finish stacked", g.gen_finish, (trainable, frozen, ss, _rows(S)), gen.out, S)]
     name = "?"
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             for name, fn, args, want, lead in graphs:
-                why = _differs(fn.lower(*args).out_info, want, lead)
+                out = fn.lower(*args).out_info
+                if name.startswith("generate.init"):   # (the group's batch, its context rows, the state)
+                    out = out[2]
+                why = _differs(out, want, lead)
                 if why:
                     return f"{name} returns {why}"
             tbatch = {**batch, **_tree(gen.out, 1)}
             name = "objective"
+            ctx1 = {k: jax.ShapeDtypeStruct((), jdt(d)) for k, d in RUNTIME_CTX}
             def objective(tr, fr, b, c):
                 fx, params = g._fx(), merge(tr, fr)
                 inputs = run_phase(program.prepare, [b, c], params, fx) if program.prepare is not None else b
                 octx = {**c, **{k: jnp.zeros((), jdt(d)) for k, d in g.counter_types.items()}}
                 return run_phase(program.objective, [inputs, octx], params, fx)
-            loss = jax.eval_shape(objective, trainable, frozen, tbatch, _ctx(1))
+            loss = jax.eval_shape(objective, trainable, frozen, tbatch, ctx1)
             want = program.objective.out
             if (tuple(loss.shape), name_of(loss.dtype)) != (want.shape, want.dtype):
                 return f"objective: checker {list(want.shape)} {want.dtype}, JAX {list(loss.shape)} {name_of(loss.dtype)}"
@@ -1471,7 +1476,7 @@ def phase_runtime(program) -> str | None:
             sbatch = jax.tree_util.tree_map(lambda x: jax.ShapeDtypeStruct(((S,) if S > 1 else ()) + x.shape, x.dtype),
                                             tbatch)
             base = {c: jax.ShapeDtypeStruct((), jdt(d)) for c, d in g.counter_types.items()}
-            losses, grads, *_ = g.grads.lower(trainable, frozen, sbatch, _ctx(S), base).out_info
+            losses, grads, *_ = g.grads.lower(trainable, frozen, sbatch, _rows(S), base).out_info
             if (losses[0].shape, name_of(losses[0].dtype)) != ((), "f32"):
                 return f"train: the loss is {losses[0]}"
             got = jax.tree_util.tree_map(lambda s: (tuple(s.shape), name_of(s.dtype)), grads[0])

@@ -258,14 +258,15 @@ def trip_rows(reps: int) -> list[tuple[str, str, str, str, str]]:
     tr = trainer_for(FIXTURE.read_text())
     g = tr.graphs
     state = tr.initial_state()
-    b, ctxs, gen_ctx, _ = tr.next_group(0, 0, 0)
+    b, rows, _ = tr.next_group(0, 0, 0)
     stacked = tr.layout.stack > 1
     init = g.gen_init if stacked else g.gen_init_1
-    carry = {"s": init(state.trainable, state.frozen, b, gen_ctx)}
+    b, rows, first = init(state.trainable, state.frozen, b, rows)
+    carry = {"s": first}
     hook = tr._trip_hook(0)
 
     def sx_trips():
-        carry["s"] = g.trips(state.trainable, state.frozen, carry["s"], gen_ctx, stacked, hook)
+        carry["s"] = g.trips(state.trainable, state.frozen, carry["s"], rows, stacked, hook)
         return carry["s"]
 
     fns = {"host": lambda: host_trips(r, s_), "fori": lambda: fori_trips(r, s_), "sx": sx_trips}

@@ -313,6 +313,7 @@ class _Trace:
         self.in_generator = in_generator
         self.cse: dict = {}
         self.counters: dict[str, list] = {}
+        self.rows: Node | None = None
 
     # -- nodes ---------------------------------------------------------------------------------
     def new(self, op: str, t: TensorType, inputs=(), cost=Cost(), per_copy=None, role="", static=None) -> Node:
@@ -344,7 +345,13 @@ class _Trace:
         return out
 
     def ctx(self, per_copy: bool) -> dict:
-        return {k: self.arg(f"ctx:{k}", TensorType((), d), per_copy) for k, d in RUNTIME_CTX}
+        """The context scalars (`per_copy`: one per copy, else shared), each sliced from the one
+        argument the runtime passes for them, the context rows: [5] i64 per copy, [S 5] in all
+        (sexpgpu_runtime.graphs `unpack_ctx`); jit drops it where no scalar is read."""
+        if self.rows is None:
+            self.rows = self.arg("ctx", TensorType((len(RUNTIME_CTX),), "i64"), True)
+        return {k: self.new("slice", TensorType((), d), (self.rows.id,), per_copy=per_copy, static={"ctx": k})
+                for k, d in RUNTIME_CTX}
 
     def param(self, path: tuple) -> Node:
         if path not in self.param_nodes:
@@ -957,6 +964,10 @@ def trace_generate(program: ir.Program, which: str) -> _Trace:
         batch = tr.args_of("batch", program.loaders[program.run.loader].batch_type(), True)
         out = tr.phase(gen.init, [batch, tr.ctx(False)])
         tr.output("state", {k: (out or {}).get(k) for k in gen.state.keys})
+        # and the group's batch and context rows: on one device they arrive with this call, and its
+        # copies are what the group's later graphs read (sexpgpu_runtime.graphs `Graphs.generate`)
+        tr.output("batch", batch)
+        tr.output("ctx", tr.rows)
     elif which == "step":
         state = tr.args_of("state", gen.state, True)
         out = tr.phase(gen.step, [state, tr.arg("trip", TensorType((), "i64"), False), tr.ctx(False)])
@@ -1015,9 +1026,9 @@ def _io(name: str, t: Type, stack: int = 1) -> dict:
 
 
 def _ctx_io(stack: int) -> dict:
+    """The context rows a graph takes: [S 5] i64, one row of context scalars per copy."""
     n = len(RUNTIME_CTX)
-    return {"name": "ctx", "type": f"{n} scalars" if stack <= 1 else f"{n} × [{stack}]",
-            "bytes": sum(ITEMSIZE[d] for _, d in RUNTIME_CTX) * stack}
+    return {"name": "ctx", "type": f"[{stack} {n}] i64", "bytes": ITEMSIZE["i64"] * n * stack}
 
 
 def _params_io(g: GraphEstimate) -> dict:
@@ -1030,15 +1041,15 @@ def _generator_graphs(program: ir.Program, stack: int, prefix: str = "",
     batch_t = program.loaders[program.run.loader].batch_type()
     out = {}
     g = estimate_graph(prefix + "generate.init", trace_generate(program, "init"), stack, target=target)
-    g.input_list = [_io("batch", batch_t, stack), _ctx_io(1), _params_io(g)]
-    g.output_list = [_io("state", gen.state, stack)]
+    g.input_list = [_io("batch", batch_t, stack), _ctx_io(stack), _params_io(g)]
+    g.output_list = [_io("state", gen.state, stack), _io("batch", batch_t, stack), _ctx_io(stack)]
     out[g.name] = g
     g = estimate_graph(prefix + "generate.step", trace_generate(program, "step"), stack, target=target)
-    g.input_list = [_io("state", gen.state, stack), _io("trip", TensorType((), "i64")), _ctx_io(1), _params_io(g)]
+    g.input_list = [_io("state", gen.state, stack), _io("trip", TensorType((), "i64")), _ctx_io(stack), _params_io(g)]
     g.output_list = [_io("state", gen.state, stack)]
     out[g.name] = g
     g = estimate_graph(prefix + "generate.finish", trace_generate(program, "finish"), stack, target=target)
-    g.input_list = [_io("state", gen.state, stack), _ctx_io(1), _params_io(g)]
+    g.input_list = [_io("state", gen.state, stack), _ctx_io(stack), _params_io(g)]
     g.output_list = [_io("made", gen.out, stack)]
     out[g.name] = g
     return out
@@ -1138,7 +1149,8 @@ def memory_plan(program: ir.Program, graphs: dict[str, GraphEstimate], stack: in
     Each generator graph is a phase: its temporaries beside the batch
     `:init` read (held until the training graph reads it) and the state the
     trips carry; what `:finish` made lives until the training graph reads
-    it. The gradients of earlier groups are held until `update`. `donate`:
+    it. `generate.init` returns a copy of the batch (the later graphs read it), so
+    during that call the batch is held twice. The gradients of earlier groups are held until `update`. `donate`:
     the runtime donates the state to each trip, and the parameters and
     optimizer state to `update`, on an accelerator (not on the CPU).
     Returns the totals (bytes) and `phases`, each `{phase, parts, live}`.
@@ -1151,7 +1163,7 @@ def memory_plan(program: ir.Program, graphs: dict[str, GraphEstimate], stack: in
     batch = _plist_bytes(program.loaders[program.run.loader].batch_type()) * stack
     state = _plist_bytes(gen.state) * stack if gen else 0
     made = _plist_bytes(gen.out) * stack if gen else 0
-    ctx = sum(ITEMSIZE[d] for _, d in RUNTIME_CTX)
+    ctx = ITEMSIZE["i64"] * len(RUNTIME_CTX)   # one row of the context rows per copy (`_ctx_io`)
     phases: list[dict] = []
 
     def add(name, **parts):
@@ -1159,9 +1171,11 @@ def memory_plan(program: ir.Program, graphs: dict[str, GraphEstimate], stack: in
         phases.append({"phase": name, "parts": parts, "live": sum(parts.values())})
 
     if gen is not None:
-        add("generate.init", batch=batch, temps=graphs["generate.init"].temps, state=state)
+        # init's argument and the copy it returns, which the group's later graphs read
+        add("generate.init", batch=batch, batch_copy=batch + ctx * stack, temps=graphs["generate.init"].temps,
+            state=state)
         add("generate.step", batch=batch, state=state, state_out=0 if donate else state,
-            temps=graphs["generate.step"].temps, trip_and_ctx=8 + ctx)
+            temps=graphs["generate.step"].temps, trip_and_ctx=8 + ctx * stack)
         add("generate.finish", batch=batch, state=state, temps=graphs["generate.finish"].temps, made=made)
     t = graphs["train"]
     add("train", batch=batch, made=made, temps=t.temps, gradients_out=trainable * stack,

@@ -11,6 +11,12 @@ them, the parameters and (in the generator) the context scalars shared;
 each copy's gradient is added in microbatch order, so the bits equal an
 unstacked run's.
 
+Every graph that reads the context takes the group's context rows, one [S 5]
+i64 array (`unpack_ctx`), not five scalars. On one device `generate.init`
+(or, without a generator, the training graph) takes the group's batch and
+rows as numpy, so its own call transfers them: no separate call or graph
+puts a group on the device.
+
 `Graphs.traces` counts how often each graph was traced: once per run.
 """
 from __future__ import annotations
@@ -40,19 +46,15 @@ def make_ctx(step: int, microbatch: int, records: int, stage: int = 0, stage_rec
 _CTX_FIELDS = tuple((k, np.asarray(v).dtype) for k, v in make_ctx(0, 0, 0).items())
 
 
-def group_on_device(batch: dict, rows, stacked: bool):
-    """Traced (inside `to_device`, or the trainer's `generate.init`): the host batch as it is, and the
-    context scalars unpacked from `rows`, [S 5] i64 (one row of `make_ctx`'s values per copy), with
-    their dtypes. Returns (batch, ctxs, gen_ctx): ctxs [S]-shaped entries when stacked, else scalars;
-    gen_ctx the first copy's."""
+def unpack_ctx(rows, per_copy: bool) -> dict:
+    """Traced inside every graph that reads the context: the context scalars unpacked from the context
+    rows `rows`, [S 5] i64 (one row of `make_ctx`'s values per copy of a stacked group, [1 5] else),
+    with their dtypes (`make_ctx`). `per_copy`: each entry [S]-shaped (a stacked training graph),
+    else the first copy's scalars (an unstacked graph, and the generator, whose copies share the
+    step's context). One [S 5] array per call instead of five scalars: on one device the rows go over
+    with the batch in `generate.init`'s call (or the training graph's), and no separate graph unpacks them."""
     ctx = {k: rows[:, i].astype(dt) for i, (k, dt) in enumerate(_CTX_FIELDS)}
-    first = {k: v[0] for k, v in ctx.items()}
-    return batch, (ctx if stacked else first), first
-
-
-# Numpy arguments of a jitted call are transferred by jit's C++ path: one call puts a group's batch and
-# all its context scalars on the device several times faster than `jax.device_put` of the 12 leaves.
-to_device = jax.jit(group_on_device, static_argnums=(2,))
+    return ctx if per_copy else {k: v[0] for k, v in ctx.items()}
 
 
 def _check(name: str, value, t) -> None:
@@ -115,22 +117,19 @@ class Graphs:
         dn = donate
         if gen is not None:
             init, step, finish = self._gen_fns(gen)
-            self.gen_init_1 = jax.jit(self._counted("generate.init", init))
+            # generate.init also returns the group's batch and context rows: on one device they arrive as
+            # numpy, and this call's copies on the device are what the group's later calls read.
+            self.gen_init_1 = jax.jit(self._counted("generate.init", self._start(init)))
             self.gen_step_1 = jax.jit(self._counted("generate.step", step), donate_argnums=(2,) if dn else ())
             self.gen_finish_1 = jax.jit(self._counted("generate.finish", finish))
             if S > 1:
-                self.gen_init = jax.jit(self._counted("generate.init stacked", jax.vmap(init, in_axes=(None, None, 0, None))))
+                self.gen_init = jax.jit(self._counted("generate.init stacked", self._start(
+                    jax.vmap(init, in_axes=(None, None, 0, None)))))
                 self.gen_step = jax.jit(self._counted("generate.step stacked", jax.vmap(step, in_axes=(None, None, 0, None, None))),
                                         donate_argnums=(2,) if dn else ())
                 self.gen_finish = jax.jit(self._counted("generate.finish stacked", jax.vmap(finish, in_axes=(None, None, 0, None))))
             else:
                 self.gen_init, self.gen_step, self.gen_finish = self.gen_init_1, self.gen_step_1, self.gen_finish_1
-            if dp is None:
-                # On one device the trainer's `generate.init` also takes the group over from the host (its
-                # batch and context rows as numpy): one launch per group fewer than `to_device` then init.
-                self.gen_start_1 = jax.jit(self._counted("generate.init", self._from_host(init, False)))
-                self.gen_start = self.gen_start_1 if S == 1 else jax.jit(self._counted(
-                    "generate.init stacked", self._from_host(jax.vmap(init, in_axes=(None, None, 0, None)), True)))
         self.grads = jax.jit(self._counted("train" + (" stacked" if S > 1 else ""), self._grads))
         # The new parameters and optimizer state are sharded as they came in: replicated (XLA all-reduced
         # the gradients inside the training graph, whose batch was split along the mesh's `data` axis),
@@ -201,52 +200,47 @@ class Graphs:
         return self.dp.constrain_records(state, self.p.loaders[self.p.run.loader].batch)
 
     def _gen_fns(self, gen: ir.GenerateIR):
-        def init(trainable, frozen, batch, ctx):
-            out = run_phase(gen.init, [batch, ctx], merge(trainable, frozen), self._fx(True))
+        def init(trainable, frozen, batch, rows):
+            out = run_phase(gen.init, [batch, unpack_ctx(rows, False)], merge(trainable, frozen), self._fx(True))
             out = {k: out[k] for k in gen.state.keys}
             _check("generate.init", out, gen.state)
             return self._records(out)
 
-        def step(trainable, frozen, state, trip, ctx):
-            out = run_phase(gen.step, [state, trip, ctx], merge(trainable, frozen), self._fx(True))
+        def step(trainable, frozen, state, trip, rows):
+            out = run_phase(gen.step, [state, trip, unpack_ctx(rows, False)], merge(trainable, frozen), self._fx(True))
             out = {k: out[k] for k in gen.state.keys}
             _check("generate.step", out, gen.state)
             return self._records(out)
 
-        def finish(trainable, frozen, state, ctx):
+        def finish(trainable, frozen, state, rows):
             if gen.finish is None:
                 return state
-            out = run_phase(gen.finish, [state, ctx], merge(trainable, frozen), self._fx(True))
+            out = run_phase(gen.finish, [state, unpack_ctx(rows, False)], merge(trainable, frozen), self._fx(True))
             _check("generate.finish", out, gen.out)
             return self._records(out)
 
         return init, step, finish
 
     @staticmethod
-    def _from_host(init, stacked: bool):
+    def _start(init):
         def start(trainable, frozen, batch, rows):
-            batch, ctxs, gen_ctx = group_on_device(batch, rows, stacked)
-            return batch, ctxs, gen_ctx, init(trainable, frozen, batch, gen_ctx)
+            return batch, rows, init(trainable, frozen, batch, rows)
         return start
 
-    def generate_from_host(self, trainable, frozen, batch, rows, stacked: bool, on_trip=None):
-        """Run the generator on one group given as numpy on the host (one device only): `batch` the
-        loader's fields ([S B ...] when stacked) and `rows` the context rows, [S 5] i64 (`make_ctx`'s
-        values per copy). The first call, `generate.init`, also puts both on the device. Returns
-        (batch, ctxs, gen_ctx, made) on the device, the first three as `to_device` gives them."""
-        start, finish = (self.gen_start, self.gen_finish) if stacked else (self.gen_start_1, self.gen_finish_1)
-        batch, ctxs, gen_ctx, state = start(trainable, frozen, batch, rows)
-        state = self.trips(trainable, frozen, state, gen_ctx, stacked, on_trip)
-        return batch, ctxs, gen_ctx, finish(trainable, frozen, state, gen_ctx)
+    def generate(self, trainable, frozen, batch, rows, stacked: bool, on_trip=None):
+        """Run the generator on one group (or one batch): `generate.init`, the trips, `generate.finish`.
 
-    def generate(self, trainable, frozen, batch, ctx, stacked: bool, on_trip=None):
-        """Run the generator on one batch (or one stacked group): init, the trips, finish."""
+        `batch` holds the loader's fields ([S B ...] when stacked) and `rows` the context rows, [S 5]
+        i64 (`make_ctx`'s values per copy; `unpack_ctx`), as numpy on one device: `generate.init`'s call
+        puts both on the device and returns the device copies, which every later call of the group
+        reads (one transfer per group); on a mesh they come already placed. Returns (batch, rows,
+        made), device arrays; nothing here waits for the device."""
         init, finish = (self.gen_init, self.gen_finish) if stacked else (self.gen_init_1, self.gen_finish_1)
-        state = init(trainable, frozen, batch, ctx)
-        state = self.trips(trainable, frozen, state, ctx, stacked, on_trip)
-        return finish(trainable, frozen, state, ctx)
+        batch, rows, state = init(trainable, frozen, batch, rows)
+        state = self.trips(trainable, frozen, state, rows, stacked, on_trip)
+        return batch, rows, finish(trainable, frozen, state, rows)
 
-    def trips(self, trainable, frozen, state, ctx, stacked: bool, on_trip=None):
+    def trips(self, trainable, frozen, state, rows, stacked: bool, on_trip=None):
         """The trip loop: for each trip t, `on_trip(t)` (the trainer's stop check) and one call of the
         jitted `generate.step` (stacked or not) with the trip as an i64 device array, the state staying on
         the device. Returns the state after the last trip (the generator's state keys, device arrays).
@@ -255,7 +249,7 @@ class Graphs:
         for t, trip in enumerate(self.trip_values):
             if on_trip is not None:
                 on_trip(t)
-            state = step(trainable, frozen, state, trip, ctx)
+            state = step(trainable, frozen, state, trip, rows)
         return state
 
     @property
@@ -302,11 +296,12 @@ class Graphs:
         pick = lambda tree, i: jax.tree_util.tree_map(lambda x: x[i], tree)
         return tuple([pick(v, i) for i in range(S)] for v in (l, g, m, d, dl))
 
-    def _grads(self, trainable, frozen, batches, ctxs, base, bad=None):
+    def _grads(self, trainable, frozen, batches, rows, base, bad=None):
         """The training graph of one group: (losses, gradients, metrics, diagnostics, counter deltas), one
-        entry per copy in microbatch order. With `bad` (the trainer's record of the first non-finite loss,
+        entry per copy in microbatch order. `rows` are the group's context rows, [S 5] i64 (`unpack_ctx`). With `bad` (the trainer's record of the first non-finite loss,
         `no_bad`), the counter totals after the group and the updated record replace the deltas:
         (losses, gradients, metrics, diagnostics, totals, bad); see `_tally`."""
+        ctxs = unpack_ctx(rows, self.layout.stack > 1)
         l, g, m, d, dl = self._group(trainable, frozen, batches, ctxs, base)
         if self.dp is not None and self.dp.fsdp:
             # Each gradient split as its parameter is: XLA reduce-scatters instead of all-reducing.
@@ -347,7 +342,7 @@ class Graphs:
     def _eval_fn(self, ps: ir.PassIR):
         loss = self._loss(ps.prepare, ps.objective)
 
-        def evaluate(trainable, frozen, batch, ctx, base):
-            value, (metrics, diags, _) = loss(trainable, frozen, batch, ctx, base)
+        def evaluate(trainable, frozen, batch, rows, base):
+            value, (metrics, diags, _) = loss(trainable, frozen, batch, unpack_ctx(rows, False), base)
             return value, metrics
         return evaluate

@@ -31,7 +31,7 @@ from sexpgpu_lang import ir
 
 from .dtypes import InternalTypeError, jdt
 from .checkpoint import CheckpointError, Checkpoints, CheckpointSpec, Identity, checkpoint_spec
-from .graphs import Graphs, make_ctx, to_device
+from .graphs import Graphs, make_ctx
 from .loaders import Loader, LoaderError
 from .optim import make_optimizer
 from .params import flatten, init_params, set_path
@@ -111,8 +111,12 @@ class RunResult:
     extra: dict = field(default_factory=dict)
 
 
-#: How many steps the loop queues ahead of the device before it waits for the oldest (`Trainer.fit`).
-MAX_STEPS_IN_FLIGHT = 2
+#: How many steps the loop queues ahead of the device before it waits for the oldest (`Trainer.fit`), on
+#: one device: enough that the host never starves it (on a 2-core CPU a bound of 2 cost ~3% of the step
+#: against 4 or 8: BENCHMARKS.md), and a bound on the batches waiting in the queue.
+MAX_STEPS_IN_FLIGHT = 8
+#: The same on a mesh: with many steps queued, XLA:CPU's device threads deadlocked in an FSDP all-gather.
+MAX_STEPS_IN_FLIGHT_MESH = 2
 
 
 def _stack(trees: list[dict]) -> dict:
@@ -410,19 +414,14 @@ class Trainer:
         return batch, np.array(rows, np.int64), records
 
     def next_group(self, step: int, group: int, records: int):
-        """The batches and contexts of one group of microbatches, on the device: (batch, ctxs, gen_ctx,
-        records after the group)."""
+        """One group of microbatches as the graphs take it: (batch, context rows, records after the group).
+        On one device numpy (the group's first call transfers both, `Graphs.generate`); on a mesh placed:
+        the records split along the mesh's `data` axis, the context rows on every device."""
         batch, rows, records = self.host_group(step, group, records)
-        stacked = self.layout.stack > 1
-        # One transfer per group: the generator's calls then reuse the device copies.
-        if self.dp is None:
-            batch, ctxs, gen_ctx = to_device(batch, rows, stacked)
-        else:   # the records split along the mesh's `data` axis, the context scalars on every device
-            ctx_list = [make_ctx(*r) for r in rows.tolist()]
-            ctxs, gen_ctx = (_stack(ctx_list) if stacked else ctx_list[0]), ctx_list[0]
-            batch = self.dp.put_batch(batch, stacked=stacked)
-            ctxs, gen_ctx = self.dp.put_replicated((ctxs, gen_ctx))
-        return batch, ctxs, gen_ctx, records
+        if self.dp is not None:
+            batch = self.dp.put_batch(batch, stacked=self.layout.stack > 1)
+            rows = self.dp.put_replicated(rows)
+        return batch, rows, records
 
     # -- the step -------------------------------------------------------------------------------
     def step(self, state: RunState) -> tuple[RunState, dict]:
@@ -441,20 +440,13 @@ class Trainer:
         bad = self.bad if self.bad is not None else g.no_bad()
         for group in range(self.layout.groups):
             self.poll()
-            stacked = self.layout.stack > 1
-            if self.program.generate is not None and self.dp is None:
-                # the group's transfer is the generator's first call
-                host, rows, records = self.host_group(state.step, group, records)
-                batch, ctxs, gen_ctx, made = g.generate_from_host(
-                    state.trainable, state.frozen, host, rows, stacked, self._trip_hook(state.step))
-            else:
-                batch, ctxs, gen_ctx, records = self.next_group(state.step, group, records)
-                made = None if self.program.generate is None else g.generate(
-                    state.trainable, state.frozen, batch, gen_ctx, stacked, self._trip_hook(state.step))
-            if made is not None:
+            batch, rows, records = self.next_group(state.step, group, records)
+            if self.program.generate is not None:
+                batch, rows, made = g.generate(state.trainable, state.frozen, batch, rows, self.layout.stack > 1,
+                                               self._trip_hook(state.step))
                 batch = {**batch, **made}
                 self.poll()
-            l, gs, m, d, counters, bad = g.grads(state.trainable, state.frozen, batch, ctxs, counters, bad)
+            l, gs, m, d, counters, bad = g.grads(state.trainable, state.frozen, batch, rows, counters, bad)
             grads += gs
             losses += l
             metrics.append(m)
@@ -484,21 +476,14 @@ class Trainer:
         fn = self.graphs.passes[ps.name]
         loader = self.pass_loaders[ps.name]
         for k in range(ps.batches):
-            if self.dp is None:
-                host = loader.batch(k * loader.spec.batch)
-                rows = np.array([list(make_ctx(state.step, 0, state.records).values())], np.int64)
-                if ps.runs_generator:   # the transfer is the generator's first call, as in a step
-                    batch, _, ctx, made = self.graphs.generate_from_host(
-                        state.trainable, state.frozen, host, rows, stacked=False)
-                    batch = {**batch, **made}
-                else:
-                    batch, _, ctx = to_device(host, rows, False)
-            else:
-                batch = self.dp.put_batch(self.read(loader, k * loader.spec.batch), stacked=False)
-                ctx = self.dp.put_replicated(make_ctx(state.step, 0, state.records))
-                if ps.runs_generator:
-                    batch = {**batch, **self.graphs.generate(state.trainable, state.frozen, batch, ctx, stacked=False)}
-            loss, metrics = fn(state.trainable, state.frozen, batch, ctx, state.counters)
+            batch = self.read(loader, k * loader.spec.batch)
+            rows = np.array([list(make_ctx(state.step, 0, state.records).values())], np.int64)
+            if self.dp is not None:
+                batch, rows = self.dp.put_batch(batch, stacked=False), self.dp.put_replicated(rows)
+            if ps.runs_generator:
+                batch, rows, made = self.graphs.generate(state.trainable, state.frozen, batch, rows, stacked=False)
+                batch = {**batch, **made}
+            loss, metrics = fn(state.trainable, state.frozen, batch, rows, state.counters)
             for m, v in {"loss": float(loss), **{m: float(v) for m, v in metrics.items()}}.items():
                 sums[m] = sums.get(m, 0.0) + v
         return {f"{ps.name}/{m}": v / ps.batches for m, v in sums.items()}
@@ -548,11 +533,11 @@ class Trainer:
         while state.step < self.steps:
             state, reports = self.step(state)
             done = state.step
-            # At most MAX_STEPS_IN_FLIGHT steps queued ahead of the device: enough to keep it busy, and a
-            # bound on what waits in the queue (batches, and on a CPU mesh the collectives of many queued
-            # steps, which XLA:CPU's device threads can deadlock on).
+            # A bounded number of steps queued ahead of the device: enough to keep it busy, and a bound on
+            # what waits in the queue (batches, and on a CPU mesh the collectives of many queued steps,
+            # which XLA:CPU's device threads can deadlock on).
             in_flight.append(self.bad)
-            if len(in_flight) > MAX_STEPS_IN_FLIGHT:
+            if len(in_flight) > (MAX_STEPS_IN_FLIGHT if self.dp is None else MAX_STEPS_IN_FLIGHT_MESH):
                 jax.block_until_ready(in_flight.popleft())
             log_now = done % run.log_every == 0 or done == self.steps or done == 1
             save_now = self.checkpoint_every is not None and (done % self.checkpoint_every == 0 or done == self.steps)

@@ -69,8 +69,9 @@ def _tree(t: PlistType, stack: int) -> dict:
     return {k: _sds(v, stack) for k, v in t.entries if isinstance(v, TensorType)}
 
 
-def _ctx(stack: int) -> dict:
-    return {k: _sds(TensorType((), d), stack) for k, d in RUNTIME_CTX}
+def _rows(stack: int):
+    """The context rows the graphs take (sexpgpu_runtime.graphs `unpack_ctx`): [S 5] i64."""
+    return jax.ShapeDtypeStruct((stack, len(RUNTIME_CTX)), jnp.int64)
 
 
 def _params(program: ir.Program) -> tuple[dict, dict]:
@@ -131,7 +132,7 @@ def compile_graphs(program: ir.Program, stack: int) -> dict[str, dict]:
     gen = program.generate
     trip = jax.ShapeDtypeStruct((), jnp.int64)
     if gen is not None:
-        batch, state, ctx = _tree(batch_t, S), _tree(gen.state, S), _ctx(1)
+        batch, state, ctx = _tree(batch_t, S), _tree(gen.state, S), _rows(S)
         guard("generate.init", g.gen_init, (trainable, frozen, batch, ctx))
         guard("generate.step", g.gen_step, (trainable, frozen, state, trip, ctx))
         guard("generate.finish", g.gen_finish, (trainable, frozen, state, ctx))
@@ -139,18 +140,18 @@ def compile_graphs(program: ir.Program, stack: int) -> dict[str, dict]:
     if gen is not None:
         tbatch.update(_tree(gen.out, S))
     base = {c: jax.ShapeDtypeStruct((), jdt(d)) for c, d in g.counter_types.items()}
-    guard("train", g.grads, (trainable, frozen, tbatch, _ctx(S), base))
+    guard("train", g.grads, (trainable, frozen, tbatch, _rows(S), base))
     opt_state = jax.eval_shape(optimizer.init, trainable)
     guard("update", g.update, (trainable, opt_state, [trainable] * run.microbatches))
     for ps in program.passes:
         pb = _tree(program.loaders[ps.loader].batch_type(), 1)
         if ps.runs_generator and gen is not None:
             pstate = _tree(gen.state, 1)
-            guard(f"pass {ps.name} generate.init", g.gen_init_1, (trainable, frozen, pb, _ctx(1)))
-            guard(f"pass {ps.name} generate.step", g.gen_step_1, (trainable, frozen, pstate, trip, _ctx(1)))
-            guard(f"pass {ps.name} generate.finish", g.gen_finish_1, (trainable, frozen, pstate, _ctx(1)))
+            guard(f"pass {ps.name} generate.init", g.gen_init_1, (trainable, frozen, pb, _rows(1)))
+            guard(f"pass {ps.name} generate.step", g.gen_step_1, (trainable, frozen, pstate, trip, _rows(1)))
+            guard(f"pass {ps.name} generate.finish", g.gen_finish_1, (trainable, frozen, pstate, _rows(1)))
             pb.update(_tree(gen.out, 1))
-        guard(f"pass {ps.name}", g.passes[ps.name], (trainable, frozen, pb, _ctx(1), base))
+        guard(f"pass {ps.name}", g.passes[ps.name], (trainable, frozen, pb, _rows(1), base))
     with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as pool:
         done = {name: pool.submit(_guarded, _read, low) for name, low in lowered.items() if not isinstance(low, dict)}
     for name, low in lowered.items():

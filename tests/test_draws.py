@@ -1,7 +1,6 @@
 """Random draws: bits are a pure function of the seed, the draw's place and its salt (DESIGN.md section 2)."""
 import numpy as np
 
-import jax
 
 from helpers import program_of, variant
 from sexpgpu_runtime.train import RunOptions, Trainer, make_ctx
@@ -20,7 +19,8 @@ def draws(program, points, tmp_path):
     batch = tr.loaders["train"].batch(0)
     out = []
     for step, mb in points:
-        state = tr.graphs.gen_init_1(st.trainable, st.frozen, batch, jax.device_put(make_ctx(step, mb, 0)))
+        rows = np.array([list(make_ctx(step, mb, 0).values())], np.int64)
+        _, _, state = tr.graphs.gen_init_1(st.trainable, st.frozen, batch, rows)
         out.append(np.asarray(state["noise"]))
     return out
 

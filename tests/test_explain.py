@@ -23,7 +23,7 @@ from helpers import FIXTURE, ROOT, SHARED_CASES, fixture_text, program_of, varia
 from sexpgpu_lang import analyze_file
 from sexpgpu_lang.explain import (DEFAULT_BUDGET, FLOP_RULES, TARGETS, choose_stack, einsum_layout, explain,
                                   fmt_bytes, fmt_flops, generation_line, memory_plan, parse_bytes, step_graphs,
-                                  to_text)
+                                  to_text, _plist_bytes)
 from sexpgpu_lang.ops import REGISTRY
 
 SEXPGPU = [sys.executable, "-m", "sexpgpu_cli.main"]
@@ -158,9 +158,10 @@ def test_the_tree_lists_the_step_graphs_under_the_step():
     assert "stacked ×2  ×6 trips  (6 calls per step)" in heads[1]
     i = lines.index(heads[0])
     assert lines[i + 1].split() == ["│", "in", "batch", "(:row", "[2", "64", "8]", "i32", ":stride", "[2", "64", "1]",
-                                    "i32),", "ctx", "5", "scalars"]
+                                    "i32),", "ctx", "[2", "5]", "i64"]
     assert lines[i + 2].split()[1:] == ["out", "state", "(:row", "[2", "64", "8]", "i32", ":stride", "[2", "64", "1]",
-                                        "i32)"]
+                                        "i32),", "batch", "(:row", "[2", "64", "8]", "i32", ":stride", "[2", "64", "1]",
+                                        "i32),", "ctx", "[2", "5]", "i64"]
     assert re.match(r"│ +cost \S+ \S*FLOP · \S+ \S+ moved · live \S+ \S+ \(args .*, out .*, temps .*\)", lines[i + 3])
 
 
@@ -431,7 +432,10 @@ def test_parameter_state_argument_and_output_bytes_are_exact(key):
     assert mem["optimizer"] == nbytes(jax.eval_shape(make_optimizer(program.run.optimizer).init, trainable))
     gen, S = report["generation"], report["step"]["stack"]
     if gen is not None:
-        assert xla["generate.init"]["outputs"] == gen["state_bytes_stacked"] == S * gen["state_bytes"]
+        # generate.init also returns the group's batch and context rows ([S 5] i64), the copies later graphs read
+        batch = _plist_bytes(program.loaders[program.run.loader].batch_type())
+        assert xla["generate.init"]["outputs"] == gen["state_bytes_stacked"] + S * (batch + 8 * 5)
+        assert gen["state_bytes_stacked"] == S * gen["state_bytes"]
         assert xla["generate.step"]["outputs"] == gen["state_bytes_stacked"]
         assert xla["generate.finish"]["outputs"] == S * gen["made_bytes"]
     M = program.run.microbatches

@@ -40,15 +40,13 @@ CHILD = textwrap.dedent(r'''
         return out
     loaders.Loader.batch = logged
     seen = {}
-    def batch_seen(put):   # the group's batch on the device: one device puts it in generate.init
-        def watched(self, *a, **k):
-            out = put(self, *a, **k)
-            seen["batch"] = [str(v.sharding) for v in out[0].values()]
-            seen["batch_devices"] = sorted({len(v.sharding.device_set) for v in out[0].values()})
-            return out
-        return watched
-    tr.Trainer.next_group = batch_seen(tr.Trainer.next_group)
-    tr.Graphs.generate_from_host = batch_seen(tr.Graphs.generate_from_host)
+    generate = tr.Graphs.generate
+    def watched(self, *a, **k):   # the group's batch on the device, as generate.init returns it
+        out = generate(self, *a, **k)
+        seen["batch"] = [str(v.sharding) for v in out[0].values()]
+        seen["batch_devices"] = sorted({len(v.sharding.device_set) for v in out[0].values()})
+        return out
+    tr.Graphs.generate = watched
     step = tr.Trainer.step
     def stepped(self, state):
         new, reports = step(self, state)
@@ -336,7 +334,7 @@ def test_the_editor_completes_shard_params_and_its_values():
 def test_a_long_fsdp_run_on_eight_devices_keeps_few_steps_in_flight(tmp_path):
     # Logged every 50 steps, the loop queues many steps between reads; unbounded, XLA:CPU's eight
     # device threads deadlocked in an FSDP all-gather and aborted the run (SIGABRT) after about 60 s.
-    # The loop waits once MAX_STEPS_IN_FLIGHT steps are queued (sexpgpu_runtime/train.py `fit`).
+    # The loop waits once MAX_STEPS_IN_FLIGHT_MESH steps are queued (sexpgpu_runtime/train.py `fit`).
     env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8", "JAX_PLATFORMS": "cpu"}
     r = subprocess.run([sys.executable, "-m", "sexpgpu_cli.main", "run", str(ROOT / "tests" / "fixtures" / "tiny-generate.sx"),
                         "--steps", "150", "--mesh", "data=8", "--fsdp", "--run-dir", str(tmp_path / "run")],
