@@ -17,7 +17,8 @@ Rows:
             (lsp_latency.measure).
 * step      the fixture's steady-state time per training step (the real loop,
             `Trainer.fit`, after compiling) against a hand-written JAX + optax
-            step of the same model, batch, generator and optimizer.
+            step of the same model, batch, generator and optimizer; 20 alternating
+            blocks of 150 steps each (the loop logs every 50, as the fixture says).
 * trips     the generator's trip loop: a host loop of 6 jitted step calls (by hand,
             and sexpgpu's own loop, `Graphs.trips`, with the trainer's stop check
             before every trip) against one `lax.fori_loop` over the same 6 trips,
@@ -237,9 +238,9 @@ def ratios(a: float, b: float, paired: float) -> str:
     return f"{a / b:.2f}x (paired {paired:.2f}x)"
 
 
-def bench_step(steps: int) -> None:
+def bench_step(steps: int, rounds: int = 20) -> None:
     sx_loop, ref_loop = SxLoop(FIXTURE.read_text()), RefLoop()
-    sx, ref, paired = interleaved(sx_loop, ref_loop, steps)
+    sx, ref, paired = interleaved(sx_loop, ref_loop, steps, rounds)
     sx_loop.close()
     row("training step, fixture (steady state)", f"{sx * 1000:.2f} ms/step", f"hand JAX+optax {ref * 1000:.2f} ms/step",
         ratios(sx, ref, paired), "<= 1.05x")
@@ -335,10 +336,10 @@ def main() -> None:
     q = a.quick
     which = a.only.split(",")
     benches = {
-        "lint": lambda: bench_lint(3 if q else 7),
+        "lint": lambda: bench_lint(3 if q else 15),
         "lint10k": lambda: bench_lint10k(1 if q else 3),
         "lsp": lambda: bench_lsp(10 if q else 60),
-        "step": lambda: bench_step(50 if q else 500),
+        "step": lambda: bench_step(50 if q else 3000, 5 if q else 20),   # blocks of 150 steps (3 logged)
         "trips": lambda: bench_trips(50 if q else 300),
         "stack": lambda: bench_stack(25 if q else 250),
         "compiles": lambda: bench_compiles(20 if q else 60),
