@@ -344,10 +344,11 @@ def run(
     last = result.history[-1] if result.history else {}
     shown = "  ".join(f"{k} {v:.4g}" for k, v in last.items() if k != "step")
     done = f"trained {result.steps} steps" if not resume else f"trained steps {result.extra['start'] + 1}-{result.steps}"
+    parts = [f"{done} in {result.seconds:.1f} s"]
     if resume and result.extra["start"] >= result.steps:
-        done = f"nothing to train: the checkpoint is at step {result.extra['start']} of {result.steps}"
-    print(f"{done} in {result.seconds:.1f} s; {shown}; metrics in {opts.run_dir / 'metrics.jsonl'}",
-          file=sys.stderr)
+        parts = [f"nothing to train: the checkpoint is at step {result.extra['start']} of {result.steps}"]
+    parts += [shown] if shown else []
+    print("; ".join(parts + [f"metrics in {opts.run_dir / 'metrics.jsonl'}"]), file=sys.stderr)
 
 
 def resume_command(file: Path, *, run_dir: Optional[Path] = None, steps: Optional[int] = None,

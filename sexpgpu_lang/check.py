@@ -38,8 +38,10 @@ CTX_KEYS: dict[str, TensorType] = {
     "step": scalar("i64"), "microbatch": scalar("i32"), "records": scalar("i64"),
     "stage": scalar("i32"), "stage-records": scalar("i64"),
 }
-#: Context keys that move between the microbatches of one stacked call.
+#: Context keys that move between the microbatches of one stacked call (W-STACK-001).
 PER_MICROBATCH_KEYS = ("microbatch", "records", "stage-records")
+#: ... and, in a run with a curriculum, `:stage` too: a stage can end inside a group of microbatches.
+PER_MICROBATCH_KEYS_CURRICULUM = PER_MICROBATCH_KEYS + ("stage",)
 
 SPECIAL_FORMS = {
     "let*": ("(let* ((name value) ...) body ...)", "bind names in order, then evaluate the body"),
@@ -1248,6 +1250,11 @@ class Checker:
                     out.append(f.items[i + 1].name)
         return out
 
+    def per_microbatch_keys(self) -> tuple[str, ...]:
+        """The context keys whose value can differ between the copies of one stacked group: a generator
+        that reads one keeps the run unstacked (W-STACK-001; its copies share the first copy's context)."""
+        return PER_MICROBATCH_KEYS_CURRICULUM if self.forms.get("curriculum") else PER_MICROBATCH_KEYS
+
     def generator_effects(self, frame: Frame):
         """E-GEN-004, E-CONTRACT-010, W-RAND-001 and W-STACK-001 from what a generator phase does."""
         stacks = self.run_ir is not None and (self.run_ir.stack > 1 or self.run_ir.stack_auto)
@@ -1266,9 +1273,11 @@ class Checker:
                 self.report(warning("W-RAND-001", e.site, f"an unsalted draw inside {where} draws the same bits "
                                     "at every step and microbatch", related=rel,
                                     help="salt it, e.g. `:salt (getf ctx :step)`"))
-            elif e.kind == "ctx" and e.name in PER_MICROBATCH_KEYS and stacks:
-                self.report(warning("W-STACK-001", e.site, f"{where} reads `:{e.name}`, which moves between "
-                                    "microbatches, so the run stays unstacked", related=rel,
+            elif e.kind == "ctx" and e.name in self.per_microbatch_keys() and stacks:
+                moves = ("can move between the microbatches of a group (a curriculum stage can end inside one)"
+                         if e.name == "stage" else "moves between microbatches")
+                self.report(warning("W-STACK-001", e.site, f"{where} reads `:{e.name}`, which {moves}, so the "
+                                    "run stays unstacked", related=rel,
                                     help=f"drop the read of `:{e.name}` to let the run stack its microbatches"))
 
     def batch_for(self, loader: ir.LoaderIR, gen: ir.GenerateIR | None, runs_gen: bool) -> BatchType:
@@ -2048,7 +2057,7 @@ class Checker:
         """The Program IR of a file without errors."""
         run = self.run_ir
         stackable = True
-        if gen is not None and gen.ctx_keys & set(PER_MICROBATCH_KEYS):
+        if gen is not None and gen.ctx_keys & set(self.per_microbatch_keys()):
             stackable = False
         metrics, diags = [], []
         for n in _all_reports(objective.body, "metric"):

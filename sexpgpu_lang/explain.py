@@ -1171,9 +1171,10 @@ def memory_plan(program: ir.Program, graphs: dict[str, GraphEstimate], stack: in
         phases.append({"phase": name, "parts": parts, "live": sum(parts.values())})
 
     if gen is not None:
-        # init's argument and the copy it returns, which the group's later graphs read
-        add("generate.init", batch=batch, batch_copy=batch + ctx * stack, temps=graphs["generate.init"].temps,
-            state=state)
+        # init's arguments (the batch and the context rows) and the copies it returns, which the group's
+        # later graphs read
+        add("generate.init", batch=batch, ctx=ctx * stack, copies=batch + ctx * stack,
+            temps=graphs["generate.init"].temps, state=state)
         add("generate.step", batch=batch, state=state, state_out=0 if donate else state,
             temps=graphs["generate.step"].temps, trip_and_ctx=8 + ctx * stack)
         add("generate.finish", batch=batch, state=state, temps=graphs["generate.finish"].temps, made=made)

@@ -477,7 +477,8 @@ class Trainer:
         loader = self.pass_loaders[ps.name]
         for k in range(ps.batches):
             batch = self.read(loader, k * loader.spec.batch)
-            rows = np.array([list(make_ctx(state.step, 0, state.records).values())], np.int64)
+            stage, _, within = self.stage_at(state.records)   # the training position the pass runs at
+            rows = np.array([list(make_ctx(state.step, 0, state.records, stage, within).values())], np.int64)
             if self.dp is not None:
                 batch, rows = self.dp.put_batch(batch, stacked=False), self.dp.put_replicated(rows)
             if ps.runs_generator:

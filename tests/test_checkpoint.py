@@ -423,3 +423,15 @@ def test_plot_skips_a_torn_last_line(tmp_path):
     r = CliRunner().invoke(app, ["plot", str(tmp_path)])
     assert r.exit_code == 0, r.output
     assert (tmp_path / "metrics.png").exists()
+
+
+def test_resuming_a_finished_run_says_there_is_nothing_to_train(tmp_path):
+    from typer.testing import CliRunner
+    from sexpgpu_cli.main import app
+    (tmp_path / "run.sx").write_text(TEXT)
+    args = ["run", str(tmp_path / "run.sx"), "--steps", "2", "--run-dir", str(tmp_path / "d")]
+    assert CliRunner().invoke(app, args).exit_code == 0
+    r = CliRunner().invoke(app, args + ["--resume"])
+    assert r.exit_code == 0, r.output
+    line = r.stderr.strip().splitlines()[-1]
+    assert line == f"nothing to train: the checkpoint is at step 2 of 2; metrics in {tmp_path / 'd' / 'metrics.jsonl'}"

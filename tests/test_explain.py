@@ -249,6 +249,7 @@ def test_the_memory_plan_has_a_phase_per_generator_graph():
     for phase in ("generate.init", "generate.step", "generate.finish"):
         assert plan[phase]["batch"] == batch and plan[phase]["state"] == state  # the batch :init read, the state
     assert "made" not in plan["generate.init"] and "made" not in plan["generate.step"]
+    assert plan["generate.init"]["copies"] == batch + 2 * 40   # init returns the batch and the [2 5] i64 context rows
     assert plan["generate.finish"]["made"] == made and plan["train"]["made"] == made  # lives until train reads it
     assert "state" not in plan["train"]
     assert plan["generate.step"]["state out"] == 0  # donated to each trip

@@ -151,6 +151,26 @@ def test_curriculum_switches_loader_and_sets_stage(tmp_path):
     assert [r["stage"] for r in result.history] == [0.0, 0.0, 1.0, 1.0]
 
 
+def test_a_pass_sees_the_curriculum_stage_training_is_in(tmp_path):
+    text = variant("(model student)", """(model student)
+
+(loader easy
+  :source (stride-rows :vocab vocab :seq seq :records 256)
+  :batch 64
+  :fields (:row [seq] :i32
+           :stride [1] :i32))
+
+(curriculum (stage :loader easy :records 256)
+            (stage :loader train))""")
+    text = variant("(metric :loss loss)", "(metric :loss loss)\n    (metric :stage (cast (getf ctx :stage) :f32))"
+                   "\n    (metric :within (cast (getf ctx :stage-records) :f32))", text)
+    text = variant(":log (:every 50)", ":log (:every 1)", text) + "\n(pass now :loader train :every 1 :batches 1)\n"
+    rows = train_quiet(text, 4, tmp_path).history
+    # 128 records a step; the pass runs after the step, at the position training reached: 128, 256, 384, 512
+    # records, i.e. stage 0 with 128 consumed, then stage 1 (from 256 on) with 0, 128, 256 consumed in it
+    assert [(r["now/stage"], r["now/within"]) for r in rows] == [(0.0, 128.0), (1.0, 0.0), (1.0, 128.0), (1.0, 256.0)]
+
+
 def test_unselected_diagnostic_is_not_computed_and_selected_one_is(tmp_path):
     text = variant("(metric :loss loss)", "(metric :loss loss)\n    (diagnostic :logit-mean (mean logits))")
     assert "logit-mean" not in train_quiet(text, 1, tmp_path / "a").history[-1]
