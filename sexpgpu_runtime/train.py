@@ -155,7 +155,7 @@ class Reporter:
                 self.fh = open(self.path, "a" if append else "w", encoding="utf-8")
         except OSError as e:
             raise RunError(f"cannot write {self.path}: {e.strerror or e}")
-        self.total, self.quiet, self.start = total, quiet, start
+        self.total, self.quiet, self.start, self.done = total, quiet, start, start
         self.bar = None
         self.tb = None
         if tensorboard:
@@ -175,7 +175,8 @@ class Reporter:
         return (done - self.start) / elapsed if elapsed > 0 else 0.0
 
     def advance(self, done: int):
-        """A step finished that is not logged: move the bar only."""
+        """A step was queued: move the bar only."""
+        self.done = done
         if self.bar is not None:
             self.bar.update(self.task, completed=done)
 
@@ -190,8 +191,9 @@ class Reporter:
         if self.tb is not None:
             self.tb.log(row)
         rate = self._rate(done)
-        if self.bar is not None:
-            self.bar.update(self.task, completed=done, loss=f"{row.get('loss', float('nan')):.4f}", rate=f"{rate:.1f}")
+        if self.bar is not None:   # the bar may be ahead of the row: rows are written once the device has the step
+            self.bar.update(self.task, completed=max(done, self.done), loss=f"{row.get('loss', float('nan')):.4f}",
+                            rate=f"{rate:.1f}")
         elif not self.quiet:
             parts = [f"step {row['step']}/{self.total}"] + [f"{k} {v:.4g}" for k, v in row.items() if k != "step"]
             print("  ".join(parts) + f"  {rate:.1f} steps/s", file=sys.stderr, flush=True)
@@ -521,13 +523,41 @@ class Trainer:
 
         Every step's loss is checked for NaN and Inf on the device (the training
         graph keeps the first bad step: `Graphs._tally`), so the host never waits
-        for a step it queued; the record is read (`settle`) at a logged step, a pass, a checkpoint step
-        and the end, before anything of that step is reported or saved, and a
-        NaN stops the run naming the first bad step. A logged step, a pass and a
-        checkpoint step are also checked in full. `after_step(state, row)` runs
-        after each step has finished (`row` is None for an unlogged step).
+        for a step it queued. A logged step's row waits (`_write_rows`) until the
+        device has reached that step, and is written then, in step order, while
+        later steps are queued: logging does not drain the queue. At a pass, a
+        checkpoint step, a stop and the end the loop waits: the rows before are
+        written, then the record is read (`settle`) before anything of that
+        step is reported or saved. A NaN stops the run naming the first bad
+        step; each logged row is also checked in full. `after_step(state, row)`
+        runs after each step is queued (`row` is the step's row when it was
+        written at once, at a pass or checkpoint step; else None).
         """
-        history = []
+        history: list[dict] = []
+        waiting: collections.deque = collections.deque()   # (step, reports, record) of logged steps
+        try:
+            return self._fit(state, reporter, after_step, history, waiting)
+        except BadValue:
+            raise
+        except BaseException:   # a stop, or a crash: the queued steps' rows are written as if it had not come
+            try:
+                self._write_rows(waiting, history, reporter, wait=True)
+            except Exception:   # a NaN among them, or the device itself failing: the first error is the one to tell
+                pass
+            raise
+
+    def _write_rows(self, waiting: collections.deque, history: list, reporter: Reporter, wait: bool) -> None:
+        """Write the rows of logged steps in order: each once the device has finished its step (`wait`:
+        all of them, waiting). A NaN loss up to that step, or in the row, raises BadValue."""
+        while waiting and (wait or waiting[0][2][0].is_ready()):
+            done, reports, bad = waiting.popleft()
+            self.check_losses(bad)
+            row = self.report_row(done, reports)
+            self.check_row(row)
+            history.append(row)
+            reporter.log(row, done)
+
+    def _fit(self, state: RunState, reporter: Reporter, after_step, history: list, waiting: collections.deque):
         run = self.program.run
         self.completed = state
         in_flight: collections.deque = collections.deque()
@@ -543,13 +573,14 @@ class Trainer:
             log_now = done % run.log_every == 0 or done == self.steps or done == 1
             save_now = self.checkpoint_every is not None and (done % self.checkpoint_every == 0 or done == self.steps)
             passes_now = [ps for ps in self.program.passes if done % ps.every == 0 or done == self.steps]
-            if log_now or save_now or passes_now:
-                self.settle()
             row = None
-            pass_rows = {}
-            for ps in passes_now:
-                pass_rows.update(self.run_pass(ps, state))
-            if log_now or pass_rows or save_now:
+            reporter.advance(done)
+            if save_now or passes_now:
+                self._write_rows(waiting, history, reporter, wait=True)
+                self.settle()
+                pass_rows = {}
+                for ps in passes_now:
+                    pass_rows.update(self.run_pass(ps, state))
                 full = self.report_row(done, reports)
                 full.update(pass_rows)
                 self.check_row(full)
@@ -557,13 +588,13 @@ class Trainer:
                     row = full
                     history.append(row)
                     reporter.log(row, done)
-                else:
-                    reporter.advance(done)
-            else:
-                reporter.advance(done)
+            elif log_now:
+                waiting.append((done, reports, self.bad))
+            self._write_rows(waiting, history, reporter, wait=False)
             if after_step is not None:
                 after_step(state, row)
             self.completed = state
+        self._write_rows(waiting, history, reporter, wait=True)
         self.settle()
         return state, history
 
