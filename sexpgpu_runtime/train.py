@@ -542,7 +542,9 @@ class Trainer:
         except BaseException:   # a stop, or a crash: the queued steps' rows are written as if it had not come
             try:
                 self._write_rows(waiting, history, reporter, wait=True)
-            except Exception:   # a NaN among them, or the device itself failing: the first error is the one to tell
+            except BadValue as bad:   # a row before it was bad: the run stops there, as if it had been written
+                raise bad from None   # at its step (and a stop then saves nothing past it)
+            except Exception:         # the device itself failing: the first error is the one to tell
                 pass
             raise
 

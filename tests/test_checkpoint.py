@@ -435,3 +435,26 @@ def test_resuming_a_finished_run_says_there_is_nothing_to_train(tmp_path):
     assert r.exit_code == 0, r.output
     line = r.stderr.strip().splitlines()[-1]
     assert line == f"nothing to train: the checkpoint is at step 2 of 2; metrics in {tmp_path / 'd' / 'metrics.jsonl'}"
+
+
+def test_a_stop_while_a_bad_row_waits_for_the_device_names_the_bad_step_and_saves_nothing_past_it(tmp_path, monkeypatch):
+    # On a device slower than the host, logged rows wait for it (`Trainer._write_rows`); made to wait here.
+    # The metric `odd` is -inf at the 10th step only; SIGTERM comes in step 13, while rows 8-12 wait. The run
+    # must stop at the bad row, as if it had been written at its step: no checkpoint past it (found by a tester).
+    from sexpgpu_runtime.train import Trainer
+    real = Trainer._write_rows
+    monkeypatch.setattr(Trainer, "_write_rows", lambda self, w, h, r, wait: real(self, w, h, r, wait) if wait else None)
+    text = variant("(metric :loss loss)",
+                   "(metric :loss loss)\n    (metric :odd (log (abs (- (cast (getf ctx :step) :f32) 9.0))))", TEXT)
+
+    def before_trip(step, trip):
+        if (step, trip) == (12, 0):
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    with pytest.raises(RunError) as e:
+        run(text, tmp_path, on_trip=before_trip)
+    ckpts = tmp_path / "checkpoints"
+    assert str(e.value).startswith("step 10: `odd` is -inf, so the run stopped;"), str(e.value)
+    assert str(e.value).endswith(f"the last good checkpoint is step 7 in {ckpts}")
+    assert sorted(int(p.name) for p in ckpts.iterdir() if p.name.isdigit()) == [7]
+    assert [r["step"] for r in rows(tmp_path)] == list(range(1, 10))
