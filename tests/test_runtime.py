@@ -131,8 +131,9 @@ def test_export_then_pretrained_frozen_teacher(tmp_path):
     assert msgs and "student.safetensors" in msgs[0] and "`out`" in msgs[0] and "[64 16]" in msgs[0] and "[64 64]" in msgs[0]
 
 
-def test_curriculum_switches_loader_and_sets_stage(tmp_path):
-    text = variant("(model student)", """(model student)
+def with_curriculum() -> str:
+    """The fixture with a curriculum: 256 records of an `easy` loader (2 steps of 2 x 64), then `train`."""
+    return variant("(model student)", """(model student)
 
 (loader easy
   :source (stride-rows :vocab vocab :seq seq :records 256)
@@ -142,6 +143,10 @@ def test_curriculum_switches_loader_and_sets_stage(tmp_path):
 
 (curriculum (stage :loader easy :records 256)
             (stage :loader train))""")
+
+
+def test_curriculum_switches_loader_and_sets_stage(tmp_path):
+    text = with_curriculum()
     text = variant("(metric :loss loss)", "(metric :loss loss)\n    (metric :stage (cast (getf ctx :stage) :f32))", text)
     text = variant(":log (:every 50)", ":log (:every 1)", text)
     prog = program_of(text)
@@ -152,16 +157,7 @@ def test_curriculum_switches_loader_and_sets_stage(tmp_path):
 
 
 def test_a_pass_sees_the_curriculum_stage_training_is_in(tmp_path):
-    text = variant("(model student)", """(model student)
-
-(loader easy
-  :source (stride-rows :vocab vocab :seq seq :records 256)
-  :batch 64
-  :fields (:row [seq] :i32
-           :stride [1] :i32))
-
-(curriculum (stage :loader easy :records 256)
-            (stage :loader train))""")
+    text = with_curriculum()
     text = variant("(metric :loss loss)", "(metric :loss loss)\n    (metric :stage (cast (getf ctx :stage) :f32))"
                    "\n    (metric :within (cast (getf ctx :stage-records) :f32))", text)
     text = variant(":log (:every 50)", ":log (:every 1)", text) + "\n(pass now :loader train :every 1 :batches 1)\n"
