@@ -1150,7 +1150,8 @@ def memory_plan(program: ir.Program, graphs: dict[str, GraphEstimate], stack: in
     `:init` read (held until the training graph reads it) and the state the
     trips carry; what `:finish` made lives until the training graph reads
     it. `generate.init` returns a copy of the batch (the later graphs read it), so
-    during that call the batch is held twice. The gradients of earlier groups are held until `update`. `donate`:
+    during that call the batch is held twice. The gradients of earlier groups
+    are held until `update`. `donate`:
     the runtime donates the state to each trip, and the parameters and
     optimizer state to `update`, on an accelerator (not on the CPU).
     Returns the totals (bytes) and `phases`, each `{phase, parts, live}`.

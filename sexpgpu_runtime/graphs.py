@@ -298,9 +298,10 @@ class Graphs:
 
     def _grads(self, trainable, frozen, batches, rows, base, bad=None):
         """The training graph of one group: (losses, gradients, metrics, diagnostics, counter deltas), one
-        entry per copy in microbatch order. `rows` are the group's context rows, [S 5] i64 (`unpack_ctx`). With `bad` (the trainer's record of the first non-finite loss,
-        `no_bad`), the counter totals after the group and the updated record replace the deltas:
-        (losses, gradients, metrics, diagnostics, totals, bad); see `_tally`."""
+        entry per copy in microbatch order; `rows` are the group's context rows, [S 5] i64 (`unpack_ctx`).
+        With `bad` (the trainer's record of the first non-finite loss, `no_bad`), the counter totals
+        after the group and the updated record replace the deltas: (losses, gradients, metrics,
+        diagnostics, totals, bad); see `_tally`."""
         ctxs = unpack_ctx(rows, self.layout.stack > 1)
         l, g, m, d, dl = self._group(trainable, frozen, batches, ctxs, base)
         if self.dp is not None and self.dp.fsdp:

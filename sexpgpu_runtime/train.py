@@ -31,7 +31,7 @@ from sexpgpu_lang import ir
 
 from .dtypes import InternalTypeError, jdt
 from .checkpoint import CheckpointError, Checkpoints, CheckpointSpec, Identity, checkpoint_spec
-from .graphs import Graphs, make_ctx
+from .graphs import Graphs
 from .loaders import Loader, LoaderError
 from .optim import make_optimizer
 from .params import flatten, init_params, set_path
@@ -477,10 +477,10 @@ class Trainer:
         sums: dict[str, float] = {}
         fn = self.graphs.passes[ps.name]
         loader = self.pass_loaders[ps.name]
+        stage, _, within = self.stage_at(state.records)   # the training position the pass runs at
+        pass_rows = np.array([(state.step, 0, state.records, stage, within)], np.int64)   # as `host_group`'s
         for k in range(ps.batches):
-            batch = self.read(loader, k * loader.spec.batch)
-            stage, _, within = self.stage_at(state.records)   # the training position the pass runs at
-            rows = np.array([list(make_ctx(state.step, 0, state.records, stage, within).values())], np.int64)
+            batch, rows = self.read(loader, k * loader.spec.batch), pass_rows
             if self.dp is not None:
                 batch, rows = self.dp.put_batch(batch, stacked=False), self.dp.put_replicated(rows)
             if ps.runs_generator:

@@ -3,7 +3,8 @@ import numpy as np
 
 
 from helpers import program_of, variant
-from sexpgpu_runtime.train import RunOptions, Trainer, make_ctx
+from sexpgpu_runtime.graphs import make_ctx
+from sexpgpu_runtime.train import RunOptions, Trainer
 
 
 def noise_program(salt: str, prefix: str = ""):
