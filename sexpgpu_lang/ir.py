@@ -121,6 +121,38 @@ class Seq(Expr):
     body: tuple[Expr, ...] = ()
 
 
+def children(e: Expr) -> tuple[Expr, ...]:
+    """The expressions directly below `e`, in evaluation order (an `Op`'s
+    positional arguments, then its keyword arguments; a `Let`'s values, then
+    its body; an `Apply`'s or `ModelCall`'s arguments, then its body)."""
+    if isinstance(e, Op):
+        return e.args + tuple(v for _, v in e.kwargs)
+    if isinstance(e, Vector):
+        return e.items
+    if isinstance(e, Let):
+        return e.values + e.body
+    if isinstance(e, Plist):
+        return e.values
+    if isinstance(e, GetF):
+        return () if e.obj is None else (e.obj,)
+    if isinstance(e, (Apply, ModelCall)):
+        return e.args + e.body
+    if isinstance(e, Report):
+        return () if e.value is None else (e.value,)
+    if isinstance(e, Seq):
+        return e.body
+    return ()
+
+
+def walk(e: Expr):
+    """Yield `e` and every expression below it, parents first, in evaluation order."""
+    stack = [e]
+    while stack:
+        n = stack.pop()
+        yield n
+        stack.extend(reversed(children(n)))
+
+
 @dataclass(frozen=True)
 class Phase:
     """One traced function of the step: `params` names bound to `param_types`, and `body`."""
