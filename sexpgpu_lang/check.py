@@ -28,7 +28,7 @@ from . import ir
 from .diagnostics import Diagnostic, Related, error, warning
 from .ops import INITIALIZERS, REGISTRY, RuleCall, RuleError
 from .source import SourceText, Span
-from .syntax import ErrorNode, Kw, ListNode, Node, Num, ParseResult, Str, Sym, VecNode, form_key, parse as parse_text
+from .syntax import ErrorNode, Kw, ListNode, Node, Num, ParseResult, Str, Sym, VecNode, form_key, parse as parse_text, plist_pairs, result_node, walk
 from .types import (DTYPES, dtype_hint, ERROR, NIL, ErrorType, FunctionType, KeywordType, LoaderType, ModelType,
                     NilType, PlistType, SelfType, ShapeType, StringType, TensorType, TupleType, Type,
                     is_float, same_tensor, scalar)
@@ -607,7 +607,7 @@ class Checker:
         """The names `prepare` declares with `counter` (read before the generator is checked, for its nil reasons)."""
         names = []
         for f in self.forms.get("prepare", []):
-            for n in _walk(f):
+            for n in walk(f):
                 if isinstance(n, ListNode) and n.head == "counter" and len(n.items) > 1 and isinstance(n.items[1], Kw):
                     names.append(n.items[1].name)
         self.counter_names = tuple(dict.fromkeys(names))
@@ -1120,10 +1120,10 @@ class Checker:
         state = PlistType(tuple((k, t.strong() if isinstance(t, TensorType) else t) for k, t in state.entries))
         self._state_type = state   # `getf` on this very object reads a state key (whatever the parameter's name)
         # Definitions of the state keys, where :init made them.
-        init_list = _result_node(kws["init"][1].items[2:])
+        init_list = result_node(kws["init"][1].items[2:])
         key_defs: dict[str, Definition] = {}
         if isinstance(init_list, ListNode) and init_list.head == "list":
-            for k, v in _plist_pairs(init_list):
+            for k, v in plist_pairs(init_list):
                 key_defs[k.name] = self.facts.define(Definition(k.name, "state-key", k.span, v.span,
                                                                 f"state :{k.name} {state.get(k.name)}"))
         self.facts.state_keys = key_defs
@@ -1147,9 +1147,9 @@ class Checker:
                 out = PlistType(())
         self.check_generated_names(out, kws.get("finish", kws["step"])[1], train)
         gen_node = kws.get("finish", kws["step"])[1]
-        fin_list = _result_node(gen_node.items[2:]) if isinstance(gen_node, ListNode) else None
+        fin_list = result_node(gen_node.items[2:]) if isinstance(gen_node, ListNode) else None
         if isinstance(fin_list, ListNode) and fin_list.head == "list":
-            for k, v in _plist_pairs(fin_list):
+            for k, v in plist_pairs(fin_list):
                 self.facts.generated[k.name] = self.facts.define(
                     Definition(k.name, "generated", k.span, v.span, f"generated :{k.name} {out.get(k.name)}"))
         ctx_keys = set()
@@ -1231,10 +1231,10 @@ class Checker:
             for ld in loaders:
                 if any(n == k for n, _, _ in ld.fields):
                     body = node.items[2:] if isinstance(node, ListNode) else ()
-                    res = _result_node(body)
+                    res = result_node(body)
                     span = res.span if res is not None else node.span
                     if isinstance(res, ListNode) and res.head == "list":
-                        for kk, _v in _plist_pairs(res):
+                        for kk, _v in plist_pairs(res):
                             if kk.name == k:
                                 span = kk.span
                     self.err("E-GEN-003", span, f"the generated name `:{k}` is a field of loader `{ld.name}`",
@@ -2078,32 +2078,8 @@ def _count(n: int, noun: str) -> str:
     return f"{n} {noun}" + ("" if n == 1 else "s")
 
 
-def _walk(node):
-    stack = [node]
-    while stack:
-        n = stack.pop()
-        yield n
-        if isinstance(n, (ListNode, VecNode)):
-            stack.extend(n.items)
-
-
 def _is_constant(t: Type) -> bool:
     return (isinstance(t, TensorType) and t.value is not None) or isinstance(t, (ShapeType, KeywordType, StringType))
-
-
-def _plist_pairs(node: ListNode):
-    items = node.items[1:]
-    return [(k, v) for k, v in zip(items[0::2], items[1::2]) if isinstance(k, Kw)]
-
-
-def _result_node(nodes):
-    """The syntax node whose value a body returns, looking through `let*`."""
-    if not nodes:
-        return None
-    last = nodes[-1]
-    while isinstance(last, ListNode) and last.head == "let*" and len(last.items) >= 3:
-        last = last.items[-1]
-    return last
 
 
 def _result_expr(e: ir.Expr) -> ir.Expr:

@@ -26,7 +26,7 @@ from .check import (stdlib_docs, CTX_KEYS, OPTIMIZERS, RUN_KEYS, SOURCES, SPECIA
 from .diagnostics import Diagnostic
 from .ops import INITIALIZERS, REGISTRY
 from .source import Span
-from .syntax import Kw, ListNode, Node, Num, Str, Sym, VecNode, walk
+from .syntax import Kw, ListNode, Node, Num, Str, Sym, VecNode, keyword_value, plist_pairs, result_node, walk
 from .types import DTYPES, ErrorType, FunctionType, ModelType, PlistType, SelfType, ShapeType, TensorType, Type
 
 # --------------------------------------------------------------------------- tables
@@ -454,31 +454,6 @@ def index(result: CheckResult) -> Index:
 
 
 # --------------------------------------------------------------------------- syntax helpers
-
-
-def plist_pairs(node: ListNode) -> list[tuple[Kw, Node]]:
-    """The `:key value` pairs of a `(list ...)`."""
-    items = node.items[1:]
-    return [(k, v) for k, v in zip(items[0::2], items[1::2]) if isinstance(k, Kw)]
-
-
-def keyword_value(node: ListNode, key: str, start: int = 1) -> Node | None:
-    """The value after `:key` among `node`'s items from `start`."""
-    items = node.items
-    for i in range(start, len(items) - 1):
-        if isinstance(items[i], Kw) and items[i].name == key:
-            return items[i + 1]
-    return None
-
-
-def result_node(body) -> Node | None:
-    """The node a body returns, looking through `let*` (as the checker does)."""
-    if not body:
-        return None
-    last = body[-1]
-    while isinstance(last, ListNode) and last.head == "let*" and len(last.items) >= 3:
-        last = last.items[-1]
-    return last
 
 
 def _result_siblings(body: tuple[Node, ...]) -> tuple[Node, ...]:

@@ -133,6 +133,31 @@ def walk(node: Node):
             stack.extend(reversed(n.items))
 
 
+def plist_pairs(node: ListNode) -> list[tuple[Kw, Node]]:
+    """The `:key value` pairs of a `(list ...)`: items after the head, two at a time, where the first is a keyword."""
+    items = node.items[1:]
+    return [(k, v) for k, v in zip(items[0::2], items[1::2]) if isinstance(k, Kw)]
+
+
+def keyword_value(node: ListNode, key: str, start: int = 1) -> Node | None:
+    """The value after `:key` among `node`'s items from `start`; None where it is absent."""
+    items = node.items
+    for i in range(start, len(items) - 1):
+        if isinstance(items[i], Kw) and items[i].name == key:
+            return items[i + 1]
+    return None
+
+
+def result_node(body) -> Node | None:
+    """The syntax node whose value a body (a sequence of nodes) returns, looking through `let*`; None for an empty body."""
+    if not body:
+        return None
+    last = body[-1]
+    while isinstance(last, ListNode) and last.head == "let*" and len(last.items) >= 3:
+        last = last.items[-1]
+    return last
+
+
 # --------------------------------------------------------------------------- tokens
 
 
