@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from .diagnostics import Diagnostic, error
+from .language import TOP_LEVEL_HEADS
 from .source import SourceText, Span
 
 # --------------------------------------------------------------------------- nodes
@@ -468,12 +469,6 @@ def _pair(chunk: list[Token], diags: list[Diagnostic], missing: int = 0, extra: 
 def _synthetic_closer(opener: Token, end: int) -> Token:
     # An empty value marks a closer that recovery supplied (a real one is never empty).
     return Token(_CLOSER[opener.type], "", end, None, None, end)
-
-
-#: Heads of the top-level forms (DESIGN.md section 2). A `(` in column 1 followed by one of
-#: these always starts a new form, even inside an unclosed one.
-TOP_LEVEL_HEADS = frozenset({"def", "loader", "defmodel", "model", "defgenerate", "prepare",
-                             "objective", "pass", "run", "curriculum"})
 
 
 def _chunks(tokens: list[Token]) -> list[list[Token]]:

@@ -1,0 +1,65 @@
+"""The editor data model: what one check found, as plain data.
+
+`Definition` (a named thing the file defines), `Facts` (types by range,
+definitions, uses, calls, state keys, generated names: what hover, go to
+definition, rename and the other editor features read) and `CheckResult`
+(diagnostics, facts and the IR of a file without errors).
+
+Imports nothing outside `sexpgpu_lang`; never JAX.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .. import ir
+from ..diagnostics import Diagnostic
+from ..source import SourceText, Span
+from ..syntax import ParseResult
+from ..types import Type
+
+
+@dataclass
+class Definition:
+    """A named thing the file defines: `kind` is def, loader, model, param, binding, state-key, generated, ..."""
+
+    name: str
+    kind: str
+    span: Span          # the name's range
+    form_span: Span     # the whole defining form
+    detail: str = ""
+
+
+@dataclass
+class Facts:
+    """What the editor features read: types by range, definitions, uses."""
+
+    types: dict[tuple[int, int], Type] = field(default_factory=dict)
+    definitions: list[Definition] = field(default_factory=list)
+    uses: list[tuple[Span, Definition]] = field(default_factory=list)
+    calls: dict[tuple[int, int], str] = field(default_factory=dict)   # call range -> op/form/model name
+    state_keys: dict[str, Definition] = field(default_factory=dict)
+    generated: dict[str, Definition] = field(default_factory=dict)
+    loader_fields: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    counters: tuple[str, ...] = ()
+    phases: dict[str, Span] = field(default_factory=dict)   # phase name -> lambda range
+
+    def define(self, d: Definition) -> Definition:
+        """Record a definition and return it."""
+        self.definitions.append(d)
+        return d
+
+
+@dataclass
+class CheckResult:
+    """The outcome of checking one file: diagnostics, facts for editors, and the IR when there is no error."""
+
+    source: SourceText
+    parse: ParseResult
+    diagnostics: list[Diagnostic]
+    facts: Facts
+    program: ir.Program | None
+
+    @property
+    def has_errors(self) -> bool:
+        """True when any diagnostic is an error."""
+        return any(d.is_error for d in self.diagnostics)

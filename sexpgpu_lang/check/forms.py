@@ -1,0 +1,256 @@
+"""Each top-level form's own check: `def`, `loader`, `run` and `curriculum` (models: `models`;
+the generator: `generate`; prepare, objective and passes: `phases`).
+
+`define_global` binds a top-level name (E-NAME-002 for a duplicate or a
+built-in name); `top_def` a constant or function; `top_loader` a loader's
+source, batch and fields; `top_run` the run's settings to an `ir.RunIR`;
+`top_curriculum` the stages (their loaders' contract: `contracts`).
+
+Imports nothing outside `sexpgpu_lang`; never JAX.
+"""
+from __future__ import annotations
+
+import os
+
+from .. import ir
+from ..diagnostics import Related
+from ..language import (DEFAULT_OPTIMIZER, FORM_KEYWORDS, KEYWORD_VALUES, OPTIMIZERS, PLIST_KEYWORDS, RUN_KEYS,
+                        SOURCES, SPECIAL_FORMS)
+from ..ops import REGISTRY
+from ..syntax import Kw, ListNode, Node, Sym, VecNode
+from ..types import (DTYPES, dtype_hint, ERROR, ErrorType, FunctionType, KeywordType, LoaderType, ShapeType,
+                     StringType, TensorType, Type)
+from .context import CheckContext, near_miss
+from .contracts import stage_loader
+from .facts import Definition
+from .infer import infer, lambda_params
+from .keywords import config_plist, const_int, const_keyword, const_value, keyword_args
+from .scope import Binding
+
+
+def define_global(ctx: CheckContext, name_node: Node, kind: str, form: Node, t: Type, **kw) -> Definition | None:
+    """Bind a top-level name, reporting a duplicate or a built-in name (E-NAME-002)."""
+    if not isinstance(name_node, Sym):
+        ctx.err("E-FORM-002", name_node.span, f"`{kind}` needs a name here")
+        return None
+    name = name_node.name
+    prev = ctx.globals.names.get(name)
+    if prev is not None and prev.definition is not None:
+        ctx.err("E-NAME-002", name_node.span, f"`{name}` is already defined",
+                 related=[Related(prev.definition.span, "first defined here")])
+        return None
+    if name in REGISTRY or name in SPECIAL_FORMS or name in ("model", "true", "false", "nil"):
+        ctx.err("E-NAME-002", name_node.span, f"`{name}` is a built-in name; choose another")
+        return None
+    d = ctx.facts.define(Definition(name, kind, name_node.span, form.span, t.show()))
+    ctx.globals.names[name] = Binding(t, d, **kw)
+    ctx.note_type(name_node, t)
+    return d
+
+
+def top_def(ctx: CheckContext, f: ListNode):
+    """`(def name value)`: a constant or a function."""
+    # A `def` that fails still binds its name, typed ERROR, so its uses are not reported again.
+    if len(f.items) != 3:
+        ctx.err("E-FORM-003", f.span, "`def` takes a name and a value: `(def name value)`")
+        if len(f.items) > 1 and isinstance(f.items[1], Sym):
+            define_global(ctx, f.items[1], "def", f, ERROR)
+        return
+    val = f.items[2]
+    if isinstance(val, ListNode) and val.head == "lambda":
+        params = lambda_params(ctx, val, None, "def")
+        if params is None:
+            define_global(ctx, f.items[1], "function", f, ERROR)
+            return
+        define_global(ctx, f.items[1], "function", f, FunctionType(len(params), f.items[1].name if isinstance(f.items[1], Sym) else "lambda"),
+                           fn=(val, ctx.globals))
+        return
+    e = infer(ctx, val, ctx.globals)
+    if not isinstance(e.type, ErrorType) and not _is_constant(e.type):
+        ctx.err("E-TYPE-003", val.span, f"`def` needs a compile-time constant, got {e.type.show()}")
+        define_global(ctx, f.items[1], "def", f, ERROR)
+        return
+    define_global(ctx, f.items[1], "def", f, e.type, ir=e)
+
+
+def top_loader(ctx: CheckContext, f: ListNode):
+    """`(loader name :source :batch :fields)` to a LoaderIR."""
+    if len(f.items) < 2:
+        ctx.err("E-FORM-003", f.span, "`loader` needs a name")
+        return
+    kws = keyword_args(ctx, f, 2, FORM_KEYWORDS["loader"], "loader")
+    for need in FORM_KEYWORDS["loader"]:
+        if need not in kws:
+            ctx.err("E-FORM-005", f.items[1].span if len(f.items) > 1 else f.span, f"`loader` needs `:{need}`")
+    if not all(k in kws for k in FORM_KEYWORDS["loader"]):
+        define_global(ctx, f.items[1], "loader", f, LoaderType(getattr(f.items[1], "name", "?")))
+        return
+    source = loader_source(ctx, kws["source"][1])
+    batch = const_int(ctx, kws["batch"][1], "`:batch`", 1)
+    fields = loader_fields(ctx, kws["fields"][1])
+    name = getattr(f.items[1], "name", "?")
+    d = define_global(ctx, f.items[1], "loader", f, LoaderType(name))
+    if d is None or source is None or batch is None or fields is None:
+        return
+    base = os.path.dirname(os.path.abspath(ctx.src.path)) if ctx.src.path and not ctx.src.path.startswith("<") else "."
+    ctx.loaders[name] = ir.LoaderIR(name, source, batch, fields, f.span, base)
+    ctx.facts.loader_fields[name] = tuple(n for n, _, _ in fields)
+    d.detail = f"loader {name}: batch {batch}, " + " ".join(f":{n} [{' '.join(map(str, s))}] {dt}" for n, s, dt in fields)
+
+
+def loader_source(ctx: CheckContext, node: Node):
+    """A loader's `:source` form to (kind, constant arguments)."""
+    if not isinstance(node, ListNode) or node.head not in SOURCES:
+        hint = near_miss(node.head, SOURCES) if isinstance(node, ListNode) and node.head else None
+        ctx.err("E-FORM-002", node.span, "`:source` must be one of "
+                 + ", ".join(f"`({s} ...)`" for s in SOURCES) + (f"; did you mean `{hint}`?" if hint else ""),
+                 data={"replace": hint} if hint else None)
+        return None
+    kind = node.head
+    args: dict = {}
+    rest = node.items[1:]
+    if rest and not isinstance(rest[0], Kw):
+        args[SOURCES[kind][0]] = const_value(ctx, rest[0])
+        start = 2
+    else:
+        start = 1
+    for k, (kw, v) in keyword_args(ctx, node, start, SOURCES[kind], kind).items():
+        args[k] = const_value(ctx, v)
+    return (kind, args)
+
+
+def loader_fields(ctx: CheckContext, node: Node):
+    """`:fields (:name [shape] :dtype ...)` to (name, shape, dtype) triples."""
+    if not isinstance(node, ListNode):
+        ctx.err("E-FORM-002", node.span, "`:fields` takes `(:name [shape] :dtype ...)`")
+        return None
+    items, out, i = node.items, [], 0
+    while i < len(items):
+        k = items[i]
+        if not isinstance(k, Kw) or i + 2 >= len(items):
+            ctx.err("E-FORM-002", k.span, "`:fields` takes triples `:name [shape] :dtype`")
+            return None
+        shape_t = infer(ctx, items[i + 1], ctx.globals).type
+        dt = items[i + 2]
+        if not isinstance(shape_t, ShapeType):
+            if not isinstance(shape_t, ErrorType):
+                ctx.err("E-TYPE-003", items[i + 1].span, f"a field's shape must be a constant vector like `[seq]`, got {shape_t.show()}")
+            return None
+        if not isinstance(dt, Kw) or dt.name not in DTYPES:
+            hint = dtype_hint(dt.name) if isinstance(dt, Kw) else None
+            ctx.err("E-TYPE-002", dt.span, "a field's dtype must be one of " + ", ".join(f"`:{d}`" for d in DTYPES)
+                     + (f"; did you mean `:{hint}`?" if hint else ""), data={"replace": f":{hint}"} if hint else None)
+            return None
+        out.append((k.name, shape_t.dims, dt.name))
+        i += 3
+    return tuple(out)
+
+
+def top_run(ctx):
+    """The `run` form's settings to a RunIR."""
+    forms = ctx.forms.get("run", [])
+    if not forms:
+        return
+    f = forms[0]
+    kws = keyword_args(ctx, f, 1, RUN_KEYS, "run")
+    cfg: dict = {}
+    if "loader" not in kws:
+        ctx.err("E-FORM-005", f.items[0].span, "`run` needs `:loader`")
+        return
+    lnode = kws["loader"][1]
+    lt = infer(ctx, lnode, ctx.globals).type
+    if not isinstance(lt, LoaderType):
+        if not isinstance(lt, ErrorType):
+            ctx.err("E-TYPE-001", lnode.span, f"`:loader` must name a loader, got {lt.show()}")
+        return
+    cfg["loader"] = lt.name
+    if "steps" not in kws:
+        ctx.err("E-FORM-005", f.items[0].span, "`run` needs `:steps`")
+        return
+    steps = const_int(ctx, kws["steps"][1], "`:steps`", 1)
+    mb = const_int(ctx, kws["microbatches"][1], "`:microbatches`", 1) if "microbatches" in kws else 1
+    stack, stack_auto = 1, False
+    if "stack" in kws:
+        sn = kws["stack"][1]
+        if isinstance(sn, Kw) and sn.name == "auto":
+            stack_auto, stack = True, mb or 1
+        else:
+            stack = const_int(ctx, sn, "`:stack`", 1)
+            if stack and mb and mb % stack:
+                ctx.err("E-FORM-002", sn.span, f"`:stack {stack}` must divide `:microbatches {mb}`")
+                stack = 1
+    precision = const_keyword(ctx, kws, "precision", KEYWORD_VALUES["precision"])
+    ctx.precision = precision
+    seed = const_int(ctx, kws["seed"][1], "`:seed`", 0) if "seed" in kws else 0
+    devices = None
+    if "devices" in kws:
+        # Data parallel: every batch is split evenly along the mesh's `data` axis (docs/sharding.md).
+        dn = kws["devices"][1]
+        devices = const_int(ctx, dn, "`:devices`", 1)
+        for lname, ld in (ctx.loaders.items() if devices else ()):
+            if ld.batch % devices:
+                ctx.err("E-FORM-002", dn.span,
+                         f"`:devices {devices}` does not divide `:batch {ld.batch}` of loader `{lname}`: "
+                         "each device takes an equal slice of every batch",
+                         help=f"make `:batch` a multiple of {devices}, or use a device count that divides it")
+    # Parameters and optimizer state whole on every device, or split FSDP-style (docs/sharding.md).
+    shard_params = const_keyword(
+        ctx, kws, "shard-params", KEYWORD_VALUES["shard-params"],
+        help="`:fsdp` splits every parameter and its optimizer state along the mesh's `data` axis")
+    opt = (DEFAULT_OPTIMIZER[0], dict(DEFAULT_OPTIMIZER[1]))
+    if "optimizer" in kws:
+        on = kws["optimizer"][1]
+        if not isinstance(on, ListNode) or on.head not in OPTIMIZERS:
+            hint = near_miss(on.head, OPTIMIZERS) if isinstance(on, ListNode) and on.head else None
+            ctx.err("E-FORM-002", on.span, "`:optimizer` is one of " + ", ".join(f"`({o} :lr ...)`" for o in OPTIMIZERS)
+                     + (f"; did you mean `{hint}`?" if hint else ""), data={"replace": hint} if hint else None)
+        else:
+            okw = keyword_args(ctx, on, 1, OPTIMIZERS[on.head], on.head)
+            args = {k: const_value(ctx, v) for k, (kw, v) in okw.items()}
+            lr = args.get("lr")
+            if isinstance(lr, (int, float)) and not isinstance(lr, bool) and lr <= 0:
+                ctx.err("E-FORM-002", okw["lr"][1].span, f"`:lr` must be greater than 0, got {lr}",
+                         help="a typical learning rate is `3e-4` to `3e-3`")
+            opt = (on.head, args)
+            ctx.facts.calls[(on.span.start, on.span.end)] = on.head
+    log = config_plist(ctx, kws["log"][1], PLIST_KEYWORDS["log"], ":log") if "log" in kws else {}
+    ckpt = (config_plist(ctx, kws["checkpoint"][1], PLIST_KEYWORDS["checkpoint"], ":checkpoint")
+            if "checkpoint" in kws else None)
+    diag_sel: tuple[str, ...] = ()
+    if "diagnostics" in kws:
+        dn = kws["diagnostics"][1]
+        if isinstance(dn, VecNode) and all(isinstance(i, Kw) for i in dn.items):
+            diag_sel = tuple(i.name for i in dn.items)
+        else:
+            ctx.err("E-FORM-002", dn.span, "`:diagnostics` takes a vector of names like `[:grad-norm]`")
+    if steps is None or mb is None or stack is None or seed is None:
+        return
+    ctx.run_ir = ir.RunIR(cfg["loader"], steps, mb, stack, stack_auto, seed, precision, opt,
+                           int(log.get("every") or 50), log, ckpt, diag_sel, devices,
+                           shard_params=shard_params)
+
+
+def top_curriculum(ctx: CheckContext, train):
+    """`curriculum` stages: each stage's loader must match the training loader."""
+    ctx.stages: list[tuple[str, int | None]] = []
+    for f in ctx.forms.get("curriculum", [])[:1]:
+        for st in f.items[1:]:
+            if not (isinstance(st, ListNode) and st.head == "stage"):
+                ctx.err("E-FORM-002", st.span, "`curriculum` takes `(stage :loader l :records n)` forms")
+                continue
+            kws = keyword_args(ctx, st, 1, FORM_KEYWORDS["stage"], "stage")
+            if "loader" in kws:
+                lt = infer(ctx, kws["loader"][1], ctx.globals).type
+                ld = ctx.loaders.get(lt.name) if isinstance(lt, LoaderType) else None
+                if ld is not None and train is not None:
+                    stage_loader(ctx, kws["loader"][1], ld, train)
+                records = const_int(ctx, kws["records"][1], "`:records`", 1) if "records" in kws else None
+                if ld is not None:
+                    ctx.stages.append((ld.name, records))
+            else:
+                ctx.err("E-FORM-005", st.span, "`stage` needs `:loader`")
+
+
+def _is_constant(t: Type) -> bool:
+    """A type a `def` may bind: a constant tensor, a shape, a keyword or a string."""
+    return (isinstance(t, TensorType) and t.value is not None) or isinstance(t, (ShapeType, KeywordType, StringType))

@@ -1,0 +1,234 @@
+"""The generator (`defgenerate`, spec/generation.md): every E-GEN code is decided here and nowhere else.
+
+Its three phases (`:init` the batch and context to the state, `:step` the
+state to the next state `:trips` times, `:finish` the last state to what it
+makes), each returning a plist of tensors (E-GEN-001); the check across
+trips (E-GEN-002: `:step` returns exactly the keys, shapes and dtypes
+`:init` made); generated names that are loader fields (E-GEN-003); what a
+generator may not do (E-GEN-004 a metric; a counter is E-CONTRACT-010, in
+`contracts`); `:trips` (E-GEN-005).
+
+Imports nothing outside `sexpgpu_lang`; never JAX.
+"""
+from __future__ import annotations
+
+from .. import ir
+from ..diagnostics import Related, warning
+from ..language import FORM_KEYWORDS, PER_MICROBATCH_KEYS, PER_MICROBATCH_KEYS_CURRICULUM
+from ..syntax import Kw, ListNode, Node, Sym, plist_pairs, result_node
+from ..types import ERROR, ErrorType, PlistType, TensorType, same_tensor, scalar
+from .context import CheckContext, entry_span, result_span
+from .contracts import counter_in_generator
+from .facts import Definition
+from .infer import ctx_type, infer, phase
+from .keywords import keyword_args
+from .scope import BatchType, Frame
+
+
+def generator_frame(ctx: CheckContext, phase: str) -> Frame:
+    """A frame for a generator phase: counters are nil there (spec: What a generator may read)."""
+    reason = ("counter `:{}` is declared by `prepare`, which is traced after the generator, "
+              "so `(getf ctx :{})` is nil inside a generator")
+    return Frame(phase, {c: reason.format(c, c) for c in ctx.counter_names})
+
+
+def top_generate(ctx: CheckContext, train: ir.LoaderIR | None):
+    """`defgenerate`: its three phases, the check across trips, and what it makes (spec/generation.md)."""
+    forms = ctx.forms.get("defgenerate", [])
+    if not forms:
+        return None
+    f = forms[0]
+    kws = keyword_args(ctx, f, 1, FORM_KEYWORDS["defgenerate"], "defgenerate")
+    trips = None
+    if "trips" not in kws:
+        ctx.err("E-FORM-005", f.items[0].span, "`defgenerate` needs `:trips`")
+    else:
+        tn = kws["trips"][1]
+        t = infer(ctx, tn, ctx.globals).type
+        if isinstance(t, TensorType) and isinstance(t.value, int) and not isinstance(t.value, bool) and t.value >= 1:
+            trips = t.value
+        elif not isinstance(t, ErrorType):
+            ctx.err("E-GEN-005", tn.span, f"`:trips` must be an integer of 1 or more, got "
+                     + (str(t.value) if isinstance(t, TensorType) and t.value is not None else t.show()),
+                     help="`:step` runs `:trips` times; write `:trips 1` or more")
+    for need in ("init", "step"):
+        if need not in kws:
+            ctx.err("E-FORM-005", f.items[0].span, f"`defgenerate` needs `:{need}`")
+    if train is None or "init" not in kws or "step" not in kws:
+        return None
+    batch = BatchType(train.batch_type().entries, train.name)
+    init_frame = generator_frame(ctx, "generate.init")
+    init = phase(ctx, "generate.init", kws["init"][1], [batch, ctx_type(ctx, "generate")], init_frame,
+                      "`:init`")
+    if init is None:
+        return None
+    state = check_plist_of_tensors(ctx, init, "`:init`")
+    if state is None:
+        return None
+    state = PlistType(tuple((k, t.strong() if isinstance(t, TensorType) else t) for k, t in state.entries))
+    ctx.state_type = state   # `getf` on this very object reads a state key (whatever the parameter's name)
+    # Definitions of the state keys, where :init made them.
+    init_list = result_node(kws["init"][1].items[2:])
+    key_defs: dict[str, Definition] = {}
+    if isinstance(init_list, ListNode) and init_list.head == "list":
+        for k, v in plist_pairs(init_list):
+            key_defs[k.name] = ctx.facts.define(Definition(k.name, "state-key", k.span, v.span,
+                                                            f"state :{k.name} {state.get(k.name)}"))
+    ctx.facts.state_keys = key_defs
+    step_frame = generator_frame(ctx, "generate.step")
+    step = phase(ctx, "generate.step", kws["step"][1], [state, scalar("i64"), ctx_type(ctx, "generate")],
+                      step_frame, "`:step`")
+    if step is not None:
+        check_across_trips(ctx, step, state, kws["step"][1], key_defs)
+    finish = None
+    out = state
+    frames = [init_frame, step_frame]
+    if "finish" in kws:
+        fin_frame = generator_frame(ctx, "generate.finish")
+        finish = phase(ctx, "generate.finish", kws["finish"][1], [state, ctx_type(ctx, "generate")],
+                            fin_frame, "`:finish`")
+        frames.append(fin_frame)
+        if finish is not None:
+            got = check_plist_of_tensors(ctx, finish, "`:finish`")
+            out = got if got is not None else PlistType(())
+        else:
+            out = PlistType(())
+    check_generated_names(ctx, out, kws.get("finish", kws["step"])[1], train)
+    gen_node = kws.get("finish", kws["step"])[1]
+    fin_list = result_node(gen_node.items[2:]) if isinstance(gen_node, ListNode) else None
+    if isinstance(fin_list, ListNode) and fin_list.head == "list":
+        for k, v in plist_pairs(fin_list):
+            ctx.facts.generated[k.name] = ctx.facts.define(
+                Definition(k.name, "generated", k.span, v.span, f"generated :{k.name} {out.get(k.name)}"))
+    ctx_keys = set()
+    for fr in frames:
+        generator_effects(ctx, fr)
+        ctx_keys |= {e.name for e in fr.effects if e.kind == "ctx"}
+    if step is None:
+        return None
+    out = PlistType(tuple((k, t.strong() if isinstance(t, TensorType) else t) for k, t in out.entries))
+    return ir.GenerateIR(trips or 0, init, step, finish, state, out, frozenset(ctx_keys))
+
+
+def check_plist_of_tensors(ctx: CheckContext, ph: ir.Phase, what: str) -> PlistType | None:
+    """E-GEN-001 unless a phase returns a plist of tensors; returns the plist."""
+    t = ph.out
+    site = result_span(ph.body)
+    if isinstance(t, ErrorType):
+        return None
+    if not isinstance(t, PlistType):
+        ctx.err("E-GEN-001", site, f"{what} returns {t.show()}, not a plist of tensors",
+                 help="return `(list :name tensor ...)`")
+        return None
+    ok = True
+    for k, v in t.entries:
+        if isinstance(v, ErrorType):
+            ok = False
+        elif not isinstance(v, TensorType):
+            ctx.err("E-GEN-001", entry_span(ph.body, k, site),
+                     f"{what} returns `:{k}` as {v.show()}; every entry must be a tensor",
+                     help="flatten nested plists into entries of their own")
+            ok = False
+    # An entry already reported stays, typed ERROR, so that reading it later
+    # (`getf` in `:step`, `field` in `prepare`) is not reported again.
+    return t if ok else PlistType(tuple((k, v if isinstance(v, TensorType) else ERROR) for k, v in t.entries))
+
+
+def check_across_trips(ctx: CheckContext, step: ir.Phase, state: PlistType, node: ListNode, key_defs):
+    """E-GEN-002: `:step` must return exactly the keys, shapes and dtypes `:init` made."""
+    t = step.out
+    site = result_span(step.body)
+    if isinstance(t, ErrorType):
+        return
+    if not isinstance(t, PlistType):
+        ctx.err("E-GEN-001", site, f"`:step` returns {t.show()}, not a plist of tensors",
+                 help="return the next state: " + "`(list " + " ".join(f":{k} ..." for k in state.keys) + ")`")
+        return
+
+    def rel(k):
+        return [Related(key_defs[k].span, f"`:init` made `:{k}` here")] if k in key_defs else []
+    for k, want in state.entries:
+        got = t.get(k)
+        if isinstance(want, ErrorType):
+            continue
+        if got is None:
+            ctx.err("E-GEN-002", site, f"`:step` drops `:{k}`, which `:init` made as {want.show()}",
+                     related=rel(k), help=f"return `:{k}` in the state, e.g. `:{k} (getf state :{k})`",
+                     data={"key": k})
+        elif isinstance(got, ErrorType):
+            continue
+        elif not isinstance(got, TensorType):
+            ctx.err("E-GEN-001", entry_span(step.body, k, site),
+                     f"`:step` returns `:{k}` as {got.show()}; every entry must be a tensor")
+        elif not same_tensor(got, want):
+            what = "dtype" if got.shape == want.shape else "shape"
+            ctx.err("E-GEN-002", entry_span(step.body, k, site),
+                     f"`:step` returns `:{k}` as `{got.strong().show()}`, but `:init` made it `{want.show()}`",
+                     related=rel(k),
+                     help=(f"cast it back: `(cast ... :{want.dtype})`" if what == "dtype" else
+                           "the state has static shapes: write into a fixed-size tensor with `where`"),
+                     data={"key": k, "want_dtype": want.dtype, "got_dtype": got.dtype, "what": what})
+    for k, got in t.entries:
+        if state.get(k) is None:
+            ctx.err("E-GEN-002", entry_span(step.body, k, site),
+                     f"`:step` adds `:{k}`, which `:init` did not make",
+                     help=f"make `:{k}` in `:init`, or drop it here")
+
+
+def check_generated_names(ctx: CheckContext, out: PlistType, node: Node, train: ir.LoaderIR):
+    """E-GEN-003: a generated name may not be a field of the training loader or a pass's loader."""
+    loaders = [train] + [ctx.loaders[l] for l in _pass_loaders(ctx) if l in ctx.loaders]
+    for k, _ in out.entries:
+        for ld in loaders:
+            if any(n == k for n, _, _ in ld.fields):
+                body = node.items[2:] if isinstance(node, ListNode) else ()
+                res = result_node(body)
+                span = res.span if res is not None else node.span
+                if isinstance(res, ListNode) and res.head == "list":
+                    for kk, _v in plist_pairs(res):
+                        if kk.name == k:
+                            span = kk.span
+                ctx.err("E-GEN-003", span, f"the generated name `:{k}` is a field of loader `{ld.name}`",
+                         help=f"rename it, e.g. `:{k}-generated`, and read that in `prepare`",
+                         related=[Related(ld.span, f"loader `{ld.name}` declares `:{k}`")])
+                break
+
+
+def _pass_loaders(ctx: CheckContext):
+    out = []
+    for f in ctx.forms.get("pass", []):
+        for i, it in enumerate(f.items):
+            if isinstance(it, Kw) and it.name == "loader" and i + 1 < len(f.items) and isinstance(f.items[i + 1], Sym):
+                out.append(f.items[i + 1].name)
+    return out
+
+
+def per_microbatch_keys(ctx: CheckContext) -> tuple[str, ...]:
+    """The context keys whose value can differ between the copies of one stacked group: a generator
+    that reads one keeps the run unstacked (W-STACK-001; its copies share the first copy's context)."""
+    return PER_MICROBATCH_KEYS_CURRICULUM if ctx.forms.get("curriculum") else PER_MICROBATCH_KEYS
+
+
+def generator_effects(ctx: CheckContext, frame: Frame):
+    """E-GEN-004, E-CONTRACT-010 (`contracts`), W-RAND-001 and W-STACK-001 from what a generator phase does."""
+    stacks = ctx.run_ir is not None and (ctx.run_ir.stack > 1 or ctx.run_ir.stack_auto)
+    where = f"`:{frame.phase.split('.')[-1]}`"
+    for e in frame.effects:
+        rel = [Related(e.origin, "reported here")] if e.origin != e.site else []
+        if e.kind == "metric":
+            ctx.err("E-GEN-004", e.site, f"a `metric` inside {where}: a generator may not report"
+                     + (f" (the model it runs reports `:{e.name}`)" if rel else f" `:{e.name}`"),
+                     related=rel, help=f"return the value in the state and report it from `objective`",
+                     data={"name": e.name})
+        elif e.kind == "counter":
+            counter_in_generator(ctx, e, where, rel)
+        elif e.kind == "draw" and not e.salted:
+            ctx.report(warning("W-RAND-001", e.site, f"an unsalted draw inside {where} draws the same bits "
+                                "at every step and microbatch", related=rel,
+                                help="salt it, e.g. `:salt (getf ctx :step)`"))
+        elif e.kind == "ctx" and e.name in per_microbatch_keys(ctx) and stacks:
+            moves = ("can move between the microbatches of a group (a curriculum stage can end inside one)"
+                     if e.name == "stage" else "moves between microbatches")
+            ctx.report(warning("W-STACK-001", e.site, f"{where} reads `:{e.name}`, which {moves}, so the "
+                                "run stays unstacked", related=rel,
+                                help=f"drop the read of `:{e.name}` to let the run stack its microbatches"))

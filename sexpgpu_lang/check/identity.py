@@ -1,0 +1,46 @@
+"""The hashes that name things across runs: a file's identity and a draw's or parameter's place.
+
+`identity(parsed)` hashes the file's forms, not its comments or layout (with
+the seed, a checkpoint's identity); `place_hash(path)` hashes a node's
+structural path in its top-level form (the place a draw or an initialiser
+derives its bits from, so that an edit elsewhere changes no draw).
+
+Imports nothing outside `sexpgpu_lang`; never JAX. `hashlib` only when
+`identity` runs: importing it loads OpenSSL, 2-3 ms of `sexpgpu lint`.
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+
+# hashlib's own blake2s (what `hashlib.blake2s` is); importing hashlib loads OpenSSL, 2-3 ms of `sexpgpu lint`.
+from _blake2 import blake2s
+
+from ..syntax import Kw, ListNode, Num, ParseResult, Str, Sym, VecNode
+
+
+def identity(parsed: ParseResult) -> str:
+    """A hash of the file's forms, not its comments or layout (a checkpoint's identity with the seed)."""
+    def canon(n):
+        if isinstance(n, ListNode):
+            return "(" + " ".join(canon(i) for i in n.items) + ")"
+        if isinstance(n, VecNode):
+            return "[" + " ".join(canon(i) for i in n.items) + "]"
+        if isinstance(n, Kw):
+            return ":" + n.name
+        if isinstance(n, Sym):
+            return n.name
+        if isinstance(n, Str):
+            return repr(n.value)
+        if isinstance(n, Num):
+            return repr(n.value)
+        return "?"
+    import hashlib
+    text = "\n".join(canon(f) for f in parsed.forms)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+@lru_cache(maxsize=1 << 16)
+def place_hash(path: tuple) -> int:
+    """The 32-bit place of a draw: a hash of its structural path in its top-level form."""
+    digest = blake2s(repr(path).encode(), digest_size=4).digest()
+    return int.from_bytes(digest, "little")

@@ -1,0 +1,544 @@
+"""Expressions: their types and typed IR, the special forms, and calls of ops, functions and models.
+
+`infer(ctx, node, scope)` gives one expression's `ir.Expr` (its type is the
+expression's type, remembered for hover); `phase` checks a phase's lambda
+with its parameters bound to given types. Special forms (`let*`, `lambda`,
+`list`, `getf`, `field`, `counter`, `metric`, `diagnostic`) each have a
+rule here (`SPECIAL_RULES`); reading a batch with `field` asks `contracts`.
+An op call's type comes from its shape-and-dtype rule (ops.py); a
+`def`'d or standard-library function is inlined for its argument types; a
+model call checks the model's `:apply` for its argument types, once per
+distinct types (from the incremental cache when it holds it).
+
+Imports nothing outside `sexpgpu_lang`; never JAX.
+"""
+from __future__ import annotations
+
+from .. import ir
+from ..diagnostics import Related
+from ..language import SPECIAL_FORMS, TOP_FORMS
+from ..ops import REGISTRY, RuleCall, RuleError
+from ..source import Span
+from ..syntax import ErrorNode, Kw, ListNode, Node, Num, Str, Sym, VecNode
+from ..types import (DTYPES, dtype_hint, ERROR, NIL, ErrorType, FunctionType, KeywordType, LoaderType, ModelType,
+                     NilType, PlistType, SelfType, ShapeType, StringType, TensorType, TupleType, Type, is_float, scalar)
+from . import incremental
+from .context import CheckContext, near_miss
+from .contracts import batch_field
+from .facts import Definition, Facts
+from .identity import place_hash
+from .scope import CTX_KEYS, Binding, BatchType, CtxType, Effect, Frame, Scope, stdlib_docs
+
+
+def lambda_params(ctx: CheckContext, node: Node, count: int | None, what: str) -> list[Sym] | None:
+    """A lambda's parameter symbols (`count` of them when given), or None after reporting."""
+    if not (isinstance(node, ListNode) and node.head == "lambda" and len(node.items) >= 3
+            and isinstance(node.items[1], ListNode)):
+        ctx.err("E-FORM-002", node.span, f"{what} must be a `(lambda (params ...) body)`")
+        return None
+    params = list(node.items[1].items)
+    for p in params:
+        if not isinstance(p, Sym):
+            ctx.err("E-FORM-002", p.span, "a lambda parameter must be a name")
+            return None
+    if count is not None and len(params) != count:
+        ctx.err("E-FORM-003", node.items[1].span, f"{what} takes {count} parameters, this lambda has {len(params)}")
+        return None
+    return params  # type: ignore[return-value]
+
+
+def phase(ctx: CheckContext, name: str, node: Node, param_types: list[Type], frame: Frame,
+          what: str) -> ir.Phase | None:
+    """Check a phase's lambda with its parameters bound to `param_types`; its effects go to `frame`."""
+    params = lambda_params(ctx, node, len(param_types), what)
+    if params is None:
+        return None
+    scope = ctx.globals.child()
+    for p, t in zip(params, param_types):
+        d = ctx.facts.define(Definition(p.name, "binding", p.span, node.span, t.show()))
+        scope.names[p.name] = Binding(t, d)
+        ctx.note_type(p, t)
+    saved, ctx.frame = ctx.frame, frame
+    try:
+        body = infer_body(ctx, node.items[2:], scope, node.span)
+    finally:
+        ctx.frame = saved
+    ctx.facts.phases[name] = node.span
+    return ir.Phase(name, tuple(p.name for p in params), tuple(param_types), body, node.span)
+
+
+def ctx_type(ctx: CheckContext, phase: str) -> CtxType:
+    """The context plist a phase sees (objective also sees the counters)."""
+    entries = list(CTX_KEYS.items())
+    if phase == "objective":
+        entries += [(c, scalar("f32")) for c in ctx.counter_names]
+    return CtxType(tuple(entries))
+
+
+def infer_body(ctx: CheckContext, nodes, scope: Scope, span: Span) -> ir.Expr:
+    """A body of expressions; its value is the last one's."""
+    if not nodes:
+        return ir.Const(NIL, span, None)
+    exprs = tuple(infer(ctx, n, scope) for n in nodes)
+    if len(exprs) == 1:
+        return exprs[0]
+    return ir.Seq(exprs[-1].type, span, exprs)
+
+
+def infer(ctx: CheckContext, node: Node, scope: Scope) -> ir.Expr:
+    """The typed IR of one expression (and its type remembered for hover)."""
+    e = _infer(ctx, node, scope)
+    ctx.note_type(node, e.type)
+    return e
+
+
+def _infer(ctx: CheckContext, node: Node, scope: Scope) -> ir.Expr:
+    if isinstance(node, Num):
+        t = scalar("f32" if node.is_float else "i32", node.value, weak=True)
+        return ir.Const(t, node.span, node.value)
+    if isinstance(node, Str):
+        return ir.Const(StringType(node.value), node.span, node.value)
+    if isinstance(node, Kw):
+        return ir.Const(KeywordType(node.name), node.span, node.name)
+    if isinstance(node, Sym):
+        return infer_symbol(ctx, node, scope)
+    if isinstance(node, VecNode):
+        items = [infer(ctx, i, scope) for i in node.items]
+        if any(isinstance(i.type, ErrorType) for i in items):
+            return ir.Const(ERROR, node.span)
+        if all(isinstance(i.type, TensorType) and i.type.shape == () and isinstance(i.type.value, int)
+               and not isinstance(i.type.value, bool) for i in items):
+            dims = tuple(i.type.value for i in items)
+            return ir.Const(ShapeType(dims), node.span, dims)
+        return ir.Vector(TupleType(tuple(i.type for i in items)), node.span, tuple(items))
+    if isinstance(node, ErrorNode):
+        return ir.Const(ERROR, node.span)   # not read (E-SYNTAX-005): already reported
+    assert isinstance(node, ListNode)
+    if not node.items:
+        return ir.Const(NIL, node.span, None)
+    head = node.items[0]
+    if isinstance(head, Kw):
+        return ir.Const(ctx.err("E-FORM-002", node.span, "a plist literal like `(:a 1)` is data for settings; "
+                                 "build a value with `(list :a 1)`"), node.span)
+    if not isinstance(head, Sym):
+        infer(ctx, head, scope)
+        return ir.Const(ctx.err("E-TYPE-004", head.span, "this cannot be called; a call starts with a name"), node.span)
+    name = head.name
+    ctx.facts.calls.setdefault((node.span.start, node.span.end), name)
+    b = scope.lookup(name)
+    if b is not None:
+        if b.definition is not None:
+            ctx.facts.uses.append((head.span, b.definition))
+        ctx.note_type(head, b.type)
+        if isinstance(b.type, ModelType):
+            return call_model(ctx, node, b.type.name, scope)
+        if isinstance(b.type, FunctionType) and b.fn is not None:
+            return call_function(ctx, node, b, scope)
+        if isinstance(b.type, ErrorType):
+            for a in node.items[1:]:
+                infer(ctx, a, scope)
+            return ir.Const(ERROR, node.span)
+        return ir.Const(ctx.err("E-TYPE-004", head.span, f"`{name}` is {b.type.show()}, not something to call"), node.span)
+    special = SPECIAL_RULES.get(name)
+    if special is not None:
+        return special(ctx, node, scope)
+    if name in REGISTRY:
+        return call_op(ctx, node, REGISTRY[name], scope)
+    if name in TOP_FORMS:
+        return ir.Const(ctx.err("E-FORM-002", head.span, f"`{name}` is a top-level form; it cannot appear inside an expression"), node.span)
+    unbound(ctx, head, scope, callable_=True)
+    for a in node.items[1:]:
+        infer(ctx, a, scope)
+    return ir.Const(ERROR, node.span)
+
+
+def unbound(ctx: CheckContext, sym: Sym, scope: Scope, callable_: bool) -> ErrorType:
+    """E-NAME-001 for an unbound name, with a near-miss suggestion."""
+    cands = set(scope.all_names()) | {"true", "false", "nil"}
+    if callable_:
+        cands |= set(REGISTRY) | set(SPECIAL_FORMS)
+    hint = near_miss(sym.name, cands)
+    return ctx.err("E-NAME-001", sym.span, f"`{sym.name}` is not defined" + (f"; did you mean `{hint}`?" if hint else ""),
+                    help=f"replace it with `{hint}`" if hint else "define it with `def`, `let*` or a lambda parameter",
+                    data={"replace": hint} if hint else None)
+
+
+def infer_symbol(ctx: CheckContext, node: Sym, scope: Scope) -> ir.Expr:
+    """A symbol: a constant, a binding, a model or loader name, or `true`/`false`/`nil`."""
+    name = node.name
+    if name in ("true", "false"):
+        v = name == "true"
+        return ir.Const(scalar("bool", v), node.span, v)
+    if name == "nil":
+        return ir.Const(NIL, node.span, None)
+    b = scope.lookup(name)
+    if b is None:
+        if name in REGISTRY or name in SPECIAL_FORMS:
+            return ir.Const(ctx.err("E-TYPE-004", node.span, f"`{name}` is an operation; call it: `({name} ...)`"), node.span)
+        return ir.Const(unbound(ctx, node, scope, callable_=False), node.span)
+    if b.definition is not None:
+        ctx.facts.uses.append((node.span, b.definition))
+    if b.ir is not None and isinstance(b.ir, ir.Const):
+        return ir.Const(b.type, node.span, b.ir.value)
+    if isinstance(b.type, (ModelType, LoaderType, FunctionType)):
+        return ir.Const(b.type, node.span, name)
+    return ir.Var(b.type, node.span, name)
+
+
+def form_let_star(ctx: CheckContext, node: ListNode, scope: Scope) -> ir.Expr:
+    """`(let* ((name value) ...) body ...)`: bindings in order."""
+    if len(node.items) < 3 or not isinstance(node.items[1], ListNode):
+        return ir.Const(ctx.err("E-FORM-002", node.span, "`let*` takes `((name value) ...)` and a body"), node.span)
+    inner = scope.child()
+    names, values = [], []
+    for b in node.items[1].items:
+        if not (isinstance(b, ListNode) and len(b.items) == 2 and isinstance(b.items[0], Sym)):
+            ctx.err("E-FORM-002", b.span, "a `let*` binding is `(name value)`")
+            if isinstance(b, ListNode) and b.items and isinstance(b.items[0], Sym):
+                for extra in b.items[1:]:
+                    infer(ctx, extra, inner)
+                # The name is still bound, typed ERROR, so its uses are not reported again.
+                inner.names[b.items[0].name] = Binding(ERROR)
+            continue
+        v = infer(ctx, b.items[1], inner)
+        d = ctx.facts.define(Definition(b.items[0].name, "binding", b.items[0].span, b.span, v.type.show()))
+        ctx.note_type(b.items[0], v.type)
+        fn = None
+        if isinstance(b.items[1], ListNode) and b.items[1].head == "lambda":
+            fn = (b.items[1], inner)
+        inner.names[b.items[0].name] = Binding(v.type, d, ir=v if isinstance(v, ir.Const) else None, fn=fn)
+        names.append(b.items[0].name)
+        values.append(v)
+    body = infer_body(ctx, node.items[2:], inner, node.span)
+    return ir.Let(body.type, node.span, tuple(names), tuple(values),
+                  body.body if isinstance(body, ir.Seq) else (body,))
+
+
+def form_lambda(ctx: CheckContext, node: ListNode, scope: Scope) -> ir.Expr:
+    """A lambda as a value (it is typed at each call)."""
+    params = lambda_params(ctx, node, None, "`lambda`")
+    if params is None:
+        return ir.Const(ERROR, node.span)
+    return ir.Const(FunctionType(len(params)), node.span, None)
+
+
+def form_list(ctx: CheckContext, node: ListNode, scope: Scope) -> ir.Expr:
+    """`(list :key value ...)`: a plist."""
+    keys, values, entries = [], [], []
+    items = node.items[1:]
+    if len(items) % 2:
+        ctx.err("E-FORM-002", node.span, "`list` takes `:key value` pairs; one is missing its value")
+    for k, v in zip(items[0::2], items[1::2]):
+        e = infer(ctx, v, scope)
+        if not isinstance(k, Kw):
+            ctx.err("E-FORM-002", k.span, "a plist key must be a keyword like `:row`")
+            continue
+        if k.name in keys:
+            ctx.err("E-NAME-002", k.span, f"`:{k.name}` appears twice in this plist")
+            continue
+        keys.append(k.name)
+        values.append(e)
+        entries.append((k.name, e.type))
+        ctx.note_type(k, e.type)
+    return ir.Plist(PlistType(tuple(entries)), node.span, tuple(keys), tuple(values))
+
+
+def _key_arg(ctx: CheckContext, node: ListNode, form: str) -> Kw | None:
+    if len(node.items) != 3 or not isinstance(node.items[2], Kw):
+        ctx.err("E-FORM-003", node.span, f"`{form}` takes a value and a keyword: `({form} x :name)`")
+        return None
+    return node.items[2]
+
+
+def form_getf(ctx: CheckContext, node: ListNode, scope: Scope) -> ir.Expr:
+    """`(getf obj :key)` on a plist, the context, or a model's self."""
+    key = _key_arg(ctx, node, "getf")
+    if key is None:
+        for a in node.items[1:]:
+            infer(ctx, a, scope)
+        return ir.Const(ERROR, node.span)
+    obj = infer(ctx, node.items[1], scope)
+    t = obj.type
+    k = key.name
+    if isinstance(t, ErrorType):
+        return ir.Const(ERROR, node.span)
+    if isinstance(t, CtxType):
+        ctx.frame.effects.append(Effect("ctx", k, node.span, node.span))
+        got = t.get(k)
+        if got is None and k in ctx.frame.ctx_nil:
+            return ir.Const(NilType(ctx.frame.ctx_nil[k]), node.span, None)
+        if got is None:
+            hint = near_miss(k, t.keys)
+            return ir.Const(ctx.err("E-NAME-004", key.span, f"the context has no key `:{k}`"
+                                     + (f"; did you mean `:{hint}`?" if hint else ""),
+                                     help="it has " + ", ".join(f"`:{x}`" for x in t.keys)), node.span)
+        return ir.GetF(got, node.span, obj, k)
+    if isinstance(t, SelfType):
+        return getf_self(ctx, node, obj, t, key)
+    if isinstance(t, PlistType):
+        got = t.get(k)
+        if got is None:
+            hint = near_miss(k, t.keys)
+            return ir.Const(ctx.err("E-NAME-004", key.span, f"this plist has no key `:{k}`"
+                                     + (f"; did you mean `:{hint}`?" if hint else ""),
+                                     help="its keys are " + ", ".join(f"`:{x}`" for x in t.keys) if t.keys else None,
+                                     data={"replace": f":{hint}"} if hint else None), node.span)
+        if t is ctx.state_type and k in ctx.facts.state_keys:
+            ctx.facts.uses.append((key.span, ctx.facts.state_keys[k]))
+        return ir.GetF(got, node.span, obj, k)
+    return ir.Const(ctx.err("E-TYPE-001", node.items[1].span, f"`getf` needs a plist, got {t.show()}"), node.span)
+
+
+def getf_self(ctx: CheckContext, node, obj, t: SelfType, key: Kw) -> ir.Expr:
+    """`(getf self :key)`: a parameter (bf16 under `:precision :bf16`) or a sub-model."""
+    m = ctx.models[t.model]
+    ctx.tracker.model_read(t.model)
+    k = key.name
+    if k in m["params"]:
+        pt = m["params"][k][0]
+        ctx.facts.uses.append((key.span, m["param_defs"][k]))
+        if ctx.precision == "bf16" and is_float(pt.dtype):
+            pt = TensorType(pt.shape, "bf16")
+        return ir.GetF(pt, node.span, obj, k)
+    if k in m["subs"]:
+        return ir.Const(ModelType(m["subs"][k]), node.span, m["subs"][k])
+    if k in m["failed"] or not m["params_known"]:
+        return ir.Const(ERROR, node.span)   # already reported where the parameter is declared
+    hint = near_miss(k, list(m["params"]) + list(m["subs"]))
+    return ir.Const(ctx.err("E-NAME-004", key.span, f"model `{t.model}` has no parameter `:{k}`"
+                             + (f"; did you mean `:{hint}`?" if hint else ""),
+                             data={"replace": f":{hint}"} if hint else None), node.span)
+
+
+def form_field(ctx: CheckContext, node: ListNode, scope: Scope) -> ir.Expr:
+    """`(field batch :name)`: a loader field or a generated name of a batch (`contracts.batch_field`),
+    or an entry of a plist."""
+    key = _key_arg(ctx, node, "field")
+    if key is None:
+        return ir.Const(ERROR, node.span)
+    obj = infer(ctx, node.items[1], scope)
+    t = obj.type
+    if isinstance(t, ErrorType):
+        return ir.Const(ERROR, node.span)
+    if isinstance(t, BatchType):
+        return batch_field(ctx, node, obj, key)
+    if isinstance(t, PlistType):
+        got = t.get(key.name)
+        if got is not None:
+            return ir.GetF(got, node.span, obj, key.name)
+    return ir.Const(ctx.err("E-TYPE-001", node.items[1].span, f"`field` reads a batch, got {t.show()}"), node.span)
+
+
+def _report(ctx: CheckContext, node: ListNode, scope: Scope, kind: str) -> ir.Expr:
+    if len(node.items) != 3 or not isinstance(node.items[1], Kw):
+        for a in node.items[1:]:
+            infer(ctx, a, scope)
+        return ir.Const(ctx.err("E-FORM-003", node.span, f"`{kind}` takes a name and a value: `({kind} :name value)`"), node.span)
+    v = infer(ctx, node.items[2], scope)
+    name = node.items[1].name
+    ctx.frame.effects.append(Effect(kind, name, node.span, node.span))
+    if not isinstance(v.type, (TensorType, ErrorType)):
+        ctx.err("E-TYPE-001", node.items[2].span, f"`{kind}` needs a tensor value, got {v.type.show()}")
+    return ir.Report(NIL, node.span, kind, name, v)
+
+
+def form_counter(ctx: CheckContext, node, scope):
+    """`(counter :name value)`."""
+    return _report(ctx, node, scope, "counter")
+
+
+def form_metric(ctx: CheckContext, node, scope):
+    """`(metric :name value)`."""
+    return _report(ctx, node, scope, "metric")
+
+
+def form_diagnostic(ctx: CheckContext, node, scope):
+    """`(diagnostic :name value)`."""
+    return _report(ctx, node, scope, "diagnostic")
+
+
+def split_args(ctx: CheckContext, node: ListNode, spec_kwargs, what: str):
+    """An op call's positional arguments and keyword arguments (unknown keywords are E-NAME-003)."""
+    pos, kw = [], {}
+    items = node.items[1:]
+    i = 0
+    while i < len(items):
+        it = items[i]
+        # A keyword is positional when it is a dtype, or last and looks like one
+        # (`:float32`), so the rule can say which dtype was meant.
+        trailing_dtype = i + 1 >= len(items) and isinstance(it, Kw) and dtype_hint(it.name) is not None
+        if isinstance(it, Kw) and it.name not in DTYPES and it.name != "auto" and not trailing_dtype:
+            if i + 1 >= len(items):
+                ctx.err("E-FORM-002", it.span, f"`:{it.name}` of `{what}` has no value")
+                i += 1
+                continue
+            if it.name not in spec_kwargs:
+                hint = near_miss(it.name, spec_kwargs)
+                ctx.err("E-NAME-003", it.span, f"`{what}` has no keyword `:{it.name}`"
+                         + (f"; did you mean `:{hint}`?" if hint else ""),
+                         help=("it takes " + ", ".join(f"`:{a}`" for a in spec_kwargs)) if spec_kwargs else f"`{what}` takes no keywords",
+                         data={"replace": f":{hint}"} if hint else None)
+                if hint is not None and hint not in kw:
+                    # Read it as the keyword it most likely is, so the call's type is
+                    # what the user meant and nothing downstream is reported again.
+                    kw[hint] = (it, items[i + 1])
+            elif it.name in kw:
+                ctx.err("E-NAME-002", it.span, f"`:{it.name}` is given twice")
+            else:
+                kw[it.name] = (it, items[i + 1])
+            i += 2
+        else:
+            pos.append(it)
+            i += 1
+    return pos, kw
+
+
+def call_op(ctx: CheckContext, node: ListNode, spec, scope: Scope) -> ir.Expr:
+    """A registry op: its arguments, then its shape-and-dtype rule (ops.py)."""
+    pos, kws = split_args(ctx, node, spec.kwargs, spec.name)
+    args = [infer(ctx, a, scope) for a in pos]
+    kwargs = {k: infer(ctx, v, scope) for k, (kw, v) in kws.items()}
+    n = len(args)
+    if n < spec.min_args or (spec.max_args is not None and n > spec.max_args):
+        want = (f"{spec.min_args}" if spec.min_args == spec.max_args else
+                f"{spec.min_args} or more" if spec.max_args is None else f"{spec.min_args} to {spec.max_args}")
+        return ir.Const(ctx.err("E-FORM-003", node.span, f"`{spec.name}` takes {want} arguments, got {n}: `{spec.signature}`"), node.span)
+    if any(isinstance(a.type, ErrorType) for a in args) or any(isinstance(a.type, ErrorType) for a in kwargs.values()):
+        return ir.Const(ERROR, node.span)
+    call = RuleCall(spec.name, [a.type for a in args], {k: v.type for k, v in kwargs.items()})
+    try:
+        out = spec.rule(call)
+    except RuleError as e:
+        if isinstance(e.arg, int) and e.arg < len(pos):
+            span = pos[e.arg].span
+        elif isinstance(e.arg, str) and e.arg in kws:
+            span = kws[e.arg][1].span
+        else:
+            span = node.span
+        return ir.Const(ctx.err(e.code, span, e.message, help=e.help), node.span)
+    static = dict(call.static)
+    if spec.draw:
+        static["place"] = place_hash(node.path)
+        ctx.frame.effects.append(Effect("draw", spec.name, node.span, node.span, salted="salt" in kwargs))
+    dyn_kwargs = tuple((k, v) for k, v in kwargs.items() if k == "salt" or k == "temperature")
+    return ir.Op(out, node.span, spec.name, tuple(args), dyn_kwargs, static)
+
+
+def _resite(ctx: CheckContext, effects: list[Effect], site: Span) -> None:
+    for e in effects:
+        ctx.frame.effects.append(Effect(e.kind, e.name, e.origin, site, e.salted))
+
+
+def call_model(ctx: CheckContext, node: ListNode, name: str, scope: Scope) -> ir.Expr:
+    """A model call: reachability (E-MODEL-001), then its `:apply` checked for these argument types."""
+    ctx.tracker.model_called()
+    args = [infer(ctx, a, scope) for a in node.items[1:]]
+    m = ctx.models.get(name)
+    if m is None:
+        return ir.Const(ERROR, node.span)
+    if ctx.root_model is not None and name not in ctx.reachable:
+        return ir.Const(ctx.err("E-MODEL-001", node.span,
+                                 f"`{name}` is called, but `model` (`{ctx.root_model}`) cannot reach it through `:params`, "
+                                 "so it has no parameters in this run",
+                                 related=[Related(m["def"].span, f"`{name}` is defined here")],
+                                 help=f"add it to a reachable model's `:params`, e.g. `:{name} {name}`"), node.span)
+    if ctx.root_model is None or m["apply"] is None:
+        return ir.Const(ERROR, node.span)
+    lam = m["apply"]
+    params = [p.name for p in lam.items[1].items]
+    if len(args) != len(params) - 1:
+        return ir.Const(ctx.err("E-FORM-003", node.span, f"model `{name}` takes {len(params) - 1} arguments, got {len(args)}",
+                                 related=[Related(lam.items[1].span, "its `:apply` parameters")]), node.span)
+    if any(isinstance(a.type, ErrorType) for a in args):
+        return ir.Const(ERROR, node.span)
+    compute = "bf16" if ctx.precision == "bf16" else None
+    arg_types = [TensorType(a.type.shape, "bf16") if compute and isinstance(a.type, TensorType) and is_float(a.type.dtype)
+                 else a.type for a in args]
+    key = (name, tuple(t.show() if not isinstance(t, TensorType) else (t.shape, t.dtype) for t in arg_types))
+    if name in ctx.active:
+        return ir.Const(ctx.err("E-MODEL-002", node.span, f"model `{name}` calls itself"), node.span)
+    if key not in ctx.memo:
+        ctx.memo[key] = model_body(ctx, name, lam, params, arg_types, m["form"])
+    body, effects = ctx.memo[key]
+    _resite(ctx, effects, node.span)
+    out = body.type
+    return ir.ModelCall(out, node.span, name, ctx.reachable[name], params[0], tuple(params[1:]), tuple(args),
+                        body.body if isinstance(body, ir.Seq) else (body,), compute)
+
+
+def model_body(ctx: CheckContext, name: str, lam: ListNode, params: list[str], arg_types: list[Type], form: ListNode) -> tuple:
+    """A model's `:apply` body (`lam`, in the `defmodel` `form`) checked for these argument
+    types: (body IR, its effects). From the cache when the body calls no other model and
+    its arguments are tensors."""
+    if ctx.cache is None or ctx.redirect is not None or not all(type(t) is TensorType for t in arg_types):
+        return _model_body(ctx, name, lam, params, arg_types)
+    key = ("apply", ctx.src.text[form.span.start:form.span.end], lam.path, name, tuple(arg_types),
+           ctx.precision, ctx.frame.phase, tuple(ctx.frame.ctx_nil.items()), len(ctx.active))
+    return incremental.reuse(ctx, key, form, "apply", lambda: _model_body(ctx, name, lam, params, arg_types))
+
+
+def _model_body(ctx: CheckContext, name: str, lam: ListNode, params: list[str], arg_types: list[Type]) -> tuple:
+    scope_m = ctx.globals.child()
+    scope_m.names[params[0]] = Binding(SelfType(name), ctx.facts.define(
+        Definition(params[0], "binding", lam.items[1].items[0].span, lam.span, f"self of {name}")))
+    for p, t, pn in zip(params[1:], arg_types, lam.items[1].items[1:]):
+        scope_m.names[p] = Binding(t, ctx.facts.define(Definition(p, "binding", pn.span, lam.span, t.show())))
+        ctx.note_type(pn, t)
+    saved, ctx.frame = ctx.frame, Frame(ctx.frame.phase, ctx.frame.ctx_nil)
+    ctx.active.append(name)
+    try:
+        body = infer_body(ctx, lam.items[2:], scope_m, lam.span)
+    finally:
+        ctx.active.pop()
+        inner, ctx.frame = ctx.frame, saved
+    return (body, inner.effects)
+
+
+def call_function(ctx: CheckContext, node: ListNode, b: Binding, scope: Scope) -> ir.Expr:
+    """A `def`'d or standard-library function, inlined for these argument types."""
+    lam, fscope = b.fn
+    params = [p.name for p in lam.items[1].items]
+    args = [infer(ctx, a, scope) for a in node.items[1:]]
+    if len(args) != len(params):
+        name = node.items[0].name if isinstance(node.items[0], Sym) else "this function"
+        return ir.Const(ctx.err("E-FORM-003", node.span,
+                                 f"`{name}` takes {_count(len(params), 'argument')} "
+                                 f"`({name} {' '.join(params)})`, got {len(args)}"), node.span)
+    if any(isinstance(a.type, ErrorType) for a in args):
+        return ir.Const(ERROR, node.span)
+    if len(ctx.active) > 32:
+        return ir.Const(ctx.err("E-FORM-002", node.span, "functions call each other too deeply (recursion is not supported)"), node.span)
+    redirect = b.stdlib is not None and ctx.redirect is None
+    if redirect:
+        # The layer's text is not in this file: its facts are not this file's, and
+        # its diagnostics show at this call.
+        saved_facts, ctx.facts = ctx.facts, Facts()
+        sig, doc = stdlib_docs()[b.stdlib]
+        got = ", ".join(f"{p} {a.type.show()}" for p, a in zip(params, args))
+        ctx.redirect = (node.span, b.stdlib, f"`{sig}` takes {doc.removesuffix(' (standard library)')}; "
+                                               f"this call gives {got}")
+    inner = fscope.child()
+    for p, a, pn in zip(params, args, lam.items[1].items):
+        inner.names[p] = Binding(a.type, ctx.facts.define(Definition(p, "binding", pn.span, lam.span, a.type.show())))
+    saved, ctx.frame = ctx.frame, Frame(ctx.frame.phase, ctx.frame.ctx_nil)
+    ctx.active.append("<fn>")
+    try:
+        body = infer_body(ctx, lam.items[2:], inner, lam.span)
+    finally:
+        ctx.active.pop()
+        fr, ctx.frame = ctx.frame, saved
+        if redirect:
+            ctx.facts, ctx.redirect = saved_facts, None
+    _resite(ctx, fr.effects, node.span)
+    return ir.Apply(body.type, node.span, tuple(params), tuple(args), body.body if isinstance(body, ir.Seq) else (body,))
+
+
+#: The rule of each special form (`language.SPECIAL_FORMS`).
+SPECIAL_RULES = {"let*": form_let_star, "lambda": form_lambda, "list": form_list, "getf": form_getf,
+                 "field": form_field, "counter": form_counter, "metric": form_metric,
+                 "diagnostic": form_diagnostic}
+
+
+def _count(n: int, noun: str) -> str:
+    """`1 argument`, `3 arguments`."""
+    return f"{n} {noun}" + ("" if n == 1 else "s")

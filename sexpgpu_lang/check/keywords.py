@@ -1,0 +1,116 @@
+"""The keyword arguments of forms and their compile-time values.
+
+`keyword_args` reads a form's `:key value` pairs (an unknown key is
+E-NAME-003 and read as its near miss); `const_int`, `const_value`,
+`const_keyword` and `config_plist` read a setting's compile-time value,
+reporting why when it is not one.
+
+Imports nothing outside `sexpgpu_lang`; never JAX.
+"""
+from __future__ import annotations
+
+from ..syntax import Kw, ListNode, Node
+from ..types import ErrorType, KeywordType, ShapeType, StringType, TensorType
+from .context import CheckContext, listed, near_miss
+from .infer import infer
+
+
+def keyword_args(ctx: CheckContext, node: ListNode, start: int, allowed, what: str) -> dict[str, tuple[Kw, Node]]:
+    """The `:key value` pairs of a form from item `start`; unknown keys are E-NAME-003 (read as their near miss)."""
+    out: dict[str, tuple[Kw, Node]] = {}
+    items = node.items[start:]
+    present = {it.name for it in items if isinstance(it, Kw)}
+    i = 0
+    while i < len(items):
+        k = items[i]
+        if not isinstance(k, Kw):
+            ctx.err("E-FORM-002", k.span, f"`{what}` takes keyword arguments here; this is not a keyword",
+                     help="write `:name value` pairs")
+            i += 1
+            continue
+        if i + 1 >= len(items):
+            ctx.err("E-FORM-002", k.span, f"`:{k.name}` of `{what}` has no value")
+            break
+        if allowed is not None and k.name not in allowed:
+            hint = near_miss(k.name, allowed)
+            ctx.err("E-NAME-003", k.span, f"`{what}` has no keyword `:{k.name}`"
+                     + (f"; did you mean `:{hint}`?" if hint else ""),
+                     help="it takes " + ", ".join(f"`:{a}`" for a in allowed),
+                     data={"replace": f":{hint}"} if hint else None)
+            if hint is not None and hint not in present:
+                # Read it as the keyword it most likely is: the form is still checked,
+                # and not also reported as missing `:hint` (E-FORM-005).
+                out[hint] = (k, items[i + 1])
+                present.add(hint)
+        elif k.name in out:
+            ctx.err("E-NAME-002", k.span, f"`:{k.name}` is given twice")
+        else:
+            out[k.name] = (k, items[i + 1])
+        i += 2
+    return out
+
+
+def const_keyword(ctx: CheckContext, kws: dict, key: str, choices: tuple[str, ...], help: str | None = None) -> str:
+    """The keyword a setting `:key` names, one of `choices` (the first is the default, taken when the
+    setting is absent); anything else is E-FORM-002 naming the choices, and gives the default."""
+    if key not in kws:
+        return choices[0]
+    node = kws[key][1]
+    if isinstance(node, Kw) and node.name in choices:
+        return node.name
+    ctx.err("E-FORM-002", node.span, f"`:{key}` is {listed([f'`:{c}`' for c in choices])}", help=help)
+    return choices[0]
+
+
+def const_int(ctx: CheckContext, node: Node, what: str, minimum: int | None = None, code="E-TYPE-003") -> int | None:
+    """A compile-time integer (at least `minimum`), or None after reporting why not."""
+    t = infer(ctx, node, ctx.globals).type
+    if isinstance(t, ErrorType):
+        return None
+    if isinstance(t, TensorType) and isinstance(t.value, int) and not isinstance(t.value, bool):
+        if minimum is not None and t.value < minimum:
+            ctx.err(code, node.span, f"{what} must be {minimum} or more, got {t.value}")
+            return None
+        return t.value
+    ctx.err(code, node.span, f"{what} must be a compile-time integer, got {t.show()}")
+    return None
+
+
+def const_value(ctx: CheckContext, node: Node):
+    """A compile-time constant's Python value (number, string, keyword name, shape), or None after reporting."""
+    t = infer(ctx, node, ctx.globals).type
+    if isinstance(t, TensorType) and t.value is not None:
+        return t.value
+    if isinstance(t, StringType):
+        return t.value
+    if isinstance(t, KeywordType):
+        return t.name
+    if isinstance(t, ShapeType):
+        return t.dims
+    if isinstance(t, ErrorType):
+        return None
+    ctx.err("E-TYPE-003", node.span, f"this must be a compile-time constant, got {t.show()}")
+    return None
+
+
+def config_plist(ctx: CheckContext, node: Node, kinds: dict[str, str], what: str) -> dict:
+    """A data plist like `(:every 50 :tensorboard true)`. `kinds` maps each allowed key to
+    `count` (an integer of 1 or more), `bool` or `string`; a value of another kind is
+    E-TYPE-003 and left out."""
+    if not isinstance(node, ListNode) or (node.items and not isinstance(node.items[0], Kw)):
+        ctx.err("E-FORM-002", node.span, f"`{what}` takes a plist like `(:every 50)`")
+        return {}
+    out = {}
+    for k, (kw, v) in keyword_args(ctx, node, 0, tuple(kinds), what).items():
+        if kinds[k] == "count":
+            val = const_int(ctx, v, f"`:{k}` of `{what}`", 1)
+        else:
+            val = const_value(ctx, v)
+            ok = isinstance(val, bool) if kinds[k] == "bool" else isinstance(val, str)
+            if val is not None and not ok:
+                ctx.err("E-TYPE-003", v.span, f"`:{k}` of `{what}` must be "
+                         + ("`true` or `false`" if kinds[k] == "bool" else "a string"))
+                val = None
+        if val is not None:
+            out[k] = val
+    return out

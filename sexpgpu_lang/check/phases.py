@@ -1,0 +1,120 @@
+"""The phases on a batch: `prepare`, `objective`, and each evaluation `pass`.
+
+`top_train` checks `prepare` and `objective` on the training loader's batch
+(its fields and the generated names), `top_passes` each pass on its own
+loader's batch; what they may read and return is decided by `contracts`.
+
+Imports nothing outside `sexpgpu_lang`; never JAX.
+"""
+from __future__ import annotations
+
+from .. import ir
+from ..language import FORM_KEYWORDS
+from ..syntax import Node, Sym
+from ..types import ErrorType, LoaderType, Type
+from .context import CheckContext
+from .contracts import counters_effects, objective_result
+from .facts import Definition
+from .infer import ctx_type, infer, phase
+from .keywords import const_int, keyword_args
+from .scope import BatchType, Frame
+
+
+def batch_for(ctx: CheckContext, loader: ir.LoaderIR, gen: ir.GenerateIR | None, runs_gen: bool) -> BatchType:
+    """The batch a loader gives prepare: its fields, plus the generated names where the generator runs."""
+    entries = list(loader.batch_type().entries)
+    generated: tuple[str, ...] = ()
+    missing: tuple[str, ...] = ()
+    if gen is not None:
+        if runs_gen:
+            entries += list(gen.out.entries)
+            generated = gen.out.keys
+        else:
+            missing = gen.out.keys
+    # A generator that failed to check: what it makes is unknown, so reading
+    # an unknown name is not reported again (one mistake, one diagnostic).
+    broken = gen is None and bool(ctx.forms.get("defgenerate"))
+    return BatchType(tuple(entries), loader.name, generated, missing, broken)
+
+
+def top_train(ctx: CheckContext, train: ir.LoaderIR | None,
+              gen: ir.GenerateIR | None) -> tuple[ir.Phase | None, ir.Phase | None]:
+    """`prepare` and `objective` on the training loader's batch."""
+    prep_forms, obj_forms = ctx.forms.get("prepare", []), ctx.forms.get("objective", [])
+    if train is None:
+        return None, None
+    batch = batch_for(ctx, train, gen, True)
+    prepare, inputs = None, batch
+    if prep_forms:
+        f = prep_forms[0]
+        if len(f.items) != 2:
+            ctx.err("E-FORM-003", f.span, "`prepare` takes one lambda: `(prepare (lambda (batch ctx) ...))`")
+        else:
+            frame = Frame("prepare")
+            prepare = phase(ctx, "prepare", f.items[1], [batch, ctx_type(ctx, "prepare")], frame, "`prepare`")
+            if prepare is not None:
+                inputs = prepare.out
+                counters_effects(ctx, frame, "prepare")
+    objective = None
+    if obj_forms:
+        f = obj_forms[0]
+        if len(f.items) != 2:
+            ctx.err("E-FORM-003", f.span, "`objective` takes one lambda: `(objective (lambda (inputs ctx) ...))`")
+        else:
+            objective = objective_phase(ctx, f.items[1], inputs, "objective")
+    return prepare, objective
+
+
+def objective_phase(ctx: CheckContext, node: Node, inputs: Type, name: str) -> ir.Phase | None:
+    """`objective` checked on `inputs` (as phase `name`), or None when it fails or does not return
+    a float scalar (`contracts.objective_result`)."""
+    frame = Frame("objective")
+    ph = phase(ctx, name, node, [inputs, ctx_type(ctx, "objective")], frame, "`objective`")
+    if ph is None:
+        return None
+    counters_effects(ctx, frame, "objective")
+    return ph if objective_result(ctx, ph) else None
+
+
+def top_passes(ctx: CheckContext, train: ir.LoaderIR | None, gen: ir.GenerateIR | None) -> tuple[ir.PassIR, ...]:
+    """Each `pass`: its loader, whether the generator runs on it, its prepare and objective."""
+    out = []
+    for f in ctx.forms.get("pass", []):
+        if len(f.items) < 2 or not isinstance(f.items[1], Sym):
+            ctx.err("E-FORM-002", f.span, "`pass` needs a name: `(pass eval :loader held-out :every 100)`")
+            continue
+        name = f.items[1].name
+        ctx.facts.define(Definition(name, "pass", f.items[1].span, f.span, f"pass {name}"))
+        kws = keyword_args(ctx, f, 2, FORM_KEYWORDS["pass"], "pass")
+        if "loader" not in kws or "every" not in kws:
+            ctx.err("E-FORM-005", f.items[1].span, "`pass` needs `:loader` and `:every`")
+            continue
+        lt = infer(ctx, kws["loader"][1], ctx.globals).type
+        if not isinstance(lt, LoaderType):
+            if not isinstance(lt, ErrorType):
+                ctx.err("E-TYPE-001", kws["loader"][1].span, f"`:loader` must name a loader, got {lt.show()}")
+            continue
+        every = const_int(ctx, kws["every"][1], "`:every`", 1)
+        batches = const_int(ctx, kws["batches"][1], "`:batches`", 1) if "batches" in kws else 1
+        loader = ctx.loaders.get(lt.name)
+        if loader is None or train is None or every is None or batches is None:
+            continue
+        runs_gen = gen is not None and loader.signature() == train.signature()
+        batch = batch_for(ctx, loader, gen, runs_gen)
+        prep_node = kws["prepare"][1] if "prepare" in kws else (
+            ctx.forms["prepare"][0].items[1] if ctx.forms.get("prepare") and len(ctx.forms["prepare"][0].items) == 2 else None)
+        prepare, inputs = None, batch
+        if prep_node is not None:
+            frame = Frame("prepare")
+            prepare = phase(ctx, f"pass {name} prepare", prep_node, [batch, ctx_type(ctx, "prepare")], frame, "`prepare`")
+            if prepare is None:
+                continue
+            inputs = prepare.out
+        obj = ctx.forms.get("objective")
+        if not obj or len(obj[0].items) != 2:
+            continue
+        objective = objective_phase(ctx, obj[0].items[1], inputs, f"pass {name} objective")
+        if objective is None:
+            continue
+        out.append(ir.PassIR(name, loader.name, every, batches, runs_gen, prepare, objective, f.span))
+    return tuple(out)

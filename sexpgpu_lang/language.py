@@ -1,0 +1,152 @@
+"""The language's schema as plain data: its forms, their keywords, the context, the sources, the optimizers.
+
+One home for what the checker (`check/`), the editor features (`ide`), the
+cost report (`explain`), the grammar generator and the runtime's context rows
+all spell: the top-level forms and special forms with their signature and a
+one-line doc (docs/language.md), each keyword-taking form's keywords with a
+one-line doc, the context keys in the order of the runtime's context rows
+with their dtypes, the loader sources with their arguments and the
+optimizers with their settings.
+
+Plain data only: imports nothing but the dtype names of `types`, never JAX.
+"""
+from __future__ import annotations
+
+from .types import DTYPES
+
+#: Each top-level form (DESIGN.md section 2): its signature and a one-line doc.
+TOP_FORMS: dict[str, tuple[str, str]] = {
+    "def": ("(def name value)", "a compile-time constant: integer, float, shape, dtype keyword, or a function"),
+    "loader": ("(loader name :source (...) :batch n :fields (:name [shape] :dtype ...))", "a named loader: where records come from and what they hold"),
+    "defmodel": ("(defmodel name :params (...) :apply (lambda (self x) ...))", "a named model: its parameters and how it applies"),
+    "model": ("(model name)", "binds `model`: the model objective trains"),
+    "defgenerate": ("(defgenerate :trips n :init f :step f :finish f)", "make records on the device inside each step"),
+    "prepare": ("(prepare (lambda (batch ctx) ...))", "batch to the plist objective reads; declares counters"),
+    "objective": ("(objective (lambda (inputs ctx) ...))", "inputs to a float scalar loss"),
+    "pass": ("(pass name :loader l :every n :batches k :prepare f)", "an evaluation pass: prepare and objective, no gradient"),
+    "run": ("(run :loader l :steps n :microbatches m :stack s :precision :f32 :seed 0 :optimizer (...))", "the run's settings"),
+    "curriculum": ("(curriculum (stage :loader l :records n) ...)", "switch the training loader as records are consumed"),
+}
+
+#: Heads of the top-level forms: a `(` in column 1 followed by one of these always starts a new
+#: form, even inside an unclosed one (syntax.py).
+TOP_LEVEL_HEADS: frozenset[str] = frozenset(TOP_FORMS)
+
+#: Top-level forms a run file has at most one of.
+SINGLE_FORMS: tuple[str, ...] = ("model", "defgenerate", "prepare", "objective", "run", "curriculum")
+
+#: Each special form of expressions: its signature and a one-line doc.
+SPECIAL_FORMS: dict[str, tuple[str, str]] = {
+    "let*": ("(let* ((name value) ...) body ...)", "bind names in order, then evaluate the body"),
+    "lambda": ("(lambda (param ...) body ...)", "a function; its parameters are typed at each call"),
+    "list": ("(list :key value ...)", "a plist of values, a keyword before each"),
+    "getf": ("(getf plist :key)", "the entry of a plist, the context, or a model's parameter"),
+    "field": ("(field batch :name)", "a loader field or a generated name of the batch"),
+    "counter": ("(counter :name value)", "add value to a run-long total that `objective` reads as `(getf ctx :name)`; only in `prepare`"),
+    "metric": ("(metric :name value)", "report a value at every logged step; not inside a generator"),
+    "diagnostic": ("(diagnostic :name value)", "report a value only when selected with `:diagnostics`"),
+}
+
+#: The keywords of `run`, in the order its signature shows them.
+RUN_KEYS: tuple[str, ...] = ("loader", "steps", "microbatches", "stack", "precision", "seed", "optimizer", "log",
+                             "checkpoint", "diagnostics", "devices", "shard-params")
+
+#: The keywords each keyword-taking form accepts (`stage` is the form inside `curriculum`).
+FORM_KEYWORDS: dict[str, tuple[str, ...]] = {
+    "loader": ("source", "batch", "fields"),
+    "defmodel": ("params", "apply", "frozen", "pretrained"),
+    "defgenerate": ("trips", "init", "step", "finish"),
+    "run": RUN_KEYS,
+    "pass": ("loader", "every", "batches", "prepare"),
+    "stage": ("loader", "records"),
+}
+
+#: The keywords of a parameter initialiser in `:params`.
+INITIALIZER_KEYWORDS: dict[str, tuple[str, ...]] = {
+    "normal": ("std", "mean", "dtype"), "uniform": ("min", "max", "dtype"),
+    "zeros": ("dtype",), "ones": ("dtype",),
+}
+
+#: Data plists that are the value of a `run` setting: each key and the kind of its value,
+#: `count` (an integer of 1 or more), `bool` or `string`.
+PLIST_KEYWORDS: dict[str, dict[str, str]] = {
+    "log": {"every": "count", "tensorboard": "bool"},
+    "checkpoint": {"every": "count", "dir": "string", "keep": "count"},
+}
+
+#: Keywords whose value is itself a keyword from a fixed set (the first is the default).
+KEYWORD_VALUES: dict[str, tuple[str, ...]] = {
+    "precision": ("f32", "bf16"), "stack": ("auto",), "dtype": DTYPES, "shard-params": ("replicated", "fsdp"),
+}
+
+#: One-line docs of the keywords of `defgenerate` (spec/generation.md) and the other forms.
+KEYWORD_DOCS: dict[tuple[str, str], str] = {
+    ("defgenerate", "trips"): "how many times `:step` runs, 1 or more",
+    ("defgenerate", "init"): "the batch and the context to the state: a plist of tensors",
+    ("defgenerate", "step"): "the state, the trip (`[] i64`) and the context to the next state, "
+                             "with the keys, shapes and dtypes `:init` made",
+    ("defgenerate", "finish"): "optional: the last state and the context, once, to any plist of tensors",
+    ("loader", "source"): "where records come from: `(stride-rows ...)`, `(npz ...)`, `(text-bytes ...)`",
+    ("loader", "batch"): "records per batch",
+    ("loader", "fields"): "each field's per-record shape and dtype: `(:name [shape] :dtype ...)`",
+    ("defmodel", "params"): "the parameters: initialisers or sub-models",
+    ("defmodel", "apply"): "`(lambda (self x ...) ...)`: how the model applies",
+    ("defmodel", "frozen"): "`true`: the parameters are never updated",
+    ("defmodel", "pretrained"): "a file the parameters are loaded from",
+    ("run", "loader"): "the training loader",
+    ("run", "steps"): "optimizer steps",
+    ("run", "microbatches"): "microbatches per step; gradients accumulate over them",
+    ("run", "stack"): "microbatches vmapped into one call (`:auto`: all of them)",
+    ("run", "precision"): "`:f32` or `:bf16`",
+    ("run", "seed"): "the seed every draw derives from",
+    ("run", "optimizer"): "`(adam :lr ...)`, `(adamw ...)`, `(sgd ...)`, `(lion ...)`",
+    ("run", "devices"): "data parallel over this many devices; divides every loader's `:batch`",
+    ("run", "shard-params"): "`:replicated` (every device holds every parameter) or `:fsdp` (each split over the mesh)",
+    ("pass", "loader"): "the loader the pass reads",
+    ("pass", "every"): "run the pass every this many steps",
+}
+
+#: The context keys every phase sees, with their dtypes, in the order of the runtime's context
+#: rows (one `[S 5]` i64 row per copy; docs/language.md "Context", docs/runtime.md).
+CONTEXT_KEYS: tuple[tuple[str, str], ...] = (
+    ("step", "i64"), ("microbatch", "i32"), ("records", "i64"), ("stage", "i32"), ("stage-records", "i64"),
+)
+
+#: One-line docs of the context keys (docs/language.md "Context").
+CONTEXT_DOCS: dict[str, str] = {
+    "step": "the optimizer step, from 0",
+    "microbatch": "the microbatch within the step",
+    "records": "training records consumed before this microbatch",
+    "stage": "the curriculum stage",
+    "stage-records": "records consumed within the stage",
+}
+
+#: Context keys that move between the microbatches of one stacked call (W-STACK-001).
+PER_MICROBATCH_KEYS: tuple[str, ...] = ("microbatch", "records", "stage-records")
+#: ... and, in a run with a curriculum, `:stage` too: a stage can end inside a group of microbatches.
+PER_MICROBATCH_KEYS_CURRICULUM: tuple[str, ...] = PER_MICROBATCH_KEYS + ("stage",)
+
+#: Each loader source and its keyword arguments; the first may also be written without its keyword.
+SOURCES: dict[str, tuple[str, ...]] = {
+    "stride-rows": ("vocab", "seq", "records"),
+    "npz": ("path",),
+    "text-bytes": ("glob", "seq", "stride"),
+}
+
+#: Each optimizer and its settings (docs/runtime.md).
+OPTIMIZERS: dict[str, tuple[str, ...]] = {
+    "adam": ("lr", "b1", "b2", "eps", "clip"),
+    "adamw": ("lr", "b1", "b2", "eps", "weight-decay", "clip"),
+    "sgd": ("lr", "momentum", "clip"),
+    "lion": ("lr", "b1", "b2", "weight-decay", "clip"),
+}
+#: The optimizer of a `run` without `:optimizer`.
+DEFAULT_OPTIMIZER: tuple[str, dict[str, float]] = ("adam", {"lr": 1e-3})
+
+#: Top-level forms every run file needs, each with how to add it (E-FORM-001).
+REQUIRED_FORMS: dict[str, str] = {
+    "loader": "add a `(loader ...)` form",
+    "model": "add `(model NAME)` naming the model objective trains",
+    "objective": "add `(objective (lambda (inputs ctx) loss))`",
+    "run": "add `(run :loader train :steps 100 :optimizer (adam :lr 1e-3))`",
+}
