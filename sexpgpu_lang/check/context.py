@@ -32,8 +32,8 @@ class CheckContext:
         self.parsed = parsed
         self.cache = cache             # results of an earlier check of this file (`CheckCache`), or None
         self.tracker = Tracker()       # what a cached computation reads and calls (`incremental`)
-        self.build_ir = True           # `forms.run(build_ir)`: without the IR, cached model bodies keep
-                                       # their IR's old ranges (`incremental`)
+        # `toplevel.check_file(build_ir)`: without the IR, cached model bodies keep their IR's old ranges
+        self.build_ir = True
         self.read_files = read_files   # open `:pretrained` files (`sexpgpu run`); lint and the server never do
         self.src = parsed.source
         self.diags: list[Diagnostic] = list(parsed.diagnostics)

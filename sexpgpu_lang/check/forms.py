@@ -37,7 +37,7 @@ def define_global(ctx: CheckContext, name_node: Node, kind: str, form: Node, t: 
     prev = ctx.globals.names.get(name)
     if prev is not None and prev.definition is not None:
         ctx.err("E-NAME-002", name_node.span, f"`{name}` is already defined",
-                 related=[Related(prev.definition.span, "first defined here")])
+                related=[Related(prev.definition.span, "first defined here")])
         return None
     if name in REGISTRY or name in SPECIAL_FORMS or name in ("model", "true", "false", "nil"):
         ctx.err("E-NAME-002", name_node.span, f"`{name}` is a built-in name; choose another")
@@ -63,7 +63,7 @@ def top_def(ctx: CheckContext, f: ListNode):
             define_global(ctx, f.items[1], "function", f, ERROR)
             return
         define_global(ctx, f.items[1], "function", f, FunctionType(len(params), f.items[1].name if isinstance(f.items[1], Sym) else "lambda"),
-                           fn=(val, ctx.globals))
+                      fn=(val, ctx.globals))
         return
     e = infer(ctx, val, ctx.globals)
     if not isinstance(e.type, ErrorType) and not _is_constant(e.type):
@@ -103,8 +103,8 @@ def loader_source(ctx: CheckContext, node: Node):
     if not isinstance(node, ListNode) or node.head not in SOURCES:
         hint = near_miss(node.head, SOURCES) if isinstance(node, ListNode) and node.head else None
         ctx.err("E-FORM-002", node.span, "`:source` must be one of "
-                 + ", ".join(f"`({s} ...)`" for s in SOURCES) + (f"; did you mean `{hint}`?" if hint else ""),
-                 data={"replace": hint} if hint else None)
+                + ", ".join(f"`({s} ...)`" for s in SOURCES) + (f"; did you mean `{hint}`?" if hint else ""),
+                data={"replace": hint} if hint else None)
         return None
     kind = node.head
     args: dict = {}
@@ -139,7 +139,7 @@ def loader_fields(ctx: CheckContext, node: Node):
         if not isinstance(dt, Kw) or dt.name not in DTYPES:
             hint = dtype_hint(dt.name) if isinstance(dt, Kw) else None
             ctx.err("E-TYPE-002", dt.span, "a field's dtype must be one of " + ", ".join(f"`:{d}`" for d in DTYPES)
-                     + (f"; did you mean `:{hint}`?" if hint else ""), data={"replace": f":{hint}"} if hint else None)
+                    + (f"; did you mean `:{hint}`?" if hint else ""), data={"replace": f":{hint}"} if hint else None)
             return None
         out.append((k.name, shape_t.dims, dt.name))
         i += 3
@@ -190,9 +190,9 @@ def top_run(ctx):
         for lname, ld in (ctx.loaders.items() if devices else ()):
             if ld.batch % devices:
                 ctx.err("E-FORM-002", dn.span,
-                         f"`:devices {devices}` does not divide `:batch {ld.batch}` of loader `{lname}`: "
-                         "each device takes an equal slice of every batch",
-                         help=f"make `:batch` a multiple of {devices}, or use a device count that divides it")
+                        f"`:devices {devices}` does not divide `:batch {ld.batch}` of loader `{lname}`: "
+                        "each device takes an equal slice of every batch",
+                        help=f"make `:batch` a multiple of {devices}, or use a device count that divides it")
     # Parameters and optimizer state whole on every device, or split FSDP-style (docs/sharding.md).
     shard_params = const_keyword(
         ctx, kws, "shard-params", KEYWORD_VALUES["shard-params"],
@@ -203,14 +203,14 @@ def top_run(ctx):
         if not isinstance(on, ListNode) or on.head not in OPTIMIZERS:
             hint = near_miss(on.head, OPTIMIZERS) if isinstance(on, ListNode) and on.head else None
             ctx.err("E-FORM-002", on.span, "`:optimizer` is one of " + ", ".join(f"`({o} :lr ...)`" for o in OPTIMIZERS)
-                     + (f"; did you mean `{hint}`?" if hint else ""), data={"replace": hint} if hint else None)
+                    + (f"; did you mean `{hint}`?" if hint else ""), data={"replace": hint} if hint else None)
         else:
             okw = keyword_args(ctx, on, 1, OPTIMIZERS[on.head], on.head)
             args = {k: const_value(ctx, v) for k, (kw, v) in okw.items()}
             lr = args.get("lr")
             if isinstance(lr, (int, float)) and not isinstance(lr, bool) and lr <= 0:
                 ctx.err("E-FORM-002", okw["lr"][1].span, f"`:lr` must be greater than 0, got {lr}",
-                         help="a typical learning rate is `3e-4` to `3e-3`")
+                        help="a typical learning rate is `3e-4` to `3e-3`")
             opt = (on.head, args)
             ctx.facts.calls[(on.span.start, on.span.end)] = on.head
     log = config_plist(ctx, kws["log"][1], PLIST_KEYWORDS["log"], ":log") if "log" in kws else {}
@@ -226,8 +226,8 @@ def top_run(ctx):
     if steps is None or mb is None or stack is None or seed is None:
         return
     ctx.run_ir = ir.RunIR(cfg["loader"], steps, mb, stack, stack_auto, seed, precision, opt,
-                           int(log.get("every") or 50), log, ckpt, diag_sel, devices,
-                           shard_params=shard_params)
+                          int(log.get("every") or 50), log, ckpt, diag_sel, devices,
+                          shard_params=shard_params)
 
 
 def top_curriculum(ctx: CheckContext, train):

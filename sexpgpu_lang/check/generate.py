@@ -49,8 +49,8 @@ def top_generate(ctx: CheckContext, train: ir.LoaderIR | None):
             trips = t.value
         elif not isinstance(t, ErrorType):
             ctx.err("E-GEN-005", tn.span, f"`:trips` must be an integer of 1 or more, got "
-                     + (str(t.value) if isinstance(t, TensorType) and t.value is not None else t.show()),
-                     help="`:step` runs `:trips` times; write `:trips 1` or more")
+                    + (str(t.value) if isinstance(t, TensorType) and t.value is not None else t.show()),
+                    help="`:step` runs `:trips` times; write `:trips 1` or more")
     for need in ("init", "step"):
         if need not in kws:
             ctx.err("E-FORM-005", f.items[0].span, f"`defgenerate` needs `:{need}`")
@@ -73,7 +73,7 @@ def top_generate(ctx: CheckContext, train: ir.LoaderIR | None):
     if isinstance(init_list, ListNode) and init_list.head == "list":
         for k, v in plist_pairs(init_list):
             key_defs[k.name] = ctx.facts.define(Definition(k.name, "state-key", k.span, v.span,
-                                                            f"state :{k.name} {state.get(k.name)}"))
+                                                           f"state :{k.name} {state.get(k.name)}"))
     ctx.facts.state_keys = key_defs
     step_frame = generator_frame(ctx, "generate.step")
     step = phase(ctx, "generate.step", kws["step"][1], [state, scalar("i64"), ctx_type(ctx, "generate")],
@@ -118,7 +118,7 @@ def check_plist_of_tensors(ctx: CheckContext, ph: ir.Phase, what: str) -> PlistT
         return None
     if not isinstance(t, PlistType):
         ctx.err("E-GEN-001", site, f"{what} returns {t.show()}, not a plist of tensors",
-                 help="return `(list :name tensor ...)`")
+                help="return `(list :name tensor ...)`")
         return None
     ok = True
     for k, v in t.entries:
@@ -126,8 +126,8 @@ def check_plist_of_tensors(ctx: CheckContext, ph: ir.Phase, what: str) -> PlistT
             ok = False
         elif not isinstance(v, TensorType):
             ctx.err("E-GEN-001", entry_span(ph.body, k, site),
-                     f"{what} returns `:{k}` as {v.show()}; every entry must be a tensor",
-                     help="flatten nested plists into entries of their own")
+                    f"{what} returns `:{k}` as {v.show()}; every entry must be a tensor",
+                    help="flatten nested plists into entries of their own")
             ok = False
     # An entry already reported stays, typed ERROR, so that reading it later
     # (`getf` in `:step`, `field` in `prepare`) is not reported again.
@@ -142,7 +142,7 @@ def check_across_trips(ctx: CheckContext, step: ir.Phase, state: PlistType, node
         return
     if not isinstance(t, PlistType):
         ctx.err("E-GEN-001", site, f"`:step` returns {t.show()}, not a plist of tensors",
-                 help="return the next state: " + "`(list " + " ".join(f":{k} ..." for k in state.keys) + ")`")
+                help="return the next state: " + "`(list " + " ".join(f":{k} ..." for k in state.keys) + ")`")
         return
 
     def rel(k):
@@ -153,26 +153,26 @@ def check_across_trips(ctx: CheckContext, step: ir.Phase, state: PlistType, node
             continue
         if got is None:
             ctx.err("E-GEN-002", site, f"`:step` drops `:{k}`, which `:init` made as {want.show()}",
-                     related=rel(k), help=f"return `:{k}` in the state, e.g. `:{k} (getf state :{k})`",
-                     data={"key": k})
+                    related=rel(k), help=f"return `:{k}` in the state, e.g. `:{k} (getf state :{k})`",
+                    data={"key": k})
         elif isinstance(got, ErrorType):
             continue
         elif not isinstance(got, TensorType):
             ctx.err("E-GEN-001", entry_span(step.body, k, site),
-                     f"`:step` returns `:{k}` as {got.show()}; every entry must be a tensor")
+                    f"`:step` returns `:{k}` as {got.show()}; every entry must be a tensor")
         elif not same_tensor(got, want):
             what = "dtype" if got.shape == want.shape else "shape"
             ctx.err("E-GEN-002", entry_span(step.body, k, site),
-                     f"`:step` returns `:{k}` as `{got.strong().show()}`, but `:init` made it `{want.show()}`",
-                     related=rel(k),
-                     help=(f"cast it back: `(cast ... :{want.dtype})`" if what == "dtype" else
-                           "the state has static shapes: write into a fixed-size tensor with `where`"),
-                     data={"key": k, "want_dtype": want.dtype, "got_dtype": got.dtype, "what": what})
+                    f"`:step` returns `:{k}` as `{got.strong().show()}`, but `:init` made it `{want.show()}`",
+                    related=rel(k),
+                    help=(f"cast it back: `(cast ... :{want.dtype})`" if what == "dtype" else
+                          "the state has static shapes: write into a fixed-size tensor with `where`"),
+                    data={"key": k, "want_dtype": want.dtype, "got_dtype": got.dtype, "what": what})
     for k, got in t.entries:
         if state.get(k) is None:
             ctx.err("E-GEN-002", entry_span(step.body, k, site),
-                     f"`:step` adds `:{k}`, which `:init` did not make",
-                     help=f"make `:{k}` in `:init`, or drop it here")
+                    f"`:step` adds `:{k}`, which `:init` did not make",
+                    help=f"make `:{k}` in `:init`, or drop it here")
 
 
 def check_generated_names(ctx: CheckContext, out: PlistType, node: Node, train: ir.LoaderIR):
@@ -189,8 +189,8 @@ def check_generated_names(ctx: CheckContext, out: PlistType, node: Node, train: 
                         if kk.name == k:
                             span = kk.span
                 ctx.err("E-GEN-003", span, f"the generated name `:{k}` is a field of loader `{ld.name}`",
-                         help=f"rename it, e.g. `:{k}-generated`, and read that in `prepare`",
-                         related=[Related(ld.span, f"loader `{ld.name}` declares `:{k}`")])
+                        help=f"rename it, e.g. `:{k}-generated`, and read that in `prepare`",
+                        related=[Related(ld.span, f"loader `{ld.name}` declares `:{k}`")])
                 break
 
 
@@ -217,18 +217,18 @@ def generator_effects(ctx: CheckContext, frame: Frame):
         rel = [Related(e.origin, "reported here")] if e.origin != e.site else []
         if e.kind == "metric":
             ctx.err("E-GEN-004", e.site, f"a `metric` inside {where}: a generator may not report"
-                     + (f" (the model it runs reports `:{e.name}`)" if rel else f" `:{e.name}`"),
-                     related=rel, help=f"return the value in the state and report it from `objective`",
-                     data={"name": e.name})
+                    + (f" (the model it runs reports `:{e.name}`)" if rel else f" `:{e.name}`"),
+                    related=rel, help=f"return the value in the state and report it from `objective`",
+                    data={"name": e.name})
         elif e.kind == "counter":
             counter_in_generator(ctx, e, where, rel)
         elif e.kind == "draw" and not e.salted:
             ctx.report(warning("W-RAND-001", e.site, f"an unsalted draw inside {where} draws the same bits "
-                                "at every step and microbatch", related=rel,
-                                help="salt it, e.g. `:salt (getf ctx :step)`"))
+                               "at every step and microbatch", related=rel,
+                               help="salt it, e.g. `:salt (getf ctx :step)`"))
         elif e.kind == "ctx" and e.name in per_microbatch_keys(ctx) and stacks:
             moves = ("can move between the microbatches of a group (a curriculum stage can end inside one)"
                      if e.name == "stage" else "moves between microbatches")
             ctx.report(warning("W-STACK-001", e.site, f"{where} reads `:{e.name}`, which {moves}, so the "
-                                "run stays unstacked", related=rel,
-                                help=f"drop the read of `:{e.name}` to let the run stack its microbatches"))
+                               "run stays unstacked", related=rel,
+                               help=f"drop the read of `:{e.name}` to let the run stack its microbatches"))

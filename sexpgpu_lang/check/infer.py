@@ -119,7 +119,7 @@ def _infer(ctx: CheckContext, node: Node, scope: Scope) -> ir.Expr:
     head = node.items[0]
     if isinstance(head, Kw):
         return ir.Const(ctx.err("E-FORM-002", node.span, "a plist literal like `(:a 1)` is data for settings; "
-                                 "build a value with `(list :a 1)`"), node.span)
+                                "build a value with `(list :a 1)`"), node.span)
     if not isinstance(head, Sym):
         infer(ctx, head, scope)
         return ir.Const(ctx.err("E-TYPE-004", head.span, "this cannot be called; a call starts with a name"), node.span)
@@ -159,8 +159,8 @@ def unbound(ctx: CheckContext, sym: Sym, scope: Scope, callable_: bool) -> Error
         cands |= set(REGISTRY) | set(SPECIAL_FORMS)
     hint = near_miss(sym.name, cands)
     return ctx.err("E-NAME-001", sym.span, f"`{sym.name}` is not defined" + (f"; did you mean `{hint}`?" if hint else ""),
-                    help=f"replace it with `{hint}`" if hint else "define it with `def`, `let*` or a lambda parameter",
-                    data={"replace": hint} if hint else None)
+                   help=f"replace it with `{hint}`" if hint else "define it with `def`, `let*` or a lambda parameter",
+                   data={"replace": hint} if hint else None)
 
 
 def infer_symbol(ctx: CheckContext, node: Sym, scope: Scope) -> ir.Expr:
@@ -270,8 +270,8 @@ def form_getf(ctx: CheckContext, node: ListNode, scope: Scope) -> ir.Expr:
         if got is None:
             hint = near_miss(k, t.keys)
             return ir.Const(ctx.err("E-NAME-004", key.span, f"the context has no key `:{k}`"
-                                     + (f"; did you mean `:{hint}`?" if hint else ""),
-                                     help="it has " + ", ".join(f"`:{x}`" for x in t.keys)), node.span)
+                                    + (f"; did you mean `:{hint}`?" if hint else ""),
+                                    help="it has " + ", ".join(f"`:{x}`" for x in t.keys)), node.span)
         return ir.GetF(got, node.span, obj, k)
     if isinstance(t, SelfType):
         return getf_self(ctx, node, obj, t, key)
@@ -280,9 +280,9 @@ def form_getf(ctx: CheckContext, node: ListNode, scope: Scope) -> ir.Expr:
         if got is None:
             hint = near_miss(k, t.keys)
             return ir.Const(ctx.err("E-NAME-004", key.span, f"this plist has no key `:{k}`"
-                                     + (f"; did you mean `:{hint}`?" if hint else ""),
-                                     help="its keys are " + ", ".join(f"`:{x}`" for x in t.keys) if t.keys else None,
-                                     data={"replace": f":{hint}"} if hint else None), node.span)
+                                    + (f"; did you mean `:{hint}`?" if hint else ""),
+                                    help="its keys are " + ", ".join(f"`:{x}`" for x in t.keys) if t.keys else None,
+                                    data={"replace": f":{hint}"} if hint else None), node.span)
         if t is ctx.state_type and k in ctx.facts.state_keys:
             ctx.facts.uses.append((key.span, ctx.facts.state_keys[k]))
         return ir.GetF(got, node.span, obj, k)
@@ -306,8 +306,8 @@ def getf_self(ctx: CheckContext, node, obj, t: SelfType, key: Kw) -> ir.Expr:
         return ir.Const(ERROR, node.span)   # already reported where the parameter is declared
     hint = near_miss(k, list(m["params"]) + list(m["subs"]))
     return ir.Const(ctx.err("E-NAME-004", key.span, f"model `{t.model}` has no parameter `:{k}`"
-                             + (f"; did you mean `:{hint}`?" if hint else ""),
-                             data={"replace": f":{hint}"} if hint else None), node.span)
+                            + (f"; did you mean `:{hint}`?" if hint else ""),
+                            data={"replace": f":{hint}"} if hint else None), node.span)
 
 
 def form_field(ctx: CheckContext, node: ListNode, scope: Scope) -> ir.Expr:
@@ -375,9 +375,9 @@ def split_args(ctx: CheckContext, node: ListNode, spec_kwargs, what: str):
             if it.name not in spec_kwargs:
                 hint = near_miss(it.name, spec_kwargs)
                 ctx.err("E-NAME-003", it.span, f"`{what}` has no keyword `:{it.name}`"
-                         + (f"; did you mean `:{hint}`?" if hint else ""),
-                         help=("it takes " + ", ".join(f"`:{a}`" for a in spec_kwargs)) if spec_kwargs else f"`{what}` takes no keywords",
-                         data={"replace": f":{hint}"} if hint else None)
+                        + (f"; did you mean `:{hint}`?" if hint else ""),
+                        help=("it takes " + ", ".join(f"`:{a}`" for a in spec_kwargs)) if spec_kwargs else f"`{what}` takes no keywords",
+                        data={"replace": f":{hint}"} if hint else None)
                 if hint is not None and hint not in kw:
                     # Read it as the keyword it most likely is, so the call's type is
                     # what the user meant and nothing downstream is reported again.
@@ -438,17 +438,17 @@ def call_model(ctx: CheckContext, node: ListNode, name: str, scope: Scope) -> ir
         return ir.Const(ERROR, node.span)
     if ctx.root_model is not None and name not in ctx.reachable:
         return ir.Const(ctx.err("E-MODEL-001", node.span,
-                                 f"`{name}` is called, but `model` (`{ctx.root_model}`) cannot reach it through `:params`, "
-                                 "so it has no parameters in this run",
-                                 related=[Related(m["def"].span, f"`{name}` is defined here")],
-                                 help=f"add it to a reachable model's `:params`, e.g. `:{name} {name}`"), node.span)
+                                f"`{name}` is called, but `model` (`{ctx.root_model}`) cannot reach it through `:params`, "
+                                "so it has no parameters in this run",
+                                related=[Related(m["def"].span, f"`{name}` is defined here")],
+                                help=f"add it to a reachable model's `:params`, e.g. `:{name} {name}`"), node.span)
     if ctx.root_model is None or m["apply"] is None:
         return ir.Const(ERROR, node.span)
     lam = m["apply"]
     params = [p.name for p in lam.items[1].items]
     if len(args) != len(params) - 1:
         return ir.Const(ctx.err("E-FORM-003", node.span, f"model `{name}` takes {len(params) - 1} arguments, got {len(args)}",
-                                 related=[Related(lam.items[1].span, "its `:apply` parameters")]), node.span)
+                                related=[Related(lam.items[1].span, "its `:apply` parameters")]), node.span)
     if any(isinstance(a.type, ErrorType) for a in args):
         return ir.Const(ERROR, node.span)
     compute = "bf16" if ctx.precision == "bf16" else None
@@ -502,8 +502,8 @@ def call_function(ctx: CheckContext, node: ListNode, b: Binding, scope: Scope) -
     if len(args) != len(params):
         name = node.items[0].name if isinstance(node.items[0], Sym) else "this function"
         return ir.Const(ctx.err("E-FORM-003", node.span,
-                                 f"`{name}` takes {_count(len(params), 'argument')} "
-                                 f"`({name} {' '.join(params)})`, got {len(args)}"), node.span)
+                                f"`{name}` takes {_count(len(params), 'argument')} "
+                                f"`({name} {' '.join(params)})`, got {len(args)}"), node.span)
     if any(isinstance(a.type, ErrorType) for a in args):
         return ir.Const(ERROR, node.span)
     if len(ctx.active) > 32:
@@ -516,7 +516,7 @@ def call_function(ctx: CheckContext, node: ListNode, b: Binding, scope: Scope) -
         sig, doc = stdlib_docs()[b.stdlib]
         got = ", ".join(f"{p} {a.type.show()}" for p, a in zip(params, args))
         ctx.redirect = (node.span, b.stdlib, f"`{sig}` takes {doc.removesuffix(' (standard library)')}; "
-                                               f"this call gives {got}")
+                        f"this call gives {got}")
     inner = fscope.child()
     for p, a, pn in zip(params, args, lam.items[1].items):
         inner.names[p] = Binding(a.type, ctx.facts.define(Definition(p, "binding", pn.span, lam.span, a.type.show())))

@@ -25,7 +25,7 @@ def keyword_args(ctx: CheckContext, node: ListNode, start: int, allowed, what: s
         k = items[i]
         if not isinstance(k, Kw):
             ctx.err("E-FORM-002", k.span, f"`{what}` takes keyword arguments here; this is not a keyword",
-                     help="write `:name value` pairs")
+                    help="write `:name value` pairs")
             i += 1
             continue
         if i + 1 >= len(items):
@@ -34,9 +34,9 @@ def keyword_args(ctx: CheckContext, node: ListNode, start: int, allowed, what: s
         if allowed is not None and k.name not in allowed:
             hint = near_miss(k.name, allowed)
             ctx.err("E-NAME-003", k.span, f"`{what}` has no keyword `:{k.name}`"
-                     + (f"; did you mean `:{hint}`?" if hint else ""),
-                     help="it takes " + ", ".join(f"`:{a}`" for a in allowed),
-                     data={"replace": f":{hint}"} if hint else None)
+                    + (f"; did you mean `:{hint}`?" if hint else ""),
+                    help="it takes " + ", ".join(f"`:{a}`" for a in allowed),
+                    data={"replace": f":{hint}"} if hint else None)
             if hint is not None and hint not in present:
                 # Read it as the keyword it most likely is: the form is still checked,
                 # and not also reported as missing `:hint` (E-FORM-005).
@@ -109,7 +109,7 @@ def config_plist(ctx: CheckContext, node: Node, kinds: dict[str, str], what: str
             ok = isinstance(val, bool) if kinds[k] == "bool" else isinstance(val, str)
             if val is not None and not ok:
                 ctx.err("E-TYPE-003", v.span, f"`:{k}` of `{what}` must be "
-                         + ("`true` or `false`" if kinds[k] == "bool" else "a string"))
+                        + ("`true` or `false`" if kinds[k] == "bool" else "a string"))
                 val = None
         if val is not None:
             out[k] = val

@@ -70,7 +70,7 @@ def top_model_binding(ctx: CheckContext):
     if b is None or not isinstance(b.type, ModelType):
         hint = near_miss(name, ctx.models)
         ctx.err("E-NAME-001", f.items[1].span, f"`{name}` is not a model" + (f"; did you mean `{hint}`?" if hint else ""),
-                 data={"replace": hint} if hint else None)
+                data={"replace": hint} if hint else None)
         if hint is None:
             return
         # Check the run as the model it most likely names, so mistakes elsewhere still show.
@@ -143,8 +143,8 @@ def model_param(ctx: CheckContext, m: dict, model_name: str, kw: Kw, v: Node) ->
     if not isinstance(v, ListNode) or v.head not in INITIALIZERS:
         hint = near_miss(v.head, INITIALIZERS) if isinstance(v, ListNode) and v.head else None
         ctx.err("E-FORM-002", v.span, "a parameter is an initialiser (" + ", ".join(f"`{i}`" for i in INITIALIZERS)
-                 + ") or the name of another model" + (f"; did you mean `{hint}`?" if hint else ""),
-                 data={"replace": hint} if hint else None)
+                + ") or the name of another model" + (f"; did you mean `{hint}`?" if hint else ""),
+                data={"replace": hint} if hint else None)
         return
     kind = v.head
     if len(v.items) < 2:

@@ -44,10 +44,10 @@ def _check_forms(ctx: CheckContext, build_ir: bool) -> CheckResult:
             if not stray and isinstance(form, Sym) and form.name in TOP_FORMS:
                 ctx.lost_heads.add(form.name)
                 ctx.err("E-FORM-004", form.span, f"`{form.name}` is outside any list: the form has lost its `(`",
-                         help=f"write `({form.name}` in column 1")
+                        help=f"write `({form.name}` in column 1")
             elif not stray:
                 ctx.err("E-FORM-004", form.span, "a top-level form must be a list like `(def name value)`",
-                         help="if a form lost its `(`, put it back; what follows up to the next form is not reported again")
+                        help="if a form lost its `(`, put it back; what follows up to the next form is not reported again")
             stray = True
             continue
         head = form.head
@@ -57,8 +57,8 @@ def _check_forms(ctx: CheckContext, build_ir: bool) -> CheckResult:
                 continue
             stray = False
             ctx.err("E-FORM-004", form.items[0].span, f"unknown top-level form `{head}`"
-                     + (f"; did you mean `{hint}`?" if hint else ""),
-                     data={"replace": hint} if hint else None)
+                    + (f"; did you mean `{hint}`?" if hint else ""),
+                    data={"replace": hint} if hint else None)
             if hint is None:
                 continue
             # Check it as the form it most likely is, so that what it defines
@@ -71,7 +71,7 @@ def _check_forms(ctx: CheckContext, build_ir: bool) -> CheckResult:
         for extra in ctx.forms.get(head, [])[1:]:
             first = ctx.forms[head][0]
             ctx.err("E-NAME-002", extra.items[0].span, f"a second `{head}` form; a run file has one",
-                     related=[Related(first.items[0].span, "the first one")])
+                    related=[Related(first.items[0].span, "the first one")])
     scan_counters(ctx)
     for f in ctx.forms.get("def", []):
         top_def(ctx, f)
