@@ -21,7 +21,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from sexpgpu_lang.check import SPECIAL_FORMS, TOP_FORMS, check_expression, stdlib_docs  # noqa: E402
+from sexpgpu_lang.check import check_expression, stdlib_docs  # noqa: E402
+from sexpgpu_lang.language import SPECIAL_FORMS, TOP_FORMS  # noqa: E402
 from sexpgpu_lang.ops import EXAMPLE_ENV, INITIALIZERS, REGISTRY  # noqa: E402
 
 PAGE = ROOT / "docs" / "ops.md"

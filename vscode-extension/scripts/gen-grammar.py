@@ -24,7 +24,7 @@ EXTENSION = HERE.parent
 GRAMMAR = EXTENSION / "syntaxes" / "sexpgpu.tmLanguage.json"
 sys.path.insert(0, str(EXTENSION.parent))
 
-from sexpgpu_lang.check import SPECIAL_FORMS, TOP_FORMS  # noqa: E402
+from sexpgpu_lang.language import SPECIAL_FORMS, TOP_FORMS  # noqa: E402
 from sexpgpu_lang.ops import REGISTRY  # noqa: E402
 from sexpgpu_lang.types import DTYPES  # noqa: E402
 
