@@ -35,6 +35,9 @@ TOP_LEVEL_HEADS: frozenset[str] = frozenset(TOP_FORMS)
 #: Top-level forms a run file has at most one of.
 SINGLE_FORMS: tuple[str, ...] = ("model", "defgenerate", "prepare", "objective", "run", "curriculum")
 
+#: Names every file has (`model` once `(model NAME)` binds it, and the constants): no form may define them.
+RESERVED_NAMES: tuple[str, ...] = ("model", "true", "false", "nil")
+
 #: Each special form of expressions: its signature and a one-line doc.
 SPECIAL_FORMS: dict[str, tuple[str, str]] = {
     "let*": ("(let* ((name value) ...) body ...)", "bind names in order, then evaluate the body"),

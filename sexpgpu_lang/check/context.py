@@ -26,7 +26,7 @@ from .scope import Frame, Scope, prelude_scope
 
 
 class CheckContext:
-    """The state of one check of one parsed file (`check()` makes one and runs `forms.run` on it)."""
+    """The state of one check of one parsed file (`check()` makes one and runs `toplevel.check_file` on it)."""
 
     def __init__(self, parsed: ParseResult, read_files: bool = False, cache: CheckCache | None = None):
         self.parsed = parsed

@@ -14,8 +14,8 @@ import os
 
 from .. import ir
 from ..diagnostics import Related
-from ..language import (DEFAULT_OPTIMIZER, FORM_KEYWORDS, KEYWORD_VALUES, OPTIMIZERS, PLIST_KEYWORDS, RUN_KEYS,
-                        SOURCES, SPECIAL_FORMS)
+from ..language import (DEFAULT_OPTIMIZER, FORM_KEYWORDS, KEYWORD_VALUES, OPTIMIZERS, PLIST_KEYWORDS, RESERVED_NAMES,
+                        RUN_KEYS, SOURCES, SPECIAL_FORMS)
 from ..ops import REGISTRY
 from ..syntax import Kw, ListNode, Node, Sym, VecNode
 from ..types import (DTYPES, dtype_hint, ERROR, ErrorType, FunctionType, KeywordType, LoaderType, ShapeType,
@@ -39,7 +39,7 @@ def define_global(ctx: CheckContext, name_node: Node, kind: str, form: Node, t: 
         ctx.err("E-NAME-002", name_node.span, f"`{name}` is already defined",
                 related=[Related(prev.definition.span, "first defined here")])
         return None
-    if name in REGISTRY or name in SPECIAL_FORMS or name in ("model", "true", "false", "nil"):
+    if name in REGISTRY or name in SPECIAL_FORMS or name in RESERVED_NAMES:
         ctx.err("E-NAME-002", name_node.span, f"`{name}` is a built-in name; choose another")
         return None
     d = ctx.facts.define(Definition(name, kind, name_node.span, form.span, t.show()))
@@ -146,7 +146,7 @@ def loader_fields(ctx: CheckContext, node: Node):
     return tuple(out)
 
 
-def top_run(ctx):
+def top_run(ctx: CheckContext) -> None:
     """The `run` form's settings to a RunIR."""
     forms = ctx.forms.get("run", [])
     if not forms:
@@ -172,7 +172,7 @@ def top_run(ctx):
     stack, stack_auto = 1, False
     if "stack" in kws:
         sn = kws["stack"][1]
-        if isinstance(sn, Kw) and sn.name == "auto":
+        if isinstance(sn, Kw) and sn.name in KEYWORD_VALUES["stack"]:
             stack_auto, stack = True, mb or 1
         else:
             stack = const_int(ctx, sn, "`:stack`", 1)
@@ -232,7 +232,7 @@ def top_run(ctx):
 
 def top_curriculum(ctx: CheckContext, train):
     """`curriculum` stages: each stage's loader must match the training loader."""
-    ctx.stages: list[tuple[str, int | None]] = []
+    ctx.stages = []
     for f in ctx.forms.get("curriculum", [])[:1]:
         for st in f.items[1:]:
             if not (isinstance(st, ListNode) and st.head == "stage"):

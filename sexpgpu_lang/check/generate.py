@@ -48,7 +48,7 @@ def top_generate(ctx: CheckContext, train: ir.LoaderIR | None):
         if isinstance(t, TensorType) and isinstance(t.value, int) and not isinstance(t.value, bool) and t.value >= 1:
             trips = t.value
         elif not isinstance(t, ErrorType):
-            ctx.err("E-GEN-005", tn.span, f"`:trips` must be an integer of 1 or more, got "
+            ctx.err("E-GEN-005", tn.span, "`:trips` must be an integer of 1 or more, got "
                     + (str(t.value) if isinstance(t, TensorType) and t.value is not None else t.show()),
                     help="`:step` runs `:trips` times; write `:trips 1` or more")
     for need in ("init", "step"):
@@ -79,7 +79,7 @@ def top_generate(ctx: CheckContext, train: ir.LoaderIR | None):
     step = phase(ctx, "generate.step", kws["step"][1], [state, scalar("i64"), ctx_type(ctx, "generate")],
                       step_frame, "`:step`")
     if step is not None:
-        check_across_trips(ctx, step, state, kws["step"][1], key_defs)
+        check_across_trips(ctx, step, state, key_defs)
     finish = None
     out = state
     frames = [init_frame, step_frame]
@@ -134,7 +134,7 @@ def check_plist_of_tensors(ctx: CheckContext, ph: ir.Phase, what: str) -> PlistT
     return t if ok else PlistType(tuple((k, v if isinstance(v, TensorType) else ERROR) for k, v in t.entries))
 
 
-def check_across_trips(ctx: CheckContext, step: ir.Phase, state: PlistType, node: ListNode, key_defs):
+def check_across_trips(ctx: CheckContext, step: ir.Phase, state: PlistType, key_defs: dict[str, Definition]) -> None:
     """E-GEN-002: `:step` must return exactly the keys, shapes and dtypes `:init` made."""
     t = step.out
     site = result_span(step.body)
@@ -218,7 +218,7 @@ def generator_effects(ctx: CheckContext, frame: Frame):
         if e.kind == "metric":
             ctx.err("E-GEN-004", e.site, f"a `metric` inside {where}: a generator may not report"
                     + (f" (the model it runs reports `:{e.name}`)" if rel else f" `:{e.name}`"),
-                    related=rel, help=f"return the value in the state and report it from `objective`",
+                    related=rel, help="return the value in the state and report it from `objective`",
                     data={"name": e.name})
         elif e.kind == "counter":
             counter_in_generator(ctx, e, where, rel)

@@ -176,46 +176,40 @@ def model_param(ctx: CheckContext, m: dict, model_name: str, kw: Kw, v: Node) ->
         Definition(kw.name, "param", kw.span, v.span, f"{model_name} :{kw.name} {t.show()}"))
 
 
-def collect_params(ctx: CheckContext):
+def collect_params(ctx: CheckContext) -> None:
     """Walk the models reachable from `model`: their paths and parameter leaves."""
     if ctx.root_model is None:
         return
-    order = [(ctx.root_model, ())]
-    stack: list[str] = []
-
-    def visit(name, path, frozen):
-        if name in stack:
-            m = ctx.models[name]
-            ctx.err("E-MODEL-002", m["def"].span, f"model `{name}` contains itself through `:params`")
-            return
-        if name in ctx.reachable:
-            return
-        m = ctx.models.get(name)
-        if m is None:
-            return
-        ctx.reachable[name] = path
-        frozen = frozen or m["frozen"]
-        stack.append(name)
-        for key, (t, init, node) in m["params"].items():
-            ctx.params.append(ir.ParamIR(path + (key,), t.shape, t.dtype, init, frozen, place_hash(node.path)))
-        for key, sub in m["subs"].items():
-            visit(sub, path + (key,), frozen)
-        stack.pop()
-
-    try:
-        visit(*order[0], False)
-    finally:
-        # `visit` refers to itself: without this the checker would live in a reference
-        # cycle, freed only by a full collection (the language server avoids those).
-        del visit
+    _visit(ctx, ctx.root_model, (), False, [])
     check_pretrained(ctx)
+
+
+def _visit(ctx: CheckContext, name: str, path: tuple[str, ...], frozen: bool, stack: list[str]) -> None:
+    """Model `name` at `path` (frozen when it or a model containing it is), inside the models of `stack`."""
+    if name in stack:
+        m = ctx.models[name]
+        ctx.err("E-MODEL-002", m["def"].span, f"model `{name}` contains itself through `:params`")
+        return
+    if name in ctx.reachable:
+        return
+    m = ctx.models.get(name)
+    if m is None:
+        return
+    ctx.reachable[name] = path
+    frozen = frozen or m["frozen"]
+    stack.append(name)
+    for key, (t, init, node) in m["params"].items():
+        ctx.params.append(ir.ParamIR(path + (key,), t.shape, t.dtype, init, frozen, place_hash(node.path)))
+    for key, sub in m["subs"].items():
+        _visit(ctx, sub, path + (key,), frozen, stack)
+    stack.pop()
 
 
 def check_pretrained(ctx: CheckContext):
     """Each reachable model's `:pretrained` file: its tensors' names, shapes and dtypes
     against `:params` (read from the safetensors header; no tensor data is read).
     Only with `read_files`: otherwise the file is recorded for the runtime, not opened."""
-    ctx.pretrained_files: list[tuple[tuple[str, ...], str]] = []
+    ctx.pretrained_files = []
     for name, path in ctx.reachable.items():
         m = ctx.models[name]
         rel = m["pretrained"]
