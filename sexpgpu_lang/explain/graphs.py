@@ -44,6 +44,7 @@ def optimizer_bytes(program: ir.Program) -> int:
 
 
 def plist_bytes(t: Type | None) -> int:
+    """Bytes of a tensor type, or of a plist type's tensor entries; 0 for any other type."""
     if isinstance(t, PlistType):
         return sum(v.nbytes for _, v in t.entries if isinstance(v, TensorType))
     return t.nbytes if isinstance(t, TensorType) else 0
@@ -120,7 +121,6 @@ def _counter_dtype(program: ir.Program, c: str) -> str:
     t = program.objective.param_types[1] if len(program.objective.param_types) > 1 else None
     sub = t.get(c) if isinstance(t, PlistType) else None
     return sub.dtype if isinstance(sub, TensorType) else "f32"
-
 
 
 def _io(name: str, t: Type, stack: int = 1) -> dict:

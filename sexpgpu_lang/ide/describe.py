@@ -22,10 +22,12 @@ def show_type(t: Type | None) -> str:
 
 
 def code_block(text: str) -> str:
+    """`text` as a fenced `sexpgpu` code block of hover markdown."""
     return f"```sexpgpu\n{text}\n```"
 
 
 def model_params(ix: Index, model: str) -> list[str]:
+    """`:name type` of each parameter of `defmodel` `model`, in the order they are written."""
     form = next((d.form_span for d in ix.defs.values() if d.kind == "model" and d.name == model), None)
     if form is None:
         return []

@@ -247,4 +247,3 @@ def param_name(lam: ListNode | None, i: int, default: str) -> str:
         if isinstance(p, Sym):
             return p.name
     return default
-

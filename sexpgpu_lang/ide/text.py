@@ -32,7 +32,6 @@ class Frame:
     items: list[Item] = field(default_factory=list)
 
 
-
 def scan(text: str, offset: int) -> tuple[list[Frame], str, int] | None:
     """The brackets open at `offset`, with their complete items, the word being
     typed there and its start. None when `offset` is inside a string or a
@@ -95,6 +94,7 @@ def key_before(frames: list[Frame], k: int) -> str | None:
 
 
 def frame_head(frames: list[Frame], k: int) -> str | None:
+    """The head of frame `k` when it is a call `(name ...)` whose name is complete; None otherwise."""
     f = frames[k]
     if f.bracket == "(" and f.items and not f.items[0].text.startswith((":", "(", "[", '"')):
         return f.items[0].text
