@@ -4,7 +4,9 @@ Every expression node carries its inferred `type` and the `span` it came
 from. Phases (`generate.init`, `generate.step`, `generate.finish`,
 `prepare`, `objective`, each pass's prepare and objective) are `Phase`
 records: named parameters and a body. `Program` gathers them with the run's
-loaders, parameters and settings. The IR is plain data: no lark, no JAX.
+loaders, parameters and settings. `children` and `walk` traverse the IR;
+`Interpreter` is the one evaluator every interpretation of it subclasses.
+The IR is plain data: no lark, no JAX.
 """
 from __future__ import annotations
 
@@ -151,6 +153,101 @@ def walk(e: Expr):
         n = stack.pop()
         yield n
         stack.extend(reversed(children(n)))
+
+
+class Interpreter:
+    """The one evaluator of the IR, shared by every interpretation of it: the runtime's JAX
+    evaluator (sexpgpu_runtime.lowering `evaluate`) and the symbolic trace of `sexpgpu explain`
+    (sexpgpu_lang.explain.trace).
+
+    It holds what every interpretation does alike: the dispatch on the node
+    kinds, the environments (a `Let` binds in order, each value seeing the
+    ones before; an `Apply` binds its parameters to arguments evaluated in
+    the caller's environment; a `ModelCall` runs its body in a fresh
+    environment of the root parameters, `self` and its parameters; a body's
+    value is its last item's), and which diagnostics are computed at all
+    (`computes`). A subclass gives the values: `op` (an `Op`), `getf` (an
+    entry of an evaluated object), `model_self` (a model's `self` and its
+    arguments, cast to its compute dtype) and `report` (what a `Report`
+    does with its value). The environment maps binding names to values and
+    `PARAMS` to the root parameter tree, whatever a subclass makes of it.
+
+    `selected`: the diagnostics to compute (others are never evaluated);
+    `in_generator`: drop every diagnostic (a generator computes none).
+    """
+
+    #: The environment key of the root parameter tree that a model's `self` is cut from.
+    PARAMS = "__params__"
+
+    def __init__(self, selected: frozenset = frozenset(), in_generator: bool = False):
+        self.selected = selected
+        self.in_generator = in_generator
+
+    def eval(self, e: Expr, env: dict):
+        """The value of `e` in `env`. TypeError for a node that is not an IR expression."""
+        if isinstance(e, Const):
+            return e.value
+        if isinstance(e, Var):
+            return env[e.name]
+        if isinstance(e, Op):
+            return self.op(e, env)
+        if isinstance(e, Vector):
+            return [self.eval(i, env) for i in e.items]
+        if isinstance(e, Let):
+            inner = dict(env)
+            for n, v in zip(e.names, e.values):
+                inner[n] = self.eval(v, inner)
+            return self.body(e.body, inner)
+        if isinstance(e, Seq):
+            return self.body(e.body, env)
+        if isinstance(e, Plist):
+            return {k: self.eval(v, env) for k, v in zip(e.keys, e.values)}
+        if isinstance(e, GetF):
+            return self.getf(self.eval(e.obj, env), e.key)
+        if isinstance(e, Apply):
+            inner = dict(env)
+            for n, a in zip(e.params, e.args):
+                inner[n] = self.eval(a, env)
+            return self.body(e.body, inner)
+        if isinstance(e, ModelCall):
+            me, args = self.model_self(e, env[self.PARAMS], [self.eval(a, env) for a in e.args])
+            inner = {self.PARAMS: env[self.PARAMS], e.self_name: me}
+            inner.update(zip(e.params, args))
+            return self.body(e.body, inner)
+        if isinstance(e, Report):
+            if e.kind == "diagnostic" and not self.computes(e.name):
+                return None  # unselected: never computed
+            self.report(e, self.eval(e.value, env) if e.value is not None else None)
+            return None
+        raise TypeError(f"cannot evaluate {type(e).__name__}")
+
+    def body(self, body: tuple[Expr, ...], env: dict):
+        """Evaluate `body` in order; the last item's value (None for an empty body)."""
+        out = None
+        for b in body:
+            out = self.eval(b, env)
+        return out
+
+    def computes(self, diagnostic: str) -> bool:
+        """Whether `(diagnostic :name v)` is evaluated: only a selected one, and none in a generator."""
+        return not self.in_generator and diagnostic in self.selected
+
+    def op(self, e: Op, env: dict):
+        """The value of registry op `e` (its arguments are evaluated here, with `self.eval`)."""
+        raise NotImplementedError
+
+    def getf(self, obj, key: str):
+        """Entry `key` of an evaluated plist, context, batch or model `self`."""
+        raise NotImplementedError
+
+    def model_self(self, e: ModelCall, params, args: list) -> tuple[Any, list]:
+        """A model call's `self` (the parameters at `e.path` of the root tree `params`) and its
+        arguments, both cast to `e.compute_dtype` when it has one."""
+        raise NotImplementedError
+
+    def report(self, e: Report, value) -> None:
+        """Record a metric, a computed diagnostic or a counter with its evaluated value."""
+        raise NotImplementedError
 
 
 @dataclass(frozen=True)

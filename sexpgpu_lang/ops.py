@@ -799,32 +799,29 @@ def _salt(call):
             raise RuleError("E-TYPE-002", f"`:salt` must be an integer scalar, got {s.show()}", "salt")
 
 
-@op("uniform", "(uniform [shape] :salt s :min 0 :max 1)", "uniform f32 draw in [min, max); bits from the seed, "
-    "the draw's place and its salt", args=(1, 1), kwargs=("salt", "min", "max", "dtype"), draw=True,
-    example="(uniform [2 3] :salt n)", family="random")
-def _uniform(call):
-    _salt(call)
-    dims = call.sizes(0)
-    dt = call.dtype_arg("dtype", "f32")
-    if not is_float(dt):
-        raise RuleError("E-TYPE-002", f"`{call.op}` draws floats; `:dtype` must be a float dtype, got `:{dt}`", "dtype",
-                        help="draw floats and `cast` them, or use `categorical` or `bernoulli` for integers and bools")
-    call.static.update(shape=dims, dtype=dt, min=call.const_float("min", 0.0), max=call.const_float("max", 1.0))
-    return TensorType(dims, dt)
+def _float_draw(**floats: float):
+    """The rule of a draw of floats of a given shape (`uniform`, `normal`): `:salt` an integer
+    scalar, `:dtype` a float dtype (f32 when absent), and each keyword of `floats` a float constant
+    (its default when absent), kept in `static` with the shape and dtype for the lowering."""
+    def rule(call):
+        _salt(call)
+        dims = call.sizes(0)
+        dt = call.dtype_arg("dtype", "f32")
+        if not is_float(dt):
+            raise RuleError("E-TYPE-002", f"`{call.op}` draws floats; `:dtype` must be a float dtype, got `:{dt}`",
+                            "dtype", help="draw floats and `cast` them, or use `categorical` or `bernoulli` for "
+                                          "integers and bools")
+        call.static.update(shape=dims, dtype=dt, **{k: call.const_float(k, d) for k, d in floats.items()})
+        return TensorType(dims, dt)
+    return rule
 
 
-@op("normal", "(normal [shape] :salt s :std 1)", "normal f32 draw with mean 0; bits from the seed, the draw's "
-    "place and its salt", args=(1, 1), kwargs=("salt", "std", "mean", "dtype"), draw=True,
-    example="(normal [2 3] :salt 3)", family="random")
-def _normal(call):
-    _salt(call)
-    dims = call.sizes(0)
-    dt = call.dtype_arg("dtype", "f32")
-    if not is_float(dt):
-        raise RuleError("E-TYPE-002", f"`{call.op}` draws floats; `:dtype` must be a float dtype, got `:{dt}`", "dtype",
-                        help="draw floats and `cast` them, or use `categorical` or `bernoulli` for integers and bools")
-    call.static.update(shape=dims, dtype=dt, std=call.const_float("std", 1.0), mean=call.const_float("mean", 0.0))
-    return TensorType(dims, dt)
+op("uniform", "(uniform [shape] :salt s :min 0 :max 1)", "uniform f32 draw in [min, max); bits from the seed, "
+   "the draw's place and its salt", args=(1, 1), kwargs=("salt", "min", "max", "dtype"), draw=True,
+   example="(uniform [2 3] :salt n)", family="random")(_float_draw(min=0.0, max=1.0))
+op("normal", "(normal [shape] :salt s :std 1)", "normal f32 draw with mean 0; bits from the seed, the draw's "
+   "place and its salt", args=(1, 1), kwargs=("salt", "std", "mean", "dtype"), draw=True,
+   example="(normal [2 3] :salt 3)", family="random")(_float_draw(std=1.0, mean=0.0))
 
 
 @op("categorical", "(categorical logits :salt s :temperature 1)", "one i32 index per row of logits [... V], "

@@ -7,10 +7,11 @@ explicit dtypes wherever JAX's own default differs under
 `jax_enable_x64` (argmax's index, sums of ints, literals): DESIGN.md
 section 8.
 
-`evaluate` walks a phase's IR while JAX traces it. After every op it
-compares the traced result's shape and dtype with the IR's; this runs once
-per graph (at trace time) and a difference raises `InternalTypeError`
-naming the op and its range.
+`evaluate` walks a phase's IR while JAX traces it (`sexpgpu_lang.ir.Interpreter`
+does the walk and the environments; here each op is lowered and each report
+recorded). After every op it compares the traced result's shape and dtype
+with the IR's; this runs once per graph (at trace time) and a difference
+raises `InternalTypeError` naming the op and its range.
 """
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from sexpgpu_lang import ir
-from sexpgpu_lang.types import PlistType, TensorType, is_float
+from sexpgpu_lang.types import TensorType
 
 from .dtypes import InternalTypeError, jdt, mismatch
 
@@ -299,64 +300,50 @@ def _scalar(v):
     return jnp.mean(v.astype(jnp.float32)) if v.ndim else v
 
 
-def evaluate(e: ir.Expr, env: dict, fx: Effects):
-    """Evaluate (trace) one IR expression with JAX. `env` maps binding names to values."""
-    if isinstance(e, ir.Const):
-        return e.value
-    if isinstance(e, ir.Var):
-        return env[e.name]
-    if isinstance(e, ir.Op):
-        args = [_materialise(a, evaluate(a, env, fx)) for a in e.args]
-        kwargs = {k: evaluate(v, env, fx) for k, v in e.kwargs}
+class _Lowering(ir.Interpreter):
+    """The IR evaluated with JAX (`ir.Interpreter` walks it): each op through its lowering, reports into `fx`."""
+
+    def __init__(self, fx: Effects):
+        super().__init__(fx.selected, fx.in_generator)
+        self.fx = fx
+
+    def op(self, e: ir.Op, env: dict):
+        args = [_materialise(a, self.eval(a, env)) for a in e.args]
+        kwargs = {k: self.eval(v, env) for k, v in e.kwargs}
         static = e.static if e.name not in _SHARED else {**e.static, "op": e.name}
-        out = LOWERINGS[e.name](LowerCall(args, kwargs, static, e.type, fx))
+        out = LOWERINGS[e.name](LowerCall(args, kwargs, static, e.type, self.fx))
         why = mismatch(out, e.type)
         if why:
             err = InternalTypeError(f"internal error: `{e.name}`: {why}")
             err.offset = e.span.start
             raise err
         return out
-    if isinstance(e, ir.Vector):
-        return [evaluate(i, env, fx) for i in e.items]
-    if isinstance(e, ir.Let):
-        inner = dict(env)
-        for n, v in zip(e.names, e.values):
-            inner[n] = evaluate(v, inner, fx)
-        return _body(e.body, inner, fx)
-    if isinstance(e, ir.Seq):
-        return _body(e.body, env, fx)
-    if isinstance(e, ir.Plist):
-        return {k: evaluate(v, env, fx) for k, v in zip(e.keys, e.values)}
-    if isinstance(e, ir.GetF):
-        return evaluate(e.obj, env, fx)[e.key]
-    if isinstance(e, ir.Apply):
-        inner = dict(env)
-        for n, a in zip(e.params, e.args):
-            inner[n] = evaluate(a, env, fx)
-        return _body(e.body, inner, fx)
-    if isinstance(e, ir.ModelCall):
-        params = env["__params__"]
+
+    def getf(self, obj, key: str):
+        return obj[key]
+
+    def model_self(self, e: ir.ModelCall, params, args: list):
         for k in e.path:
             params = params[k]
-        args = [evaluate(a, env, fx) for a in e.args]
         if e.compute_dtype:
             params = _cast_floats(params, e.compute_dtype)
             args = [_cast_floats(a, e.compute_dtype) for a in args]
-        inner = {"__params__": env["__params__"], e.self_name: params}
-        inner.update(zip(e.params, args))
-        return _body(e.body, inner, fx)
-    if isinstance(e, ir.Report):
-        if e.kind == "diagnostic" and (fx.in_generator or e.name not in fx.selected):
-            return None  # unselected: never computed
-        v = evaluate(e.value, env, fx)
+        return params, args
+
+    def report(self, e: ir.Report, v) -> None:
+        fx = self.fx
         if e.kind == "metric":
             fx.metrics[e.name] = _scalar(v)
         elif e.kind == "diagnostic":
             fx.diagnostics[e.name] = _scalar(v)
         else:
             fx.counters[e.name] = fx.counters.get(e.name, 0) + jnp.sum(jnp.asarray(v))
-        return None
-    raise TypeError(f"cannot lower {type(e).__name__}")
+
+
+def evaluate(e: ir.Expr, env: dict, fx: Effects):
+    """Evaluate (trace) one IR expression with JAX. `env` maps binding names to values (and
+    `ir.Interpreter.PARAMS` to the parameter tree, where `e` calls a model)."""
+    return _Lowering(fx).eval(e, env)
 
 
 def _materialise(e: ir.Expr, value):
@@ -365,13 +352,6 @@ def _materialise(e: ir.Expr, value):
     if isinstance(e, ir.Const) and isinstance(e.type, TensorType) and isinstance(value, (bool, int, float)):
         return jnp.asarray(value, dtype=jdt(e.type.dtype))
     return value
-
-
-def _body(body, env, fx):
-    out = None
-    for b in body:
-        out = evaluate(b, env, fx)
-    return out
 
 
 def _cast_floats(tree, dtype: str):
@@ -384,6 +364,6 @@ def _cast_floats(tree, dtype: str):
 
 def run_phase(phase: ir.Phase, args: list, params, fx: Effects):
     """Trace one phase: bind its parameters to `args`, evaluate its body."""
-    env = {"__params__": params}
+    env = {ir.Interpreter.PARAMS: params}
     env.update(zip(phase.params, args))
     return evaluate(phase.body, env, fx)

@@ -21,9 +21,10 @@ import pytest
 
 from helpers import FIXTURE, ROOT, SHARED_CASES, fixture_text, program_of, variant
 from sexpgpu_lang import analyze_file
-from sexpgpu_lang.explain import (DEFAULT_BUDGET, FLOP_RULES, TARGETS, choose_stack, einsum_layout, explain,
+from sexpgpu_lang.explain import (DEFAULT_BUDGET, TARGETS, choose_stack, einsum_layout, explain,
                                   fmt_bytes, fmt_flops, generation_line, memory_plan, parse_bytes, step_graphs,
-                                  to_text, _plist_bytes)
+                                  to_text, plist_bytes as _plist_bytes)
+from sexpgpu_lang.explain.cost import COSTS as FLOP_RULES
 from sexpgpu_lang.ops import REGISTRY
 
 SEXPGPU = [sys.executable, "-m", "sexpgpu_cli.main"]

@@ -1,0 +1,243 @@
+"""The step's graphs: each graph the runtime jits (`generate.init`, `generate.step`,
+`generate.finish`, `train`, `update`, each pass), traced and estimated at one stacking degree,
+with its inputs and outputs for the report's tree; and the bytes of parameters and optimizer state.
+
+Imports only the standard library and sexpgpu_lang; never JAX.
+"""
+from __future__ import annotations
+
+from .. import ir
+from ..types import ITEMSIZE, PlistType, TensorType, Type
+from .cost import Cost
+from .schedule import GraphEstimate, estimate_graph
+from .text import fmt_bytes
+from .trace import RUNTIME_CTX, Node, Trace
+
+
+def layout_stack(program: ir.Program, stack: int | None = None) -> int:
+    """The stacking degree the runtime uses (sexpgpu_runtime.graphs `layout_of`), or `stack` when given:
+    1 when a generator reads a per-microbatch context key (W-STACK-001) or the degree does not
+    divide `:microbatches`."""
+    run = program.run
+    s = run.stack if stack is None else stack
+    if not program.stackable or s < 1 or run.microbatches % s:
+        return 1
+    return s
+
+
+def param_bytes(program: ir.Program, frozen: bool | None = None) -> int:
+    """Bytes of the run's parameters: all of them, or only the frozen (`True`) or trainable (`False`) ones."""
+    return sum(TensorType(p.shape, p.dtype).nbytes for p in program.params if frozen is None or p.frozen == frozen)
+
+
+def optimizer_bytes(program: ir.Program) -> int:
+    """Bytes of optax's state for the run's optimizer: adam and adamw keep two moments per trainable
+    parameter and an i32 step count, lion one moment and a count, sgd nothing (one trace with
+    `:momentum`)."""
+    name, a = program.run.optimizer
+    tr = param_bytes(program, frozen=False)
+    if name == "lion":
+        return tr + 4
+    if name == "sgd":
+        return tr if a.get("momentum") is not None else 0
+    return 2 * tr + 4
+
+
+def plist_bytes(t: Type | None) -> int:
+    """Bytes of a tensor type, or of a plist type's tensor entries; 0 for any other type."""
+    if isinstance(t, PlistType):
+        return sum(v.nbytes for _, v in t.entries if isinstance(v, TensorType))
+    return t.nbytes if isinstance(t, TensorType) else 0
+
+
+def _stacked(t: Type, stack: int) -> str:
+    """`t` printed with the stack axis first (`[2 64 8] i32`)."""
+    if stack <= 1:
+        return t.show()
+    if isinstance(t, TensorType):
+        return TensorType((stack,) + t.shape, t.dtype).show()
+    if isinstance(t, PlistType):
+        return "(" + " ".join(f":{k} {_stacked(v, stack)}" for k, v in t.entries) + ")"
+    return t.show()
+
+
+def trace_generate(program: ir.Program, which: str) -> Trace:
+    """Trace `generate.init`, `generate.step` or `generate.finish` (`which`) as the runtime jits it:
+    the batch and state per copy, the context and the trip shared."""
+    gen = program.generate
+    tr = Trace(program, in_generator=True)
+    if which == "init":
+        batch = tr.args_of("batch", program.loaders[program.run.loader].batch_type(), True)
+        out = tr.phase(gen.init, [batch, tr.ctx(False)])
+        tr.output("state", {k: (out or {}).get(k) for k in gen.state.keys})
+        # and the group's batch and context rows: on one device they arrive with this call, and its
+        # copies are what the group's later graphs read (sexpgpu_runtime.graphs `Graphs.generate`)
+        tr.output("batch", batch)
+        tr.output("ctx", tr.rows)
+    elif which == "step":
+        state = tr.args_of("state", gen.state, True)
+        out = tr.phase(gen.step, [state, tr.arg("trip", TensorType((), "i64"), False), tr.ctx(False)])
+        tr.output("state", {k: (out or {}).get(k) for k in gen.state.keys})
+    else:
+        state = tr.args_of("state", gen.state, True)
+        tr.output("made", tr.phase(gen.finish, [state, tr.ctx(False)]) if gen.finish is not None else state)
+    return tr
+
+
+def trace_loss(program: ir.Program, prepare: ir.Phase | None, objective: ir.Phase, loader: str,
+               with_generated: bool) -> tuple[Trace, int]:
+    """Trace prepare and objective as the runtime's `_loss` does (counters folded into the
+    objective's context); returns the trace and the loss node's id."""
+    tr = Trace(program, frozenset(program.run.diagnostics))
+    batch = tr.args_of("batch", program.loaders[loader].batch_type(), True)
+    if with_generated and program.generate is not None:
+        batch.update(tr.args_of("made", program.generate.out, True))
+    ctx = tr.ctx(True)
+    inputs = tr.phase(prepare, [batch, ctx]) if prepare is not None else batch
+    octx = dict(ctx)
+    for c in program.counters:
+        dt = _counter_dtype(program, c)
+        base = tr.arg(f"counter:{c}", TensorType((), dt), False)
+        parts = [d for d in tr.counters.get(c, []) if isinstance(d, Node)]
+        delta = parts[0] if parts else None
+        for more in parts[1:]:
+            delta = tr.new("+", delta.type, (delta.id, more.id), Cost(1.0))
+        if delta is None:  # a constant count
+            delta = tr.new("full", TensorType((), dt), per_copy=True)
+        elif delta.type.dtype != dt:
+            delta = tr.new("cast", TensorType((), dt), (delta.id,), Cost(1.0))
+        tr.output(f"counter:{c}", delta)
+        octx[c] = tr.new("+", base.type, (base.id, delta.id), Cost(1.0))
+    value = tr.phase(objective, [inputs, octx])
+    if not isinstance(value, Node):
+        value = tr.new("full", TensorType((), "f32"), per_copy=True)
+    elif value.type.dtype != "f32":
+        value = tr.new("cast", TensorType((), "f32"), (value.id,), Cost(1.0))
+    tr.output("loss", value)
+    return tr, value.id
+
+
+def _counter_dtype(program: ir.Program, c: str) -> str:
+    t = program.objective.param_types[1] if len(program.objective.param_types) > 1 else None
+    sub = t.get(c) if isinstance(t, PlistType) else None
+    return sub.dtype if isinstance(sub, TensorType) else "f32"
+
+
+def _io(name: str, t: Type, stack: int = 1) -> dict:
+    """One input or output of a graph for the tree: its name, its type with the stack axis, its bytes."""
+    return {"name": name, "type": _stacked(t, stack), "bytes": plist_bytes(t) * stack}
+
+
+def _ctx_io(stack: int) -> dict:
+    """The context rows a graph takes: [S 5] i64, one row of context scalars per copy."""
+    n = len(RUNTIME_CTX)
+    return {"name": "ctx", "type": f"[{stack} {n}] i64", "bytes": ITEMSIZE["i64"] * n * stack}
+
+
+def _params_io(g: GraphEstimate) -> dict:
+    return {"name": "params", "type": fmt_bytes(g.param_args), "bytes": g.param_args}
+
+
+def _generator_graphs(program: ir.Program, stack: int, prefix: str = "",
+                      target: str = "accelerator") -> dict[str, GraphEstimate]:
+    gen = program.generate
+    batch_t = program.loaders[program.run.loader].batch_type()
+    out = {}
+    g = estimate_graph(prefix + "generate.init", trace_generate(program, "init"), stack, target=target)
+    g.input_list = [_io("batch", batch_t, stack), _ctx_io(stack), _params_io(g)]
+    g.output_list = [_io("state", gen.state, stack), _io("batch", batch_t, stack), _ctx_io(stack)]
+    out[g.name] = g
+    g = estimate_graph(prefix + "generate.step", trace_generate(program, "step"), stack, target=target)
+    g.input_list = [_io("state", gen.state, stack), _io("trip", TensorType((), "i64")), _ctx_io(stack), _params_io(g)]
+    g.output_list = [_io("state", gen.state, stack)]
+    out[g.name] = g
+    g = estimate_graph(prefix + "generate.finish", trace_generate(program, "finish"), stack, target=target)
+    g.input_list = [_io("state", gen.state, stack), _ctx_io(stack), _params_io(g)]
+    g.output_list = [_io("made", gen.out, stack)]
+    out[g.name] = g
+    return out
+
+
+def _train_graph(program: ir.Program, stack: int, target: str = "accelerator") -> GraphEstimate:
+    gen = program.generate
+    tr, loss = trace_loss(program, program.prepare, program.objective, program.run.loader, True)
+    grads = []
+    for p in program.params:  # a gradient for every trainable parameter, used or not (then zeros)
+        if not p.frozen:
+            t = TensorType(p.shape, p.dtype)
+            tr.output("grad:" + "/".join(p.path), tr.new("grad", t, per_copy=True))
+            grads.append(("/".join(p.path), t))
+    g = estimate_graph("train", tr, stack, loss, target)
+    batch_t = program.loaders[program.run.loader].batch_type()
+    if gen is not None:
+        batch_t = PlistType(batch_t.entries + gen.out.entries)
+    g.input_list = [_io("batch", batch_t, stack), _ctx_io(stack), _params_io(g)]
+    g.output_list = [_io("loss", TensorType((), "f32"), stack), _io("gradients", PlistType(tuple(grads)), stack)]
+    return g
+
+
+def _pass_graph(program: ir.Program, ps: ir.PassIR, target: str = "accelerator") -> GraphEstimate:
+    runs_gen = ps.runs_generator and program.generate is not None
+    tr, _ = trace_loss(program, ps.prepare, ps.objective, ps.loader, runs_gen)
+    tr.outputs = [(n, i) for n, i in tr.outputs if n == "loss" or n.startswith("metric:")]  # what a pass returns
+    g = estimate_graph(f"pass {ps.name}", tr, 1, target=target)
+    batch_t = program.loaders[ps.loader].batch_type()
+    if runs_gen:
+        batch_t = PlistType(batch_t.entries + program.generate.out.entries)
+    metrics = sum(1 for n, _ in tr.outputs if n.startswith("metric:"))
+    g.input_list = [_io("batch", batch_t), _ctx_io(1), _params_io(g)]
+    g.output_list = [_io("loss", TensorType((), "f32")),
+                     {"name": "metrics", "type": f"{metrics} scalar{'s' if metrics != 1 else ''}", "bytes": 4 * metrics}]
+    return g
+
+
+#: Per trainable element of one optimizer update: FLOPs (optax's elementwise ops, as XLA counts them)
+#: and parameter-sized reads and writes (adam: the two moments read the gradient and write themselves,
+#: the parameter reads both; sgd: read parameter and gradient, write the parameter).
+_OPT_FLOPS = {"adam": 13.0, "adamw": 17.0, "lion": 8.0, "sgd": 2.0}
+_OPT_TRAFFIC = {"adam": 10, "adamw": 11, "lion": 7, "sgd": 3}
+
+
+def _update_graph(program: ir.Program) -> GraphEstimate:
+    """Sum the microbatches' gradients in order, scale, one optimizer step (sexpgpu_runtime.graphs `_update`)."""
+    M = program.run.microbatches
+    tr = param_bytes(program, frozen=False)
+    opt = optimizer_bytes(program)
+    n = sum(TensorType(p.shape, p.dtype).size for p in program.params if not p.frozen)
+    name, a = program.run.optimizer
+    per = _OPT_FLOPS.get(name, 12.0) + (2.0 if a.get("momentum") is not None else 0.0) + \
+        (4.0 if a.get("clip") is not None else 0.0)
+    g = GraphEstimate("update", 1)
+    g.flops = n * ((M - 1) + (M > 1) + per)  # M - 1 adds, a scale by 1/M (none for one), the optimizer
+    g.args = tr + opt + M * tr
+    g.param_args = tr
+    g.outputs = tr + opt
+    # the sum reads every microbatch's gradient and writes one; then the optimizer's traffic
+    g.bytes_moved = tr * (M + 1 + _OPT_TRAFFIC.get(name, 10) + (3 if a.get("momentum") is not None else 0))
+    g.input_list = [{"name": "params", "type": fmt_bytes(tr), "bytes": tr},
+                    {"name": "optimizer", "type": f"{name} state", "bytes": opt},
+                    {"name": "gradients", "type": f"× {M} microbatch{'es' if M != 1 else ''}", "bytes": M * tr}]
+    g.output_list = [{"name": "params", "type": fmt_bytes(tr), "bytes": tr},
+                     {"name": "optimizer", "type": f"{name} state", "bytes": opt}]
+    return g
+
+
+def step_graphs(program: ir.Program, stack: int, target: str = "accelerator") -> dict[str, GraphEstimate]:
+    """Every graph of one step at stacking degree `stack`, keyed by the names `sexpgpu explain` prints,
+    their live sets as `target` (`TARGETS`) would make them.
+
+    Keys: `generate.init`, `generate.step`, `generate.finish` (when the file
+    has `defgenerate`), `train`, `update`, and `pass NAME` for each pass; a
+    pass that runs the generator also has `pass NAME generate.init` ...
+    (unstacked, as the runtime runs them).
+    """
+    out: dict[str, GraphEstimate] = {}
+    if program.generate is not None:
+        out.update(_generator_graphs(program, stack, target=target))
+    out["train"] = _train_graph(program, stack, target)
+    out["update"] = _update_graph(program)
+    for ps in program.passes:
+        if ps.runs_generator and program.generate is not None:
+            out.update(_generator_graphs(program, 1, f"pass {ps.name} ", target))
+        out[f"pass {ps.name}"] = _pass_graph(program, ps, target)
+    return out

@@ -1,0 +1,246 @@
+"""The symbolic trace: one graph's nodes, built by walking phases' IR as the runtime's evaluator does.
+
+`Trace` is an `ir.Interpreter`, as `sexpgpu_runtime.lowering.evaluate` is:
+the same walk and environments, but each registry op makes one `Node` with
+the type its rule gave and its cost (`cost.COSTS`) instead of a JAX array.
+An op repeated on the same inputs is one node, as XLA's CSE makes it.
+
+Imports only the standard library and sexpgpu_lang; never JAX.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .. import ir
+from ..types import PlistType, TensorType, Type, is_float
+from .cost import COSTS, Cost, einsum_layout, einsum_operands
+
+#: The context scalars the runtime passes to every graph (sexpgpu_runtime/train.py `_ctx`).
+RUNTIME_CTX = (("step", "i64"), ("microbatch", "i32"), ("records", "i64"), ("stage", "i32"), ("stage-records", "i64"))
+
+
+@dataclass(eq=False)
+class Node:
+    """One value of a traced graph: an argument, a parameter, or an op's result (per copy).
+
+    `per_copy`: the value differs between the copies of a stacked call (it
+    depends on the batch, the state or a per-microbatch context scalar), so
+    a stack of S holds S of it.
+    """
+
+    id: int
+    op: str
+    type: TensorType
+    inputs: tuple[int, ...] = ()
+    cost: Cost = Cost()
+    per_copy: bool = False
+    role: str = ""
+    static: dict = field(default_factory=dict)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of one copy."""
+        return self.type.nbytes
+
+    def bytes_at(self, stack: int) -> int:
+        """Bytes held under a stack of `stack` copies."""
+        return self.nbytes * (stack if self.per_copy else 1)
+
+
+class _ParamView:
+    """A model's `self`: the parameter subtree at `path`, cast to `compute` dtype on read (bf16)."""
+
+    def __init__(self, tracer: "Trace", path: tuple[str, ...], compute: str | None):
+        self.tracer, self.path, self.compute = tracer, path, compute
+
+    def get(self, key: str):
+        path = self.path + (key,)
+        if path in self.tracer.param_leaves:
+            node = self.tracer.param(path)
+            if self.compute and is_float(node.type.dtype) and node.type.dtype != self.compute:
+                return self.tracer.cast_param(node, self.compute)
+            return node
+        if any(p[:len(path)] == path for p in self.tracer.param_leaves):
+            return _ParamView(self.tracer, path, self.compute)
+        return None
+
+
+class Trace(ir.Interpreter):
+    """Builds the node list of one graph by walking phases' IR the way the runtime's evaluator does."""
+
+    def __init__(self, program: ir.Program, selected: frozenset = frozenset(), in_generator: bool = False):
+        super().__init__(selected, in_generator)
+        self.program = program
+        self.nodes: list[Node] = []
+        self.outputs: list[tuple[str, int]] = []
+        self.param_leaves = {p.path: p for p in program.params}
+        self.param_nodes: dict[tuple, Node] = {}
+        self.casts: dict[tuple, Node] = {}
+        self.cse: dict = {}
+        self.counters: dict[str, list] = {}
+        self.rows: Node | None = None
+
+    # -- nodes ---------------------------------------------------------------------------------
+    def new(self, op: str, t: TensorType, inputs=(), cost=Cost(), per_copy=None, role="", static=None) -> Node:
+        """A node; an op already computed on the same inputs is reused, as XLA's CSE reuses it."""
+        ins = tuple(inputs)
+        pc = any(self.nodes[i].per_copy for i in ins) if per_copy is None else per_copy
+        t = t.strong() if isinstance(t, TensorType) else t
+        key = None
+        if op not in ("arg", "param", "grad"):
+            key = (op, t, ins, pc, repr(sorted((static or {}).items())))
+            if key in self.cse:
+                return self.cse[key]
+        n = Node(len(self.nodes), op, t, ins, cost, pc, role, static or {})
+        self.nodes.append(n)
+        if key is not None:
+            self.cse[key] = n
+        return n
+
+    def arg(self, role: str, t: TensorType, per_copy: bool) -> Node:
+        return self.new("arg", t, per_copy=per_copy, role=role)
+
+    def args_of(self, role: str, t: Type, per_copy: bool) -> dict:
+        """A plist argument as a dict of argument nodes."""
+        out = {}
+        if isinstance(t, PlistType):
+            for k, sub in t.entries:
+                if isinstance(sub, TensorType):
+                    out[k] = self.arg(f"{role}:{k}", sub, per_copy)
+        return out
+
+    def ctx(self, per_copy: bool) -> dict:
+        """The context scalars (`per_copy`: one per copy, else shared), each sliced from the one
+        argument the runtime passes for them, the context rows: [5] i64 per copy, [S 5] in all
+        (sexpgpu_runtime.graphs `unpack_ctx`); jit drops it where no scalar is read."""
+        if self.rows is None:
+            self.rows = self.arg("ctx", TensorType((len(RUNTIME_CTX),), "i64"), True)
+        return {k: self.new("slice", TensorType((), d), (self.rows.id,), per_copy=per_copy, static={"ctx": k})
+                for k, d in RUNTIME_CTX}
+
+    def param(self, path: tuple) -> Node:
+        if path not in self.param_nodes:
+            p = self.param_leaves[path]
+            self.param_nodes[path] = self.new("param", TensorType(p.shape, p.dtype), per_copy=False,
+                                              role="frozen" if p.frozen else "param", static={"path": path})
+        return self.param_nodes[path]
+
+    def cast_param(self, node: Node, dtype: str) -> Node:
+        key = (node.id, dtype)
+        if key not in self.casts:
+            t = TensorType(node.type.shape, dtype)
+            self.casts[key] = self.new("cast", t, (node.id,), COSTS["cast"].flops([node.type], t, {"dtype": dtype}),
+                                       static={"dtype": dtype})
+        return self.casts[key]
+
+    def output(self, name: str, value) -> None:
+        """Mark every tensor leaf of `value` as a graph output named `name`."""
+        if isinstance(value, Node):
+            self.outputs.append((name, value.id))
+        elif isinstance(value, dict):
+            for k, v in value.items():
+                self.output(f"{name}:{k}", v)
+        elif isinstance(value, list):
+            for i, v in enumerate(value):
+                self.output(f"{name}:{i}", v)
+
+    # -- the evaluator's hooks (ir.Interpreter walks the rest) -----------------------------------
+    def phase(self, phase: ir.Phase, args: list):
+        """Evaluate one phase on `args`, `self` being the root of the parameter tree."""
+        env = dict(zip(phase.params, args))
+        env[self.PARAMS] = _ParamView(self, (), None)
+        return self.eval(phase.body, env)
+
+    def getf(self, obj, key: str):
+        return obj.get(key) if isinstance(obj, (dict, _ParamView)) else None
+
+    def model_self(self, e: ir.ModelCall, params, args: list):
+        if e.compute_dtype:
+            args = [self.cast_value(a, e.compute_dtype) for a in args]
+        return _ParamView(self, tuple(e.path), e.compute_dtype), args
+
+    def cast_value(self, v, dtype: str):
+        if isinstance(v, Node) and is_float(v.type.dtype) and v.type.dtype != dtype:
+            t = TensorType(v.type.shape, dtype)
+            return self.new("cast", t, (v.id,), COSTS["cast"].flops([v.type], t, {"dtype": dtype}), static={"dtype": dtype})
+        if isinstance(v, dict):
+            return {k: self.cast_value(x, dtype) for k, x in v.items()}
+        return v
+
+    def report(self, e: ir.Report, v) -> None:
+        """A counter's delta joins its parts; a metric or a computed diagnostic is an output (its mean)."""
+        if e.kind == "counter":
+            if isinstance(v, Node):
+                t = TensorType((), v.type.dtype if v.type.dtype != "bool" else "i32")
+                v = self.new("sum", t, (v.id,), COSTS["sum"].flops([v.type], t, {}))
+            self.counters.setdefault(e.name, []).append(v)
+            return
+        if not isinstance(v, Node):
+            return
+        if v.type.rank:
+            t = TensorType((), "f32")
+            v = self.new("mean", t, (v.id,), COSTS["mean"].flops([v.type], t, {}))
+        self.output(f"{e.kind}:{e.name}", v)
+
+    def op(self, e: ir.Op, env):
+        if isinstance(e.type, TensorType) and e.type.value is not None and e.type.shape == ():
+            return e.type.value  # a compile-time constant: no computation
+        args = [self.eval(a, env) for a in e.args]
+        kwargs = [self.eval(v, env) for _, v in e.kwargs]
+        ins: list[int] = []
+        in_types: list = []
+        for a in args:
+            for x in (a if isinstance(a, list) else [a]):
+                if isinstance(x, Node):
+                    ins.append(x.id)
+                    in_types.append(x.type)
+                elif isinstance(x, TensorType):
+                    in_types.append(x)
+        # the IR's own argument types, for rules that need shapes of constants too
+        ir_types = [a.type for a in e.args]
+        types = [t for t in ir_types if isinstance(t, TensorType)] or in_types
+        if e.name in ("concat", "stack"):
+            types = in_types
+        for v in kwargs:
+            if isinstance(v, Node):
+                ins.append(v.id)
+        cost = COSTS[e.name].flops(types, e.type, e.static)
+        if isinstance(e.type, PlistType):  # top-k: :values and :indices
+            out = {}
+            for k, (key, t) in enumerate(e.type.entries):
+                out[key] = self.new(e.name, t, ins, cost if k == 0 else Cost(), static=e.static)
+            return out
+        if not isinstance(e.type, TensorType):
+            return None
+        if e.name == "einsum":
+            lowered = self.einsum(e, ins, cost)
+            if lowered is not None:
+                return lowered
+        return self.new(e.name, e.type, ins, cost, static=e.static)
+
+    def einsum(self, e: ir.Op, ins: list[int], cost: Cost) -> Node | None:
+        """A two-operand einsum as XLA runs it: a `dot_general` on operands in (batch, free,
+        contracting) order, whose output is (batch, lhs free, rhs free); an operand or an output in
+        another order is a transposing copy (`relayout`) before or after the dot. None when the
+        einsum is a plain dot already (or not a two-operand contraction this models)."""
+        if len(ins) != 2:
+            return None
+        x, y = self.nodes[ins[0]], self.nodes[ins[1]]
+        plan = einsum_layout(e.static.get("subscripts", ""), x.type.rank, y.type.rank)
+        if plan is None or plan == (None, None, None, None):
+            return None
+        lhs_order, rhs_order, natural, out = plan
+        lhs, rhs, _ = einsum_operands(e.static["subscripts"])
+        sizes = dict(zip(lhs, x.type.shape))
+        sizes.update(zip(rhs, y.type.shape))
+        operands = []
+        for node, order in ((x, lhs_order), (y, rhs_order)):
+            if order is not None:
+                node = self.new("relayout", TensorType(tuple(sizes[c] for c in order), node.type.dtype), (node.id,),
+                                static={"order": order})
+            operands.append(node.id)
+        dot_t = TensorType(tuple(sizes[c] for c in natural), e.type.dtype)
+        dot = self.new("einsum", dot_t, operands, cost, static=dict(e.static, natural=natural))
+        if natural == out:
+            return dot
+        return self.new("relayout", e.type, (dot.id,), static={"order": out})

@@ -1,0 +1,116 @@
+"""Hover: what the node under the cursor is, its inferred type and, for a call or a form, the
+operation's or form's signature and one-line doc.
+
+Imports only `sexpgpu_lang`; never JAX, never lsprotocol.
+"""
+from __future__ import annotations
+
+from ..check import OPTIMIZERS, SOURCES, SPECIAL_FORMS, TOP_FORMS, BatchType, CtxType, stdlib_docs
+from ..ops import INITIALIZERS, REGISTRY
+from ..syntax import Kw, ListNode, Node, Num, Str, Sym, keyword_value
+from ..types import DTYPES, ErrorType, PlistType, TensorType, Type
+from .describe import code_block, describe, show_type
+from .index import Index
+from .keywords import KEYWORD_DOCS
+from .results import HoverInfo
+
+
+def hover(ix: Index, offset: int) -> HoverInfo | None:
+    """What the node at `offset` is: its inferred type and, for a call or a
+    form, the operation's or form's signature and one-line doc."""
+    node = ix.node_at(offset)
+    if node is None:
+        return None
+    parent = ix.parent(node)
+    t = ix.type_at(node)
+    if isinstance(node, Sym):
+        if isinstance(parent, ListNode) and parent.items and parent.items[0] is node:
+            return HoverInfo(node.span, _hover_call(ix, parent, node))
+        d = ix.definition_at(offset)
+        if d is not None:
+            return HoverInfo(node.span, describe(ix, d, t))
+        if t is not None:
+            return HoverInfo(node.span, code_block(f"{node.name}: {show_type(t)}"))
+        return None
+    if isinstance(node, Kw):
+        return _hover_keyword(ix, node, parent, t)
+    if isinstance(node, (Num, Str)):
+        return HoverInfo(node.span, code_block(show_type(t))) if t is not None else None
+    if isinstance(node, ListNode) and node.head:
+        return HoverInfo(node.span, _hover_call(ix, node, node.items[0]))
+    if t is not None:
+        return HoverInfo(node.span, code_block(show_type(t)))
+    return None
+
+
+def _hover_call(ix: Index, call: ListNode, head: Node) -> str:
+    name = call.head or ""
+    out_t = ix.type_at(call)
+    arrow = f"\n→ {show_type(out_t)}" if out_t is not None and not isinstance(out_t, ErrorType) else ""
+    d = ix.definition_at(head.span.start)
+    if d is not None and d.kind not in ("model-binding",):
+        return describe(ix, d, ix.type_at(head))
+    if ix.parent(call) is None and name in TOP_FORMS:
+        sig, doc = TOP_FORMS[name]
+        return code_block(sig) + f"\n\n{doc}"
+    if d is not None:  # (model x): the model `model` binds
+        model = d.detail.split()[-1]
+        return code_block(f"(model ...) = ({model} ...){arrow}") + "\n\n" + TOP_FORMS["model"][1]
+    if name in SPECIAL_FORMS:
+        sig, doc = SPECIAL_FORMS[name]
+        return code_block(sig + arrow) + f"\n\n{doc}"
+    if name in INITIALIZERS and _in_params(ix, call):
+        sig, doc = INITIALIZERS[name]
+        return code_block(sig + arrow) + f"\n\nparameter initialiser: {doc}"
+    if name in REGISTRY:
+        spec = REGISTRY[name]
+        return code_block(spec.signature + arrow) + f"\n\n{spec.doc}"
+    if name in stdlib_docs() and not any(d.name == name for d in ix.defs.values()):
+        sig, doc = stdlib_docs()[name]
+        return code_block(sig + arrow) + f"\n\n{doc}"
+    if name in OPTIMIZERS:
+        return code_block(f"({name} " + " ".join(f":{k} ..." for k in OPTIMIZERS[name]) + ")") + "\n\noptimizer"
+    if name in SOURCES:
+        return code_block(f"({name} " + " ".join(f":{k} ..." for k in SOURCES[name]) + ")") + "\n\nloader source"
+    if out_t is not None:
+        return code_block(show_type(out_t))
+    return code_block(f"({name} ...)")
+
+
+def _in_params(ix: Index, node: Node) -> bool:
+    """True inside a `defmodel`'s `:params` plist."""
+    p = ix.parent(node)
+    if not isinstance(p, ListNode):
+        return False
+    gp = ix.parent(p)
+    return isinstance(gp, ListNode) and gp.head == "defmodel" and keyword_value(gp, "params", 2) is p
+
+
+def _hover_keyword(ix: Index, node: Kw, parent: Node | None, t: Type | None) -> HoverInfo | None:
+    d = ix.definition_at(node.span.start)
+    if d is not None and d.kind in ("param", "state-key", "generated", "field"):
+        doc = {"state-key": "state key, made by `:init`", "generated": "generated name, made by `:finish`",
+               "param": "model parameter", "field": "loader field"}[d.kind]
+        return HoverInfo(node.span, code_block(d.detail) + f"\n\n{doc}")
+    if isinstance(parent, ListNode):
+        head = parent.head
+        idx = next((i for i, it in enumerate(parent.items) if it is node), -1)
+        if head in ("getf", "field") and idx == 2:
+            pt = ix.type_at(parent)
+            obj = ix.type_at(parent.items[1])
+            where = "the context" if isinstance(obj, CtxType) else "the batch" if isinstance(obj, BatchType) else "the plist"
+            if pt is not None:
+                return HoverInfo(node.span, code_block(f":{node.name} {show_type(pt)}") + f"\n\nkey of {where}")
+        if head in REGISTRY and node.name in REGISTRY[head].kwargs:
+            vt = ix.type_at(parent.items[idx + 1]) if idx + 1 < len(parent.items) else None
+            return HoverInfo(node.span, code_block(f":{node.name} {show_type(vt) if vt else ''}".rstrip())
+                             + f"\n\nkeyword of `{head}`: {REGISTRY[head].signature}")
+        if (head, node.name) in KEYWORD_DOCS:
+            vt = ix.type_at(parent.items[idx + 1]) if idx + 1 < len(parent.items) else None
+            shown = f" {show_type(vt)}" if isinstance(vt, (TensorType, PlistType)) else ""
+            return HoverInfo(node.span, code_block(f":{node.name}{shown}") + f"\n\n{KEYWORD_DOCS[(head, node.name)]}")
+    if node.name in DTYPES:
+        return HoverInfo(node.span, code_block(f":{node.name}") + f"\n\ndtype `{node.name}`")
+    if t is not None and not isinstance(t, (ErrorType,)) and not t.show().endswith("keyword"):
+        return HoverInfo(node.span, code_block(f":{node.name} {show_type(t)}"))
+    return None
