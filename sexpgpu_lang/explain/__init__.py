@@ -52,10 +52,9 @@ from .mesh import graph_shardings, mesh_report
 from .report import explain, generation_line
 from .schedule import TARGETS, GraphEstimate, estimate_graph
 from .text import fmt_bytes, fmt_flops, parse_bytes, to_text
-from .trace import RUNTIME_CTX
 
 __all__ = [
-    "COSTS", "Cost", "DEFAULT_BUDGET", "GraphEstimate", "OpCost", "RUNTIME_CTX", "TARGETS", "choose_stack",
+    "COSTS", "Cost", "DEFAULT_BUDGET", "GraphEstimate", "OpCost", "TARGETS", "choose_stack",
     "device_peak", "einsum_layout", "estimate_graph", "explain", "fmt_bytes", "fmt_flops", "generation_line",
     "graph_shardings", "layout_stack", "memory_plan", "mesh_report", "optimizer_bytes", "param_bytes",
     "parse_bytes", "plist_bytes", "step_graphs", "to_text",

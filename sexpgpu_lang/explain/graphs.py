@@ -11,7 +11,8 @@ from ..types import ITEMSIZE, PlistType, TensorType, Type
 from .cost import Cost
 from .schedule import GraphEstimate, estimate_graph
 from .text import fmt_bytes
-from .trace import RUNTIME_CTX, Node, Trace
+from ..language import CONTEXT_KEYS
+from .trace import Node, Trace
 
 
 def layout_stack(program: ir.Program, stack: int | None = None) -> int:
@@ -130,7 +131,7 @@ def _io(name: str, t: Type, stack: int = 1) -> dict:
 
 def _ctx_io(stack: int) -> dict:
     """The context rows a graph takes: [S 5] i64, one row of context scalars per copy."""
-    n = len(RUNTIME_CTX)
+    n = len(CONTEXT_KEYS)
     return {"name": "ctx", "type": f"[{stack} {n}] i64", "bytes": ITEMSIZE["i64"] * n * stack}
 
 

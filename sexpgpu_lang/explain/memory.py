@@ -10,7 +10,7 @@ from ..types import ITEMSIZE
 from .graphs import optimizer_bytes, param_bytes, plist_bytes, step_graphs
 from .mesh import mesh_report
 from .schedule import GraphEstimate
-from .trace import RUNTIME_CTX
+from ..language import CONTEXT_KEYS
 
 #: Memory budget assumed without a device to ask (bytes): 16 GiB.
 DEFAULT_BUDGET = 16 * 1024 ** 3
@@ -37,7 +37,7 @@ def memory_plan(program: ir.Program, graphs: dict[str, GraphEstimate], stack: in
     batch = plist_bytes(program.loaders[program.run.loader].batch_type()) * stack
     state = plist_bytes(gen.state) * stack if gen else 0
     made = plist_bytes(gen.out) * stack if gen else 0
-    ctx = ITEMSIZE["i64"] * len(RUNTIME_CTX)   # one row of the context rows per copy (`_ctx_io`)
+    ctx = ITEMSIZE["i64"] * len(CONTEXT_KEYS)   # one row of the context rows per copy (`_ctx_io`)
     phases: list[dict] = []
 
     def add(name, **parts):

@@ -12,11 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .. import ir
+from ..language import CONTEXT_KEYS
 from ..types import PlistType, TensorType, Type, is_float
 from .cost import COSTS, Cost, einsum_layout, einsum_operands
-
-#: The context scalars the runtime passes to every graph (sexpgpu_runtime/train.py `_ctx`).
-RUNTIME_CTX = (("step", "i64"), ("microbatch", "i32"), ("records", "i64"), ("stage", "i32"), ("stage-records", "i64"))
 
 
 @dataclass(eq=False)
@@ -114,9 +112,9 @@ class Trace(ir.Interpreter):
         argument the runtime passes for them, the context rows: [5] i64 per copy, [S 5] in all
         (sexpgpu_runtime.graphs `unpack_ctx`); jit drops it where no scalar is read."""
         if self.rows is None:
-            self.rows = self.arg("ctx", TensorType((len(RUNTIME_CTX),), "i64"), True)
+            self.rows = self.arg("ctx", TensorType((len(CONTEXT_KEYS),), "i64"), True)
         return {k: self.new("slice", TensorType((), d), (self.rows.id,), per_copy=per_copy, static={"ctx": k})
-                for k, d in RUNTIME_CTX}
+                for k, d in CONTEXT_KEYS}
 
     def param(self, path: tuple) -> Node:
         if path not in self.param_nodes:

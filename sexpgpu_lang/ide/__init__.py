@@ -14,10 +14,10 @@ number of queries. No query raises for any text or offset; an offset that
 points at nothing gives an empty answer.
 
 Modules: `index` (the `Index`), `results` (the answers' dataclasses),
-`keywords` (keyword tables), `text` (the text-context scanner), `describe`
-(types and names as hover text), and one module per feature: `hover`,
-`navigation`, `rename`, `outline`, `completion`, `signature`, `inlay`,
-`tokens`, `fixes`.
+`text` (the text-context scanner), `describe` (types and names as hover
+text), and one module per feature: `hover`, `navigation`, `rename`,
+`outline`, `completion`, `signature`, `inlay`, `tokens`, `fixes`. The
+keyword tables they read are the language's schema, `sexpgpu_lang.language`.
 
 Imports only `sexpgpu_lang`; never JAX, never lsprotocol.
 """

@@ -5,13 +5,13 @@ Imports only `sexpgpu_lang`; never JAX, never lsprotocol.
 """
 from __future__ import annotations
 
-from ..check import CTX_KEYS, OPTIMIZERS, SOURCES, SPECIAL_FORMS, TOP_FORMS, BatchType, CtxType, stdlib_docs
+from ..check import CTX_KEYS, BatchType, CtxType, stdlib_docs
 from ..ops import INITIALIZERS, REGISTRY
 from ..source import Span
 from ..types import DTYPES, FunctionType, ModelType, PlistType, SelfType
 from .describe import model_params
 from .index import Index
-from .keywords import FORM_KEYWORDS, INITIALIZER_KEYWORDS, KEYWORD_DOCS, KEYWORD_VALUES, PLIST_KEYWORDS
+from ..language import FORM_KEYWORDS, INITIALIZER_KEYWORDS, KEYWORD_DOCS, KEYWORD_VALUES, OPTIMIZERS, PLIST_KEYWORDS, SOURCES, SPECIAL_FORMS, TOP_FORMS
 from .results import Completion, Completions
 from .text import NUMBER_START, Frame, Item, frame_head, key_before, scan
 

@@ -5,7 +5,8 @@ Imports only `sexpgpu_lang`; never JAX, never lsprotocol.
 """
 from __future__ import annotations
 
-from ..check import TOP_FORMS, BatchType, CtxType, Definition
+from ..check import BatchType, CtxType, Definition
+from ..language import TOP_FORMS
 from ..types import PlistType, Type
 from .index import Index
 

@@ -5,13 +5,13 @@ Imports only `sexpgpu_lang`; never JAX, never lsprotocol.
 """
 from __future__ import annotations
 
-from ..check import OPTIMIZERS, SOURCES, SPECIAL_FORMS, TOP_FORMS, BatchType, CtxType, stdlib_docs
+from ..check import BatchType, CtxType, stdlib_docs
 from ..ops import INITIALIZERS, REGISTRY
 from ..syntax import Kw, ListNode, Node, Num, Str, Sym, keyword_value
 from ..types import DTYPES, ErrorType, PlistType, TensorType, Type
 from .describe import code_block, describe, show_type
 from .index import Index
-from .keywords import KEYWORD_DOCS
+from ..language import KEYWORD_DOCS, OPTIMIZERS, SOURCES, SPECIAL_FORMS, TOP_FORMS
 from .results import HoverInfo
 
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import bisect
 
-from ..check import TOP_FORMS, Definition
+from ..check import Definition
+from ..language import TOP_FORMS
 from ..source import Span
 from ..syntax import Kw, ListNode, Node, Sym, VecNode
 from .index import Index

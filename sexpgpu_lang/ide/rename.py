@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import re
 
-from ..check import SPECIAL_FORMS, TOP_FORMS, Definition
+from ..check import Definition
+from ..language import RESERVED_NAMES, SPECIAL_FORMS, TOP_FORMS
 from ..ops import REGISTRY
 from ..source import Span
 from .index import Index
@@ -50,7 +51,7 @@ def rename(ix: Index, offset: int, new_name: str) -> list[Edit]:
     else:
         if not _SYMBOL_RE.match(new) or NUMBER_START.match(new):
             raise RenameError(f"`{new_name}` is not a valid name")
-        if new in REGISTRY or new in SPECIAL_FORMS or new in TOP_FORMS or new in ("model", "true", "false", "nil"):
+        if new in REGISTRY or new in SPECIAL_FORMS or new in TOP_FORMS or new in RESERVED_NAMES:
             raise RenameError(f"`{new}` is a built-in name")
         for s in ix.refs.get(d.span, {}):
             other = ix.visible(s.start).get(new)

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import re
 
-from ..check import OPTIMIZERS, SOURCES, SPECIAL_FORMS, TOP_FORMS, Definition, stdlib_docs
+from ..check import Definition, stdlib_docs
 from ..ops import INITIALIZERS, REGISTRY
 from ..syntax import ListNode, Sym, keyword_value
 from .index import Index
-from .keywords import FORM_KEYWORDS, INITIALIZER_KEYWORDS
+from ..language import FORM_KEYWORDS, INITIALIZER_KEYWORDS, OPTIMIZERS, SOURCES, SPECIAL_FORMS, TOP_FORMS
 from .results import Signature
 from .text import Frame, Item, frame_head, key_before, scan
 

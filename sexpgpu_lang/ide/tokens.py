@@ -4,7 +4,7 @@ Imports only `sexpgpu_lang`; never JAX, never lsprotocol.
 """
 from __future__ import annotations
 
-from ..check import OPTIMIZERS, SOURCES, SPECIAL_FORMS, TOP_FORMS
+from ..language import OPTIMIZERS, SOURCES, SPECIAL_FORMS, TOP_FORMS
 from ..ops import INITIALIZERS, REGISTRY
 from ..syntax import Kw, ListNode, Node, Num, Str, Sym
 from ..types import DTYPES
