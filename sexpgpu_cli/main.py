@@ -439,7 +439,8 @@ def explain(
             raise fail("--fsdp splits the parameters over a mesh, and this run has none: give --mesh data=N "
                        "(or `:devices N` in `run`)")
     if xla:
-        from sexpgpu_runtime.xla_report import backend_target, device_budget, xla_report  # JAX only here
+        from sexpgpu_runtime.device import backend_target, device_budget  # JAX only here
+        from sexpgpu_runtime.xla_report import xla_report
         if budget is None:
             budget, source = device_budget()
         target = target or backend_target()
