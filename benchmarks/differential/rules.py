@@ -128,14 +128,20 @@ def names_of(spec: str) -> dict[str, TensorType]:
             for name, dims, dtype in re.findall(r"([\w-]+):\[([-\d ]*)\](\w+)", spec)}
 
 
+def _strict_name(d) -> str | None:
+    """The name of the first `STRICT` rule that explains the diagnostic `d` (its code and message), or None."""
+    return next((r.name for r in STRICT if (r.code is None or r.code == d.code) and re.search(r.pattern, d.message)),
+                None)
+
+
 def strict_rule(errors) -> str | None:
     """The strict rule that explains every error of a rejected program JAX lowers, or None."""
     names = []
     for d in errors:
-        rule = next((r for r in STRICT if (r.code is None or r.code == d.code) and re.search(r.pattern, d.message)), None)
+        rule = _strict_name(d)
         if rule is None:
             return None
-        names.append(rule.name)
+        names.append(rule)
     return names[0] if names else None
 
 
@@ -232,8 +238,7 @@ def phase_rule(errors, carry: dict) -> str | None:
     `carry`: JAX's types of the state keys (`phase_jax_verdict`)."""
     names = []
     for d in errors:
-        rule = next((r.name for r in STRICT if (r.code is None or r.code == d.code) and re.search(r.pattern, d.message)),
-                    None)
+        rule = _strict_name(d)
         data = d.data or {}
         if rule is None and d.code == "E-GEN-002" and data.get("what") == "dtype" and data.get("key") in carry:
             rule = next((r.name for r in PHASE_STRICT if r.code == d.code
