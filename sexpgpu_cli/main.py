@@ -309,7 +309,8 @@ def run(
         print(f"sexpgpu: error: {file} has {render.summary(n_err, n_warn)}; fix them before running", file=sys.stderr)
         raise typer.Exit(1)
     from sexpgpu_runtime.sharding import MeshError, initialize, parse_mesh  # JAX is imported only here
-    from sexpgpu_runtime.train import OptionError, RunOptions, RunError, RunStopped, train
+    from sexpgpu_runtime.options import OptionError, RunOptions, RunError, RunStopped
+    from sexpgpu_runtime.train import train
     try:
         devices = parse_mesh(mesh) if mesh is not None else None
         initialize(coordinator, num_processes, process_id, detect=distributed)
@@ -438,7 +439,8 @@ def explain(
             raise fail("--fsdp splits the parameters over a mesh, and this run has none: give --mesh data=N "
                        "(or `:devices N` in `run`)")
     if xla:
-        from sexpgpu_runtime.xla_report import backend_target, device_budget, xla_report  # JAX only here
+        from sexpgpu_runtime.device import backend_target, device_budget  # JAX only here
+        from sexpgpu_runtime.xla_report import xla_report
         if budget is None:
             budget, source = device_budget()
         target = target or backend_target()

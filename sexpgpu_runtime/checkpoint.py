@@ -37,7 +37,7 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from .paths import not_a_dir_reason
+from .paths import PathProblem, make_writable_dir
 
 FORMAT = "sexpgpu-checkpoint 1"
 DEFAULT_DIR = "checkpoints"
@@ -156,16 +156,10 @@ class Checkpoints:
         self.identity = identity
         self.file = file
         self.dir = spec.dir.resolve()
-        why = not_a_dir_reason(spec.dir)
-        if why is not None:
-            raise CheckpointError(f"cannot write checkpoints to {spec.dir}: {why}")
         try:
-            self.dir.mkdir(parents=True, exist_ok=True)
-            probe = self.dir / f".write-test.{jax.process_index()}"   # one per process: they share the dir
-            probe.write_text("ok")
-            probe.unlink()
-        except OSError as e:
-            raise CheckpointError(f"cannot write checkpoints to {spec.dir}: {e.strerror or e}")
+            make_writable_dir(spec.dir, jax.process_index())
+        except PathProblem as e:
+            raise CheckpointError(f"cannot write checkpoints to {spec.dir}: {e}")
         same_dir_everywhere(self.dir)
         if jax.process_index() == 0:
             self._remove_torn_writes()

@@ -32,6 +32,7 @@ import optax
 from sexpgpu_lang import ir
 from sexpgpu_lang.types import PlistType, TensorType
 
+from .device import device_budget
 from .dtypes import InternalTypeError, jdt, mismatch
 from .lowering import Effects, run_phase
 from .params import merge
@@ -89,7 +90,6 @@ def layout_of(program: ir.Program, dp=None) -> Layout:
     if run.stack_auto:
         from sexpgpu_lang.explain import choose_stack
         from sexpgpu_lang.mesh import with_mesh
-        from .xla_report import device_budget
         budget, _ = device_budget()
         planned = program if dp is None else with_mesh(program, dp.devices, dp.fsdp)
         stack, _ = choose_stack(planned, budget or 16 * 2**30)

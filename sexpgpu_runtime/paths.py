@@ -42,6 +42,32 @@ def not_a_dir_reason(path: Path) -> str | None:
     return f"{blocker} is a file, not a directory"
 
 
+class FileInTheWay(PathProblem):
+    """A file where a directory (or one of its parents) must be."""
+
+
+def make_writable_dir(path: Path, process: int) -> None:
+    """Create the directory `path` (and its parents) and prove it writable, before anything trains:
+    a file `.write-test.<process>` is written in it and removed (one name per process, since several
+    processes may share the directory).
+
+    Raises FileInTheWay when a file is where the directory must be, PathProblem when the OS refuses;
+    the message of either is the reason alone (`it is a file, not a directory`, `Permission denied`),
+    for the caller to say which directory it is.
+    """
+    path = Path(path)
+    why = not_a_dir_reason(path)
+    if why is not None:
+        raise FileInTheWay(why)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / f".write-test.{process}"
+        probe.write_text("ok")
+        probe.unlink()
+    except OSError as e:
+        raise PathProblem(e.strerror or str(e))
+
+
 def check_output_file(path: Path) -> None:
     """Raise PathProblem unless a file can be written at `path`: not a directory, in an existing,
     writable directory. Probed by creating (and removing) a temporary file beside it."""

@@ -1,4 +1,4 @@
-"""The training loop: loaders, the step's graphs, checkpoints, stop signals, metrics.
+"""The training loop: the step's graphs over the loaders' batches, passes, checkpoints, stops.
 
 `Trainer(program, options)` owns one run; `RunState` is everything a step
 changes (parameters, optimizer state, the next step, records consumed,
@@ -6,22 +6,22 @@ counter totals), so a checkpoint of it resumes the run exactly. A run is a
 pure function of its file, its data and its seed: parameter
 initialisation, record order and every draw derive from `:seed`.
 
-`train` wires the pieces: the run dir and checkpoint dir proven writable
-before anything trains, `--resume` from the newest complete checkpoint
+`train` wires the pieces: the options checked and the run dir and
+checkpoint dir proven writable before anything trains (options.py,
+run_dir.py), `--resume` from the newest complete checkpoint
 (checkpoint.py), SIGINT/SIGTERM looked for before every trip and between
-phases (signals.py), metrics to the terminal, metrics.jsonl and TensorBoard
-(tensorboard.py). A stop abandons the step in flight; what was saved is the
-last completed step, and the resume takes the abandoned step again, so the
-resumed run's bits are the uninterrupted run's.
+phases (signals.py), metrics to the terminal, metrics.jsonl and
+TensorBoard (report.py), `:pretrained` values and `--export`
+(pretrained.py). A stop abandons the step in flight; what was saved is
+the last completed step, and the resume takes the abandoned step again,
+so the resumed run's bits are the uninterrupted run's.
 """
 from __future__ import annotations
 
 import collections
-import json
 import math
-import sys
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import jax
@@ -29,60 +29,18 @@ import numpy as np
 
 from sexpgpu_lang import ir
 
-from .dtypes import InternalTypeError, jdt
-from .checkpoint import CheckpointError, Checkpoints, CheckpointSpec, Identity, checkpoint_spec
+from .checkpoint import CheckpointError, Checkpoints
+from .dtypes import InternalTypeError
 from .graphs import Graphs
 from .loaders import Loader, LoaderError
 from .optim import make_optimizer
-from .params import flatten, init_params, set_path
-from .paths import PathProblem, check_output_file, not_a_dir_reason, publish
+from .options import BadValue, OptionError, RunError, RunOptions, RunStopped, check_options
+from .params import flatten, init_params
+from .pretrained import export_params, load_pretrained
+from .report import Reporter
+from .run_dir import claim_run_dir, open_checkpoints, prepare_run_dir
 from .sharding import DataParallel, MeshError
 from .signals import StopSignals, Stopped
-
-
-class RunError(Exception):
-    """A run that cannot go on, for a reason the user can act on (bad data, a NaN loss, an unwritable dir)."""
-
-
-class OptionError(RunError):
-    """A command-line option that cannot work (an `--export` path that cannot be written, say): found
-    before anything runs; the command line exits 2 for it, as for any usage problem."""
-
-
-class BadValue(RunError):
-    """A loss, metric or parameter that is NaN or infinite at a step; `metric` is as shown (`` `loss` ``)."""
-
-    def __init__(self, step: int, metric: str, value: float):
-        super().__init__(f"step {step}: {metric} is {value}")
-        self.step, self.metric, self.value = step, metric, value
-
-
-class RunStopped(Exception):
-    """A signal stopped the run. `step` is the step that was abandoned (1-based, as in metrics.jsonl);
-    `saved` the step of the newest complete checkpoint, in `dir`; `exit_code` 130 (SIGINT) or 143 (SIGTERM)."""
-
-    def __init__(self, signal_name: str, exit_code: int, step: int, saved: int, dir: Path):
-        super().__init__(f"stopped by {signal_name} during step {step}; step {saved} is saved in {dir}")
-        self.signal_name, self.exit_code, self.step, self.saved, self.dir = signal_name, exit_code, step, saved, dir
-
-
-@dataclass
-class RunOptions:
-    """How to run: `steps` overrides the file's `:steps`; metrics (and by default checkpoints) go under
-    `run_dir`; `diagnostics` are selected besides the run form's `:diagnostics`; `resume` continues from
-    the newest complete checkpoint there; `overwrite` starts afresh in a run dir an earlier run used,
-    removing its checkpoints, metrics.jsonl and TensorBoard events."""
-
-    steps: int | None = None
-    run_dir: Path = Path("runs/run")
-    diagnostics: tuple[str, ...] = ()
-    progress: bool = False
-    quiet: bool = False
-    export: Path | None = None
-    resume: bool = False
-    overwrite: bool = False
-    devices: int | None = None     # `--mesh data=N`: the data axis size (else the file's `:devices`, else every device)
-    fsdp: bool | None = None       # `--fsdp`/`--no-fsdp`: split parameters and optimizer state (else `:shard-params`)
 
 
 @dataclass
@@ -131,189 +89,6 @@ def _mean_reports(groups: list[list[dict]]) -> dict[str, float]:
         out[name] = sum(vals) / len(vals)
     return out
 
-
-class Reporter:
-    """Metrics to the terminal (a rich progress bar on a terminal, plain lines otherwise), metrics.jsonl,
-    and TensorBoard event files when `tensorboard` is set.
-
-    A resumed run (`start` > 0) appends to metrics.jsonl after dropping the rows
-    an interrupted process logged past `start`, and purges them from
-    TensorBoard, so each step has one row. In a multi-process run process 0
-    alone writes and prints (the losses are global, every process has them).
-    """
-
-    def __init__(self, run_dir: Path, total: int, progress: bool, quiet: bool, name: str, start: int = 0,
-                 append: bool = False, tensorboard: bool = False):
-        self.path = run_dir / "metrics.jsonl"
-        self.fh = None
-        if jax.process_index() != 0:
-            quiet, progress, tensorboard = True, False, False
-        try:
-            if append and jax.process_index() == 0:
-                keep_rows_up_to(self.path, start)
-            if jax.process_index() == 0:
-                self.fh = open(self.path, "a" if append else "w", encoding="utf-8")
-        except OSError as e:
-            raise RunError(f"cannot write {self.path}: {e.strerror or e}")
-        self.total, self.quiet, self.start, self.done = total, quiet, start, start
-        self.bar = None
-        self.tb = None
-        if tensorboard:
-            from .tensorboard import TensorBoardLog
-            self.tb = TensorBoardLog(run_dir, purge_step=start + 1 if append else None)
-        self.t0 = time.perf_counter()
-        if progress and not quiet:
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-            self.bar = Progress(TextColumn(f"[bold]{name}"), BarColumn(), TextColumn("step"), MofNCompleteColumn(),
-                                TextColumn("loss {task.fields[loss]}"), TextColumn("{task.fields[rate]} steps/s"),
-                                TextColumn("ETA"), TimeRemainingColumn(), transient=False)
-            self.task = self.bar.add_task("train", total=total, completed=start, loss="-", rate="-")
-            self.bar.start()
-
-    def _rate(self, done: int) -> float:
-        elapsed = time.perf_counter() - self.t0
-        return (done - self.start) / elapsed if elapsed > 0 else 0.0
-
-    def advance(self, done: int):
-        """A step was queued: move the bar only."""
-        self.done = done
-        if self.bar is not None:
-            self.bar.update(self.task, completed=done)
-
-    def log(self, row: dict, done: int):
-        """A logged step: one metrics.jsonl row, TensorBoard scalars, the bar or one plain line."""
-        try:
-            if self.fh is not None:
-                self.fh.write(json.dumps(row) + "\n")
-                self.fh.flush()
-        except OSError as e:
-            raise RunError(f"cannot write {self.path}: {e.strerror or e}")
-        if self.tb is not None:
-            self.tb.log(row)
-        rate = self._rate(done)
-        if self.bar is not None:   # the bar may be ahead of the row: rows are written once the device has the step
-            self.bar.update(self.task, completed=max(done, self.done), loss=f"{row.get('loss', float('nan')):.4f}",
-                            rate=f"{rate:.1f}")
-        elif not self.quiet:
-            parts = [f"step {row['step']}/{self.total}"] + [f"{k} {v:.4g}" for k, v in row.items() if k != "step"]
-            print("  ".join(parts) + f"  {rate:.1f} steps/s", file=sys.stderr, flush=True)
-
-    def close(self):
-        """Stop the progress bar and close metrics.jsonl."""
-        if self.bar is not None:
-            self.bar.stop()
-        if self.tb is not None:
-            self.tb.close()
-        if self.fh is not None:
-            self.fh.close()
-
-
-def keep_rows_up_to(path: Path, step: int) -> None:
-    """Drop the metrics.jsonl rows past `step` (logged by a process that stopped before its next checkpoint).
-
-    Rewritten through a temporary file and a rename, so a kill here loses nothing.
-    """
-    if not path.exists():
-        return
-    kept = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            if json.loads(line)["step"] <= step:
-                kept.append(line)
-        except (ValueError, KeyError, TypeError):
-            continue
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text("".join(k + "\n" for k in kept), encoding="utf-8")
-    tmp.replace(path)
-
-
-def check_options(program: ir.Program, options: RunOptions) -> None:
-    """Refuse, before anything runs, options that cannot work: OptionError for the command line's
-    (`--export`, `--diagnostics`, `--resume` with `--overwrite`), RunError for a `:diagnostics` name
-    in the file's `run` form that no `diagnostic` reports."""
-    if options.resume and options.overwrite:
-        raise OptionError("--resume continues the run in the run dir and --overwrite starts it over; give one")
-    if options.export is not None:
-        try:
-            check_output_file(options.export)
-        except PathProblem as e:
-            raise OptionError(str(e))
-    reported = program.diagnostics
-    known = ("the file reports: " + ", ".join(f"`{n}`" for n in reported) if reported
-             else "the file reports none (a `(diagnostic :name value)` in `objective` makes one)")
-    for name in options.diagnostics:
-        if name not in reported:
-            raise OptionError(f"no diagnostic named `{name}`; {known}")
-    for name in program.run.diagnostics:
-        if name not in reported:
-            raise RunError(f"`run` selects `:diagnostics` `{name}`, but no diagnostic is named `{name}`; {known}")
-
-
-def prepare_run_dir(run_dir: Path) -> None:
-    """Create the run dir and prove it writable, before anything trains."""
-    why = not_a_dir_reason(run_dir)
-    if why is not None:
-        raise RunError(f"cannot use {run_dir} as the run dir: {why}")
-    try:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        probe = run_dir / f".write-test.{jax.process_index()}"   # several processes may share the dir
-        probe.write_text("ok")
-        probe.unlink()
-    except OSError as e:
-        raise RunError(f"cannot write to run dir {run_dir}: {e.strerror or e}")
-
-
-def load_pretrained(program: ir.Program, trainable: dict, frozen: dict) -> None:
-    """Replace the initial values of every `:pretrained` model's parameters with the file's tensors.
-
-    The checker compared the file's header with `:params` already; a file
-    changed since is still refused here (RunError naming file and tensor).
-    """
-    if not program.pretrained:
-        return
-    from safetensors.numpy import load_file
-    import jax.numpy as jnp
-    by_path = {p.path: p for p in program.params}
-    for prefix, path in program.pretrained:
-        try:
-            tensors = load_file(path)
-        except Exception as e:  # safetensors raises its own error types
-            raise RunError(f"cannot load {path}: {e}")
-        for p in program.params:
-            if p.path[:len(prefix)] != prefix:
-                continue
-            name = ".".join(p.path[len(prefix):])
-            if name not in tensors:
-                raise RunError(f"{path}: no tensor `{name}` (expected [{' '.join(map(str, p.shape))}] {p.dtype})")
-            arr = tensors[name]
-            if tuple(arr.shape) != p.shape:
-                raise RunError(f"{path}: tensor `{name}` is {list(arr.shape)}, expected {list(p.shape)}")
-            set_path(frozen if by_path[p.path].frozen else trainable, p.path, jnp.asarray(arr).astype(jdt(p.dtype)))
-
-
-def export_params(path: Path, trainable: dict, frozen: dict) -> None:
-    """Write every parameter to a .safetensors file, named by its path below the root model joined with `.`.
-
-    Written beside `path` under a temporary name, then renamed into place with
-    the permissions a new file gets (safetensors alone makes it 0600), so a
-    failed write never leaves a torn file. `check_options` proved the
-    directory writable before training.
-    """
-    from safetensors.numpy import save_file
-    if jax.process_count() > 1:   # every process gathers the whole arrays (a collective); process 0 writes
-        from jax.experimental import multihost_utils
-        trainable, frozen = multihost_utils.process_allgather((trainable, frozen), tiled=True)
-        if jax.process_index() != 0:
-            return
-    tensors = {".".join(k): np.asarray(v) for k, v in {**flatten(trainable), **flatten(frozen)}.items()}
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        save_file(tensors, str(tmp))
-        publish(tmp, path)
-    except Exception as e:  # safetensors raises its own error types besides OSError
-        tmp.unlink(missing_ok=True)
-        raise RunError(f"cannot write {path}: {e.strerror if isinstance(e, OSError) and e.strerror else e}")
 
 
 class Trainer:
@@ -617,72 +392,20 @@ def _state(step: int, tree: dict, records: int) -> RunState:
     return RunState(step, tree["trainable"], tree["frozen"], tree["opt_state"], records, tree["counters"])
 
 
-def open_checkpoints(program: ir.Program, options: RunOptions) -> Checkpoints:
-    """The run's checkpoint dir, created and proven writable (RunError otherwise)."""
-    try:
-        spec = checkpoint_spec(program.run.checkpoint, options.run_dir)
-        return Checkpoints(spec, Identity(program.identity, program.run.seed), program.path)
-    except CheckpointError as e:
-        raise RunError(str(e))
-
-
-def has_rows(metrics: Path) -> bool:
-    """Whether an earlier run logged to this metrics.jsonl (an empty file, left by a run that failed
-    before its first logged step, holds nothing to keep)."""
-    try:
-        return metrics.is_file() and metrics.stat().st_size > 0
-    except OSError:
-        return False
-
-
-def clear_run_dir(run_dir: Path, store: Checkpoints) -> None:
-    """What `--overwrite` removes before a fresh start: every checkpoint in the checkpoint dir,
-    metrics.jsonl (and a torn rewrite of it), and the TensorBoard event files in the run dir.
-    Nothing else in either dir is touched."""
-    store.delete_all()
-    if jax.process_index() != 0:   # process 0 writes the metrics (Reporter) and removes them
-        return
-    for p in [run_dir / "metrics.jsonl", run_dir / "metrics.jsonl.tmp", *run_dir.glob("events.out.tfevents.*")]:
-        try:
-            p.unlink(missing_ok=True)
-        except OSError as e:
-            raise RunError(f"cannot remove {p} for --overwrite: {e.strerror or e}")
-
-
 def start_state(trainer: Trainer, store: Checkpoints, options: RunOptions) -> RunState:
     """A fresh state, or with `resume` the newest complete checkpoint's.
 
-    Identity and free space are checked before anything is computed: a
-    checkpoint of another run is refused, and so is a fresh run into a run dir
-    that an earlier run used (checkpoints, or a metrics.jsonl with rows), since
-    it would mix two runs, unless `overwrite` clears that run first.
+    Identity and free space are checked before anything is computed: the run
+    dir must be this run's to use (`claim_run_dir`: a checkpoint of another
+    run is refused, and so is a fresh run into a run dir that an earlier run
+    used, unless `overwrite` clears that run first).
     """
-    resume, overwrite = options.resume, options.overwrite
-    metrics = options.run_dir / "metrics.jsonl"
+    claim_run_dir(store, options)
     try:
-        latest = store.latest()
-        if latest is not None:
-            meta = store.meta(latest)
-            if not resume and not overwrite:
-                if store.is_ours(meta):
-                    raise RunError(f"{store.spec.dir} already holds checkpoints of this run (newest: step {latest}); "
-                                   "pass --resume to continue it, --overwrite to start over, or give another --run-dir")
-                raise RunError(f"{store.spec.dir} already holds checkpoints of another run ({store.identity_of(meta).show()}, "
-                               f"newest: step {latest}); pass --overwrite to replace that run, or give another --run-dir")
-            if resume:
-                store.check_identity(latest, meta)
-        elif resume:
-            raise RunError(f"nothing to resume: no complete checkpoint in {store.spec.dir}; "
-                           "run without --resume to start at step 0")
-        elif not overwrite and has_rows(metrics):
-            raise RunError(f"{options.run_dir} already holds the metrics.jsonl of an earlier run (and no checkpoint to "
-                           "resume from); pass --overwrite to start over, or give another --run-dir")
-        if overwrite:
-            clear_run_dir(options.run_dir, store)
         # The state's shapes and dtypes, traced without computing anything.
         like = jax.eval_shape(lambda: _tree(trainer.initial_state()))
         store.check_space(like)
-        if resume:
+        if options.resume:
             # Restore onto this run's devices (the mesh's, replicated, or the one device), whatever
             # devices the checkpoint was saved from: orbax refuses another topology otherwise.
             # Under FSDP each array comes back split as the run splits it (sharding.py).
@@ -767,3 +490,4 @@ def train(program: ir.Program, options: RunOptions, on_trip=None) -> RunResult:
         export_params(options.export, state.trainable, state.frozen)
     return RunResult(state.trainable, state.frozen, history, dict(trainer.graphs.traces), seconds, trainer.steps,
                      extra={"start": start})
+

@@ -11,21 +11,18 @@ from __future__ import annotations
 
 import random
 import re
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import sexpgpu_runtime  # noqa: F401  (enables x64)
+from benchmarks.differential import (DIRECT, LENIENT, STRICT, Tally, expr, jax_verdict, lenient_rule, lower, names_of,
+                                     random_env, run, strict_rule)
 
-import sexpgpu_runtime  # noqa: F401,E402  (enables x64)
-from differential import (DIRECT, LENIENT, STRICT, Tally, expr, jax_verdict, lenient_rule, lower, names_of,  # noqa: E402
-                          random_env, run, strict_rule)
-
-from sexpgpu_lang import analyze  # noqa: E402
-from sexpgpu_lang.check import check_expression  # noqa: E402
-from sexpgpu_lang.ops import EXAMPLE_ENV, REGISTRY  # noqa: E402
-from sexpgpu_lang.types import TensorType  # noqa: E402
+from sexpgpu_lang import analyze
+from sexpgpu_lang.check import check_expression
+from sexpgpu_lang.ops import EXAMPLE_ENV, REGISTRY
+from sexpgpu_lang.types import TensorType
 
 #: The disagreements the benchmark found, each fixed: the checker now rejects the first four
 #: kinds (as JAX does), and a literal given to an op lowers with the dtype its rule gives it.
@@ -138,7 +135,7 @@ def test_jax_runs_every_op_example_as_written():
 
 def test_an_unexplained_rejection_is_counted(monkeypatch):
     """The benchmark's judge can fail: without the rule, `(not x)` of a float is a disagreement."""
-    import differential
+    from benchmarks.differential import rules as differential
     env = names_of("x:[4]f32")
     assert Tally().judge("(not x)", env, "not") == "strict:logic-needs-bool"
     monkeypatch.setattr(differential, "STRICT", [r for r in STRICT if r.name != "logic-needs-bool"])
@@ -156,8 +153,8 @@ def test_both_directions_agree_on_a_few_hundred_programs():
 
 # --------------------------------------------------------------------------- whole run files
 
-from differential import (PHASE_LENIENT, PHASE_STRICT, PhaseTally, phase_example, phase_file,  # noqa: E402
-                          phase_jax_verdict, phase_jax_verdicts, phase_runtime, run_phases)
+from benchmarks.differential import (PHASE_LENIENT, PHASE_STRICT, PhaseTally, phase_example, phase_file,  # noqa: E402
+                                     phase_jax_verdict, phase_jax_verdicts, phase_runtime, run_phases)
 
 
 def test_whole_run_files_agree():
@@ -181,7 +178,7 @@ def test_each_phase_strict_rule_example_is_rejected_and_jax_runs_it(rule):
     assert phase_jax_verdicts(pf)[0]["generate"] is None       # JAX runs the generator
     assert PhaseTally().judge(pf) == f"strict:{rule.name}"
     monkey = PhaseTally()
-    import differential
+    from benchmarks.differential import rules as differential
     saved = differential.PHASE_STRICT
     differential.PHASE_STRICT = [r for r in saved if r is not rule]
     try:
@@ -204,8 +201,8 @@ def test_each_phase_lenient_rule_example_is_accepted_and_lowered_but_jax_refuses
 def test_a_generator_jax_refuses_is_not_hidden_by_a_bad_loss(monkeypatch):
     """Each phase is judged alone: a file whose loss the checker rejects, and whose generator JAX
     refuses though the checker accepts it, needs a lenient rule for the generator."""
-    import differential
-    from differential import PhaseRule
+    from benchmarks.differential import rules as differential
+    from benchmarks.differential import PhaseRule
     pf = phase_example(PhaseRule("x", "", "(list :s0 (sum 2.0))", "(list :s0 (cast s0 :f32))"))
     pf.loss = "(+ (cast f0 :f32) (mean (cast p :f32)))"
     pf.text = pf.text.replace("(mean (cast s0 :f32))", "(cast f0 :f32)")
@@ -217,7 +214,7 @@ def test_a_generator_jax_refuses_is_not_hidden_by_a_bad_loss(monkeypatch):
 
 
 def test_the_example_file_is_clean_and_agrees():
-    from differential import PhaseRule
+    from benchmarks.differential import PhaseRule
     pf = phase_example(PhaseRule("none", "", "(list :s0 (sum f0))", "(list :s0 (+ s0 1.0))"))
     assert PhaseTally().judge(pf) == "agree"
 
@@ -228,7 +225,7 @@ def test_a_runtime_type_that_differs_from_the_checker_is_caught():
     import dataclasses
 
     from sexpgpu_lang.types import PlistType
-    from differential import PhaseRule
+    from benchmarks.differential import PhaseRule
     pf = phase_example(PhaseRule("none", "", "(list :s0 (sum f0))", "(list :s0 (+ s0 1.0))"))
     program = analyze(pf.text, "example.sx").program
     assert phase_runtime(program) is None
@@ -276,7 +273,7 @@ PHASE_FOUND = {
 
 @pytest.mark.parametrize("kind", sorted(PHASE_FOUND))
 def test_found_by_the_whole_file_direction(kind):
-    from differential import PhaseRule
+    from benchmarks.differential import PhaseRule
     init, step, verdict = PHASE_FOUND[kind]
     assert PhaseTally().judge(phase_example(PhaseRule(kind, "", init, step))) == verdict
 

@@ -1,0 +1,86 @@
+"""How a run is asked for, and how it fails: `RunOptions`, the run's error types, `check_options`.
+
+`RunError` is a run that cannot go on for a reason the user can act on
+(`sexpgpu run` exits 1); `OptionError` one of those found in the command
+line before anything runs (exit 2); `BadValue` a NaN or infinite value at
+a step; `RunStopped` a stop by SIGINT or SIGTERM, after the last completed
+step was saved (exit 130 or 143).
+
+Plain data and checks, used by every other module of the run: it imports
+none of them but paths.py, and calls no JAX.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from sexpgpu_lang import ir
+
+from .paths import PathProblem, check_output_file
+
+
+class RunError(Exception):
+    """A run that cannot go on, for a reason the user can act on (bad data, a NaN loss, an unwritable dir)."""
+
+
+class OptionError(RunError):
+    """A command-line option that cannot work (an `--export` path that cannot be written, say): found
+    before anything runs; the command line exits 2 for it, as for any usage problem."""
+
+
+class BadValue(RunError):
+    """A loss, metric or parameter that is NaN or infinite at a step; `metric` is as shown (`` `loss` ``)."""
+
+    def __init__(self, step: int, metric: str, value: float):
+        super().__init__(f"step {step}: {metric} is {value}")
+        self.step, self.metric, self.value = step, metric, value
+
+
+class RunStopped(Exception):
+    """A signal stopped the run. `step` is the step that was abandoned (1-based, as in metrics.jsonl);
+    `saved` the step of the newest complete checkpoint, in `dir`; `exit_code` 130 (SIGINT) or 143 (SIGTERM)."""
+
+    def __init__(self, signal_name: str, exit_code: int, step: int, saved: int, dir: Path):
+        super().__init__(f"stopped by {signal_name} during step {step}; step {saved} is saved in {dir}")
+        self.signal_name, self.exit_code, self.step, self.saved, self.dir = signal_name, exit_code, step, saved, dir
+
+
+@dataclass
+class RunOptions:
+    """How to run: `steps` overrides the file's `:steps`; metrics (and by default checkpoints) go under
+    `run_dir`; `diagnostics` are selected besides the run form's `:diagnostics`; `resume` continues from
+    the newest complete checkpoint there; `overwrite` starts afresh in a run dir an earlier run used,
+    removing its checkpoints, metrics.jsonl and TensorBoard events."""
+
+    steps: int | None = None
+    run_dir: Path = Path("runs/run")
+    diagnostics: tuple[str, ...] = ()
+    progress: bool = False
+    quiet: bool = False
+    export: Path | None = None
+    resume: bool = False
+    overwrite: bool = False
+    devices: int | None = None     # `--mesh data=N`: the data axis size (else the file's `:devices`, else every device)
+    fsdp: bool | None = None       # `--fsdp`/`--no-fsdp`: split parameters and optimizer state (else `:shard-params`)
+
+
+def check_options(program: ir.Program, options: RunOptions) -> None:
+    """Refuse, before anything runs, options that cannot work: OptionError for the command line's
+    (`--export`, `--diagnostics`, `--resume` with `--overwrite`), RunError for a `:diagnostics` name
+    in the file's `run` form that no `diagnostic` reports."""
+    if options.resume and options.overwrite:
+        raise OptionError("--resume continues the run in the run dir and --overwrite starts it over; give one")
+    if options.export is not None:
+        try:
+            check_output_file(options.export)
+        except PathProblem as e:
+            raise OptionError(str(e))
+    reported = program.diagnostics
+    known = ("the file reports: " + ", ".join(f"`{n}`" for n in reported) if reported
+             else "the file reports none (a `(diagnostic :name value)` in `objective` makes one)")
+    for name in options.diagnostics:
+        if name not in reported:
+            raise OptionError(f"no diagnostic named `{name}`; {known}")
+    for name in program.run.diagnostics:
+        if name not in reported:
+            raise RunError(f"`run` selects `:diagnostics` `{name}`, but no diagnostic is named `{name}`; {known}")

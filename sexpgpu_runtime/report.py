@@ -1,0 +1,112 @@
+"""What a run shows and logs: the terminal (a rich progress bar, or plain lines), metrics.jsonl, TensorBoard.
+
+`Reporter` is handed one row per logged step by the loop (train.py) and
+knows nothing of how the row was computed; `keep_rows_up_to` trims the
+rows an interrupted process logged past its last checkpoint, so a resumed
+run has one row per step. It must not import train.py.
+"""
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import jax
+
+from .options import RunError
+
+
+class Reporter:
+    """Metrics to the terminal (a rich progress bar on a terminal, plain lines otherwise), metrics.jsonl,
+    and TensorBoard event files when `tensorboard` is set.
+
+    A resumed run (`start` > 0) appends to metrics.jsonl after dropping the rows
+    an interrupted process logged past `start`, and purges them from
+    TensorBoard, so each step has one row. In a multi-process run process 0
+    alone writes and prints (the losses are global, every process has them).
+    """
+
+    def __init__(self, run_dir: Path, total: int, progress: bool, quiet: bool, name: str, start: int = 0,
+                 append: bool = False, tensorboard: bool = False):
+        self.path = run_dir / "metrics.jsonl"
+        self.fh = None
+        if jax.process_index() != 0:
+            quiet, progress, tensorboard = True, False, False
+        try:
+            if append and jax.process_index() == 0:
+                keep_rows_up_to(self.path, start)
+            if jax.process_index() == 0:
+                self.fh = open(self.path, "a" if append else "w", encoding="utf-8")
+        except OSError as e:
+            raise RunError(f"cannot write {self.path}: {e.strerror or e}")
+        self.total, self.quiet, self.start, self.done = total, quiet, start, start
+        self.bar = None
+        self.tb = None
+        if tensorboard:
+            from .tensorboard import TensorBoardLog
+            self.tb = TensorBoardLog(run_dir, purge_step=start + 1 if append else None)
+        self.t0 = time.perf_counter()
+        if progress and not quiet:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+            self.bar = Progress(TextColumn(f"[bold]{name}"), BarColumn(), TextColumn("step"), MofNCompleteColumn(),
+                                TextColumn("loss {task.fields[loss]}"), TextColumn("{task.fields[rate]} steps/s"),
+                                TextColumn("ETA"), TimeRemainingColumn(), transient=False)
+            self.task = self.bar.add_task("train", total=total, completed=start, loss="-", rate="-")
+            self.bar.start()
+
+    def _rate(self, done: int) -> float:
+        elapsed = time.perf_counter() - self.t0
+        return (done - self.start) / elapsed if elapsed > 0 else 0.0
+
+    def advance(self, done: int):
+        """A step was queued: move the bar only."""
+        self.done = done
+        if self.bar is not None:
+            self.bar.update(self.task, completed=done)
+
+    def log(self, row: dict, done: int):
+        """A logged step: one metrics.jsonl row, TensorBoard scalars, the bar or one plain line."""
+        try:
+            if self.fh is not None:
+                self.fh.write(json.dumps(row) + "\n")
+                self.fh.flush()
+        except OSError as e:
+            raise RunError(f"cannot write {self.path}: {e.strerror or e}")
+        if self.tb is not None:
+            self.tb.log(row)
+        rate = self._rate(done)
+        if self.bar is not None:   # the bar may be ahead of the row: rows are written once the device has the step
+            self.bar.update(self.task, completed=max(done, self.done), loss=f"{row.get('loss', float('nan')):.4f}",
+                            rate=f"{rate:.1f}")
+        elif not self.quiet:
+            parts = [f"step {row['step']}/{self.total}"] + [f"{k} {v:.4g}" for k, v in row.items() if k != "step"]
+            print("  ".join(parts) + f"  {rate:.1f} steps/s", file=sys.stderr, flush=True)
+
+    def close(self):
+        """Stop the progress bar and close metrics.jsonl."""
+        if self.bar is not None:
+            self.bar.stop()
+        if self.tb is not None:
+            self.tb.close()
+        if self.fh is not None:
+            self.fh.close()
+
+
+def keep_rows_up_to(path: Path, step: int) -> None:
+    """Drop the metrics.jsonl rows past `step` (logged by a process that stopped before its next checkpoint).
+
+    Rewritten through a temporary file and a rename, so a kill here loses nothing.
+    """
+    if not path.exists():
+        return
+    kept = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            if json.loads(line)["step"] <= step:
+                kept.append(line)
+        except (ValueError, KeyError, TypeError):
+            continue
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text("".join(k + "\n" for k in kept), encoding="utf-8")
+    tmp.replace(path)

@@ -1,0 +1,95 @@
+"""The run dir's upkeep: made and proven writable, its checkpoints opened, an earlier run's files refused or cleared.
+
+A run dir holds metrics.jsonl, TensorBoard's event files and, by default,
+the checkpoint dir. A fresh run never mixes its rows or checkpoints with an
+earlier run's: `claim_run_dir` refuses a dir an earlier run used unless
+the run resumes it (`--resume`) or replaces it (`--overwrite`). Errors are
+RunErrors. It must not import train.py.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import jax
+
+from sexpgpu_lang import ir
+
+from .checkpoint import CheckpointError, Checkpoints, Identity, checkpoint_spec
+from .options import RunError, RunOptions
+from .paths import FileInTheWay, PathProblem, make_writable_dir
+
+
+def prepare_run_dir(run_dir: Path) -> None:
+    """Create the run dir and prove it writable, before anything trains."""
+    try:
+        make_writable_dir(run_dir, jax.process_index())
+    except FileInTheWay as e:
+        raise RunError(f"cannot use {run_dir} as the run dir: {e}")
+    except PathProblem as e:
+        raise RunError(f"cannot write to run dir {run_dir}: {e}")
+
+
+def open_checkpoints(program: ir.Program, options: RunOptions) -> Checkpoints:
+    """The run's checkpoint dir, created and proven writable (RunError otherwise)."""
+    try:
+        spec = checkpoint_spec(program.run.checkpoint, options.run_dir)
+        return Checkpoints(spec, Identity(program.identity, program.run.seed), program.path)
+    except CheckpointError as e:
+        raise RunError(str(e))
+
+
+def has_rows(metrics: Path) -> bool:
+    """Whether an earlier run logged to this metrics.jsonl (an empty file, left by a run that failed
+    before its first logged step, holds nothing to keep)."""
+    try:
+        return metrics.is_file() and metrics.stat().st_size > 0
+    except OSError:
+        return False
+
+
+def clear_run_dir(run_dir: Path, store: Checkpoints) -> None:
+    """What `--overwrite` removes before a fresh start: every checkpoint in the checkpoint dir,
+    metrics.jsonl (and a torn rewrite of it), and the TensorBoard event files in the run dir.
+    Nothing else in either dir is touched."""
+    store.delete_all()
+    if jax.process_index() != 0:   # process 0 writes the metrics (Reporter) and removes them
+        return
+    for p in [run_dir / "metrics.jsonl", run_dir / "metrics.jsonl.tmp", *run_dir.glob("events.out.tfevents.*")]:
+        try:
+            p.unlink(missing_ok=True)
+        except OSError as e:
+            raise RunError(f"cannot remove {p} for --overwrite: {e.strerror or e}")
+
+
+def claim_run_dir(store: Checkpoints, options: RunOptions) -> None:
+    """Refuse a run dir that an earlier run used, unless this run continues or replaces it.
+
+    With `resume`, the newest complete checkpoint must be this run's (identity
+    checked); without, a dir holding checkpoints, or a metrics.jsonl with rows,
+    is refused, since it would mix two runs, unless `overwrite` clears that run
+    first (`clear_run_dir`).
+    """
+    resume, overwrite = options.resume, options.overwrite
+    metrics = options.run_dir / "metrics.jsonl"
+    try:
+        latest = store.latest()
+        if latest is not None:
+            meta = store.meta(latest)
+            if not resume and not overwrite:
+                if store.is_ours(meta):
+                    raise RunError(f"{store.spec.dir} already holds checkpoints of this run (newest: step {latest}); "
+                                   "pass --resume to continue it, --overwrite to start over, or give another --run-dir")
+                raise RunError(f"{store.spec.dir} already holds checkpoints of another run ({store.identity_of(meta).show()}, "
+                               f"newest: step {latest}); pass --overwrite to replace that run, or give another --run-dir")
+            if resume:
+                store.check_identity(latest, meta)
+        elif resume:
+            raise RunError(f"nothing to resume: no complete checkpoint in {store.spec.dir}; "
+                           "run without --resume to start at step 0")
+        elif not overwrite and has_rows(metrics):
+            raise RunError(f"{options.run_dir} already holds the metrics.jsonl of an earlier run (and no checkpoint to "
+                           "resume from); pass --overwrite to start over, or give another --run-dir")
+        if overwrite:
+            clear_run_dir(options.run_dir, store)
+    except CheckpointError as e:
+        raise RunError(str(e))
