@@ -30,21 +30,24 @@ import numpy as np
 import optax
 
 from sexpgpu_lang import ir
+from sexpgpu_lang.language import CONTEXT_KEYS
 from sexpgpu_lang.types import PlistType, TensorType
 
 from .device import device_budget
-from .dtypes import InternalTypeError, jdt, mismatch
+from .dtypes import JAX_DTYPES, InternalTypeError, jdt, mismatch
 from .lowering import Effects, run_phase
 from .params import merge
 
 
+#: The context keys and their numpy dtypes, in the order of a context row (`language.CONTEXT_KEYS`).
+_CTX_FIELDS = tuple((k, np.dtype(JAX_DTYPES[d])) for k, d in CONTEXT_KEYS)
+
+
 def make_ctx(step: int, microbatch: int, records: int, stage: int = 0, stage_records: int | None = None) -> dict:
-    """The context scalars with their dtypes (`:step` i64, `:microbatch` i32, ...; DESIGN.md section 2)."""
-    return {"step": np.int64(step), "microbatch": np.int32(microbatch), "records": np.int64(records),
-            "stage": np.int32(stage), "stage-records": np.int64(records if stage_records is None else stage_records)}
-
-
-_CTX_FIELDS = tuple((k, np.asarray(v).dtype) for k, v in make_ctx(0, 0, 0).items())
+    """The context scalars of one microbatch, keyed and typed as `language.CONTEXT_KEYS` says (`:step`
+    i64, `:microbatch` i32, ...; DESIGN.md section 2): the values of one context row, unpacked."""
+    values = (step, microbatch, records, stage, records if stage_records is None else stage_records)
+    return {k: dt.type(v) for (k, dt), v in zip(_CTX_FIELDS, values, strict=True)}
 
 
 def unpack_ctx(rows, per_copy: bool) -> dict:

@@ -185,7 +185,7 @@ class Trainer:
         for i in range(self.layout.stack):
             stage, name, within = self.stage_at(records)
             batches.append(self.read(self.loaders[name], within))
-            rows.append((step, group * self.layout.stack + i, records, stage, within))
+            rows.append((step, group * self.layout.stack + i, records, stage, within))   # CONTEXT_KEYS' order
             records += self.batch_size
         batch = _stack(batches) if self.layout.stack > 1 else batches[0]
         return batch, np.array(rows, np.int64), records

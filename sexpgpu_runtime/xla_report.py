@@ -28,7 +28,7 @@ import jax
 import jax.numpy as jnp
 
 from sexpgpu_lang import ir
-from sexpgpu_lang.explain import RUNTIME_CTX
+from sexpgpu_lang.language import CONTEXT_KEYS
 from sexpgpu_lang.types import PlistType, TensorType
 
 from .device import backend_target
@@ -49,7 +49,7 @@ def _tree(t: PlistType, stack: int) -> dict:
 
 def _rows(stack: int):
     """The context rows the graphs take (sexpgpu_runtime.graphs `unpack_ctx`): [S 5] i64."""
-    return jax.ShapeDtypeStruct((stack, len(RUNTIME_CTX)), jnp.int64)
+    return jax.ShapeDtypeStruct((stack, len(CONTEXT_KEYS)), jnp.int64)
 
 
 def _params(program: ir.Program) -> tuple[dict, dict]:

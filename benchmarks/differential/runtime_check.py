@@ -60,7 +60,7 @@ def phase_runtime(program) -> str | None:
     from sexpgpu_runtime.optim import make_optimizer
     from sexpgpu_runtime.params import merge
     from sexpgpu_runtime.xla_report import _params, _rows, _tree
-    from sexpgpu_lang.explain import RUNTIME_CTX
+    from sexpgpu_lang.language import CONTEXT_KEYS
 
     g = Graphs(program, make_optimizer(program.run.optimizer))
     trainable, frozen = _params(program)
@@ -90,7 +90,7 @@ def phase_runtime(program) -> str | None:
                     return f"{name} returns {why}"
             tbatch = {**batch, **_tree(gen.out, 1)}
             name = "objective"
-            ctx1 = {k: jax.ShapeDtypeStruct((), jdt(d)) for k, d in RUNTIME_CTX}
+            ctx1 = {k: jax.ShapeDtypeStruct((), jdt(d)) for k, d in CONTEXT_KEYS}
             def objective(tr, fr, b, c):
                 fx, params = g._fx(), merge(tr, fr)
                 inputs = run_phase(program.prepare, [b, c], params, fx) if program.prepare is not None else b
