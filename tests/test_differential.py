@@ -1,5 +1,5 @@
 """Differential truth: the checker against JAX in both directions, on random programs over the
-registry's ops (benchmarks/differential.py runs thousands; this runs a few hundred of each).
+registry's ops (benchmarks/differential runs thousands; this runs a few hundred of each).
 
 Well-typed: every program the checker accepts lowers in the runtime with JAX's type at every node.
 Ill-typed: every program the checker rejects is refused by JAX itself (each op called as a JAX user

@@ -134,7 +134,7 @@ PYTHON_ARITHMETIC = {"+": lambda *a: sum(a), "*": lambda *a: functools.reduce(op
 def direct_eval(node, env, results=None):
     """Evaluate a syntax node with DIRECT: names from `env`, literals as Python numbers (weakly
     typed in JAX, as in the language), `[..]` as a Python list. Arguments are split into
-    positional and keyword ones as the checker splits them (`check.Checker.split_args`). Each
+    positional and keyword ones as the checker splits them (`check.infer.split_args`). Each
     call's result is appended to `results`, so that every node is lowered, even one only
     `size` reads."""
     if isinstance(node, (Num, Str)):
