@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import FIXTURE, SHARED_CASES, variant
+from helpers import FIXTURE, variant, write_case
 
 SEXPGPU = [sys.executable, "-m", "sexpgpu_cli.main"]
 
@@ -68,8 +68,8 @@ def test_sarif_format(drift, tmp_path):
     assert res["relatedLocations"][0]["physicalLocation"]["region"]["startLine"] == 33
 
 
-def test_warnings_alone_exit_0():
-    r = sx("lint", str(SHARED_CASES / "warn-unsalted-draw.sx"))
+def test_warnings_alone_exit_0(tmp_path):
+    r = sx("lint", str(write_case("warn-unsalted-draw.sx", tmp_path)))
     assert r.returncode == 0
     assert "warning[W-RAND-001]" in r.stdout
 

@@ -5,7 +5,7 @@ headed `## CODE: title` (its title as in CODES), preceded by an explicit
 `<a id="code"></a>` so that the link every diagnostic carries
 (`docs/errors.md#e-gen-002`) lands on it; every code the doc has a section
 for exists; each section links at least one case file that expects its code;
-and every code is expected by some case in tests/cases or ../shared/cases.
+and every code is expected by some case in tests/cases or tests/cases-files.
 """
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from sexpgpu_lang.diagnostics import CODES, doc_anchor
 
 REPO = Path(__file__).resolve().parents[1]
 DOC = REPO / "docs" / "errors.md"
-CASE_DIRS = (REPO / "tests" / "cases", REPO / "tests" / "cases-files", REPO.parent / "shared" / "cases")
+CASE_DIRS = (REPO / "tests" / "cases", REPO / "tests" / "cases-files")
 FAMILIES = ("syntax", "names", "forms", "types", "shapes", "generation", "contract", "models", "warnings")
 
 
@@ -88,7 +88,7 @@ def test_family_anchors():
 def test_every_code_has_a_case():
     seen: set[str] = set()
     for d in CASE_DIRS:
-        for f in sorted(d.glob("*.sx")) if d.is_dir() else []:
+        for f in sorted(d.glob("*.sx")):
             seen |= expected_codes(f)
     missing = [c for c in CODES if c not in seen]
-    assert not missing, f"no case in tests/cases or ../shared/cases expects {missing}"
+    assert not missing, f"no case in tests/cases or tests/cases-files expects {missing}"

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import FIXTURE, ROOT, SHARED_CASES, fixture_text, program_of, variant
+from helpers import FIXTURE, ROOT, fixture_text, program_of, variant, write_case
 from sexpgpu_lang import analyze_file
 from sexpgpu_lang.explain import (DEFAULT_BUDGET, FLOP_RULES, TARGETS, choose_stack, einsum_layout, explain,
                                   fmt_bytes, fmt_flops, generation_line, memory_plan, parse_bytes, step_graphs,
@@ -209,8 +209,8 @@ def test_an_unstacked_run_has_a_generate_row():
     assert report["step"]["groups"] == 2
 
 
-def test_a_generator_reading_the_microbatch_keeps_the_run_unstacked():
-    res = analyze_file(str(SHARED_CASES / "warn-stack-microbatch.sx"))
+def test_a_generator_reading_the_microbatch_keeps_the_run_unstacked(tmp_path):
+    res = analyze_file(str(write_case("warn-stack-microbatch.sx", tmp_path)))
     report = explain(res.program)
     assert report["step"]["stack"] == 1 and report["lowering"][0]["row"] == "generate"
     assert any("W-STACK-001" in n for n in report["notes"])
@@ -234,8 +234,8 @@ def test_optimizer_state_bytes(optimizer, state):
     assert report["memory"]["optimizer"] == state
 
 
-def test_frozen_parameters_count_in_params_but_not_in_the_optimizer():
-    report = explain(analyze_file(str(SHARED_CASES / "teacher-reachable-clean.sx")).program)
+def test_frozen_parameters_count_in_params_but_not_in_the_optimizer(tmp_path):
+    report = explain(analyze_file(str(write_case("teacher-reachable-clean.sx", tmp_path))).program)
     mem = report["memory"]
     teacher = (16 * 64 + 64 * 16) * 4
     assert (mem["params"], mem["frozen"], mem["optimizer"]) == (PARAMS + teacher, teacher, 2 * PARAMS + 4)
