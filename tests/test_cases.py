@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import fnmatch
 import json
-import re
 import shutil
 import subprocess
 import sys
@@ -29,42 +28,12 @@ from pathlib import Path
 
 import pytest
 
+from helpers import case_expectations
 from sexpgpu_lang import Severity, analyze_file
 
 REPO = Path(__file__).resolve().parents[1]
 OUR_CASES = REPO / "tests" / "cases"
 FILE_CASES = REPO / "tests" / "cases-files"
-
-_EXPECT = re.compile(r";;\s*expect:\s*(\S+)(?:\s+(\d+)(?::\d+)?)?\s*$")
-
-
-def expectations(path: Path) -> tuple[list[tuple[str, int | None]], bool]:
-    """The `(code, line)` pairs and the `clean` flag of a case's header.
-
-    The header is the file's leading `;;` lines. Stricter than check_cases.py in
-    one way: an `;; expect` line that does not parse, or a file with no
-    expectation at all, is an error here instead of being skipped.
-    """
-    out: list[tuple[str, int | None]] = []
-    clean = False
-    for line in path.read_text(encoding="utf-8").splitlines():
-        if not line.startswith(";;"):
-            break
-        if not re.match(r";;\s*expect", line):
-            continue
-        m = _EXPECT.match(line)
-        if m is None:
-            raise AssertionError(f"{path.name}: malformed expectation {line!r}")
-        if m.group(1) == "clean":
-            clean = True
-        else:
-            out.append((m.group(1), int(m.group(2)) if m.group(2) else None))
-    if not out and not clean:
-        raise AssertionError(f"{path.name}: no `;; expect:` line in its header")
-    if out and clean:
-        raise AssertionError(f"{path.name}: `;; expect: clean` beside other expectations")
-    return out, clean
-
 
 def reported(path: Path, read_files: bool = False) -> list[tuple[str, int, str]]:
     """(code, 1-based line, message) of every error and warning the checker gives."""
@@ -96,7 +65,7 @@ def case_files() -> list:
 
 @pytest.mark.parametrize("path", case_files())
 def test_case(path: Path):
-    expected, _clean = expectations(path)
+    expected, _clean = case_expectations(path)
     got = reported(path, read_files=path.parent == FILE_CASES)
     missing, extra = unmatched(expected, [(c, l, m) for c, l, m in got])
     if missing or extra:
@@ -141,7 +110,7 @@ def test_lint_json_gives_every_case_its_expectations():
             got[d["file"]].append((d["code"], d["line"], d["message"]))
     wrong = {}
     for path in paths:
-        missing, extra = unmatched(expectations(path)[0], got[str(path)])
+        missing, extra = unmatched(case_expectations(path)[0], got[str(path)])
         if missing or extra:
             wrong[path.name] = {"missing": missing, "extra": extra}
     assert not wrong, wrong

@@ -15,11 +15,10 @@ import re
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
-from helpers import FIXTURE, ROOT, fixture_text, program_of, variant, write_case
+from helpers import FIXTURE, ROOT, fixture_text, modules_after, program_of, variant, write_case
 from sexpgpu_lang import analyze_file
 from sexpgpu_lang.explain import (DEFAULT_BUDGET, FLOP_RULES, TARGETS, choose_stack, einsum_layout, explain,
                                   fmt_bytes, fmt_flops, generation_line, memory_plan, parse_bytes, step_graphs,
@@ -139,14 +138,11 @@ def test_einsum_layout_is_the_dot_general_xla_runs(subscripts, layout):
 
 
 def test_the_report_is_built_without_jax():
-    code = ("import sys\n"
-            "from sexpgpu_lang import analyze_file\n"
-            "from sexpgpu_lang.explain import explain, generation_line, to_text\n"
-            f"p = analyze_file({str(FIXTURE)!r}).program\n"
-            "to_text(explain(p)); generation_line(p)\n"
-            "sys.exit(1 if any(m == 'jax' or m.startswith('jax.') for m in sys.modules) else 0)\n")
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
-    assert r.returncode == 0, r.stderr
+    mods = modules_after("from sexpgpu_lang import analyze_file\n"
+                         "from sexpgpu_lang.explain import explain, generation_line, to_text\n"
+                         f"p = analyze_file({str(FIXTURE)!r}).program\n"
+                         "to_text(explain(p)); generation_line(p)\n")
+    assert not any(m == "jax" or m.startswith("jax.") for m in mods)
 
 
 def test_the_tree_lists_the_step_graphs_under_the_step():

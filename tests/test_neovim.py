@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -23,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import write_case
+from helpers import case_expectations, write_case
 
 ROOT = Path(__file__).resolve().parents[1]
 NVIM_DIR = Path(__file__).resolve().parent / "nvim"
@@ -55,11 +54,6 @@ def server_command() -> list[str]:
     if found:
         return [found, "lsp"]
     return [sys.executable, "-c", "from sexpgpu_cli.main import app; app()", "lsp"]
-
-
-def expectations(text: str) -> set[tuple[str, int]]:
-    """The `;; expect: CODE LINE` header of a case (see tests/cases/README.md)."""
-    return {(code, int(line)) for code, line in re.findall(r"^;; expect: (\S+) (\d+)$", text, re.M)}
 
 
 def position_of(text: str, line_text: str, word: str) -> dict:
@@ -139,7 +133,7 @@ def test_neovim_shows_diagnostics_and_hover_and_follows_an_edit(tmp_path):
 
     # On open: exactly the case's expectations, E-GEN-002 on line 40, read back from Neovim.
     opened = result["opened"]["diagnostics"]
-    assert problems(opened) == expectations(source) == {("E-GEN-002", 40)}, opened
+    assert problems(opened) == set(case_expectations(file)[0]) == {("E-GEN-002", 40)}, opened
     gen002 = next(d for d in opened if d["code"] == "E-GEN-002")
     assert SEVERITY[gen002["severity"]] == "error"
     assert (gen002["lnum"], gen002["col"]) == (39, source.splitlines()[39].index("(cast"))
