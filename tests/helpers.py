@@ -1,6 +1,7 @@
-"""Shared test helpers: the fixture, run-file variants and case copies, a case's `;; expect:`
-header, docs/errors.md's sections, a quiet training call, and the modules a fresh interpreter
-imported."""
+"""Shared test helpers: the fixture, a small run file, variants and case copies; `check` (a run
+file whose `;; ^^^ CODE` markers show every diagnostic) and `cursor` (`$0` marks the offset an
+editor query is asked at); a case's `;; expect:` header, docs/errors.md's sections, a quiet
+training call, and the modules a fresh interpreter imported."""
 from __future__ import annotations
 
 import re
@@ -23,6 +24,82 @@ def variant(old: str, new: str, text: str | None = None) -> str:
     text = fixture_text() if text is None else text
     assert old in text, old
     return text.replace(old, new, 1)
+
+
+#: A small clean run file (no generator) for tests whose mistake needs only a file around it:
+#: a loader, a model, prepare, objective and run.
+SMALL = """\
+(def vocab 16)
+(def seq 8)
+(loader train
+  :source (stride-rows :vocab vocab :seq seq)
+  :batch 32
+  :fields (:row [seq] :i32 :stride [1] :i32))
+(defmodel lm
+  :params (:embed (normal [vocab 32] :std 0.1) :out (normal [32 vocab] :std 0.1))
+  :apply (lambda (self row) (matmul (take (getf self :embed) row) (getf self :out))))
+(model lm)
+(prepare (lambda (batch ctx) (list :x (field batch :row) :y (mod (+ (field batch :row) (field batch :stride)) vocab))))
+(objective (lambda (inputs ctx) (mean (cross-entropy (model (getf inputs :x)) (getf inputs :y)))))
+(run :loader train :steps 10 :optimizer (sgd :lr 0.1))
+"""
+
+_MARK = re.compile(r"^(\s*);;(\s*)(\^+)\s+([A-Z]+-[A-Z]+-\d+)\s*$")
+
+
+def check(source: str, path: str = "check.sx"):
+    """Assert that the diagnostics of `source` (every severity) are exactly those its markers
+    show, as a multiset of (code, range); return the `CheckResult` for further assertions.
+
+    A marker line `;; ^^^ CODE` points at the nearest line above it that is not a marker:
+    the carets' columns are the range's columns on that line. A range that ends on a later
+    line is marked by one caret under its start. The test style of STYLE.md (after
+    rust-analyzer's fixtures).
+    """
+    from sexpgpu_lang import analyze
+    lines = source.split("\n")
+    expected = []
+    target = None
+    for i, line in enumerate(lines):
+        m = _MARK.match(line)
+        if m and target is not None:
+            col = line.index("^")
+            expected.append((m.group(4), target + 1, col + 1, col + 1 + len(m.group(3))))
+        elif not m:
+            target = i
+    res = analyze(source, path)
+    got = []
+    for d in res.diagnostics:
+        (l0, c0), (l1, c1) = res.source.line_col(d.span.start), res.source.line_col(d.span.end)
+        got.append((d.code, l0 + 1, c0 + 1, c1 + 1 if l1 == l0 else c0 + 2))
+    assert sorted(got) == sorted(expected), "\n".join(
+        [f"expected {sorted(expected)}", f"got      {sorted(got)}"] + [f"{d.code} {d.message}" for d in res.diagnostics])
+    return res
+
+
+def marked(text: str, snippet: str, code: str, within: str | None = None) -> str:
+    """`text` with a `;; ^^^ CODE` marker line under `snippet` (its first occurrence
+    inside the first occurrence of `within`, when given)."""
+    start = text.index(snippet, text.index(within) if within else 0)
+    line_start = text.rfind("\n", 0, start) + 1
+    line_end = text.find("\n", start)
+    col = start - line_start
+    marker = ";;" + " " * (col - 2) + "^" * len(snippet) + " " + code
+    return text[:line_end] + "\n" + marker + text[line_end:]
+
+
+def cursor_at(text: str):
+    """Index `text` with its `$0` marker removed for the editor queries; return the
+    `ide.Index` and the marker's offset."""
+    from sexpgpu_lang import analyze, ide
+    offset = text.index("$0")
+    text = text.replace("$0", "", 1)
+    return ide.index(analyze(text, "case.sx")), offset
+
+
+def cursor(old: str, new: str, text: str | None = None):
+    """`cursor_at` of the fixture (or `text`) with `old` replaced by `new`, which holds `$0`."""
+    return cursor_at(variant(old, new, text))
 
 
 def fixture_case(header: str, *edits: tuple[str, str]) -> str:
