@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from helpers import FIXTURE, ROOT, fixture_text, modules_after, program_of, variant, write_case
+from helpers import FIXTURE, ROOT, SMALL, fixture_text, modules_after, program_of, variant, write_case
 from sexpgpu_lang import analyze_file
 from sexpgpu_lang.explain import (DEFAULT_BUDGET, FLOP_RULES, TARGETS, choose_stack, einsum_layout, explain,
                                   fmt_bytes, fmt_flops, generation_line, memory_plan, parse_bytes, step_graphs,
@@ -32,22 +32,6 @@ EXAMPLES = sorted((ROOT / "examples").glob("*.sx"))
 PARAMS = (3 * 16 * 64 + 64 * 64 + 64 * 16) * 4
 STATE = (64 * 8 + 64 * 1) * 4          # :row [64 8] i32, :stride [64 1] i32, per copy
 MADE = (64 * 8 * 2) * 4 + 64 * 4       # :sample, :label [64 8] i32, :correct [64 1] f32
-
-NO_GENERATOR = """
-(def vocab 16)
-(def seq 8)
-(loader train
-  :source (stride-rows :vocab vocab :seq seq)
-  :batch 32
-  :fields (:row [seq] :i32 :stride [1] :i32))
-(defmodel lm
-  :params (:embed (normal [vocab 32] :std 0.1) :out (normal [32 vocab] :std 0.1))
-  :apply (lambda (self row) (matmul (take (getf self :embed) row) (getf self :out))))
-(model lm)
-(prepare (lambda (batch ctx) (list :x (field batch :row) :y (mod (+ (field batch :row) (field batch :stride)) vocab))))
-(objective (lambda (inputs ctx) (mean (cross-entropy (model (getf inputs :x)) (getf inputs :y)))))
-(run :loader train :steps 10 :optimizer (sgd :lr 0.1))
-"""
 
 # Two attention blocks with layer norm and a gelu MLP: a model shaped like the ones people train.
 ATTENTION = """
@@ -285,12 +269,12 @@ def test_generation_line_for_the_hover():
     line = generation_line(fixture_program())
     assert re.fullmatch(r"generation: 6 trips · 3 graphs · state 2\.2 KiB ×2 stacked · \d+\.\d MFLOP per step · "
                         r"live \d+\.\d KiB", line), line
-    assert generation_line(program_of(NO_GENERATOR)) is None
+    assert generation_line(program_of(SMALL)) is None
     assert generation_line(None) is None
 
 
 def test_a_file_without_a_generator():
-    report = explain(program_of(NO_GENERATOR))
+    report = explain(program_of(SMALL))
     assert report["generation"] is None
     assert [r["row"] for r in report["lowering"]] == ["train", "update"]
     assert "generation" not in next(l for l in to_text(report).splitlines() if l.startswith("memory:"))
@@ -481,7 +465,7 @@ def test_cli_xla_prints_both_numbers(tmp_path):
     from typer.testing import CliRunner
     from sexpgpu_cli.main import app
     path = tmp_path / "small.sx"
-    path.write_text(NO_GENERATOR)
+    path.write_text(SMALL)
     r = CliRunner().invoke(app, ["explain", "--xla", "--format", "json", str(path)])
     assert r.exit_code == 0, r.output
     report = json.loads(r.output)
