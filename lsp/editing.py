@@ -30,6 +30,16 @@ def register(server) -> None:
         found = ide.completions(doc.index, doc.offset)
         return convert.to_lsp_completions(doc.positions, found) if found is not None else None
 
+    def edit_if_changed(ls, doc, found):
+        """The text edit putting `found`'s text (a span and its new text) in place, or none
+        when there is nothing to format or the text would not change."""
+        if found is None:
+            return []
+        where, new = found
+        if doc.text[where.start:where.end] == new:
+            return []
+        return convert.to_lsp_text_edits(doc.positions(ls.encoding), [ide.Edit(where, new)])
+
     @server.feature(types.TEXT_DOCUMENT_FORMATTING)
     @guarded(list)
     def formatting(ls, params: types.DocumentFormattingParams):
@@ -37,10 +47,7 @@ def register(server) -> None:
         if doc is None:
             return []
         new = format_text(doc.text, Layout(ls.config.format_width))
-        if new is None or new == doc.text:
-            return []
-        pm = doc.positions(ls.encoding)
-        return convert.to_lsp_text_edits(pm, [ide.Edit(Span(0, len(doc.text)), new)])
+        return edit_if_changed(ls, doc, None if new is None else (Span(0, len(doc.text)), new))
 
     @server.feature(types.TEXT_DOCUMENT_RANGE_FORMATTING)
     @guarded(list)
@@ -48,15 +55,8 @@ def register(server) -> None:
         doc = ls.store.get(params.text_document.uri)
         if doc is None:
             return []
-        pm = doc.positions(ls.encoding)
-        span = pm.span(params.range)
-        found = format_range(doc.text, span.start, span.end, Layout(ls.config.format_width))
-        if found is None:
-            return []
-        where, new = found
-        if doc.text[where.start:where.end] == new:
-            return []
-        return convert.to_lsp_text_edits(pm, [ide.Edit(where, new)])
+        span = doc.positions(ls.encoding).span(params.range)
+        return edit_if_changed(ls, doc, format_range(doc.text, span.start, span.end, Layout(ls.config.format_width)))
 
     @server.feature(types.TEXT_DOCUMENT_CODE_ACTION,
                     types.CodeActionOptions(code_action_kinds=[types.CodeActionKind.QuickFix]))
