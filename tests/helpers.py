@@ -5,6 +5,7 @@ training call, and the modules a fresh interpreter imported."""
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -219,6 +220,13 @@ def train_quiet(text: str, steps: int, run_dir: Path, **kw):
     """Train a run file's text for `steps` steps without terminal output."""
     from sexpgpu_runtime.train import RunOptions, train
     return train(program_of(text, str(run_dir / "run.sx")), RunOptions(steps=steps, run_dir=run_dir, quiet=True, **kw))
+
+
+def sexpgpu_program() -> str | None:
+    """The `sexpgpu` program installed beside this interpreter (the project's venv), else the
+    one on PATH, else None."""
+    beside = Path(sys.executable).with_name("sexpgpu")
+    return str(beside) if beside.exists() else shutil.which("sexpgpu")
 
 
 def modules_after(code: str) -> set[str]:

@@ -21,14 +21,12 @@ from __future__ import annotations
 
 import fnmatch
 import json
-import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from helpers import case_expectations
+from helpers import case_expectations, sexpgpu_program
 from sexpgpu_lang import Severity, analyze_file
 
 REPO = Path(__file__).resolve().parents[1]
@@ -87,21 +85,13 @@ def test_file_cases_are_silent_when_no_file_is_read():
         assert not [c for c, _, _ in reported(path) if c == "E-MODEL-003"], path.name
 
 
-def sexpgpu_command() -> str:
-    """The `sexpgpu` installed beside this interpreter (the project's venv), else the one on PATH."""
-    beside = Path(sys.executable).with_name("sexpgpu")
-    if beside.exists():
-        return str(beside)
-    found = shutil.which("sexpgpu")
-    assert found, "the `sexpgpu` command is not installed (pip install -e . in the venv)"
-    return found
-
-
 def test_lint_json_gives_every_case_its_expectations():
     """`sexpgpu lint --format json` on every case of tests/cases at once, each error and
     warning read as check_cases.py reads it (`file`, `code`, `line`, `severity`)."""
     paths = sorted(OUR_CASES.glob("*.sx"))
-    proc = subprocess.run([sexpgpu_command(), "lint", "--format", "json", *map(str, paths)],
+    program = sexpgpu_program()
+    assert program, "the `sexpgpu` command is not installed (pip install -e . in the venv)"
+    proc = subprocess.run([program, "lint", "--format", "json", *map(str, paths)],
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode in (0, 1), f"sexpgpu lint exited {proc.returncode}\n{proc.stderr}"
     got: dict[str, list] = {str(p): [] for p in paths}

@@ -2,11 +2,10 @@
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-from helpers import FIXTURE, modules_after, variant, write_case
+from helpers import FIXTURE, modules_after, sexpgpu_program, variant, write_case
 
 SEXPGPU = [sys.executable, "-m", "sexpgpu_cli.main"]
 
@@ -211,8 +210,8 @@ def test_run_into_an_earlier_runs_dir_needs_overwrite(tmp_path):
 
 
 def test_usage_mistakes_are_one_line_exit_2():
-    import shutil
-    exe = shutil.which("sexpgpu") or str(Path(sys.executable).parent / "sexpgpu")
+    exe = sexpgpu_program()
+    assert exe, "the `sexpgpu` command is not installed (pip install -e . in the venv)"
     for args in (["run", str(FIXTURE), "--steps", "0"], ["lint", "-f", "xml", str(FIXTURE)], ["run"], ["nosuch"]):
         r = subprocess.run([exe, *args], capture_output=True, text=True)
         assert r.returncode == 2, args

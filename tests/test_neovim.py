@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import case_expectations, write_case
+from helpers import case_expectations, sexpgpu_program, write_case
 
 ROOT = Path(__file__).resolve().parents[1]
 NVIM_DIR = Path(__file__).resolve().parent / "nvim"
@@ -47,12 +47,9 @@ def nvim_program() -> str:
 
 def server_command() -> list[str]:
     """`sexpgpu lsp` as an editor starts it: the venv's program, else PATH's."""
-    beside = Path(sys.executable).with_name("sexpgpu")
-    if beside.exists():
-        return [str(beside), "lsp"]
-    found = shutil.which("sexpgpu")
-    if found:
-        return [found, "lsp"]
+    program = sexpgpu_program()
+    if program:
+        return [program, "lsp"]
     return [sys.executable, "-c", "from sexpgpu_cli.main import app; app()", "lsp"]
 
 
