@@ -86,15 +86,17 @@ def test_a_long_let_star_checks():
 
 
 def test_near_misses_for_sources_optimizers_initialisers_and_dtypes():
-    cases = [((":source (stride-rows", ":source (stride-row"), "did you mean `stride-rows`?"),
-             (("(adam :lr", "(adma :lr"), "did you mean `adam`?"),
+    cases = [((":source (stride-rows", ":source (stride-row"), "(stride-row :vocab vocab :seq seq)", "E-FORM-002",
+              "did you mean `stride-rows`?"),
+             (("(adam :lr", "(adma :lr"), "(adma :lr 3e-3)", "E-FORM-002", "did you mean `adam`?"),
              (("(normal [vocab dim] :std 0.1)\n           :first", "(norml [vocab dim] :std 0.1)\n           :first"),
-              "did you mean `normal`?"),
-             ((":row [seq] :i32", ":row [seq] :int32"), "did you mean `:i32`?"),
-             (("(cast (= row truth) :f32)", "(cast (= row truth) :float32)"), "did you mean `:f32`?")]
-    for (old, new), hint in cases:
-        res = analyze(variant(old, new), "typo.sx")
-        assert len(res.diagnostics) == 1 and hint in res.diagnostics[0].message, [d.message for d in res.diagnostics]
+              "(norml [vocab dim] :std 0.1)", "E-FORM-002", "did you mean `normal`?"),
+             ((":row [seq] :i32", ":row [seq] :int32"), ":int32", "E-TYPE-002", "did you mean `:i32`?"),
+             (("(cast (= row truth) :f32)", "(cast (= row truth) :float32)"), ":float32", "E-TYPE-002",
+              "did you mean `:f32`?")]
+    for (old, new), snippet, code, hint in cases:
+        [d] = check(marked(variant(old, new), snippet, code)).diagnostics
+        assert hint in d.message, d.message
 
 
 def test_a_misspelt_op_keyword_is_read_as_meant_and_not_reported_again():
@@ -117,12 +119,11 @@ def test_standard_library_layers_check_like_user_code():
     text = variant("(h (relu (matmul (+ here start next) (getf self :hidden)))))",
                    "(h (mlp (layer-norm (+ here start next) (getf self :first) (getf self :second))\n"
                    "                           (getf self :hidden) (getf self :second) (getf self :hidden) (getf self :second))))")
-    res = analyze(text, "std.sx")
     # :first is [16 64], not a gain of [64]: a broadcast error inside `layer-norm`, shown at its call
     # (and the `mlp` around it is not reported again)
-    errs = [d for d in res.diagnostics if d.is_error]
-    assert len(errs) == 1 and errs[0].message.startswith("in `layer-norm` (standard library): "), errs
-    assert text[errs[0].span.start:].startswith("(layer-norm (+ here start next)")
+    call = "(layer-norm (+ here start next) (getf self :first) (getf self :second))"
+    [err] = check(marked(text, call, "E-SHAPE-001")).diagnostics
+    assert err.message.startswith("in `layer-norm` (standard library): "), err
     ok = variant("(h (relu (matmul (+ here start next) (getf self :hidden)))))",
                  "(h (linear (layer-norm (+ here start next) (take (getf self :first) 0) (take (getf self :second) 0))\n"
                  "                           (getf self :hidden) (take (getf self :hidden) 0))))")
@@ -142,9 +143,10 @@ def test_a_misspelt_model_binding_still_checks_the_rest():
 def test_standard_library_mistakes_say_what_the_layer_takes_and_got():
     text = variant("(h (relu (matmul (+ here start next) (getf self :hidden)))))",
                    "(h (linear (+ here start next) (getf self :out) (getf self :hidden))))")
-    [d] = analyze(text, "l.sx").diagnostics
+    [d] = check(marked(text, "(linear (+ here start next) (getf self :out) (getf self :hidden))", "E-SHAPE-001")).diagnostics
     assert d.message.startswith("in `linear` (standard library): `+`: shapes [64 8 16] and [64 64] do not broadcast")
     assert "`(linear x w b)` takes" in d.help and "w [64 16] f32" in d.help
-    [d] = analyze(variant("(h (relu (matmul (+ here start next) (getf self :hidden)))))",
-                          "(h (linear (+ here start next) (getf self :hidden))))"), "l.sx").diagnostics
+    text = variant("(h (relu (matmul (+ here start next) (getf self :hidden)))))",
+                   "(h (linear (+ here start next) (getf self :hidden))))")
+    [d] = check(marked(text, "(linear (+ here start next) (getf self :hidden))", "E-FORM-003")).diagnostics
     assert d.message == "`linear` takes 3 arguments `(linear x w b)`, got 2"
