@@ -21,7 +21,7 @@ def fixture_text() -> str:
 
 
 def variant(old: str, new: str, text: str | None = None) -> str:
-    """The fixture with one exact piece of text replaced (asserting it was there)."""
+    """`text` (the fixture when None) with the first `old` replaced by `new` (asserting it was there)."""
     text = fixture_text() if text is None else text
     assert old in text, old
     return text.replace(old, new, 1)
