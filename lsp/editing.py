@@ -2,8 +2,10 @@
 fixes (LSP 3.17, "Completion Request", "Document Formatting Request",
 "Document Range Formatting Request", "Code Action Request").
 
-Formatting uses `sexpgpu_lang.format`; a file with a syntax error is left
-as it is (no edits), since recovery's guesses must not become text.
+Completion and quick fixes read the latest analysis (`lsp.handlers`);
+formatting uses `sexpgpu_lang.format` on the document's text: a file with
+a syntax error is left as it is (no edits), since recovery's guesses must
+not become text.
 """
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from sexpgpu_lang.source import Span
 
 from . import convert
 from .guard import guarded
+from .handlers import DocumentRequest, on_document
 
 
 def register(server) -> None:
@@ -22,16 +25,20 @@ def register(server) -> None:
 
     @server.feature(types.TEXT_DOCUMENT_COMPLETION,
                     types.CompletionOptions(trigger_characters=["(", ":"]))
-    @guarded(lambda: types.CompletionList(is_incomplete=False, items=[]))
-    def completion(ls, params: types.CompletionParams):
-        a = ls.analysis(params.text_document.uri)
-        if a is None:
-            return types.CompletionList(is_incomplete=False, items=[])
-        pm = a.document.positions(ls.encoding)
-        found = ide.completions(a.index, pm.offset(params.position))
+    @on_document(lambda: types.CompletionList(is_incomplete=False, items=[]))
+    def completion(ls, params: types.CompletionParams, doc: DocumentRequest):
+        found = ide.completions(doc.index, doc.offset)
+        return convert.to_lsp_completions(doc.positions, found) if found is not None else None
+
+    def edit_if_changed(ls, doc, found):
+        """The text edit putting `found`'s text (a span and its new text) in place, or none
+        when there is nothing to format or the text would not change."""
         if found is None:
-            return types.CompletionList(is_incomplete=False, items=[])
-        return convert.to_lsp_completions(pm, found)
+            return []
+        where, new = found
+        if doc.text[where.start:where.end] == new:
+            return []
+        return convert.to_lsp_text_edits(doc.positions(ls.encoding), [ide.Edit(where, new)])
 
     @server.feature(types.TEXT_DOCUMENT_FORMATTING)
     @guarded(list)
@@ -40,10 +47,7 @@ def register(server) -> None:
         if doc is None:
             return []
         new = format_text(doc.text, Layout(ls.config.format_width))
-        if new is None or new == doc.text:
-            return []
-        pm = doc.positions(ls.encoding)
-        return convert.to_lsp_text_edits(pm, [ide.Edit(Span(0, len(doc.text)), new)])
+        return edit_if_changed(ls, doc, None if new is None else (Span(0, len(doc.text)), new))
 
     @server.feature(types.TEXT_DOCUMENT_RANGE_FORMATTING)
     @guarded(list)
@@ -51,26 +55,14 @@ def register(server) -> None:
         doc = ls.store.get(params.text_document.uri)
         if doc is None:
             return []
-        pm = doc.positions(ls.encoding)
-        span = pm.span(params.range)
-        found = format_range(doc.text, span.start, span.end, Layout(ls.config.format_width))
-        if found is None:
-            return []
-        where, new = found
-        if doc.text[where.start:where.end] == new:
-            return []
-        return convert.to_lsp_text_edits(pm, [ide.Edit(where, new)])
+        span = doc.positions(ls.encoding).span(params.range)
+        return edit_if_changed(ls, doc, format_range(doc.text, span.start, span.end, Layout(ls.config.format_width)))
 
     @server.feature(types.TEXT_DOCUMENT_CODE_ACTION,
                     types.CodeActionOptions(code_action_kinds=[types.CodeActionKind.QuickFix]))
-    @guarded(list)
-    def code_actions(ls, params: types.CodeActionParams):
-        a = ls.analysis(params.text_document.uri)
-        if a is None:
-            return []
+    @on_document(list)
+    def code_actions(ls, params: types.CodeActionParams, doc: DocumentRequest):
         only = params.context.only if params.context else None
         if only and not any(str(k).startswith("quickfix") for k in only):
             return []
-        pm = a.document.positions(ls.encoding)
-        fixes = ide.quick_fixes(a.index, pm.span(params.range))
-        return [convert.to_lsp_code_action(pm, a.document.uri, f) for f in fixes]
+        return [convert.to_lsp_code_action(doc.positions, doc.uri, f) for f in ide.quick_fixes(doc.index, doc.span)]

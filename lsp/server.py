@@ -11,6 +11,9 @@ handlers live in one module per group of features, each with `register(server)`:
 * `information`: hover, signature help, inlay hints, semantic tokens;
 * `editing`: completion, formatting, code actions (quick fixes).
 
+A handler on an open document is written once, after `lsp.handlers`'s
+preamble (the latest analysis, position to offset, the guard).
+
 Document text lives in our own `DocumentStore` (not pygls's workspace):
 `SexpProtocol` hands `didOpen`/`didChange`/`didClose` straight to our
 handlers, so one module (`lsp/convert.py`) converts every position.

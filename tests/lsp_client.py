@@ -1,19 +1,23 @@
 """Helpers for the end-to-end language-server tests (pytest-lsp, a real client over stdio).
 
-`recording_client()` is pytest-lsp's test client that also keeps every
-`publishDiagnostics` it receives, in order, so a test can check that no
-result for an older version arrives after a newer one. `Doc` is a document
-the test edits, kept in step with the server: it sends `didOpen` and
-incremental `didChange`s, and applies the edits the server answers with.
+`client_fixture(capabilities)` is the module-scoped fixture every such test
+module uses: one server, one `recording_client()`, initialised with a
+client's capabilities. `recording_client()` is pytest-lsp's test client
+that also keeps every `publishDiagnostics` it receives, in order, so a test
+can check that no result for an older version arrives after a newer one.
+`Doc` is a document the test edits, kept in step with the server: it sends
+`didOpen` and incremental `didChange`s, and applies the edits the server
+answers with.
 """
 from __future__ import annotations
 
 import asyncio
 import sys
 
+import pytest_lsp
 from lsprotocol import types
 from pygls.protocol import default_converter
-from pytest_lsp import LanguageClient
+from pytest_lsp import ClientServerConfig, LanguageClient
 from pytest_lsp.client import DEFAULT_CLIENT_FEATURES, register_lsp_features
 
 #: The server as editors start it through Python: `python -m lsp` (the same as `sexpgpu lsp`).
@@ -34,6 +38,25 @@ def recording_client() -> LanguageClient:
     features = dict(DEFAULT_CLIENT_FEATURES)
     features[types.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS] = publish
     register_lsp_features(client, features)
+    return client
+
+
+def client_fixture(capabilities: types.ClientCapabilities, command: list[str] = SERVER):
+    """A module-scoped fixture: the server `command` starts, driven by a `recording_client()`
+    initialised with `capabilities` and shut down after the module. The client keeps what
+    `initialize` answered (`client.server_capabilities`), the negotiated position encoding
+    (`client.encoding`) and whether it pulls diagnostics (`client.pulls`). Assign it to the
+    name the tests ask for (`client = client_fixture(...)`)."""
+    @pytest_lsp.fixture(config=ClientServerConfig(server_command=command, client_factory=recording_client),
+                        scope="module")
+    async def client(lsp_client: LanguageClient):
+        result = await lsp_client.initialize_session(types.InitializeParams(capabilities=capabilities))
+        lsp_client.server_capabilities = result.capabilities  # type: ignore[attr-defined]
+        lsp_client.encoding = result.capabilities.position_encoding  # type: ignore[attr-defined]
+        lsp_client.pulls = (capabilities.text_document is not None  # type: ignore[attr-defined]
+                            and capabilities.text_document.diagnostic is not None)
+        yield
+        await lsp_client.shutdown_session()
     return client
 
 

@@ -1,10 +1,10 @@
-"""Run-file cases: every `.sx` under `../shared/cases` and `tests/cases` gives exactly the
-diagnostics its `;; expect:` header names, as `sexpgpu lint` checks them (opening no
-other file); every `.sx` under `tests/cases-files` does so checked as `sexpgpu run`
-checks (`read_files=True`: their `:pretrained` files are read, for E-MODEL-003).
+"""Run-file cases: every `.sx` under `tests/cases` gives exactly the diagnostics its
+`;; expect:` header names, as `sexpgpu lint` checks them (opening no other file);
+every `.sx` under `tests/cases-files` does so checked as `sexpgpu run` checks
+(`read_files=True`: their `:pretrained` files are read, for E-MODEL-003).
 
 The header rules are those of `../shared/tools/check_cases.py` (see
-`../shared/cases/README.md`): `;; expect: CODE LINE` is an error or warning with
+`tests/cases/README.md`): `;; expect: CODE LINE` is an error or warning with
 that code whose range starts on that 1-based line (`LINE:COL` is allowed, the
 column is ignored), `CODE` alone matches any line, `CODE-*` matches a family, and
 `;; expect: clean` means no error and no warning. The errors and warnings the
@@ -12,60 +12,26 @@ file gives must be exactly the expected multiset: nothing missing, nothing more.
 Information and hints are not compared.
 
 Each case runs in-process through `sexpgpu_lang.analyze_file` (one test per
-file); one more test runs `check_cases.py` itself against the installed
-`sexpgpu` command on the shared cases, so the CLI's JSON is checked too.
+file); one more test reads `sexpgpu lint --format json` on tests/cases, as
+check_cases.py reads it, so the CLI's JSON is checked too. The shared cases
+(`../shared/cases`, not in a clone of the project) are checked by `.ci/run`
+with `check_cases.py` itself.
 """
 from __future__ import annotations
 
 import fnmatch
-import re
-import shutil
+import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from helpers import case_expectations, sexpgpu_program
 from sexpgpu_lang import Severity, analyze_file
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO.parent / "shared"
-SHARED_CASES = SHARED / "cases"
-CHECK_CASES = SHARED / "tools" / "check_cases.py"
 OUR_CASES = REPO / "tests" / "cases"
 FILE_CASES = REPO / "tests" / "cases-files"
-
-_EXPECT = re.compile(r";;\s*expect:\s*(\S+)(?:\s+(\d+)(?::\d+)?)?\s*$")
-_MISSING = "shared-cases-missing"
-
-
-def expectations(path: Path) -> tuple[list[tuple[str, int | None]], bool]:
-    """The `(code, line)` pairs and the `clean` flag of a case's header.
-
-    The header is the file's leading `;;` lines. Stricter than check_cases.py in
-    one way: an `;; expect` line that does not parse, or a file with no
-    expectation at all, is an error here instead of being skipped.
-    """
-    out: list[tuple[str, int | None]] = []
-    clean = False
-    for line in path.read_text(encoding="utf-8").splitlines():
-        if not line.startswith(";;"):
-            break
-        if not re.match(r";;\s*expect", line):
-            continue
-        m = _EXPECT.match(line)
-        if m is None:
-            raise AssertionError(f"{path.name}: malformed expectation {line!r}")
-        if m.group(1) == "clean":
-            clean = True
-        else:
-            out.append((m.group(1), int(m.group(2)) if m.group(2) else None))
-    if not out and not clean:
-        raise AssertionError(f"{path.name}: no `;; expect:` line in its header")
-    if out and clean:
-        raise AssertionError(f"{path.name}: `;; expect: clean` beside other expectations")
-    return out, clean
-
 
 def reported(path: Path, read_files: bool = False) -> list[tuple[str, int, str]]:
     """(code, 1-based line, message) of every error and warning the checker gives."""
@@ -91,22 +57,13 @@ def unmatched(expected, got) -> tuple[list, list]:
 
 
 def case_files() -> list:
-    shared = sorted(SHARED_CASES.glob("*.sx")) if SHARED_CASES.is_dir() else []
-    ours = sorted(OUR_CASES.glob("*.sx"))
-    params = [pytest.param(p, id=f"shared/{p.name}") for p in shared]
-    if not shared:
-        params.append(pytest.param(None, id=_MISSING))
-    files = sorted(FILE_CASES.glob("*.sx"))
-    return (params + [pytest.param(p, id=f"ours/{p.name}") for p in ours]
-            + [pytest.param(p, id=f"files/{p.name}") for p in files])
+    return ([pytest.param(p, id=f"ours/{p.name}") for p in sorted(OUR_CASES.glob("*.sx"))]
+            + [pytest.param(p, id=f"files/{p.name}") for p in sorted(FILE_CASES.glob("*.sx"))])
 
 
 @pytest.mark.parametrize("path", case_files())
-def test_case(path: Path | None):
-    if path is None:
-        pytest.fail(f"no shared cases: {SHARED_CASES} is missing or holds no .sx file; "
-                    "the shared checkout must sit beside the repository (../shared/cases)")
-    expected, _clean = expectations(path)
+def test_case(path: Path):
+    expected, _clean = case_expectations(path)
     got = reported(path, read_files=path.parent == FILE_CASES)
     missing, extra = unmatched(expected, [(c, l, m) for c, l, m in got])
     if missing or extra:
@@ -128,21 +85,22 @@ def test_file_cases_are_silent_when_no_file_is_read():
         assert not [c for c, _, _ in reported(path) if c == "E-MODEL-003"], path.name
 
 
-def sexpgpu_command() -> str:
-    """The `sexpgpu` installed beside this interpreter (the project's venv), else the one on PATH."""
-    beside = Path(sys.executable).with_name("sexpgpu")
-    if beside.exists():
-        return str(beside)
-    found = shutil.which("sexpgpu")
-    assert found, "the `sexpgpu` command is not installed (pip install -e . in the venv)"
-    return found
-
-
-def test_check_cases_tool_passes_on_shared_cases():
-    assert CHECK_CASES.is_file(), f"{CHECK_CASES} is missing: the shared checkout must sit beside the repository"
-    assert SHARED_CASES.is_dir(), f"{SHARED_CASES} is missing: the shared checkout must sit beside the repository"
-    proc = subprocess.run([sys.executable, str(CHECK_CASES), "--sexpgpu", sexpgpu_command(), str(SHARED_CASES)],
+def test_lint_json_gives_every_case_its_expectations():
+    """`sexpgpu lint --format json` on every case of tests/cases at once, each error and
+    warning read as check_cases.py reads it (`file`, `code`, `line`, `severity`)."""
+    paths = sorted(OUR_CASES.glob("*.sx"))
+    program = sexpgpu_program()
+    assert program, "the `sexpgpu` command is not installed (pip install -e . in the venv)"
+    proc = subprocess.run([program, "lint", "--format", "json", *map(str, paths)],
                           capture_output=True, text=True, timeout=600)
-    out = proc.stdout.strip().splitlines()
-    assert proc.returncode == 0 and out and re.fullmatch(r"\d+ passed, 0 failed", out[-1]), \
-        f"check_cases.py exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+    assert proc.returncode in (0, 1), f"sexpgpu lint exited {proc.returncode}\n{proc.stderr}"
+    got: dict[str, list] = {str(p): [] for p in paths}
+    for d in json.loads(proc.stdout):
+        if d["severity"] in ("error", "warning"):
+            got[d["file"]].append((d["code"], d["line"], d["message"]))
+    wrong = {}
+    for path in paths:
+        missing, extra = unmatched(case_expectations(path)[0], got[str(path)])
+        if missing or extra:
+            wrong[path.name] = {"missing": missing, "extra": extra}
+    assert not wrong, wrong

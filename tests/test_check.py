@@ -1,47 +1,7 @@
 """Front-end checks, written as the language: a run file with `;; ^^^ CODE` markers under
-each range a diagnostic must cover (STYLE.md, rust-analyzer's fixtures)."""
-import re
-
-from helpers import fixture_text, variant
+each range a diagnostic must cover (`helpers.check`; STYLE.md, rust-analyzer's fixtures)."""
+from helpers import SMALL, check, fixture_text, marked, variant
 from sexpgpu_lang import analyze
-
-MARK = re.compile(r"^(\s*);;(\s*)(\^+)\s+([A-Z]+-[A-Z]+-\d+)\s*$")
-
-
-def check(source: str) -> None:
-    """Assert the errors and warnings of `source` are exactly those its markers show.
-
-    A marker line `;; ^^^ CODE` points at the nearest line above it that is
-    not a marker: the carets' columns are the range's columns on that line.
-    """
-    lines = source.split("\n")
-    expected = set()
-    target = None
-    for i, line in enumerate(lines):
-        m = MARK.match(line)
-        if m and target is not None:
-            col = line.index("^")
-            expected.add((m.group(4), target + 1, col + 1, col + 1 + len(m.group(3))))
-        elif not m:
-            target = i
-    res = analyze(source, "check.sx")
-    got = set()
-    for d in res.diagnostics:
-        if d.severity <= 2:
-            (l0, c0), (l1, c1) = res.source.line_col(d.span.start), res.source.line_col(d.span.end)
-            got.add((d.code, l0 + 1, c0 + 1, c1 + 1 if l1 == l0 else c0 + 2))
-    assert got == expected, "\n".join(f"{d.code} {d.message}" for d in res.diagnostics)
-
-
-def marked(text: str, snippet: str, code: str, within: str | None = None) -> str:
-    """`text` with a `;; ^^^ CODE` marker line under `snippet` (its first occurrence
-    inside the first occurrence of `within`, when given)."""
-    start = text.index(snippet, text.index(within) if within else 0)
-    line_start = text.rfind("\n", 0, start) + 1
-    line_end = text.find("\n", start)
-    col = start - line_start
-    marker = ";;" + " " * (col - 2) + "^" * len(snippet) + " " + code
-    return text[:line_end] + "\n" + marker + text[line_end:]
 
 
 def test_fixture_is_clean():
@@ -62,9 +22,8 @@ def test_broadcast_mismatch_quotes_both_shapes():
     src = variant("(truth (mod (+ (take row [0] :axis 1) (* column stride)) vocab)))",
                   "(truth (mod (+ (take row [0] :axis 1) (* column stride)) vocab))\n"
                   "                   (bad (+ row (iota [3]))))")
-    res = analyze(src, "b.sx")
-    [d] = [d for d in res.diagnostics if d.is_error]
-    assert d.code == "E-SHAPE-001" and "[64 8] and [3]" in d.message
+    [d] = check(marked(src, "(+ row (iota [3]))", "E-SHAPE-001")).diagnostics
+    assert "[64 8] and [3]" in d.message
 
 
 def test_unknown_keyword_suggests_the_near_miss():
@@ -116,33 +75,33 @@ def test_half_typed_and_binary_text_never_raise():
 
 def test_deep_nesting_is_one_diagnostic_not_a_crash():
     deep = "(def x " + "(+ 1 " * 600 + "1" + ")" * 600 + ")\n"
-    res = analyze(deep + fixture_text(), "deep.sx")
+    res = analyze(deep + SMALL, "deep.sx")
     assert [d.code for d in res.diagnostics if d.is_error] == ["E-SYNTAX-005"]
     assert res.source.line_col(res.diagnostics[0].span.start)[0] == 0
 
 
 def test_a_long_let_star_checks():
     body = "(let* (" + " ".join(f"(v{i} (+ row {i}))" for i in range(2000)) + ") v1999)"
-    text = variant("(list :row (where (= column at) guess row)", f"(list :row (where (= column at) guess {body})")
-    res = analyze(text, "long.sx")
-    assert not res.diagnostics
+    check(variant("(list :row (where (= column at) guess row)", f"(list :row (where (= column at) guess {body})"))
 
 
 def test_near_misses_for_sources_optimizers_initialisers_and_dtypes():
-    cases = [((":source (stride-rows", ":source (stride-row"), "did you mean `stride-rows`?"),
-             (("(adam :lr", "(adma :lr"), "did you mean `adam`?"),
+    cases = [((":source (stride-rows", ":source (stride-row"), "(stride-row :vocab vocab :seq seq)", "E-FORM-002",
+              "did you mean `stride-rows`?"),
+             (("(adam :lr", "(adma :lr"), "(adma :lr 3e-3)", "E-FORM-002", "did you mean `adam`?"),
              (("(normal [vocab dim] :std 0.1)\n           :first", "(norml [vocab dim] :std 0.1)\n           :first"),
-              "did you mean `normal`?"),
-             ((":row [seq] :i32", ":row [seq] :int32"), "did you mean `:i32`?"),
-             (("(cast (= row truth) :f32)", "(cast (= row truth) :float32)"), "did you mean `:f32`?")]
-    for (old, new), hint in cases:
-        res = analyze(variant(old, new), "typo.sx")
-        assert len(res.diagnostics) == 1 and hint in res.diagnostics[0].message, [d.message for d in res.diagnostics]
+              "(norml [vocab dim] :std 0.1)", "E-FORM-002", "did you mean `normal`?"),
+             ((":row [seq] :i32", ":row [seq] :int32"), ":int32", "E-TYPE-002", "did you mean `:i32`?"),
+             (("(cast (= row truth) :f32)", "(cast (= row truth) :float32)"), ":float32", "E-TYPE-002",
+              "did you mean `:f32`?")]
+    for (old, new), snippet, code, hint in cases:
+        [d] = check(marked(variant(old, new), snippet, code)).diagnostics
+        assert hint in d.message, d.message
 
 
 def test_a_misspelt_op_keyword_is_read_as_meant_and_not_reported_again():
-    res = analyze(variant(":axes [1]\n                             :keepdims true", ":axes [1]\n                             :kepdims true"), "k.sx")
-    assert [d.code for d in res.diagnostics] == ["E-NAME-003"]
+    check(marked(variant(":axes [1]\n                             :keepdims true",
+                         ":axes [1]\n                             :kepdims true"), ":kepdims", "E-NAME-003"))
 
 
 def test_learning_rate_must_be_positive_and_constant_take_indices_in_range():
@@ -160,12 +119,11 @@ def test_standard_library_layers_check_like_user_code():
     text = variant("(h (relu (matmul (+ here start next) (getf self :hidden)))))",
                    "(h (mlp (layer-norm (+ here start next) (getf self :first) (getf self :second))\n"
                    "                           (getf self :hidden) (getf self :second) (getf self :hidden) (getf self :second))))")
-    res = analyze(text, "std.sx")
     # :first is [16 64], not a gain of [64]: a broadcast error inside `layer-norm`, shown at its call
     # (and the `mlp` around it is not reported again)
-    errs = [d for d in res.diagnostics if d.is_error]
-    assert len(errs) == 1 and errs[0].message.startswith("in `layer-norm` (standard library): "), errs
-    assert text[errs[0].span.start:].startswith("(layer-norm (+ here start next)")
+    call = "(layer-norm (+ here start next) (getf self :first) (getf self :second))"
+    [err] = check(marked(text, call, "E-SHAPE-001")).diagnostics
+    assert err.message.startswith("in `layer-norm` (standard library): "), err
     ok = variant("(h (relu (matmul (+ here start next) (getf self :hidden)))))",
                  "(h (linear (layer-norm (+ here start next) (take (getf self :first) 0) (take (getf self :second) 0))\n"
                  "                           (getf self :hidden) (take (getf self :hidden) 0))))")
@@ -173,23 +131,22 @@ def test_standard_library_layers_check_like_user_code():
 
 
 def test_an_unterminated_string_is_one_diagnostic():
-    res = analyze(variant("(def seq 8)", '(def seq 8)\n(def title "tiny'), "s.sx")
-    assert [d.code for d in res.diagnostics] == ["E-SYNTAX-003"]
+    check(marked(variant("(def seq 8)", '(def seq 8)\n(def title "tiny', SMALL), '"tiny', "E-SYNTAX-003"))
 
 
 def test_a_misspelt_model_binding_still_checks_the_rest():
     text = variant("(model student)", "(model studnt)")
     text = variant("(metric :loss loss)", '(metric :loss (+ "x" loss))', text)
-    res = analyze(text, "m.sx")
-    assert sorted(d.code for d in res.diagnostics) == ["E-NAME-001", "E-TYPE-001"]
+    check(marked(marked(text, "studnt", "E-NAME-001"), '"x"', "E-TYPE-001"))
 
 
 def test_standard_library_mistakes_say_what_the_layer_takes_and_got():
     text = variant("(h (relu (matmul (+ here start next) (getf self :hidden)))))",
                    "(h (linear (+ here start next) (getf self :out) (getf self :hidden))))")
-    [d] = analyze(text, "l.sx").diagnostics
+    [d] = check(marked(text, "(linear (+ here start next) (getf self :out) (getf self :hidden))", "E-SHAPE-001")).diagnostics
     assert d.message.startswith("in `linear` (standard library): `+`: shapes [64 8 16] and [64 64] do not broadcast")
     assert "`(linear x w b)` takes" in d.help and "w [64 16] f32" in d.help
-    [d] = analyze(variant("(h (relu (matmul (+ here start next) (getf self :hidden)))))",
-                          "(h (linear (+ here start next) (getf self :hidden))))"), "l.sx").diagnostics
+    text = variant("(h (relu (matmul (+ here start next) (getf self :hidden)))))",
+                   "(h (linear (+ here start next) (getf self :hidden))))")
+    [d] = check(marked(text, "(linear (+ here start next) (getf self :hidden))", "E-FORM-003")).diagnostics
     assert d.message == "`linear` takes 3 arguments `(linear x w b)`, got 2"

@@ -6,23 +6,20 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-FIXTURE = ROOT / "tests" / "fixtures" / "tiny-generate.sx"
+from helpers import FIXTURE, modules_after
+
 SEXPGPU = Path(sys.executable).with_name("sexpgpu")
 
 
 def imported_by(*args: str) -> set[str]:
     """The top-level packages imported by `sexpgpu ARGS` run in a fresh interpreter."""
-    code = ("import sys\n"
-            f"sys.argv = ['sexpgpu', *{list(args)!r}]\n"
-            "from sexpgpu_cli.main import main\n"
-            "try:\n"
-            "    main()\n"
-            "except SystemExit:\n"
-            "    pass\n"
-            "print(' '.join(sorted({m.split('.')[0] for m in sys.modules})), file=sys.stderr)\n")
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
-    return set(r.stderr.strip().splitlines()[-1].split())
+    return {m.split(".")[0] for m in modules_after("import sys\n"
+                                                    f"sys.argv = ['sexpgpu', *{list(args)!r}]\n"
+                                                    "from sexpgpu_cli.main import main\n"
+                                                    "try:\n"
+                                                    "    main()\n"
+                                                    "except SystemExit:\n"
+                                                    "    pass\n")}
 
 
 def test_lint_imports_no_pydantic_lark_json_or_server():

@@ -5,50 +5,18 @@ headed `## CODE: title` (its title as in CODES), preceded by an explicit
 `<a id="code"></a>` so that the link every diagnostic carries
 (`docs/errors.md#e-gen-002`) lands on it; every code the doc has a section
 for exists; each section links at least one case file that expects its code;
-and every code is expected by some case in tests/cases or ../shared/cases.
+and every code is expected by some case in tests/cases or tests/cases-files.
 """
 from __future__ import annotations
 
-import re
-from pathlib import Path
-
 import pytest
 
+from helpers import ERRORS_DOC as DOC
+from helpers import ROOT, errors_doc_sections as sections, expected_codes, linked_cases
 from sexpgpu_lang.diagnostics import CODES, doc_anchor
 
-REPO = Path(__file__).resolve().parents[1]
-DOC = REPO / "docs" / "errors.md"
-CASE_DIRS = (REPO / "tests" / "cases", REPO / "tests" / "cases-files", REPO.parent / "shared" / "cases")
+CASE_DIRS = (ROOT / "tests" / "cases", ROOT / "tests" / "cases-files")
 FAMILIES = ("syntax", "names", "forms", "types", "shapes", "generation", "contract", "models", "warnings")
-
-
-def sections() -> dict[str, dict]:
-    """Code -> {title, anchor (the `<a id>` on the line before, or None), body}."""
-    lines = DOC.read_text(encoding="utf-8").splitlines()
-    out: dict[str, dict] = {}
-    for i, line in enumerate(lines):
-        m = re.match(r"## ([EW]-[A-Z]+-\d{3}): (.+)$", line)
-        if not m:
-            continue
-        assert m.group(1) not in out, f"two sections for {m.group(1)}"
-        prev = lines[i - 1] if i else ""
-        a = re.fullmatch(r'<a id="([^"]+)"></a>', prev.strip())
-        end = next((j for j in range(i + 1, len(lines)) if lines[j].startswith("#") or lines[j].startswith("<a id=")),
-                   len(lines))
-        out[m.group(1)] = {"title": m.group(2), "anchor": a.group(1) if a else None,
-                           "body": "\n".join(lines[i + 1:end])}
-    return out
-
-
-def expected_codes(path: Path) -> set[str]:
-    codes = set()
-    for line in path.read_text(encoding="utf-8").splitlines():
-        if not line.startswith(";;"):
-            break
-        m = re.match(r";;\s*expect:\s*(\S+)", line)
-        if m and m.group(1) != "clean":
-            codes.add(m.group(1))
-    return codes
 
 
 def test_every_code_has_its_section():
@@ -71,10 +39,10 @@ def test_section_heading_anchor_and_case(code):
         f'{code}: put `<a id="{doc_anchor(code)}"></a>` on the line before its heading'
     assert "```lisp" in sec["body"], f"{code}: the section has no ```lisp snippet"
     assert "**Fix:**" in sec["body"], f"{code}: the section does not say how to fix it"
-    links = re.findall(r"\]\((\.\./tests/cases(?:-files)?/[^)]+\.sx)\)", sec["body"])
-    assert links, f"{code}: the section links no case under tests/cases"
-    for link in links:
-        case = (DOC.parent / link).resolve()
+    cases = linked_cases(sec["body"])
+    assert cases, f"{code}: the section links no case under tests/cases"
+    for case in cases:
+        link = case.relative_to(ROOT)
         assert case.is_file(), f"{code}: linked case {link} does not exist"
         assert code in expected_codes(case), f"{code}: linked case {link} does not expect {code}"
 
@@ -88,7 +56,7 @@ def test_family_anchors():
 def test_every_code_has_a_case():
     seen: set[str] = set()
     for d in CASE_DIRS:
-        for f in sorted(d.glob("*.sx")) if d.is_dir() else []:
+        for f in sorted(d.glob("*.sx")):
             seen |= expected_codes(f)
     missing = [c for c in CODES if c not in seen]
-    assert not missing, f"no case in tests/cases or ../shared/cases expects {missing}"
+    assert not missing, f"no case in tests/cases or tests/cases-files expects {missing}"

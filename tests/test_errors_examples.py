@@ -17,31 +17,10 @@ from pathlib import Path
 
 import pytest
 
+from helpers import ERRORS_DOC as DOC
+from helpers import ROOT as REPO
+from helpers import errors_doc_sections, expected_codes, linked_cases
 from sexpgpu_lang import Severity, analyze_file
-from test_errors_doc import expected_codes
-
-REPO = Path(__file__).resolve().parents[1]
-DOC = REPO / "docs" / "errors.md"
-CASES = REPO / "tests" / "cases"
-
-
-def sections() -> dict[str, str]:
-    """Code -> the section's body (up to the next heading or anchor)."""
-    lines = DOC.read_text(encoding="utf-8").splitlines()
-    out: dict[str, str] = {}
-    for i, line in enumerate(lines):
-        m = re.match(r"## ([EW]-[A-Z]+-\d{3}): ", line)
-        if not m:
-            continue
-        end = next((j for j in range(i + 1, len(lines))
-                    if lines[j].startswith("#") or lines[j].startswith("<a id=")), len(lines))
-        out[m.group(1)] = "\n".join(lines[i + 1:end])
-    return out
-
-
-def linked_cases(body: str) -> list[Path]:
-    return [(DOC.parent / link).resolve()
-            for link in re.findall(r"\]\((\.\./tests/cases(?:-files)?/[^)]+\.sx)\)", body)]
 
 
 def snippets(body: str) -> list[str]:
@@ -80,7 +59,7 @@ def codes_of(path: Path) -> list[str]:
     return sorted(d.code for d in res.diagnostics if d.severity in (Severity.ERROR, Severity.WARNING))
 
 
-SECTIONS = sections()
+SECTIONS = {code: section["body"] for code, section in errors_doc_sections().items()}
 
 
 def test_the_page_has_sections():
@@ -122,6 +101,6 @@ def test_every_section_shows_the_message_its_case_gives():
     (scripts/gen_error_messages.py --write rewrites them)."""
     import subprocess
     import sys
-    assert DOC.read_text(encoding="utf-8").count("**Message:**") == len(sections())
+    assert DOC.read_text(encoding="utf-8").count("**Message:**") == len(SECTIONS)
     r = subprocess.run([sys.executable, str(REPO / "scripts" / "gen_error_messages.py"), "--check"])
     assert r.returncode == 0, "docs/errors.md's messages are stale: run scripts/gen_error_messages.py --write"

@@ -15,11 +15,10 @@ import re
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
-from helpers import FIXTURE, ROOT, SHARED_CASES, fixture_text, program_of, variant
+from helpers import FIXTURE, ROOT, SMALL, fixture_text, modules_after, program_of, variant, write_case
 from sexpgpu_lang import analyze_file
 from sexpgpu_lang.explain import (DEFAULT_BUDGET, TARGETS, choose_stack, einsum_layout, explain,
                                   fmt_bytes, fmt_flops, generation_line, memory_plan, parse_bytes, step_graphs,
@@ -34,22 +33,6 @@ EXAMPLES = sorted((ROOT / "examples").glob("*.sx"))
 PARAMS = (3 * 16 * 64 + 64 * 64 + 64 * 16) * 4
 STATE = (64 * 8 + 64 * 1) * 4          # :row [64 8] i32, :stride [64 1] i32, per copy
 MADE = (64 * 8 * 2) * 4 + 64 * 4       # :sample, :label [64 8] i32, :correct [64 1] f32
-
-NO_GENERATOR = """
-(def vocab 16)
-(def seq 8)
-(loader train
-  :source (stride-rows :vocab vocab :seq seq)
-  :batch 32
-  :fields (:row [seq] :i32 :stride [1] :i32))
-(defmodel lm
-  :params (:embed (normal [vocab 32] :std 0.1) :out (normal [32 vocab] :std 0.1))
-  :apply (lambda (self row) (matmul (take (getf self :embed) row) (getf self :out))))
-(model lm)
-(prepare (lambda (batch ctx) (list :x (field batch :row) :y (mod (+ (field batch :row) (field batch :stride)) vocab))))
-(objective (lambda (inputs ctx) (mean (cross-entropy (model (getf inputs :x)) (getf inputs :y)))))
-(run :loader train :steps 10 :optimizer (sgd :lr 0.1))
-"""
 
 # Two attention blocks with layer norm and a gelu MLP: a model shaped like the ones people train.
 ATTENTION = """
@@ -140,14 +123,11 @@ def test_einsum_layout_is_the_dot_general_xla_runs(subscripts, layout):
 
 
 def test_the_report_is_built_without_jax():
-    code = ("import sys\n"
-            "from sexpgpu_lang import analyze_file\n"
-            "from sexpgpu_lang.explain import explain, generation_line, to_text\n"
-            f"p = analyze_file({str(FIXTURE)!r}).program\n"
-            "to_text(explain(p)); generation_line(p)\n"
-            "sys.exit(1 if any(m == 'jax' or m.startswith('jax.') for m in sys.modules) else 0)\n")
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
-    assert r.returncode == 0, r.stderr
+    mods = modules_after("from sexpgpu_lang import analyze_file\n"
+                         "from sexpgpu_lang.explain import explain, generation_line, to_text\n"
+                         f"p = analyze_file({str(FIXTURE)!r}).program\n"
+                         "to_text(explain(p)); generation_line(p)\n")
+    assert not any(m == "jax" or m.startswith("jax.") for m in mods)
 
 
 def test_the_tree_lists_the_step_graphs_under_the_step():
@@ -210,8 +190,8 @@ def test_an_unstacked_run_has_a_generate_row():
     assert report["step"]["groups"] == 2
 
 
-def test_a_generator_reading_the_microbatch_keeps_the_run_unstacked():
-    res = analyze_file(str(SHARED_CASES / "warn-stack-microbatch.sx"))
+def test_a_generator_reading_the_microbatch_keeps_the_run_unstacked(tmp_path):
+    res = analyze_file(str(write_case("warn-stack-microbatch.sx", tmp_path)))
     report = explain(res.program)
     assert report["step"]["stack"] == 1 and report["lowering"][0]["row"] == "generate"
     assert any("W-STACK-001" in n for n in report["notes"])
@@ -235,8 +215,8 @@ def test_optimizer_state_bytes(optimizer, state):
     assert report["memory"]["optimizer"] == state
 
 
-def test_frozen_parameters_count_in_params_but_not_in_the_optimizer():
-    report = explain(analyze_file(str(SHARED_CASES / "teacher-reachable-clean.sx")).program)
+def test_frozen_parameters_count_in_params_but_not_in_the_optimizer(tmp_path):
+    report = explain(analyze_file(str(write_case("teacher-reachable-clean.sx", tmp_path))).program)
     mem = report["memory"]
     teacher = (16 * 64 + 64 * 16) * 4
     assert (mem["params"], mem["frozen"], mem["optimizer"]) == (PARAMS + teacher, teacher, 2 * PARAMS + 4)
@@ -290,12 +270,12 @@ def test_generation_line_for_the_hover():
     line = generation_line(fixture_program())
     assert re.fullmatch(r"generation: 6 trips · 3 graphs · state 2\.2 KiB ×2 stacked · \d+\.\d MFLOP per step · "
                         r"live \d+\.\d KiB", line), line
-    assert generation_line(program_of(NO_GENERATOR)) is None
+    assert generation_line(program_of(SMALL)) is None
     assert generation_line(None) is None
 
 
 def test_a_file_without_a_generator():
-    report = explain(program_of(NO_GENERATOR))
+    report = explain(program_of(SMALL))
     assert report["generation"] is None
     assert [r["row"] for r in report["lowering"]] == ["train", "update"]
     assert "generation" not in next(l for l in to_text(report).splitlines() if l.startswith("memory:"))
@@ -486,7 +466,7 @@ def test_cli_xla_prints_both_numbers(tmp_path):
     from typer.testing import CliRunner
     from sexpgpu_cli.main import app
     path = tmp_path / "small.sx"
-    path.write_text(NO_GENERATOR)
+    path.write_text(SMALL)
     r = CliRunner().invoke(app, ["explain", "--xla", "--format", "json", str(path)])
     assert r.exit_code == 0, r.output
     report = json.loads(r.output)

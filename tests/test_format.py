@@ -5,13 +5,13 @@ from pathlib import Path
 
 import pytest
 
-from helpers import SHARED_CASES, fixture_text
+from helpers import ROOT, fixture_text
 from sexpgpu_lang.check import identity
 from sexpgpu_lang.format import Layout, format_range, format_text
 from sexpgpu_lang.source import SourceText
 from sexpgpu_lang.syntax import parse
 
-CASES = sorted(SHARED_CASES.glob("*.sx"))
+CASES = sorted((ROOT / "tests" / "cases").glob("*.sx")) + sorted((ROOT / "tests" / "cases-files").glob("*.sx"))
 
 
 def comments(text: str) -> list[str]:

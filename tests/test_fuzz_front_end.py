@@ -1,6 +1,6 @@
 """Fuzzing the front end: every text ends in diagnostics, never an exception.
 
-Inputs are the run files we have (`../shared/cases`, `examples/`,
+Inputs are the run files we have (`examples/`,
 `tests/fixtures`, `tests/cases`) mutated the ways half-typed text goes
 wrong (deleted, duplicated and stray brackets, swapped tokens, truncations,
 deleted and duplicated spans, random bytes and Unicode, deep nesting), plus
@@ -22,7 +22,7 @@ from sexpgpu_lang import analyze, ide
 from sexpgpu_lang.format import format_range, format_text
 
 ROOT = Path(__file__).resolve().parents[1]
-SEED_DIRS = [ROOT.parent / "shared" / "cases", ROOT / "examples", ROOT / "tests" / "fixtures", ROOT / "tests" / "cases"]
+SEED_DIRS = [ROOT / "examples", ROOT / "tests" / "fixtures", ROOT / "tests" / "cases"]
 
 
 @lru_cache(maxsize=1)

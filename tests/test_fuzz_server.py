@@ -14,11 +14,10 @@ import itertools
 import random
 
 import pytest
-import pytest_lsp
 from lsprotocol import types
-from pytest_lsp import ClientServerConfig, LanguageClient, client_capabilities
+from pytest_lsp import LanguageClient, client_capabilities
 
-from lsp_client import SERVER, Doc, position, published, recording_client
+from lsp_client import Doc, client_fixture, position, published
 from sexpgpu_lang import analyze
 from test_fuzz_front_end import TOKENS, seeds
 
@@ -33,12 +32,7 @@ PIECES = TOKENS + ["(", ")", "[", "]", "\n", "  ", "é", "\U0001F600", "\u0301",
 _uris = (f"file:///work/fuzz-{i}.sx" for i in itertools.count())
 
 
-@pytest_lsp.fixture(config=ClientServerConfig(server_command=SERVER, client_factory=recording_client),
-                    scope="module")
-async def client(lsp_client: LanguageClient):
-    await lsp_client.initialize_session(types.InitializeParams(capabilities=client_capabilities("neovim@v0.7.0")))
-    yield
-    await lsp_client.shutdown_session()
+client = client_fixture(client_capabilities("neovim@v0.7.0"))
 
 
 def clean_text(text: str) -> str:

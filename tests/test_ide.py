@@ -2,7 +2,9 @@
 
 Most of the language server's logic is tested here, fast and without a
 client: each test is a run file (the tiny-generate fixture with one change)
-with `$0` marking the cursor, and the answer expected there.
+with `$0` marking the cursor (`helpers.cursor`), and the answer expected
+there; a file a test expects diagnostics of shows them with `;; ^^^ CODE`
+markers (`helpers.check`).
 """
 from __future__ import annotations
 
@@ -11,21 +13,9 @@ import re
 
 import pytest
 
-from helpers import fixture_text, variant
+from helpers import check, cursor, cursor_at, fixture_text, marked, variant
 from sexpgpu_lang import analyze, ide
 from sexpgpu_lang.source import Span
-
-
-def at(text: str) -> tuple[ide.Index, int]:
-    """Index `text` with its `$0` marker removed; return the index and the marker's offset."""
-    offset = text.index("$0")
-    text = text.replace("$0", "", 1)
-    return ide.index(analyze(text, "case.sx")), offset
-
-
-def cursor(old: str, new: str) -> tuple[ide.Index, int]:
-    """The fixture with `old` replaced by `new` (which holds `$0`), indexed."""
-    return at(variant(old, new))
 
 
 def text_of(ix: ide.Index, span: Span) -> str:
@@ -90,7 +80,7 @@ def test_hover(old, new, expect):
 
 
 def test_hover_on_nothing_is_none():
-    ix, offset = at(fixture_text().replace("(def vocab 16)", "(def vocab 16)  $0  ", 1))
+    ix, offset = cursor("(def vocab 16)", "(def vocab 16)  $0  ")
     assert ide.hover(ix, offset) is None
 
 
@@ -144,8 +134,8 @@ def test_state_keys_are_found_whatever_the_state_parameter_is_called():
     text = fixture_text().replace("(lambda (state trip ctx)", "(lambda (s trip ctx)").replace(
         "(getf state :row))\n                 (at", "(getf s :row))\n                 (at").replace(
         "(getf state :stride))))", "(getf s :stride))))")
-    assert analyze(text).diagnostics == []
-    ix, offset = at(text.replace("(getf s :row))", "(getf s :r$0ow))"))
+    check(text)
+    ix, offset = cursor("(getf s :row))", "(getf s :r$0ow))", text)
     [target] = ide.definition(ix, offset)
     assert line_of(ix, target.span) == 33
     assert len(ide.rename(ix, offset, "cells")) == 4
@@ -171,8 +161,7 @@ def test_rename_keeps_the_file_clean(old, new, name, count):
     assert ide.prepare_rename(ix, offset) is not None
     edits = ide.rename(ix, offset, name)
     assert len(edits) == count
-    renamed = apply(ix.text, edits)
-    assert analyze(renamed).diagnostics == []
+    check(apply(ix.text, edits))
 
 
 @pytest.mark.parametrize("old,new,name,message", [
@@ -314,7 +303,7 @@ def test_signature_help(old, new, label, active):
 
 
 def test_no_signature_outside_calls():
-    ix, offset = at("$0" + fixture_text())
+    ix, offset = cursor_at("$0" + fixture_text())
     assert ide.signature_help(ix, offset) is None
 
 
@@ -335,8 +324,7 @@ def test_inlay_hints_after_bindings_and_state_keys():
 
 
 def test_inlay_hints_in_a_range():
-    ix = ide.index(analyze(fixture_text()))
-    start = ix.text.index("(objective")
+    ix, start = cursor("(objective", "$0(objective")
     hints = ide.inlay_hints(ix, Span(start, len(ix.text)))
     assert [h.label for h in hints] == [": [64 8 16] f32", ": [] f32"]
 
@@ -371,14 +359,10 @@ def fix(text: str, code: str) -> tuple[ide.Fix, str]:
     return fixes[0], apply(text, fixes[0].edits)
 
 
-def codes(text: str) -> list[str]:
-    return [d.code for d in analyze(text, "case.sx").diagnostics]
-
-
 def test_fix_near_miss():
     f, fixed = fix(variant("(argmax (model row))", "(argmx (model row))"), "E-NAME-001")
     assert f.title == "replace `argmx` with `argmax`" and f.preferred
-    assert codes(fixed) == []
+    check(fixed)
 
 
 def test_fix_gen_002_dtype_casts_to_the_init_dtype():
@@ -386,26 +370,27 @@ def test_fix_gen_002_dtype_casts_to_the_init_dtype():
     f, fixed = fix(text, "E-GEN-002")
     assert "i32" in f.title
     assert "(cast (cast (where (= column at) guess row) :f32) :i32)" in fixed
-    assert codes(fixed) == []
+    check(fixed)
 
 
 def test_fix_gen_002_weak_float():
     text = variant("(list :row (where (= column at) guess row)", "(list :row (+ (where (= column at) guess row) 0.5)")
     _, fixed = fix(text, "E-GEN-002")
-    assert codes(fixed) == []
+    check(fixed)
 
 
 def test_fix_gen_002_dropped_key_returns_it():
     text = variant("\n                  :stride (getf state :stride))))", ")))")
     f, fixed = fix(text, "E-GEN-002")
-    assert "(getf state :stride)" in fixed and codes(fixed) == []
+    assert "(getf state :stride)" in fixed
+    check(fixed)
 
 
 def test_fix_contract_010_moves_a_counter_from_step_into_prepare():
     text = variant("(let* ((row (getf state :row))\n", "(counter :trips-run 1)\n          (let* ((row (getf state :row))\n")
     f, fixed = fix(text, "E-CONTRACT-010")
     assert f.title == "move the counter into `prepare`"
-    assert codes(fixed) == []
+    check(fixed)
     assert fixed.index("(counter :trips-run 1)") > fixed.index("(prepare")
 
 
@@ -415,9 +400,9 @@ def test_fix_contract_010_makes_a_prepare_when_there_is_none():
     text = text[:start] + text[end:]
     text = text.replace("(getf inputs :input)", "(getf inputs :sample)").replace(
         "(getf inputs :target)", "(getf inputs :label)").replace("(metric :loss loss)", "(counter :seen 1)\n    (metric :loss loss)")
-    assert "E-CONTRACT-010" in codes(text)
+    check(marked(text, "(counter :seen 1)", "E-CONTRACT-010"))
     _, fixed = fix(text, "E-CONTRACT-010")
-    assert codes(fixed) == []
+    check(fixed)
 
 
 @pytest.mark.parametrize("where,old,new", [
@@ -428,9 +413,9 @@ def test_fix_contract_010_makes_a_prepare_when_there_is_none():
 ])
 def test_fix_gen_004_reports_from_objective(where, old, new):
     text = variant(old, new)
-    assert codes(text) == ["E-GEN-004"]
+    check(marked(text, new.split("\n")[0], "E-GEN-004"))
     f, fixed = fix(text, "E-GEN-004")
-    assert codes(fixed) == [], fixed
+    check(fixed)
     name = new.split()[1]
     assert f"(metric {name} (getf inputs {name}))" in fixed
 

@@ -11,12 +11,11 @@ from __future__ import annotations
 import sys
 
 import pytest
-import pytest_lsp
 from lsprotocol import types
-from pytest_lsp import ClientServerConfig, LanguageClient, client_capabilities
+from pytest_lsp import LanguageClient, client_capabilities
 
 from helpers import fixture_text
-from lsp_client import SERVER, published, recording_client, position
+from lsp_client import client_fixture, position, published
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -24,30 +23,9 @@ URI = "file:///work/positions.sx"
 LINE = '(def label "café 😀\t→")\t(def big (* vocub dim))'
 TEXT = fixture_text().replace("(def dim 64)\n", "(def dim 64)\n" + LINE + "\n").replace("\n", "\r\n")
 
-CLIENTS = {
-    "utf-8": (SERVER, client_capabilities("neovim@v0.11.0")),
-    "utf-32": (SERVER, client_capabilities("emacs@v29.1")),
-    "utf-16": ([sys.executable, "-m", "sexpgpu_cli.main", "lsp"], types.ClientCapabilities()),
-}
-
-
-def make_fixture(encoding: str):
-    command, caps = CLIENTS[encoding]
-
-    @pytest_lsp.fixture(config=ClientServerConfig(server_command=command, client_factory=recording_client),
-                        scope="module")
-    async def client(lsp_client: LanguageClient):
-        result = await lsp_client.initialize_session(types.InitializeParams(capabilities=caps))
-        lsp_client.encoding = result.capabilities.position_encoding  # type: ignore[attr-defined]
-        lsp_client.pulls = caps.text_document is not None and caps.text_document.diagnostic is not None
-        yield
-        await lsp_client.shutdown_session()
-    return client
-
-
-utf8_client = make_fixture("utf-8")
-utf32_client = make_fixture("utf-32")
-utf16_client = make_fixture("utf-16")
+utf8_client = client_fixture(client_capabilities("neovim@v0.11.0"))
+utf32_client = client_fixture(client_capabilities("emacs@v29.1"))
+utf16_client = client_fixture(types.ClientCapabilities(), [sys.executable, "-m", "sexpgpu_cli.main", "lsp"])
 
 
 @pytest.fixture(params=["utf-8", "utf-32", "utf-16"])

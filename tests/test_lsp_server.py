@@ -13,12 +13,11 @@ import asyncio
 import itertools
 
 import pytest
-import pytest_lsp
 from lsprotocol import types
-from pytest_lsp import ClientServerConfig, LanguageClient, client_capabilities
+from pytest_lsp import LanguageClient, client_capabilities
 
 from helpers import fixture_text, variant
-from lsp_client import SERVER, Doc, apply_edits, published, recording_client
+from lsp_client import Doc, apply_edits, client_fixture, published
 from sexpgpu_lang import analyze
 from sexpgpu_lang.format import format_text
 
@@ -27,14 +26,7 @@ pytestmark = pytest.mark.asyncio(loop_scope="module")
 _uris = (f"file:///work/run-{i}.sx" for i in itertools.count())
 
 
-@pytest_lsp.fixture(config=ClientServerConfig(server_command=SERVER, client_factory=recording_client),
-                    scope="module")
-async def client(lsp_client: LanguageClient):
-    result = await lsp_client.initialize_session(
-        types.InitializeParams(capabilities=client_capabilities("neovim@v0.7.0")))
-    lsp_client.server_capabilities = result.capabilities  # type: ignore[attr-defined]
-    yield
-    await lsp_client.shutdown_session()
+client = client_fixture(client_capabilities("neovim@v0.7.0"))
 
 
 def open_doc(client: LanguageClient, text: str | None = None) -> Doc:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 from lsprotocol import types
 
+from helpers import modules_after
 from lsp.config import ServerConfig
 from lsp.convert import UTF8, UTF16, UTF32, PositionMap, apply_change, to_lsp_diagnostic, to_lsp_semantic_tokens
 from lsp import documents
@@ -128,10 +129,7 @@ def test_guard_logs_and_answers_emptily():
 
 
 def test_the_server_never_imports_jax():
-    import subprocess
-    import sys
-    code = "import sys, lsp.server; lsp.server.build_server(); assert 'jax' not in sys.modules, 'jax imported'"
-    subprocess.run([sys.executable, "-c", code], check=True)
+    assert "jax" not in modules_after("import lsp.server; lsp.server.build_server()")
 
 
 def test_a_front_end_failure_is_shown_not_hidden(monkeypatch):

@@ -1,20 +1,20 @@
 """Neovim as a second, independent LSP client of `sexpgpu lsp` (issue 3).
 
-Neovim runs headless with `tests/nvim/lsp_client.lua`: it opens a case from
-`../shared/cases`, starts the server with `vim.lsp.start_client` (Debian's
+Neovim runs headless with `tests/nvim/lsp_client.lua`: it opens a case (the
+project's copy of a `../shared/cases` file, `helpers.CASE_COPIES`), starts the server with `vim.lsp.start_client` (Debian's
 Neovim is 0.7: no `vim.lsp.start`, no `-l`), waits for the diagnostics, asks
 for hovers, edits the buffer and waits for the new diagnostics, and writes
 what Neovim itself saw as JSON. These tests assert on that JSON.
 
 Neovim must be installed (`tests/nvim/install.sh`); without it the test fails
-with that instruction rather than skipping. Imports nothing from the project:
-the server is reached only through the `sexpgpu lsp` program.
+with that instruction rather than skipping. Imports nothing from the project
+(only the test helpers' text): the server is reached only through the
+`sexpgpu lsp` program.
 """
 from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -22,8 +22,9 @@ from pathlib import Path
 
 import pytest
 
+from helpers import case_expectations, sexpgpu_program, write_case
+
 ROOT = Path(__file__).resolve().parents[1]
-CASES = ROOT.parent / "shared" / "cases"
 NVIM_DIR = Path(__file__).resolve().parent / "nvim"
 DRIVER = NVIM_DIR / "lsp_client.lua"
 #: The Neovim setup docs/editors-setup.md gives, verbatim.
@@ -46,18 +47,10 @@ def nvim_program() -> str:
 
 def server_command() -> list[str]:
     """`sexpgpu lsp` as an editor starts it: the venv's program, else PATH's."""
-    beside = Path(sys.executable).with_name("sexpgpu")
-    if beside.exists():
-        return [str(beside), "lsp"]
-    found = shutil.which("sexpgpu")
-    if found:
-        return [found, "lsp"]
+    program = sexpgpu_program()
+    if program:
+        return [program, "lsp"]
     return [sys.executable, "-c", "from sexpgpu_cli.main import app; app()", "lsp"]
-
-
-def expectations(text: str) -> set[tuple[str, int]]:
-    """The `;; expect: CODE LINE` header of a case (see ../shared/cases/README.md)."""
-    return {(code, int(line)) for code, line in re.findall(r"^;; expect: (\S+) (\d+)$", text, re.M)}
 
 
 def position_of(text: str, line_text: str, word: str) -> dict:
@@ -115,11 +108,8 @@ def hover_text(hover: dict) -> str:
 
 
 def test_neovim_shows_diagnostics_and_hover_and_follows_an_edit(tmp_path):
-    case = CASES / "gen-002-dtype-drift.sx"
-    assert case.exists(), f"missing case file {case} (expected ../shared/cases beside the repository)"
-    source = case.read_text()
-    file = tmp_path / case.name  # a copy: the buffer is edited (never saved), the case stays untouched
-    file.write_text(source)
+    file = write_case("gen-002-dtype-drift.sx", tmp_path)  # the buffer is edited, never saved
+    source = file.read_text()
 
     bad = "(list :row (cast (where (= column at) guess row) :f32)"
     bad_at = position_of(source, bad, ":f32")
@@ -140,7 +130,7 @@ def test_neovim_shows_diagnostics_and_hover_and_follows_an_edit(tmp_path):
 
     # On open: exactly the case's expectations, E-GEN-002 on line 40, read back from Neovim.
     opened = result["opened"]["diagnostics"]
-    assert problems(opened) == expectations(source) == {("E-GEN-002", 40)}, opened
+    assert problems(opened) == set(case_expectations(file)[0]) == {("E-GEN-002", 40)}, opened
     gen002 = next(d for d in opened if d["code"] == "E-GEN-002")
     assert SEVERITY[gen002["severity"]] == "error"
     assert (gen002["lnum"], gen002["col"]) == (39, source.splitlines()[39].index("(cast"))
@@ -179,9 +169,7 @@ def test_the_documented_neovim_setup_attaches_sexpgpu_lsp(tmp_path):
     nvim = nvim_program()
     program = server_command()[0]
     assert Path(program).name == "sexpgpu", f"no `sexpgpu` program beside {sys.executable} or on PATH"
-    case = CASES / "gen-002-dtype-drift.sx"
-    file = tmp_path / case.name
-    file.write_text(case.read_text())
+    file = write_case("gen-002-dtype-drift.sx", tmp_path)
     out = tmp_path / "init-result.json"
     env = nvim_env(tmp_path, SEXPGPU_NVIM_OUT=str(out))
     env["PATH"] = os.pathsep.join([str(Path(program).parent), env.get("PATH", "")])

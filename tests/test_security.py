@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import variant
+from helpers import check, marked, variant
 from sexpgpu_lang import analyze, analyze_file
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -143,10 +143,10 @@ def test_checking_runs_no_code_from_the_file(spy, monkeypatch):
     monkeypatch.setattr(os, "system", lambda *a, **k: ran.append(a))
     text = variant("(def dim 64)", '(def dim 64)\n(def boom (eval "__import__(\'os\').system(\'touch /tmp/x\')"))'
                    '\n(def sh (system "touch /tmp/x"))')
+    text = marked(marked(text, "eval", "E-NAME-001"), "system", "E-NAME-001", within="(system")
     spy.opened.clear()
-    res = analyze(text, "evil.sx")
+    check(text, "evil.sx")
     assert ran == [] and spy.opened == []
-    assert {d.code for d in res.diagnostics if d.is_error} == {"E-NAME-001"}
 
 
 # --------------------------------------------------------------------------- never unpickle

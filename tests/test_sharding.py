@@ -16,7 +16,7 @@ import textwrap
 import numpy as np
 import pytest
 
-from helpers import ROOT, fixture_text, program_of, variant
+from helpers import ROOT, cursor, fixture_text, program_of, variant
 
 CHILD = textwrap.dedent(r'''
     import json, sys
@@ -322,13 +322,11 @@ def test_a_run_on_eight_devices_saves_and_resumes_its_checkpoint(tmp_path):
 
 
 def test_the_editor_completes_shard_params_and_its_values():
-    from sexpgpu_lang import analyze, ide
-    text = variant(":seed 0", ":shard-params :f :seed 0")
-    at = text.index(":shard-params :f") + len(":shard-params :f")
-    assert [c.label for c in ide.completions(ide.index(analyze(text, "x.sx")), at).items] == [":replicated", ":fsdp"]
-    text = variant(":seed 0", ":shard-p :seed 0")
-    at = text.index(":shard-p") + len(":shard-p")
-    assert ":shard-params" in [c.label for c in ide.completions(ide.index(analyze(text, "x.sx")), at).items]
+    from sexpgpu_lang import ide
+    ix, at = cursor(":seed 0", ":shard-params :f$0 :seed 0")
+    assert [c.label for c in ide.completions(ix, at).items] == [":replicated", ":fsdp"]
+    ix, at = cursor(":seed 0", ":shard-p$0 :seed 0")
+    assert ":shard-params" in [c.label for c in ide.completions(ix, at).items]
 
 
 def test_a_long_fsdp_run_on_eight_devices_keeps_few_steps_in_flight(tmp_path):
