@@ -160,7 +160,7 @@ LOWERINGS["mean"] = _red(jnp.mean, convert_first=True)
 LOWERINGS["logsumexp"] = _red(jax.nn.logsumexp, convert_first=True)
 
 
-# jnp.cumsum of an i32 under x64 sums in i64; the rule's dtype (the input's) is passed explicitly.
+# The rule's dtype (the input's; i32 for bool, where jnp.cumsum under x64 gives i64) is passed explicitly.
 LOWERINGS["cumsum"] = lambda call: jnp.cumsum(call.args[0], axis=call.static["axis"], dtype=jdt(call.static["dtype"]))
 
 

@@ -420,7 +420,7 @@ def call_op(ctx: CheckContext, node: ListNode, spec, scope: Scope) -> ir.Expr:
     if spec.draw:
         static["place"] = place_hash(node.path)
         ctx.frame.effects.append(Effect("draw", spec.name, node.span, node.span, salted="salt" in kwargs))
-    dyn_kwargs = tuple((k, v) for k, v in kwargs.items() if k == "salt" or k == "temperature")
+    dyn_kwargs = tuple((k, v) for k, v in kwargs.items() if k in ("salt", "temperature", "mask"))   # tensors, lowered
     return ir.Op(out, node.span, spec.name, tuple(args), dyn_kwargs, static)
 
 

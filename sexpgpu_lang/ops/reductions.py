@@ -60,9 +60,9 @@ op("argmin", "(argmin x :axis -1)", "index of the smallest entry along `:axis` (
 @op("cumsum", "(cumsum x :axis -1)", "running sum along `:axis` (default the last), the shape of x; keeps the "
     "dtype as `sum` does (bool gives i32)", kwargs=("axis",), example="(cumsum i :axis 1)", family="reduction")
 def _cumsum(call):
-    """`jnp.cumsum` along one axis. JAX under x64 sums an i32 in i64 (as `jnp.sum` does); the
-    language keeps the input dtype (DESIGN.md section 3's reduction rule), so the lowering passes
-    it explicitly. A scalar has no axis (E-SHAPE-003)."""
+    """`jnp.cumsum` along one axis, keeping the input dtype (DESIGN.md section 3's reduction rule:
+    i32 stays i32, bool counts in i32, where `jnp.cumsum` under x64 gives i64); the lowering passes
+    the dtype explicitly. A scalar has no axis (E-SHAPE-003)."""
     x = call.tensor(0)
     if x.rank == 0:
         raise RuleError("E-SHAPE-003", "`cumsum` runs along an axis; a scalar has none", 0)
