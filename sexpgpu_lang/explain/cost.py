@@ -352,8 +352,9 @@ COSTS: dict[str, OpCost] = {
     "log-softmax": _whole(_per_input(4.0, 1.0), backward="output", grad_flops=_grad_per_input(3.0)),
     "cross-entropy": _whole(_per_input(4.0, 1.0), backward="output", inner_residual=0, scatter=0,
                             grad_flops=_grad_per_input(3.0)),
-    # one fused kernel: it reads query, key and value whole and writes its output, the [B N T S]
-    # scores never a buffer of the graph; its gradient reads them and the output
+    # as one kernel: it reads query, key and value whole and writes its output, the [B N T S]
+    # scores never a value of the graph; the trace expands it into the buffers XLA's lowering of
+    # JAX's implementation makes (`trace.Trace.attention`), with this entry's FLOPs
     "dot-product-attention": _whole(_attention, backward="output", grad_flops=_grad_attention),
     "sort": _whole(_sort),
     "argsort": _whole(_sort, differentiable=False),
