@@ -186,3 +186,51 @@ def test_llama_block_reports_heads_that_do_not_group_at_the_call():
     assert [d.code for d in diags] == ["E-SHAPE-005"]
     assert "in `llama-block` (standard library)" in diags[0].message
     assert f"[{B} {T} {N} {H}]" in diags[0].message and f"[{B} {T} 3 {H}]" in diags[0].message
+
+
+def llama_file() -> str:
+    """examples/stdlib-transformer.sx with a `llama-block` of 4 query heads over 2 key heads, its
+    head width a `def` computed from the width."""
+    from pathlib import Path
+    src = (Path(__file__).resolve().parents[1] / "examples" / "stdlib-transformer.sx").read_text(encoding="utf-8")
+    start, end = src.index("(defmodel"), src.index("(model byte-transformer)")
+    model = """(def kv-heads 2)
+(def head-dim (/ width heads))
+
+(defmodel byte-transformer
+  :params (:embed (normal [256 width] :std 0.05)
+           :attn-norm (ones [width])
+           :wq (normal [width heads head-dim] :std 0.05)
+           :wk (normal [width kv-heads head-dim] :std 0.05)
+           :wv (normal [width kv-heads head-dim] :std 0.05)
+           :wo (normal [heads head-dim width] :std 0.05)
+           :mlp-norm (ones [width])
+           :w-gate (normal [width hidden] :std 0.05) :w-up (normal [width hidden] :std 0.05)
+           :w-down (normal [hidden width] :std 0.05)
+           :out (normal [width 256] :std 0.05))
+  :apply (lambda (self x)
+           (let* ((h (llama-block (embedding (getf self :embed) x) (iota [seq])
+                                  (getf self :attn-norm) (getf self :wq) (getf self :wk) (getf self :wv)
+                                  (getf self :wo) (getf self :mlp-norm) (getf self :w-gate) (getf self :w-up)
+                                  (getf self :w-down))))
+             (matmul (rms-norm h (getf self :mlp-norm)) (getf self :out)))))
+
+"""
+    return src[:start] + model + src[end:]
+
+
+def test_a_llama_block_model_checks_and_explain_agrees_with_xla_on_flops():
+    """A whole run file: the grouped-query attention checks, and explain's traced FLOPs of each
+    graph (attention expanded as XLA runs JAX's implementation) are within 25% of XLA's count."""
+    from sexpgpu_lang import analyze
+    from sexpgpu_lang.explain import explain
+    from sexpgpu_runtime.xla_report import xla_report
+    res = analyze(llama_file(), "llama.sx")
+    assert res.program is not None and not [d for d in res.diagnostics if d.is_error], \
+        [d.message for d in res.diagnostics]
+    report = explain(res.program, target="cpu")
+    xla = xla_report(res.program, report)["graphs"]
+    est = {g["name"]: g for g in report["graphs"]}
+    assert "train" in xla and "train" in est
+    for name in set(est) & set(xla):
+        assert abs(est[name]["flops"] - xla[name]["flops"]) <= 0.25 * xla[name]["flops"] + 1e3, name
