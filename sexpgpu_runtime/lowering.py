@@ -109,6 +109,8 @@ LOWERINGS["tanh"] = _ew(jnp.tanh)
 LOWERINGS["sigmoid"] = _ew(jax.nn.sigmoid)
 LOWERINGS["gelu"] = _ew(lambda x: jax.nn.gelu(x, approximate=True))
 LOWERINGS["silu"] = _ew(jax.nn.silu)
+LOWERINGS["sin"] = _ew(jnp.sin)
+LOWERINGS["cos"] = _ew(jnp.cos)
 for _n, _f in (("=", jnp.equal), ("!=", jnp.not_equal), ("<", jnp.less), ("<=", jnp.less_equal),
                (">", jnp.greater), (">=", jnp.greater_equal)):
     LOWERINGS[_n] = (lambda f: lambda call: f(*[_as(a, call.static["dtype"]) for a in call.args]))(_f)
@@ -158,6 +160,10 @@ LOWERINGS["mean"] = _red(jnp.mean, convert_first=True)
 LOWERINGS["logsumexp"] = _red(jax.nn.logsumexp, convert_first=True)
 
 
+# The rule's dtype (the input's; i32 for bool, where jnp.cumsum under x64 gives i64) is passed explicitly.
+LOWERINGS["cumsum"] = lambda call: jnp.cumsum(call.args[0], axis=call.static["axis"], dtype=jdt(call.static["dtype"]))
+
+
 @lowering("argmax", "argmin")
 def _argred(call):
     f = jnp.argmax if call.static["op"] == "argmax" else jnp.argmin
@@ -202,6 +208,20 @@ LOWERINGS["matmul"] = lambda call: jnp.matmul(_as(call.args[0], call.static["dty
 LOWERINGS["einsum"] = lambda call: jnp.einsum(call.static["subscripts"], *[_as(a, call.static["dtype"]) for a in call.args[1:]])
 LOWERINGS["softmax"] = lambda call: jax.nn.softmax(_as(call.args[0], call.static["dtype"]), axis=call.static["axis"])
 LOWERINGS["log-softmax"] = lambda call: jax.nn.log_softmax(_as(call.args[0], call.static["dtype"]), axis=call.static["axis"])
+
+
+@lowering("dot-product-attention")
+def _attention(call):
+    """`jax.nn.dot_product_attention` with its implementation left to JAX (XLA here; cuDNN's fused
+    kernel is JAX's to choose where it applies); a mask of rank under 4 gets leading axes of size 1,
+    as JAX wants a 4-D mask."""
+    q, k, v = call.args
+    mask = call.kwargs.get("mask")
+    if mask is not None:
+        mask = jnp.asarray(mask, jnp.bool_)
+        mask = jnp.reshape(mask, (1,) * (4 - mask.ndim) + mask.shape)
+    return jax.nn.dot_product_attention(q, k, v, mask=mask, scale=call.static["scale"],
+                                        is_causal=call.static["causal"])
 
 
 @lowering("cross-entropy")

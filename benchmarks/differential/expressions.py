@@ -16,6 +16,9 @@ SHAPES = [(), (3,), (2, 3), (3, 4), (2, 3, 4), (4,)]
 DTYPES = ["f32", "f32", "bf16", "i32", "i64", "bool"]
 SHAPE_OPS = {"broadcast-to", "full", "iota", "normal", "ones", "zeros", "uniform", "reshape"}
 EINSUMS = ["ij,jk->ik", "ij->ji", "i,i->", "ij,j->i", "bij,bjk->bik", "ij->"]
+#: The query, key and value shape of a generated `dot-product-attention` ([B T N H]): the random
+#: shapes (), (4,), (3 4) and (2 3 4) broadcast to it; one key head ([2 2 1 4]) is grouped-query.
+ATTENTION = ["[2 2 3 4]", "[2 2 1 4]"]
 
 
 def random_env(rng: random.Random) -> dict[str, TensorType]:
@@ -50,6 +53,12 @@ def kwarg(rng: random.Random, key: str) -> str:
         return f":{key} {rng.choice(['0.5', '1.0', '2'])}"
     if key in ("start", "end"):
         return f":{key} {rng.randint(0, 3)}"
+    if key == "causal":
+        return f":causal {rng.choice(['true', 'false'])}"
+    if key == "scale":
+        return f":scale {rng.choice(['0.5', '2.0', '1'])}"
+    if key == "mask":   # [T S] of dot-product-attention's operands (ATTENTION)
+        return ":mask " + rng.choice(["(>= (iota [2 2] :axis 0) (iota [2 2] :axis 1))", "(= (iota [2 1 2 2]) 0)"])
     return ""
 
 
@@ -72,6 +81,9 @@ def expr(rng: random.Random, env, depth: int, top: bool = False) -> str:
     elif name == "einsum":
         spec_text = rng.choice(EINSUMS)
         args = [f'"{spec_text}"'] + [sub() for _ in range(spec_text.split("->")[0].count(",") + 1)]
+    elif name == "dot-product-attention":   # one float dtype; the operands broadcast to rank 4
+        dt, kv = rng.choice(["f32", "bf16"]), rng.choice(ATTENTION)
+        args = [f"(cast (broadcast-to {sub()} {shape}) :{dt})" for shape in (ATTENTION[0], kv, kv)]
     elif name in ("concat", "stack"):
         args = ["[" + " ".join(sub() for _ in range(rng.randint(1, 3))) + "]"]
     elif name in ("axis-size", "one-hot", "top-k", "transpose"):

@@ -117,7 +117,7 @@ def _elementwise(b: Builder, op: str, fault):
 
 
 def _reduction(b: Builder, op: str, fault):
-    arg = op in ("argmax", "argmin")
+    arg = op in ("argmax", "argmin", "cumsum")   # along one `:axis`, not over `:axes`
     s = b.shape(0 if not arg else 1, 3) if fault != "scalar" else ()
     if fault == "empty-axis":
         s = (0,) + b.shape(0, 2)
@@ -126,7 +126,7 @@ def _reduction(b: Builder, op: str, fault):
     kws = _axis_kw(b, fault, len(s), name="axis" if arg else "axes")
     if fault == "keepdims-not-bool":
         kws.append(f":keepdims {b.pick(['1', '0.5', b.t((), 'bool', wrap=False)])}")
-    elif b.rng.random() < 0.3:
+    elif b.rng.random() < 0.3 and op != "cumsum":
         kws.append(f":keepdims {b.pick(['true', 'false'])}")
     return [x], kws
 
@@ -389,10 +389,41 @@ def _misc(b: Builder, op: str, fault):
         elif rng.random() < 0.3:
             kws.append(":temperature 0.5")
         return [b.t(lg, dt)], kws
+    if op == "dot-product-attention":
+        return _attention(b, fault)
     if op == "bernoulli":
         p = b.pick(["1", "0", b.t(s, b.pick(INTS + ["bool"]))]) if fault == "int-operand" else b.t(s, b.pick(FLOATS))
         return [p], _salt(b, fault)
     raise KeyError(op)
+
+
+def _attention(b: Builder, fault):
+    """Query [B T N H], key and value [B S K H] (S is never 1 or N, so a fourth positional operand,
+    JAX's `bias`, is refused by JAX too), with one fault: heads that do not group, a head width or
+    a value that differs, two dtypes, a mask that is not bool or does not broadcast to [B N T S]."""
+    rng = b.rng
+    bt, t, n, h = 2, rng.choice([2, 3]), 4, 4
+    s, kh = 3, rng.choice([1, 2, 4])
+    dq = dk = b.pick(FLOATS)
+    qs, ks, vs = (bt, t, n, h), (bt, s, kh, h), (bt, s, kh, h)
+    if fault == "heads-not-grouped":
+        ks = vs = (bt, s, 3, h)
+    elif fault == "width-mismatch":
+        ks = vs = (bt, s, kh, h + 1)
+    elif fault == "value-mismatch":
+        vs = (bt, s + 1, kh, h)
+    elif fault == "two-dtypes":
+        dk = "bf16" if dq == "f32" else "f32"
+    args = [b.t(qs, dq), b.t(ks, dk), b.t(vs, dk)]
+    kws = [f":causal {rng.choice(['true', 'false'])}"] if rng.random() < 0.5 else []
+    if fault in ("mask-not-bool", "mask-clash") or rng.random() < 0.3:
+        shape = rng.choice([(t, s), (bt, 1, t, s), (s,)])
+        if fault == "mask-clash":
+            shape = rng.choice([(t, s + 1), (bt, 3, t, s), (t + 2, s)])
+        kws.append(":mask " + b.t(shape, b.pick(NUMERIC) if fault == "mask-not-bool" else "bool"))
+    if rng.random() < 0.3:
+        kws.append(f":scale {rng.choice(['0.5', '2'])}")
+    return args, kws
 
 
 #: Each op's family: the template that builds a well-typed call of it and the faults that make it
@@ -415,6 +446,8 @@ OP_FAULTS = {
     "stop-gradient": ["plist-operand"],
     "categorical": ["scalar", "int-operand", "temperature-not-scalar", "salt-float", "salt-not-scalar", "empty-axis"],
     "bernoulli": ["int-operand", "salt-float", "salt-not-scalar"],
+    "dot-product-attention": ["heads-not-grouped", "width-mismatch", "value-mismatch", "two-dtypes", "mask-not-bool",
+                              "mask-clash"],
     "reshape": ["size-mismatch", "two-wildcards", "negative-size", "not-constant"],
     "transpose": ["not-a-permutation", "axis-out-of-range"],
     "concat": AXIS_FAULTS + ["shapes-clash", "empty", "not-a-vector", "scalar"],
@@ -452,7 +485,7 @@ def elementwise_faults(op: str) -> list[str]:
 
 def family_of(op: str) -> str:
     spec = REGISTRY[op]
-    if op in ("cast", "stop-gradient", "categorical", "bernoulli"):
+    if op in ("cast", "stop-gradient", "categorical", "bernoulli", "dot-product-attention"):
         return "misc"
     if op in ("uniform", "normal"):
         return "shape"

@@ -24,7 +24,7 @@ from .context import CheckContext, near_miss
 from .contracts import stage_loader
 from .facts import Definition
 from .infer import infer, lambda_params
-from .keywords import config_plist, const_int, const_keyword, const_value, keyword_args
+from .keywords import config_plist, const_int, const_keyword, const_value, integer_constant, keyword_args
 from .scope import Binding
 
 
@@ -65,7 +65,7 @@ def top_def(ctx: CheckContext, f: ListNode):
         define_global(ctx, f.items[1], "function", f, FunctionType(len(params), f.items[1].name if isinstance(f.items[1], Sym) else "lambda"),
                       fn=(val, ctx.globals))
         return
-    e = infer(ctx, val, ctx.globals)
+    e = integer_constant(ctx, infer(ctx, val, ctx.globals))
     if not isinstance(e.type, ErrorType) and not _is_constant(e.type):
         ctx.err("E-TYPE-003", val.span, f"`def` needs a compile-time constant, got {e.type.show()}")
         define_global(ctx, f.items[1], "def", f, ERROR)

@@ -5,7 +5,7 @@ expression's type, remembered for hover); `phase` checks a phase's lambda
 with its parameters bound to given types. Special forms (`let*`, `lambda`,
 `list`, `getf`, `field`, `counter`, `metric`, `diagnostic`) each have a
 rule here (`SPECIAL_RULES`); reading a batch with `field` asks `contracts`.
-An op call's type comes from its shape-and-dtype rule (ops.py); a
+An op call's type comes from its shape-and-dtype rule (ops/); a
 `def`'d or standard-library function is inlined for its argument types; a
 model call checks the model's `:apply` for its argument types, once per
 distinct types (from the incremental cache when it holds it).
@@ -394,7 +394,7 @@ def split_args(ctx: CheckContext, node: ListNode, spec_kwargs, what: str):
 
 
 def call_op(ctx: CheckContext, node: ListNode, spec, scope: Scope) -> ir.Expr:
-    """A registry op: its arguments, then its shape-and-dtype rule (ops.py)."""
+    """A registry op: its arguments, then its shape-and-dtype rule (ops/)."""
     pos, kws = split_args(ctx, node, spec.kwargs, spec.name)
     args = [infer(ctx, a, scope) for a in pos]
     kwargs = {k: infer(ctx, v, scope) for k, (kw, v) in kws.items()}
@@ -420,7 +420,7 @@ def call_op(ctx: CheckContext, node: ListNode, spec, scope: Scope) -> ir.Expr:
     if spec.draw:
         static["place"] = place_hash(node.path)
         ctx.frame.effects.append(Effect("draw", spec.name, node.span, node.span, salted="salt" in kwargs))
-    dyn_kwargs = tuple((k, v) for k, v in kwargs.items() if k == "salt" or k == "temperature")
+    dyn_kwargs = tuple((k, v) for k, v in kwargs.items() if k in ("salt", "temperature", "mask"))   # tensors, lowered
     return ir.Op(out, node.span, spec.name, tuple(args), dyn_kwargs, static)
 
 

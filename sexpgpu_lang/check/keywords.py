@@ -3,14 +3,18 @@
 `keyword_args` reads a form's `:key value` pairs (an unknown key is
 E-NAME-003 and read as its near miss); `const_int`, `const_value`,
 `const_keyword` and `config_plist` read a setting's compile-time value,
-reporting why when it is not one.
+reporting why when it is not one; `integer_constant` folds a `def`'s
+arithmetic on integers exactly (E-TYPE-005 for a division that is not).
 
 Imports nothing outside `sexpgpu_lang`; never JAX.
 """
 from __future__ import annotations
 
+import math
+
+from .. import ir
 from ..syntax import Kw, ListNode, Node
-from ..types import ErrorType, KeywordType, ShapeType, StringType, TensorType
+from ..types import ERROR, ErrorType, KeywordType, ShapeType, StringType, TensorType, is_int, promote, scalar
 from .context import CheckContext, listed, near_miss
 from .infer import infer
 
@@ -114,3 +118,71 @@ def config_plist(ctx: CheckContext, node: Node, kinds: dict[str, str], what: str
         if val is not None:
             out[k] = val
     return out
+
+
+#: The integer arithmetic a `def` folds exactly (`integer_constant`).
+_EXACT = {"+": lambda *v: sum(v), "-": lambda a, b=None: -a if b is None else a - b, "*": lambda *v: math.prod(v),
+          "mod": lambda a, b: a % b}
+
+
+def integer_constant(ctx: CheckContext, e: ir.Expr) -> ir.Expr:
+    """A `def`'s value `e` with its integer arithmetic folded exactly: where `e` divides with `/`
+    and every leaf is an integer constant (a literal, another integer `def`, a `size`), `+ - * / mod` are
+    computed on Python integers and the result is an integer constant of the operands' promoted
+    dtype (`(def head-width (/ width heads))` is usable in a shape). A `/` that is not exact is
+    E-TYPE-005 at that call, and the value is ERROR (so its uses are not reported again). Any other
+    value, and a division by zero, is `e` unchanged: elsewhere `/` stays true division (integers
+    give f32, as in JAX)."""
+    leaves: list[TensorType] = []
+    divides = []
+
+    def arithmetic(x) -> bool:
+        return isinstance(x, ir.Op) and (x.name in _EXACT or x.name == "/")
+
+    def collect(x) -> bool:
+        if arithmetic(x):
+            divides.extend([x] if x.name == "/" else [])
+            return all(collect(a) for a in x.args)
+        t = x.type
+        if isinstance(t, TensorType) and t.shape == () and is_int(t.dtype) and isinstance(t.value, int) \
+                and not isinstance(t.value, bool):
+            leaves.append(t)
+            return True
+        return False
+
+    if not collect(e) or not divides:
+        return e
+
+    def value(x) -> int | None:
+        if not arithmetic(x):
+            return x.type.value
+        vals = [value(a) for a in x.args]
+        if None in vals:
+            return None
+        if x.name in ("/", "mod") and vals[1] == 0:
+            return None
+        if x.name != "/":
+            return _EXACT[x.name](*vals)
+        a, b = vals
+        if a % b:
+            ctx.err("E-TYPE-005", x.span, f"`/` of the integers {a} and {b} is not exact ({a} = {b} * {a // b} + {a % b}): "
+                    "a `def` of integers stays an integer", help=f"make {a} a multiple of {b}, or divide floats for a "
+                    f"float, e.g. `(/ {a}.0 {b})`")
+            raise _Inexact
+        return a // b
+
+    try:
+        v = value(e)
+    except _Inexact:
+        return ir.Const(ERROR, e.span)
+    if v is None:
+        return e
+    dt = (leaves[0].dtype, leaves[0].weak)
+    for t in leaves[1:]:
+        dt = promote(dt, (t.dtype, t.weak))
+    t = scalar(dt[0], v, dt[1])
+    return ir.Const(t, e.span, v)
+
+
+class _Inexact(Exception):
+    """A `/` of integers that is not exact, already reported (E-TYPE-005)."""

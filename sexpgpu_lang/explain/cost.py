@@ -168,12 +168,29 @@ def _per_input(flops: float, trans: float = 0.0):
     return lambda ins, out, st: Cost(flops * _size(ins[0]), trans * _size(ins[0]))
 
 
-#: One rule per registry op: `(input types, output type, static) -> Cost` per copy. The per-element
+def _attention(ins, out, st):
+    """`dot-product-attention` of query [B T N H] and key, value [B S K H]: 2 FLOPs per multiply-add
+    of the scores (B N T S H) and as many for the weighted values, so 4 B N T S H; one exponential
+    per score. A causal mask is not halved: XLA's lowering (and cuDNN's count) computes every score."""
+    q, k = ins[0], ins[1]
+    if q.rank != 4 or k.rank != 4:
+        return Cost()
+    b, t, n, h = q.shape
+    scores = b * n * t * k.shape[1]
+    return Cost(4.0 * scores * h, float(scores))
+
+
 
 
 def _grad_dot(flops: float, out: int, ins: list[int]) -> float:
     """A contraction: each operand's gradient is a contraction as large as the forward one."""
     return flops * len(ins)
+
+
+def _grad_attention(flops: float, out: int, ins: list[int]) -> float:
+    """Attention's gradient: four contractions as large as the forward's two (the scores again, the
+    weights' and the values' cotangents, then the query's and the key's): twice the forward."""
+    return 2.0 * flops if ins else 0.0
 
 
 def _grad_per_input(k: float) -> GradRule:
@@ -298,6 +315,8 @@ COSTS: dict[str, OpCost] = {
     "sigmoid": _expensive(_ew(3.0, 1.0), backward="output"),
     "gelu": OpCost(_ew(8.0, 1.0), "expensive", multi_read=True, inner_residual="output"),
     "silu": OpCost(_ew(4.0, 1.0), "expensive", multi_read=True, inner_residual="output"),
+    "sin": _expensive(_ew(0.0, 1.0)),
+    "cos": _expensive(_ew(0.0, 1.0)),
     "=": _no_gradient(_ew()), "!=": _no_gradient(_ew()), "<": _no_gradient(_ew()), "<=": _no_gradient(_ew()),
     ">": _no_gradient(_ew()), ">=": _no_gradient(_ew()),
     "and": _no_gradient(_nary), "or": _no_gradient(_nary), "not": _no_gradient(_ew()),
@@ -310,6 +329,7 @@ COSTS: dict[str, OpCost] = {
     "min": _reduction(_reduce(), library="reduce"),
     "mean": _reduction(_reduce(extra_out=1.0), library="reduce", backward="cotangent"),
     "logsumexp": _reduction(_reduce(per_in=3.0, trans_in=1.0), library="reduce"),
+    "cumsum": OpCost(_ew(), "root", whole_operands=True, backward="cotangent", grad_flops=_grad_per_output(1.0)),
     "argmax": _reduction(_reduce(per_in=9.0), differentiable=False),
     "argmin": _reduction(_reduce(per_in=9.0), differentiable=False),
     "reshape": _layout(fusion="view", see_through=True),
@@ -332,6 +352,10 @@ COSTS: dict[str, OpCost] = {
     "log-softmax": _whole(_per_input(4.0, 1.0), backward="output", grad_flops=_grad_per_input(3.0)),
     "cross-entropy": _whole(_per_input(4.0, 1.0), backward="output", inner_residual=0, scatter=0,
                             grad_flops=_grad_per_input(3.0)),
+    # as one kernel: it reads query, key and value whole and writes its output, the [B N T S]
+    # scores never a value of the graph; the trace expands it into the buffers XLA's lowering of
+    # JAX's implementation makes (`trace.Trace.attention`), with this entry's FLOPs
+    "dot-product-attention": _whole(_attention, backward="output", grad_flops=_grad_attention),
     "sort": _whole(_sort),
     "argsort": _whole(_sort, differentiable=False),
     "top-k": _whole(_top_k),

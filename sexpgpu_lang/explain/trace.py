@@ -210,11 +210,58 @@ class Trace(ir.Interpreter):
             return out
         if not isinstance(e.type, TensorType):
             return None
+        if e.name == "dot-product-attention" and len(ins) >= 3:
+            return self.attention(e, ins, cost)
         if e.name == "einsum":
             lowered = self.einsum(e, ins, cost)
             if lowered is not None:
                 return lowered
         return self.new(e.name, e.type, ins, cost, static=e.static)
+
+    def attention(self, e: ir.Op, ins: list[int], cost: Cost) -> Node:
+        """`dot-product-attention` as XLA runs JAX's implementation of it
+        (jax/_src/nn/functions.py, `_dot_product_attention_xla`): the query's N heads grouped as
+        [K G] by the key's K heads and mapped over G; the scores in f32 (a dot of the query and the
+        key), scaled and masked into a buffer of the mapped shape [G B K T S] (a copy: it has
+        another shape than the dot's output), a softmax, cast to the value's dtype, and a dot with
+        the value; each dot with the copies XLA makes of operands and outputs not in its order
+        (`einsum`). The entry's FLOPs are split between the two dots, its exponentials go to the
+        softmax; `ins` is query, key, value and the mask when there is one."""
+        q, k, v = (self.nodes[i] for i in ins[:3])
+        b, t, n, h = q.type.shape
+        s_len, kh = k.type.shape[1], k.type.shape[2]
+        g = n // kh
+        half = Cost(cost.flops / 2)
+
+        def dot(subscripts: str, x: Node, y: Node, out: TensorType) -> Node:
+            op = ir.Op(out, e.span, "einsum", static={"subscripts": subscripts})
+            return self.einsum(op, [x.id, y.id], half) or self.new("einsum", out, (x.id, y.id), half, static=op.static)
+
+        # XLA copies the value into the second dot's order before the first dot, as it does the key
+        plan = einsum_layout("bnts,bsnh->btnh" if g == 1 else "bkgts,bskh->btkgh", 4 if g == 1 else 5, 4)
+        if plan is not None and plan[1] is not None:
+            sizes = dict(zip("bsnh" if g == 1 else "bskh", v.type.shape))
+            self.new("relayout", TensorType(tuple(sizes[c] for c in plan[1]), v.type.dtype), (v.id,),
+                     static={"order": plan[1]})
+        if g == 1:
+            scores = dot("btnh,bsnh->bnts", q, k, TensorType((b, n, t, s_len), "f32"))
+        else:
+            grouped = self.new("reshape", TensorType((b, t, kh, g, h), q.type.dtype), (q.id,))
+            scores = dot("btkgh,bskh->bkgts", grouped, k, TensorType((b, kh, g, t, s_len), "f32"))
+        scaled = self.new("*", scores.type, (scores.id,), static={"scale": e.static["scale"]})
+        if e.static["causal"] or len(ins) > 3:
+            scaled = self.new("where", scores.type, (scaled.id,) + tuple(ins[3:]))
+        mapped_t = TensorType((g, b, kh, t, s_len), "f32")
+        mapped = self.new("relayout", mapped_t, (scaled.id,), static={"order": "gbkts"})
+        probs = self.new("softmax", mapped_t, (mapped.id,), Cost(0.0, cost.transcendentals), static={"axis": -1})
+        if v.type.dtype != "f32":
+            probs = self.new("cast", TensorType(mapped_t.shape, v.type.dtype), (probs.id,), static={"dtype": v.type.dtype})
+        if g == 1:
+            probs = self.new("reshape", TensorType((b, n, t, s_len), probs.type.dtype), (probs.id,))
+            return dot("bnts,bsnh->btnh", probs, v, e.type)
+        probs = self.new("relayout", TensorType((b, kh, g, t, s_len), probs.type.dtype), (probs.id,), static={"order": "bkgts"})
+        out = dot("bkgts,bskh->btkgh", probs, v, TensorType((b, t, kh, g, h), e.type.dtype))
+        return self.new("reshape", e.type, (out.id,))
 
     def einsum(self, e: ir.Op, ins: list[int], cost: Cost) -> Node | None:
         """A two-operand einsum as XLA runs it: a `dot_general` on operands in (batch, free,
