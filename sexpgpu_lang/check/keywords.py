@@ -3,12 +3,13 @@
 `keyword_args` reads a form's `:key value` pairs (an unknown key is
 E-NAME-003 and read as its near miss); `const_int`, `const_value`,
 `const_keyword` and `config_plist` read a setting's compile-time value,
-reporting why when it is not one.
+reporting why when it is not one; `remat_policy` a `:remat` value.
 
 Imports nothing outside `sexpgpu_lang`; never JAX.
 """
 from __future__ import annotations
 
+from ..language import REMAT_POLICIES
 from ..syntax import Kw, ListNode, Node
 from ..types import ErrorType, KeywordType, ShapeType, StringType, TensorType
 from .context import CheckContext, listed, near_miss
@@ -114,3 +115,15 @@ def config_plist(ctx: CheckContext, node: Node, kinds: dict[str, str], what: str
         if val is not None:
             out[k] = val
     return out
+
+
+def remat_policy(ctx: CheckContext, node: Node) -> str | None:
+    """A `:remat` value: one of `REMAT_POLICIES`, else E-FORM-002 listing them (and None)."""
+    if isinstance(node, Kw) and node.name in REMAT_POLICIES:
+        return node.name
+    ctx.err("E-FORM-002", node.span, f"`:remat` is {listed([f'`:{c}`' for c in REMAT_POLICIES])}",
+            help="`:nothing-saveable` recomputes everything in the backward pass, `:dots-saveable` keeps "
+                 "matmul outputs, `:everything-saveable` keeps all (no remat)",
+            data={"replace": f":{near_miss(node.name, REMAT_POLICIES)}"}
+            if isinstance(node, Kw) and near_miss(node.name, REMAT_POLICIES) else None)
+    return None
