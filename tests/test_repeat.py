@@ -242,3 +242,27 @@ def test_hover_on_the_repeat_entry_shows_the_stacked_shapes():
     info = ide.hover(ide.index(analyze(text, "case.sx")), text.index(":blocks") + 2)
     assert info is not None
     assert "w [3 8 8] f32" in info.markdown and "b [3 8] f32" in info.markdown, info.markdown
+
+
+def train_graph(p):
+    from sexpgpu_lang.explain import explain
+    return next(g for g in explain(p)["graphs"] if g["name"] == "train")
+
+
+def test_explain_counts_every_layer_and_shows_one_scan():
+    rep, unr = train_graph(repeated()), train_graph(program(UNROLLED + TAIL.format(run="")))
+    assert rep["flops"] == unr["flops"]          # N x the body, forward and backward
+    assert rep["live"]["args"] == unr["live"]["args"]   # N x the per-layer parameters
+    assert rep["scans"] == [{"model": "block", "path": "blocks", "layers": 3, "remat": "everything-saveable"}]
+    assert "scans" not in unr
+
+
+def test_explain_models_remat():
+    plain = train_graph(repeated())
+    nothing = train_graph(repeated(" :remat :nothing-saveable"))
+    dots = train_graph(repeated(" :remat :dots-saveable"))
+    # the residuals shrink to the carry per layer; dots-saveable keeps the matmul outputs too
+    assert nothing["live"]["temps"] < dots["live"]["temps"] < plain["live"]["temps"]
+    # the forward runs again in the backward pass
+    assert plain["flops"] < dots["flops"] < nothing["flops"]
+    assert nothing["scans"][0]["remat"] == "nothing-saveable"
