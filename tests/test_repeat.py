@@ -266,3 +266,33 @@ def test_explain_models_remat():
     # the forward runs again in the backward pass
     assert plain["flops"] < dots["flops"] < nothing["flops"]
     assert nothing["scans"][0]["remat"] == "nothing-saveable"
+
+
+def test_train_export_and_pretrained_see_the_stacked_parameters(tmp_path):
+    """A repeated run trains, checkpoints and exports `blocks.w` as [3 8 8]; a frozen copy loads
+    it with `:pretrained`, and a file of another depth is E-MODEL-003 naming both depths."""
+    from safetensors.numpy import load_file
+    from sexpgpu_runtime.params import flatten
+    from sexpgpu_runtime.train import RunOptions, train
+    p = repeated(" :remat :nothing-saveable")
+    out = train(p, RunOptions(steps=2, run_dir=tmp_path / "a", quiet=True, export=tmp_path / "s.safetensors"))
+    tensors = load_file(str(tmp_path / "s.safetensors"))
+    assert tensors["blocks.w"].shape == (3, 8, 8) and tensors["blocks.b"].shape == (3, 8)
+    np.testing.assert_array_equal(tensors["blocks.w"], np.asarray(out.trainable["blocks"]["w"]))
+    text = REPEATED.format(remat="") + TAIL.format(run="")
+    text = text.replace("(defmodel student", '(defmodel student\n  :frozen true\n  :pretrained "s.safetensors"', 1)
+    text = text.replace("(model student)", """(defmodel top
+  :params (:student student :head (normal [vocab vocab] :std 0.1))
+  :apply (lambda (self row) (matmul (student row) (getf self :head))))
+
+(model top)""")
+    path = tmp_path / "next.sx"
+    path.write_text(text)
+    res = analyze(text, str(path), read_files=True)
+    assert res.program is not None, [d.message for d in res.diagnostics]
+    got = train(res.program, RunOptions(steps=1, run_dir=tmp_path / "b", quiet=True))
+    np.testing.assert_array_equal(np.asarray(flatten(got.frozen)[("student", "blocks", "w")]), tensors["blocks.w"])
+    bad = text.replace("(repeat block 3)", "(repeat block 2)")
+    msgs = [d.message for d in analyze(bad, str(path), read_files=True).diagnostics if d.code == "E-MODEL-003"]
+    assert msgs and "`blocks.w` is [3 8 8] f32" in msgs[0] and "expects [2 8 8] f32" in msgs[0]
+    assert "the file has 3 layers, the run 2" in msgs[0]

@@ -311,7 +311,11 @@ def check_pretrained(ctx: CheckContext):
                 wrong.append(f"has no tensor `{tname}` (expected {shape} {p.dtype})")
             elif got != (p.shape, p.dtype):
                 gshape = "[" + " ".join(map(str, got[0])) + "]"
-                wrong.append(f"tensor `{tname}` is {gshape} {got[1]}, `:params` of `{name}` expects {shape} {p.dtype}")
+                depth = ""
+                if p.layers and len(got[0]) == len(p.shape) and got[0][1:] == p.shape[1:] and got[1] == p.dtype:
+                    depth = f" (stacked by a `repeat`: the file has {got[0][0]} layers, the run {p.layers})"
+                wrong.append(f"tensor `{tname}` is {gshape} {got[1]}, `:params` of `{name}` expects {shape} {p.dtype}"
+                             + depth)
         if wrong:
             ctx.err("E-MODEL-003", node.span, f"`{rel}`: " + "; ".join(wrong))
         else:
