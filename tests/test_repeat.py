@@ -296,3 +296,60 @@ def test_train_export_and_pretrained_see_the_stacked_parameters(tmp_path):
     msgs = [d.message for d in analyze(bad, str(path), read_files=True).diagnostics if d.code == "E-MODEL-003"]
     assert msgs and "`blocks.w` is [3 8 8] f32" in msgs[0] and "expects [2 8 8] f32" in msgs[0]
     assert "the file has 3 layers, the run 2" in msgs[0]
+
+
+NESTED = HEAD.replace("(defmodel block", """(defmodel proj
+  :params (:p (normal [dim dim] :std 0.3))
+  :apply (lambda (self h) (matmul h (getf self :p))))
+
+(defmodel block""").replace("(+ h (* scale (tanh (+ (matmul h (getf self :w)) (getf self :b)))))",
+                            "(+ h (* scale (tanh (+ (proj (matmul h (getf self :w))) (getf self :b)))))").replace(
+    ":params (:w (normal [dim dim] :std 0.3)", ":params (:proj proj\n           :w (normal [dim dim] :std 0.3)").replace(
+    "(defmodel block\n", "(defmodel block\n  :remat :dots-saveable\n") + """
+(defmodel student
+  :params (:embed (normal [vocab dim] :std 0.3)
+           :blocks (repeat block 3)
+           :out (normal [dim vocab] :std 0.3))
+  :apply (lambda (self row)
+           (matmul (block (take (getf self :embed) row) 0.5) (getf self :out))))
+"""
+
+
+@pytest.mark.parametrize("precision", ["f32", "bf16"])
+def test_a_sub_model_of_a_repeated_block_is_stacked_and_sliced_per_layer(precision):
+    p = program(NESTED + TAIL.format(run=f" :precision :{precision}"))
+    shapes = {q.path: q.shape for q in p.params}
+    assert shapes[("blocks", "proj", "p")] == (3, 8, 8)
+    calls = [e for e in __import__("sexpgpu_lang.ir", fromlist=["walk"]).walk(p.objective.body)
+             if type(e).__name__ == "Repeat"]
+    assert [c.remat for c in calls] == ["dots-saveable"]   # the block's own :remat
+    sp = stacked_params()
+    sp["blocks"]["proj"] = {"p": jax.random.normal(jax.random.key(7), (3, 8, 8), jnp.float32) * 0.3}
+    b = batch()
+    cdt = jnp.bfloat16 if precision == "bf16" else jnp.float32
+    c = jax.tree_util.tree_map(lambda x: x.astype(cdt), sp)
+    h = c["embed"][b["row"]]
+    for i in range(3):
+        pre = (h @ c["blocks"]["w"][i]) @ c["blocks"]["proj"]["p"][i] + c["blocks"]["b"][i]
+        h = h + jnp.asarray(0.5, cdt) * jnp.tanh(pre)
+    logits = h @ c["out"]
+    target = (b["row"] + b["stride"]) % 16
+    want = jnp.mean(-jnp.take_along_axis(jax.nn.log_softmax(logits.astype(jnp.float32)), target[..., None], -1))
+    got = loss_fn(p)(sp)
+    np.testing.assert_allclose(float(got), float(want), rtol=2e-2 if precision == "bf16" else 1e-5)
+    g = train_graph(p)
+    assert g["scans"][0]["remat"] == "dots-saveable"
+
+
+def test_remat_on_a_plain_model_gives_the_same_gradients():
+    text = UNROLLED + TAIL.format(run="")
+    p0 = program(text)
+    p1 = program(text.replace("(defmodel block1\n", "(defmodel block1\n  :remat :nothing-saveable\n"))
+    params = unrolled_params(stacked_params())
+    g0 = jax.grad(loss_fn(p0))(params)
+    g1 = jax.grad(loss_fn(p1))(params)
+    for a, b in zip(jax.tree_util.tree_leaves(g0), jax.tree_util.tree_leaves(g1)):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
+    names = {e.primitive.name for e in _eqns(jax.make_jaxpr(loss_fn(p1))(params).jaxpr)}
+    assert names & {"checkpoint", "remat", "remat2"}
+    assert train_graph(p1)["live"]["temps"] < train_graph(p0)["live"]["temps"]
