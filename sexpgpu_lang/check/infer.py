@@ -8,7 +8,9 @@ rule here (`SPECIAL_RULES`); reading a batch with `field` asks `contracts`.
 An op call's type comes from its shape-and-dtype rule (ops.py); a
 `def`'d or standard-library function is inlined for its argument types; a
 model call checks the model's `:apply` for its argument types, once per
-distinct types (from the incremental cache when it holds it).
+distinct types (from the incremental cache when it holds it); a call of a
+repeated block (`call_repeat`) also checks its carry from layer to layer
+(E-MODEL-004).
 
 Imports nothing outside `sexpgpu_lang`; never JAX.
 """

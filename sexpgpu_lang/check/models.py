@@ -1,11 +1,14 @@
-"""Models (`defmodel`, `model`): their names, parameters, sub-models, `:apply`, `:frozen` and `:pretrained`.
+"""Models (`defmodel`, `model`): their names, parameters, sub-models, repeats, `:apply`, `:frozen`,
+`:pretrained` and `:remat`.
 
 `declare_model` binds every model's name first (models may name each
-other); `build_model` reads a model's `:params` (initialisers and
-sub-models), `:apply`, `:frozen` and `:pretrained` and returns what it
-found, from the incremental cache when it holds it; `collect_params` walks
-the models reachable from `model` into parameter leaves (E-MODEL-002 for a
-model that contains itself) and `check_pretrained` compares each
+other); `build_model` reads a model's `:params` (initialisers, sub-models
+and `(repeat block N)` entries), `:apply`, `:frozen`, `:pretrained` and
+`:remat` and returns what it found, from the incremental cache when it
+holds it; `collect_params` walks the models reachable from `model` into
+parameter leaves, stacked on a leading `[N ...]` axis below a repeat
+(E-MODEL-002 for a model that contains itself, E-MODEL-005 for a repeated
+block also reached another way) and `check_pretrained` compares each
 `:pretrained` file's header with `:params` (E-MODEL-003). A model's
 `:apply` is checked where it is called (`infer.call_model`).
 
