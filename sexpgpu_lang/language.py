@@ -65,6 +65,11 @@ FORM_KEYWORDS: dict[str, tuple[str, ...]] = {
     "stage": ("loader", "records"),
 }
 
+#: A `:params` entry of repeated layers (docs/language.md "Repeated layers"): its signature and doc.
+REPEAT_ENTRY: tuple[str, str] = ("(repeat model n :remat policy)",
+                                 "n copies of `model` applied in sequence, the first argument carried from layer to "
+                                 "layer; its parameters are stacked on a leading `[n ...]` axis")
+
 #: The keywords of a parameter initialiser in `:params`.
 INITIALIZER_KEYWORDS: dict[str, tuple[str, ...]] = {
     "normal": ("std", "mean", "dtype"), "uniform": ("min", "max", "dtype"),

@@ -353,3 +353,17 @@ def test_remat_on_a_plain_model_gives_the_same_gradients():
     names = {e.primitive.name for e in _eqns(jax.make_jaxpr(loss_fn(p1))(params).jaxpr)}
     assert names & {"checkpoint", "remat", "remat2"}
     assert train_graph(p1)["live"]["temps"] < train_graph(p0)["live"]["temps"]
+
+
+def test_the_editor_knows_repeat_and_remat():
+    from sexpgpu_lang import ide
+    text = REPEATED.format(remat=" :remat :dots-saveable") + TAIL.format(run="")
+    ix = ide.index(analyze(text, "case.sx"))
+    info = ide.hover(ix, text.index("(repeat block") + 2)
+    assert info is not None and "(repeat model n :remat policy)" in info.markdown
+    info = ide.hover(ix, text.index(":remat :dots") + 2)
+    assert info is not None and "remat policy of each repeated layer" in info.markdown
+    at = text.index(":remat :dots")
+    assert ":remat" in [c.label for c in ide.completions(ix, at + 1).items]
+    values = [c.label for c in ide.completions(ix, text.index(":dots-saveable") + 1).items]
+    assert {":nothing-saveable", ":dots-saveable", ":everything-saveable"} <= set(values)
