@@ -367,3 +367,29 @@ def test_the_editor_knows_repeat_and_remat():
     assert ":remat" in [c.label for c in ide.completions(ix, at + 1).items]
     values = [c.label for c in ide.completions(ix, text.index(":dots-saveable") + 1).items]
     assert {":nothing-saveable", ":dots-saveable", ":everything-saveable"} <= set(values)
+
+
+def test_the_incremental_check_follows_edits_of_a_repeat():
+    """Warm (one cache across the edits, as the language server checks) equals cold at each edit."""
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).parent))
+    from test_check_incremental import observed
+    from sexpgpu_lang.check import CheckCache
+    text = REPEATED.format(remat="") + TAIL.format(run="")
+    edits = [text,
+             text.replace("(repeat block 3)", "(repeat block 5)"),
+             text.replace("(repeat block 3)", "(repeat block 5 :remat :dots-saveable)"),
+             text.replace("(repeat block 3)", "(repeat block 0)"),
+             text.replace("(+ h (* scale", "(cast (+ h (* scale").replace("(getf self :b)))))", "(getf self :b))))) :bf16)"),
+             text.replace(":blocks (repeat block 3)", ":blocks block"),
+             text]
+    cache = CheckCache()
+    codes = []
+    for t in edits:
+        at = [t.index(":blocks") + 2, t.index("(getf self :w)") + 12]
+        warm, cold = observed(t, cache, at), observed(t, None, at)
+        for key in cold:
+            assert warm[key] == cold[key], key
+        codes.append(sorted(d.code for d in cold["diagnostics"] if d.is_error))
+    assert codes == [[], [], [], ["E-MODEL-005"], ["E-MODEL-004"], [], []]
