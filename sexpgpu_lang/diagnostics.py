@@ -69,6 +69,8 @@ CODES: dict[str, str] = {
     "E-MODEL-001": "a model called but not reachable from `model`",
     "E-MODEL-002": "a model's parameters form a cycle",
     "E-MODEL-003": "a pretrained file that does not match `:params`",
+    "E-MODEL-004": "a repeated block's carry changes type between layers",
+    "E-MODEL-005": "a repeat that cannot be stacked",
     "W-STACK-001": "a generator reads a per-microbatch context key: the run stays unstacked",
     "W-RAND-001": "an unsalted draw inside a generator",
     "W-RAND-002": "an unsalted draw in `prepare` or `objective`",

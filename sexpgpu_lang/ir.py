@@ -96,7 +96,9 @@ class ModelCall(Expr):
     """A call of a model: `self` is bound to the parameters at `path` (keys
     from the root model's parameter tree), `params` to `args`. Under bf16,
     `compute_dtype` is `bf16`: float parameters and float arguments are cast
-    to it before the body runs (DESIGN: precision policy)."""
+    to it before the body runs (DESIGN: precision policy). `remat`: the
+    rematerialisation policy of the body (`language.REMAT_POLICIES`; None or
+    `everything-saveable`: none)."""
 
     model: str = ""
     path: tuple[str, ...] = ()
@@ -105,6 +107,19 @@ class ModelCall(Expr):
     args: tuple[Expr, ...] = ()
     body: tuple[Expr, ...] = ()
     compute_dtype: str | None = None
+    remat: str | None = None
+
+
+@dataclass(frozen=True, eq=False)
+class Repeat(ModelCall):
+    """A call of a repeated block (`(repeat block N)` in a `:params`): the body applied `count`
+    times in sequence, `args[0]` the carry (each layer's result is the next one's first
+    argument, with the carry's type: checked), the other arguments the same for every layer.
+    The parameters at `path` are stacked on a leading `[count ...]` axis; layer `i`'s `self`
+    sees slice `i` of each (the per-layer shapes the body was checked with). `remat` applies
+    to each layer's body (inside the loop)."""
+
+    count: int = 1
 
 
 @dataclass(frozen=True, eq=False)
@@ -137,7 +152,7 @@ def children(e: Expr) -> tuple[Expr, ...]:
         return e.values
     if isinstance(e, GetF):
         return () if e.obj is None else (e.obj,)
-    if isinstance(e, (Apply, ModelCall)):
+    if isinstance(e, (Apply, ModelCall)):   # (a Repeat is a ModelCall)
         return e.args + e.body
     if isinstance(e, Report):
         return () if e.value is None else (e.value,)
@@ -164,12 +179,12 @@ class Interpreter:
     kinds, the environments (a `Let` binds in order, each value seeing the
     ones before; an `Apply` binds its parameters to arguments evaluated in
     the caller's environment; a `ModelCall` runs its body in a fresh
-    environment of the root parameters, `self` and its parameters; a body's
-    value is its last item's), and which diagnostics are computed at all
-    (`computes`). A subclass gives the values: `op` (an `Op`), `getf` (an
+    environment of the root parameters, `self` and its parameters (`call`);
+    a body's value is its last item's), and which diagnostics are computed at
+    all (`computes`). A subclass gives the values: `op` (an `Op`), `getf` (an
     entry of an evaluated object), `model_self` (a model's `self` and its
-    arguments, cast to its compute dtype) and `report` (what a `Report`
-    does with its value). The environment maps binding names to values and
+    arguments, cast to its compute dtype), `repeat` (a `Repeat`'s layers in
+    sequence) and `report` (what a `Report` does with its value). The environment maps binding names to values and
     `PARAMS` to the root parameter tree, whatever a subclass makes of it.
 
     `selected`: the diagnostics to compute (others are never evaluated);
@@ -209,11 +224,10 @@ class Interpreter:
             for n, a in zip(e.params, e.args):
                 inner[n] = self.eval(a, env)
             return self.body(e.body, inner)
+        if isinstance(e, Repeat):
+            return self.repeat(e, env[self.PARAMS], [self.eval(a, env) for a in e.args])
         if isinstance(e, ModelCall):
-            me, args = self.model_self(e, env[self.PARAMS], [self.eval(a, env) for a in e.args])
-            inner = {self.PARAMS: env[self.PARAMS], e.self_name: me}
-            inner.update(zip(e.params, args))
-            return self.body(e.body, inner)
+            return self.call(e, env[self.PARAMS], [self.eval(a, env) for a in e.args])
         if isinstance(e, Report):
             if e.kind == "diagnostic" and not self.computes(e.name):
                 return None  # unselected: never computed
@@ -227,6 +241,19 @@ class Interpreter:
         for b in body:
             out = self.eval(b, env)
         return out
+
+    def call(self, e: ModelCall, params, args: list):
+        """Model call `e`'s body on evaluated `args`, `self` cut from the root tree `params`: a fresh
+        environment of `params`, `self` and the model's parameters."""
+        me, args = self.model_self(e, params, args)
+        inner = {self.PARAMS: params, e.self_name: me}
+        inner.update(zip(e.params, args))
+        return self.body(e.body, inner)
+
+    def repeat(self, e: Repeat, params, args: list):
+        """Repeated block `e` on evaluated `args` (the carry first): its `e.count` layers in
+        sequence, each a `call` on its own layer of the stacked parameters at `e.path`."""
+        raise NotImplementedError
 
     def computes(self, diagnostic: str) -> bool:
         """Whether `(diagnostic :name v)` is evaluated: only a selected one, and none in a generator."""
@@ -296,6 +323,7 @@ class ParamIR:
     init: tuple[str, dict]
     frozen: bool
     place: int
+    layers: int = 0    # stacked by `(repeat block N)`: N, the leading axis of `shape` (0: not stacked)
 
 
 @dataclass(frozen=True)

@@ -52,17 +52,23 @@ SPECIAL_FORMS: dict[str, tuple[str, str]] = {
 
 #: The keywords of `run`, in the order its signature shows them.
 RUN_KEYS: tuple[str, ...] = ("loader", "steps", "microbatches", "stack", "precision", "seed", "optimizer", "log",
-                             "checkpoint", "diagnostics", "devices", "shard-params")
+                             "checkpoint", "diagnostics", "devices", "shard-params", "remat")
 
 #: The keywords each keyword-taking form accepts (`stage` is the form inside `curriculum`).
 FORM_KEYWORDS: dict[str, tuple[str, ...]] = {
     "loader": ("source", "batch", "fields"),
-    "defmodel": ("params", "apply", "frozen", "pretrained"),
+    "defmodel": ("params", "apply", "frozen", "pretrained", "remat"),
+    "repeat": ("remat",),
     "defgenerate": ("trips", "init", "step", "finish"),
     "run": RUN_KEYS,
     "pass": ("loader", "every", "batches", "prepare"),
     "stage": ("loader", "records"),
 }
+
+#: A `:params` entry of repeated layers (docs/language.md "Repeated layers"): its signature and doc.
+REPEAT_ENTRY: tuple[str, str] = ("(repeat model n :remat policy)",
+                                 "n copies of `model` applied in sequence, the first argument carried from layer to "
+                                 "layer; its parameters are stacked on a leading `[n ...]` axis")
 
 #: The keywords of a parameter initialiser in `:params`.
 INITIALIZER_KEYWORDS: dict[str, tuple[str, ...]] = {
@@ -77,9 +83,15 @@ PLIST_KEYWORDS: dict[str, dict[str, str]] = {
     "checkpoint": {"every": "count", "dir": "string", "keep": "count"},
 }
 
+#: Rematerialisation policies (`:remat`), named for what the backward pass keeps of a layer's
+#: forward values: `jax.checkpoint_policies.everything_saveable` (no remat), `nothing_saveable`
+#: (keep only the layer's inputs, recompute the rest) and `dots_saveable` (keep matmul outputs).
+REMAT_POLICIES: tuple[str, ...] = ("everything-saveable", "nothing-saveable", "dots-saveable")
+
 #: Keywords whose value is itself a keyword from a fixed set (the first is the default).
 KEYWORD_VALUES: dict[str, tuple[str, ...]] = {
     "precision": ("f32", "bf16"), "stack": ("auto",), "dtype": DTYPES, "shard-params": ("replicated", "fsdp"),
+    "remat": REMAT_POLICIES,
 }
 
 #: One-line docs of the keywords of `defgenerate` (spec/generation.md) and the other forms.
@@ -96,6 +108,11 @@ KEYWORD_DOCS: dict[tuple[str, str], str] = {
     ("defmodel", "apply"): "`(lambda (self x ...) ...)`: how the model applies",
     ("defmodel", "frozen"): "`true`: the parameters are never updated",
     ("defmodel", "pretrained"): "a file the parameters are loaded from",
+    ("defmodel", "remat"): "recompute this model's activations in the backward pass: `:nothing-saveable`, "
+                           "`:dots-saveable` or `:everything-saveable` (no remat)",
+    ("repeat", "remat"): "the remat policy of each repeated layer (overrides the block's and the run's)",
+    ("run", "remat"): "the default remat policy of every repeated layer: `:nothing-saveable`, `:dots-saveable`, "
+                      "`:everything-saveable` (the default: no remat)",
     ("run", "loader"): "the training loader",
     ("run", "steps"): "optimizer steps",
     ("run", "microbatches"): "microbatches per step; gradients accumulate over them",

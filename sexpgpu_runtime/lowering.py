@@ -315,6 +315,12 @@ class Effects:
     counters: dict = field(default_factory=dict)
 
 
+#: The remat policies (`sexpgpu_lang.language.REMAT_POLICIES`) as `jax.checkpoint_policies`;
+#: `everything-saveable` (keep every value: no remat) is not checkpointed at all.
+REMAT = {"nothing-saveable": jax.checkpoint_policies.nothing_saveable,
+         "dots-saveable": jax.checkpoint_policies.dots_saveable}
+
+
 def _scalar(v):
     v = jnp.asarray(v)
     return jnp.mean(v.astype(jnp.float32)) if v.ndim else v
@@ -350,6 +356,36 @@ class _Lowering(ir.Interpreter):
             args = [_cast_floats(a, e.compute_dtype) for a in args]
         return params, args
 
+    def call(self, e: ir.ModelCall, params, args: list):
+        """A model call; under a remat policy its body is `jax.checkpoint`ed with that policy
+        (over the parameters and the array arguments; other arguments are constants)."""
+        policy = REMAT.get(e.remat)
+        if policy is None:
+            return super().call(e, params, args)
+        dynamic = [i for i, a in enumerate(args) if isinstance(a, (jax.Array, dict))]
+
+        def body(p, arrays):
+            full = list(args)
+            for i, a in zip(dynamic, arrays):
+                full[i] = a
+            return super(_Lowering, self).call(e, p, full)
+
+        return jax.checkpoint(body, policy=policy)(params, [args[i] for i in dynamic])
+
+    def repeat(self, e: ir.Repeat, params, args: list):
+        """A repeated block as one `lax.scan` over its stacked parameters: one traced body
+        whatever `e.count`, the carry `args[0]`, the other arguments closed over."""
+        stacked = params
+        for k in e.path:
+            stacked = stacked[k]
+        rest = list(args[1:])
+
+        def layer(carry, sliced):
+            return self.call(e, _replace(params, e.path, sliced), [carry] + rest), None
+
+        out, _ = lax.scan(layer, args[0], stacked, length=e.count)
+        return out
+
     def report(self, e: ir.Report, v) -> None:
         fx = self.fx
         if e.kind == "metric":
@@ -364,6 +400,13 @@ def evaluate(e: ir.Expr, env: dict, fx: Effects):
     """Evaluate (trace) one IR expression with JAX. `env` maps binding names to values (and
     `ir.Interpreter.PARAMS` to the parameter tree, where `e` calls a model)."""
     return _Lowering(fx).eval(e, env)
+
+
+def _replace(params: dict, path: tuple, sub) -> dict:
+    """`params` with the subtree at `path` replaced by `sub` (a layer's slice of a stack)."""
+    if not path:
+        return sub
+    return {**params, path[0]: _replace(params[path[0]], path[1:], sub)}
 
 
 def _materialise(e: ir.Expr, value):

@@ -2,7 +2,8 @@
 
 Trees are nested dicts keyed like the root model's `:params` (a sub-model's
 parameters under its key). Each leaf's initial bits are a pure function of
-the seed and the leaf's place (`fold_in(key(seed), place)`).
+the seed and the leaf's place (`fold_in(key(seed), place)`; each layer of a
+stacked leaf folds its index in too).
 """
 from __future__ import annotations
 
@@ -15,19 +16,28 @@ from .dtypes import jdt
 
 
 def init_leaf(p: ParamIR, seed_key) -> jax.Array:
-    """One parameter's initial value, with its declared shape and dtype."""
-    kind, args = p.init
+    """One parameter's initial value, with its declared shape and dtype. A leaf stacked by
+    `(repeat block N)` (`p.layers` N) is N draws of the per-layer shape, layer `i`'s key
+    `fold_in(fold_in(key(seed), place), i)`, stacked on the leading axis: layers differ."""
     key = jax.random.fold_in(seed_key, jnp.uint32(p.place))
+    if p.layers:
+        return jnp.stack([_draw(p, jax.random.fold_in(key, jnp.uint32(i)), p.shape[1:]) for i in range(p.layers)])
+    return _draw(p, key, p.shape)
+
+
+def _draw(p: ParamIR, key, shape: tuple[int, ...]) -> jax.Array:
+    """`p`'s initialiser drawn from `key` at `shape`, in `p.dtype`. ValueError for an unknown one."""
+    kind, args = p.init
     dt = jdt(p.dtype)
     if kind == "normal":
-        x = jax.random.normal(key, p.shape, jnp.float32) * float(args.get("std", 1.0)) + float(args.get("mean", 0.0))
+        x = jax.random.normal(key, shape, jnp.float32) * float(args.get("std", 1.0)) + float(args.get("mean", 0.0))
         return x.astype(dt)
     if kind == "uniform":
-        return jax.random.uniform(key, p.shape, jnp.float32, float(args.get("min", 0.0)), float(args.get("max", 1.0))).astype(dt)
+        return jax.random.uniform(key, shape, jnp.float32, float(args.get("min", 0.0)), float(args.get("max", 1.0))).astype(dt)
     if kind == "zeros":
-        return jnp.zeros(p.shape, dt)
+        return jnp.zeros(shape, dt)
     if kind == "ones":
-        return jnp.ones(p.shape, dt)
+        return jnp.ones(shape, dt)
     raise ValueError(f"unknown initialiser {kind}")
 
 

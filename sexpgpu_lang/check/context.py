@@ -49,8 +49,11 @@ class CheckContext:
         self.models: dict[str, dict] = {}
         self.root_model: str | None = None
         self.reachable: dict[str, tuple[str, ...]] = {}
+        self.repeats: dict[str, tuple] = {}   # a repeated block: (count, remat policy, its `repeat` entry)
+        self.stacked: dict[str, tuple] = {}   # a model under a repeat: (block, count, the `repeat` entry)
         self.params: list[ir.ParamIR] = []
         self.precision = "f32"
+        self.remat: str | None = None   # `(run ... :remat p)`: the default policy of every repeated block
         self.frame = Frame("top")
         self.memo: dict = {}           # a model's `:apply` checked for argument types: (body, effects)
         self.active: list[str] = []    # the models and functions being checked, innermost last

@@ -24,7 +24,7 @@ from .context import CheckContext, near_miss
 from .contracts import stage_loader
 from .facts import Definition
 from .infer import infer, lambda_params
-from .keywords import config_plist, const_int, const_keyword, const_value, integer_constant, keyword_args
+from .keywords import config_plist, const_int, const_keyword, const_value, integer_constant, keyword_args, remat_policy
 from .scope import Binding
 
 
@@ -181,6 +181,8 @@ def top_run(ctx: CheckContext) -> None:
                 stack = 1
     precision = const_keyword(ctx, kws, "precision", KEYWORD_VALUES["precision"])
     ctx.precision = precision
+    if "remat" in kws:
+        ctx.remat = remat_policy(ctx, kws["remat"][1])
     seed = const_int(ctx, kws["seed"][1], "`:seed`", 0) if "seed" in kws else 0
     devices = None
     if "devices" in kws:

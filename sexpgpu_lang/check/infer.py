@@ -8,7 +8,9 @@ rule here (`SPECIAL_RULES`); reading a batch with `field` asks `contracts`.
 An op call's type comes from its shape-and-dtype rule (ops/); a
 `def`'d or standard-library function is inlined for its argument types; a
 model call checks the model's `:apply` for its argument types, once per
-distinct types (from the incremental cache when it holds it).
+distinct types (from the incremental cache when it holds it); a call of a
+repeated block (`call_repeat`) also checks its carry from layer to layer
+(E-MODEL-004).
 
 Imports nothing outside `sexpgpu_lang`; never JAX.
 """
@@ -462,8 +464,67 @@ def call_model(ctx: CheckContext, node: ListNode, name: str, scope: Scope) -> ir
     body, effects = ctx.memo[key]
     _resite(ctx, effects, node.span)
     out = body.type
+    items = body.body if isinstance(body, ir.Seq) else (body,)
+    if m["remat"] not in (None, "everything-saveable"):
+        for e in effects:
+            if e.kind in ("metric", "diagnostic"):
+                return ir.Const(ctx.err("E-MODEL-005", e.origin, f"a `{e.kind}` inside `{name}`, which has `:remat`: "
+                                        "a rematerialised body reports nothing",
+                                        related=[Related(m["kws"]["remat"][1].span, "its `:remat`")],
+                                        help="report in the model that calls it, or drop `:remat`"), node.span)
+    if name in ctx.repeats:
+        return call_repeat(ctx, node, name, lam, params, args, arg_types, body, effects, items, compute)
     return ir.ModelCall(out, node.span, name, ctx.reachable[name], params[0], tuple(params[1:]), tuple(args),
-                        body.body if isinstance(body, ir.Seq) else (body,), compute)
+                        items, compute, m["remat"])
+
+
+def call_repeat(ctx: CheckContext, node: ListNode, name: str, lam: ListNode, params: list[str], args: list,
+                arg_types: list[Type], body: ir.Expr, effects: list[Effect], items: tuple, compute) -> ir.Expr:
+    """A call of repeated block `name` (`(repeat name N)`): its N layers in sequence, the first
+    argument the carry. E-MODEL-004 where the body's result is not of the carry's type (at the
+    result, with both types); E-MODEL-005 for a block without a carry, or one that reports or
+    draws (a layer's reports and draws would not differ between layers)."""
+    count, remat, entry = ctx.repeats[name]
+    here = Related(entry.span, f"`{name}` is repeated {count} times here")
+    if not args:
+        return ir.Const(ctx.err("E-MODEL-005", node.span, f"the repeated block `{name}` takes no argument to carry "
+                                "from layer to layer", related=[here],
+                                help=f"give its `:apply` the activations first: `(lambda (self h ...) ...)`"), node.span)
+    for e in effects:
+        if e.kind in ("metric", "diagnostic", "counter", "draw"):
+            what = "a draw" if e.kind == "draw" else f"a `{e.kind}`"
+            return ir.Const(ctx.err("E-MODEL-005", e.origin, f"{what} inside the repeated block `{name}`: every layer "
+                                    "would give the same one", related=[here],
+                                    help="report or draw in the model that calls the block, outside the repeat"),
+                            node.span)
+    carry, out = arg_types[0], body.type
+    if isinstance(out, ErrorType):
+        return ir.Const(ERROR, node.span)
+    if not same_type(carry, out):
+        at = lam.items[-1].span if len(lam.items) > 2 else lam.span
+        return ir.Const(ctx.err("E-MODEL-004", at, f"the repeated block `{name}` returns {_shown(out)}, "
+                                f"but its carry (its first argument) is {_shown(carry)}: "
+                                "each layer's result is the next layer's first argument",
+                                related=[Related(node.span, "the layers are applied here"), here],
+                                help="return the carry's shape and dtype (and keys) from `:apply`, e.g. "
+                                     "project back to the input width or `cast` to its dtype"), node.span)
+    policy = remat if remat is not None else ctx.models[name]["remat"] or ctx.remat
+    return ir.Repeat(out, node.span, name, ctx.reachable[name], params[0], tuple(params[1:]), tuple(args), items,
+                     compute, policy, count)
+
+
+def _shown(t: Type) -> str:
+    return t.strong().show() if isinstance(t, TensorType) else t.show()
+
+
+def same_type(a: Type, b: Type) -> bool:
+    """Whether a carry keeps its type: tensors of one shape and dtype (weak or not), plists of
+    the same keys in order whose entries keep theirs."""
+    if isinstance(a, TensorType) and isinstance(b, TensorType):
+        return a.shape == b.shape and a.dtype == b.dtype
+    if isinstance(a, PlistType) and isinstance(b, PlistType):
+        return a.keys == b.keys and all(same_type(x, y) for (_, x), (_, y) in zip(a.entries, b.entries))
+    return a.show() == b.show()
 
 
 def model_body(ctx: CheckContext, name: str, lam: ListNode, params: list[str], arg_types: list[Type], form: ListNode) -> tuple:

@@ -4,7 +4,8 @@
 E-NAME-003 and read as its near miss); `const_int`, `const_value`,
 `const_keyword` and `config_plist` read a setting's compile-time value,
 reporting why when it is not one; `integer_constant` folds a `def`'s
-arithmetic on integers exactly (E-TYPE-005 for a division that is not).
+arithmetic on integers exactly (E-TYPE-005 for a division that is not);
+`remat_policy` reads a `:remat` value.
 
 Imports nothing outside `sexpgpu_lang`; never JAX.
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 import math
 
 from .. import ir
+from ..language import REMAT_POLICIES
 from ..syntax import Kw, ListNode, Node
 from ..types import ERROR, ErrorType, KeywordType, ShapeType, StringType, TensorType, is_int, promote, scalar
 from .context import CheckContext, listed, near_miss
@@ -186,3 +188,15 @@ def integer_constant(ctx: CheckContext, e: ir.Expr) -> ir.Expr:
 
 class _Inexact(Exception):
     """A `/` of integers that is not exact, already reported (E-TYPE-005)."""
+
+
+def remat_policy(ctx: CheckContext, node: Node) -> str | None:
+    """A `:remat` value: one of `REMAT_POLICIES`, else E-FORM-002 listing them (and None)."""
+    if isinstance(node, Kw) and node.name in REMAT_POLICIES:
+        return node.name
+    ctx.err("E-FORM-002", node.span, f"`:remat` is {listed([f'`:{c}`' for c in REMAT_POLICIES])}",
+            help="`:nothing-saveable` recomputes everything in the backward pass, `:dots-saveable` keeps "
+                 "matmul outputs, `:everything-saveable` keeps all (no remat)",
+            data={"replace": f":{near_miss(node.name, REMAT_POLICIES)}"}
+            if isinstance(node, Kw) and near_miss(node.name, REMAT_POLICIES) else None)
+    return None

@@ -1,11 +1,14 @@
-"""Models (`defmodel`, `model`): their names, parameters, sub-models, `:apply`, `:frozen` and `:pretrained`.
+"""Models (`defmodel`, `model`): their names, parameters, sub-models, repeats, `:apply`, `:frozen`,
+`:pretrained` and `:remat`.
 
 `declare_model` binds every model's name first (models may name each
-other); `build_model` reads a model's `:params` (initialisers and
-sub-models), `:apply`, `:frozen` and `:pretrained` and returns what it
-found, from the incremental cache when it holds it; `collect_params` walks
-the models reachable from `model` into parameter leaves (E-MODEL-002 for a
-model that contains itself) and `check_pretrained` compares each
+other); `build_model` reads a model's `:params` (initialisers, sub-models
+and `(repeat block N)` entries), `:apply`, `:frozen`, `:pretrained` and
+`:remat` and returns what it found, from the incremental cache when it
+holds it; `collect_params` walks the models reachable from `model` into
+parameter leaves, stacked on a leading `[N ...]` axis below a repeat
+(E-MODEL-002 for a model that contains itself, E-MODEL-005 for a repeated
+block also reached another way) and `check_pretrained` compares each
 `:pretrained` file's header with `:params` (E-MODEL-003). A model's
 `:apply` is checked where it is called (`infer.call_model`).
 
@@ -16,6 +19,7 @@ from __future__ import annotations
 import os
 
 from .. import ir
+from ..diagnostics import Related
 from ..language import FORM_KEYWORDS, INITIALIZER_KEYWORDS
 from ..ops import INITIALIZERS
 from ..syntax import Kw, ListNode, Node, Sym
@@ -26,7 +30,7 @@ from .facts import Definition
 from .forms import define_global
 from .identity import place_hash
 from .infer import infer, lambda_params
-from .keywords import const_value, keyword_args
+from .keywords import const_int, const_value, keyword_args, remat_policy
 from .scope import Binding
 
 
@@ -34,8 +38,8 @@ def new_state() -> dict:
     """What building a model finds (`build_model`), before it is built: no parameter, no sub-model,
     no `:apply`; `params_known` is False once `:params` is missing or malformed, and `failed`
     holds the parameters that were reported (reading one is ERROR, not reported again)."""
-    return {"params": {}, "param_defs": {}, "subs": {}, "failed": set(), "params_known": True, "apply": None,
-            "frozen": False, "pretrained": None}
+    return {"params": {}, "param_defs": {}, "subs": {}, "repeats": {}, "failed": set(), "params_known": True,
+            "apply": None, "frozen": False, "pretrained": None, "remat": None}
 
 
 def declare_model(ctx: CheckContext, f: ListNode):
@@ -106,6 +110,8 @@ def _build_model(ctx: CheckContext, f: ListNode, name: str, kws: dict) -> dict:
         m["frozen"] = bool(const_value(ctx, kws["frozen"][1]))
     if "pretrained" in kws:
         m["pretrained"] = const_value(ctx, kws["pretrained"][1])
+    if "remat" in kws:
+        m["remat"] = remat_policy(ctx, kws["remat"][1])
     if "params" in kws:
         pnode = kws["params"][1]
         if not isinstance(pnode, ListNode) or (pnode.items and not isinstance(pnode.items[0], Kw)):
@@ -127,8 +133,38 @@ def _build_model(ctx: CheckContext, f: ListNode, name: str, kws: dict) -> dict:
     return m
 
 
+def repeat_entry(ctx: CheckContext, m: dict, model_name: str, kw: Kw, v: ListNode) -> None:
+    """`:key (repeat block N :remat policy)`: N copies of sub-model `block`, their parameters
+    stacked on a leading `[N ...]` axis (E-MODEL-005 for an N that is not a constant of 1 or more)."""
+    if len(v.items) < 3 or not isinstance(v.items[1], Sym):
+        ctx.err("E-FORM-002", v.span, "`repeat` takes a model and a count: `(repeat block 12)`")
+        return
+    block = v.items[1]
+    b = ctx.globals.lookup(block.name)
+    if b is None or not isinstance(b.type, ModelType):
+        ctx.tracker.model_read(incremental.ALL_MODELS)
+        hint = near_miss(block.name, ctx.models)
+        ctx.err("E-NAME-001", block.span, f"`{block.name}` is not a model" + (f"; did you mean `{hint}`?" if hint else ""))
+        return
+    count = const_int(ctx, v.items[2], "the count of `repeat`", 1, code="E-MODEL-005")
+    if count is None:
+        count = 1   # reported: check the rest as one layer, so the block's calls are not reported again
+    remat = None
+    for k, (_, vv) in keyword_args(ctx, v, 3, FORM_KEYWORDS["repeat"], "repeat").items():
+        remat = remat_policy(ctx, vv)
+    ctx.facts.uses.append((block.span, b.definition))
+    m["subs"][kw.name] = block.name
+    m["repeats"][kw.name] = (count, remat, v)
+    m["param_defs"][kw.name] = ctx.facts.define(
+        Definition(kw.name, "param", kw.span, v.span, f"{model_name} :{kw.name}: {count} layers of `{block.name}`"))
+
+
 def model_param(ctx: CheckContext, m: dict, model_name: str, kw: Kw, v: Node) -> None:
-    """One `:params` entry: an initialiser (a parameter) or a model name (a sub-model)."""
+    """One `:params` entry: an initialiser (a parameter), a model name (a sub-model) or
+    `(repeat block N)` (a repeated block, `repeat_entry`)."""
+    if isinstance(v, ListNode) and v.head == "repeat":
+        repeat_entry(ctx, m, model_name, kw, v)
+        return
     if isinstance(v, Sym):
         b = ctx.globals.lookup(v.name)
         if b is None or not isinstance(b.type, ModelType):
@@ -143,7 +179,7 @@ def model_param(ctx: CheckContext, m: dict, model_name: str, kw: Kw, v: Node) ->
     if not isinstance(v, ListNode) or v.head not in INITIALIZERS:
         hint = near_miss(v.head, INITIALIZERS) if isinstance(v, ListNode) and v.head else None
         ctx.err("E-FORM-002", v.span, "a parameter is an initialiser (" + ", ".join(f"`{i}`" for i in INITIALIZERS)
-                + ") or the name of another model" + (f"; did you mean `{hint}`?" if hint else ""),
+                + "), the name of another model or `(repeat model N)`" + (f"; did you mean `{hint}`?" if hint else ""),
                 data={"replace": hint} if hint else None)
         return
     kind = v.head
@@ -177,32 +213,69 @@ def model_param(ctx: CheckContext, m: dict, model_name: str, kw: Kw, v: Node) ->
 
 
 def collect_params(ctx: CheckContext) -> None:
-    """Walk the models reachable from `model`: their paths and parameter leaves."""
+    """Walk the models reachable from `model`: their paths and parameter leaves (stacked under a
+    `repeat`: `ctx.repeats` maps each repeated block to its count, remat policy and entry)."""
     if ctx.root_model is None:
         return
-    _visit(ctx, ctx.root_model, (), False, [])
+    _visit(ctx, ctx.root_model, (), False, [], None)
     check_pretrained(ctx)
 
 
-def _visit(ctx: CheckContext, name: str, path: tuple[str, ...], frozen: bool, stack: list[str]) -> None:
-    """Model `name` at `path` (frozen when it or a model containing it is), inside the models of `stack`."""
+def _visit(ctx: CheckContext, name: str, path: tuple[str, ...], frozen: bool, stack: list[str],
+           under: tuple[str, int, Node] | None) -> None:
+    """Model `name` at `path` (frozen when it or a model containing it is), inside the models of
+    `stack`; `under`: (block, count, `repeat` entry) when it is reached through a repeated block."""
     if name in stack:
         m = ctx.models[name]
         ctx.err("E-MODEL-002", m["def"].span, f"model `{name}` contains itself through `:params`")
         return
     if name in ctx.reachable:
+        before = ctx.stacked.get(name)
+        if (before is None) != (under is None) or (before is not None and before[0] != under[0]):
+            _reached_twice(ctx, name, before, under)
         return
     m = ctx.models.get(name)
     if m is None:
         return
     ctx.reachable[name] = path
+    if under is not None:
+        ctx.stacked[name] = under
     frozen = frozen or m["frozen"]
+    lead = (under[1],) if under is not None else ()
     stack.append(name)
     for key, (t, init, node) in m["params"].items():
-        ctx.params.append(ir.ParamIR(path + (key,), t.shape, t.dtype, init, frozen, place_hash(node.path)))
+        ctx.params.append(ir.ParamIR(path + (key,), lead + t.shape, t.dtype, init, frozen, place_hash(node.path),
+                                     under[1] if under is not None else 0))
     for key, sub in m["subs"].items():
-        _visit(ctx, sub, path + (key,), frozen, stack)
+        rep = m["repeats"].get(key)
+        if rep is None:
+            _visit(ctx, sub, path + (key,), frozen, stack, under)
+        elif under is not None:
+            ctx.err("E-MODEL-005", rep[2].span, f"`(repeat {sub} {rep[0]})` is inside the repeated block `{under[0]}`: "
+                    "a repeated block cannot hold another repeat",
+                    related=[Related(under[2].span, f"`{under[0]}` is repeated here")],
+                    help="repeat the inner block's work inside one layer by hand, or repeat a larger block once")
+        else:
+            count, remat, node = rep
+            ctx.repeats[sub] = (count, remat, node)
+            _visit(ctx, sub, path + (key,), frozen, stack, (sub, count, node))
+            below = path + (key,)
+            leaves = ", ".join(".".join(p.path[len(below):]) + " " + TensorType(p.shape, p.dtype).show()
+                               for p in ctx.params if p.path[:len(below)] == below)
+            m["param_defs"][key].detail = f"{name} :{key} (repeat {sub} {count}): {leaves}"
     stack.pop()
+
+
+def _reached_twice(ctx: CheckContext, name: str, before, under) -> None:
+    """E-MODEL-005: model `name` is reached both through a repeated block and elsewhere: its
+    parameters would be stacked on one path and not on the other, yet a model has one set."""
+    first, second = (before, under) if before is not None else (under, None)
+    where = f"the repeated block `{first[0]}`"
+    other = f"the repeated block `{second[0]}`" if second is not None else "a plain sub-model"
+    ctx.err("E-MODEL-005", first[2].span, f"model `{name}` is reached through {where} and also as {other}: "
+            "a model has one set of parameters, stacked or not",
+            related=[Related(ctx.models[name]["def"].span, f"`{name}` is defined here")],
+            help=f"give the other use its own model (a copy of `{name}` under another name)")
 
 
 def check_pretrained(ctx: CheckContext):
@@ -241,7 +314,11 @@ def check_pretrained(ctx: CheckContext):
                 wrong.append(f"has no tensor `{tname}` (expected {shape} {p.dtype})")
             elif got != (p.shape, p.dtype):
                 gshape = "[" + " ".join(map(str, got[0])) + "]"
-                wrong.append(f"tensor `{tname}` is {gshape} {got[1]}, `:params` of `{name}` expects {shape} {p.dtype}")
+                depth = ""
+                if p.layers and len(got[0]) == len(p.shape) and got[0][1:] == p.shape[1:] and got[1] == p.dtype:
+                    depth = f" (stacked by a `repeat`: the file has {got[0][0]} layers, the run {p.layers})"
+                wrong.append(f"tensor `{tname}` is {gshape} {got[1]}, `:params` of `{name}` expects {shape} {p.dtype}"
+                             + depth)
         if wrong:
             ctx.err("E-MODEL-003", node.span, f"`{rel}`: " + "; ".join(wrong))
         else:

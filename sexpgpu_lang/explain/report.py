@@ -18,7 +18,8 @@ def _graph_dict(g: GraphEstimate, calls: int, trips: int | None = None) -> dict:
             "inputs": g.input_list, "outputs": g.output_list,
             "flops": g.flops, "transcendentals": g.transcendentals, "bytes_moved": g.bytes_moved,
             "live": {"args": g.args, "outputs": g.outputs, "temps": g.temps, "total": g.live,
-                     "largest_temp": g.largest_temp}}
+                     "largest_temp": g.largest_temp},
+            **({"scans": g.scans} if g.scans else {})}
 
 
 def explain(program: ir.Program, budget: int | None = None, budget_source: str | None = None,

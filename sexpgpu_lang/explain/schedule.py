@@ -32,7 +32,8 @@ class GraphEstimate:
     largest one), `live = args + outputs + temps`, and `bytes_moved`, the
     bytes read and written per call (XLA's "bytes accessed"). `flops` and
     `transcendentals` per call. `input_list` and `output_list` hold
-    `{name, type, bytes}` for the tree.
+    `{name, type, bytes}` for the tree; `scans` the repeated blocks the
+    graph applies (`{model, path, layers, remat}`: one scan body each).
     """
 
     name: str
@@ -47,6 +48,7 @@ class GraphEstimate:
     param_args: int = 0
     input_list: list = field(default_factory=list)
     output_list: list = field(default_factory=list)
+    scans: list = field(default_factory=list)
 
     @property
     def live(self) -> int:
@@ -97,6 +99,15 @@ def _backward_flops(n: Node, nodes: list[Node], grad: list[bool]) -> float:
 _INPUTS = ("arg", "param", "grad")
 
 
+def recomputed(n: Node) -> bool:
+    """Whether the backward pass recomputes `n` rather than keeping it: `n` is computed inside a
+    rematerialised call whose policy does not save it (`nothing-saveable` saves nothing but the
+    call's inputs; `dots-saveable` keeps matmul and einsum outputs, as `jax.checkpoint_policies`)."""
+    if n.remat is None:
+        return False
+    return not (n.remat[1] == "dots-saveable" and n.op in ("matmul", "einsum"))
+
+
 class _Schedule:
     """Which values XLA materialises, what each fusion reads, and the peak of temporaries.
 
@@ -108,10 +119,11 @@ class _Schedule:
     """
 
     def __init__(self, nodes: list[Node], outputs: list[tuple[str, int]], live: list[bool],
-                 grad: list[bool] | None = None, target: str = "accelerator", stack: int = 1):
+                 grad: list[bool] | None = None, target: str = "accelerator", stack: int = 1, regions=()):
         if target not in TARGETS:
             raise ValueError(f"unknown target {target!r}; expected one of {', '.join(TARGETS)}")
         self.nodes, self.live, self.grad, self.target, self.stack = nodes, live, grad, target, stack
+        self.regions = list(regions)   # the rematerialised calls (`Trace.regions`)
         self.out_ids = {i for _, i in outputs}
         users: list[list[int]] = [[] for _ in nodes]
         for n in nodes:
@@ -311,6 +323,7 @@ class _Schedule:
         spans: list[tuple[int, int, int]] = []
         moved = 0.0
         ct_from: dict[int, int] = {}
+        regions: dict[int, int] = {}   # a rematerialised call: when its backward (and recomputation) starts
         t = t0
         for i in order:
             n = nodes[i]
@@ -324,9 +337,17 @@ class _Schedule:
                 # XLA's CPU schedule computes the loss (the logit at the label less the log of the
                 # sum) after cross-entropy's cotangent: the logits live until then
                 needed |= self.src[n.inputs[0]]
+            if n.remat is not None:
+                # Remat: the call's inputs are kept until its backward; what it recomputes lives
+                # from the start of its backward to its use, not from the forward.
+                start = regions.setdefault(n.remat[0], t)
+                needed |= {r for r0 in self.regions[n.remat[0]]["inputs"] for r in {r0} | self.src[r0] if r in last}
+                for r in [r for r in needed if r in last and recomputed(nodes[r]) and nodes[r].remat == n.remat]:
+                    needed.discard(r)
+                    spans.append((start, t, nodes[r].bytes_at(stack)))
             if mat[i] and c.inner_residual is not None:
                 inner = n if c.inner_residual == "output" else nodes[n.inputs[c.inner_residual]]
-                spans.append((pos[i], t, inner.bytes_at(stack)))
+                spans.append((regions[n.remat[0]] if recomputed(n) else pos[i], t, inner.bytes_at(stack)))
             if c.scatter is not None and n.inputs and grad[n.inputs[c.scatter]]:
                 spans.append((t, t, nodes[n.inputs[c.scatter]].nbytes * stack))
             for r in needed:
@@ -355,7 +376,7 @@ def estimate_graph(name: str, trace: Trace, stack: int, loss: int | None = None,
     nodes = trace.nodes
     live = _live_nodes(nodes, trace.outputs)
     grad = _grad_nodes(nodes, live, loss) if loss is not None else None
-    temps, moved, largest = _Schedule(nodes, trace.outputs, live, grad, target, stack).peak(stack)
+    temps, moved, largest = _Schedule(nodes, trace.outputs, live, grad, target, stack, trace.regions).peak(stack)
     g = GraphEstimate(name, stack)
     for n in nodes:
         if not live[n.id]:
@@ -365,6 +386,8 @@ def estimate_graph(name: str, trace: Trace, stack: int, loss: int | None = None,
         g.transcendentals += n.cost.transcendentals * k
         if grad is not None and grad[n.id]:
             g.flops += _backward_flops(n, nodes, grad) * stack  # cotangents are per copy
+            if recomputed(n):
+                g.flops += n.cost.flops * k   # the forward again, in the backward pass
         if n.op in ("arg", "param"):
             g.args += n.bytes_at(stack)
             if n.op == "param":
@@ -374,4 +397,5 @@ def estimate_graph(name: str, trace: Trace, stack: int, loss: int | None = None,
     g.temps = temps
     g.largest_temp = largest
     g.bytes_moved = moved
+    g.scans = list(trace.scans)
     return g

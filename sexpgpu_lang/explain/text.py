@@ -164,8 +164,12 @@ def _graph_body(g: dict, pad: str, x: dict | None, mesh: dict | None = None) -> 
     out = [pad + "  in   " + _io_text(g["inputs"])]
     if mesh:
         out.append(pad + "  shard " + ", ".join(f"{k} {v}" for k, v in graph_shardings(mesh, g).items()))
-    out += [pad + "  out  " + _io_text(g["outputs"]),
-            pad + f"  cost {fmt_flops(g['flops'])} · {fmt_bytes(g['bytes_moved'])} moved · live "
+    out.append(pad + "  out  " + _io_text(g["outputs"]))
+    for sc in g.get("scans", ()):
+        remat = "" if sc["remat"] == "everything-saveable" else f", remat :{sc['remat']}"
+        out.append(pad + f"  scan {sc['model']} × {sc['layers']} layers (one body, parameters `{sc['path']}` "
+                         f"stacked [{sc['layers']} ...]{remat})")
+    out += [pad + f"  cost {fmt_flops(g['flops'])} · {fmt_bytes(g['bytes_moved'])} moved · live "
                   f"{fmt_bytes(lv['total'])} (args {fmt_bytes(lv['args'])}, out {fmt_bytes(lv['outputs'])}, "
                   f"temps {fmt_bytes(lv['temps'])})"]
     if x and x.get("error"):

@@ -3,7 +3,10 @@
 `Trace` is an `ir.Interpreter`, as `sexpgpu_runtime.lowering.evaluate` is:
 the same walk and environments, but each registry op makes one `Node` with
 the type its rule gave and its cost (`cost.COSTS`) instead of a JAX array.
-An op repeated on the same inputs is one node, as XLA's CSE makes it.
+An op repeated on the same inputs is one node, as XLA's CSE makes it. A
+repeated block's layers are traced one after another (a scan's N iterations
+of one body: N times its FLOPs and residuals), each reading its layer's slice
+of the stacked parameters; nodes of a rematerialised call carry its region.
 
 Imports only the standard library and sexpgpu_lang; never JAX.
 """
@@ -34,6 +37,7 @@ class Node:
     per_copy: bool = False
     role: str = ""
     static: dict = field(default_factory=dict)
+    remat: tuple[int, str] | None = None   # computed inside a rematerialised call: (its region, its policy)
 
     @property
     def nbytes(self) -> int:
@@ -46,20 +50,30 @@ class Node:
 
 
 class _ParamView:
-    """A model's `self`: the parameter subtree at `path`, cast to `compute` dtype on read (bf16)."""
+    """A model's `self`: the parameter subtree at `path`, cast to `compute` dtype on read (bf16);
+    `layers`: (stacked path, layer) for each repeated block being applied, whose leaves read as
+    that layer's slice of the stack."""
 
-    def __init__(self, tracer: "Trace", path: tuple[str, ...], compute: str | None):
-        self.tracer, self.path, self.compute = tracer, path, compute
+    def __init__(self, tracer: "Trace", path: tuple[str, ...], compute: str | None,
+                 layers: tuple[tuple[tuple[str, ...], int], ...] = ()):
+        self.tracer, self.path, self.compute, self.layers = tracer, path, compute, layers
+
+    def at(self, path: tuple[str, ...], compute: str | None) -> "_ParamView":
+        """The view of the subtree at `path` (from the root), read in `compute` dtype."""
+        return _ParamView(self.tracer, path, compute, self.layers)
 
     def get(self, key: str):
         path = self.path + (key,)
         if path in self.tracer.param_leaves:
             node = self.tracer.param(path)
+            for prefix, i in self.layers:
+                if path[:len(prefix)] == prefix:
+                    node = self.tracer.layer_slice(node, i)
             if self.compute and is_float(node.type.dtype) and node.type.dtype != self.compute:
                 return self.tracer.cast_param(node, self.compute)
             return node
         if any(p[:len(path)] == path for p in self.tracer.param_leaves):
-            return _ParamView(self.tracer, path, self.compute)
+            return _ParamView(self.tracer, path, self.compute, self.layers)
         return None
 
 
@@ -77,6 +91,9 @@ class Trace(ir.Interpreter):
         self.cse: dict = {}
         self.counters: dict[str, list] = {}
         self.rows: Node | None = None
+        self.scans: list[dict] = []         # each repeated block applied: {model, path, layers, remat}
+        self.regions: list[dict] = []       # each rematerialised call: {policy, inputs (node ids)}
+        self.region: tuple[int, str] | None = None   # the rematerialised call being traced
 
     # -- nodes ---------------------------------------------------------------------------------
     def new(self, op: str, t: TensorType, inputs=(), cost=Cost(), per_copy=None, role="", static=None) -> Node:
@@ -89,7 +106,7 @@ class Trace(ir.Interpreter):
             key = (op, t, ins, pc, repr(sorted((static or {}).items())))
             if key in self.cse:
                 return self.cse[key]
-        n = Node(len(self.nodes), op, t, ins, cost, pc, role, static or {})
+        n = Node(len(self.nodes), op, t, ins, cost, pc, role, static or {}, self.region)
         self.nodes.append(n)
         if key is not None:
             self.cse[key] = n
@@ -123,6 +140,12 @@ class Trace(ir.Interpreter):
                                               role="frozen" if p.frozen else "param", static={"path": path})
         return self.param_nodes[path]
 
+    def layer_slice(self, node: Node, i: int) -> Node:
+        """Layer `i` of a stacked parameter `node` (`[N ...]` to `[...]`): what a scan's body reads."""
+        t = TensorType(node.type.shape[1:], node.type.dtype)
+        return self.new("slice", t, (node.id,), COSTS["slice"].flops([node.type], t, {}), per_copy=False,
+                        static={"layer": i})
+
     def cast_param(self, node: Node, dtype: str) -> Node:
         key = (node.id, dtype)
         if key not in self.casts:
@@ -155,7 +178,31 @@ class Trace(ir.Interpreter):
     def model_self(self, e: ir.ModelCall, params, args: list):
         if e.compute_dtype:
             args = [self.cast_value(a, e.compute_dtype) for a in args]
-        return _ParamView(self, tuple(e.path), e.compute_dtype), args
+        return params.at(tuple(e.path), e.compute_dtype), args
+
+    def call(self, e: ir.ModelCall, params, args: list):
+        """A model call; under a remat policy its nodes are tagged with a new region (`Node.remat`),
+        whose inputs (the call's arguments) the backward pass keeps to recompute the rest."""
+        if e.remat in (None, "everything-saveable"):
+            return super().call(e, params, args)
+        outer = self.region
+        inputs = [v.id for a in args for v in (a.values() if isinstance(a, dict) else [a]) if isinstance(v, Node)]
+        self.region = (len(self.regions), e.remat)
+        self.regions.append({"policy": e.remat, "inputs": inputs})
+        try:
+            return super().call(e, params, args)
+        finally:
+            self.region = outer
+
+    def repeat(self, e: ir.Repeat, params, args: list):
+        """A repeated block: its `e.count` layers traced one after another (each reading its slice
+        of the stacked parameters), as the scan runs them; recorded in `scans`."""
+        self.scans.append({"model": e.model, "path": ".".join(e.path), "layers": e.count,
+                           "remat": e.remat or "everything-saveable"})
+        carry, rest = args[0], list(args[1:])
+        for i in range(e.count):
+            carry = self.call(e, _ParamView(self, (), None, params.layers + ((tuple(e.path), i),)), [carry] + rest)
+        return carry
 
     def cast_value(self, v, dtype: str):
         if isinstance(v, Node) and is_float(v.type.dtype) and v.type.dtype != dtype:

@@ -95,6 +95,8 @@ def _form_keywords(ix: Index, frames: list[Frame], k: int, head: str) -> tuple[s
     if key == "params" or (k >= 2 and key_before(frames, k - 1) == "params"):
         if head in INITIALIZER_KEYWORDS:
             return INITIALIZER_KEYWORDS[head]
+        if head == "repeat":
+            return FORM_KEYWORDS["repeat"]
     if k == 0 and head in FORM_KEYWORDS:
         return FORM_KEYWORDS[head]
     if head == "stage":

@@ -11,7 +11,7 @@ from ..syntax import Kw, ListNode, Node, Num, Str, Sym, keyword_value
 from ..types import DTYPES, ErrorType, PlistType, TensorType, Type
 from .describe import code_block, describe, show_type
 from .index import Index
-from ..language import KEYWORD_DOCS, OPTIMIZERS, SOURCES, SPECIAL_FORMS, TOP_FORMS
+from ..language import KEYWORD_DOCS, OPTIMIZERS, REPEAT_ENTRY, SOURCES, SPECIAL_FORMS, TOP_FORMS
 from .results import HoverInfo
 
 
@@ -59,6 +59,9 @@ def _hover_call(ix: Index, call: ListNode, head: Node) -> str:
     if name in SPECIAL_FORMS:
         sig, doc = SPECIAL_FORMS[name]
         return code_block(sig + arrow) + f"\n\n{doc}"
+    if name == "repeat" and _in_params(ix, call):
+        sig, doc = REPEAT_ENTRY
+        return code_block(sig) + f"\n\n{doc}"
     if name in INITIALIZERS and _in_params(ix, call):
         sig, doc = INITIALIZERS[name]
         return code_block(sig + arrow) + f"\n\nparameter initialiser: {doc}"
