@@ -192,19 +192,53 @@ def load(path: Path, read_files: bool = False, build_ir: bool = True):
         raise fail(f"cannot read {path}: {e.strerror or e}")
 
 
-def run_files(paths: List[Path]) -> List[Path]:
-    """The files `lint` checks: each FILE as given, and every *.sx below each DIR (recursively, sorted).
-    A directory holding no *.sx is one line and exit 2."""
-    out: List[Path] = []
+def run_files(paths: List[Path]) -> List[tuple[Path, bool]]:
+    """The files `lint` checks, each with whether a DIR named it: each FILE as given, and every
+    *.sx below each DIR (recursively, sorted). A directory holding no *.sx is one line and exit 2."""
+    out: List[tuple[Path, bool]] = []
     for path in paths:
         if path.is_dir():
             found = sorted(p for p in path.rglob("*.sx") if p.is_file())
             if not found:
                 raise fail(f"no run files (*.sx) under {path}")
-            out += found
+            out += [(p, True) for p in found]
         else:
-            out.append(path)
+            out.append((path, False))
     return out
+
+
+class NotUtf8:
+    """A file found under a DIR that is not UTF-8 text, as `lint` reports it: one E-SYNTAX-003
+    at the first byte that does not decode (its text shown with U+FFFD for such bytes), so the
+    other files are still checked. Has the fields of a check result that `lint` prints."""
+
+    has_errors = True
+
+    def __init__(self, path: Path, data: bytes, e: UnicodeDecodeError):
+        from sexpgpu_lang.diagnostics import error
+        from sexpgpu_lang.source import SourceText, Span
+        self.source = SourceText(data.decode("utf-8", errors="replace"), str(path))
+        at = len(data[:e.start].decode("utf-8"))
+        self.diagnostics = [error("E-SYNTAX-003", Span(at, at + 1),
+                                  f"this file is not UTF-8 text ({e.reason} at byte {e.start}); nothing in it was checked",
+                                  help="save the file as UTF-8")]
+
+
+def lint_one(path: Path, found: bool, read_files: bool):
+    """Check one file for `lint`; a file found under a DIR that is not UTF-8 is a `NotUtf8`
+    diagnostic rather than the end of the command (`load` for everything else)."""
+    if found:
+        try:
+            data = path.read_bytes()
+        except OSError:
+            return load(path, read_files, build_ir=False)   # (which words it)
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as e:
+            return NotUtf8(path, data, e)
+        from sexpgpu_lang import analyze
+        return analyze(text, str(path), read_files, False)
+    return load(path, read_files, build_ir=False)
 
 
 def print_text(results, file=None) -> tuple[int, int]:
@@ -243,7 +277,7 @@ def lint(
     gc.disable()
     try:
         from sexpgpu_lang import render
-        results = [load(f, read_files, build_ir=False) for f in run_files(files)]
+        results = [lint_one(f, found, read_files) for f, found in run_files(files)]
     finally:
         if collecting:
             if _EXITS_AFTER:
