@@ -351,6 +351,9 @@ def run(
     except (ValueError, MeshError) as e:
         raise fail(str(e), 2)
 
+    too_big = never_fits(res.program, devices, fsdp)
+    if too_big:
+        raise fail(too_big, 1)
     opts = RunOptions(
         steps=steps,
         run_dir=run_dir if run_dir is not None else Path("runs") / file.stem,
@@ -384,6 +387,25 @@ def run(
         parts = [f"nothing to train: the checkpoint is at step {result.extra['start']} of {result.steps}"]
     parts += [shown] if shown else []
     print("; ".join(parts + [f"metrics in {opts.run_dir / 'metrics.jsonl'}"]), file=sys.stderr)
+
+
+def never_fits(program, devices: Optional[int], fsdp: Optional[bool]) -> Optional[str]:
+    """Why the run could never fit on its device, or None: its parameters and optimizer state
+    (exact sizes, split over the mesh with FSDP) alone exceed the device's memory, so `run` refuses
+    it before anything is allocated. None where the device reports no limit (the CPU)."""
+    from sexpgpu_lang.explain.graphs import optimizer_bytes, param_bytes
+    from sexpgpu_lang.explain.text import fmt_bytes
+    from sexpgpu_runtime.device import device_budget
+    budget, where = device_budget()
+    if budget is None:
+        return None
+    n = devices or program.run.devices or 1
+    split = fsdp if fsdp is not None else program.run.shard_params == "fsdp"
+    resident = (param_bytes(program) + optimizer_bytes(program)) // (n if split else 1)
+    if resident <= budget:
+        return None
+    return (f"the parameters and optimizer state take {fmt_bytes(resident)} per device, more than the "
+            f"{fmt_bytes(budget)} of {where}: the run could never fit (see `sexpgpu explain`)")
 
 
 def resume_command(file: Path, *, run_dir: Optional[Path] = None, steps: Optional[int] = None,

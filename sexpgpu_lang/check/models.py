@@ -26,7 +26,7 @@ from .facts import Definition
 from .forms import define_global
 from .identity import place_hash
 from .infer import infer, lambda_params
-from .keywords import const_value, keyword_args
+from .keywords import const_value, keyword_args, shape_in_range
 from .scope import Binding
 
 
@@ -154,6 +154,8 @@ def model_param(ctx: CheckContext, m: dict, model_name: str, kw: Kw, v: Node) ->
     if not isinstance(shape_t, ShapeType):
         if not isinstance(shape_t, ErrorType):
             ctx.err("E-TYPE-003", v.items[1].span, f"a parameter's shape must be a constant vector, got {shape_t.show()}")
+        return
+    if not shape_in_range(ctx, v.items[1], shape_t.dims, f"`{kind}`"):
         return
     start, dtype = 2, "f32"
     if len(v.items) > 2 and isinstance(v.items[2], Kw) and v.items[2].name in DTYPES:
