@@ -71,6 +71,7 @@ CODES: dict[str, str] = {
     "W-STACK-001": "a generator reads a per-microbatch context key: the run stays unstacked",
     "W-RAND-001": "an unsalted draw inside a generator",
     "W-RAND-002": "an unsalted draw in `prepare` or `objective`",
+    "W-MODEL-001": "a `:pretrained` file has tensors `:params` does not name",
 }
 
 

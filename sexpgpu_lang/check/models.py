@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 
 from .. import ir
+from ..diagnostics import warning
 from ..language import FORM_KEYWORDS, INITIALIZER_KEYWORDS
 from ..ops import INITIALIZERS
 from ..syntax import Kw, ListNode, Node, Sym
@@ -209,7 +210,9 @@ def _visit(ctx: CheckContext, name: str, path: tuple[str, ...], frozen: bool, st
 
 def check_pretrained(ctx: CheckContext):
     """Each reachable model's `:pretrained` file: its tensors' names, shapes and dtypes
-    against `:params` (read from the safetensors header; no tensor data is read).
+    against `:params` (read from the safetensors header; no tensor data is read, but the
+    header's byte ranges are compared with the file's size: E-MODEL-003 for a file cut short).
+    Tensors the file has that `:params` does not name are W-MODEL-001 (not loaded).
     Only with `read_files`: otherwise the file is recorded for the runtime, not opened."""
     ctx.pretrained_files = []
     for name, path in ctx.reachable.items():
@@ -246,5 +249,12 @@ def check_pretrained(ctx: CheckContext):
                 wrong.append(f"tensor `{tname}` is {gshape} {got[1]}, `:params` of `{name}` expects {shape} {p.dtype}")
         if wrong:
             ctx.err("E-MODEL-003", node.span, f"`{rel}`: " + "; ".join(wrong))
-        else:
-            ctx.pretrained_files.append((path, full))
+            continue
+        ctx.pretrained_files.append((path, full))
+        extra = sorted(set(header) - set(want))
+        if extra:
+            shown = ", ".join(f"`{t}`" for t in extra[:8]) + (f" and {len(extra) - 8} more" if len(extra) > 8 else "")
+            ctx.report(warning("W-MODEL-001", node.span,
+                               f"`{rel}` has {len(extra)} tensor{'s' if len(extra) != 1 else ''} that `:params` of "
+                               f"`{name}` does not name, which are not loaded: {shown}",
+                               help="name them in `:params`, or point at the file the model was trained into"))
