@@ -4,7 +4,9 @@ A thin shell: every check lives in sexpgpu_lang, every step in
 sexpgpu_runtime. `lint` and `lsp` never import JAX (the runtime is imported
 inside `run` and `explain --xla` only). Exit status: 0 clean, 1 when a file
 has errors (or a run fails), 2 for a usage or I/O problem, 130 or 143 when
-SIGINT or SIGTERM stopped a run (after saving a checkpoint to resume from).
+SIGINT or SIGTERM stopped a run (after saving a checkpoint to resume from;
+also for one that arrived while the run was starting, and at once for a
+second signal): docs/cli.md lists them.
 """
 import sys
 from enum import Enum
@@ -164,6 +166,46 @@ class ExplainFormat(str, Enum):
 
     text = "text"
     json = "json"
+
+
+class EarlySignals:
+    """`run`'s SIGINT/SIGTERM handler from its first line, before the front end, JAX and orbax are
+    imported (seconds under load): the first signal is noted (`received`), a second ends the
+    process at once with 128 + its number (as sexpgpu_runtime.signals.exit_now does; that module
+    cannot be imported this early, its package imports JAX). The training loop's `StopSignals`
+    takes a noted signal as its own and hands its own back, so the one protocol spans the run."""
+
+    def __init__(self) -> None:
+        self.received: Optional[int] = None
+
+    @classmethod
+    def install(cls) -> "EarlySignals":
+        """Install one for SIGINT and SIGTERM (in the main thread; elsewhere it installs nothing)."""
+        import signal
+        import threading
+        handler = cls()
+        if threading.current_thread() is threading.main_thread():
+            for s in (signal.SIGINT, signal.SIGTERM):
+                signal.signal(s, handler)
+        return handler
+
+    def __call__(self, signum, frame) -> None:
+        if self.received is None:
+            self.received = signum
+            return
+        import os
+        import signal
+        os.write(2, f"sexpgpu: a second {signal.Signals(signum).name}: exiting now\n".encode())
+        os._exit(128 + signum)
+
+    def stop_if_received(self) -> None:
+        """Exit 128 + the signal's number, saying so, if one arrived while the run was starting."""
+        if self.received is not None:
+            import signal
+            name = signal.Signals(self.received).name
+            print(f"sexpgpu: stopped by {name} while starting, before any step; nothing was trained or written",
+                  file=sys.stderr)
+            raise typer.Exit(128 + self.received)
 
 
 def fail(message: str, code: int = 2, debug: bool = False) -> "typer.Exit":
@@ -335,6 +377,7 @@ def run(
     phase, saves the last completed step, prints how to resume and exits 130
     or 143.
     """
+    early = EarlySignals.install()   # before anything slow is imported
     import shlex
     from sexpgpu_lang import render
     res = load(file, read_files=True)   # E-MODEL-003 (a `:pretrained` file that does not fit) stops it here
@@ -350,6 +393,7 @@ def run(
         initialize(coordinator, num_processes, process_id, detect=distributed)
     except (ValueError, MeshError) as e:
         raise fail(str(e), 2)
+    early.stop_if_received()
 
     too_big = never_fits(res.program, devices, fsdp)
     if too_big:
@@ -379,6 +423,10 @@ def run(
         raise typer.Exit(e.exit_code)
     except KeyboardInterrupt:
         raise fail("interrupted", 130)
+    if early.received is not None:   # after the loop's last look: the run is complete, say so
+        import signal
+        print(f"sexpgpu: {signal.Signals(early.received).name} arrived after the last step; the run had "
+              "finished, so it stopped as it would have", file=sys.stderr)
     last = result.history[-1] if result.history else {}
     shown = "  ".join(f"{k} {v:.4g}" for k, v in last.items() if k != "step")
     done = f"trained {result.steps} steps" if not resume else f"trained steps {result.extra['start'] + 1}-{result.steps}"
