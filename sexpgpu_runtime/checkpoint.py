@@ -79,6 +79,20 @@ class _QuietTasks(logging.Filter):
 _QUIET_TASKS = _QuietTasks()
 
 
+def _quiet_closed_loop(previous):
+    """A `sys.unraisablehook` that drops `RuntimeError('Event loop is closed')`: after a failed read,
+    tensorstore completes the reads still in flight from its own threads and hands each result
+    to orbax's event loop, closed by then (dozens of tracebacks for one truncated file). Anything
+    else goes to `previous`."""
+    def hook(unraisable):
+        e = unraisable.exc_value
+        if isinstance(e, RuntimeError) and str(e) == "Event loop is closed":
+            return
+        previous(unraisable)
+    hook.sexpgpu_quiet = True
+    return hook
+
+
 def digests(tree) -> dict[str, int] | None:
     """A CRC-32 of each array's bytes in `tree`, by its tree path (`jax.tree_util.keystr`); None
     where some array is not wholly on this process (a multi-process run: not digested)."""
@@ -200,6 +214,8 @@ class Checkpoints:
         tasks = logging.getLogger("asyncio")
         if _QUIET_TASKS not in tasks.filters:
             tasks.addFilter(_QUIET_TASKS)
+        if not getattr(sys.unraisablehook, "sexpgpu_quiet", False):
+            sys.unraisablehook = _quiet_closed_loop(sys.unraisablehook)
 
         self.ocp = ocp
         self.spec = spec
