@@ -4,7 +4,9 @@ A thin shell: every check lives in sexpgpu_lang, every step in
 sexpgpu_runtime. `lint` and `lsp` never import JAX (the runtime is imported
 inside `run` and `explain --xla` only). Exit status: 0 clean, 1 when a file
 has errors (or a run fails), 2 for a usage or I/O problem, 130 or 143 when
-SIGINT or SIGTERM stopped a run (after saving a checkpoint to resume from).
+SIGINT or SIGTERM stopped a run (after saving a checkpoint to resume from;
+also for one that arrived while the run was starting, and at once for a
+second signal): docs/cli.md lists them.
 """
 import sys
 from enum import Enum
@@ -166,6 +168,46 @@ class ExplainFormat(str, Enum):
     json = "json"
 
 
+class EarlySignals:
+    """`run`'s SIGINT/SIGTERM handler from its first line, before the front end, JAX and orbax are
+    imported (seconds under load): the first signal is noted (`received`), a second ends the
+    process at once with 128 + its number (as sexpgpu_runtime.signals.exit_now does; that module
+    cannot be imported this early, its package imports JAX). The training loop's `StopSignals`
+    takes a noted signal as its own and hands its own back, so the one protocol spans the run."""
+
+    def __init__(self) -> None:
+        self.received: Optional[int] = None
+
+    @classmethod
+    def install(cls) -> "EarlySignals":
+        """Install one for SIGINT and SIGTERM (in the main thread; elsewhere it installs nothing)."""
+        import signal
+        import threading
+        handler = cls()
+        if threading.current_thread() is threading.main_thread():
+            for s in (signal.SIGINT, signal.SIGTERM):
+                signal.signal(s, handler)
+        return handler
+
+    def __call__(self, signum, frame) -> None:
+        if self.received is None:
+            self.received = signum
+            return
+        import os
+        import signal
+        os.write(2, f"sexpgpu: a second {signal.Signals(signum).name}: exiting now\n".encode())
+        os._exit(128 + signum)
+
+    def stop_if_received(self) -> None:
+        """Exit 128 + the signal's number, saying so, if one arrived while the run was starting."""
+        if self.received is not None:
+            import signal
+            name = signal.Signals(self.received).name
+            print(f"sexpgpu: stopped by {name} while starting, before any step; nothing was trained or written",
+                  file=sys.stderr)
+            raise typer.Exit(128 + self.received)
+
+
 def fail(message: str, code: int = 2, debug: bool = False) -> "typer.Exit":
     """Print one `sexpgpu: error: ...` line to stderr and return the Exit to raise
     (after the traceback of the exception being handled, with `debug`)."""
@@ -192,19 +234,53 @@ def load(path: Path, read_files: bool = False, build_ir: bool = True):
         raise fail(f"cannot read {path}: {e.strerror or e}")
 
 
-def run_files(paths: List[Path]) -> List[Path]:
-    """The files `lint` checks: each FILE as given, and every *.sx below each DIR (recursively, sorted).
-    A directory holding no *.sx is one line and exit 2."""
-    out: List[Path] = []
+def run_files(paths: List[Path]) -> List[tuple[Path, bool]]:
+    """The files `lint` checks, each with whether a DIR named it: each FILE as given, and every
+    *.sx below each DIR (recursively, sorted). A directory holding no *.sx is one line and exit 2."""
+    out: List[tuple[Path, bool]] = []
     for path in paths:
         if path.is_dir():
             found = sorted(p for p in path.rglob("*.sx") if p.is_file())
             if not found:
                 raise fail(f"no run files (*.sx) under {path}")
-            out += found
+            out += [(p, True) for p in found]
         else:
-            out.append(path)
+            out.append((path, False))
     return out
+
+
+class NotUtf8:
+    """A file found under a DIR that is not UTF-8 text, as `lint` reports it: one E-SYNTAX-003
+    at the first byte that does not decode (its text shown with U+FFFD for such bytes), so the
+    other files are still checked. Has the fields of a check result that `lint` prints."""
+
+    has_errors = True
+
+    def __init__(self, path: Path, data: bytes, e: UnicodeDecodeError):
+        from sexpgpu_lang.diagnostics import error
+        from sexpgpu_lang.source import SourceText, Span
+        self.source = SourceText(data.decode("utf-8", errors="replace"), str(path))
+        at = len(data[:e.start].decode("utf-8"))
+        self.diagnostics = [error("E-SYNTAX-003", Span(at, at + 1),
+                                  f"this file is not UTF-8 text ({e.reason} at byte {e.start}); nothing in it was checked",
+                                  help="save the file as UTF-8")]
+
+
+def lint_one(path: Path, found: bool, read_files: bool):
+    """Check one file for `lint`; a file found under a DIR that is not UTF-8 is a `NotUtf8`
+    diagnostic rather than the end of the command (`load` for everything else)."""
+    if found:
+        try:
+            data = path.read_bytes()
+        except OSError:
+            return load(path, read_files, build_ir=False)   # (which words it)
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as e:
+            return NotUtf8(path, data, e)
+        from sexpgpu_lang import analyze
+        return analyze(text, str(path), read_files, False)
+    return load(path, read_files, build_ir=False)
 
 
 def print_text(results, file=None) -> tuple[int, int]:
@@ -243,7 +319,7 @@ def lint(
     gc.disable()
     try:
         from sexpgpu_lang import render
-        results = [load(f, read_files, build_ir=False) for f in run_files(files)]
+        results = [lint_one(f, found, read_files) for f, found in run_files(files)]
     finally:
         if collecting:
             if _EXITS_AFTER:
@@ -301,6 +377,7 @@ def run(
     phase, saves the last completed step, prints how to resume and exits 130
     or 143.
     """
+    early = EarlySignals.install()   # before anything slow is imported
     import shlex
     from sexpgpu_lang import render
     res = load(file, read_files=True)   # E-MODEL-003 (a `:pretrained` file that does not fit) stops it here
@@ -316,7 +393,11 @@ def run(
         initialize(coordinator, num_processes, process_id, detect=distributed)
     except (ValueError, MeshError) as e:
         raise fail(str(e), 2)
+    early.stop_if_received()
 
+    too_big = never_fits(res.program, devices, fsdp)
+    if too_big:
+        raise fail(too_big, 1)
     opts = RunOptions(
         steps=steps,
         run_dir=run_dir if run_dir is not None else Path("runs") / file.stem,
@@ -342,6 +423,10 @@ def run(
         raise typer.Exit(e.exit_code)
     except KeyboardInterrupt:
         raise fail("interrupted", 130)
+    if early.received is not None:   # after the loop's last look: the run is complete, say so
+        import signal
+        print(f"sexpgpu: {signal.Signals(early.received).name} arrived after the last step; the run had "
+              "finished, so it stopped as it would have", file=sys.stderr)
     last = result.history[-1] if result.history else {}
     shown = "  ".join(f"{k} {v:.4g}" for k, v in last.items() if k != "step")
     done = f"trained {result.steps} steps" if not resume else f"trained steps {result.extra['start'] + 1}-{result.steps}"
@@ -350,6 +435,25 @@ def run(
         parts = [f"nothing to train: the checkpoint is at step {result.extra['start']} of {result.steps}"]
     parts += [shown] if shown else []
     print("; ".join(parts + [f"metrics in {opts.run_dir / 'metrics.jsonl'}"]), file=sys.stderr)
+
+
+def never_fits(program, devices: Optional[int], fsdp: Optional[bool]) -> Optional[str]:
+    """Why the run could never fit on its device, or None: its parameters and optimizer state
+    (exact sizes, split over the mesh with FSDP) alone exceed the device's memory, so `run` refuses
+    it before anything is allocated. None where the device reports no limit (the CPU)."""
+    from sexpgpu_lang.explain.graphs import optimizer_bytes, param_bytes
+    from sexpgpu_lang.explain.text import fmt_bytes
+    from sexpgpu_runtime.device import device_budget
+    budget, where = device_budget()
+    if budget is None:
+        return None
+    n = devices or program.run.devices or 1
+    split = fsdp if fsdp is not None else program.run.shard_params == "fsdp"
+    resident = (param_bytes(program) + optimizer_bytes(program)) // (n if split else 1)
+    if resident <= budget:
+        return None
+    return (f"the parameters and optimizer state take {fmt_bytes(resident)} per device, more than the "
+            f"{fmt_bytes(budget)} of {where}: the run could never fit (see `sexpgpu explain`)")
 
 
 def resume_command(file: Path, *, run_dir: Optional[Path] = None, steps: Optional[int] = None,

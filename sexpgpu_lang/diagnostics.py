@@ -55,13 +55,13 @@ CODES: dict[str, str] = {
     "E-SHAPE-001": "shapes do not broadcast",
     "E-SHAPE-002": "matmul inner sizes differ",
     "E-SHAPE-003": "axis out of range",
-    "E-SHAPE-004": "reshape changes the size",
+    "E-SHAPE-004": "a size out of range, or a reshape that changes the size",
     "E-SHAPE-005": "shapes differ where they must agree",
     "E-GEN-001": "a generator phase returns something other than a plist of tensors",
     "E-GEN-002": "the state changes between trips",
     "E-GEN-003": "a generated name is a loader field",
     "E-GEN-004": "a metric inside a generator",
-    "E-GEN-005": "`:trips` is not an integer of 1 or more",
+    "E-GEN-005": "`:trips` is not an integer from 1 to 1048576",
     "E-CONTRACT-001": "`prepare` reads a field nobody provides",
     "E-CONTRACT-002": "`objective` does not return a float scalar",
     "E-CONTRACT-005": "a pass that does not run the generator reads a generated name",
@@ -74,6 +74,7 @@ CODES: dict[str, str] = {
     "W-STACK-001": "a generator reads a per-microbatch context key: the run stays unstacked",
     "W-RAND-001": "an unsalted draw inside a generator",
     "W-RAND-002": "an unsalted draw in `prepare` or `objective`",
+    "W-MODEL-001": "a `:pretrained` file has tensors `:params` does not name",
 }
 
 

@@ -3,9 +3,12 @@
 The format (huggingface/safetensors, "Format" in its README): 8 bytes of
 little-endian u64 header length N, then N bytes of JSON mapping each tensor
 name to `{"dtype", "shape", "data_offsets"}` (plus an optional
-`__metadata__`). The checker uses this to compare a `:pretrained` file
-with `:params` before anything runs; the runtime loads the data with the
-safetensors library itself. Pure Python; never JAX.
+`__metadata__`), then the tensors' bytes, each at its `data_offsets`
+(begin, end) from the end of the header. The checker uses this to compare a
+`:pretrained` file with `:params` before anything runs, and compares the
+offsets with the file's size, so a file cut short after its header is
+refused here rather than when the run loads it; the runtime loads the data
+with the safetensors library itself. Pure Python; never JAX.
 """
 from __future__ import annotations
 
@@ -14,6 +17,9 @@ import struct
 
 #: safetensors dtype names to SexpGPU's.
 DTYPES = {"F32": "f32", "F16": "f16", "BF16": "bf16", "I32": "i32", "I64": "i64", "BOOL": "bool"}
+#: Bytes per entry of safetensors' dtypes (its README's list), to check each tensor's byte range.
+ITEMSIZE = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U64": 8, "U32": 4,
+            "U16": 2, "U8": 1, "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1}
 
 
 class HeaderError(Exception):
@@ -31,6 +37,8 @@ def read_header(path: str) -> dict[str, tuple[tuple[int, ...], str]]:
             if n > 100_000_000:
                 raise HeaderError("it is not a safetensors file (header length out of range)")
             raw = fh.read(n)
+            fh.seek(0, 2)
+            data_size = fh.tell() - 8 - n
     except FileNotFoundError:
         raise HeaderError("no such file")
     except OSError as e:
@@ -53,4 +61,26 @@ def read_header(path: str) -> dict[str, tuple[tuple[int, ...], str]]:
         except (TypeError, ValueError):
             raise HeaderError(f"it is not a safetensors file (tensor `{name}` has no list of integers for its shape)")
         out[name] = (shape, DTYPES.get(dt, dt))
+        _check_bytes(name, info, shape, dt, data_size)
     return out
+
+
+def _check_bytes(name: str, info: dict, shape: tuple[int, ...], dt: str, data_size: int) -> None:
+    """Raise HeaderError unless tensor `name`'s `data_offsets` lie inside the `data_size` bytes the
+    file holds after its header (a file cut short: `data_size` may be negative) and span its
+    shape's entries times its dtype's size."""
+    offsets = info.get("data_offsets")
+    if (not isinstance(offsets, list) or len(offsets) != 2
+            or not all(isinstance(o, int) and not isinstance(o, bool) for o in offsets) or not 0 <= offsets[0] <= offsets[1]):
+        raise HeaderError(f"it is not a safetensors file (tensor `{name}` has no `data_offsets` [begin, end])")
+    begin, end = offsets
+    if end > max(data_size, 0):
+        raise HeaderError(f"it is cut short: tensor `{name}` ends at byte {end} of the data, and the file holds "
+                          f"{max(data_size, 0)} bytes of data after its header")
+    size = ITEMSIZE.get(dt)
+    count = 1
+    for d in shape:
+        count *= d
+    if size is not None and end - begin != count * size:
+        raise HeaderError(f"it is not a safetensors file (tensor `{name}` takes {end - begin} bytes, "
+                          f"its shape and dtype need {count * size})")

@@ -16,16 +16,17 @@ Tokens come from the terminals of `grammar.lark`: lark's compiled lexer
 pattern, stored in `_lexer_table.py` so that a parse imports no lark (it is
 used while its copy of the grammar equals grammar.lark; `write_lexer_table()`
 writes it again, and tests/test_lexer_table.py compares it with lark's).
-lark's own lexer reports a character that starts no token. Once
+One pass over the text gives the tokens lark's lexer gives; it reports a
+character that starts no token and resumes after it, so lexing stays linear
+in the text's length however many characters are bad. Once
 the balancer has paired every bracket, the grammar's two rules (`list`,
 `vector`) are applied to the balanced tokens directly, building frozen
 dataclasses that carry a `Span`; this replaced feeding lark's LALR parser
 token by token, which gave the same trees (benchmarks/parse_incremental.py
 --check compares the two on every run file in the repository and random
 edits of them) at several times the cost. Unchanged top-level forms are
-reused from the previous parse of the same text. lark is imported only for
-a text with a character that starts no token, and nothing after this module
-imports it.
+reused from the previous parse of the same text. lark is imported only
+when grammar.lark no longer matches the stored pattern.
 """
 from __future__ import annotations
 
@@ -196,7 +197,7 @@ _TEXT = {"LPAR": "(", "RPAR": ")", "LBRACK": "[", "RBRACK": "]"}
 
 @lru_cache(maxsize=1)
 def _lark():
-    """grammar.lark as a lark parser (only its lexer is used: `_lex` on a bad character)."""
+    """grammar.lark as a lark parser (only its lexer's pattern is used; see `_scanner`)."""
     from lark import Lark
     # cache=True keeps lark's LALR table construction out of every start-up.
     return Lark(_GRAMMAR.read_text(), parser="lalr", lexer="basic", cache=True,
@@ -204,64 +205,92 @@ def _lark():
 
 
 def _lex(text: str, diags: list[Diagnostic], unterminated: set[int] | None = None) -> tuple[list[Token], list[Span]]:
-    """All tokens of `text`, skipping (and reporting) characters that start none.
+    """All tokens of `text` and its comments' ranges, as lark's lexer gives them, in one pass.
 
-    An unterminated string is reported and closed at its line's end; its start
-    offset goes into `unterminated`."""
+    A character that starts no token is reported (E-SYNTAX-003) and skipped; an
+    unterminated string is reported and closed at its line's end (its last character
+    read as the `"`, so that the brackets it swallowed are not reported again; see
+    `parse`) and its start offset goes into `unterminated`. Scanning resumes right
+    after each repair, so the work is linear in the text's length however many
+    characters are bad (it used to lex the whole text again after each one)."""
     unterminated = set() if unterminated is None else unterminated
-    fast = _lex_fast(text)
-    if fast is not None:
-        return _glued_numbers(fast[0], diags), fast[1]
-    from lark.exceptions import UnexpectedCharacters
-    lark = _lark()
+    patterns = _scanner()
     tokens: list[Token] = []
     comments: list[Span] = []
-    pos = 0
-    masked = text
-    while True:
-        try:
-            for tok in lark.lex(masked, dont_ignore=True):
-                if tok.type == "COMMENT":
-                    comments.append(Span(tok.start_pos, tok.end_pos))
-                elif tok.type != "WS":
-                    tokens.append(Token(tok.type, tok.value, tok.start_pos, tok.line, tok.column, tok.end_pos))
-            return _glued_numbers(tokens, diags), comments
-        except UnexpectedCharacters as e:
-            pos = e.pos_in_stream
-            ch = masked[pos]
-            if ch == '"':
-                end = masked.find("\n", pos)
-                end = len(masked) if end < 0 else end
-                while end > pos + 1 and masked[end - 1] == "\r":
-                    end -= 1
-                diags.append(error("E-SYNTAX-003", Span(pos, end), "unterminated string: add the closing `\"` on this line"))
-                if end - pos >= 2 and masked[end - 2] != "\\":
-                    # Close it in place (its last character becomes the `"`): it stays one string,
-                    # and the brackets it swallowed are not reported again (see `parse`).
-                    masked = masked[:end - 1] + '"' + masked[end:]
-                    unterminated.add(pos)
-                else:
-                    masked = masked[:pos] + " " * (end - pos) + masked[end:]
+    pos, line, line_start, n = 0, 1, 0, len(text)
+    while pos < n:
+        # Each match starts where the previous one ended; one that starts later (or none)
+        # means the character at `pos` starts no token. With several patterns (another lark
+        # version), the first that matches at `pos` wins, as in lark's scanner.
+        if len(patterns) == 1:
+            matches = patterns[0].finditer(text, pos)
+        else:
+            matches = iter(lambda: _match_first(patterns, text, pos), None)
+        for m in matches:
+            start, end = m.span()
+            if start != pos or end == pos:
+                break
+            kind = m.lastgroup
+            if kind == "WS":
+                k = text.count("\n", pos, end)
+                if k:
+                    line += k
+                    line_start = text.rindex("\n", pos, end) + 1
+            elif kind == "COMMENT":
+                comments.append(Span(pos, end))
             else:
-                shown = ch if ch.isprintable() else f"U+{ord(ch):04X}"
-                diags.append(error("E-SYNTAX-003", Span(pos, pos + 1), f"unexpected character `{shown}`"))
-                masked = masked[:pos] + " " + masked[pos + 1:]
-            tokens.clear()
-            comments.clear()
+                tokens.append(Token(kind, m.group(), pos, line, pos - line_start + 1, end))
+            pos = end
+        if pos < n:
+            pos = _recover(text, pos, line, pos - line_start + 1, tokens, diags, unterminated)
+    return _glued_numbers(tokens, diags), comments
+
+
+def _match_first(patterns, text: str, pos: int):
+    """The first of `patterns` that matches at `pos`, or None (lark's scanner with several patterns)."""
+    for p in patterns:
+        m = p.match(text, pos)
+        if m is not None:
+            return m
+    return None
+
+
+def _recover(text: str, pos: int, line: int, column: int, tokens: list[Token],
+             diags: list[Diagnostic], unterminated: set[int]) -> int:
+    """Report the character at `pos`, which starts no token, and return where lexing resumes.
+
+    An unterminated string is closed in place when its line's last character can be read
+    as the closing `"` (the token then carries that text), else skipped to the line's end."""
+    if text[pos] != '"':
+        ch = text[pos]
+        shown = ch if ch.isprintable() else f"U+{ord(ch):04X}"
+        diags.append(error("E-SYNTAX-003", Span(pos, pos + 1), f"unexpected character `{shown}`"))
+        return pos + 1
+    end = text.find("\n", pos)
+    end = len(text) if end < 0 else end
+    while end > pos + 1 and text[end - 1] == "\r":
+        end -= 1
+    diags.append(error("E-SYNTAX-003", Span(pos, end), "unterminated string: add the closing `\"` on this line"))
+    if end - pos >= 2 and text[end - 2] != "\\":
+        # No `"` before it is unescaped (else the string had ended), so this one closes it.
+        tokens.append(Token("STRING", text[pos:end - 1] + '"', pos, line, column, end))
+        unterminated.add(pos)
+    return end
 
 
 @lru_cache(maxsize=1)
-def _scanner():
-    """The terminals' compiled pattern (one alternation, in lark's order): the stored copy
-    (`_lexer_table`) while its grammar is grammar.lark's text, else lark's own; or None."""
+def _scanner() -> tuple:
+    """The terminals' compiled patterns, in lark's order: the stored copy (`_lexer_table`)
+    while its grammar is grammar.lark's text, else lark's own (one, or several when a lark
+    version splits the alternation)."""
     from . import _lexer_table as table
     try:
         same = _GRAMMAR.read_text() == table.GRAMMAR
     except OSError:
         same = False
     if same:
-        return re.compile(table.PATTERN, table.FLAGS)
-    return lark_pattern()
+        return (re.compile(table.PATTERN, table.FLAGS),)
+    return tuple(_lark()._build_lexer(True).scanner._mres)
 
 
 def lark_pattern():
@@ -291,41 +320,6 @@ def write_lexer_table(path: pathlib.Path | None = None) -> pathlib.Path:
         f"PATTERN = {pattern.pattern!r}\n\n"
         f"FLAGS = {int(pattern.flags)}\n", encoding="utf-8")
     return path
-
-
-def _lex_fast(text: str):
-    """The tokens and comments of `text` exactly as lark's lexer gives them (with lark's own
-    pattern), without its per-token overhead; None when some character starts no token
-    (then `_lex` lets lark's lexer report it)."""
-    pattern = _scanner()
-    if pattern is None:
-        return None
-    tokens: list[Token] = []
-    comments: list[Span] = []
-    pos, line, line_start = 0, 1, 0
-    # Each match starts where the previous one ended (else a character started no token):
-    # then it is the match lark's lexer finds there, as no terminal matches the empty text.
-    for m in pattern.finditer(text):
-        start, end = m.span()
-        if start != pos or end == pos:
-            return None
-        kind = m.lastgroup
-        if kind == "WS":
-            k = text.count("\n", pos, end)
-            if k:
-                line += k
-                line_start = text.rindex("\n", pos, end) + 1
-        elif kind == "COMMENT":
-            comments.append(Span(pos, end))
-        else:
-            value = m.group()
-            if "\n" in value:   # no token but WS holds a newline today; stay exact if one ever does
-                return None
-            tokens.append(Token(kind, value, pos, line, pos - line_start + 1, end))
-        pos = end
-    if pos != len(text):
-        return None
-    return tokens, comments
 
 
 _ATOMS = ("INT", "FLOAT", "SYMBOL", "KEYWORD", "STRING")

@@ -12,7 +12,14 @@ Each checkpoint holds two items:
   state, the counter totals), restored against the tree a fresh run builds,
   so optax's named tuples come back as they were;
 - `meta`: JSON with the step, the records consumed (the loader position,
-  see loaders.py), the identity (a hash of the run file's forms) and the seed.
+  see loaders.py), the identity (a hash of the run file's forms), the seed,
+  and a CRC-32 of every array of `state` (`digests`, by its tree path),
+  written in the same atomic rename as the arrays.
+
+Restoring verifies what was read against those digests; a checkpoint that
+cannot be read or does not verify (bytes overwritten on disk, a truncated
+data file, a stray empty step directory) is skipped, saying so on stderr,
+and the newest one that verifies is resumed (docs/checkpoints.md).
 
 `:checkpoint (:every N :dir D :keep K)`: D is relative to the run dir
 (docs/checkpoints.md says why).
@@ -31,6 +38,8 @@ from __future__ import annotations
 
 import logging
 import shutil
+import sys
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,6 +53,7 @@ DEFAULT_DIR = "checkpoints"
 DEFAULT_EVERY = 1000
 DEFAULT_KEEP = 3
 TMP_SUFFIX = ".orbax-checkpoint-tmp"   # orbax's name for a directory being written
+CORRUPT_SUFFIX = ".corrupt"           # a checkpoint that failed to read or verify, moved aside
 
 
 class _QuietOrbax(logging.Filter):
@@ -55,6 +65,57 @@ class _QuietOrbax(logging.Filter):
 
 
 _QUIET = _QuietOrbax()
+
+
+class _QuietTasks(logging.Filter):
+    """A failed read of tensorstore's leaves one asyncio task per array whose exception nobody
+    retrieves (`Task exception was never retrieved`, with a traceback each, ~130 lines for a
+    truncated file); the failure itself is reported as one line, so drop those records."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("Task exception was never retrieved")
+
+
+_QUIET_TASKS = _QuietTasks()
+
+
+def _quiet_closed_loop(previous):
+    """A `sys.unraisablehook` that drops `RuntimeError('Event loop is closed')`: after a failed read,
+    tensorstore completes the reads still in flight from its own threads and hands each result
+    to orbax's event loop, closed by then (dozens of tracebacks for one truncated file). Anything
+    else goes to `previous`."""
+    def hook(unraisable):
+        e = unraisable.exc_value
+        if isinstance(e, RuntimeError) and str(e) == "Event loop is closed":
+            return
+        previous(unraisable)
+    hook.sexpgpu_quiet = True
+    return hook
+
+
+def digests(tree) -> dict[str, int] | None:
+    """A CRC-32 of each array's bytes in `tree`, by its tree path (`jax.tree_util.keystr`); None
+    where some array is not wholly on this process (a multi-process run: not digested)."""
+    out = {}
+    for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
+        if isinstance(leaf, jax.Array) and not leaf.is_fully_addressable:
+            return None
+        a = np.ascontiguousarray(np.asarray(leaf))
+        out[jax.tree_util.keystr(path)] = zlib.crc32(a.reshape(-1).view(np.uint8)) if a.size else 0
+    return out
+
+
+def first_difference(saved: dict, tree) -> str | None:
+    """The first array of `tree` whose digest differs from `saved` (or is absent from `tree`), described; None when all agree."""
+    got = digests(tree)
+    if got is None:
+        return None
+    for key, crc in saved.items():
+        if key not in got:
+            return f"array {key} is missing"
+        if got[key] != crc:
+            return f"array {key} does not match the digest written with it"
+    return None
 
 
 class CheckpointError(Exception):
@@ -150,6 +211,11 @@ class Checkpoints:
         absl = logging.getLogger("absl")
         if _QUIET not in absl.filters:
             absl.addFilter(_QUIET)
+        tasks = logging.getLogger("asyncio")
+        if _QUIET_TASKS not in tasks.filters:
+            tasks.addFilter(_QUIET_TASKS)
+        if not getattr(sys.unraisablehook, "sexpgpu_quiet", False):
+            sys.unraisablehook = _quiet_closed_loop(sys.unraisablehook)
 
         self.ocp = ocp
         self.spec = spec
@@ -170,7 +236,9 @@ class Checkpoints:
             raise CheckpointError(f"cannot open checkpoints in {spec.dir}: {_reason(e)}")
 
     def _remove_torn_writes(self) -> None:
-        """Delete the temporary directories of writes a killed process left (never a checkpoint).
+        """Delete the temporary directories of writes a killed process left (never a checkpoint),
+        and empty directories named like a step (never a checkpoint either: orbax renames a
+        checkpoint into place whole; one would be taken for the newest and block resuming).
 
         Done here, synchronously, rather than with orbax's
         `cleanup_tmp_directories`, which runs in a background thread that
@@ -180,6 +248,11 @@ class Checkpoints:
         for p in self.dir.iterdir():
             if TMP_SUFFIX in p.name and p.is_dir():
                 shutil.rmtree(p, ignore_errors=True)
+            elif p.name.isdigit() and p.is_dir() and not any(p.iterdir()):
+                try:
+                    p.rmdir()
+                except OSError:
+                    pass
 
     # -- what is there --------------------------------------------------------------------------
     def steps(self) -> list[int]:
@@ -227,6 +300,9 @@ class Checkpoints:
         self.check_space(tree, step)
         meta = {"format": FORMAT, "step": int(step), "records": int(records), "identity": self.identity.forms,
                 "seed": int(self.identity.seed), "file": str(self.file)}
+        sums = digests(tree)
+        if sums is not None:
+            meta["digests"] = sums
         try:
             self.manager.save(int(step), args=ocp.args.Composite(state=ocp.args.StandardSave(tree),
                                                                  meta=ocp.args.JsonSave(meta)), force=True)
@@ -287,20 +363,65 @@ class Checkpoints:
                                   f"{self.identity_of(meta).show()}; this file has {self.identity.show()}, so it "
                                   "cannot resume it (give another --run-dir to start this file afresh)")
 
+    def newest_meta(self) -> tuple[int, dict] | None:
+        """The newest checkpoint whose JSON item reads, with it; None when there is none."""
+        for step in reversed(self.steps()):
+            try:
+                return step, self.meta(step)
+            except CheckpointError:
+                continue
+        return None
+
     def restore(self, like) -> tuple[int, object, int]:
-        """Restore the newest complete checkpoint as a tree shaped like `like`: (step, tree, records)."""
-        step = self.latest()
-        if step is None:
+        """Restore the newest checkpoint that reads and verifies as a tree shaped like `like`:
+        (step, tree, records).
+
+        A checkpoint that cannot be read, or whose arrays differ from the digests written with
+        them, is skipped with one line on stderr naming it and why; CheckpointError when none is
+        left (listing why each failed), or when the newest readable one is another run's."""
+        steps = self.steps()
+        if not steps:
             raise CheckpointError(f"no complete checkpoint in {self.spec.dir} to resume from")
-        meta = self.meta(step)
-        self.check_identity(step, meta)
         ocp = self.ocp
         abstract = jax.tree_util.tree_map(ocp.utils.to_shape_dtype_struct, like)
-        try:
-            got = self.manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract)))
-        except Exception as e:
-            raise CheckpointError(f"cannot read checkpoint step {step} in {self.spec.dir}: {_reason(e)}")
-        return step, got.state, int(meta["records"])
+        failed: list[str] = []
+        for step in reversed(steps):
+            try:
+                meta = self.meta(step)
+            except CheckpointError as e:
+                failed.append(self._skip(step, str(e)))
+                continue
+            self.check_identity(step, meta)
+            try:
+                got = self.manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract)))
+            except Exception as e:
+                failed.append(self._skip(step, f"cannot read checkpoint step {step} in {self.spec.dir}: {_reason(e)}"))
+                continue
+            wrong = first_difference(meta.get("digests") or {}, got.state)
+            if wrong is not None:
+                failed.append(self._skip(step, f"checkpoint step {step} in {self.spec.dir} is corrupt: {wrong}"))
+                continue
+            if failed:
+                print(f"sexpgpu: resuming from checkpoint step {step}, the newest that verifies", file=sys.stderr)
+            return step, got.state, int(meta["records"])
+        raise CheckpointError("no checkpoint in " + str(self.spec.dir) + " verifies: " + "; ".join(failed))
+
+    def _skip(self, step: int, why: str) -> str:
+        """Say on stderr that checkpoint `step` is skipped, and why, and move it aside to
+        `<step>.corrupt` (kept for inspection; orbax reads only step-named directories), so that
+        the resumed run can write that step again; return the why."""
+        aside = self.dir / f"{step}{CORRUPT_SUFFIX}"
+        if jax.process_index() == 0:
+            try:
+                if aside.exists():
+                    shutil.rmtree(aside)
+                (self.dir / str(step)).rename(aside)
+            except OSError:
+                aside = None
+        self.manager.reload()
+        where = f" (moved to {aside.name})" if aside is not None else ""
+        print(f"sexpgpu: warning: {why}; skipping it{where}", file=sys.stderr)
+        return why
 
     def close(self) -> None:
         """Finish pending writes and release the manager's threads. Never raises: a failed write was

@@ -3,11 +3,14 @@
 `Reporter` is handed one row per logged step by the loop (train.py) and
 knows nothing of how the row was computed; `keep_rows_up_to` trims the
 rows an interrupted process logged past its last checkpoint, so a resumed
-run has one row per step. It must not import train.py.
+run has one row per step. Each metrics.jsonl row is written whole or not
+at all (`RowFile`): a full disk is one RunError and the file keeps only
+whole rows. It must not import train.py.
 """
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -37,7 +40,7 @@ class Reporter:
             if append and jax.process_index() == 0:
                 keep_rows_up_to(self.path, start)
             if jax.process_index() == 0:
-                self.fh = open(self.path, "a" if append else "w", encoding="utf-8")
+                self.fh = RowFile(self.path, append)
         except OSError as e:
             raise RunError(f"cannot write {self.path}: {e.strerror or e}")
         self.total, self.quiet, self.start, self.done = total, quiet, start, start
@@ -69,12 +72,11 @@ class Reporter:
         """A logged step: one metrics.jsonl row, TensorBoard scalars, the bar or one plain line."""
         try:
             if self.fh is not None:
-                self.fh.write(json.dumps(row) + "\n")
-                self.fh.flush()
+                self.fh.write_row(json.dumps(row) + "\n")
+            if self.tb is not None:
+                self.tb.log(row)
         except OSError as e:
-            raise RunError(f"cannot write {self.path}: {e.strerror or e}")
-        if self.tb is not None:
-            self.tb.log(row)
+            raise RunError(f"cannot write the metrics of step {row.get('step')} in {self.path.parent}: {e.strerror or e}")
         rate = self._rate(done)
         if self.bar is not None:   # the bar may be ahead of the row: rows are written once the device has the step
             self.bar.update(self.task, completed=max(done, self.done), loss=f"{row.get('loss', float('nan')):.4f}",
@@ -84,13 +86,52 @@ class Reporter:
             print("  ".join(parts) + f"  {rate:.1f} steps/s", file=sys.stderr, flush=True)
 
     def close(self):
-        """Stop the progress bar and close metrics.jsonl."""
+        """Stop the progress bar and close metrics.jsonl and TensorBoard's files (a RunError when
+        TensorBoard cannot write its last events, the disk being full say; metrics.jsonl holds
+        nothing unwritten)."""
         if self.bar is not None:
             self.bar.stop()
-        if self.tb is not None:
-            self.tb.close()
         if self.fh is not None:
             self.fh.close()
+            self.fh = None
+        if self.tb is not None:
+            tb, self.tb = self.tb, None
+            try:
+                tb.close()
+            except OSError as e:
+                raise RunError(f"cannot write the TensorBoard events in {self.path.parent}: {e.strerror or e}")
+
+
+class RowFile:
+    """metrics.jsonl opened for whole rows: each `write_row` goes to the file in unbuffered
+    writes, and one that fails part way (ENOSPC, EIO) is cut off again (`ftruncate` to where the
+    row began) before the OSError is raised, so the file never ends in a torn row and nothing is
+    left in a buffer for `close` to fail on."""
+
+    def __init__(self, path: Path, append: bool):
+        flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if append else os.O_TRUNC)
+        self.fd = os.open(path, flags, 0o644)
+        self.end = os.lseek(self.fd, 0, os.SEEK_END)
+
+    def write_row(self, line: str) -> None:
+        """Write `line` whole, or raise OSError leaving the file as it was."""
+        data = line.encode("utf-8")
+        done = 0
+        try:
+            while done < len(data):
+                done += os.write(self.fd, data[done:])
+        except OSError:
+            if done:
+                try:
+                    os.ftruncate(self.fd, self.end)
+                except OSError:
+                    pass   # (the next `keep_rows_up_to` drops a torn last row)
+            raise
+        self.end += done
+
+    def close(self) -> None:
+        """Close the file (everything is already written)."""
+        os.close(self.fd)
 
 
 def keep_rows_up_to(path: Path, step: int) -> None:
@@ -101,7 +142,7 @@ def keep_rows_up_to(path: Path, step: int) -> None:
     if not path.exists():
         return
     kept = []
-    for line in path.read_text(encoding="utf-8").splitlines():
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
         try:
             if json.loads(line)["step"] <= step:
                 kept.append(line)

@@ -72,9 +72,9 @@ def claim_run_dir(store: Checkpoints, options: RunOptions) -> None:
     resume, overwrite = options.resume, options.overwrite
     metrics = options.run_dir / "metrics.jsonl"
     try:
-        latest = store.latest()
-        if latest is not None:
-            meta = store.meta(latest)
+        newest = store.newest_meta()   # (one that cannot be read is skipped here, and by `restore`)
+        if newest is not None:
+            latest, meta = newest
             if not resume and not overwrite:
                 if store.is_ours(meta):
                     raise RunError(f"{store.spec.dir} already holds checkpoints of this run (newest: step {latest}); "
@@ -83,6 +83,10 @@ def claim_run_dir(store: Checkpoints, options: RunOptions) -> None:
                                f"newest: step {latest}); pass --overwrite to replace that run, or give another --run-dir")
             if resume:
                 store.check_identity(latest, meta)
+        elif store.latest() is not None:   # checkpoints, none of whose JSON items reads
+            if not resume and not overwrite:
+                raise RunError(f"{store.spec.dir} already holds checkpoints that cannot be read (newest: step "
+                               f"{store.latest()}); pass --overwrite to start over, or give another --run-dir")
         elif resume:
             raise RunError(f"nothing to resume: no complete checkpoint in {store.spec.dir}; "
                            "run without --resume to start at step 0")

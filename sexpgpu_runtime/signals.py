@@ -7,9 +7,18 @@ the middle of a checkpoint write or an optimizer update: the step in flight is
 abandoned whole and the last completed state is what gets saved.
 
 A second signal while the first is being handled (the final checkpoint is
-being written, say) is not ignored: the default action runs (SIGINT raises
-KeyboardInterrupt, SIGTERM ends the process), which is safe because a
-checkpoint is complete or absent.
+being written, say) ends the process at once (`exit_now`: one line on
+stderr, then `os._exit(128 + signum)`, 130 or 143), without unwinding: no
+traceback, no wait on orbax's threads. That is safe because a checkpoint is
+complete or absent (orbax renames it into place whole; a write cut short is
+removed when the directory is next opened), and metrics.jsonl rows are
+written whole.
+
+The CLI installs a handler of its own before it imports anything slow (an
+object with a `received` attribute, see sexpgpu_cli.main.EarlySignals);
+`StopSignals` takes a signal that handler noted as its own first, and hands
+its own back to it on exit, so a signal in the start-up or after the last
+step is acted on too, and a later one is always a second.
 
 Imports nothing from JAX or sexpgpu_lang.
 """
@@ -40,6 +49,17 @@ class Stopped(Exception):
         return 128 + self.signum
 
 
+def exit_now(signum: int) -> None:
+    """End the process at once for a second stop signal: one line on stderr, then exit status
+    128 + signum without unwinding (no traceback, no wait on other threads)."""
+    name = signal.Signals(signum).name
+    try:
+        os.write(2, (f"sexpgpu: a second {name}: exiting now; the checkpoints already complete are kept "
+                     "(one being written is discarded)\n").encode())
+    finally:
+        os._exit(128 + signum)
+
+
 class StopSignals:
     """A context manager that notes SIGINT and SIGTERM while a run trains, and restores the old handlers after.
 
@@ -55,21 +75,24 @@ class StopSignals:
     def __enter__(self) -> "StopSignals":
         if threading.current_thread() is threading.main_thread():
             for s in self.signals:
-                self._old[s] = signal.signal(s, self._note)
+                self._old[s] = old = signal.signal(s, self._note)
+                pending = getattr(old, "received", None)   # noted by the CLI's start-up handler
+                if pending is not None and self.received is None:
+                    self.received = pending
         return self
 
     def __exit__(self, *exc) -> None:
         for s, old in self._old.items():
             signal.signal(s, old)
+            if self.received is not None and getattr(old, "received", 0) is None:
+                old.received = self.received   # a later signal is a second one
         self._old.clear()
 
     def _note(self, signum, frame) -> None:
         if self.received is None:
             self.received = signum
             return
-        # A second signal: give it its default meaning now.
-        signal.signal(signum, signal.default_int_handler if signum == signal.SIGINT else signal.SIG_DFL)
-        os.kill(os.getpid(), signum)
+        exit_now(signum)
 
     def check(self) -> None:
         """Raise `Stopped` if a stop signal has arrived since the run began."""

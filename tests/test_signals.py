@@ -24,12 +24,17 @@ def test_a_signal_is_noted_and_raised_where_the_loop_looks(sig, code):
     assert signal.getsignal(sig) is before
 
 
-def test_a_second_sigint_interrupts_at_once():
-    with StopSignals() as stop:
-        os.kill(os.getpid(), signal.SIGINT)
-        with pytest.raises(KeyboardInterrupt):
-            os.kill(os.getpid(), signal.SIGINT)
-        assert stop.received == signal.SIGINT
+def test_a_second_sigint_ends_the_process_at_once():
+    code = ("import os, signal\n"
+            "from sexpgpu_runtime.signals import StopSignals\n"
+            "with StopSignals() as stop:\n"
+            "    os.kill(os.getpid(), signal.SIGINT)\n"
+            "    assert stop.received == signal.SIGINT\n"
+            "    os.kill(os.getpid(), signal.SIGINT)\n"
+            "    print('not reached')\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 130 and r.stdout == "", r.stderr
+    assert r.stderr.startswith("sexpgpu: a second SIGINT: exiting now") and "Traceback" not in r.stderr
 
 
 def sexpgpu(*args, **kw):

@@ -24,7 +24,8 @@ from .context import CheckContext, near_miss
 from .contracts import stage_loader
 from .facts import Definition
 from .infer import infer, lambda_params
-from .keywords import config_plist, const_int, const_keyword, const_value, integer_constant, keyword_args, remat_policy
+from .keywords import (MAX_HOST_CALLS, MAX_SEED, MAX_SIZE, config_plist, const_int, const_keyword, const_value,
+                       integer_constant, keyword_args, remat_policy, shape_in_range)
 from .scope import Binding
 
 
@@ -86,7 +87,7 @@ def top_loader(ctx: CheckContext, f: ListNode):
         define_global(ctx, f.items[1], "loader", f, LoaderType(getattr(f.items[1], "name", "?")))
         return
     source = loader_source(ctx, kws["source"][1])
-    batch = const_int(ctx, kws["batch"][1], "`:batch`", 1)
+    batch = const_int(ctx, kws["batch"][1], "`:batch`", 1, maximum=MAX_SIZE, why=" (XLA's sizes are 32-bit)")
     fields = loader_fields(ctx, kws["fields"][1])
     name = getattr(f.items[1], "name", "?")
     d = define_global(ctx, f.items[1], "loader", f, LoaderType(name))
@@ -141,6 +142,8 @@ def loader_fields(ctx: CheckContext, node: Node):
             ctx.err("E-TYPE-002", dt.span, "a field's dtype must be one of " + ", ".join(f"`:{d}`" for d in DTYPES)
                     + (f"; did you mean `:{hint}`?" if hint else ""), data={"replace": f":{hint}"} if hint else None)
             return None
+        if not shape_in_range(ctx, items[i + 1], shape_t.dims, f"field `:{k.name}`"):
+            return None
         out.append((k.name, shape_t.dims, dt.name))
         i += 3
     return tuple(out)
@@ -167,8 +170,10 @@ def top_run(ctx: CheckContext) -> None:
     if "steps" not in kws:
         ctx.err("E-FORM-005", f.items[0].span, "`run` needs `:steps`")
         return
-    steps = const_int(ctx, kws["steps"][1], "`:steps`", 1)
-    mb = const_int(ctx, kws["microbatches"][1], "`:microbatches`", 1) if "microbatches" in kws else 1
+    steps = const_int(ctx, kws["steps"][1], "`:steps`", 1, maximum=MAX_SIZE,
+                      why=" (the optimizer's step counter is a 32-bit integer)")
+    mb = (const_int(ctx, kws["microbatches"][1], "`:microbatches`", 1, maximum=MAX_HOST_CALLS,
+                    why=" (each is a call from the host loop in every step)") if "microbatches" in kws else 1)
     stack, stack_auto = 1, False
     if "stack" in kws:
         sn = kws["stack"][1]
@@ -183,7 +188,8 @@ def top_run(ctx: CheckContext) -> None:
     ctx.precision = precision
     if "remat" in kws:
         ctx.remat = remat_policy(ctx, kws["remat"][1])
-    seed = const_int(ctx, kws["seed"][1], "`:seed`", 0) if "seed" in kws else 0
+    seed = (const_int(ctx, kws["seed"][1], "`:seed`", 0, maximum=MAX_SEED,
+                      why=" (JAX's and numpy's seeds are 64-bit signed integers)") if "seed" in kws else 0)
     devices = None
     if "devices" in kws:
         # Data parallel: every batch is split evenly along the mesh's `data` axis (docs/sharding.md).

@@ -21,7 +21,7 @@ from .context import CheckContext, entry_span, result_span
 from .contracts import counter_in_generator
 from .facts import Definition
 from .infer import ctx_type, infer, phase
-from .keywords import keyword_args
+from .keywords import MAX_HOST_CALLS, keyword_args
 from .scope import BatchType, Frame
 
 
@@ -45,12 +45,14 @@ def top_generate(ctx: CheckContext, train: ir.LoaderIR | None):
     else:
         tn = kws["trips"][1]
         t = infer(ctx, tn, ctx.globals).type
-        if isinstance(t, TensorType) and isinstance(t.value, int) and not isinstance(t.value, bool) and t.value >= 1:
+        if (isinstance(t, TensorType) and isinstance(t.value, int) and not isinstance(t.value, bool)
+                and 1 <= t.value <= MAX_HOST_CALLS):
             trips = t.value
         elif not isinstance(t, ErrorType):
-            ctx.err("E-GEN-005", tn.span, "`:trips` must be an integer of 1 or more, got "
+            ctx.err("E-GEN-005", tn.span, f"`:trips` must be an integer from 1 to {MAX_HOST_CALLS}, got "
                     + (str(t.value) if isinstance(t, TensorType) and t.value is not None else t.show()),
-                    help="`:step` runs `:trips` times; write `:trips 1` or more")
+                    help=f"`:step` runs `:trips` times, each a call from the host loop; write `:trips 1` to "
+                         f"`:trips {MAX_HOST_CALLS}`")
     for need in ("init", "step"):
         if need not in kws:
             ctx.err("E-FORM-005", f.items[0].span, f"`defgenerate` needs `:{need}`")

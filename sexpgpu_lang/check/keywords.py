@@ -3,9 +3,11 @@
 `keyword_args` reads a form's `:key value` pairs (an unknown key is
 E-NAME-003 and read as its near miss); `const_int`, `const_value`,
 `const_keyword` and `config_plist` read a setting's compile-time value,
-reporting why when it is not one; `integer_constant` folds a `def`'s
-arithmetic on integers exactly (E-TYPE-005 for a division that is not);
-`remat_policy` reads a `:remat` value.
+reporting why when it is not one; `const_int` and `shape_in_range` also
+report a count or size outside what the runtime can hold (`MAX_SIZE`,
+`MAX_HOST_CALLS`, `MAX_SEED`), with the limit in the message;
+`integer_constant` folds a `def`'s arithmetic on integers exactly
+(E-TYPE-005 for a division that is not); `remat_policy` reads a `:remat` value.
 
 Imports nothing outside `sexpgpu_lang`; never JAX.
 """
@@ -68,8 +70,21 @@ def const_keyword(ctx: CheckContext, kws: dict, key: str, choices: tuple[str, ..
     return choices[0]
 
 
-def const_int(ctx: CheckContext, node: Node, what: str, minimum: int | None = None, code="E-TYPE-003") -> int | None:
-    """A compile-time integer (at least `minimum`), or None after reporting why not."""
+#: The largest size of one axis, and the largest step count: XLA's dimensions and the step
+#: counter optax keeps (`count`) are 32-bit integers.
+MAX_SIZE = 2**31 - 1
+#: The most calls one step makes from the host loop (`:trips` of the generator, `:microbatches`):
+#: each is a dispatch from Python (tens of microseconds at least), and the generator keeps one
+#: device array per trip, so a count beyond this could not finish a step in any useful time.
+MAX_HOST_CALLS = 2**20
+#: `:seed`'s largest value: `jax.random.key` and numpy's generators take a 64-bit signed seed.
+MAX_SEED = 2**63 - 1
+
+
+def const_int(ctx: CheckContext, node: Node, what: str, minimum: int | None = None, code="E-TYPE-003",
+              maximum: int | None = None, why: str = "") -> int | None:
+    """A compile-time integer from `minimum` to `maximum` (either None: unbounded), or None after
+    reporting why not; `why` (e.g. `: XLA's sizes are 32-bit`) ends the message of one too large."""
     t = infer(ctx, node, ctx.globals).type
     if isinstance(t, ErrorType):
         return None
@@ -77,9 +92,26 @@ def const_int(ctx: CheckContext, node: Node, what: str, minimum: int | None = No
         if minimum is not None and t.value < minimum:
             ctx.err(code, node.span, f"{what} must be {minimum} or more, got {t.value}")
             return None
+        if maximum is not None and t.value > maximum:
+            ctx.err(code, node.span, f"{what} must be at most {maximum}, got {t.value}{why}")
+            return None
         return t.value
     ctx.err(code, node.span, f"{what} must be a compile-time integer, got {t.show()}")
     return None
+
+
+def shape_in_range(ctx: CheckContext, node: Node, dims: tuple[int, ...], what: str) -> bool:
+    """True when every size of `dims` (the shape `node` gives) is from 0 to MAX_SIZE, else
+    False after reporting the first that is not (E-SHAPE-004, JAX's and XLA's own limits: a
+    negative size is refused by `broadcast_in_dim`, a size past 32 bits by XLA)."""
+    for d in dims:
+        if d < 0 or d > MAX_SIZE:
+            shown = "[" + " ".join(map(str, dims)) + "]"
+            limit = "0 or more" if d < 0 else f"at most {MAX_SIZE} (XLA's sizes are 32-bit)"
+            ctx.err("E-SHAPE-004", node.span, f"{what}: a size must be {limit}, got {d} in {shown}",
+                    help="check the `def` that gives this size")
+            return False
+    return True
 
 
 def const_value(ctx: CheckContext, node: Node):

@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 
 from .. import ir
-from ..diagnostics import Related
+from ..diagnostics import Related, warning
 from ..language import FORM_KEYWORDS, INITIALIZER_KEYWORDS
 from ..ops import INITIALIZERS
 from ..syntax import Kw, ListNode, Node, Sym
@@ -30,7 +30,7 @@ from .facts import Definition
 from .forms import define_global
 from .identity import place_hash
 from .infer import infer, lambda_params
-from .keywords import const_int, const_value, keyword_args, remat_policy
+from .keywords import const_int, const_value, keyword_args, remat_policy, shape_in_range
 from .scope import Binding
 
 
@@ -191,6 +191,8 @@ def model_param(ctx: CheckContext, m: dict, model_name: str, kw: Kw, v: Node) ->
         if not isinstance(shape_t, ErrorType):
             ctx.err("E-TYPE-003", v.items[1].span, f"a parameter's shape must be a constant vector, got {shape_t.show()}")
         return
+    if not shape_in_range(ctx, v.items[1], shape_t.dims, f"`{kind}`"):
+        return
     start, dtype = 2, "f32"
     if len(v.items) > 2 and isinstance(v.items[2], Kw) and v.items[2].name in DTYPES:
         dtype, start = v.items[2].name, 3
@@ -280,7 +282,9 @@ def _reached_twice(ctx: CheckContext, name: str, before, under) -> None:
 
 def check_pretrained(ctx: CheckContext):
     """Each reachable model's `:pretrained` file: its tensors' names, shapes and dtypes
-    against `:params` (read from the safetensors header; no tensor data is read).
+    against `:params` (read from the safetensors header; no tensor data is read, but the
+    header's byte ranges are compared with the file's size: E-MODEL-003 for a file cut short).
+    Tensors the file has that `:params` does not name are W-MODEL-001 (not loaded).
     Only with `read_files`: otherwise the file is recorded for the runtime, not opened."""
     ctx.pretrained_files = []
     for name, path in ctx.reachable.items():
@@ -321,5 +325,12 @@ def check_pretrained(ctx: CheckContext):
                              + depth)
         if wrong:
             ctx.err("E-MODEL-003", node.span, f"`{rel}`: " + "; ".join(wrong))
-        else:
-            ctx.pretrained_files.append((path, full))
+            continue
+        ctx.pretrained_files.append((path, full))
+        extra = sorted(set(header) - set(want))
+        if extra:
+            shown = ", ".join(f"`{t}`" for t in extra[:8]) + (f" and {len(extra) - 8} more" if len(extra) > 8 else "")
+            ctx.report(warning("W-MODEL-001", node.span,
+                               f"`{rel}` has {len(extra)} tensor{'s' if len(extra) != 1 else ''} that `:params` of "
+                               f"`{name}` does not name, which are not loaded: {shown}",
+                               help="name them in `:params`, or point at the file the model was trained into"))

@@ -1,0 +1,186 @@
+"""Reliability trials (issue 23): the faults a trial found, repeated, each printed as k/N passed.
+
+    .venv/bin/python benchmarks/reliability.py                 # every trial, a few of each (~5-10 min on 2 cores)
+    .venv/bin/python benchmarks/reliability.py --trials 20     # the issue's counts
+    .venv/bin/python benchmarks/reliability.py --only lexer,ranges --budget 120
+
+Trials (each bounded by timeouts; `--budget` seconds in all, after which the
+remaining trials are skipped and the counts say how many ran):
+
+- `lexer`: lint time of a 105 KB run file with 0 and with 1,000 NUL characters
+  (passes when the second is under 10x the first; it was 400x);
+- `ranges`: the files of item 5 that linted clean and crashed `run` now lint
+  with an error each;
+- `signals`: `sexpgpu run` gets SIGINT or SIGTERM at a random moment of its
+  first seconds or its training (half the time a second one 2 ms later);
+  passes when it exits 130, 143 or 0 within 120 s without a traceback, and
+  `--resume` then exits 0;
+- `kill`: SIGKILL at a random moment while checkpoints are written every
+  step; passes when `--resume` exits 0;
+- `corrupt`: 4 bytes overwritten (or the file cut to a third) in every data
+  file of the newest checkpoint; passes when `--resume` exits 0 from an older
+  checkpoint, saying so, without a traceback.
+"""
+from __future__ import annotations
+
+import argparse
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURE = ROOT / "tests" / "fixtures" / "tiny-generate.sx"
+SEXPGPU = [sys.executable, "-m", "sexpgpu_cli.main"]
+
+
+def run_file(directory: Path, every: int = 2) -> Path:
+    """The tiny-generate fixture, logging every step and checkpointing every `every`."""
+    f = directory / "tiny.sx"
+    f.write_text(FIXTURE.read_text().replace(
+        ":log (:every 50))", f":log (:every 1)\n     :checkpoint (:every {every} :keep 2))"))
+    return f
+
+
+def sexpgpu(*args, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run(SEXPGPU + list(args), capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+
+
+def trial_lexer(rng: random.Random, tmp: Path) -> tuple[bool, str]:
+    text = FIXTURE.read_text()
+    text = (text * (105_000 // len(text) + 1))[:105_000]
+    chars = list(text)
+    for i in rng.sample(range(len(chars)), 1000):
+        chars[i] = "\x00"
+    times = []
+    for name, body in (("clean", text), ("nuls", "".join(chars))):
+        f = tmp / f"{name}.sx"
+        f.write_text(body)
+        t0 = time.perf_counter()
+        sexpgpu("lint", str(f), timeout=600)
+        times.append(time.perf_counter() - t0)
+    return times[1] < 10 * times[0], f"clean {times[0]:.2f} s, 1000 NULs {times[1]:.2f} s"
+
+
+RANGE_EDITS = [("(def seq 8)", "(def seq 18446744073709551616)"), ("(def dim 64)", "(def dim -1)"),
+               (":seed 0", ":seed 9223372036854775808"), (":microbatches 2", ":microbatches 18446744073709551616"),
+               (":trips 6", ":trips 2147483647")]
+
+
+def trial_ranges(rng: random.Random, tmp: Path) -> tuple[bool, str]:
+    old, new = rng.choice(RANGE_EDITS)
+    f = tmp / "range.sx"
+    f.write_text(FIXTURE.read_text().replace(old, new))
+    r = sexpgpu("lint", str(f))
+    return r.returncode == 1 and "error[" in r.stdout, new
+
+
+def _resume(f: Path, d: Path, steps: int) -> subprocess.CompletedProcess:
+    return sexpgpu("run", str(f), "--resume", "--run-dir", str(d), "--steps", str(steps), "--no-progress")
+
+
+def trial_signals(rng: random.Random, tmp: Path) -> tuple[bool, str]:
+    f, d = run_file(tmp), tmp / "out"
+    sig = rng.choice((signal.SIGINT, signal.SIGTERM))
+    twice = rng.random() < 0.5
+    delay = rng.uniform(0.0, 12.0)
+    p = subprocess.Popen(SEXPGPU + ["run", str(f), "--steps", "100000", "--run-dir", str(d), "--no-progress"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    time.sleep(delay)
+    p.send_signal(sig)
+    if twice:
+        time.sleep(0.002)
+        p.send_signal(sig)
+    try:
+        _, err = p.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        return False, f"{sig.name}{' x2' if twice else ''} at {delay:.1f} s: still running after 120 s"
+    what = f"{sig.name}{' x2' if twice else ''} at {delay:.1f} s: exit {p.returncode}"
+    if p.returncode not in (0, 130, 143) or "Traceback" in err:
+        return False, what + " " + err.strip().splitlines()[-1:][0] if err.strip() else what
+    if not (d / "checkpoints").exists() or not any(x.name.isdigit() for x in (d / "checkpoints").iterdir()):
+        return True, what + " (nothing to resume)"
+    r = _resume(f, d, 6)
+    return r.returncode == 0 and "Traceback" not in r.stderr, what + f", resume exit {r.returncode}"
+
+
+def trial_kill(rng: random.Random, tmp: Path) -> tuple[bool, str]:
+    f, d = run_file(tmp, every=1), tmp / "out"
+    p = subprocess.Popen(SEXPGPU + ["run", str(f), "--steps", "100000", "--run-dir", str(d), "--no-progress"],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    for line in p.stderr:
+        if line.startswith("step 2/"):
+            break
+    time.sleep(rng.uniform(0.0, 3.0))
+    p.kill()
+    p.wait(timeout=60)
+    r = _resume(f, d, 4)
+    return r.returncode == 0, f"resume exit {r.returncode}" + ("" if r.returncode == 0 else ": " + r.stderr.strip()[-200:])
+
+
+def trial_corrupt(rng: random.Random, tmp: Path) -> tuple[bool, str]:
+    f, d = run_file(tmp), tmp / "out"
+    r = sexpgpu("run", str(f), "--steps", "6", "--run-dir", str(d), "--no-progress")
+    if r.returncode != 0:
+        return False, "the first run failed: " + r.stderr.strip()[-200:]
+    newest = d / "checkpoints" / "6"
+    files = [p for p in newest.rglob("*") if p.is_file() and p.parent.name == "d"]
+    cut = rng.random() < 0.3
+    for p in files:
+        data = bytearray(p.read_bytes())
+        if cut:
+            data = data[: len(data) // 3]
+        else:
+            at = rng.randrange(max(1, len(data) - 4))
+            data[at:at + 4] = bytes(rng.randrange(256) for _ in range(4))
+        p.write_bytes(bytes(data))
+    r = _resume(f, d, 8)
+    said = "newest that verifies" in r.stderr
+    ok = r.returncode == 0 and said and "Traceback" not in r.stderr and "Task exception" not in r.stderr
+    return ok, f"{'cut' if cut else '4 bytes'} in {len(files)} files: exit {r.returncode}, fallback said: {said}"
+
+
+TRIALS = {"lexer": trial_lexer, "ranges": trial_ranges, "signals": trial_signals, "kill": trial_kill,
+          "corrupt": trial_corrupt}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--trials", type=int, default=3, help="trials of each kind (lexer: 1)")
+    ap.add_argument("--only", default=",".join(TRIALS), help="comma-separated kinds")
+    ap.add_argument("--budget", type=float, default=900, help="seconds in all")
+    ap.add_argument("--seed", type=int, default=23)
+    ap.add_argument("-v", "--verbose", action="store_true", help="print every trial")
+    a = ap.parse_args()
+    rng = random.Random(a.seed)
+    t_end = time.monotonic() + a.budget
+    for kind in a.only.split(","):
+        n = 1 if kind == "lexer" else a.trials
+        passed = ran = 0
+        notes = []
+        for _ in range(n):
+            if time.monotonic() > t_end:
+                break
+            tmp = Path(tempfile.mkdtemp(prefix=f"sexpgpu-{kind}-"))
+            try:
+                ok, note = TRIALS[kind](rng, tmp)
+            except subprocess.TimeoutExpired as e:
+                ok, note = False, f"timed out: {e}"
+            finally:
+                shutil.rmtree(tmp, ignore_errors=True)
+            ran += 1
+            passed += ok
+            if a.verbose or not ok:
+                notes.append(("ok   " if ok else "FAIL ") + note)
+        print(f"{kind:8s} {passed}/{ran}" + (f" (of {n}; budget spent)" if ran < n else ""), flush=True)
+        for line in notes:
+            print("   " + line)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,40 @@
+"""`sexpgpu lint DIR` with a file that is not UTF-8 (issue 23, item 7): that file is one
+E-SYNTAX-003 diagnostic at its first bad byte, and every other file is still checked."""
+import json
+import subprocess
+import sys
+
+SEXPGPU = [sys.executable, "-m", "sexpgpu_cli.main"]
+
+
+def sx(*args):
+    return subprocess.run(SEXPGPU + list(args), capture_output=True, text=True, timeout=300)
+
+
+def test_a_non_utf8_file_in_a_dir_is_a_diagnostic_and_the_others_are_checked(tmp_path):
+    (tmp_path / "a-binary.sx").write_bytes(b"(def x 1)\n\xff\xfe(run")
+    (tmp_path / "b-broken.sx").write_text("(def y 1\n", encoding="utf-8")
+    r = sx("lint", "--format", "json", str(tmp_path))
+    assert r.returncode == 1, r.stderr
+    assert "Traceback" not in r.stderr
+    got = {(d["file"].rsplit("/", 1)[-1], d["code"], d["line"], d["column"]) for d in json.loads(r.stdout)}
+    assert ("a-binary.sx", "E-SYNTAX-003", 2, 1) in got      # the byte 0xff
+    assert ("b-broken.sx", "E-SYNTAX-001", 1, 1) in got      # the other file's real error
+    binary = [d for d in json.loads(r.stdout) if d["file"].endswith("a-binary.sx")]
+    assert len(binary) == 1 and "not UTF-8 text (invalid start byte at byte 10)" in binary[0]["message"]
+
+
+def test_text_format_shows_the_file_and_counts_it(tmp_path):
+    (tmp_path / "bin.sx").write_bytes(b"\xff(run)")
+    (tmp_path / "ok.sx").write_text("(def y 1)\n", encoding="utf-8")
+    r = sx("lint", str(tmp_path))
+    assert r.returncode == 1
+    assert r.stdout.startswith(f"{tmp_path / 'bin.sx'}:1:1: error[E-SYNTAX-003]: this file is not UTF-8 text")
+    assert "2 files checked" in r.stderr
+
+
+def test_a_named_non_utf8_file_is_still_an_io_error(tmp_path):
+    p = tmp_path / "bin.sx"
+    p.write_bytes(b"\xff(run)")
+    r = sx("lint", str(p))
+    assert r.returncode == 2 and r.stderr.startswith(f"sexpgpu: error: cannot read {p}: not UTF-8 text")

@@ -1,0 +1,121 @@
+"""Lexer recovery is linear (issue 23, item 6): after a character that starts no token the
+lexer resumes right after it instead of lexing the whole text again.
+
+The work is counted, not timed: every match the lexer's pattern yields is counted with
+the characters it covers (benchmarks/reliability.py times it). The tokens, comments and
+diagnostics stay exactly those of lark's lexer run again on the text with each bad
+character blanked out, the recovery the lexer used before.
+"""
+from __future__ import annotations
+
+import random
+import re
+
+from sexpgpu_lang import syntax
+from sexpgpu_lang.source import SourceText
+
+CLEAN = ("(defmodel student\n  :params {w [64 64] b [64]}\n  (+ (matmul x w) b)) ; a comment\n"
+         "(def width 64)\n(run :steps 10 :seed 0 :name \"trial\")\n")
+
+
+class _Counting:
+    """A compiled pattern whose `finditer` counts the matches it yields and the characters they cover."""
+
+    def __init__(self, pattern: re.Pattern):
+        self.pattern = pattern
+        self.matches = 0
+        self.chars = 0
+
+    def finditer(self, text, pos=0):
+        for m in self.pattern.finditer(text, pos):
+            self.matches += 1
+            self.chars += m.end() - m.start()
+            yield m
+
+
+def _counted_lex(text: str, monkeypatch) -> tuple[_Counting, list]:
+    counter = _Counting(syntax._scanner()[0])
+    monkeypatch.setattr(syntax, "_scanner", lambda: (counter,))
+    diags: list = []
+    syntax._lex(text, diags)
+    monkeypatch.undo()
+    return counter, diags
+
+
+def _with_nuls(size: int, nuls: int, seed: int = 0) -> str:
+    text = (CLEAN * (size // len(CLEAN) + 1))[:size]
+    rng = random.Random(seed)
+    chars = list(text)
+    for i in rng.sample(range(len(chars)), nuls):
+        chars[i] = "\x00"
+    return "".join(chars)
+
+
+def test_a_thousand_nuls_in_100_kb_are_scanned_about_once(monkeypatch):
+    text = _with_nuls(100_000, 1000)
+    counter, diags = _counted_lex(text, monkeypatch)
+    assert sum(d.code == "E-SYNTAX-003" for d in diags) > 900   # (some land in comments)
+    # Each character is covered by at most one match that is kept, plus at most one match
+    # found (and dropped) past each bad character; lexing again per bad character would
+    # cover about 1000 x 100,000 characters.
+    assert counter.chars <= 2 * len(text)
+
+
+def test_the_work_grows_linearly_with_the_size(monkeypatch):
+    small, _ = _counted_lex(_with_nuls(20_000, 200), monkeypatch)
+    large, _ = _counted_lex(_with_nuls(100_000, 1000), monkeypatch)
+    # Five times the text and five times the bad characters: about five times the work
+    # (it was twenty-five times).
+    assert large.chars <= 6 * small.chars
+    assert large.matches <= 6 * small.matches
+
+
+def _lark_reference(text: str):
+    """The old recovery: lark's lexer over the whole text, again after each bad character
+    (blanked out) or unterminated string (closed in place, or blanked when it cannot be)."""
+    from lark.exceptions import UnexpectedCharacters
+    lark = syntax._lark()
+    masked, diags = text, []
+    while True:
+        try:
+            toks = [(t.type, str(t), t.start_pos, t.line, t.column, t.end_pos)
+                    for t in lark.lex(masked, dont_ignore=True)]
+            return toks, diags
+        except UnexpectedCharacters as e:
+            pos = e.pos_in_stream
+            if masked[pos] == '"':
+                end = masked.find("\n", pos)
+                end = len(masked) if end < 0 else end
+                while end > pos + 1 and masked[end - 1] == "\r":
+                    end -= 1
+                diags.append((pos, end))
+                if end - pos >= 2 and masked[end - 2] != "\\":
+                    masked = masked[:end - 1] + '"' + masked[end:]
+                else:
+                    masked = masked[:pos] + " " * (end - pos) + masked[end:]
+            else:
+                diags.append((pos, pos + 1))
+                masked = masked[:pos] + " " + masked[pos + 1:]
+
+
+def test_recovery_gives_larks_tokens_on_random_texts():
+    rng = random.Random(23)
+    alphabet = list("()[] \n\t\r:;\"\\ab0912.+-e") + ["\x00", "\x01", "\u2028", "\x7f", "\ufeff", ","]
+    for _ in range(300):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randrange(1, 60)))
+        diags: list = []
+        tokens, comments = syntax._lex(text, diags)
+        want, want_diags = _lark_reference(text)
+        got = [(t.type, t.value, t.start_pos, t.line, t.column, t.end_pos) for t in tokens]
+        kept = [w for w in want if w[0] not in ("WS", "COMMENT")]
+        # `_glued_numbers` then drops atoms glued to a number (reported apart): compare the rest.
+        assert [g for g in got] == [w for w in kept if any(w[2] == g[2] for g in got)], repr(text)
+        assert [(c.start, c.end) for c in comments] == [(w[2], w[5]) for w in want if w[0] == "COMMENT"], repr(text)
+        bad = [(d.span.start, d.span.end) for d in diags if "not a number" not in d.message]
+        assert bad == want_diags, repr(text)
+
+
+def test_an_unterminated_string_is_closed_at_its_line_end():
+    res = syntax.parse(SourceText('(def a "abc\n(def b 1)\n'))
+    assert [(d.code, d.span.start, d.span.end) for d in res.diagnostics] == [("E-SYNTAX-003", 7, 11)]
+    assert [f.span.start for f in res.forms] == [0, 12]

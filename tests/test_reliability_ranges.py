@@ -1,0 +1,76 @@
+"""Every size, count and seed has a range at lint time (issue 23, item 5): files that used
+to lint clean and then crash `sexpgpu run` (or never end) are errors naming the limit."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sexpgpu_lang import analyze
+from sexpgpu_lang.check.keywords import MAX_HOST_CALLS, MAX_SEED, MAX_SIZE
+
+TINY = (Path(__file__).resolve().parents[1].parent / "shared" / "cases" / "tiny-generate.sx").read_text()
+
+
+def lint(old: str, new: str):
+    assert old in TINY
+    res = analyze(TINY.replace(old, new, 1))
+    return [(d.code, d.message) for d in res.diagnostics if d.is_error]
+
+
+@pytest.mark.parametrize("old,new,code,message", [
+    ("(def seq 8)", "(def seq 18446744073709551616)", "E-SHAPE-004",
+     "field `:row`: a size must be at most 2147483647 (XLA's sizes are 32-bit), got 18446744073709551616 in [18446744073709551616]"),
+    ("(def dim 64)", "(def dim -1)", "E-SHAPE-004", "`normal`: a size must be 0 or more, got -1 in [16 -1]"),
+    ("(def dim 64)", f"(def dim {MAX_SIZE + 1})", "E-SHAPE-004",
+     f"`normal`: a size must be at most {MAX_SIZE} (XLA's sizes are 32-bit), got {MAX_SIZE + 1} in [16 {MAX_SIZE + 1}]"),
+    (":seed 0", ":seed 9223372036854775808", "E-TYPE-003",
+     "`:seed` must be at most 9223372036854775807, got 9223372036854775808 (JAX's and numpy's seeds are 64-bit signed integers)"),
+    (":microbatches 2", ":microbatches 18446744073709551616", "E-TYPE-003",
+     f"`:microbatches` must be at most {MAX_HOST_CALLS}, got 18446744073709551616 (each is a call from the host loop in every step)"),
+    (":trips 6", ":trips 2147483647", "E-GEN-005", f"`:trips` must be an integer from 1 to {MAX_HOST_CALLS}, got 2147483647"),
+    (":steps 1500", f":steps {MAX_SIZE + 1}", "E-TYPE-003",
+     f"`:steps` must be at most {MAX_SIZE}, got {MAX_SIZE + 1} (the optimizer's step counter is a 32-bit integer)"),
+    (":batch 64", f":batch {2**40}", "E-TYPE-003",
+     f"`:batch` must be at most {MAX_SIZE}, got {2**40} (XLA's sizes are 32-bit)"),
+])
+def test_out_of_range_is_an_error_naming_the_limit(old, new, code, message):
+    assert (code, message) in lint(old, new)
+
+
+@pytest.mark.parametrize("old,new", [
+    (":seed 0", f":seed {MAX_SEED}"),
+    (":trips 6", f":trips {MAX_HOST_CALLS}"),
+    (":microbatches 2", f":microbatches {MAX_HOST_CALLS}"),
+    (":steps 1500", f":steps {MAX_SIZE}"),
+    ("(def dim 64)", "(def dim 0)"),
+])
+def test_the_limits_themselves_are_accepted(old, new):
+    assert lint(old, new) == []
+
+
+def test_the_largest_seed_is_one_jax_and_numpy_take():
+    jax = pytest.importorskip("jax")
+    import numpy as np
+    from sexpgpu_runtime.loaders import _seed_words
+    jax.random.key(MAX_SEED)
+    np.random.default_rng(_seed_words(MAX_SEED, "train", 0))
+    with pytest.raises(OverflowError):
+        jax.random.key(MAX_SEED + 1)
+
+
+def test_run_refuses_parameters_that_could_never_fit(monkeypatch):
+    pytest.importorskip("jax")
+    import importlib
+    main = importlib.import_module("sexpgpu_cli.main")
+    from sexpgpu_runtime import device
+    program = analyze(TINY.replace("(def dim 64)", "(def dim 2000000000)")).program
+    assert program is not None
+    monkeypatch.setattr(device, "device_budget", lambda: (80 * 2**30, "H100 memory"))
+    why = main.never_fits(program, None, None)
+    assert why is not None and why.startswith("the parameters and optimizer state take ")
+    assert "more than the 80.0 GiB of H100 memory: the run could never fit" in why
+    # The tiny model fits, and a device that reports no limit (the CPU) refuses nothing.
+    assert main.never_fits(analyze(TINY).program, None, None) is None
+    monkeypatch.setattr(device, "device_budget", lambda: (None, "cpu backend reports no memory limit"))
+    assert main.never_fits(program, None, None) is None

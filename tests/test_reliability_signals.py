@@ -1,0 +1,115 @@
+"""Stop signals at awkward moments (issue 23, items 1-2): in the first seconds of `sexpgpu run`
+(before JAX is imported), twice in a row, and after the last step. Timing-robust: each test
+waits for a sign (the handler shown in /proc, a printed step line) before signalling, and
+accepts every outcome the protocol allows, with generous timeouts."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from helpers import variant
+
+SEXPGPU = [sys.executable, "-m", "sexpgpu_cli.main"]
+
+
+def catches(pid: int, sig: int) -> bool:
+    """Whether process `pid` has a handler for `sig` (the SigCgt mask of /proc/PID/status)."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("SigCgt:"):
+                return bool(int(line.split()[1], 16) >> (sig - 1) & 1)
+    except OSError:
+        pass
+    return False
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads /proc")
+def test_a_sigterm_in_the_first_seconds_is_reported_and_writes_nothing(tmp_path):
+    f = tmp_path / "tiny.sx"
+    f.write_text(variant(":log (:every 50))", ":log (:every 1))"))
+    d = tmp_path / "out"
+    p = subprocess.Popen(SEXPGPU + ["run", str(f), "--run-dir", str(d), "--no-progress"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not catches(p.pid, signal.SIGTERM) and p.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.002)
+        p.send_signal(signal.SIGTERM)     # the handler is in; JAX is (most likely) still importing
+        _, err = p.communicate(timeout=300)
+    finally:
+        p.kill()
+    assert "Traceback" not in err
+    assert p.returncode == 143, err
+    last = err.strip().splitlines()[-1]
+    if "while starting" in last:           # the usual case: before training began
+        assert last == "sexpgpu: stopped by SIGTERM while starting, before any step; nothing was trained or written"
+        assert not d.exists()
+    else:                                  # a very fast machine reached the loop: the usual stop
+        assert last.startswith("sexpgpu: stopped by SIGTERM during step ")
+
+
+def test_two_sigints_end_a_run_promptly_and_the_checkpoints_still_resume(tmp_path):
+    f = tmp_path / "tiny.sx"
+    f.write_text(variant(":log (:every 50))", ":log (:every 1)\n     :checkpoint (:every 2 :keep 2))"))
+    d = tmp_path / "out"
+    p = subprocess.Popen(SEXPGPU + ["run", str(f), "--steps", "100000", "--run-dir", str(d), "--no-progress"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lines = []
+    try:
+        for line in p.stderr:
+            lines.append(line)
+            if line.startswith("step 5/"):
+                p.send_signal(signal.SIGINT)
+                time.sleep(0.002)
+                p.send_signal(signal.SIGINT)
+                break
+        lines += p.stderr.readlines()
+        p.wait(timeout=120)
+    finally:
+        p.kill()
+    err = "".join(lines)
+    assert p.returncode == 130, err
+    assert "Traceback" not in err and "Task exception" not in err
+    # Two signals 2 ms apart may reach Python as one (then the run stops as for one); either way the
+    # checkpoints on disk are complete, and the run resumes.
+    again = subprocess.run(SEXPGPU + ["run", str(f), "--resume", "--run-dir", str(d), "--steps", "8",
+                                      "--no-progress"], capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr
+    assert "Traceback" not in again.stderr
+
+
+def test_a_signal_after_the_loop_looked_last_is_handed_back_to_the_start_up_handler():
+    code = ("import importlib, os, signal\n"
+            "main = importlib.import_module('sexpgpu_cli.main')\n"
+            "from sexpgpu_runtime.signals import StopSignals\n"
+            "early = main.EarlySignals.install()\n"
+            "with StopSignals() as stop:\n"
+            "    os.kill(os.getpid(), signal.SIGTERM)\n"     # after the last check: the loop never raises
+            "assert early.received == signal.SIGTERM, early.received\n"
+            "print('handed back')\n"
+            "os.kill(os.getpid(), signal.SIGINT)\n"          # so this one is a second: exit at once
+            "print('not reached')\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.stdout == "handed back\n" and r.returncode == 130, r.stderr
+    assert r.stderr == "sexpgpu: a second SIGINT: exiting now\n"
+
+
+def test_a_signal_noted_while_starting_stops_the_loop_at_its_first_look():
+    code = ("import importlib, os, signal\n"
+            "main = importlib.import_module('sexpgpu_cli.main')\n"
+            "from sexpgpu_runtime.signals import StopSignals, Stopped\n"
+            "early = main.EarlySignals.install()\n"
+            "os.kill(os.getpid(), signal.SIGINT)\n"
+            "with StopSignals() as stop:\n"
+            "    try:\n"
+            "        stop.check()\n"
+            "    except Stopped as e:\n"
+            "        print(e.name, e.exit_code)\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert (r.returncode, r.stdout) == (0, "SIGINT 130\n"), r.stderr
