@@ -212,7 +212,7 @@ class Trainer:
         update is queued) and read by `settle`.
         """
         g = self.graphs
-        grads, losses, metrics, diags = [], [], [], []
+        total, losses, metrics, diags = None, [], [], []   # total: the running sum of the gradients
         records, counters = state.records, state.counters
         bad = self.bad if self.bad is not None else g.no_bad()
         for group in range(self.layout.groups):
@@ -224,12 +224,12 @@ class Trainer:
                 batch = {**batch, **made}
                 self.poll()
             l, gs, m, d, counters, bad = g.grads(state.trainable, state.frozen, batch, rows, counters, bad)
-            grads += gs
+            total = g.add_group(total, gs)
             losses += l
             metrics.append(m)
             diags.append(d)
         self.poll()
-        trainable, opt_state = g.update(state.trainable, state.opt_state, grads)
+        trainable, opt_state = g.update(state.trainable, state.opt_state, total)
         new = RunState(state.step + 1, trainable, state.frozen, opt_state, records, counters)
         self.bad = bad
         return new, {"losses": losses, "metrics": metrics, "diagnostics": diags}
