@@ -68,9 +68,13 @@ CODES: dict[str, str] = {
     "E-MODEL-001": "a model called but not reachable from `model`",
     "E-MODEL-002": "a model's parameters form a cycle",
     "E-MODEL-003": "a pretrained file that does not match `:params`",
+    "E-OPT-001": "an unknown learning-rate schedule",
+    "E-OPT-002": "an optimizer or schedule setting out of range",
+    "E-OPT-003": "a weight-decay mask that is not `:matrices`, `:all` or parameter keys",
     "W-STACK-001": "a generator reads a per-microbatch context key: the run stays unstacked",
     "W-RAND-001": "an unsalted draw inside a generator",
     "W-RAND-002": "an unsalted draw in `prepare` or `objective`",
+    "W-OPT-001": "a warmup longer than the run",
 }
 
 

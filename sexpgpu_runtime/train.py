@@ -33,7 +33,7 @@ from .checkpoint import CheckpointError, Checkpoints
 from .dtypes import InternalTypeError
 from .graphs import Graphs
 from .loaders import Loader, LoaderError
-from .optim import make_optimizer
+from .optim import learning_rate, make_optimizer
 from .options import BadValue, OptionError, RunError, RunOptions, RunStopped, check_options
 from .params import flatten, init_params
 from .pretrained import export_params, load_pretrained
@@ -121,7 +121,8 @@ class Trainer:
                                "lower its `:batches`, or give the loader more records")
         self.stages = [(name, n) for name, n in program.stages] or [(run.loader, None)]
         selected = frozenset(options.diagnostics) | frozenset(run.diagnostics)
-        self.optimizer = make_optimizer(run.optimizer)
+        self.optimizer = make_optimizer(run.optimizer, program)
+        self.lr = learning_rate(run.optimizer)   # the learning rate of an optimizer step, logged as `lr`
         try:
             self.dp = DataParallel.of(program, options.devices, options.fsdp)
         except MeshError as e:
@@ -235,8 +236,9 @@ class Trainer:
         return new, {"losses": losses, "metrics": metrics, "diagnostics": diags}
 
     def report_row(self, done: int, reports: dict) -> dict:
-        """The metrics.jsonl row of a logged step (this syncs with the device)."""
-        row = {"step": done, "loss": float(np.mean([float(x) for x in reports["losses"]]))}
+        """The metrics.jsonl row of a logged step (this syncs with the device): its loss, the learning
+        rate its update used (`lr`: the schedule at optimizer step `done - 1`), then the metrics."""
+        row = {"step": done, "loss": float(np.mean([float(x) for x in reports["losses"]])), "lr": self.lr(done - 1)}
         row.update(_mean_reports(reports["metrics"]))
         row.update(_mean_reports(reports["diagnostics"]))
         return row

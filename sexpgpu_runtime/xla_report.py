@@ -95,7 +95,7 @@ def compile_graphs(program: ir.Program, stack: int) -> dict[str, dict]:
     run = program.run
     if run.stack != stack or run.stack_auto:
         program = dataclasses.replace(program, run=dataclasses.replace(run, stack=stack, stack_auto=False))
-    optimizer = make_optimizer(run.optimizer)
+    optimizer = make_optimizer(run.optimizer, program)
     g = Graphs(program, optimizer, frozenset(run.diagnostics), donate=False)
     S = g.layout.stack
     trainable, frozen = _params(program)
