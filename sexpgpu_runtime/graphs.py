@@ -9,7 +9,7 @@ group, the `accumulate` graph adds the group's gradients into one running sum
 (donated to it), in microbatch order; after the last group, one update graph
 scales the sum and takes the optax step. So one gradient-sized buffer is held
 across groups however many microbatches there are, and the additions are
-today's `((g0 + g1) + g2) + ...`. A run that stacks `S` microbatches vmaps
+`((g0 + g1) + g2) + ...`, those of summing the list of every gradient. A run that stacks `S` microbatches vmaps
 every phase over them, the parameters and (in the generator) the context
 scalars shared; each copy's gradient is added in microbatch order, so the
 bits equal an unstacked run's.
