@@ -71,10 +71,14 @@ CODES: dict[str, str] = {
     "E-MODEL-003": "a pretrained file that does not match `:params`",
     "E-MODEL-004": "a repeated block's carry changes type between layers",
     "E-MODEL-005": "a repeat that cannot be stacked",
+    "E-OPT-001": "an unknown learning-rate schedule",
+    "E-OPT-002": "an optimizer or schedule setting out of range",
+    "E-OPT-003": "a weight-decay mask that is not `:matrices`, `:all` or parameter keys",
     "W-STACK-001": "a generator reads a per-microbatch context key: the run stays unstacked",
     "W-RAND-001": "an unsalted draw inside a generator",
     "W-RAND-002": "an unsalted draw in `prepare` or `objective`",
     "W-MODEL-001": "a `:pretrained` file has tensors `:params` does not name",
+    "W-OPT-001": "a warmup longer than the run",
 }
 
 

@@ -115,11 +115,12 @@ KEYWORD_DOCS: dict[tuple[str, str], str] = {
                       "`:everything-saveable` (the default: no remat)",
     ("run", "loader"): "the training loader",
     ("run", "steps"): "optimizer steps",
-    ("run", "microbatches"): "microbatches per step; gradients accumulate over them",
+    ("run", "microbatches"): "microbatches per step; their gradients are summed into one buffer as they are made",
     ("run", "stack"): "microbatches vmapped into one call (`:auto`: all of them)",
     ("run", "precision"): "`:f32` or `:bf16`",
     ("run", "seed"): "the seed every draw derives from",
-    ("run", "optimizer"): "`(adam :lr ...)`, `(adamw ...)`, `(sgd ...)`, `(lion ...)`",
+    ("run", "optimizer"): "`(adam :lr ...)`, `(adamw ...)`, `(sgd ...)`, `(lion ...)`; `:lr` a number or a "
+                          "schedule like `(warmup-cosine-decay ...)`",
     ("run", "devices"): "data parallel over this many devices; divides every loader's `:batch`",
     ("run", "shard-params"): "`:replicated` (every device holds every parameter) or `:fsdp` (each split over the mesh)",
     ("pass", "loader"): "the loader the pass reads",
@@ -156,10 +157,73 @@ SOURCES: dict[str, tuple[str, ...]] = {
 #: Each optimizer and its settings (docs/runtime.md).
 OPTIMIZERS: dict[str, tuple[str, ...]] = {
     "adam": ("lr", "b1", "b2", "eps", "clip"),
-    "adamw": ("lr", "b1", "b2", "eps", "weight-decay", "clip"),
+    "adamw": ("lr", "b1", "b2", "eps", "weight-decay", "decay-mask", "clip"),
     "sgd": ("lr", "momentum", "clip"),
-    "lion": ("lr", "b1", "b2", "weight-decay", "clip"),
+    "lion": ("lr", "b1", "b2", "weight-decay", "decay-mask", "clip"),
 }
+
+#: One-line docs of the optimizers' settings (hover and completion inside `(adam ...)`).
+OPTIMIZER_DOCS: dict[str, str] = {
+    "lr": "the learning rate: a number, or a schedule such as `(warmup-cosine-decay :peak-value 3e-4 "
+          ":warmup-steps 100 :decay-steps 1000)`",
+    "b1": "the decay of the first moment (adam, adamw: 0.9; lion: 0.9)",
+    "b2": "the decay of the second moment (adam, adamw: 0.999; lion: 0.99)",
+    "eps": "added to the denominator (1e-8)",
+    "weight-decay": "decoupled weight decay, applied where `:decay-mask` says (adamw 1e-4, lion 1e-3)",
+    "decay-mask": "which parameters decay: `:matrices` (the default: rank 2 or more, not an embedding table), "
+                  "`:all`, or a vector of parameter keys like `[:w1 :w2]`",
+    "momentum": "sgd's momentum (none when absent)",
+    "clip": "clip the gradient's global norm to this before the update",
+}
+
+#: Learning-rate schedules, each the optax schedule of the same name (`warmup-cosine-decay` is
+#: `optax.warmup_cosine_decay_schedule`), with its settings named as optax's arguments, each
+#: `(kind, default)`: kind `rate` (a number of 0 or more), `positive` (more than 0), `fraction`
+#: (0 to 1), `steps` (an integer of 1 or more) or `begin` (an integer of 0 or more); default None:
+#: the setting is required.
+SCHEDULES: dict[str, dict[str, tuple[str, float | int | None]]] = {
+    "constant": {"value": ("positive", None)},
+    "linear": {"init-value": ("rate", None), "end-value": ("rate", None), "transition-steps": ("steps", None),
+               "transition-begin": ("begin", 0)},
+    "cosine-decay": {"init-value": ("rate", None), "decay-steps": ("steps", None), "alpha": ("fraction", 0.0),
+                     "exponent": ("positive", 1.0)},
+    "warmup-cosine-decay": {"init-value": ("rate", 0.0), "peak-value": ("positive", None),
+                            "warmup-steps": ("begin", None), "decay-steps": ("steps", None),
+                            "end-value": ("rate", 0.0), "exponent": ("positive", 1.0)},
+    "warmup-constant": {"init-value": ("rate", 0.0), "peak-value": ("positive", None), "warmup-steps": ("steps", None)},
+}
+
+#: One-line docs of the schedules (hover on the schedule's name).
+SCHEDULE_DOCS: dict[str, str] = {
+    "constant": "`:value` at every step",
+    "linear": "from `:init-value` to `:end-value` over `:transition-steps` steps after `:transition-begin`",
+    "cosine-decay": "from `:init-value` down a half cosine to `:alpha` times it over `:decay-steps` steps",
+    "warmup-cosine-decay": "linear from `:init-value` to `:peak-value` over `:warmup-steps`, then a half cosine "
+                           "to `:end-value` at `:decay-steps` (counted from step 0, the warmup included)",
+    "warmup-constant": "linear from `:init-value` to `:peak-value` over `:warmup-steps`, then `:peak-value`",
+}
+
+#: One-line docs of the schedules' settings (optax's arguments of the same names).
+SCHEDULE_SETTING_DOCS: dict[str, str] = {
+    "value": "the learning rate",
+    "init-value": "the learning rate at step 0",
+    "end-value": "the learning rate at the schedule's end, and after it",
+    "peak-value": "the learning rate the warmup reaches",
+    "warmup-steps": "steps of the linear warmup",
+    "decay-steps": "the step the decay ends at",
+    "transition-steps": "steps from `:init-value` to `:end-value`",
+    "transition-begin": "steps at `:init-value` before the transition starts (0)",
+    "alpha": "the end value as a fraction of `:init-value` (0)",
+    "exponent": "the power the cosine is raised to (1)",
+}
+
+#: The values of `:decay-mask` written as a keyword (the first is the default); a vector of
+#: parameter keys is the third way to write it.
+DECAY_MASKS: tuple[str, ...] = ("matrices", "all")
+
+# Hover and completion read every keyword's doc from KEYWORD_DOCS, keyed by the form it is written in.
+KEYWORD_DOCS.update({(o, k): OPTIMIZER_DOCS[k] for o, keys in OPTIMIZERS.items() for k in keys})
+KEYWORD_DOCS.update({(sch, k): SCHEDULE_SETTING_DOCS[k] for sch, keys in SCHEDULES.items() for k in keys})
 #: The optimizer of a `run` without `:optimizer`.
 DEFAULT_OPTIMIZER: tuple[str, dict[str, float]] = ("adam", {"lr": 1e-3})
 

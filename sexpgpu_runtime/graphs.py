@@ -4,12 +4,15 @@ Per step and per group of microbatches (DESIGN.md section 5):
 `generate.init`, `generate.step` (called `:trips` times from the host loop,
 the trip an i64 array so it never retraces), `generate.finish`, then the
 training graph (prepare, objective, `jax.value_and_grad`; it also adds the
-counters to their totals and keeps the first non-finite loss); after the
-last group, one update graph sums the gradients in microbatch order and
-takes the optax step. A run that stacks `S` microbatches vmaps every phase over
-them, the parameters and (in the generator) the context scalars shared;
-each copy's gradient is added in microbatch order, so the bits equal an
-unstacked run's.
+counters to their totals and keeps the first non-finite loss); after each
+group, the `accumulate` graph adds the group's gradients into one running sum
+(donated to it), in microbatch order; after the last group, one update graph
+scales the sum and takes the optax step. So one gradient-sized buffer is held
+across groups however many microbatches there are, and the additions are
+`((g0 + g1) + g2) + ...`, those of summing the list of every gradient. A run that stacks `S` microbatches vmaps
+every phase over them, the parameters and (in the generator) the context
+scalars shared; each copy's gradient is added in microbatch order, so the
+bits equal an unstacked run's.
 
 Every graph that reads the context takes the group's context rows, one [S 5]
 i64 array (`unpack_ctx`), not five scalars. On one device `generate.init`
@@ -142,6 +145,10 @@ class Graphs:
         else:
             out = {} if dp is None else {"out_shardings": dp.replicated}
             self.update = jax.jit(self._counted("update", self._update), donate_argnums=(0, 1) if dn else (), **out)
+        # The running sum is donated to each add; the first group's first gradient starts it (no add of 0).
+        self.accumulate = jax.jit(self._counted("accumulate", self._accumulate), donate_argnums=(0,) if dn else ())
+        self.accumulate_first = jax.jit(self._counted("accumulate first", self._accumulate),
+                                        donate_argnums=(0,) if dn else ())
         self.passes = {ps.name: jax.jit(self._counted(f"pass {ps.name}", self._eval_fn(ps))) for ps in program.passes}
 
     # -- bookkeeping --------------------------------------------------------------------------
@@ -320,23 +327,36 @@ class Graphs:
         `out_shardings` the parameters' and optimizer state's FSDP shardings."""
         jitted = []
 
-        def update(trainable, opt_state, grads):
+        def update(trainable, opt_state, total):
             if not jitted:
                 out = self.dp.state_shardings((trainable, opt_state))
                 jitted.append(jax.jit(self._counted("update", self._update), out_shardings=out,
                                       donate_argnums=(0, 1) if donate else ()))
-            return jitted[0](trainable, opt_state, grads)
+            return jitted[0](trainable, opt_state, total)
         return update
 
-    def _update(self, trainable, opt_state, grads):
-        """Sum the microbatches' gradients in order, average, and take one optax step.
-
-        Kept apart from the gradient graphs so that a stacked and an unstacked run
-        add exactly the same arrays in the same order (no add fused into a matmul).
-        """
-        total = grads[0]
-        for g in grads[1:]:
+    @staticmethod
+    def _accumulate(total, grads):
+        """`total` plus each gradient of `grads` (a list, in microbatch order), one add at a time:
+        `((total + g0) + g1) + ...`, every add elementwise in the gradient's dtype. Its own graph, apart
+        from the training graph, so that no add is fused into a matmul and a stacked and an unstacked run
+        add exactly the same arrays in the same order."""
+        for g in grads:
             total = jax.tree_util.tree_map(jnp.add, total, g)
+        return total
+
+    def add_group(self, total, grads: list):
+        """The running sum after one group: `grads` (the group's gradients, in microbatch order) added
+        to `total`, or, for the step's first group (`total` None), to its first gradient. One trace for
+        the first group (`accumulate first`, none at all when it has one copy) and one for the others
+        (`accumulate`); the sum is donated on an accelerator. Nothing here waits for the device."""
+        if total is None:
+            total, grads = grads[0], grads[1:]
+            return self.accumulate_first(total, grads) if grads else total
+        return self.accumulate(total, grads)
+
+    def _update(self, trainable, opt_state, total):
+        """Average the microbatches' summed gradient (`add_group`) and take one optax step."""
         scale = 1.0 / self.layout.microbatches
         total = jax.tree_util.tree_map(lambda g: g * jnp.asarray(scale, g.dtype), total)
         updates, opt_state = self.opt.update(total, opt_state, trainable)

@@ -33,7 +33,7 @@ from .checkpoint import CheckpointError, Checkpoints
 from .dtypes import InternalTypeError
 from .graphs import Graphs
 from .loaders import Loader, LoaderError
-from .optim import make_optimizer
+from .optim import learning_rate, make_optimizer
 from .options import BadValue, OptionError, RunError, RunOptions, RunStopped, check_options
 from .params import flatten, init_params
 from .pretrained import export_params, load_pretrained
@@ -121,7 +121,8 @@ class Trainer:
                                "lower its `:batches`, or give the loader more records")
         self.stages = [(name, n) for name, n in program.stages] or [(run.loader, None)]
         selected = frozenset(options.diagnostics) | frozenset(run.diagnostics)
-        self.optimizer = make_optimizer(run.optimizer)
+        self.optimizer = make_optimizer(run.optimizer, program)
+        self.lr = learning_rate(run.optimizer)   # the learning rate of an optimizer step, logged as `lr`
         try:
             self.dp = DataParallel.of(program, options.devices, options.fsdp)
         except MeshError as e:
@@ -212,7 +213,7 @@ class Trainer:
         update is queued) and read by `settle`.
         """
         g = self.graphs
-        grads, losses, metrics, diags = [], [], [], []
+        total, losses, metrics, diags = None, [], [], []   # total: the running sum of the gradients
         records, counters = state.records, state.counters
         bad = self.bad if self.bad is not None else g.no_bad()
         for group in range(self.layout.groups):
@@ -224,19 +225,20 @@ class Trainer:
                 batch = {**batch, **made}
                 self.poll()
             l, gs, m, d, counters, bad = g.grads(state.trainable, state.frozen, batch, rows, counters, bad)
-            grads += gs
+            total = g.add_group(total, gs)
             losses += l
             metrics.append(m)
             diags.append(d)
         self.poll()
-        trainable, opt_state = g.update(state.trainable, state.opt_state, grads)
+        trainable, opt_state = g.update(state.trainable, state.opt_state, total)
         new = RunState(state.step + 1, trainable, state.frozen, opt_state, records, counters)
         self.bad = bad
         return new, {"losses": losses, "metrics": metrics, "diagnostics": diags}
 
     def report_row(self, done: int, reports: dict) -> dict:
-        """The metrics.jsonl row of a logged step (this syncs with the device)."""
-        row = {"step": done, "loss": float(np.mean([float(x) for x in reports["losses"]]))}
+        """The metrics.jsonl row of a logged step (this syncs with the device): its loss, the learning
+        rate its update used (`lr`: the schedule at optimizer step `done - 1`), then the metrics."""
+        row = {"step": done, "loss": float(np.mean([float(x) for x in reports["losses"]])), "lr": self.lr(done - 1)}
         row.update(_mean_reports(reports["metrics"]))
         row.update(_mean_reports(reports["diagnostics"]))
         return row

@@ -95,7 +95,7 @@ def compile_graphs(program: ir.Program, stack: int) -> dict[str, dict]:
     run = program.run
     if run.stack != stack or run.stack_auto:
         program = dataclasses.replace(program, run=dataclasses.replace(run, stack=stack, stack_auto=False))
-    optimizer = make_optimizer(run.optimizer)
+    optimizer = make_optimizer(run.optimizer, program)
     g = Graphs(program, optimizer, frozenset(run.diagnostics), donate=False)
     S = g.layout.stack
     trainable, frozen = _params(program)
@@ -120,7 +120,7 @@ def compile_graphs(program: ir.Program, stack: int) -> dict[str, dict]:
     base = {c: jax.ShapeDtypeStruct((), jdt(d)) for c, d in g.counter_types.items()}
     guard("train", g.grads, (trainable, frozen, tbatch, _rows(S), base))
     opt_state = jax.eval_shape(optimizer.init, trainable)
-    guard("update", g.update, (trainable, opt_state, [trainable] * run.microbatches))
+    guard("update", g.update, (trainable, opt_state, trainable))
     for ps in program.passes:
         pb = _tree(program.loaders[ps.loader].batch_type(), 1)
         if ps.runs_generator and gen is not None:

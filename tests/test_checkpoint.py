@@ -303,7 +303,7 @@ def tensorboard_scalars(run_dir: Path) -> dict[str, dict[int, float]]:
 def test_tensorboard_events_hold_every_logged_metric(full):
     result, d = full
     scalars = tensorboard_scalars(d)
-    assert set(scalars) == {"loss", "generation-accuracy"}
+    assert set(scalars) == {"loss", "lr", "generation-accuracy"}   # lr: the learning rate of each row
     assert sorted(scalars["loss"]) == list(range(1, STEPS + 1))
     for row in result.history:
         assert scalars["loss"][row["step"]] == pytest.approx(row["loss"], rel=1e-6)

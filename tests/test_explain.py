@@ -225,7 +225,7 @@ def test_frozen_parameters_count_in_params_but_not_in_the_optimizer(tmp_path):
 def test_the_memory_plan_has_a_phase_per_generator_graph():
     report = explain(fixture_program())
     plan = {p["phase"]: p["parts"] for p in report["plan"]}
-    assert list(plan) == ["generate.init", "generate.step", "generate.finish", "train", "update"]
+    assert list(plan) == ["generate.init", "generate.step", "generate.finish", "train", "accumulate", "update"]
     batch, state, made = 2 * STATE, 2 * STATE, 2 * MADE  # two stacked copies; the batch holds :row and :stride
     for phase in ("generate.init", "generate.step", "generate.finish"):
         assert plan[phase]["batch"] == batch and plan[phase]["state"] == state  # the batch :init read, the state
@@ -234,14 +234,15 @@ def test_the_memory_plan_has_a_phase_per_generator_graph():
     assert plan["generate.finish"]["made"] == made and plan["train"]["made"] == made  # lives until train reads it
     assert "state" not in plan["train"]
     assert plan["generate.step"]["state out"] == 0  # donated to each trip
-    assert plan["train"]["gradients out"] == 2 * PARAMS and plan["update"]["gradients"] == 2 * PARAMS
+    assert plan["train"]["gradients out"] == 2 * PARAMS and plan["accumulate"]["gradients"] == 2 * PARAMS
+    assert plan["update"]["gradients"] == PARAMS   # the one running sum (test_accumulation.py)
 
 
 def test_earlier_groups_gradients_are_held_until_the_update():
     report = explain(program_of(variant(":microbatches 2", ":microbatches 4")))
     assert report["step"]["groups"] == 2
-    assert report["memory"]["gradients_held"] == 2 * PARAMS
-    assert " · gradients 64.0 KiB · " in to_text(report)
+    assert report["memory"]["gradients_held"] == PARAMS   # summed into one running buffer
+    assert " · gradients 32.0 KiB · " in to_text(report)
 
 
 def test_stack_auto_picks_the_largest_degree_whose_peak_fits():
@@ -420,8 +421,7 @@ def test_parameter_state_argument_and_output_bytes_are_exact(key):
         assert gen["state_bytes_stacked"] == S * gen["state_bytes"]
         assert xla["generate.step"]["outputs"] == gen["state_bytes_stacked"]
         assert xla["generate.finish"]["outputs"] == S * gen["made_bytes"]
-    M = program.run.microbatches
-    assert xla["update"]["args"] == mem["trainable"] * (1 + M) + mem["optimizer"]
+    assert xla["update"]["args"] == mem["trainable"] * 2 + mem["optimizer"]   # the summed gradient, not M
     for name, e in estimates(report).items():
         assert (e["live"]["args"], e["live"]["outputs"]) == (xla[name]["args"], xla[name]["outputs"]), name
 

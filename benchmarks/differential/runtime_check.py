@@ -112,7 +112,7 @@ def phase_runtime(program) -> str | None:
                 return f"train: gradient {got}"
             name = "update"
             opt_state = jax.eval_shape(g.opt.init, trainable)
-            g.update.lower(trainable, opt_state, [trainable] * program.run.microbatches)
+            g.update.lower(trainable, opt_state, trainable)   # the microbatches' summed gradient
     except Exception as exc:  # noqa: BLE001 - an accepted file the runtime cannot lower is a disagreement
         return f"{name}: {first_line(exc)}"
     return None

@@ -3,7 +3,7 @@ the generator: `generate`; prepare, objective and passes: `phases`).
 
 `define_global` binds a top-level name (E-NAME-002 for a duplicate or a
 built-in name); `top_def` a constant or function; `top_loader` a loader's
-source, batch and fields; `top_run` the run's settings to an `ir.RunIR`;
+source, batch and fields; `top_run` the run's settings to an `ir.RunIR` (its `:optimizer`: `optimizer`);
 `top_curriculum` the stages (their loaders' contract: `contracts`).
 
 Imports nothing outside `sexpgpu_lang`; never JAX.
@@ -14,8 +14,8 @@ import os
 
 from .. import ir
 from ..diagnostics import Related
-from ..language import (DEFAULT_OPTIMIZER, FORM_KEYWORDS, KEYWORD_VALUES, OPTIMIZERS, PLIST_KEYWORDS, RESERVED_NAMES,
-                        RUN_KEYS, SOURCES, SPECIAL_FORMS)
+from ..language import (DEFAULT_OPTIMIZER, FORM_KEYWORDS, KEYWORD_VALUES, PLIST_KEYWORDS, RESERVED_NAMES, RUN_KEYS,
+                        SOURCES, SPECIAL_FORMS)
 from ..ops import REGISTRY
 from ..syntax import Kw, ListNode, Node, Sym, VecNode
 from ..types import (DTYPES, dtype_hint, ERROR, ErrorType, FunctionType, KeywordType, LoaderType, ShapeType,
@@ -26,6 +26,7 @@ from .facts import Definition
 from .infer import infer, lambda_params
 from .keywords import (MAX_HOST_CALLS, MAX_SEED, MAX_SIZE, config_plist, const_int, const_keyword, const_value,
                        integer_constant, keyword_args, remat_policy, shape_in_range)
+from .optimizer import run_optimizer
 from .scope import Binding
 
 
@@ -205,22 +206,8 @@ def top_run(ctx: CheckContext) -> None:
     shard_params = const_keyword(
         ctx, kws, "shard-params", KEYWORD_VALUES["shard-params"],
         help="`:fsdp` splits every parameter and its optimizer state along the mesh's `data` axis")
-    opt = (DEFAULT_OPTIMIZER[0], dict(DEFAULT_OPTIMIZER[1]))
-    if "optimizer" in kws:
-        on = kws["optimizer"][1]
-        if not isinstance(on, ListNode) or on.head not in OPTIMIZERS:
-            hint = near_miss(on.head, OPTIMIZERS) if isinstance(on, ListNode) and on.head else None
-            ctx.err("E-FORM-002", on.span, "`:optimizer` is one of " + ", ".join(f"`({o} :lr ...)`" for o in OPTIMIZERS)
-                    + (f"; did you mean `{hint}`?" if hint else ""), data={"replace": hint} if hint else None)
-        else:
-            okw = keyword_args(ctx, on, 1, OPTIMIZERS[on.head], on.head)
-            args = {k: const_value(ctx, v) for k, (kw, v) in okw.items()}
-            lr = args.get("lr")
-            if isinstance(lr, (int, float)) and not isinstance(lr, bool) and lr <= 0:
-                ctx.err("E-FORM-002", okw["lr"][1].span, f"`:lr` must be greater than 0, got {lr}",
-                        help="a typical learning rate is `3e-4` to `3e-3`")
-            opt = (on.head, args)
-            ctx.facts.calls[(on.span.start, on.span.end)] = on.head
+    opt = run_optimizer(ctx, kws["optimizer"][1], steps) if "optimizer" in kws else \
+        (DEFAULT_OPTIMIZER[0], dict(DEFAULT_OPTIMIZER[1]))
     log = config_plist(ctx, kws["log"][1], PLIST_KEYWORDS["log"], ":log") if "log" in kws else {}
     ckpt = (config_plist(ctx, kws["checkpoint"][1], PLIST_KEYWORDS["checkpoint"], ":checkpoint")
             if "checkpoint" in kws else None)

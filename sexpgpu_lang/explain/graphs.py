@@ -200,7 +200,8 @@ _OPT_TRAFFIC = {"adam": 10, "adamw": 11, "lion": 7, "sgd": 3}
 
 
 def _update_graph(program: ir.Program) -> GraphEstimate:
-    """Sum the microbatches' gradients in order, scale, one optimizer step (sexpgpu_runtime.graphs `_update`)."""
+    """Scale the microbatches' summed gradient, one optimizer step (sexpgpu_runtime.graphs `_update`; the
+    sum is made as the groups run, `Graphs.add_group`, and modelled in the memory plan's `accumulate`)."""
     M = program.run.microbatches
     tr = param_bytes(program, frozen=False)
     opt = optimizer_bytes(program)
@@ -209,15 +210,15 @@ def _update_graph(program: ir.Program) -> GraphEstimate:
     per = _OPT_FLOPS.get(name, 12.0) + (2.0 if a.get("momentum") is not None else 0.0) + \
         (4.0 if a.get("clip") is not None else 0.0)
     g = GraphEstimate("update", 1)
-    g.flops = n * ((M - 1) + (M > 1) + per)  # M - 1 adds, a scale by 1/M (none for one), the optimizer
-    g.args = tr + opt + M * tr
+    g.flops = n * ((M > 1) + per)  # a scale by 1/M (none for one), the optimizer
+    g.args = tr + opt + tr
     g.param_args = tr
     g.outputs = tr + opt
-    # the sum reads every microbatch's gradient and writes one; then the optimizer's traffic
-    g.bytes_moved = tr * (M + 1 + _OPT_TRAFFIC.get(name, 10) + (3 if a.get("momentum") is not None else 0))
+    # the scale reads the sum and writes it; then the optimizer's traffic
+    g.bytes_moved = tr * (2 + _OPT_TRAFFIC.get(name, 10) + (3 if a.get("momentum") is not None else 0))
     g.input_list = [{"name": "params", "type": fmt_bytes(tr), "bytes": tr},
                     {"name": "optimizer", "type": f"{name} state", "bytes": opt},
-                    {"name": "gradients", "type": f"× {M} microbatch{'es' if M != 1 else ''}", "bytes": M * tr}]
+                    {"name": "gradients", "type": f"summed over {M} microbatch{'es' if M != 1 else ''}", "bytes": tr}]
     g.output_list = [{"name": "params", "type": fmt_bytes(tr), "bytes": tr},
                      {"name": "optimizer", "type": f"{name} state", "bytes": opt}]
     return g

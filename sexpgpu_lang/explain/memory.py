@@ -23,10 +23,14 @@ def memory_plan(program: ir.Program, graphs: dict[str, GraphEstimate], stack: in
     `:init` read (held until the training graph reads it) and the state the
     trips carry; what `:finish` made lives until the training graph reads
     it. `generate.init` returns a copy of the batch (the later graphs read it), so
-    during that call the batch is held twice. The gradients of earlier groups
-    are held until `update`. `donate`:
-    the runtime donates the state to each trip, and the parameters and
-    optimizer state to `update`, on an accelerator (not on the CPU).
+    during that call the batch is held twice. The gradients are summed into one
+    running buffer as each group's training graph produces them (the
+    `accumulate` phase: the sum, the group's gradients, and the new sum unless
+    donated), so across groups one gradient-sized buffer is held
+    (`gradients_held`), whatever `:microbatches` is, and `update` reads that one
+    sum. `donate`: the runtime donates the state to each trip, the running sum
+    to each add, and the parameters and optimizer state to `update`, on an
+    accelerator (not on the CPU).
     Returns the totals (bytes) and `phases`, each `{phase, parts, live}`.
     """
     M = program.run.microbatches
@@ -55,7 +59,10 @@ def memory_plan(program: ir.Program, graphs: dict[str, GraphEstimate], stack: in
     t = graphs["train"]
     add("train", batch=batch, made=made, temps=t.temps, gradients_out=trainable * stack,
         ctx_and_reports=max(t.outputs - trainable * stack, 0) + ctx * stack)
-    add("update", gradients=M * trainable, params_out=0 if donate else trainable, optimizer_out=0 if donate else opt)
+    if M > 1:   # sexpgpu_runtime.graphs `Graphs.accumulate`: the first group's copies, or the sum and a group's
+        add("accumulate", sum=trainable if M > stack else 0, gradients=trainable * stack,
+            sum_out=0 if donate else trainable)
+    add("update", gradients=trainable, params_out=0 if donate else trainable, optimizer_out=0 if donate else opt)
     for ps in program.passes:
         pbatch = plist_bytes(program.loaders[ps.loader].batch_type())
         pmade = 0
@@ -67,8 +74,8 @@ def memory_plan(program: ir.Program, graphs: dict[str, GraphEstimate], stack: in
     live = {p["phase"]: p["live"] for p in phases}
     generation = max((v for k, v in live.items() if k.startswith("generate.")), default=0)
     passes = max((v for k, v in live.items() if k.startswith("pass ")), default=0)
-    held = (M - stack) * trainable
-    peak = params + opt + max(held + max(generation, live["train"]), live["update"], passes)
+    held = trainable if M > stack else 0   # the running sum, while a later group's graphs run
+    peak = params + opt + max(held + max(generation, live["train"]), live.get("accumulate", 0), live["update"], passes)
     return {"params": params, "trainable": trainable, "frozen": params - trainable, "optimizer": opt,
             "gradients_held": held, "generation": generation, "train": live["train"], "update": live["update"],
             "passes": passes, "peak": peak, "phases": phases, "donate": donate}
