@@ -54,7 +54,8 @@ def decay_mask(program: ir.Program, how) -> dict:
 
     * `matrices` (the default; nanoGPT's and Levanter's rule): every parameter of rank 2 or more,
       except an embedding table, a parameter read as the table of `take` along axis 0 (the standard
-      library's `embedding`); gains, biases and other vectors never decay;
+      library's `embedding`); gains, biases and other vectors never decay (a parameter stacked by
+      `(repeat block N)` by the rank of one layer's slice);
     * `all`: every trainable parameter (optax's own default);
     * a tuple of keys: exactly the parameters whose key (the last of their path) is one of them.
     """
@@ -66,7 +67,7 @@ def decay_mask(program: ir.Program, how) -> dict:
         if how == "all":
             decays = True
         elif how == "matrices":
-            decays = len(p.shape) >= 2 and p.path not in tables
+            decays = len(p.shape) - (1 if p.layers else 0) >= 2 and p.path not in tables   # a layer's rank
         else:
             decays = p.path[-1] in how
         set_path(tree, p.path, decays)
@@ -96,6 +97,10 @@ class _Reads(ir.Interpreter):
         for k in e.path:
             params = params.get(k, {}) if isinstance(params, dict) else {}
         return params, args
+
+    def repeat(self, e: ir.Repeat, params, args: list):
+        # Every layer reads the same paths: one layer's body finds the tables of all.
+        return self.call(e, params, args)
 
     def report(self, e: ir.Report, value) -> None:
         return None

@@ -393,3 +393,11 @@ def test_the_incremental_check_follows_edits_of_a_repeat():
             assert warm[key] == cold[key], key
         codes.append(sorted(d.code for d in cold["diagnostics"] if d.is_error))
     assert codes == [[], [], [], ["E-MODEL-005"], ["E-MODEL-004"], [], []]
+
+
+def test_adamw_decays_a_stacked_matrix_and_not_a_stacked_bias_or_the_embedding():
+    """The `:matrices` decay mask judges a stacked parameter by one layer's rank ([3 8 8] decays,
+    [3 8] does not), and finds the embedding table through a repeated model."""
+    from sexpgpu_runtime.optim import decay_mask
+    prog = program(REPEATED.format(remat="") + TAIL.format(run="").replace("(adam :lr 1e-2)", "(adamw :lr 1e-2)"))
+    assert decay_mask(prog, "matrices") == {"embed": False, "blocks": {"w": True, "b": False}, "out": True}
