@@ -2,14 +2,14 @@
 to lint clean and then crash `sexpgpu run` (or never end) are errors naming the limit."""
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 
+from helpers import fixture_text
 from sexpgpu_lang import analyze
 from sexpgpu_lang.check.keywords import MAX_HOST_CALLS, MAX_SEED, MAX_SIZE
 
-TINY = (Path(__file__).resolve().parents[1].parent / "shared" / "cases" / "tiny-generate.sx").read_text()
+TINY = fixture_text()
 
 
 def lint(old: str, new: str):
