@@ -2,7 +2,6 @@
 to lint clean and then crash `sexpgpu run` (or never end) are errors naming the limit."""
 from __future__ import annotations
 
-
 import pytest
 
 from helpers import fixture_text
