@@ -120,8 +120,12 @@ def test_a_pretrained_file_cut_after_its_header(teacher):
     path = teacher.parent / "data" / "teacher.safetensors"
     raw = path.read_bytes()
     (n,) = struct.unpack("<Q", raw[:8])
-    path.write_bytes(raw[:8 + n + 10])   # the header checks; the tensors are not all there
-    one_clear_line(sexpgpu("run", teacher, "--steps", 2, "--run-dir", teacher.parent / "run"), str(path))
+    path.write_bytes(raw[:8 + n + 10])   # the header parses; the tensors are not all there
+    proc = sexpgpu("run", teacher, "--steps", 2, "--run-dir", teacher.parent / "run")
+    # Found before anything trains, by the check of the header's byte ranges against the file's size.
+    one_clear_line(proc, teacher.name, "fix them before running")
+    assert "error[E-MODEL-003]: cannot use `data/teacher.safetensors`: it is cut short" in proc.stdout + proc.stderr
+    assert not (teacher.parent / "run").exists()
 
 
 def files(d: Path) -> list:
