@@ -275,7 +275,10 @@ def _moved(ctx: CheckContext, entry: _Entry, form: ListNode, kind: str) -> tuple
         result = (_shift_ir(body, shift) if ctx.build_ir else body,
                   [Effect(e.kind, e.name, shift(e.origin), shift(e.site), e.salted) for e in effects])
     else:
-        result = dict(entry.result, param_defs={k: moved[id(x)] for k, x in entry.result["param_defs"].items()})
+        # A model's state keeps its `repeat` entries' nodes (diagnostics point at them): this parse's.
+        result = dict(entry.result, param_defs={k: moved[id(x)] for k, x in entry.result["param_defs"].items()},
+                      repeats={k: (count, remat, _node_at(form, node.path))
+                               for k, (count, remat, node) in entry.result["repeats"].items()})
     return _Entry(form.span.start, form.span.end, entry.reads, entry.model_reads,
                   {((a + d, b + d) if lo <= a and b <= hi else (a, b)): t for (a, b), t in entry.types.items()},
                   [moved[id(x)] for x in entry.definitions], uses,
