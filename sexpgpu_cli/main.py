@@ -177,6 +177,7 @@ class EarlySignals:
 
     def __init__(self) -> None:
         self.received: Optional[int] = None
+        self.old: dict = {}   # the handlers `install` replaced, by signal number
 
     @classmethod
     def install(cls) -> "EarlySignals":
@@ -186,8 +187,15 @@ class EarlySignals:
         handler = cls()
         if threading.current_thread() is threading.main_thread():
             for s in (signal.SIGINT, signal.SIGTERM):
-                signal.signal(s, handler)
+                handler.old[s] = signal.signal(s, handler)
         return handler
+
+    def restore(self) -> None:
+        """Put back the handlers `install` replaced (once `run` returns or raises)."""
+        import signal
+        for s, old in self.old.items():
+            signal.signal(s, old)
+        self.old.clear()
 
     def __call__(self, signum, frame) -> None:
         if self.received is None:
@@ -378,63 +386,66 @@ def run(
     or 143.
     """
     early = EarlySignals.install()   # before anything slow is imported
-    import shlex
-    from sexpgpu_lang import render
-    res = load(file, read_files=True)   # E-MODEL-003 (a `:pretrained` file that does not fit) stops it here
-    if res.has_errors:
-        n_err, n_warn = print_text([res])
-        print(f"sexpgpu: error: {file} has {render.summary(n_err, n_warn)}; fix them before running", file=sys.stderr)
-        raise typer.Exit(1)
-    from sexpgpu_runtime.sharding import MeshError, initialize, parse_mesh  # JAX is imported only here
-    from sexpgpu_runtime.options import OptionError, RunOptions, RunError, RunStopped
-    from sexpgpu_runtime.train import train
     try:
-        devices = parse_mesh(mesh) if mesh is not None else None
-        initialize(coordinator, num_processes, process_id, detect=distributed)
-    except (ValueError, MeshError) as e:
-        raise fail(str(e), 2)
-    early.stop_if_received()
+        import shlex
+        from sexpgpu_lang import render
+        res = load(file, read_files=True)   # E-MODEL-003 (a `:pretrained` file that does not fit) stops it here
+        if res.has_errors:
+            n_err, n_warn = print_text([res])
+            print(f"sexpgpu: error: {file} has {render.summary(n_err, n_warn)}; fix them before running", file=sys.stderr)
+            raise typer.Exit(1)
+        from sexpgpu_runtime.sharding import MeshError, initialize, parse_mesh  # JAX is imported only here
+        from sexpgpu_runtime.options import OptionError, RunOptions, RunError, RunStopped
+        from sexpgpu_runtime.train import train
+        try:
+            devices = parse_mesh(mesh) if mesh is not None else None
+            initialize(coordinator, num_processes, process_id, detect=distributed)
+        except (ValueError, MeshError) as e:
+            raise fail(str(e), 2)
+        early.stop_if_received()
 
-    too_big = never_fits(res.program, devices, fsdp)
-    if too_big:
-        raise fail(too_big, 1)
-    opts = RunOptions(
-        steps=steps,
-        run_dir=run_dir if run_dir is not None else Path("runs") / file.stem,
-        diagnostics=tuple(x.strip() for x in (diagnostics or "").split(",") if x.strip()),
-        progress=sys.stderr.isatty() if progress is None else progress,
-        export=export,
-        resume=resume,
-        overwrite=overwrite,
-        devices=devices,
-        fsdp=fsdp,
-    )
-    try:
-        result = train(res.program, opts)
-    except OptionError as e:   # found before anything ran: a usage problem
-        raise fail(str(e), 2, debug)
-    except RunError as e:
-        raise fail(str(e), 1, debug)
-    except RunStopped as e:
-        again = resume_command(file, run_dir=run_dir, steps=steps, diagnostics=diagnostics, mesh=mesh, fsdp=fsdp,
-                               coordinator=coordinator, num_processes=num_processes, process_id=process_id,
-                               distributed=distributed)
-        print(f"sexpgpu: {e}; resume with `{' '.join(shlex.quote(a) for a in again)}`", file=sys.stderr)
-        raise typer.Exit(e.exit_code)
-    except KeyboardInterrupt:
-        raise fail("interrupted", 130)
-    if early.received is not None:   # after the loop's last look: the run is complete, say so
-        import signal
-        print(f"sexpgpu: {signal.Signals(early.received).name} arrived after the last step; the run had "
-              "finished, so it stopped as it would have", file=sys.stderr)
-    last = result.history[-1] if result.history else {}
-    shown = "  ".join(f"{k} {v:.4g}" for k, v in last.items() if k != "step")
-    done = f"trained {result.steps} steps" if not resume else f"trained steps {result.extra['start'] + 1}-{result.steps}"
-    parts = [f"{done} in {result.seconds:.1f} s"]
-    if resume and result.extra["start"] >= result.steps:
-        parts = [f"nothing to train: the checkpoint is at step {result.extra['start']} of {result.steps}"]
-    parts += [shown] if shown else []
-    print("; ".join(parts + [f"metrics in {opts.run_dir / 'metrics.jsonl'}"]), file=sys.stderr)
+        too_big = never_fits(res.program, devices, fsdp)
+        if too_big:
+            raise fail(too_big, 1)
+        opts = RunOptions(
+            steps=steps,
+            run_dir=run_dir if run_dir is not None else Path("runs") / file.stem,
+            diagnostics=tuple(x.strip() for x in (diagnostics or "").split(",") if x.strip()),
+            progress=sys.stderr.isatty() if progress is None else progress,
+            export=export,
+            resume=resume,
+            overwrite=overwrite,
+            devices=devices,
+            fsdp=fsdp,
+        )
+        try:
+            result = train(res.program, opts)
+        except OptionError as e:   # found before anything ran: a usage problem
+            raise fail(str(e), 2, debug)
+        except RunError as e:
+            raise fail(str(e), 1, debug)
+        except RunStopped as e:
+            again = resume_command(file, run_dir=run_dir, steps=steps, diagnostics=diagnostics, mesh=mesh, fsdp=fsdp,
+                                   coordinator=coordinator, num_processes=num_processes, process_id=process_id,
+                                   distributed=distributed)
+            print(f"sexpgpu: {e}; resume with `{' '.join(shlex.quote(a) for a in again)}`", file=sys.stderr)
+            raise typer.Exit(e.exit_code)
+        except KeyboardInterrupt:
+            raise fail("interrupted", 130)
+        if early.received is not None:   # after the loop's last look: the run is complete, say so
+            import signal
+            print(f"sexpgpu: {signal.Signals(early.received).name} arrived after the last step; the run had "
+                  "finished, so it stopped as it would have", file=sys.stderr)
+        last = result.history[-1] if result.history else {}
+        shown = "  ".join(f"{k} {v:.4g}" for k, v in last.items() if k != "step")
+        done = f"trained {result.steps} steps" if not resume else f"trained steps {result.extra['start'] + 1}-{result.steps}"
+        parts = [f"{done} in {result.seconds:.1f} s"]
+        if resume and result.extra["start"] >= result.steps:
+            parts = [f"nothing to train: the checkpoint is at step {result.extra['start']} of {result.steps}"]
+        parts += [shown] if shown else []
+        print("; ".join(parts + [f"metrics in {opts.run_dir / 'metrics.jsonl'}"]), file=sys.stderr)
+    finally:
+        early.restore()   # the handlers `run` found: a library caller's own stay theirs
 
 
 def never_fits(program, devices: Optional[int], fsdp: Optional[bool]) -> Optional[str]:

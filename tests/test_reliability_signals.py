@@ -113,3 +113,20 @@ def test_a_signal_noted_while_starting_stops_the_loop_at_its_first_look():
             "        print(e.name, e.exit_code)\n")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert (r.returncode, r.stdout) == (0, "SIGINT 130\n"), r.stderr
+
+
+def test_run_in_process_puts_back_the_handlers_it_found(tmp_path):
+    """`run` installs its start-up handler first, and restores the caller's handlers when it returns:
+    left installed, a signal one in-process run noted was taken by every later run as its own."""
+    import signal as _signal
+    from typer.testing import CliRunner
+    from sexpgpu_cli.main import app
+    from sexpgpu_runtime.signals import StopSignals
+    bad = tmp_path / "bad.sx"
+    bad.write_text("(def x (/ 7 2))\n")
+    before = {s: _signal.getsignal(s) for s in (_signal.SIGINT, _signal.SIGTERM)}
+    r = CliRunner().invoke(app, ["run", str(bad), "--run-dir", str(tmp_path / "run")])
+    assert r.exit_code == 1
+    assert {s: _signal.getsignal(s) for s in before} == before
+    with StopSignals() as stop:
+        stop.check()   # nothing pending
