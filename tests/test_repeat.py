@@ -214,6 +214,8 @@ def test_count_must_be_a_constant_of_one_or_more():
     assert (code, at) == ("E-MODEL-005", "0") and "1 or more" in msg
     (code, at, msg), = diags(text.replace("(repeat block 3", "(repeat block 2.5"))
     assert (code, at) == ("E-MODEL-005", "2.5")
+    (code, at, msg), = diags(text.replace("(repeat block 3", "(repeat block 100000000"))
+    assert (code, at) == ("E-MODEL-005", "100000000") and "at most 4096" in msg
 
 
 def test_unknown_remat_policy_lists_the_policies():

@@ -77,6 +77,9 @@ MAX_SIZE = 2**31 - 1
 #: each is a dispatch from Python (tens of microseconds at least), and the generator keeps one
 #: device array per trip, so a count beyond this could not finish a step in any useful time.
 MAX_HOST_CALLS = 2**20
+#: The most layers one `(repeat block N)` stacks: far beyond any language model's depth (GPT-3 has
+#: 96), and `explain` traces every layer, so its cost grows with N.
+MAX_LAYERS = 4096
 #: `:seed`'s largest value: `jax.random.key` and numpy's generators take a 64-bit signed seed.
 MAX_SEED = 2**63 - 1
 

@@ -30,7 +30,7 @@ from .facts import Definition
 from .forms import define_global
 from .identity import place_hash
 from .infer import infer, lambda_params
-from .keywords import const_int, const_value, keyword_args, remat_policy, shape_in_range
+from .keywords import MAX_LAYERS, const_int, const_value, keyword_args, remat_policy, shape_in_range
 from .scope import Binding
 
 
@@ -146,7 +146,8 @@ def repeat_entry(ctx: CheckContext, m: dict, model_name: str, kw: Kw, v: ListNod
         hint = near_miss(block.name, ctx.models)
         ctx.err("E-NAME-001", block.span, f"`{block.name}` is not a model" + (f"; did you mean `{hint}`?" if hint else ""))
         return
-    count = const_int(ctx, v.items[2], "the count of `repeat`", 1, code="E-MODEL-005")
+    count = const_int(ctx, v.items[2], "the count of `repeat`", 1, code="E-MODEL-005", maximum=MAX_LAYERS,
+                      why=" (`explain` traces every layer)")
     if count is None:
         count = 1   # reported: check the rest as one layer, so the block's calls are not reported again
     remat = None
