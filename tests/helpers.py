@@ -239,3 +239,22 @@ def modules_after(code: str) -> set[str]:
     last = r.stdout.strip().splitlines()[-1]
     assert last.startswith("modules: "), r.stdout
     return set(last.removeprefix("modules: ").split())
+
+
+def numpy_attention(q, k, v, *, causal=False, mask=None, scale=None):
+    """Attention written out in NumPy, the reference for `dot-product-attention` and the layers on it:
+    q [B T N H], k and v [B S K H] (JAX's layout); query head n reads key head n // (N / K); `mask`
+    bool, broadcastable to [B N T S]; `scale` 1/sqrt(H) by default."""
+    import math
+    import numpy as np
+    k = np.repeat(k, q.shape[2] // k.shape[2], axis=2)
+    v = np.repeat(v, q.shape[2] // v.shape[2], axis=2)
+    s = np.einsum("btnh,bsnh->bnts", q, k) * (1 / math.sqrt(q.shape[-1]) if scale is None else scale)
+    allowed = np.ones(s.shape, bool)
+    if causal:
+        allowed &= np.tril(np.ones(s.shape[-2:], bool))
+    if mask is not None:
+        allowed &= mask
+    s = np.where(allowed, s, -np.inf)
+    w = np.exp(s - s.max(-1, keepdims=True))
+    return np.einsum("bnts,bsnh->btnh", w / w.sum(-1, keepdims=True), v)

@@ -2,7 +2,6 @@
 and NumPy, their shape errors, their cost entries, and a `def`'s exact integer arithmetic."""
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import numpy as np
@@ -12,6 +11,7 @@ import sexpgpu_runtime  # noqa: F401  (enables x64)
 import jax
 import jax.numpy as jnp
 
+from helpers import numpy_attention
 from sexpgpu_lang import analyze
 from sexpgpu_lang.check import check_expression
 from sexpgpu_lang.explain.cost import COSTS
@@ -92,19 +92,7 @@ def test_cumsum_axis_errors():
 B, T, S, N, K, H = 2, 5, 7, 4, 2, 8
 
 
-def reference(q, k, v, *, causal=False, mask=None, scale=None):
-    """Attention written out: query head n reads key head n // (N / K)."""
-    k = np.repeat(k, q.shape[2] // k.shape[2], axis=2)
-    v = np.repeat(v, q.shape[2] // v.shape[2], axis=2)
-    s = np.einsum("btnh,bsnh->bnts", q, k) * (1 / math.sqrt(q.shape[-1]) if scale is None else scale)
-    allowed = np.ones(s.shape, bool)
-    if causal:
-        allowed &= np.tril(np.ones(s.shape[-2:], bool))
-    if mask is not None:
-        allowed &= mask
-    s = np.where(allowed, s, -np.inf)
-    w = np.exp(s - s.max(-1, keepdims=True))
-    return np.einsum("bnts,bsnh->btnh", w / w.sum(-1, keepdims=True), v)
+reference = numpy_attention
 
 
 @pytest.mark.parametrize("kv_heads", [N, K, 1], ids=["multi-head", "grouped", "multi-query"])

@@ -14,6 +14,7 @@ import sexpgpu_runtime  # noqa: F401  (enables x64)
 import jax
 import jax.numpy as jnp
 
+from helpers import numpy_attention
 from sexpgpu_lang.check import check_expression
 from sexpgpu_lang.types import TensorType
 from sexpgpu_runtime.lowering import Effects, evaluate
@@ -61,20 +62,8 @@ def ref_rotary(x, positions, base=10000.0):
 
 
 def ref_attention(q, k, v, causal=True, mask=None, scale=None):
-    """q [B T N H], k, v [B S K H]; query head n reads key head n // (N / K)."""
-    n, kh = q.shape[2], k.shape[2]
-    k = np.repeat(k, n // kh, axis=2)
-    v = np.repeat(v, n // kh, axis=2)
-    s = np.einsum("btnh,bsnh->bnts", q, k) * (scale if scale is not None else 1 / np.sqrt(q.shape[-1]))
-    allowed = np.ones(s.shape, bool)
-    if causal:
-        allowed &= np.tril(np.ones(s.shape[-2:], bool))
-    if mask is not None:
-        allowed &= mask
-    s = np.where(allowed, s, -np.inf)
-    w = np.exp(s - s.max(-1, keepdims=True))
-    w /= w.sum(-1, keepdims=True)
-    return np.einsum("bnts,bsnh->btnh", w, v)
+    """The layers' attention: causal unless told otherwise (`helpers.numpy_attention`)."""
+    return numpy_attention(q, k, v, causal=causal, mask=mask, scale=scale)
 
 
 def gelu(x):
