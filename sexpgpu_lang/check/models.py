@@ -140,11 +140,8 @@ def repeat_entry(ctx: CheckContext, m: dict, model_name: str, kw: Kw, v: ListNod
         ctx.err("E-FORM-002", v.span, "`repeat` takes a model and a count: `(repeat block 12)`")
         return
     block = v.items[1]
-    b = ctx.globals.lookup(block.name)
-    if b is None or not isinstance(b.type, ModelType):
-        ctx.tracker.model_read(incremental.ALL_MODELS)
-        hint = near_miss(block.name, ctx.models)
-        ctx.err("E-NAME-001", block.span, f"`{block.name}` is not a model" + (f"; did you mean `{hint}`?" if hint else ""))
+    b = _model_named(ctx, block)
+    if b is None:
         return
     count = const_int(ctx, v.items[2], "the count of `repeat`", 1, code="E-MODEL-005", maximum=MAX_LAYERS,
                       why=" (`explain` traces every layer)")
@@ -160,6 +157,18 @@ def repeat_entry(ctx: CheckContext, m: dict, model_name: str, kw: Kw, v: ListNod
         Definition(kw.name, "param", kw.span, v.span, f"{model_name} :{kw.name}: {count} layers of `{block.name}`"))
 
 
+def _model_named(ctx: CheckContext, sym: Sym) -> Binding | None:
+    """The binding of the model `sym` names (a sub-model or a repeated block), or None after
+    E-NAME-001 with the nearest model's name (a read of the set of models: `incremental.ALL_MODELS`)."""
+    b = ctx.globals.lookup(sym.name)
+    if b is not None and isinstance(b.type, ModelType):
+        return b
+    ctx.tracker.model_read(incremental.ALL_MODELS)
+    hint = near_miss(sym.name, ctx.models)
+    ctx.err("E-NAME-001", sym.span, f"`{sym.name}` is not a model" + (f"; did you mean `{hint}`?" if hint else ""))
+    return None
+
+
 def model_param(ctx: CheckContext, m: dict, model_name: str, kw: Kw, v: Node) -> None:
     """One `:params` entry: an initialiser (a parameter), a model name (a sub-model) or
     `(repeat block N)` (a repeated block, `repeat_entry`)."""
@@ -167,11 +176,8 @@ def model_param(ctx: CheckContext, m: dict, model_name: str, kw: Kw, v: Node) ->
         repeat_entry(ctx, m, model_name, kw, v)
         return
     if isinstance(v, Sym):
-        b = ctx.globals.lookup(v.name)
-        if b is None or not isinstance(b.type, ModelType):
-            ctx.tracker.model_read(incremental.ALL_MODELS)
-            hint = near_miss(v.name, ctx.models)
-            ctx.err("E-NAME-001", v.span, f"`{v.name}` is not a model" + (f"; did you mean `{hint}`?" if hint else ""))
+        b = _model_named(ctx, v)
+        if b is None:
             return
         ctx.facts.uses.append((v.span, b.definition))
         m["subs"][kw.name] = v.name
