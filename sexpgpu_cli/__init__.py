@@ -9,6 +9,10 @@ def main() -> None:
     of a cold `sexpgpu lint`): the GC is off while `sexpgpu_cli.main` is imported, then what exists
     is frozen (`gc.freeze`: later collections skip it) and the GC is on again.
     """
+    import sys
+    if sys.argv[1:2] == ["run"]:   # a signal from the first moment on is noted (sexpgpu_cli.early_signals)
+        from .early_signals import EarlySignals
+        EarlySignals.install_first()
     import gc
     collecting = gc.isenabled()
     gc.disable()

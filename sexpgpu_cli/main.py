@@ -16,6 +16,8 @@ from typing import List, Optional
 import typer
 import typer.core
 
+from .early_signals import EarlySignals
+
 # Start-up (`sexpgpu lint` is meant to start about as fast as `import lark`): the front end,
 # the renderers, JAX, the server and pydantic are imported only by the commands that use them;
 # see `_Coercion` for pydantic. No `from __future__ import annotations` here: typer reads every
@@ -166,54 +168,6 @@ class ExplainFormat(str, Enum):
 
     text = "text"
     json = "json"
-
-
-class EarlySignals:
-    """`run`'s SIGINT/SIGTERM handler from its first line, before the front end, JAX and orbax are
-    imported (seconds under load): the first signal is noted (`received`), a second ends the
-    process at once with 128 + its number (as sexpgpu_runtime.signals.exit_now does; that module
-    cannot be imported this early, its package imports JAX). The training loop's `StopSignals`
-    takes a noted signal as its own and hands its own back, so the one protocol spans the run."""
-
-    def __init__(self) -> None:
-        self.received: Optional[int] = None
-        self.old: dict = {}   # the handlers `install` replaced, by signal number
-
-    @classmethod
-    def install(cls) -> "EarlySignals":
-        """Install one for SIGINT and SIGTERM (in the main thread; elsewhere it installs nothing)."""
-        import signal
-        import threading
-        handler = cls()
-        if threading.current_thread() is threading.main_thread():
-            for s in (signal.SIGINT, signal.SIGTERM):
-                handler.old[s] = signal.signal(s, handler)
-        return handler
-
-    def restore(self) -> None:
-        """Put back the handlers `install` replaced (once `run` returns or raises)."""
-        import signal
-        for s, old in self.old.items():
-            signal.signal(s, old)
-        self.old.clear()
-
-    def __call__(self, signum, frame) -> None:
-        if self.received is None:
-            self.received = signum
-            return
-        import os
-        import signal
-        os.write(2, f"sexpgpu: a second {signal.Signals(signum).name}: exiting now\n".encode())
-        os._exit(128 + signum)
-
-    def stop_if_received(self) -> None:
-        """Exit 128 + the signal's number, saying so, if one arrived while the run was starting."""
-        if self.received is not None:
-            import signal
-            name = signal.Signals(self.received).name
-            print(f"sexpgpu: stopped by {name} while starting, before any step; nothing was trained or written",
-                  file=sys.stderr)
-            raise typer.Exit(128 + self.received)
 
 
 def fail(message: str, code: int = 2, debug: bool = False) -> "typer.Exit":
@@ -385,7 +339,7 @@ def run(
     phase, saves the last completed step, prints how to resume and exits 130
     or 143.
     """
-    early = EarlySignals.install()   # before anything slow is imported
+    early = EarlySignals.take()   # installed by the console script before typer, else now
     try:
         import shlex
         from sexpgpu_lang import render

@@ -130,3 +130,23 @@ def test_run_in_process_puts_back_the_handlers_it_found(tmp_path):
     assert {s: _signal.getsignal(s) for s in before} == before
     with StopSignals() as stop:
         stop.check()   # nothing pending
+
+
+def test_the_console_script_notes_signals_before_typer_is_imported(tmp_path):
+    """`sexpgpu run`'s first handler is in place before typer (tens of milliseconds of imports)."""
+    import subprocess
+    import sys
+    code = ("import builtins, signal, sys\n"
+            f"sys.argv = ['sexpgpu', 'run', {str(tmp_path / 'missing.sx')!r}]\n"
+            "real = builtins.__import__\n"
+            "def imp(name, *a, **k):\n"
+            "    if name == 'typer' and not hasattr(builtins, 'seen'):\n"
+            "        builtins.seen = True\n"
+            "        print('handler', type(signal.getsignal(signal.SIGTERM)).__name__, flush=True)\n"
+            "    return real(name, *a, **k)\n"
+            "builtins.__import__ = imp\n"
+            "import sexpgpu_cli\n"
+            "sexpgpu_cli.main()\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.stdout.splitlines()[0] == "handler EarlySignals", (proc.stdout, proc.stderr)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
