@@ -258,3 +258,25 @@ def numpy_attention(q, k, v, *, causal=False, mask=None, scale=None):
     s = np.where(allowed, s, -np.inf)
     w = np.exp(s - s.max(-1, keepdims=True))
     return np.einsum("bnts,bsnh->btnh", w / w.sum(-1, keepdims=True), v)
+
+
+def signal_at_line(proc, prefix: str, signals, gap: float = 0.0, timeout: float = 120) -> tuple[list[str], str]:
+    """Read `proc`'s stderr (a text pipe) until a line starts with `prefix`, send it `signals` in
+    turn (`gap` seconds apart), then wait for it to end (killed in any case); (its stderr lines, all
+    of it as one text)."""
+    import time
+    lines = []
+    try:
+        for line in proc.stderr:
+            lines.append(line)
+            if line.startswith(prefix):
+                for i, sig in enumerate(signals):
+                    if i:
+                        time.sleep(gap)
+                    proc.send_signal(sig)
+                break
+        lines += proc.stderr.readlines()
+        proc.wait(timeout=timeout)
+    finally:
+        proc.kill()
+    return lines, "".join(lines)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import variant
+from helpers import signal_at_line, variant
 
 SEXPGPU = [sys.executable, "-m", "sexpgpu_cli.main"]
 
@@ -60,20 +60,7 @@ def test_two_sigints_end_a_run_promptly_and_the_checkpoints_still_resume(tmp_pat
     d = tmp_path / "out"
     p = subprocess.Popen(SEXPGPU + ["run", str(f), "--steps", "100000", "--run-dir", str(d), "--no-progress"],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    lines = []
-    try:
-        for line in p.stderr:
-            lines.append(line)
-            if line.startswith("step 5/"):
-                p.send_signal(signal.SIGINT)
-                time.sleep(0.002)
-                p.send_signal(signal.SIGINT)
-                break
-        lines += p.stderr.readlines()
-        p.wait(timeout=120)
-    finally:
-        p.kill()
-    err = "".join(lines)
+    _, err = signal_at_line(p, "step 5/", (signal.SIGINT, signal.SIGINT), gap=0.002)
     assert p.returncode == 130, err
     assert "Traceback" not in err and "Task exception" not in err
     # Two signals 2 ms apart may reach Python as one (then the run stops as for one); either way the

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from helpers import variant
+from helpers import signal_at_line, variant
 from sexpgpu_runtime.signals import StopSignals, Stopped
 
 
@@ -47,18 +47,7 @@ def test_sigint_stops_sexpgpu_run_and_resume_finishes_it(tmp_path):
     f.write_text(variant(":log (:every 50))", ":log (:every 1))"))
     d = tmp_path / "out"
     p = sexpgpu("run", str(f), "--steps", "60", "--run-dir", str(d), "--no-progress")
-    lines = []
-    try:
-        for line in p.stderr:
-            lines.append(line)
-            if line.startswith("step 3/60"):
-                p.send_signal(signal.SIGINT)
-                break
-        lines += p.stderr.readlines()
-        p.wait(timeout=60)
-    finally:
-        p.kill()
-    err = "".join(lines)
+    lines, err = signal_at_line(p, "step 3/60", (signal.SIGINT,), timeout=60)
     assert p.returncode == 130, err
     assert "Traceback" not in err
     last = lines[-1].strip()
