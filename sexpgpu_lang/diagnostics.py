@@ -82,6 +82,19 @@ CODES: dict[str, str] = {
 }
 
 
+def quote_controls(text: str) -> str:
+    """`text` with each character a terminal or an editor would not show as itself (a control
+    character such as NUL, a format character such as a bidirectional override, a line or
+    paragraph separator, a space other than ` `) written as `U+0000`; a newline stays.
+
+    Every message, help and related message goes through it (`Diagnostic`, `Related`), so
+    source text quoted into a message never carries such a character: Emacs refuses a whole
+    LSP notification holding a NUL, and a terminal obeys control characters."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() or c == "\n" else f"U+{ord(c):04X}" for c in text)
+
+
 def doc_anchor(code: str) -> str:
     """The anchor of `code`'s entry in docs/errors.md, e.g. `e-gen-002`."""
     return code.lower()
@@ -93,6 +106,9 @@ class Related:
 
     span: Span
     message: str
+
+    def __post_init__(self):
+        object.__setattr__(self, "message", quote_controls(self.message))
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +127,12 @@ class Diagnostic:
     related: tuple[Related, ...] = ()
     help: str | None = None
     data: dict = field(default_factory=dict, compare=False, hash=False)
+
+    def __post_init__(self):
+        # The one place source text quoted into a message is made safe to show (`quote_controls`).
+        object.__setattr__(self, "message", quote_controls(self.message))
+        if self.help is not None:
+            object.__setattr__(self, "help", quote_controls(self.help))
 
     @property
     def is_error(self) -> bool:

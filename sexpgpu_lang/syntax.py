@@ -262,9 +262,8 @@ def _recover(text: str, pos: int, line: int, column: int, tokens: list[Token],
     An unterminated string is closed in place when its line's last character can be read
     as the closing `"` (the token then carries that text), else skipped to the line's end."""
     if text[pos] != '"':
-        ch = text[pos]
-        shown = ch if ch.isprintable() else f"U+{ord(ch):04X}"
-        diags.append(error("E-SYNTAX-003", Span(pos, pos + 1), f"unexpected character `{shown}`"))
+        # (a control character shows as `U+0000`: `diagnostics.quote_controls`)
+        diags.append(error("E-SYNTAX-003", Span(pos, pos + 1), f"unexpected character `{text[pos]}`"))
         return pos + 1
     end = text.find("\n", pos)
     end = len(text) if end < 0 else end
@@ -389,25 +388,33 @@ def _balance(chunk: list[Token], diags: list[Diagnostic]) -> list[Token]:
 
 def _pair(chunk: list[Token], diags: list[Diagnostic], missing: int = 0, extra: int = 0) -> list[Token]:
     """Pair the brackets of `chunk`. With `missing` above 0, close an open bracket before
-    a line that is not indented past the line the bracket opened on; with `extra` above 0,
-    drop a closer at the end of a line when the next line is indented past the bracket it
-    closes. Each at most that many times."""
+    a line that starts left of the lines the bracket already holds (a `let*`'s body after
+    bindings that lack their `)`), or, for a bracket that holds no line yet, a line that is
+    not indented past the line the bracket opened on; with `extra` above 0, drop a closer at
+    the end of a line when the next line is indented past the bracket it closes. Each at
+    most that many times."""
     out: list[Token] = []
     stack: list[Token] = []
     indent: dict[int, int] = {}
+    held: dict[int, int] = {}   # an open bracket (by id) -> the column of the first line it holds
     for t in chunk:
         indent.setdefault(t.line, t.column)
     for i, tok in enumerate(chunk):
         starts_line = i == 0 or chunk[i - 1].line != tok.line
         while (missing and starts_line and tok.type not in ("RPAR", "RBRACK") and stack
-               and stack[-1].line < tok.line and tok.column <= indent[stack[-1].line]):
+               and stack[-1].line < tok.line
+               and tok.column < held.get(id(stack[-1]), indent[stack[-1].line] + 1)):
             opener = stack.pop()
             missing -= 1
+            empty = out[-1] is opener
             out.append(_synthetic_closer(opener, chunk[i - 1].end_pos))
             closer = _TEXT[_CLOSER[opener.type]]
             diags.append(error("E-SYNTAX-001", Span(opener.start_pos, opener.end_pos),
-                               f"this `{opener}` is never closed",
-                               help=f"add `{closer}` before line {tok.line}, where the indentation shows it ends"))
+                               f"this `{opener}` is never closed" + (": it holds nothing" if empty else ""),
+                               help="delete it" if empty else
+                               f"add `{closer}` before line {tok.line}, where the indentation shows it ends"))
+        if starts_line and stack and tok.type not in ("RPAR", "RBRACK"):
+            held.setdefault(id(stack[-1]), tok.column)
         if tok.type in _CLOSER:
             stack.append(tok)
             out.append(tok)
@@ -451,6 +458,10 @@ def _pair(chunk: list[Token], diags: list[Diagnostic], missing: int = 0, extra: 
             out.append(_synthetic_closer(opener, end))
         outer = stack[0]
         what = "form" if outer.type == "LPAR" else "vector"
+        if len(stack) == 1 and chunk[-1] is outer:
+            diags.append(error("E-SYNTAX-001", Span(outer.start_pos, outer.end_pos),
+                               f"this `{outer}` is never closed: it holds nothing", help="delete it"))
+            return out
         diags.append(error(
             "E-SYNTAX-001", Span(outer.start_pos, outer.end_pos),
             f"this `{outer}` is never closed: the {what} needs {len(stack)} more "

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from .. import ir
 from ..diagnostics import Related, warning
-from ..syntax import Kw, Node
+from ..source import Span
+from ..syntax import Kw, ListNode, Node, keyword_value, plist_pairs, result_node
 from ..types import ERROR, ErrorType, TensorType, is_float
 from .context import CheckContext, near_miss, result_span
 from .scope import BatchType, Effect, Frame
@@ -35,6 +36,9 @@ def batch_field(ctx: CheckContext, node: Node, obj: ir.Expr, key: Kw) -> ir.Expr
             return ir.Const(ERROR, node.span)   # one diagnostic per pass: the first generated name read
         ctx.contract005.add(id(t))
         rel = [Related(ctx.facts.generated[k].span, "`:finish` makes it here")] if k in ctx.facts.generated else []
+        if t.via is not None:
+            rel.insert(0, Related(t.via[1], f"pass `{t.via[0]}` runs on loader `{t.loader}`, whose fields or "
+                                            "batch size differ from the training loader's"))
         return ir.Const(ctx.err("E-CONTRACT-005", key.span,
                                 f"`:{k}` is generated, but the generator does not run on loader `{t.loader}`, "
                                 "whose fields or batch size differ from the training loader's",
@@ -42,11 +46,37 @@ def batch_field(ctx: CheckContext, node: Node, obj: ir.Expr, key: Kw) -> ir.Expr
                                 "or give its loader the training loader's fields and batch size"), node.span)
     if t.unknown_generated:
         return ir.Const(ERROR, node.span)
+    later = made_later(ctx, k) if ctx.frame.phase == "generate.init" else None
+    if later is not None:
+        where, span = later
+        return ir.Const(ctx.err("E-CONTRACT-001", key.span,
+                                f"`:init` reads `:{k}`, which the generator makes later ({where} returns it): "
+                                f"the batch `:init` reads has only loader `{t.loader}`'s fields",
+                                related=[Related(span, f"{where} makes `:{k}` here")],
+                                help=f"read a field of `{t.loader}` here ("
+                                     + ", ".join(f"`:{x}`" for x in t.keys) + f"); `prepare` reads `:{k}`"),
+                        node.span)
     hint = near_miss(k, t.keys)
     return ir.Const(ctx.err("E-CONTRACT-001", key.span, f"the batch has no field `:{k}`: neither loader `{t.loader}` "
                             "nor the generator provides it" + (f"; did you mean `:{hint}`?" if hint else ""),
                             help="the batch has " + ", ".join(f"`:{x}`" for x in t.keys),
                             data={"replace": f":{hint}"} if hint else None), node.span)
+
+
+def made_later(ctx: CheckContext, k: str) -> tuple[str, Span] | None:
+    """Where the generator makes `:k` after `:init` has read the batch (`:finish`, or the state
+    `:init` or `:step` returns), read from the `defgenerate` form: (the phase, the key's range)."""
+    forms = ctx.forms.get("defgenerate")
+    if not forms:
+        return None
+    for name in ("finish", "init", "step"):
+        lam = keyword_value(forms[0], name)
+        res = result_node(lam.items[2:]) if isinstance(lam, ListNode) else None
+        if isinstance(res, ListNode) and res.head == "list":
+            for kw, _ in plist_pairs(res):
+                if kw.name == k:
+                    return f"`:{name}`", kw.span
+    return None
 
 
 def stage_loader(ctx: CheckContext, node: Node, stage: ir.LoaderIR, train: ir.LoaderIR) -> None:

@@ -15,9 +15,10 @@ from __future__ import annotations
 from .. import ir
 from ..diagnostics import Related, warning
 from ..language import FORM_KEYWORDS, PER_MICROBATCH_KEYS, PER_MICROBATCH_KEYS_CURRICULUM
+from ..source import Span
 from ..syntax import Kw, ListNode, Node, Sym, plist_pairs, result_node
 from ..types import ERROR, ErrorType, PlistType, TensorType, same_tensor, scalar
-from .context import CheckContext, entry_span, result_span
+from .context import CheckContext, entry_span, near_miss, result_span
 from .contracts import counter_in_generator
 from .facts import Definition
 from .infer import ctx_type, infer, phase
@@ -81,7 +82,7 @@ def top_generate(ctx: CheckContext, train: ir.LoaderIR | None):
     step = phase(ctx, "generate.step", kws["step"][1], [state, scalar("i64"), ctx_type(ctx, "generate")],
                       step_frame, "`:step`")
     if step is not None:
-        check_across_trips(ctx, step, state, key_defs)
+        check_across_trips(ctx, step, state, key_defs, kws["step"][1])
     finish = None
     out = state
     frames = [init_frame, step_frame]
@@ -136,8 +137,12 @@ def check_plist_of_tensors(ctx: CheckContext, ph: ir.Phase, what: str) -> PlistT
     return t if ok else PlistType(tuple((k, v if isinstance(v, TensorType) else ERROR) for k, v in t.entries))
 
 
-def check_across_trips(ctx: CheckContext, step: ir.Phase, state: PlistType, key_defs: dict[str, Definition]) -> None:
-    """E-GEN-002: `:step` must return exactly the keys, shapes and dtypes `:init` made."""
+def check_across_trips(ctx: CheckContext, step: ir.Phase, state: PlistType, key_defs: dict[str, Definition],
+                       node: Node) -> None:
+    """E-GEN-002: `:step` (checked as `step`, written at `node`) must return exactly the keys,
+    shapes and dtypes `:init` made. A key `:step` adds in place of one it drops, of a near name
+    or the one of that type, is one E-GEN-002 saying it looks renamed (a quick fix renames it
+    back), not a dropped key and an added one."""
     t = step.out
     site = result_span(step.body)
     if isinstance(t, ErrorType):
@@ -149,9 +154,17 @@ def check_across_trips(ctx: CheckContext, step: ir.Phase, state: PlistType, key_
 
     def rel(k):
         return [Related(key_defs[k].span, f"`:init` made `:{k}` here")] if k in key_defs else []
+    renamed = renamed_keys(state, t)
+    key_spans = _result_key_spans(node)
+    for new, old in renamed.items():
+        want = state.get(old)
+        ctx.err("E-GEN-002", key_spans.get(new, entry_span(step.body, new, site)),
+                f"`:step` returns `:{new}` where `:init` made `:{old}` ({want.show()}): the key looks renamed",
+                related=rel(old), help=f"rename it back to `:{old}`: the state keeps its keys from trip to trip",
+                data={"replace": f":{old}", "key": old, "what": "renamed"})
     for k, want in state.entries:
         got = t.get(k)
-        if isinstance(want, ErrorType):
+        if isinstance(want, ErrorType) or k in renamed.values():
             continue
         if got is None:
             ctx.err("E-GEN-002", site, f"`:step` drops `:{k}`, which `:init` made as {want.show()}",
@@ -171,10 +184,38 @@ def check_across_trips(ctx: CheckContext, step: ir.Phase, state: PlistType, key_
                           "the state has static shapes: write into a fixed-size tensor with `where`"),
                     data={"key": k, "want_dtype": want.dtype, "got_dtype": got.dtype, "what": what})
     for k, got in t.entries:
-        if state.get(k) is None:
+        if state.get(k) is None and k not in renamed:
             ctx.err("E-GEN-002", entry_span(step.body, k, site),
                     f"`:step` adds `:{k}`, which `:init` did not make",
                     help=f"make `:{k}` in `:init`, or drop it here")
+
+
+def renamed_keys(state: PlistType, out: PlistType) -> dict[str, str]:
+    """The keys `out` (what `:step` returns) adds that stand for keys of `state` it drops: each
+    added key to the dropped one, where the names are near (`:rows` for `:row`) or where one key
+    is dropped and one added, of the dropped key's shape and dtype."""
+    dropped = [k for k in state.keys if out.get(k) is None and isinstance(state.get(k), TensorType)]
+    added = [k for k in out.keys if state.get(k) is None]
+    pairs: dict[str, str] = {}
+    for k in added:
+        old = near_miss(k, [d for d in dropped if d not in pairs.values()])
+        if old is not None:
+            pairs[k] = old
+    rest_d = [d for d in dropped if d not in pairs.values()]
+    rest_a = [k for k in added if k not in pairs]
+    if len(rest_d) == 1 and len(rest_a) == 1:
+        got = out.get(rest_a[0])
+        if isinstance(got, TensorType) and same_tensor(got, state.get(rest_d[0])):
+            pairs[rest_a[0]] = rest_d[0]
+    return pairs
+
+
+def _result_key_spans(node: Node) -> dict[str, Span]:
+    """The keys of the `(list ...)` a phase's lambda (`node`) returns, each to its keyword's range."""
+    res = result_node(node.items[2:]) if isinstance(node, ListNode) else None
+    if isinstance(res, ListNode) and res.head == "list":
+        return {k.name: k.span for k, _ in plist_pairs(res)}
+    return {}
 
 
 def check_generated_names(ctx: CheckContext, out: PlistType, node: Node, train: ir.LoaderIR):

@@ -21,7 +21,7 @@ from ..diagnostics import Related
 from ..language import SPECIAL_FORMS, TOP_FORMS
 from ..ops import REGISTRY, RuleCall, RuleError
 from ..source import Span
-from ..syntax import ErrorNode, Kw, ListNode, Node, Num, Str, Sym, VecNode
+from ..syntax import ErrorNode, Kw, ListNode, Node, Num, Str, Sym, VecNode, keyword_value, walk
 from ..types import (DTYPES, dtype_hint, ERROR, NIL, ErrorType, FunctionType, KeywordType, LoaderType, ModelType,
                      NilType, PlistType, SelfType, ShapeType, StringType, TensorType, TupleType, Type, is_float, scalar)
 from . import incremental
@@ -269,6 +269,10 @@ def form_getf(ctx: CheckContext, node: ListNode, scope: Scope) -> ir.Expr:
         got = t.get(k)
         if got is None and k in ctx.frame.ctx_nil:
             return ir.Const(NilType(ctx.frame.ctx_nil[k]), node.span, None)
+        if got is None and k in ("trip", "trips"):
+            return ir.Const(ctx.err("E-NAME-004", key.span, f"the context has no key `:{k}`: the trip is "
+                                    "`:step`'s second argument, `(lambda (state trip ctx) ...)`",
+                                    help=trip_help(ctx)), node.span)
         if got is None:
             hint = near_miss(k, t.keys)
             return ir.Const(ctx.err("E-NAME-004", key.span, f"the context has no key `:{k}`"
@@ -289,6 +293,21 @@ def form_getf(ctx: CheckContext, node: ListNode, scope: Scope) -> ir.Expr:
             ctx.facts.uses.append((key.span, ctx.facts.state_keys[k]))
         return ir.GetF(got, node.span, obj, k)
     return ir.Const(ctx.err("E-TYPE-001", node.items[1].span, f"`getf` needs a plist, got {t.show()}"), node.span)
+
+
+def generator_param(ctx: CheckContext, phase: str, i: int, default: str) -> str:
+    """The name of parameter `i` of the generator's `phase` (`init`, `step`, `finish`) lambda, else `default`."""
+    forms = ctx.forms.get("defgenerate")
+    lam = keyword_value(forms[0], phase) if forms else None
+    params = lam.items[1].items if isinstance(lam, ListNode) and len(lam.items) > 1 and isinstance(lam.items[1], ListNode) else ()
+    return params[i].name if len(params) > i and isinstance(params[i], Sym) else default
+
+
+def trip_help(ctx: CheckContext) -> str:
+    """How to read the trip where `(getf ctx :trip)` was written: `:step`'s second parameter, by its name."""
+    if ctx.frame.phase != "generate.step":
+        return "only `:step` sees the trip; pass what a later phase needs in the state"
+    return f"use `{generator_param(ctx, 'step', 1, 'trip')}`, `:step`'s second parameter (an `i64` scalar counting from 0)"
 
 
 def getf_self(ctx: CheckContext, node, obj, t: SelfType, key: Kw) -> ir.Expr:
@@ -318,7 +337,17 @@ def form_field(ctx: CheckContext, node: ListNode, scope: Scope) -> ir.Expr:
     key = _key_arg(ctx, node, "field")
     if key is None:
         return ir.Const(ERROR, node.span)
-    obj = infer(ctx, node.items[1], scope)
+    phase_kw = {"generate.step": "step", "generate.finish": "finish"}.get(ctx.frame.phase)
+    where = f"`:{phase_kw}`" if phase_kw else None
+    target = node.items[1]
+    if where is not None and isinstance(target, Sym) and scope.lookup(target.name) is None:
+        # `(field batch :x)` in `:step` or `:finish`, which have no batch: the batch is `:init`'s.
+        return ir.Const(ctx.err("E-NAME-001", target.span, f"`{target.name}` is not defined in {where}: the batch "
+                                f"is read in `:init`, and {where} sees the state",
+                                help=f"read `:{key.name}` in `:init` into the state (`:{key.name} (field "
+                                     f"{generator_param(ctx, 'init', 0, 'batch')} :{key.name})`), and here `(getf "
+                                     f"{generator_param(ctx, phase_kw, 0, 'state')} :{key.name})`"), node.span)
+    obj = infer(ctx, target, scope)
     t = obj.type
     if isinstance(t, ErrorType):
         return ir.Const(ERROR, node.span)
@@ -328,6 +357,11 @@ def form_field(ctx: CheckContext, node: ListNode, scope: Scope) -> ir.Expr:
         got = t.get(key.name)
         if got is not None:
             return ir.GetF(got, node.span, obj, key.name)
+    if where is not None and t is ctx.state_type:
+        return ir.Const(ctx.err("E-TYPE-001", target.span, f"`field` reads a batch, and the batch is read in "
+                                f"`:init`: {where} sees the state {t.show()}",
+                                help=f"read `:{key.name}` in `:init` into the state, and here `(getf "
+                                     f"{_text(ctx, target)} :{key.name})`"), node.span)
     return ir.Const(ctx.err("E-TYPE-001", node.items[1].span, f"`field` reads a batch, got {t.show()}"), node.span)
 
 
@@ -411,19 +445,45 @@ def call_op(ctx: CheckContext, node: ListNode, spec, scope: Scope) -> ir.Expr:
     try:
         out = spec.rule(call)
     except RuleError as e:
+        at = None
         if isinstance(e.arg, int) and e.arg < len(pos):
-            span = pos[e.arg].span
+            at = pos[e.arg]
         elif isinstance(e.arg, str) and e.arg in kws:
-            span = kws[e.arg][1].span
-        else:
-            span = node.span
-        return ir.Const(ctx.err(e.code, span, e.message, help=e.help), node.span)
+            at = kws[e.arg][1]
+        span = at.span if at is not None else node.span
+        message, help_, related = e.message, e.help, []
+        if e.code == "E-TYPE-003" and at is not None and ctx.redirect is None:
+            hidden = shadowed_constant(ctx, at, scope)
+            if hidden is not None:
+                name, inner, outer = hidden
+                message += f": `{name}` here is a lambda parameter or `let*` binding that shadows the `def` `{name}`"
+                related = [Related(inner.span, f"the local `{name}`"), Related(outer.span, f"the `def` `{name}`")]
+                help_ = f"rename the local `{name}` (a lambda parameter or `let*` binding), so that `{name}` " \
+                    "means the `def`"
+        return ir.Const(ctx.err(e.code, span, message, help=help_, related=related), node.span)
     static = dict(call.static)
     if spec.draw:
         static["place"] = place_hash(node.path)
         ctx.frame.effects.append(Effect("draw", spec.name, node.span, node.span, salted="salt" in kwargs))
     dyn_kwargs = tuple((k, v) for k, v in kwargs.items() if k in ("salt", "temperature", "mask"))   # tensors, lowered
     return ir.Op(out, node.span, spec.name, tuple(args), dyn_kwargs, static)
+
+
+def shadowed_constant(ctx: CheckContext, node: Node, scope: Scope) -> tuple[str, Definition, Definition] | None:
+    """A name in `node` (an argument that must be a compile-time constant) bound here to a
+    local that hides a `def` of a constant: (the name, the local's definition, the `def`'s)."""
+    for n in walk(node):
+        if not isinstance(n, Sym):
+            continue
+        b, g = scope.lookup(n.name), ctx.globals.names.get(n.name)
+        if (b is not None and g is not None and b is not g and isinstance(g.ir, ir.Const)
+                and not isinstance(b.ir, ir.Const) and b.definition is not None and g.definition is not None):
+            return n.name, b.definition, g.definition
+    return None
+
+
+def _text(ctx: CheckContext, node: Node) -> str:
+    return ctx.src.text[node.span.start:node.span.end]
 
 
 def _resite(ctx: CheckContext, effects: list[Effect], site: Span) -> None:

@@ -20,8 +20,10 @@ from .keywords import const_int, keyword_args
 from .scope import BatchType, Frame
 
 
-def batch_for(ctx: CheckContext, loader: ir.LoaderIR, gen: ir.GenerateIR | None, runs_gen: bool) -> BatchType:
-    """The batch a loader gives prepare: its fields, plus the generated names where the generator runs."""
+def batch_for(ctx: CheckContext, loader: ir.LoaderIR, gen: ir.GenerateIR | None, runs_gen: bool,
+              via: tuple | None = None) -> BatchType:
+    """The batch a loader gives prepare: its fields, plus the generated names where the generator runs;
+    `via` is a pass's (name, `:loader` range)."""
     entries = list(loader.batch_type().entries)
     generated: tuple[str, ...] = ()
     missing: tuple[str, ...] = ()
@@ -34,7 +36,7 @@ def batch_for(ctx: CheckContext, loader: ir.LoaderIR, gen: ir.GenerateIR | None,
     # A generator that failed to check: what it makes is unknown, so reading
     # an unknown name is not reported again (one mistake, one diagnostic).
     broken = gen is None and bool(ctx.forms.get("defgenerate"))
-    return BatchType(tuple(entries), loader.name, generated, missing, broken)
+    return BatchType(tuple(entries), loader.name, generated, missing, broken, via)
 
 
 def top_train(ctx: CheckContext, train: ir.LoaderIR | None,
@@ -100,7 +102,7 @@ def top_passes(ctx: CheckContext, train: ir.LoaderIR | None, gen: ir.GenerateIR 
         if loader is None or train is None or every is None or batches is None:
             continue
         runs_gen = gen is not None and loader.signature() == train.signature()
-        batch = batch_for(ctx, loader, gen, runs_gen)
+        batch = batch_for(ctx, loader, gen, runs_gen, (name, kws["loader"][1].span))
         prep_node = kws["prepare"][1] if "prepare" in kws else (
             ctx.forms["prepare"][0].items[1] if ctx.forms.get("prepare") and len(ctx.forms["prepare"][0].items) == 2 else None)
         prepare, inputs = None, batch

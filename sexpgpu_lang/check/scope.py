@@ -108,8 +108,9 @@ class BatchType(PlistType):
     """A batch: loader fields and, where the generator runs, the generated names."""
 
     def __init__(self, entries, loader: str, generated: tuple[str, ...] = (), missing_generated: tuple[str, ...] = (),
-                 unknown_generated: bool = False):
+                 unknown_generated: bool = False, via: tuple[str, Span] | None = None):
         object.__setattr__(self, "unknown_generated", unknown_generated)
+        object.__setattr__(self, "via", via)   # a pass's batch: (its name, its `:loader`'s range)
         object.__setattr__(self, "entries", tuple(entries))
         object.__setattr__(self, "loader", loader)
         object.__setattr__(self, "generated", generated)

@@ -40,6 +40,8 @@ def _check_forms(ctx: CheckContext, build_ir: bool) -> CheckResult:
     # its first item only, up to the next form.
     stray = False
     for form in ctx.parsed.forms:
+        if isinstance(form, ListNode) and not form.items and not form.closed:
+            continue   # a lone `(`: its E-SYNTAX-001 says all there is to say
         if not isinstance(form, ListNode) or not form.head:
             if not stray and isinstance(form, Sym) and form.name in TOP_FORMS:
                 ctx.lost_heads.add(form.name)
@@ -107,6 +109,8 @@ def missing_forms(ctx: CheckContext):
     # One diagnostic naming every missing form, at the first form's `(` (or the start of
     # a file with no form): several at one range would be merged into the first by `report`.
     needs = REQUIRED_FORMS
+    if any(isinstance(f, ListNode) and not f.closed for f in ctx.parsed.forms):
+        return   # an unclosed form (E-SYNTAX-001) may hold what looks missing: the file is being written
     missing = [h for h in needs if h not in ctx.forms and h not in ctx.lost_heads]
     if not missing:
         return
