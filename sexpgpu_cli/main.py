@@ -357,6 +357,9 @@ def run(
         except (ValueError, MeshError) as e:
             raise fail(str(e), 2)
         early.stop_if_received()
+        import jax
+        if res.diagnostics and jax.process_index() == 0:
+            print_text([res], sys.stderr)   # what `lint` says of the file (its warnings), before training
 
         too_big = never_fits(res.program, devices, fsdp)
         if too_big:

@@ -57,6 +57,7 @@ CODES: dict[str, str] = {
     "E-SHAPE-003": "axis out of range",
     "E-SHAPE-004": "a size out of range, or a reshape that changes the size",
     "E-SHAPE-005": "shapes differ where they must agree",
+    "E-SHAPE-006": "an index or label outside the axis it indexes",
     "E-GEN-001": "a generator phase returns something other than a plist of tensors",
     "E-GEN-002": "the state changes between trips",
     "E-GEN-003": "a generated name is a loader field",
@@ -77,6 +78,8 @@ CODES: dict[str, str] = {
     "W-STACK-001": "a generator reads a per-microbatch context key: the run stays unstacked",
     "W-RAND-001": "an unsalted draw inside a generator",
     "W-RAND-002": "an unsalted draw in `prepare` or `objective`",
+    "W-RAND-003": "a salt that is the same at every trip of `:step`",
+    "W-GEN-001": "an `f32` state entry under `:precision :bf16`",
     "W-MODEL-001": "a `:pretrained` file has tensors `:params` does not name",
     "W-OPT-001": "a warmup longer than the run",
 }
@@ -150,3 +153,15 @@ def warning(code: str, span: Span, message: str, *, related=(), help=None, data=
     """A warning diagnostic; `code` must be in `CODES`."""
     assert code in CODES, code
     return Diagnostic(code, Severity.WARNING, message, span, tuple(related), help, data or {})
+
+
+def information(code: str, span: Span, message: str, *, related=(), help=None, data=None) -> Diagnostic:
+    """An information diagnostic (something often meant, said once); `code` must be in `CODES`."""
+    assert code in CODES, code
+    return Diagnostic(code, Severity.INFORMATION, message, span, tuple(related), help, data or {})
+
+
+def hint(code: str, span: Span, message: str, *, related=(), help=None, data=None) -> Diagnostic:
+    """A hint diagnostic (a possible improvement, shown faintly); `code` must be in `CODES`."""
+    assert code in CODES, code
+    return Diagnostic(code, Severity.HINT, message, span, tuple(related), help, data or {})

@@ -102,6 +102,21 @@ def mesh_devices(devices: int) -> list:
     return out
 
 
+def run_devices(dp: "DataParallel | None") -> str:
+    """What `sexpgpu run` says at its start: the devices it trains on and its mesh, in one line,
+    e.g. `1 gpu device (NVIDIA H200) of the 8 JAX sees; no mesh`."""
+    if dp is not None:
+        return dp.describe()
+    return f"{_devices(jax.devices()[:1])} of the {len(jax.devices())} JAX sees; no mesh"
+
+
+def _devices(devs: list) -> str:
+    """`1 cpu device (cpu)`, `4 gpu devices (NVIDIA H200)`."""
+    platforms = "/".join(sorted({d.platform for d in devs}))
+    kinds = ", ".join(sorted({d.device_kind for d in devs}))
+    return f"{len(devs)} {platforms} device{'s' if len(devs) != 1 else ''} ({kinds})"
+
+
 class DataParallel:
     """The mesh of a data-parallel run and the shardings of what goes into its graphs.
 
@@ -150,10 +165,10 @@ class DataParallel:
 
     def describe(self) -> str:
         """One line: the mesh's axis, size and devices."""
-        kinds = sorted({d.platform for d in self.mesh.devices.flat})
         how = "parameters split (FSDP)" if self.fsdp else "parameters replicated"
-        return (f"mesh data={self.devices} over {self.devices} {'/'.join(kinds)} devices "
-                f"({jax.process_count()} processes), {how}")
+        procs = jax.process_count()
+        return (f"{_devices(list(self.mesh.devices.flat))} of the {len(jax.devices())} JAX sees"
+                + (f" in {procs} processes" if procs > 1 else "") + f"; mesh data={self.devices}, {how}")
 
     # -- the state: parameters, optimizer state, counters ---------------------------------------
     def state_sharding(self, shape: tuple[int, ...]) -> NamedSharding:

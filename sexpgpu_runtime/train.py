@@ -19,6 +19,7 @@ so the resumed run's bits are the uninterrupted run's.
 from __future__ import annotations
 
 import collections
+import sys
 import math
 import time
 from dataclasses import dataclass, field
@@ -39,7 +40,7 @@ from .params import flatten, init_params
 from .pretrained import export_params, load_pretrained
 from .report import Reporter
 from .run_dir import claim_run_dir, open_checkpoints, prepare_run_dir
-from .sharding import DataParallel, MeshError
+from .sharding import DataParallel, MeshError, run_devices
 from .signals import StopSignals, Stopped
 
 
@@ -434,6 +435,8 @@ def train(program: ir.Program, options: RunOptions, on_trip=None) -> RunResult:
     prepare_run_dir(options.run_dir)
     trainer = Trainer(program, options)
     trainer.on_trip = on_trip
+    if not options.quiet and jax.process_index() == 0:
+        print(f"sexpgpu: training on {run_devices(trainer.dp)}", file=sys.stderr, flush=True)
     store = open_checkpoints(program, options)
     try:
         state = start_state(trainer, store, options)

@@ -55,8 +55,11 @@ def line_pattern(line: str) -> re.Pattern:
 
 
 def codes_of(path: Path) -> list[str]:
+    """The codes of the errors and warnings a case gives, and of the information and hints its
+    header names (as tests/test_cases.py compares them)."""
     res = analyze_file(str(path), read_files=path.parent.name == "cases-files")  # as `sexpgpu run` checks them
-    return sorted(d.code for d in res.diagnostics if d.severity in (Severity.ERROR, Severity.WARNING))
+    named = expected_codes(path)
+    return sorted(d.code for d in res.diagnostics if d.severity in (Severity.ERROR, Severity.WARNING) or d.code in named)
 
 
 SECTIONS = {code: section["body"] for code, section in errors_doc_sections().items()}

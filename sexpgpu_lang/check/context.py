@@ -18,7 +18,7 @@ from dataclasses import replace
 from .. import ir
 from ..diagnostics import Diagnostic, error
 from ..source import Span
-from ..syntax import ListNode, Node, ParseResult
+from ..syntax import ListNode, Node, ParseResult, Sym, keyword_value
 from ..types import ERROR, ErrorType, PlistType, Type
 from .facts import Facts
 from .incremental import CheckCache, Tracker
@@ -90,6 +90,14 @@ def near_miss(name: str, candidates) -> str | None:
     """The closest candidate to a misspelt name, or None."""
     got = difflib.get_close_matches(name, list(candidates), n=1, cutoff=0.6)
     return got[0] if got else None
+
+
+def generator_param(ctx: CheckContext, phase: str, i: int, default: str) -> str:
+    """The name of parameter `i` of the generator's `phase` (`init`, `step`, `finish`) lambda, else `default`."""
+    forms = ctx.forms.get("defgenerate")
+    lam = keyword_value(forms[0], phase) if forms else None
+    params = lam.items[1].items if isinstance(lam, ListNode) and len(lam.items) > 1 and isinstance(lam.items[1], ListNode) else ()
+    return params[i].name if len(params) > i and isinstance(params[i], Sym) else default
 
 
 def listed(names: list[str]) -> str:

@@ -13,7 +13,7 @@ Imports nothing outside `sexpgpu_lang`; never JAX.
 from __future__ import annotations
 
 from .. import ir
-from ..diagnostics import Related, warning
+from ..diagnostics import Related, hint, warning
 from ..language import FORM_KEYWORDS, PER_MICROBATCH_KEYS, PER_MICROBATCH_KEYS_CURRICULUM
 from ..source import Span
 from ..syntax import Kw, ListNode, Node, Sym, plist_pairs, result_node
@@ -78,6 +78,8 @@ def top_generate(ctx: CheckContext, train: ir.LoaderIR | None):
             key_defs[k.name] = ctx.facts.define(Definition(k.name, "state-key", k.span, v.span,
                                                            f"state :{k.name} {state.get(k.name)}"))
     ctx.facts.state_keys = key_defs
+    if ctx.precision == "bf16" and isinstance(init_list, ListNode) and init_list.head == "list":
+        f32_state_under_bf16(ctx, state, dict((k.name, v) for k, v in plist_pairs(init_list)))
     step_frame = generator_frame(ctx, "generate.step")
     step = phase(ctx, "generate.step", kws["step"][1], [state, scalar("i64"), ctx_type(ctx, "generate")],
                       step_frame, "`:step`")
@@ -111,6 +113,32 @@ def top_generate(ctx: CheckContext, train: ir.LoaderIR | None):
         return None
     out = PlistType(tuple((k, t.strong() if isinstance(t, TensorType) else t) for k, t in out.entries))
     return ir.GenerateIR(trips or 0, init, step, finish, state, out, frozenset(ctx_keys))
+
+
+def f32_state_under_bf16(ctx: CheckContext, state: PlistType, made: dict[str, Node]) -> None:
+    """W-GEN-001 (a hint): under `:precision :bf16`, a state entry `:init` makes `f32` with
+    `zeros`, `ones`, `full` or a `cast` (`made`: each key's value in `:init`), which takes twice
+    the bytes of a bf16 one: often a cache meant to hold what the bf16 model computes."""
+    for k, t in state.entries:
+        v = made.get(k)
+        if not (isinstance(t, TensorType) and t.dtype == "f32" and isinstance(v, ListNode)
+                and v.head in ("zeros", "ones", "full", "cast")):
+            continue
+        dims = " ".join(map(str, t.shape))
+        fix = ("`(cast ... :bf16)`" if v.head == "cast" else f"`({v.head} [{dims}]{' ...' if v.head == 'full' else ''} :bf16)`")
+        ctx.report(hint("W-GEN-001", v.span,
+                        f"the state entry `:{k}` is `{t.show()}` under `:precision :bf16`: {_bytes(t.nbytes)} a "
+                        f"microbatch, twice its {_bytes(t.nbytes // 2)} in bf16",
+                        help=f"if it holds what the bf16 model computes, make it bf16 here with {fix}, and cast "
+                             "what `:step` writes into it to `:bf16`; keep it `f32` if it accumulates"))
+
+
+def _bytes(n: int) -> str:
+    """`512 B`, `32 KiB`, `1.5 MiB`."""
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size:
+            return f"{n / size:.3g} {unit}"
+    return f"{n} B"
 
 
 def check_plist_of_tensors(ctx: CheckContext, ph: ir.Phase, what: str) -> PlistType | None:

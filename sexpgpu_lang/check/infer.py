@@ -21,14 +21,16 @@ from ..diagnostics import Related
 from ..language import SPECIAL_FORMS, TOP_FORMS
 from ..ops import REGISTRY, RuleCall, RuleError
 from ..source import Span
-from ..syntax import ErrorNode, Kw, ListNode, Node, Num, Str, Sym, VecNode, keyword_value, walk
+from ..syntax import ErrorNode, Kw, ListNode, Node, Num, Str, Sym, VecNode, walk
 from ..types import (DTYPES, dtype_hint, ERROR, NIL, ErrorType, FunctionType, KeywordType, LoaderType, ModelType,
                      NilType, PlistType, SelfType, ShapeType, StringType, TensorType, TupleType, Type, is_float, scalar)
 from . import incremental
-from .context import CheckContext, near_miss
+from .context import CheckContext, generator_param, near_miss
 from .contracts import batch_field
 from .facts import Definition, Facts
 from .identity import place_hash
+from .ranges import INDEXED, check_index, value_range
+from .trips import reads_varying, salt_across_trips
 from .scope import CTX_KEYS, Binding, BatchType, CtxType, Effect, Frame, Scope, stdlib_docs
 
 
@@ -56,9 +58,10 @@ def phase(ctx: CheckContext, name: str, node: Node, param_types: list[Type], fra
     if params is None:
         return None
     scope = ctx.globals.child()
-    for p, t in zip(params, param_types):
+    for i, (p, t) in enumerate(zip(params, param_types)):
         d = ctx.facts.define(Definition(p.name, "binding", p.span, node.span, t.show()))
-        scope.names[p.name] = Binding(t, d)
+        # `:step`'s state and trip change between trips (`trips`)
+        scope.names[p.name] = Binding(t, d, varies=name == "generate.step" and i < 2)
         ctx.note_type(p, t)
     saved, ctx.frame = ctx.frame, frame
     try:
@@ -208,7 +211,9 @@ def form_let_star(ctx: CheckContext, node: ListNode, scope: Scope) -> ir.Expr:
         fn = None
         if isinstance(b.items[1], ListNode) and b.items[1].head == "lambda":
             fn = (b.items[1], inner)
-        inner.names[b.items[0].name] = Binding(v.type, d, ir=v if isinstance(v, ir.Const) else None, fn=fn)
+        inner.names[b.items[0].name] = Binding(v.type, d, ir=v if isinstance(v, ir.Const) else None, fn=fn,
+                                               range=value_range(v, range_lookup(inner)),
+                                               varies=reads_varying(v, varies_lookup(inner)))
         names.append(b.items[0].name)
         values.append(v)
     body = infer_body(ctx, node.items[2:], inner, node.span)
@@ -293,14 +298,6 @@ def form_getf(ctx: CheckContext, node: ListNode, scope: Scope) -> ir.Expr:
             ctx.facts.uses.append((key.span, ctx.facts.state_keys[k]))
         return ir.GetF(got, node.span, obj, k)
     return ir.Const(ctx.err("E-TYPE-001", node.items[1].span, f"`getf` needs a plist, got {t.show()}"), node.span)
-
-
-def generator_param(ctx: CheckContext, phase: str, i: int, default: str) -> str:
-    """The name of parameter `i` of the generator's `phase` (`init`, `step`, `finish`) lambda, else `default`."""
-    forms = ctx.forms.get("defgenerate")
-    lam = keyword_value(forms[0], phase) if forms else None
-    params = lam.items[1].items if isinstance(lam, ListNode) and len(lam.items) > 1 and isinstance(lam.items[1], ListNode) else ()
-    return params[i].name if len(params) > i and isinstance(params[i], Sym) else default
 
 
 def trip_help(ctx: CheckContext) -> str:
@@ -466,7 +463,28 @@ def call_op(ctx: CheckContext, node: ListNode, spec, scope: Scope) -> ir.Expr:
         static["place"] = place_hash(node.path)
         ctx.frame.effects.append(Effect("draw", spec.name, node.span, node.span, salted="salt" in kwargs))
     dyn_kwargs = tuple((k, v) for k, v in kwargs.items() if k in ("salt", "temperature", "mask"))   # tensors, lowered
-    return ir.Op(out, node.span, spec.name, tuple(args), dyn_kwargs, static)
+    e = ir.Op(out, node.span, spec.name, tuple(args), dyn_kwargs, static)
+    if spec.name in INDEXED:
+        check_index(ctx, e, range_lookup(scope))
+    if spec.draw and "salt" in kwargs:
+        salt_across_trips(ctx, e, kwargs["salt"], varies_lookup(scope))
+    return e
+
+
+def varies_lookup(scope: Scope):
+    """Whether a name in `scope` changes between trips of `:step` (`trips`)."""
+    def lookup(name: str) -> bool:
+        b = scope.lookup(name)
+        return b is not None and b.varies
+    return lookup
+
+
+def range_lookup(scope: Scope):
+    """A name's integer range in `scope` (`ranges.value_range`), for the names an expression reads."""
+    def lookup(name: str):
+        b = scope.lookup(name)
+        return b.range if b is not None else None
+    return lookup
 
 
 def shadowed_constant(ctx: CheckContext, node: Node, scope: Scope) -> tuple[str, Definition, Definition] | None:
@@ -640,7 +658,9 @@ def call_function(ctx: CheckContext, node: ListNode, b: Binding, scope: Scope) -
                         f"this call gives {got}")
     inner = fscope.child()
     for p, a, pn in zip(params, args, lam.items[1].items):
-        inner.names[p] = Binding(a.type, ctx.facts.define(Definition(p, "binding", pn.span, lam.span, a.type.show())))
+        inner.names[p] = Binding(a.type, ctx.facts.define(Definition(p, "binding", pn.span, lam.span, a.type.show())),
+                                 range=value_range(a, range_lookup(scope)),
+                                 varies=reads_varying(a, varies_lookup(scope)))
     saved, ctx.frame = ctx.frame, Frame(ctx.frame.phase, ctx.frame.ctx_nil)
     ctx.active.append("<fn>")
     try:

@@ -38,6 +38,8 @@ class Binding:
     ir: Expr | None = None
     fn: tuple | None = None       # (lambda node, scope) for functions
     stdlib: str | None = None     # the name, for a function of the standard library (prelude.sx)
+    range: tuple | None = None    # an integer value's (lo, hi, exact), where known (`ranges.value_range`)
+    varies: bool = False          # it changes between trips of `:step` (`trips`)
 
 
 class Scope:
