@@ -387,23 +387,32 @@ def _balance(chunk: list[Token], diags: list[Diagnostic]) -> list[Token]:
 
 
 def _pair(chunk: list[Token], diags: list[Diagnostic], missing: int = 0, extra: int = 0) -> list[Token]:
-    """Pair the brackets of `chunk`. With `missing` above 0, close an open bracket before
-    a line that starts left of the lines the bracket already holds (a `let*`'s body after
-    bindings that lack their `)`), or, for a bracket that holds no line yet, a line that is
-    not indented past the line the bracket opened on; with `extra` above 0, drop a closer at
-    the end of a line when the next line is indented past the bracket it closes. Each at
-    most that many times."""
+    """Pair the brackets of `chunk`. With `missing` above 0, close the open brackets before
+    a line that starts in the column of an item of a bracket they are inside (`:stride` under
+    `:row` after `(list :row (field batch :row`), and close an open bracket before a line that
+    starts left of the lines the bracket already holds (a `let*`'s body after bindings that
+    lack their `)`), or, for a bracket that holds no line yet, a line that is not indented
+    past the line the bracket opened on; with `extra` above 0, drop a closer at the end of a
+    line when the next line is indented past the bracket it closes. Each at most that many
+    times."""
     out: list[Token] = []
     stack: list[Token] = []
     indent: dict[int, int] = {}
     held: dict[int, int] = {}   # an open bracket (by id) -> the column of the first line it holds
+    cols: dict[int, set] = {}   # an open bracket (by id) -> the columns its items start at
     for t in chunk:
         indent.setdefault(t.line, t.column)
     for i, tok in enumerate(chunk):
         starts_line = i == 0 or chunk[i - 1].line != tok.line
+        sibling = 0   # how many open brackets this line's first token, aligned with an outer item, closes
+        if missing and starts_line and tok.type not in ("RPAR", "RBRACK") and stack:
+            j = next((j for j in range(len(stack) - 1, -1, -1) if tok.column in cols.get(id(stack[j]), ())), None)
+            if j is not None and len(stack) - 1 - j <= missing:
+                sibling = len(stack) - 1 - j
         while (missing and starts_line and tok.type not in ("RPAR", "RBRACK") and stack
                and stack[-1].line < tok.line
-               and tok.column < held.get(id(stack[-1]), indent[stack[-1].line] + 1)):
+               and (sibling > 0 or tok.column < held.get(id(stack[-1]), indent[stack[-1].line] + 1))):
+            sibling -= 1
             opener = stack.pop()
             missing -= 1
             empty = out[-1] is opener
@@ -413,8 +422,10 @@ def _pair(chunk: list[Token], diags: list[Diagnostic], missing: int = 0, extra: 
                                f"this `{opener}` is never closed" + (": it holds nothing" if empty else ""),
                                help="delete it" if empty else
                                f"add `{closer}` before line {tok.line}, where the indentation shows it ends"))
-        if starts_line and stack and tok.type not in ("RPAR", "RBRACK"):
-            held.setdefault(id(stack[-1]), tok.column)
+        if stack and tok.type not in ("RPAR", "RBRACK"):
+            cols.setdefault(id(stack[-1]), set()).add(tok.column)
+            if starts_line:
+                held.setdefault(id(stack[-1]), tok.column)
         if tok.type in _CLOSER:
             stack.append(tok)
             out.append(tok)
