@@ -111,10 +111,10 @@ def run_devices(dp: "DataParallel | None") -> str:
 
 
 def _devices(devs: list) -> str:
-    """`1 cpu device (cpu)`, `4 gpu devices (NVIDIA H200)`."""
+    """`1 cpu device`, `4 gpu devices (NVIDIA H200)`: the platform, and the kind where it says more."""
     platforms = "/".join(sorted({d.platform for d in devs}))
-    kinds = ", ".join(sorted({d.device_kind for d in devs}))
-    return f"{len(devs)} {platforms} device{'s' if len(devs) != 1 else ''} ({kinds})"
+    kinds = ", ".join(sorted({d.device_kind for d in devs} - {d.platform for d in devs}))
+    return f"{len(devs)} {platforms} device{'s' if len(devs) != 1 else ''}" + (f" ({kinds})" if kinds else "")
 
 
 class DataParallel:
