@@ -213,7 +213,7 @@ def form_let_star(ctx: CheckContext, node: ListNode, scope: Scope) -> ir.Expr:
             fn = (b.items[1], inner)
         inner.names[b.items[0].name] = Binding(v.type, d, ir=v if isinstance(v, ir.Const) else None, fn=fn,
                                                range=value_range(v, range_lookup(inner)),
-                                               varies=reads_varying(v, varies_lookup(inner)))
+                                               varies=reads_varying(ctx, v, varies_lookup(inner)))
         names.append(b.items[0].name)
         values.append(v)
     body = infer_body(ctx, node.items[2:], inner, node.span)
@@ -493,7 +493,7 @@ def shadowed_constant(ctx: CheckContext, node: Node, scope: Scope) -> tuple[str,
     for n in walk(node):
         if not isinstance(n, Sym):
             continue
-        b, g = scope.lookup(n.name), ctx.globals.names.get(n.name)
+        b, g = scope.lookup(n.name), ctx.globals.lookup(n.name)
         if (b is not None and g is not None and b is not g and isinstance(g.ir, ir.Const)
                 and not isinstance(b.ir, ir.Const) and b.definition is not None and g.definition is not None):
             return n.name, b.definition, g.definition
@@ -660,7 +660,7 @@ def call_function(ctx: CheckContext, node: ListNode, b: Binding, scope: Scope) -
     for p, a, pn in zip(params, args, lam.items[1].items):
         inner.names[p] = Binding(a.type, ctx.facts.define(Definition(p, "binding", pn.span, lam.span, a.type.show())),
                                  range=value_range(a, range_lookup(scope)),
-                                 varies=reads_varying(a, varies_lookup(scope)))
+                                 varies=reads_varying(ctx, a, varies_lookup(scope)))
     saved, ctx.frame = ctx.frame, Frame(ctx.frame.phase, ctx.frame.ctx_nil)
     ctx.active.append("<fn>")
     try:

@@ -20,17 +20,29 @@ from ..diagnostics import information
 from .context import CheckContext, generator_param
 
 
-def reads_varying(e: ir.Expr, varies: Callable[[str], bool]) -> bool:
-    """Whether `e` reads a name that changes between trips (`varies(name)`)."""
-    return any(isinstance(n, ir.Var) and varies(n.name) for n in ir.walk(e))
+def judged(ctx: CheckContext) -> bool:
+    """Whether what changes between trips is followed here: in `:step`, outside any model."""
+    return ctx.frame.phase == "generate.step" and all(a == "<fn>" for a in ctx.active)
+
+
+def reads_varying(ctx: CheckContext, e: ir.Expr, varies: Callable[[str], bool]) -> bool:
+    """Whether `e` reads a name that changes between trips (`varies(name)`); False where
+    nothing is `judged`. A model call reads only its arguments (its body sees no local)."""
+    if not judged(ctx):
+        return False
+    stack = [e]
+    while stack:
+        n = stack.pop()
+        if isinstance(n, ir.Var) and varies(n.name):
+            return True
+        stack.extend(n.args if isinstance(n, ir.ModelCall) else ir.children(n))
+    return False
 
 
 def salt_across_trips(ctx: CheckContext, draw: ir.Op, salt: ir.Expr, varies: Callable[[str], bool]) -> None:
     """W-RAND-003 (information) for a draw in `:step`, outside any model, whose `salt` reads
     neither the state nor the trip."""
-    if ctx.frame.phase != "generate.step" or any(a != "<fn>" for a in ctx.active):
-        return
-    if reads_varying(salt, varies):
+    if not judged(ctx) or reads_varying(ctx, salt, varies):
         return
     ctx.report(information("W-RAND-003", salt.span,
                            f"this salt is the same at every trip of `:step`, so `{draw.name}` draws the same bits "
