@@ -57,7 +57,6 @@ CODES: dict[str, str] = {
     "E-SHAPE-003": "axis out of range",
     "E-SHAPE-004": "a size out of range, or a reshape that changes the size",
     "E-SHAPE-005": "shapes differ where they must agree",
-    "E-SHAPE-006": "an index or label outside the axis it indexes",
     "E-GEN-001": "a generator phase returns something other than a plist of tensors",
     "E-GEN-002": "the state changes between trips",
     "E-GEN-003": "a generated name is a loader field",
@@ -80,6 +79,7 @@ CODES: dict[str, str] = {
     "W-RAND-002": "an unsalted draw in `prepare` or `objective`",
     "W-RAND-003": "a salt that is the same at every trip of `:step`",
     "W-GEN-001": "an `f32` state entry under `:precision :bf16`",
+    "W-SHAPE-001": "an index or label provably outside the axis it indexes",
     "W-MODEL-001": "a `:pretrained` file has tensors `:params` does not name",
     "W-OPT-001": "a warmup longer than the run",
 }

@@ -1,6 +1,6 @@
 """Mistakes JAX runs without a word, reported by the checker (issue 21, item 10).
 
-- E-SHAPE-006: an index or label provably outside the axis it indexes (`check/ranges.py`);
+- W-SHAPE-001: an index or label provably outside the axis it indexes (`check/ranges.py`);
   the ranges the checker proves are compared with the values NumPy computes.
 - W-RAND-003 (information): a draw inside `:step` whose salt is the same at every trip.
 - W-GEN-001 (a hint): under `:precision :bf16`, a state entry `:init` makes `f32`, with its bytes.
@@ -22,7 +22,7 @@ def shown(text: str):
     return list(analyze(text, "case.sx").diagnostics)
 
 
-# --------------------------------------------------------------------------- E-SHAPE-006
+# --------------------------------------------------------------------------- W-SHAPE-001
 
 
 @pytest.mark.parametrize("labels,message", [
@@ -33,7 +33,7 @@ def shown(text: str):
 ])
 def test_labels_outside_the_vocabulary(labels, message):
     src = variant(LOSS, f"(loss (mean (cross-entropy logits {labels})))")
-    [d] = check(marked(src, labels, "E-SHAPE-006")).diagnostics
+    [d] = check(marked(src, labels, "W-SHAPE-001")).diagnostics
     assert d.message == message
 
 
@@ -44,17 +44,17 @@ def test_labels_outside_the_vocabulary(labels, message):
 ])
 def test_indices_past_the_table(indices):
     src = variant(EMBED, f"(let* ((here (take (getf self :embed) {indices}))")
-    [d] = check(marked(src, indices, "E-SHAPE-006")).diagnostics
+    [d] = check(marked(src, indices, "W-SHAPE-001")).diagnostics
     assert "outside axis 0 of `take`'s [16 64] f32 (0 to 15)" in d.message
 
 
 def test_a_let_bound_or_function_argument_index_is_followed():
     src = variant(EMBED, "(let* ((pos (+ (iota [64 seq] :axis 1) 1)) (here (take (getf self :embed) (* pos 2)))")
-    check(marked(src, "(* pos 2)", "E-SHAPE-006"))
+    check(marked(src, "(* pos 2)", "W-SHAPE-001"))
     src = variant("(defmodel student", "(def at-table (lambda (t i) (take t i)))\n\n(defmodel student")
     src = variant(EMBED, "(let* ((here (at-table (getf self :embed) (+ (iota [64 seq] :axis 1) 9)))", src)
     [d] = shown(src)
-    assert d.code == "E-SHAPE-006"
+    assert d.code == "W-SHAPE-001"
 
 
 @pytest.mark.parametrize("labels", [
@@ -73,7 +73,7 @@ def test_one_hot_indices_past_its_classes():
     src = variant(":correct (mean (cast (= row truth) :f32) :axes [1] :keepdims true)",
                   ":correct (mean (one-hot (+ (iota [64 1] :axis 0) 1) 64) :axes [1] :keepdims true)")
     [d] = shown(src)
-    assert d.code == "E-SHAPE-006" and "outside the 64 classes of `one-hot` (0 to 63)" in d.message
+    assert d.code == "W-SHAPE-001" and "outside the 64 classes of `one-hot` (0 to 63)" in d.message
 
 
 EXPRS = ["(+ (iota [4 6] :axis 1) 3)", "(* (- (iota [4 6] :axis 0) 2) -3)", "(mod (+ (iota [4 6] :axis 1) 2) 5)",

@@ -1,10 +1,11 @@
-"""The values an integer tensor can hold, where the checker can prove them, and E-SHAPE-006.
+"""The values an integer tensor can hold, where the checker can prove them, and W-SHAPE-001.
 
 `value_range(e, lookup)` gives `(lo, hi, exact)` for an integer expression
 of the typed IR: every element lies in `lo..hi`, and with `exact` some
 element is `lo` and some is `hi` (a constant, `full`, `iota`, and those
 shifted or scaled by a constant). `check_index` reports an index or label
-that is provably outside the axis it indexes (E-SHAPE-006): every value
+that is provably outside the axis it indexes (W-SHAPE-001, a warning: the
+program still lowers): every value
 outside it, or an exact end outside it. JAX does not fail on such an index
 (`take` fills or clamps, `one-hot` gives a row of zeros, `cross-entropy`
 reads past the logits), so the mistake would otherwise be silent.
@@ -16,6 +17,7 @@ from __future__ import annotations
 from typing import Callable
 
 from .. import ir
+from ..diagnostics import warning
 from ..types import TensorType, is_int
 from .context import CheckContext
 
@@ -108,7 +110,7 @@ def _size(dims) -> int:
 
 
 def check_index(ctx: CheckContext, op: ir.Op, lookup: Callable[[str], Range | None]) -> None:
-    """E-SHAPE-006 when the index or label argument of `op` (an `INDEXED` op) is provably
+    """W-SHAPE-001 when the index or label argument of `op` (an `INDEXED` op) is provably
     outside the axis it indexes."""
     i, what = INDEXED[op.name]
     if len(op.args) <= i:
@@ -136,7 +138,7 @@ def check_index(ctx: CheckContext, op: ir.Op, lookup: Callable[[str], Range | No
         seen = f"reach {lo}"
     else:
         return
-    ctx.err("E-SHAPE-006", op.args[i].span,
-            f"the {what} {seen}, outside {axis} (0 to {n - 1})",
-            help=f"keep the {what} from 0 to {n - 1}: JAX does not fail on one outside, it gives a wrong value "
-                 "silently; check the vocabulary or size they are made for")
+    ctx.report(warning("W-SHAPE-001", op.args[i].span,
+                       f"the {what} {seen}, outside {axis} (0 to {n - 1})",
+                       help=f"keep the {what} from 0 to {n - 1}: JAX does not fail on one outside, it gives a wrong "
+                            "value silently; check the vocabulary or size they are made for"))
