@@ -39,7 +39,6 @@ import jax
 
 jax.config.update("jax_enable_x64", True)
 import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
 import optax  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
