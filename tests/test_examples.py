@@ -1,5 +1,9 @@
 """The examples on real data: each is clean and its loss falls over a few steps through the real loaders.
 
+examples/gpt2.sx and examples/llama.sx train here at a smaller size than their own (SMALLER: 2 layers,
+a context of 16, batches of 4), so that their 10 steps stay cheap; tests/test_examples_lm.py checks
+their full sizes and compares them with the same models written in JAX.
+
 examples/distill.sx loads examples/code-lm.safetensors, which a user makes by running
 examples/code-lm.sx with `--export` (examples/README.md); here the teacher is code-lm as its own
 test trains it (STEPS steps), exported into a tmp dir, and the copy of distill.sx that runs points there.
@@ -14,6 +18,8 @@ from sexpgpu_runtime.train import RunOptions, train
 EXAMPLES_DIR = Path(__file__).resolve().parents[1] / "examples"
 EXAMPLES = sorted(EXAMPLES_DIR.glob("*.sx"))
 STEPS = 10
+#: The examples that train here with some of their `def`s replaced: {file: {def name: value}}.
+SMALLER = {"gpt2.sx": {"layers": 2, "seq": 16, "batch": 4}, "llama.sx": {"layers": 2, "seq": 16, "batch": 4}}
 
 
 def test_there_are_examples():
@@ -37,7 +43,17 @@ def code_lm(tmp_path_factory):
 
 
 def runnable(path: Path, tmp_path: Path, request) -> Path:
-    """The example itself, or for distill.sx a copy (in tmp_path) whose teacher is the fixture's."""
+    """The example itself, or a copy (in tmp_path): for distill.sx one whose teacher is the fixture's,
+    for the SMALLER ones one with those `def`s replaced."""
+    if path.name in SMALLER:
+        text = path.read_text(encoding="utf-8")
+        for name, value in SMALLER[path.name].items():
+            lines = [line for line in text.splitlines() if line.startswith(f"(def {name} ")]
+            assert len(lines) == 1, (path.name, name)
+            text = text.replace(lines[0], f"(def {name} {value})")
+        copy = tmp_path / path.name
+        copy.write_text(text, encoding="utf-8")
+        return copy
     if path.name != "distill.sx":
         return path
     teacher = request.getfixturevalue("code_lm")[1]
