@@ -12,13 +12,16 @@ says so.
 """
 from __future__ import annotations
 
+import glob as globlib
+import os
+
 import numpy as np
 
 from sexpgpu_lang.ir import LoaderIR
 
 from .loaders import LoaderError, resolve_path
 from .token_files import TokenFileError, TokenStream, TokenWindows, scan_ids, widens
-from .tokenize import TokenizeError, cached_tokens, expand
+from .tokenize import TokenizeError, cached_tokens
 
 
 def token_windows(spec: LoaderIR, args: dict) -> TokenWindows:
@@ -43,7 +46,7 @@ def token_windows(spec: LoaderIR, args: dict) -> TokenWindows:
             known = None
         else:
             pattern = resolve_path(spec, str(args.get("glob", "")))
-            files = expand(pattern)
+            files = sorted(f for f in globlib.glob(pattern, recursive=True) if os.path.isfile(f))
             if not files:
                 raise LoaderError(f"{where}: no file matches {pattern}")
             tokenizer = resolve_path(spec, str(args.get("tokenizer", "")))

@@ -1,10 +1,7 @@
-"""Tokenizers: Hugging Face `tokenizers` from a `tokenizer.json`, a BPE trained on a corpus, and text
-tokenized once into a cached token file.
+"""Tokenizers: Hugging Face `tokenizers` from a `tokenizer.json`, and text tokenized once into a cached
+token file (`sexpgpu tokenizer train`, sexpgpu_cli/tokenizer.py, makes a tokenizer.json).
 
-`load_tokenizer` reads the file every Hugging Face model ships. `train_bpe`
-trains a byte-level BPE (GPT-2's scheme: any text encodes, no unknown token)
-with `tokenizers`' own trainer, so an example needs no download
-(`sexpgpu tokenizer train`). `cached_tokens` tokenizes a loader's text files
+`load_tokenizer` reads the file every Hugging Face model ships. `cached_tokens` tokenizes a loader's text files
 into one flat token file beside the run file (`.sexpgpu-cache/`), named by
 the hash of the files' contents, the tokenizer file's content and the
 separator: a second run, or a second loader over the same text, reads the
@@ -19,10 +16,8 @@ stored as uint16 when the vocabulary has at most 65,536 entries, else uint32.
 """
 from __future__ import annotations
 
-import glob as globlib
 import hashlib
 import os
-import sysconfig
 
 import numpy as np
 
@@ -50,14 +45,6 @@ def load_tokenizer(path: str):
                             "`sexpgpu tokenizer train`, or use the tokenizer.json a model ships") from None
 
 
-def expand(pattern: str) -> list[str]:
-    """The files a pattern names, sorted: `$STDLIB` is the Python standard library, `**` matches
-    directories, and a plain path names itself."""
-    pattern = pattern.replace("$STDLIB", sysconfig.get_paths()["stdlib"]).replace("${STDLIB}", sysconfig.get_paths()["stdlib"])
-    pattern = os.path.expanduser(os.path.expandvars(pattern))
-    return sorted(f for f in globlib.glob(pattern, recursive=True) if os.path.isfile(f))
-
-
 def read_text(path: str) -> str:
     """A file's text; TokenizeError naming it if it is not UTF-8 text (a binary file, a token file)."""
     with open(path, "rb") as fh:
@@ -70,25 +57,6 @@ def read_text(path: str) -> str:
     except UnicodeDecodeError as e:
         raise TokenizeError(f"{path} is not UTF-8 text (byte {e.start} is 0x{data[e.start]:02x}); convert it to "
                             "UTF-8, or narrow the glob to text files") from None
-
-
-def train_bpe(files: list[str], vocab_size: int, output: str, min_frequency: int = 2,
-              special_tokens: tuple[str, ...] = ()) -> int:
-    """Train a byte-level BPE tokenizer on `files` with `tokenizers`' BpeTrainer and save it to `output`
-    (a tokenizer.json). Its vocabulary: the 256 byte symbols, the special tokens, then merges up to
-    `vocab_size`. Returns the vocabulary's size. Raises TokenizeError for a file that is not text."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    for f in files:
-        read_text(f)
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=min_frequency, show_progress=False,
-                                  special_tokens=list(special_tokens),
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    tok.train(files, trainer)
-    tok.save(output)
-    return tok.get_vocab_size()
 
 
 def cache_key(files: list[str], tokenizer_path: str, separator: str | None) -> str:
