@@ -69,9 +69,11 @@ def prompt_table(spec: LoaderIR, args: dict) -> dict[str, np.ndarray]:
         else:
             ids = _all(col, list, name, where)
         table[name], lengths[name] = _pad(ids, shape[0], pad, dtype, name, where)
-        if vocab is not None and table[name].size and int(table[name].max()) >= int(vocab):
-            row = int(np.argmax((table[name] >= int(vocab)).any(axis=1)))
-            raise LoaderError(f"{where}: row {row + 1} of `{name}` has token {int(table[name][row].max())}, outside "
+        real = np.arange(shape[0])[None, :] < lengths[name][:, None]   # the padding is not checked
+        over = real & ((table[name] >= int(vocab)) | (table[name] < 0)) if vocab is not None else None
+        if over is not None and over.any():
+            row = int(np.argmax(over.any(axis=1)))
+            raise LoaderError(f"{where}: row {row + 1} of `{name}` has token {int(table[name][row][over[row]][0])}, outside "
                               f"`:vocab {vocab}`; raise `:vocab` to the model's vocabulary, or tokenize with its tokenizer")
     for name, shape, dtype in spec.fields:
         base = _derived(name, declared)
