@@ -1,5 +1,5 @@
-"""Token streams at scale: windows per second from a >= 1 GB memory-mapped token file against numpy slicing
-the same memmap by hand, the resident memory while reading it, and the loader's share of a training step.
+"""Token streams at scale: windows per second from a >= 1 GB token file against numpy slicing a memmap of
+it by hand, the resident memory while reading it, and the loader's share of a training step.
 
     .venv/bin/python benchmarks/tokens.py [--gb 1.0] [--dir /tmp] [--keep]
 
@@ -10,7 +10,8 @@ the same memmap by hand, the resident memory while reading it, and the loader's 
    page cache warm for both. Bar: the loader takes at most 1.2x the by-hand
    time. Also at seq 8 (tiny windows, where per-batch overhead shows).
 2. Peak resident memory (VmHWM, reset just before) of a child process that
-   reads every window of the file once, in the loader's order. Bar: < 200 MB.
+   reads every window of the file once, in the loader's order, against its
+   resident memory before (JAX imported). Bar: < 200 MB.
 3. A training step of the fixture-sized model (tests/fixtures/tiny-generate.sx's
    width 64, batch 64, seq 8, vocab 256) reading the file through the loader
    with the read-ahead on: the share of the run the loop waited for data,

@@ -3,7 +3,7 @@
 The training loop takes its batches in a fixed order: the batch at records
 `start`, `start + B`, `start + 2B` ... up to the run's last step. `Prefetch`
 makes them in that order on one daemon thread, at most `DEPTH` ahead, so the
-loader's work (a gather from a memory-mapped file, a widening copy) overlaps
+loader's work (positional reads from a token file, a widening copy) overlaps
 the device's step instead of preceding it. The batches are the ones the
 loop would have read itself, bit for bit (the position is the whole loader
 state), so prefetching changes no result. Asked for a position other than

@@ -1,8 +1,14 @@
-"""Token streams on disk: one flat file of token ids, memory-mapped and read as windows.
+"""Token streams on disk: one flat file of token ids, read as windows, never whole.
 
 `TokenStream` opens nanoGPT's `.bin` (raw ids, no header: the dtype is given)
 or a one-dimensional `.npy` (its header gives the dtype) without reading it:
-the file is mapped, and only the windows a batch asks for are touched.
+a batch reads only its windows, each with one positional read (`pread`)
+from the kernel's page cache straight into the batch's array. So a file
+larger than memory works and the process's resident memory does not grow
+with the file. (A memory map did grow it: each page fault maps the whole
+page-cache folio around it, up to 2 MiB, so 640 random windows of 2 KiB
+mapped all of a 400 MB file, and dropping the mapped pages again cost
+twice the time in faults; BENCHMARKS.md has the figures.)
 `TokenWindows` is a loader's records over a stream: window `i` is the
 `span` tokens from `i * stride` (`span` is `:seq`, or `:seq + 1` where a
 shifted target is declared), its fields the window and, with a target, the
@@ -12,9 +18,7 @@ The order of the windows is `permuted`: a seeded permutation of
 `[0, records)` computed for the indices asked for (a Feistel network keyed
 by the seed, the loader's name and the epoch, cycle-walked into range), so
 no per-epoch order array is ever built: a stream of a billion windows costs
-what a batch does. Resident memory stays bounded as well: after every
-`DROP_EVERY` bytes read the mapping's pages are dropped (`MADV_DONTNEED`; the
-page cache keeps them), so reading a file larger than memory works.
+what a batch does.
 
 The widening rule (`widens`) says which on-disk integer dtypes read into a
 declared dtype; `scan_ids` checks every id against `:vocab` before training.
@@ -22,7 +26,6 @@ declared dtype; `scan_ids` checks every id against `:vocab` before training.
 from __future__ import annotations
 
 import hashlib
-import mmap
 import os
 
 import numpy as np
@@ -31,8 +34,6 @@ from sexpgpu_lang.language import TOKEN_FILE_DTYPES
 
 #: The integer dtypes a token file may hold on disk (numpy's names, as nanoGPT's `np.uint16`).
 DISK_DTYPES = TOKEN_FILE_DTYPES
-#: Bytes read from a stream between two drops of its mapped pages (bounds the resident memory).
-DROP_EVERY = 64 << 20
 #: The chunk `scan_ids` reads at a time (read, not mapped: the scan adds nothing resident).
 SCAN_CHUNK = 16 << 20
 
@@ -60,7 +61,7 @@ def widens(disk: str, declared: str, vocab: int | None = None) -> bool:
 
 
 class TokenStream:
-    """A flat token file mapped read-only: `len(stream)` ids of numpy dtype `stream.dtype`.
+    """A flat token file opened for reading: `len(stream)` ids of numpy dtype `stream.dtype` from byte `offset`.
 
     `path` ending in `.npy` is read by its header (it must be one-dimensional, of an
     integer dtype in DISK_DTYPES, and `dtype`, if given, must agree); any other file is
@@ -70,19 +71,16 @@ class TokenStream:
 
     def __init__(self, path: str, dtype: str | None):
         self.path = path
-        offset, self.dtype = self._layout(path, dtype)
-        with open(path, "rb") as fh:
-            size = os.fstat(fh.fileno()).st_size - offset
-            if size <= 0:
-                raise TokenFileError(f"{path} holds no tokens; write the token ids into it, or fix the path")
-            self._map = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
-        item = np.dtype(self.dtype).itemsize
-        if size % item:
+        self.offset, self.dtype = self._layout(path, dtype)
+        self._file = open(path, "rb")
+        size = os.fstat(self._file.fileno()).st_size - self.offset
+        if size <= 0:
+            raise TokenFileError(f"{path} holds no tokens; write the token ids into it, or fix the path")
+        self.itemsize = np.dtype(self.dtype).itemsize
+        if size % self.itemsize:
             raise TokenFileError(f"{path} is {size} bytes, not a whole number of {self.dtype} ids; "
                                  "is `:dtype` the dtype the file was written with?")
-        self.ids = np.frombuffer(self._map, dtype=self.dtype, count=size // item, offset=offset)
-        self.offset = offset
-        self._read = 0
+        self.length = size // self.itemsize
 
     @staticmethod
     def _layout(path: str, dtype: str | None) -> tuple[int, str]:
@@ -123,23 +121,28 @@ class TokenStream:
         return offset, name
 
     def __len__(self) -> int:
-        return len(self.ids)
+        return self.length
 
     def windows(self, starts: np.ndarray, span: int) -> np.ndarray:
         """The windows `ids[s : s + span]` for each start, as one `[len(starts) span]` array of the
-        file's dtype (a copy: the only tokens read). Drops the mapped pages every DROP_EVERY bytes."""
-        view = np.lib.stride_tricks.sliding_window_view(self.ids, span)
-        out = view[starts]
-        self._read += out.nbytes
-        if self._read >= DROP_EVERY:
-            self.drop_pages()
+        file's dtype: one positional read per window, straight into the array (thread-safe: no
+        shared file position). Raises TokenFileError if the file got shorter under the run."""
+        out = np.empty((len(starts), span), dtype=self.dtype)
+        fd, nbytes = self._file.fileno(), span * self.itemsize
+        for k, s in enumerate(np.asarray(starts, dtype=np.int64).tolist()):
+            if _preadv(fd, out[k], self.offset + s * self.itemsize) != nbytes:
+                raise TokenFileError(f"{self.path} is shorter than when the run started; leave a token file "
+                                     "unchanged while a run reads it")
         return out
 
-    def drop_pages(self) -> None:
-        """Unmap the pages read so far from this process (the kernel's page cache keeps them)."""
-        self._read = 0
-        if hasattr(mmap, "MADV_DONTNEED"):
-            self._map.madvise(mmap.MADV_DONTNEED)
+
+def _preadv(fd: int, row: np.ndarray, at: int) -> int:
+    """Read `row.nbytes` bytes at byte `at` into `row`; the count read."""
+    if hasattr(os, "preadv"):
+        return os.preadv(fd, [row], at)
+    data = os.pread(fd, row.nbytes, at)
+    row.view(np.uint8)[:len(data)] = np.frombuffer(data, dtype=np.uint8)
+    return len(data)
 
 
 def scan_ids(path: str, offset: int, dtype: str, vocab: int) -> None:

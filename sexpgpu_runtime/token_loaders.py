@@ -1,6 +1,6 @@
 """The token sources of a loader: `(tokens "path" ...)` and `(text-tokens "glob" :tokenizer ...)`.
 
-Both end as `token_files.TokenWindows` over a memory-mapped token file:
+Both end as `token_files.TokenWindows` over a token file read window by window:
 `tokens` over the file named (nanoGPT's `.bin` with its `:dtype`, or a
 `.npy`), `text-tokens` over the file `tokenize.cached_tokens` makes of the
 text once. Here the declaration is checked against the file: one field of

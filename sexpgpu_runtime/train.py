@@ -42,6 +42,7 @@ from .report import Reporter
 from .run_dir import claim_run_dir, open_checkpoints, prepare_run_dir
 from .sharding import DataParallel, MeshError
 from .signals import StopSignals, Stopped
+from .token_files import TokenFileError
 
 
 @dataclass
@@ -494,7 +495,7 @@ def train(program: ir.Program, options: RunOptions, on_trip=None) -> RunResult:
                            f"{where}")
         except CheckpointError as e:
             raise RunError(str(e))
-        except LoaderError as e:   # a read that failed during the run (the file changed under it)
+        except (LoaderError, TokenFileError) as e:   # a read that failed during the run (the file changed under it)
             raise RunError(str(e)) from None
         finally:
             reporter.close()

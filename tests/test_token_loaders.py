@@ -108,17 +108,13 @@ def test_bad_token_files_are_one_line_naming_the_file_and_fix(tmp_path, stream):
     assert "holds float32 values" in err({"path": "floats.npy", "seq": 8})
 
 
-def test_reading_drops_the_mapped_pages(tmp_path, stream, monkeypatch):
-    from sexpgpu_runtime import token_files
-    monkeypatch.setattr(token_files, "DROP_EVERY", 1000)
+def test_a_file_cut_under_a_run_is_one_clear_error(tmp_path, stream):
     ld = Loader(spec(("tokens", {"path": "train.bin", "dtype": "uint16", "seq": 64}), (("x", (64,), "i32"),),
                      batch=8, base=tmp_path), 0)
-    drops = []
-    monkeypatch.setattr(ld.source.stream, "drop_pages", lambda: drops.append(1) or setattr(ld.source.stream, "_read", 0))
-    for k in range(4):
-        ld.batch(k * 8)
-    assert len(drops) == 4                                               # 8 windows of 64 uint16 = 1024 bytes a batch
-    ld.source.stream._map.madvise(__import__("mmap").MADV_DONTNEED)   # and the drop itself is accepted by the kernel
+    (tmp_path / "train.bin").write_bytes(b"")
+    from sexpgpu_runtime.token_files import TokenFileError
+    with pytest.raises(TokenFileError, match="train.bin is shorter than when the run started"):
+        ld.batch(0)
 
 
 # -- a real tokenizer ---------------------------------------------------------------------------
