@@ -25,6 +25,7 @@ declared dtype; `scan_ids` checks every id against `:vocab` before training.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 
@@ -168,38 +169,63 @@ def scan_ids(path: str, offset: int, dtype: str, vocab: int) -> None:
             seen += got
 
 
-def _round_keys(seed: int, name: str, epoch: int, rounds: int) -> list[np.uint64]:
-    h = hashlib.blake2b(f"{seed}/{name}/{epoch}".encode(), digest_size=8 * rounds).digest()
-    return [np.uint64(int.from_bytes(h[8 * i:8 * i + 8], "little")) for i in range(rounds)]
+@functools.lru_cache(maxsize=16)
+def _round_keys(seed: int, name: str, epoch: int) -> tuple[tuple[int, int], ...]:
+    """The Feistel network's 4 round keys for one epoch: (xor key, odd multiplier) pairs from blake2b."""
+    h = hashlib.blake2b(f"{seed}/{name}/{epoch}".encode(), digest_size=64).digest()
+    words = [int.from_bytes(h[8 * i:8 * i + 8], "little") for i in range(8)]
+    return tuple((words[2 * r], words[2 * r + 1] | 1) for r in range(4))
 
 
-def _mix(x: np.ndarray, key: np.uint64) -> np.ndarray:
-    """splitmix64's finaliser of `x ^ key` (uint64 arrays wrap, as the finaliser means them to)."""
-    x = x ^ key
-    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    return x ^ (x >> np.uint64(31))
+_M64 = (1 << 64) - 1
+#: Up to this many indices the permutation runs on Python ints (each numpy call costs more than
+#: the arithmetic of a batch); past it, on numpy arrays. Both compute the same function.
+_PYTHON_UP_TO = 1024
 
 
 def permuted(index: np.ndarray, records: int, seed: int, name: str, epoch: int) -> np.ndarray:
     """Where each of `index` (positions within an epoch, `0 <= i < records`) lands in epoch `epoch`'s
     order: a permutation of `[0, records)` that is a pure function of the seed, the loader's name
-    and the epoch, computed only for the indices asked for (int64)."""
+    and the epoch, computed only for the indices asked for (int64).
+
+    A Feistel network on `bits` bits (the width of `records - 1`), split into a left part of
+    `ceil(bits / 2)` and a right part of `floor(bits / 2)` bits that trade sizes each round
+    (unbalanced when `bits` is odd; after the 4 rounds they are back), each round's function
+    multiply-shift hashing (the top bits of `(right ^ k1) * k2 mod 2**64`), cycle-walked into
+    range: a value at or past `records` is encrypted again until it falls inside (the domain is
+    under twice `records`, so fewer than 2 times on average).
+    """
     bits = max(2, (records - 1).bit_length())
-    bits += bits & 1
-    half = np.uint64(bits // 2)
-    mask = np.uint64((1 << (bits // 2)) - 1)
-    keys = _round_keys(seed, name, epoch, 4)
+    a, b = (bits + 1) // 2, bits // 2
+    keys = _round_keys(seed, name, epoch)
+    index = np.asarray(index, dtype=np.int64)
+    if len(index) <= _PYTHON_UP_TO:
+        out = []
+        for x in index.tolist():
+            while True:
+                la, lb = a, b
+                left, right = x >> lb, x & ((1 << lb) - 1)
+                for k1, k2 in keys:
+                    left, right = right, left ^ ((((right ^ k1) * k2) & _M64) >> (64 - la))
+                    la, lb = lb, la
+                x = (left << lb) | right
+                if x < records:
+                    break
+            out.append(x)
+        return np.array(out, dtype=np.int64)
+    ks = [(np.uint64(k1), np.uint64(k2)) for k1, k2 in keys]
 
     def encrypt(x: np.ndarray) -> np.ndarray:
-        left, right = x >> half, x & mask
-        for k in keys:
-            left, right = right, left ^ (_mix(right, k) & mask)
-        return (left << half) | right
+        la, lb = a, b
+        left, right = x >> np.uint64(lb), x & np.uint64((1 << lb) - 1)
+        for k1, k2 in ks:
+            left, right = right, left ^ (((right ^ k1) * k2) >> np.uint64(64 - la))
+            la, lb = lb, la
+        return (left << np.uint64(lb)) | right
 
-    x = encrypt(np.asarray(index, dtype=np.uint64))
+    x = encrypt(index.astype(np.uint64))
     out = x >= np.uint64(records)
-    while out.any():    # cycle-walking: outside [0, records), encrypt again (under 4 times on average)
+    while out.any():    # cycle-walking
         x[out] = encrypt(x[out])
         out = x >= np.uint64(records)
     return x.astype(np.int64)
