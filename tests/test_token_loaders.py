@@ -64,6 +64,16 @@ def test_the_order_is_a_permutation_computed_per_index():
     assert not np.array_equal(permuted(np.arange(100), 100, 5, "train", 0), permuted(np.arange(100), 100, 5, "eval", 0))
 
 
+def test_the_permutation_on_python_ints_and_on_numpy_is_one_function(monkeypatch):
+    from sexpgpu_runtime import token_files
+    for n in (3, 1000, 3001, 1 << 20, (1 << 20) + 7):
+        idx = np.arange(min(n, 3000))
+        monkeypatch.setattr(token_files, "_PYTHON_UP_TO", 10**9)
+        python = permuted(idx, n, 9, "train", 4)
+        monkeypatch.setattr(token_files, "_PYTHON_UP_TO", 0)
+        assert np.array_equal(permuted(idx, n, 9, "train", 4), python)
+
+
 def test_npy_stream_reads_its_dtype_from_the_header_and_uint32_needs_vocab_for_i32(tmp_path):
     ids = np.arange(3000, dtype=np.uint32) * 7
     np.save(tmp_path / "train.npy", ids)
