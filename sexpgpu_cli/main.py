@@ -1,4 +1,4 @@
-"""The `sexpgpu` command: lint, explain, run, plot, lsp.
+"""The `sexpgpu` command: lint, explain, run, plot, tokenizer train, lsp.
 
 A thin shell: every check lives in sexpgpu_lang, every step in
 sexpgpu_runtime. `lint` and `lsp` never import JAX (the runtime is imported
@@ -349,7 +349,7 @@ def run(
             print(f"sexpgpu: error: {file} has {render.summary(n_err, n_warn)}; fix them before running", file=sys.stderr)
             raise typer.Exit(1)
         from sexpgpu_runtime.sharding import MeshError, initialize, parse_mesh  # JAX is imported only here
-        from sexpgpu_runtime.options import OptionError, RunOptions, RunError, RunStopped
+        from sexpgpu_runtime.options import DataError, OptionError, RunOptions, RunError, RunStopped
         from sexpgpu_runtime.train import train
         try:
             devices = parse_mesh(mesh) if mesh is not None else None
@@ -377,7 +377,7 @@ def run(
         )
         try:
             result = train(res.program, opts)
-        except OptionError as e:   # found before anything ran: a usage problem
+        except (OptionError, DataError) as e:   # found before anything ran: a usage problem, a file not as declared
             raise fail(str(e), 2, debug)
         except RunError as e:
             raise fail(str(e), 1, debug)
@@ -400,6 +400,10 @@ def run(
         if resume and result.extra["start"] >= result.steps:
             parts = [f"nothing to train: the checkpoint is at step {result.extra['start']} of {result.steps}"]
         parts += [shown] if shown else []
+        data = result.extra.get("data") or {}
+        if data.get("batches"):   # the loader's own cost (read ahead on a thread) and what the loop waited for it
+            parts.append(f"data {data['read_s']:.2f} s to read ahead, {data['wait_s']:.2f} s waited "
+                         f"({100 * data['wait_s'] / max(result.seconds, 1e-9):.1f}% of the run)")
         print("; ".join(parts + [f"metrics in {opts.run_dir / 'metrics.jsonl'}"]), file=sys.stderr)
     finally:
         early.restore()   # the handlers `run` found: a library caller's own stay theirs
@@ -524,6 +528,35 @@ def explain(
     else:
         import json
         print(json.dumps(report, indent=2))
+
+
+tokenizer_app = typer.Typer(name="tokenizer", cls=Group, no_args_is_help=True, add_completion=False,
+                            help="Tokenizers for text loaders (`text-tokens`, `jsonl`, `parquet`).")
+app.add_typer(tokenizer_app)
+
+
+@tokenizer_app.command("train", cls=Command)
+def tokenizer_train(
+    corpus: List[str] = typer.Argument(..., metavar="FILE_OR_GLOB...", help="Text files to train on: paths or quoted globs (`**` matches directories, `$STDLIB` is the Python standard library)."),
+    output: Path = typer.Option(..., "--output", "-o", metavar="FILE", help="Where to write the tokenizer.json."),
+    vocab_size: int = typer.Option(1024, "--vocab-size", min=257, metavar="N", help="The vocabulary's size: the 256 byte symbols, the special tokens and the merges."),
+    min_frequency: int = typer.Option(2, "--min-frequency", min=1, metavar="N", help="A merge must occur this often."),
+    special: Optional[List[str]] = typer.Option(None, "--special", metavar="TOKEN", help="A special token, e.g. `<|endoftext|>` for `:separator` (repeat for more)."),
+):
+    """Train a byte-level BPE tokenizer (Hugging Face `tokenizers`' trainer) on text files; write its tokenizer.json."""
+    from sexpgpu_cli.tokenizer import TokenizeError, expand, train_bpe  # tokenizers, not JAX
+    files = [f for pattern in corpus for f in expand(pattern)]
+    if not files:
+        raise fail(f"no file matches {' '.join(corpus)}; give text files or a quoted glob")
+    try:
+        size = train_bpe(files, vocab_size, str(output), min_frequency, tuple(special or ()))
+    except TokenizeError as e:
+        raise fail(str(e))
+    except OSError as e:
+        raise fail(f"cannot write {output}: {e.strerror or e}")
+    except Exception as e:   # tokenizers raises bare Exceptions (e.g. an unwritable output)
+        raise fail(f"cannot train or write {output}: {e}")
+    print(f"wrote {output}: {size} tokens, trained on {len(files)} file{'s' if len(files) != 1 else ''}", file=sys.stderr)
 
 
 @app.command(cls=Command)

@@ -101,7 +101,8 @@ KEYWORD_DOCS: dict[tuple[str, str], str] = {
     ("defgenerate", "step"): "the state, the trip (`[] i64`) and the context to the next state, "
                              "with the keys, shapes and dtypes `:init` made",
     ("defgenerate", "finish"): "optional: the last state and the context, once, to any plist of tensors",
-    ("loader", "source"): "where records come from: `(stride-rows ...)`, `(npz ...)`, `(text-bytes ...)`",
+    ("loader", "source"): "where records come from: `(stride-rows ...)`, `(npz ...)`, `(text-bytes ...)`, "
+                          "`(tokens ...)`, `(text-tokens ...)`, `(jsonl ...)`, `(parquet ...)`",
     ("loader", "batch"): "records per batch",
     ("loader", "fields"): "each field's per-record shape and dtype: `(:name [shape] :dtype ...)`",
     ("defmodel", "params"): "the parameters: initialisers or sub-models",
@@ -152,7 +153,14 @@ SOURCES: dict[str, tuple[str, ...]] = {
     "stride-rows": ("vocab", "seq", "records"),
     "npz": ("path",),
     "text-bytes": ("glob", "seq", "stride"),
+    "tokens": ("path", "dtype", "seq", "stride", "vocab"),
+    "text-tokens": ("glob", "tokenizer", "seq", "stride", "separator", "vocab"),
+    "jsonl": ("path", "tokenizer", "pad", "vocab"),
+    "parquet": ("path", "tokenizer", "pad", "vocab"),
 }
+
+#: The integer dtypes a token file may hold on disk (numpy's names; sexpgpu_runtime/token_files.py).
+TOKEN_FILE_DTYPES: tuple[str, ...] = ("uint8", "uint16", "uint32", "int32", "int64")
 
 #: Each optimizer and its settings (docs/runtime.md).
 OPTIMIZERS: dict[str, tuple[str, ...]] = {

@@ -1,22 +1,26 @@
 """Loaders: where records come from, in a deterministic, resumable order.
 
-A loader is a table of records (one array per field, the first axis the
-records) and an order: epoch `e` visits the records in the permutation
-drawn from `(seed, loader name, e)`, so the order is a pure function of
-the seed and shuffles every epoch. The position (records consumed) is the
-whole loader state: `batch(position)` returns records `position ...
-position + batch - 1` of that endless sequence, so a resume that restores
-the position continues the same order.
+A loader is a set of records (a `Table` of arrays in memory, or the windows
+of a token file: token_files.py) and an order: epoch `e` visits the records
+in the permutation drawn from `(seed, loader name, e)`, so the order is a
+pure function of the seed and shuffles every epoch. The position (records
+consumed) is the whole loader state: `batch(position)` returns records
+`position ... position + batch - 1` of that endless sequence, so a resume
+that restores the position continues the same order. A table's permutation
+is drawn whole (numpy's `permutation`); a token file's is computed for the
+indices asked for (`token_files.permuted`), so no order array is built.
 
 We keep this small piece ourselves rather than adopt grain: the order
-needs only a seeded permutation per epoch and a position, and the tables
-here fit in memory (docs/loaders.md says more).
+needs only a seeded permutation per epoch and a position
+(docs/loaders.md says more).
 
-Sources (DESIGN.md section 2):
+Sources (DESIGN.md section 2; docs/loaders.md):
 - `(stride-rows :vocab V :seq S :records N)`: synthetic rows
   `row[i] = (start + i * stride) mod V`, with the stride as a field.
 - `(npz "path")`: arrays named as the fields, the first axis the records.
 - `(text-bytes "glob" :seq S :stride K)`: windows of S bytes from text files.
+- `(tokens "path" :dtype D :seq S ...)`, `(text-tokens "glob" :tokenizer T ...)`: token windows (token_loaders.py).
+- `(jsonl "path" ...)`, `(parquet "path" ...)`: prompt datasets (prompt_files.py).
 """
 from __future__ import annotations
 
@@ -29,6 +33,8 @@ import zipfile
 import numpy as np
 
 from sexpgpu_lang.ir import LoaderIR
+
+from .token_files import permuted, widens
 
 NP_DTYPES = {"bool": np.bool_, "i32": np.int32, "i64": np.int64, "f16": np.float16, "f32": np.float32}
 
@@ -49,29 +55,42 @@ def _seed_words(seed: int, name: str, *rest: int) -> list[int]:
     return [seed & 0xFFFFFFFF, h, *rest]
 
 
+class Table:
+    """Records held in memory: one array per field, the first axis the records (`npz`, `stride-rows`,
+    `text-bytes`, the prompt files). Its order is a materialised permutation per epoch."""
+
+    permuted = False
+
+    def __init__(self, table: dict[str, np.ndarray]):
+        self.table = table
+        self.records = len(next(iter(table.values()))) if table else 0
+
+    def take(self, idx: np.ndarray) -> dict[str, np.ndarray]:
+        """The records at `idx`, one array per field."""
+        return {name: v[idx] for name, v in self.table.items()}
+
+
 class Loader:
     """Batches of one loader: `batch(position) -> {field: array [batch, ...]}`.
 
     The arrays are NumPy, with the declared dtypes; the batch axis is first.
     Raises LoaderError (naming the file and field) when the data do not
-    match the declaration.
+    match the declaration. The records come from `open_records`: a `Table`
+    in memory, or windows of a token file read as asked (token_files.py).
     """
 
     def __init__(self, spec: LoaderIR, seed: int):
         self.spec = spec
         self.seed = seed
-        self.table = load_table(spec, seed)
         self.where = _source_name(spec)
-        counts = {name: len(v) for name, v in self.table.items()}
-        if len(set(counts.values())) > 1:
-            each = ", ".join(f"`{name}` {n}" for name, n in counts.items())
-            raise LoaderError(f"{self.where}: fields have different record counts: {each}")
-        self.records = next(iter(counts.values()), 0)
+        self.source = open_records(spec, seed)
+        self.records = self.source.records
         if self.records < spec.batch:
             # An epoch shorter than a batch would repeat records within every batch.
-            raise LoaderError(f"{self.where} has {self.records} record{'s' if self.records != 1 else ''}, "
-                              f"fewer than one batch of {spec.batch}; give it at least {spec.batch} records, "
-                              "or lower `:batch`")
+            unit = "window" if self.source.permuted else "record"
+            raise LoaderError(f"{self.where} has {self.records} {unit}{'s' if self.records != 1 else ''}, "
+                              f"fewer than one batch of {spec.batch}; give it at least {spec.batch} {unit}s, "
+                              "or lower `:batch`" + (" or `:seq`" if self.source.permuted else ""))
         self._perms: dict[int, np.ndarray] = {}
 
     def _perm(self, epoch: int) -> np.ndarray:
@@ -82,52 +101,76 @@ class Loader:
             self._perms[epoch] = rng.permutation(self.records)
         return self._perms[epoch]
 
+    def _order(self, epoch: int, within: np.ndarray) -> np.ndarray:
+        """The record indices at positions `within` of epoch `epoch`'s order."""
+        if self.source.permuted:
+            return permuted(within, self.records, self.seed, self.spec.name, epoch)
+        return self._perm(epoch)[within].astype(np.int64)
+
     def indices(self, position: int, count: int) -> np.ndarray:
         """The record indices at positions `position ... position + count - 1`."""
         epoch, within = divmod(position, self.records)
         if within + count <= self.records:   # one epoch (every batch but one per epoch): a slice of its order
-            return self._perm(epoch)[within:within + count].astype(np.int64)
+            return self._order(epoch, np.arange(within, within + count))
         pos = np.arange(position, position + count)
         epochs, within = np.divmod(pos, self.records)
         out = np.empty(count, dtype=np.int64)
         for e in np.unique(epochs):
             sel = epochs == e
-            out[sel] = self._perm(int(e))[within[sel]]
+            out[sel] = self._order(int(e), within[sel])
         return out
 
     def batch(self, position: int, lo: int = 0, hi: int | None = None) -> dict[str, np.ndarray]:
         """One batch of `spec.batch` records starting at `position`; with `lo`/`hi`, only its rows
         `[lo, hi)` (a process's share of the global batch in a multi-process run, sharding.py)."""
         hi = self.spec.batch if hi is None else hi
-        idx = self.indices(position + lo, hi - lo)
-        return {name: self.table[name][idx] for name in self.table}
+        return self.source.take(self.indices(position + lo, hi - lo))
+
+
+def open_records(spec: LoaderIR, seed: int):
+    """The loader's records: a `Table`, or a token file's windows (`TokenWindows`), checked
+    against the declaration. Raises LoaderError naming the loader, the file and the fix."""
+    kind, args = spec.source
+    if kind in ("tokens", "text-tokens"):
+        from .token_loaders import token_windows
+        return token_windows(spec, args)
+    if kind in ("jsonl", "parquet"):
+        from .prompt_files import prompt_table
+        table = prompt_table(spec, args)
+    else:
+        table = load_table(spec, seed)
+    _check_table(spec, table)
+    counts = {name: len(v) for name, v in table.items()}
+    if len(set(counts.values())) > 1:
+        each = ", ".join(f"`{name}` {n}" for name, n in counts.items())
+        raise LoaderError(f"{_source_name(spec)}: fields have different record counts: {each}")
+    return Table(table)
 
 
 def load_table(spec: LoaderIR, seed: int) -> dict[str, np.ndarray]:
-    """The loader's records, one array per declared field, checked against the declaration."""
+    """The records of an in-memory source (`stride-rows`, `npz`, `text-bytes`), one array per declared field."""
     kind, args = spec.source
     if kind == "stride-rows":
-        table = _stride_rows(spec, seed, args)
-    elif kind == "npz":
-        table = _npz(spec, args)
-    elif kind == "text-bytes":
-        table = _text_bytes(spec, args)
-    else:  # the checker only admits the kinds above
-        raise LoaderError(f"loader `{spec.name}`: unknown source `{kind}`")
-    _check_table(spec, table)
-    return table
+        return _stride_rows(spec, seed, args)
+    if kind == "npz":
+        return _npz(spec, args)
+    if kind == "text-bytes":
+        return _text_bytes(spec, args)
+    raise LoaderError(f"loader `{spec.name}`: unknown source `{kind}`")   # the checker only admits SOURCES
 
 
 def _source_name(spec: LoaderIR) -> str:
     kind, args = spec.source
-    if kind == "npz":
-        return f"loader `{spec.name}` ({_resolve(spec, str(args.get('path', '')))})"
-    if kind == "text-bytes":
-        return f"loader `{spec.name}` ({_resolve(spec, str(args.get('glob', '')))})"
+    if kind in ("npz", "tokens", "jsonl", "parquet"):
+        return f"loader `{spec.name}` ({resolve_path(spec, str(args.get('path', '')))})"
+    if kind in ("text-bytes", "text-tokens"):
+        return f"loader `{spec.name}` ({resolve_path(spec, str(args.get('glob', '')))})"
     return f"loader `{spec.name}`"
 
 
 def _check_table(spec: LoaderIR, table: dict[str, np.ndarray]) -> None:
+    """Each declared field present, of the declared record shape and dtype; integer data stored
+    narrower are widened in place by token_files.widens' rule (nanoGPT's uint16 into `:i32`)."""
     where = _source_name(spec)
     for name, shape, dtype in spec.fields:
         if name not in table:
@@ -137,7 +180,24 @@ def _check_table(spec: LoaderIR, table: dict[str, np.ndarray]) -> None:
             raise LoaderError(f"{where}: field `{name}` has records of shape [{' '.join(map(str, arr.shape[1:]))}], "
                               f"the declaration says [{' '.join(map(str, shape))}]")
         if np.dtype(arr.dtype) != np.dtype(_np_dtype(dtype)):
-            raise LoaderError(f"{where}: field `{name}` has dtype {arr.dtype}, the declaration says {dtype}")
+            if not widens(np.dtype(arr.dtype).name, dtype):
+                raise LoaderError(f"{where}: field `{name}` has dtype {arr.dtype}, the declaration says {dtype}")
+            table[name] = arr.astype(_np_dtype(dtype))
+
+
+def is_text(data: bytes) -> bool:
+    """Whether `data` (a file, or its first bytes) reads as UTF-8 text: no NUL byte, and valid
+    UTF-8 but for a character the cut at the end may have split."""
+    if b"\0" in data:
+        return False
+    for cut in range(4):
+        try:
+            data[:len(data) - cut].decode("utf-8")
+            return True
+        except UnicodeDecodeError as e:
+            if e.start < len(data) - 4:
+                return False
+    return False
 
 
 def _field(spec: LoaderIR, name: str):
@@ -165,7 +225,7 @@ def _stride_rows(spec: LoaderIR, seed: int, args: dict) -> dict[str, np.ndarray]
 _VAR = re.compile(r"\$(?:(\w+)|\{([^}]*)\})")
 
 
-def _resolve(spec: LoaderIR, path: str) -> str:
+def resolve_path(spec: LoaderIR, path: str) -> str:
     """A data path: `$STDLIB` is the Python standard library's directory, other `$VARS`
     and `~` expand; a relative path is relative to the run file.
 
@@ -186,18 +246,53 @@ def _resolve(spec: LoaderIR, path: str) -> str:
 
 
 def _npz(spec: LoaderIR, args: dict) -> dict[str, np.ndarray]:
-    path = _resolve(spec, str(args.get("path", "")))
+    """The declared fields of an `.npz`. A file that is not one (a `.npy`, a raw token file, text)
+    is named for what it is, with the source that reads it; object arrays are never unpickled."""
+    path = resolve_path(spec, str(args.get("path", "")))
+    where = f"loader `{spec.name}`"
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(4096)
+    except FileNotFoundError:
+        raise LoaderError(f"{where}: no file {path}; make it, or fix the path (relative to the run file)")
+    except OSError as e:
+        raise LoaderError(f"{where}: cannot read {path}: {e.strerror or e}")
+    if not head:
+        raise LoaderError(f"{where}: {path} is empty; write its fields with np.savez")
+    if head.startswith(b"\x93NUMPY"):
+        raise LoaderError(f"{where}: {path} is a .npy file (one array, no field names), not an .npz; read a token "
+                          f"stream with `(tokens \"{args.get('path')}\" :seq S)`, or save named fields with np.savez")
+    if not head.startswith(b"PK"):
+        if is_text(head):
+            raise LoaderError(f"{where}: {path} is a text file, not an .npz; read text with `(text-tokens ...)` or "
+                              "`(text-bytes ...)`, or save arrays with np.savez")
+        raise LoaderError(f"{where}: {path} is not an .npz (no zip header); a raw token file such as nanoGPT's .bin is "
+                          f"read with `(tokens \"{args.get('path')}\" :dtype :uint16 :seq S)`")
     try:
         with np.load(path, allow_pickle=False) as data:
-            return {k: np.asarray(data[k]) for k in data.files if _field(spec, k) is not None}
-    except FileNotFoundError:
-        raise LoaderError(f"loader `{spec.name}`: no file {path}; make it, or fix the path (relative to the run file)")
+            files = list(data.files)
+            for n, _, _ in spec.fields:
+                if n not in files:
+                    raise LoaderError(f"{_source_name(spec)}: the data have no field `{n}` (they have "
+                                      f"{', '.join(sorted(files)) or 'nothing'})")
+            out = {}
+            for k in files:
+                if _field(spec, k) is None:
+                    continue
+                try:
+                    out[k] = np.asarray(data[k])
+                except ValueError as e:
+                    if "allow_pickle" not in str(e):
+                        raise
+                    raise LoaderError(f"{where}: field `{k}` in {path} holds Python objects, which are never "
+                                      "unpickled; save it as a numeric array") from None
+            return out
     except (zipfile.BadZipFile, ValueError, OSError, EOFError) as e:
-        raise LoaderError(f"loader `{spec.name}`: {path} is not a readable .npz file ({e})")
+        raise LoaderError(f"{where}: {path} is not a readable .npz file ({e})")
 
 
 def _text_bytes(spec: LoaderIR, args: dict) -> dict[str, np.ndarray]:
-    pattern = _resolve(spec, str(args.get("glob", "")))
+    pattern = resolve_path(spec, str(args.get("glob", "")))
     files = sorted(f for f in globlib.glob(pattern, recursive=True) if os.path.isfile(f))
     if not files:
         raise LoaderError(f"loader `{spec.name}`: no file matches {pattern}")
@@ -211,7 +306,11 @@ def _text_bytes(spec: LoaderIR, args: dict) -> dict[str, np.ndarray]:
     data = bytearray()
     for f in files:
         with open(f, "rb") as fh:
-            data += fh.read()
+            text = fh.read()
+        if not is_text(text):
+            raise LoaderError(f"loader `{spec.name}`: {f} is not UTF-8 text (a binary file); a token file is read "
+                              "with `(tokens ...)`, else narrow the glob to text files")
+        data += text
     buf = np.frombuffer(bytes(data), dtype=np.uint8)
     if len(buf) < seq:
         raise LoaderError(f"loader `{spec.name}`: the files matching {pattern} hold {len(buf)} bytes, fewer than one window of {seq}")

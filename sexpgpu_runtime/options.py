@@ -23,6 +23,12 @@ class RunError(Exception):
     """A run that cannot go on, for a reason the user can act on (bad data, a NaN loss, an unwritable dir)."""
 
 
+class DataError(RunError):
+    """A loader's data that cannot be read as declared (a missing or mis-typed file, a field the file
+    lacks, a token id outside `:vocab`), found before anything trains: the command line exits 2 for
+    it, as for any file that cannot be read (docs/cli.md)."""
+
+
 class OptionError(RunError):
     """A command-line option that cannot work (an `--export` path that cannot be written, say): found
     before anything runs; the command line exits 2 for it, as for any usage problem."""

@@ -35,13 +35,15 @@ from .dtypes import InternalTypeError
 from .graphs import Graphs
 from .loaders import Loader, LoaderError
 from .optim import learning_rate, make_optimizer
-from .options import BadValue, OptionError, RunError, RunOptions, RunStopped, check_options
+from .options import BadValue, DataError, OptionError, RunError, RunOptions, RunStopped, check_options
 from .params import flatten, init_params
+from .prefetch import Prefetch
 from .pretrained import export_params, load_pretrained
 from .report import Reporter
 from .run_dir import claim_run_dir, open_checkpoints, prepare_run_dir
 from .sharding import DataParallel, MeshError, run_devices
 from .signals import StopSignals, Stopped
+from .token_files import TokenFileError
 
 
 @dataclass
@@ -112,12 +114,12 @@ class Trainer:
             self.loaders = {name: Loader(program.loaders[name], run.seed) for name in dict.fromkeys(stage_loaders)}
             self.pass_loaders = {ps.name: Loader(program.loaders[ps.loader], run.seed) for ps in program.passes}
         except LoaderError as e:
-            raise RunError(str(e))
+            raise DataError(str(e)) from None
         for ps in program.passes:
             # A pass reads its loader's first K batches; more than the loader holds would repeat records.
             ld = self.pass_loaders[ps.name]
             if ps.batches * ld.spec.batch > ld.records:
-                raise RunError(f"pass `{ps.name}` reads {ps.batches} batches of {ld.spec.batch} "
+                raise DataError(f"pass `{ps.name}` reads {ps.batches} batches of {ld.spec.batch} "
                                f"({ps.batches * ld.spec.batch} records), but {ld.where} has {ld.records}; "
                                "lower its `:batches`, or give the loader more records")
         self.stages = [(name, n) for name, n in program.stages] or [(run.loader, None)]
@@ -137,6 +139,7 @@ class Trainer:
         self.completed: RunState | None = None
         self.bad = None                # on the device: (first step with a non-finite loss, or -1; its value)
         self._finite = None
+        self.feed: Prefetch | None = None   # the training batches, read ahead on a thread while `fit` runs
 
     def initial_state(self) -> RunState:
         """Fresh parameters (pretrained ones loaded), fresh optimizer state, step 0."""
@@ -180,13 +183,19 @@ class Trainer:
         """The batch at `position`: on several processes only this process's rows (sharding.py)."""
         return loader.batch(position) if self.dp is None else self.dp.read(loader, position)
 
+    def training_batch(self, records: int) -> dict:
+        """The training batch at training position `records` (its stage's loader, at the position within)."""
+        _, name, within = self.stage_at(records)
+        return self.read(self.loaders[name], within)
+
     def host_group(self, step: int, group: int, records: int):
         """The batches of one group of microbatches as numpy ([S B ...] when stacked), their context
-        rows ([S 5] i64, `make_ctx`'s values per copy) and the records consumed after the group."""
+        rows ([S 5] i64, `make_ctx`'s values per copy) and the records consumed after the group.
+        While `fit` runs, the batches come from `feed`, read ahead on a thread (prefetch.py)."""
         batches, rows = [], []
         for i in range(self.layout.stack):
             stage, name, within = self.stage_at(records)
-            batches.append(self.read(self.loaders[name], within))
+            batches.append(self.feed.take(records) if self.feed is not None else self.training_batch(records))
             rows.append((step, group * self.layout.stack + i, records, stage, within))   # CONTEXT_KEYS' order
             records += self.batch_size
         batch = _stack(batches) if self.layout.stack > 1 else batches[0]
@@ -313,6 +322,8 @@ class Trainer:
         """
         history: list[dict] = []
         waiting: collections.deque = collections.deque()   # (step, reports, record) of logged steps
+        per_step = self.layout.groups * self.layout.stack * self.batch_size
+        self.feed = Prefetch(self.training_batch, self.batch_size, state.records + (self.steps - state.step) * per_step)
         try:
             return self._fit(state, reporter, after_step, history, waiting)
         except BadValue:
@@ -325,6 +336,8 @@ class Trainer:
             except Exception:         # the device itself failing: the first error is the one to tell
                 pass
             raise
+        finally:
+            self.feed.close()
 
     def _write_rows(self, waiting: collections.deque, history: list, reporter: Reporter, wait: bool) -> None:
         """Write the rows of logged steps in order: each once the device has finished its step (`wait`:
@@ -485,6 +498,8 @@ def train(program: ir.Program, options: RunOptions, on_trip=None) -> RunResult:
                            f"{where}")
         except CheckpointError as e:
             raise RunError(str(e))
+        except (LoaderError, TokenFileError) as e:   # a read that failed during the run (the file changed under it)
+            raise RunError(str(e)) from None
         finally:
             reporter.close()
     finally:
@@ -493,6 +508,7 @@ def train(program: ir.Program, options: RunOptions, on_trip=None) -> RunResult:
     seconds = time.perf_counter() - t0
     if options.export is not None:
         export_params(options.export, state.trainable, state.frozen)
+    data = trainer.feed.stats() if trainer.feed is not None else {"batches": 0, "read_s": 0.0, "wait_s": 0.0}
     return RunResult(state.trainable, state.frozen, history, dict(trainer.graphs.traces), seconds, trainer.steps,
-                     extra={"start": start})
+                     extra={"start": start, "data": data})
 

@@ -35,7 +35,7 @@ def test_npz_errors_name_the_file_and_field(tmp_path):
         Loader(spec(("npz", {"path": "d.npz"}), (("x", (4,), "f32"),), base=tmp_path), 0)
     with pytest.raises(LoaderError, match=r"d\.npz.*field `x` has dtype float32.*says i32"):
         Loader(spec(("npz", {"path": "d.npz"}), (("x", (3,), "i32"),), base=tmp_path), 0)
-    (tmp_path / "bad.npz").write_bytes(b"not a zip")
+    (tmp_path / "bad.npz").write_bytes(b"PK\x03\x04 then not a zip")
     with pytest.raises(LoaderError, match=r"bad\.npz is not a readable \.npz"):
         Loader(spec(("npz", {"path": "bad.npz"}), (("x", (3,), "f32"),), base=tmp_path), 0)
 

@@ -24,6 +24,7 @@ from .context import CheckContext, near_miss
 from .contracts import stage_loader
 from .facts import Definition
 from .infer import infer, lambda_params
+from .loader_sources import check_source
 from .keywords import (MAX_HOST_CALLS, MAX_SEED, MAX_SIZE, config_plist, const_int, const_keyword, const_value,
                        integer_constant, keyword_args, remat_policy, shape_in_range)
 from .optimizer import run_optimizer
@@ -90,6 +91,9 @@ def top_loader(ctx: CheckContext, f: ListNode):
     source = loader_source(ctx, kws["source"][1])
     batch = const_int(ctx, kws["batch"][1], "`:batch`", 1, maximum=MAX_SIZE, why=" (XLA's sizes are 32-bit)")
     fields = loader_fields(ctx, kws["fields"][1])
+    if source is not None and not check_source(ctx, source[0], source[1], source[2], fields, kws["source"][1].span):
+        source = None
+    source = source[:2] if source is not None else None
     name = getattr(f.items[1], "name", "?")
     d = define_global(ctx, f.items[1], "loader", f, LoaderType(name))
     if d is None or source is None or batch is None or fields is None:
@@ -101,7 +105,7 @@ def top_loader(ctx: CheckContext, f: ListNode):
 
 
 def loader_source(ctx: CheckContext, node: Node):
-    """A loader's `:source` form to (kind, constant arguments)."""
+    """A loader's `:source` form to (kind, constant arguments, their nodes)."""
     if not isinstance(node, ListNode) or node.head not in SOURCES:
         hint = near_miss(node.head, SOURCES) if isinstance(node, ListNode) and node.head else None
         ctx.err("E-FORM-002", node.span, "`:source` must be one of "
@@ -110,15 +114,18 @@ def loader_source(ctx: CheckContext, node: Node):
         return None
     kind = node.head
     args: dict = {}
+    nodes: dict = {}
     rest = node.items[1:]
     if rest and not isinstance(rest[0], Kw):
         args[SOURCES[kind][0]] = const_value(ctx, rest[0])
+        nodes[SOURCES[kind][0]] = rest[0]
         start = 2
     else:
         start = 1
     for k, (kw, v) in keyword_args(ctx, node, start, SOURCES[kind], kind).items():
         args[k] = const_value(ctx, v)
-    return (kind, args)
+        nodes[k] = v
+    return (kind, args, nodes)
 
 
 def loader_fields(ctx: CheckContext, node: Node):

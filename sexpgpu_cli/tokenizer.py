@@ -1,0 +1,56 @@
+"""`sexpgpu tokenizer train`: a byte-level BPE tokenizer trained on text files with Hugging Face
+`tokenizers`' own trainer, so an example needs no download.
+
+Kept out of sexpgpu_runtime so the command does not import JAX. The result is
+an ordinary tokenizer.json (GPT-2's scheme: byte-level, so any text encodes
+and there is no unknown token), read by the runtime's `load_tokenizer`.
+"""
+from __future__ import annotations
+
+import glob as globlib
+import os
+import sysconfig
+
+
+class TokenizeError(Exception):
+    """A corpus file that is not UTF-8 text."""
+
+
+def expand(pattern: str) -> list[str]:
+    """The files a pattern names, sorted: `$STDLIB` is the Python standard library, `**` matches
+    directories, and a plain path names itself."""
+    pattern = pattern.replace("$STDLIB", sysconfig.get_paths()["stdlib"]).replace("${STDLIB}", sysconfig.get_paths()["stdlib"])
+    pattern = os.path.expanduser(os.path.expandvars(pattern))
+    return sorted(f for f in globlib.glob(pattern, recursive=True) if os.path.isfile(f))
+
+
+def check_text(path: str) -> None:
+    """Raise TokenizeError naming `path` if it is not UTF-8 text (a binary file, a token file)."""
+    with open(path, "rb") as fh:
+        data = fh.read()
+    try:
+        if b"\0" in data:
+            raise UnicodeDecodeError("utf-8", data, data.index(b"\0"), data.index(b"\0") + 1, "NUL byte")
+        data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise TokenizeError(f"{path} is not UTF-8 text (byte {e.start} is 0x{data[e.start]:02x}); give text files, "
+                            "or convert it to UTF-8") from None
+
+
+def train_bpe(files: list[str], vocab_size: int, output: str, min_frequency: int = 2,
+              special_tokens: tuple[str, ...] = ()) -> int:
+    """Train a byte-level BPE tokenizer on `files` with `tokenizers`' BpeTrainer and save it to `output`
+    (a tokenizer.json). Its vocabulary: the 256 byte symbols, the special tokens, then merges up to
+    `vocab_size`. Returns the vocabulary's size. Raises TokenizeError for a file that is not text."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    for f in files:
+        check_text(f)
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=min_frequency, show_progress=False,
+                                  special_tokens=list(special_tokens),
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train(files, trainer)
+    tok.save(output)
+    return tok.get_vocab_size()

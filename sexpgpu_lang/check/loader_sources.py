@@ -1,0 +1,79 @@
+"""The checks of a loader's token and prompt sources (`tokens`, `text-tokens`, `jsonl`, `parquet`)
+against their arguments and the loader's fields, as far as they can be told without the files.
+
+`check_source(ctx, kind, args, nodes, fields, at)` reports: a path, glob or tokenizer that is
+not a string (E-TYPE-003), a `:dtype` that is not an on-disk token dtype (E-FORM-002, with
+the near miss), a raw token file without `:dtype` and `text-tokens` without `:tokenizer`
+(E-FORM-005), a size that is not a positive integer (E-FORM-002), and for the token sources
+anything but one or two integer fields of `[seq]` (E-FORM-002, E-TYPE-002). What only the
+files can tell (their dtype, their ids against `:vocab`, their columns) the runtime checks
+(sexpgpu_runtime/token_loaders.py, prompt_files.py).
+
+Imports nothing outside `sexpgpu_lang`; never JAX.
+"""
+from __future__ import annotations
+
+from ..language import TOKEN_FILE_DTYPES
+from ..source import Span
+from .context import CheckContext, near_miss
+
+TOKEN_SOURCES = ("tokens", "text-tokens")
+_FIRST = {"tokens": "path", "text-tokens": "glob", "jsonl": "path", "parquet": "path"}
+
+
+def check_source(ctx: CheckContext, kind: str, args: dict, nodes: dict, fields, at: Span) -> bool:
+    """Report what is wrong with a token or prompt source; True when nothing is (other kinds: True).
+
+    `args` are the constant values, `nodes` their syntax nodes (for ranges), `fields` the
+    loader's (name, shape, dtype) triples or None, `at` the source form's range."""
+    if kind not in _FIRST:
+        return True
+    ok = True
+    for key in (_FIRST[kind], "tokenizer", "separator"):
+        if args.get(key) is not None and not isinstance(args[key], str):
+            ctx.err("E-TYPE-003", nodes[key].span, f"`:{key}` of `{kind}` must be a string")
+            ok = False
+    if _FIRST[kind] not in args:
+        ctx.err("E-FORM-005", at, f"`{kind}` needs a {_FIRST[kind]}: `({kind} \"{'data/*.txt' if kind == 'text-tokens' else 'data/train.bin'}\" ...)`")
+        ok = False
+    for key in ("seq", "stride", "vocab", "pad"):
+        v = args.get(key)
+        least = 0 if key == "pad" else 1
+        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < least):
+            ctx.err("E-FORM-002", nodes[key].span, f"`:{key}` of `{kind}` must be an integer of {least} or more, got {v}")
+            ok = False
+    if args.get("dtype") is not None and args["dtype"] not in TOKEN_FILE_DTYPES:
+        hint = near_miss(str(args["dtype"]), TOKEN_FILE_DTYPES)
+        ctx.err("E-FORM-002", nodes["dtype"].span, "`:dtype` of a token file must be one of "
+                + ", ".join(f"`:{d}`" for d in TOKEN_FILE_DTYPES) + (f"; did you mean `:{hint}`?" if hint else ""),
+                help="nanoGPT writes `:uint16`", data={"replace": f":{hint}"} if hint else None)
+        ok = False
+    if kind == "tokens" and "dtype" not in args and isinstance(args.get("path"), str) and not args["path"].endswith(".npy"):
+        ctx.err("E-FORM-005", at, "`tokens` over a raw token file needs `:dtype` (a `.npy` has it in its header)",
+                help="nanoGPT's .bin files are `:dtype :uint16`")
+        ok = False
+    if kind == "text-tokens" and "tokenizer" not in args:
+        ctx.err("E-FORM-005", at, "`text-tokens` needs `:tokenizer`, a Hugging Face tokenizer.json",
+                help="make one with `sexpgpu tokenizer train`")
+        ok = False
+    if kind in TOKEN_SOURCES and fields is not None:
+        ok = _token_fields(ctx, kind, args, fields, at) and ok
+    return ok
+
+
+def _token_fields(ctx: CheckContext, kind: str, args: dict, fields, at: Span) -> bool:
+    if len(fields) not in (1, 2):
+        ctx.err("E-FORM-002", at, f"`{kind}` gives one field of token windows, or two (the windows and the "
+                f"next-token targets); the loader declares {len(fields)}")
+        return False
+    seq = args.get("seq") if isinstance(args.get("seq"), int) else (fields[0][1][0] if len(fields[0][1]) == 1 else None)
+    for name, shape, dtype in fields:
+        if seq is None or tuple(shape) != (seq,):
+            ctx.err("E-FORM-002", at, f"field `:{name}` is [{' '.join(map(str, shape))}], but `{kind}` gives windows "
+                    f"of [{seq if seq is not None else 'seq'}]", help=f"declare it `[{seq}]`, or change `:seq`")
+            return False
+        if dtype not in ("i32", "i64"):
+            ctx.err("E-TYPE-002", at, f"field `:{name}` is {dtype}, but token ids are integers",
+                    help="declare it `:i32`")
+            return False
+    return True

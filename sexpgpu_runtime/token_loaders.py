@@ -1,0 +1,71 @@
+"""The token sources of a loader: `(tokens "path" ...)` and `(text-tokens "glob" :tokenizer ...)`.
+
+Both end as `token_files.TokenWindows` over a token file read window by window:
+`tokens` over the file named (nanoGPT's `.bin` with its `:dtype`, or a
+`.npy`), `text-tokens` over the file `tokenize.cached_tokens` makes of the
+text once. Here the declaration is checked against the file: one field of
+`[seq]` (the windows) or two (the windows and the next-token targets), an
+integer dtype the file's ids widen to (`token_files.widens`), enough tokens
+for a batch; with `:vocab V` every id is checked to be below `V` before
+training, unless the file's dtype (or the tokenizer's vocabulary) already
+says so.
+"""
+from __future__ import annotations
+
+import glob as globlib
+import os
+
+import numpy as np
+
+from sexpgpu_lang.ir import LoaderIR
+
+from .loaders import LoaderError, resolve_path
+from .token_files import TokenFileError, TokenStream, TokenWindows, scan_ids, widens
+from .tokenize import TokenizeError, cached_tokens
+
+
+def token_windows(spec: LoaderIR, args: dict) -> TokenWindows:
+    """The windows of a `tokens` or `text-tokens` source, checked against the loader's fields.
+    Raises LoaderError naming the loader, the file and the fix."""
+    kind = spec.source[0]
+    where = f"loader `{spec.name}`"
+    if len(spec.fields) not in (1, 2):
+        raise LoaderError(f"{where}: `{kind}` gives one field of token windows, or two (the windows and the "
+                          f"next-token targets); it declares {len(spec.fields)}")
+    seq = int(args.get("seq") or (spec.fields[0][1][0] if spec.fields[0][1] else 0))
+    for name, shape, dtype in spec.fields:
+        if tuple(shape) != (seq,):
+            raise LoaderError(f"{where}: field `{name}` is [{' '.join(map(str, shape))}], but windows of `:seq {seq}` "
+                              f"are [{seq}]; declare it `[{seq}]`")
+    vocab = args.get("vocab")
+    vocab = int(vocab) if vocab is not None else None
+    try:
+        if kind == "tokens":
+            path = resolve_path(spec, str(args.get("path", "")))
+            stream = TokenStream(path, args.get("dtype"))
+            known = None
+        else:
+            pattern = resolve_path(spec, str(args.get("glob", "")))
+            files = sorted(f for f in globlib.glob(pattern, recursive=True) if os.path.isfile(f))
+            if not files:
+                raise LoaderError(f"{where}: no file matches {pattern}")
+            tokenizer = resolve_path(spec, str(args.get("tokenizer", "")))
+            path, dtype, known = cached_tokens(files, tokenizer, args.get("separator"), spec.base_dir)
+            stream = TokenStream(path, dtype)
+        for name, _, dtype in spec.fields:
+            if not widens(stream.dtype, dtype, vocab):
+                fix = ("declare it `:i64`, or give `:vocab V` (every id is then checked below V)"
+                       if dtype == "i32" and stream.dtype in ("uint32", "int64") else "declare it `:i32`")
+                raise LoaderError(f"{where} ({stream.path}): the file holds {stream.dtype} ids, which do not all fit "
+                                  f"field `{name}`'s {dtype}; {fix}")
+        bound = min(known or 1 << 64, 1 << (8 * np.dtype(stream.dtype).itemsize))
+        if vocab is not None and vocab < bound:   # the dtype (or the tokenizer) cannot tell: scan the ids
+            scan_ids(stream.path, stream.offset, stream.dtype, vocab)
+    except (TokenFileError, TokenizeError) as e:
+        raise LoaderError(f"{where}: {e}") from None
+    stride = int(args.get("stride") or seq)
+    windows = TokenWindows(stream, spec.fields, seq, stride)
+    if windows.records == 0:
+        raise LoaderError(f"{where} ({stream.path}): the file holds {len(stream)} tokens, fewer than one window of "
+                          f"{windows.span}; give it more text, or lower `:seq`")
+    return windows

@@ -1,0 +1,126 @@
+"""Tokenizers: Hugging Face `tokenizers` from a `tokenizer.json`, and text tokenized once into a cached
+token file (`sexpgpu tokenizer train`, sexpgpu_cli/tokenizer.py, makes a tokenizer.json).
+
+`load_tokenizer` reads the file every Hugging Face model ships. `cached_tokens` tokenizes a loader's text files
+into one flat token file beside the run file (`.sexpgpu-cache/`), named by
+the hash of the files' contents, the tokenizer file's content and the
+separator: a second run, or a second loader over the same text, reads the
+file instead of tokenizing again, and any change to the text or the
+tokenizer makes a new one.
+
+Encoding rule: each file is read whole (it must be UTF-8 text), encoded
+without the tokenizer's special tokens (`add_special_tokens=False`), and the
+files are joined in path order, the `:separator` token (if given) after
+each one (nanoGPT appends `<|endoftext|>` after each document). The ids are
+stored as uint16 when the vocabulary has at most 65,536 entries, else uint32.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+
+import numpy as np
+
+#: The directory beside the run file where tokenized text is kept.
+CACHE_DIR = ".sexpgpu-cache"
+#: Bytes of text encoded in one `encode_batch` call (the tokenizer runs over them in parallel).
+ENCODE_CHUNK = 32 << 20
+
+
+class TokenizeError(Exception):
+    """A tokenizer file that does not parse, a text file that is not text, a cache that cannot be written."""
+
+
+def load_tokenizer(path: str):
+    """The `tokenizers.Tokenizer` in `path` (a Hugging Face `tokenizer.json`); TokenizeError if it does not parse."""
+    from tokenizers import Tokenizer
+    if not os.path.isfile(path):
+        raise TokenizeError(f"no tokenizer file {path}; make one with `sexpgpu tokenizer train`, or fix the path "
+                            "(relative to the run file)")
+    try:
+        return Tokenizer.from_file(path)
+    except Exception as e:   # tokenizers raises a bare Exception with serde's message
+        first = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise TokenizeError(f"{path} is not a Hugging Face tokenizer.json ({first}); make one with "
+                            "`sexpgpu tokenizer train`, or use the tokenizer.json a model ships") from None
+
+
+def read_text(path: str) -> str:
+    """A file's text; TokenizeError naming it if it is not UTF-8 text (a binary file, a token file)."""
+    with open(path, "rb") as fh:
+        data = fh.read()
+    if b"\0" in data:
+        raise TokenizeError(f"{path} is not UTF-8 text (it holds NUL bytes: a binary file); a token file is read "
+                            "with `(tokens ...)`, else narrow the glob to text files")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise TokenizeError(f"{path} is not UTF-8 text (byte {e.start} is 0x{data[e.start]:02x}); convert it to "
+                            "UTF-8, or narrow the glob to text files") from None
+
+
+def cache_key(files: list[str], tokenizer_path: str, separator: str | None) -> str:
+    """The hash that names a tokenized corpus: every file's content (with its length, so the
+    boundaries count), the tokenizer file's bytes and the separator."""
+    h = hashlib.blake2b(b"sexpgpu-tokens-v1\0", digest_size=16)
+    with open(tokenizer_path, "rb") as fh:
+        h.update(hashlib.blake2b(fh.read()).digest())
+    h.update((separator or "").encode() + b"\0")
+    for f in files:
+        with open(f, "rb") as fh:
+            data = fh.read()
+        h.update(len(data).to_bytes(8, "little"))
+        h.update(data)
+    return h.hexdigest()
+
+
+def cached_tokens(files: list[str], tokenizer_path: str, separator: str | None, base_dir: str) -> tuple[str, str, int]:
+    """(path, numpy dtype, vocabulary size) of the token file for `files`, tokenized once into
+    `base_dir/.sexpgpu-cache/` (written to a temporary name, then renamed, so a stopped run
+    leaves no half file). Raises TokenizeError for a bad tokenizer, a file that is not
+    text, a separator the vocabulary lacks or a cache dir that cannot be written."""
+    tok = load_tokenizer(tokenizer_path)
+    vocab = tok.get_vocab_size()
+    dtype = "uint16" if vocab <= 1 << 16 else "uint32"
+    sep = None
+    if separator is not None:
+        sep = tok.token_to_id(separator)
+        if sep is None:
+            raise TokenizeError(f"{tokenizer_path} has no token {separator!r} for `:separator`; give one of its "
+                                "special tokens, or train the tokenizer with `--special`")
+    key = cache_key(files, tokenizer_path, separator)
+    cache = os.path.join(base_dir, CACHE_DIR)
+    path = os.path.join(cache, f"tokens-{key}.{dtype}.bin")
+    if os.path.isfile(path):
+        return path, dtype, vocab
+    try:
+        os.makedirs(cache, exist_ok=True)
+        tmp = f"{path}.{os.getpid()}.tmp"
+        _write_tokens(tok, files, sep, dtype, tmp)
+        os.replace(tmp, path)
+    except OSError as e:
+        raise TokenizeError(f"cannot write the tokenized text to {cache}: {e.strerror or e}; make the run file's "
+                            "directory writable") from None
+    return path, dtype, vocab
+
+
+def _write_tokens(tok, files: list[str], sep: int | None, dtype: str, tmp: str) -> None:
+    """Encode `files` into the raw token file `tmp` (removed again if anything fails)."""
+    try:
+        with open(tmp, "wb") as out:
+            chunk: list[str] = []
+            size = 0
+            for f in files + [None]:
+                if f is not None:
+                    text = read_text(f)
+                    chunk.append(text)
+                    size += len(text)
+                if chunk and (f is None or size >= ENCODE_CHUNK):
+                    for enc in tok.encode_batch(chunk, add_special_tokens=False):
+                        ids = enc.ids + ([sep] if sep is not None else [])
+                        out.write(np.asarray(ids, dtype=dtype).tobytes())
+                    chunk, size = [], 0
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
