@@ -156,7 +156,7 @@ async def test_hover_shows_type_and_doc(client: LanguageClient):
     assert "guess: [64 1] i32" in hover.contents.value
     assert hover.range.start == doc.at("guess (sum")
     op = await client.text_document_hover_async(types.HoverParams(text_document=doc.id, position=doc.at("argmax")))
-    assert "(argmax x :axis -1)\n→ [64 8] i32" in op.contents.value
+    assert "(argmax x :axis -1 :keepdims false)\n→ [64 8] i32" in op.contents.value
     assert "index of the largest entry" in op.contents.value
 
 
