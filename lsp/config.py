@@ -8,7 +8,7 @@
   in its capabilities), else push. The server answers pull requests in
   every mode; `auto` keeps a client that does both from showing each
   diagnostic twice.
-* `formatWidth`: the formatter's column limit (default 80).
+* `formatWidth`: the formatter's column limit (default 120).
 
 From the client's capabilities (LSP 3.17, "Client Capabilities"): whether
 it shows Markdown in hovers (`hover.contentFormat`) and in completion
@@ -38,7 +38,7 @@ class ServerConfig:
     defaults (before `initialize`) are the richest answers."""
 
     push: bool = True
-    format_width: int = 80
+    format_width: int = 120
     hover_markdown: bool = True
     completion_markdown: bool = True
     related_pushed: bool = True
@@ -53,8 +53,8 @@ class ServerConfig:
         td = params.capabilities.text_document if params.capabilities else None
         client_pulls = td is not None and td.diagnostic is not None
         push = mode in ("push", "both") or (mode == "auto" and not client_pulls)
-        width = opts.get("formatWidth", 80)
-        width = width if isinstance(width, int) and not isinstance(width, bool) and 20 <= width <= 400 else 80
+        width = opts.get("formatWidth", 120)
+        width = width if isinstance(width, int) and not isinstance(width, bool) and 20 <= width <= 400 else 120
         hover = getattr(td, "hover", None)
         item = getattr(getattr(td, "completion", None), "completion_item", None)
         return cls(push=push, format_width=width,
