@@ -27,7 +27,7 @@ def _signature_for(ix: Index, frames: list[Frame], k: int, head: str, offset: in
     if key == "source" and head in SOURCES:
         return f"({head} " + " ".join(f":{a} x" for a in SOURCES[head]) + ")", "loader source", SOURCES[head]
     d = ix.visible(offset).get(head)
-    if d is not None and d.kind == "model-binding":  # (model row): the model `(model name)` binds
+    if k >= 1 and d is not None and d.kind == "model-binding":  # (model row): the model `(model name)` binds
         name = d.detail.split()[-1]
         bound = next((m for m in ix.defs.values() if m.kind == "model" and m.name == name), None)
         return f"({head} {' '.join(_model_params(ix, bound))})", f"the model `{name}`", ()
