@@ -15,8 +15,9 @@ it shows Markdown in hovers (`hover.contentFormat`) and in completion
 documentation (`completionItem.documentationFormat`), else the server
 sends plain text; and whether it shows a diagnostic's `relatedInformation`
 (`publishDiagnostics.relatedInformation` for published diagnostics,
-`diagnostic.relatedInformation` for pulled ones), else a diagnostic's help
-is appended to its message, where every client shows it.
+`diagnostic.relatedInformation` for pulled ones, or, where a 3.17 client
+does not say, the same as for published ones), else a diagnostic's help is
+appended to its message, where every client shows it.
 
 Imports only lsprotocol.
 """
@@ -55,13 +56,17 @@ class ServerConfig:
         push = mode in ("push", "both") or (mode == "auto" and not client_pulls)
         width = opts.get("formatWidth", 120)
         width = width if isinstance(width, int) and not isinstance(width, bool) and 20 <= width <= 400 else 120
+        pushed = bool(getattr(getattr(td, "publish_diagnostics", None), "related_information", False))
+        # LSP 3.17's pull capabilities have no `relatedInformation` (3.18 adds it): a client
+        # that does not say takes it as it does for published diagnostics (VS Code does).
+        pulled = getattr(getattr(td, "diagnostic", None), "related_information", None)
         hover = getattr(td, "hover", None)
         item = getattr(getattr(td, "completion", None), "completion_item", None)
         return cls(push=push, format_width=width,
                    hover_markdown=_prefers_markdown(getattr(hover, "content_format", None)),
                    completion_markdown=_prefers_markdown(getattr(item, "documentation_format", None)),
-                   related_pushed=bool(getattr(getattr(td, "publish_diagnostics", None), "related_information", False)),
-                   related_pulled=bool(getattr(getattr(td, "diagnostic", None), "related_information", False)))
+                   related_pushed=pushed,
+                   related_pulled=pushed if pulled is None else bool(pulled))
 
 
 def _prefers_markdown(formats) -> bool:

@@ -124,7 +124,10 @@ def test_markup_and_related_information_follow_the_client(formats, markdown):
         publish_diagnostics=types.PublishDiagnosticsClientCapabilities(related_information=markdown))
     config = ServerConfig.from_initialize(types.InitializeParams(capabilities=types.ClientCapabilities(text_document=td)))
     assert (config.hover_markdown, config.completion_markdown, config.related_pushed) == (markdown, markdown, markdown)
-    assert not config.related_pulled
+    assert config.related_pulled == markdown  # a 3.17 client's pull capability does not say: as for published ones
+    td.diagnostic = types.DiagnosticClientCapabilities(related_information=not markdown)
+    config = ServerConfig.from_initialize(types.InitializeParams(capabilities=types.ClientCapabilities(text_document=td)))
+    assert config.related_pulled == (not markdown)
 
 
 def test_guard_logs_and_answers_emptily():
