@@ -17,4 +17,4 @@ if [ ! -e node_modules/code-server/lib/vscode/node_modules ]; then
     npm ci --no-audit --no-fund
 fi
 "$node24/bin/node" node_modules/code-server/out/node/entry.js --version | head -n 1
-chromium --version
+dpkg-query -W chromium
