@@ -31,7 +31,7 @@ in the style of Lisp formatters (Emacs `lisp-indent`, cljfmt):
   `let*`'s bindings into one binding a line, a loader's `:fields` into one
   `:name [shape] :dtype` triple a line.
 * Every comment is kept: a comment after code stays at the end of that
-  code's line; a comment on a line of its own stays on a line of its own,
+  code's line, with the spaces it had before it; a comment on a line of its own stays on a line of its own,
   before the same form. Between top-level forms, blank lines collapse to at
   most one; inside a form they are dropped.
 * Indentation is spaces; the file keeps its line ending (`\\n`, `\\r\\n` or
@@ -117,6 +117,12 @@ class _Formatter:
     def ctext(self, span: Span) -> str:
         """A comment's text, trailing spaces dropped."""
         return self.text[span.start:span.end].rstrip()
+
+    def gap(self, comment: Span) -> str:
+        """The spaces before a comment that ends a line of code: as many as the text
+        has (so a column of aligned comments stays aligned), at least one."""
+        before = self.text[:comment.start]
+        return " " * max(1, len(before) - len(before.rstrip(" \t")))
 
     def line_of(self, offset: int) -> int:
         return self.src.line_col(offset)[0]
@@ -242,9 +248,9 @@ class _Formatter:
         if style == "call":
             head = units[0][0].node
             head_len = len(self.flat(head)) if isinstance(head, Sym) else 0
-            # Align the arguments under the first one, unless the head is long
-            # or the first argument is not on the head line.
-            aligned = 0 < head_len <= 20 and len(units) > 1 and content.after_open is None \
+            # Align the arguments under the first one, unless the first
+            # argument is not on the head line.
+            aligned = 0 < head_len and len(units) > 1 and content.after_open is None \
                 and not (keep and self.broken_before(units[0][-1], units[1][0]))
             indent = col + 2 + head_len if aligned else col + 2
         elif style == "data":
@@ -324,7 +330,7 @@ class _Formatter:
                        trail if last and e.trailing is None else 0)
             broke = e.trailing is not None
             if broke:
-                out[-1] += " " + self.ctext(e.trailing)
+                out[-1] += self.gap(e.trailing) + self.ctext(e.trailing)
         return broke
 
     def write_hang(self, entry: _Entry, out: list[str], indent: int, trail: int) -> bool:
@@ -358,7 +364,7 @@ class _Formatter:
             out.append(" " * indent)
         out[-1] += ")"
         if entry.trailing is not None:
-            out[-1] += " " + self.ctext(entry.trailing)
+            out[-1] += self.gap(entry.trailing) + self.ctext(entry.trailing)
             return True
         return False
 
@@ -381,7 +387,7 @@ class _Formatter:
             self.write(entry.node, lines)
             end = entry.node.span.end
             if entry.trailing is not None:
-                lines[-1] += " " + self.ctext(entry.trailing)
+                lines[-1] += self.gap(entry.trailing) + self.ctext(entry.trailing)
                 end = entry.trailing.end
             text = "\n".join(line.rstrip() for line in lines)
             items.append(TopItem(Span(entry.node.span.start, end), text, blank_before(entry.node.span.start)))

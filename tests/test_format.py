@@ -80,7 +80,7 @@ def test_comments_stay_where_they_were():
     out = format_text(text)
     assert out == """;; header
 
-(def a 1) ; after a
+(def a 1)   ; after a
 (defmodel m ; the model
   ;; before params
   :params (:w (normal [4 4] :std 0.1) ; after w
@@ -180,3 +180,8 @@ def test_comments_inside_an_otherwise_empty_list_or_vector(eol):
     assert comments(out) == ["; nothing yet", ";; on a line of its own"]
     assert out == eol.join(["(def a [ ; nothing yet", "        ])", "(list", "  ;; on a line of its own", "  )", ""])
     assert format_text(out) == out
+
+
+def test_a_column_of_trailing_comments_stays_aligned():
+    text = "(def layers 4)              ; 22 in TinyLlama\n(def width (/ 2048 16))     ; 128\n(def  seq 64)\t; tab\n"
+    assert format_text(text) == "(def layers 4)              ; 22 in TinyLlama\n(def width (/ 2048 16))     ; 128\n(def seq 64) ; tab\n"
