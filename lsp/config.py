@@ -8,7 +8,16 @@
   in its capabilities), else push. The server answers pull requests in
   every mode; `auto` keeps a client that does both from showing each
   diagnostic twice.
-* `formatWidth`: the formatter's column limit (default 80).
+* `formatWidth`: the formatter's column limit (default 120).
+
+From the client's capabilities (LSP 3.17, "Client Capabilities"): whether
+it shows Markdown in hovers (`hover.contentFormat`) and in completion
+documentation (`completionItem.documentationFormat`), else the server
+sends plain text; and whether it shows a diagnostic's `relatedInformation`
+(`publishDiagnostics.relatedInformation` for published diagnostics,
+`diagnostic.relatedInformation` for pulled ones, or, where a 3.17 client
+does not say, the same as for published ones), else a diagnostic's help is
+appended to its message, where every client shows it.
 
 Imports only lsprotocol.
 """
@@ -23,10 +32,18 @@ MODES = ("auto", "push", "pull", "both")
 
 @dataclass(frozen=True)
 class ServerConfig:
-    """`push`: publish diagnostics on open and change; `format_width`: the formatter's column limit."""
+    """`push`: publish diagnostics on open and change; `format_width`: the
+    formatter's column limit; `hover_markdown`, `completion_markdown`: the
+    client shows Markdown there; `related_pushed`, `related_pulled`: it
+    shows the `relatedInformation` of published or pulled diagnostics. The
+    defaults (before `initialize`) are the richest answers."""
 
     push: bool = True
-    format_width: int = 80
+    format_width: int = 120
+    hover_markdown: bool = True
+    completion_markdown: bool = True
+    related_pushed: bool = True
+    related_pulled: bool = True
 
     @classmethod
     def from_initialize(cls, params: types.InitializeParams) -> "ServerConfig":
@@ -37,6 +54,27 @@ class ServerConfig:
         td = params.capabilities.text_document if params.capabilities else None
         client_pulls = td is not None and td.diagnostic is not None
         push = mode in ("push", "both") or (mode == "auto" and not client_pulls)
-        width = opts.get("formatWidth", 80)
-        width = width if isinstance(width, int) and not isinstance(width, bool) and 20 <= width <= 400 else 80
-        return cls(push=push, format_width=width)
+        width = opts.get("formatWidth", 120)
+        width = width if isinstance(width, int) and not isinstance(width, bool) and 20 <= width <= 400 else 120
+        pushed = bool(getattr(getattr(td, "publish_diagnostics", None), "related_information", False))
+        # LSP 3.17's pull capabilities have no `relatedInformation` (3.18 adds it): a client
+        # that does not say takes it as it does for published diagnostics (VS Code does).
+        pulled = getattr(getattr(td, "diagnostic", None), "related_information", None)
+        hover = getattr(td, "hover", None)
+        item = getattr(getattr(td, "completion", None), "completion_item", None)
+        return cls(push=push, format_width=width,
+                   hover_markdown=_prefers_markdown(getattr(hover, "content_format", None)),
+                   completion_markdown=_prefers_markdown(getattr(item, "documentation_format", None)),
+                   related_pushed=pushed,
+                   related_pulled=pushed if pulled is None else bool(pulled))
+
+
+def _prefers_markdown(formats) -> bool:
+    """The client's formats, most preferred first (LSP 3.17, "MarkupContent"):
+    Markdown unless it names plain text before Markdown or names only plain
+    text; a client that names none gets Markdown, as before this setting."""
+    if not formats:
+        return True
+    return types.MarkupKind.Markdown in formats and (
+        types.MarkupKind.PlainText not in formats
+        or formats.index(types.MarkupKind.Markdown) < formats.index(types.MarkupKind.PlainText))

@@ -131,23 +131,29 @@ def doc_href(code: str) -> str:
     return f"{DOCS_URL}#{doc_anchor(code)}"
 
 
-def to_lsp_diagnostic(pm: PositionMap, uri: str, d: Diagnostic) -> types.Diagnostic:
+def to_lsp_diagnostic(pm: PositionMap, uri: str, d: Diagnostic, related: bool = True) -> types.Diagnostic:
     """A front-end diagnostic as LSP's (LSP 3.17, "Diagnostic"): its code with a
     `codeDescription` link to docs/errors.md, its related places as
-    `relatedInformation`, and its help as a last related entry at its own range."""
-    related = [types.DiagnosticRelatedInformation(
+    `relatedInformation`, and its help as a last related entry at its own
+    range. `related`: the client shows `relatedInformation`; when it does not,
+    the help ends the message instead (`...\nhelp: ...`), where every client
+    shows it, and the related places are left out."""
+    places = [types.DiagnosticRelatedInformation(
         location=types.Location(uri=uri, range=pm.range(r.span)), message=r.message) for r in d.related]
-    if d.help:
-        related.append(types.DiagnosticRelatedInformation(
+    message = d.message
+    if d.help and related:
+        places.append(types.DiagnosticRelatedInformation(
             location=types.Location(uri=uri, range=pm.range(d.span)), message=f"help: {d.help}"))
+    elif d.help:
+        message = f"{message}\nhelp: {d.help}"
     return types.Diagnostic(
         range=pm.range(d.span),
-        message=d.message,
+        message=message,
         severity=types.DiagnosticSeverity(int(d.severity)),
         code=d.code,
         code_description=types.CodeDescription(href=doc_href(d.code)),
         source="sexpgpu",
-        related_information=related or None,
+        related_information=(places or None) if related else None,
     )
 
 
@@ -161,9 +167,11 @@ def to_lsp_failure(message: str) -> types.Diagnostic:
         severity=types.DiagnosticSeverity.Error, source="sexpgpu")
 
 
-def to_lsp_diagnostics(pm: PositionMap, uri: str, diagnostics, failure: str | None = None) -> list[types.Diagnostic]:
-    """A file's diagnostics, and the failure diagnostic when the front end failed."""
-    out = [to_lsp_diagnostic(pm, uri, d) for d in diagnostics]
+def to_lsp_diagnostics(pm: PositionMap, uri: str, diagnostics, failure: str | None = None,
+                       related: bool = True) -> list[types.Diagnostic]:
+    """A file's diagnostics (`related` as for `to_lsp_diagnostic`), and the
+    failure diagnostic when the front end failed."""
+    out = [to_lsp_diagnostic(pm, uri, d, related) for d in diagnostics]
     if failure is not None:
         out.append(to_lsp_failure(failure))
     return out
@@ -172,10 +180,28 @@ def to_lsp_diagnostics(pm: PositionMap, uri: str, diagnostics, failure: str | No
 # --------------------------------------------------------------------------- ide results
 
 
-def to_lsp_hover(pm: PositionMap, h: ide.HoverInfo) -> types.Hover:
-    """Markdown hover over the node's range."""
-    return types.Hover(contents=types.MarkupContent(kind=types.MarkupKind.Markdown, value=h.markdown),
-                       range=pm.range(h.span))
+_FENCE = re.compile(r"^```[^\n]*\n(.*?)\n```$", re.M | re.S)
+_INLINE_CODE = re.compile(r"`([^`\n]+)`")
+
+
+def plain_text(markdown: str) -> str:
+    """The hover and completion Markdown the IDE answers, as plain text (for a
+    client without Markdown, LSP 3.17 "MarkupContent"): code fences and the
+    backticks of inline code dropped, their text kept."""
+    return _INLINE_CODE.sub(r"\1", _FENCE.sub(r"\1", markdown))
+
+
+def to_markup(markdown: str, as_markdown: bool = True) -> types.MarkupContent:
+    """Markdown as MarkupContent: as it is, or as plain text when the client shows no Markdown."""
+    if as_markdown:
+        return types.MarkupContent(kind=types.MarkupKind.Markdown, value=markdown)
+    return types.MarkupContent(kind=types.MarkupKind.PlainText, value=plain_text(markdown))
+
+
+def to_lsp_hover(pm: PositionMap, h: ide.HoverInfo, markdown: bool = True) -> types.Hover:
+    """The hover over the node's range: Markdown, or plain text when `markdown` is False
+    (the client's `hover.contentFormat`)."""
+    return types.Hover(contents=to_markup(h.markdown, markdown), range=pm.range(h.span))
 
 
 def to_lsp_location_links(pm: PositionMap, uri: str, origin: Span | None, targets: list[ide.Target]
@@ -235,15 +261,17 @@ def to_lsp_folding_ranges(pm: PositionMap, folds: list[ide.Fold]) -> list[types.
 _COMPLETION_KINDS = {k.name.lower(): k for k in types.CompletionItemKind}
 
 
-def to_lsp_completions(pm: PositionMap, result: ide.Completions) -> types.CompletionList:
-    """Completion items that replace the word being typed."""
+def to_lsp_completions(pm: PositionMap, result: ide.Completions, markdown: bool = True) -> types.CompletionList:
+    """Completion items that replace the word being typed; their documentation
+    is Markdown, or plain text when `markdown` is False (the client's
+    `completionItem.documentationFormat`)."""
     rng = pm.range(result.span)
     items = []
     for i, c in enumerate(result.items):
         items.append(types.CompletionItem(
             label=c.label, kind=_COMPLETION_KINDS.get(c.kind, types.CompletionItemKind.Text),
             detail=c.detail or None,
-            documentation=types.MarkupContent(kind=types.MarkupKind.Markdown, value=c.doc) if c.doc else None,
+            documentation=to_markup(c.doc, markdown) if c.doc else None,
             sort_text=f"{i:04d}",
             filter_text=c.text or c.label,
             text_edit=types.TextEdit(range=rng, new_text=c.text or c.label)))
@@ -294,9 +322,9 @@ def to_lsp_semantic_tokens(pm: PositionMap, tokens: list[ide.Token]) -> types.Se
     return types.SemanticTokens(data=data)
 
 
-def to_lsp_code_action(pm: PositionMap, uri: str, fix: ide.Fix) -> types.CodeAction:
-    """A quick fix with the diagnostic it fixes."""
+def to_lsp_code_action(pm: PositionMap, uri: str, fix: ide.Fix, related: bool = True) -> types.CodeAction:
+    """A quick fix with the diagnostic it fixes (as `to_lsp_diagnostic` writes it, with `related`)."""
     return types.CodeAction(title=fix.title, kind=types.CodeActionKind.QuickFix,
-                            diagnostics=[to_lsp_diagnostic(pm, uri, fix.diagnostic)],
+                            diagnostics=[to_lsp_diagnostic(pm, uri, fix.diagnostic, related)],
                             edit=to_lsp_workspace_edit(pm, uri, fix.edits),
                             is_preferred=fix.preferred or None)

@@ -55,5 +55,6 @@ def register(server) -> None:
         if params.previous_result_id == result_id:
             return types.RelatedUnchangedDocumentDiagnosticReport(result_id=result_id)
         pm = doc.positions(ls.encoding)
-        items = to_lsp_diagnostics(pm, doc.uri, analysis.result.diagnostics, analysis.failure)
+        items = to_lsp_diagnostics(pm, doc.uri, analysis.result.diagnostics, analysis.failure,
+                                   ls.config.related_pulled)
         return types.RelatedFullDocumentDiagnosticReport(items=items, result_id=result_id)

@@ -28,7 +28,8 @@ def register(server) -> None:
     @on_document(lambda: types.CompletionList(is_incomplete=False, items=[]))
     def completion(ls, params: types.CompletionParams, doc: DocumentRequest):
         found = ide.completions(doc.index, doc.offset)
-        return convert.to_lsp_completions(doc.positions, found) if found is not None else None
+        return convert.to_lsp_completions(doc.positions, found, ls.config.completion_markdown) \
+            if found is not None else None
 
     def edit_if_changed(ls, doc, found):
         """The text edit putting `found`'s text (a span and its new text) in place, or none
@@ -65,4 +66,6 @@ def register(server) -> None:
         only = params.context.only if params.context else None
         if only and not any(str(k).startswith("quickfix") for k in only):
             return []
-        return [convert.to_lsp_code_action(doc.positions, doc.uri, f) for f in ide.quick_fixes(doc.index, doc.span)]
+        related = ls.config.related_pushed if ls.config.push else ls.config.related_pulled
+        return [convert.to_lsp_code_action(doc.positions, doc.uri, f, related)
+                for f in ide.quick_fixes(doc.index, doc.span)]

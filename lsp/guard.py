@@ -1,11 +1,21 @@
-"""The guard around every request and notification handler.
+"""The guard around every request and notification handler, and what the server logs.
 
 A bug in one editor feature must not take the server down (STYLE.md,
 "Layers that know little of each other"): `guarded(default)` logs the
 exception (to stderr and, as `window/logMessage`, to the client) and
 answers `default()`, the feature's empty result.
 
-Imports only the standard library and lsprotocol.
+`Refused` is a request the server declines on purpose (a name that cannot
+be renamed): the client gets the error, the log a line at INFO.
+`ProtocolLogFilter` gives pygls's own log lines about ordinary protocol
+events the level they deserve: a refusal, a `$/cancelRequest` for a request
+already answered (LSP 3.17, "Cancellation Support": the server may have
+replied already) and a notification the server does not handle
+(`didSave`, `didChangeConfiguration`: LSP 3.17 lets a server ignore them)
+are INFO, without a traceback. Editors show a server's stderr as errors
+(Neovim's lsp.log), so only what is wrong goes there at WARNING or above.
+
+Imports only the standard library, lsprotocol and pygls's exception type.
 """
 from __future__ import annotations
 
@@ -14,8 +24,41 @@ import logging
 import traceback
 
 from lsprotocol import types
+from pygls.exceptions import JsonRpcException
 
 log = logging.getLogger("sexpgpu.lsp")
+
+
+class Refused(JsonRpcException):
+    """A request declined on purpose, answered with LSP's `RequestFailed` and `message` (shown to the user)."""
+
+    def __init__(self, message: str):
+        super().__init__(message, code=int(types.LSPErrorCodes.RequestFailed))
+
+
+#: pygls's log lines (their format strings) about ordinary protocol events.
+_ORDINARY = ("Cancel notification for unknown message id", "Ignoring notification for unknown method")
+
+
+class ProtocolLogFilter(logging.Filter):
+    """On pygls's loggers: a `Refused` request and the `_ORDINARY` events become
+    INFO records without a traceback (a refusal reads `request refused: ...`)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if isinstance(exc, Refused):
+            record.msg, record.args, record.exc_info, record.exc_text = "request refused: %s", (exc.message,), None, None
+        elif not isinstance(record.msg, str) or not record.msg.startswith(_ORDINARY):
+            return True
+        record.levelno, record.levelname = logging.INFO, "INFO"
+        return record.levelno >= logging.getLogger().getEffectiveLevel()
+
+
+def quiet_protocol_log() -> None:
+    """Install `ProtocolLogFilter` on pygls's protocol logger (once; `lsp.server.main`)."""
+    logger = logging.getLogger("pygls.protocol.json_rpc")
+    if not any(isinstance(f, ProtocolLogFilter) for f in logger.filters):
+        logger.addFilter(ProtocolLogFilter())
 
 
 def report(ls, what: str, exc: BaseException) -> None:

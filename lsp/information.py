@@ -19,7 +19,7 @@ def register(server) -> None:
     @on_document()
     def hover(ls, params: types.HoverParams, doc: DocumentRequest):
         info = ide.hover(doc.index, doc.offset)
-        return convert.to_lsp_hover(doc.positions, info) if info is not None else None
+        return convert.to_lsp_hover(doc.positions, info, ls.config.hover_markdown) if info is not None else None
 
     @server.feature(types.TEXT_DOCUMENT_SIGNATURE_HELP,
                     types.SignatureHelpOptions(trigger_characters=["(", " "], retrigger_characters=[":"]))

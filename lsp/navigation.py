@@ -6,12 +6,11 @@ Features"). Each handler reads the latest analysis (`lsp.handlers`) and asks
 from __future__ import annotations
 
 from lsprotocol import types
-from pygls.exceptions import JsonRpcException
 
 from sexpgpu_lang import ide
 
 from . import convert
-from .guard import report
+from .guard import Refused, report
 from .handlers import DocumentRequest, on_document, with_document
 
 
@@ -55,7 +54,7 @@ def register(server) -> None:
         try:
             return rename_edit(ls, params)
         except ide.RenameError as e:
-            raise JsonRpcException(str(e), code=int(types.LSPErrorCodes.RequestFailed)) from None
+            raise Refused(str(e)) from None
         except Exception as exc:
             report(ls, "rename", exc)
             return None

@@ -37,7 +37,7 @@ from pygls.protocol.language_server import LanguageServerProtocol, lsp_method
 from .config import ServerConfig
 from .convert import UTF16, to_lsp_diagnostics
 from .documents import Analysis, DocumentStore
-from .guard import report
+from .guard import quiet_protocol_log, report
 
 VERSION = "0.1.0"
 
@@ -118,7 +118,8 @@ class SexpServer(LanguageServer):
         """Publish an analysis's diagnostics (LSP 3.17, "PublishDiagnostics")."""
         doc = analysis.document
         pm = doc.positions(self.encoding)
-        diags = to_lsp_diagnostics(pm, doc.uri, analysis.result.diagnostics, analysis.failure)
+        diags = to_lsp_diagnostics(pm, doc.uri, analysis.result.diagnostics, analysis.failure,
+                                   self.config.related_pushed)
         self.text_document_publish_diagnostics(
             types.PublishDiagnosticsParams(uri=doc.uri, diagnostics=diags, version=doc.version))
 
@@ -198,6 +199,7 @@ def build_server() -> SexpServer:
 def main() -> None:
     """Serve on stdin and stdout until the client exits; logs go to stderr."""
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="sexpgpu-lsp %(levelname)s %(message)s")
+    quiet_protocol_log()
     server = build_server()
     collector = QuietCollector()
     server.store.on_checked = collector.checked

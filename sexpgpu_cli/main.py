@@ -560,6 +560,33 @@ def tokenizer_train(
 
 
 @app.command(cls=Command)
+def fmt(
+    files: List[Path] = typer.Argument(..., metavar="FILE|DIR", help="Run files (.sx) to format; a directory stands for every *.sx below it."),
+    check: bool = typer.Option(False, "--check", help="Write nothing; name each file that would change, and exit 1 if one would."),
+    diff: bool = typer.Option(False, "--diff", help="Write nothing; print a unified diff of each file that would change, and exit 1 if one would."),
+    width: Optional[int] = typer.Option(None, "--width", min=20, max=400, metavar="N", help="The column limit (default 120, as the language server's `formatWidth`)."),
+):
+    """Format run files in place with the language server's formatter.
+
+    The lines a file already breaks are kept, a line that is too long is
+    broken, comments and line endings are kept; formatting a formatted file
+    changes nothing. A file with a syntax error is left as it is. Exit
+    status: 0, or 1 with --check or --diff when a file would change, 2 when
+    a file could not be read or formatted.
+    """
+    from sexpgpu_cli.fmt import format_files, summary
+    mode = "diff" if diff else "check" if check else "write"
+    result = format_files(files, mode, width)
+    if mode == "check":
+        for path in result.changed:
+            print(f"would reformat {path}")
+    for line in result.errors:
+        print(f"sexpgpu: error: {line}", file=sys.stderr)
+    print(summary(result, mode), file=sys.stderr)
+    raise typer.Exit(result.exit_code(mode))
+
+
+@app.command(cls=Command)
 def lsp():
     """Start the language server on standard input and output (for editors)."""
     from lsp.server import main as serve

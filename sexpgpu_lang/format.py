@@ -4,25 +4,34 @@ Pure functions from text to text, used by the language server's
 `textDocument/formatting` and `textDocument/rangeFormatting` (LSP 3.17,
 "Document Formatting Request", "Document Range Formatting Request").
 
-The layout depends only on the forms and the comments, never on how the
-text was laid out before, so formatting is idempotent: formatting a
-formatted file changes nothing. The rules, in the style of Lisp formatters
-(Emacs `lisp-indent`, cljfmt):
+Like cljfmt, the formatter keeps the lines the text already breaks; unlike
+it, it also breaks a line that is too long. So formatting is idempotent
+(formatting a formatted file changes nothing) and a file laid out by hand
+in this style, the examples included, is left as it is written. The rules,
+in the style of Lisp formatters (Emacs `lisp-indent`, cljfmt):
 
-* A list or vector that fits in `Layout.width` columns and holds no comment
-  is written on one line.
-* Otherwise a call puts its head and first argument on the first line and
+* A list or vector written on one line, holding no comment, that fits in
+  `Layout.width` columns stays on one line (a loader's `:fields` of
+  several fields excepted).
+* A list or vector the text breaks keeps its breaks between units (a node,
+  a keyword and its value, a field triple): a unit stays on the line of the
+  one before when the text has it there and it fits (or is itself broken in
+  the text); the indentation follows the rules below.
+* A list or vector written on one line that does not fit breaks after its
+  header: a call puts its head and first argument on the first line and
   aligns the other arguments under the first; a keyword and its value
   (`:axes [1]`) stay together on one line.
 * Body forms indent their body by two: `lambda` and `let*` after their
   parameters or bindings; `loader`, `defmodel`, `pass` and `def` after their
-  name; `defgenerate`, `run` and `curriculum` keep their first keyword pair
-  on the head line; `prepare` and `objective` keep `(lambda (...)` on the
-  head line and indent its body by two from the form.
-* A data plist (`(:every 50 :keep 3)`) breaks into one `:key value` pair a
-  line, a loader's `:fields` into one `:name [shape] :dtype` triple a line.
+  name; `defgenerate` and `curriculum` by two from the form, `defgenerate`
+  keeping its first keyword pair on the head line; `run` is a call (its
+  keywords aligned under the first); `prepare` and `objective` keep
+  `(lambda (...)` on the head line and indent its body by two from the form.
+* A data plist (`(:every 50 :keep 3)`) breaks into `:key value` pairs, a
+  `let*`'s bindings into one binding a line, a loader's `:fields` into one
+  `:name [shape] :dtype` triple a line.
 * Every comment is kept: a comment after code stays at the end of that
-  code's line; a comment on a line of its own stays on a line of its own,
+  code's line, with the spaces it had before it; a comment on a line of its own stays on a line of its own,
   before the same form. Between top-level forms, blank lines collapse to at
   most one; inside a form they are dropped.
 * Indentation is spaces; the file keeps its line ending (`\\n`, `\\r\\n` or
@@ -44,7 +53,7 @@ from .syntax import Kw, ListNode, Node, Sym, VecNode, parse
 #: Forms whose body is indented by two after `n` header items on the head line.
 BODY_FORMS = {"lambda": 1, "let*": 1, "def": 1, "loader": 1, "defmodel": 1, "pass": 1, "stage": 0}
 #: Forms that keep their first keyword pair on the head line, then indent by two.
-PAIR_HEAD_FORMS = ("defgenerate", "run")
+PAIR_HEAD_FORMS = ("defgenerate",)
 #: Forms that hang a lambda on the head line and indent its body by two from the form.
 HANG_LAMBDA_FORMS = ("prepare", "objective")
 #: Forms with a body of items indented by two, none on the head line.
@@ -55,7 +64,7 @@ PLAIN_BODY_FORMS = ("curriculum",)
 class Layout:
     """Formatting settings: `width` is the column limit in code points."""
 
-    width: int = 80
+    width: int = 120
 
 
 @dataclass
@@ -108,6 +117,12 @@ class _Formatter:
     def ctext(self, span: Span) -> str:
         """A comment's text, trailing spaces dropped."""
         return self.text[span.start:span.end].rstrip()
+
+    def gap(self, comment: Span) -> str:
+        """The spaces before a comment that ends a line of code: as many as the text
+        has (so a column of aligned comments stays aligned), at least one."""
+        before = self.text[:comment.start]
+        return " " * max(1, len(before) - len(before.rstrip(" \t")))
 
     def line_of(self, offset: int) -> int:
         return self.src.line_col(offset)[0]
@@ -163,6 +178,24 @@ class _Formatter:
         return self.text[node.span.start:node.span.end]
 
     # -- layout -----------------------------------------------------------------
+    def multiline(self, node: Node) -> bool:
+        """The node spans more than one line of the text."""
+        return self.line_of(node.span.start) != self.line_of(max(node.span.end - 1, node.span.start))
+
+    def broken_before(self, prev: _Entry, entry: _Entry) -> bool:
+        """The text breaks the line between `prev` (or its trailing comment) and `entry`."""
+        return self.line_of(max(prev.node.span.end - 1, prev.node.span.start)) != self.line_of(entry.node.span.start)
+
+    def flat_able(self, node: Node) -> bool:
+        """Only a node on one line of the text, without comments and without a
+        loader's `:fields` of several fields is ever written on one line."""
+        return not (isinstance(node, (ListNode, VecNode))
+                    and (self.multiline(node) or self.has_comment(node) or _several_fields(node)))
+
+    def fits_flat(self, node: Node, col: int, trail: int) -> bool:
+        """The node may be written on one line from `col`, `trail` closers after it, within the width."""
+        return self.flat_able(node) and col + len(self.flat(node)) + trail <= self.layout.width
+
     def write(self, node: Node, out: list[str], hint: str = "", trail: int = 0) -> None:
         """Append `node` to the last line of `out` (a list of lines), breaking lines
         as needed; `trail` closing brackets will follow it on its last line."""
@@ -170,11 +203,10 @@ class _Formatter:
         if not isinstance(node, (ListNode, VecNode)):
             out[-1] += self.flat(node)
             return
-        if not self.has_comment(node) and not (hint == "bindings" and len(node.items) > 1):
-            flat = self.flat(node)
-            if col + len(flat) + trail <= self.layout.width:
-                out[-1] += flat
-                return
+        forced = (hint == "bindings" and len(node.items) > 1) or (hint == "triples" and len(node.items) > 3)
+        if not forced and self.fits_flat(node, col, trail):
+            out[-1] += self.flat(node)
+            return
         self.write_broken(node, out, col, hint, trail)
 
     def units(self, node: ListNode | VecNode, entries: list[_Entry], hint: str) -> tuple[list[list[_Entry]], str, int]:
@@ -210,11 +242,16 @@ class _Formatter:
         opener, closer = ("(", ")") if isinstance(node, ListNode) else ("[", "]")
         content = self.content(node)
         units, style, header = self.units(node, content.entries, hint)
+        # A form the text already breaks keeps its breaks between units (the
+        # user's grouping); one written on one line breaks after its header.
+        keep = self.multiline(node)
         if style == "call":
             head = units[0][0].node
             head_len = len(self.flat(head)) if isinstance(head, Sym) else 0
-            # Align the arguments under the first one, unless the head is long.
-            aligned = 0 < head_len <= 20 and len(units) > 1 and content.after_open is None
+            # Align the arguments under the first one, unless the first
+            # argument is not on the head line.
+            aligned = 0 < head_len and len(units) > 1 and content.after_open is None \
+                and not (keep and self.broken_before(units[0][-1], units[1][0]))
             indent = col + 2 + head_len if aligned else col + 2
         elif style == "data":
             indent = col + 1
@@ -231,19 +268,44 @@ class _Formatter:
                 out[-1] += " "
                 broke = self.write_hang(unit[0], out, indent, last_trail)
                 continue
-            if i < max(header, 1) and not broke and not unit[0].leading:
+            unit_trail = last_trail if i == len(units) - 1 else 0
+            if self.same_line(units, i, header, keep and hint not in ("bindings", "triples"), broke, out, unit_trail):
                 if i:
                     out[-1] += " "
             else:
                 out.append(" " * indent)
             child_hint = "bindings" if isinstance(node, ListNode) and node.head == "let*" and i == 1 else ""
-            broke = self.write_unit(unit, out, last_trail if i == len(units) - 1 else 0, child_hint)
+            broke = self.write_unit(unit, out, unit_trail, child_hint)
         for c in content.dangling:
             out.append(" " * indent + self.ctext(c))
             broke = True
         if broke:
             out.append(" " * indent)
         out[-1] += closer
+
+    def same_line(self, units: list[list[_Entry]], i: int, header: int, keep: bool, broke: bool,
+                  out: list[str], trail: int) -> bool:
+        """Unit `i` continues the current line: never after a comment or before its own;
+        a header unit does unless the kept text breaks before it; any other unit does
+        only when the text is kept and has it on the line of the unit before, and then
+        when it fits on one line or is itself broken in the text (its own layout breaks it)."""
+        unit = units[i]
+        if broke or unit[0].leading:
+            return False
+        if i == 0:
+            return True
+        text_breaks = keep and self.broken_before(units[i - 1][-1], unit[0])
+        if i < max(header, 1):
+            return not text_breaks
+        if not keep or text_breaks:
+            return False
+        col = len(out[-1]) + 1
+        for e in unit[:-1]:
+            if e.trailing is not None or not self.flat_able(e.node):
+                return False
+            col += len(self.flat(e.node)) + 1
+        last = unit[-1].node
+        return not self.flat_able(last) or col + len(self.flat(last)) + trail <= self.layout.width
 
     def write_unit(self, unit: list[_Entry], out: list[str], trail: int = 0, hint: str = "") -> bool:
         """Write one unit (a node, a keyword pair, a field triple) from the end of
@@ -268,7 +330,7 @@ class _Formatter:
                        trail if last and e.trailing is None else 0)
             broke = e.trailing is not None
             if broke:
-                out[-1] += " " + self.ctext(e.trailing)
+                out[-1] += self.gap(e.trailing) + self.ctext(e.trailing)
         return broke
 
     def write_hang(self, entry: _Entry, out: list[str], indent: int, trail: int) -> bool:
@@ -302,7 +364,7 @@ class _Formatter:
             out.append(" " * indent)
         out[-1] += ")"
         if entry.trailing is not None:
-            out[-1] += " " + self.ctext(entry.trailing)
+            out[-1] += self.gap(entry.trailing) + self.ctext(entry.trailing)
             return True
         return False
 
@@ -325,7 +387,7 @@ class _Formatter:
             self.write(entry.node, lines)
             end = entry.node.span.end
             if entry.trailing is not None:
-                lines[-1] += " " + self.ctext(entry.trailing)
+                lines[-1] += self.gap(entry.trailing) + self.ctext(entry.trailing)
                 end = entry.trailing.end
             text = "\n".join(line.rstrip() for line in lines)
             items.append(TopItem(Span(entry.node.span.start, end), text, blank_before(entry.node.span.start)))
@@ -334,6 +396,17 @@ class _Formatter:
             items.append(TopItem(c, self.ctext(c), blank_before(c.start)))
             prev_end = c.end
         return items
+
+
+def _several_fields(node: Node) -> bool:
+    """`node` holds a `:fields` keyword followed by more than one `:name [shape] :dtype` triple."""
+    if not isinstance(node, (ListNode, VecNode)):
+        return False
+    items = node.items
+    for k, v in zip(items, items[1:]):
+        if isinstance(k, Kw) and k.name == "fields" and isinstance(v, ListNode) and len(v.items) > 3:
+            return True
+    return any(_several_fields(i) for i in items)
 
 
 def _pairs(entries: list[_Entry]) -> list[list[_Entry]]:

@@ -12,6 +12,7 @@ from sexpgpu_lang.source import SourceText
 from sexpgpu_lang.syntax import parse
 
 CASES = sorted((ROOT / "tests" / "cases").glob("*.sx")) + sorted((ROOT / "tests" / "cases-files").glob("*.sx"))
+EXAMPLES = sorted((ROOT / "examples").glob("*.sx"))
 
 
 def comments(text: str) -> list[str]:
@@ -22,7 +23,7 @@ def same_program(a: str, b: str) -> bool:
     return identity(parse(SourceText(a))) == identity(parse(SourceText(b)))
 
 
-@pytest.mark.parametrize("path", [Path("tests/fixtures/tiny-generate.sx"), *CASES], ids=lambda p: p.name)
+@pytest.mark.parametrize("path", [Path("tests/fixtures/tiny-generate.sx"), *CASES, *EXAMPLES], ids=lambda p: p.name)
 def test_idempotent_and_faithful(path):
     text = path.read_text() if path.is_absolute() else fixture_text()
     out = format_text(text)
@@ -33,7 +34,7 @@ def test_idempotent_and_faithful(path):
     assert same_program(text, out)
     assert comments(out) == comments(text)
     assert out.endswith("\n") and not out.endswith("\n\n")
-    assert all(len(line) <= 80 or line.lstrip().startswith(";") for line in out.splitlines())
+    assert all(len(line) <= Layout().width or line.lstrip().startswith(";") for line in out.splitlines())
 
 
 def test_the_layout():
@@ -42,7 +43,7 @@ def test_the_layout():
 (prepare (lambda (batch ctx) (counter :tokens (size (field batch :sample))) (list :input (field batch :sample) :target (field batch :label))))
 (run :loader train :steps 1500 :microbatches 2 :stack 2 :seed 0 :precision :f32 :optimizer (adam :lr 3e-3) :log (:every 50))
 """
-    assert format_text(text) == """(defgenerate :trips 6
+    assert format_text(text, Layout(80)) == """(defgenerate :trips 6
   :init (lambda (batch ctx)
           (list :row (field batch :row) :stride (field batch :stride)))
   :step (lambda (state trip ctx)
@@ -54,13 +55,13 @@ def test_the_layout():
   (counter :tokens (size (field batch :sample)))
   (list :input (field batch :sample) :target (field batch :label))))
 (run :loader train
-  :steps 1500
-  :microbatches 2
-  :stack 2
-  :seed 0
-  :precision :f32
-  :optimizer (adam :lr 3e-3)
-  :log (:every 50))
+     :steps 1500
+     :microbatches 2
+     :stack 2
+     :seed 0
+     :precision :f32
+     :optimizer (adam :lr 3e-3)
+     :log (:every 50))
 """
 
 
@@ -79,7 +80,7 @@ def test_comments_stay_where_they_were():
     out = format_text(text)
     assert out == """;; header
 
-(def a 1) ; after a
+(def a 1)   ; after a
 (defmodel m ; the model
   ;; before params
   :params (:w (normal [4 4] :std 0.1) ; after w
@@ -92,7 +93,7 @@ def test_comments_stay_where_they_were():
 
 def test_loader_fields_break_into_triples():
     text = "(loader train :source (stride-rows :vocab vocab :seq seq) :batch 64 :fields (:row [seq] :i32 :stride [1] :i32 :a-longer-field-name [seq] :i32 :and-another-one [seq] :i32))\n"
-    assert format_text(text) == """(loader train
+    assert format_text(text, Layout(80)) == """(loader train
   :source (stride-rows :vocab vocab :seq seq)
   :batch 64
   :fields (:row [seq] :i32
@@ -129,3 +130,58 @@ def test_range_formats_the_forms_it_touches():
     where, new = format_range(text, 0, len(text))
     assert text[:where.start] + new + text[where.end:] == format_text(text)
     assert format_range(text, len(text), len(text)) is None
+
+
+@pytest.mark.parametrize("path", [Path("tests/fixtures/tiny-generate.sx"), *EXAMPLES], ids=lambda p: p.name)
+def test_the_examples_are_left_as_they_are_written(path):
+    text = path.read_text() if path.is_absolute() else fixture_text()
+    assert format_text(text) == text
+
+
+def test_a_form_the_text_breaks_keeps_its_breaks():
+    # the user's grouping of pairs and arguments stays; the indentation follows the rules
+    text = """(defmodel m
+  :params (:a-gain (ones [4]) :a-bias (zeros [4])
+     :w (normal [4 4] :std 0.1))
+  :apply (lambda (self x)
+    (f x (getf self :a-gain) (getf self :a-bias)
+       (getf self :w))))
+(list :row 1
+      :stride 2)
+"""
+    assert format_text(text) == """(defmodel m
+  :params (:a-gain (ones [4]) :a-bias (zeros [4])
+           :w (normal [4 4] :std 0.1))
+  :apply (lambda (self x)
+           (f x (getf self :a-gain) (getf self :a-bias)
+              (getf self :w))))
+(list :row 1
+      :stride 2)
+"""
+    # a grouping that no longer fits the width moves its last unit to the next line
+    narrow = format_text(text, Layout(width=48))
+    assert "           :a-bias (zeros [4])\n" in narrow and format_text(narrow, Layout(width=48)) == narrow
+
+
+def test_loader_fields_one_a_line_even_when_they_fit():
+    text = "(loader train :source (stride-rows :vocab 4 :seq 8) :batch 4 :fields (:row [8] :i32 :stride [1] :i32))\n"
+    assert format_text(text) == """(loader train
+  :source (stride-rows :vocab 4 :seq 8)
+  :batch 4
+  :fields (:row [8] :i32
+           :stride [1] :i32))
+"""
+
+
+@pytest.mark.parametrize("eol", ["\n", "\r\n", "\r"])
+def test_comments_inside_an_otherwise_empty_list_or_vector(eol):
+    text = eol.join(["(def a [ ; nothing yet", "])", "(list", "  ;; on a line of its own", "  )", ""])
+    out = format_text(text)
+    assert comments(out) == ["; nothing yet", ";; on a line of its own"]
+    assert out == eol.join(["(def a [ ; nothing yet", "        ])", "(list", "  ;; on a line of its own", "  )", ""])
+    assert format_text(out) == out
+
+
+def test_a_column_of_trailing_comments_stays_aligned():
+    text = "(def layers 4)              ; 22 in TinyLlama\n(def width (/ 2048 16))     ; 128\n(def  seq 64)\t; tab\n"
+    assert format_text(text) == "(def layers 4)              ; 22 in TinyLlama\n(def width (/ 2048 16))     ; 128\n(def seq 64) ; tab\n"

@@ -70,6 +70,8 @@ def apply(text: str, edits) -> str:
     ("(cast trip :i32)", "(cast trip :i$032)", ["dtype `i32`"]),
     # a loader
     ("(run :loader train", "(run :loader tr$0ain", ["loader train: batch 64"]),
+    # a weak literal: what its `*` means (issue 21)
+    ("(at (+ (cast trip :i32) 2))", "(at (+ (cast trip :i32) $02))", ["[] i32*", "`*`: weakly typed"]),
 ])
 def test_hover(old, new, expect):
     ix, offset = cursor(old, new)
@@ -165,7 +167,7 @@ def test_rename_keeps_the_file_clean(old, new, name, count):
 
 
 @pytest.mark.parametrize("old,new,name,message", [
-    ("(guess (sum", "(gu$0ess (sum", "row", "already defined"),
+    ("(guess (sum", "(gu$0ess (sum", "row", "`row` is already defined at line 36, column 19, and `guess` is used"),
     ("(guess (sum", "(gu$0ess (sum", "sum", "built-in"),
     ("(guess (sum", "(gu$0ess (sum", "1x", "not a valid name"),
     ("(row (getf state :row))\n                 (at", "(row (getf state :r$0ow))\n                 (at", "stride",
@@ -290,6 +292,10 @@ def test_completion_replaces_the_word_being_typed():
     ("(cast trip :i32)", "(cast trip $0:i32)", "(cast x :dtype)", ":dtype"),
     ("(+ here start next)", "(+ here start next $0)", "(+ a b ...)", "..."),
     ("(argmax (model row))", "(argmax (student $0row))", "(student row)", "row"),
+    # issue 21: inside `(model ...)`, the bound model's call, not the enclosing `argmax`
+    ("(argmax (model row))", "(argmax (model $0row))", "(model row)", "row"),
+    ("(argmax (model row))", "(argmax (model row) :keep$0dims true)", "(argmax x :axis -1 :keepdims false)",
+     ":keepdims false"),
     ("(iota [1 seq] :axis 1)", "(iota [1 seq] :axis $01)", "(iota [shape] :axis 0 :dtype :i32)", ":axis 0"),
     ("(field batch :stride)))", "(field batch $0:stride)))", "(field batch :name)", ":name"),
 ])
@@ -365,11 +371,25 @@ def test_fix_near_miss():
     check(fixed)
 
 
-def test_fix_gen_002_dtype_casts_to_the_init_dtype():
+def test_fix_gen_002_dtype_removes_a_cast_away_from_the_init_dtype():
     text = variant("(list :row (where (= column at) guess row)", "(list :row (cast (where (= column at) guess row) :f32)")
     f, fixed = fix(text, "E-GEN-002")
-    assert "i32" in f.title
-    assert "(cast (cast (where (= column at) guess row) :f32) :i32)" in fixed
+    assert f.title == "remove the cast of `:row` to f32" and f.preferred
+    assert fixed == fixture_text()
+    check(fixed)
+
+
+def test_fix_gen_002_dtype_casts_to_the_init_dtype():
+    text = variant("(list :row (where (= column at) guess row)", "(list :row (* (where (= column at) guess row) 1.5)")
+    f, fixed = fix(text, "E-GEN-002")
+    assert f.title == "cast `:row` back to i32"
+    assert "(cast (* (where (= column at) guess row) 1.5) :i32)" in fixed
+    check(fixed)
+    text = variant("(list :row (where (= column at) guess row)",
+                   "(list :row (cast (* (where (= column at) guess row) 1.5) :f32)")
+    f, fixed = fix(text, "E-GEN-002")
+    assert f.title == "cast `:row` to i32 instead of f32"
+    assert "(cast (* (where (= column at) guess row) 1.5) :i32)" in fixed
     check(fixed)
 
 

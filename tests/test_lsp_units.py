@@ -108,7 +108,26 @@ def test_settings_from_initialize():
     assert ServerConfig.from_initialize(params(pulls, diagnostics="both")).push
     assert not ServerConfig.from_initialize(params(diagnostics="pull")).push
     assert ServerConfig.from_initialize(params(formatWidth=100)).format_width == 100
-    assert ServerConfig.from_initialize(params(formatWidth="wide", diagnostics=3)) == ServerConfig()
+    bad = ServerConfig.from_initialize(params(formatWidth="wide", diagnostics=3))
+    assert (bad.push, bad.format_width) == (ServerConfig().push, ServerConfig().format_width)
+
+
+@pytest.mark.parametrize("formats,markdown", [
+    (None, True), ([types.MarkupKind.Markdown, types.MarkupKind.PlainText], True),
+    ([types.MarkupKind.PlainText], False), ([types.MarkupKind.PlainText, types.MarkupKind.Markdown], False),
+])
+def test_markup_and_related_information_follow_the_client(formats, markdown):
+    td = types.TextDocumentClientCapabilities(
+        hover=types.HoverClientCapabilities(content_format=formats),
+        completion=types.CompletionClientCapabilities(
+            completion_item=types.ClientCompletionItemOptions(documentation_format=formats)),
+        publish_diagnostics=types.PublishDiagnosticsClientCapabilities(related_information=markdown))
+    config = ServerConfig.from_initialize(types.InitializeParams(capabilities=types.ClientCapabilities(text_document=td)))
+    assert (config.hover_markdown, config.completion_markdown, config.related_pushed) == (markdown, markdown, markdown)
+    assert config.related_pulled == markdown  # a 3.17 client's pull capability does not say: as for published ones
+    td.diagnostic = types.DiagnosticClientCapabilities(related_information=not markdown)
+    config = ServerConfig.from_initialize(types.InitializeParams(capabilities=types.ClientCapabilities(text_document=td)))
+    assert config.related_pulled == (not markdown)
 
 
 def test_guard_logs_and_answers_emptily():

@@ -185,3 +185,7 @@ def test_the_documented_neovim_setup_attaches_sexpgpu_lsp(tmp_path):
     assert result["clients"] == ["sexpgpu"], f"{result}\nlsp.log:\n{logs}"
     assert result["waited"], f"no diagnostics arrived\nlsp.log:\n{logs}"
     assert {(d["code"], d["lnum"] + 1) for d in result["diagnostics"]} == {("E-GEN-002", 40)}, result
+    # the documented 'iskeyword': completion replaces `:stride` and `cross-entropy` whole (issue 21)
+    starts = result["completion_starts"]
+    assert [s["word"] for s in starts] == [":stride", "cross-entropy"], starts
+    assert all(s["got"] == s["expected"] for s in starts), starts

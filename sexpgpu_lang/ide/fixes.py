@@ -21,8 +21,9 @@ def quick_fixes(ix: Index, span: Span) -> list[Fix]:
     """Fixes for the diagnostics that overlap `span`:
 
     * a near miss (`data["replace"]`): replace the name with the suggestion;
-    * E-GEN-002 on a dtype: wrap the entry in `(cast ... :dtype)` with the
-      dtype `:init` made; E-GEN-002 for a dropped key: return it unchanged;
+    * E-GEN-002 on a dtype: remove the entry's own `cast` when what it casts
+      has the dtype `:init` made, else wrap the entry in `(cast ... :dtype)`
+      with that dtype; E-GEN-002 for a dropped key: return it unchanged;
     * E-CONTRACT-010: move the counter into `prepare` (making one if the
       file has none);
     * E-GEN-004: return the value from the generator (in the state, or as a
@@ -48,10 +49,7 @@ def _fixes_for(ix: Index, d: Diagnostic) -> list[Fix]:
         old = ix.text[d.span.start:d.span.end]
         out.append(Fix(f"replace `{old}` with `{new}`", d, (Edit(d.span, new),), True))
     if d.code == "E-GEN-002" and data.get("what") == "dtype" and data.get("want_dtype"):
-        want = data["want_dtype"]
-        old = ix.text[d.span.start:d.span.end]
-        out.append(Fix(f"cast `:{data.get('key', '')}` back to {want}", d,
-                       (Edit(d.span, f"(cast {old} :{want})"),), True))
+        out.append(_cast_back(ix, d, data["want_dtype"], data.get("key", "")))
     elif d.code == "E-GEN-002" and "what" not in data and data.get("key") in ix.facts.state_keys:
         key = data["key"]
         res = ix.phase_result("generate.step")
@@ -67,6 +65,23 @@ def _fixes_for(ix: Index, d: Diagnostic) -> list[Fix]:
         if fix is not None:
             out.append(fix)
     return out
+
+
+def _cast_back(ix: Index, d: Diagnostic, want: str, key: str) -> Fix:
+    """E-GEN-002 on a dtype: an entry that is a `cast` loses it when what it
+    casts has the dtype `:init` made (`(cast x :f32)` of an i32 `x` becomes
+    `x`), else casts to that dtype instead; any other entry is cast back,
+    `(cast ... :i32)`."""
+    node = ix.node(d.span)
+    if isinstance(node, ListNode) and node.head == "cast" and len(node.items) == 3 and isinstance(node.items[2], Kw):
+        operand, dtype = node.items[1], node.items[2]
+        inner = ix.type_at(operand)
+        if isinstance(inner, TensorType) and inner.dtype == want and not inner.weak:
+            return Fix(f"remove the cast of `:{key}` to {dtype.name}", d,
+                       (Edit(d.span, ix.text[operand.span.start:operand.span.end]),), True)
+        return Fix(f"cast `:{key}` to {want} instead of {dtype.name}", d, (Edit(dtype.span, f":{want}"),), True)
+    old = ix.text[d.span.start:d.span.end]
+    return Fix(f"cast `:{key}` back to {want}", d, (Edit(d.span, f"(cast {old} :{want})"),), True)
 
 
 def _append_entry(ix: Index, lst: ListNode, key: str, value: str) -> Edit:

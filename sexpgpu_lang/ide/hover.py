@@ -5,6 +5,8 @@ Imports only `sexpgpu_lang`; never JAX, never lsprotocol.
 """
 from __future__ import annotations
 
+import re
+
 from ..check import BatchType, CtxType, stdlib_docs
 from ..ops import INITIALIZERS, REGISTRY
 from ..syntax import Kw, ListNode, Node, Num, Str, Sym, keyword_value
@@ -15,9 +17,23 @@ from ..language import KEYWORD_DOCS, OPTIMIZERS, REPEAT_ENTRY, SOURCES, SPECIAL_
 from .results import HoverInfo
 
 
+#: What the `*` of a weak type (`[] i32*`) means, added to a hover that shows one.
+WEAK_NOTE = ("`*`: weakly typed (a literal, or made from literals only): it takes the dtype of the "
+             "value it meets, as JAX's weak types do")
+_WEAK_SHOWN = re.compile(r"\] [a-z]+[0-9]*\*")  # a weak tensor type as `TensorType.show` writes it
+
+
 def hover(ix: Index, offset: int) -> HoverInfo | None:
     """What the node at `offset` is: its inferred type and, for a call or a
-    form, the operation's or form's signature and one-line doc."""
+    form, the operation's or form's signature and one-line doc; a weak type
+    (`[] i32*`) is followed by what its `*` means."""
+    info = _hover(ix, offset)
+    if info is not None and _WEAK_SHOWN.search(info.markdown):
+        return HoverInfo(info.span, f"{info.markdown}\n\n{WEAK_NOTE}")
+    return info
+
+
+def _hover(ix: Index, offset: int) -> HoverInfo | None:
     node = ix.node_at(offset)
     if node is None:
         return None

@@ -56,7 +56,9 @@ def rename(ix: Index, offset: int, new_name: str) -> list[Edit]:
         for s in ix.refs.get(d.span, {}):
             other = ix.visible(s.start).get(new)
             if other is not None and other.span != d.span:
-                raise RenameError(f"`{new}` is already defined here")
+                line, col = ix.result.source.line_col(other.span.start)
+                raise RenameError(f"`{new}` is already defined at line {line + 1}, column {col + 1}, "
+                                  f"and `{d.name}` is used where it is visible")
     text = f":{new}" if keyword else new
     return [Edit(s, text) for s in sorted(ix.refs.get(d.span, {}), key=lambda s: s.start)]
 

@@ -27,10 +27,12 @@ def _signature_for(ix: Index, frames: list[Frame], k: int, head: str, offset: in
     if key == "source" and head in SOURCES:
         return f"({head} " + " ".join(f":{a} x" for a in SOURCES[head]) + ")", "loader source", SOURCES[head]
     d = ix.visible(offset).get(head)
+    if k >= 1 and d is not None and d.kind == "model-binding":  # (model row): the model `(model name)` binds
+        name = d.detail.split()[-1]
+        bound = next((m for m in ix.defs.values() if m.kind == "model" and m.name == name), None)
+        return f"({head} {' '.join(_model_params(ix, bound))})", f"the model `{name}`", ()
     if d is not None and d.kind == "model":
-        lam = _apply_lambda(ix, d)
-        params = [p.name for p in lam.items[1].items if isinstance(p, Sym)][1:] if lam is not None else ["x"]
-        return f"({head} {' '.join(params)})", "model", ()
+        return f"({head} {' '.join(_model_params(ix, d))})", "model", ()
     if d is not None and d.kind == "function":
         form = ix.node(d.form_span)
         lam = form.items[2] if isinstance(form, ListNode) and len(form.items) == 3 else None
@@ -50,6 +52,12 @@ def _signature_for(ix: Index, frames: list[Frame], k: int, head: str, offset: in
         sig, doc = stdlib_docs()[head]
         return sig, doc, ()
     return None
+
+
+def _model_params(ix: Index, d: Definition | None) -> list[str]:
+    """The call parameters of a `defmodel`: its `:apply` lambda's, without `self`."""
+    lam = _apply_lambda(ix, d) if d is not None else None
+    return [p.name for p in lam.items[1].items if isinstance(p, Sym)][1:] if lam is not None else ["x"]
 
 
 def _apply_lambda(ix: Index, d: Definition) -> ListNode | None:

@@ -51,9 +51,11 @@ def _arg_reduce(call):
     return TensorType(shape, "i32")
 
 
-op("argmax", "(argmax x :axis -1)", "index of the largest entry along `:axis` (default the last), as i32",
+op("argmax", "(argmax x :axis -1 :keepdims false)",
+   "index of the largest entry along `:axis` (default the last), as i32",
    kwargs=("axis", "keepdims"), example="(argmax x)", family="reduction")(_arg_reduce)
-op("argmin", "(argmin x :axis -1)", "index of the smallest entry along `:axis` (default the last), as i32",
+op("argmin", "(argmin x :axis -1 :keepdims false)",
+   "index of the smallest entry along `:axis` (default the last), as i32",
    kwargs=("axis", "keepdims"), example="(argmin l :axis 0)", family="reduction")(_arg_reduce)
 
 

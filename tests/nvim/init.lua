@@ -7,6 +7,8 @@ vim.api.nvim_create_autocmd("FileType", {
   pattern = "sexpgpu",
   callback = function(args)
     vim.bo[args.buf].commentstring = "; %s"
+    -- `:row` and `cross-entropy` are one word each, so completion replaces them whole
+    vim.bo[args.buf].iskeyword = "@,48-57,_,192-255,-,:,+,*,/,<,=,>,!,?,%"
     if sexpgpu_client == nil or vim.lsp.client_is_stopped(sexpgpu_client) then
       sexpgpu_client = vim.lsp.start_client({
         name = "sexpgpu",

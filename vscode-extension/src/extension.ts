@@ -63,9 +63,14 @@ async function stop(): Promise<void> {
 
 async function start(): Promise<void> {
   const settings = readSettings();
-  const resolved = findExecutable(settings.command);
+  const folders = (vscode.workspace.workspaceFolders ?? []).map((f) => f.uri.fsPath);
+  const search = findServer(settings.command, folders, await pythonInterpreters());
+  const resolved = search.found;
+  for (const place of search.looked) {
+    output?.appendLine(`looked for the server: ${place}${place === resolved ? " (found)" : ""}`);
+  }
   if (!resolved) {
-    void reportMissing(settings.command);
+    void reportMissing(settings.command, search.looked);
     return;
   }
   const executable: Executable = {
@@ -82,8 +87,8 @@ async function start(): Promise<void> {
     outputChannel: output,
   };
   output?.appendLine(`starting ${resolved} ${settings.args.join(" ")}`);
-  client = new LanguageClient("sexpgpu", "SexpGPU Language Server", serverOptions, clientOptions);
   try {
+    client = new LanguageClient("sexpgpu", "SexpGPU Language Server", serverOptions, clientOptions);
     await client.start();
   } catch (err) {
     client = undefined;
@@ -109,6 +114,74 @@ function expand(value: string): string {
     out = path.join(os.homedir(), out.slice(1));
   }
   return out;
+}
+
+/** Where `findServer` looked, in order, and what it found (undefined: nothing). */
+export interface ServerSearch {
+  found: string | undefined;
+  looked: string[];
+}
+
+/**
+ * The server program, found as users of ruff's extension expect: a `command`
+ * that is a path is taken as it is (relative to the first workspace folder);
+ * a bare name (the default `sexpgpu`) is looked for first in each workspace
+ * folder's `.venv` (`bin/`, or `Scripts\` on Windows), then beside each of
+ * the Python extension's selected interpreters, then on PATH. VS Code's
+ * extension host takes PATH from the user's login shell, which need not hold
+ * the project's virtual environment. `looked` names every place tried.
+ */
+export function findServer(command: string, folders: string[], interpreters: string[],
+                           env: NodeJS.ProcessEnv = process.env): ServerSearch {
+  const looked: string[] = [];
+  const isWindows = process.platform === "win32";
+  if (command.includes("/") || (isWindows && command.includes("\\"))) {
+    const base = path.resolve(folders[0] ?? process.cwd(), command);
+    looked.push(base);
+    return { found: findExecutable(base, env), looked };
+  }
+  const dirs = [
+    ...folders.map((f) => path.join(f, ".venv", isWindows ? "Scripts" : "bin")),
+    ...interpreters.map((python) => path.dirname(python)),
+  ];
+  for (const dir of dirs) {
+    const candidate = path.join(dir, command);
+    if (looked.includes(candidate)) {
+      continue;
+    }
+    looked.push(candidate);
+    const found = findExecutable(candidate, env);
+    if (found) {
+      return { found, looked };
+    }
+  }
+  const onPath = findExecutable(command, env);
+  looked.push(onPath ?? `${command} on PATH (${env.PATH ?? ""})`);
+  return { found: onPath, looked };
+}
+
+/** The Python extension's (ms-python.python) selected interpreter for each workspace folder, if it is installed. */
+async function pythonInterpreters(): Promise<string[]> {
+  const python = vscode.extensions.getExtension("ms-python.python");
+  if (!python) {
+    return [];
+  }
+  try {
+    const api = python.isActive ? python.exports : await python.activate();
+    const out: string[] = [];
+    const resources = vscode.workspace.workspaceFolders?.map((f) => f.uri) ?? [undefined];
+    for (const resource of resources) {
+      const env = api?.environments?.getActiveEnvironmentPath?.(resource);
+      const exec = env?.path ?? api?.settings?.getExecutionDetails?.(resource)?.execCommand?.[0];
+      if (typeof exec === "string" && exec && !out.includes(exec)) {
+        out.push(exec);
+      }
+    }
+    return out;
+  } catch (err) {
+    output?.appendLine(`the Python extension gave no interpreter: ${String(err)}`);
+    return [];
+  }
 }
 
 /** The absolute path of `command` (a path, or a name looked up on PATH), or undefined. */
@@ -144,10 +217,11 @@ function isExecutableFile(file: string): boolean {
   }
 }
 
-async function reportMissing(command: string): Promise<void> {
+async function reportMissing(command: string, looked: string[]): Promise<void> {
   const message =
     `SexpGPU: cannot start the language server: the command \`${command}\` was not found ` +
-    `(setting \`${COMMAND_SETTING}\`). Install the sexpgpu Python package (for example ` +
+    `(setting \`${COMMAND_SETTING}\`); looked in: ${looked.join("; ")}. ` +
+    `Install the sexpgpu Python package (for example ` +
     `\`pip install -e .\` in a checkout of the project, into a virtual environment), then set ` +
     `\`${COMMAND_SETTING}\` to its program, e.g. \`\${workspaceFolder}/.venv/bin/sexpgpu\`, ` +
     `or put it on PATH. Highlighting still works without it.`;

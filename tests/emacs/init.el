@@ -1,0 +1,10 @@
+;; SexpGPU run files in Emacs 28 and later with eglot (Debian's elpa-eglot, or
+;; built in from Emacs 29): *.sx files get `sexpgpu-mode', and eglot starts
+;; `sexpgpu lsp' for them.
+(require 'eglot)
+(define-derived-mode sexpgpu-mode lisp-data-mode "SexpGPU"
+  "Major mode for SexpGPU run files."
+  (setq-local comment-start ";"))
+(add-to-list 'auto-mode-alist '("\\.sx\\'" . sexpgpu-mode))
+(add-to-list 'eglot-server-programs '(sexpgpu-mode . ("sexpgpu" "lsp")))  ; or the full path to .venv/bin/sexpgpu
+(add-hook 'sexpgpu-mode-hook #'eglot-ensure)
