@@ -10,7 +10,11 @@ sits beside the static estimate of `sexpgpu_lang.explain` in the report.
 
 Units: bytes and FLOPs per call of one graph.
 
-XLA's numbers need two readings to compare with the estimate (docs/explain.md):
+XLA's numbers need three readings to compare with the estimate (docs/explain.md):
+- XLA's cost analysis counts a while loop's body once; a repeated block's
+  scan runs it once a layer, so the FLOPs, transcendentals and bytes
+  accessed here count each loop trip-count times (`xla_loops.loop_costs`;
+  `loops` lists them);
 - a graph that returns several arrays returns a tuple whose table of
   buffer pointers (8 bytes per leaf) XLA counts in `output_size_in_bytes`;
   `outputs` here is the arrays' bytes alone (`output_table` holds the rest);
@@ -36,6 +40,7 @@ from .dtypes import jdt
 from .graphs import Graphs
 from .optim import make_optimizer
 from .params import set_path
+from .xla_loops import loop_costs
 
 
 def _sds(t: TensorType, stack: int = 1):
@@ -69,7 +74,7 @@ def _read(lowered) -> dict:
     cost = compiled.cost_analysis()
     if isinstance(cost, (list, tuple)):
         cost = cost[0] if cost else {}
-    cost = cost or {}
+    cost, loops = loop_costs(compiled.as_text(), cost or {})
     leaves = len(jax.tree_util.tree_leaves(lowered.out_info))
     table = 8 * leaves if leaves > 1 else 0
     out_total = int(getattr(mem, "output_size_in_bytes", 0))
@@ -80,7 +85,8 @@ def _read(lowered) -> dict:
     return {"flops": float(cost.get("flops", 0.0)), "transcendentals": float(cost.get("transcendentals", 0.0)),
             "bytes_accessed": float(cost.get("bytes accessed", 0.0)), "args": args_b, "outputs": outputs,
             "output_table": out_total - outputs, "output_leaves": leaves, "temps": temps, "alias": alias,
-            "live": args_b + outputs + temps - alias, "compile_seconds": round(seconds, 3)}
+            "live": args_b + outputs + temps - alias, "compile_seconds": round(seconds, 3),
+            **({"loops": loops} if loops else {})}
 
 
 def _guarded(fn, *args) -> dict:

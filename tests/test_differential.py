@@ -162,7 +162,8 @@ def test_whole_run_files_agree():
     the checker accepts one exactly when the runtime lowers every graph with the checker's types and
     JAX runs its phases (or a rule explains the difference)."""
     tally = run_phases(80, seed=3)
-    assert sum(tally.accepted.values()) // 4 >= 8 and sum(tally.rejected.values()) // 4 >= 8
+    assert sum(tally.accepted.values()) // 5 >= 8 and sum(tally.rejected.values()) // 5 >= 8   # 5 kinds a file
+    assert any(k.startswith("model repeated") and n for k, n in tally.accepted.items())
     assert tally.accepted["precision bf16"] and tally.accepted["stack 2"]
     assert tally.codes["E-GEN-002"] and tally.codes["E-CONTRACT-002"]   # drifting states, bad losses
     for phase in ("generate", "objective"):   # each phase judged alone: refused by both, run by both
@@ -245,6 +246,34 @@ def test_random_files_take_each_kind_of_step_and_loss():
     assert {f.loss_kind for f in files} == {"ok", "not-reduced", "not-float", "raw"}
     assert any(f.finish for f in files) and any(f.finish is None for f in files)
     assert all("(getf ctx :step)" in f.text and "(m " in f.text for f in files)
+    assert {f.remat for f in files} == {"", "nothing-saveable", "dots-saveable", "everything-saveable"}
+    repeated = [f for f in files if f.layers]
+    assert repeated and all(f"(repeat layer {f.layers}" in f.text and f.param.shape == () for f in repeated)
+
+
+def repeated_file(field_dtype: str, remat: str):
+    """A run file whose model is 2 layers of `(* w h)` (`w` scalar f32, stacked [2]) under `remat`,
+    called on a field of `field_dtype` in `:step` and the objective."""
+    from benchmarks.differential.run_files import PhaseFile, phase_text
+    fields, param = {"f0": TensorType((3,), field_dtype)}, TensorType((), "f32")
+    init, step = {"s0": "(sum (cast f0 :f32))"}, {"s0": "(+ s0 (mean (cast p :f32)))"}
+    loss = "(+ (mean (cast s0 :f32)) (mean (cast p :f32)))"
+    args = (fields, param, 2, init, step, "s0", None, ["s0"], "f0", loss, random.Random(0))
+    return PhaseFile(phase_text(*args, "f32", 1, 2, remat), "keep", "ok", fields, param, 2, init, step, "s0", None,
+                     "f0", loss, "f32", 1, 2, remat)
+
+
+@pytest.mark.parametrize("remat", ["", "nothing-saveable", "dots-saveable"])
+def test_a_repeated_layer_under_remat_agrees_with_lax_scan(remat):
+    # an f32 carry stays f32: the checker accepts, the runtime lowers the scan and its gradient, JAX's
+    # `lax.scan` (under `jax.checkpoint`) runs it; an i32 carry becomes f32 after the first layer:
+    # E-MODEL-004, and JAX's scan refuses the carry too
+    ok, bad = repeated_file("f32", remat), repeated_file("i32", remat)
+    assert PhaseTally().judge(ok) == "agree"
+    assert phase_runtime(analyze(ok.text, "r.sx").program) is None
+    tally = PhaseTally()
+    assert tally.judge(bad) == "agree" and tally.codes == {"E-MODEL-004": 1}
+    assert "carry" in phase_jax_verdicts(bad)[0]["objective"]
 
 
 #: What the whole-file benchmark found (none a checker or runtime bug): files the checker rejects

@@ -434,12 +434,53 @@ def test_flops_within_25_percent(key):
         assert abs(e["flops"] - x) <= 0.25 * x + 1e3, (name, e["flops"], x)
 
 
+_PEAK_SCRIPT = """
+import sys
+from sexpgpu_lang import analyze, analyze_file
+from sexpgpu_runtime.xla_report import compile_graphs
+path, text, stack = sys.argv[1], sys.stdin.read(), int(sys.argv[2])
+res = analyze(text, "case.sx") if text else analyze_file(path)
+compile_graphs(res.program, stack)
+"""
+
+
+def xla_peak_live(key, stack: int) -> dict[str, int]:
+    """XLA's own peak live set (bytes) of each graph of `key`'s step on the CPU, by jit name
+    (`pass_held-out-eval`, `train` ...): the peak of its buffer assignment's live ranges (arguments
+    included), read from the `*-live-range.txt` that `--xla_dump_to` writes, where the allocation
+    `memory_analysis()` reports also holds the heap's fragmentation."""
+    import os
+    import tempfile
+    from pathlib import Path
+    path, text = {**CHECKED}[key]
+    with tempfile.TemporaryDirectory() as d:
+        env = dict(os.environ, XLA_FLAGS=f"--xla_dump_to={d}", JAX_PLATFORMS="cpu")
+        r = subprocess.run([sys.executable, "-c", _PEAK_SCRIPT, str(path or ""), str(stack)], input=text or "",
+                           capture_output=True, text=True, env=env, timeout=600)
+        assert r.returncode == 0, r.stderr
+        out = {}
+        for f in Path(d).glob("*.jit_*.cpu_after_optimizations-live-range.txt"):
+            m = re.search(r"Stack trace breakdown for peak usage: ([\d ]+) bytes", f.read_text())
+            out[f.name.split(".")[1][len("jit_"):]] = int(m.group(1).replace(" ", ""))
+        return out
+
+
 @pytest.mark.parametrize("key", list(CHECKED))
 def test_live_sets_within_25_percent(key):
+    # Against the allocation XLA reports; where that is more than 25% over XLA's own peak live set
+    # (its heap's fragmentation, which depends on the order XLA packs buffers in: code-lm.sx's eval
+    # pass, whose attention scores take three 2 MiB slots where two are live at once), against that
+    # peak instead, within 25% as well.
     _, report, xla = checked(key)
+    peaks = None
     for name, e in estimates(report).items():
-        x = xla[name]["live"]
-        assert abs(e["live"]["total"] - x) <= 0.25 * x, (name, e["live"]["total"], x)
+        x, est = xla[name]["live"], e["live"]["total"]
+        if abs(est - x) <= 0.25 * x:
+            continue
+        peaks = peaks or xla_peak_live(key, report["step"]["stack"])
+        jit = ("generate " + name.split(" generate.")[1]) if " generate." in name else name  # a pass's generator
+        peak = peaks[jit.replace(" ", "_").replace(".", "_")]
+        assert x > 1.25 * peak and abs(est - peak) <= 0.25 * peak, (name, est, x, peak)
 
 
 @pytest.mark.parametrize("key", ["fixture", "attention"])

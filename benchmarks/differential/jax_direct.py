@@ -218,7 +218,7 @@ def phase_jax_verdicts(pf: PhaseFile) -> tuple[dict, dict]:
     name, whether the first is weakly typed: a literal, a size; JAX's loop lets such a carry take
     the step's dtype), where JAX computes them."""
     batch = {k: jax.ShapeDtypeStruct((BATCH,) + t.shape, jdt(t.dtype)) for k, t in pf.fields.items()}
-    w = jax.ShapeDtypeStruct(pf.param.shape, jdt(pf.param.dtype))
+    w = jax.ShapeDtypeStruct(((pf.layers,) if pf.layers else ()) + pf.param.shape, jdt(pf.param.dtype))
     ctx = {"step": jax.ShapeDtypeStruct((), jnp.int64)}
 
     rs: list = [None]   # while set, a list every call's result is added to (`nodes`)
@@ -238,13 +238,23 @@ def phase_jax_verdicts(pf: PhaseFile) -> tuple[dict, dict]:
         return run
 
     def with_p(w, env, x):
-        """`p`, the model's product: under `:precision :bf16` of the float operands cast to bf16."""
+        """`p`, the model's product: under `:precision :bf16` of the float operands cast to bf16; of a
+        repeated block, `lax.scan` over the stacked `w` with `x` as the carry; under a remat policy,
+        `jax.checkpoint` with `jax.checkpoint_policies`' policy of that name."""
         env, v = dict(env), _direct(x, env)
         if pf.precision == "bf16":
             w = w.astype(jnp.bfloat16)
             if jnp.issubdtype(jnp.result_type(v), jnp.floating):
                 v = jnp.asarray(v, jnp.bfloat16)
-        env["p"] = jnp.multiply(w, v)
+        policy = getattr(jax.checkpoint_policies, pf.remat.replace("-", "_")) if pf.remat else None
+        if pf.layers:
+            def layer(h, wi):
+                return jnp.multiply(wi, h), None
+            body = jax.checkpoint(layer, policy=policy) if policy else layer
+            env["p"] = lax.scan(body, v, w)[0]
+        else:
+            mul = jax.checkpoint(jnp.multiply, policy=policy) if policy else jnp.multiply
+            env["p"] = mul(w, v)
         return env
 
     def gen(w, batch, ctx, host=False):

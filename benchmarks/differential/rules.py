@@ -105,6 +105,9 @@ STRICT = [
     Rule("static-index-range", "E-SHAPE-003", r"^`take`: index .* is outside",
          "`jnp.take` fills (or clamps) an index out of range; a constant index known to be out of range is a mistake",
          "(take x [0 5])", "x:[4]f32"),
+    Rule("cumsum-needs-an-axis", "E-SHAPE-003", r"^`cumsum` runs along an axis; a scalar has none",
+         "`cumsum` runs along an axis, and a scalar has none; `jnp.cumsum` refuses a 0-d array too, but takes a "
+         "Python number as a one-element vector (`jnp.cumsum(2.0, axis=-1)` is `[2.]`)", "(cumsum 2.0)", ""),
 ]
 
 #: The checker accepts and the runtime lowers, but the JAX function a user would call refuses: the

@@ -21,6 +21,8 @@ PARAM_SHAPES = [(), (3,), (4,), (3, 4)]
 BATCH = 2
 STEP_KINDS = ["keep", "keep", "keep", "drift", "raw"]
 LOSS_KINDS = ["ok", "ok", "ok", "not-reduced", "not-float", "raw"]
+#: The remat policies a file's model or repeated block may have (sexpgpu_lang.language.REMAT_POLICIES).
+REMATS = ["nothing-saveable", "dots-saveable", "everything-saveable"]
 
 
 @dataclass
@@ -34,6 +36,10 @@ class PhaseFile:
     present); `:finish`, when there is one, binds the state keys and returns `finish`. `objective`
     reads each field and generated name (`field` or `getf`), binds `p` to `(m obj_x)` and returns `loss`.
     The run has `precision` (under `bf16` a model call computes in bf16) and stacks `stack` microbatches.
+    With `layers` (1 or more), `m` is that many layers of a block `layer` (`(repeat layer N)`, its
+    scalar parameter `w` stacked `[N]`) each multiplying its carry by its `w`: the carry's dtype may
+    change from layer to layer (an integer or bf16 argument times an f32 `w`: E-MODEL-004, and JAX's
+    `lax.scan` refuses it too). `remat` (a policy, or "") goes on the `repeat` entry, else on `m`.
     """
 
     text: str
@@ -50,6 +56,8 @@ class PhaseFile:
     loss: str
     precision: str = "f32"
     stack: int = 1
+    layers: int = 0
+    remat: str = ""
 
 
 def _dims(shape) -> str:
@@ -76,17 +84,21 @@ def _in_model(t: TensorType, precision: str) -> TensorType:
     return TensorType(t.shape, "bf16") if precision == "bf16" and t.dtype in ("f32", "bf16", "f16") else t
 
 
-def _model_type(x: str, env: dict, param: TensorType, precision: str):
-    """The checker's type of `(m x)`: the parameter times `x`, each as the model sees it."""
-    xt = env.get(x, TensorType((), "f32", True))
-    return _typed("(* w x)", {"w": _in_model(param, precision), "x": _in_model(xt, precision)})
+def _model_type(x: str, env: dict, param: TensorType, precision: str, layers: int = 0):
+    """The checker's type of `(m x)`: the parameter times `x`, each as the model sees it; with
+    `layers`, None unless that keeps the carry's type (the argument's, as the model sees it)."""
+    xt = _in_model(env.get(x, TensorType((), "f32", True)), precision)
+    t = _typed("(* w x)", {"w": _in_model(param, precision), "x": xt})
+    if layers and t is not None and not xt.weak and (t.shape, t.dtype) != (xt.shape, xt.dtype):
+        return None
+    return t
 
 
-def _model_arg(rng, env: dict, param: TensorType, precision: str = "f32") -> str:
+def _model_arg(rng, env: dict, param: TensorType, precision: str = "f32", layers: int = 0) -> str:
     """A name `(m x)` multiplies the parameter by, preferring one the checker accepts (else `1.0`)."""
     names = list(env)
     rng.shuffle(names)
-    ok = [n for n in names if _model_type(n, env, param, precision) is not None]
+    ok = [n for n in names if _model_type(n, env, param, precision, layers) is not None]
     if ok and rng.random() < 0.9:
         return ok[0]
     return names[0] if names and rng.random() < 0.5 else "1.0"
@@ -139,7 +151,9 @@ def phase_file(rng: random.Random, depth: int = 2) -> PhaseFile:
         return text
     fields = {f"f{i}": TensorType(rng.choice(FIELD_SHAPES), rng.choice(DTYPES)) for i in range(rng.randint(1, 3))}
     batch = {k: TensorType((BATCH,) + t.shape, t.dtype) for k, t in fields.items()}
-    param = TensorType(rng.choice(PARAM_SHAPES), "f32")
+    layers = rng.randint(1, 3) if rng.random() < 0.3 else 0
+    param = TensorType(() if layers else rng.choice(PARAM_SHAPES), "f32")   # a repeated layer keeps its carry's shape
+    remat = rng.choice(REMATS) if rng.random() < 0.5 else ""
     precision = "bf16" if rng.random() < 0.2 else "f32"
     stack = 2 if rng.random() < 0.2 else 1
     trips = rng.randint(1, 3)
@@ -151,7 +165,7 @@ def phase_file(rng: random.Random, depth: int = 2) -> PhaseFile:
     step_kind = rng.choice(STEP_KINDS)
     env = {k: t for k, t in state.items() if t is not None}
     env.update(trip=TensorType((), "i64"), k=TensorType((), "i64"))
-    step_x = _model_arg(rng, {n: t for n, t in env.items() if n != "k"}, param, precision)
+    step_x = _model_arg(rng, {n: t for n, t in env.items() if n != "k"}, param, precision, layers)
     p = _model_type(step_x, env, param, precision)
     if p is not None:
         env["p"] = p
@@ -182,7 +196,7 @@ def phase_file(rng: random.Random, depth: int = 2) -> PhaseFile:
                                               for k, e in finish.items()}
     oenv = dict(batch)
     oenv.update({k: t for k, t in out_types.items() if t is not None})
-    obj_x = _model_arg(rng, oenv, param, precision)
+    obj_x = _model_arg(rng, oenv, param, precision, layers)
     p = _model_type(obj_x, oenv, param, precision)
     if p is not None:
         oenv["p"] = p
@@ -194,13 +208,31 @@ def phase_file(rng: random.Random, depth: int = 2) -> PhaseFile:
             "not-float": f"(cast (+ (mean (cast {e} :f32)) {pl}) :{rng.choice(['i32', 'i64', 'bool', 'bf16'])})",
             "raw": e}[loss_kind]
     generated = list(finish or init)
-    text = phase_text(fields, param, trips, init, step, step_x, finish, generated, obj_x, loss, rng, precision, stack)
+    text = phase_text(fields, param, trips, init, step, step_x, finish, generated, obj_x, loss, rng, precision, stack,
+                      layers, remat)
     return PhaseFile(text, step_kind, loss_kind, fields, param, trips, init, step, step_x, finish, obj_x, loss,
-                     precision, stack)
+                     precision, stack, layers, remat)
+
+
+def model_text(param: TensorType, layers: int = 0, remat: str = "") -> list[str]:
+    """The lines of model `m`: `(* w x)`, or `layers` layers of it as a repeated block; `remat` on the
+    `repeat` entry, else on `m`."""
+    policy = f" :remat :{remat}" if remat else ""
+    if not layers:
+        return ["(defmodel m" + policy,
+                f"  :params (:w (normal {_dims(param.shape)} :std 0.1))",
+                "  :apply (lambda (self x) (* (getf self :w) x)))"]
+    return ["(defmodel layer",
+            f"  :params (:w (normal {_dims(param.shape)} :std 0.1))",
+            "  :apply (lambda (self h) (* (getf self :w) h)))",
+            "",
+            "(defmodel m",
+            f"  :params (:layers (repeat layer {layers}{policy}))",
+            "  :apply (lambda (self x) (layer x)))"]
 
 
 def phase_text(fields, param, trips, init, step, step_x, finish, generated, obj_x, loss, rng,
-               precision="f32", stack=1) -> str:
+               precision="f32", stack=1, layers=0, remat="") -> str:
     def plist(d):
         return "(list " + " ".join(f":{k} {v}" for k, v in d.items()) + ")"
 
@@ -212,9 +244,7 @@ def phase_text(fields, param, trips, init, step, step_x, finish, generated, obj_
         f"  :batch {BATCH}",
         "  :fields (" + " ".join(f":{k} {_dims(t.shape)} :{t.dtype}" for k, t in fields.items()) + "))",
         "",
-        "(defmodel m",
-        f"  :params (:w (normal {_dims(param.shape)} :std 0.1))",
-        "  :apply (lambda (self x) (* (getf self :w) x)))",
+        *model_text(param, layers, remat),
         "",
         "(model m)",
         "",

@@ -318,6 +318,7 @@ def check_pretrained(ctx: CheckContext):
         # One diagnostic per file listing every mismatch (several at the same range
         # would be merged into the first by `report`).
         wrong = []
+        fix = None
         for tname, p in want.items():
             got = header.get(tname)
             shape = "[" + " ".join(map(str, p.shape)) + "]"
@@ -328,10 +329,12 @@ def check_pretrained(ctx: CheckContext):
                 depth = ""
                 if p.layers and len(got[0]) == len(p.shape) and got[0][1:] == p.shape[1:] and got[1] == p.dtype:
                     depth = f" (stacked by a `repeat`: the file has {got[0][0]} layers, the run {p.layers})"
+                    fix = fix or (f"repeat the block {got[0][0]} times to load this file, or point at a file of "
+                                  f"{p.layers} layers")
                 wrong.append(f"tensor `{tname}` is {gshape} {got[1]}, `:params` of `{name}` expects {shape} {p.dtype}"
                              + depth)
         if wrong:
-            ctx.err("E-MODEL-003", node.span, f"`{rel}`: " + "; ".join(wrong))
+            ctx.err("E-MODEL-003", node.span, f"`{rel}`: " + "; ".join(wrong), help=fix)
             continue
         ctx.pretrained_files.append((path, full))
         extra = sorted(set(header) - set(want))

@@ -329,6 +329,8 @@ class _Schedule:
             n = nodes[i]
             c = cost_of(n.op)
             needed = set() if c.backward == "cotangent" else set(self.reads(i))
+            if n.op == "*" and len(n.inputs) == 1:
+                needed = set()   # a scale by a constant: its gradient is the cotangent scaled
             if isinstance(c.inner_residual, int):  # it reads its inner value, not that operand
                 needed -= self.src[n.inputs[c.inner_residual]]
             if mat[i] and (c.backward == "output" or c.fusion == "expensive"):

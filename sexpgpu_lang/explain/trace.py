@@ -270,8 +270,9 @@ class Trace(ir.Interpreter):
         (jax/_src/nn/functions.py, `_dot_product_attention_xla`): the query's N heads grouped as
         [K G] by the key's K heads and mapped over G; the scores in f32 (a dot of the query and the
         key), scaled and masked into a buffer of the mapped shape [G B K T S] (a copy: it has
-        another shape than the dot's output), a softmax, cast to the value's dtype, and a dot with
-        the value; each dot with the copies XLA makes of operands and outputs not in its order
+        another shape than the dot's output), a softmax, cast to the value's dtype, copied back out
+        of the mapped layout (a transposing copy, G = 1 included: XLA's CPU buffer assignment shows
+        it for code-lm.sx's attention), and a dot with the value; each dot with the copies XLA makes of operands and outputs not in its order
         (`einsum`). The entry's FLOPs are split between the two dots, its exponentials go to the
         softmax; `ins` is query, key, value and the mask when there is one."""
         q, k, v = (self.nodes[i] for i in ins[:3])
@@ -304,7 +305,7 @@ class Trace(ir.Interpreter):
         if v.type.dtype != "f32":
             probs = self.new("cast", TensorType(mapped_t.shape, v.type.dtype), (probs.id,), static={"dtype": v.type.dtype})
         if g == 1:
-            probs = self.new("reshape", TensorType((b, n, t, s_len), probs.type.dtype), (probs.id,))
+            probs = self.new("relayout", TensorType((b, n, t, s_len), probs.type.dtype), (probs.id,), static={"order": "bnts"})
             return dot("bnts,bsnh->btnh", probs, v, e.type)
         probs = self.new("relayout", TensorType((b, kh, g, t, s_len), probs.type.dtype), (probs.id,), static={"order": "bkgts"})
         out = dot("bkgts,bskh->btkgh", probs, v, TensorType((b, t, kh, g, h), e.type.dtype))
