@@ -27,7 +27,12 @@ INDEX = "model.safetensors.index.json"
 
 
 class SourceError(Exception):
-    """The checkpoint cannot be used; the message names the file (and the tensor) to blame."""
+    """The checkpoint cannot be used: `file` is the file to blame, and the message (which names the
+    tensor where one is to blame) says why."""
+
+    def __init__(self, file: str, message: str):
+        super().__init__(message)
+        self.file = file
 
 
 def tensors(path: str) -> dict[str, tuple[tuple[int, ...], str, str]]:
@@ -38,7 +43,7 @@ def tensors(path: str) -> dict[str, tuple[tuple[int, ...], str, str]]:
             return _indexed(os.path.join(path, INDEX))
         if os.path.isfile(os.path.join(path, SINGLE)):
             return _one(os.path.join(path, SINGLE))
-        raise SourceError(f"{path} is a directory holding neither `{SINGLE}` nor `{INDEX}`")
+        raise SourceError(path, f"it is a directory holding neither `{SINGLE}` nor `{INDEX}`")
     if path.endswith(".json"):
         return _indexed(path)
     return _one(path)
@@ -56,7 +61,7 @@ def _one(path: str) -> dict[str, tuple[tuple[int, ...], str, str]]:
     try:
         header = read_header(path)
     except HeaderError as e:
-        raise SourceError(f"{path}: {e}")
+        raise SourceError(path, str(e))
     return {name: (shape, dtype, path) for name, (shape, dtype) in header.items()}
 
 
@@ -66,14 +71,14 @@ def _indexed(index: str) -> dict[str, tuple[tuple[int, ...], str, str]]:
         with open(index, encoding="utf-8") as fh:
             data = json.load(fh)
     except FileNotFoundError:
-        raise SourceError(f"{index}: no such file")
+        raise SourceError(index, "no such file")
     except OSError as e:
-        raise SourceError(f"{index}: {e.strerror or e}")
+        raise SourceError(index, e.strerror or str(e))
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise SourceError(f"{index}: it is not a safetensors index (not JSON: {e})")
+        raise SourceError(index, f"it is not a safetensors index (not JSON: {e})")
     weight_map = data.get("weight_map") if isinstance(data, dict) else None
     if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
-        raise SourceError(f"{index}: it is not a safetensors index (no `weight_map` of tensor names to shard files)")
+        raise SourceError(index, "it is not a safetensors index (no `weight_map` of tensor names to shard files)")
     base = os.path.dirname(os.path.abspath(index))
     headers: dict[str, dict] = {}
     out = {}
@@ -81,13 +86,13 @@ def _indexed(index: str) -> dict[str, tuple[tuple[int, ...], str, str]]:
         full = os.path.join(base, shard)
         if full not in headers:
             if not os.path.isfile(full):
-                raise SourceError(f"{index} places tensor `{name}` in `{shard}`, which is not there")
+                raise SourceError(index, f"it places tensor `{name}` in `{shard}`, which is not there")
             try:
                 headers[full] = read_header(full)
             except HeaderError as e:
-                raise SourceError(f"{full}: {e}")
+                raise SourceError(full, str(e))
         got = headers[full].get(name)
         if got is None:
-            raise SourceError(f"{index} places tensor `{name}` in `{shard}`, which has no such tensor")
+            raise SourceError(index, f"it places tensor `{name}` in `{shard}`, which has no such tensor")
         out[name] = (got[0], got[1], full)
     return out

@@ -84,7 +84,7 @@ def load_mapped(spec: ir.PretrainedIR, params: tuple[ir.ParamIR, ...], trees: di
     try:
         found = tensors(spec.path)
     except SourceError as e:
-        raise RunError(f"cannot use {e}")
+        raise RunError(f"cannot use {spec.path}: " + (f"{e.file}: " if e.file != spec.path else "") + str(e))
     names = dict(spec.names)
     for p in params:
         if p.path[:len(spec.prefix)] != spec.prefix:

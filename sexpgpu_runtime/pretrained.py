@@ -44,7 +44,7 @@ def content_hashes(program: ir.Program) -> dict[str, str]:
         try:
             paths = files(spec.path)
         except SourceError as e:
-            raise RunError(f"cannot use {e}")
+            raise RunError(f"cannot use {spec.path}: " + (f"{e.file}: " if e.file != spec.path else "") + str(e))
         for path in paths:
             h = hashlib.sha256()
             try:

@@ -329,8 +329,8 @@ def test_a_missing_shard_names_the_shard_and_a_tensor(tmp_path):
     (tmp_path / "hf" / "model-00002-of-00002.safetensors").unlink()
     d = one_error(tmp_path)
     assert d.code == "E-MODEL-003"
-    assert "model.safetensors.index.json places tensor `transformer.wpe.weight` in `model-00002-of-00002.safetensors`, " \
-           "which is not there" in d.message
+    assert d.message == ("cannot use `hf`: `hf/model.safetensors.index.json` places tensor `transformer.wpe.weight` in "
+                         "`model-00002-of-00002.safetensors`, which is not there")
 
 
 def test_an_index_naming_a_file_that_is_not_there(tmp_path):
@@ -340,7 +340,8 @@ def test_an_index_naming_a_file_that_is_not_there(tmp_path):
     data["weight_map"]["transformer.ln_f.bias"] = "model-00003-of-00002.safetensors"
     index.write_text(json.dumps(data))
     d = one_error(tmp_path)
-    assert "places tensor `transformer.ln_f.bias` in `model-00003-of-00002.safetensors`, which is not there" in d.message
+    assert d.message == ("cannot use `hf`: `hf/model.safetensors.index.json` places tensor `transformer.ln_f.bias` in "
+                         "`model-00003-of-00002.safetensors`, which is not there")
 
 
 def test_a_truncated_shard_names_the_shard_and_the_tensor(tmp_path):
@@ -348,7 +349,7 @@ def test_a_truncated_shard_names_the_shard_and_the_tensor(tmp_path):
     shard = tmp_path / "hf" / "model-00001-of-00002.safetensors"
     shard.write_bytes(shard.read_bytes()[:-100])
     d = one_error(tmp_path)
-    assert "model-00001-of-00002.safetensors: it is cut short: tensor `" in d.message
+    assert d.message.startswith("cannot use `hf`: `hf/model-00001-of-00002.safetensors` is cut short: tensor `")
 
 
 def test_a_wrong_shape_after_the_mapping_names_the_tensor_and_the_parameter(tmp_path):
@@ -396,7 +397,7 @@ def test_a_mapping_that_does_not_fit_the_params_is_e_model_006(tmp_path):
     write_hf(tmp_path / "hf", gpt2_tensors(np.random.default_rng(0)))
     d = one_error(tmp_path, '(:path "hf" :names :llama)')
     assert d.code == "E-MODEL-006"
-    assert "the mapping `llama` names `embed`, which is not a parameter of `teacher`" in d.message
+    assert "the mapping `llama` maps `embed`, which is not a parameter of `teacher`" in d.message
     assert "parameter `wte` [64 32] of `teacher` has no entry in the mapping `llama`" in d.message
     d = one_error(tmp_path, '(:path "hf" :names :gtp2)')
     assert d.code == "E-MODEL-006" and "did you mean `:gpt2`?" in d.message

@@ -67,7 +67,7 @@ def read_spec(ctx: CheckContext, node) -> tuple[str, dict | None, str, str | Non
     names, label = None, ""
     given = kws.get("names")
     if isinstance(given, Kw):
-        names, label = stdlib_names().get(given.name), f"`{given.name}`"
+        names, label = stdlib_names().get(given.name), f"the mapping `{given.name}`"
         if names is None:
             hint = near_miss(given.name, stdlib_names())
             ctx.err("E-MODEL-006", given.span, f"no standard-library mapping `{given.name}`; they are "
@@ -97,13 +97,13 @@ def plan(ctx: CheckContext, name: str, prefix: tuple[str, ...], names: dict | No
         for key in names:
             if key not in rels:
                 hint = near_miss(key, rels)
-                problems.append(f"the mapping {label} names `{key}`, which is not a parameter of `{name}`"
+                problems.append(f"{label} maps `{key}`, which is not a parameter of `{name}`"
                                 + (f" (did you mean `{hint}`?)" if hint else ""))
     out = []
     for rel, p in rels.items():
         src = ("tensor", rel) if names is None else names.get(rel)
         if src is None:
-            problems.append(f"parameter `{rel}` {_shape(p.shape)} of `{name}` has no entry in the mapping {label}")
+            problems.append(f"parameter `{rel}` {_shape(p.shape)} of `{name}` has no entry in {label}")
             continue
         per_layer = patterned(src)
         if per_layer and not p.layers:
@@ -148,18 +148,20 @@ def check_pretrained(ctx: CheckContext) -> None:
         if not ctx.read_files:
             ctx.pretrained_files.append(record)
             continue
-        if _compare(ctx, name, rel, full, todo, names is not None, file_dtype, node):
+        if _compare(ctx, name, rel, full, base, todo, names is not None, file_dtype, node):
             ctx.pretrained_files.append(record)
 
 
-def _compare(ctx: CheckContext, name: str, rel: str, full: str, todo, mapped: bool, file_dtype, node) -> bool:
+def _compare(ctx: CheckContext, name: str, rel: str, full: str, base: str, todo, mapped: bool, file_dtype,
+             node) -> bool:
     """E-MODEL-003 unless every tensor the plan reads is in the checkpoint with its shape and dtype;
     W-MODEL-001 for the tensors nothing reads. Whether it fits."""
     from ..checkpoint_files import SourceError, tensors   # (json, struct): only when reading
     try:
         header = tensors(full)
     except SourceError as e:
-        ctx.err("E-MODEL-003", node.span, f"cannot use `{rel}`: {e}")
+        why = str(e) if e.file == full else f"`{os.path.relpath(e.file, base)}` " + str(e).removeprefix("it ")
+        ctx.err("E-MODEL-003", node.span, f"cannot use `{rel}`: {why}")
         return False
     wrong, used, casts = [], set(), set()
     for p, prel, src, reads in todo:
