@@ -60,16 +60,20 @@ def backward(expr: tuple, value: np.ndarray) -> tuple[np.ndarray, tuple | None]:
     return backward(expr[1], value.reshape(child_shape(expr, value.shape)))
 
 
-def _read(found: dict, name: str, shape: tuple[int, ...], dtypes: set[str], param: str) -> np.ndarray:
-    """Tensor `name` of the checkpoint, checked against the shape and dtypes the checker found."""
+def _read(found: dict, name: str, shape: tuple[int, ...], readers: list[tuple[str, set[str]]]) -> np.ndarray:
+    """Tensor `name` of the checkpoint, checked against the shape the checker found and the dtypes
+    each parameter reading it accepts (`readers`: (parameter, dtypes))."""
     from safetensors import safe_open
+    param = readers[0][0]
     got = found.get(name)
     if got is None:
         raise RunError(f"the checkpoint has no tensor `{name}` (for parameter `{param}`)")
     fshape, fdtype, file = got
-    if tuple(fshape) != tuple(shape) or fdtype not in dtypes:
-        raise RunError(f"{file}: tensor `{name}` is {list(fshape)} {fdtype}, parameter `{param}` needs "
-                       f"{list(shape)} {' or '.join(sorted(dtypes))} from it (the file changed since it was checked?)")
+    for param, dtypes in readers:
+        if tuple(fshape) != tuple(shape) or fdtype not in dtypes:
+            raise RunError(f"{file}: tensor `{name}` is {list(fshape)} {fdtype}, parameter `{param}` needs "
+                           f"{list(shape)} {' or '.join(sorted(dtypes))} from it (the file changed since it was "
+                           "checked?)")
     try:
         with safe_open(file, framework="numpy") as fh:
             return fh.get_tensor(name)
@@ -77,36 +81,60 @@ def _read(found: dict, name: str, shape: tuple[int, ...], dtypes: set[str], para
         raise RunError(f"{file}: cannot read tensor `{name}`: {e}")
 
 
+def _aligned(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    """An uninitialised host array aligned to 64 bytes: `jax.device_put` on the CPU then uses its
+    memory as the device buffer instead of copying it (XLA's CPU alignment)."""
+    n = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    raw = np.empty(n + 64, np.uint8)
+    off = (-raw.ctypes.data) % 64
+    return raw[off:off + n].view(dtype).reshape(shape)
+
+
 def load_mapped(spec: ir.PretrainedIR, params: tuple[ir.ParamIR, ...], trees: dict[bool, dict]) -> None:
     """Fill every parameter below `spec.prefix` from its checkpoint: `trees[p.frozen]` is the tree
-    (trainable or frozen) holding parameter `p`, whose value is replaced in place."""
+    (trainable or frozen) holding parameter `p`, whose value is replaced in place.
+
+    The parameters whose sources read the same tensors (GPT-2's query, key and value, from one
+    `c_attn`) are filled together, so each tensor is read once; each parameter's initial value is
+    dropped before its new one is made, so the host holds at most the parameters being filled
+    (besides those already placed) and one tensor."""
     from .params import set_path
     try:
         found = tensors(spec.path)
     except SourceError as e:
         raise RunError(f"cannot use {spec.path}: " + (f"{e.file}: " if e.file != spec.path else "") + str(e))
     names = dict(spec.names)
+    groups: dict[tuple[str, int], list] = {}
     for p in params:
-        if p.path[:len(spec.prefix)] != spec.prefix:
-            continue
-        rel = ".".join(p.path[len(spec.prefix):])
-        src = names[rel]
-        dtypes = {spec.file_dtype or p.dtype}
-        dt = np.dtype(jdt(p.dtype))
-        if patterned(src):
-            value = np.empty(p.shape, dt)
-            want = source_shape(src, p.shape[1:])
-            for i in range(p.shape[0]):
-                value[i] = forward(src, _read(found, layer_name(leaf(src)[1], i), want, dtypes, rel), p.shape[1:])
-        else:
-            value = np.asarray(forward(src, _read(found, leaf(src)[1], source_shape(src, p.shape), dtypes, rel),
-                                       p.shape), dt)
-        tree = trees[p.frozen]
-        old = tree
-        for k in p.path:
-            old = old[k]
-        set_path(tree, p.path, jax.device_put(value, old.sharding))
-        del value
+        if p.path[:len(spec.prefix)] == spec.prefix:
+            rel = ".".join(p.path[len(spec.prefix):])
+            src = names[rel]
+            groups.setdefault((leaf(src)[1], p.shape[0] if patterned(src) else 0), []).append((p, rel, src))
+    for (pattern, layers), members in groups.items():
+        filled = []
+        for p, rel, src in members:
+            tree = trees[p.frozen]
+            node = tree
+            for k in p.path[:-1]:
+                node = node[k]
+            sharding = node[p.path[-1]].sharding
+            node[p.path[-1]] = None      # the initial value is not needed: free it before the new one exists
+            filled.append((p, rel, src, tree, sharding, _aligned(p.shape, np.dtype(jdt(p.dtype)))))
+        readers = [(rel, {spec.file_dtype or p.dtype}) for p, rel, _, _, _, _ in filled]
+        for i in range(layers) if layers else (None,):
+            name = layer_name(pattern, i) if layers else pattern
+            first_p, _, first_src = members[0]
+            tensor = _read(found, name, source_shape(first_src, first_p.shape[1:] if layers else first_p.shape),
+                           readers)
+            for p, rel, src, _, _, value in filled:
+                shape = p.shape[1:] if layers else p.shape
+                if layers:
+                    value[i] = forward(src, tensor, shape)
+                else:
+                    value[...] = forward(src, tensor, shape)
+            del tensor
+        for p, rel, src, tree, sharding, value in filled:
+            set_path(tree, p.path, jax.device_put(value, sharding))
 
 
 def mapped_tensors(names: dict[str, tuple], values: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
