@@ -3,9 +3,8 @@ time, and a trained model written through a mapping inverted, with an index and 
 
 Reading (`load_mapped`): the checkpoint's headers give each tensor's file
 (sexpgpu_lang/checkpoint_files.py); each parameter is filled from the
-tensors its source names (sexpgpu_lang/name_mapping.py), each read with
-safetensors' `safe_open` (memory-mapped; one tensor in host memory at a
-time besides the parameter it fills), its mapping ops applied with NumPy,
+tensors its source names (sexpgpu_lang/name_mapping.py), one tensor at a
+time besides the parameters it fills, its mapping ops applied with NumPy,
 cast to the parameter's dtype, and placed with the sharding the
 parameter already has (on a mesh, split as the run splits it). A tensor
 changed since the checker read the header is refused naming it.
@@ -60,25 +59,56 @@ def backward(expr: tuple, value: np.ndarray) -> tuple[np.ndarray, tuple | None]:
     return backward(expr[1], value.reshape(child_shape(expr, value.shape)))
 
 
-def _read(found: dict, name: str, shape: tuple[int, ...], readers: list[tuple[str, set[str]]]) -> np.ndarray:
-    """Tensor `name` of the checkpoint, checked against the shape the checker found and the dtypes
-    each parameter reading it accepts (`readers`: (parameter, dtypes))."""
-    from safetensors import safe_open
-    param = readers[0][0]
-    got = found.get(name)
-    if got is None:
-        raise RunError(f"the checkpoint has no tensor `{name}` (for parameter `{param}`)")
-    fshape, fdtype, file = got
-    for param, dtypes in readers:
-        if tuple(fshape) != tuple(shape) or fdtype not in dtypes:
-            raise RunError(f"{file}: tensor `{name}` is {list(fshape)} {fdtype}, parameter `{param}` needs "
-                           f"{list(shape)} {' or '.join(sorted(dtypes))} from it (the file changed since it was "
-                           "checked?)")
-    try:
-        with safe_open(file, framework="numpy") as fh:
-            return fh.get_tensor(name)
-    except Exception as e:  # safetensors raises its own error types
-        raise RunError(f"{file}: cannot read tensor `{name}`: {e}")
+class _Reader:
+    """The checkpoint's tensors, each read from its byte range (the header's `data_offsets`) with
+    one `readinto`: straight into the parameter's buffer when the tensor is the parameter (or its
+    layer) as it is, else into a buffer of its own that the mapping's ops then read. So each byte
+    is copied once, as a `read` of the file copies it (safetensors' `get_tensor` copies each
+    tensor twice, and a memory map pays a page fault per page)."""
+
+    def __init__(self, found: dict):
+        self.found = found
+        self.offsets: dict[str, tuple[int, dict]] = {}
+        self.handles: dict[str, object] = {}
+
+    def read(self, name: str, shape: tuple[int, ...], readers: list[tuple[str, set[str]]],
+             into: np.ndarray | None = None) -> np.ndarray:
+        """Tensor `name`, checked against the shape the checker found and the dtypes each
+        parameter reading it accepts (`readers`: (parameter, dtypes)); read into `into` (a
+        C-contiguous array of its shape and dtype) when given."""
+        from sexpgpu_lang.safetensors_header import HeaderError, data_offsets
+        got = self.found.get(name)
+        if got is None:
+            raise RunError(f"the checkpoint has no tensor `{name}` (for parameter `{readers[0][0]}`)")
+        fshape, fdtype, file = got
+        for param, dtypes in readers:
+            if tuple(fshape) != tuple(shape) or fdtype not in dtypes:
+                raise RunError(f"{file}: tensor `{name}` is {list(fshape)} {fdtype}, parameter `{param}` needs "
+                               f"{list(shape)} {' or '.join(sorted(dtypes))} from it (the file changed since it "
+                               "was checked?)")
+        out = into if into is not None else np.empty(shape, np.dtype(jdt(fdtype)))
+        try:
+            if file not in self.offsets:
+                self.offsets[file] = data_offsets(file)
+                self.handles[file] = open(file, "rb", buffering=0)
+            start, offsets = self.offsets[file]
+            begin, end = offsets[name]
+            fh = self.handles[file]
+            fh.seek(start + begin)
+            view = memoryview(out.reshape(-1).view(np.uint8))
+            done = 0
+            while done < end - begin:
+                n = fh.readinto(view[done:])
+                if not n:
+                    raise OSError(f"the file ends {end - begin - done} bytes before the tensor does")
+                done += n
+        except (OSError, ValueError, KeyError, HeaderError) as e:
+            raise RunError(f"{file}: cannot read tensor `{name}`: {e}")
+        return out
+
+    def close(self) -> None:
+        for fh in self.handles.values():
+            fh.close()
 
 
 def _aligned(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
@@ -98,18 +128,27 @@ def load_mapped(spec: ir.PretrainedIR, params: tuple[ir.ParamIR, ...], trees: di
     `c_attn`) are filled together, so each tensor is read once; each parameter's initial value is
     dropped before its new one is made, so the host holds at most the parameters being filled
     (besides those already placed) and one tensor."""
-    from .params import set_path
     try:
         found = tensors(spec.path)
     except SourceError as e:
         raise RunError(f"cannot use {spec.path}: " + (f"{e.file}: " if e.file != spec.path else "") + str(e))
     names = dict(spec.names)
+    reader = _Reader(found)
     groups: dict[tuple[str, int], list] = {}
     for p in params:
         if p.path[:len(spec.prefix)] == spec.prefix:
             rel = ".".join(p.path[len(spec.prefix):])
             src = names[rel]
             groups.setdefault((leaf(src)[1], p.shape[0] if patterned(src) else 0), []).append((p, rel, src))
+    try:
+        _fill(spec, groups, trees, reader)
+    finally:
+        reader.close()
+
+
+def _fill(spec: ir.PretrainedIR, groups: dict, trees: dict[bool, dict], reader: _Reader) -> None:
+    """Fill each group of parameters that read the same tensors (see `load_mapped`)."""
+    from .params import set_path
     for (pattern, layers), members in groups.items():
         filled = []
         for p, rel, src in members:
@@ -121,11 +160,17 @@ def load_mapped(spec: ir.PretrainedIR, params: tuple[ir.ParamIR, ...], trees: di
             node[p.path[-1]] = None      # the initial value is not needed: free it before the new one exists
             filled.append((p, rel, src, tree, sharding, _aligned(p.shape, np.dtype(jdt(p.dtype)))))
         readers = [(rel, {spec.file_dtype or p.dtype}) for p, rel, _, _, _, _ in filled]
+        first_p, _, first_src = members[0]
+        want = source_shape(first_src, first_p.shape[1:] if layers else first_p.shape)
+        direct = (len(filled) == 1 and first_src[0] == "tensor"
+                  and (spec.file_dtype or first_p.dtype) == first_p.dtype)   # read into the parameter itself
         for i in range(layers) if layers else (None,):
             name = layer_name(pattern, i) if layers else pattern
-            first_p, _, first_src = members[0]
-            tensor = _read(found, name, source_shape(first_src, first_p.shape[1:] if layers else first_p.shape),
-                           readers)
+            if direct:
+                value = filled[0][-1]
+                reader.read(name, want, readers, value[i] if layers else value)
+                continue
+            tensor = reader.read(name, want, readers)
             for p, rel, src, _, _, value in filled:
                 shape = p.shape[1:] if layers else p.shape
                 if layers:
