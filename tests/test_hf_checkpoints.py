@@ -429,3 +429,26 @@ def test_frozen_parameters_are_not_in_checkpoints_and_a_changed_teacher_refuses_
     assert "was made with the pretrained file " + str(tmp_path / "hf") in str(e.value)
     assert "which has changed since" in str(e.value)
     assert (tmp_path / "metrics.jsonl").read_bytes() == before
+
+
+def test_export_writes_the_trainable_parameters_unless_asked_for_the_frozen_too(tmp_path):
+    trainable, frozen = {"out": np.ones((2, 2), np.float32)}, {"teacher": {"wte": np.zeros((3,), np.float32)}}
+    export_params(tmp_path / "a.safetensors", trainable, frozen)
+    export_params(tmp_path / "b.safetensors", trainable, frozen, include_frozen=True)
+    with safe_open(str(tmp_path / "a.safetensors"), "numpy") as fh:
+        assert sorted(fh.keys()) == ["out"]
+    with safe_open(str(tmp_path / "b.safetensors"), "numpy") as fh:
+        assert sorted(fh.keys()) == ["out", "teacher.wte"]
+
+
+def test_export_names_is_checked_before_training(tmp_path):
+    from sexpgpu_runtime.options import OptionError, RunOptions, check_options
+    write_hf(tmp_path / "hf", gpt2_tensors(np.random.default_rng(0)))
+    p = program(run_file("gpt2", '(:path "hf" :names :gpt2 :file-dtype :bf16)'), tmp_path / "run.sx")
+    with pytest.raises(OptionError, match=r"^--export-names: no standard-library mapping `gtp2`; they are `gpt2`, "
+                                          r"`llama`$"):
+        check_options(p, RunOptions(export=tmp_path / "out", export_names="gtp2"))
+    # the root model is the student, which has no `h.b1` (its teacher has `teacher.h.b1`)
+    with pytest.raises(OptionError, match=r"^--export-names gpt2: parameter `h\.b1` is not a parameter of the model"):
+        check_options(p, RunOptions(export=tmp_path / "out", export_names="gpt2"))
+    assert not (tmp_path / "out").exists()
