@@ -311,6 +311,22 @@ def lint(
     raise typer.Exit(1 if any(r.has_errors for r in results) else 0)
 
 
+def shard_bytes(size: str) -> int:
+    """`--max-shard-size`: bytes from a number with a unit of Hugging Face's (`5GB`, `500MB`, `200KB`,
+    powers of 1000; `B` or none: bytes). ValueError for anything else."""
+    text = size.strip().upper()
+    for unit, scale in (("GB", 10**9), ("MB", 10**6), ("KB", 10**3), ("B", 1), ("", 1)):
+        if text.endswith(unit):
+            try:
+                n = float(text[:len(text) - len(unit)] if unit else text)
+            except ValueError:
+                break
+            if n > 0:
+                return int(n * scale)
+            break
+    raise ValueError(f"--max-shard-size {size}: give a size like 5GB, 500MB or 200KB")
+
+
 @app.command(cls=Command)
 def run(
     file: Path = typer.Argument(..., metavar="FILE", help="The run file to train."),
@@ -318,7 +334,10 @@ def run(
     run_dir: Optional[Path] = typer.Option(None, "--run-dir", metavar="DIR", help="Where metrics.jsonl (and checkpoints) go; default runs/<file stem>."),
     diagnostics: Optional[str] = typer.Option(None, "--diagnostics", metavar="NAME,...", help="Comma-separated names of the file's `diagnostic`s to compute and report (besides the `run` form's `:diagnostics`)."),
     progress: Optional[bool] = typer.Option(None, "--progress/--no-progress", help="Show a progress bar (default: when stderr is a terminal)."),
-    export: Optional[Path] = typer.Option(None, "--export", metavar="FILE", help="After training, write the parameters to this .safetensors file (one run's student is the next run's `:pretrained` teacher); its directory is checked before training."),
+    export: Optional[Path] = typer.Option(None, "--export", metavar="FILE", help="After training, write the trainable parameters to this .safetensors file (one run's student is the next run's `:pretrained` teacher); its directory is checked before training."),
+    export_frozen: bool = typer.Option(False, "--export-frozen", help="With --export, write the frozen parameters too."),
+    export_names: Optional[str] = typer.Option(None, "--export-names", metavar="MAPPING", help="With --export DIR, write the model in the Hugging Face layout through this standard-library name mapping (gpt2, llama), inverted: model.safetensors, or shards and model.safetensors.index.json."),
+    max_shard_size: str = typer.Option("5GB", "--max-shard-size", metavar="SIZE", help="With --export-names, the largest shard (as Hugging Face's max_shard_size: 5GB, 500MB, 200KB)."),
     resume: bool = typer.Option(False, "--resume", help="Continue from the newest complete checkpoint in the run's checkpoint dir (it must have been made by this file's forms and seed)."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Start over in a run dir an earlier run used, removing its checkpoints, metrics.jsonl and TensorBoard events."),
     mesh: Optional[str] = typer.Option(None, "--mesh", metavar="data=N", help="Data parallel over N devices (instead of the file's `:devices`, default every device): each batch split N ways, the parameters on every device (split along the mesh with --fsdp)."),
@@ -364,12 +383,19 @@ def run(
         too_big = never_fits(res.program, devices, fsdp)
         if too_big:
             raise fail(too_big, 1)
+        try:
+            shard_bytes(max_shard_size)
+        except ValueError as e:
+            raise fail(str(e), 2)
         opts = RunOptions(
             steps=steps,
             run_dir=run_dir if run_dir is not None else Path("runs") / file.stem,
             diagnostics=tuple(x.strip() for x in (diagnostics or "").split(",") if x.strip()),
             progress=sys.stderr.isatty() if progress is None else progress,
             export=export,
+            export_frozen=export_frozen,
+            export_names=export_names,
+            max_shard_bytes=shard_bytes(max_shard_size),
             resume=resume,
             overwrite=overwrite,
             devices=devices,

@@ -327,6 +327,16 @@ class ParamIR:
 
 
 @dataclass(frozen=True)
+class PretrainedIR:
+    """A `:pretrained` model: where its parameters' values are and how the checkpoint's names map to them."""
+
+    prefix: tuple[str, ...]          # the model's path below the root model
+    path: str                        # a safetensors file, a Hugging Face directory or its index (absolute)
+    names: tuple[tuple[str, tuple], ...]   # each parameter path below `prefix` (joined with `.`) and its source
+    file_dtype: str | None = None    # `:file-dtype`: the file's dtype, cast to each parameter's on load
+
+
+@dataclass(frozen=True)
 class GenerateIR:
     """`defgenerate`: the trips and its three phases (finish may be None)."""
 
@@ -392,7 +402,7 @@ class Program:
     diagnostics: tuple[str, ...]
     counters: tuple[str, ...]
     stages: tuple[tuple[str, int | None], ...] = ()
-    pretrained: tuple[tuple[tuple[str, ...], str], ...] = ()
+    pretrained: tuple[PretrainedIR, ...] = ()
     source_text: str = ""
 
     def line_col(self, offset: int) -> tuple[int, int]:

@@ -108,7 +108,8 @@ KEYWORD_DOCS: dict[tuple[str, str], str] = {
     ("defmodel", "params"): "the parameters: initialisers or sub-models",
     ("defmodel", "apply"): "`(lambda (self x ...) ...)`: how the model applies",
     ("defmodel", "frozen"): "`true`: the parameters are never updated",
-    ("defmodel", "pretrained"): "a file the parameters are loaded from",
+    ("defmodel", "pretrained"): "where the parameters are loaded from: a safetensors file, a Hugging Face directory or "
+                                "its index; or `(:path \"dir\" :names :gpt2 :file-dtype :bf16)`",
     ("defmodel", "remat"): "recompute this model's activations in the backward pass: `:nothing-saveable`, "
                            "`:dots-saveable` or `:everything-saveable` (no remat)",
     ("repeat", "remat"): "the remat policy of each repeated layer (overrides the block's and the run's)",

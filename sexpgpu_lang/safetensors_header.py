@@ -65,6 +65,18 @@ def read_header(path: str) -> dict[str, tuple[tuple[int, ...], str]]:
     return out
 
 
+def data_offsets(path: str) -> tuple[int, dict[str, tuple[int, int]]]:
+    """Where each tensor's bytes are: (the byte the data starts at, 8 plus the header's length; each
+    tensor's (begin, end) from there). For a file `read_header` accepted (raises HeaderError else)."""
+    try:
+        with open(path, "rb") as fh:
+            (n,) = struct.unpack("<Q", fh.read(8))
+            meta = json.loads(fh.read(n))
+    except (OSError, struct.error, ValueError) as e:
+        raise HeaderError(str(e))
+    return 8 + n, {k: tuple(v["data_offsets"]) for k, v in meta.items() if k != "__metadata__"}
+
+
 def _check_bytes(name: str, info: dict, shape: tuple[int, ...], dt: str, data_size: int) -> None:
     """Raise HeaderError unless tensor `name`'s `data_offsets` lie inside the `data_size` bytes the
     file holds after its header (a file cut short: `data_size` may be negative) and span its

@@ -8,12 +8,14 @@ directory is opened). `step` is the number of completed steps, the same
 number as the `step` of a metrics.jsonl row.
 
 Each checkpoint holds two items:
-- `state`: a pytree of arrays (trainable and frozen parameters, the optimizer
-  state, the counter totals), restored against the tree a fresh run builds,
-  so optax's named tuples come back as they were;
+- `state`: a pytree of arrays (the trainable parameters, the optimizer
+  state, the counter totals; not the frozen parameters, which a resume makes
+  again), restored against the tree a fresh run builds, so optax's named
+  tuples come back as they were;
 - `meta`: JSON with the step, the records consumed (the loader position,
   see loaders.py), the identity (a hash of the run file's forms), the seed,
-  and a CRC-32 of every array of `state` (`digests`, by its tree path),
+  the SHA-256 of every `:pretrained` file (a resume with one changed is
+  refused), and a CRC-32 of every array of `state` (`digests`, by its tree path),
   written in the same atomic rename as the arrays.
 
 Restoring verifies what was read against those digests; a checkpoint that
@@ -220,6 +222,7 @@ class Checkpoints:
         self.ocp = ocp
         self.spec = spec
         self.identity = identity
+        self.pretrained: dict[str, str] = {}   # each `:pretrained` file's SHA-256 (pretrained.content_hashes)
         self.file = file
         self.dir = spec.dir.resolve()
         try:
@@ -300,6 +303,8 @@ class Checkpoints:
         self.check_space(tree, step)
         meta = {"format": FORMAT, "step": int(step), "records": int(records), "identity": self.identity.forms,
                 "seed": int(self.identity.seed), "file": str(self.file)}
+        if self.pretrained:
+            meta["pretrained"] = self.pretrained
         sums = digests(tree)
         if sums is not None:
             meta["digests"] = sums
@@ -362,6 +367,13 @@ class Checkpoints:
             raise CheckpointError(f"checkpoint step {step} in {self.spec.dir} was made{made_by} with "
                                   f"{self.identity_of(meta).show()}; this file has {self.identity.show()}, so it "
                                   "cannot resume it (give another --run-dir to start this file afresh)")
+        for path, digest in (meta.get("pretrained") or {}).items():
+            now = self.pretrained.get(path)
+            if now != digest:
+                change = f"has changed since (SHA-256 {digest[:16]} then, {now[:16]} now)" if now else "is not read now"
+                raise CheckpointError(f"checkpoint step {step} in {self.spec.dir} was made with the pretrained file "
+                                      f"{path}, which {change}, so it cannot resume it (put the file back, or give "
+                                      "another --run-dir to start afresh)")
 
     def newest_meta(self) -> tuple[int, dict] | None:
         """The newest checkpoint whose JSON item reads, with it; None when there is none."""

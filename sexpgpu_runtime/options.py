@@ -64,6 +64,9 @@ class RunOptions:
     progress: bool = False
     quiet: bool = False
     export: Path | None = None
+    export_frozen: bool = False    # `--export-frozen`: the frozen parameters too
+    export_names: str | None = None   # `--export-names gpt2`: a directory in the Hugging Face layout, through that mapping
+    max_shard_bytes: int = 5 * 10**9  # `--max-shard-size`: shards of that export above this size
     resume: bool = False
     overwrite: bool = False
     devices: int | None = None     # `--mesh data=N`: the data axis size (else the file's `:devices`, else every device)
@@ -76,7 +79,29 @@ def check_options(program: ir.Program, options: RunOptions) -> None:
     in the file's `run` form that no `diagnostic` reports."""
     if options.resume and options.overwrite:
         raise OptionError("--resume continues the run in the run dir and --overwrite starts it over; give one")
-    if options.export is not None:
+    if options.export_names is not None:
+        from sexpgpu_lang.name_mapping import stdlib_names
+        if options.export_names not in stdlib_names():
+            raise OptionError(f"--export-names: no standard-library mapping `{options.export_names}`; they are "
+                              + ", ".join(f"`{n}`" for n in stdlib_names()))
+        if options.export is None:
+            raise OptionError("--export-names says how to write --export; give --export DIR too")
+        names = stdlib_names()[options.export_names]
+        have = {".".join(p.path) for p in program.params if options.export_frozen or not p.frozen}
+        trainable = {".".join(p.path) for p in program.params if not p.frozen}
+        wrong = sorted(set(names) - have) or sorted(trainable - set(names))
+        if wrong:
+            why = "is not a parameter of the model" if wrong[0] in set(names) - have else "has no entry in it"
+            raise OptionError(f"--export-names {options.export_names}: parameter `{wrong[0]}` {why} "
+                              f"(the mapping is written in sexpgpu_lang/hf_names.sx)")
+        if options.export.exists() and not options.export.is_dir():
+            raise OptionError(f"cannot write {options.export}: an export in the Hugging Face layout is a directory")
+        try:
+            check_output_file(options.export / "model.safetensors")
+        except PathProblem as e:
+            if options.export.is_dir() or not options.export.parent.is_dir():
+                raise OptionError(str(e))
+    elif options.export is not None:
         try:
             check_output_file(options.export)
         except PathProblem as e:

@@ -1,12 +1,18 @@
 """Parameters in .safetensors files: `:pretrained` values loaded at the start, `--export` written at the end.
 
-A tensor is named by its parameter's path below a model joined with `.`
-(`export_params` writes every parameter below the root model; a
-`:pretrained` model reads the names below itself). Errors are RunErrors
-naming the file and the tensor. It must not import train.py.
+A `:pretrained` model's parameters are read through its name mapping
+(hf_layout.py; without `:names` each is the tensor named by its path below
+the model joined with `.`). `export_params` writes the root model's
+trainable parameters (and the frozen ones with `frozen=True`) to one file,
+named by their paths joined with `.`, or, with a mapping, in the Hugging
+Face layout (hf_layout.export_mapped). `content_hashes` fingerprints the
+pretrained files, for checkpoints to refuse a resume with a changed
+teacher. Errors are RunErrors naming the file and the tensor. It must not
+import train.py.
 """
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 import jax
@@ -14,55 +20,80 @@ import numpy as np
 
 from sexpgpu_lang import ir
 
-from .dtypes import jdt
+from .hf_layout import export_mapped, load_mapped
 from .options import RunError
-from .params import flatten, set_path
+from .params import flatten
 from .paths import publish
 
 
 def load_pretrained(program: ir.Program, trainable: dict, frozen: dict) -> None:
-    """Replace the initial values of every `:pretrained` model's parameters with the file's tensors.
+    """Replace the initial values of every `:pretrained` model's parameters with the checkpoint's tensors.
 
-    The checker compared the file's header with `:params` already; a file
-    changed since is still refused here (RunError naming file and tensor).
+    The checker compared the checkpoint's headers with `:params` already; a
+    file changed since is still refused here (RunError naming file and tensor).
     """
-    if not program.pretrained:
-        return
-    from safetensors.numpy import load_file
-    import jax.numpy as jnp
-    by_path = {p.path: p for p in program.params}
-    for prefix, path in program.pretrained:
+    for spec in program.pretrained:
+        load_mapped(spec, program.params, {False: trainable, True: frozen})
+
+
+def content_hashes(program: ir.Program) -> dict[str, str]:
+    """The SHA-256 of every file each `:pretrained` checkpoint reads (index and shards), by path."""
+    from sexpgpu_lang.checkpoint_files import SourceError, files
+    out = {}
+    for spec in program.pretrained:
         try:
-            tensors = load_file(path)
-        except Exception as e:  # safetensors raises its own error types
-            raise RunError(f"cannot load {path}: {e}")
-        for p in program.params:
-            if p.path[:len(prefix)] != prefix:
-                continue
-            name = ".".join(p.path[len(prefix):])
-            if name not in tensors:
-                raise RunError(f"{path}: no tensor `{name}` (expected [{' '.join(map(str, p.shape))}] {p.dtype})")
-            arr = tensors[name]
-            if tuple(arr.shape) != p.shape:
-                raise RunError(f"{path}: tensor `{name}` is {list(arr.shape)}, expected {list(p.shape)}")
-            set_path(frozen if by_path[p.path].frozen else trainable, p.path, jnp.asarray(arr).astype(jdt(p.dtype)))
+            paths = files(spec.path)
+        except SourceError as e:
+            raise RunError(f"cannot use {spec.path}: " + (f"{e.file}: " if e.file != spec.path else "") + str(e))
+        for path in paths:
+            h = hashlib.sha256()
+            try:
+                with open(path, "rb") as fh:
+                    while chunk := fh.read(1 << 24):
+                        h.update(chunk)
+            except OSError as e:
+                raise RunError(f"cannot read {path}: {e.strerror or e}")
+            out[path] = h.hexdigest()
+    return out
 
 
-def export_params(path: Path, trainable: dict, frozen: dict) -> None:
-    """Write every parameter to a .safetensors file, named by its path below the root model joined with `.`.
-
-    Written beside `path` under a temporary name, then renamed into place with
-    the permissions a new file gets (safetensors alone makes it 0600), so a
-    failed write never leaves a torn file. `check_options` proved the
-    directory writable before training.
-    """
-    from safetensors.numpy import save_file
-    if jax.process_count() > 1:   # every process gathers the whole arrays (a collective); process 0 writes
+def _gathered(trainable: dict, frozen: dict):
+    """The trees as whole host arrays (in a multi-process run every process gathers them, a
+    collective); None on the processes other than 0, which write nothing."""
+    if jax.process_count() > 1:
         from jax.experimental import multihost_utils
         trainable, frozen = multihost_utils.process_allgather((trainable, frozen), tiled=True)
         if jax.process_index() != 0:
-            return
-    tensors = {".".join(k): np.asarray(v) for k, v in {**flatten(trainable), **flatten(frozen)}.items()}
+            return None
+    return trainable, frozen
+
+
+def export_params(path: Path, trainable: dict, frozen: dict, include_frozen: bool = False,
+                  names: dict | None = None, max_shard_bytes: int = 5 * 10**9) -> None:
+    """Write the trainable parameters (and the frozen ones too with `include_frozen`) to a
+    .safetensors file, each named by its path below the root model joined with `.`; or, with a
+    mapping `names` (parameter path -> source), into the directory `path` in the Hugging Face
+    layout (hf_layout.export_mapped: shards above `max_shard_bytes`, an index).
+
+    A file is written beside `path` under a temporary name, then renamed into place with the
+    permissions a new file gets (safetensors alone makes it 0600), so a failed write never
+    leaves a torn file. `check_options` proved the directory writable before training.
+    """
+    from safetensors.numpy import save_file
+    got = _gathered(trainable, frozen)
+    if got is None:
+        return
+    trainable, frozen = got
+    leaves = {**flatten(trainable), **(flatten(frozen) if include_frozen else {})}
+    tensors = {".".join(k): np.asarray(v) for k, v in leaves.items()}
+    if names is not None:
+        missing = sorted(set(names) - set(tensors))
+        if missing:
+            raise RunError(f"cannot write {path} through the mapping: parameter `{missing[0]}` is "
+                           + ("frozen (pass --export-frozen)" if missing[0] in {".".join(k) for k in flatten(frozen)}
+                              else "not a parameter of the model"))
+        export_mapped(path, names, {k: v for k, v in tensors.items() if k in names}, max_shard_bytes)
+        return
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp")
     try:

@@ -29,6 +29,7 @@ import jax
 import numpy as np
 
 from sexpgpu_lang import ir
+from sexpgpu_lang.name_mapping import stdlib_names
 
 from .checkpoint import CheckpointError, Checkpoints
 from .dtypes import InternalTypeError
@@ -38,7 +39,7 @@ from .optim import learning_rate, make_optimizer
 from .options import BadValue, DataError, OptionError, RunError, RunOptions, RunStopped, check_options
 from .params import flatten, init_params
 from .prefetch import Prefetch
-from .pretrained import export_params, load_pretrained
+from .pretrained import content_hashes, export_params, load_pretrained
 from .report import Reporter
 from .run_dir import claim_run_dir, open_checkpoints, prepare_run_dir
 from .sharding import DataParallel, MeshError, run_devices
@@ -141,10 +142,12 @@ class Trainer:
         self._finite = None
         self.feed: Prefetch | None = None   # the training batches, read ahead on a thread while `fit` runs
 
-    def initial_state(self) -> RunState:
-        """Fresh parameters (pretrained ones loaded), fresh optimizer state, step 0."""
+    def initial_state(self, load: bool = True) -> RunState:
+        """Fresh parameters (pretrained ones loaded unless `load` is False: for shapes only), fresh
+        optimizer state, step 0."""
         trainable, frozen = init_params(self.program.params, self.program.run.seed)
-        load_pretrained(self.program, trainable, frozen)
+        if load:
+            load_pretrained(self.program, trainable, frozen)
         return self.place(RunState(0, trainable, frozen, self.optimizer.init(trainable), 0, self.graphs.zero_counters()))
 
     def place(self, state: RunState) -> RunState:
@@ -399,13 +402,14 @@ class Trainer:
 
 
 def _tree(state: RunState) -> dict:
-    """The arrays of a state that a checkpoint holds."""
-    return {"trainable": state.trainable, "frozen": state.frozen, "opt_state": state.opt_state,
-            "counters": state.counters}
+    """The arrays of a state that a checkpoint holds: not the frozen parameters, which a resume
+    makes again (initialised from the seed, or loaded from their `:pretrained` files, whose
+    content hashes the checkpoint records)."""
+    return {"trainable": state.trainable, "opt_state": state.opt_state, "counters": state.counters}
 
 
-def _state(step: int, tree: dict, records: int) -> RunState:
-    return RunState(step, tree["trainable"], tree["frozen"], tree["opt_state"], records, tree["counters"])
+def _state(step: int, tree: dict, records: int, frozen: dict) -> RunState:
+    return RunState(step, tree["trainable"], frozen, tree["opt_state"], records, tree["counters"])
 
 
 def start_state(trainer: Trainer, store: Checkpoints, options: RunOptions) -> RunState:
@@ -419,7 +423,7 @@ def start_state(trainer: Trainer, store: Checkpoints, options: RunOptions) -> Ru
     claim_run_dir(store, options)
     try:
         # The state's shapes and dtypes, traced without computing anything.
-        like = jax.eval_shape(lambda: _tree(trainer.initial_state()))
+        like = jax.eval_shape(lambda: _tree(trainer.initial_state(load=False)))
         store.check_space(like)
         if options.resume:
             # Restore onto this run's devices (the mesh's, replicated, or the one device), whatever
@@ -429,7 +433,7 @@ def start_state(trainer: Trainer, store: Checkpoints, options: RunOptions) -> Ru
             where = trainer.dp.state_shardings(like) if trainer.dp is not None else jax.tree_util.tree_map(lambda _: one, like)
             like = jax.tree_util.tree_map(lambda x, w: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=w), like, where)
             step, tree, records = store.restore(like)
-            return trainer.place(_state(step, tree, records))
+            return trainer.place(_state(step, tree, records, trainer.initial_state().frozen))
     except CheckpointError as e:
         raise RunError(str(e))
     return trainer.initial_state()
@@ -451,6 +455,7 @@ def train(program: ir.Program, options: RunOptions, on_trip=None) -> RunResult:
     if not options.quiet and jax.process_index() == 0:
         print(f"sexpgpu: training on {run_devices(trainer.dp)}", file=sys.stderr, flush=True)
     store = open_checkpoints(program, options)
+    store.pretrained = content_hashes(program)
     try:
         state = start_state(trainer, store, options)
         every = store.spec.every
@@ -507,7 +512,8 @@ def train(program: ir.Program, options: RunOptions, on_trip=None) -> RunResult:
     jax.block_until_ready(state.trainable)
     seconds = time.perf_counter() - t0
     if options.export is not None:
-        export_params(options.export, state.trainable, state.frozen)
+        export_params(options.export, state.trainable, state.frozen, options.export_frozen,
+                      stdlib_names()[options.export_names] if options.export_names else None, options.max_shard_bytes)
     data = trainer.feed.stats() if trainer.feed is not None else {"batches": 0, "read_s": 0.0, "wait_s": 0.0}
     return RunResult(state.trainable, state.frozen, history, dict(trainer.graphs.traces), seconds, trainer.steps,
                      extra={"start": start, "data": data})

@@ -26,10 +26,11 @@ def test_there_are_examples():
     assert {"code-lm.sx", "distill.sx", "select.sx"} <= {p.name for p in EXAMPLES}
 
 
-def train_example(path: Path, run_dir: Path, export: Path | None = None):
+def train_example(path: Path, run_dir: Path, export: Path | None = None, export_names: str | None = None):
     res = analyze_file(str(path), read_files=True)     # distill's teacher header too (E-MODEL-003)
     assert [d for d in res.diagnostics if d.severity <= 2] == []
-    return train(res.program, RunOptions(steps=STEPS, run_dir=run_dir, quiet=True, export=export))
+    return train(res.program, RunOptions(steps=STEPS, run_dir=run_dir, quiet=True, export=export,
+                                         export_names=export_names))
 
 
 @pytest.fixture(scope="module")
@@ -42,9 +43,19 @@ def code_lm(tmp_path_factory):
     return out, export
 
 
+@pytest.fixture(scope="module")
+def gpt2_teacher(tmp_path_factory):
+    """gpt2-teacher.sx's run, exported in the Hugging Face layout (`--export-names gpt2`): its test's
+    result, and distill-gpt2's teacher directory."""
+    tmp = tmp_path_factory.mktemp("gpt2-teacher")
+    out = train_example(EXAMPLES_DIR / "gpt2-teacher.sx", tmp / "run", tmp / "hf", "gpt2")
+    assert (tmp / "hf" / "model.safetensors").is_file()
+    return out, tmp / "hf"
+
+
 def runnable(path: Path, tmp_path: Path, request) -> Path:
-    """The example itself, or a copy (in tmp_path): for distill.sx one whose teacher is the fixture's,
-    for the SMALLER ones one with those `def`s replaced."""
+    """The example itself, or a copy (in tmp_path): for distill.sx and distill-gpt2.sx one whose teacher
+    is the fixture's, for the SMALLER ones one with those `def`s replaced."""
     if path.name in SMALLER:
         text = path.read_text(encoding="utf-8")
         for name, value in SMALLER[path.name].items():
@@ -53,6 +64,13 @@ def runnable(path: Path, tmp_path: Path, request) -> Path:
             text = text.replace(lines[0], f"(def {name} {value})")
         copy = tmp_path / path.name
         copy.write_text(text, encoding="utf-8")
+        return copy
+    if path.name == "distill-gpt2.sx":
+        text = path.read_text(encoding="utf-8")
+        assert text.count(':path "gpt2-teacher"') == 1
+        copy = tmp_path / path.name
+        copy.write_text(text.replace('"gpt2-teacher"', f'"{request.getfixturevalue("gpt2_teacher")[1]}"'),
+                        encoding="utf-8")
         return copy
     if path.name != "distill.sx":
         return path
@@ -68,6 +86,8 @@ def runnable(path: Path, tmp_path: Path, request) -> Path:
 def test_example_is_clean_and_loss_falls(path, tmp_path, request):
     if path.name == "code-lm.sx":
         out = request.getfixturevalue("code_lm")[0]
+    elif path.name == "gpt2-teacher.sx":
+        out = request.getfixturevalue("gpt2_teacher")[0]
     else:
         out = train_example(runnable(path, tmp_path, request), tmp_path / "run")
     assert out.history[-1]["step"] == STEPS

@@ -61,7 +61,7 @@ class CheckContext:
         self.counter_names: tuple[str, ...] = ()
         self.lost_heads: set[str] = set()   # forms written without their `(`: reported, not also missing
         self.state_type: PlistType | None = None   # the generator's state (`getf` on it reads a state key)
-        self.pretrained_files: list[tuple[tuple[str, ...], str]] = []
+        self.pretrained_files: list = []   # ir.PretrainedIR, by check/pretrained.py
         self.stages: list[tuple[str, int | None]] = []
 
     def report(self, d: Diagnostic) -> None:

@@ -9,17 +9,15 @@ holds it; `collect_params` walks the models reachable from `model` into
 parameter leaves, stacked on a leading `[N ...]` axis below a repeat
 (E-MODEL-002 for a model that contains itself, E-MODEL-005 for a repeated
 block also reached another way) and `check_pretrained` compares each
-`:pretrained` file's header with `:params` (E-MODEL-003). A model's
+`:pretrained` checkpoint with `:params` (check/pretrained.py). A model's
 `:apply` is checked where it is called (`infer.call_model`).
 
 Imports nothing outside `sexpgpu_lang`; never JAX.
 """
 from __future__ import annotations
 
-import os
-
 from .. import ir
-from ..diagnostics import Related, warning
+from ..diagnostics import Related
 from ..language import FORM_KEYWORDS, INITIALIZER_KEYWORDS
 from ..ops import INITIALIZERS
 from ..syntax import Kw, ListNode, Node, Sym
@@ -30,6 +28,7 @@ from .facts import Definition
 from .forms import define_global
 from .identity import place_hash
 from .infer import infer, lambda_params
+from .pretrained import check_pretrained
 from .keywords import MAX_LAYERS, const_int, const_value, keyword_args, remat_policy, shape_in_range
 from .scope import Binding
 
@@ -109,7 +108,7 @@ def _build_model(ctx: CheckContext, f: ListNode, name: str, kws: dict) -> dict:
     if "frozen" in kws:
         m["frozen"] = bool(const_value(ctx, kws["frozen"][1]))
     if "pretrained" in kws:
-        m["pretrained"] = const_value(ctx, kws["pretrained"][1])
+        m["pretrained"] = kws["pretrained"][1]   # read by check/pretrained.py once the parameters are known
     if "remat" in kws:
         m["remat"] = remat_policy(ctx, kws["remat"][1])
     if "params" in kws:
@@ -286,61 +285,3 @@ def _reached_twice(ctx: CheckContext, name: str, before, under) -> None:
             related=[Related(ctx.models[name]["def"].span, f"`{name}` is defined here")],
             help=f"give the other use its own model (a copy of `{name}` under another name)")
 
-
-def check_pretrained(ctx: CheckContext):
-    """Each reachable model's `:pretrained` file: its tensors' names, shapes and dtypes
-    against `:params` (read from the safetensors header; no tensor data is read, but the
-    header's byte ranges are compared with the file's size: E-MODEL-003 for a file cut short).
-    Tensors the file has that `:params` does not name are W-MODEL-001 (not loaded).
-    Only with `read_files`: otherwise the file is recorded for the runtime, not opened."""
-    ctx.pretrained_files = []
-    for name, path in ctx.reachable.items():
-        m = ctx.models[name]
-        rel = m["pretrained"]
-        if rel is None:
-            continue
-        node = m["kws"]["pretrained"][1]
-        if not isinstance(rel, str):
-            ctx.err("E-FORM-002", node.span, "`:pretrained` takes a file name string")
-            continue
-        base = os.path.dirname(os.path.abspath(ctx.src.path)) if not ctx.src.path.startswith("<") else "."
-        full = rel if os.path.isabs(rel) else os.path.join(base, rel)
-        if not ctx.read_files:
-            ctx.pretrained_files.append((path, full))
-            continue
-        from ..safetensors_header import HeaderError, read_header   # (json, struct): only when reading
-        try:
-            header = read_header(full)
-        except HeaderError as e:
-            ctx.err("E-MODEL-003", node.span, f"cannot use `{rel}`: {e}")
-            continue
-        want = {".".join(p.path[len(path):]): p for p in ctx.params if p.path[:len(path)] == path}
-        # One diagnostic per file listing every mismatch (several at the same range
-        # would be merged into the first by `report`).
-        wrong = []
-        fix = None
-        for tname, p in want.items():
-            got = header.get(tname)
-            shape = "[" + " ".join(map(str, p.shape)) + "]"
-            if got is None:
-                wrong.append(f"has no tensor `{tname}` (expected {shape} {p.dtype})")
-            elif got != (p.shape, p.dtype):
-                gshape = "[" + " ".join(map(str, got[0])) + "]"
-                depth = ""
-                if p.layers and len(got[0]) == len(p.shape) and got[0][1:] == p.shape[1:] and got[1] == p.dtype:
-                    depth = f" (stacked by a `repeat`: the file has {got[0][0]} layers, the run {p.layers})"
-                    fix = fix or (f"repeat the block {got[0][0]} times to load this file, or point at a file of "
-                                  f"{p.layers} layers")
-                wrong.append(f"tensor `{tname}` is {gshape} {got[1]}, `:params` of `{name}` expects {shape} {p.dtype}"
-                             + depth)
-        if wrong:
-            ctx.err("E-MODEL-003", node.span, f"`{rel}`: " + "; ".join(wrong), help=fix)
-            continue
-        ctx.pretrained_files.append((path, full))
-        extra = sorted(set(header) - set(want))
-        if extra:
-            shown = ", ".join(f"`{t}`" for t in extra[:8]) + (f" and {len(extra) - 8} more" if len(extra) > 8 else "")
-            ctx.report(warning("W-MODEL-001", node.span,
-                               f"`{rel}` has {len(extra)} tensor{'s' if len(extra) != 1 else ''} that `:params` of "
-                               f"`{name}` does not name, which are not loaded: {shown}",
-                               help="name them in `:params`, or point at the file the model was trained into"))

@@ -1,0 +1,211 @@
+"""`:pretrained`: where a model's weights come from, how the checkpoint's names map to its parameters, and the
+comparison of the checkpoint's headers with `:params` after the mapping.
+
+`:pretrained` takes a file name, or a plist (docs/checkpoints.md):
+`(:path "gpt2-dir" :names :gpt2 :file-dtype :bf16)`: `:path` a
+safetensors file, a Hugging Face directory or its index
+(checkpoint_files.py); `:names` a standard-library mapping (`:gpt2`,
+`:llama`: hf_names.sx) or a mapping written in place (name_mapping.py);
+`:file-dtype` the dtype the file's tensors hold, cast on load to each
+parameter's declared dtype. Without `:names`, each parameter is the
+tensor named by its path below the model joined with `.`.
+
+The mapping is checked like any form (E-MODEL-006: an entry naming no
+parameter, a parameter without an entry, a `{i}` on a parameter no
+`repeat` stacks, an op whose axes do not fit the parameter). With
+`read_files`, the headers are compared too (E-MODEL-003, one diagnostic
+listing every tensor that differs, naming the tensor and the parameter;
+W-MODEL-001 for tensors nothing reads). Never JAX.
+"""
+from __future__ import annotations
+
+import os
+
+from .. import ir
+from ..diagnostics import warning
+from ..name_mapping import LAYER, MappingError, layer_name, leaf, parse_names, patterned, source_shape, stdlib_names
+from ..syntax import Kw, ListNode, Str
+from ..types import DTYPES
+from .context import CheckContext, near_miss
+from .keywords import const_value
+
+#: The keywords of `:pretrained`'s plist.
+PRETRAINED_KEYS = ("path", "names", "file-dtype")
+
+
+def _shape(dims) -> str:
+    return "[" + " ".join(map(str, dims)) + "]"
+
+
+def read_spec(ctx: CheckContext, node) -> tuple[str, dict | None, str, str | None] | None:
+    """`:pretrained`'s value: (path as written, mapping or None, the mapping's name for messages,
+    `:file-dtype` or None), or None after reporting why not."""
+    if not (isinstance(node, ListNode) and node.items and isinstance(node.items[0], Kw)):
+        rel = const_value(ctx, node)
+        if not isinstance(rel, str):
+            ctx.err("E-FORM-002", node.span, "`:pretrained` takes a file name string, or "
+                    "`(:path \"dir\" :names :gpt2 :file-dtype :bf16)`")
+            return None
+        return rel, None, "", None
+    items, kws = node.items, {}
+    for i in range(0, len(items), 2):
+        k = items[i]
+        if not isinstance(k, Kw) or k.name not in PRETRAINED_KEYS or i + 1 >= len(items):
+            hint = near_miss(k.name, PRETRAINED_KEYS) if isinstance(k, Kw) else None
+            ctx.err("E-FORM-002", k.span, "`:pretrained` takes " + ", ".join(f"`:{a}`" for a in PRETRAINED_KEYS)
+                    + (f"; did you mean `:{hint}`?" if hint else ""))
+            return None
+        kws[k.name] = items[i + 1]
+    path = kws.get("path")
+    if not isinstance(path, Str):
+        ctx.err("E-FORM-002", node.span, "`:pretrained` needs `:path \"file, directory or index\"`")
+        return None
+    dtype = kws.get("file-dtype")
+    if dtype is not None and not (isinstance(dtype, Kw) and dtype.name in DTYPES):
+        ctx.err("E-TYPE-002", dtype.span, "`:file-dtype` must be a dtype keyword like `:bf16`")
+        return None
+    names, label = None, ""
+    given = kws.get("names")
+    if isinstance(given, Kw):
+        names, label = stdlib_names().get(given.name), f"the mapping `{given.name}`"
+        if names is None:
+            hint = near_miss(given.name, stdlib_names())
+            ctx.err("E-MODEL-006", given.span, f"no standard-library mapping `{given.name}`; they are "
+                    + ", ".join(f"`:{n}`" for n in stdlib_names()) + (f"; did you mean `:{hint}`?" if hint else ""),
+                    data={"replace": f":{hint}"} if hint else None)
+            return None
+    elif isinstance(given, ListNode):
+        def report(n, msg, help_):
+            ctx.err("E-MODEL-006", n.span, msg, help=help_ or None)
+        names, label = parse_names(given, 0, report), "`:names`"
+        if names is None:
+            return None
+    elif given is not None:
+        ctx.err("E-MODEL-006", given.span, "`:names` is a standard-library mapping (`:gpt2`, `:llama`) or a plist "
+                "`(:param \"tensor name\" ...)`")
+        return None
+    return path.value, names, label, dtype.name if dtype is not None else None
+
+
+def plan(ctx: CheckContext, name: str, prefix: tuple[str, ...], names: dict | None, label: str, node):
+    """Each parameter below `prefix` with its source and the file tensors it reads:
+    [(param, relative path, source, [(tensor name, expected shape)])], or None after E-MODEL-006."""
+    params = [p for p in ctx.params if p.path[:len(prefix)] == prefix]
+    rels = {".".join(p.path[len(prefix):]): p for p in params}
+    problems = []
+    if names is not None:
+        for key in names:
+            if key not in rels:
+                hint = near_miss(key, rels)
+                problems.append(f"{label} maps `{key}`, which is not a parameter of `{name}`"
+                                + (f" (did you mean `{hint}`?)" if hint else ""))
+    out = []
+    for rel, p in rels.items():
+        src = ("tensor", rel) if names is None else names.get(rel)
+        if src is None:
+            problems.append(f"parameter `{rel}` {_shape(p.shape)} of `{name}` has no entry in {label}")
+            continue
+        per_layer = patterned(src)
+        if per_layer and not p.layers:
+            problems.append(f"`{leaf(src)[1]}` has `{LAYER}` but parameter `{rel}` of `{name}` is not stacked by a "
+                            "`repeat`")
+            continue
+        try:
+            want = source_shape(src, p.shape[1:] if per_layer else p.shape)
+        except MappingError as e:
+            problems.append(f"parameter `{rel}` {_shape(p.shape)}: {e}")
+            continue
+        pattern = leaf(src)[1]
+        reads = [(layer_name(pattern, i), want) for i in range(p.layers)] if per_layer else [(pattern, want)]
+        out.append((p, rel, src, reads))
+    if problems:
+        ctx.err("E-MODEL-006", node.span, f"the `:pretrained` mapping of `{name}` does not fit its `:params`: "
+                + "; ".join(problems), help="map every parameter once, by the path below the model (`:h.wq`)")
+        return None
+    return out
+
+
+def check_pretrained(ctx: CheckContext) -> None:
+    """Each reachable model's `:pretrained`: its value and mapping (always), and with `read_files`
+    the checkpoint's headers against the parameters after the mapping (E-MODEL-003, W-MODEL-001).
+    Records an `ir.PretrainedIR` for each that fits, for the runtime."""
+    ctx.pretrained_files = []
+    for name, prefix in ctx.reachable.items():
+        m = ctx.models[name]
+        if m["pretrained"] is None:
+            continue
+        node = m["kws"]["pretrained"][1]
+        spec = read_spec(ctx, node)
+        if spec is None:
+            continue
+        rel, names, label, file_dtype = spec
+        todo = plan(ctx, name, prefix, names, label, node)
+        if todo is None:
+            continue
+        base = os.path.dirname(os.path.abspath(ctx.src.path)) if not ctx.src.path.startswith("<") else "."
+        full = rel if os.path.isabs(rel) else os.path.join(base, rel)
+        record = ir.PretrainedIR(prefix, full, tuple((r, src) for _, r, src, _ in todo), file_dtype)
+        if not ctx.read_files:
+            ctx.pretrained_files.append(record)
+            continue
+        if _compare(ctx, name, rel, full, base, todo, names is not None, file_dtype, node):
+            ctx.pretrained_files.append(record)
+
+
+def _compare(ctx: CheckContext, name: str, rel: str, full: str, base: str, todo, mapped: bool, file_dtype,
+             node) -> bool:
+    """E-MODEL-003 unless every tensor the plan reads is in the checkpoint with its shape and dtype;
+    W-MODEL-001 for the tensors nothing reads. Whether it fits."""
+    from ..checkpoint_files import SourceError, tensors   # (json, struct): only when reading
+    try:
+        header = tensors(full)
+    except SourceError as e:
+        why = str(e) if e.file == full else f"`{os.path.relpath(e.file, base)}` " + str(e).removeprefix("it ")
+        ctx.err("E-MODEL-003", node.span, f"cannot use `{rel}`: {why}")
+        return False
+    wrong, used, casts, fix = [], set(), set(), None
+    for p, prel, src, reads in todo:
+        dtype = file_dtype or p.dtype
+        via = f", for parameter `{prel}`" if mapped else ""
+        if len(reads) > 1 and not any(t in header for t, _ in reads):
+            wrong.append(f"has no tensor matching `{leaf(src)[1]}` (layers 0 to {len(reads) - 1}{via})")
+            continue
+        for tname, shape in reads:
+            used.add(tname)
+            got = header.get(tname)
+            if got is None:
+                wrong.append(f"has no tensor `{tname}` (expected {_shape(shape)} {dtype}{via})")
+                continue
+            if got[:2] == (shape, dtype):
+                continue
+            depth = ""
+            if (not mapped and p.layers and len(got[0]) == len(shape) and got[0][1:] == shape[1:]
+                    and got[1] == dtype):
+                depth = f" (stacked by a `repeat`: the file has {got[0][0]} layers, the run {p.layers})"
+                fix = fix or (f"repeat the block {got[0][0]} times to load this file, or point at a file of "
+                              f"{p.layers} layers")
+            if got[0] == shape and file_dtype is None:
+                casts.add(got[1])
+            if mapped:
+                wrong.append(f"tensor `{tname}` is {_shape(got[0])} {got[1]}, parameter `{prel}` {_shape(p.shape)} "
+                             f"{p.dtype} of `{name}` needs {_shape(shape)} {dtype} from it")
+            else:
+                wrong.append(f"tensor `{tname}` is {_shape(got[0])} {got[1]}, `:params` of `{name}` expects "
+                             f"{_shape(shape)} {dtype}" + depth)
+    if wrong:
+        help_ = fix
+        if help_ is None and len(casts) == 1:
+            help_ = (f"to cast the file's {next(iter(casts))} tensors to the parameters' dtypes on load, write "
+                     f"`:pretrained (:path \"{rel}\" :file-dtype :{next(iter(casts))} ...)`")
+        ctx.err("E-MODEL-003", node.span, f"`{rel}`: " + "; ".join(wrong), help=help_)
+        return False
+    extra = sorted(set(header) - used)
+    if extra:
+        shown = ", ".join(f"`{t}`" for t in extra[:8]) + (f" and {len(extra) - 8} more" if len(extra) > 8 else "")
+        whom = "the mapping" if mapped else "`:params`"
+        ctx.report(warning("W-MODEL-001", node.span,
+                           f"`{rel}` has {len(extra)} tensor{'s' if len(extra) != 1 else ''} that {whom} of "
+                           f"`{name}` does not name, which are not loaded: {shown}",
+                           help="name them in `:params`, or point at the file the model was trained into"))
+    return True
+

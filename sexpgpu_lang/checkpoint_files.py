@@ -1,0 +1,98 @@
+"""Where a `:pretrained` model's tensors are: one safetensors file, a Hugging Face directory, or its index.
+
+`:pretrained` names one of (docs/checkpoints.md "Where weights come from"):
+
+- a `.safetensors` file;
+- a directory holding `model.safetensors`, or shards with
+  `model.safetensors.index.json` (Hugging Face's layout: the index's
+  `weight_map` gives each tensor's shard, a file beside it);
+- the index file itself.
+
+`tensors` reads the headers only (safetensors_header.read_header) and
+returns each tensor's shape, dtype and file; SourceError says what is
+wrong in one line naming the file and, where one is to blame, the tensor:
+a shard the index names that is not there, a shard cut short, a tensor the
+index places in a shard that lacks it. Pure Python; never JAX.
+"""
+from __future__ import annotations
+
+import json
+import os
+
+from .safetensors_header import HeaderError, read_header
+
+#: Hugging Face's names for a checkpoint in one file and for the index of a sharded one.
+SINGLE = "model.safetensors"
+INDEX = "model.safetensors.index.json"
+
+
+class SourceError(Exception):
+    """The checkpoint cannot be used: `file` is the file to blame, and the message (which names the
+    tensor where one is to blame) says why."""
+
+    def __init__(self, file: str, message: str):
+        super().__init__(message)
+        self.file = file
+
+
+def tensors(path: str) -> dict[str, tuple[tuple[int, ...], str, str]]:
+    """Each tensor's (shape, SexpGPU dtype name or the file's own, file) in the checkpoint at `path`
+    (a file, a directory or an index), from the headers only."""
+    if os.path.isdir(path):
+        if os.path.isfile(os.path.join(path, INDEX)):
+            return _indexed(os.path.join(path, INDEX))
+        if os.path.isfile(os.path.join(path, SINGLE)):
+            return _one(os.path.join(path, SINGLE))
+        raise SourceError(path, f"it is a directory holding neither `{SINGLE}` nor `{INDEX}`")
+    if path.endswith(".json"):
+        return _indexed(path)
+    return _one(path)
+
+
+def files(path: str) -> list[str]:
+    """The files the checkpoint at `path` reads (its index first, then its shards), for content hashes."""
+    found = tensors(path)
+    index = path if path.endswith(".json") else os.path.join(path, INDEX) if os.path.isdir(path) else None
+    shards = sorted({f for _, _, f in found.values()})
+    return ([index] if index is not None and os.path.isfile(index) else []) + shards
+
+
+def _one(path: str) -> dict[str, tuple[tuple[int, ...], str, str]]:
+    try:
+        header = read_header(path)
+    except HeaderError as e:
+        raise SourceError(path, str(e))
+    return {name: (shape, dtype, path) for name, (shape, dtype) in header.items()}
+
+
+def _indexed(index: str) -> dict[str, tuple[tuple[int, ...], str, str]]:
+    """The tensors of a sharded checkpoint, from its index and its shards' headers."""
+    try:
+        with open(index, encoding="utf-8") as fh:
+            data = json.load(fh)
+    except FileNotFoundError:
+        raise SourceError(index, "no such file")
+    except OSError as e:
+        raise SourceError(index, e.strerror or str(e))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise SourceError(index, f"it is not a safetensors index (not JSON: {e})")
+    weight_map = data.get("weight_map") if isinstance(data, dict) else None
+    if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
+        raise SourceError(index, "it is not a safetensors index (no `weight_map` of tensor names to shard files)")
+    base = os.path.dirname(os.path.abspath(index))
+    headers: dict[str, dict] = {}
+    out = {}
+    for name, shard in weight_map.items():
+        full = os.path.join(base, shard)
+        if full not in headers:
+            if not os.path.isfile(full):
+                raise SourceError(index, f"it places tensor `{name}` in `{shard}`, which is not there")
+            try:
+                headers[full] = read_header(full)
+            except HeaderError as e:
+                raise SourceError(full, str(e))
+        got = headers[full].get(name)
+        if got is None:
+            raise SourceError(index, f"it places tensor `{name}` in `{shard}`, which has no such tensor")
+        out[name] = (got[0], got[1], full)
+    return out

@@ -1,0 +1,252 @@
+"""Hugging Face checkpoints: a `:pretrained` model's parameters read through its name mapping, one tensor at a
+time, and a trained model written through a mapping inverted, with an index and shards above a size.
+
+Reading (`load_mapped`): the checkpoint's headers give each tensor's file
+(sexpgpu_lang/checkpoint_files.py); each parameter is filled from the
+tensors its source names (sexpgpu_lang/name_mapping.py), one tensor at a
+time besides the parameters it fills, its mapping ops applied with NumPy,
+cast to the parameter's dtype, and placed with the sharding the
+parameter already has (on a mesh, split as the run splits it). A tensor
+changed since the checker read the header is refused naming it.
+
+Writing (`export_mapped`): each parameter runs backwards through its
+source (`split-heads` merged, `transpose` undone, the parts of a `split`
+concatenated), one shard after another of at most `max_shard_bytes`, and
+`model.safetensors.index.json` beside them when there are several
+(HF's `save_pretrained` layout). Errors are RunErrors naming file and tensor.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import jax
+import numpy as np
+
+from sexpgpu_lang import ir
+from sexpgpu_lang.checkpoint_files import INDEX, SINGLE, SourceError, tensors
+from sexpgpu_lang.name_mapping import child_shape, layer_name, leaf, patterned, source_shape
+
+from .dtypes import jdt
+from .options import RunError
+from .paths import publish
+
+
+def forward(expr: tuple, tensor: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """Apply a mapping source's ops to the file's `tensor` (of `source_shape(expr, shape)`), making `shape`."""
+    op = expr[0]
+    if op == "tensor":
+        return tensor
+    below = forward(expr[1], tensor, child_shape(expr, shape))
+    if op == "transpose":
+        return np.transpose(below, expr[2])
+    if op == "split":
+        return np.split(below, expr[3], axis=expr[2])[expr[4]]
+    return below.reshape(shape)   # split-heads
+
+
+def backward(expr: tuple, value: np.ndarray) -> tuple[np.ndarray, tuple | None]:
+    """`forward` inverted for one value (per layer): the file's tensor, or the part of it that a
+    `split` takes, with that split's (axis, parts, index) (None for a whole tensor)."""
+    op = expr[0]
+    if op == "tensor":
+        return value, None
+    if op == "split":
+        return value, expr[2:]
+    if op == "transpose":
+        return backward(expr[1], np.transpose(value, None if expr[2] is None else np.argsort(expr[2])))
+    return backward(expr[1], value.reshape(child_shape(expr, value.shape)))
+
+
+class _Reader:
+    """The checkpoint's tensors, each read from its byte range (the header's `data_offsets`) with
+    one `readinto`: straight into the parameter's buffer when the tensor is the parameter (or its
+    layer) as it is, else into a buffer of its own that the mapping's ops then read. So each byte
+    is copied once, as a `read` of the file copies it (safetensors' `get_tensor` copies each
+    tensor twice, and a memory map pays a page fault per page)."""
+
+    def __init__(self, found: dict):
+        self.found = found
+        self.offsets: dict[str, tuple[int, dict]] = {}
+        self.handles: dict[str, object] = {}
+
+    def read(self, name: str, shape: tuple[int, ...], readers: list[tuple[str, set[str]]],
+             into: np.ndarray | None = None) -> np.ndarray:
+        """Tensor `name`, checked against the shape the checker found and the dtypes each
+        parameter reading it accepts (`readers`: (parameter, dtypes)); read into `into` (a
+        C-contiguous array of its shape and dtype) when given."""
+        from sexpgpu_lang.safetensors_header import HeaderError, data_offsets
+        got = self.found.get(name)
+        if got is None:
+            raise RunError(f"the checkpoint has no tensor `{name}` (for parameter `{readers[0][0]}`)")
+        fshape, fdtype, file = got
+        for param, dtypes in readers:
+            if tuple(fshape) != tuple(shape) or fdtype not in dtypes:
+                raise RunError(f"{file}: tensor `{name}` is {list(fshape)} {fdtype}, parameter `{param}` needs "
+                               f"{list(shape)} {' or '.join(sorted(dtypes))} from it (the file changed since it "
+                               "was checked?)")
+        out = into if into is not None else np.empty(shape, np.dtype(jdt(fdtype)))
+        try:
+            if file not in self.offsets:
+                self.offsets[file] = data_offsets(file)
+                self.handles[file] = open(file, "rb", buffering=0)
+            start, offsets = self.offsets[file]
+            begin, end = offsets[name]
+            fh = self.handles[file]
+            fh.seek(start + begin)
+            view = memoryview(out.reshape(-1).view(np.uint8))
+            done = 0
+            while done < end - begin:
+                n = fh.readinto(view[done:])
+                if not n:
+                    raise OSError(f"the file ends {end - begin - done} bytes before the tensor does")
+                done += n
+        except (OSError, ValueError, KeyError, HeaderError) as e:
+            raise RunError(f"{file}: cannot read tensor `{name}`: {e}")
+        return out
+
+    def close(self) -> None:
+        for fh in self.handles.values():
+            fh.close()
+
+
+def _aligned(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    """An uninitialised host array aligned to 64 bytes: `jax.device_put` on the CPU then uses its
+    memory as the device buffer instead of copying it (XLA's CPU alignment)."""
+    n = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    raw = np.empty(n + 64, np.uint8)
+    off = (-raw.ctypes.data) % 64
+    return raw[off:off + n].view(dtype).reshape(shape)
+
+
+def load_mapped(spec: ir.PretrainedIR, params: tuple[ir.ParamIR, ...], trees: dict[bool, dict]) -> None:
+    """Fill every parameter below `spec.prefix` from its checkpoint: `trees[p.frozen]` is the tree
+    (trainable or frozen) holding parameter `p`, whose value is replaced in place.
+
+    The parameters whose sources read the same tensors (GPT-2's query, key and value, from one
+    `c_attn`) are filled together, so each tensor is read once; each parameter's initial value is
+    dropped before its new one is made, so the host holds at most the parameters being filled
+    (besides those already placed) and one tensor."""
+    try:
+        found = tensors(spec.path)
+    except SourceError as e:
+        raise RunError(f"cannot use {spec.path}: " + (f"{e.file}: " if e.file != spec.path else "") + str(e))
+    names = dict(spec.names)
+    reader = _Reader(found)
+    groups: dict[tuple[str, int], list] = {}
+    for p in params:
+        if p.path[:len(spec.prefix)] == spec.prefix:
+            rel = ".".join(p.path[len(spec.prefix):])
+            src = names[rel]
+            groups.setdefault((leaf(src)[1], p.shape[0] if patterned(src) else 0), []).append((p, rel, src))
+    try:
+        _fill(spec, groups, trees, reader)
+    finally:
+        reader.close()
+
+
+def _fill(spec: ir.PretrainedIR, groups: dict, trees: dict[bool, dict], reader: _Reader) -> None:
+    """Fill each group of parameters that read the same tensors (see `load_mapped`)."""
+    from .params import set_path
+    for (pattern, layers), members in groups.items():
+        filled = []
+        for p, rel, src in members:
+            tree = trees[p.frozen]
+            node = tree
+            for k in p.path[:-1]:
+                node = node[k]
+            sharding = node[p.path[-1]].sharding
+            node[p.path[-1]] = None      # the initial value is not needed: free it before the new one exists
+            filled.append((p, rel, src, tree, sharding, _aligned(p.shape, np.dtype(jdt(p.dtype)))))
+        readers = [(rel, {spec.file_dtype or p.dtype}) for p, rel, _, _, _, _ in filled]
+        first_p, _, first_src = members[0]
+        want = source_shape(first_src, first_p.shape[1:] if layers else first_p.shape)
+        direct = (len(filled) == 1 and first_src[0] == "tensor"
+                  and (spec.file_dtype or first_p.dtype) == first_p.dtype)   # read into the parameter itself
+        for i in range(layers) if layers else (None,):
+            name = layer_name(pattern, i) if layers else pattern
+            if direct:
+                value = filled[0][-1]
+                reader.read(name, want, readers, value[i] if layers else value)
+                continue
+            tensor = reader.read(name, want, readers)
+            for p, rel, src, _, _, value in filled:
+                shape = p.shape[1:] if layers else p.shape
+                if layers:
+                    value[i] = forward(src, tensor, shape)
+                else:
+                    value[...] = forward(src, tensor, shape)
+            del tensor
+        for p, rel, src, tree, sharding, value in filled:
+            set_path(tree, p.path, jax.device_put(value, sharding))
+
+
+def mapped_tensors(names: dict[str, tuple], values: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The checkpoint's tensors that `values` (parameter path below the model -> array) make through the
+    mapping `names` inverted. Raises RunError for a fused tensor whose parts are not all mapped."""
+    out: dict[str, np.ndarray] = {}
+    parts: dict[str, dict[int, np.ndarray]] = {}
+    fused: dict[str, tuple[int, int]] = {}
+    for rel, src in names.items():
+        value = values[rel]
+        per_layer = [(layer_name(leaf(src)[1], i), value[i]) for i in range(value.shape[0])] if patterned(src) \
+            else [(leaf(src)[1], value)]
+        for name, v in per_layer:
+            got, split = backward(src, np.asarray(v))
+            if split is None:
+                out[name] = np.ascontiguousarray(got)
+            else:
+                axis, n, index = split
+                fused[name] = (axis, n)
+                parts.setdefault(name, {})[index] = got
+    for name, (axis, n) in fused.items():
+        missing = [i for i in range(n) if i not in parts[name]]
+        if missing:
+            raise RunError(f"cannot write tensor `{name}`: the mapping fills parts {sorted(parts[name])} of its {n}, "
+                           f"not {missing}")
+        out[name] = np.concatenate([parts[name][i] for i in range(n)], axis=axis)
+    return out
+
+
+def export_mapped(path: Path, names: dict[str, tuple], values: dict[str, np.ndarray],
+                  max_shard_bytes: int = 5 * 10**9) -> list[Path]:
+    """Write `values` through the mapping `names`, inverted, into the directory `path` in Hugging Face's
+    layout: `model.safetensors`, or shards `model-0000k-of-0000n.safetensors` of at most `max_shard_bytes`
+    each (a tensor larger than that has a shard of its own) and `model.safetensors.index.json`. Each file
+    is written under a temporary name and renamed into place; the files an earlier export left that this
+    one does not write are removed. Returns the files written."""
+    from safetensors.numpy import save_file
+    tensors_out = mapped_tensors(names, values)
+    shards: list[dict[str, np.ndarray]] = [{}]
+    size = 0
+    for name, t in tensors_out.items():
+        if shards[-1] and size + t.nbytes > max_shard_bytes:
+            shards.append({})
+            size = 0
+        shards[-1][name] = t
+        size += t.nbytes
+    path = Path(path)
+    try:
+        path.mkdir(parents=False, exist_ok=True)
+        files = ([SINGLE] if len(shards) == 1 else
+                 [f"model-{k + 1:05d}-of-{len(shards):05d}.safetensors" for k in range(len(shards))])
+        written = []
+        for fname, shard in zip(files, shards):
+            tmp = path / f".{fname}.tmp"
+            save_file(shard, str(tmp), metadata={"format": "pt"})
+            publish(tmp, path / fname)
+            written.append(path / fname)
+        if len(shards) > 1:
+            index = {"metadata": {"total_size": int(sum(t.nbytes for t in tensors_out.values()))},
+                     "weight_map": {name: fname for fname, shard in zip(files, shards) for name in shard}}
+            tmp = path / f".{INDEX}.tmp"
+            tmp.write_text(json.dumps(index, indent=2) + "\n", encoding="utf-8")
+            publish(tmp, path / INDEX)
+            written.append(path / INDEX)
+        for old in os.listdir(path):
+            if old.startswith("model") and (old.endswith(".safetensors") or old == INDEX) and path / old not in written:
+                (path / old).unlink()
+    except Exception as e:  # safetensors raises its own error types besides OSError
+        raise RunError(f"cannot write {path}: {e.strerror if isinstance(e, OSError) and e.strerror else e}")
+    return written
