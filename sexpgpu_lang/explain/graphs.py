@@ -34,14 +34,16 @@ def param_bytes(program: ir.Program, frozen: bool | None = None) -> int:
 def optimizer_bytes(program: ir.Program) -> int:
     """Bytes of optax's state for the run's optimizer: adam and adamw keep two moments per trainable
     parameter and an i32 step count, lion one moment and a count, sgd nothing (one trace with
-    `:momentum`)."""
+    `:momentum`); a schedule as `:lr` (`(name settings)`) adds its own i32 count
+    (`optax.scale_by_schedule`'s state)."""
     name, a = program.run.optimizer
     tr = param_bytes(program, frozen=False)
+    count = 4 if isinstance(a.get("lr"), tuple) else 0
     if name == "lion":
-        return tr + 4
+        return tr + 4 + count
     if name == "sgd":
-        return tr if a.get("momentum") is not None else 0
-    return 2 * tr + 4
+        return (tr if a.get("momentum") is not None else 0) + count
+    return 2 * tr + 4 + count
 
 
 def plist_bytes(t: Type | None) -> int:
