@@ -252,6 +252,28 @@ def _top_k(call):
     return {"values": values, "indices": indices.astype(jnp.int32)}
 
 
+# -- reads and writes at a traced position ------------------------------------------------------
+
+
+def _start_indices(starts):
+    """The start indices as i32 scalars (the trip is i64; JAX wants one dtype for all of them)."""
+    return [jnp.asarray(s).astype(jnp.int32) for s in starts]
+
+
+# JAX's rule, kept: each start is clamped into 0 ... axis - size (negative starts are not wrapped).
+LOWERINGS["dynamic-slice"] = lambda call: lax.dynamic_slice(call.args[0], _start_indices(call.args[1]),
+                                                            call.static["sizes"], allow_negative_indices=False)
+LOWERINGS["dynamic-update-slice"] = lambda call: lax.dynamic_update_slice(
+    call.args[0], _as(call.args[1], call.static["dtype"]), _start_indices(call.args[2]), allow_negative_indices=False)
+
+
+@lowering("at-set")
+def _at_set(call):
+    """`x.at[i, j].set(v)`: negative indices from the end, an out-of-range update dropped."""
+    index = tuple(jnp.asarray(i, jdt(dt)) for i, dt in zip(call.args[1], call.static["index_dtypes"]))
+    return call.args[0].at[index].set(_as(call.args[2], call.static["dtype"]), mode="drop")
+
+
 LOWERINGS["cast"] = lambda call: jnp.asarray(call.args[0]).astype(jdt(call.static["dtype"]))
 LOWERINGS["stop-gradient"] = lambda call: lax.stop_gradient(jnp.asarray(call.args[0]))
 
