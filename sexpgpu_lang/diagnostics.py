@@ -77,6 +77,7 @@ CODES: dict[str, str] = {
     "W-STACK-001": "a generator reads a per-microbatch context key: the run stays unstacked",
     "W-RAND-001": "an unsalted draw inside a generator",
     "W-RAND-002": "an unsalted draw in `prepare` or `objective`",
+    "E-RAND-001": "a sampling setting out of range (`:temperature`, `:top-k`, `:top-p`)",
     "W-MODEL-001": "a `:pretrained` file has tensors `:params` does not name",
     "W-OPT-001": "a warmup longer than the run",
 }
