@@ -57,7 +57,7 @@ RUN_KEYS: tuple[str, ...] = ("loader", "steps", "microbatches", "stack", "precis
 #: The keywords each keyword-taking form accepts (`stage` is the form inside `curriculum`).
 FORM_KEYWORDS: dict[str, tuple[str, ...]] = {
     "loader": ("source", "batch", "fields"),
-    "defmodel": ("params", "apply", "frozen", "pretrained", "remat"),
+    "defmodel": ("params", "apply", "frozen", "pretrained", "remat", "entries"),
     "repeat": ("remat",),
     "defgenerate": ("trips", "init", "step", "finish"),
     "run": RUN_KEYS,
@@ -106,6 +106,8 @@ KEYWORD_DOCS: dict[tuple[str, str], str] = {
     ("loader", "fields"): "each field's per-record shape and dtype: `(:name [shape] :dtype ...)`",
     ("defmodel", "params"): "the parameters: initialisers or sub-models",
     ("defmodel", "apply"): "`(lambda (self x ...) ...)`: how the model applies",
+    ("defmodel", "entries"): "more functions over the same parameters: `(:decode (lambda (self tok cache pos) ...))`, "
+                             "called `(name :decode tok cache pos)`",
     ("defmodel", "frozen"): "`true`: the parameters are never updated",
     ("defmodel", "pretrained"): "a file the parameters are loaded from",
     ("defmodel", "remat"): "recompute this model's activations in the backward pass: `:nothing-saveable`, "
