@@ -62,6 +62,7 @@ CODES: dict[str, str] = {
     "E-GEN-003": "a generated name is a loader field",
     "E-GEN-004": "a metric inside a generator",
     "E-GEN-005": "`:trips` is not an integer from 1 to 1048576",
+    "E-GEN-006": "`:until` does not return a bool scalar",
     "E-CONTRACT-001": "`prepare` reads a field nobody provides",
     "E-CONTRACT-002": "`objective` does not return a float scalar",
     "E-CONTRACT-005": "a pass that does not run the generator reads a generated name",

@@ -59,7 +59,7 @@ FORM_KEYWORDS: dict[str, tuple[str, ...]] = {
     "loader": ("source", "batch", "fields"),
     "defmodel": ("params", "apply", "frozen", "pretrained", "remat", "entries"),
     "repeat": ("remat",),
-    "defgenerate": ("trips", "init", "step", "finish"),
+    "defgenerate": ("trips", "init", "step", "finish", "until"),
     "run": RUN_KEYS,
     "pass": ("loader", "every", "batches", "prepare"),
     "stage": ("loader", "records"),
@@ -101,6 +101,8 @@ KEYWORD_DOCS: dict[tuple[str, str], str] = {
     ("defgenerate", "step"): "the state, the trip (`[] i64`) and the context to the next state, "
                              "with the keys, shapes and dtypes `:init` made",
     ("defgenerate", "finish"): "optional: the last state and the context, once, to any plist of tensors",
+    ("defgenerate", "until"): "optional: the state after a trip and the context to a bool scalar; once it holds, "
+                              "the trips may end early (`:trips` stays the upper bound)",
     ("loader", "source"): "where records come from: `(stride-rows ...)`, `(npz ...)`, `(text-bytes ...)`",
     ("loader", "batch"): "records per batch",
     ("loader", "fields"): "each field's per-record shape and dtype: `(:name [shape] :dtype ...)`",
@@ -130,9 +132,10 @@ KEYWORD_DOCS: dict[tuple[str, str], str] = {
 }
 
 #: The context keys every phase sees, with their dtypes, in the order of the runtime's context
-#: rows (one `[S 5]` i64 row per copy; docs/language.md "Context", docs/runtime.md).
+#: rows (one `[S 6]` i64 row per copy; docs/language.md "Context", docs/runtime.md).
 CONTEXT_KEYS: tuple[tuple[str, str], ...] = (
     ("step", "i64"), ("microbatch", "i32"), ("records", "i64"), ("stage", "i32"), ("stage-records", "i64"),
+    ("pass", "i32"),
 )
 
 #: One-line docs of the context keys (docs/language.md "Context").
@@ -142,6 +145,7 @@ CONTEXT_DOCS: dict[str, str] = {
     "records": "training records consumed before this microbatch",
     "stage": "the curriculum stage",
     "stage-records": "records consumed within the stage",
+    "pass": "0 in training; in an evaluation pass, the pass's number, from 1 in the file's order",
 }
 
 #: Context keys that move between the microbatches of one stacked call (W-STACK-001).
