@@ -52,3 +52,25 @@ def test_prefill_then_one_position_per_call_equals_the_full_forward():
     np.testing.assert_allclose(np.concatenate(got, axis=1), want, rtol=1e-5, atol=1e-5)
     # the cache holds each position's key once, the positions not yet written still zero
     assert np.all(np.asarray(k)[:, T:] == 0) and np.all(np.asarray(k)[:, :T] != 0)
+
+
+def test_transformer_block_cached_equals_transformer_block():
+    rng = np.random.default_rng(1)
+    w = lambda *s: (rng.standard_normal(s) * 0.3).astype(np.float32)
+    hk = 4
+    ws = {"ln1-gain": 1 + w(D), "ln1-bias": w(D), "wq": w(D, N, hk), "wk": w(D, N, hk), "wv": w(D, N, hk),
+          "wo": w(N, hk, D), "ln2-gain": 1 + w(D), "ln2-bias": w(D), "w1": w(D, F), "b1": w(F), "w2": w(F, D), "b2": w(D)}
+    names = "ln1-gain ln1-bias wq wk wv wo ln2-gain ln2-bias w1 b1 w2 b2"
+    x = w(B, T, D)
+    _, full = compiled(f"(transformer-block x {names})", {**ws, "x": x})
+    want = np.asarray(full({**ws, "x": jnp.asarray(x)}))
+    zeros = np.zeros((B, S, N, hk), np.float32)
+    env = {**ws, "x": x[:, :1], "pos": np.int32(0), "k-cache": zeros, "v-cache": zeros}
+    _, step = compiled(f"(transformer-block-cached x pos k-cache v-cache {names})", env)
+    k, v, got = jnp.asarray(zeros), jnp.asarray(zeros), []
+    for p in range(T):   # no prefill: one position per call from the start
+        out = step({**{n: jnp.asarray(a) for n, a in ws.items()}, "x": jnp.asarray(x[:, p:p + 1]),
+                    "pos": jnp.asarray(p, jnp.int32), "k-cache": k, "v-cache": v})
+        k, v = out["k"], out["v"]
+        got.append(np.asarray(out["h"]))
+    np.testing.assert_allclose(np.concatenate(got, axis=1), want, rtol=1e-5, atol=1e-5)
