@@ -61,3 +61,23 @@ def test_until_is_in_the_ir():
     prog = program_of(UNTIL)
     assert prog.generate.until is not None and prog.generate.until.out.show() == "[] bool"
     assert program_of(FROZEN).generate.until is None
+
+
+def test_the_context_says_training_or_which_pass(tmp_path):
+    """`:pass` is 0 while training and the pass's number (1, 2 ... in the file's order) in a pass,
+    in the generator too: here `:finish` returns it and `objective` reports it."""
+    from sexpgpu_runtime.train import RunOptions, train
+    text = variant("""                    :correct (mean (cast (= row truth) :f32) :axes [1] :keepdims true)))))""",
+                   """                    :correct (mean (cast (= row truth) :f32) :axes [1] :keepdims true)
+                    :seen (full [64 1] (getf ctx :pass))))))""", FROZEN)
+    text = variant("        :correct (field batch :correct))))",
+                   "        :correct (field batch :correct)\n        :seen (field batch :seen))))", text)
+    text = variant("    (metric :generation-accuracy (mean (getf inputs :correct)))",
+                   "    (metric :generation-accuracy (mean (getf inputs :correct)))\n"
+                   "    (metric :seen (mean (cast (getf inputs :seen) :f32)))", text)
+    text = variant("(run :loader train", "(pass first :loader train :every 2 :batches 1)\n"
+                   "(pass second :loader train :every 2 :batches 1)\n\n(run :loader train", text)
+    text = variant(":log (:every 50)", ":log (:every 1)", text)
+    result = train(program_of(text, str(tmp_path / "run.sx")), RunOptions(steps=2, run_dir=tmp_path, quiet=True))
+    last = result.history[-1]
+    assert last["seen"] == 0.0 and last["first/seen"] == 1.0 and last["second/seen"] == 2.0, last
