@@ -62,6 +62,7 @@ CODES: dict[str, str] = {
     "E-GEN-003": "a generated name is a loader field",
     "E-GEN-004": "a metric inside a generator",
     "E-GEN-005": "`:trips` is not an integer from 1 to 1048576",
+    "E-GEN-006": "`:until` does not return a bool scalar",
     "E-CONTRACT-001": "`prepare` reads a field nobody provides",
     "E-CONTRACT-002": "`objective` does not return a float scalar",
     "E-CONTRACT-005": "a pass that does not run the generator reads a generated name",
@@ -81,6 +82,7 @@ CODES: dict[str, str] = {
     "W-RAND-003": "a salt that is the same at every trip of `:step`",
     "W-GEN-001": "an `f32` state entry under `:precision :bf16`",
     "W-SHAPE-001": "an index or label provably outside the axis it indexes",
+    "E-RAND-001": "a sampling setting out of range (`:temperature`, `:top-k`, `:top-p`)",
     "W-MODEL-001": "a `:pretrained` file has tensors `:params` does not name",
     "W-OPT-001": "a warmup longer than the run",
 }

@@ -338,7 +338,7 @@ class PretrainedIR:
 
 @dataclass(frozen=True)
 class GenerateIR:
-    """`defgenerate`: the trips and its three phases (finish may be None)."""
+    """`defgenerate`: the trips and its three phases (finish may be None), and its `:until` (or None)."""
 
     trips: int
     init: Phase
@@ -347,6 +347,8 @@ class GenerateIR:
     state: PlistType
     out: PlistType
     ctx_keys: frozenset[str]
+    #: `:until`: the state after a trip and the context to a bool scalar, or None (every trip runs)
+    until: Phase | None = None
 
 
 @dataclass(frozen=True)

@@ -57,9 +57,9 @@ RUN_KEYS: tuple[str, ...] = ("loader", "steps", "microbatches", "stack", "precis
 #: The keywords each keyword-taking form accepts (`stage` is the form inside `curriculum`).
 FORM_KEYWORDS: dict[str, tuple[str, ...]] = {
     "loader": ("source", "batch", "fields"),
-    "defmodel": ("params", "apply", "frozen", "pretrained", "remat"),
+    "defmodel": ("params", "apply", "frozen", "pretrained", "remat", "entries"),
     "repeat": ("remat",),
-    "defgenerate": ("trips", "init", "step", "finish"),
+    "defgenerate": ("trips", "init", "step", "finish", "until"),
     "run": RUN_KEYS,
     "pass": ("loader", "every", "batches", "prepare"),
     "stage": ("loader", "records"),
@@ -101,12 +101,16 @@ KEYWORD_DOCS: dict[tuple[str, str], str] = {
     ("defgenerate", "step"): "the state, the trip (`[] i64`) and the context to the next state, "
                              "with the keys, shapes and dtypes `:init` made",
     ("defgenerate", "finish"): "optional: the last state and the context, once, to any plist of tensors",
+    ("defgenerate", "until"): "optional: the state after a trip and the context to a bool scalar; once it holds, "
+                              "the trips may end early (`:trips` stays the upper bound)",
     ("loader", "source"): "where records come from: `(stride-rows ...)`, `(npz ...)`, `(text-bytes ...)`, "
                           "`(tokens ...)`, `(text-tokens ...)`, `(jsonl ...)`, `(parquet ...)`",
     ("loader", "batch"): "records per batch",
     ("loader", "fields"): "each field's per-record shape and dtype: `(:name [shape] :dtype ...)`",
     ("defmodel", "params"): "the parameters: initialisers or sub-models",
     ("defmodel", "apply"): "`(lambda (self x ...) ...)`: how the model applies",
+    ("defmodel", "entries"): "more functions over the same parameters: `(:decode (lambda (self tok cache pos) ...))`, "
+                             "called `(name :decode tok cache pos)`",
     ("defmodel", "frozen"): "`true`: the parameters are never updated",
     ("defmodel", "pretrained"): "where the parameters are loaded from: a safetensors file, a Hugging Face directory or "
                                 "its index; or `(:path \"dir\" :names :gpt2 :file-dtype :bf16)`",
@@ -130,9 +134,10 @@ KEYWORD_DOCS: dict[tuple[str, str], str] = {
 }
 
 #: The context keys every phase sees, with their dtypes, in the order of the runtime's context
-#: rows (one `[S 5]` i64 row per copy; docs/language.md "Context", docs/runtime.md).
+#: rows (one `[S 6]` i64 row per copy; docs/language.md "Context", docs/runtime.md).
 CONTEXT_KEYS: tuple[tuple[str, str], ...] = (
     ("step", "i64"), ("microbatch", "i32"), ("records", "i64"), ("stage", "i32"), ("stage-records", "i64"),
+    ("pass", "i32"),
 )
 
 #: One-line docs of the context keys (docs/language.md "Context").
@@ -142,6 +147,7 @@ CONTEXT_DOCS: dict[str, str] = {
     "records": "training records consumed before this microbatch",
     "stage": "the curriculum stage",
     "stage-records": "records consumed within the stage",
+    "pass": "0 in training; in an evaluation pass, the pass's number, from 1 in the file's order",
 }
 
 #: Context keys that move between the microbatches of one stacked call (W-STACK-001).

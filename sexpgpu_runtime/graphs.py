@@ -14,8 +14,8 @@ every phase over them, the parameters and (in the generator) the context
 scalars shared; each copy's gradient is added in microbatch order, so the
 bits equal an unstacked run's.
 
-Every graph that reads the context takes the group's context rows, one [S 5]
-i64 array (`unpack_ctx`), not five scalars. On one device `generate.init`
+Every graph that reads the context takes the group's context rows, one [S 6]
+i64 array (`unpack_ctx`), not six scalars. On one device `generate.init`
 (or, without a generator, the training graph) takes the group's batch and
 rows as numpy, so its own call transfers them: no separate call or graph
 puts a group on the device.
@@ -24,6 +24,7 @@ puts a group on the device.
 """
 from __future__ import annotations
 
+import collections
 from collections import Counter
 from dataclasses import dataclass
 
@@ -42,23 +43,29 @@ from .lowering import Effects, run_phase
 from .params import merge
 
 
+#: How many trips late the trip loop reads `:until`'s flag (`Graphs.trips`): trip t's flag is read
+#: before trip t + UNTIL_LAG is dispatched, while trips t+1 ... t+UNTIL_LAG-1 are queued.
+UNTIL_LAG = 3
+
 #: The context keys and their numpy dtypes, in the order of a context row (`language.CONTEXT_KEYS`).
 _CTX_FIELDS = tuple((k, np.dtype(JAX_DTYPES[d])) for k, d in CONTEXT_KEYS)
 
 
-def make_ctx(step: int, microbatch: int, records: int, stage: int = 0, stage_records: int | None = None) -> dict:
+def make_ctx(step: int, microbatch: int, records: int, stage: int = 0, stage_records: int | None = None,
+             pass_number: int = 0) -> dict:
     """The context scalars of one microbatch, keyed and typed as `language.CONTEXT_KEYS` says (`:step`
-    i64, `:microbatch` i32, ...; DESIGN.md section 2): the values of one context row, unpacked."""
-    values = (step, microbatch, records, stage, records if stage_records is None else stage_records)
+    i64, `:microbatch` i32, ...; DESIGN.md section 2): the values of one context row, unpacked.
+    `pass_number` is `:pass`: 0 in training, k for the file's k-th evaluation pass."""
+    values = (step, microbatch, records, stage, records if stage_records is None else stage_records, pass_number)
     return {k: dt.type(v) for (k, dt), v in zip(_CTX_FIELDS, values, strict=True)}
 
 
 def unpack_ctx(rows, per_copy: bool) -> dict:
     """Traced inside every graph that reads the context: the context scalars unpacked from the context
-    rows `rows`, [S 5] i64 (one row of `make_ctx`'s values per copy of a stacked group, [1 5] else),
+    rows `rows`, [S 6] i64 (one row of `make_ctx`'s values per copy of a stacked group, [1 6] else),
     with their dtypes (`make_ctx`). `per_copy`: each entry [S]-shaped (a stacked training graph),
     else the first copy's scalars (an unstacked graph, and the generator, whose copies share the
-    step's context). One [S 5] array per call instead of five scalars: on one device the rows go over
+    step's context). One [S 6] array per call instead of six scalars: on one device the rows go over
     with the batch in `generate.init`'s call (or the training graph's), and no separate graph unpacks them."""
     ctx = {k: rows[:, i].astype(dt) for i, (k, dt) in enumerate(_CTX_FIELDS)}
     return ctx if per_copy else {k: v[0] for k, v in ctx.items()}
@@ -131,7 +138,10 @@ class Graphs:
             if S > 1:
                 self.gen_init = jax.jit(self._counted("generate.init stacked", self._start(
                     jax.vmap(init, in_axes=(None, None, 0, None)))))
-                self.gen_step = jax.jit(self._counted("generate.step stacked", jax.vmap(step, in_axes=(None, None, 0, None, None))),
+                stacked_step = jax.vmap(step, in_axes=(None, None, 0, None, None))
+                if gen.until is not None:   # the group's trips end once every copy's `:until` holds
+                    stacked_step = (lambda f: lambda *a: (lambda st, done: (st, jnp.all(done)))(*f(*a)))(stacked_step)
+                self.gen_step = jax.jit(self._counted("generate.step stacked", stacked_step),
                                         donate_argnums=(2,) if dn else ())
                 self.gen_finish = jax.jit(self._counted("generate.finish stacked", jax.vmap(finish, in_axes=(None, None, 0, None))))
             else:
@@ -222,6 +232,16 @@ class Graphs:
             _check("generate.step", out, gen.state)
             return self._records(out)
 
+        def step_until(trainable, frozen, state, trip, rows):
+            """`:step`, then `:until` on the new state: (state, bool scalar), one graph per trip."""
+            out = next_state(trainable, frozen, state, trip, rows)
+            done = run_phase(gen.until, [out, unpack_ctx(rows, False)], merge(trainable, frozen), self._fx(True))
+            return out, jnp.asarray(done, jnp.bool_)
+
+        next_state = step
+        if gen.until is not None:
+            step = step_until
+
         def finish(trainable, frozen, state, rows):
             if gen.finish is None:
                 return state
@@ -240,7 +260,7 @@ class Graphs:
     def generate(self, trainable, frozen, batch, rows, stacked: bool, on_trip=None):
         """Run the generator on one group (or one batch): `generate.init`, the trips, `generate.finish`.
 
-        `batch` holds the loader's fields ([S B ...] when stacked) and `rows` the context rows, [S 5]
+        `batch` holds the loader's fields ([S B ...] when stacked) and `rows` the context rows, [S 6]
         i64 (`make_ctx`'s values per copy; `unpack_ctx`), as numpy on one device: `generate.init`'s call
         puts both on the device and returns the device copies, which every later call of the group
         reads (one transfer per group); on a mesh they come already placed. Returns (batch, rows,
@@ -254,12 +274,28 @@ class Graphs:
         """The trip loop: for each trip t, `on_trip(t)` (the trainer's stop check) and one call of the
         jitted `generate.step` (stacked or not) with the trip as an i64 device array, the state staying on
         the device. Returns the state after the last trip (the generator's state keys, device arrays).
-        Nothing here waits for the device: each call is queued (asynchronous dispatch)."""
+        Nothing here waits for the device: each call is queued (asynchronous dispatch).
+
+        With `:until`, each trip's call also returns whether `:until` holds after it; the loop reads
+        trip t's flag only before trip t + UNTIL_LAG, so it waits for a trip that finished while
+        later ones are queued, never for the one just dispatched, and stops dispatching once a flag
+        holds. The trips run after the flag held (at most UNTIL_LAG - 1) see a state whose finished
+        rows the file freezes, so the result is the bits of all `:trips` (docs/language.md).
+        `self.trips_run` is how many trips the last call ran."""
         step = self.gen_step if stacked else self.gen_step_1
+        until = self.p.generate.until is not None
+        flags: collections.deque = collections.deque()
+        self.trips_run = 0
         for t, trip in enumerate(self.trip_values):
+            if until and len(flags) >= UNTIL_LAG and bool(flags.popleft()):
+                break
             if on_trip is not None:
                 on_trip(t)
             state = step(trainable, frozen, state, trip, rows)
+            if until:
+                state, done = state
+                flags.append(done)
+            self.trips_run = t + 1
         return state
 
     @property
@@ -308,7 +344,7 @@ class Graphs:
 
     def _grads(self, trainable, frozen, batches, rows, base, bad=None):
         """The training graph of one group: (losses, gradients, metrics, diagnostics, counter deltas), one
-        entry per copy in microbatch order; `rows` are the group's context rows, [S 5] i64 (`unpack_ctx`).
+        entry per copy in microbatch order; `rows` are the group's context rows, [S 6] i64 (`unpack_ctx`).
         With `bad` (the trainer's record of the first non-finite loss, `no_bad`), the counter totals
         after the group and the updated record replace the deltas: (losses, gradients, metrics,
         diagnostics, totals, bad); see `_tally`."""

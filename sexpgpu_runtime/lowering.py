@@ -252,6 +252,28 @@ def _top_k(call):
     return {"values": values, "indices": indices.astype(jnp.int32)}
 
 
+# -- reads and writes at a traced position ------------------------------------------------------
+
+
+def _start_indices(starts):
+    """The start indices as i32 scalars (the trip is i64; JAX wants one dtype for all of them)."""
+    return [jnp.asarray(s).astype(jnp.int32) for s in starts]
+
+
+# JAX's rule, kept: each start is clamped into 0 ... axis - size (negative starts are not wrapped).
+LOWERINGS["dynamic-slice"] = lambda call: lax.dynamic_slice(call.args[0], _start_indices(call.args[1]),
+                                                            call.static["sizes"], allow_negative_indices=False)
+LOWERINGS["dynamic-update-slice"] = lambda call: lax.dynamic_update_slice(
+    call.args[0], _as(call.args[1], call.static["dtype"]), _start_indices(call.args[2]), allow_negative_indices=False)
+
+
+@lowering("at-set")
+def _at_set(call):
+    """`x.at[i, j].set(v)`: negative indices from the end, an out-of-range update dropped."""
+    index = tuple(jnp.asarray(i, jdt(dt)) for i, dt in zip(call.args[1], call.static["index_dtypes"]))
+    return call.args[0].at[index].set(_as(call.args[2], call.static["dtype"]), mode="drop")
+
+
 LOWERINGS["cast"] = lambda call: jnp.asarray(call.args[0]).astype(jdt(call.static["dtype"]))
 LOWERINGS["stop-gradient"] = lambda call: lax.stop_gradient(jnp.asarray(call.args[0]))
 
@@ -281,10 +303,38 @@ def _normal(call):
 
 @lowering("categorical")
 def _categorical(call):
+    """`jax.random.categorical` over logits / temperature; `:top-k` draws among `lax.top_k`'s k
+    largest (exactly k, ties broken as top_k breaks them) and `:top-p` keeps, of those in
+    descending order, each whose preceding probabilities sum to under p (so the most likely
+    always stays), as Hugging Face's warpers do (temperature, then top-k, then top-p).
+    Temperature 0 is `jnp.argmax` of the logits: the same index every time; a traced
+    temperature of 0 gives the argmax too."""
+    s = call.static
     logits = call.args[0]
-    if "temperature" in call.kwargs:
-        logits = logits / jnp.asarray(call.kwargs["temperature"], logits.dtype)
-    return jax.random.categorical(draw_key(call), logits, axis=-1).astype(jnp.int32)
+    if s.get("greedy"):
+        return jnp.argmax(logits, axis=-1).astype(jnp.int32)
+    temp = call.kwargs.get("temperature")
+    zero = None
+    if temp is not None:
+        temp = jnp.asarray(temp, logits.dtype)
+        if "greedy" not in s:   # traced: 0 means the argmax
+            zero = temp == 0
+            temp = jnp.where(zero, jnp.ones_like(temp), temp)
+        logits = logits / temp
+    key = draw_key(call)
+    if "top_k" in s or "top_p" in s:
+        values, index = lax.top_k(logits, s.get("top_k", logits.shape[-1]))
+        if "top_p" in s:
+            probs = jax.nn.softmax(values.astype(jnp.float32), axis=-1)
+            before = jnp.cumsum(probs, axis=-1) - probs
+            values = jnp.where(before < s["top_p"], values, -jnp.inf)
+        pick = jax.random.categorical(key, values, axis=-1)
+        out = jnp.take_along_axis(index, pick[..., None], axis=-1)[..., 0].astype(jnp.int32)
+    else:
+        out = jax.random.categorical(key, logits, axis=-1).astype(jnp.int32)
+    if zero is not None:
+        out = jnp.where(zero, jnp.argmax(call.args[0], axis=-1).astype(jnp.int32), out)
+    return out
 
 
 @lowering("bernoulli")

@@ -193,13 +193,13 @@ class Trainer:
 
     def host_group(self, step: int, group: int, records: int):
         """The batches of one group of microbatches as numpy ([S B ...] when stacked), their context
-        rows ([S 5] i64, `make_ctx`'s values per copy) and the records consumed after the group.
+        rows ([S 6] i64, `make_ctx`'s values per copy) and the records consumed after the group.
         While `fit` runs, the batches come from `feed`, read ahead on a thread (prefetch.py)."""
         batches, rows = [], []
         for i in range(self.layout.stack):
             stage, name, within = self.stage_at(records)
             batches.append(self.feed.take(records) if self.feed is not None else self.training_batch(records))
-            rows.append((step, group * self.layout.stack + i, records, stage, within))   # CONTEXT_KEYS' order
+            rows.append((step, group * self.layout.stack + i, records, stage, within, 0))   # CONTEXT_KEYS' order
             records += self.batch_size
         batch = _stack(batches) if self.layout.stack > 1 else batches[0]
         return batch, np.array(rows, np.int64), records
@@ -268,7 +268,8 @@ class Trainer:
         fn = self.graphs.passes[ps.name]
         loader = self.pass_loaders[ps.name]
         stage, _, within = self.stage_at(state.records)   # the training position the pass runs at
-        pass_rows = np.array([(state.step, 0, state.records, stage, within)], np.int64)   # as `host_group`'s
+        number = 1 + [p.name for p in self.program.passes].index(ps.name)   # `:pass`
+        pass_rows = np.array([(state.step, 0, state.records, stage, within, number)], np.int64)   # as `host_group`'s
         for k in range(ps.batches):
             batch, rows = self.read(loader, k * loader.spec.batch), pass_rows
             if self.dp is not None:

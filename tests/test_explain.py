@@ -19,6 +19,7 @@ import time
 import pytest
 
 from helpers import FIXTURE, ROOT, SMALL, fixture_text, modules_after, program_of, variant, write_case
+from sexpgpu_lang.language import CONTEXT_KEYS
 from sexpgpu_lang import analyze_file
 from sexpgpu_lang.explain import (DEFAULT_BUDGET, TARGETS, choose_stack, einsum_layout, explain,
                                   fmt_bytes, fmt_flops, generation_line, memory_plan, parse_bytes, step_graphs,
@@ -230,7 +231,8 @@ def test_the_memory_plan_has_a_phase_per_generator_graph():
     for phase in ("generate.init", "generate.step", "generate.finish"):
         assert plan[phase]["batch"] == batch and plan[phase]["state"] == state  # the batch :init read, the state
     assert "made" not in plan["generate.init"] and "made" not in plan["generate.step"]
-    assert plan["generate.init"]["copies"] == batch + 2 * 40   # init returns the batch and the [2 5] i64 context rows
+    # init returns the batch and the [2 6] i64 context rows (one i64 per context key)
+    assert plan["generate.init"]["copies"] == batch + 2 * 8 * len(CONTEXT_KEYS)
     assert plan["generate.finish"]["made"] == made and plan["train"]["made"] == made  # lives until train reads it
     assert "state" not in plan["train"]
     assert plan["generate.step"]["state out"] == 0  # donated to each trip
@@ -415,9 +417,9 @@ def test_parameter_state_argument_and_output_bytes_are_exact(key):
     assert mem["optimizer"] == nbytes(jax.eval_shape(make_optimizer(program.run.optimizer).init, trainable))
     gen, S = report["generation"], report["step"]["stack"]
     if gen is not None:
-        # generate.init also returns the group's batch and context rows ([S 5] i64), the copies later graphs read
+        # generate.init also returns the group's batch and context rows ([S 6] i64), the copies later graphs read
         batch = _plist_bytes(program.loaders[program.run.loader].batch_type())
-        assert xla["generate.init"]["outputs"] == gen["state_bytes_stacked"] + S * (batch + 8 * 5)
+        assert xla["generate.init"]["outputs"] == gen["state_bytes_stacked"] + S * (batch + 8 * len(CONTEXT_KEYS))
         assert gen["state_bytes_stacked"] == S * gen["state_bytes"]
         assert xla["generate.step"]["outputs"] == gen["state_bytes_stacked"]
         assert xla["generate.finish"]["outputs"] == S * gen["made_bytes"]

@@ -11,6 +11,8 @@ import random
 from sexpgpu_lang.ops import REGISTRY
 from sexpgpu_lang.types import TensorType
 
+from .decoding_calls import DECODING_OPS, decoding_args
+
 
 SHAPES = [(), (3,), (2, 3), (3, 4), (2, 3, 4), (4,)]
 DTYPES = ["f32", "f32", "bf16", "i32", "i64", "bool"]
@@ -90,6 +92,8 @@ def expr(rng: random.Random, env, depth: int, top: bool = False) -> str:
         args = [sub(), str(rng.randint(-1, 3))] if name != "transpose" or rng.random() < 0.5 else [sub()]
         if name == "transpose" and len(args) == 2:
             args[1] = rng.choice(["[1 0]", "[0 1]", "[2 0 1]", "[0]"])
+    elif name in DECODING_OPS:   # dynamic-slice, dynamic-update-slice, at-set
+        args = decoding_args(name, rng, sub)
     else:
         hi = min(spec.max_args if spec.max_args is not None else 3, 3)
         args = [sub() for _ in range(rng.randint(spec.min_args, max(spec.min_args, hi)))]

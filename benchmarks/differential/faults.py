@@ -9,6 +9,8 @@ from __future__ import annotations
 import random
 
 from sexpgpu_lang.ops import REGISTRY
+
+from .decoding_calls import DECODING_FAULTS, DECODING_OPS, decoding_ill
 from sexpgpu_lang.types import TensorType
 
 
@@ -145,6 +147,8 @@ def _sortish(b: Builder, op: str, fault):
 
 
 def _shape_op(b: Builder, op: str, fault):
+    if op in DECODING_OPS:   # dynamic-slice, dynamic-update-slice, at-set (decoding_calls.py)
+        return decoding_ill(b, op, fault)
     rng = b.rng
     s = b.shape(1, 3) if fault != "scalar" else ()
     r = len(s)
@@ -470,6 +474,7 @@ OP_FAULTS = {
     "axis-size": ["axis-out-of-range", "axis-not-constant", "scalar"],
     "size": ["scalar"],
 }
+OP_FAULTS.update(DECODING_FAULTS)
 GENERIC_FAULTS = ["too-few-arguments", "too-many-arguments", "unknown-keyword", "string-operand", "vector-operand"]
 
 

@@ -23,6 +23,7 @@ from sexpgpu_lang.types import DTYPES
 from sexpgpu_runtime.dtypes import JAX_DTYPES, jdt, name_of
 
 from .run_files import BATCH, PhaseFile
+from .decoding import DIRECT_DECODING
 
 
 class DType(str):
@@ -127,6 +128,8 @@ DIRECT: dict[str, Callable] = {
     "bernoulli": lambda p, **k: jax.random.bernoulli(_key(k), p, **k),
 }
 
+
+DIRECT.update(DIRECT_DECODING)   # dynamic-slice, dynamic-update-slice, at-set (decoding.py)
 
 #: The ops the checker folds when every operand is a constant (`ops._fold`).
 PYTHON_ARITHMETIC = {"+": lambda *a: sum(a), "*": lambda *a: functools.reduce(operator.mul, a),

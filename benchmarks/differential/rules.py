@@ -12,6 +12,7 @@ from typing import Callable
 
 from sexpgpu_lang.types import TensorType
 
+from .decoding_calls import LENIENT_DECODING, STRICT_DECODING
 from .run_files import PhaseFile
 
 
@@ -123,6 +124,11 @@ LENIENT = [
          "a negative axis counts from the end in every op; `lax.broadcasted_iota` takes only 0 to rank - 1",
          "(iota [2 3] :axis -1)"),
 ]
+
+
+# The decoding ops' rules (dynamic-slice, dynamic-update-slice, at-set) live with their random calls.
+STRICT += [Rule(*r) for r in STRICT_DECODING]
+LENIENT += [Rule(*r) for r in LENIENT_DECODING]
 
 
 def names_of(spec: str) -> dict[str, TensorType]:

@@ -6,7 +6,7 @@ makes), each returning a plist of tensors (E-GEN-001); the check across
 trips (E-GEN-002: `:step` returns exactly the keys, shapes and dtypes
 `:init` made); generated names that are loader fields (E-GEN-003); what a
 generator may not do (E-GEN-004 a metric; a counter is E-CONTRACT-010, in
-`contracts`); `:trips` (E-GEN-005).
+`contracts`); `:trips` (E-GEN-005); `:until` (E-GEN-006).
 
 Imports nothing outside `sexpgpu_lang`; never JAX.
 """
@@ -105,6 +105,11 @@ def top_generate(ctx: CheckContext, train: ir.LoaderIR | None):
         for k, v in plist_pairs(fin_list):
             ctx.facts.generated[k.name] = ctx.facts.define(
                 Definition(k.name, "generated", k.span, v.span, f"generated :{k.name} {out.get(k.name)}"))
+    until = None
+    if "until" in kws and step is not None:
+        until_frame = generator_frame(ctx, "generate.until")
+        until = check_until(ctx, kws["until"][1], state, until_frame)
+        frames.append(until_frame)
     ctx_keys = set()
     for fr in frames:
         generator_effects(ctx, fr)
@@ -112,7 +117,20 @@ def top_generate(ctx: CheckContext, train: ir.LoaderIR | None):
     if step is None:
         return None
     out = PlistType(tuple((k, t.strong() if isinstance(t, TensorType) else t) for k, t in out.entries))
-    return ir.GenerateIR(trips or 0, init, step, finish, state, out, frozenset(ctx_keys))
+    return ir.GenerateIR(trips or 0, init, step, finish, state, out, frozenset(ctx_keys), until)
+
+
+def check_until(ctx: CheckContext, node: Node, state: PlistType, frame: Frame) -> ir.Phase | None:
+    """`:until (lambda (state ctx) ...)`: E-GEN-006 unless it returns a bool scalar (`[] bool`).
+    The runtime ends the trips once it holds (looking a few trips late, docs/language.md)."""
+    ph = phase(ctx, "generate.until", node, [state, ctx_type(ctx, "generate")], frame, "`:until`")
+    if ph is None or isinstance(ph.out, ErrorType):
+        return None
+    if not (isinstance(ph.out, TensorType) and ph.out.shape == () and ph.out.dtype == "bool"):
+        ctx.err("E-GEN-006", result_span(ph.body), f"`:until` returns {ph.out.show()}, not a bool scalar `[] bool`",
+                help="reduce the rows' flags to one, e.g. `(= (sum (cast done :i32)) rows)` for \"every row is done\"")
+        return None
+    return ph
 
 
 def f32_state_under_bf16(ctx: CheckContext, state: PlistType, made: dict[str, Node]) -> None:

@@ -27,6 +27,7 @@ from ..types import (DTYPES, dtype_hint, ERROR, NIL, ErrorType, FunctionType, Ke
 from . import incremental
 from .context import CheckContext, generator_param, near_miss
 from .contracts import batch_field
+from .entries import entry_call
 from .facts import Definition, Facts
 from .identity import place_hash
 from .ranges import INDEXED, check_index, value_range
@@ -510,11 +511,13 @@ def _resite(ctx: CheckContext, effects: list[Effect], site: Span) -> None:
 
 
 def call_model(ctx: CheckContext, node: ListNode, name: str, scope: Scope) -> ir.Expr:
-    """A model call: reachability (E-MODEL-001), then its `:apply` checked for these argument types."""
+    """A model call: reachability (E-MODEL-001), then its `:apply` (or the entry `(name :key ...)`
+    names, `entries.entry_call`) checked for these argument types."""
     ctx.tracker.model_called()
-    args = [infer(ctx, a, scope) for a in node.items[1:]]
     m = ctx.models.get(name)
-    if m is None:
+    lam, arg_nodes, entry = entry_call(ctx, node, name, m) if m is not None else (None, node.items[1:], "apply")
+    args = [infer(ctx, a, scope) for a in arg_nodes]
+    if m is None or (lam is None and entry != "apply"):
         return ir.Const(ERROR, node.span)
     if ctx.root_model is not None and name not in ctx.reachable:
         return ir.Const(ctx.err("E-MODEL-001", node.span,
@@ -522,19 +525,21 @@ def call_model(ctx: CheckContext, node: ListNode, name: str, scope: Scope) -> ir
                                 "so it has no parameters in this run",
                                 related=[Related(m["def"].span, f"`{name}` is defined here")],
                                 help=f"add it to a reachable model's `:params`, e.g. `:{name} {name}`"), node.span)
-    if ctx.root_model is None or m["apply"] is None:
+    if ctx.root_model is None or lam is None:
         return ir.Const(ERROR, node.span)
-    lam = m["apply"]
     params = [p.name for p in lam.items[1].items]
     if len(args) != len(params) - 1:
-        return ir.Const(ctx.err("E-FORM-003", node.span, f"model `{name}` takes {len(params) - 1} arguments, got {len(args)}",
-                                related=[Related(lam.items[1].span, "its `:apply` parameters")]), node.span)
+        what = f"model `{name}`" + (f"'s entry `:{entry}`" if entry != "apply" else "")
+        return ir.Const(ctx.err("E-FORM-003", node.span, f"{what} takes {len(params) - 1} arguments, got {len(args)}",
+                                related=[Related(lam.items[1].span, f"its `:{entry}` parameters")]), node.span)
     if any(isinstance(a.type, ErrorType) for a in args):
         return ir.Const(ERROR, node.span)
     compute = "bf16" if ctx.precision == "bf16" else None
     arg_types = [TensorType(a.type.shape, "bf16") if compute and isinstance(a.type, TensorType) and is_float(a.type.dtype)
                  else a.type for a in args]
     key = (name, tuple(t.show() if not isinstance(t, TensorType) else (t.shape, t.dtype) for t in arg_types))
+    if entry != "apply":
+        key = key + (entry,)
     if name in ctx.active:
         return ir.Const(ctx.err("E-MODEL-002", node.span, f"model `{name}` calls itself"), node.span)
     if key not in ctx.memo:

@@ -24,6 +24,7 @@ from ..syntax import Kw, ListNode, Node, Sym
 from ..types import DTYPES, ERROR, ErrorType, ModelType, ShapeType, TensorType
 from . import incremental
 from .context import CheckContext, near_miss
+from .entries import read_entries
 from .facts import Definition
 from .forms import define_global
 from .identity import place_hash
@@ -38,7 +39,7 @@ def new_state() -> dict:
     no `:apply`; `params_known` is False once `:params` is missing or malformed, and `failed`
     holds the parameters that were reported (reading one is ERROR, not reported again)."""
     return {"params": {}, "param_defs": {}, "subs": {}, "repeats": {}, "failed": set(), "params_known": True,
-            "apply": None, "frozen": False, "pretrained": None, "remat": None}
+            "apply": None, "frozen": False, "pretrained": None, "remat": None, "entries": {}}
 
 
 def declare_model(ctx: CheckContext, f: ListNode):
@@ -129,6 +130,8 @@ def _build_model(ctx: CheckContext, f: ListNode, name: str, kws: dict) -> dict:
                 ctx.err("E-FORM-003", lam.span, "`:apply` takes `self` first: `(lambda (self x) ...)`")
             else:
                 m["apply"] = lam
+    if "entries" in kws:
+        m["entries"] = read_entries(ctx, name, kws["entries"][1])
     return m
 
 

@@ -363,6 +363,12 @@ COSTS: dict[str, OpCost] = {
     "normal": _no_gradient(_ew(90.0, 2.0)),
     "bernoulli": _no_gradient(_ew(51.0)),
     "categorical": _whole(_per_input(62.0, 2.0), differentiable=False),
+    # a window read at a traced start: a slice; its gradient pads the cotangent back (a scatter into zeros)
+    "dynamic-slice": _layout(scatter=0),
+    # a write of the update's entries into x (in place where x is not read again): no FLOPs
+    "dynamic-update-slice": _layout(),
+    # a scatter of the value's entries into x: one move per written entry, gathered back for its gradient
+    "at-set": OpCost(_ew(0.0), grad_flops=_grad_gather),
 }
 
 #: The node kinds the symbolic trace adds beside registry ops: its inputs (`arg`, `param`, and the

@@ -107,9 +107,10 @@ def _in_params(ix: Index, node: Node) -> bool:
 
 def _hover_keyword(ix: Index, node: Kw, parent: Node | None, t: Type | None) -> HoverInfo | None:
     d = ix.definition_at(node.span.start)
-    if d is not None and d.kind in ("param", "state-key", "generated", "field"):
+    if d is not None and d.kind in ("param", "state-key", "generated", "field", "entry"):
         doc = {"state-key": "state key, made by `:init`", "generated": "generated name, made by `:finish`",
-               "param": "model parameter", "field": "loader field"}[d.kind]
+               "param": "model parameter", "field": "loader field",
+               "entry": "model entry point, over the model's parameters"}[d.kind]
         return HoverInfo(node.span, code_block(d.detail) + f"\n\n{doc}")
     if isinstance(parent, ListNode):
         head = parent.head

@@ -25,6 +25,7 @@ from ..types import ERROR
 from .base import EXAMPLE_ENV, REGISTRY, OpSpec, RuleCall, RuleError, broadcast_shapes
 # The families register their rules on import, in this order (the order of docs/ops.md's rows).
 from . import elementwise, reductions, shape, networks, selection, conversion, draws  # noqa: E402,F401
+from . import indexing  # noqa: E402,F401  (dynamic-slice, dynamic-update-slice, at-set)
 from .draws import INITIALIZERS
 
 __all__ = ["REGISTRY", "OpSpec", "RuleCall", "RuleError", "EXAMPLE_ENV", "INITIALIZERS", "broadcast_shapes", "ERROR"]

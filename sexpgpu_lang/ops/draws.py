@@ -4,6 +4,8 @@ Imports nothing outside `sexpgpu_lang`; never JAX.
 """
 from __future__ import annotations
 
+import math
+
 from ..types import TensorType, is_float, is_int
 from .base import RuleError, _show, op
 
@@ -40,20 +42,44 @@ op("normal", "(normal [shape] :salt s :std 1)", "normal f32 draw with mean 0; bi
    example="(normal [2 3] :salt 3)", family="random")(_float_draw(std=1.0, mean=0.0))
 
 
-@op("categorical", "(categorical logits :salt s :temperature 1)", "one i32 index per row of logits [... V], "
-    "drawn from softmax(logits / temperature)", args=(1, 1), kwargs=("salt", "temperature"), draw=True,
-    example="(categorical x :salt n)", family="random")
+@op("categorical", "(categorical logits :salt s :temperature 1 :top-k k :top-p p)", "one i32 index per row of "
+    "logits [... V], drawn from softmax(logits / temperature) over the k largest logits (`:top-k`) and the "
+    "smallest set of them whose probabilities reach p (`:top-p`, nucleus); temperature 0 is the argmax",
+    args=(1, 1), kwargs=("salt", "temperature", "top-k", "top-p"), draw=True,
+    example="(categorical x :salt n :top-k 2 :top-p 0.9)", family="random")
 def _categorical(call):
     _salt(call)
     lg = call.tensor(0)
     if not is_float(lg.dtype) or lg.rank == 0:
         raise RuleError("E-TYPE-002", f"`categorical` needs float logits [... V], got {lg.show()}", 0)
-    if lg.shape[-1] == 0:
+    classes = lg.shape[-1]
+    if classes == 0:
         raise RuleError("E-SHAPE-004", f"`categorical` needs 1 or more classes, the logits are {_show(lg.shape)}", 0)
     if "temperature" in call.kwargs:
         t = call.tensor("temperature")
         if t.shape != ():
             raise RuleError("E-SHAPE-005", "`:temperature` must be a scalar", "temperature")
+        if not is_float(t.dtype) and not is_int(t.dtype):
+            raise RuleError("E-TYPE-002", f"`:temperature` must be a number, got {t.show()}", "temperature")
+        if t.value is not None and not (isinstance(t.value, (int, float)) and math.isfinite(t.value) and t.value >= 0):
+            raise RuleError("E-RAND-001", f"`:temperature` of `categorical` is {t.value}; it must be finite and 0 "
+                            "or more", "temperature", help="write `:temperature 0` for the argmax (greedy), "
+                            "1 for the logits' own distribution")
+        if t.value is not None:
+            call.static["greedy"] = t.value == 0   # a traced temperature: 0 is the argmax at run time
+    if "top-k" in call.kwargs:
+        k = call.const_int("top-k")
+        if not 1 <= k <= classes:
+            raise RuleError("E-RAND-001", f"`:top-k` of `categorical` is {k}; it must be from 1 to the {classes} "
+                            f"classes of {_show(lg.shape)}", "top-k", help="`:top-k 1` is the argmax; leave "
+                            "`:top-k` out to sample from every class")
+        call.static["top_k"] = k
+    if "top-p" in call.kwargs:
+        p = call.const_float("top-p", 1.0)
+        if not 0 < p <= 1:
+            raise RuleError("E-RAND-001", f"`:top-p` of `categorical` is {p:g}; it must be in (0, 1]", "top-p",
+                            help="`:top-p 0.9` keeps the most likely classes until their probability reaches 0.9")
+        call.static["top_p"] = p
     return TensorType(lg.shape[:-1], "i32")
 
 

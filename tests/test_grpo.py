@@ -1,0 +1,17 @@
+"""examples/grpo.sx: GRPO with a reward computed on the device; over 60 steps the reward rises well
+above chance (1/16), though its policy-gradient loss need not fall (tests/test_examples.py skips that
+assertion for it)."""
+from pathlib import Path
+
+from sexpgpu_lang import analyze_file
+from sexpgpu_runtime.train import RunOptions, train
+
+GRPO = Path(__file__).resolve().parents[1] / "examples" / "grpo.sx"
+
+
+def test_the_reward_rises(tmp_path):
+    res = analyze_file(str(GRPO))
+    assert [d for d in res.diagnostics if d.severity <= 2] == []
+    out = train(res.program, RunOptions(steps=60, run_dir=tmp_path, quiet=True))
+    rewards = [row["reward"] for row in out.history]
+    assert rewards[0] < 0.1 and max(rewards[-2:]) > 0.2, rewards
