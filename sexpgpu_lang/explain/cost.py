@@ -247,6 +247,12 @@ class OpCost:
     - `scatter`: its gradient scatters into zeros the size of an operand
       (the transpose of a gather): that operand's index, else None.
     - `grad_flops`: the extra FLOPs of its gradient (`GradRule`).
+    - `scan_residuals`: in the body of a scan without remat, the buffers of
+      the output's size JAX's linearisation of it saves beyond its input,
+      its output and `inner_residual` (the forward loop writes each into a
+      stacked [N ...] output, so XLA cannot fuse them into the backward):
+      gelu's tanh form keeps x, 3x², tanh, 1 - tanh, (1 + tanh)/2 and its
+      output, 3 more (XLA's buffer assignment of examples/gpt2.sx's scan).
     """
 
     flops: FlopRule
@@ -261,6 +267,7 @@ class OpCost:
     inner_residual: str | int | None = None
     scatter: int | None = None
     grad_flops: GradRule = _grad_per_output(2.0)
+    scan_residuals: int = 0
 
 
 def _elementwise(flops: FlopRule, **facts) -> OpCost:
@@ -313,7 +320,7 @@ COSTS: dict[str, OpCost] = {
     "rsqrt": _expensive(_ew(0.0, 1.0), backward="output"),
     "tanh": _expensive(_ew(0.0, 1.0), backward="output"),
     "sigmoid": _expensive(_ew(3.0, 1.0), backward="output"),
-    "gelu": OpCost(_ew(8.0, 1.0), "expensive", multi_read=True, inner_residual="output"),
+    "gelu": OpCost(_ew(8.0, 1.0), "expensive", multi_read=True, inner_residual="output", scan_residuals=3),
     "silu": OpCost(_ew(4.0, 1.0), "expensive", multi_read=True, inner_residual="output"),
     "sin": _expensive(_ew(0.0, 1.0)),
     "cos": _expensive(_ew(0.0, 1.0)),

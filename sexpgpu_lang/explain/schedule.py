@@ -350,6 +350,8 @@ class _Schedule:
             if mat[i] and c.inner_residual is not None:
                 inner = n if c.inner_residual == "output" else nodes[n.inputs[c.inner_residual]]
                 spans.append((regions[n.remat[0]] if recomputed(n) else pos[i], t, inner.bytes_at(stack)))
+            if mat[i] and n.scan and c.scan_residuals:   # what JAX saves of it in a scan's body
+                spans.append((pos[i], t, c.scan_residuals * n.bytes_at(stack)))
             if c.scatter is not None and n.inputs and grad[n.inputs[c.scatter]]:
                 spans.append((t, t, nodes[n.inputs[c.scatter]].nbytes * stack))
             for r in needed:

@@ -38,6 +38,7 @@ class Node:
     role: str = ""
     static: dict = field(default_factory=dict)
     remat: tuple[int, str] | None = None   # computed inside a rematerialised call: (its region, its policy)
+    scan: bool = False   # computed in the body of a repeated block's scan without remat (`Trace.repeat`)
 
     @property
     def nbytes(self) -> int:
@@ -94,6 +95,7 @@ class Trace(ir.Interpreter):
         self.scans: list[dict] = []         # each repeated block applied: {model, path, layers, remat}
         self.regions: list[dict] = []       # each rematerialised call: {policy, inputs (node ids)}
         self.region: tuple[int, str] | None = None   # the rematerialised call being traced
+        self.scanning = False   # tracing the body of a scan without remat
 
     # -- nodes ---------------------------------------------------------------------------------
     def new(self, op: str, t: TensorType, inputs=(), cost=Cost(), per_copy=None, role="", static=None) -> Node:
@@ -106,7 +108,8 @@ class Trace(ir.Interpreter):
             key = (op, t, ins, pc, repr(sorted((static or {}).items())))
             if key in self.cse:
                 return self.cse[key]
-        n = Node(len(self.nodes), op, t, ins, cost, pc, role, static or {}, self.region)
+        n = Node(len(self.nodes), op, t, ins, cost, pc, role, static or {}, self.region,
+                 self.scanning and self.region is None)
         self.nodes.append(n)
         if key is not None:
             self.cse[key] = n
@@ -196,12 +199,20 @@ class Trace(ir.Interpreter):
 
     def repeat(self, e: ir.Repeat, params, args: list):
         """A repeated block: its `e.count` layers traced one after another (each reading its slice
-        of the stacked parameters), as the scan runs them; recorded in `scans`."""
+        of the stacked parameters), as the scan runs them; recorded in `scans`. Without remat its
+        nodes are tagged `Node.scan`: the residuals JAX's linearisation of the body saves are the
+        forward loop's stacked outputs, which XLA cannot fuse into the backward loop."""
         self.scans.append({"model": e.model, "path": ".".join(e.path), "layers": e.count,
                            "remat": e.remat or "everything-saveable"})
         carry, rest = args[0], list(args[1:])
-        for i in range(e.count):
-            carry = self.call(e, _ParamView(self, (), None, params.layers + ((tuple(e.path), i),)), [carry] + rest)
+        outer = self.scanning
+        self.scanning = e.remat in (None, "everything-saveable")
+        try:
+            for i in range(e.count):
+                carry = self.call(e, _ParamView(self, (), None, params.layers + ((tuple(e.path), i),)),
+                                  [carry] + rest)
+        finally:
+            self.scanning = outer
         return carry
 
     def cast_value(self, v, dtype: str):
