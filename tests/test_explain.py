@@ -140,10 +140,10 @@ def test_the_tree_lists_the_step_graphs_under_the_step():
     assert "stacked ×2  ×6 trips  (6 calls per step)" in heads[1]
     i = lines.index(heads[0])
     assert lines[i + 1].split() == ["│", "in", "batch", "(:row", "[2", "64", "8]", "i32", ":stride", "[2", "64", "1]",
-                                    "i32),", "ctx", "[2", "5]", "i64"]
+                                    "i32),", "ctx", "[2", "6]", "i64"]
     assert lines[i + 2].split()[1:] == ["out", "state", "(:row", "[2", "64", "8]", "i32", ":stride", "[2", "64", "1]",
                                         "i32),", "batch", "(:row", "[2", "64", "8]", "i32", ":stride", "[2", "64", "1]",
-                                        "i32),", "ctx", "[2", "5]", "i64"]
+                                        "i32),", "ctx", "[2", "6]", "i64"]
     assert re.match(r"│ +cost \S+ \S*FLOP · \S+ \S+ moved · live \S+ \S+ \(args .*, out .*, temps .*\)", lines[i + 3])
 
 
@@ -338,10 +338,10 @@ def test_the_accelerator_target_is_the_default():
 
 
 def test_the_cpu_target_holds_the_select_a_library_reduction_reads():
-    # distill's generator sums the logits at one column, `(sum (where mask logits 0.0) :axes [1])`: an
-    # accelerator fuses the select into the reduction, the CPU's library reduction reads it as a
+    # distill-gpt2's generator sums the logits at one column, `(sum (where mask logits 0.0) :axes [1])`:
+    # an accelerator fuses the select into the reduction, the CPU's library reduction reads it as a
     # buffer of the logits' size (f32 [32 64 256], 2 MiB) beside the logits
-    program = _example("distill.sx")
+    program = _example("distill-gpt2.sx")
     acc, cpu = (step_graphs(program, 1, t)["generate.step"] for t in TARGETS)
     logits = 32 * 64 * 256 * 4
     assert cpu.temps + cpu.outputs >= 2 * logits > acc.temps + acc.outputs
