@@ -268,9 +268,20 @@ def phase_jax_verdicts(pf: PhaseFile) -> tuple[dict, dict]:
             return {k: _direct(e, env) for k, e in pf.step.items()}
         if trace is not None:
             trace.append(jax.eval_shape(body, jnp.int64(0), state))
-        if host:
+        def until(state):
+            return _direct(pf.until, {**state, "k": ctx["step"]})
+        if host:   # every trip (with the freeze pattern, the bits of an early exit); `:until` traced each trip
             for t in range(pf.trips):
                 state = body(jnp.int64(t), state)
+                if pf.until:
+                    until(state)
+        elif pf.until:   # the loop a JAX user writes to stop early: the flag is the carry's, a bool scalar
+            def more(c):
+                return (c[0] < pf.trips) & ~c[2]
+            def trip(c):
+                state = body(c[0], c[1])
+                return c[0] + 1, state, until(state)
+            state = lax.while_loop(more, trip, (jnp.int64(0), state, jnp.bool_(False)))[1]
         else:
             state = lax.fori_loop(jnp.int64(0), jnp.int64(pf.trips), body, state)
         if pf.finish is None:
@@ -303,6 +314,9 @@ def phase_jax_verdicts(pf: PhaseFile) -> tuple[dict, dict]:
             made = jax.eval_shape(functools.partial(gen, host=True), w, batch, ctx)
         except Exception:  # noqa: BLE001 - then JAX cannot judge the objective
             return out, carry
+        # What the generator makes is the objective's batch, whose fields the language types strongly
+        # (a literal's weak type, which `lax.scan` would let a repeated block's carry shed, ends there).
+        made = jax.tree_util.tree_map(lambda v: jax.ShapeDtypeStruct(v.shape, v.dtype), made)
         try:
             jax.jit(jax.grad(objective)).lower(w, {**batch, **made})
             jax.jit(nodes(objective)).lower(w, {**batch, **made})

@@ -134,7 +134,7 @@ class PhaseTally:
         from sexpgpu_lang import analyze
         self.files += 1
         kinds = (f"step {pf.step_kind}", f"loss {pf.loss_kind}", f"precision {pf.precision}", f"stack {pf.stack}",
-                 f"model {'repeated' if pf.layers else 'plain'}, remat {pf.remat or 'none'}")
+                 f"model {'repeated' if pf.layers else 'plain'}, remat {pf.remat or 'none'}", f"until {pf.until_kind}")
         try:
             res = analyze(pf.text, "phases.sx")
             errors = [d for d in res.diagnostics if d.is_error]
@@ -181,7 +181,7 @@ class PhaseTally:
         return next((o for o in outcomes if not o.startswith("agree")), "agree")
 
     def report(self) -> str:
-        acc, rej = sum(self.accepted.values()) // 5, sum(self.rejected.values()) // 5   # 5 kinds a file
+        acc, rej = sum(self.accepted.values()) // 6, sum(self.rejected.values()) // 6   # 6 kinds a file
         kinds = sorted(set(self.accepted) | set(self.rejected))
         lines = [f"{self.files} run files: {acc} the checker accepts (the runtime lowers every graph, JAX's type "
                  f"for every phase output: {self.runtime_ok}), {rej} it rejects ("

@@ -58,6 +58,39 @@ class PhaseFile:
     stack: int = 1
     layers: int = 0
     remat: str = ""
+    #: `:until`'s expression over the state keys and `k` (or ""), and its kind (`UNTIL_KINDS`)
+    until: str = ""
+    until_kind: str = "none"
+
+
+#: How a file ends its trips: no `:until`; `freeze`, the documented pattern (a state key `fz` that
+#: only grows, every other key kept once it holds, `:until` the flag); `scalar`, a bool scalar of
+#: the state; `raw`, a composition as it comes (a bool scalar or not).
+UNTIL_KINDS = ["none", "none", "none", "freeze", "freeze", "scalar", "raw"]
+
+
+def _until(rng, init: dict, step: dict, state: dict, expr) -> tuple[str, str]:
+    """`:until` for a file (`UNTIL_KINDS`): (its kind, its expression). Under `freeze`, adds the flag
+    `fz` to `init`, `step` and `state`, and wraps each step value of a state key in
+    `(where fz key value)`. Its draws come from a generator seeded by `rng`'s state, which it leaves
+    as it was: the rest of each file is the one a seed made before `:until` was covered."""
+    rng = random.Random(repr(rng.getstate()[1][:8]))
+    kind = rng.choice(UNTIL_KINDS)
+    if kind == "none":
+        return kind, ""
+    if kind == "freeze":
+        for key in list(step):
+            if key in state:
+                step[key] = f"(where fz {key} {step[key]})"
+        init["fz"], step["fz"] = "(= 1 2)", f"(or fz (>= trip {rng.randint(0, 2)}))"
+        state["fz"] = TensorType((), "bool")
+        return kind, "fz"
+    env = {k: t for k, t in state.items() if t is not None}
+    env.update(k=TensorType((), "i64"))
+    if kind == "scalar":
+        key = rng.choice(list(env))
+        return kind, f"(> ({rng.choice(['mean', 'min', 'max'])} (cast {key} :f32)) {rng.choice(['0.0', '0.5', '-1.0'])})"
+    return kind, expr(rng, env, 1, top=True)
 
 
 def _dims(shape) -> str:
@@ -187,6 +220,7 @@ def phase_file(rng: random.Random, depth: int = 2) -> PhaseFile:
             step["extra"] = key
         elif state[key] is not None:
             step[key] = _drift(rng, step[key], state[key])
+    until_kind, until = _until(rng, init, step, state, expr)
     finish = None
     if rng.random() < 0.5:
         senv = {k: t for k, t in state.items() if t is not None} or {"s0": TensorType((), "f32")}
@@ -209,9 +243,9 @@ def phase_file(rng: random.Random, depth: int = 2) -> PhaseFile:
             "raw": e}[loss_kind]
     generated = list(finish or init)
     text = phase_text(fields, param, trips, init, step, step_x, finish, generated, obj_x, loss, rng, precision, stack,
-                      layers, remat)
+                      layers, remat, until)
     return PhaseFile(text, step_kind, loss_kind, fields, param, trips, init, step, step_x, finish, obj_x, loss,
-                     precision, stack, layers, remat)
+                     precision, stack, layers, remat, until, until_kind)
 
 
 def model_text(param: TensorType, layers: int = 0, remat: str = "") -> list[str]:
@@ -232,7 +266,7 @@ def model_text(param: TensorType, layers: int = 0, remat: str = "") -> list[str]
 
 
 def phase_text(fields, param, trips, init, step, step_x, finish, generated, obj_x, loss, rng,
-               precision="f32", stack=1, layers=0, remat="") -> str:
+               precision="f32", stack=1, layers=0, remat="", until="") -> str:
     def plist(d):
         return "(list " + " ".join(f":{k} {v}" for k, v in d.items()) + ")"
 
@@ -256,6 +290,10 @@ def phase_text(fields, param, trips, init, step, step_x, finish, generated, obj_
         f"          (let* ({state_binds} (k (getf ctx :step)) (p (m {step_x})))",
         f"            {plist(step)}))",
     ]
+    if until:
+        lines += ["  :until (lambda (state ctx)",
+                  f"           (let* ({state_binds} (k (getf ctx :step)))",
+                  f"             {until}))"]
     if finish is not None:
         lines += ["  :finish (lambda (state ctx)",
                   f"            (let* ({state_binds})",
