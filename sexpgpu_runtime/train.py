@@ -453,12 +453,12 @@ def train(program: ir.Program, options: RunOptions, on_trip=None) -> RunResult:
     prepare_run_dir(options.run_dir)
     trainer = Trainer(program, options)
     trainer.on_trip = on_trip
-    if not options.quiet and jax.process_index() == 0:
-        print(f"sexpgpu: training on {run_devices(trainer.dp)}", file=sys.stderr, flush=True)
     store = open_checkpoints(program, options)
     store.pretrained = content_hashes(program)
     try:
         state = start_state(trainer, store, options)
+        if not options.quiet and jax.process_index() == 0:   # once the run dir and checkpoints are settled
+            print(f"sexpgpu: training on {run_devices(trainer.dp)}", file=sys.stderr, flush=True)
         every = store.spec.every
         trainer.checkpoint_every = every
         start = state.step

@@ -614,7 +614,8 @@ def model_body(ctx: CheckContext, name: str, lam: ListNode, params: list[str], a
     """A model's `:apply` body (`lam`, in the `defmodel` `form`) checked for these argument
     types: (body IR, its effects). From the cache when the body calls no other model and
     its arguments are tensors."""
-    if ctx.cache is None or ctx.redirect is not None or not all(type(t) is TensorType for t in arg_types):
+    if (ctx.cache is None or ctx.redirect is not None or not all(type(t) is TensorType for t in arg_types)
+            or "entries" in ctx.models.get(name, {}).get("kws", {})):
         return _model_body(ctx, name, lam, params, arg_types)
     key = ("apply", ctx.src.text[form.span.start:form.span.end], lam.path, name, tuple(arg_types),
            ctx.precision, ctx.frame.phase, tuple(ctx.frame.ctx_nil.items()), len(ctx.active))
