@@ -85,6 +85,10 @@ def phase_runtime(program) -> str | None:
                 out = fn.lower(*args).out_info
                 if name.startswith("generate.init"):   # (the group's batch, its context rows, the state)
                     out = out[2]
+                if name.startswith("generate.step") and gen.until is not None:   # (the state, `:until`'s flag)
+                    out, done = out
+                    if (tuple(done.shape), name_of(done.dtype)) != ((), "bool"):
+                        return f"{name}: `:until` gives {list(done.shape)} {name_of(done.dtype)}, not a bool scalar"
                 why = _differs(out, want, lead)
                 if why:
                     return f"{name} returns {why}"
