@@ -368,7 +368,7 @@ def run(
             print(f"sexpgpu: error: {file} has {render.summary(n_err, n_warn)}; fix them before running", file=sys.stderr)
             raise typer.Exit(1)
         from sexpgpu_runtime.sharding import MeshError, initialize, parse_mesh  # JAX is imported only here
-        from sexpgpu_runtime.options import DataError, OptionError, RunOptions, RunError, RunStopped
+        from sexpgpu_runtime.options import BadDraw, DataError, OptionError, RunOptions, RunError, RunStopped
         from sexpgpu_runtime.train import train
         try:
             devices = parse_mesh(mesh) if mesh is not None else None
@@ -403,7 +403,7 @@ def run(
         )
         try:
             result = train(res.program, opts)
-        except (OptionError, DataError) as e:   # found before anything ran: a usage problem, a file not as declared
+        except (OptionError, DataError, BadDraw) as e:   # a usage problem, a file not as declared, a bad traced setting
             raise fail(str(e), 2, debug)
         except RunError as e:
             raise fail(str(e), 1, debug)

@@ -38,6 +38,7 @@ from sexpgpu_lang.language import CONTEXT_KEYS
 from sexpgpu_lang.types import PlistType, TensorType
 
 from .device import device_budget
+from .draw_check import no_draw, note_draws, temperatures, traced_temperatures
 from .dtypes import JAX_DTYPES, InternalTypeError, jdt, mismatch
 from .lowering import Effects, run_phase
 from .params import merge
@@ -128,20 +129,24 @@ class Graphs:
         S = self.layout.stack
         gen = program.generate
         dn = donate
+        # The traced temperatures the trips check (draw_check.py): none, and the graphs are as without it.
+        self.draw_sites = traced_temperatures(gen) if gen is not None else ()
+        self.draw = None   # the record of the first bad one after the last `trips` (None: nothing checked)
         if gen is not None:
             init, step, finish = self._gen_fns(gen)
+            checked = self._draw_checked if self.draw_sites else (lambda f: f)
             # generate.init also returns the group's batch and context rows: on one device they arrive as
             # numpy, and this call's copies on the device are what the group's later calls read.
             self.gen_init_1 = jax.jit(self._counted("generate.init", self._start(init)))
-            self.gen_step_1 = jax.jit(self._counted("generate.step", step), donate_argnums=(2,) if dn else ())
+            self.gen_step_1 = jax.jit(self._counted("generate.step", checked(step)), donate_argnums=(2,) if dn else ())
             self.gen_finish_1 = jax.jit(self._counted("generate.finish", finish))
             if S > 1:
                 self.gen_init = jax.jit(self._counted("generate.init stacked", self._start(
                     jax.vmap(init, in_axes=(None, None, 0, None)))))
                 stacked_step = jax.vmap(step, in_axes=(None, None, 0, None, None))
                 if gen.until is not None:   # the group's trips end once every copy's `:until` holds
-                    stacked_step = (lambda f: lambda *a: (lambda st, done: (st, jnp.all(done)))(*f(*a)))(stacked_step)
-                self.gen_step = jax.jit(self._counted("generate.step stacked", stacked_step),
+                    stacked_step = self._all_done(stacked_step)
+                self.gen_step = jax.jit(self._counted("generate.step stacked", checked(stacked_step)),
                                         donate_argnums=(2,) if dn else ())
                 self.gen_finish = jax.jit(self._counted("generate.finish stacked", jax.vmap(finish, in_axes=(None, None, 0, None))))
             else:
@@ -219,7 +224,28 @@ class Graphs:
             return state
         return self.dp.constrain_records(state, self.p.loaders[self.p.run.loader].batch)
 
+    def _all_done(self, stacked_step):
+        """A stacked trip whose `:until` flag is whether every copy's holds (the temperatures, with
+        `draw_sites`, passed on)."""
+        def all_done(out):
+            st, done = out
+            return st, jnp.all(done)
+
+        def step(*args):
+            out = stacked_step(*args)
+            return (all_done(out[0]), out[1]) if self.draw_sites else all_done(out)
+        return step
+
+    def _draw_checked(self, step):
+        """The trip graph of a generator with traced temperatures (`draw_sites`): `step`'s output and
+        the run's record of the first bad one (`draw_check.no_draw`, one more argument), updated."""
+        def checked(trainable, frozen, state, trip, rows, draw):
+            out, temps = step(trainable, frozen, state, trip, rows)
+            return out, note_draws(draw, temps, rows[0, 0], trip)
+        return checked
+
     def _gen_fns(self, gen: ir.GenerateIR):
+        sites = self.draw_sites
         def init(trainable, frozen, batch, rows):
             out = run_phase(gen.init, [batch, unpack_ctx(rows, False)], merge(trainable, frozen), self._fx(True))
             out = {k: out[k] for k in gen.state.keys}
@@ -227,16 +253,19 @@ class Graphs:
             return self._records(out)
 
         def step(trainable, frozen, state, trip, rows):
-            out = run_phase(gen.step, [state, trip, unpack_ctx(rows, False)], merge(trainable, frozen), self._fx(True))
+            """The new state (and, with `sites`, the trip's temperatures: `draw_check.temperatures`)."""
+            fx = self._fx(True)
+            out = run_phase(gen.step, [state, trip, unpack_ctx(rows, False)], merge(trainable, frozen), fx)
             out = {k: out[k] for k in gen.state.keys}
             _check("generate.step", out, gen.state)
-            return self._records(out)
+            return (self._records(out), temperatures(fx, sites)) if sites else self._records(out)
 
         def step_until(trainable, frozen, state, trip, rows):
             """`:step`, then `:until` on the new state: (state, bool scalar), one graph per trip."""
-            out = next_state(trainable, frozen, state, trip, rows)
+            out, temps = next_state(trainable, frozen, state, trip, rows) if sites else (
+                next_state(trainable, frozen, state, trip, rows), None)
             done = run_phase(gen.until, [out, unpack_ctx(rows, False)], merge(trainable, frozen), self._fx(True))
-            return out, jnp.asarray(done, jnp.bool_)
+            return ((out, jnp.asarray(done, jnp.bool_)), temps) if sites else (out, jnp.asarray(done, jnp.bool_))
 
         next_state = step
         if gen.until is not None:
@@ -257,20 +286,20 @@ class Graphs:
             return batch, rows, init(trainable, frozen, batch, rows)
         return start
 
-    def generate(self, trainable, frozen, batch, rows, stacked: bool, on_trip=None):
+    def generate(self, trainable, frozen, batch, rows, stacked: bool, on_trip=None, draw=None):
         """Run the generator on one group (or one batch): `generate.init`, the trips, `generate.finish`.
 
         `batch` holds the loader's fields ([S B ...] when stacked) and `rows` the context rows, [S 6]
         i64 (`make_ctx`'s values per copy; `unpack_ctx`), as numpy on one device: `generate.init`'s call
         puts both on the device and returns the device copies, which every later call of the group
         reads (one transfer per group); on a mesh they come already placed. Returns (batch, rows,
-        made), device arrays; nothing here waits for the device."""
+        made), device arrays; nothing here waits for the device. `draw`: see `trips`."""
         init, finish = (self.gen_init, self.gen_finish) if stacked else (self.gen_init_1, self.gen_finish_1)
         batch, rows, state = init(trainable, frozen, batch, rows)
-        state = self.trips(trainable, frozen, state, rows, stacked, on_trip)
+        state = self.trips(trainable, frozen, state, rows, stacked, on_trip, draw)
         return batch, rows, finish(trainable, frozen, state, rows)
 
-    def trips(self, trainable, frozen, state, rows, stacked: bool, on_trip=None):
+    def trips(self, trainable, frozen, state, rows, stacked: bool, on_trip=None, draw=None):
         """The trip loop: for each trip t, `on_trip(t)` (the trainer's stop check) and one call of the
         jitted `generate.step` (stacked or not) with the trip as an i64 device array, the state staying on
         the device. Returns the state after the last trip (the generator's state keys, device arrays).
@@ -281,9 +310,15 @@ class Graphs:
         later ones are queued, never for the one just dispatched, and stops dispatching once a flag
         holds. The trips run after the flag held (at most UNTIL_LAG - 1) see a state whose finished
         rows the file freezes, so the result is the bits of all `:trips` (docs/language.md).
-        `self.trips_run` is how many trips the last call ran."""
+        `self.trips_run` is how many trips the last call ran.
+
+        With traced temperatures to check (`draw_sites`), each trip also takes and returns the
+        record of the first bad one (`draw_check.no_draw`): `draw`, a fresh one when None; `self.draw`
+        is the record after the last trip, still on the device (read with `draw_check.bad_draw`)."""
         step = self.gen_step if stacked else self.gen_step_1
         until = self.p.generate.until is not None
+        if self.draw_sites and draw is None:
+            draw = no_draw(self.dp)
         flags: collections.deque = collections.deque()
         self.trips_run = 0
         for t, trip in enumerate(self.trip_values):
@@ -291,11 +326,15 @@ class Graphs:
                 break
             if on_trip is not None:
                 on_trip(t)
-            state = step(trainable, frozen, state, trip, rows)
+            if self.draw_sites:
+                state, draw = step(trainable, frozen, state, trip, rows, draw)
+            else:
+                state = step(trainable, frozen, state, trip, rows)
             if until:
                 state, done = state
                 flags.append(done)
             self.trips_run = t + 1
+        self.draw = draw if self.draw_sites else None
         return state
 
     @property

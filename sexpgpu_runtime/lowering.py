@@ -308,7 +308,9 @@ def _categorical(call):
     descending order, each whose preceding probabilities sum to under p (so the most likely
     always stays), as Hugging Face's warpers do (temperature, then top-k, then top-p).
     Temperature 0 is `jnp.argmax` of the logits: the same index every time; a traced
-    temperature of 0 gives the argmax too."""
+    temperature of 0 gives the argmax too. A traced temperature is kept, as f32, in
+    `call.ctx.temperatures` under the draw's place (a generator's trip graph checks it:
+    sexpgpu_runtime.draw_check)."""
     s = call.static
     logits = call.args[0]
     if s.get("greedy"):
@@ -318,6 +320,8 @@ def _categorical(call):
     if temp is not None:
         temp = jnp.asarray(temp, logits.dtype)
         if "greedy" not in s:   # traced: 0 means the argmax
+            call.ctx.temperatures.setdefault(s["place"], []).append(
+                jnp.asarray(call.kwargs["temperature"]).astype(jnp.float32))
             zero = temp == 0
             temp = jnp.where(zero, jnp.ones_like(temp), temp)
         logits = logits / temp
@@ -351,7 +355,8 @@ _SHARED = {"and", "or", "argmax", "argmin"}
 
 @dataclass
 class Effects:
-    """What a phase reports while it is traced: metrics, selected diagnostics, counters.
+    """What a phase reports while it is traced: metrics, selected diagnostics, counters, and the
+    traced temperatures of its `categorical` draws.
 
     `selected` names the diagnostics to compute (others are not evaluated at
     all); `in_generator` drops every diagnostic; `seed_key` is the run's key.
@@ -363,6 +368,8 @@ class Effects:
     metrics: dict = field(default_factory=dict)
     diagnostics: dict = field(default_factory=dict)
     counters: dict = field(default_factory=dict)
+    #: a draw's place -> the traced `:temperature`s of its `categorical` (f32 scalars, in trace order)
+    temperatures: dict = field(default_factory=dict)
 
 
 #: The remat policies (`sexpgpu_lang.language.REMAT_POLICIES`) as `jax.checkpoint_policies`;

@@ -3,7 +3,8 @@
 `RunError` is a run that cannot go on for a reason the user can act on
 (`sexpgpu run` exits 1); `OptionError` one of those found in the command
 line before anything runs (exit 2); `BadValue` a NaN or infinite value at
-a step; `RunStopped` a stop by SIGINT or SIGTERM, after the last completed
+a step; `BadDraw` a generator's traced temperature out of range at a step
+(exit 2); `RunStopped` a stop by SIGINT or SIGTERM, after the last completed
 step was saved (exit 130 or 143).
 
 Plain data and checks, used by every other module of the run: it imports
@@ -40,6 +41,26 @@ class BadValue(RunError):
     def __init__(self, step: int, metric: str, value: float):
         super().__init__(f"step {step}: {metric} is {value}")
         self.step, self.metric, self.value = step, metric, value
+
+
+class BadDraw(BadValue):
+    """A generator's traced `categorical` temperature that was negative, infinite or NaN at a step
+    (sexpgpu_runtime.draw_check): a setting the file computes wrongly, so the command line exits 2
+    for it, as for bad input. `where` is the draw's file:line:col, `trip` its trip, `pass_name` the
+    pass whose generator drew it (None: training); `saved` says which checkpoint is the last good one."""
+
+    def __init__(self, step: int, where: str, trip: int, value: float, pass_name: str | None = None,
+                 saved: str = ""):
+        run = f"pass `{pass_name}`'s generator" if pass_name else "the generator"
+        RunError.__init__(self, f"step {step}: the `:temperature` of the `categorical` at {where} is {value} at "
+                          f"trip {trip} of {run}; it must be finite and 0 or more (0 is the argmax), so compute "
+                          f"it so that it stays in range, e.g. `(maximum t 0.0)`" + (f"; {saved}" if saved else ""))
+        self.step, self.metric, self.value = step, "`:temperature`", value
+        self.where, self.trip, self.pass_name = where, trip, pass_name
+
+    def saved_at(self, saved: str) -> "BadDraw":
+        """The same error, saying which checkpoint is the last good one (`saved`)."""
+        return BadDraw(self.step, self.where, self.trip, self.value, self.pass_name, saved)
 
 
 class RunStopped(Exception):

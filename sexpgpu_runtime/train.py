@@ -36,7 +36,8 @@ from .dtypes import InternalTypeError
 from .graphs import Graphs
 from .loaders import Loader, LoaderError
 from .optim import learning_rate, make_optimizer
-from .options import BadValue, DataError, OptionError, RunError, RunOptions, RunStopped, check_options
+from .draw_check import bad_draw
+from .options import BadDraw, BadValue, DataError, OptionError, RunError, RunOptions, RunStopped, check_options
 from .params import flatten, init_params
 from .prefetch import Prefetch
 from .pretrained import content_hashes, export_params, load_pretrained
@@ -139,6 +140,7 @@ class Trainer:
         self.checkpoint_every: int | None = None   # steps whose values are checked in full before a save
         self.completed: RunState | None = None
         self.bad = None                # on the device: (first step with a non-finite loss, or -1; its value)
+        self.draw = None               # on the device: the first bad traced temperature (draw_check.py), or None
         self._finite = None
         self.feed: Prefetch | None = None   # the training batches, read ahead on a thread while `fit` runs
 
@@ -229,13 +231,14 @@ class Trainer:
         total, losses, metrics, diags = None, [], [], []   # total: the running sum of the gradients
         records, counters = state.records, state.counters
         bad = self.bad if self.bad is not None else g.no_bad()
+        draw = self.draw
         for group in range(self.layout.groups):
             self.poll()
             batch, rows, records = self.next_group(state.step, group, records)
             if self.program.generate is not None:
                 batch, rows, made = g.generate(state.trainable, state.frozen, batch, rows, self.layout.stack > 1,
-                                               self._trip_hook(state.step))
-                batch = {**batch, **made}
+                                               self._trip_hook(state.step), draw)
+                batch, draw = {**batch, **made}, g.draw
                 self.poll()
             l, gs, m, d, counters, bad = g.grads(state.trainable, state.frozen, batch, rows, counters, bad)
             total = g.add_group(total, gs)
@@ -245,7 +248,7 @@ class Trainer:
         self.poll()
         trainable, opt_state = g.update(state.trainable, state.opt_state, total)
         new = RunState(state.step + 1, trainable, state.frozen, opt_state, records, counters)
-        self.bad = bad
+        self.bad, self.draw = bad, draw
         return new, {"losses": losses, "metrics": metrics, "diagnostics": diags}
 
     def report_row(self, done: int, reports: dict) -> dict:
@@ -277,6 +280,8 @@ class Trainer:
             if ps.runs_generator:
                 batch, rows, made = self.graphs.generate(state.trainable, state.frozen, batch, rows, stacked=False)
                 batch = {**batch, **made}
+                if self.graphs.draw is not None:   # (the pass waits for its loss below anyway)
+                    self.check_records(None, self.graphs.draw, ps.name)
             loss, metrics = fn(state.trainable, state.frozen, batch, rows, state.counters)
             for m, v in {"loss": float(loss), **{m: float(v) for m, v in metrics.items()}}.items():
                 sums[m] = sums.get(m, 0.0) + v
@@ -298,6 +303,18 @@ class Trainer:
         step, value = jax.device_get(bad)
         if int(step) >= 0:
             raise BadValue(int(step), "`loss`", float(value))
+
+    def check_records(self, bad, draw, pass_name: str | None = None) -> None:
+        """Raise for the earlier of the first non-finite loss (`bad`, `check_losses`; None: none kept)
+        and the first bad traced temperature (`draw`, BadDraw: draw_check.bad_draw; None: nothing
+        checked), the temperature at the same step. Reading them waits for the device."""
+        err = None if draw is None else bad_draw(draw, self.program, self.graphs.draw_sites, pass_name)
+        if err is not None and bad is not None and 0 <= int(jax.device_get(bad[0])) < err.step:
+            self.check_losses(bad)
+        if err is not None:
+            raise err
+        if bad is not None:
+            self.check_losses(bad)
 
     def check_params(self, state: RunState) -> None:
         """Raise BadValue naming the first trainable parameter with a NaN or infinite entry (before a save)."""
@@ -325,7 +342,7 @@ class Trainer:
         written at once, at a pass or checkpoint step; else None).
         """
         history: list[dict] = []
-        waiting: collections.deque = collections.deque()   # (step, reports, record) of logged steps
+        waiting: collections.deque = collections.deque()   # (step, reports, records) of logged steps
         per_step = self.layout.groups * self.layout.stack * self.batch_size
         self.feed = Prefetch(self.training_batch, self.batch_size, state.records + (self.steps - state.step) * per_step)
         try:
@@ -347,8 +364,8 @@ class Trainer:
         """Write the rows of logged steps in order: each once the device has finished its step (`wait`:
         all of them, waiting). A NaN loss up to that step, or in the row, raises BadValue."""
         while waiting and (wait or waiting[0][2][0].is_ready()):
-            done, reports, bad = waiting.popleft()
-            self.check_losses(bad)
+            done, reports, bad, draw = waiting.popleft()
+            self.check_records(bad, draw)
             row = self.report_row(done, reports)
             self.check_row(row)
             history.append(row)
@@ -386,7 +403,7 @@ class Trainer:
                     history.append(row)
                     reporter.log(row, done)
             elif log_now:
-                waiting.append((done, reports, self.bad))
+                waiting.append((done, reports, self.bad, self.draw))
             self._write_rows(waiting, history, reporter, wait=False)
             if after_step is not None:
                 after_step(state, row)
@@ -397,9 +414,10 @@ class Trainer:
 
     def settle(self) -> None:
         """Raise BadValue if any completed step's loss was NaN or infinite, naming the first such step
-        (see `fit`); waits for the device. Called before anything is logged or saved."""
+        (see `fit`), or BadDraw for the first bad traced temperature of a generator (the earlier of
+        the two); waits for the device. Called before anything is logged or saved."""
         if self.bad is not None:
-            self.check_losses(self.bad)
+            self.check_records(self.bad, self.draw)
 
 
 def _tree(state: RunState) -> dict:
@@ -497,6 +515,9 @@ def train(program: ir.Program, options: RunOptions, on_trip=None) -> RunResult:
             except CheckpointError:
                 pass
             good = store.latest()
+            if isinstance(e, BadDraw):   # a setting the file computes: bad input (exit 2), not a divergence
+                raise e.saved_at(f"the last good checkpoint is step {good} in {store.spec.dir}" if good is not None
+                                 else "no checkpoint was saved") from None
             where = (f"the last good checkpoint is step {good} in {store.spec.dir}" if good is not None
                      else "no checkpoint was saved")
             raise RunError(f"{e}, so the run stopped; likely causes: too high a learning rate, a log of 0 or a "
