@@ -71,6 +71,11 @@ def no_draw(dp=None) -> tuple:
     return rec if dp is None else dp.put_replicated(rec)
 
 
+def draw_like() -> tuple:
+    """`no_draw`'s shapes and dtypes (jax.ShapeDtypeStruct), to lower a checked trip graph abstractly."""
+    return jax.eval_shape(no_draw)
+
+
 def note_draws(record: tuple, temps, step, trip) -> tuple:
     """Traced inside the trip graph: `record` (`no_draw`) kept once set, else set to this trip's
     first bad temperature of `temps` (`temperatures`: [n], or [S n] for a stacked group, whose

@@ -36,6 +36,7 @@ from sexpgpu_lang.language import CONTEXT_KEYS
 from sexpgpu_lang.types import PlistType, TensorType
 
 from .device import backend_target
+from .draw_check import draw_like
 from .dtypes import jdt
 from .graphs import Graphs
 from .optim import make_optimizer
@@ -115,10 +116,11 @@ def compile_graphs(program: ir.Program, stack: int) -> dict[str, dict]:
 
     gen = program.generate
     trip = jax.ShapeDtypeStruct((), jnp.int64)
+    drawn = (draw_like(),) if g.draw_sites else ()   # a checked trip's record of its temperatures (draw_check.py)
     if gen is not None:
         batch, state, ctx = _tree(batch_t, S), _tree(gen.state, S), _rows(S)
         guard("generate.init", g.gen_init, (trainable, frozen, batch, ctx))
-        guard("generate.step", g.gen_step, (trainable, frozen, state, trip, ctx))
+        guard("generate.step", g.gen_step, (trainable, frozen, state, trip, ctx) + drawn)
         guard("generate.finish", g.gen_finish, (trainable, frozen, state, ctx))
     tbatch = _tree(batch_t, S)
     if gen is not None:
@@ -132,7 +134,7 @@ def compile_graphs(program: ir.Program, stack: int) -> dict[str, dict]:
         if ps.runs_generator and gen is not None:
             pstate = _tree(gen.state, 1)
             guard(f"pass {ps.name} generate.init", g.gen_init_1, (trainable, frozen, pb, _rows(1)))
-            guard(f"pass {ps.name} generate.step", g.gen_step_1, (trainable, frozen, pstate, trip, _rows(1)))
+            guard(f"pass {ps.name} generate.step", g.gen_step_1, (trainable, frozen, pstate, trip, _rows(1)) + drawn)
             guard(f"pass {ps.name} generate.finish", g.gen_finish_1, (trainable, frozen, pstate, _rows(1)))
             pb.update(_tree(gen.out, 1))
         guard(f"pass {ps.name}", g.passes[ps.name], (trainable, frozen, pb, _rows(1), base))

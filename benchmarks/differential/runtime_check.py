@@ -55,6 +55,7 @@ def phase_runtime(program) -> str | None:
     """None when the runtime lowers every graph of the step (`generate.init`, `.step`, `.finish`,
     `train` with its gradient, `update`) from abstract inputs and JAX's type of each phase's output
     (the state's entries, the made record, the loss, the gradient) is the checker's; else why not."""
+    from sexpgpu_runtime.draw_check import draw_like
     from sexpgpu_runtime.graphs import Graphs
     from sexpgpu_runtime.lowering import run_phase
     from sexpgpu_runtime.optim import make_optimizer
@@ -68,14 +69,15 @@ def phase_runtime(program) -> str | None:
     gen = program.generate
     trip = jax.ShapeDtypeStruct((), jnp.int64)
     state = _tree(gen.state, 1)
+    drawn = (draw_like(),) if g.draw_sites else ()   # a checked trip's record of its temperatures
     graphs = [("generate.init", g.gen_init_1, (trainable, frozen, batch, _rows(1)), gen.state, 0),
-              ("generate.step", g.gen_step_1, (trainable, frozen, state, trip, _rows(1)), gen.state, 0),
+              ("generate.step", g.gen_step_1, (trainable, frozen, state, trip, _rows(1)) + drawn, gen.state, 0),
               ("generate.finish", g.gen_finish_1, (trainable, frozen, state, _rows(1)), gen.out, 0)]
     S = g.layout.stack    # a run that stacks S microbatches vmaps every phase: each copy has the checker's types
     if S > 1:
         sb, ss = _tree(program.loaders[program.run.loader].batch_type(), S), _tree(gen.state, S)
         graphs += [("generate.init stacked", g.gen_init, (trainable, frozen, sb, _rows(S)), gen.state, S),
-                   ("generate.step stacked", g.gen_step, (trainable, frozen, ss, trip, _rows(S)), gen.state, S),
+                   ("generate.step stacked", g.gen_step, (trainable, frozen, ss, trip, _rows(S)) + drawn, gen.state, S),
                    ("generate.finish stacked", g.gen_finish, (trainable, frozen, ss, _rows(S)), gen.out, S)]
     name = "?"
     try:
@@ -85,6 +87,11 @@ def phase_runtime(program) -> str | None:
                 out = fn.lower(*args).out_info
                 if name.startswith("generate.init"):   # (the group's batch, its context rows, the state)
                     out = out[2]
+                if name.startswith("generate.step") and drawn:   # (the trip's output, the temperatures' record)
+                    out, record = out
+                    if [(tuple(r.shape), name_of(r.dtype)) for r in record] != [((), "i64"), ((), "i64"), ((), "i32"),
+                                                                                ((), "f32")]:
+                        return f"{name}: the temperatures' record is {record}, not draw_check.no_draw's"
                 if name.startswith("generate.step") and gen.until is not None:   # (the state, `:until`'s flag)
                     out, done = out
                     if (tuple(done.shape), name_of(done.dtype)) != ((), "bool"):
