@@ -140,3 +140,14 @@ def test_only_traced_temperatures_are_checked():
             out, record = out
             assert [str(r.dtype) for r in record] == ["int64", "int64", "int32", "float32"]
         assert set(out) == set(p.generate.state.keys)
+
+
+def test_a_pass_names_itself(tmp_path):
+    """1 - 2 `:pass`: 1 in training, -1 in the pass after step 2, which the error names."""
+    from sexpgpu_runtime.options import BadDraw
+    text = unstacked(sampled("(- 1.0 (* 2.0 (cast (getf ctx :pass) :f32)))"))
+    text = variant("(run :loader train", "(pass check :loader train :every 2 :batches 1)\n\n(run :loader train", text)
+    with pytest.raises(BadDraw) as err:
+        train_of(text, 3, tmp_path)
+    assert (err.value.step, err.value.trip, err.value.value, err.value.pass_name) == (2, 0, -1.0, "check")
+    assert "is -1.0 at trip 0 of pass `check`'s generator" in str(err.value)
