@@ -151,3 +151,13 @@ def test_a_pass_names_itself(tmp_path):
         train_of(text, 3, tmp_path)
     assert (err.value.step, err.value.trip, err.value.value, err.value.pass_name) == (2, 0, -1.0, "check")
     assert "is -1.0 at trip 0 of pass `check`'s generator" in str(err.value)
+
+
+def test_a_checked_trip_graph_compiles_for_xla_report_and_the_differential():
+    """`sexpgpu explain --xla` and the differential's runtime check lower the checked trip graph,
+    stacked too, with its record: no graph fails and every phase has the checker's types."""
+    from benchmarks.differential.runtime_check import phase_runtime
+    from sexpgpu_runtime.xla_report import compile_graphs
+    prog = program_of(sampled("(cast (getf ctx :step) :f32)"))
+    assert [k for k, v in compile_graphs(prog, 2).items() if "error" in v] == []
+    assert phase_runtime(prog) is None
