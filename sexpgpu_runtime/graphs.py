@@ -246,6 +246,7 @@ class Graphs:
 
     def _gen_fns(self, gen: ir.GenerateIR):
         sites = self.draw_sites
+
         def init(trainable, frozen, batch, rows):
             out = run_phase(gen.init, [batch, unpack_ctx(rows, False)], merge(trainable, frozen), self._fx(True))
             out = {k: out[k] for k in gen.state.keys}
@@ -262,10 +263,11 @@ class Graphs:
 
         def step_until(trainable, frozen, state, trip, rows):
             """`:step`, then `:until` on the new state: (state, bool scalar), one graph per trip."""
-            out, temps = next_state(trainable, frozen, state, trip, rows) if sites else (
-                next_state(trainable, frozen, state, trip, rows), None)
+            out = next_state(trainable, frozen, state, trip, rows)
+            out, temps = out if sites else (out, None)
             done = run_phase(gen.until, [out, unpack_ctx(rows, False)], merge(trainable, frozen), self._fx(True))
-            return ((out, jnp.asarray(done, jnp.bool_)), temps) if sites else (out, jnp.asarray(done, jnp.bool_))
+            flagged = (out, jnp.asarray(done, jnp.bool_))
+            return (flagged, temps) if sites else flagged
 
         next_state = step
         if gen.until is not None:

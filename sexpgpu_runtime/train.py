@@ -362,7 +362,8 @@ class Trainer:
 
     def _write_rows(self, waiting: collections.deque, history: list, reporter: Reporter, wait: bool) -> None:
         """Write the rows of logged steps in order: each once the device has finished its step (`wait`:
-        all of them, waiting). A NaN loss up to that step, or in the row, raises BadValue."""
+        all of them, waiting). A NaN loss up to that step, or in the row, raises BadValue; a bad traced
+        temperature of a generator up to that step, BadDraw."""
         while waiting and (wait or waiting[0][2][0].is_ready()):
             done, reports, bad, draw = waiting.popleft()
             self.check_records(bad, draw)
