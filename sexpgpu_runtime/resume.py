@@ -55,10 +55,12 @@ def _everywhere(value: int | None) -> int | None:
 
 def refuse_finished(store: Checkpoints, metrics: Path, run_dir: Path, total: int) -> None:
     """RunFinished when the run in `run_dir` has trained `total` steps or more already: by its newest
-    checkpoint (when it is this run's; another run's is refused afterwards, by `claim_run_dir`), or
-    by the last row of `metrics`. Reads only; writes nothing."""
+    checkpoint or by the last row of `metrics`. Nothing when the newest checkpoint is another run's
+    (`claim_run_dir` then refuses it). Reads only; writes nothing."""
     newest = store.newest_meta()
-    saved = newest[0] if newest is not None and store.is_ours(newest[1]) else None
+    if newest is not None and not store.is_ours(newest[1]):
+        return   # another run's dir, whatever its metrics say: `claim_run_dir` refuses it, naming both
+    saved = newest[0] if newest is not None else None
     logged = _everywhere(last_logged_step(metrics) if jax.process_index() == 0 else None)
     done = max(s for s in (saved, logged, -1) if s is not None)
     if done < total:
