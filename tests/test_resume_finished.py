@@ -116,3 +116,15 @@ def test_a_resume_from_a_checkpoint_older_than_the_last_row_drops_only_the_later
             "run that stopped; they are trained and logged again") in err
     assert steps_of(d) == list(range(1, 13))
     assert (d / "metrics.jsonl").read_bytes() == (uninterrupted / "metrics.jsonl").read_bytes()
+
+
+def test_a_longer_resume_of_a_run_that_saved_no_checkpoint_says_to_start_over(tmp_path):
+    from sexpgpu_runtime.options import RunError
+    run(NO_CHECKPOINT, tmp_path, 3, quiet=True)
+    before = snapshot(tmp_path)
+    with pytest.raises(RunError) as e:
+        run(NO_CHECKPOINT, tmp_path, 5, quiet=True, resume=True)
+    assert str(e.value) == (f"nothing to resume: no complete checkpoint in {tmp_path / 'checkpoints'}; pass "
+                            "--overwrite instead of --resume to start over at step 0 (metrics.jsonl holds the rows "
+                            "of a run that saved no checkpoint)")
+    assert snapshot(tmp_path) == before
