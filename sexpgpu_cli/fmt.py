@@ -7,7 +7,8 @@ for every *.sx below it): `write` rewrites the files that change, `check`
 names them, `diff` prints a unified diff of each. The text is read and
 written as bytes of UTF-8, so the line endings are the file's own. A file
 with a syntax error is left as it is and named with its first syntax
-error, since the parser's recovery is a guess.
+error (`FILE:LINE:COL`, as `lint` places it), since the parser's recovery is
+a guess; the summary counts it as not formatted, and the exit status is 2.
 
 Imports the front end only (never JAX).
 """
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 import difflib
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from sexpgpu_lang.format import Layout, format_text
@@ -28,11 +29,18 @@ MODES = ("write", "check", "diff")
 @dataclass
 class Outcome:
     """What `format_files` found: the files that changed (or would), those left
-    as they were, and one line for each file it could not format."""
+    as they were, those it could not read, format or write (`failed`), and one
+    line for each problem (those files', and a DIR without run files)."""
 
     changed: list[Path]
     unchanged: list[Path]
     errors: list[str]
+    failed: list[Path] = field(default_factory=list)
+
+    def refuse(self, path: Path, why: str) -> None:
+        """`path` could not be formatted, for the reason `why` (one line naming it)."""
+        self.failed.append(path)
+        self.errors.append(why)
 
     def exit_code(self, mode: str) -> int:
         """2 when a file could not be formatted; 1 when `check` or `diff` found a file to change; else 0."""
@@ -72,17 +80,17 @@ def format_files(paths: list[Path], mode: str = "write", width: int | None = Non
         try:
             text = path.read_bytes().decode("utf-8")
         except FileNotFoundError:
-            result.errors.append(f"cannot read {path}: no such file")
+            result.refuse(path, f"cannot read {path}: no such file")
             continue
         except UnicodeDecodeError as e:
-            result.errors.append(f"cannot read {path}: not UTF-8 text ({e.reason} at byte {e.start})")
+            result.refuse(path, f"cannot read {path}: not UTF-8 text ({e.reason} at byte {e.start})")
             continue
         except OSError as e:
-            result.errors.append(f"cannot read {path}: {e.strerror or e}")
+            result.refuse(path, f"cannot read {path}: {e.strerror or e}")
             continue
         new = format_text(text, layout)
         if new is None:
-            result.errors.append(_syntax_error(path, text))
+            result.refuse(path, _syntax_error(path, text))
             continue
         if new == text:
             result.unchanged.append(path)
@@ -94,15 +102,22 @@ def format_files(paths: list[Path], mode: str = "write", width: int | None = Non
             try:
                 path.write_bytes(new.encode("utf-8"))
             except OSError as e:
-                result.errors.append(f"cannot write {path}: {e.strerror or e}")
+                result.changed.remove(path)
+                result.refuse(path, f"cannot write {path}: {e.strerror or e}")
     return result
 
 
 def summary(result: Outcome, mode: str) -> str:
-    """The last line `fmt` prints: `2 files reformatted, 5 left unchanged` (or `would be reformatted`)."""
-    n, m = len(result.changed), len(result.unchanged)
-    verb = "reformatted" if mode == "write" else "would be reformatted"
-    parts = [f"{n} file{'s' if n != 1 else ''} {verb}"] if n else []
-    parts.append(f"{m} file{'s' if m != 1 else ''} left unchanged" if parts else
-                 f"{m} file{'s' if m != 1 else ''} already formatted")
+    """The last line `fmt` prints: `2 files reformatted, 5 left unchanged` (or `would be reformatted`),
+    with `1 file not formatted` for the files named in the error lines above it (a syntax error);
+    `no file formatted` when there was none to format."""
+    def files(k: int) -> str:
+        return f"{k} file{'s' if k != 1 else ''}"
+    n, m, bad = len(result.changed), len(result.unchanged), len(result.failed)
+    parts = [f"{files(n)} {'reformatted' if mode == 'write' else 'would be reformatted'}"] if n else []
+    parts += [f"{files(bad)} not formatted"] if bad else []
+    if m:
+        parts.append(f"{files(m)} {'left unchanged' if n else 'already formatted'}")
+    elif not parts:
+        parts.append("no file formatted")
     return ", ".join(parts)

@@ -338,7 +338,7 @@ def run(
     export_frozen: bool = typer.Option(False, "--export-frozen", help="With --export, write the frozen parameters too."),
     export_names: Optional[str] = typer.Option(None, "--export-names", metavar="MAPPING", help="With --export DIR, write the model in the Hugging Face layout through this standard-library name mapping (gpt2, llama), inverted: model.safetensors, or shards and model.safetensors.index.json."),
     max_shard_size: str = typer.Option("5GB", "--max-shard-size", metavar="SIZE", help="With --export-names, the largest shard (as Hugging Face's max_shard_size: 5GB, 500MB, 200KB)."),
-    resume: bool = typer.Option(False, "--resume", help="Continue from the newest complete checkpoint in the run's checkpoint dir (it must have been made by this file's forms and seed)."),
+    resume: bool = typer.Option(False, "--resume", help="Continue from the newest complete checkpoint in the run's checkpoint dir (it must have been made by this file's forms and seed); a run that has trained its steps already is left as it is."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Start over in a run dir an earlier run used, removing its checkpoints, metrics.jsonl and TensorBoard events."),
     mesh: Optional[str] = typer.Option(None, "--mesh", metavar="data=N", help="Data parallel over N devices (instead of the file's `:devices`, default every device): each batch split N ways, the parameters on every device (split along the mesh with --fsdp)."),
     coordinator: Optional[str] = typer.Option(None, "--coordinator", metavar="HOST:PORT", help="Multi-process run: the address of process 0 (with --num-processes and --process-id; jax.distributed)."),
@@ -368,7 +368,7 @@ def run(
             print(f"sexpgpu: error: {file} has {render.summary(n_err, n_warn)}; fix them before running", file=sys.stderr)
             raise typer.Exit(1)
         from sexpgpu_runtime.sharding import MeshError, initialize, parse_mesh  # JAX is imported only here
-        from sexpgpu_runtime.options import BadDraw, DataError, OptionError, RunOptions, RunError, RunStopped
+        from sexpgpu_runtime.options import BadDraw, DataError, OptionError, RunFinished, RunOptions, RunError, RunStopped
         from sexpgpu_runtime.train import train
         try:
             devices = parse_mesh(mesh) if mesh is not None else None
@@ -413,6 +413,9 @@ def run(
                                    distributed=distributed)
             print(f"sexpgpu: {e}; resume with `{' '.join(shlex.quote(a) for a in again)}`", file=sys.stderr)
             raise typer.Exit(e.exit_code)
+        except RunFinished as e:   # a resume of a finished run: nothing was read or written
+            print(f"sexpgpu: {e}", file=sys.stderr)
+            raise typer.Exit(0)
         except KeyboardInterrupt:
             raise fail("interrupted", 130)
         if early.received is not None:   # after the loop's last look: the run is complete, say so
@@ -423,8 +426,6 @@ def run(
         shown = "  ".join(f"{k} {v:.4g}" for k, v in last.items() if k != "step")
         done = f"trained {result.steps} steps" if not resume else f"trained steps {result.extra['start'] + 1}-{result.steps}"
         parts = [f"{done} in {result.seconds:.1f} s"]
-        if resume and result.extra["start"] >= result.steps:
-            parts = [f"nothing to train: the checkpoint is at step {result.extra['start']} of {result.steps}"]
         parts += [shown] if shown else []
         data = result.extra.get("data") or {}
         if data.get("batches"):   # the loader's own cost (read ahead on a thread) and what the loop waited for it

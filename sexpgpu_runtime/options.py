@@ -5,7 +5,8 @@
 line before anything runs (exit 2); `BadValue` a NaN or infinite value at
 a step; `BadDraw` a generator's traced temperature out of range at a step
 (exit 2); `RunStopped` a stop by SIGINT or SIGTERM, after the last completed
-step was saved (exit 130 or 143).
+step was saved (exit 130 or 143); `RunFinished` a `--resume` of a run that has
+trained its steps already, which changes nothing (exit 0).
 
 Plain data and checks, used by every other module of the run: it imports
 none of them but paths.py, and calls no JAX.
@@ -70,6 +71,15 @@ class RunStopped(Exception):
     def __init__(self, signal_name: str, exit_code: int, step: int, saved: int, dir: Path):
         super().__init__(f"stopped by {signal_name} during step {step}; step {saved} is saved in {dir}")
         self.signal_name, self.exit_code, self.step, self.saved, self.dir = signal_name, exit_code, step, saved, dir
+
+
+class RunFinished(Exception):
+    """`--resume` of a run that has trained its steps already (`step`, the last it trained, at least
+    `total`, the steps asked for): nothing was read or written; the message says how to train longer."""
+
+    def __init__(self, message: str, step: int, total: int):
+        super().__init__(message)
+        self.step, self.total = step, total
 
 
 @dataclass

@@ -37,7 +37,8 @@ def prompt_table(spec: LoaderIR, args: dict) -> dict[str, np.ndarray]:
     where = f"loader `{spec.name}` ({path})"
     declared = {n for n, _, _ in spec.fields}
     wanted = [n for n in declared if not _derived(n, declared)]
-    columns, names = (_jsonl if kind == "jsonl" else _parquet)(path, wanted, where)
+    columns, names = (_jsonl(path, wanted, where, f"loader `{spec.name}`") if kind == "jsonl"
+                      else _parquet(path, wanted, where))
     for n in wanted:
         if n not in columns:
             raise LoaderError(f"{where}: the data have no field `{n}` (they have {', '.join(names) or 'nothing'})")
@@ -132,38 +133,44 @@ def _pad(ids: list[list[int]], width: int, pad: int, dtype: str, name: str, wher
     return out.astype(_np_dtype(dtype)), kept
 
 
-def _jsonl(path: str, wanted: list[str], where: str) -> tuple[dict[str, list], list[str]]:
-    """The wanted columns of a .jsonl file (one JSON object a line), and every key its rows have."""
+def _jsonl(path: str, wanted: list[str], where: str, loader: str) -> tuple[dict[str, list], list[str]]:
+    """The wanted columns of a .jsonl file (one JSON object a line; UTF-8, a byte-order mark allowed),
+    and every key its rows have. A bad row is LoaderError naming `loader` (``loader `name` ``), the
+    file, its line and, for a row that is not JSON, the column where the parse failed."""
     columns: dict[str, list] = {n: [] for n in wanted}
     names: dict[str, None] = {}
     lines: list[int] = []
     try:
-        fh = open(path, encoding="utf-8")
+        fh = open(path, encoding="utf-8-sig")
     except FileNotFoundError:
         raise LoaderError(f"{where}: no file {path}; make it, or fix the path (relative to the run file)") from None
+    except OSError as e:
+        raise LoaderError(f"{where}: cannot read {path}: {e.strerror or e}") from None
     with fh:
         try:
             for line_no, line in enumerate(fh, 1):
                 if not line.strip():
                     continue
                 try:
-                    row = json.loads(line)
+                    row = json.loads(line.rstrip("\r\n"))   # (with its newline, a row cut short fails at 2:1)
                 except json.JSONDecodeError as e:
-                    raise LoaderError(f"{path}:{line_no}:{e.colno}: not JSON ({e.msg}); each line of a .jsonl file is "
-                                      "one JSON object") from None
+                    raise LoaderError(f"{loader}: {path}:{line_no}:{e.colno}: not JSON ({e.msg}); each line of a "
+                                      ".jsonl file is one JSON object") from None
                 if not isinstance(row, dict):
-                    raise LoaderError(f"{path}:{line_no}: a JSON {type(row).__name__}, not an object; each line of a "
-                                      ".jsonl file is one object like {\"prompt\": ...}")
+                    raise LoaderError(f"{loader}: {path}:{line_no}: a JSON {type(row).__name__}, not an object; each "
+                                      "line of a .jsonl file is one object like {\"prompt\": ...}")
                 names.update(dict.fromkeys(row))
                 lines.append(line_no)
                 for n in wanted:
                     columns[n].append(row.get(n))
         except UnicodeDecodeError:
             raise LoaderError(f"{where}: {path} is not UTF-8 text; a .jsonl file is UTF-8 JSON, one object a line") from None
+        except OSError as e:
+            raise LoaderError(f"{where}: cannot read {path}: {e.strerror or e}") from None
     for n, col in columns.items():
         if n in names and None in col:
-            raise LoaderError(f"{path}:{lines[col.index(None)]}: the row has no `{n}` (or it is null); give every "
-                              "row the field")
+            raise LoaderError(f"{loader}: {path}:{lines[col.index(None)]}: the row has no `{n}` (or it is null); give "
+                              "every row the field")
     return {n: c for n, c in columns.items() if n in names}, list(names)
 
 

@@ -34,11 +34,12 @@ class Reporter:
                  append: bool = False, tensorboard: bool = False):
         self.path = run_dir / "metrics.jsonl"
         self.fh = None
+        self.dropped: list[int] = []   # the steps of the rows a resume dropped (`keep_rows_up_to`)
         if jax.process_index() != 0:
             quiet, progress, tensorboard = True, False, False
         try:
             if append and jax.process_index() == 0:
-                keep_rows_up_to(self.path, start)
+                self.dropped = keep_rows_up_to(self.path, start)
             if jax.process_index() == 0:
                 self.fh = RowFile(self.path, append)
         except OSError as e:
@@ -134,20 +135,30 @@ class RowFile:
         os.close(self.fd)
 
 
-def keep_rows_up_to(path: Path, step: int) -> None:
-    """Drop the metrics.jsonl rows past `step` (logged by a process that stopped before its next checkpoint).
+def keep_rows_up_to(path: Path, step: int) -> list[int]:
+    """Drop the metrics.jsonl rows past `step` (logged by a process that stopped before its next
+    checkpoint), and a torn line; return the steps of the rows dropped (none: the file is left as it is).
 
     Rewritten through a temporary file and a rename, so a kill here loses nothing.
     """
     if not path.exists():
-        return
-    kept = []
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        return []
+    text = path.read_text(encoding="utf-8", errors="replace")
+    kept, dropped, torn = [], [], bool(text) and not text.endswith("\n")   # a row without its end is torn
+    for line in text.splitlines():
         try:
-            if json.loads(line)["step"] <= step:
-                kept.append(line)
+            at = json.loads(line)["step"]
+            keep = at <= step
         except (ValueError, KeyError, TypeError):
+            torn = True
             continue
+        if keep:
+            kept.append(line)
+        else:
+            dropped.append(at)
+    if not dropped and not torn:
+        return []
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text("".join(k + "\n" for k in kept), encoding="utf-8")
     tmp.replace(path)
+    return dropped

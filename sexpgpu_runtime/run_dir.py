@@ -88,8 +88,9 @@ def claim_run_dir(store: Checkpoints, options: RunOptions) -> None:
                 raise RunError(f"{store.spec.dir} already holds checkpoints that cannot be read (newest: step "
                                f"{store.latest()}); pass --overwrite to start over, or give another --run-dir")
         elif resume:
-            raise RunError(f"nothing to resume: no complete checkpoint in {store.spec.dir}; "
-                           "run without --resume to start at step 0")
+            start = ("pass --overwrite instead of --resume to start over at step 0 (metrics.jsonl holds the rows of "
+                     "a run that saved no checkpoint)" if has_rows(metrics) else "run without --resume to start at step 0")
+            raise RunError(f"nothing to resume: no complete checkpoint in {store.spec.dir}; {start}")
         elif not overwrite and has_rows(metrics):
             raise RunError(f"{options.run_dir} already holds the metrics.jsonl of an earlier run (and no checkpoint to "
                            "resume from); pass --overwrite to start over, or give another --run-dir")

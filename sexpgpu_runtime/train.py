@@ -42,6 +42,7 @@ from .params import flatten, init_params
 from .prefetch import Prefetch
 from .pretrained import content_hashes, export_params, load_pretrained
 from .report import Reporter
+from .resume import dropped_line, refuse_finished, resuming_line
 from .run_dir import claim_run_dir, open_checkpoints, prepare_run_dir
 from .sharding import DataParallel, MeshError, run_devices
 from .signals import StopSignals, Stopped
@@ -433,13 +434,17 @@ def _state(step: int, tree: dict, records: int, frozen: dict) -> RunState:
 
 
 def start_state(trainer: Trainer, store: Checkpoints, options: RunOptions) -> RunState:
-    """A fresh state, or with `resume` the newest complete checkpoint's.
+    """A fresh state, or with `resume` the newest complete checkpoint's (saying which, in one line).
 
     Identity and free space are checked before anything is computed: the run
     dir must be this run's to use (`claim_run_dir`: a checkpoint of another
     run is refused, and so is a fresh run into a run dir that an earlier run
-    used, unless `overwrite` clears that run first).
+    used, unless `overwrite` clears that run first). A resume of a run that
+    has trained its steps already raises RunFinished, having changed nothing
+    (resume.py).
     """
+    if options.resume:
+        refuse_finished(store, options.run_dir / "metrics.jsonl", options.run_dir, trainer.steps)
     claim_run_dir(store, options)
     try:
         # The state's shapes and dtypes, traced without computing anything.
@@ -453,6 +458,8 @@ def start_state(trainer: Trainer, store: Checkpoints, options: RunOptions) -> Ru
             where = trainer.dp.state_shardings(like) if trainer.dp is not None else jax.tree_util.tree_map(lambda _: one, like)
             like = jax.tree_util.tree_map(lambda x, w: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=w), like, where)
             step, tree, records = store.restore(like)
+            if not options.quiet and jax.process_index() == 0:
+                print(resuming_line(step, trainer.steps, store.spec.dir), file=sys.stderr, flush=True)
             return trainer.place(_state(step, tree, records, trainer.initial_state().frozen))
     except CheckpointError as e:
         raise RunError(str(e))
@@ -465,8 +472,9 @@ def train(program: ir.Program, options: RunOptions, on_trip=None) -> RunResult:
     Raises RunError for data problems, an unwritable or full dir, a checkpoint
     of another run, or a NaN/Inf value (naming the step, the metric and the
     last good checkpoint); RunStopped when SIGINT or SIGTERM stopped it (after
-    saving the last completed step). `on_trip(step, trip)` is called before
-    every trip of the generator.
+    saving the last completed step); RunFinished, having changed nothing, when
+    `options.resume` finds the run has trained its steps already. `on_trip(step,
+    trip)` is called before every trip of the generator.
     """
     check_options(program, options)
     prepare_run_dir(options.run_dir)
@@ -483,6 +491,8 @@ def train(program: ir.Program, options: RunOptions, on_trip=None) -> RunResult:
         start = state.step
         reporter = Reporter(options.run_dir, trainer.steps, options.progress, options.quiet, Path(program.path).stem,
                             start=start, append=options.resume, tensorboard=bool(program.run.log.get("tensorboard")))
+        if reporter.dropped and not options.quiet:
+            print(dropped_line(reporter.dropped, start, reporter.path), file=sys.stderr, flush=True)
 
         def save(s: RunState) -> None:
             trainer.settle()          # a NaN loss of any step so far is never checkpointed

@@ -15,6 +15,7 @@ import pytest
 
 from helpers import ROOT, check, marked, program_of, variant
 from sexpgpu_runtime.params import flatten
+from sexpgpu_runtime.options import RunFinished
 from sexpgpu_runtime.train import RunError, RunOptions, RunStopped, train
 
 STEPS = 30
@@ -130,8 +131,8 @@ def test_checkpoint_of_another_file_is_refused_naming_both(full, tmp_path):
 def test_comments_and_layout_keep_the_identity(full):
     reformatted = ";; a comment the identity ignores\n" + TEXT.replace("(run :loader train", "(run\n  :loader   train")
     assert program_of(reformatted).identity == program_of(TEXT).identity
-    result = run(reformatted, full[1], resume=True)   # already at step 30: resumes and has nothing to do
-    assert result.extra["start"] == STEPS and result.history == []
+    with pytest.raises(RunFinished, match=f"finished at step {STEPS} of {STEPS}"):   # the same run: it has finished
+        run(reformatted, full[1], resume=True)
 
 
 def test_fresh_run_into_a_dir_with_checkpoints_is_refused(full):
@@ -433,7 +434,8 @@ def test_resuming_a_finished_run_says_there_is_nothing_to_train(tmp_path):
     r = CliRunner().invoke(app, args + ["--resume"])
     assert r.exit_code == 0, r.output
     line = r.stderr.strip().splitlines()[-1]
-    assert line == f"nothing to train: the checkpoint is at step 2 of 2; metrics in {tmp_path / 'd' / 'metrics.jsonl'}"
+    assert line == (f"sexpgpu: the run in {tmp_path / 'd'} finished at step 2 of 2: nothing to resume, nothing was "
+                    "changed; to train it longer, resume with `--steps N` above 2")
 
 
 def test_a_stop_while_a_bad_row_waits_for_the_device_names_the_bad_step_and_saves_nothing_past_it(tmp_path, monkeypatch):

@@ -358,8 +358,8 @@ def test_a_wrong_shape_after_the_mapping_names_the_tensor_and_the_parameter(tmp_
     write_hf(tmp_path / "hf", tensors)
     d = one_error(tmp_path)
     assert d.code == "E-MODEL-003"
-    assert ("tensor `transformer.h.1.attn.c_attn.weight` is [32 64] bf16, parameter `h.wq` [2 32 4 8] f32 of "
-            "`teacher` needs [32 96] bf16 from it") in d.message
+    assert ("tensor `transformer.h.1.attn.c_attn.weight` is [32 64] bf16, parameters `h.wq`, `h.wk` and `h.wv` "
+            "(each [2 32 4 8] f32) of `teacher` need [32 96] bf16 from it") in d.message
 
 
 def test_a_pattern_matching_no_tensor(tmp_path):

@@ -131,7 +131,7 @@ def test_shard_params_in_the_file_is_checked():
     assert program_of(variant(":seed 0", ":shard-params :fsdp :seed 0")).run.shard_params == "fsdp"
     assert program_of(fixture_text()).run.shard_params == "replicated"
     res = analyze(variant(":seed 0", ":shard-params :zero3 :seed 0"), "x.sx")
-    assert [d.message for d in res.diagnostics if d.code == "E-FORM-002"] == ["`:shard-params` is `:replicated` or `:fsdp`"]
+    assert [d.message for d in res.diagnostics if d.code == "E-FORM-002"] == ["`:shard-params` has no value `:zero3`"]
 
 
 def test_a_mesh_larger_than_the_devices_is_refused(tmp_path):

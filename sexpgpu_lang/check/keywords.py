@@ -17,7 +17,7 @@ import math
 
 from .. import ir
 from ..language import REMAT_POLICIES
-from ..syntax import Kw, ListNode, Node
+from ..syntax import Kw, ListNode, Node, Str, Sym
 from ..types import ERROR, ErrorType, KeywordType, ShapeType, StringType, TensorType, is_int, promote, scalar
 from .context import CheckContext, listed, near_miss
 from .infer import infer
@@ -66,8 +66,27 @@ def const_keyword(ctx: CheckContext, kws: dict, key: str, choices: tuple[str, ..
     node = kws[key][1]
     if isinstance(node, Kw) and node.name in choices:
         return node.name
-    ctx.err("E-FORM-002", node.span, f"`:{key}` is {listed([f'`:{c}`' for c in choices])}", help=help)
+    unknown_choice(ctx, node, key, choices, help and f"it is {listed([f'`:{c}`' for c in choices])}; {help}")
     return choices[0]
+
+
+def _written_name(node: Node) -> str | None:
+    """The name a keyword, symbol or string value spells (what a near miss is looked for), else None."""
+    return node.name if isinstance(node, (Kw, Sym)) else node.value if isinstance(node, Str) else None
+
+
+def unknown_choice(ctx: CheckContext, node: Node, key: str, choices: tuple[str, ...], help: str | None = None,
+                   hint: str | None = None, noun: str = "value") -> None:
+    """E-FORM-002 for a setting `:key` whose value `node` is none of the keywords `choices`: the value
+    as written, the nearest choice (`hint`, else `near_miss`'s; a quick fix replaces the value with
+    it), and `help` (else the choices listed)."""
+    given = ctx.src.text[node.span.start:node.span.end]
+    name = _written_name(node)
+    hint = hint or (near_miss(name, choices) if name else None)
+    what = f"`:{key}` has no {noun} `{given}`" if isinstance(node, Kw) else f"`:{key}` takes a keyword, not `{given}`"
+    ctx.err("E-FORM-002", node.span, what + (f"; did you mean `:{hint}`?" if hint else ""),
+            help=help or f"it is {listed([f'`:{c}`' for c in choices])}",
+            data={"replace": f":{hint}"} if hint else None)
 
 
 #: The largest size of one axis, and the largest step count: XLA's dimensions and the step
@@ -226,12 +245,15 @@ class _Inexact(Exception):
 
 
 def remat_policy(ctx: CheckContext, node: Node) -> str | None:
-    """A `:remat` value: one of `REMAT_POLICIES`, else E-FORM-002 listing them (and None)."""
+    """A `:remat` value: one of `REMAT_POLICIES`, else E-FORM-002 echoing it with the nearest policy
+    (`unknown_choice`; and None). A policy is also found by its first word, in any order
+    (`:save-nothing`, `:save-dots`: `:nothing-saveable`, `:dots-saveable`)."""
     if isinstance(node, Kw) and node.name in REMAT_POLICIES:
         return node.name
-    ctx.err("E-FORM-002", node.span, f"`:remat` is {listed([f'`:{c}`' for c in REMAT_POLICIES])}",
-            help="`:nothing-saveable` recomputes everything in the backward pass, `:dots-saveable` keeps "
-                 "matmul outputs, `:everything-saveable` keeps all (no remat)",
-            data={"replace": f":{near_miss(node.name, REMAT_POLICIES)}"}
-            if isinstance(node, Kw) and near_miss(node.name, REMAT_POLICIES) else None)
+    name = _written_name(node) or ""
+    named = [p for p in REMAT_POLICIES if p.split("-")[0] in set(name.replace("_", "-").split("-"))]
+    unknown_choice(ctx, node, "remat", REMAT_POLICIES, noun="policy",
+                   help="it is `:nothing-saveable` (recomputes everything in the backward pass), `:dots-saveable` "
+                        "(keeps matmul outputs) or `:everything-saveable` (keeps all: no remat)",
+                   hint=near_miss(name, REMAT_POLICIES) or (named[0] if len(named) == 1 else None))
     return None

@@ -152,6 +152,39 @@ def check_pretrained(ctx: CheckContext) -> None:
             ctx.pretrained_files.append(record)
 
 
+def _parameters(whom: list) -> str:
+    """`parameter `a``, or `parameters `a`, `b` and `c``: the paths of `whom`, (path, parameter) pairs."""
+    names = [f"`{prel}`" for prel, _ in whom]
+    return ("parameter " if len(names) == 1 else "parameters ") + (names[0] if len(names) == 1
+                                                                   else ", ".join(names[:-1]) + " and " + names[-1])
+
+
+def _clause(key: tuple, whom: list, name: str, mapped: bool) -> str:
+    """One E-MODEL-003 clause: a tensor (or a pattern) the checkpoint lacks or holds otherwise, with
+    every parameter `whom` (their paths and parameters) read from it."""
+    kind = key[0]
+    via = f", for {_parameters(whom)}" if mapped else ""
+    if kind == "pattern":
+        _, pattern, layers = key
+        return f"has no tensor matching `{pattern}` (layers 0 to {layers - 1}{via})"
+    if kind == "missing":
+        _, tname, shape, dtype = key
+        return f"has no tensor `{tname}` (expected {_shape(shape)} {dtype}{via})"
+    _, tname, got_shape, got_dtype, shape, dtype, depth = key
+    if not mapped:
+        return (f"tensor `{tname}` is {_shape(got_shape)} {got_dtype}, `:params` of `{name}` expects "
+                f"{_shape(shape)} {dtype}" + depth)
+    types = {(tuple(p.shape), p.dtype) for _, p in whom}
+    if len(whom) == 1:
+        own = f"{_parameters(whom)} {_shape(whom[0][1].shape)} {whom[0][1].dtype}"
+    elif len(types) == 1:
+        own = f"{_parameters(whom)} (each {_shape(whom[0][1].shape)} {whom[0][1].dtype})"
+    else:
+        own = "parameters " + ", ".join(f"`{prel}` {_shape(p.shape)} {p.dtype}" for prel, p in whom)
+    need = "needs" if len(whom) == 1 else "need"
+    return f"tensor `{tname}` is {_shape(got_shape)} {got_dtype}, {own} of `{name}` {need} {_shape(shape)} {dtype} from it"
+
+
 def _compare(ctx: CheckContext, name: str, rel: str, full: str, base: str, todo, mapped: bool, file_dtype,
              node) -> bool:
     """E-MODEL-003 unless every tensor the plan reads is in the checkpoint with its shape and dtype;
@@ -163,18 +196,20 @@ def _compare(ctx: CheckContext, name: str, rel: str, full: str, base: str, todo,
         why = str(e) if e.file == full else f"`{os.path.relpath(e.file, base)}` " + str(e).removeprefix("it ")
         ctx.err("E-MODEL-003", node.span, f"cannot use `{rel}`: {why}")
         return False
-    wrong, used, casts, fix = [], set(), set(), None
+    # Each clause once per checkpoint tensor (or pattern), naming every parameter read from it: a fused
+    # tensor split into several parameters (GPT-2's `c_attn` into q, k and v) is one clause, not three.
+    wrong: dict[tuple, list] = {}   # a clause's key -> the (parameter path, parameter) it is about
+    used, casts, fix = set(), set(), None
     for p, prel, src, reads in todo:
         dtype = file_dtype or p.dtype
-        via = f", for parameter `{prel}`" if mapped else ""
         if len(reads) > 1 and not any(t in header for t, _ in reads):
-            wrong.append(f"has no tensor matching `{leaf(src)[1]}` (layers 0 to {len(reads) - 1}{via})")
+            wrong.setdefault(("pattern", leaf(src)[1], len(reads)), []).append((prel, p))
             continue
         for tname, shape in reads:
             used.add(tname)
             got = header.get(tname)
             if got is None:
-                wrong.append(f"has no tensor `{tname}` (expected {_shape(shape)} {dtype}{via})")
+                wrong.setdefault(("missing", tname, shape, dtype), []).append((prel, p))
                 continue
             if got[:2] == (shape, dtype):
                 continue
@@ -186,12 +221,8 @@ def _compare(ctx: CheckContext, name: str, rel: str, full: str, base: str, todo,
                               f"{p.layers} layers")
             if got[0] == shape and file_dtype is None:
                 casts.add(got[1])
-            if mapped:
-                wrong.append(f"tensor `{tname}` is {_shape(got[0])} {got[1]}, parameter `{prel}` {_shape(p.shape)} "
-                             f"{p.dtype} of `{name}` needs {_shape(shape)} {dtype} from it")
-            else:
-                wrong.append(f"tensor `{tname}` is {_shape(got[0])} {got[1]}, `:params` of `{name}` expects "
-                             f"{_shape(shape)} {dtype}" + depth)
+            wrong.setdefault(("shape", tname, got[0], got[1], shape, dtype, depth), []).append((prel, p))
+    wrong = [_clause(key, whom, name, mapped) for key, whom in wrong.items()]
     if wrong:
         help_ = fix
         if help_ is None and len(casts) == 1:

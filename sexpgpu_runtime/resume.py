@@ -1,0 +1,90 @@
+"""What `--resume` decides before anything trains, and the lines it prints.
+
+A run that has already trained its steps is left exactly as it is: no
+checkpoint restored, no metrics.jsonl row dropped or written, no event file
+made (`refuse_finished` raises RunFinished, one line: the step it finished
+at and how to train longer). Whether it finished is read from two places,
+since a run without `:checkpoint` saves none at its end: the newest
+checkpoint of this run (its JSON item) and the last whole row of
+metrics.jsonl (the last step is always logged, `Trainer.fit`). A resume
+that goes on says the step it resumes from (`resuming_line`), and the rows
+an interrupted process logged past that checkpoint, which it drops
+(`dropped_line`).
+
+In a multi-process run process 0 alone writes metrics.jsonl, so its last
+row is what every process decides on. It must not import train.py.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jax
+import numpy as np
+
+from .checkpoint import Checkpoints
+from .options import RunFinished
+
+
+def last_logged_step(path: Path) -> int | None:
+    """The largest `step` of metrics.jsonl's whole rows (a torn or foreign line is skipped), or None
+    when the file is absent, unreadable or has no row."""
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    last = None
+    for line in text.splitlines():
+        try:
+            step = json.loads(line)["step"]
+        except (ValueError, KeyError, TypeError):
+            continue
+        if isinstance(step, int) and not isinstance(step, bool):
+            last = step if last is None else max(last, step)
+    return last
+
+
+def _everywhere(value: int | None) -> int | None:
+    """Process 0's `value` on every process (the one that reads metrics.jsonl decides)."""
+    if jax.process_count() == 1:
+        return value
+    from jax.experimental import multihost_utils
+    got = int(multihost_utils.broadcast_one_to_all(np.int64(-1 if value is None else value)))
+    return None if got < 0 else got
+
+
+def refuse_finished(store: Checkpoints, metrics: Path, run_dir: Path, total: int) -> None:
+    """RunFinished when the run in `run_dir` has trained `total` steps or more already: by its newest
+    checkpoint or by the last row of `metrics`. Nothing when the newest checkpoint is another run's
+    (`claim_run_dir` then refuses it). Reads only; writes nothing."""
+    newest = store.newest_meta()
+    if newest is not None and not store.is_ours(newest[1]):
+        return   # another run's dir, whatever its metrics say: `claim_run_dir` refuses it, naming both
+    saved = newest[0] if newest is not None else None
+    logged = _everywhere(last_logged_step(metrics) if jax.process_index() == 0 else None)
+    done = max(s for s in (saved, logged, -1) if s is not None)
+    if done < total:
+        return
+    if done == total:
+        what = f"the run in {run_dir} finished at step {done} of {done}"
+    else:
+        what = f"the run in {run_dir} has trained {done} steps, more than the {total} asked for"
+    if saved is None:
+        how = "it saved no checkpoint, so to train it longer start it over with `--overwrite` and more `--steps`"
+    else:
+        how = f"to train it longer, resume with `--steps N` above {done}"
+        if saved < done:
+            how += f" (it trains again from checkpoint step {saved}, the newest: the run saved none at step {done})"
+    raise RunFinished(f"{what}: nothing to resume, nothing was changed; {how}", done, total)
+
+
+def resuming_line(step: int, total: int, ckpt_dir: Path) -> str:
+    """`sexpgpu: resuming from step K of N (checkpoint DIR/K)`."""
+    return f"sexpgpu: resuming from step {step} of {total} (checkpoint {ckpt_dir / str(step)})"
+
+
+def dropped_line(dropped: list[int], step: int, metrics: Path) -> str:
+    """The line saying which metrics.jsonl rows a resume from checkpoint `step` dropped (`dropped`: their steps)."""
+    span = f"step {dropped[0]}" if len(dropped) == 1 else f"steps {dropped[0]}-{dropped[-1]}"
+    return (f"sexpgpu: dropped {len(dropped)} row{'s' if len(dropped) != 1 else ''} of {metrics} ({span}), logged "
+            f"after checkpoint step {step} by the run that stopped; they are trained and logged again")
