@@ -55,13 +55,15 @@ def gpt2_teacher(tmp_path_factory):
 
 def runnable(path: Path, tmp_path: Path, request) -> Path:
     """The example itself, or a copy (in tmp_path): for distill.sx and distill-gpt2.sx one whose teacher
-    is the fixture's, for the SMALLER ones one with those `def`s replaced."""
+    is the fixture's, for the SMALLER ones one with those `def`s replaced (and its `data/` paths,
+    relative to the run file, made absolute: gpt2.sx's tokenizer)."""
     if path.name in SMALLER:
         text = path.read_text(encoding="utf-8")
         for name, value in SMALLER[path.name].items():
             lines = [line for line in text.splitlines() if line.startswith(f"(def {name} ")]
             assert len(lines) == 1, (path.name, name)
             text = text.replace(lines[0], f"(def {name} {value})")
+        text = text.replace('"data/', f'"{EXAMPLES_DIR / "data"}/')
         copy = tmp_path / path.name
         copy.write_text(text, encoding="utf-8")
         return copy
