@@ -46,7 +46,7 @@ def param_count(program, under: str | None = None) -> int:
 def test_gpt2_full_size_is_gpt2_small():
     """`(def reduce 1)`, 12 layers, a context of 1024: GPT-2 small's blocks, 85,054,464 parameters
     (12 x (12 d^2 + 13 d), d = 768), stacked [12 ...]; with its 2048-token table (the tokenizer's,
-    examples/data/gpt2-tokenizer.json, not GPT-2's 50257) and 1024 positions."""
+    examples/data/unittest-tokenizer.json, not GPT-2's 50257) and 1024 positions."""
     program = checked(with_defs("gpt2.sx", reduce=1, layers="small-layers", seq="small-seq"), "gpt2.sx")
     d = 768
     assert param_count(program, "blocks") == 12 * (12 * d * d + 13 * d) == 85_054_464
