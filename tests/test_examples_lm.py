@@ -106,7 +106,7 @@ def test_llama_is_the_hand_written_scanned_model_and_optimizer():
         return jax.tree_util.tree_map(lambda a, b: a + b, p, u), s, loss
     ref = []
     for i in range(3):
-        p, s, loss = step(p, s, jnp.asarray(loader.batch(i * tr.batch_size)["bytes"]))
+        p, s, loss = step(p, s, jnp.asarray(loader.batch(i * tr.batch_size)["tokens"]))
         ref.append(float(loss))
     np.testing.assert_allclose(losses, ref, rtol=2e-5)
     assert losses[2] != losses[0]   # the updates moved the model (the steps after warmup's lr 0)
