@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..ops import REGISTRY
-from ..types import is_float
+from ..types import ITEMSIZE, is_float
 from .cost import cost_of
 from .trace import Node, Trace
 
@@ -336,9 +336,10 @@ class _Schedule:
             k = cost_of(self.nodes[r].op).shifted
             if k is None or (self.grad is not None and self.grad[r]):
                 continue
-            x = self._through_views(self.nodes[r].inputs[k])
-            if self.nodes[x].op in _INPUTS or x in self.out_ids or self._readers(x) != {r}:
-                spans.append((pos[r], pos[r], self.nodes[x].bytes_at(stack)))
+            x = self.nodes[self._through_views(self.nodes[r].inputs[k])]
+            if x.op in _INPUTS or x.id in self.out_ids or self._readers(x.id) != {r}:
+                # f32 whatever the logits' dtype: the lowering casts them first
+                spans.append((pos[r], pos[r], x.type.size * ITEMSIZE["f32"] * (stack if x.per_copy else 1)))
         return spans
 
     def _backward(self, stack: int, t0: int, pos: dict, last: dict) -> tuple[list, float, int]:
