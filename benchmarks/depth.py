@@ -117,7 +117,7 @@ def llama_logits(params, x):
 
 
 def llama_loss(params, window):
-    """The example's prepare and objective: (loss, (bits-per-byte, accuracy)) of a [B seq+1] batch."""
+    """The example's prepare and objective: (loss, (bits-per-token, accuracy)) of a [B seq+1] batch."""
     x, y = window[:, :-1], window[:, 1:]
     logits = llama_logits(params, x)
     logp = jax.nn.log_softmax(logits, axis=-1)
@@ -160,7 +160,7 @@ class RefLoop:
         jax.block_until_ready(self.params)
         t0 = time.perf_counter()
         for _ in range(n):
-            window = self.loader.batch(self.step * self.batch)["bytes"]
+            window = self.loader.batch(self.step * self.batch)["tokens"]
             self.params, self.opt_state, loss, metrics = self.train(self.params, self.opt_state, window)
             self.step += 1
             if self.step % self.log_every == 0:

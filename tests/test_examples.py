@@ -55,13 +55,15 @@ def gpt2_teacher(tmp_path_factory):
 
 def runnable(path: Path, tmp_path: Path, request) -> Path:
     """The example itself, or a copy (in tmp_path): for distill.sx and distill-gpt2.sx one whose teacher
-    is the fixture's, for the SMALLER ones one with those `def`s replaced."""
+    is the fixture's, for the SMALLER ones one with those `def`s replaced (in a copy, the `data/` paths,
+    relative to the run file, made absolute: the tokenizers of gpt2.sx, llama.sx and distill-gpt2.sx)."""
     if path.name in SMALLER:
         text = path.read_text(encoding="utf-8")
         for name, value in SMALLER[path.name].items():
             lines = [line for line in text.splitlines() if line.startswith(f"(def {name} ")]
             assert len(lines) == 1, (path.name, name)
             text = text.replace(lines[0], f"(def {name} {value})")
+        text = text.replace('"data/', f'"{EXAMPLES_DIR / "data"}/')
         copy = tmp_path / path.name
         copy.write_text(text, encoding="utf-8")
         return copy
@@ -69,8 +71,8 @@ def runnable(path: Path, tmp_path: Path, request) -> Path:
         text = path.read_text(encoding="utf-8")
         assert text.count(':path "gpt2-teacher"') == 1
         copy = tmp_path / path.name
-        copy.write_text(text.replace('"gpt2-teacher"', f'"{request.getfixturevalue("gpt2_teacher")[1]}"'),
-                        encoding="utf-8")
+        text = text.replace('"gpt2-teacher"', f'"{request.getfixturevalue("gpt2_teacher")[1]}"')
+        copy.write_text(text.replace('"data/', f'"{EXAMPLES_DIR / "data"}/'), encoding="utf-8")
         return copy
     if path.name != "distill.sx":
         return path

@@ -45,11 +45,12 @@ def param_count(program, under: str | None = None) -> int:
 
 def test_gpt2_full_size_is_gpt2_small():
     """`(def reduce 1)`, 12 layers, a context of 1024: GPT-2 small's blocks, 85,054,464 parameters
-    (12 x (12 d^2 + 13 d), d = 768), stacked [12 ...]; with its 256-byte table and 1024 positions."""
+    (12 x (12 d^2 + 13 d), d = 768), stacked [12 ...]; with its 2048-token table (the tokenizer's,
+    examples/data/unittest-tokenizer.json, not GPT-2's 50257) and 1024 positions."""
     program = checked(with_defs("gpt2.sx", reduce=1, layers="small-layers", seq="small-seq"), "gpt2.sx")
     d = 768
     assert param_count(program, "blocks") == 12 * (12 * d * d + 13 * d) == 85_054_464
-    assert param_count(program) == 85_054_464 + 256 * d + 1024 * d + 2 * d
+    assert param_count(program) == 85_054_464 + 2048 * d + 1024 * d + 2 * d
     shapes = {p.path: p.shape for p in program.params}
     assert shapes[("blocks", "wq")] == (12, d, 12, 64) and shapes[("blocks", "w1")] == (12, d, 4 * d)
     assert ("out",) not in shapes   # tied: the logits use the embedding table
@@ -105,7 +106,7 @@ def test_llama_is_the_hand_written_scanned_model_and_optimizer():
         return jax.tree_util.tree_map(lambda a, b: a + b, p, u), s, loss
     ref = []
     for i in range(3):
-        p, s, loss = step(p, s, jnp.asarray(loader.batch(i * tr.batch_size)["bytes"]))
+        p, s, loss = step(p, s, jnp.asarray(loader.batch(i * tr.batch_size)["tokens"]))
         ref.append(float(loss))
     np.testing.assert_allclose(losses, ref, rtol=2e-5)
     assert losses[2] != losses[0]   # the updates moved the model (the steps after warmup's lr 0)
@@ -138,7 +139,7 @@ def test_gpt2_is_the_hand_written_model():
     on the same parameters and batch, and its tied table gets the gradient of both its uses."""
     tr = trainer("gpt2.sx")
     params, losses = sexpgpu_losses(tr, 1)
-    window = jnp.asarray(tr.loaders[tr.program.run.loader].batch(0)["bytes"])
+    window = jnp.asarray(tr.loaders[tr.program.run.loader].batch(0)["tokens"])
     p = jax.tree_util.tree_map(jnp.asarray, params)
 
     def loss(p):

@@ -253,6 +253,12 @@ class OpCost:
       stacked [N ...] output, so XLA cannot fuse them into the backward):
       gelu's tanh form keeps x, 3x², tanh, 1 - tanh, (1 + tanh)/2 and its
       output, 3 more (XLA's buffer assignment of examples/gpt2.sx's scan).
+    - `shifted`: on the CPU, it computes a log-softmax of that operand (its
+      index; None otherwise) but returns less than it (cross-entropy): the
+      shifted values x - max(x), read by both the sum of exponentials and
+      the result, are a buffer of x's size, which XLA writes into x's own
+      buffer only where the op is the one reader of a buffer the graph
+      computes (a softmax or log-softmax writes them into its output).
     """
 
     flops: FlopRule
@@ -268,6 +274,7 @@ class OpCost:
     scatter: int | None = None
     grad_flops: GradRule = _grad_per_output(2.0)
     scan_residuals: int = 0
+    shifted: int | None = None
 
 
 def _elementwise(flops: FlopRule, **facts) -> OpCost:
@@ -358,7 +365,7 @@ COSTS: dict[str, OpCost] = {
     "softmax": _whole(_per_input(4.0, 1.0), backward="output", grad_flops=_grad_per_input(3.0)),
     "log-softmax": _whole(_per_input(4.0, 1.0), backward="output", grad_flops=_grad_per_input(3.0)),
     "cross-entropy": _whole(_per_input(4.0, 1.0), backward="output", inner_residual=0, scatter=0,
-                            grad_flops=_grad_per_input(3.0)),
+                            grad_flops=_grad_per_input(3.0), shifted=0),
     # as one kernel: it reads query, key and value whole and writes its output, the [B N T S]
     # scores never a value of the graph; the trace expands it into the buffers XLA's lowering of
     # JAX's implementation makes (`trace.Trace.attention`), with this entry's FLOPs

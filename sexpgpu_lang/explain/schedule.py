@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..ops import REGISTRY
-from ..types import is_float
+from ..types import ITEMSIZE, is_float
 from .cost import cost_of
 from .trace import Node, Trace
 
@@ -292,6 +292,7 @@ class _Schedule:
                     last[s] = pos[r] - 1
                     break
         spans += [(pos[r], last[r], nodes[r].bytes_at(stack)) for r in roots if r not in self.out_ids]
+        spans += self._shift_spans(stack, roots, pos)
         delta = [0] * (end + 2)
         for a, b, size in spans:
             delta[a] += size
@@ -313,6 +314,33 @@ class _Schedule:
             done += m
             peak = max(peak, cur + done)
         return peak - done, moved, largest
+
+    def _readers(self, i: int) -> set[int]:
+        """The nodes that read value `i`, through views (reshapes, squeezes)."""
+        out: set[int] = set()
+        for u in self.users[i]:
+            out |= self._readers(u) if cost_of(self.nodes[u].op).fusion == "view" else {u}
+        return out
+
+    def _shift_spans(self, stack: int, roots: list[int], pos: dict) -> list[tuple[int, int, int]]:
+        """On the CPU, the shifted operand of a cross-entropy outside the gradient (`OpCost.shifted`): a
+        buffer of the logits' size while the op runs, unless the logits are a buffer the graph computes
+        whose one reader is the op (XLA then writes the shifted values into it: the library fusion of
+        the matmul, the max and the subtraction). So logits read by an argmax or a metric beside the
+        loss are held twice, as XLA's buffer assignment of examples/gpt2.sx's held-out pass shows. On
+        the gradient path the gradient's residual of the op's size (`inner_residual`) is that buffer."""
+        if self.target != "cpu":
+            return []
+        spans = []
+        for r in roots:
+            k = cost_of(self.nodes[r].op).shifted
+            if k is None or (self.grad is not None and self.grad[r]):
+                continue
+            x = self.nodes[self._through_views(self.nodes[r].inputs[k])]
+            if x.op in _INPUTS or x.id in self.out_ids or self._readers(x.id) != {r}:
+                # f32 whatever the logits' dtype: the lowering casts them first
+                spans.append((pos[r], pos[r], x.type.size * ITEMSIZE["f32"] * (stack if x.per_copy else 1)))
+        return spans
 
     def _backward(self, stack: int, t0: int, pos: dict, last: dict) -> tuple[list, float, int]:
         """The gradient, in reverse trace order after the forward roots: a residual (a forward value
