@@ -39,7 +39,7 @@ from .optim import learning_rate, make_optimizer
 from .options import BadValue, DataError, OptionError, RunError, RunOptions, RunStopped, check_options
 from .params import flatten, init_params
 from .prefetch import Prefetch
-from .pretrained import content_hashes, export_params, load_pretrained
+from .pretrained import content_hashes, export_params, initial_params
 from .report import Reporter
 from .run_dir import claim_run_dir, open_checkpoints, prepare_run_dir
 from .sharding import DataParallel, MeshError, run_devices
@@ -145,9 +145,10 @@ class Trainer:
     def initial_state(self, load: bool = True) -> RunState:
         """Fresh parameters (pretrained ones loaded unless `load` is False: for shapes only), fresh
         optimizer state, step 0."""
-        trainable, frozen = init_params(self.program.params, self.program.run.seed)
         if load:
-            load_pretrained(self.program, trainable, frozen)
+            trainable, frozen = initial_params(self.program, self.program.run.seed)
+        else:
+            trainable, frozen = init_params(self.program.params, self.program.run.seed)
         return self.place(RunState(0, trainable, frozen, self.optimizer.init(trainable), 0, self.graphs.zero_counters()))
 
     def place(self, state: RunState) -> RunState:
