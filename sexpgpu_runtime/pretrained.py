@@ -47,6 +47,19 @@ def load_pretrained(program: ir.Program, trainable: dict, frozen: dict) -> None:
         load_mapped(spec, program.params, {False: trainable, True: frozen})
 
 
+def export_mapping(program: ir.Program, name: str) -> tuple[dict[str, tuple], str] | None:
+    """The mapping `--export-names NAME` writes the root model's parameters through, inverted, and
+    where it is written (for messages): the `:names` of the `:pretrained` of the run file's model
+    NAME, else the standard library's mapping NAME (sexpgpu_lang/hf_names.sx); None when neither is."""
+    from sexpgpu_lang.name_mapping import stdlib_names
+    for spec in program.pretrained:
+        if spec.model == name and spec.named:
+            return dict(spec.names), f"the `:names` of `{name}`'s `:pretrained`"
+    if name in stdlib_names():
+        return stdlib_names()[name], "the mapping is written in sexpgpu_lang/hf_names.sx"
+    return None
+
+
 def content_hashes(program: ir.Program) -> dict[str, str]:
     """The SHA-256 of every file each `:pretrained` checkpoint reads (index and shards), by path."""
     from sexpgpu_lang.checkpoint_files import SourceError, files

@@ -29,7 +29,6 @@ import jax
 import numpy as np
 
 from sexpgpu_lang import ir
-from sexpgpu_lang.name_mapping import stdlib_names
 
 from .checkpoint import CheckpointError, Checkpoints
 from .dtypes import InternalTypeError
@@ -39,7 +38,7 @@ from .optim import learning_rate, make_optimizer
 from .options import BadValue, DataError, OptionError, RunError, RunOptions, RunStopped, check_options
 from .params import flatten, init_params
 from .prefetch import Prefetch
-from .pretrained import content_hashes, export_params, initial_params
+from .pretrained import content_hashes, export_mapping, export_params, initial_params
 from .report import Reporter
 from .run_dir import claim_run_dir, open_checkpoints, prepare_run_dir
 from .sharding import DataParallel, MeshError, run_devices
@@ -515,7 +514,8 @@ def train(program: ir.Program, options: RunOptions, on_trip=None) -> RunResult:
     seconds = time.perf_counter() - t0
     if options.export is not None:
         export_params(options.export, state.trainable, state.frozen, options.export_frozen,
-                      stdlib_names()[options.export_names] if options.export_names else None, options.max_shard_bytes)
+                      export_mapping(program, options.export_names)[0] if options.export_names else None,
+                      options.max_shard_bytes)
     data = trainer.feed.stats() if trainer.feed is not None else {"batches": 0, "read_s": 0.0, "wait_s": 0.0}
     return RunResult(state.trainable, state.frozen, history, dict(trainer.graphs.traces), seconds, trainer.steps,
                      extra={"start": start, "data": data})

@@ -487,9 +487,52 @@ def test_export_names_is_checked_before_training(tmp_path):
     write_hf(tmp_path / "hf", gpt2_tensors(np.random.default_rng(0)))
     p = program(run_file("gpt2", '(:path "hf" :names :gpt2 :file-dtype :bf16)'), tmp_path / "run.sx")
     with pytest.raises(OptionError, match=r"^--export-names: no standard-library mapping `gtp2`; they are `gpt2`, "
-                                          r"`llama`$"):
+                                          r"`llama`, and the file's models with a `:names` mapping: `teacher`$"):
         check_options(p, RunOptions(export=tmp_path / "out", export_names="gtp2"))
     # the root model is the student, which has no `h.b1` (its teacher has `teacher.h.b1`)
-    with pytest.raises(OptionError, match=r"^--export-names gpt2: parameter `h\.b1` is not a parameter of the model"):
+    with pytest.raises(OptionError, match=r"^--export-names gpt2: parameter `h\.b1` is not a parameter of the model "
+                                          r"\(the mapping is written in sexpgpu_lang/hf_names.sx\)$"):
         check_options(p, RunOptions(export=tmp_path / "out", export_names="gpt2"))
+    # a model of the file names its own mapping, over the root model's parameters as a standard one is
+    with pytest.raises(OptionError, match=r"^--export-names teacher: parameter `h\.b1` is not a parameter of the "
+                                          r"model \(the `:names` of `teacher`'s `:pretrained`\)$"):
+        check_options(p, RunOptions(export=tmp_path / "out", export_names="teacher"))
     assert not (tmp_path / "out").exists()
+
+
+FINETUNE = """
+(model teacher)
+
+(objective (lambda (batch ctx)
+  (mean (cross-entropy (model (field batch :row)) (field batch :row)))))
+
+(run :loader train :steps 2 :seed 0 :optimizer (adam :lr 1e-2))
+"""
+
+
+def own_mapping() -> str:
+    """The `:gpt2` mapping written in place, every tensor's `transformer.` renamed `gpt.`: no
+    standard-library mapping reads such a checkpoint."""
+    return "(" + " ".join(f":{k} {sx(v)}" for k, v in stdlib_names()["gpt2"].items()).replace("transformer.", "gpt.") + ")"
+
+
+def test_export_names_with_the_files_own_mapping_writes_the_hf_layout_that_loads_back_identical(tmp_path):
+    tensors = {k.replace("transformer.", "gpt."): v for k, v in gpt2_tensors(np.random.default_rng(9)).items()}
+    write_hf(tmp_path / "hf", tensors)
+    # fine-tuning: the checkpoint loaded through the file's own mapping is the root model, and is trained
+    text = HEAD + gpt2_teacher(N, f'(:path "hf" :names {own_mapping()} :file-dtype :bf16)').replace(
+        "  :frozen true\n", "") + FINETUNE
+    res = train_quiet(text, 2, tmp_path, export=tmp_path / "out", export_names="teacher", max_shard_bytes=20_000)
+    index = json.loads((tmp_path / "out" / "model.safetensors.index.json").read_text())
+    assert set(index["weight_map"]) == set(tensors) and len(set(index["weight_map"].values())) > 1
+    # the trained values, not the checkpoint's: the export is the run's
+    wte = tensors["gpt.wte.weight"].astype(ml_dtypes.bfloat16).astype(np.float32)
+    assert not np.array_equal(np.asarray(res.trainable["wte"]), wte)
+    with safe_open(str(tmp_path / "out" / index["weight_map"]["gpt.h.1.attn.c_attn.weight"]), "numpy") as fh:
+        c_attn = fh.get_tensor("gpt.h.1.attn.c_attn.weight")
+    h = {k: np.asarray(v[1]) for k, v in res.trainable["h"].items()}
+    np.testing.assert_array_equal(c_attn, np.concatenate([h[w].reshape(D, D) for w in ("wq", "wk", "wv")], axis=1))
+    # and a run reading the export through the same mapping gets every trained tensor back, bit for bit
+    back = program(HEAD + gpt2_teacher(N, f'(:path "out" :names {own_mapping()})') + TAIL, tmp_path / "back.sx")
+    _, frozen = initial_params(back, 1)
+    jax.tree_util.tree_map(np.testing.assert_array_equal, frozen["teacher"], res.trainable)

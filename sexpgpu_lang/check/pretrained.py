@@ -148,7 +148,8 @@ def check_pretrained(ctx: CheckContext) -> None:
             continue
         base = os.path.dirname(os.path.abspath(ctx.src.path)) if not ctx.src.path.startswith("<") else "."
         full = rel if os.path.isabs(rel) else os.path.join(base, rel)
-        record = ir.PretrainedIR(prefix, full, tuple((r, src) for _, r, src, _ in todo), file_dtype)
+        record = ir.PretrainedIR(prefix, full, tuple((r, src) for _, r, src, _ in todo), file_dtype, name,
+                                 names is not None)
         if not ctx.read_files or (ctx.read_files == LOCAL and not os.path.exists(full)):
             ctx.pretrained_files.append(record)
             continue
