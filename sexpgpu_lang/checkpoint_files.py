@@ -53,6 +53,8 @@ def tensors(path: str) -> dict[str, tuple[tuple[int, ...], str, str]]:
         if os.path.isfile(os.path.join(path, SINGLE)):
             return _one(os.path.join(path, SINGLE))
         raise SourceError(path, f"it is a directory holding neither `{SINGLE}` nor `{INDEX}`")
+    if os.path.exists(path) and not os.path.isfile(path):   # a pipe or a device: a read could wait forever
+        raise SourceError(path, "it is neither a file nor a directory")
     if path.endswith(".json"):
         return _indexed(path)
     return _one(path)

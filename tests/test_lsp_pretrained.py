@@ -128,3 +128,14 @@ def test_each_header_and_index_is_read_once_until_its_file_changes(tmp_path, mon
     write_hf(tmp_path / "hf", {"model.embed.weight": (16, 64), "lm_head.weight": (64, 16)})   # same sizes
     assert [d.code for d in analyze(text, path, read_files="local").diagnostics] == ["E-MODEL-003"]
     assert len(reads) == 4
+
+
+def test_a_pipe_named_as_the_checkpoint_is_refused_without_waiting_for_a_writer(tmp_path):
+    import os
+    os.mkfifo(tmp_path / "pipe.safetensors")
+    text = RUN.replace('(:path "PATH" :names (:embed "model.embed.weight" :out (transpose "lm_head.weight")))',
+                       '"pipe.safetensors"')
+    for read_files in ("local", True):
+        got = analyze(text, str(tmp_path / "run.sx"), read_files=read_files).diagnostics
+        assert [(d.code, d.message) for d in got] == [
+            ("E-MODEL-003", "cannot use `pipe.safetensors`: it is neither a file nor a directory")]
