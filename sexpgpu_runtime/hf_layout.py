@@ -86,12 +86,11 @@ def _shown(shape) -> str:
 
 
 class _Reader:
-    """The checkpoint's tensors, each read from its byte range (the header's `data_offsets`): with
-    one `readinto` straight into the parameter's buffer when the tensor is the parameter (or its
-    layer) reshaped, with one scatter read (`os.preadv`) straight into the parameters' buffers when
-    they are its equal parts along an axis (GPT-2's query, key and value from `c_attn`), else into a
-    buffer of its own that the mapping's ops then read. So each byte is copied once where no op
-    moves it, as a `read` of the file copies it (safetensors' `get_tensor` copies each tensor
+    """The checkpoint's tensors, each read from its byte range (the header's `data_offsets`) with
+    `os.preadv`: `scatter` straight into the parameters' buffers when they are the tensor reshaped
+    (one part) or its equal parts along an axis (GPT-2's query, key and value from `c_attn`), `read`
+    into a buffer of its own that the mapping's ops then read. So each byte is copied once where no
+    op moves it, as a `read` of the file copies it (safetensors' `get_tensor` copies each tensor
     twice, and a memory map pays a page fault per page)."""
 
     def __init__(self, found: dict):
@@ -120,15 +119,13 @@ class _Reader:
         begin, end = offsets[name]
         return file, self.handles[file], start + begin, end - begin, fdtype
 
-    def read(self, name: str, shape: tuple[int, ...], readers: list[tuple[str, set[str]]],
-             into: np.ndarray | None = None) -> np.ndarray:
-        """Tensor `name` (checked as `_locate` does), read into `into` (a C-contiguous array of its
-        size and dtype) when given, else into a new array."""
+    def read(self, name: str, shape: tuple[int, ...], readers: list[tuple[str, set[str]]]) -> np.ndarray:
+        """Tensor `name` (checked as `_locate` does), read into an array of its own."""
         from sexpgpu_lang.safetensors_header import HeaderError
         file = self.found.get(name, (None, None, "?"))[2]
         try:
             file, fh, at, size, fdtype = self._locate(name, shape, readers)
-            out = into if into is not None else np.empty(shape, np.dtype(jdt(fdtype)))
+            out = np.empty(shape, np.dtype(jdt(fdtype)))
             _read_all(fh, [memoryview(out.reshape(-1).view(np.uint8))], at, size)
         except (OSError, ValueError, KeyError, HeaderError) as e:
             raise RunError(f"{file}: cannot read tensor `{name}`: {e}")
@@ -165,7 +162,11 @@ def _read_all(fh, buffers: list[memoryview], at: int, size: int) -> None:
     if sum(b.nbytes for b in buffers) != size:
         raise ValueError(f"the tensor takes {size} bytes, its parameters {sum(b.nbytes for b in buffers)}")
     k, done = 0, 0
-    while k < len(buffers):
+    while True:
+        while k < len(buffers) and not buffers[k].nbytes:   # (an empty parameter's)
+            k += 1
+        if k == len(buffers):
+            return
         if _PREADV:
             n = os.preadv(fh.fileno(), buffers[k:k + _IOV_MAX], at + done)
         else:
@@ -174,11 +175,13 @@ def _read_all(fh, buffers: list[memoryview], at: int, size: int) -> None:
         if not n:
             raise OSError(f"the file ends {size - done} bytes before the tensor does")
         done += n
-        while k < len(buffers) and n >= buffers[k].nbytes:
-            n -= buffers[k].nbytes
-            k += 1
-        if n:
-            buffers[k] = buffers[k][n:]
+        while n:
+            if n >= buffers[k].nbytes:
+                n -= buffers[k].nbytes
+                k += 1
+            else:
+                buffers[k] = buffers[k][n:]
+                n = 0
 
 
 def _buffer(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:

@@ -325,6 +325,23 @@ def test_a_checkpoint_changed_after_the_check_is_refused_naming_the_file_and_the
     assert str(e.value) == f"{shard}: cannot read tensor `{last}`: the file ends 10 bytes before the tensor does"
 
 
+@pytest.mark.parametrize("preadv", [True, False])
+def test_a_scatter_read_fills_its_buffers_in_order_across_calls(tmp_path, monkeypatch, preadv):
+    # more buffers than one `preadv` takes, and (without one, as on Windows) a `readinto` each
+    import sexpgpu_runtime.hf_layout as hf
+    monkeypatch.setattr(hf, "_PREADV", preadv)
+    monkeypatch.setattr(hf, "_IOV_MAX", 3)
+    data = np.random.default_rng(0).integers(0, 256, 1000, dtype=np.uint8)
+    (tmp_path / "f").write_bytes(b"x" * 7 + data.tobytes())
+    parts = [np.zeros(n, np.uint8) for n in (0, 1, 100, 0, 399, 250, 250)]
+    with open(tmp_path / "f", "rb", buffering=0) as fh:
+        hf._read_all(fh, [memoryview(p) for p in parts], 7, 1000)
+        np.testing.assert_array_equal(np.concatenate(parts), data)
+        with pytest.raises(OSError, match="^the file ends 10 bytes before the tensor does$"):
+            hf._read_all(fh, [memoryview(np.zeros(1000, np.uint8))], 17, 1000)
+        hf._read_all(fh, [memoryview(np.zeros(0, np.uint8))], 2000, 0)   # an empty tensor reads nothing
+
+
 def test_a_bf16_teacher_can_stay_bf16_without_a_cast(tmp_path):
     tensors = gpt2_tensors(np.random.default_rng(4))
     write_hf(tmp_path / "hf", tensors)
