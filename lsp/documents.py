@@ -28,6 +28,7 @@ from lsprotocol import types
 
 from sexpgpu_lang import CheckResult, SourceText, ide
 from sexpgpu_lang.check import CheckCache, Facts, check
+from sexpgpu_lang.check.pretrained import LOCAL
 from sexpgpu_lang.syntax import ParseResult, parse
 
 from .convert import PositionMap, apply_change
@@ -84,14 +85,18 @@ class Analysis:
 
 
 def analyze_document(doc: Document, cache: CheckCache | None = None) -> Analysis:
-    """Check a document's text with the front end, as `sexpgpu lint` does but
-    without building the IR (no editor feature reads it), reusing `cache`
-    (kept from the document's earlier versions) when given. Never raises:
+    """Check a document's text with the front end, as `sexpgpu lint --read-files`
+    does where a `:pretrained` checkpoint is on this machine (a `file:`
+    document's, relative to it: headers only, each read again only once its
+    file changes), but without building the IR (no editor feature reads
+    it), reusing `cache` (kept from the document's earlier versions) when
+    given. Never raises:
     should the front end fail (it must not, for any text), the analysis is
     empty and says why in `failure`, and the error is logged."""
     path = uri_to_path(doc.uri)
+    local = LOCAL if urlparse(doc.uri).scheme == "file" else False
     try:
-        return Analysis(doc, check(parse(SourceText(doc.text, path)), cache=cache, build_ir=False))
+        return Analysis(doc, check(parse(SourceText(doc.text, path)), local, cache=cache, build_ir=False))
     except Exception as exc:  # RecursionError included: a bug in the front end, not in the file
         log.error("the front end failed on %s", doc.uri, exc_info=exc)
         src = SourceText(doc.text, path)

@@ -13,12 +13,13 @@ from .syntax import parse
 __all__ = ["analyze", "analyze_file", "CheckResult", "Diagnostic", "Related", "Severity", "SourceText", "Span", "CODES"]
 
 
-def analyze(text: str, path: str = "<input>", read_files: bool = False, build_ir: bool = True) -> CheckResult:
+def analyze(text: str, path: str = "<input>", read_files: bool | str = False, build_ir: bool = True) -> CheckResult:
     """Parse and check one run file's text. Never raises for any text.
 
     Opens no file unless `read_files`: then the `:pretrained` files' headers are
     read and compared with `:params` (E-MODEL-003), as `sexpgpu run` does before training.
-    `sexpgpu lint` and the language server leave it off: they read nothing but the document.
+    `sexpgpu lint` leaves it off unless `--read-files`; the language server passes `"local"`
+    (check/pretrained.py `LOCAL`: the headers of the checkpoints on this machine).
     `build_ir=False` leaves the result's `program` None (the diagnostics are the same):
     `sexpgpu lint` needs no IR."""
     src = SourceText(text, path)

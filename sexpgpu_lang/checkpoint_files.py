@@ -12,7 +12,10 @@
 returns each tensor's shape, dtype and file; SourceError says what is
 wrong in one line naming the file and, where one is to blame, the tensor:
 a shard the index names that is not there, a shard cut short, a tensor the
-index places in a shard that lacks it. Pure Python; never JAX.
+index places in a shard that lacks it. What a header or an index gave is
+kept by path and read again only once the file's size, times or inode
+differ (the language server checks a run file on every edit). Pure
+Python; never JAX.
 """
 from __future__ import annotations
 
@@ -24,6 +27,12 @@ from .safetensors_header import HeaderError, read_header
 #: Hugging Face's names for a checkpoint in one file and for the index of a sharded one.
 SINGLE = "model.safetensors"
 INDEX = "model.safetensors.index.json"
+
+
+#: What each header or index read gave, by path: ((inode, size, mtime, ctime in ns) when read, the
+#: result, or the HeaderError or SourceError raised); at most `_KEEP`, the oldest dropped first.
+_READ: dict[str, tuple[tuple[int, int, int, int], object, Exception | None]] = {}
+_KEEP = 512
 
 
 class SourceError(Exception):
@@ -44,6 +53,8 @@ def tensors(path: str) -> dict[str, tuple[tuple[int, ...], str, str]]:
         if os.path.isfile(os.path.join(path, SINGLE)):
             return _one(os.path.join(path, SINGLE))
         raise SourceError(path, f"it is a directory holding neither `{SINGLE}` nor `{INDEX}`")
+    if os.path.exists(path) and not os.path.isfile(path):   # a pipe or a device: a read could wait forever
+        raise SourceError(path, "it is neither a file nor a directory")
     if path.endswith(".json"):
         return _indexed(path)
     return _one(path)
@@ -57,16 +68,40 @@ def files(path: str) -> list[str]:
     return ([index] if index is not None and os.path.isfile(index) else []) + shards
 
 
+def _cached(path: str, read):
+    """`read(path)`, or what it gave (or raised) before for the file at `path` when its inode, size,
+    modification and change times are the ones it had then. A file that cannot be looked at is
+    read afresh (`read` says why)."""
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return read(path)
+    key = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    got = _READ.get(path)
+    if got is None or got[0] != key:
+        try:
+            got = (key, read(path), None)
+        except (HeaderError, SourceError) as e:
+            got = (key, None, e)
+        _READ.pop(path, None)
+        _READ[path] = got
+        while len(_READ) > _KEEP:
+            _READ.pop(next(iter(_READ)), None)
+    if got[2] is not None:
+        raise got[2].with_traceback(None)
+    return got[1]
+
+
 def _one(path: str) -> dict[str, tuple[tuple[int, ...], str, str]]:
     try:
-        header = read_header(path)
+        header = _cached(path, read_header)
     except HeaderError as e:
         raise SourceError(path, str(e))
     return {name: (shape, dtype, path) for name, (shape, dtype) in header.items()}
 
 
-def _indexed(index: str) -> dict[str, tuple[tuple[int, ...], str, str]]:
-    """The tensors of a sharded checkpoint, from its index and its shards' headers."""
+def _weight_map(index: str) -> dict[str, str]:
+    """The index's `weight_map` (tensor name -> shard file). SourceError naming the index."""
     try:
         with open(index, encoding="utf-8") as fh:
             data = json.load(fh)
@@ -76,9 +111,17 @@ def _indexed(index: str) -> dict[str, tuple[tuple[int, ...], str, str]]:
         raise SourceError(index, e.strerror or str(e))
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise SourceError(index, f"it is not a safetensors index (not JSON: {e})")
+    except ValueError:   # a NUL or a lone surrogate in the path: no file can have that name
+        raise SourceError(index, "no such file (its name holds a character no file name can)")
     weight_map = data.get("weight_map") if isinstance(data, dict) else None
     if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
         raise SourceError(index, "it is not a safetensors index (no `weight_map` of tensor names to shard files)")
+    return weight_map
+
+
+def _indexed(index: str) -> dict[str, tuple[tuple[int, ...], str, str]]:
+    """The tensors of a sharded checkpoint, from its index and its shards' headers."""
+    weight_map = _cached(index, _weight_map)
     base = os.path.dirname(os.path.abspath(index))
     headers: dict[str, dict] = {}
     out = {}
@@ -88,7 +131,7 @@ def _indexed(index: str) -> dict[str, tuple[tuple[int, ...], str, str]]:
             if not os.path.isfile(full):
                 raise SourceError(index, f"it places tensor `{name}` in `{shard}`, which is not there")
             try:
-                headers[full] = read_header(full)
+                headers[full] = _cached(full, read_header)
             except HeaderError as e:
                 raise SourceError(full, str(e))
         got = headers[full].get(name)

@@ -334,6 +334,8 @@ class PretrainedIR:
     path: str                        # a safetensors file, a Hugging Face directory or its index (absolute)
     names: tuple[tuple[str, tuple], ...]   # each parameter path below `prefix` (joined with `.`) and its source
     file_dtype: str | None = None    # `:file-dtype`: the file's dtype, cast to each parameter's on load
+    model: str = ""                  # the `defmodel` whose `:pretrained` this is
+    named: bool = False              # whether it has `:names` (else each parameter is the tensor of its path)
 
 
 @dataclass(frozen=True)

@@ -96,7 +96,7 @@ class RunOptions:
     quiet: bool = False
     export: Path | None = None
     export_frozen: bool = False    # `--export-frozen`: the frozen parameters too
-    export_names: str | None = None   # `--export-names gpt2`: a directory in the Hugging Face layout, through that mapping
+    export_names: str | None = None   # `--export-names gpt2` (or a model of the file with `:names`): the HF layout, through that mapping
     max_shard_bytes: int = 5 * 10**9  # `--max-shard-size`: shards of that export above this size
     resume: bool = False
     overwrite: bool = False
@@ -112,19 +112,23 @@ def check_options(program: ir.Program, options: RunOptions) -> None:
         raise OptionError("--resume continues the run in the run dir and --overwrite starts it over; give one")
     if options.export_names is not None:
         from sexpgpu_lang.name_mapping import stdlib_names
-        if options.export_names not in stdlib_names():
+        from .pretrained import export_mapping
+        found = export_mapping(program, options.export_names)
+        if found is None:
+            own = [spec.model for spec in program.pretrained if spec.named]
             raise OptionError(f"--export-names: no standard-library mapping `{options.export_names}`; they are "
-                              + ", ".join(f"`{n}`" for n in stdlib_names()))
+                              + ", ".join(f"`{n}`" for n in stdlib_names())
+                              + (", and the file's models with a `:names` mapping: " + ", ".join(f"`{n}`" for n in own)
+                                 if own else ""))
         if options.export is None:
             raise OptionError("--export-names says how to write --export; give --export DIR too")
-        names = stdlib_names()[options.export_names]
+        names, where = found
         have = {".".join(p.path) for p in program.params if options.export_frozen or not p.frozen}
         trainable = {".".join(p.path) for p in program.params if not p.frozen}
         wrong = sorted(set(names) - have) or sorted(trainable - set(names))
         if wrong:
             why = "is not a parameter of the model" if wrong[0] in set(names) - have else "has no entry in it"
-            raise OptionError(f"--export-names {options.export_names}: parameter `{wrong[0]}` {why} "
-                              f"(the mapping is written in sexpgpu_lang/hf_names.sx)")
+            raise OptionError(f"--export-names {options.export_names}: parameter `{wrong[0]}` {why} ({where})")
         if options.export.exists() and not options.export.is_dir():
             raise OptionError(f"cannot write {options.export}: an export in the Hugging Face layout is a directory")
         try:

@@ -48,13 +48,17 @@ def set_path(tree: dict, path: tuple, value) -> None:
     tree[path[-1]] = value
 
 
-def init_params(params: tuple[ParamIR, ...], seed: int) -> tuple[dict, dict]:
-    """(trainable, frozen) trees of freshly initialised parameters."""
+def init_params(params: tuple[ParamIR, ...], seed: int, skip: tuple[tuple[str, ...], ...] = ()) -> tuple[dict, dict]:
+    """(trainable, frozen) trees of freshly initialised parameters. The leaves below a path in
+    `skip` (the `:pretrained` models', which a checkpoint fills: pretrained.initial_params) are
+    not drawn: their places hold None, for hf_layout.load_mapped to fill. Each leaf's key is its
+    own place's, so skipping some leaves leaves the others' bits as they are."""
     seed_key = jax.random.key(seed)
     trainable: dict = {}
     frozen: dict = {}
     for p in params:
-        set_path(frozen if p.frozen else trainable, p.path, init_leaf(p, seed_key))
+        filled = any(p.path[:len(s)] == s for s in skip)
+        set_path(frozen if p.frozen else trainable, p.path, None if filled else init_leaf(p, seed_key))
     return trainable, frozen
 
 

@@ -22,18 +22,42 @@ from sexpgpu_lang import ir
 
 from .hf_layout import export_mapped, load_mapped
 from .options import RunError
-from .params import flatten
+from .params import flatten, init_params
 from .paths import publish
 
 
+def initial_params(program: ir.Program, seed: int) -> tuple[dict, dict]:
+    """The run's (trainable, frozen) parameters before its first step: each drawn from the seed
+    (params.init_params), except the `:pretrained` models', read from their checkpoints without
+    drawing values they would replace. Every drawn leaf has the bits it has in a run without
+    `:pretrained` (each leaf's key is its own place's). RunError as `load_pretrained`."""
+    trainable, frozen = init_params(program.params, seed, tuple(spec.prefix for spec in program.pretrained))
+    load_pretrained(program, trainable, frozen)
+    return trainable, frozen
+
+
 def load_pretrained(program: ir.Program, trainable: dict, frozen: dict) -> None:
-    """Replace the initial values of every `:pretrained` model's parameters with the checkpoint's tensors.
+    """Fill every `:pretrained` model's parameters with the checkpoint's tensors (replacing their initial
+    values, or the places `init_params` left for them).
 
     The checker compared the checkpoint's headers with `:params` already; a
     file changed since is still refused here (RunError naming file and tensor).
     """
     for spec in program.pretrained:
         load_mapped(spec, program.params, {False: trainable, True: frozen})
+
+
+def export_mapping(program: ir.Program, name: str) -> tuple[dict[str, tuple], str] | None:
+    """The mapping `--export-names NAME` writes the root model's parameters through, inverted, and
+    where it is written (for messages): the `:names` of the `:pretrained` of the run file's model
+    NAME, else the standard library's mapping NAME (sexpgpu_lang/hf_names.sx); None when neither is."""
+    from sexpgpu_lang.name_mapping import stdlib_names
+    for spec in program.pretrained:
+        if spec.model == name and spec.named:
+            return dict(spec.names), f"the `:names` of `{name}`'s `:pretrained`"
+    if name in stdlib_names():
+        return stdlib_names()[name], "the mapping is written in sexpgpu_lang/hf_names.sx"
+    return None
 
 
 def content_hashes(program: ir.Program) -> dict[str, str]:

@@ -29,7 +29,6 @@ import jax
 import numpy as np
 
 from sexpgpu_lang import ir
-from sexpgpu_lang.name_mapping import stdlib_names
 
 from .checkpoint import CheckpointError, Checkpoints
 from .dtypes import InternalTypeError
@@ -40,7 +39,7 @@ from .draw_check import bad_draw
 from .options import BadDraw, BadValue, DataError, OptionError, RunError, RunOptions, RunStopped, check_options
 from .params import flatten, init_params
 from .prefetch import Prefetch
-from .pretrained import content_hashes, export_params, load_pretrained
+from .pretrained import content_hashes, export_mapping, export_params, initial_params
 from .report import Reporter
 from .resume import dropped_line, refuse_finished, resuming_line
 from .run_dir import claim_run_dir, open_checkpoints, prepare_run_dir
@@ -148,9 +147,10 @@ class Trainer:
     def initial_state(self, load: bool = True) -> RunState:
         """Fresh parameters (pretrained ones loaded unless `load` is False: for shapes only), fresh
         optimizer state, step 0."""
-        trainable, frozen = init_params(self.program.params, self.program.run.seed)
         if load:
-            load_pretrained(self.program, trainable, frozen)
+            trainable, frozen = initial_params(self.program, self.program.run.seed)
+        else:
+            trainable, frozen = init_params(self.program.params, self.program.run.seed)
         return self.place(RunState(0, trainable, frozen, self.optimizer.init(trainable), 0, self.graphs.zero_counters()))
 
     def place(self, state: RunState) -> RunState:
@@ -546,7 +546,8 @@ def train(program: ir.Program, options: RunOptions, on_trip=None) -> RunResult:
     seconds = time.perf_counter() - t0
     if options.export is not None:
         export_params(options.export, state.trainable, state.frozen, options.export_frozen,
-                      stdlib_names()[options.export_names] if options.export_names else None, options.max_shard_bytes)
+                      export_mapping(program, options.export_names)[0] if options.export_names else None,
+                      options.max_shard_bytes)
     data = trainer.feed.stats() if trainer.feed is not None else {"batches": 0, "read_s": 0.0, "wait_s": 0.0}
     return RunResult(state.trainable, state.frozen, history, dict(trainer.graphs.traces), seconds, trainer.steps,
                      extra={"start": start, "data": data})

@@ -89,7 +89,8 @@ def test_our_cases_exist():
 
 
 def test_file_cases_are_silent_when_no_file_is_read():
-    # what `sexpgpu lint` and the server see: the `:pretrained` files are not opened, so nothing is reported
+    # what `sexpgpu lint` sees: the `:pretrained` files are not opened, so nothing is reported (the server
+    # reads the headers of the checkpoints on its machine: tests/test_lsp_pretrained.py)
     for path in sorted(FILE_CASES.glob("*.sx")):
         assert not [c for c, _, _ in reported(path) if c == "E-MODEL-003"], path.name
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 import jax
@@ -22,9 +23,10 @@ from sexpgpu_runtime.graphs import make_ctx
 from sexpgpu_runtime.lowering import Effects, run_phase
 from sexpgpu_runtime.options import RunError
 from sexpgpu_runtime.params import init_params
-from sexpgpu_runtime.pretrained import export_params, load_pretrained
+from sexpgpu_runtime.pretrained import export_params, initial_params, load_pretrained
 from sexpgpu_lang.name_mapping import stdlib_names
 
+from benchmarks.gpt2_run_file import gpt2_teacher
 from helpers import numpy_attention, train_quiet
 
 V, T, D, H, K, F, N = 64, 8, 32, 4, 8, 128, 2      # GPT-2: vocab, positions, width, heads, head width, MLP, layers
@@ -148,35 +150,6 @@ HEAD = f"""(def vocab {V})
   :fields (:row [seq] :i32 :stride [1] :i32))
 """
 
-GPT2 = """
-(defmodel gpt2-layer
-  :params (:ln1-gain (ones [width]) :ln1-bias (zeros [width])
-           :wq (normal [width heads head-width] :std 0.02) :bq (zeros [heads head-width])
-           :wk (normal [width heads head-width] :std 0.02) :bk (zeros [heads head-width])
-           :wv (normal [width heads head-width] :std 0.02) :bv (zeros [heads head-width])
-           :wo (normal [heads head-width width] :std 0.02) :bo (zeros [width])
-           :ln2-gain (ones [width]) :ln2-bias (zeros [width])
-           :w1 (normal [width hidden] :std 0.02) :b1 (zeros [hidden])
-           :w2 (normal [hidden width] :std 0.02) :b2 (zeros [width]))
-  :apply (lambda (self x)
-           (gpt2-block x (getf self :ln1-gain) (getf self :ln1-bias)
-                       (getf self :wq) (getf self :bq) (getf self :wk) (getf self :bk)
-                       (getf self :wv) (getf self :bv) (getf self :wo) (getf self :bo)
-                       (getf self :ln2-gain) (getf self :ln2-bias)
-                       (getf self :w1) (getf self :b1) (getf self :w2) (getf self :b2))))
-
-(defmodel teacher
-  :params (:wte (normal [vocab width] :std 0.02)
-           :wpe (normal [seq width] :std 0.01)
-           :h (repeat gpt2-layer 2)
-           :lnf-gain (ones [width]) :lnf-bias (zeros [width]))
-  :apply (lambda (self ids)
-           (let* ((h (gpt2-layer (+ (embedding (getf self :wte) ids) (getf self :wpe)))))
-             (matmul (layer-norm h (getf self :lnf-gain) (getf self :lnf-bias)) (transpose (getf self :wte)))))
-  :frozen true
-  :pretrained PRETRAINED)
-"""
-
 LLAMA = """
 (defmodel llama-layer
   :params (:attn-norm (ones [width])
@@ -222,7 +195,14 @@ TAIL = """
 
 
 def run_file(arch: str, pretrained: str) -> str:
-    return HEAD + {"gpt2": GPT2, "llama": LLAMA}[arch].replace("PRETRAINED", pretrained) + TAIL
+    return HEAD + (gpt2_teacher(N, pretrained) if arch == "gpt2" else LLAMA.replace("PRETRAINED", pretrained)) + TAIL
+
+
+def bf16_teacher(text: str) -> str:
+    """`text` with every parameter of the models before the student declared bf16."""
+    teacher, student = text.split("(defmodel student")
+    teacher = re.sub(r"\((zeros|ones) (\[[^\]]*\])\)", r"(\1 \2 :bf16)", teacher)
+    return re.sub(r":std (0\.0\d)\)", r":std \1 :dtype :bf16)", teacher) + "(defmodel student" + student
 
 
 def checked(text: str, path: Path):
@@ -283,16 +263,94 @@ def test_the_index_file_and_a_single_file_directory_load_alike(tmp_path):
         jax.tree_util.tree_map(np.testing.assert_array_equal, other, loaded[0])
 
 
+def test_pretrained_parameters_are_not_drawn_and_the_others_keep_their_bits(tmp_path, monkeypatch):
+    import sexpgpu_runtime.params as params_mod
+    tensors = gpt2_tensors(np.random.default_rng(7))
+    write_hf(tmp_path / "hf", tensors)
+    pretrained = '(:path "hf" :names :gpt2 :file-dtype :bf16)'
+    text = run_file("gpt2", pretrained)
+    p = program(text, tmp_path / "run.sx")
+    plain = program(text.replace(f"\n  :pretrained {pretrained})", ")"), tmp_path / "plain.sx")
+    assert not plain.pretrained and p.pretrained
+    drawn = []
+    real = params_mod.init_leaf
+    monkeypatch.setattr(params_mod, "init_leaf", lambda q, key: drawn.append(q.path) or real(q, key))
+    for seed in (0, 3):
+        drawn.clear()
+        trainable, frozen = initial_params(p, seed)
+        assert drawn == [("out",)]      # the teacher's 20 leaves come from the checkpoint, undrawn
+        want_t, want_f = init_params(plain.params, seed)   # the same file without `:pretrained`: all drawn
+        assert drawn[1:] and ("teacher", "wte") in drawn
+        np.testing.assert_array_equal(trainable["out"], want_t["out"])   # the same bits
+        # the trees have the places (and the order) a run without `:pretrained` has
+        assert jax.tree_util.tree_structure(frozen) == jax.tree_util.tree_structure(want_f)
+        assert list(frozen["teacher"]) == list(want_f["teacher"])
+        assert list(frozen["teacher"]["h"]) == list(want_f["teacher"]["h"])
+        np.testing.assert_array_equal(np.asarray(frozen["teacher"]["wte"]),
+                                      tensors["transformer.wte.weight"].astype(ml_dtypes.bfloat16).astype(np.float32))
+    # and they are what loading over drawn values gives
+    t2, f2 = init_params(p.params, 3)
+    load_pretrained(p, t2, f2)
+    jax.tree_util.tree_map(np.testing.assert_array_equal, (t2, f2), (trainable, frozen))
+
+
+@pytest.mark.parametrize("file_dtype", [":bf16", None])
+def test_a_checkpoint_changed_after_the_check_is_refused_naming_the_file_and_the_tensor(tmp_path, file_dtype):
+    # bf16 into f32 reads each tensor into a buffer of its own and casts it; a bf16 teacher reads
+    # straight into its parameters (each layer's c_attn scattered into query, key and value)
+    from sexpgpu_lang.checkpoint_files import tensors as headers
+    from sexpgpu_runtime.hf_layout import _Reader
+    tensors = gpt2_tensors(np.random.default_rng(8))
+    write_hf(tmp_path / "hf", tensors, shards=1)
+    text = run_file("gpt2", '(:path "hf" :names :gpt2' + (f" :file-dtype {file_dtype})" if file_dtype else ")"))
+    p = program(text if file_dtype else bf16_teacher(text), tmp_path / "run.sx")
+    shard = tmp_path / "hf" / "model-00001-of-00001.safetensors"
+    found = headers(str(tmp_path / "hf"))
+    name = "transformer.h.1.attn.c_attn.weight"
+    changed = dict(tensors, **{name: tensors[name].T.copy()})
+    write_hf(tmp_path / "hf", changed, shards=1)
+    with pytest.raises(RunError) as e:
+        load_pretrained(p, *init_params(p.params, 0))
+    assert str(e.value) == (f"{shard}: tensor `{name}` is [96 32] bf16, parameter `h.wq` needs [32 96] bf16 from it "
+                            "(the file changed since it was checked?)")
+    # a shard cut short between the header's read and the tensor's: the read says where it ended
+    write_hf(tmp_path / "hf", tensors, shards=1)
+    found = headers(str(tmp_path / "hf"))
+    shard.write_bytes(shard.read_bytes()[:-10])
+    reader = _Reader(found)
+    with pytest.raises(RunError) as e:
+        last = max(found, key=lambda t: reader._locate(t, found[t][0], [("x", {"bf16"})])[2])
+        reader.scatter(last, found[last][0], [("x", {"bf16"})], 1, [np.empty(found[last][0], ml_dtypes.bfloat16)])
+    reader.close()
+    assert str(e.value) == f"{shard}: cannot read tensor `{last}`: the file ends 10 bytes before the tensor does"
+
+
+@pytest.mark.parametrize("preadv", [True, False])
+def test_a_scatter_read_fills_its_buffers_in_order_across_calls(tmp_path, monkeypatch, preadv):
+    # more buffers than one `preadv` takes, and (without one, as on Windows) a `readinto` each
+    import sexpgpu_runtime.hf_layout as hf
+    monkeypatch.setattr(hf, "_PREADV", preadv)
+    monkeypatch.setattr(hf, "_IOV_MAX", 3)
+    data = np.random.default_rng(0).integers(0, 256, 1000, dtype=np.uint8)
+    (tmp_path / "f").write_bytes(b"x" * 7 + data.tobytes())
+    parts = [np.zeros(n, np.uint8) for n in (0, 1, 100, 0, 399, 250, 250)]
+    with open(tmp_path / "f", "rb", buffering=0) as fh:
+        hf._read_all(fh, [memoryview(p) for p in parts], 7, 1000)
+        np.testing.assert_array_equal(np.concatenate(parts), data)
+        with pytest.raises(OSError, match="^the file ends 10 bytes before the tensor does$"):
+            hf._read_all(fh, [memoryview(np.zeros(1000, np.uint8))], 17, 1000)
+        hf._read_all(fh, [memoryview(np.zeros(0, np.uint8))], 2000, 0)   # an empty tensor reads nothing
+
+
 def test_a_bf16_teacher_can_stay_bf16_without_a_cast(tmp_path):
     tensors = gpt2_tensors(np.random.default_rng(4))
     write_hf(tmp_path / "hf", tensors)
-    text = run_file("gpt2", '(:path "hf" :names :gpt2)').replace("(zeros [", "(zeros :bf16 [").replace(
-        "(ones [", "(ones :bf16 [")
-    text = text.replace(":std 0.02)", ":std 0.02 :dtype :bf16)").replace(":std 0.01)", ":std 0.01 :dtype :bf16)")
-    res = checked(text, tmp_path / "run.sx")
-    codes = [(d.code, d.message) for d in res.diagnostics if d.is_error]
-    # every parameter of the teacher is bf16 here except the student's own (f32), so no cast is needed
-    assert not [c for c in codes if c[0] == "E-MODEL-003"], codes
+    # every parameter of the teacher is bf16 here (the student's own is f32), so no cast is needed
+    p = program(bf16_teacher(run_file("gpt2", '(:path "hf" :names :gpt2)')), tmp_path / "run.sx")
+    _, frozen = initial_params(p, 0)
+    assert frozen["teacher"]["h"]["wq"].dtype == jnp.bfloat16
+    want = tensors["transformer.h.1.attn.c_attn.weight"].astype(ml_dtypes.bfloat16)[:, D:2 * D].reshape(D, H, K)
+    np.testing.assert_array_equal(np.asarray(frozen["teacher"]["h"]["wk"][1]), want)
 
 
 def test_export_in_the_hf_layout_loads_back_identical(tmp_path, arch):
@@ -446,9 +504,52 @@ def test_export_names_is_checked_before_training(tmp_path):
     write_hf(tmp_path / "hf", gpt2_tensors(np.random.default_rng(0)))
     p = program(run_file("gpt2", '(:path "hf" :names :gpt2 :file-dtype :bf16)'), tmp_path / "run.sx")
     with pytest.raises(OptionError, match=r"^--export-names: no standard-library mapping `gtp2`; they are `gpt2`, "
-                                          r"`llama`$"):
+                                          r"`llama`, and the file's models with a `:names` mapping: `teacher`$"):
         check_options(p, RunOptions(export=tmp_path / "out", export_names="gtp2"))
     # the root model is the student, which has no `h.b1` (its teacher has `teacher.h.b1`)
-    with pytest.raises(OptionError, match=r"^--export-names gpt2: parameter `h\.b1` is not a parameter of the model"):
+    with pytest.raises(OptionError, match=r"^--export-names gpt2: parameter `h\.b1` is not a parameter of the model "
+                                          r"\(the mapping is written in sexpgpu_lang/hf_names.sx\)$"):
         check_options(p, RunOptions(export=tmp_path / "out", export_names="gpt2"))
+    # a model of the file names its own mapping, over the root model's parameters as a standard one is
+    with pytest.raises(OptionError, match=r"^--export-names teacher: parameter `h\.b1` is not a parameter of the "
+                                          r"model \(the `:names` of `teacher`'s `:pretrained`\)$"):
+        check_options(p, RunOptions(export=tmp_path / "out", export_names="teacher"))
     assert not (tmp_path / "out").exists()
+
+
+FINETUNE = """
+(model teacher)
+
+(objective (lambda (batch ctx)
+  (mean (cross-entropy (model (field batch :row)) (field batch :row)))))
+
+(run :loader train :steps 2 :seed 0 :optimizer (adam :lr 1e-2))
+"""
+
+
+def own_mapping() -> str:
+    """The `:gpt2` mapping written in place, every tensor's `transformer.` renamed `gpt.`: no
+    standard-library mapping reads such a checkpoint."""
+    return "(" + " ".join(f":{k} {sx(v)}" for k, v in stdlib_names()["gpt2"].items()).replace("transformer.", "gpt.") + ")"
+
+
+def test_export_names_with_the_files_own_mapping_writes_the_hf_layout_that_loads_back_identical(tmp_path):
+    tensors = {k.replace("transformer.", "gpt."): v for k, v in gpt2_tensors(np.random.default_rng(9)).items()}
+    write_hf(tmp_path / "hf", tensors)
+    # fine-tuning: the checkpoint loaded through the file's own mapping is the root model, and is trained
+    text = HEAD + gpt2_teacher(N, f'(:path "hf" :names {own_mapping()} :file-dtype :bf16)').replace(
+        "  :frozen true\n", "") + FINETUNE
+    res = train_quiet(text, 2, tmp_path, export=tmp_path / "out", export_names="teacher", max_shard_bytes=20_000)
+    index = json.loads((tmp_path / "out" / "model.safetensors.index.json").read_text())
+    assert set(index["weight_map"]) == set(tensors) and len(set(index["weight_map"].values())) > 1
+    # the trained values, not the checkpoint's: the export is the run's
+    wte = tensors["gpt.wte.weight"].astype(ml_dtypes.bfloat16).astype(np.float32)
+    assert not np.array_equal(np.asarray(res.trainable["wte"]), wte)
+    with safe_open(str(tmp_path / "out" / index["weight_map"]["gpt.h.1.attn.c_attn.weight"]), "numpy") as fh:
+        c_attn = fh.get_tensor("gpt.h.1.attn.c_attn.weight")
+    h = {k: np.asarray(v[1]) for k, v in res.trainable["h"].items()}
+    np.testing.assert_array_equal(c_attn, np.concatenate([h[w].reshape(D, D) for w in ("wq", "wk", "wv")], axis=1))
+    # and a run reading the export through the same mapping gets every trained tensor back, bit for bit
+    back = program(HEAD + gpt2_teacher(N, f'(:path "out" :names {own_mapping()})') + TAIL, tmp_path / "back.sx")
+    _, frozen = initial_params(back, 1)
+    jax.tree_util.tree_map(np.testing.assert_array_equal, frozen["teacher"], res.trainable)

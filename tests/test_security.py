@@ -6,7 +6,8 @@ loading parameters, data and checkpoints never unpickles.
   Only `read_files=True` (what `sexpgpu run` checks with) reads the
   `:pretrained` headers. A spy on every way Python opens a file shows it.
 * `sexpgpu lint` opens the run file and nothing else.
-* The server's analysis (`lsp/documents.py`) is the same `analyze`, without `read_files`.
+* The server's analysis (`lsp/documents.py`) is the same `analyze`, with `read_files="local"`:
+  the headers of the `:pretrained` checkpoints on its machine, and nothing else.
 * A run that loads a `:pretrained` file and an `.npz` loader, saves
   checkpoints and resumes from one never calls `pickle`, and every `np.load`
   passes `allow_pickle=False`.
@@ -73,8 +74,10 @@ class FileSpy:
 
 @pytest.fixture
 def spy(monkeypatch):
+    from sexpgpu_lang import checkpoint_files
     for path in (PRETRAINED, NPZ, TEXT_BYTES):   # the grammar and the standard library load once, before the spy
         analyze_file(str(path))
+    monkeypatch.setattr(checkpoint_files, "_READ", {})   # no header kept from an earlier test's read
     return FileSpy(monkeypatch)
 
 
@@ -133,6 +136,20 @@ def test_the_server_analyzes_without_opening_files(spy):
     got = analyze_document(doc)
     assert spy.opened == []
     assert not got.result.has_errors
+
+
+def test_the_server_reads_a_local_pretrained_header_and_nothing_else(spy):
+    from lsprotocol import types
+
+    from lsp.documents import DocumentStore, analyze_document
+    store = DocumentStore()
+    for path in (PRETRAINED, NPZ):
+        doc = store.open(types.TextDocumentItem(uri=path.as_uri(), language_id="sexpgpu", version=1,
+                                                text=path.read_text(encoding="utf-8")))
+        spy.opened.clear()
+        got = analyze_document(doc)
+        assert [Path(p).name for p in spy.opened] == (["teacher.safetensors"] if path == PRETRAINED else [])
+        assert not got.result.has_errors
 
 
 def test_checking_runs_no_code_from_the_file(spy, monkeypatch):

@@ -44,11 +44,12 @@ __all__ = ["check", "check_expression", "CheckCache", "CheckResult", "Definition
            "TOP_FORMS"]
 
 
-def check(parsed: ParseResult, read_files: bool = False, cache: CheckCache | None = None,
+def check(parsed: ParseResult, read_files: bool | str = False, cache: CheckCache | None = None,
           build_ir: bool = True) -> CheckResult:
     """Check a parsed file: diagnostics, editor facts, and the IR when there is no error. Never raises for user input.
 
-    Opens no file unless `read_files` (then each `:pretrained` file's header, for E-MODEL-003).
+    Opens no file unless `read_files` (then each `:pretrained` file's header, for E-MODEL-003;
+    with `"local"`, as the language server checks, only the checkpoints that are on this machine).
     `cache`, kept from the check of an earlier version of the same file, makes the check
     incremental (the result is the same); `build_ir=False` leaves `program` None."""
     return check_file(CheckContext(parsed, read_files, cache), build_ir)

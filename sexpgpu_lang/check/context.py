@@ -28,13 +28,15 @@ from .scope import Frame, Scope, prelude_scope
 class CheckContext:
     """The state of one check of one parsed file (`check()` makes one and runs `toplevel.check_file` on it)."""
 
-    def __init__(self, parsed: ParseResult, read_files: bool = False, cache: CheckCache | None = None):
+    def __init__(self, parsed: ParseResult, read_files: bool | str = False, cache: CheckCache | None = None):
         self.parsed = parsed
         self.cache = cache             # results of an earlier check of this file (`CheckCache`), or None
         self.tracker = Tracker()       # what a cached computation reads and calls (`incremental`)
         # `toplevel.check_file(build_ir)`: without the IR, cached model bodies keep their IR's old ranges
         self.build_ir = True
-        self.read_files = read_files   # open `:pretrained` files (`sexpgpu run`); lint and the server never do
+        # the `:pretrained` files' headers: read (True: `sexpgpu run`, `lint --read-files`), read where
+        # the checkpoint is on this machine ("local": the language server), or never opened (False)
+        self.read_files = read_files
         self.src = parsed.source
         self.diags: list[Diagnostic] = list(parsed.diagnostics)
         self.seen: set = set()         # (code, start, end) of every diagnostic reported

@@ -15,7 +15,8 @@ parameter, a parameter without an entry, a `{i}` on a parameter no
 `repeat` stacks, an op whose axes do not fit the parameter). With
 `read_files`, the headers are compared too (E-MODEL-003, one diagnostic
 listing every tensor that differs, naming the tensor and the parameter;
-W-MODEL-001 for tensors nothing reads). Never JAX.
+W-MODEL-001 for tensors nothing reads); with `read_files` `LOCAL` (the
+language server) only where the checkpoint is on this machine. Never JAX.
 """
 from __future__ import annotations
 
@@ -29,6 +30,9 @@ from ..types import DTYPES
 from .context import CheckContext, near_miss
 from .keywords import const_value
 
+#: `read_files` for the language server: the headers of the checkpoints that are on this machine are
+#: read (each once until its file changes: checkpoint_files.py), a path that is not here is not reported.
+LOCAL = "local"
 #: The keywords of `:pretrained`'s plist.
 PRETRAINED_KEYS = ("path", "names", "file-dtype")
 
@@ -144,8 +148,9 @@ def check_pretrained(ctx: CheckContext) -> None:
             continue
         base = os.path.dirname(os.path.abspath(ctx.src.path)) if not ctx.src.path.startswith("<") else "."
         full = rel if os.path.isabs(rel) else os.path.join(base, rel)
-        record = ir.PretrainedIR(prefix, full, tuple((r, src) for _, r, src, _ in todo), file_dtype)
-        if not ctx.read_files:
+        record = ir.PretrainedIR(prefix, full, tuple((r, src) for _, r, src, _ in todo), file_dtype, name,
+                                 names is not None)
+        if not ctx.read_files or (ctx.read_files == LOCAL and not os.path.exists(full)):
             ctx.pretrained_files.append(record)
             continue
         if _compare(ctx, name, rel, full, base, todo, names is not None, file_dtype, node):
