@@ -91,9 +91,11 @@ def test_the_running_sum_gives_the_bits_of_the_summed_list(tmp_path, mb, stack):
         assert np.array_equal(a[k], b[k]), k
     assert new.records == old.records == 3 * mb * 16
     traces = trainer.graphs.traces
-    # one add graph for the first group's copies after its first, one for every later group; each traced once
+    # one add graph for the first group's copies after its first, one for every later stacked group; an
+    # unstacked later group's training graph adds into the sum itself (`train summing`); each traced once
     assert traces["accumulate first"] == (1 if stack > 1 else 0)
-    assert traces["accumulate"] == (1 if mb > stack else 0)
+    assert traces["accumulate"] == (1 if mb > stack > 1 else 0)
+    assert traces["train summing"] == (1 if mb > stack == 1 else 0)
     assert all(n == 1 for n in traces.values()), traces
 
 
