@@ -61,9 +61,12 @@ def scan_summing(layer: Callable, count: int, carry, stacked, rest: list, sums):
 
     Differentiated, the cotangent it gives `stacked` is `sums + g` (`sums` has `stacked`'s tree,
     shapes and dtypes; `g` the layers' gradient), made by the backward scan adding layer `i`'s
-    gradient into slice `i` of `sums` in place, as it is produced (one layer's gradient live at a time); `rest` (arrays: those of a float
-    dtype get a cotangent, summed over the layers in reverse order as `lax.scan`'s transpose sums
-    them) and `carry` get theirs as from `lax.scan`. `sums` itself is not differentiated.
+    gradient into slice `i` of `sums` in place, as it is produced (one layer's gradient live at a
+    time); `rest` (arrays: those of a float dtype get a cotangent, summed over the layers in reverse
+    order as `lax.scan`'s transpose sums them) and `carry` get theirs as from `lax.scan`. `sums`
+    itself is not differentiated. The residuals are those `jax.vjp` of `layer` keeps (its remat
+    policy's), stacked over the layers, less those that are the layer's slice or an argument of
+    `rest`: read from `stacked` and `rest` again, as `lax.scan`'s partial evaluation forwards them.
     """
     meta: dict = {}
 

@@ -4,9 +4,11 @@ Per step and per group of microbatches (DESIGN.md section 5):
 `generate.init`, `generate.step` (called `:trips` times from the host loop,
 the trip an i64 array so it never retraces), `generate.finish`, then the
 training graph (prepare, objective, `jax.value_and_grad`; it also adds the
-counters to their totals and keeps the first non-finite loss); after each
-group, the `accumulate` graph adds the group's gradients into one running sum
-(donated to it), in microbatch order; after the last group, one update graph
+counters to their totals and keeps the first non-finite loss); each unstacked
+group after the first runs `train summing`, the training graph that adds its
+gradients into the one running sum (donated to it) as its backward pass makes
+them (sexpgpu_runtime.accumulate), and after a stacked group the `accumulate`
+graph adds its copies' gradients into the sum, in microbatch order; after the last group, one update graph
 scales the sum and takes the optax step. So one gradient-sized buffer is held
 across groups however many microbatches there are, and the additions are
 `((g0 + g1) + g2) + ...`, those of summing the list of every gradient. A run that stacks `S` microbatches vmaps
@@ -37,9 +39,9 @@ from sexpgpu_lang import ir
 from sexpgpu_lang.language import CONTEXT_KEYS
 from sexpgpu_lang.types import PlistType, TensorType
 
+from .accumulate import add_into
 from .device import device_budget
 from .dtypes import JAX_DTYPES, InternalTypeError, jdt, mismatch
-from .accumulate import add_into
 from .lowering import Effects, run_phase
 from .params import merge
 
@@ -377,7 +379,8 @@ class Graphs:
         loss = self._loss(self.p.prepare, self.p.objective)
         sums = {p: sub for p, sub in _subtrees(total, ()) if p}
         summed: list = []
-        (l, (m, d, dl)), g = jax.value_and_grad(loss, has_aux=True)(trainable, frozen, batch, ctx, base, sums, summed)
+        vg = jax.value_and_grad(loss, has_aux=True)
+        (l, (m, d, dl)), g = vg(trainable, frozen, batch, ctx, base, sums, summed)
         total = _sum_into(total, g, frozenset(summed), ())
         if self.dp is not None and self.dp.fsdp:
             total = self.dp.constrain_state(total)
