@@ -1,8 +1,8 @@
 """Benchmark of issue 16's bar: examples/llama.sx at depth, against itself and against JAX by hand.
 
-    .venv/bin/python benchmarks/depth.py [--only compile,step] [--quick]
+    .venv/bin/python benchmarks/depth.py [--only compile,step,memory,microbatch-step] [--quick]
 
-Two rows, each a ratio measured in this one run:
+Four rows, each a ratio measured in this one run:
 
 * compile   the Llama example (its reduced width and context; batches of 4, so
             that a step's run is small beside its compile) at 2 and at 24
@@ -22,6 +22,18 @@ Two rows, each a ratio measured in this one run:
             adamw with the warmup-cosine schedule and the matrices-only decay
             mask), one jitted graph. Alternating blocks (as run_all.py's step
             row: best blocks, and the paired median). Target <= 1.05x.
+
+* memory    XLA's own memory analysis of the step's graphs (compiled here, the
+            running sum and the update's inputs donated as on an accelerator)
+            at `:microbatches` 1, 2 and 8 (the same microbatch): the step's
+            peak (the optimizer state beside each graph, the running sum
+            beside a later group's), the way main ran before the running sum
+            moved into the training graph (each group's gradient out, then a
+            separate add) and as it runs now (`Graphs.train_group`). Target:
+            the peak at 8 is the peak at 1 (<= 1.02x).
+* microbatch step  the steady step at `:microbatches 4` (the real loop), now
+            against the separate add (the old path, in the same run):
+            alternating blocks, target <= 1.05x.
 
 Not a test (the figures depend on the machine: BENCHMARKS.md records them);
 `tests/test_examples_lm.py` checks that `reference` computes the example's loss.
@@ -245,9 +257,68 @@ def bench_step(steps: int, rounds: int) -> tuple[str, ...]:
             f"hand JAX+optax {b * 1000:.1f} ms/step", ratios(a, b, paired), "<= 1.05x")
 
 
+def _live(fn, args, donate=()) -> int:
+    """XLA's live set of one compiled graph: arguments + outputs + temporaries - aliases (bytes)."""
+    m = jax.jit(fn, donate_argnums=donate).lower(*args).compile().memory_analysis()
+    return m.argument_size_in_bytes + m.output_size_in_bytes + m.temp_size_in_bytes - m.alias_size_in_bytes
+
+
+def step_peaks(microbatches: int) -> tuple[int, int]:
+    """XLA's peak of one step of the example at `:microbatches` (bytes): (the old way, now)."""
+    tr = trainer_for(llama_text(with_pass=False).replace(":seed 0", f":seed 0 :microbatches {microbatches}"))
+    g, state = tr.graphs, tr.initial_state()
+    batch, rows, _ = tr.host_group(state.step, 0, 0)
+    args = (state.trainable, state.frozen, batch, rows, state.counters, g.no_bad())
+    size = lambda tree: sum(x.nbytes for x in jax.tree_util.tree_leaves(tree))  # noqa: E731
+    opt, grad, params = size(state.opt_state), size(state.trainable), size((state.trainable, state.frozen))
+    first = opt + _live(g._grads, args)
+    update = _live(g._update, (state.trainable, state.opt_state, state.trainable), (0, 1))
+    if microbatches == 1:
+        return max(first, update), max(first, update)
+    grads = [state.trainable]
+    old = max(first, first + grad, opt + params + _live(g._accumulate, (state.trainable, grads), (0,)), update)
+    new = max(first, opt + _live(g._grads_summing, args + (state.trainable,), (6,)), update)
+    return old, new
+
+
+def bench_memory() -> tuple[str, ...]:
+    peaks = {m: step_peaks(m) for m in (1, 2, 8)}
+    mib = lambda b: f"{b / 2**20:.1f}"  # noqa: E731
+    for m, (old, new) in peaks.items():
+        print(f"  :microbatches {m}: old {mib(old)} MiB, now {mib(new)} MiB", flush=True)
+    return ("XLA step peak, llama.sx (4 layers), :microbatches 1 / 2 / 8",
+            "now " + " / ".join(mib(peaks[m][1]) for m in peaks) + " MiB",
+            "old way " + " / ".join(mib(peaks[m][0]) for m in peaks) + " MiB",
+            f"8 vs 1: {peaks[8][1] / peaks[1][1]:.3f}x now, {peaks[8][0] / peaks[1][0]:.3f}x old", "<= 1.02x")
+
+
+class OldAddLoop(SxLoop):
+    """`SxLoop` whose groups return their gradients and add them in a separate graph (the old path)."""
+
+    def __init__(self, tr, warm: int = 5):
+        g = tr.graphs
+
+        def separate(total, *args):
+            l, gs, m, d, counters, bad = g.grads(*args)
+            return l, g.add_group(total, gs), m, d, counters, bad
+        g.train_group = separate
+        super().__init__(tr, warm)
+
+
+def bench_microbatch_step(steps: int, rounds: int) -> tuple[str, ...]:
+    from run_all import interleaved, ratios
+    text = llama_text(with_pass=False).replace(":seed 0", ":seed 0 :microbatches 4")
+    sx, old = SxLoop(trainer_for(text)), OldAddLoop(trainer_for(text))
+    a, b, paired = interleaved(sx, old, steps, rounds)
+    sx.close()
+    old.close()
+    return ("training step, llama.sx (4 layers) at :microbatches 4", f"{a * 1000:.1f} ms/step",
+            f"separate add {b * 1000:.1f} ms/step", ratios(a, b, paired), "<= 1.05x")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--only", default="compile,step")
+    ap.add_argument("--only", default="compile,step,memory,microbatch-step")
     ap.add_argument("--quick", action="store_true", help="fewer repetitions (a smoke run)")
     a = ap.parse_args()
     rows = []
@@ -258,8 +329,12 @@ def main() -> None:
             rows.append(bench_compile(1 if a.quick else 2))
         elif name == "step":
             rows.append(bench_step(20 if a.quick else 100, 4 if a.quick else 10))
+        elif name == "memory":
+            rows.append(bench_memory())
+        elif name == "microbatch-step":
+            rows.append(bench_microbatch_step(8 if a.quick else 40, 4 if a.quick else 10))
         else:
-            raise SystemExit(f"unknown row {name!r}: compile or step")
+            raise SystemExit(f"unknown row {name!r}: compile, step, memory or microbatch-step")
         print("  " + " | ".join(rows[-1]), flush=True)
     print()
     print(f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}, jax {jax.__version__}; "

@@ -4,9 +4,11 @@ Per step and per group of microbatches (DESIGN.md section 5):
 `generate.init`, `generate.step` (called `:trips` times from the host loop,
 the trip an i64 array so it never retraces), `generate.finish`, then the
 training graph (prepare, objective, `jax.value_and_grad`; it also adds the
-counters to their totals and keeps the first non-finite loss); after each
-group, the `accumulate` graph adds the group's gradients into one running sum
-(donated to it), in microbatch order; after the last group, one update graph
+counters to their totals and keeps the first non-finite loss); each unstacked
+group after the first runs `train summing`, the training graph that adds its
+gradients into the one running sum (donated to it) as its backward pass makes
+them (sexpgpu_runtime.accumulate), and after a stacked group the `accumulate`
+graph adds its copies' gradients into the sum, in microbatch order; after the last group, one update graph
 scales the sum and takes the optax step. So one gradient-sized buffer is held
 across groups however many microbatches there are, and the additions are
 `((g0 + g1) + g2) + ...`, those of summing the list of every gradient. A run that stacks `S` microbatches vmaps
@@ -37,6 +39,7 @@ from sexpgpu_lang import ir
 from sexpgpu_lang.language import CONTEXT_KEYS
 from sexpgpu_lang.types import PlistType, TensorType
 
+from .accumulate import add_into
 from .device import device_budget
 from .draw_check import no_draw, note_draws, temperatures, traced_temperatures
 from .dtypes import JAX_DTYPES, InternalTypeError, jdt, mismatch
@@ -152,6 +155,8 @@ class Graphs:
             else:
                 self.gen_init, self.gen_step, self.gen_finish = self.gen_init_1, self.gen_step_1, self.gen_finish_1
         self.grads = jax.jit(self._counted("train" + (" stacked" if S > 1 else ""), self._grads))
+        self.grads_summing = jax.jit(self._counted("train summing", self._grads_summing),
+                                     donate_argnums=(6,) if dn else ())
         # The new parameters and optimizer state are sharded as they came in: replicated (XLA all-reduced
         # the gradients inside the training graph, whose batch was split along the mesh's `data` axis),
         # or under FSDP split as sharding.DataParallel.state_sharding says.
@@ -350,15 +355,19 @@ class Graphs:
     def _loss(self, prepare: ir.Phase | None, objective: ir.Phase):
         counters = tuple(self.counter_types)
 
-        def loss(trainable, frozen, batch, ctx, base):
+        def loss(trainable, frozen, batch, ctx, base, sums=None, summed=None):
             params = merge(trainable, frozen)
             fx = self._fx()
+            if sums:   # running sums for repeated blocks' backward scans (`_grads_summing`)
+                fx.sums = dict(sums)
             inputs = run_phase(prepare, [batch, ctx], params, fx) if prepare is not None else batch
             deltas = {c: jnp.asarray(fx.counters.get(c, 0)).astype(jdt(self.counter_types[c])) for c in counters}
             octx = dict(ctx)
             octx.update({c: base[c] + deltas[c] for c in counters})
             value = run_phase(objective, [inputs, octx], params, fx)
             _check(objective.name, value, objective.out)
+            if summed is not None:   # the paths whose backward scan added into their running sum
+                summed.extend(p for p in sums if p not in fx.sums)
             return value.astype(jnp.float32), (fx.metrics, fx.diagnostics, deltas)
 
         return loss
@@ -398,6 +407,37 @@ class Graphs:
             return l, g, m, d, dl
         totals, bad = self._tally(base, dl, l, ctxs["step"], bad)
         return l, g, m, d, totals, bad
+
+    def _grads_summing(self, trainable, frozen, batch, rows, base, bad, total):
+        """The training graph of an unstacked group after the step's first: as `_grads` with `bad`,
+        but the gradients added into `total` (the running sum, donated on an accelerator) as they are
+        produced, so that no second gradient-sized buffer is live: a repeated block's stacked
+        parameters in its backward scan (`accumulate.scan_summing`, through `Effects.sums`), every
+        other parameter's gradient as it comes (`accumulate.add_into`). Each add is `total + g`
+        elementwise, as `_accumulate` makes it (the bits of summing the list of gradients).
+        Returns (losses, total, metrics, diagnostics, totals, bad), one copy's entries in lists."""
+        ctx = unpack_ctx(rows, False)
+        loss = self._loss(self.p.prepare, self.p.objective)
+        sums = {p: sub for p, sub in _subtrees(total, ()) if p}
+        summed: list = []
+        vg = jax.value_and_grad(loss, has_aux=True)
+        (l, (m, d, dl)), g = vg(trainable, frozen, batch, ctx, base, sums, summed)
+        total = _sum_into(total, g, frozenset(summed), ())
+        if self.dp is not None and self.dp.fsdp:
+            total = self.dp.constrain_state(total)
+        totals, bad = self._tally(base, [dl], [l], ctx["step"], bad)
+        return [l], total, [m], [d], totals, bad
+
+    def train_group(self, total, trainable, frozen, batch, rows, counters, bad):
+        """One group's training graph and the running sum of the gradients after it (`total` None
+        for the step's first group): an unstacked later group's graph adds into the sum itself
+        (`grads_summing`, traced as `train summing`), others return their gradients for `add_group`.
+        Returns (losses, total, metrics, diagnostics, counter totals, bad) as `_grads` with `bad`
+        returns them, the new sum in the gradients' place. Nothing here waits for the device."""
+        if total is not None and self.layout.stack == 1:
+            return self.grads_summing(trainable, frozen, batch, rows, counters, bad, total)
+        l, gs, m, d, counters, bad = self.grads(trainable, frozen, batch, rows, counters, bad)
+        return l, self.add_group(total, gs), m, d, counters, bad
 
     def _sharded_update(self, donate: bool):
         """The update graph under FSDP: jitted at its first call, when the state's tree is known, with
@@ -447,3 +487,21 @@ class Graphs:
             value, (metrics, diags, _) = loss(trainable, frozen, batch, unpack_ctx(rows, False), base)
             return value, metrics
         return evaluate
+
+
+def _subtrees(tree, path: tuple):
+    """Every (path, subtree) of a nested dict, `tree` itself first (path ())."""
+    yield path, tree
+    if isinstance(tree, dict):
+        for k, v in tree.items():
+            yield from _subtrees(v, path + (k,))
+
+
+def _sum_into(total, g, summed: frozenset, path: tuple):
+    """`total + g` leaf by leaf (`accumulate.add_into`), but `g` itself under a path of `summed` (there
+    the backward scan made the sum already)."""
+    if path in summed:
+        return g
+    if isinstance(total, dict):
+        return {k: _sum_into(v, g[k], summed, path + (k,)) for k, v in total.items()}
+    return add_into(total, g)

@@ -25,6 +25,7 @@ from jax import lax
 from sexpgpu_lang import ir
 from sexpgpu_lang.types import TensorType
 
+from .accumulate import scan_summing, summable
 from .dtypes import InternalTypeError, jdt, mismatch
 
 
@@ -370,6 +371,10 @@ class Effects:
     counters: dict = field(default_factory=dict)
     #: a draw's place -> the traced `:temperature`s of its `categorical` (f32 scalars, in trace order)
     temperatures: dict = field(default_factory=dict)
+    #: Running sums of the gradients by repeated block's path (its stacked parameters' tree): a
+    #: repeated block whose path is here adds its gradient into it (`accumulate.scan_summing`) and
+    #: takes it out of here, so that `sums` ends holding the paths not summed so.
+    sums: dict = field(default_factory=dict)
 
 
 #: The remat policies (`sexpgpu_lang.language.REMAT_POLICIES`) as `jax.checkpoint_policies`;
@@ -431,17 +436,38 @@ class _Lowering(ir.Interpreter):
 
     def repeat(self, e: ir.Repeat, params, args: list):
         """A repeated block as one `lax.scan` over its stacked parameters: one traced body
-        whatever `e.count`, the carry `args[0]`, the other arguments closed over."""
+        whatever `e.count`, the carry `args[0]`, the other arguments closed over. With a running
+        sum for its path in `self.fx.sums` (every stacked parameter trainable, and `summable`), the
+        scan's backward adds its gradient into that sum (`accumulate.scan_summing`)."""
         stacked = params
         for k in e.path:
             stacked = stacked[k]
         rest = list(args[1:])
+        sums = self.fx.sums.get(e.path)
+        if sums is not None and jax.tree_util.tree_structure(sums) == jax.tree_util.tree_structure(stacked) \
+                and summable(e):
+            del self.fx.sums[e.path]
+            return self._repeat_summing(e, stacked, args[0], rest, sums)
 
         def layer(carry, sliced):
             return self.call(e, _replace(params, e.path, sliced), [carry] + rest), None
 
         out, _ = lax.scan(layer, args[0], stacked, length=e.count)
         return out
+
+    def _repeat_summing(self, e: ir.Repeat, stacked, carry, rest: list, sums):
+        """`repeat` whose gradient is added into `sums`: the layer a function of its slice, the carry
+        and the array arguments alone (the others are constants; `summable` says no other parameter
+        is read), as `scan_summing` needs."""
+        dynamic = [i for i, a in enumerate(rest) if isinstance(a, (jax.Array, dict))]
+
+        def layer(sliced, h, arrays):
+            full = list(rest)
+            for i, a in zip(dynamic, arrays):
+                full[i] = a
+            return self.call(e, _nest(e.path, sliced), [h] + full)
+
+        return scan_summing(layer, e.count, carry, stacked, [rest[i] for i in dynamic], sums)
 
     def report(self, e: ir.Report, v) -> None:
         fx = self.fx
@@ -457,6 +483,13 @@ def evaluate(e: ir.Expr, env: dict, fx: Effects):
     """Evaluate (trace) one IR expression with JAX. `env` maps binding names to values (and
     `ir.Interpreter.PARAMS` to the parameter tree, where `e` calls a model)."""
     return _Lowering(fx).eval(e, env)
+
+
+def _nest(path: tuple, sub) -> dict:
+    """A parameter tree holding `sub` at `path` alone."""
+    for k in reversed(path):
+        sub = {k: sub}
+    return sub
 
 
 def _replace(params: dict, path: tuple, sub) -> dict:

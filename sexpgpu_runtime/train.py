@@ -241,8 +241,8 @@ class Trainer:
                                                self._trip_hook(state.step), draw)
                 batch, draw = {**batch, **made}, g.draw
                 self.poll()
-            l, gs, m, d, counters, bad = g.grads(state.trainable, state.frozen, batch, rows, counters, bad)
-            total = g.add_group(total, gs)
+            l, total, m, d, counters, bad = g.train_group(total, state.trainable, state.frozen, batch, rows,
+                                                          counters, bad)
             losses += l
             metrics.append(m)
             diags.append(d)

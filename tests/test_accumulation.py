@@ -1,5 +1,5 @@
 """Gradient accumulation: microbatch gradients summed into one running buffer as they are produced
-(sexpgpu_runtime.graphs `Graphs.add_group`), with the same float additions, in the same order, as
+(sexpgpu_runtime.graphs `Graphs.train_group`), with the same float additions, in the same order, as
 summing the list of every microbatch's gradient at the update; and explain's memory plan holding one
 gradient buffer whatever `:microbatches` is."""
 import jax
@@ -91,9 +91,11 @@ def test_the_running_sum_gives_the_bits_of_the_summed_list(tmp_path, mb, stack):
         assert np.array_equal(a[k], b[k]), k
     assert new.records == old.records == 3 * mb * 16
     traces = trainer.graphs.traces
-    # one add graph for the first group's copies after its first, one for every later group; each traced once
+    # one add graph for the first group's copies after its first, one for every later stacked group; an
+    # unstacked later group's training graph adds into the sum itself (`train summing`); each traced once
     assert traces["accumulate first"] == (1 if stack > 1 else 0)
-    assert traces["accumulate"] == (1 if mb > stack else 0)
+    assert traces["accumulate"] == (1 if mb > stack > 1 else 0)
+    assert traces["train summing"] == (1 if mb > stack == 1 else 0)
     assert all(n == 1 for n in traces.values()), traces
 
 
@@ -106,15 +108,16 @@ def test_the_peak_does_not_grow_with_microbatches():
     one, one_phases = plan(1)
     mems = {mb: plan(mb) for mb in (2, 4, 16)}
     grad = one["trainable"]                       # one gradient-sized buffer: the running sum
-    assert "accumulate" not in one_phases and one["gradients_held"] == 0
+    assert "accumulate" not in one_phases and "train summing" not in one_phases and one["gradients_held"] == 0
     for mb, (mem, phases) in mems.items():
-        # the same microbatch: the training graph's live set is the one of a single microbatch
+        # the same microbatch: the first group's training graph is the one of a single microbatch
         assert mem["train"] == one["train"], mb
         assert mem["gradients_held"] == grad, mb
         assert phases["update"]["parts"]["gradients"] == grad, mb
-        assert phases["accumulate"]["parts"]["sum"] == grad and phases["accumulate"]["parts"]["gradients"] == grad
-        # beside the one microbatch's peak, only the running sum, whatever :microbatches is
-        assert mem["peak"] == mems[2][0]["peak"] == one["peak"] + grad, mb
+        # a later group's graph adds into the held sum in place (`Graphs.train_group`): no add graph
+        assert "accumulate" not in phases and phases["train summing"]["live"] + grad == phases["train"]["live"]
+        # whatever :microbatches is, the peak of a single microbatch
+        assert mem["peak"] == one["peak"], mb
 
 
 def test_a_stacked_group_holds_its_copies_but_not_the_earlier_groups():

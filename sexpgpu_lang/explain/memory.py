@@ -28,7 +28,14 @@ def memory_plan(program: ir.Program, graphs: dict[str, GraphEstimate], stack: in
     `accumulate` phase: the sum, the group's gradients, and the new sum unless
     donated), so across groups one gradient-sized buffer is held
     (`gradients_held`), whatever `:microbatches` is, and `update` reads that one
-    sum. `donate`: the runtime donates the state to each trip, the running sum
+    sum. Unstacked, a later group's training graph adds into the sum itself
+    as its backward pass makes the gradients (the `train summing` phase,
+    sexpgpu_runtime.graphs `Graphs.train_group`: the sum donated in and
+    written in place, a repeated block's layer by layer), so with the sum held
+    it holds what the first group's graph holds with its gradients out: the
+    peak does not grow with `:microbatches`; stacked, the group's copies'
+    gradients come out and a separate `accumulate` adds them.
+    `donate`: the runtime donates the state to each trip, the running sum
     to each add, and the parameters and optimizer state to `update`, on an
     accelerator (not on the CPU).
     Returns the totals (bytes) and `phases`, each `{phase, parts, live}`.
@@ -59,7 +66,11 @@ def memory_plan(program: ir.Program, graphs: dict[str, GraphEstimate], stack: in
     t = graphs["train"]
     add("train", batch=batch, made=made, temps=t.temps, gradients_out=trainable * stack,
         ctx_and_reports=max(t.outputs - trainable * stack, 0) + ctx * stack)
-    if M > 1:   # sexpgpu_runtime.graphs `Graphs.accumulate`: the first group's copies, or the sum and a group's
+    summing = M > 1 and stack == 1
+    if summing:   # `Graphs.grads_summing`: the sum (`held`) in and out, no gradients beside it
+        add("train summing", batch=batch, made=made, temps=t.temps, sum_out=0 if donate else trainable,
+            ctx_and_reports=max(t.outputs - trainable, 0) + ctx)
+    elif M > 1:   # sexpgpu_runtime.graphs `Graphs.accumulate`: the first group's copies, or the sum and a group's
         add("accumulate", sum=trainable if M > stack else 0, gradients=trainable * stack,
             sum_out=0 if donate else trainable)
     add("update", gradients=trainable, params_out=0 if donate else trainable, optimizer_out=0 if donate else opt)
@@ -75,7 +86,9 @@ def memory_plan(program: ir.Program, graphs: dict[str, GraphEstimate], stack: in
     generation = max((v for k, v in live.items() if k.startswith("generate.")), default=0)
     passes = max((v for k, v in live.items() if k.startswith("pass ")), default=0)
     held = trainable if M > stack else 0   # the running sum, while a later group's graphs run
-    peak = params + opt + max(held + max(generation, live["train"]), live.get("accumulate", 0), live["update"], passes)
+    later = live["train summing"] if summing else live["train"]   # a later group's training graph, the sum held
+    peak = params + opt + max(held + max(generation, later), live["train"], live.get("accumulate", 0), live["update"],
+                              passes)
     return {"params": params, "trainable": trainable, "frozen": params - trainable, "optimizer": opt,
             "gradients_held": held, "generation": generation, "train": live["train"], "update": live["update"],
             "passes": passes, "peak": peak, "phases": phases, "donate": donate}

@@ -127,7 +127,8 @@ def to_text(report: dict) -> str:
         lines.append(f"mesh: data={mesh['devices']} · records per device: {per} · inputs: {ins} · {held}"
                      f"peak per device about {fmt_bytes(mesh['peak_per_device'])}")
     lines += ["", "memory plan: bytes live in each phase beside the parameters and optimizer state"
-              + (f", and the {fmt_bytes(mem['gradients_held'])} of earlier groups' gradients held for the update"
+              + (f", and beside a later group's, the {fmt_bytes(mem['gradients_held'])} of earlier groups' gradients"
+                 f" held for the update"
                  if mem["gradients_held"] else "")]
     width = max((len(p["phase"]) for p in report["plan"]), default=0)
     for p in report["plan"]:
