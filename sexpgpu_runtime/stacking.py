@@ -24,8 +24,11 @@ from jax import lax
 
 def copy_of(tree, i: int):
     """Copy `i` of a stacked tree (every array leaf [S ...]): each leaf's slice `[i]`, behind an
-    optimization barrier (a buffer of the unstacked shape, which no op of the copy fuses into)."""
-    return lax.optimization_barrier(jax.tree_util.tree_map(lambda x: x[i], tree))
+    optimization barrier (a buffer of the unstacked shape, which no op of the copy fuses into).
+    One barrier per leaf, so that a leaf no copy reads is dropped from the graph's arguments, as
+    the unstacked graph drops it (`jax.jit`'s `keep_unused=False`; one barrier over the whole tree
+    would read every leaf)."""
+    return jax.tree_util.tree_map(lambda x: lax.optimization_barrier(x[i]), tree)
 
 
 def restack(copies: list):

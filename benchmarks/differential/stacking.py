@@ -1,7 +1,8 @@
 """Stacking mode: random accepted run files trained with `:stack 1` and with `:stack 2` or `4`, a few
 steps each, their parameters (and each step's losses) compared bit for bit (docs/runtime.md, "Stacking").
 
-    .venv/bin/python -m benchmarks.differential.stacking [--n 1000] [--steps 2] [--seed 0] [--keep DIR]
+    .venv/bin/python -m benchmarks.differential.stacking [--n 1000] [--first 0] [--steps 2] [--seed 0]
+        [--cache DIR] [--keep DIR]
 
 Each file (`stacking_file`) has a token loader, a model of an embedding, one to three random layers
 and a projection to the vocabulary, and a loss; what varies: the layers (the standard library's
@@ -12,8 +13,11 @@ error), a random draw (noise on the logits, a `bernoulli` mask), a counter the o
 generator (`argmax` greedy or `categorical` sampling, GRPO-like: the sampled rows are trained on,
 weighted by a reward), the precision (`f32`, `bf16`), the sizes and the degree. The checker must
 accept it (a rejected file is a bug of this module, counted apart). Both runs go through
-`Trainer.step` as `sexpgpu run` does; any bit of any parameter or loss that differs is a
-disagreement, and the file is kept under `--keep`. Prints the tallies; exits 1 on a disagreement.
+`Trainer.step` as `sexpgpu run` does, in this process (one JAX import, no run files or
+checkpoints written), the stacked run from the unstacked run's initial state; any bit of any
+parameter or loss that differs is a disagreement, and the file is kept under `--keep`. Prints the
+tallies; exits 1 on a disagreement. File `i` of seed `s` is drawn from its own generator, so
+`--first`/`--n` chunks run one after another (sharing `--cache`) add up to one long run.
 """
 from __future__ import annotations
 
@@ -164,36 +168,47 @@ def stacking_file(rng: random.Random, seed: int) -> StackingFile:
     return StackingFile(text, layers, loss, precision, mb, stack, generator, draw, counter, features)
 
 
-def train_bits(text: str, steps: int):
+def train_bits(text: str, steps: int, start=None):
     """Train `text` `steps` steps through `Trainer.step` (as `sexpgpu run` does, no files written):
-    (each step's losses as f32 bit patterns, the parameters' bit patterns keyed by path, the layout)."""
+    (each step's losses as f32 bit patterns, the parameters' bit patterns keyed by path, the layout,
+    the initial state on the host). `start`: an initial state on the host (numpy leaves) to begin
+    from instead of fresh parameters: the stacked run starts from the unstacked run's, so that the
+    parameter initialisers are compiled and run once a file (they are no part of what stacking
+    changes: `Trainer.initial_state` does not read the degree)."""
     import jax
     import numpy as np
 
     from sexpgpu_lang import analyze
     from sexpgpu_runtime.options import RunOptions
     from sexpgpu_runtime.params import flatten
-    from sexpgpu_runtime.train import Trainer
+    from sexpgpu_runtime.train import RunState, Trainer
 
     res = analyze(text, "stacking.sx")
     if res.program is None:
         raise ValueError("; ".join(f"{d.code}: {d.message}" for d in res.diagnostics))
     with tempfile.TemporaryDirectory() as d:
         tr = Trainer(res.program, RunOptions(steps=steps, run_dir=Path(d), quiet=True))
-        state, losses = tr.initial_state(), []
+        if start is None:
+            state = tr.initial_state()
+            start = RunState(0, *jax.device_get((state.trainable, state.frozen, state.opt_state)),
+                             state.records, jax.device_get(state.counters))
+        else:   # fresh device buffers (the run donates them)
+            state = tr.place(RunState(0, *jax.device_put((start.trainable, start.frozen, start.opt_state)),
+                                      start.records, jax.device_put(start.counters)))
+        losses = []
         for _ in range(steps):
             state, rep = tr.step(state)
             losses.append([np.float32(x).view(np.uint32) for x in jax.device_get(rep["losses"])])
         params = {k: np.asarray(v).view(np.uint16 if v.dtype.itemsize == 2 else np.uint32)
                   for k, v in flatten(jax.device_get(state.trainable)).items()}
-    return losses, params, tr.layout
+    return losses, params, tr.layout, start
 
 
 def compare(f: StackingFile, steps: int) -> str | None:
     """None when the stacked run's losses and parameters equal the unstacked run's bit for bit, else why."""
     import numpy as np
-    l1, p1, lay1 = train_bits(f.text, steps)
-    l2, p2, lay2 = train_bits(f.text.replace(":stack 1", f":stack {f.stack}"), steps)
+    l1, p1, lay1, start = train_bits(f.text, steps)
+    l2, p2, lay2, _ = train_bits(f.text.replace(":stack 1", f":stack {f.stack}"), steps, start)
     if lay1.stack != 1 or lay2.stack != f.stack:
         return f"layouts {lay1} and {lay2}, not stack 1 and {f.stack}"
     for s, (a, b) in enumerate(zip(l1, l2), 1):
@@ -206,11 +221,14 @@ def compare(f: StackingFile, steps: int) -> str | None:
     return None
 
 
-def _share_compiles() -> None:
-    """JAX's persistent compilation cache in a temporary folder, for any compile time: the two runs of
-    a file compile the same update and accumulate graphs and parameter initialisers, once each here."""
+def _share_compiles(folder: Path | None) -> None:
+    """JAX's persistent compilation cache in `folder` (a temporary one when None), for any compile
+    time: the two runs of a file compile the same update and accumulate graphs, once each here, and
+    files of the same sizes share their parameter initialisers; chunks run one after another
+    (`--cache`) share them all."""
     import jax
-    jax.config.update("jax_compilation_cache_dir", tempfile.mkdtemp(prefix="sexpgpu-stacking-"))
+    folder = folder or Path(tempfile.mkdtemp(prefix="sexpgpu-stacking-"))
+    jax.config.update("jax_compilation_cache_dir", str(folder))
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 
@@ -220,15 +238,17 @@ def main(argv=None) -> int:
     ap.add_argument("--n", type=int, default=1000, help="random run files (default 1000)")
     ap.add_argument("--steps", type=int, default=2, help="steps of each run (default 2)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--first", type=int, default=0, help="the first file's index (chunks: --first 200 --n 100)")
+    ap.add_argument("--cache", type=Path, default=None, metavar="DIR", help="JAX's compilation cache (default: a new one)")
     ap.add_argument("--keep", type=Path, default=None, metavar="DIR", help="write each disagreeing file here")
     a = ap.parse_args(argv)
-    _share_compiles()
-    rng = random.Random(a.seed)
+    _share_compiles(a.cache)
     t0 = time.perf_counter()
     tally: dict[str, int] = {}
     bad, rejected = [], []
-    for i in range(a.n):
-        f = stacking_file(rng, a.seed * 100_003 + i)
+    for i in range(a.first, a.first + a.n):
+        # each file drawn from its own generator: a chunk's files are those of one long run
+        f = stacking_file(random.Random(a.seed * 100_003 + i), a.seed * 100_003 + i)
         try:
             why = compare(f, a.steps)
         except ValueError as e:
@@ -241,7 +261,7 @@ def main(argv=None) -> int:
             if a.keep:
                 a.keep.mkdir(parents=True, exist_ok=True)
                 (a.keep / f"stacking-{a.seed}-{i}.sx").write_text(f";; {why}\n{f.text}", encoding="utf-8")
-        print(f"\r{i + 1}/{a.n} files, {len(bad)} differ, {len(rejected)} rejected, "
+        print(f"\r{i + 1 - a.first}/{a.n} files, {len(bad)} differ, {len(rejected)} rejected, "
               f"{time.perf_counter() - t0:.0f} s", end="", file=sys.stderr, flush=True)
     print(file=sys.stderr)
     for f, why in bad[:10]:
@@ -249,7 +269,7 @@ def main(argv=None) -> int:
     for f, why in rejected[:3]:
         print(f"rejected: {why}\n{f.text}")
     ran = a.n - len(rejected)
-    print(f"{ran} run files (seed {a.seed}, {a.steps} steps, :stack 1 against :stack 2/4) in "
+    print(f"{ran} run files (seed {a.seed}, files {a.first}-{a.first + a.n - 1}, {a.steps} steps, :stack 1 against :stack 2/4) in "
           f"{time.perf_counter() - t0:.0f} s: {len(bad)} differ, {len(rejected)} rejected by the checker")
     print("  " + ", ".join(f"{k} {v}" for k, v in sorted(tally.items())))
     return 1 if bad or rejected else 0
