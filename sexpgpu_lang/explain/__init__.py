@@ -29,10 +29,9 @@ The estimate (docs/explain.md says more, and how it compares with XLA's):
   (`TARGETS`; docs/explain.md says what each assumes).
 - A stacked graph (`:stack S`) holds S copies of what depends on the batch,
   the state or a per-microbatch context scalar, and one of what depends on
-  the parameters alone: the runtime traces S copies of the unstacked body
-  (sexpgpu_runtime/stacking.py), each op on the unstacked shapes, and XLA
-  runs the copies side by side, so each buffer is one copy's, freed when
-  that copy is done with it (`schedule._copies`).
+  the parameters alone: the runtime runs the unstacked body once per copy
+  in a loop (sexpgpu_runtime/stacking.py), each op on the unstacked shapes,
+  so the temporaries are one copy's, and each trip moves one copy's bytes.
 
 Units: bytes (printed in KiB/MiB/GiB, powers of 1024) and FLOPs, per call
 of one graph unless a field says `per_step` or `per_pass`.

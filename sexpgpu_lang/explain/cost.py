@@ -253,13 +253,6 @@ class OpCost:
       stacked [N ...] output, so XLA cannot fuse them into the backward):
       gelu's tanh form keeps x, 3x², tanh, 1 - tanh, (1 + tanh)/2 and its
       output, 3 more (XLA's buffer assignment of examples/gpt2.sx's scan).
-    - `broadcast_constants`: the scalar constants its lowering broadcasts to
-      its output's shape (gelu's tanh form: 0.5, 1, sqrt(2/pi), 0.044715).
-      On the CPU a stacked graph's copies share them: XLA's CSE merges the
-      copies' equal broadcasts, and a library fusion (a matmul's, which
-      takes the op in) does not take in a broadcast that other fusions read,
-      so each is one buffer of the output's size (examples/stdlib-bytes.sx's
-      stacked `generate.step`: 4 [64 64 96] f32 buffers).
     """
 
     flops: FlopRule
@@ -275,7 +268,6 @@ class OpCost:
     scatter: int | None = None
     grad_flops: GradRule = _grad_per_output(2.0)
     scan_residuals: int = 0
-    broadcast_constants: int = 0
 
 
 def _elementwise(flops: FlopRule, **facts) -> OpCost:
@@ -328,8 +320,7 @@ COSTS: dict[str, OpCost] = {
     "rsqrt": _expensive(_ew(0.0, 1.0), backward="output"),
     "tanh": _expensive(_ew(0.0, 1.0), backward="output"),
     "sigmoid": _expensive(_ew(3.0, 1.0), backward="output"),
-    "gelu": OpCost(_ew(8.0, 1.0), "expensive", multi_read=True, inner_residual="output", scan_residuals=3,
-                   broadcast_constants=4),
+    "gelu": OpCost(_ew(8.0, 1.0), "expensive", multi_read=True, inner_residual="output", scan_residuals=3),
     "silu": OpCost(_ew(4.0, 1.0), "expensive", multi_read=True, inner_residual="output"),
     "sin": _expensive(_ew(0.0, 1.0)),
     "cos": _expensive(_ew(0.0, 1.0)),
