@@ -10,9 +10,10 @@ group, the `accumulate` graph adds the group's gradients into one running sum
 scales the sum and takes the optax step. So one gradient-sized buffer is held
 across groups however many microbatches there are, and the additions are
 `((g0 + g1) + g2) + ...`, those of summing the list of every gradient. A run that stacks `S` microbatches
-runs every phase's unstacked body once per copy in a loop inside each call (stacking.py), the parameters
-and (in the generator) the context scalars shared, each copy's ops on the shapes of the unstacked run
-(not `jax.vmap`, whose batched shapes XLA:CPU gives other kernels); each copy's gradient is added in
+runs each generator phase's unstacked body once per copy in a loop, and traces `S` copies of the
+training graph's body side by side, inside each call (stacking.py), the parameters and (in the
+generator) the context scalars shared, each copy's ops on the shapes of the unstacked run (not
+`jax.vmap`, whose batched shapes XLA:CPU gives other kernels); each copy's gradient is added in
 microbatch order, so the bits equal an unstacked run's.
 
 Every graph that reads the context takes the group's context rows, one [S 6]
@@ -43,7 +44,7 @@ from .device import device_budget
 from .dtypes import JAX_DTYPES, InternalTypeError, jdt, mismatch
 from .lowering import Effects, run_phase
 from .params import merge
-from .stacking import over_copies
+from .stacking import copy_of, over_copies
 
 
 #: How many trips late the trip loop reads `:until`'s flag (`Graphs.trips`): trip t's flag is read
@@ -325,24 +326,22 @@ class Graphs:
         return loss
 
     def _group(self, trainable, frozen, batches, rows, base):
-        """Per-copy loss, gradient, reports and counter deltas of one group, in microbatch order: the
-        unstacked body once per microbatch, as the body of a `lax.scan` over the stack axis
-        (stacking.py), copy i reading its own context row and, through the loop's carry, the counter
-        totals after the copies before it (each copy's deltas added one at a time, so the totals are
-        those the unstacked run passes from call to call)."""
+        """Per-copy loss, gradient, reports and counter deltas of one group, in microbatch order: one
+        copy of the unstacked body per microbatch, traced side by side (stacking.py `copy_of`), copy i
+        reading its own context row and the counter totals after the copies before it (each copy's
+        deltas added one at a time, behind a barrier as in `_tally`, so the totals are those the
+        unstacked run passes from call to call)."""
         S = self.layout.stack
         vg = jax.value_and_grad(self._loss(self.p.prepare, self.p.objective), has_aux=True)
         if S == 1:
             (l, (m, d, dl)), g = vg(trainable, frozen, batches, unpack_ctx(rows), base)
             return [l], [g], [m], [d], [dl]
-
-        def one(totals, xs):
-            batch, row = xs
-            (l, (m, d, dl)), g = vg(trainable, frozen, batch, unpack_ctx(row[None]), totals)
-            return {c: totals[c] + v for c, v in dl.items()}, (l, g, m, d, dl)
-
-        out = lax.scan(one, base, (batches, rows), length=S)[1]
-        return tuple([jax.tree_util.tree_map(lambda x, i=i: x[i], o) for i in range(S)] for o in out)
+        out = []
+        for i in range(S):
+            (l, (m, d, dl)), g = vg(trainable, frozen, copy_of(batches, i), unpack_ctx(rows, i), base)
+            out.append(lax.optimization_barrier((l, g, m, d, dl)))
+            base = {c: base[c] + v for c, v in lax.optimization_barrier(dl).items()}
+        return tuple([o[k] for o in out] for k in range(5))
 
     def _grads(self, trainable, frozen, batches, rows, base, bad=None):
         """The training graph of one group: (losses, gradients, metrics, diagnostics, counter deltas), one

@@ -163,8 +163,8 @@ class _Schedule:
 
     def _library_reduce(self, n: Node) -> bool:
         """On the CPU, whether reduction `n` runs in the library: an f32 sum, mean, max or min (or
-        logsumexp, a max and a sum) of at least `_LIBRARY_REDUCE_MIN` elements (XLA's own rule), in
-        one copy: a stacked graph's copies each reduce an operand of the unstacked shape
+        logsumexp, a max and a sum) of at least `_LIBRARY_REDUCE_MIN` elements (XLA's own rule), counted
+        in one copy: a stacked graph's copies each reduce an operand of the unstacked shape
         (sexpgpu_runtime/stacking.py), so stacking never moves a reduction into the library."""
         if cost_of(n.op).library != "reduce" or n.type.dtype != "f32" or not n.inputs:
             return False
@@ -263,8 +263,9 @@ class _Schedule:
                 todo.extend(self.nodes[j].inputs)
         return frozenset(acc)
 
-    def peak(self) -> tuple[int, float, int]:
-        """(peak bytes of temporaries, bytes read and written, the largest temporary) of one copy."""
+    def peak(self, stack: int) -> tuple[int, float, int]:
+        """(peak bytes of temporaries, bytes read and written, the largest temporary) under `stack` copies
+        (`_copies`: the copies' fusions side by side, each buffer one copy's)."""
         nodes, mat = self.nodes, self.mat
         roots = [n.id for n in nodes if mat[n.id]]
         pos = {r: k for k, r in enumerate(roots)}
@@ -274,13 +275,13 @@ class _Schedule:
             rd = self.reads(r)
             for s in rd:
                 last[s] = max(last[s], pos[r])
-            moved += nodes[r].nbytes + sum(nodes[s].nbytes for s in rd | self.inputs_read[r])
+            moved += nodes[r].bytes_at(stack) + sum(nodes[s].bytes_at(stack) for s in rd | self.inputs_read[r])
         # an argument returned as it is: one copy, read and written
-        moved += sum(2 * nodes[i].nbytes for i in self.out_ids if nodes[i].op in _INPUTS)
+        moved += sum(2 * nodes[i].bytes_at(stack) for i in self.out_ids if nodes[i].op in _INPUTS)
         spans: list[tuple[int, int, int]] = []
         end = len(roots)
         if self.grad is not None:
-            bw_spans, bw_moved, end = self._backward(len(roots), pos, last)
+            bw_spans, bw_moved, end = self._backward(stack, len(roots), pos, last)
             spans += bw_spans
             moved += bw_moved
         # An elementwise fusion that reads an operand buffer of its own size once, where that buffer
@@ -289,11 +290,12 @@ class _Schedule:
             if REGISTRY.get(nodes[r].op) is None or REGISTRY[nodes[r].op].family != "tensor":
                 continue
             for s in sorted(self.reads(r)):
-                if last[s] == pos[r] and s not in self.out_ids and nodes[s].nbytes == nodes[r].nbytes \
+                if last[s] == pos[r] and s not in self.out_ids and nodes[s].bytes_at(stack) == nodes[r].bytes_at(stack) \
                         and self._reads_once(r, s) and not self._flattened_apart(s, r):
                     last[s] = pos[r] - 1
                     break
-        spans += [(pos[r], last[r], nodes[r].nbytes) for r in roots if r not in self.out_ids]
+        spans += [(pos[r], last[r], nodes[r].nbytes, nodes[r].per_copy) for r in roots if r not in self.out_ids]
+        spans, end = _copies(spans, stack), end * stack
         delta = [0] * (end + 2)
         for a, b, size in spans:
             delta[a] += size
@@ -307,8 +309,9 @@ class _Schedule:
         largest = max((size for _, _, size in spans), default=0)
         made = [0] * (end + 2)
         for r in roots:
-            if r in self.out_ids and nodes[r].nbytes >= largest:
-                made[pos[r]] += nodes[r].nbytes
+            if r in self.out_ids and nodes[r].nbytes * stack >= largest:
+                for c in range(stack):   # each copy writes its part of the stacked output
+                    made[pos[r] * stack + c] += nodes[r].nbytes
         peak = cur = done = 0
         for d, m in zip(delta, made):
             cur += d
@@ -316,10 +319,11 @@ class _Schedule:
             peak = max(peak, cur + done)
         return peak - done, moved, largest
 
-    def _backward(self, t0: int, pos: dict, last: dict) -> tuple[list, float, int]:
+    def _backward(self, stack: int, t0: int, pos: dict, last: dict) -> tuple[list, float, int]:
         """The gradient, in reverse trace order after the forward roots: a residual (a forward value
         the gradient reads) stays live until the backward of the op that reads it; a materialised
-        value's cotangent lives from its last reader's backward to its own."""
+        value's cotangent lives from its last reader's backward to its own. Cotangents are per copy.
+        Spans are (first, last, one copy's bytes, per copy), as `peak` builds them."""
         nodes, grad, mat = self.nodes, self.grad, self.mat
         order = [n.id for n in reversed(nodes) if grad[n.id] and self.live[n.id] and n.op not in _INPUTS]
         spans: list[tuple[int, int, int]] = []
@@ -348,24 +352,24 @@ class _Schedule:
                 needed |= {r for r0 in self.regions[n.remat[0]]["inputs"] for r in {r0} | self.src[r0] if r in last}
                 for r in [r for r in needed if r in last and recomputed(nodes[r]) and nodes[r].remat == n.remat]:
                     needed.discard(r)
-                    spans.append((start, t, nodes[r].nbytes))
+                    spans.append((start, t, nodes[r].nbytes, nodes[r].per_copy))
             if mat[i] and c.inner_residual is not None:
                 inner = n if c.inner_residual == "output" else nodes[n.inputs[c.inner_residual]]
-                spans.append((regions[n.remat[0]] if recomputed(n) else pos[i], t, inner.nbytes))
+                spans.append((regions[n.remat[0]] if recomputed(n) else pos[i], t, inner.nbytes, inner.per_copy))
             if mat[i] and n.scan and c.scan_residuals:   # what JAX saves of it in a scan's body
-                spans.append((pos[i], t, c.scan_residuals * n.nbytes))
+                spans.append((pos[i], t, c.scan_residuals * n.nbytes, n.per_copy))
             if c.scatter is not None and n.inputs and grad[n.inputs[c.scatter]]:
-                spans.append((t, t, nodes[n.inputs[c.scatter]].nbytes))
+                spans.append((t, t, nodes[n.inputs[c.scatter]].nbytes, True))
             for r in needed:
                 if r in last:
                     last[r] = max(last[r], t)
-            size = n.nbytes
+            size = n.nbytes * stack
             if mat[i]:
-                spans.append((ct_from.get(i, t), t, size))
+                spans.append((ct_from.get(i, t), t, n.nbytes, True))   # cotangents are per copy
             if mat[i] or any(nodes[j].op in _INPUTS for j in n.inputs if grad[j]):
                 # read the cotangent and the residuals, write the inputs' cotangents
-                moved += size + sum(nodes[r].nbytes for r in needed if r in last)
-                moved += sum(nodes[j].nbytes for j in n.inputs if grad[j])
+                moved += size + sum(nodes[r].bytes_at(stack) for r in needed if r in last)
+                moved += sum(nodes[j].nbytes * stack for j in n.inputs if grad[j])
             for j in n.inputs:
                 if grad[j]:
                     ct_from.setdefault(j, t)
@@ -374,18 +378,44 @@ class _Schedule:
         return spans, moved, t
 
 
+def _copies(spans: list[tuple[int, int, int, bool]], stack: int) -> list[tuple[int, int, int]]:
+    """The live spans of a stacked graph, (first, last, bytes) in fusion steps, from those of one copy
+    ((first, last, one copy's bytes, per copy) in the unstacked schedule's steps). A stacked training
+    graph holds `stack` copies of the unstacked body (sexpgpu_runtime/stacking.py `copy_of`),
+    independent but for what they read of the parameters, and XLA's scheduler runs them side by side: step `t` of the unstacked
+    schedule becomes steps `t*S ... t*S + S-1`, copy `c`'s fusion at `t*S + c`. So a per-copy value
+    is `stack` buffers of one copy's size, copy `c`'s live from `a*S + c` to `b*S + c` (copy 0's
+    buffer freed before copy 1's next fusion runs, where `jax.vmap`'s one [S ...] buffer lived as
+    long as the last copy's); a shared value (the parameters' alone) is computed once and read by
+    every copy."""
+    if stack <= 1:
+        return [(a, b, size) for a, b, size, _ in spans]
+    out = []
+    for a, b, size, per_copy in spans:
+        if per_copy:
+            out += [(a * stack + c, b * stack + c, size) for c in range(stack)]
+        else:
+            out.append((a * stack, b * stack + stack - 1, size))
+    return out
+
+
 def estimate_graph(name: str, trace: Trace, stack: int, loss: int | None = None,
-                   target: str = "accelerator") -> GraphEstimate:
+                   target: str = "accelerator", loop: bool = False) -> GraphEstimate:
     """The estimate of one traced graph under `stack` copies; with `loss`, the training graph:
     the forward, and the gradient of `loss` with respect to every trainable parameter. `target`
-    is the compiler the live set models (`TARGETS`; docs/explain.md says what each assumes)."""
+    is the compiler the live set models (`TARGETS`; docs/explain.md says what each assumes).
+    `loop`: the copies run one after another in a loop (the generator's phases,
+    sexpgpu_runtime/stacking.py `over_copies`), so the temporaries are one copy's and each trip
+    moves one copy's bytes; else side by side (`_copies`)."""
     nodes = trace.nodes
     live = _live_nodes(nodes, trace.outputs)
     grad = _grad_nodes(nodes, live, loss) if loss is not None else None
-    # A stacked graph runs the unstacked body once per copy, in a loop (sexpgpu_runtime/stacking.py):
-    # one copy's temporaries are live at a time, and each trip moves one copy's bytes.
-    temps, moved, largest = _Schedule(nodes, trace.outputs, live, grad, target, trace.regions).peak()
-    moved *= stack
+    schedule = _Schedule(nodes, trace.outputs, live, grad, target, trace.regions)
+    if loop:
+        temps, moved, largest = schedule.peak(1)
+        moved *= stack
+    else:
+        temps, moved, largest = schedule.peak(stack)
     g = GraphEstimate(name, stack)
     for n in nodes:
         if not live[n.id]:
@@ -402,7 +432,7 @@ def estimate_graph(name: str, trace: Trace, stack: int, loss: int | None = None,
             if n.op == "param":
                 g.param_args += n.bytes_at(stack)
     for _, i in trace.outputs:
-        g.outputs += nodes[i].nbytes * stack  # every output is returned with the stack axis
+        g.outputs += nodes[i].nbytes * stack  # every output is returned with the stack axis (restacked)
     g.temps = temps
     g.largest_temp = largest
     g.bytes_moved = moved
