@@ -122,7 +122,7 @@ KEYWORD_DOCS: dict[tuple[str, str], str] = {
     ("run", "loader"): "the training loader",
     ("run", "steps"): "optimizer steps",
     ("run", "microbatches"): "microbatches per step; their gradients are summed into one buffer as they are made",
-    ("run", "stack"): "microbatches vmapped into one call (`:auto`: all of them)",
+    ("run", "stack"): "microbatches run as copies in one call (`:auto`: all of them)",
     ("run", "precision"): "`:f32` or `:bf16`",
     ("run", "seed"): "the seed every draw derives from",
     ("run", "optimizer"): "`(adam :lr ...)`, `(adamw ...)`, `(sgd ...)`, `(lion ...)`; `:lr` a number or a "

@@ -11,10 +11,12 @@ them (sexpgpu_runtime.accumulate), and after a stacked group the `accumulate`
 graph adds its copies' gradients into the sum, in microbatch order; after the last group, one update graph
 scales the sum and takes the optax step. So one gradient-sized buffer is held
 across groups however many microbatches there are, and the additions are
-`((g0 + g1) + g2) + ...`, those of summing the list of every gradient. A run that stacks `S` microbatches vmaps
-every phase over them, the parameters and (in the generator) the context
-scalars shared; each copy's gradient is added in microbatch order, so the
-bits equal an unstacked run's.
+`((g0 + g1) + g2) + ...`, those of summing the list of every gradient. A run that stacks `S` microbatches
+runs each generator phase's unstacked body once per copy in a loop, and traces `S` copies of the
+training graph's body side by side, inside each call (stacking.py), the parameters and (in the
+generator) the context scalars shared, each copy's ops on the shapes of the unstacked run (not
+`jax.vmap`, whose batched shapes XLA:CPU gives other kernels); each copy's gradient is added in
+microbatch order, so the bits equal an unstacked run's.
 
 Every graph that reads the context takes the group's context rows, one [S 6]
 i64 array (`unpack_ctx`), not six scalars. On one device `generate.init`
@@ -34,6 +36,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from jax import lax
 
 from sexpgpu_lang import ir
 from sexpgpu_lang.language import CONTEXT_KEYS
@@ -45,6 +48,7 @@ from .draw_check import no_draw, note_draws, temperatures, traced_temperatures
 from .dtypes import JAX_DTYPES, InternalTypeError, jdt, mismatch
 from .lowering import Effects, run_phase
 from .params import merge
+from .stacking import copy_of, over_copies
 
 
 #: How many trips late the trip loop reads `:until`'s flag (`Graphs.trips`): trip t's flag is read
@@ -64,15 +68,14 @@ def make_ctx(step: int, microbatch: int, records: int, stage: int = 0, stage_rec
     return {k: dt.type(v) for (k, dt), v in zip(_CTX_FIELDS, values, strict=True)}
 
 
-def unpack_ctx(rows, per_copy: bool) -> dict:
-    """Traced inside every graph that reads the context: the context scalars unpacked from the context
-    rows `rows`, [S 6] i64 (one row of `make_ctx`'s values per copy of a stacked group, [1 6] else),
-    with their dtypes (`make_ctx`). `per_copy`: each entry [S]-shaped (a stacked training graph),
-    else the first copy's scalars (an unstacked graph, and the generator, whose copies share the
-    step's context). One [S 6] array per call instead of six scalars: on one device the rows go over
-    with the batch in `generate.init`'s call (or the training graph's), and no separate graph unpacks them."""
-    ctx = {k: rows[:, i].astype(dt) for i, (k, dt) in enumerate(_CTX_FIELDS)}
-    return ctx if per_copy else {k: v[0] for k, v in ctx.items()}
+def unpack_ctx(rows, copy: int = 0) -> dict:
+    """Traced inside every graph that reads the context: the context scalars of copy `copy`, unpacked
+    from the context rows `rows`, [S 6] i64 (one row of `make_ctx`'s values per copy of a stacked group,
+    [1 6] else), with their dtypes (`make_ctx`). A stacked training graph unpacks each copy's row; the
+    generator's copies share the first copy's (the step's context). One [S 6] array per call instead
+    of six scalars: on one device the rows go over with the batch in `generate.init`'s call (or the
+    training graph's), and no separate graph unpacks them."""
+    return {k: rows[copy, i].astype(dt) for i, (k, dt) in enumerate(_CTX_FIELDS)}
 
 
 def _check(name: str, value, t) -> None:
@@ -144,14 +147,14 @@ class Graphs:
             self.gen_step_1 = jax.jit(self._counted("generate.step", checked(step)), donate_argnums=(2,) if dn else ())
             self.gen_finish_1 = jax.jit(self._counted("generate.finish", finish))
             if S > 1:
-                self.gen_init = jax.jit(self._counted("generate.init stacked", self._start(
-                    jax.vmap(init, in_axes=(None, None, 0, None)))))
-                stacked_step = jax.vmap(step, in_axes=(None, None, 0, None, None))
+                # each phase once per copy, the batch and the state stacked, the rest shared (stacking.py).
+                self.gen_init = jax.jit(self._counted("generate.init stacked", self._start(over_copies(init, S, (2,)))))
+                stacked_step = over_copies(step, S, (2,))
                 if gen.until is not None:   # the group's trips end once every copy's `:until` holds
                     stacked_step = self._all_done(stacked_step)
                 self.gen_step = jax.jit(self._counted("generate.step stacked", checked(stacked_step)),
                                         donate_argnums=(2,) if dn else ())
-                self.gen_finish = jax.jit(self._counted("generate.finish stacked", jax.vmap(finish, in_axes=(None, None, 0, None))))
+                self.gen_finish = jax.jit(self._counted("generate.finish stacked", over_copies(finish, S, (2,))))
             else:
                 self.gen_init, self.gen_step, self.gen_finish = self.gen_init_1, self.gen_step_1, self.gen_finish_1
         self.grads = jax.jit(self._counted("train" + (" stacked" if S > 1 else ""), self._grads))
@@ -209,8 +212,8 @@ class Graphs:
           a delta XLA sees as a constant would be folded, `(t + c0) + c1` becoming `t + (c0 + c1)`,
           which rounds differently; so the totals are those of `counters[c] + delta[c]`, one add per
           copy, stacked or not, as when each add was its own call.
-        * `bad`, (i64 step, f32 value): the step (1-based, `step` the group's context `:step`, a
-          scalar or [S] i64) and value of the first non-finite entry of `losses` (f32 scalars in
+        * `bad`, (i64 step, f32 value): the step (1-based, `step` the group's context `:step`, an
+          i64 scalar) and value of the first non-finite entry of `losses` (f32 scalars in
           microbatch order), kept once set; step -1 while every loss so far was finite.
         Returns (counters, bad).
         """
@@ -219,7 +222,7 @@ class Graphs:
         vals = jnp.stack([jnp.asarray(v, jnp.float32) for v in losses])
         nonfinite = ~jnp.isfinite(vals)
         hit = jnp.any(nonfinite) & (bad[0] < 0)
-        done = jnp.ravel(step)[0].astype(jnp.int64) + 1
+        done = step.astype(jnp.int64) + 1
         return counters, (jnp.where(hit, done, bad[0]), jnp.where(hit, vals[jnp.argmax(nonfinite)], bad[1]))
 
     # -- generator ----------------------------------------------------------------------------
@@ -253,7 +256,7 @@ class Graphs:
         sites = self.draw_sites
 
         def init(trainable, frozen, batch, rows):
-            out = run_phase(gen.init, [batch, unpack_ctx(rows, False)], merge(trainable, frozen), self._fx(True))
+            out = run_phase(gen.init, [batch, unpack_ctx(rows)], merge(trainable, frozen), self._fx(True))
             out = {k: out[k] for k in gen.state.keys}
             _check("generate.init", out, gen.state)
             return self._records(out)
@@ -261,7 +264,7 @@ class Graphs:
         def step(trainable, frozen, state, trip, rows):
             """The new state (and, with `sites`, the trip's temperatures: `draw_check.temperatures`)."""
             fx = self._fx(True)
-            out = run_phase(gen.step, [state, trip, unpack_ctx(rows, False)], merge(trainable, frozen), fx)
+            out = run_phase(gen.step, [state, trip, unpack_ctx(rows)], merge(trainable, frozen), fx)
             out = {k: out[k] for k in gen.state.keys}
             _check("generate.step", out, gen.state)
             return (self._records(out), temperatures(fx, sites)) if sites else self._records(out)
@@ -270,7 +273,7 @@ class Graphs:
             """`:step`, then `:until` on the new state: (state, bool scalar), one graph per trip."""
             out = next_state(trainable, frozen, state, trip, rows)
             out, temps = out if sites else (out, None)
-            done = run_phase(gen.until, [out, unpack_ctx(rows, False)], merge(trainable, frozen), self._fx(True))
+            done = run_phase(gen.until, [out, unpack_ctx(rows)], merge(trainable, frozen), self._fx(True))
             flagged = (out, jnp.asarray(done, jnp.bool_))
             return (flagged, temps) if sites else flagged
 
@@ -281,7 +284,7 @@ class Graphs:
         def finish(trainable, frozen, state, rows):
             if gen.finish is None:
                 return state
-            out = run_phase(gen.finish, [state, unpack_ctx(rows, False)], merge(trainable, frozen), self._fx(True))
+            out = run_phase(gen.finish, [state, unpack_ctx(rows)], merge(trainable, frozen), self._fx(True))
             _check("generate.finish", out, gen.out)
             return self._records(out)
 
@@ -372,25 +375,23 @@ class Graphs:
 
         return loss
 
-    def _group(self, trainable, frozen, batches, ctxs, base):
-        """Per-copy loss, gradient, reports and counter deltas of one group, in microbatch order."""
+    def _group(self, trainable, frozen, batches, rows, base):
+        """Per-copy loss, gradient, reports and counter deltas of one group, in microbatch order: one
+        copy of the unstacked body per microbatch, traced side by side (stacking.py `copy_of`), copy i
+        reading its own context row and the counter totals after the copies before it (each copy's
+        deltas added one at a time, behind a barrier as in `_tally`, so the totals are those the
+        unstacked run passes from call to call)."""
         S = self.layout.stack
-        loss = self._loss(self.p.prepare, self.p.objective)
-        vg = jax.value_and_grad(loss, has_aux=True)
+        vg = jax.value_and_grad(self._loss(self.p.prepare, self.p.objective), has_aux=True)
         if S == 1:
-            (l, (m, d, dl)), g = vg(trainable, frozen, batches, ctxs, base)
+            (l, (m, d, dl)), g = vg(trainable, frozen, batches, unpack_ctx(rows), base)
             return [l], [g], [m], [d], [dl]
-        # Copy i objective reads the counter totals through copy i: take every copy's
-        # counter contributions first (prepare alone; XLA shares the work), then vmap
-        # the gradient with each copy's running totals.
-        bases = base
-        if self.counter_types:
-            pre = jax.vmap(lambda b, c: loss(trainable, frozen, b, c, base)[1][2])(batches, ctxs)
-            bases = {c: base[c] + jnp.cumsum(pre[c]) - pre[c] for c in base}
-        (l, (m, d, dl)), g = jax.vmap(vg, in_axes=(None, None, 0, 0, 0 if self.counter_types else None))(
-            trainable, frozen, batches, ctxs, bases)
-        pick = lambda tree, i: jax.tree_util.tree_map(lambda x: x[i], tree)
-        return tuple([pick(v, i) for i in range(S)] for v in (l, g, m, d, dl))
+        out = []
+        for i in range(S):
+            (l, (m, d, dl)), g = vg(trainable, frozen, copy_of(batches, i), unpack_ctx(rows, i), base)
+            out.append(lax.optimization_barrier((l, g, m, d, dl)))
+            base = {c: base[c] + v for c, v in lax.optimization_barrier(dl).items()}
+        return tuple([o[k] for o in out] for k in range(5))
 
     def _grads(self, trainable, frozen, batches, rows, base, bad=None):
         """The training graph of one group: (losses, gradients, metrics, diagnostics, counter deltas), one
@@ -398,14 +399,13 @@ class Graphs:
         With `bad` (the trainer's record of the first non-finite loss, `no_bad`), the counter totals
         after the group and the updated record replace the deltas: (losses, gradients, metrics,
         diagnostics, totals, bad); see `_tally`."""
-        ctxs = unpack_ctx(rows, self.layout.stack > 1)
-        l, g, m, d, dl = self._group(trainable, frozen, batches, ctxs, base)
+        l, g, m, d, dl = self._group(trainable, frozen, batches, rows, base)
         if self.dp is not None and self.dp.fsdp:
             # Each gradient split as its parameter is: XLA reduce-scatters instead of all-reducing.
             g = [self.dp.constrain_state(x) for x in g]
         if bad is None:
             return l, g, m, d, dl
-        totals, bad = self._tally(base, dl, l, ctxs["step"], bad)
+        totals, bad = self._tally(base, dl, l, unpack_ctx(rows)["step"], bad)
         return l, g, m, d, totals, bad
 
     def _grads_summing(self, trainable, frozen, batch, rows, base, bad, total):
@@ -416,7 +416,7 @@ class Graphs:
         other parameter's gradient as it comes (`accumulate.add_into`). Each add is `total + g`
         elementwise, as `_accumulate` makes it (the bits of summing the list of gradients).
         Returns (losses, total, metrics, diagnostics, totals, bad), one copy's entries in lists."""
-        ctx = unpack_ctx(rows, False)
+        ctx = unpack_ctx(rows)
         loss = self._loss(self.p.prepare, self.p.objective)
         sums = {p: sub for p, sub in _subtrees(total, ()) if p}
         summed: list = []
@@ -484,7 +484,7 @@ class Graphs:
         loss = self._loss(ps.prepare, ps.objective)
 
         def evaluate(trainable, frozen, batch, rows, base):
-            value, (metrics, diags, _) = loss(trainable, frozen, batch, unpack_ctx(rows, False), base)
+            value, (metrics, diags, _) = loss(trainable, frozen, batch, unpack_ctx(rows), base)
             return value, metrics
         return evaluate
 

@@ -233,7 +233,7 @@ class DataParallel:
 
     def constrain_records(self, tree, batch: int):
         """Inside a traced (per-copy) function: keep every per-record value (first axis == batch)
-        split along `data`; under vmap the stack axis stays unsplit."""
+        split along `data`; under stacking each copy's state is constrained, the stack axis unsplit."""
         def one(x):
             if getattr(x, "ndim", 0) >= 1 and x.shape[0] == batch:
                 return jax.lax.with_sharding_constraint(x, self.batch)

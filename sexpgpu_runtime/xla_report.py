@@ -54,7 +54,7 @@ def _tree(t: PlistType, stack: int) -> dict:
 
 
 def _rows(stack: int):
-    """The context rows the graphs take (sexpgpu_runtime.graphs `unpack_ctx`): [S 5] i64."""
+    """The context rows the graphs take (sexpgpu_runtime.graphs `unpack_ctx`): [S 6] i64."""
     return jax.ShapeDtypeStruct((stack, len(CONTEXT_KEYS)), jnp.int64)
 
 

@@ -29,7 +29,10 @@ The estimate (docs/explain.md says more, and how it compares with XLA's):
   (`TARGETS`; docs/explain.md says what each assumes).
 - A stacked graph (`:stack S`) holds S copies of what depends on the batch,
   the state or a per-microbatch context scalar, and one of what depends on
-  the parameters alone (what `vmap` computes).
+  the parameters alone: the runtime runs the unstacked body once per copy
+  (sexpgpu_runtime/stacking.py), each op on the unstacked shapes; the
+  generator's phases in a loop (one copy's temporaries at a time), the
+  training graph's copies side by side (`schedule._copies`).
 
 Units: bytes (printed in KiB/MiB/GiB, powers of 1024) and FLOPs, per call
 of one graph unless a field says `per_step` or `per_pass`.

@@ -146,15 +146,15 @@ def _generator_graphs(program: ir.Program, stack: int, prefix: str = "",
     gen = program.generate
     batch_t = program.loaders[program.run.loader].batch_type()
     out = {}
-    g = estimate_graph(prefix + "generate.init", trace_generate(program, "init"), stack, target=target)
+    g = estimate_graph(prefix + "generate.init", trace_generate(program, "init"), stack, target=target, loop=True)
     g.input_list = [_io("batch", batch_t, stack), _ctx_io(stack), _params_io(g)]
     g.output_list = [_io("state", gen.state, stack), _io("batch", batch_t, stack), _ctx_io(stack)]
     out[g.name] = g
-    g = estimate_graph(prefix + "generate.step", trace_generate(program, "step"), stack, target=target)
+    g = estimate_graph(prefix + "generate.step", trace_generate(program, "step"), stack, target=target, loop=True)
     g.input_list = [_io("state", gen.state, stack), _io("trip", TensorType((), "i64")), _ctx_io(stack), _params_io(g)]
     g.output_list = [_io("state", gen.state, stack)]
     out[g.name] = g
-    g = estimate_graph(prefix + "generate.finish", trace_generate(program, "finish"), stack, target=target)
+    g = estimate_graph(prefix + "generate.finish", trace_generate(program, "finish"), stack, target=target, loop=True)
     g.input_list = [_io("state", gen.state, stack), _ctx_io(stack), _params_io(g)]
     g.output_list = [_io("made", gen.out, stack)]
     out[g.name] = g

@@ -119,10 +119,10 @@ class _Schedule:
     """
 
     def __init__(self, nodes: list[Node], outputs: list[tuple[str, int]], live: list[bool],
-                 grad: list[bool] | None = None, target: str = "accelerator", stack: int = 1, regions=()):
+                 grad: list[bool] | None = None, target: str = "accelerator", regions=()):
         if target not in TARGETS:
             raise ValueError(f"unknown target {target!r}; expected one of {', '.join(TARGETS)}")
-        self.nodes, self.live, self.grad, self.target, self.stack = nodes, live, grad, target, stack
+        self.nodes, self.live, self.grad, self.target = nodes, live, grad, target
         self.regions = list(regions)   # the rematerialised calls (`Trace.regions`)
         self.out_ids = {i for _, i in outputs}
         users: list[list[int]] = [[] for _ in nodes]
@@ -163,11 +163,13 @@ class _Schedule:
 
     def _library_reduce(self, n: Node) -> bool:
         """On the CPU, whether reduction `n` runs in the library: an f32 sum, mean, max or min (or
-        logsumexp, a max and a sum) of at least `_LIBRARY_REDUCE_MIN` elements (XLA's own rule)."""
+        logsumexp, a max and a sum) of at least `_LIBRARY_REDUCE_MIN` elements (XLA's own rule), counted
+        in one copy: a stacked graph's copies each reduce an operand of the unstacked shape
+        (sexpgpu_runtime/stacking.py), so stacking never moves a reduction into the library."""
         if cost_of(n.op).library != "reduce" or n.type.dtype != "f32" or not n.inputs:
             return False
         x = self.nodes[n.inputs[0]]
-        return x.type.dtype == "f32" and x.type.size * (self.stack if x.per_copy else 1) >= _LIBRARY_REDUCE_MIN
+        return x.type.dtype == "f32" and x.type.size >= _LIBRARY_REDUCE_MIN
 
     def _library_inputs(self, r: int) -> set[int]:
         """On the CPU, the buffers the library fusion of reduction `r` reads. XLA's CPU backend runs the
@@ -262,7 +264,8 @@ class _Schedule:
         return frozenset(acc)
 
     def peak(self, stack: int) -> tuple[int, float, int]:
-        """(peak bytes of temporaries, bytes read and written, the largest temporary) under `stack` copies."""
+        """(peak bytes of temporaries, bytes read and written, the largest temporary) under `stack` copies
+        (`_copies`: the copies' fusions side by side, each buffer one copy's)."""
         nodes, mat = self.nodes, self.mat
         roots = [n.id for n in nodes if mat[n.id]]
         pos = {r: k for k, r in enumerate(roots)}
@@ -291,8 +294,9 @@ class _Schedule:
                         and self._reads_once(r, s) and not self._flattened_apart(s, r):
                     last[s] = pos[r] - 1
                     break
-        spans += [(pos[r], last[r], nodes[r].bytes_at(stack)) for r in roots if r not in self.out_ids]
-        spans += self._shift_spans(stack, roots, pos)
+        spans += [(pos[r], last[r], nodes[r].nbytes, nodes[r].per_copy) for r in roots if r not in self.out_ids]
+        spans += self._shift_spans(roots, pos)
+        spans, end = _copies(spans, stack), end * stack
         delta = [0] * (end + 2)
         for a, b, size in spans:
             delta[a] += size
@@ -307,7 +311,8 @@ class _Schedule:
         made = [0] * (end + 2)
         for r in roots:
             if r in self.out_ids and nodes[r].nbytes * stack >= largest:
-                made[pos[r]] += nodes[r].nbytes * stack
+                for c in range(stack):   # each copy writes its part of the stacked output
+                    made[pos[r] * stack + c] += nodes[r].nbytes
         peak = cur = done = 0
         for d, m in zip(delta, made):
             cur += d
@@ -322,7 +327,7 @@ class _Schedule:
             out |= self._readers(u) if cost_of(self.nodes[u].op).fusion == "view" else {u}
         return out
 
-    def _shift_spans(self, stack: int, roots: list[int], pos: dict) -> list[tuple[int, int, int]]:
+    def _shift_spans(self, roots: list[int], pos: dict) -> list[tuple[int, int, int, bool]]:
         """On the CPU, the shifted operand of a cross-entropy outside the gradient (`OpCost.shifted`): a
         buffer of the logits' size while the op runs, unless the logits are a buffer the graph computes
         whose one reader is the op (XLA then writes the shifted values into it: the library fusion of
@@ -339,13 +344,14 @@ class _Schedule:
             x = self.nodes[self._through_views(self.nodes[r].inputs[k])]
             if x.op in _INPUTS or x.id in self.out_ids or self._readers(x.id) != {r}:
                 # f32 whatever the logits' dtype: the lowering casts them first
-                spans.append((pos[r], pos[r], x.type.size * ITEMSIZE["f32"] * (stack if x.per_copy else 1)))
+                spans.append((pos[r], pos[r], x.type.size * ITEMSIZE["f32"], x.per_copy))
         return spans
 
     def _backward(self, stack: int, t0: int, pos: dict, last: dict) -> tuple[list, float, int]:
         """The gradient, in reverse trace order after the forward roots: a residual (a forward value
         the gradient reads) stays live until the backward of the op that reads it; a materialised
-        value's cotangent lives from its last reader's backward to its own. Cotangents are per copy."""
+        value's cotangent lives from its last reader's backward to its own. Cotangents are per copy.
+        Spans are (first, last, one copy's bytes, per copy), as `peak` builds them."""
         nodes, grad, mat = self.nodes, self.grad, self.mat
         order = [n.id for n in reversed(nodes) if grad[n.id] and self.live[n.id] and n.op not in _INPUTS]
         spans: list[tuple[int, int, int]] = []
@@ -374,20 +380,20 @@ class _Schedule:
                 needed |= {r for r0 in self.regions[n.remat[0]]["inputs"] for r in {r0} | self.src[r0] if r in last}
                 for r in [r for r in needed if r in last and recomputed(nodes[r]) and nodes[r].remat == n.remat]:
                     needed.discard(r)
-                    spans.append((start, t, nodes[r].bytes_at(stack)))
+                    spans.append((start, t, nodes[r].nbytes, nodes[r].per_copy))
             if mat[i] and c.inner_residual is not None:
                 inner = n if c.inner_residual == "output" else nodes[n.inputs[c.inner_residual]]
-                spans.append((regions[n.remat[0]] if recomputed(n) else pos[i], t, inner.bytes_at(stack)))
+                spans.append((regions[n.remat[0]] if recomputed(n) else pos[i], t, inner.nbytes, inner.per_copy))
             if mat[i] and n.scan and c.scan_residuals:   # what JAX saves of it in a scan's body
-                spans.append((pos[i], t, c.scan_residuals * n.bytes_at(stack)))
+                spans.append((pos[i], t, c.scan_residuals * n.nbytes, n.per_copy))
             if c.scatter is not None and n.inputs and grad[n.inputs[c.scatter]]:
-                spans.append((t, t, nodes[n.inputs[c.scatter]].nbytes * stack))
+                spans.append((t, t, nodes[n.inputs[c.scatter]].nbytes, True))
             for r in needed:
                 if r in last:
                     last[r] = max(last[r], t)
             size = n.nbytes * stack
             if mat[i]:
-                spans.append((ct_from.get(i, t), t, size))
+                spans.append((ct_from.get(i, t), t, n.nbytes, True))   # cotangents are per copy
             if mat[i] or any(nodes[j].op in _INPUTS for j in n.inputs if grad[j]):
                 # read the cotangent and the residuals, write the inputs' cotangents
                 moved += size + sum(nodes[r].bytes_at(stack) for r in needed if r in last)
@@ -400,15 +406,44 @@ class _Schedule:
         return spans, moved, t
 
 
+def _copies(spans: list[tuple[int, int, int, bool]], stack: int) -> list[tuple[int, int, int]]:
+    """The live spans of a stacked graph, (first, last, bytes) in fusion steps, from those of one copy
+    ((first, last, one copy's bytes, per copy) in the unstacked schedule's steps). A stacked training
+    graph holds `stack` copies of the unstacked body (sexpgpu_runtime/stacking.py `copy_of`),
+    independent but for what they read of the parameters, and XLA's scheduler runs them side by side: step `t` of the unstacked
+    schedule becomes steps `t*S ... t*S + S-1`, copy `c`'s fusion at `t*S + c`. So a per-copy value
+    is `stack` buffers of one copy's size, copy `c`'s live from `a*S + c` to `b*S + c` (copy 0's
+    buffer freed before copy 1's next fusion runs, where `jax.vmap`'s one [S ...] buffer lived as
+    long as the last copy's); a shared value (the parameters' alone) is computed once and read by
+    every copy."""
+    if stack <= 1:
+        return [(a, b, size) for a, b, size, _ in spans]
+    out = []
+    for a, b, size, per_copy in spans:
+        if per_copy:
+            out += [(a * stack + c, b * stack + c, size) for c in range(stack)]
+        else:
+            out.append((a * stack, b * stack + stack - 1, size))
+    return out
+
+
 def estimate_graph(name: str, trace: Trace, stack: int, loss: int | None = None,
-                   target: str = "accelerator") -> GraphEstimate:
+                   target: str = "accelerator", loop: bool = False) -> GraphEstimate:
     """The estimate of one traced graph under `stack` copies; with `loss`, the training graph:
     the forward, and the gradient of `loss` with respect to every trainable parameter. `target`
-    is the compiler the live set models (`TARGETS`; docs/explain.md says what each assumes)."""
+    is the compiler the live set models (`TARGETS`; docs/explain.md says what each assumes).
+    `loop`: the copies run one after another in a loop (the generator's phases,
+    sexpgpu_runtime/stacking.py `over_copies`), so the temporaries are one copy's and each trip
+    moves one copy's bytes; else side by side (`_copies`)."""
     nodes = trace.nodes
     live = _live_nodes(nodes, trace.outputs)
     grad = _grad_nodes(nodes, live, loss) if loss is not None else None
-    temps, moved, largest = _Schedule(nodes, trace.outputs, live, grad, target, stack, trace.regions).peak(stack)
+    schedule = _Schedule(nodes, trace.outputs, live, grad, target, trace.regions)
+    if loop:
+        temps, moved, largest = schedule.peak(1)
+        moved *= stack
+    else:
+        temps, moved, largest = schedule.peak(stack)
     g = GraphEstimate(name, stack)
     for n in nodes:
         if not live[n.id]:
@@ -425,7 +460,7 @@ def estimate_graph(name: str, trace: Trace, stack: int, loss: int | None = None,
             if n.op == "param":
                 g.param_args += n.bytes_at(stack)
     for _, i in trace.outputs:
-        g.outputs += nodes[i].nbytes * stack  # vmap returns every output with the stack axis
+        g.outputs += nodes[i].nbytes * stack  # every output is returned with the stack axis (restacked)
     g.temps = temps
     g.largest_temp = largest
     g.bytes_moved = moved
