@@ -19,6 +19,7 @@ LoaderError naming the file (and the line of a .jsonl) and the fix.
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 
@@ -37,8 +38,8 @@ def prompt_table(spec: LoaderIR, args: dict) -> dict[str, np.ndarray]:
     where = f"loader `{spec.name}` ({path})"
     declared = {n for n, _, _ in spec.fields}
     wanted = [n for n in declared if not _derived(n, declared)]
-    columns, names = (_jsonl(path, wanted, where, f"loader `{spec.name}`") if kind == "jsonl"
-                      else _parquet(path, wanted, where))
+    columns, names, at = (_jsonl(path, wanted, where, f"loader `{spec.name}`") if kind == "jsonl"
+                          else _parquet(path, wanted, where))
     for n in wanted:
         if n not in columns:
             raise LoaderError(f"{where}: the data have no field `{n}` (they have {', '.join(names) or 'nothing'})")
@@ -52,7 +53,7 @@ def prompt_table(spec: LoaderIR, args: dict) -> dict[str, np.ndarray]:
             continue
         col = columns[name]
         if len(shape) == 0:
-            table[name] = _scalars(col, name, dtype, where)
+            table[name] = _scalars(col, name, dtype, at)
             continue
         if len(shape) != 1:
             raise LoaderError(f"{where}: field `{name}` is [{' '.join(map(str, shape))}]; a column gives a scalar `[]` "
@@ -66,15 +67,15 @@ def prompt_table(spec: LoaderIR, args: dict) -> dict[str, np.ndarray]:
                     tokenizer = load_tokenizer(resolve_path(spec, str(args["tokenizer"])))
                 except TokenizeError as e:
                     raise LoaderError(f"loader `{spec.name}`: {e}") from None
-            ids = [e.ids for e in tokenizer.encode_batch(_all(col, str, name, where), add_special_tokens=False)]
+            ids = [e.ids for e in tokenizer.encode_batch(_all(col, str, name, shape, at), add_special_tokens=False)]
         else:
-            ids = _all(col, list, name, where)
+            ids = _all(col, list, name, shape, at)
         table[name], lengths[name] = _pad(ids, shape[0], pad, dtype, name, where)
         real = np.arange(shape[0])[None, :] < lengths[name][:, None]   # the padding is not checked
         over = real & ((table[name] >= int(vocab)) | (table[name] < 0)) if vocab is not None else None
         if over is not None and over.any():
             row = int(np.argmax(over.any(axis=1)))
-            raise LoaderError(f"{where}: row {row + 1} of `{name}` has token {int(table[name][row][over[row]][0])}, outside "
+            raise LoaderError(f"{at(name, row)}: `{name}` has token {int(table[name][row][over[row]][0])}, outside "
                               f"`:vocab {vocab}`; raise `:vocab` to the model's vocabulary, or tokenize with its tokenizer")
     for name, shape, dtype in spec.fields:
         base = _derived(name, declared)
@@ -100,25 +101,50 @@ def _derived(name: str, declared: set[str]) -> str | None:
     return None
 
 
-def _all(col: list, kind: type, name: str, where: str) -> list:
+def _kind(v) -> str:
+    """A JSON (or parquet) value's kind in plain words: text, a number, a list, ..."""
+    if isinstance(v, str):
+        return f"text ({json.dumps(v if len(v) <= 20 else v[:20] + '...')})"
+    if isinstance(v, bool):
+        return f"a boolean ({json.dumps(v)})"
+    if isinstance(v, (int, float)):
+        return f"a number ({v})"
+    if isinstance(v, list):
+        return "a list"
+    return "an object" if isinstance(v, dict) else type(v).__name__
+
+
+def _all(col: list, kind: type, name: str, shape: tuple, at) -> list:
+    """`col` itself when every row is text (`kind` str) or a list of integer token ids (`kind` list);
+    else LoaderError at the first other row (`at(name, i)` names its file and line, or its row)."""
+    decl = f"field `{name}` is declared `[{' '.join(map(str, shape))}]`"
     for i, v in enumerate(col):
-        if not isinstance(v, kind) or (kind is list and not all(isinstance(t, int) and not isinstance(t, bool) for t in v)):
-            what = "text" if kind is str else "a list of token ids"
-            raise LoaderError(f"{where}: row {i + 1} of column `{name}` is not {what} like the first row's; make "
-                              "every row's value the same kind")
+        if kind is str and not isinstance(v, str):
+            raise LoaderError(f"{at(name, i)}: `{name}` is {_kind(v)}, but {decl} and the first row's `{name}` is "
+                              "text; make the row's value text like the others")
+        if kind is list:
+            if not isinstance(v, list):
+                what = "the first row's is a list of token ids" if i else "a sequence field takes text or a list of token ids"
+                raise LoaderError(f"{at(name, i)}: `{name}` is {_kind(v)}, but {decl} ({what}); fix the row, or the "
+                                  "declaration if every row is so")
+            bad = next((t for t in v if not isinstance(t, int) or isinstance(t, bool)), None)
+            if bad is not None:
+                raise LoaderError(f"{at(name, i)}: `{name}` is a list holding {_kind(bad)}, but {decl}, a list of "
+                                  "integer token ids; fix the row, or store text in every row (with `:tokenizer`)")
     return col
 
 
-def _scalars(col: list, name: str, dtype: str, where: str) -> np.ndarray:
-    try:
-        arr = np.asarray(col)
-    except ValueError:
-        arr = np.asarray(col, dtype=object)
-    if arr.ndim != 1 or arr.dtype.kind not in "biuf" or (arr.dtype.kind == "f" and dtype not in ("f16", "bf16", "f32")):
-        raise LoaderError(f"{where}: field `{name}` is a scalar `[]` of {dtype}, but column `{name}` holds "
-                          f"{'sequences' if arr.ndim > 1 or arr.dtype == object else arr.dtype.name} values; "
-                          "declare it with the column's shape and dtype")
-    return arr.astype(_np_dtype(dtype))
+def _scalars(col: list, name: str, dtype: str, at) -> np.ndarray:
+    """[rows] the numbers of `col` in `dtype`; a row that is not a number (or a fraction for an
+    integer dtype) is LoaderError naming the row (`at(name, i)`) and both sides."""
+    floats = dtype in ("f16", "bf16", "f32")
+    for i, v in enumerate(col):
+        number = isinstance(v, (int, float)) and (floats or not isinstance(v, float))
+        if not number:
+            want = "a number" if floats else "an integer"
+            raise LoaderError(f"{at(name, i)}: `{name}` is {_kind(v)}, but field `{name}` is declared `[] :{dtype}` "
+                              f"({want}); fix the row, or the declaration if every row is so")
+    return np.asarray(col).astype(_np_dtype(dtype))
 
 
 def _pad(ids: list[list[int]], width: int, pad: int, dtype: str, name: str, where: str):
@@ -133,22 +159,24 @@ def _pad(ids: list[list[int]], width: int, pad: int, dtype: str, name: str, wher
     return out.astype(_np_dtype(dtype)), kept
 
 
-def _jsonl(path: str, wanted: list[str], where: str, loader: str) -> tuple[dict[str, list], list[str]]:
-    """The wanted columns of a .jsonl file (one JSON object a line; UTF-8, a byte-order mark allowed),
-    and every key its rows have. A bad row is LoaderError naming `loader` (``loader `name` ``), the
-    file, its line and, for a row that is not JSON, the column where the parse failed."""
+def _jsonl(path: str, wanted: list[str], where: str, loader: str):
+    """(the wanted columns of a .jsonl file (one JSON object a line; UTF-8, a byte-order mark allowed),
+    every key its rows have, `at(name, row)`: ``loader `name`: FILE:LINE:COL`` of that row's value).
+    A bad row is LoaderError naming `loader` (``loader `name` ``), the file, its line and the column:
+    where the parse failed for a row that is not JSON, the first byte that is not UTF-8."""
     columns: dict[str, list] = {n: [] for n in wanted}
     names: dict[str, None] = {}
     lines: list[int] = []
     try:
-        fh = open(path, encoding="utf-8-sig")
+        fh = open(path, "rb")
     except FileNotFoundError:
         raise LoaderError(f"{where}: no file {path}; make it, or fix the path (relative to the run file)") from None
     except OSError as e:
         raise LoaderError(f"{where}: cannot read {path}: {e.strerror or e}") from None
     with fh:
         try:
-            for line_no, line in enumerate(fh, 1):
+            for line_no, raw in enumerate(fh, 1):
+                line = _decode(raw, line_no, path, loader)
                 if not line.strip():
                     continue
                 try:
@@ -163,19 +191,47 @@ def _jsonl(path: str, wanted: list[str], where: str, loader: str) -> tuple[dict[
                 lines.append(line_no)
                 for n in wanted:
                     columns[n].append(row.get(n))
-        except UnicodeDecodeError:
-            raise LoaderError(f"{where}: {path} is not UTF-8 text; a .jsonl file is UTF-8 JSON, one object a line") from None
         except OSError as e:
             raise LoaderError(f"{where}: cannot read {path}: {e.strerror or e}") from None
     for n, col in columns.items():
         if n in names and None in col:
             raise LoaderError(f"{loader}: {path}:{lines[col.index(None)]}: the row has no `{n}` (or it is null); give "
                               "every row the field")
-    return {n: c for n, c in columns.items() if n in names}, list(names)
+
+    def at(name: str, row: int) -> str:
+        line_no = lines[row]
+        return f"{loader}: {path}:{line_no}:{_value_column(path, line_no, name)}"
+    return {n: c for n, c in columns.items() if n in names}, list(names), at
 
 
-def _parquet(path: str, wanted: list[str], where: str) -> tuple[dict[str, list], list[str]]:
-    """The wanted columns of a parquet file (pyarrow reads only those), and every column it has."""
+def _decode(raw: bytes, line_no: int, path: str, loader: str) -> str:
+    """Line `line_no` of a .jsonl file as text (a byte-order mark dropped from the first); a byte that is
+    not UTF-8 is LoaderError at its line and column (the characters before it, plus one) and its value."""
+    if line_no == 1 and raw.startswith(b"\xef\xbb\xbf"):
+        raw = raw[3:]
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        col = len(raw[:e.start].decode("utf-8")) + 1
+        raise LoaderError(f"{loader}: {path}:{line_no}:{col}: byte 0x{raw[e.start]:02x} is not UTF-8 text; a .jsonl "
+                          "file is UTF-8 JSON, one object a line: write the row's text as UTF-8") from None
+
+
+def _value_column(path: str, line_no: int, name: str) -> int:
+    """The column (from 1, in characters) where key `name`'s value starts on line `line_no` of `path`
+    (read again: only for an error), or 1 where the key is not found written plainly."""
+    with open(path, "rb") as fh:
+        for i, raw in enumerate(fh, 1):
+            if i == line_no:
+                text = raw.decode("utf-8").lstrip("\ufeff") if i == 1 else raw.decode("utf-8")
+                m = re.search(re.escape(json.dumps(name)) + r"\s*:\s*", text)
+                return m.end() + 1 if m else 1
+    return 1
+
+
+def _parquet(path: str, wanted: list[str], where: str):
+    """(the wanted columns of a parquet file (pyarrow reads only those), every column it has,
+    `at(name, row)`: ``loader `name` (FILE): row N of column `name` ``)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
     try:
@@ -187,4 +243,5 @@ def _parquet(path: str, wanted: list[str], where: str) -> tuple[dict[str, list],
     except (pa.ArrowException, OSError) as e:
         raise LoaderError(f"{where}: {path} is not a readable parquet file ({str(e).splitlines()[0]}); write it with "
                           "pyarrow.parquet.write_table") from None
-    return {n: table.column(n).to_pylist() for n in present}, list(schema.names)
+    return ({n: table.column(n).to_pylist() for n in present}, list(schema.names),
+            lambda name, row: f"{where}: row {row + 1} of column `{name}`")

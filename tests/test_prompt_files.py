@@ -88,7 +88,7 @@ def test_prompt_file_errors_name_the_file_and_the_fix(tmp_path):
     assert "gap.jsonl:2: the row has no `prompt`" in err(("jsonl", {"path": "gap.jsonl"}), (("prompt", (3,), "i32"),))
     write_jsonl(tmp_path / "text.jsonl", [{"prompt": "hi"}] * 4)
     assert "column `prompt` holds text; give `:tokenizer" in err(("jsonl", {"path": "text.jsonl"}), (("prompt", (3,), "i32"),))
-    assert "row 3 of `prompt` has token 9, outside `:vocab 9`" in err(("jsonl", {"path": "p.jsonl", "vocab": 9, "pad": 99}), FIELDS)
+    assert "p.jsonl:3:12: `prompt` has token 9, outside `:vocab 9`" in err(("jsonl", {"path": "p.jsonl", "vocab": 9, "pad": 99}), FIELDS)
     (tmp_path / "x.parquet").write_text("not parquet")
     assert "x.parquet is not a readable parquet file" in err(("parquet", {"path": "x.parquet"}), FIELDS)
     assert "no file" in err(("parquet", {"path": "none.parquet"}), FIELDS)
@@ -153,3 +153,48 @@ def test_npz_of_uint16_tokens_widens_to_the_declared_i32(tmp_path):
     assert t["tokens"].dtype == np.int32 and (t["tokens"] == 60000).all()
     with pytest.raises(LoaderError, match="has dtype uint16, the declaration says f32"):
         Loader(spec(("npz", {"path": "u16.npz"}), (("tokens", (8,), "f32"),), base=tmp_path), 0)
+
+
+def test_a_row_of_the_wrong_kind_is_named_by_its_line_and_column(tmp_path):
+    def err(name, lines, fields):
+        (tmp_path / name).write_bytes(lines)
+        with pytest.raises(LoaderError) as e:
+            Loader(spec(("jsonl", {"path": name}), fields, base=tmp_path), 0)
+        assert "\n" not in str(e.value) and "str1024" not in str(e.value)
+        return str(e.value)
+    good = b'{"prompt":"x","reward":1.0}\n' * 5
+    reward = (("reward", (), "f32"),)
+    line = err("bad3.jsonl", good + b'{"prompt":"x","reward":"high"}\n', reward)
+    assert line.startswith("loader `data`: ") and 'bad3.jsonl:6:24: `reward` is text ("high"), but field `reward` is ' \
+        "declared `[] :f32` (a number); fix the row, or the declaration if every row is so" in line
+    assert "bad4.jsonl:6:24: `reward` is a list, but field `reward`" in err(
+        "bad4.jsonl", good + b'{"prompt":"x","reward":[1.0,2.0]}\n', reward)
+    assert "frac.jsonl:1:24: `reward` is a number (0.5), but field `reward` is declared `[] :i32` (an integer)" in err(
+        "frac.jsonl", b'{"prompt":"x","reward":0.5}\n', (("reward", (), "i32"),))
+    # a list in a text column, text in a token column, a list holding text
+    (tmp_path / "c.txt").write_text("x y z\n" * 20)
+    from sexpgpu_cli.tokenizer import train_bpe
+    train_bpe([str(tmp_path / "c.txt")], 260, str(tmp_path / "tok.json"))
+    (tmp_path / "mixed.jsonl").write_bytes(good + b'{"prompt":[1,2,5000],"reward":1}\n')
+    with pytest.raises(LoaderError) as e:
+        Loader(spec(("jsonl", {"path": "mixed.jsonl", "tokenizer": "tok.json"}), (("prompt", (4,), "i32"),),
+                    base=tmp_path), 0)
+    line = str(e.value)
+    assert "mixed.jsonl:6:11: `prompt` is a list, but field `prompt` is declared `[4]` and the first row's" in line
+    assert "ids.jsonl:2:12: `prompt` is text (\"hi\"), but field `prompt` is declared `[4]` (the first row's is a list" in err(
+        "ids.jsonl", b'{"prompt": [1]}\n{"prompt": "hi"}\n', (("prompt", (4,), "i32"),))
+    assert "ids2.jsonl:2:12: `prompt` is a list holding text (\"a\"), but" in err(
+        "ids2.jsonl", b'{"prompt": [1]}\n{"prompt": [1, "a"]}\n', (("prompt", (4,), "i32"),))
+    # a byte that is not UTF-8: its line, its column and the byte (after a byte-order mark and a 2-byte character)
+    line = err("latin.jsonl", b'\xef\xbb\xbf{"prompt":[1]}\n{"prompt":"\xc3\xa9\xe9"}\n', (("prompt", (4,), "i32"),))
+    assert line.startswith("loader `data`: ") and "latin.jsonl:2:13: byte 0xe9 is not UTF-8 text" in line
+
+
+def test_a_parquet_row_of_the_wrong_kind_is_named_by_its_row(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    pq.write_table(pa.table({"reward": ["1", "2", "high"]}), tmp_path / "r.parquet")
+    with pytest.raises(LoaderError) as e:
+        Loader(spec(("parquet", {"path": "r.parquet"}), (("reward", (), "f32"),), base=tmp_path), 0)
+    assert "r.parquet): row 1 of column `reward`: `reward` is text (\"1\"), but field `reward` is declared `[] :f32`" \
+        in str(e.value)
