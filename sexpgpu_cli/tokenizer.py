@@ -25,16 +25,21 @@ def expand(pattern: str) -> list[str]:
 
 
 def check_text(path: str) -> None:
-    """Raise TokenizeError naming `path` if it is not UTF-8 text (a binary file, a token file)."""
+    """Raise TokenizeError naming `path` and its first byte that is not UTF-8 text (an invalid byte,
+    UnicodeDecodeError.start, or a NUL byte, whichever comes first: a binary file, a token file)."""
     with open(path, "rb") as fh:
         data = fh.read()
     try:
-        if b"\0" in data:
-            raise UnicodeDecodeError("utf-8", data, data.index(b"\0"), data.index(b"\0") + 1, "NUL byte")
         data.decode("utf-8")
+        bad = None
     except UnicodeDecodeError as e:
-        raise TokenizeError(f"{path} is not UTF-8 text (byte {e.start} is 0x{data[e.start]:02x}); give text files, "
-                            "or convert it to UTF-8") from None
+        bad = e.start
+    nul = data.find(b"\0")
+    if nul >= 0 and (bad is None or nul < bad):
+        bad = nul
+    if bad is not None:
+        raise TokenizeError(f"{path} is not UTF-8 text (byte {bad} is 0x{data[bad]:02x}); give text files, "
+                            "or convert it to UTF-8")
 
 
 def train_bpe(files: list[str], vocab_size: int, output: str, min_frequency: int = 2,

@@ -1,6 +1,7 @@
 """Token streams (`tokens` over a nanoGPT .bin or a .npy), text tokenized once (`text-tokens`), the tokenizer
 trainer, read-ahead and resume: on files each test makes, with windows, widening and positions asserted exactly."""
 import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -196,7 +197,7 @@ def test_tokenizer_train_command(tmp_path):
     (tmp_path / "b.txt").write_bytes(b"\xff\xfe\x00")
     bad = subprocess.run([exe, "tokenizer", "train", str(tmp_path / "b.txt"), "-o", str(tmp_path / "u.json")],
                          capture_output=True, text=True, timeout=120)
-    assert bad.returncode == 2 and "Traceback" not in bad.stderr and "b.txt is not UTF-8 text" in bad.stderr
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr and "b.txt is not UTF-8 text (byte 0 is 0xff)" in bad.stderr
 
 
 # -- the checker --------------------------------------------------------------------------------
@@ -296,3 +297,14 @@ def test_a_read_that_fails_on_the_thread_is_raised_in_the_loop_at_its_batch():
     assert feed.take(40) == 40                                           # past the end: read at once
     feed.close()
     assert feed.stats()["batches"] == 5
+
+
+def test_tokenizer_train_names_the_first_byte_that_is_not_text(tmp_path):
+    from sexpgpu_cli.tokenizer import TokenizeError, check_text
+    for data, first in ((b"\xff\xfe\x00", "byte 0 is 0xff"), (b"ab\x00\xff", "byte 2 is 0x00"),
+                        (b"h\xc3\xa9\xe9", "byte 3 is 0xe9")):
+        (tmp_path / "b.txt").write_bytes(data)
+        with pytest.raises(TokenizeError, match=re.escape(f"b.txt is not UTF-8 text ({first})")):
+            check_text(str(tmp_path / "b.txt"))
+    (tmp_path / "ok.txt").write_text("héllo\n")
+    check_text(str(tmp_path / "ok.txt"))
