@@ -408,6 +408,10 @@ def test_a_truncated_shard_names_the_shard_and_the_tensor(tmp_path):
     shard.write_bytes(shard.read_bytes()[:-100])
     d = one_error(tmp_path)
     assert d.message.startswith("cannot use `hf`: `hf/model-00001-of-00002.safetensors` is cut short: tensor `")
+    # an absolute `:path` is shown absolute (not as ../../ from the run file's directory)
+    d = one_error(tmp_path, f'(:path "{tmp_path}/hf" :names :gpt2 :file-dtype :bf16)')
+    assert d.message.startswith(f"cannot use `{tmp_path}/hf`: `{tmp_path}/hf/model-00001-of-00002.safetensors` is cut "
+                                "short: tensor `")
 
 
 def test_a_wrong_shape_after_the_mapping_names_the_tensor_and_the_parameter(tmp_path):

@@ -198,7 +198,8 @@ def _compare(ctx: CheckContext, name: str, rel: str, full: str, base: str, todo,
     try:
         header = tensors(full)
     except SourceError as e:
-        why = str(e) if e.file == full else f"`{os.path.relpath(e.file, base)}` " + str(e).removeprefix("it ")
+        shown = e.file if os.path.isabs(rel) else os.path.relpath(e.file, base)   # as the run file gives the path
+        why = str(e) if e.file == full else f"`{shown}` " + str(e).removeprefix("it ")
         ctx.err("E-MODEL-003", node.span, f"cannot use `{rel}`: {why}")
         return False
     # Each clause once per checkpoint tensor (or pattern), naming every parameter read from it: a fused
