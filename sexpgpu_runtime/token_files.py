@@ -147,10 +147,20 @@ def _preadv(fd: int, row: np.ndarray, at: int) -> int:
 
 
 def scan_ids(path: str, offset: int, dtype: str, vocab: int) -> None:
-    """Check that every id in the file is in `[0, vocab)`, reading it in SCAN_CHUNK pieces.
+    """Check that every id in the file is in `[0, vocab)` (`first_outside`).
 
     Raises TokenFileError naming the first id out of range, its position and the fix.
     """
+    bad = first_outside(path, offset, dtype, vocab)
+    if bad is not None:
+        raise TokenFileError(f"{path}: token {bad[0]} at position {bad[1]} is outside "
+                             f"`:vocab {vocab}` (ids 0 to {vocab - 1}); raise `:vocab` to the model's "
+                             "vocabulary, or make the file again with the model's tokenizer")
+
+
+def first_outside(path: str, offset: int, dtype: str, vocab: int) -> tuple[int, int] | None:
+    """(id, position) of the first id of the file (its ids of `dtype` from byte `offset`) outside
+    `[0, vocab)`, or None; read in SCAN_CHUNK pieces (nothing stays resident)."""
     item = np.dtype(dtype).itemsize
     buf = np.empty(SCAN_CHUNK // item, dtype=dtype)
     seen = 0
@@ -159,13 +169,11 @@ def scan_ids(path: str, offset: int, dtype: str, vocab: int) -> None:
         while True:
             got = fh.readinto(memoryview(buf).cast("B")) // item
             if got == 0:
-                return
+                return None
             chunk = buf[:got]
             if chunk.max() >= vocab or chunk.min() < 0:
                 at = int(np.argmax((chunk >= vocab) | (chunk < 0)))
-                raise TokenFileError(f"{path}: token {int(chunk[at])} at position {seen + at} is outside "
-                                     f"`:vocab {vocab}` (ids 0 to {vocab - 1}); raise `:vocab` to the model's "
-                                     "vocabulary, or make the file again with the model's tokenizer")
+                return int(chunk[at]), seen + at
             seen += got
 
 

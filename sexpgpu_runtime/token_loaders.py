@@ -20,7 +20,7 @@ import numpy as np
 from sexpgpu_lang.ir import LoaderIR
 
 from .loaders import LoaderError, resolve_path
-from .token_files import TokenFileError, TokenStream, TokenWindows, scan_ids, widens
+from .token_files import TokenFileError, TokenStream, TokenWindows, first_outside, scan_ids, widens
 from .tokenize import TokenizeError, cached_tokens
 
 
@@ -59,8 +59,15 @@ def token_windows(spec: LoaderIR, args: dict) -> TokenWindows:
                 raise LoaderError(f"{where} ({stream.path}): the file holds {stream.dtype} ids, which do not all fit "
                                   f"field `{name}`'s {dtype}; {fix}")
         bound = min(known or 1 << 64, 1 << (8 * np.dtype(stream.dtype).itemsize))
-        if vocab is not None and vocab < bound:   # the dtype (or the tokenizer) cannot tell: scan the ids
+        if vocab is not None and vocab < bound and kind == "tokens":   # the dtype cannot tell: scan the ids
             scan_ids(stream.path, stream.offset, stream.dtype, vocab)
+        elif vocab is not None and vocab < bound:   # nor the tokenizer: scan the ids, and name the tokenizer
+            bad = first_outside(stream.path, stream.offset, stream.dtype, vocab)
+            if bad is not None:
+                raise LoaderError(f"{where}: tokenizer {tokenizer} has a vocabulary of {known} ids, more than "
+                                  f"`:vocab {vocab}`, and the text gives token {bad[0]} (at position {bad[1]} of "
+                                  f"the tokenized text); raise `:vocab` to {known}, the tokenizer's, or tokenize "
+                                  "with the model's tokenizer")
     except (TokenFileError, TokenizeError) as e:
         raise LoaderError(f"{where}: {e}") from None
     stride = int(args.get("stride") or seq)

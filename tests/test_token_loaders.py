@@ -179,7 +179,12 @@ def test_text_tokens_errors(tmp_path, tokenizer, stream):
     assert "no tokenizer file" in err({"glob": "corpus/*.txt", "tokenizer": "none.json"})
     assert "train.bin is not UTF-8 text" in err({"glob": "train.bin", "tokenizer": "tok.json"})
     assert "has no token '<eos>' for `:separator`" in err({"glob": "corpus/*.txt", "tokenizer": "tok.json", "separator": "<eos>"})
-    assert "is outside `:vocab 258`" in err({"glob": "corpus/*.txt", "tokenizer": "tok.json", "vocab": 258})
+    # the tokenizer and its vocabulary against `:vocab`, not the cache file the user never made
+    from tokenizers import Tokenizer
+    size = Tokenizer.from_file(str(tokenizer)).get_vocab_size()
+    line = err({"glob": "corpus/*.txt", "tokenizer": "tok.json", "vocab": 258})
+    assert f"tokenizer {tokenizer} has a vocabulary of {size} ids, more than `:vocab 258`, and the text gives token " \
+        in line and f"raise `:vocab` to {size}, the tokenizer's" in line and ".sexpgpu-cache" not in line
     assert not list((tmp_path / ".sexpgpu-cache").glob("*.tmp"))      # a failed tokenization leaves no half file
 
 
