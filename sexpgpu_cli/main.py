@@ -263,7 +263,7 @@ def lint(
     files: List[Path] = typer.Argument(..., metavar="FILE|DIR", help="Run files (.sx) to check; a directory stands for every *.sx below it."),
     format: Format = typer.Option(Format.text, "--format", "-f", help="text (compiler style), json (one array), or sarif (SARIF 2.1.0)."),
     output: Optional[Path] = typer.Option(None, "--output", "-o", metavar="FILE", help="Write the report to this file instead of standard output."),
-    read_files: bool = typer.Option(False, "--read-files", help="Also read each `:pretrained` file's header and compare it with `:params` (E-MODEL-003), as `run` does. Without it, lint opens no file but the run files."),
+    read_files: bool = typer.Option(False, "--read-files", help="Also read each `:pretrained` file's header and compare it with `:params` (E-MODEL-003), and each loader's `:tokenizer` against `:vocab` (W-LOADER-001), as `run` does. Without it, lint opens no file but the run files."),
 ):
     """Check run files and print their diagnostics.
 

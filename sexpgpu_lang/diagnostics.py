@@ -85,6 +85,7 @@ CODES: dict[str, str] = {
     "E-RAND-001": "a sampling setting out of range (`:temperature`, `:top-k`, `:top-p`)",
     "W-MODEL-001": "a `:pretrained` file has tensors `:params` does not name",
     "W-OPT-001": "a warmup longer than the run",
+    "W-LOADER-001": "a tokenizer with more ids than the loader's `:vocab`",
 }
 
 

@@ -313,3 +313,25 @@ def test_tokenizer_train_names_the_first_byte_that_is_not_text(tmp_path):
             check_text(str(tmp_path / "b.txt"))
     (tmp_path / "ok.txt").write_text("héllo\n")
     check_text(str(tmp_path / "ok.txt"))
+
+
+def test_lint_read_files_warns_of_a_tokenizer_larger_than_vocab(tmp_path, tokenizer):
+    from tokenizers import Tokenizer
+    from sexpgpu_lang import analyze
+    size = Tokenizer.from_file(str(tokenizer)).get_vocab_size()   # with its added <|endoftext|>
+    run = tmp_path / "r.sx"
+
+    def warnings(vocab, read_files=True, source="text-tokens \"corpus/*.txt\" :seq 8"):
+        text = RUN.replace('tokens "DATA" :dtype :uint16 :seq 8 :vocab vocab',
+                           f'{source} :tokenizer "tok.json" :vocab vocab').replace("(def vocab 64)", f"(def vocab {vocab})")
+        res = analyze(text, str(run), read_files)
+        return [d for d in res.diagnostics if d.code == "W-LOADER-001"], text
+    found, text = warnings(size - 1)
+    assert len(found) == 1 and found[0].message == (
+        f"tokenizer `tok.json` has a vocabulary of {size} ids, more than `:vocab {size - 1}`: its ids {size - 1} to "
+        f"{size - 1} would be outside the model's vocabulary")
+    assert text[found[0].span.start:found[0].span.end] == '"tok.json"'
+    assert warnings(size)[0] == [] and warnings(size - 1, read_files=False)[0] == []
+    assert len(warnings(200, source='jsonl "p.jsonl"')[0]) == 1      # a prompt source's tokenizer too
+    (tmp_path / "tok.json").write_text("{}")                          # not a tokenizer.json: the runtime says so
+    assert warnings(1)[0] == []

@@ -5,14 +5,22 @@ against their arguments and the loader's fields, as far as they can be told with
 not a string (E-TYPE-003), a `:dtype` that is not an on-disk token dtype (E-FORM-002, with
 the near miss), a raw token file without `:dtype` and `text-tokens` without `:tokenizer`
 (E-FORM-005), a size that is not a positive integer (E-FORM-002), and for the token sources
-anything but one or two integer fields of `[seq]` (E-FORM-002, E-TYPE-002). What only the
-files can tell (their dtype, their ids against `:vocab`, their columns) the runtime checks
+anything but one or two integer fields of `[seq]` (E-FORM-002, E-TYPE-002). With the context's
+`read_files` (`sexpgpu run`, `lint --read-files`, and the language server for a file on this
+machine), a `:tokenizer` whose tokenizer.json has more ids than `:vocab` (W-LOADER-001: read with
+json, the largest id of its model's vocabulary and its added tokens). What only the data files
+can tell (their dtype, their ids against `:vocab`, their columns) the runtime checks
 (sexpgpu_runtime/token_loaders.py, prompt_files.py).
 
 Imports nothing outside `sexpgpu_lang`; never JAX.
 """
 from __future__ import annotations
 
+import functools
+import json
+import os
+
+from ..diagnostics import warning
 from ..language import TOKEN_FILE_DTYPES
 from ..source import Span
 from .context import CheckContext, near_miss
@@ -58,7 +66,45 @@ def check_source(ctx: CheckContext, kind: str, args: dict, nodes: dict, fields, 
         ok = False
     if kind in TOKEN_SOURCES and fields is not None:
         ok = _token_fields(ctx, kind, args, fields, at) and ok
+    if ok and ctx.read_files and isinstance(args.get("tokenizer"), str) and isinstance(args.get("vocab"), int):
+        _tokenizer_vocab(ctx, args["tokenizer"], args["vocab"], nodes["tokenizer"].span)
     return ok
+
+
+def _tokenizer_vocab(ctx: CheckContext, rel: str, vocab: int, at: Span) -> None:
+    """W-LOADER-001 at `:tokenizer` when the tokenizer.json `rel` (relative to the run file) holds
+    more ids than `:vocab`: the text may then give ids the model's embedding lacks. A file that
+    is not there or not a tokenizer.json is left to the runtime's error."""
+    base = os.path.dirname(os.path.abspath(ctx.src.path)) if not ctx.src.path.startswith("<") else "."
+    full = rel if os.path.isabs(rel) else os.path.join(base, rel)
+    try:
+        st = os.stat(full)
+    except OSError:
+        return
+    size = vocab_size(full, st.st_mtime_ns, st.st_size)
+    if size is not None and size > vocab:
+        ctx.report(warning("W-LOADER-001", at, f"tokenizer `{rel}` has a vocabulary of {size} ids, more than "
+                           f"`:vocab {vocab}`: its ids {vocab} to {size - 1} would be outside the model's vocabulary",
+                           help=f"raise `:vocab` to {size} (and the model's vocabulary with it), or use the "
+                                "model's tokenizer"))
+
+
+@functools.lru_cache(maxsize=16)
+def vocab_size(path: str, mtime_ns: int, size: int) -> int | None:
+    """The number of ids of a Hugging Face tokenizer.json (its largest id plus one: the model's
+    `vocab`, a dict of piece to id (BPE, WordPiece, WordLevel) or a list of [piece, score] pairs
+    (Unigram), and its `added_tokens`), or None for a file that is not one. `mtime_ns` and `size`
+    key the cache: an edited file is read again."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+        model_vocab = data["model"]["vocab"]
+        ids = list(model_vocab.values()) if isinstance(model_vocab, dict) else [len(model_vocab) - 1]
+        ids += [t["id"] for t in data.get("added_tokens") or ()]
+        ids = [i for i in ids if isinstance(i, int) and not isinstance(i, bool)]
+        return max(ids) + 1 if ids else None
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
 
 
 def _token_fields(ctx: CheckContext, kind: str, args: dict, fields, at: Span) -> bool:
