@@ -14,7 +14,9 @@ A file with `prompt` and `answer` columns so gives the split as two fields
 
 The file is read whole (pyarrow for parquet: only the columns the fields
 name); with `:vocab V` every id is checked to be below `V`. Errors are
-LoaderError naming the file (and the line of a .jsonl) and the fix.
+LoaderError naming the file (and of a row at fault: the line and column of
+its value in a .jsonl, its number in a parquet file), what the row holds
+against what the field declares, and the fix.
 """
 from __future__ import annotations
 
