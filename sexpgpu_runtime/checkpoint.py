@@ -98,7 +98,9 @@ def _quiet_closed_loop(previous):
 def _read_error(e: BaseException | None) -> bool:
     """Whether `e` (or an exception it was raised from) is a failed tensorstore read of a
     checkpoint's array data: a data file cut short or overwritten."""
-    while e is not None:
+    seen = set()
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
         text = str(e)
         if text.startswith("Encountered error while reading array index") or "OUT_OF_RANGE:" in text \
                 or "DATA_LOSS:" in text:
@@ -456,10 +458,11 @@ class Checkpoints:
             except Exception as e:
                 if _read_error(e):
                     _contain_read_leftovers()
-                    why = "its array data cannot be read (a data file cut short or corrupt)"
+                    why = f"checkpoint step {step} in {self.spec.dir} is corrupt: its array data cannot be read " \
+                          "(a data file cut short or corrupt)"
                 else:
-                    why = _reason(e)
-                failed.append(self._skip(step, f"checkpoint step {step} in {self.spec.dir} is corrupt: {why}"))
+                    why = f"cannot read checkpoint step {step} in {self.spec.dir}: {_reason(e)}"
+                failed.append(self._skip(step, why))
                 continue
             wrong = first_difference(meta.get("digests") or {}, got.state)
             if wrong is not None:

@@ -76,7 +76,7 @@ def test_a_resume_into_a_run_dir_that_does_not_exist_creates_nothing(tmp_path):
     path.write_text(TEXT, encoding="utf-8")
     new = tmp_path / "new"
     proc = sexpgpu(str(path), "--resume", "--run-dir", str(new))
-    assert proc.returncode != 0
+    assert proc.returncode == 1, proc.stderr
     assert proc.stderr.strip().splitlines() == [
         f"sexpgpu: error: nothing to resume: no complete checkpoint in {new / 'checkpoints'}; run without --resume "
         "to start at step 0"], proc.stderr
