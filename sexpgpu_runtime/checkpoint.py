@@ -95,6 +95,55 @@ def _quiet_closed_loop(previous):
     return hook
 
 
+def _read_error(e: BaseException | None) -> bool:
+    """Whether `e` (or an exception it was raised from) is a failed tensorstore read of a
+    checkpoint's array data: a data file cut short or overwritten."""
+    seen = set()
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        text = str(e)
+        if text.startswith("Encountered error while reading array index") or "OUT_OF_RANGE:" in text \
+                or "DATA_LOSS:" in text:
+            return True
+        e = e.__cause__ or e.__context__
+    return False
+
+
+class _ReadLeftovers(logging.Filter):
+    """On the `asyncio` logger: drop `_GatheringFuture exception was never retrieved` (and the
+    like, with a traceback each) whose exception is a failed read of a checkpoint's arrays.
+    Installed by a restore that failed so (`_contain_read_leftovers`); other records pass."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.exc_info and _read_error(record.exc_info[1]))
+
+
+_READ_LEFTOVERS = _ReadLeftovers()
+
+
+def _contain_read_leftovers() -> None:
+    """After a failed read of a checkpoint's arrays, orbax leaves the other reads of that restore
+    suspended; when they are finalized, at any time up to the process's exit, each prints its
+    own copy of the read error (`Exception ignored in: <coroutine object
+    _read_array_index_and_device_put>`, tensorstore's whole spec) or an `asyncio` record. The
+    failure reaches the user as one line (`Checkpoints.restore`), so from then on drop those,
+    and only those: any other unraisable exception or record is printed as before."""
+    log = logging.getLogger("asyncio")
+    if _READ_LEFTOVERS not in log.filters:
+        log.addFilter(_READ_LEFTOVERS)
+    if getattr(sys.unraisablehook, "sexpgpu_read_leftovers", False):
+        return
+    previous = sys.unraisablehook
+
+    def hook(unraisable):
+        if _read_error(unraisable.exc_value):
+            return
+        previous(unraisable)
+    hook.sexpgpu_read_leftovers = True
+    hook.sexpgpu_quiet = getattr(previous, "sexpgpu_quiet", False)
+    sys.unraisablehook = hook
+
+
 def digests(tree) -> dict[str, int] | None:
     """A CRC-32 of each array's bytes in `tree`, by its tree path (`jax.tree_util.keystr`); None
     where some array is not wholly on this process (a multi-process run: not digested)."""
@@ -407,7 +456,13 @@ class Checkpoints:
             try:
                 got = self.manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract)))
             except Exception as e:
-                failed.append(self._skip(step, f"cannot read checkpoint step {step} in {self.spec.dir}: {_reason(e)}"))
+                if _read_error(e):
+                    _contain_read_leftovers()
+                    why = f"checkpoint step {step} in {self.spec.dir} is corrupt: its array data cannot be read " \
+                          "(a data file cut short or corrupt)"
+                else:
+                    why = f"cannot read checkpoint step {step} in {self.spec.dir}: {_reason(e)}"
+                failed.append(self._skip(step, why))
                 continue
             wrong = first_difference(meta.get("digests") or {}, got.state)
             if wrong is not None:

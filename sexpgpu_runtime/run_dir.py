@@ -17,6 +17,7 @@ from sexpgpu_lang import ir
 from .checkpoint import CheckpointError, Checkpoints, Identity, checkpoint_spec
 from .options import RunError, RunOptions
 from .paths import FileInTheWay, PathProblem, make_writable_dir
+from .resume import refuse_finished
 
 
 def prepare_run_dir(run_dir: Path) -> None:
@@ -36,6 +37,31 @@ def open_checkpoints(program: ir.Program, options: RunOptions) -> Checkpoints:
         return Checkpoints(spec, Identity(program.identity, program.run.seed), program.path)
     except CheckpointError as e:
         raise RunError(str(e))
+
+
+def refuse_resume_of_nothing(program: ir.Program, options: RunOptions, total: int) -> None:
+    """With `resume`, before anything is created: when the checkpoint dir does not exist, RunFinished
+    for a run whose metrics.jsonl says it trained `total` steps already (`refuse_finished`), else
+    the RunError "nothing to resume"; nothing when the dir exists (`claim_run_dir` decides then).
+    So a mistyped `--run-dir` leaves no empty run dir behind."""
+    if not options.resume:
+        return
+    try:
+        spec = checkpoint_spec(program.run.checkpoint, options.run_dir)
+    except CheckpointError as e:
+        raise RunError(str(e))
+    if spec.dir.exists():
+        return
+    metrics = options.run_dir / "metrics.jsonl"
+    refuse_finished(None, metrics, options.run_dir, total)
+    raise RunError(nothing_to_resume(spec.dir, metrics))
+
+
+def nothing_to_resume(checkpoints: Path, metrics: Path) -> str:
+    """The message of a resume that finds no complete checkpoint in `checkpoints`."""
+    start = ("pass --overwrite instead of --resume to start over at step 0 (metrics.jsonl holds the rows of "
+             "a run that saved no checkpoint)" if has_rows(metrics) else "run without --resume to start at step 0")
+    return f"nothing to resume: no complete checkpoint in {checkpoints}; {start}"
 
 
 def has_rows(metrics: Path) -> bool:
@@ -88,9 +114,7 @@ def claim_run_dir(store: Checkpoints, options: RunOptions) -> None:
                 raise RunError(f"{store.spec.dir} already holds checkpoints that cannot be read (newest: step "
                                f"{store.latest()}); pass --overwrite to start over, or give another --run-dir")
         elif resume:
-            start = ("pass --overwrite instead of --resume to start over at step 0 (metrics.jsonl holds the rows of "
-                     "a run that saved no checkpoint)" if has_rows(metrics) else "run without --resume to start at step 0")
-            raise RunError(f"nothing to resume: no complete checkpoint in {store.spec.dir}; {start}")
+            raise RunError(nothing_to_resume(store.spec.dir, metrics))
         elif not overwrite and has_rows(metrics):
             raise RunError(f"{options.run_dir} already holds the metrics.jsonl of an earlier run (and no checkpoint to "
                            "resume from); pass --overwrite to start over, or give another --run-dir")

@@ -42,7 +42,7 @@ from .prefetch import Prefetch
 from .pretrained import content_hashes, export_mapping, export_params, initial_params
 from .report import Reporter
 from .resume import dropped_line, refuse_finished, resuming_line
-from .run_dir import claim_run_dir, open_checkpoints, prepare_run_dir
+from .run_dir import claim_run_dir, open_checkpoints, prepare_run_dir, refuse_resume_of_nothing
 from .sharding import DataParallel, MeshError, run_devices
 from .signals import StopSignals, Stopped
 from .token_files import TokenFileError
@@ -477,6 +477,7 @@ def train(program: ir.Program, options: RunOptions, on_trip=None) -> RunResult:
     trip)` is called before every trip of the generator.
     """
     check_options(program, options)
+    refuse_resume_of_nothing(program, options, options.steps or program.run.steps)
     prepare_run_dir(options.run_dir)
     trainer = Trainer(program, options)
     trainer.on_trip = on_trip

@@ -161,3 +161,19 @@ def test_a_checked_trip_graph_compiles_for_xla_report_and_the_differential():
     prog = program_of(sampled("(cast (getf ctx :step) :f32)"))
     assert [k for k, v in compile_graphs(prog, 2).items() if "error" in v] == []
     assert phase_runtime(prog) is None
+
+
+def test_after_a_resume_the_error_names_the_last_good_checkpoint(tmp_path):
+    """1.5 - `:step` is -0.5 at step 3: a first run of 2 steps (checkpointed every step), then a
+    resume to 4 stops at step 3 with the same line as a run that was never resumed."""
+    from sexpgpu_runtime.options import BadDraw
+    from sexpgpu_runtime.train import RunOptions, train
+    text = sampled("(- 1.5 (cast (getf ctx :step) :f32))")
+    text = variant(":log (:every 50))", ":log (:every 50)\n     :checkpoint (:every 1))", text)
+    prog = program_of(text, str(tmp_path / "run.sx"))
+    run_dir = tmp_path / "run"
+    train(prog, RunOptions(steps=2, run_dir=run_dir, quiet=True))
+    with pytest.raises(BadDraw) as err:
+        train(prog, RunOptions(steps=4, run_dir=run_dir, quiet=True, resume=True))
+    assert err.value.step == 3
+    assert str(err.value).endswith(f"`(maximum t 0.0)`; the last good checkpoint is step 2 in {run_dir / 'checkpoints'}")
