@@ -245,18 +245,24 @@ def resolve_path(spec: LoaderIR, path: str) -> str:
     return path if os.path.isabs(path) else os.path.join(spec.base_dir, path)
 
 
+def open_data(path: str, where: str):
+    """`path` opened for reading bytes; a missing or unreadable file is LoaderError, `where` (``loader
+    `name` ``) first, naming the path and the fix."""
+    try:
+        return open(path, "rb")
+    except FileNotFoundError:
+        raise LoaderError(f"{where}: no file {path}; make it, or fix the path (relative to the run file)") from None
+    except OSError as e:
+        raise LoaderError(f"{where}: cannot read {path}: {e.strerror or e}") from None
+
+
 def _npz(spec: LoaderIR, args: dict) -> dict[str, np.ndarray]:
     """The declared fields of an `.npz`. A file that is not one (a `.npy`, a raw token file, text)
     is named for what it is, with the source that reads it; object arrays are never unpickled."""
     path = resolve_path(spec, str(args.get("path", "")))
     where = f"loader `{spec.name}`"
-    try:
-        with open(path, "rb") as fh:
-            head = fh.read(4096)
-    except FileNotFoundError:
-        raise LoaderError(f"{where}: no file {path}; make it, or fix the path (relative to the run file)")
-    except OSError as e:
-        raise LoaderError(f"{where}: cannot read {path}: {e.strerror or e}")
+    with open_data(path, where) as fh:
+        head = fh.read(4096)
     if not head:
         raise LoaderError(f"{where}: {path} is empty; write its fields with np.savez")
     if head.startswith(b"\x93NUMPY"):

@@ -27,7 +27,7 @@ import numpy as np
 
 from sexpgpu_lang.ir import LoaderIR
 
-from .loaders import LoaderError, resolve_path, _np_dtype
+from .loaders import LoaderError, open_data, resolve_path, _np_dtype
 from .tokenize import TokenizeError, load_tokenizer
 
 SUFFIXES = ("-length", "-mask")
@@ -169,13 +169,7 @@ def _jsonl(path: str, wanted: list[str], where: str, loader: str):
     columns: dict[str, list] = {n: [] for n in wanted}
     names: dict[str, None] = {}
     lines: list[int] = []
-    try:
-        fh = open(path, "rb")
-    except FileNotFoundError:
-        raise LoaderError(f"{where}: no file {path}; make it, or fix the path (relative to the run file)") from None
-    except OSError as e:
-        raise LoaderError(f"{where}: cannot read {path}: {e.strerror or e}") from None
-    with fh:
+    with open_data(path, where) as fh:
         try:
             for line_no, raw in enumerate(fh, 1):
                 line = _decode(raw, line_no, path, loader)
