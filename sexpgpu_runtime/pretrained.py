@@ -36,6 +36,19 @@ def initial_params(program: ir.Program, seed: int) -> tuple[dict, dict]:
     return trainable, frozen
 
 
+def frozen_params(program: ir.Program, seed: int) -> dict:
+    """The frozen parameters alone, with the bits `initial_params` gives them: what a resume adds to
+    a checkpoint, which holds none (checkpoint.py). Nothing trainable is drawn or read, so a resume
+    holds the checkpoint's state and the frozen parameters, never a second copy of the trainable
+    ones. A `:pretrained` model without frozen parameters is not opened. RunError as `load_pretrained`."""
+    frozen_only = tuple(p for p in program.params if p.frozen)
+    _, frozen = init_params(frozen_only, seed, tuple(spec.prefix for spec in program.pretrained))
+    for spec in program.pretrained:
+        if any(p.path[:len(spec.prefix)] == spec.prefix for p in frozen_only):
+            load_mapped(spec, frozen_only, {True: frozen})
+    return frozen
+
+
 def load_pretrained(program: ir.Program, trainable: dict, frozen: dict) -> None:
     """Fill every `:pretrained` model's parameters with the checkpoint's tensors (replacing their initial
     values, or the places `init_params` left for them).

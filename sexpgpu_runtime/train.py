@@ -39,7 +39,7 @@ from .draw_check import bad_draw
 from .options import BadDraw, BadValue, DataError, OptionError, RunError, RunOptions, RunStopped, check_options
 from .params import flatten, init_params
 from .prefetch import Prefetch
-from .pretrained import content_hashes, export_mapping, export_params, initial_params
+from .pretrained import content_hashes, export_mapping, export_params, frozen_params, initial_params
 from .report import Reporter
 from .resume import dropped_line, refuse_finished, resuming_line
 from .run_dir import claim_run_dir, open_checkpoints, prepare_run_dir, refuse_resume_of_nothing
@@ -460,7 +460,8 @@ def start_state(trainer: Trainer, store: Checkpoints, options: RunOptions) -> Ru
             step, tree, records = store.restore(like)
             if not options.quiet and jax.process_index() == 0:
                 print(resuming_line(step, trainer.steps, store.spec.dir), file=sys.stderr, flush=True)
-            return trainer.place(_state(step, tree, records, trainer.initial_state().frozen))
+            # A checkpoint holds no frozen parameters: they are drawn or read again, and only they.
+            return trainer.place(_state(step, tree, records, frozen_params(trainer.program, trainer.program.run.seed)))
     except CheckpointError as e:
         raise RunError(str(e))
     return trainer.initial_state()

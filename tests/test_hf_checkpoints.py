@@ -493,6 +493,32 @@ def test_frozen_parameters_are_not_in_checkpoints_and_a_changed_teacher_refuses_
     assert (tmp_path / "metrics.jsonl").read_bytes() == before
 
 
+def test_a_resume_draws_and_reads_only_the_frozen_parameters(tmp_path, monkeypatch):
+    """A checkpoint holds the trainable parameters and the optimizer state; a resume makes only what
+    it lacks (the frozen teacher, read again), with the bits a fresh run gives it."""
+    import sexpgpu_runtime.params as params_module
+    from sexpgpu_runtime.params import flatten
+    write_hf(tmp_path / "hf", gpt2_tensors(np.random.default_rng(7)))
+    text = run_file("gpt2", '(:path "hf" :names :gpt2 :file-dtype :bf16)')
+    (tmp_path / "run.sx").write_text(text)
+    first = train_quiet(text, 2, tmp_path)
+    drawn = []     # the leaves drawn with values (the resume's eval_shape of the state only traces them)
+    real = params_module.init_leaf
+
+    def init_leaf(p, key):
+        out = real(p, key)
+        if not isinstance(out, jax.core.Tracer):
+            drawn.append((p.path, p.frozen))
+        return out
+    monkeypatch.setattr(params_module, "init_leaf", init_leaf)
+    res = train_quiet(text, 3, tmp_path, resume=True)
+    assert res.extra["start"] == 2
+    assert [path for path, frozen in drawn if not frozen] == []
+    assert flatten(first.frozen) and flatten(first.frozen).keys() == flatten(res.frozen).keys()
+    for path, a in flatten(first.frozen).items():
+        assert np.array_equal(np.asarray(a).view(np.uint8), np.asarray(flatten(res.frozen)[path]).view(np.uint8)), path
+
+
 def test_export_writes_the_trainable_parameters_unless_asked_for_the_frozen_too(tmp_path):
     trainable, frozen = {"out": np.ones((2, 2), np.float32)}, {"teacher": {"wte": np.zeros((3,), np.float32)}}
     export_params(tmp_path / "a.safetensors", trainable, frozen)
