@@ -14,8 +14,9 @@ Each checkpoint holds two items:
   tuples come back as they were;
 - `meta`: JSON with the step, the records consumed (the loader position,
   see loaders.py), the identity (a hash of the run file's forms), the seed,
-  the SHA-256 of every `:pretrained` file (a resume with one changed is
-  refused), and a CRC-32 of every array of `state` (`digests`, by its tree path),
+  the SHA-256 of every `:pretrained` file, by its path and its path
+  relative to the run file (a resume with one changed is refused; the same
+  bytes at the same relative place, a project moved, resume), and a CRC-32 of every array of `state` (`digests`, by its tree path),
   written in the same atomic rename as the arrays.
 
 Restoring verifies what was read against those digests; a checkpoint that
@@ -39,6 +40,7 @@ sexpgpu_runtime.train.
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import sys
 import zlib
@@ -354,6 +356,7 @@ class Checkpoints:
                 "seed": int(self.identity.seed), "file": str(self.file)}
         if self.pretrained:
             meta["pretrained"] = self.pretrained
+            meta["pretrained_relative"] = {path: self._relative(path) for path in self.pretrained}
         sums = digests(tree)
         if sums is not None:
             meta["digests"] = sums
@@ -416,13 +419,30 @@ class Checkpoints:
             raise CheckpointError(f"checkpoint step {step} in {self.spec.dir} was made{made_by} with "
                                   f"{self.identity_of(meta).show()}; this file has {self.identity.show()}, so it "
                                   "cannot resume it (give another --run-dir to start this file afresh)")
+        self.check_pretrained(step, meta)
+
+    def _relative(self, path: str) -> str:
+        """`path` relative to the run file's folder (`..` where it lies outside)."""
+        return os.path.relpath(os.path.abspath(path), os.path.dirname(os.path.abspath(str(self.file))))
+
+    def check_pretrained(self, step: int, meta: dict) -> None:
+        """Refuse a checkpoint made with other `:pretrained` bytes than this run reads. A file is the
+        same when it has the same SHA-256 at the same path, or at the same path relative to the run
+        file (a project moved or mounted elsewhere with its run dir: `pretrained_relative`)."""
+        now_relative = {self._relative(path): (path, digest) for path, digest in self.pretrained.items()}
         for path, digest in (meta.get("pretrained") or {}).items():
-            now = self.pretrained.get(path)
-            if now != digest:
-                change = f"has changed since (SHA-256 {digest[:16]} then, {now[:16]} now)" if now else "is not read now"
-                raise CheckpointError(f"checkpoint step {step} in {self.spec.dir} was made with the pretrained file "
-                                      f"{path}, which {change}, so it cannot resume it (put the file back, or give "
-                                      "another --run-dir to start afresh)")
+            now_path, now = path, self.pretrained.get(path)
+            relative = (meta.get("pretrained_relative") or {}).get(path)
+            if now != digest and relative in now_relative:
+                now_path, now = now_relative[relative]
+            if now == digest:
+                continue
+            where = "" if now_path == path else f" (read now as {now_path})"
+            change = (f"has changed since{where} (SHA-256 {digest[:16]} then, {now[:16]} now)" if now
+                      else "is not read now")
+            raise CheckpointError(f"checkpoint step {step} in {self.spec.dir} was made with the pretrained file "
+                                  f"{path}, which {change}, so it cannot resume it (put the file back, or give "
+                                  "another --run-dir to start afresh)")
 
     def newest_meta(self) -> tuple[int, dict] | None:
         """The newest checkpoint whose JSON item reads, with it; None when there is none."""

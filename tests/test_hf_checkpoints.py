@@ -493,6 +493,28 @@ def test_frozen_parameters_are_not_in_checkpoints_and_a_changed_teacher_refuses_
     assert (tmp_path / "metrics.jsonl").read_bytes() == before
 
 
+def test_a_project_moved_with_its_run_dir_resumes_and_a_changed_teacher_there_is_still_refused(tmp_path):
+    """The checkpoint records each pretrained file's SHA-256 by its path and by its path relative to
+    the run file, so the same bytes at the same relative place resume (another mount point)."""
+    import shutil
+    tensors = gpt2_tensors(np.random.default_rng(8))
+    write_hf(tmp_path / "a" / "hf", tensors)
+    text = run_file("gpt2", '(:path "hf" :names :gpt2 :file-dtype :bf16)')
+    (tmp_path / "a" / "run.sx").write_text(text)
+    train_quiet(text, 2, tmp_path / "a")
+    shutil.copytree(tmp_path / "a", tmp_path / "b")
+    shutil.rmtree(tmp_path / "a")
+    changed = dict(tensors, **{"transformer.ln_f.bias": tensors["transformer.ln_f.bias"] + 1})
+    write_hf(tmp_path / "b" / "hf", changed)
+    with pytest.raises(RunError) as e:
+        train_quiet(text, 3, tmp_path / "b", resume=True)
+    assert "was made with the pretrained file " + str(tmp_path / "a" / "hf") in str(e.value)
+    assert "which has changed since (read now as " + str(tmp_path / "b" / "hf") in str(e.value)
+    write_hf(tmp_path / "b" / "hf", tensors)
+    moved = train_quiet(text, 3, tmp_path / "b", resume=True)
+    assert moved.extra["start"] == 2
+
+
 def test_a_resume_draws_and_reads_only_the_frozen_parameters(tmp_path, monkeypatch):
     """A checkpoint holds the trainable parameters and the optimizer state; a resume makes only what
     it lacks (the frozen teacher, read again), with the bits a fresh run gives it."""
