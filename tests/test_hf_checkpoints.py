@@ -382,6 +382,13 @@ def one_error(tmp_path, pretrained='(:path "hf" :names :gpt2 :file-dtype :bf16)'
     return errors[0]
 
 
+def test_a_missing_checkpoint_names_where_it_was_looked_for_and_how_to_fix_it(tmp_path):
+    d = one_error(tmp_path, '(:path "nope" :names :gpt2)')
+    assert d.code == "E-MODEL-003"
+    assert d.message == f"cannot use `nope`: no such file (looked for {tmp_path / 'nope'})"
+    assert "model.safetensors.index.json" in d.help and "relative to the run file" in d.help
+
+
 def test_a_missing_shard_names_the_shard_and_a_tensor(tmp_path):
     write_hf(tmp_path / "hf", gpt2_tensors(np.random.default_rng(0)))
     (tmp_path / "hf" / "model-00002-of-00002.safetensors").unlink()

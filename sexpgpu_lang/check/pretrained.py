@@ -200,7 +200,12 @@ def _compare(ctx: CheckContext, name: str, rel: str, full: str, base: str, todo,
     except SourceError as e:
         shown = e.file if os.path.isabs(rel) else os.path.relpath(e.file, base)   # as the run file gives the path
         why = str(e) if e.file == full else f"`{shown}` " + str(e).removeprefix("it ")
-        ctx.err("E-MODEL-003", node.span, f"cannot use `{rel}`: {why}")
+        missing = str(e).startswith("no such file")
+        if missing and not os.path.isabs(rel):
+            why += f" (looked for {e.file})"
+        ctx.err("E-MODEL-003", node.span, f"cannot use `{rel}`: {why}",
+                help="make it (a `model.safetensors`, or a folder of shards with its "
+                     "`model.safetensors.index.json`), or fix the path (relative to the run file)" if missing else None)
         return False
     # Each clause once per checkpoint tensor (or pattern), naming every parameter read from it: a fused
     # tensor split into several parameters (GPT-2's `c_attn` into q, k and v) is one clause, not three.
