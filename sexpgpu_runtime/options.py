@@ -110,6 +110,8 @@ def check_options(program: ir.Program, options: RunOptions) -> None:
     in the file's `run` form that no `diagnostic` reports."""
     if options.resume and options.overwrite:
         raise OptionError("--resume continues the run in the run dir and --overwrite starts it over; give one")
+    if options.export_frozen and options.export is None:
+        raise OptionError("--export-frozen says what --export writes; give --export PATH too")
     if options.export_names is not None:
         from sexpgpu_lang.name_mapping import stdlib_names
         from .pretrained import export_mapping

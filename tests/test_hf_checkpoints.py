@@ -574,6 +574,11 @@ def test_export_names_is_checked_before_training(tmp_path):
                                           r"model \(the `:names` of `teacher`'s `:pretrained`\)$"):
         check_options(p, RunOptions(export=tmp_path / "out", export_names="teacher"))
     assert not (tmp_path / "out").exists()
+    # the options that say how to write an export need one
+    with pytest.raises(OptionError, match=r"^--export-names says how to write --export; give --export DIR too$"):
+        check_options(p, RunOptions(export_names="gpt2"))
+    with pytest.raises(OptionError, match=r"^--export-frozen says what --export writes; give --export PATH too$"):
+        check_options(p, RunOptions(export_frozen=True))
 
 
 FINETUNE = """
