@@ -408,6 +408,7 @@ class Program:
     stages: tuple[tuple[str, int | None], ...] = ()
     pretrained: tuple[PretrainedIR, ...] = ()
     source_text: str = ""
+    identity_apart_from_steps: str = ""   # identity(parsed, apart_from_steps=True): the file but for `:steps`
 
     def line_col(self, offset: int) -> tuple[int, int]:
         """1-based (line, column) of an offset into the run file's text."""

@@ -44,7 +44,7 @@ import os
 import shutil
 import sys
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import jax
@@ -181,6 +181,9 @@ class Identity:
 
     forms: str
     seed: int
+    # (the hash of the forms apart from the `run` form's `:steps`, the file's `:steps`): not compared,
+    # only for the message when a checkpoint's file differs from this one in `:steps` alone
+    apart_from_steps: tuple[str, int] | None = field(default=None, compare=False)
 
     def show(self) -> str:
         return f"forms {self.forms}, seed {self.seed}"
@@ -354,6 +357,8 @@ class Checkpoints:
         self.check_space(tree, step)
         meta = {"format": FORMAT, "step": int(step), "records": int(records), "identity": self.identity.forms,
                 "seed": int(self.identity.seed), "file": str(self.file)}
+        if self.identity.apart_from_steps is not None:
+            meta["forms_apart_from_steps"], meta["file_steps"] = self.identity.apart_from_steps
         if self.pretrained:
             meta["pretrained"] = self.pretrained
             meta["pretrained_relative"] = {path: self._relative(path) for path in self.pretrained}
@@ -416,6 +421,15 @@ class Checkpoints:
         """Refuse a checkpoint that another run file (or seed) wrote, naming both identities."""
         if not self.is_ours(meta):
             made_by = f" by {meta['file']}" if meta.get("file") else ""
+            ours = self.identity.apart_from_steps
+            if ours is not None and meta.get("forms_apart_from_steps") == ours[0] \
+                    and self.identity_of(meta).seed == self.identity.seed and meta.get("file_steps") != ours[1]:
+                then = meta.get("file_steps")
+                raise CheckpointError(f"checkpoint step {step} in {self.spec.dir} was made{made_by} with `:steps "
+                                      f"{then}`; this file differs from it in `:steps` alone ({ours[1]} now), which "
+                                      f"makes it another run; to train that run longer, keep `:steps {then}` in the "
+                                      f"file and resume with `--steps {ours[1]}`, or give another --run-dir to start "
+                                      "this file afresh")
             raise CheckpointError(f"checkpoint step {step} in {self.spec.dir} was made{made_by} with "
                                   f"{self.identity_of(meta).show()}; this file has {self.identity.show()}, so it "
                                   "cannot resume it (give another --run-dir to start this file afresh)")

@@ -128,6 +128,24 @@ def test_checkpoint_of_another_file_is_refused_naming_both(full, tmp_path):
     assert "seed 0" in msg and "cannot resume" in msg
 
 
+def test_a_file_that_differs_in_steps_alone_is_another_run_and_the_message_says_how_to_train_longer(full):
+    _, d = full
+    longer = variant(":steps 1500", ":steps 1600", TEXT)
+    assert program_of(longer).identity != program_of(TEXT).identity
+    assert program_of(longer).identity_apart_from_steps == program_of(TEXT).identity_apart_from_steps
+    with pytest.raises(RunError) as e:
+        run(longer, d, resume=True)
+    msg = str(e.value)
+    assert "\n" not in msg
+    assert "with `:steps 1500`; this file differs from it in `:steps` alone (1600 now)" in msg
+    assert "keep `:steps 1500` in the file and resume with `--steps 1600`" in msg
+    # any other change as well: the message names both identities, as for another file
+    other = variant(":optimizer (adam :lr 3e-3)", ":optimizer (adam :lr 1e-3)", longer)
+    assert program_of(other).identity_apart_from_steps != program_of(TEXT).identity_apart_from_steps
+    with pytest.raises(RunError, match="this file has forms") as e:
+        run(other, d, resume=True)
+
+
 def test_comments_and_layout_keep_the_identity(full):
     reformatted = ";; a comment the identity ignores\n" + TEXT.replace("(run :loader train", "(run\n  :loader   train")
     assert program_of(reformatted).identity == program_of(TEXT).identity

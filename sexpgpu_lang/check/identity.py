@@ -18,9 +18,21 @@ from _blake2 import blake2s
 from ..syntax import Kw, ListNode, Num, ParseResult, Str, Sym, VecNode
 
 
-def identity(parsed: ParseResult) -> str:
-    """A hash of the file's forms, not its comments or layout (a checkpoint's identity with the seed)."""
-    def canon(n):
+def identity(parsed: ParseResult, apart_from_steps: bool = False) -> str:
+    """A hash of the file's forms, not its comments or layout (a checkpoint's identity with the seed).
+    With `apart_from_steps`, the `run` form's `:steps` and its value are left out: two files with
+    this hash equal differ in `:steps` at most (what a resume's message says, checkpoint.py)."""
+    def canon(n, top=False):
+        if top and apart_from_steps and isinstance(n, ListNode) and n.items and isinstance(n.items[0], Sym) \
+                and n.items[0].name == "run":
+            items, kept = list(n.items), []
+            while items:
+                i = items.pop(0)
+                if isinstance(i, Kw) and i.name == "steps" and items:
+                    items.pop(0)
+                    continue
+                kept.append(i)
+            return "(" + " ".join(canon(i) for i in kept) + ")"
         if isinstance(n, ListNode):
             return "(" + " ".join(canon(i) for i in n.items) + ")"
         if isinstance(n, VecNode):
@@ -35,7 +47,7 @@ def identity(parsed: ParseResult) -> str:
             return repr(n.value)
         return "?"
     import hashlib
-    text = "\n".join(canon(f) for f in parsed.forms)
+    text = "\n".join(canon(f, top=True) for f in parsed.forms)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 

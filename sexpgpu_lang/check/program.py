@@ -18,7 +18,8 @@ def program(ctx: CheckContext, gen: ir.GenerateIR | None, prepare: ir.Phase | No
     return ir.Program(ctx.src.path, dict(ctx.loaders), tuple(ctx.params), ctx.root_model, gen, prepare,
                       objective, passes, ctx.run_ir, identity(ctx.parsed), stackable,
                       _all_reports(objective.body, "metric"), _all_reports(objective.body, "diagnostic"),
-                      ctx.counter_names, tuple(ctx.stages), tuple(ctx.pretrained_files), ctx.src.text)
+                      ctx.counter_names, tuple(ctx.stages), tuple(ctx.pretrained_files), ctx.src.text,
+                      identity(ctx.parsed, apart_from_steps=True))
 
 
 def _all_reports(e: ir.Expr, kind: str) -> tuple[str, ...]:
