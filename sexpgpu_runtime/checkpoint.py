@@ -277,6 +277,7 @@ class Checkpoints:
         self.spec = spec
         self.identity = identity
         self.pretrained: dict[str, str] = {}   # each `:pretrained` file's SHA-256 (pretrained.content_hashes)
+        self.cut_short: list[int] = []   # the steps whose writes a killed process left unfinished (removed)
         self.file = file
         self.dir = spec.dir.resolve()
         try:
@@ -295,7 +296,8 @@ class Checkpoints:
     def _remove_torn_writes(self) -> None:
         """Delete the temporary directories of writes a killed process left (never a checkpoint),
         and empty directories named like a step (never a checkpoint either: orbax renames a
-        checkpoint into place whole; one would be taken for the newest and block resuming).
+        checkpoint into place whole; one would be taken for the newest and block resuming). The
+        steps of the writes removed go to `cut_short`, for the messages of a resume.
 
         Done here, synchronously, rather than with orbax's
         `cleanup_tmp_directories`, which runs in a background thread that
@@ -305,6 +307,8 @@ class Checkpoints:
         for p in self.dir.iterdir():
             if TMP_SUFFIX in p.name and p.is_dir():
                 shutil.rmtree(p, ignore_errors=True)
+                if p.name.split(".")[0].isdigit():
+                    self.cut_short.append(int(p.name.split(".")[0]))
             elif p.name.isdigit() and p.is_dir() and not any(p.iterdir()):
                 try:
                     p.rmdir()

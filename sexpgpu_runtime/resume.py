@@ -79,13 +79,17 @@ def refuse_finished(store: Checkpoints | None, metrics: Path, run_dir: Path, tot
     raise RunFinished(f"{what}: nothing to resume, nothing was changed; {how}", done, total)
 
 
-def resuming_line(step: int, total: int, ckpt_dir: Path) -> str:
-    """`sexpgpu: resuming from step K of N (checkpoint DIR/K)`."""
-    return f"sexpgpu: resuming from step {step} of {total} (checkpoint {ckpt_dir / str(step)})"
+def resuming_line(step: int, total: int, ckpt_dir: Path, cut_short: list[int] = ()) -> str:
+    """`sexpgpu: resuming from step K of N (checkpoint DIR/K)`, and the newest step after K whose
+    checkpoint's write was cut short (`cut_short`: a process killed while writing it), if any."""
+    later = [s for s in cut_short if s > step]
+    why = (f"; the checkpoint of step {max(later)} was cut short (its process was killed while writing it)"
+           if later else "")
+    return f"sexpgpu: resuming from step {step} of {total} (checkpoint {ckpt_dir / str(step)}){why}"
 
 
 def dropped_line(dropped: list[int], step: int, metrics: Path) -> str:
     """The line saying which metrics.jsonl rows a resume from checkpoint `step` dropped (`dropped`: their steps)."""
     span = f"step {dropped[0]}" if len(dropped) == 1 else f"steps {dropped[0]}-{dropped[-1]}"
     return (f"sexpgpu: dropped {len(dropped)} row{'s' if len(dropped) != 1 else ''} of {metrics} ({span}), logged "
-            f"after checkpoint step {step} by the run that stopped; they are trained and logged again")
+            f"after checkpoint step {step} by the earlier run; they are trained and logged again")

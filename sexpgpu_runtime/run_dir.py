@@ -58,11 +58,15 @@ def refuse_resume_of_nothing(program: ir.Program, options: RunOptions, total: in
     raise RunError(nothing_to_resume(spec.dir, metrics))
 
 
-def nothing_to_resume(checkpoints: Path, metrics: Path) -> str:
-    """The message of a resume that finds no complete checkpoint in `checkpoints`."""
-    start = ("pass --overwrite instead of --resume to start over at step 0 (metrics.jsonl holds the rows of "
-             "a run that saved no checkpoint)" if has_rows(metrics) else "run without --resume to start at step 0")
-    return f"nothing to resume: no complete checkpoint in {checkpoints}; {start}"
+def nothing_to_resume(checkpoints: Path, metrics: Path, cut_short: list[int] = ()) -> str:
+    """The message of a resume that finds no complete checkpoint in `checkpoints`; `cut_short`: the
+    steps whose writes were left unfinished (a process killed while writing, Checkpoints.cut_short)."""
+    saved = "none of whose checkpoints was completed" if cut_short else "that saved no checkpoint"
+    start = (f"pass --overwrite instead of --resume to start over at step 0 (metrics.jsonl holds the rows of "
+             f"a run {saved})" if has_rows(metrics) else "run without --resume to start at step 0")
+    why = (f" (the write of step {max(cut_short)} was cut short: its process was killed while writing it)"
+           if cut_short else "")
+    return f"nothing to resume: no complete checkpoint in {checkpoints}{why}; {start}"
 
 
 def has_rows(metrics: Path) -> bool:
@@ -115,7 +119,7 @@ def claim_run_dir(store: Checkpoints, options: RunOptions) -> None:
                 raise RunError(f"{store.spec.dir} already holds checkpoints that cannot be read (newest: step "
                                f"{store.latest()}); pass --overwrite to start over, or give another --run-dir")
         elif resume:
-            raise RunError(nothing_to_resume(store.spec.dir, metrics))
+            raise RunError(nothing_to_resume(store.spec.dir, metrics, store.cut_short))
         elif not overwrite and has_rows(metrics):
             raise RunError(f"{options.run_dir} already holds the metrics.jsonl of an earlier run (and no checkpoint to "
                            "resume from); pass --overwrite to start over, or give another --run-dir")

@@ -459,7 +459,7 @@ def start_state(trainer: Trainer, store: Checkpoints, options: RunOptions) -> Ru
             like = jax.tree_util.tree_map(lambda x, w: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=w), like, where)
             step, tree, records = store.restore(like)
             if not options.quiet and jax.process_index() == 0:
-                print(resuming_line(step, trainer.steps, store.spec.dir), file=sys.stderr, flush=True)
+                print(resuming_line(step, trainer.steps, store.spec.dir, store.cut_short), file=sys.stderr, flush=True)
             # A checkpoint holds no frozen parameters: they are drawn or read again, and only they.
             return trainer.place(_state(step, tree, records, frozen_params(trainer.program, trainer.program.run.seed)))
     except CheckpointError as e:

@@ -163,6 +163,35 @@ def test_resume_without_a_checkpoint_says_so(tmp_path):
         run(TEXT, tmp_path, resume=True)
 
 
+def test_a_checkpoint_whose_write_was_cut_short_is_named_by_the_resume(full, tmp_path):
+    """A process killed while orbax wrote a checkpoint leaves `<step>.orbax-checkpoint-tmp-*`: the
+    resume removes it and says so, from the older checkpoint or, with none, in its refusal."""
+    import shutil
+    from sexpgpu_runtime.checkpoint import Checkpoints, Identity, checkpoint_spec
+    from sexpgpu_runtime.resume import resuming_line
+    d = tmp_path / "run"
+    shutil.copytree(full[1], d)
+    (d / "checkpoints" / "30").rename(d / "checkpoints" / "30.orbax-checkpoint-tmp-1764612000")
+    prog = program_of(TEXT)
+    store = Checkpoints(checkpoint_spec(prog.run.checkpoint, d), Identity(prog.identity, prog.run.seed))
+    try:
+        assert store.cut_short == [30] and store.steps() == [28]
+        assert resuming_line(28, 40, store.spec.dir, store.cut_short) == (
+            f"sexpgpu: resuming from step 28 of 40 (checkpoint {store.spec.dir / '28'}); the checkpoint of step "
+            "30 was cut short (its process was killed while writing it)")
+    finally:
+        store.close()
+    assert not (d / "checkpoints" / "30.orbax-checkpoint-tmp-1764612000").exists()
+    # with the older one cut short too, nothing is left to resume, and the refusal says why
+    (d / "checkpoints" / "28").rename(d / "checkpoints" / "28.orbax-checkpoint-tmp-1764611000")
+    with pytest.raises(RunError) as e:
+        run(TEXT, d, steps=40, resume=True)
+    assert str(e.value) == (f"nothing to resume: no complete checkpoint in {d / 'checkpoints'} (the write of step "
+                            "28 was cut short: its process was killed while writing it); pass --overwrite instead of "
+                            "--resume to start over at step 0 (metrics.jsonl holds the rows of a run none of whose "
+                            "checkpoints was completed)")
+
+
 def test_unwritable_checkpoint_dir_is_one_error_before_training(tmp_path):
     (tmp_path / "a-file").write_text("not a dir")
     text = variant(":checkpoint (:every 7 :keep 2)", ':checkpoint (:every 7 :dir "a-file/ckpt")', TEXT)

@@ -113,7 +113,7 @@ def test_a_resume_from_a_checkpoint_older_than_the_last_row_drops_only_the_later
     err = capsys.readouterr().err.splitlines()
     assert err[0] == f"sexpgpu: resuming from step 5 of 12 (checkpoint {d / 'checkpoints' / '5'})"
     assert (f"sexpgpu: dropped 3 rows of {d / 'metrics.jsonl'} (steps 6-8), logged after checkpoint step 5 by the "
-            "run that stopped; they are trained and logged again") in err
+            "earlier run; they are trained and logged again") in err
     assert steps_of(d) == list(range(1, 13))
     assert (d / "metrics.jsonl").read_bytes() == (uninterrupted / "metrics.jsonl").read_bytes()
 
