@@ -6,7 +6,9 @@ into one flat token file beside the run file (`.sexpgpu-cache/`), named by
 the hash of the files' contents, the tokenizer file's content and the
 separator: a second run, or a second loader over the same text, reads the
 file instead of tokenizing again, and any change to the text or the
-tokenizer makes a new one.
+tokenizer makes a new one. The file's length is recorded beside it
+(`.size`); a cache whose length differs (cut short, or written over) is
+tokenized again, with a warning, never read as it is.
 
 Encoding rule: each file is read whole (it must be UTF-8 text), encoded
 without the tokenizer's special tokens (`add_special_tokens=False`), and the
@@ -18,11 +20,14 @@ from __future__ import annotations
 
 import hashlib
 import os
+import sys
 
 import numpy as np
 
 #: The directory beside the run file where tokenized text is kept.
 CACHE_DIR = ".sexpgpu-cache"
+#: Beside each cached token file, its length in bytes (a decimal number): a cut-short cache is made again.
+SIZE_SUFFIX = ".size"
 #: Bytes of text encoded in one `encode_batch` call (the tokenizer runs over them in parallel).
 ENCODE_CHUNK = 32 << 20
 
@@ -92,16 +97,36 @@ def cached_tokens(files: list[str], tokenizer_path: str, separator: str | None, 
     cache = os.path.join(base_dir, CACHE_DIR)
     path = os.path.join(cache, f"tokens-{key}.{dtype}.bin")
     if os.path.isfile(path):
-        return path, dtype, vocab
+        problem = _cache_problem(path)
+        if problem is None:
+            return path, dtype, vocab
+        print(f"sexpgpu: warning: the tokenized text {path} {problem}; tokenizing again", file=sys.stderr, flush=True)
     try:
         os.makedirs(cache, exist_ok=True)
         tmp = f"{path}.{os.getpid()}.tmp"
         _write_tokens(tok, files, sep, dtype, tmp)
+        # the length first, then the tokens: a file without its length is never taken as whole
+        size_tmp = f"{path}{SIZE_SUFFIX}.{os.getpid()}.tmp"
+        with open(size_tmp, "w") as fh:
+            fh.write(str(os.path.getsize(tmp)))
+        os.replace(size_tmp, path + SIZE_SUFFIX)
         os.replace(tmp, path)
     except OSError as e:
         raise TokenizeError(f"cannot write the tokenized text to {cache}: {e.strerror or e}; make the run file's "
                             "directory writable") from None
     return path, dtype, vocab
+
+
+def _cache_problem(path: str) -> str | None:
+    """Why the cached token file `path` is not the one written (its length differs from the one
+    recorded beside it, `path` + SIZE_SUFFIX, or none is), or None when it is."""
+    try:
+        with open(path + SIZE_SUFFIX) as fh:
+            want = int(fh.read().strip())
+    except (OSError, ValueError):
+        return f"has no readable record of its length ({os.path.basename(path)}{SIZE_SUFFIX})"
+    got = os.path.getsize(path)
+    return None if got == want else f"is {got} bytes, not the {want} written (cut short or changed)"
 
 
 def _write_tokens(tok, files: list[str], sep: int | None, dtype: str, tmp: str) -> None:

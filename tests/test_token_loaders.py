@@ -157,16 +157,33 @@ def test_text_tokens_tokenize_once_into_a_cache_keyed_by_content(tmp_path, token
     i = ld.indices(0, 1)[0]
     assert np.array_equal(ld.batch(0)["x"][0], expected[i * 8:i * 8 + 8])
     assert np.array_equal(ld.batch(0)["y"][0], expected[i * 8 + 1:i * 8 + 9])
-    cached = list((tmp_path / ".sexpgpu-cache").iterdir())
+    cached = list((tmp_path / ".sexpgpu-cache").glob("*.bin"))
     assert len(cached) == 1 and cached[0].name.endswith(".uint16.bin")
     assert np.array_equal(np.fromfile(cached[0], np.uint16), expected)
+    assert (tmp_path / ".sexpgpu-cache" / (cached[0].name + ".size")).read_text() == str(expected.size * 2)
     from sexpgpu_runtime import tokenize
     monkeypatch.setattr(tokenize, "_write_tokens", lambda *a: pytest.fail("tokenized again"))
     Loader(spec(("text-tokens", src), pair(8), base=tmp_path), 0)     # the same text and tokenizer: the cache
     monkeypatch.undo()
     (tmp_path / "corpus" / "0.txt").write_text(CORPUS[0] + "x = 1\n")
     Loader(spec(("text-tokens", src), pair(8), base=tmp_path), 0)
-    assert len(list((tmp_path / ".sexpgpu-cache").iterdir())) == 2       # new content, new key
+    assert len(list((tmp_path / ".sexpgpu-cache").glob("*.bin"))) == 2       # new content, new key
+
+
+def test_a_cut_short_token_cache_is_tokenized_again_with_a_warning(tmp_path, tokenizer, capsys):
+    src = {"glob": "corpus/*.txt", "tokenizer": "tok.json", "seq": 8}
+    first = Loader(spec(("text-tokens", src), pair(8), base=tmp_path), 0)
+    (cached,) = (tmp_path / ".sexpgpu-cache").glob("*.bin")
+    whole = cached.read_bytes()
+    cached.write_bytes(whole[:40])                                      # 20 uint16 ids of many more
+    again = Loader(spec(("text-tokens", src), pair(8), base=tmp_path), 0)
+    assert capsys.readouterr().err == (f"sexpgpu: warning: the tokenized text {cached} is 40 bytes, not the "
+                                       f"{len(whole)} written (cut short or changed); tokenizing again\n")
+    assert cached.read_bytes() == whole and again.records == first.records
+    (tmp_path / ".sexpgpu-cache" / (cached.name + ".size")).unlink()   # a cache from before lengths were kept
+    Loader(spec(("text-tokens", src), pair(8), base=tmp_path), 0)
+    assert "has no readable record of its length" in capsys.readouterr().err
+    assert cached.read_bytes() == whole
 
 
 def test_text_tokens_errors(tmp_path, tokenizer, stream):
