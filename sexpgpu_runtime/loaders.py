@@ -183,6 +183,20 @@ def _check_table(spec: LoaderIR, table: dict[str, np.ndarray]) -> None:
             if not widens(np.dtype(arr.dtype).name, dtype):
                 raise LoaderError(f"{where}: field `{name}` has dtype {arr.dtype}, the declaration says {dtype}")
             table[name] = arr.astype(_np_dtype(dtype))
+        _check_finite(where, name, table[name])
+
+
+def _check_finite(where: str, name: str, arr: np.ndarray) -> None:
+    """LoaderError at the first NaN or infinite value of a floating field (its record and place):
+    no op of the language can mask one, so it would make every loss that reads it NaN."""
+    if arr.dtype.kind != "f" and arr.dtype.name != "bfloat16":
+        return
+    bad = ~np.isfinite(arr.astype(np.float32) if arr.dtype.itemsize < 4 else arr)
+    if bad.any():
+        first = tuple(int(i) for i in np.argwhere(bad)[0])
+        place = f" at [{' '.join(map(str, first[1:]))}]" if len(first) > 1 else ""
+        raise LoaderError(f"{where}: field `{name}` holds {arr[first]} in record {first[0]}{place}; a NaN or "
+                          "infinite input makes the losses that read it NaN: fix the data, or drop the record")
 
 
 def is_text(data: bytes) -> bool:

@@ -19,6 +19,7 @@ import jax
 import numpy as np
 
 from sexpgpu_lang import ir
+from sexpgpu_lang.name_mapping import layer_name, leaf, patterned
 
 from .hf_layout import export_mapped, load_mapped
 from .options import RunError
@@ -47,6 +48,31 @@ def frozen_params(program: ir.Program, seed: int) -> dict:
         if any(p.path[:len(spec.prefix)] == spec.prefix for p in frozen_only):
             load_mapped(spec, frozen_only, {True: frozen})
     return frozen
+
+
+def nonfinite_frozen(program: ir.Program, frozen: dict) -> str | None:
+    """Which frozen parameter holds a NaN or infinite value, and where its values came from (a
+    `:pretrained` file, else its initialiser), for the message of a NaN loss; None when all are
+    finite. Frozen parameters never change, so one found here is a cause, not a consequence.
+    Reads every frozen array once (only after a run has stopped on a bad value)."""
+    for path, value in flatten(frozen).items():
+        arr = np.asarray(value)
+        if arr.dtype.kind != "f" and arr.dtype.name != "bfloat16":
+            continue
+        bad = ~np.isfinite(arr.astype(np.float32) if arr.dtype.itemsize < 4 else arr)
+        if not bad.any():
+            continue
+        first = tuple(int(i) for i in np.argwhere(bad)[0])
+        at = f" at [{' '.join(map(str, first))}]" if first else ""
+        spec = next((spec for spec in program.pretrained if tuple(path[:len(spec.prefix)]) == spec.prefix), None)
+        if spec is not None:
+            src = dict(spec.names).get(".".join(path[len(spec.prefix):]))
+            tensor = "" if src is None else f"tensor `{layer_name(leaf(src)[1], first[0]) if patterned(src) else leaf(src)[1]}` of "
+            origin = f"its values are read from {tensor}{spec.path}: the checkpoint holds it; fix or replace the file"
+        else:
+            origin = "its initialiser drew it"
+        return f"frozen parameter `{'.'.join(path)}` holds {arr[first]}{at} ({origin})"
+    return None
 
 
 def load_pretrained(program: ir.Program, trainable: dict, frozen: dict) -> None:

@@ -21,6 +21,7 @@ against what the field declares, and the fix.
 from __future__ import annotations
 
 import json
+import math
 import re
 
 import numpy as np
@@ -141,12 +142,22 @@ def _scalars(col: list, name: str, dtype: str, at) -> np.ndarray:
     integer dtype) is LoaderError naming the row (`at(name, i)`) and both sides."""
     floats = dtype in ("f16", "bf16", "f32")
     for i, v in enumerate(col):
-        number = isinstance(v, (int, float)) and (floats or not isinstance(v, float))
+        number = isinstance(v, (int, float)) and not isinstance(v, bool) and (floats or not isinstance(v, float))
         if not number:
             want = "a number" if floats else "an integer"
             raise LoaderError(f"{at(name, i)}: `{name}` is {_kind(v)}, but field `{name}` is declared `[] :{dtype}` "
                               f"({want}); fix the row, or the declaration if every row is so")
-    return np.asarray(col).astype(_np_dtype(dtype))
+    with np.errstate(over="ignore"):   # a number too large for `dtype` becomes inf, named below
+        out = np.asarray(col).astype(_np_dtype(dtype))
+    if floats:
+        bad = ~np.isfinite(out.astype(np.float32))
+        if bad.any():
+            i = int(np.argmax(bad))
+            given = col[i] if isinstance(col[i], float) and not math.isfinite(col[i]) else None
+            what = f"{col[i]}" if given is not None else f"{col[i]}, which is {out[i]} in {dtype}"
+            raise LoaderError(f"{at(name, i)}: `{name}` is {what}; a NaN or infinite input makes the losses that "
+                              "read it NaN: fix the row, or drop it")
+    return out
 
 
 def _pad(ids: list[list[int]], width: int, pad: int, dtype: str, name: str, where: str):

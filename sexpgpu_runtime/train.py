@@ -39,7 +39,8 @@ from .draw_check import bad_draw
 from .options import BadDraw, BadValue, DataError, OptionError, RunError, RunOptions, RunStopped, check_options
 from .params import flatten, init_params
 from .prefetch import Prefetch
-from .pretrained import content_hashes, export_mapping, export_params, frozen_params, initial_params
+from .pretrained import (content_hashes, export_mapping, export_params, frozen_params, initial_params,
+                         nonfinite_frozen)
 from .report import Reporter
 from .resume import dropped_line, refuse_finished, resuming_line
 from .run_dir import claim_run_dir, open_checkpoints, prepare_run_dir, refuse_resume_of_nothing
@@ -533,9 +534,12 @@ def train(program: ir.Program, options: RunOptions, on_trip=None) -> RunResult:
                                  else "no checkpoint was saved") from None
             where = (f"the last good checkpoint is step {good} in {store.spec.dir}" if good is not None
                      else "no checkpoint was saved")
+            cause = nonfinite_frozen(program, trainer.completed.frozen) if trainer.completed is not None else None
+            if cause is not None:
+                raise RunError(f"{e}, so the run stopped: {cause}; {where}")
             raise RunError(f"{e}, so the run stopped; likely causes: too high a learning rate, a log of 0 or a "
-                           "division by 0, an index out of range (e.g. a label >= the number of classes); "
-                           f"{where}")
+                           "division by 0, an index out of range (e.g. a label >= the number of classes), a NaN "
+                           f"in a pretrained checkpoint's trainable tensors; {where}")
         except CheckpointError as e:
             raise RunError(str(e))
         except (LoaderError, TokenFileError) as e:   # a read that failed during the run (the file changed under it)

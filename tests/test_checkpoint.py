@@ -252,7 +252,8 @@ def test_nan_loss_names_the_step_the_metric_and_the_last_good_checkpoint(tmp_pat
     ckpts = tmp_path / "checkpoints"
     assert str(e.value) == ("step 7: `loss` is nan, so the run stopped; likely causes: too high a learning rate, "
                             "a log of 0 or a division by 0, an index out of range (e.g. a label >= the number of "
-                            f"classes); the last good checkpoint is step 6 in {ckpts}")
+                            "classes), a NaN in a pretrained checkpoint's trainable tensors; the last good "
+                            f"checkpoint is step 6 in {ckpts}")
     assert sorted(int(p.name) for p in ckpts.iterdir() if p.name.isdigit()) == [4, 6]
 
 

@@ -522,6 +522,25 @@ def test_a_project_moved_with_its_run_dir_resumes_and_a_changed_teacher_there_is
     assert moved.extra["start"] == 2
 
 
+def test_a_nan_loss_from_a_teacher_checkpoint_that_holds_a_nan_names_the_parameter_and_the_file(tmp_path):
+    tensors = gpt2_tensors(np.random.default_rng(9))
+    weight = np.asarray(tensors["transformer.ln_f.weight"], np.float32).copy()
+    weight[3] = np.nan
+    tensors["transformer.ln_f.weight"] = weight.astype(tensors["transformer.ln_f.weight"].dtype)
+    write_hf(tmp_path / "hf", tensors)
+    plain = "(mean (cross-entropy (model (getf inputs :row)) (getf inputs :row)))"
+    text = run_file("gpt2", '(:path "hf" :names :gpt2 :file-dtype :bf16)')
+    assert plain in text
+    text = text.replace(plain, f"(+ {plain} (* 0.0 (mean (getf inputs :logits))))")   # a loss that reads the teacher
+    (tmp_path / "run.sx").write_text(text)
+    with pytest.raises(RunError) as e:
+        train_quiet(text, 2, tmp_path)
+    assert str(e.value) == (f"step 1: `loss` is nan, so the run stopped: frozen parameter `teacher.lnf-gain` holds "
+                            "nan at [3] (its values are read from tensor `transformer.ln_f.weight` of "
+                            f"{tmp_path / 'hf'}: the checkpoint holds it; fix or replace the file); no checkpoint was "
+                            "saved")
+
+
 def test_a_resume_draws_and_reads_only_the_frozen_parameters(tmp_path, monkeypatch):
     """A checkpoint holds the trainable parameters and the optimizer state; a resume makes only what
     it lacks (the frozen teacher, read again), with the bits a fresh run gives it."""

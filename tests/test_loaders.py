@@ -40,6 +40,23 @@ def test_npz_errors_name_the_file_and_field(tmp_path):
         Loader(spec(("npz", {"path": "bad.npz"}), (("x", (3,), "f32"),), base=tmp_path), 0)
 
 
+@pytest.mark.parametrize("dtype", ["f32", "f16"])
+def test_a_nan_or_infinite_value_in_a_floating_field_is_named_by_record_and_place(tmp_path, dtype):
+    stored = np.float32 if dtype == "f32" else np.float16
+    x = np.zeros((6, 3, 2), stored)
+    x[4, 2, 1] = np.nan
+    np.savez(tmp_path / "d.npz", x=x, y=np.full((6,), np.inf, stored))
+    with pytest.raises(LoaderError) as e:
+        Loader(spec(("npz", {"path": "d.npz"}), (("x", (3, 2), dtype),), base=tmp_path), 0)
+    assert str(e.value) == (f"loader `data` ({tmp_path / 'd.npz'}): field `x` holds nan in record 4 at [2 1]; a NaN "
+                            "or infinite input makes the losses that read it NaN: fix the data, or drop the record")
+    with pytest.raises(LoaderError, match=r"field `y` holds inf in record 0; a NaN"):
+        Loader(spec(("npz", {"path": "d.npz"}), (("y", (), dtype),), base=tmp_path), 0)
+    x[4, 2, 1] = 0
+    np.savez(tmp_path / "d.npz", x=x)
+    assert Loader(spec(("npz", {"path": "d.npz"}), (("x", (3, 2), dtype),), base=tmp_path), 0).records == 6
+
+
 def test_text_bytes_reads_the_standard_library():
     s = spec(("text-bytes", {"glob": "$STDLIB/json/*.py", "seq": 32}), (("bytes", (32,), "i32"),), batch=8)
     ld = Loader(s, 0)

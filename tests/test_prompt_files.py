@@ -190,6 +190,26 @@ def test_a_row_of_the_wrong_kind_is_named_by_its_line_and_column(tmp_path):
     assert line.startswith("loader `data`: ") and "latin.jsonl:2:13: byte 0xe9 is not UTF-8 text" in line
 
 
+def test_a_nan_infinite_or_boolean_number_in_a_row_is_named_by_its_line(tmp_path):
+    good = b'{"prompt":"x","reward":1.0}\n' * 3
+    reward = (("reward", (), "f32"),)
+
+    def err(rows):
+        (tmp_path / "r.jsonl").write_bytes(good + rows)
+        with pytest.raises(LoaderError) as e:
+            Loader(spec(("jsonl", {"path": "r.jsonl"}), reward, base=tmp_path), 0)
+        assert "\n" not in str(e.value)
+        return str(e.value)
+    assert err(b'{"prompt":"x","reward":NaN}\n').endswith(
+        "r.jsonl:4:24: `reward` is nan; a NaN or infinite input makes the losses that read it NaN: fix the row, or "
+        "drop it")
+    assert "r.jsonl:4:24: `reward` is inf; a NaN" in err(b'{"prompt":"x","reward":1e999}\n')
+    assert "r.jsonl:5:24: `reward` is 1e+39, which is inf in f32; a NaN" in err(
+        b'{"prompt":"x","reward":2}\n{"prompt":"x","reward":1e39}\n')
+    assert "r.jsonl:4:24: `reward` is a boolean (true), but field `reward` is declared `[] :f32` (a number)" in err(
+        b'{"prompt":"x","reward":true}\n')
+
+
 def test_a_parquet_row_of_the_wrong_kind_is_named_by_its_row(tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
