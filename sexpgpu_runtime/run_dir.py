@@ -8,6 +8,7 @@ RunErrors. It must not import train.py.
 """
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import jax
@@ -28,6 +29,34 @@ def prepare_run_dir(run_dir: Path) -> None:
         raise RunError(f"cannot use {run_dir} as the run dir: {e}")
     except PathProblem as e:
         raise RunError(f"cannot write to run dir {run_dir}: {e}")
+
+
+def outermost_missing(path: Path) -> Path | None:
+    """The outermost of `path` and its parents that does not exist (what `prepare_run_dir` will make
+    for it), or None when `path` exists."""
+    path = Path(os.path.abspath(path))
+    if path.exists():
+        return None
+    while not path.parent.exists() and path.parent != path:
+        path = path.parent
+    return path
+
+
+def remove_made(run_dir: Path, made: Path | None) -> None:
+    """Remove the run dir `prepare_run_dir` made, and the parents it made with it (`made`, from
+    `outermost_missing`), where they are still empty: a run that failed before it wrote anything
+    leaves no empty folders behind. Process 0 alone; anything not empty is left."""
+    if made is None or jax.process_index() != 0:
+        return
+    path = Path(os.path.abspath(run_dir))
+    while True:
+        try:
+            path.rmdir()
+        except OSError:
+            return
+        if path == made:
+            return
+        path = path.parent
 
 
 def open_checkpoints(program: ir.Program, options: RunOptions) -> Checkpoints:

@@ -43,7 +43,8 @@ from .pretrained import (content_hashes, export_mapping, export_params, frozen_p
                          nonfinite_frozen)
 from .report import Reporter
 from .resume import dropped_line, refuse_finished, resuming_line
-from .run_dir import claim_run_dir, open_checkpoints, prepare_run_dir, refuse_resume_of_nothing
+from .run_dir import (claim_run_dir, open_checkpoints, outermost_missing, prepare_run_dir, refuse_resume_of_nothing,
+                      remove_made)
 from .sharding import DataParallel, MeshError, run_devices
 from .signals import StopSignals, Stopped
 from .token_files import TokenFileError
@@ -480,8 +481,13 @@ def train(program: ir.Program, options: RunOptions, on_trip=None) -> RunResult:
     """
     check_options(program, options)
     refuse_resume_of_nothing(program, options, options.steps or program.run.steps)
+    made = outermost_missing(options.run_dir)
     prepare_run_dir(options.run_dir)
-    trainer = Trainer(program, options)
+    try:
+        trainer = Trainer(program, options)   # (opens the loaders: a missing or bad data file fails here)
+    except BaseException:
+        remove_made(options.run_dir, made)
+        raise
     trainer.on_trip = on_trip
     store = open_checkpoints(program, options)
     store.pretrained = content_hashes(program)

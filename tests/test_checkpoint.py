@@ -403,6 +403,19 @@ def test_fresh_run_into_a_run_dir_with_metrics_but_no_checkpoints_is_refused(tmp
     assert [r["step"] for r in rows(tmp_path)] == [1, 2, 3]
 
 
+def test_a_run_whose_data_cannot_be_read_leaves_no_empty_run_dir(tmp_path):
+    text = variant("(stride-rows :vocab vocab :seq seq)", '(npz "missing.npz")', TEXT)
+    run_dir = tmp_path / "runs" / "tiny"
+    with pytest.raises(RunError, match="no file .*missing.npz"):
+        train(program_of(text, str(tmp_path / "run.sx")), RunOptions(steps=2, run_dir=run_dir, quiet=True))
+    assert list(tmp_path.iterdir()) == []                 # neither runs/tiny nor runs/ is left
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / "notes.txt").write_text("mine")
+    with pytest.raises(RunError, match="no file .*missing.npz"):
+        train(program_of(text, str(tmp_path / "run.sx")), RunOptions(steps=2, run_dir=run_dir, quiet=True))
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["notes.txt"]   # what was there stays
+
+
 def test_an_empty_metrics_jsonl_is_no_earlier_run(tmp_path):
     (tmp_path / "metrics.jsonl").write_text("")         # left by a run that failed before its first logged step
     run(TEXT, tmp_path, steps=1)
