@@ -39,6 +39,11 @@ class TokenizeError(Exception):
 def load_tokenizer(path: str):
     """The `tokenizers.Tokenizer` in `path` (a Hugging Face `tokenizer.json`); TokenizeError if it does not parse."""
     from tokenizers import Tokenizer
+    if os.path.isdir(path):
+        inside = os.path.join(path, "tokenizer.json")
+        hint = (f"give the tokenizer.json inside it ({inside})" if os.path.isfile(inside)
+                else "give a tokenizer.json file (a model ships one beside its weights)")
+        raise TokenizeError(f"{path} is a directory, not a tokenizer file; {hint}")
     if not os.path.isfile(path):
         raise TokenizeError(f"no tokenizer file {path}; make one with `sexpgpu tokenizer train`, or fix the path "
                             "(relative to the run file)")

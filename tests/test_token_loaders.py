@@ -194,6 +194,12 @@ def test_text_tokens_errors(tmp_path, tokenizer, stream):
     (tmp_path / "bad.json").write_text("{\"model\": 3")
     assert "bad.json is not a Hugging Face tokenizer.json" in err({"glob": "corpus/*.txt", "tokenizer": "bad.json"})
     assert "no tokenizer file" in err({"glob": "corpus/*.txt", "tokenizer": "none.json"})
+    (tmp_path / "model" / "empty").mkdir(parents=True)
+    (tmp_path / "model" / "tokenizer.json").write_bytes((tmp_path / "tok.json").read_bytes())
+    assert f"model is a directory, not a tokenizer file; give the tokenizer.json inside it " \
+           f"({tmp_path / 'model' / 'tokenizer.json'})" in err({"glob": "corpus/*.txt", "tokenizer": "model"})
+    assert "empty is a directory, not a tokenizer file; give a tokenizer.json file" in err(
+        {"glob": "corpus/*.txt", "tokenizer": "model/empty"})
     assert "train.bin is not UTF-8 text" in err({"glob": "train.bin", "tokenizer": "tok.json"})
     assert "has no token '<eos>' for `:separator`" in err({"glob": "corpus/*.txt", "tokenizer": "tok.json", "separator": "<eos>"})
     # the tokenizer and its vocabulary against `:vocab`, not the cache file the user never made
