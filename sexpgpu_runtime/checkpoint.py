@@ -403,6 +403,10 @@ class Checkpoints:
     def meta(self, step: int) -> dict:
         """The JSON item of checkpoint `step`."""
         ocp = self.ocp
+        if not (self.dir / str(step) / "meta").exists():   # (orbax's own words list the items it found)
+            raise CheckpointError(f"cannot read checkpoint step {step} in {self.spec.dir}: it has no `meta` item "
+                                  "(the step, the identity and the digests sexpgpu writes beside the arrays), so "
+                                  "sexpgpu did not write it whole")
         try:
             got = self.manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))
         except Exception as e:

@@ -163,6 +163,25 @@ def test_resume_without_a_checkpoint_says_so(tmp_path):
         run(TEXT, tmp_path, resume=True)
 
 
+def test_a_checkpoint_without_its_meta_item_is_named_in_our_words_and_the_older_one_resumes(full, tmp_path):
+    import shutil
+    from sexpgpu_runtime.checkpoint import CheckpointError, Checkpoints, Identity, checkpoint_spec
+    d = tmp_path / "run"
+    shutil.copytree(full[1], d)
+    shutil.rmtree(d / "checkpoints" / "30" / "meta")
+    prog = program_of(TEXT)
+    store = Checkpoints(checkpoint_spec(prog.run.checkpoint, d), Identity(prog.identity, prog.run.seed))
+    try:
+        with pytest.raises(CheckpointError) as e:
+            store.meta(30)
+        assert str(e.value) == (f"cannot read checkpoint step 30 in {d / 'checkpoints'}: it has no `meta` item (the "
+                                "step, the identity and the digests sexpgpu writes beside the arrays), so sexpgpu did "
+                                "not write it whole")
+        assert store.newest_meta()[0] == 28
+    finally:
+        store.close()
+
+
 def test_a_checkpoint_whose_write_was_cut_short_is_named_by_the_resume(full, tmp_path):
     """A process killed while orbax wrote a checkpoint leaves `<step>.orbax-checkpoint-tmp-*`: the
     resume removes it and says so, from the older checkpoint or, with none, in its refusal."""
