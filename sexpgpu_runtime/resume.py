@@ -93,3 +93,12 @@ def dropped_line(dropped: list[int], step: int, metrics: Path) -> str:
     span = f"step {dropped[0]}" if len(dropped) == 1 else f"steps {dropped[0]}-{dropped[-1]}"
     return (f"sexpgpu: dropped {len(dropped)} row{'s' if len(dropped) != 1 else ''} of {metrics} ({span}), logged "
             f"after checkpoint step {step} by the earlier run; they are trained and logged again")
+
+
+def missing_rows_line(metrics: Path, step: int) -> str | None:
+    """The warning of a resume from checkpoint `step` (> 0) whose metrics.jsonl is gone: the rows up to
+    `step` are not there, and the resumed run's start a new file. None when the file is there."""
+    if step == 0 or metrics.exists():
+        return None
+    return (f"sexpgpu: warning: {metrics} is missing, so it will hold the rows after step {step} only (those of "
+            "steps up to it were logged by the earlier run); put it back before resuming to keep them")

@@ -42,7 +42,7 @@ from .prefetch import Prefetch
 from .pretrained import (content_hashes, export_mapping, export_params, frozen_params, initial_params,
                          nonfinite_frozen)
 from .report import Reporter
-from .resume import dropped_line, refuse_finished, resuming_line
+from .resume import dropped_line, missing_rows_line, refuse_finished, resuming_line
 from .run_dir import (claim_run_dir, open_checkpoints, outermost_missing, prepare_run_dir, refuse_resume_of_nothing,
                       remove_made)
 from .sharding import DataParallel, MeshError, run_devices
@@ -498,6 +498,9 @@ def train(program: ir.Program, options: RunOptions, on_trip=None) -> RunResult:
         every = store.spec.every
         trainer.checkpoint_every = every
         start = state.step
+        lost = missing_rows_line(options.run_dir / "metrics.jsonl", start) if options.resume else None
+        if lost is not None and not options.quiet and jax.process_index() == 0:
+            print(lost, file=sys.stderr, flush=True)
         reporter = Reporter(options.run_dir, trainer.steps, options.progress, options.quiet, Path(program.path).stem,
                             start=start, append=options.resume, tensorboard=bool(program.run.log.get("tensorboard")))
         if reporter.dropped and not options.quiet:

@@ -118,6 +118,22 @@ def test_a_resume_from_a_checkpoint_older_than_the_last_row_drops_only_the_later
     assert (d / "metrics.jsonl").read_bytes() == (uninterrupted / "metrics.jsonl").read_bytes()
 
 
+def test_a_resume_whose_metrics_jsonl_is_gone_says_the_earlier_rows_are_not_in_it(tmp_path, capsys):
+    text = variant(":steps 10", ":steps 12 :log (:every 1) :checkpoint (:every 5)", SMALL)
+    run(text, tmp_path, 5, quiet=True)
+    (tmp_path / "metrics.jsonl").unlink()
+    capsys.readouterr()
+    run(text, tmp_path, 7, resume=True)
+    err = capsys.readouterr().err.splitlines()
+    assert err[2] == (f"sexpgpu: warning: {tmp_path / 'metrics.jsonl'} is missing, so it will hold the rows after step 5 "
+                      "only (those of steps up to it were logged by the earlier run); put it back before resuming to "
+                      "keep them")
+    assert steps_of(tmp_path) == [6, 7]
+    capsys.readouterr()
+    run(text, tmp_path, 8, resume=True)                               # the file is there again: no warning
+    assert not [line for line in capsys.readouterr().err.splitlines() if "warning" in line]
+
+
 def test_a_longer_resume_of_a_run_that_saved_no_checkpoint_says_to_start_over(tmp_path):
     from sexpgpu_runtime.options import RunError
     run(NO_CHECKPOINT, tmp_path, 3, quiet=True)
