@@ -190,6 +190,22 @@ def _clause(key: tuple, whom: list, name: str, mapped: bool) -> str:
     return f"tensor `{tname}` is {_shape(got_shape)} {got_dtype}, {own} of `{name}` {need} {_shape(shape)} {dtype} from it"
 
 
+def _dtype_summary(wrong: dict[tuple, list]) -> str | None:
+    """One clause for a checkpoint whose tensors all differ from their parameters in dtype alone, the
+    same two dtypes throughout (a bf16 file read into f32 parameters): the count and the first
+    tensors, rather than one clause each. None for anything else, or for three tensors or fewer."""
+    keys = list(wrong)
+    if len(keys) <= 3 or not all(k[0] == "shape" and k[2] == k[4] and not k[6] for k in keys):
+        return None
+    pairs = {(k[3], k[5]) for k in keys}
+    if len(pairs) != 1:
+        return None
+    (got, want), = pairs
+    shown = ", ".join(f"`{k[1]}`" for k in keys[:6]) + (f" and {len(keys) - 6} more" if len(keys) > 6 else "")
+    return (f"its {len(keys)} tensors are {got} where the parameters read from them are {want}, the shapes "
+            f"agreeing: {shown}")
+
+
 def _compare(ctx: CheckContext, name: str, rel: str, full: str, base: str, todo, mapped: bool, file_dtype,
              node) -> bool:
     """E-MODEL-003 unless every tensor the plan reads is in the checkpoint with its shape and dtype;
@@ -233,7 +249,8 @@ def _compare(ctx: CheckContext, name: str, rel: str, full: str, base: str, todo,
             if got[0] == shape and file_dtype is None:
                 casts.add(got[1])
             wrong.setdefault(("shape", tname, got[0], got[1], shape, dtype, depth), []).append((prel, p))
-    wrong = [_clause(key, whom, name, mapped) for key, whom in wrong.items()]
+    summary = _dtype_summary(wrong)
+    wrong = [summary] if summary else [_clause(key, whom, name, mapped) for key, whom in wrong.items()]
     if wrong:
         help_ = fix
         if help_ is None and len(casts) == 1:
