@@ -17,7 +17,6 @@ Imports nothing outside `sexpgpu_lang`; never JAX.
 from __future__ import annotations
 
 import functools
-import json
 import os
 
 from ..diagnostics import warning
@@ -95,6 +94,7 @@ def vocab_size(path: str, mtime_ns: int, size: int) -> int | None:
     `vocab`, a dict of piece to id (BPE, WordPiece, WordLevel) or a list of [piece, score] pairs
     (Unigram), and its `added_tokens`), or None for a file that is not one. `mtime_ns` and `size`
     key the cache: an edited file is read again."""
+    import json   # only with the files read: `sexpgpu lint` itself never imports it (test_cli_startup.py)
     try:
         with open(path, encoding="utf-8") as fh:
             data = json.load(fh)
