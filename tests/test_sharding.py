@@ -65,8 +65,15 @@ CHILD = textwrap.dedent(r'''
 ''')
 
 
+# Eight CPU devices share this machine's cores: on 2 loaded cores one device's thread can reach a
+# collective more than XLA:CPU's default 40 s after the others, which aborts the process; the
+# limit is raised to just under the child's own timeout.
+EIGHT_DEVICES = ("--xla_force_host_platform_device_count=8 --xla_cpu_collective_call_terminate_timeout_seconds=280 "
+                 "--xla_cpu_collective_call_warn_stuck_timeout_seconds=60")
+
+
 def child(devices: int, stack: int, steps: int, run_dir, fsdp: bool = False) -> dict:
-    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8", "JAX_PLATFORMS": "cpu"}
+    env = {**os.environ, "XLA_FLAGS": EIGHT_DEVICES, "JAX_PLATFORMS": "cpu"}
     out = subprocess.run([sys.executable, "-c", CHILD, str(ROOT), str(devices), str(stack), str(steps), str(run_dir),
                           "fsdp" if fsdp else "replicated"],
                          env=env, capture_output=True, text=True, timeout=300)
@@ -306,7 +313,7 @@ def test_a_run_on_eight_devices_saves_and_resumes_its_checkpoint(tmp_path):
     from helpers import variant as v
     run_file = tmp_path / "ck.sx"
     run_file.write_text(v(":log (:every 50))", ":log (:every 1) :checkpoint (:every 2))"))
-    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8", "JAX_PLATFORMS": "cpu"}
+    env = {**os.environ, "XLA_FLAGS": EIGHT_DEVICES, "JAX_PLATFORMS": "cpu"}
     base = [sys.executable, "-m", "sexpgpu_cli.main", "run", str(run_file), "--no-progress"]
     a, b, c = (["--run-dir", str(tmp_path / d)] for d in "abc")
     for args in (["--steps", "2", "--mesh", "data=1"] + a, ["--steps", "4", "--mesh", "data=8", "--resume"] + a,
@@ -333,7 +340,7 @@ def test_a_long_fsdp_run_on_eight_devices_keeps_few_steps_in_flight(tmp_path):
     # Logged every 50 steps, the loop queues many steps between reads; unbounded, XLA:CPU's eight
     # device threads deadlocked in an FSDP all-gather and aborted the run (SIGABRT) after about 60 s.
     # The loop waits once MAX_STEPS_IN_FLIGHT_MESH steps are queued (sexpgpu_runtime/train.py `fit`).
-    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8", "JAX_PLATFORMS": "cpu"}
+    env = {**os.environ, "XLA_FLAGS": EIGHT_DEVICES, "JAX_PLATFORMS": "cpu"}
     r = subprocess.run([sys.executable, "-m", "sexpgpu_cli.main", "run", str(ROOT / "tests" / "fixtures" / "tiny-generate.sx"),
                         "--steps", "150", "--mesh", "data=8", "--fsdp", "--run-dir", str(tmp_path / "run")],
                        env=env, capture_output=True, text=True, timeout=400)
