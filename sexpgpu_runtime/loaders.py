@@ -186,14 +186,20 @@ def _check_table(spec: LoaderIR, table: dict[str, np.ndarray]) -> None:
         _check_finite(where, name, table[name])
 
 
+def first_nonfinite(arr: np.ndarray) -> tuple[int, ...] | None:
+    """The index of the first NaN or infinite entry of a floating array (f16, bf16, f32, f64; any
+    shape, `()` for a scalar), or None when every entry is finite or the array is not floating."""
+    if arr.dtype.kind != "f" and arr.dtype.name != "bfloat16":
+        return None
+    bad = ~np.isfinite(arr.astype(np.float32) if arr.dtype.itemsize < 4 else arr)
+    return tuple(int(i) for i in np.argwhere(bad)[0]) if bad.any() else None
+
+
 def _check_finite(where: str, name: str, arr: np.ndarray) -> None:
     """LoaderError at the first NaN or infinite value of a floating field (its record and place):
     no op of the language can mask one, so it would make every loss that reads it NaN."""
-    if arr.dtype.kind != "f" and arr.dtype.name != "bfloat16":
-        return
-    bad = ~np.isfinite(arr.astype(np.float32) if arr.dtype.itemsize < 4 else arr)
-    if bad.any():
-        first = tuple(int(i) for i in np.argwhere(bad)[0])
+    first = first_nonfinite(arr)
+    if first is not None:
         place = f" at [{' '.join(map(str, first[1:]))}]" if len(first) > 1 else ""
         raise LoaderError(f"{where}: field `{name}` holds {arr[first]} in record {first[0]}{place}; a NaN or "
                           "infinite input makes the losses that read it NaN: fix the data, or drop the record")

@@ -22,6 +22,7 @@ from sexpgpu_lang import ir
 from sexpgpu_lang.name_mapping import layer_name, leaf, patterned
 
 from .hf_layout import export_mapped, load_mapped
+from .loaders import first_nonfinite
 from .options import RunError
 from .params import flatten, init_params
 from .paths import publish
@@ -57,12 +58,9 @@ def nonfinite_frozen(program: ir.Program, frozen: dict) -> str | None:
     Reads every frozen array once (only after a run has stopped on a bad value)."""
     for path, value in flatten(frozen).items():
         arr = np.asarray(value)
-        if arr.dtype.kind != "f" and arr.dtype.name != "bfloat16":
+        first = first_nonfinite(arr)
+        if first is None:
             continue
-        bad = ~np.isfinite(arr.astype(np.float32) if arr.dtype.itemsize < 4 else arr)
-        if not bad.any():
-            continue
-        first = tuple(int(i) for i in np.argwhere(bad)[0])
         at = f" at [{' '.join(map(str, first))}]" if first else ""
         spec = next((spec for spec in program.pretrained if tuple(path[:len(spec.prefix)]) == spec.prefix), None)
         if spec is not None:
