@@ -51,12 +51,13 @@ def frozen_params(program: ir.Program, seed: int) -> dict:
     return frozen
 
 
-def nonfinite_frozen(program: ir.Program, frozen: dict) -> str | None:
-    """Which frozen parameter holds a NaN or infinite value, and where its values came from (a
-    `:pretrained` file, else its initialiser), for the message of a NaN loss; None when all are
-    finite. Frozen parameters never change, so one found here is a cause, not a consequence.
-    Reads every frozen array once (only after a run has stopped on a bad value)."""
-    for path, value in flatten(frozen).items():
+def nonfinite_param(program: ir.Program, params: dict, kind: str = "frozen") -> str | None:
+    """Which parameter of `params` (`kind`: "frozen", or "initial" for the trainable ones before any
+    update) holds a NaN or infinite value, and where its values came from (a `:pretrained` file,
+    else its initialiser), for the message of a NaN loss; None when all are finite. Frozen
+    parameters never change, nor do initial ones before a step, so one found here is a cause, not
+    a consequence. Reads every array once (only after a run has stopped on a bad value)."""
+    for path, value in flatten(params).items():
         arr = np.asarray(value)
         first = first_nonfinite(arr)
         if first is None:
@@ -69,7 +70,7 @@ def nonfinite_frozen(program: ir.Program, frozen: dict) -> str | None:
             origin = f"its values are read from {tensor}{spec.path}: the checkpoint holds it; fix or replace the file"
         else:
             origin = "its initialiser drew it"
-        return f"frozen parameter `{'.'.join(path)}` holds {arr[first]}{at} ({origin})"
+        return f"{kind} parameter `{'.'.join(path)}` holds {arr[first]}{at} ({origin})"
     return None
 
 

@@ -40,7 +40,7 @@ from .options import BadDraw, BadValue, DataError, OptionError, RunError, RunOpt
 from .params import flatten, init_params
 from .prefetch import Prefetch
 from .pretrained import (content_hashes, export_mapping, export_params, frozen_params, initial_params,
-                         nonfinite_frozen)
+                         nonfinite_param)
 from .report import Reporter
 from .resume import dropped_line, missing_rows_line, refuse_finished, resuming_line
 from .run_dir import (claim_run_dir, open_checkpoints, outermost_missing, prepare_run_dir, refuse_resume_of_nothing,
@@ -543,7 +543,9 @@ def train(program: ir.Program, options: RunOptions, on_trip=None) -> RunResult:
                                  else "no checkpoint was saved") from None
             where = (f"the last good checkpoint is step {good} in {store.spec.dir}" if good is not None
                      else "no checkpoint was saved")
-            cause = nonfinite_frozen(program, trainer.completed.frozen) if trainer.completed is not None else None
+            done = trainer.completed
+            cause = None if done is None else nonfinite_param(program, done.frozen) or (
+                nonfinite_param(program, done.trainable, "initial") if done.step == 0 else None)
             if cause is not None:
                 raise RunError(f"{e}, so the run stopped: {cause}; {where}")
             raise RunError(f"{e}, so the run stopped; likely causes: too high a learning rate, a log of 0 or a "

@@ -542,6 +542,13 @@ def test_a_nan_loss_from_a_teacher_checkpoint_that_holds_a_nan_names_the_paramet
                             "nan at [3] (its values are read from tensor `transformer.ln_f.weight` of "
                             f"{tmp_path / 'hf'}: the checkpoint holds it; fix or replace the file); no checkpoint was "
                             "saved")
+    # fine-tuning the same checkpoint (trainable): its initial value is named, as it was before any step
+    tune = HEAD + gpt2_teacher(N, '(:path "../hf" :names :gpt2 :file-dtype :bf16)').replace("  :frozen true\n", "") \
+        + FINETUNE
+    with pytest.raises(RunError) as e:
+        train_quiet(tune, 2, tmp_path / "tune")
+    assert str(e.value).startswith("step 1: `loss` is nan, so the run stopped: initial parameter `lnf-gain` holds nan "
+                                   "at [3] (its values are read from tensor `transformer.ln_f.weight` of ")
 
 
 def test_a_resume_draws_and_reads_only_the_frozen_parameters(tmp_path, monkeypatch):
