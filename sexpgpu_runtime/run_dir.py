@@ -18,7 +18,7 @@ from sexpgpu_lang import ir
 from .checkpoint import CheckpointError, Checkpoints, Identity, checkpoint_spec
 from .options import RunError, RunOptions
 from .paths import FileInTheWay, PathProblem, make_writable_dir
-from .resume import refuse_finished
+from .resume import last_logged_step, refuse_finished
 
 
 def prepare_run_dir(run_dir: Path) -> None:
@@ -84,12 +84,18 @@ def refuse_resume_of_nothing(program: ir.Program, options: RunOptions, total: in
         return
     metrics = options.run_dir / "metrics.jsonl"
     refuse_finished(None, metrics, options.run_dir, total)
-    raise RunError(nothing_to_resume(spec.dir, metrics))
+    raise RunError(nothing_to_resume(spec.dir, metrics, every=spec.every))
 
 
-def nothing_to_resume(checkpoints: Path, metrics: Path, cut_short: list[int] = ()) -> str:
+def nothing_to_resume(checkpoints: Path, metrics: Path, cut_short: list[int] = (), every: int | None = None) -> str:
     """The message of a resume that finds no complete checkpoint in `checkpoints`; `cut_short`: the
-    steps whose writes were left unfinished (a process killed while writing, Checkpoints.cut_short)."""
+    steps whose writes were left unfinished (a process killed while writing, Checkpoints.cut_short).
+    With none left on disk (killed before orbax made its folder), a metrics.jsonl that logged a
+    step at or past `:checkpoint :every` (`every`) tells the same: that checkpoint was begun."""
+    if not cut_short and every:
+        logged = last_logged_step(metrics)
+        if logged is not None and logged >= every:
+            cut_short = [logged // every * every]
     saved = "none of whose checkpoints was completed" if cut_short else "that saved no checkpoint"
     start = (f"pass --overwrite instead of --resume to start over at step 0 (metrics.jsonl holds the rows of "
              f"a run {saved})" if has_rows(metrics) else "run without --resume to start at step 0")
@@ -148,7 +154,7 @@ def claim_run_dir(store: Checkpoints, options: RunOptions) -> None:
                 raise RunError(f"{store.spec.dir} already holds checkpoints that cannot be read (newest: step "
                                f"{store.latest()}); pass --overwrite to start over, or give another --run-dir")
         elif resume:
-            raise RunError(nothing_to_resume(store.spec.dir, metrics, store.cut_short))
+            raise RunError(nothing_to_resume(store.spec.dir, metrics, store.cut_short, store.spec.every))
         elif not overwrite and has_rows(metrics):
             raise RunError(f"{options.run_dir} already holds the metrics.jsonl of an earlier run (and no checkpoint to "
                            "resume from); pass --overwrite to start over, or give another --run-dir")

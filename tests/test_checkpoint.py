@@ -209,6 +209,13 @@ def test_a_checkpoint_whose_write_was_cut_short_is_named_by_the_resume(full, tmp
                             "28 was cut short: its process was killed while writing it); pass --overwrite instead of "
                             "--resume to start over at step 0 (metrics.jsonl holds the rows of a run none of whose "
                             "checkpoints was completed)")
+    # killed before orbax made even its folder: metrics.jsonl's rows past `:every 7` tell the same
+    for p in (d / "checkpoints").iterdir():
+        shutil.rmtree(p)
+    with pytest.raises(RunError) as e:
+        run(TEXT, d, steps=40, resume=True)
+    assert "(the write of step 28 was cut short: its process was killed while writing it)" in str(e.value)
+    assert "none of whose checkpoints was completed" in str(e.value)
 
 
 def test_unwritable_checkpoint_dir_is_one_error_before_training(tmp_path):
