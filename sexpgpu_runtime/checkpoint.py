@@ -16,8 +16,9 @@ Each checkpoint holds two items:
   see loaders.py), the identity (a hash of the run file's forms), the seed,
   the SHA-256 of every `:pretrained` file, by its path and its path
   relative to the run file (a resume with one changed is refused; the same
-  bytes at the same relative place, a project moved, resume), and a CRC-32 of every array of `state` (`digests`, by its tree path),
-  written in the same atomic rename as the arrays.
+  bytes at the same relative place, a project moved, resume), and a CRC-32
+  of every array of `state` (`digests`, by its tree path), written in the
+  same atomic rename as the arrays.
 
 Restoring verifies what was read against those digests; a checkpoint that
 cannot be read or does not verify (bytes overwritten on disk, a truncated

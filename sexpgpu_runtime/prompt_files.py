@@ -28,7 +28,7 @@ import numpy as np
 
 from sexpgpu_lang.ir import LoaderIR
 
-from .loaders import LoaderError, open_data, resolve_path, _np_dtype
+from .loaders import LoaderError, first_nonfinite, open_data, resolve_path, _np_dtype
 from .tokenize import TokenizeError, load_tokenizer
 
 SUFFIXES = ("-length", "-mask")
@@ -149,13 +149,12 @@ def _scalars(col: list, name: str, dtype: str, at) -> np.ndarray:
                               f"({want}); fix the row, or the declaration if every row is so")
     with np.errstate(over="ignore"):   # a number too large for `dtype` becomes inf, named below
         out = np.asarray(col).astype(_np_dtype(dtype))
-    if floats:
-        bad = ~np.isfinite(out.astype(np.float32))
-        if bad.any():
-            i = int(np.argmax(bad))
-            given = col[i] if isinstance(col[i], float) and not math.isfinite(col[i]) else None
-            what = f"{col[i]}" if given is not None else f"{col[i]}, which is {out[i]} in {dtype}"
-            raise LoaderError(f"{at(name, i)}: `{name}` is {what}; a NaN or infinite input makes the losses that "
+    first = first_nonfinite(out)
+    if first is not None:
+        i = first[0]
+        given_nonfinite = isinstance(col[i], float) and not math.isfinite(col[i])   # else too large for `dtype`
+        what = f"{col[i]}" if given_nonfinite else f"{col[i]}, which is {out[i]} in {dtype}"
+        raise LoaderError(f"{at(name, i)}: `{name}` is {what}; a NaN or infinite input makes the losses that "
                               "read it NaN: fix the row, or drop it")
     return out
 

@@ -63,8 +63,8 @@ def open_checkpoints(program: ir.Program, options: RunOptions) -> Checkpoints:
     """The run's checkpoint dir, created and proven writable (RunError otherwise)."""
     try:
         spec = checkpoint_spec(program.run.checkpoint, options.run_dir)
-        return Checkpoints(spec, Identity(program.identity, program.run.seed,
-                                                    (program.identity_apart_from_steps, program.run.steps)), program.path)
+        identity = Identity(program.identity, program.run.seed, (program.identity_apart_from_steps, program.run.steps))
+        return Checkpoints(spec, identity, program.path)
     except CheckpointError as e:
         raise RunError(str(e))
 

@@ -22,17 +22,7 @@ def identity(parsed: ParseResult, apart_from_steps: bool = False) -> str:
     """A hash of the file's forms, not its comments or layout (a checkpoint's identity with the seed).
     With `apart_from_steps`, the `run` form's `:steps` and its value are left out: two files with
     this hash equal differ in `:steps` at most (what a resume's message says, checkpoint.py)."""
-    def canon(n, top=False):
-        if top and apart_from_steps and isinstance(n, ListNode) and n.items and isinstance(n.items[0], Sym) \
-                and n.items[0].name == "run":
-            items, kept = list(n.items), []
-            while items:
-                i = items.pop(0)
-                if isinstance(i, Kw) and i.name == "steps" and items:
-                    items.pop(0)
-                    continue
-                kept.append(i)
-            return "(" + " ".join(canon(i) for i in kept) + ")"
+    def canon(n):
         if isinstance(n, ListNode):
             return "(" + " ".join(canon(i) for i in n.items) + ")"
         if isinstance(n, VecNode):
@@ -46,8 +36,17 @@ def identity(parsed: ParseResult, apart_from_steps: bool = False) -> str:
         if isinstance(n, Num):
             return repr(n.value)
         return "?"
+
+    def top(form):
+        if apart_from_steps and isinstance(form, ListNode) and form.items and isinstance(form.items[0], Sym) \
+                and form.items[0].name == "run":
+            items = form.items
+            steps = [i for i, item in enumerate(items[:-1]) if isinstance(item, Kw) and item.name == "steps"]
+            skip = {j for i in steps for j in (i, i + 1)}
+            return "(" + " ".join(canon(item) for i, item in enumerate(items) if i not in skip) + ")"
+        return canon(form)
     import hashlib
-    text = "\n".join(canon(f, top=True) for f in parsed.forms)
+    text = "\n".join(top(f) for f in parsed.forms)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
