@@ -73,6 +73,10 @@ def top_def(ctx: CheckContext, f: ListNode):
         ctx.err("E-TYPE-003", val.span, f"`def` needs a compile-time constant, got {e.type.show()}")
         define_global(ctx, f.items[1], "def", f, ERROR)
         return
+    if isinstance(e.type, TensorType) and not isinstance(e, ir.Const):
+        # A folded value (`(def rows (* prompts group))`) is the constant it folded to: every use
+        # lowers as that literal, where the phases bind no top-level name.
+        e = ir.Const(e.type, e.span, e.type.value)
     define_global(ctx, f.items[1], "def", f, e.type, ir=e)
 
 
