@@ -53,6 +53,14 @@ def test_each_contract_code_is_decided_in_contracts_only():
         assert where == {"check/contracts.py"}, (code, where)
 
 
+def test_each_samples_code_is_decided_in_samples_only():
+    codes = {c: where for c, where in decided_codes().items() if c.startswith("E-SAMPLE-")}
+    assert set(codes) == {c for c in CODES if c.startswith("E-SAMPLE-")} == {"E-SAMPLE-001", "E-SAMPLE-002",
+                                                                             "E-SAMPLE-003"}
+    for code, where in codes.items():
+        assert where == {"check/samples.py"}, (code, where)
+
+
 def test_every_special_form_has_one_rule():
     assert list(SPECIAL_RULES) == list(SPECIAL_FORMS)
 
