@@ -497,6 +497,20 @@ def plot(
 
 
 @app.command(cls=Command)
+def samples(
+    run_dir: Path = typer.Argument(..., metavar="RUN_DIR", help="A run dir holding samples.jsonl (written by `run` under `:samples`)."),
+    step: Optional[int] = typer.Option(None, "--step", metavar="N", help="Only the rows of step N."),
+    pass_name: Optional[str] = typer.Option(None, "--pass", metavar="NAME", help="Only the rows of pass NAME (`train` for training)."),
+):
+    """Show the sampled rows in RUN_DIR/samples.jsonl as a table, newest first (sexpgpu_cli/samples.py)."""
+    from sexpgpu_cli.samples import SamplesError, show_samples
+    try:
+        show_samples(run_dir, step, pass_name)
+    except SamplesError as e:
+        raise fail(str(e), 1)
+
+
+@app.command(cls=Command)
 def explain(
     file: Path = typer.Argument(..., metavar="FILE", help="The run file to explain."),
     format: ExplainFormat = typer.Option(ExplainFormat.text, "--format", "-f", help="text or json."),

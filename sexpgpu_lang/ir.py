@@ -385,6 +385,25 @@ class RunIR:
     diagnostics: tuple[str, ...] = ()
     devices: int | None = None     # `:devices N`: the data-parallel mesh size (None: every device)
     shard_params: str = "replicated"   # `:shard-params`: "replicated" or "fsdp" (docs/sharding.md)
+    samples: SamplesIR | None = None   # `:samples`: the rows written to samples.jsonl (docs/metrics.md)
+
+
+@dataclass(frozen=True)
+class SamplesIR:
+    """`run`'s `:samples` (check/samples.py): which tensors of the batch to show, how many rows, how often.
+
+    `text` and `values` are (name, shape, dtype) of batch entries (loader fields and generated names,
+    the batch axis first); `decode` is how `text` rows become text: ("tokenizer", path, base_dir) a
+    tokenizer.json (`path` as written, relative to `base_dir`; `$STDLIB` and `~` expand), ("bytes",)
+    UTF-8 bytes, or ("ids",) the ids joined by spaces. `prompt`: the columns of each text row that are
+    the prompt (None: the row is not split)."""
+
+    every: int
+    rows: int
+    text: tuple[tuple[str, tuple[int, ...], str], ...]
+    values: tuple[tuple[str, tuple[int, ...], str], ...]
+    decode: tuple = ("ids",)
+    prompt: int | None = None
 
 
 @dataclass(frozen=True)

@@ -52,7 +52,7 @@ SPECIAL_FORMS: dict[str, tuple[str, str]] = {
 
 #: The keywords of `run`, in the order its signature shows them.
 RUN_KEYS: tuple[str, ...] = ("loader", "steps", "microbatches", "stack", "precision", "seed", "optimizer", "log",
-                             "checkpoint", "diagnostics", "devices", "shard-params", "remat")
+                             "checkpoint", "diagnostics", "devices", "shard-params", "remat", "samples")
 
 #: The keywords each keyword-taking form accepts (`stage` is the form inside `curriculum`).
 FORM_KEYWORDS: dict[str, tuple[str, ...]] = {
@@ -81,6 +81,19 @@ INITIALIZER_KEYWORDS: dict[str, tuple[str, ...]] = {
 PLIST_KEYWORDS: dict[str, dict[str, str]] = {
     "log": {"every": "count", "tensorboard": "bool"},
     "checkpoint": {"every": "count", "dir": "string", "keep": "count"},
+    "samples": {"every": "count", "rows": "count", "text": "names", "values": "names", "prompt": "count",
+                "tokenizer": "string"},
+}
+
+#: One-line docs of `:samples`' settings (docs/metrics.md "Samples"; check/samples.py checks them).
+SAMPLES_DOCS: dict[str, str] = {
+    "every": "write the sampled rows every this many steps (and at step 1, the last step and every pass); 10",
+    "rows": "how many rows of each named tensor, from the first; 4",
+    "text": "integer token tensors of the batch (`[B T]` or `[B]`) shown as text: decoded with `:tokenizer`, "
+            "the training loader's tokenizer, as bytes for `text-bytes`, else as token ids",
+    "values": "tensors of the batch shown as numbers: `[B ...]` per row, a scalar `[]` beside every row",
+    "prompt": "the first this many columns of each `:text` row are the prompt, the rest the completion",
+    "tokenizer": "a tokenizer.json (relative to the run file) that decodes `:text`, instead of the loader's",
 }
 
 #: Rematerialisation policies (`:remat`), named for what the backward pass keeps of a layer's
@@ -117,6 +130,8 @@ KEYWORD_DOCS: dict[tuple[str, str], str] = {
     ("defmodel", "remat"): "recompute this model's activations in the backward pass: `:nothing-saveable`, "
                            "`:dots-saveable` or `:everything-saveable` (no remat)",
     ("repeat", "remat"): "the remat policy of each repeated layer (overrides the block's and the run's)",
+    ("run", "samples"): "generated rows worth reading, as text: `(:every 10 :rows 4 :text [:answer] "
+                        ":values [:reward] :prompt 2)`, to samples.jsonl, the terminal and TensorBoard",
     ("run", "remat"): "the default remat policy of every repeated layer: `:nothing-saveable`, `:dots-saveable`, "
                       "`:everything-saveable` (the default: no remat)",
     ("run", "loader"): "the training loader",
@@ -237,6 +252,7 @@ SCHEDULE_SETTING_DOCS: dict[str, str] = {
 DECAY_MASKS: tuple[str, ...] = ("matrices", "all")
 
 # Hover and completion read every keyword's doc from KEYWORD_DOCS, keyed by the form it is written in.
+KEYWORD_DOCS.update({("samples", k): doc for k, doc in SAMPLES_DOCS.items()})
 KEYWORD_DOCS.update({(o, k): OPTIMIZER_DOCS[k] for o, keys in OPTIMIZERS.items() for k in keys})
 KEYWORD_DOCS.update({(sch, k): SCHEDULE_SETTING_DOCS[k] for sch, keys in SCHEDULES.items() for k in keys})
 #: The optimizer of a `run` without `:optimizer`.

@@ -43,6 +43,7 @@ from .pretrained import (content_hashes, export_mapping, export_params, frozen_p
                          nonfinite_param)
 from .report import Reporter
 from .resume import dropped_line, missing_rows_line, refuse_finished, resuming_line
+from .samples import open_samples
 from .run_dir import (claim_run_dir, open_checkpoints, outermost_missing, prepare_run_dir, refuse_resume_of_nothing,
                       remove_made)
 from .sharding import DataParallel, MeshError, run_devices
@@ -145,6 +146,7 @@ class Trainer:
         self.draw = None               # on the device: the first bad traced temperature (draw_check.py), or None
         self._finite = None
         self.feed: Prefetch | None = None   # the training batches, read ahead on a thread while `fit` runs
+        self.samples = None            # samples.SampleLog: `run`'s `:samples`, set by `train`
 
     def initial_state(self, load: bool = True) -> RunState:
         """Fresh parameters (pretrained ones loaded unless `load` is False: for shapes only), fresh
@@ -243,6 +245,8 @@ class Trainer:
                                                self._trip_hook(state.step), draw)
                 batch, draw = {**batch, **made}, g.draw
                 self.poll()
+            if group == 0 and self.samples is not None and self.samples.due(state.step + 1):   # samples.py
+                self.samples.take(state.step + 1, batch, self.layout.stack > 1)
             l, total, m, d, counters, bad = g.train_group(total, state.trainable, state.frozen, batch, rows,
                                                           counters, bad)
             losses += l
@@ -285,6 +289,8 @@ class Trainer:
                 batch = {**batch, **made}
                 if self.graphs.draw is not None:   # (the pass waits for its loss below anyway)
                     self.check_records(None, self.graphs.draw, ps.name)
+            if k == 0 and self.samples is not None:   # samples.py: every pass's first rows
+                self.samples.take(state.step, batch, False, ps.name)
             loss, metrics = fn(state.trainable, state.frozen, batch, rows, state.counters)
             for m, v in {"loss": float(loss), **{m: float(v) for m, v in metrics.items()}}.items():
                 sums[m] = sums.get(m, 0.0) + v
@@ -412,6 +418,8 @@ class Trainer:
             if after_step is not None:
                 after_step(state, row)
             self.completed = state
+            if self.samples is not None:   # samples.py: the rows whose copy has landed
+                self.samples.poll(state.step)
         self._write_rows(waiting, history, reporter, wait=True)
         self.settle()
         return state, history
@@ -509,6 +517,8 @@ def train(program: ir.Program, options: RunOptions, on_trip=None) -> RunResult:
         def save(s: RunState) -> None:
             trainer.settle()          # a NaN loss of any step so far is never checkpointed
             trainer.check_params(s)
+            if trainer.samples is not None:   # samples.py: every row up to the checkpoint is written first
+                trainer.samples.flush(s.step)
             store.save(s.step, _tree(s), s.records)
 
         def after_step(s: RunState, row) -> None:
@@ -517,6 +527,7 @@ def train(program: ir.Program, options: RunOptions, on_trip=None) -> RunResult:
 
         t0 = time.perf_counter()
         try:
+            trainer.samples = open_samples(program, options, trainer.steps, start, reporter)   # samples.py
             with StopSignals() as trainer.stop:
                 try:
                     state, history = trainer.fit(state, reporter, after_step)
@@ -556,6 +567,8 @@ def train(program: ir.Program, options: RunOptions, on_trip=None) -> RunResult:
         except (LoaderError, TokenFileError) as e:   # a read that failed during the run (the file changed under it)
             raise RunError(str(e)) from None
         finally:
+            if trainer.samples is not None:   # samples.py: the rows of the completed steps, then the file closed
+                trainer.samples.close(trainer.completed.step if trainer.completed is not None else None)
             reporter.close()
     finally:
         store.close()

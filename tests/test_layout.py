@@ -3,7 +3,7 @@ and the checker's modules and the language's schema stay small.
 
 Covered: every E-GEN-001..005 is given as the code of a diagnostic (a string literal passed to a
 call) in `sexpgpu_lang/check/generate.py` only, and every E-CONTRACT code of `diagnostics.CODES`
-in `sexpgpu_lang/check/contracts.py` only (a code compared or listed elsewhere, as
+in `sexpgpu_lang/check/contracts.py` only, every E-SAMPLE code in `check/samples.py` only (a code compared or listed elsewhere, as
 `diagnostics.CODES` and the quick fixes do, decides nothing); every special form of
 `language.SPECIAL_FORMS` has one rule in `check/infer.py`; and each module of `sexpgpu_lang/check/`
 and `sexpgpu_lang/language.py` has at most 800 lines (the other modules of `sexpgpu_lang` are
@@ -21,12 +21,12 @@ from sexpgpu_lang.language import SPECIAL_FORMS
 
 ROOT = Path(__file__).resolve().parents[1]
 LANG = ROOT / "sexpgpu_lang"
-CODE = re.compile(r"E-(GEN|CONTRACT)-\d{3}\Z")
+CODE = re.compile(r"E-(GEN|CONTRACT|SAMPLE)-\d{3}\Z")
 MAX_LINES = 800
 
 
 def decided_codes() -> dict[str, set[str]]:
-    """Each E-GEN and E-CONTRACT code given as a string literal argument of a call in `sexpgpu_lang`,
+    """Each E-GEN, E-CONTRACT and E-SAMPLE code given as a string literal argument of a call in `sexpgpu_lang`,
     with the modules (paths relative to the package) that give it."""
     out: dict[str, set[str]] = {}
     for path in sorted(LANG.rglob("*.py")):
@@ -51,6 +51,14 @@ def test_each_contract_code_is_decided_in_contracts_only():
     assert set(codes) == {c for c in CODES if c.startswith("E-CONTRACT-")}
     for code, where in codes.items():
         assert where == {"check/contracts.py"}, (code, where)
+
+
+def test_each_samples_code_is_decided_in_samples_only():
+    codes = {c: where for c, where in decided_codes().items() if c.startswith("E-SAMPLE-")}
+    assert set(codes) == {c for c in CODES if c.startswith("E-SAMPLE-")} == {"E-SAMPLE-001", "E-SAMPLE-002",
+                                                                             "E-SAMPLE-003"}
+    for code, where in codes.items():
+        assert where == {"check/samples.py"}, (code, where)
 
 
 def test_every_special_form_has_one_rule():

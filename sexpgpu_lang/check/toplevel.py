@@ -4,7 +4,7 @@
 for anything else, read as its near miss when there is one; E-NAME-002 for
 a second form of a kind a file has one of), checks them in the order the
 runtime runs them (`def`s, loaders, models, `run`, the generator,
-`prepare` and `objective`, the passes, the curriculum), reports the
+`prepare` and `objective`, the passes, the curriculum, `run`'s `:samples`), reports the
 required forms the file lacks (E-FORM-001) and builds the `CheckResult`.
 
 Imports nothing outside `sexpgpu_lang`; never JAX.
@@ -22,6 +22,7 @@ from .generate import top_generate
 from .models import build_model, collect_params, declare_model, top_model_binding
 from .phases import top_passes, top_train
 from .program import program
+from .samples import top_samples
 
 
 def check_file(ctx: CheckContext, build_ir: bool = True) -> CheckResult:
@@ -96,6 +97,7 @@ def _check_forms(ctx: CheckContext, build_ir: bool) -> CheckResult:
     prepare, objective = top_train(ctx, train, gen)
     passes = top_passes(ctx, train, gen)
     top_curriculum(ctx, train)
+    top_samples(ctx, train, gen)   # `run`'s `:samples`: names of the batch, so after the generator
     missing_forms(ctx)
     ctx.diags.sort(key=lambda d: (d.span.start, d.code))
     built = None

@@ -1,0 +1,142 @@
+"""`run`'s `:samples`: the tensors of the batch worth reading as text, checked once the generator is.
+
+`top_samples(ctx, train, gen)` reads `(run ... :samples (:every 10 :rows 4 :text [:answer] :values
+[:reward] :prompt 2 :tokenizer "tokenizer.json"))` after `top_generate`, since the names it may
+show are the batch's as `prepare` sees it: the training loader's fields and the generator's names.
+Every name shown gets its type noted for hover. It decides every E-SAMPLE code:
+
+- E-SAMPLE-001: a name the batch does not have (neither the loader nor the generator provides it);
+- E-SAMPLE-002: a `:text` tensor that is not integer (a tokenizer decodes token ids);
+- E-SAMPLE-003: a setting that does not fit its tensor (`:text` not `[B]` or `[B T]`, a `:prompt`
+  not shorter than a text row, `:rows` more than a tensor's rows, no name to show at all).
+
+The result is `ctx.run_ir` with an `ir.SamplesIR` (docs/metrics.md "Samples"). Imports nothing
+outside `sexpgpu_lang`; never JAX.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+
+from .. import ir
+from ..language import PLIST_KEYWORDS
+from ..syntax import Kw, ListNode, VecNode
+from ..types import TensorType, is_int
+from .context import CheckContext, near_miss
+from .keywords import const_int, const_value, keyword_args
+
+#: The defaults of `:every` and `:rows`.
+DEFAULT_EVERY, DEFAULT_ROWS = 10, 4
+#: The most rows a `:samples` may ask for: each is a line in the terminal and a row in samples.jsonl.
+MAX_ROWS = 64
+
+#: Loader sources whose `:tokenizer` decodes the run's token rows.
+TOKENIZED_SOURCES = ("text-tokens", "jsonl", "parquet")
+
+
+def _names(ctx: CheckContext, node, what: str) -> list[Kw]:
+    if isinstance(node, VecNode) and all(isinstance(i, Kw) for i in node.items):
+        return list(node.items)
+    ctx.err("E-FORM-002", node.span, f"`{what}` of `:samples` takes a vector of batch names like `[:answer]`")
+    return []
+
+
+def decoding(train: ir.LoaderIR, written: str | None, run_path: str) -> tuple:
+    """How `:text` rows become text (`ir.SamplesIR.decode`): the `:tokenizer` written in `:samples`
+    (relative to the run file), else the training loader's `:tokenizer` (relative to its file), else
+    bytes for `text-bytes`, else the ids."""
+    if written is not None:
+        return ("tokenizer", written, os.path.dirname(os.path.abspath(run_path)) if run_path else ".")
+    kind, args = train.source
+    if kind in TOKENIZED_SOURCES and args.get("tokenizer"):
+        return ("tokenizer", str(args["tokenizer"]), train.base_dir)
+    if kind == "text-bytes":
+        return ("bytes",)
+    return ("ids",)
+
+
+def top_samples(ctx: CheckContext, train: ir.LoaderIR | None, gen: ir.GenerateIR | None) -> None:
+    """Check `run`'s `:samples` against the batch (the training loader's fields and the generator's
+    names) and put its `ir.SamplesIR` into `ctx.run_ir`."""
+    forms = ctx.forms.get("run", [])
+    if not forms or train is None:
+        return
+    run_form = forms[0]
+    items = run_form.items
+    node = next((items[i + 1] for i in range(1, len(items) - 1)
+                 if isinstance(items[i], Kw) and items[i].name == "samples"), None)
+    if node is None:
+        return
+    if not isinstance(node, ListNode) or (node.items and not isinstance(node.items[0], Kw)):
+        ctx.err("E-FORM-002", node.span, "`:samples` takes a plist like `(:every 10 :rows 4 :text [:answer])`")
+        return
+    kws = keyword_args(ctx, node, 0, tuple(PLIST_KEYWORDS["samples"]), ":samples")
+    every = const_int(ctx, kws["every"][1], "`:every` of `:samples`", 1) if "every" in kws else DEFAULT_EVERY
+    rows = (const_int(ctx, kws["rows"][1], "`:rows` of `:samples`", 1, code="E-SAMPLE-003", maximum=MAX_ROWS,
+                      why=" (each row is a line in the terminal)") if "rows" in kws else DEFAULT_ROWS)
+    prompt = const_int(ctx, kws["prompt"][1], "`:prompt` of `:samples`", 1) if "prompt" in kws else None
+    written = None
+    if "tokenizer" in kws:
+        v = const_value(ctx, kws["tokenizer"][1])
+        if v is not None and not isinstance(v, str):
+            ctx.err("E-TYPE-003", kws["tokenizer"][1].span, "`:tokenizer` of `:samples` must be a string: "
+                    "the path of a tokenizer.json")
+        elif v is not None:
+            written = v
+    batch = dict(train.batch_type().entries)
+    made = dict(gen.out.entries) if gen is not None else {}
+    known = {**batch, **made}
+    ok = every is not None and rows is not None and ("prompt" not in kws or prompt is not None)
+    chosen: dict[str, list] = {"text": [], "values": []}
+    for key in ("text", "values"):
+        if key not in kws:
+            continue
+        for kw in _names(ctx, kws[key][1], f":{key}"):
+            t = known.get(kw.name)
+            if t is None:
+                hint = near_miss(kw.name, known)
+                ctx.err("E-SAMPLE-001", kw.span,
+                        f"the batch has no `:{kw.name}` to sample: neither loader `{train.name}` nor the "
+                        "generator provides it" + (f"; did you mean `:{hint}`?" if hint else ""),
+                        help="name a loader field or a name the generator's `:finish` returns: "
+                             + ", ".join(f"`:{n}`" for n in known),
+                        data={"replace": f":{hint}"} if hint else None)
+                ok = False
+                continue
+            ctx.note_type(kw, t)
+            if not isinstance(t, TensorType):
+                ok = False
+                continue
+            if key == "text" and not is_int(t.dtype):
+                ctx.err("E-SAMPLE-002", kw.span, f"`:{kw.name}` is {t.show()}, not token ids: a tokenizer decodes "
+                        "integer tensors", help=f"show it with `:values [:{kw.name}]`, or name the integer tokens "
+                        "(the ids an `argmax` or `categorical` gave)")
+                ok = False
+                continue
+            if key == "text" and len(t.shape) not in (1, 2):
+                ctx.err("E-SAMPLE-003", kw.span, f"`:{kw.name}` is {t.show()}: a `:text` tensor is `[B T]` (a row "
+                        "of tokens per record) or `[B]` (one token per record)",
+                        help="reshape it to `[B T]` in the generator's `:finish`")
+                ok = False
+                continue
+            if key == "text" and prompt is not None and len(t.shape) == 2 and prompt >= t.shape[1]:
+                ctx.err("E-SAMPLE-003", kws["prompt"][1].span, f"`:prompt {prompt}` leaves no completion in "
+                        f"`:{kw.name}`, whose rows have {t.shape[1]} tokens",
+                        help=f"give the prompt's length, less than {t.shape[1]}")
+                ok = False
+                continue
+            if rows is not None and t.shape and rows > t.shape[0]:
+                ctx.err("E-SAMPLE-003", kws["rows"][1].span, f"`:rows {rows}` is more than the {t.shape[0]} rows "
+                        f"of `:{kw.name}` ({t.show()})", help=f"ask for at most {t.shape[0]} rows")
+                ok = False
+                continue
+            chosen[key].append((kw.name, t.shape, t.dtype))
+    if "text" not in kws and "values" not in kws:
+        ctx.err("E-SAMPLE-003", node.span, "`:samples` shows nothing: name the tensors to show with `:text` "
+                "(token rows) or `:values` (numbers)", help="e.g. `(:every 10 :text [:answer] :values [:reward])`")
+        ok = False
+    if not ok or ctx.run_ir is None:
+        return
+    spec = ir.SamplesIR(every, rows, tuple(chosen["text"]), tuple(chosen["values"]),
+                        decoding(train, written, ctx.src.path), prompt)
+    ctx.run_ir = dataclasses.replace(ctx.run_ir, samples=spec)

@@ -1,0 +1,197 @@
+"""`run`'s `:samples` at run time (sexpgpu_runtime/samples.py) and `sexpgpu samples` (sexpgpu_cli/samples.py):
+greedy completions of a fixed model decoded exactly, a resume that keeps samples.jsonl exact, the
+decoders, the terminal's lines, TensorBoard's text, and one clear error for each bad input."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from helpers import ROOT, program_of, variant
+from sexpgpu_runtime.loaders import Loader
+from sexpgpu_runtime.params import init_params
+from sexpgpu_runtime.samples import SampleError, cut, markdown_table, row_line
+from sexpgpu_runtime.train import RunError, RunOptions, train
+
+SAMPLES = "(:every 3 :rows 3 :text [:sample] :values [:correct :stride] :prompt 2)"
+
+
+def text_with(samples: str = SAMPLES, extra: str = "", stack: str = "2") -> str:
+    text = variant("     :log (:every 50))", f"     :log (:every 50)\n     :samples {samples}{extra})")
+    text = variant(":stack 2", f":stack {stack}", text)
+    return text + "\n(pass held :loader train :every 4 :batches 1)\n"
+
+
+def run(text: str, run_dir: Path, steps: int, on_trip=None, **kw):
+    return train(program_of(text, str(run_dir / "run.sx")),
+                 RunOptions(steps=steps, run_dir=run_dir, quiet=True, **kw), on_trip=on_trip)
+
+
+def rows(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "samples.jsonl").read_text().splitlines()]
+
+
+def greedy(program, batch: dict) -> np.ndarray:
+    """tiny-generate's generator by hand, in numpy, at the initial parameters: each trip writes the argmax
+    of the logits at the column before it."""
+    trainable, frozen = init_params(program.params, program.run.seed)
+    p = {k: np.asarray(v) for k, v in {**trainable, **frozen}.items()}
+    row = np.array(batch["row"])
+    for at in range(2, 8):
+        h = np.maximum((p["embed"][row] + p["first"][row[:, :1]] + p["second"][row[:, 1:2]]) @ p["hidden"], 0)
+        row[:, at] = np.argmax(h @ p["out"], axis=-1)[:, at - 1]
+    return row
+
+
+def test_the_first_steps_rows_are_the_greedy_completions_of_the_initial_model(tmp_path):
+    # The generator's argmax at the parameters step 1 starts from: the rows are known exactly.
+    text = text_with()
+    program = program_of(text, str(tmp_path / "run.sx"))
+    run(text, tmp_path, steps=7)
+    got = rows(tmp_path)
+    first = Loader(program.loaders["train"], program.run.seed).batch(0)
+    want = greedy(program, first)
+    step1 = [r for r in got if r["step"] == 1]
+    assert [r["row"] for r in step1] == [0, 1, 2] and {r["pass"] for r in step1} == {"train"}
+    for r in step1:
+        i = r["row"]
+        assert r["fields"]["sample"] == {"prompt": " ".join(map(str, want[i, :2])),
+                                         "completion": " ".join(map(str, want[i, 2:]))}
+        assert r["fields"]["stride"] == int(first["stride"][i, 0])
+        truth = (want[i, 0] + np.arange(8) * first["stride"][i, 0]) % 16
+        assert r["fields"]["correct"] == pytest.approx(float(np.mean(want[i] == truth)))
+    # step 1, every 3 and the last; the pass at every 4 and the last, after its step's training rows
+    assert [(r["step"], r["pass"]) for r in got[::3]] == [(1, "train"), (3, "train"), (4, "held"), (6, "train"),
+                                                        (7, "train"), (7, "held")]
+
+
+def test_a_crash_and_a_resume_leave_samples_jsonl_as_the_uninterrupted_run_writes_it(tmp_path):
+    # Unstacked, two groups a step: the crash comes in step 11's second group, after its rows were
+    # gathered; they are never written, and the resume from step 8 writes 9-12 again, once.
+    text = text_with("(:every 1 :rows 2 :text [:sample] :values [:correct] :prompt 2)",
+                     "\n     :checkpoint (:every 4)", stack="1")
+    full = tmp_path / "full"
+    run(text, full, steps=12)
+    calls = []
+
+    def crash(step, trip):
+        calls.append(step)
+        if step == 10 and calls.count(10) == 7:   # the second group's first trip of step 11
+            raise KeyboardInterrupt
+
+    part = tmp_path / "part"
+    with pytest.raises((KeyboardInterrupt, RunError)):
+        run(text, part, steps=12, on_trip=crash)
+    assert max(r["step"] for r in rows(part)) == 10
+    run(text, part, steps=12, resume=True)
+    assert rows(part) == rows(full)
+    keys = [(r["step"], r["pass"], r["row"]) for r in rows(full)]
+    assert len(keys) == len(set(keys)) and {s for s, _, _ in keys} == set(range(1, 13))
+
+
+def test_a_run_without_samples_writes_no_file(tmp_path):
+    run(variant("", ""), tmp_path, steps=2)
+    assert not (tmp_path / "samples.jsonl").exists()
+
+
+def test_a_missing_tokenizer_is_one_error_naming_it(tmp_path):
+    text = text_with('(:text [:sample] :tokenizer "missing.json")')
+    with pytest.raises(SampleError) as e:
+        run(text, tmp_path, steps=2)
+    assert "`:samples`: no tokenizer file" in str(e.value) and "missing.json" in str(e.value)
+
+
+def test_the_decoders():
+    from sexpgpu_lang.ir import SamplesIR
+    from sexpgpu_runtime.samples import _decoder
+    assert _decoder(SamplesIR(1, 1, (), (), ("bytes",)), "")(list(b"def f():\n")) == "def f():\n"
+    assert _decoder(SamplesIR(1, 1, (), (), ("ids",)), "")([3, 4, 15]) == "3 4 15"
+
+
+def test_a_tokenizer_json_decodes_token_rows(tmp_path):
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+    from tokenizers.pre_tokenizers import WhitespaceSplit
+    from tokenizers.decoders import WordPiece
+    from sexpgpu_lang.ir import SamplesIR
+    from sexpgpu_runtime.samples import _decoder
+    tok = Tokenizer(WordLevel({"the": 0, "cat": 1, "sat": 2, "[UNK]": 3}, unk_token="[UNK]"))
+    tok.pre_tokenizer = WhitespaceSplit()
+    tok.decoder = WordPiece()
+    tok.save(str(tmp_path / "tok.json"))
+    decode = _decoder(SamplesIR(1, 1, (), (), ("tokenizer", "tok.json", str(tmp_path))), "")
+    assert decode([0, 1, 2]) == "the cat sat"
+
+
+def test_the_terminal_line_and_the_tensorboard_table():
+    row = {"step": 10, "pass": "train", "row": 0,
+           "fields": {"answer": {"prompt": "3 4", "completion": "5 6\n7"}, "reward": 0.5, "v": [1, 2, 3]}}
+    assert row_line(row) == "step 10 train #0  answer 3 4▸5 6⏎7  reward 0.5  v [1 2 3]"
+    assert cut("abcdef", 4) == "abc…" and cut("abc", 4) == "abc"
+    assert markdown_table([row]).splitlines() == ["| row | answer | reward | v |", "|---|---|---|---|",
+                                                  "| 0 | 3 4▸5 6⏎7 | 0.5 | [1 2 3] |"]
+
+
+def test_plain_output_shows_each_row_on_its_own_line_at_the_interval(tmp_path):
+    sx = tmp_path / "t.sx"
+    sx.write_text(text_with("(:every 2 :rows 2 :text [:sample] :prompt 2)"))
+    out = subprocess.run([sys.executable, "-m", "sexpgpu_cli.main", "run", str(sx), "--steps", "3", "--no-progress"],
+                         capture_output=True, text=True, cwd=tmp_path, env={**os.environ, "COLUMNS": "40"})
+    assert out.returncode == 0, out.stderr
+    lines = [ln for ln in out.stderr.splitlines() if ln.startswith("step ") and " #" in ln]
+    assert [ln.split()[1] for ln in lines] == ["1", "1", "2", "2", "3", "3", "3", "3"]
+    assert all(len(ln) <= 40 for ln in lines) and lines[0].startswith("step 1 train #0  sample ")
+
+
+# -- sexpgpu samples ------------------------------------------------------------------------------
+def cli(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "sexpgpu_cli.main", "samples", *args], capture_output=True, text=True,
+                          cwd=cwd, env={**os.environ, "COLUMNS": "200"})
+
+
+def write(path: Path, rows_: list[dict], tail: str = "") -> None:
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows_) + tail)
+
+
+ROWS = [{"step": s, "pass": p, "row": i, "fields": {"answer": {"prompt": "ab", "completion": f"c{s}{i}"}, "r": 0.25}}
+        for s, p in ((1, "train"), (2, "train"), (2, "held")) for i in range(2)]
+
+
+def test_samples_prints_the_table_newest_first_and_filters(tmp_path):
+    write(tmp_path, ROWS)
+    out = cli(str(tmp_path))
+    assert out.returncode == 0, out.stderr
+    body = [ln for ln in out.stdout.splitlines() if "│" in ln]
+    assert [ln.split("│")[1].strip() for ln in body] == ["2", "2", "2", "2", "1", "1"]
+    assert "ab▸c21" in out.stdout and "0.25" in out.stdout
+    out = cli(str(tmp_path), "--step", "2", "--pass", "held")
+    body = [ln for ln in out.stdout.splitlines() if "│" in ln]
+    assert len(body) == 2 and all("held" in ln for ln in body)
+
+
+def test_a_torn_last_line_is_skipped(tmp_path):
+    write(tmp_path, ROWS, tail='{"step": 3, "pa')
+    out = cli(str(tmp_path))
+    assert out.returncode == 0 and "6 rows" in out.stdout, out.stderr
+
+
+@pytest.mark.parametrize("setup, message", [
+    (lambda d: None, "no run dir {d}/nope"),
+    (lambda d: (d / "nope").mkdir(), "{d}/nope has no samples.jsonl: the run file's `run` has no `:samples`"),
+    (lambda d: write(d / "nope", [ROWS[0], {"step": "x"}, ROWS[1]]),
+     "{d}/nope/samples.jsonl:2 is corrupt: not a samples row"),
+    (lambda d: write(d / "nope", ROWS), "{d}/nope/samples.jsonl has no rows of step 9; it has steps 1, 2 and passes "
+                                        "`held`, `train`"),
+])
+def test_each_bad_run_dir_is_one_line(tmp_path, setup, message):
+    setup(tmp_path)
+    out = cli(str(tmp_path / "nope"), *(["--step", "9"] if "step 9" in message else []))
+    assert out.returncode == 1 and out.stdout == ""
+    assert len(out.stderr.splitlines()) == 1, out.stderr
+    assert out.stderr.startswith("sexpgpu: error: " + message.format(d=tmp_path)), out.stderr

@@ -1,0 +1,81 @@
+"""`run`'s `:samples` in the checker (sexpgpu_lang/check/samples.py): the IR it builds, hover on a named
+tensor, and one clear diagnostic per mistake (E-SAMPLE-001..003, E-FORM-002, E-NAME-003)."""
+from __future__ import annotations
+
+import pytest
+
+from helpers import cursor, variant
+from sexpgpu_lang import analyze, ide
+
+LOG = "     :log (:every 50))"
+
+
+def with_samples(samples: str, text: str | None = None) -> str:
+    return variant(LOG, "     :log (:every 50)\n     :samples " + samples + ")", text)
+
+
+def errors(text: str) -> list[tuple[str, str]]:
+    return [(d.code, d.message) for d in analyze(text, "case.sx").diagnostics if d.severity <= 2]
+
+
+def test_the_ir_holds_each_named_tensor_with_its_batch_shape_and_dtype():
+    res = analyze(with_samples("(:every 5 :rows 3 :text [:sample :row] :values [:correct] :prompt 2)"), "case.sx")
+    assert res.program is not None, [d.message for d in res.diagnostics]
+    s = res.program.run.samples
+    assert (s.every, s.rows, s.prompt) == (5, 3, 2)
+    assert s.text == (("sample", (64, 8), "i32"), ("row", (64, 8), "i32"))
+    assert s.values == (("correct", (64, 1), "f32"),)
+    assert s.decode == ("ids",)   # stride-rows: no tokenizer, no bytes
+
+
+def test_defaults_and_a_run_without_samples():
+    assert analyze(variant("", ""), "case.sx").program.run.samples is None
+    s = analyze(with_samples("(:text [:sample])"), "case.sx").program.run.samples
+    assert (s.every, s.rows, s.prompt, s.values) == (10, 4, None, ())
+
+
+def test_the_decoding_follows_the_training_loader_and_a_written_tokenizer_wins(tmp_path):
+    from sexpgpu_lang.check.samples import decoding
+    from sexpgpu_lang.ir import LoaderIR
+    from sexpgpu_lang.source import Span
+
+    def loader(kind, **args):
+        return LoaderIR("train", (kind, args), 4, (("x", (8,), "i32"),), Span(0, 0), base_dir="/data")
+    assert decoding(loader("text-bytes", glob="*.py"), None, "run.sx") == ("bytes",)
+    assert decoding(loader("text-tokens", glob="*.txt", tokenizer="tok.json"), None, "run.sx") == \
+        ("tokenizer", "tok.json", "/data")
+    assert decoding(loader("jsonl", path="p.jsonl"), None, "run.sx") == ("ids",)   # ids in the file: no tokenizer
+    assert decoding(loader("text-bytes"), "tok.json", str(tmp_path / "run.sx")) == \
+        ("tokenizer", "tok.json", str(tmp_path))
+
+
+def test_hover_on_a_sampled_name_shows_its_shape_and_dtype():
+    text = with_samples("(:every 10 :text [:sample] :values [:correct])")
+    ix, offset = cursor(":values [:correct]", ":values [:cor$0rect]", text)
+    assert ":correct [64 1] f32" in ide.hover(ix, offset).markdown
+    ix, offset = cursor(":text [:sample]", ":text [:sam$0ple]", text)
+    assert ":sample [64 8] i32" in ide.hover(ix, offset).markdown
+
+
+@pytest.mark.parametrize("samples, code, piece", [
+    ("(:text [:lable])", "E-SAMPLE-001", "the batch has no `:lable` to sample: neither loader `train` nor the "
+                                         "generator provides it; did you mean `:label`?"),
+    ("(:values [:nothing])", "E-SAMPLE-001", "the batch has no `:nothing`"),
+    ("(:text [:correct])", "E-SAMPLE-002", "`:correct` is [64 1] f32, not token ids"),
+    ("(:text [:sample] :prompt 8)", "E-SAMPLE-003", "`:prompt 8` leaves no completion in `:sample`"),
+    ("(:text [:sample] :rows 65)", "E-SAMPLE-003", "`:rows` of `:samples` must be at most 64"),
+    ("(:values [:sample] :rows 2 :every 0)", "E-TYPE-003", "`:every` of `:samples` must be 1 or more"),
+    ("(:every 10)", "E-SAMPLE-003", "`:samples` shows nothing"),
+    ("(:text :sample)", "E-FORM-002", "takes a vector of batch names"),
+    ("(:txt [:sample])", "E-NAME-003", "`:samples` has no keyword `:txt`; did you mean `:text`?"),
+    ("10", "E-FORM-002", "`:samples` takes a plist"),
+])
+def test_each_mistake_is_one_error(samples, code, piece):
+    got = errors(with_samples(samples))
+    assert len(got) == 1 and got[0][0] == code and piece in got[0][1], got
+
+
+def test_rows_more_than_a_tensor_has():
+    text = variant(":batch 64", ":batch 2")
+    got = errors(with_samples("(:text [:sample] :rows 3)", text))
+    assert got == [("E-SAMPLE-003", "`:rows 3` is more than the 2 rows of `:sample` ([2 8] i32)")], got
