@@ -153,6 +153,18 @@ def test_comments_and_layout_keep_the_identity(full):
         run(reformatted, full[1], resume=True)
 
 
+def test_samples_keep_the_identity(full):
+    # `:samples` changes what the run shows, not what it trains: adding it keeps the checkpoint's run.
+    shown = TEXT.replace("(run :loader train", "(run :samples (:every 5 :values [:correct]) :loader train", 1)
+    assert shown != TEXT
+    assert program_of(shown).identity == program_of(TEXT).identity
+    assert program_of(shown).identity_apart_from_steps == program_of(TEXT).identity_apart_from_steps
+    with pytest.raises(RunFinished, match=f"finished at step {STEPS} of {STEPS}"):
+        run(shown, full[1], resume=True)
+    other = TEXT.replace(":seed 0", ":seed 1", 1)
+    assert program_of(other).identity != program_of(TEXT).identity
+
+
 def test_fresh_run_into_a_dir_with_checkpoints_is_refused(full):
     with pytest.raises(RunError, match="already holds checkpoints of this run .*--resume"):
         run(TEXT, full[1])

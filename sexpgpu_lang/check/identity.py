@@ -18,10 +18,16 @@ from _blake2 import blake2s
 from ..syntax import Kw, ListNode, Num, ParseResult, Str, Sym, VecNode
 
 
+#: `run` settings that change what a run shows, not what it trains: left out of every identity, so
+#: a resume may add or change them (`:samples`, the rows written to samples.jsonl).
+SHOWN_ONLY = ("samples",)
+
+
 def identity(parsed: ParseResult, apart_from_steps: bool = False) -> str:
     """A hash of the file's forms, not its comments or layout (a checkpoint's identity with the seed).
-    With `apart_from_steps`, the `run` form's `:steps` and its value are left out: two files with
-    this hash equal differ in `:steps` at most (what a resume's message says, checkpoint.py)."""
+    The `run` form's `SHOWN_ONLY` settings are left out. With `apart_from_steps`, its `:steps` and
+    its value are left out too: two files with this hash equal differ in `:steps` at most (what a
+    resume's message says, checkpoint.py)."""
     def canon(n):
         if isinstance(n, ListNode):
             return "(" + " ".join(canon(i) for i in n.items) + ")"
@@ -37,12 +43,13 @@ def identity(parsed: ParseResult, apart_from_steps: bool = False) -> str:
             return repr(n.value)
         return "?"
 
+    left_out = SHOWN_ONLY + (("steps",) if apart_from_steps else ())
+
     def top(form):
-        if apart_from_steps and isinstance(form, ListNode) and form.items and isinstance(form.items[0], Sym) \
-                and form.items[0].name == "run":
+        if isinstance(form, ListNode) and form.items and isinstance(form.items[0], Sym) and form.items[0].name == "run":
             items = form.items
-            steps = [i for i, item in enumerate(items[:-1]) if isinstance(item, Kw) and item.name == "steps"]
-            skip = {j for i in steps for j in (i, i + 1)}
+            keys = [i for i, item in enumerate(items[:-1]) if isinstance(item, Kw) and item.name in left_out]
+            skip = {j for i in keys for j in (i, i + 1)}
             return "(" + " ".join(canon(item) for i, item in enumerate(items) if i not in skip) + ")"
         return canon(form)
     import hashlib
