@@ -66,6 +66,6 @@ def register(server) -> None:
         only = params.context.only if params.context else None
         if only and not any(str(k).startswith("quickfix") for k in only):
             return []
-        related = ls.config.related_pushed if ls.config.push else ls.config.related_pulled
-        return [convert.to_lsp_code_action(doc.positions, doc.uri, f, related)
+        style = ls.config.diagnostic_style(pulled=not ls.config.push)
+        return [convert.to_lsp_code_action(doc.positions, doc.uri, f, *style)
                 for f in ide.quick_fixes(doc.index, doc.span)]

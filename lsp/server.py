@@ -119,7 +119,7 @@ class SexpServer(LanguageServer):
         doc = analysis.document
         pm = doc.positions(self.encoding)
         diags = to_lsp_diagnostics(pm, doc.uri, analysis.result.diagnostics, analysis.failure,
-                                   self.config.related_pushed)
+                                   *self.config.diagnostic_style(pulled=False))
         self.text_document_publish_diagnostics(
             types.PublishDiagnosticsParams(uri=doc.uri, diagnostics=diags, version=doc.version))
 

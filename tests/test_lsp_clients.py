@@ -132,9 +132,17 @@ def test_help_in_the_message_for_a_client_without_related_information(eglot):
     assert help_line.startswith("help: ") and "i32" in help_line
 
 
+def start_as(name: str, capabilities: dict) -> RawClient:
+    c = RawClient()
+    c.request("initialize", {"processId": None, "rootUri": None, "capabilities": capabilities,
+                             "clientInfo": {"name": name, "version": "1"}})
+    c.send("initialized", {}, request=False)
+    return c
+
+
 def test_markdown_and_related_information_for_a_client_that_declares_them():
-    c = start({"textDocument": {"hover": {"contentFormat": ["markdown", "plaintext"]},
-                                "publishDiagnostics": {"relatedInformation": True}}})
+    c = start_as("Visual Studio Code", {"textDocument": {"hover": {"contentFormat": ["markdown", "plaintext"]},
+                                                         "publishDiagnostics": {"relatedInformation": True}}})
     try:
         [d] = open_doc(c, "file:///work/cast.sx", CAST)["params"]["diagnostics"]
         assert "\n" not in d["message"]
@@ -166,3 +174,18 @@ def test_stderr_stays_quiet_for_ordinary_protocol_events():
     stderr = c.close()
     assert stderr == "", stderr
     assert not [m for m in c.messages if m.get("method") in ("window/showMessage", "window/logMessage")]
+
+
+@pytest.mark.parametrize("name", ["Neovim", None])
+def test_help_in_the_message_for_a_client_not_known_to_show_related_information(name):
+    """Neovim (0.7 to 0.11) declares `relatedInformation` and shows only the message
+    (issue 33): the help ends the message; the related places are still sent."""
+    caps = {"textDocument": {"publishDiagnostics": {"relatedInformation": True}}}
+    c = start_as(name, caps) if name else start(caps)
+    try:
+        [d] = open_doc(c, "file:///work/cast.sx", CAST)["params"]["diagnostics"]
+        first, help_line = d["message"].split("\n")
+        assert first.startswith("`:step` returns `:row` as") and help_line.startswith("help: cast it back")
+        assert [r["message"] for r in d["relatedInformation"]] == ["`:init` made `:row` here"]
+    finally:
+        c.close()

@@ -130,6 +130,23 @@ def test_markup_and_related_information_follow_the_client(formats, markdown):
     assert config.related_pulled == (not markdown)
 
 
+@pytest.mark.parametrize("name,shown", [
+    ("Visual Studio Code", True), ("code-server", True), ("Code - OSS", True), ("VSCodium", True),
+    ("Neovim", False), ("Emacs", False), (None, False),
+])
+def test_the_help_goes_in_related_information_only_for_a_client_known_to_show_it(name, shown):
+    td = types.TextDocumentClientCapabilities(
+        publish_diagnostics=types.PublishDiagnosticsClientCapabilities(related_information=True))
+    info = types.ClientInfo(name=name) if name else None
+    config = ServerConfig.from_initialize(types.InitializeParams(
+        capabilities=types.ClientCapabilities(text_document=td), client_info=info))
+    assert config.diagnostic_style(pulled=False) == (True, not shown)
+    td.publish_diagnostics = types.PublishDiagnosticsClientCapabilities(related_information=False)
+    config = ServerConfig.from_initialize(types.InitializeParams(
+        capabilities=types.ClientCapabilities(text_document=td), client_info=info))
+    assert config.diagnostic_style(pulled=False) == (False, True)
+
+
 def test_guard_logs_and_answers_emptily():
     logged = []
 
