@@ -189,3 +189,21 @@ def test_help_in_the_message_for_a_client_not_known_to_show_related_information(
         assert [r["message"] for r in d["relatedInformation"]] == ["`:init` made `:row` here"]
     finally:
         c.close()
+
+
+def test_a_request_whose_params_do_not_parse_is_answered_with_invalid_params(eglot):
+    """JSON-RPC 2.0: error -32602 under the request's id (issue 33: pygls showed a
+    message and never answered, so Neovim waited 15 s); the server goes on."""
+    text = fixture_text()
+    uri = "file:///work/bad-params.sx"
+    open_doc(eglot, uri, text)
+    before = len([m for m in eglot.messages if m.get("method") == "window/showMessage"])
+    got = eglot.request("textDocument/hover", {"textDocument": {"uri": uri}, "position": {"line": "three"}})
+    assert got["error"]["code"] == -32602, got
+    assert got["error"]["message"].startswith("invalid params for textDocument/hover: "), got
+    got = eglot.request("textDocument/completion", {"textDocument": uri})
+    assert got["error"]["code"] == -32602, got
+    assert eglot.request("textDocument/hover", {"textDocument": {"uri": uri},
+                                                "position": pos(text, "(cast trip", 1)})["result"]
+    assert len([m for m in eglot.messages if m.get("method") == "window/showMessage"]) == before
+    assert "Traceback" not in eglot.stderr.decode()
