@@ -229,6 +229,16 @@ def to_lsp_highlights(pm: PositionMap, refs: list[ide.Ref]) -> list[types.Docume
             for r in refs]
 
 
+_UNSENDABLE = re.compile("[\x00\ud800-\udfff]")
+
+
+def sendable(text: str) -> bool:
+    """Whether a client can take `text` in an edit: no NUL (Emacs's JSON parser
+    refuses `\\u0000` and with it the whole reply) and no lone surrogate (not
+    text in UTF-8, JSON-RPC's encoding)."""
+    return _UNSENDABLE.search(text) is None
+
+
 def to_lsp_text_edits(pm: PositionMap, edits) -> list[types.TextEdit]:
     """Edits as TextEdits (ranges in the text the edits apply to)."""
     return [types.TextEdit(range=pm.range(e.span), new_text=e.text) for e in edits]

@@ -272,6 +272,20 @@ async def test_formatting_whole_and_range(client: LanguageClient):
     assert apply_edits(messy, edits) == "(def vocab   16)\n\n\n\n(def seq\n  8)\n(def dim (* vocab\n    seq))\n"
 
 
+async def test_formatting_answers_the_changed_lines_and_never_a_nul(client: LanguageClient):
+    """Minimal edits (issue 33): lines the layout keeps are not sent back, so a NUL in a
+    comment there does not travel (eglot refuses a reply holding one); a changed line
+    holding a NUL is edited around it."""
+    messy = "(def vocab   16)\n; keep \x00 this\n(def seq 8)\n(def dim (* vocab\n ; a \x00 b\n    seq))\n"
+    doc = open_doc(client, messy)
+    opts = types.FormattingOptions(tab_size=2, insert_spaces=True)
+    edits = await client.text_document_formatting_async(types.DocumentFormattingParams(text_document=doc.id, options=opts))
+    assert apply_edits(messy, edits) == format_text(messy)
+    assert not any("\x00" in e.new_text for e in edits), edits
+    assert all(e.range.start.line != 1 and e.range.start.line != 2 for e in edits), edits  # unchanged lines
+    assert [(e.range.start.line, e.range.end.line) for e in edits][0] == (0, 1)  # the first line, whole
+
+
 async def test_code_action_replaces_a_near_miss(client: LanguageClient):
     doc = open_doc(client, variant("(argmax (model row))", "(argmx (model row))"))
     got = await published(client, doc.uri, 1)
