@@ -16,7 +16,7 @@ import pytest
 from lsprotocol import types
 from pytest_lsp import LanguageClient, client_capabilities
 
-from helpers import fixture_text, variant
+from helpers import ROOT, fixture_text, variant
 from lsp_client import Doc, apply_edits, client_fixture, published
 from sexpgpu_lang import analyze
 from sexpgpu_lang.format import format_text
@@ -181,6 +181,20 @@ async def test_signature_help(client: LanguageClient):
     assert sig.label == "(take x indices :axis 0)"
     s, e = sig.parameters[help_.active_parameter].label
     assert sig.label[s:e] == "indices"
+
+
+@pytest.mark.parametrize("delta,active", [(len("(repeat block layers :remat :dots"), ":remat policy"),
+                                          (len("(repeat bl"), "model"), (len("(repeat block la"), "n")])
+async def test_signature_help_inside_a_repeat_entry(client: LanguageClient, delta, active):
+    """Inside `(repeat block layers :remat ...)` in `:params`: the entry's signature,
+    not the enclosing `defmodel`'s (issue 33)."""
+    doc = open_doc(client, (ROOT / "examples" / "llama.sx").read_text())
+    help_ = await client.text_document_signature_help_async(types.SignatureHelpParams(
+        text_document=doc.id, position=doc.at("(repeat block layers :remat :dots-saveable)", delta)))
+    sig = help_.signatures[help_.active_signature]
+    assert sig.label == "(repeat model n :remat policy)"
+    s, e = sig.parameters[help_.active_parameter].label
+    assert sig.label[s:e] == active
 
 
 async def test_semantic_tokens(client: LanguageClient):
