@@ -292,11 +292,14 @@ def to_lsp_completions(pm: PositionMap, result: ide.Completions, markdown: bool 
     return types.CompletionList(is_incomplete=False, items=items)
 
 
-def to_lsp_signature_help(sig: ide.Signature) -> types.SignatureHelp:
+def to_lsp_signature_help(sig: ide.Signature, markdown: bool = True) -> types.SignatureHelp:
     """One signature; parameters as [start, end) offsets into its label. The
-    labels are ASCII, so code points and every encoding's units agree."""
+    labels are ASCII, so code points and every encoding's units agree. Its
+    documentation is Markdown, or plain text when `markdown` is False (the
+    client's `signatureInformation.documentationFormat`)."""
     params = [types.ParameterInformation(label=(s, e)) for s, e in sig.params]
-    info = types.SignatureInformation(label=sig.label, documentation=sig.doc or None, parameters=params,
+    doc = to_markup(sig.doc, markdown) if sig.doc else None
+    info = types.SignatureInformation(label=sig.label, documentation=doc, parameters=params,
                                       active_parameter=sig.active)
     return types.SignatureHelp(signatures=[info], active_signature=0, active_parameter=sig.active)
 

@@ -207,3 +207,20 @@ def test_a_request_whose_params_do_not_parse_is_answered_with_invalid_params(egl
                                                 "position": pos(text, "(cast trip", 1)})["result"]
     assert len([m for m in eglot.messages if m.get("method") == "window/showMessage"]) == before
     assert "Traceback" not in eglot.stderr.decode()
+
+
+def test_plain_text_signature_help_and_completion_documentation_for_eglot(eglot):
+    """eglot 1.9 names no `documentationFormat` for completion or signature help: both
+    come as plain text, without backticks (issue 33), as its hovers do."""
+    text = fixture_text()
+    uri = "file:///work/plain.sx"
+    open_doc(eglot, uri, text)
+    got = eglot.request("textDocument/signatureHelp", {"textDocument": {"uri": uri},
+                                                       "position": pos(text, "(cast trip :i32)", len("(cast tr"))})
+    [sig] = got["result"]["signatures"]
+    assert sig["label"] == "(cast x :dtype)"
+    assert sig["documentation"]["kind"] == "plaintext" and "`" not in sig["documentation"]["value"], sig
+    got = eglot.request("textDocument/completion", {"textDocument": {"uri": uri},
+                                                    "position": pos(text, "(cast trip :i32)", 1)})
+    docs = [i["documentation"] for i in got["result"]["items"] if i.get("documentation")]
+    assert docs and all(d["kind"] == "plaintext" and "`" not in d["value"] for d in docs), docs[:3]
