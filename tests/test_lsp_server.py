@@ -311,6 +311,26 @@ async def test_code_action_replaces_a_near_miss(client: LanguageClient):
     assert analyze(apply_edits(doc.text, action.edit.changes[doc.uri])).diagnostics == []
 
 
+@pytest.mark.parametrize("parens", ["\n                  )))", "\n)))", ")))"])
+async def test_the_fix_returning_a_dropped_key_lands_under_the_first_key(client: LanguageClient, parens):
+    """E-GEN-002 for a dropped `:stride`: "return `:stride` unchanged" puts it under `:row`,
+    also when the list's closing brackets stand on a line of their own (issue 33)."""
+    doc = open_doc(client, variant("\n                  :stride (getf state :stride))))", parens))
+    [d] = (await published(client, doc.uri, 1)).diagnostics
+    actions = await client.text_document_code_action_async(types.CodeActionParams(
+        text_document=doc.id, range=d.range, context=types.CodeActionContext(diagnostics=[d])))
+    [action] = [a for a in actions if a.title == "return `:stride` unchanged"]
+    fixed = apply_edits(doc.text, action.edit.changes[doc.uri])
+    assert analyze(fixed).diagnostics == []
+    lines = fixed.split("\n")
+    row = next(i for i, line in enumerate(lines) if "(list :row (where" in line)
+    if parens.startswith("\n"):
+        assert lines[row + 1] == " " * lines[row].index(":row") + ":stride (getf state :stride)", lines[row:row + 3]
+        assert lines[row + 2] == parens[1:], lines[row:row + 3]  # the brackets stay on their line
+    else:
+        assert lines[row].endswith(":stride (getf state :stride))))"), lines[row]
+
+
 @pytest.mark.parametrize("old,new,code,title", [
     ("(list :sample row", "(metric :acc (mean (cast (= row truth) :f32)))\n              (list :sample row",
      "E-GEN-004", "return `:acc` from the generator and report it from `objective`"),
