@@ -214,6 +214,26 @@ async def test_semantic_tokens(client: LanguageClient):
     assert ("student", "class") in decoded and (":i32", "type") in decoded
 
 
+async def test_semantic_tokens_of_standard_library_layers_and_repeat(client: LanguageClient):
+    """`llama-block` (prelude.sx) is a `function` of the `defaultLibrary`, as operations
+    are; `repeat` in `:params` is a keyword of the language (issue 33)."""
+    doc = open_doc(client, (ROOT / "examples" / "llama.sx").read_text())
+    legend = client.server_capabilities.semantic_tokens_provider.legend  # type: ignore[attr-defined]
+    data = (await client.text_document_semantic_tokens_full_async(
+        types.SemanticTokensParams(text_document=doc.id))).data
+    line = char = 0
+    decoded = {}
+    lines = doc.text.split("\n")
+    for i in range(0, len(data), 5):
+        dl, dc, length, kind, mods = data[i:i + 5]
+        line, char = line + dl, (char + dc if dl == 0 else dc)
+        decoded.setdefault(lines[line][char:char + length], set()).add(
+            (legend.token_types[kind], tuple(m for b, m in enumerate(legend.token_modifiers) if mods >> b & 1)))
+    assert decoded["llama-block"] == {("function", ("defaultLibrary",))}
+    assert decoded["rms-norm"] == {("function", ("defaultLibrary",))}
+    assert decoded["repeat"] == {("keyword", ())}
+
+
 # --------------------------------------------------------------------------- navigation
 
 
