@@ -104,6 +104,12 @@ def test_eglot_shows_diagnostics_hover_fix_completion_and_formatting(tmp_path):
     assert result["hover"].startswith("trip: [] i64"), result["hover"]
     assert "`" not in result["hover"], result["hover"]
 
+    # eldoc shows the signature of the call and the hover together (issue 33): the
+    # documented mode composes eldoc's sources, where eglot's strategy shows one.
+    assert result["eldoc_strategy"] == "eldoc-documentation-compose", result
+    shown = "\n".join(result["eldoc"])
+    assert "(cast x :dtype)" in shown and "trip: [] i64" in shown, result["eldoc"]
+
     # The quick fix removes the cast, and the diagnostics go.
     assert result["fixed_line"].strip() == "(list :row (where (= column at) guess row)"
 
