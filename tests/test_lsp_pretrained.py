@@ -139,3 +139,29 @@ def test_a_pipe_named_as_the_checkpoint_is_refused_without_waiting_for_a_writer(
         got = analyze(text, str(tmp_path / "run.sx"), read_files=read_files).diagnostics
         assert [(d.code, d.message) for d in got] == [
             ("E-MODEL-003", "cannot use `pipe.safetensors`: it is neither a file nor a directory")]
+
+
+MAPPING = ':names (:embed "model.embed.weight" :out (transpose "lm_head.weight"))'
+
+
+@pytest.mark.asyncio(loop_scope="module")
+@pytest.mark.parametrize("written,at,labels", [
+    (":names :", ":names :", [":gpt2", ":llama"]),
+    (':names ()', ':names (', [":embed", ":out"]),
+    (':names (:embed "model.embed.weight" :)', '"model.embed.weight" :', [":out"]),
+    (':names (:embed )', ':names (:embed ', ['"lm_head.weight"', '"model.embed.weight"']),
+    (':names (:embed "model.embed.weight" :out (transpose ))', '(transpose ',
+     ['"lm_head.weight"', '"model.embed.weight"']),
+])
+async def test_completion_in_pretrained_names(client: LanguageClient, tmp_path, written, at, labels):
+    """After `:names`, the standard library's mappings; in a mapping being written, the
+    parameters not mapped yet as keys and the checkpoint's tensor names as sources (issue 33)."""
+    write_hf(tmp_path / "hf", GOOD)
+    doc = Doc(client, (tmp_path / "run.sx").as_uri(), RUN.replace("PATH", "hf").replace(MAPPING, written))
+    await published(client, doc.uri, 1)
+    got = await client.text_document_completion_async(types.CompletionParams(
+        text_document=doc.id, position=doc.at(at, len(at))))
+    assert [i.label for i in got.items] == labels
+    if labels[0].startswith('"'):
+        assert got.items[0].detail == "[16 64] f32"
+    doc.close()
