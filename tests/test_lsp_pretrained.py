@@ -165,3 +165,28 @@ async def test_completion_in_pretrained_names(client: LanguageClient, tmp_path, 
     if labels[0].startswith('"'):
         assert got.items[0].detail == "[16 64] f32"
     doc.close()
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_hover_shows_the_checkpoint_behind_a_pretrained_model(client: LanguageClient, tmp_path):
+    """Hover on a parameter: the tensor it is read from, its file shape and dtype and the cast
+    on load; on the path, the files it resolved to; on a mapping's key and source, what each
+    maps (issue 33)."""
+    (tmp_path / "hf").mkdir()
+    save_file({n: np.zeros(s, np.float16) for n, s in GOOD.items()}, str(tmp_path / "hf" / "model.safetensors"))
+    text = RUN.replace("PATH", "hf").replace(":names (", ":file-dtype :f16 :names (")
+    doc = Doc(client, (tmp_path / "run.sx").as_uri(), text)
+    assert (await published(client, doc.uri, 1)).diagnostics == ()
+
+    async def hover(needle: str, delta: int) -> str:
+        got = await client.text_document_hover_async(types.HoverParams(text_document=doc.id,
+                                                                       position=doc.at(needle, delta)))
+        return got.contents.value
+
+    assert "from checkpoint `hf`: `model.embed.weight` [16 64] f16 → f32" in await hover(":params (:embed", 10)
+    assert "from checkpoint `hf`: `lm_head.weight` [16 64] f16 → f32" in await hover("(getf self :out)", 12)
+    assert await hover('"hf"', 1) == "checkpoint `hf`: 2 tensors in 1 file: `hf/model.safetensors`"
+    assert await hover(":names (:embed", 9) == \
+        "parameter `embed` of `teacher`, read from `model.embed.weight` [16 64] f16 → f32"
+    assert await hover('"lm_head.weight"', 2) == "tensor `lm_head.weight` [16 64] f16 in `hf/model.safetensors` into `out`"
+    doc.close()

@@ -45,6 +45,7 @@ class Checkpoint:
     file_dtype: str | None
     reads: dict[str, tuple[str, tuple[tuple[str, tuple[int, ...]], ...]]]   # param path -> (dtype, reads)
     params: tuple[str, ...] = ()   # every parameter path below the model, mapped or not
+    owners: dict[str, str] = field(default_factory=dict)   # param path -> the model whose `:params` names it
     header: dict[str, tuple[tuple[int, ...], str, str]] | None = None
 
 

@@ -152,7 +152,8 @@ def check_pretrained(ctx: CheckContext) -> None:
         names = spec[1] if spec is not None else None
         seen = ctx.facts.checkpoints[name] = Checkpoint(
             name, rel, full, file_dtype, {r: (p.dtype, tuple(reads)) for p, r, _, reads in todo or ()},
-            tuple(".".join(p.path[len(prefix):]) for p in ctx.params if p.path[:len(prefix)] == prefix))
+            tuple(".".join(p.path[len(prefix):]) for p in ctx.params if p.path[:len(prefix)] == prefix),
+            _owners(ctx, prefix))
         if todo is None:
             if ctx.read_files and os.path.exists(full):   # the tensor names, for completing the mapping
                 from ..checkpoint_files import SourceError, tensors
@@ -168,6 +169,13 @@ def check_pretrained(ctx: CheckContext) -> None:
             continue
         if _compare(ctx, name, rel, full, base, todo, names is not None, file_dtype, node):
             ctx.pretrained_files.append(record)
+
+
+def _owners(ctx: CheckContext, prefix: tuple[str, ...]) -> dict[str, str]:
+    """Each parameter path below `prefix` and the model whose `:params` names its leaf."""
+    at = {path: model for model, path in ctx.reachable.items()}
+    return {".".join(p.path[len(prefix):]): at[p.path[:-1]] for p in ctx.params
+            if p.path[:len(prefix)] == prefix and p.path[:-1] in at}
 
 
 def _written_path(node) -> str | None:
