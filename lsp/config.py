@@ -11,39 +11,54 @@
 * `formatWidth`: the formatter's column limit (default 120).
 
 From the client's capabilities (LSP 3.17, "Client Capabilities"): whether
-it shows Markdown in hovers (`hover.contentFormat`) and in completion
-documentation (`completionItem.documentationFormat`), else the server
-sends plain text; and whether it shows a diagnostic's `relatedInformation`
+it shows Markdown in hovers (`hover.contentFormat`), in completion
+documentation (`completionItem.documentationFormat`) and in signature help
+(`signatureHelp.signatureInformation.documentationFormat`), else the server
+sends plain text (a client that names no format there gets plain text:
+eglot 1.9 names none for completion and signature help); and whether it shows a diagnostic's `relatedInformation`
 (`publishDiagnostics.relatedInformation` for published diagnostics,
 `diagnostic.relatedInformation` for pulled ones, or, where a 3.17 client
-does not say, the same as for published ones), else a diagnostic's help is
-appended to its message, where every client shows it.
+does not say, the same as for published ones). A diagnostic's help goes in
+its `relatedInformation` only for a client known to show it there (VS Code
+and the editors built on it, by `clientInfo.name`); every other client gets
+it as a last line of the message, where every client shows it (Neovim
+declares `relatedInformation` but shows only the message).
 
 Imports only lsprotocol.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from lsprotocol import types
 
 MODES = ("auto", "push", "pull", "both")
 
+#: `clientInfo.name`s of the clients known to show a diagnostic's `relatedInformation`:
+#: VS Code's client sends its `env.appName` ("Visual Studio Code", "Code - OSS",
+#: "VSCodium", "code-server", "Visual Studio Code - Insiders").
+SHOWS_RELATED = re.compile(r"\bcode\b|vscodium", re.I)
+
 
 @dataclass(frozen=True)
 class ServerConfig:
     """`push`: publish diagnostics on open and change; `format_width`: the
-    formatter's column limit; `hover_markdown`, `completion_markdown`: the
-    client shows Markdown there; `related_pushed`, `related_pulled`: it
-    shows the `relatedInformation` of published or pulled diagnostics. The
-    defaults (before `initialize`) are the richest answers."""
+    formatter's column limit; `hover_markdown`, `completion_markdown`,
+    `signature_markdown`: the client shows Markdown there; `related_pushed`, `related_pulled`: it
+    declares the `relatedInformation` of published or pulled diagnostics;
+    `help_related`: it is known to show that related information (else a
+    diagnostic's help ends its message). The defaults (before `initialize`)
+    are the richest answers."""
 
     push: bool = True
     format_width: int = 120
     hover_markdown: bool = True
     completion_markdown: bool = True
+    signature_markdown: bool = True
     related_pushed: bool = True
     related_pulled: bool = True
+    help_related: bool = True
 
     @classmethod
     def from_initialize(cls, params: types.InitializeParams) -> "ServerConfig":
@@ -62,19 +77,35 @@ class ServerConfig:
         pulled = getattr(getattr(td, "diagnostic", None), "related_information", None)
         hover = getattr(td, "hover", None)
         item = getattr(getattr(td, "completion", None), "completion_item", None)
+        signature = getattr(getattr(td, "signature_help", None), "signature_information", None)
         return cls(push=push, format_width=width,
                    hover_markdown=_prefers_markdown(getattr(hover, "content_format", None)),
                    completion_markdown=_prefers_markdown(getattr(item, "documentation_format", None)),
+                   signature_markdown=_prefers_markdown(getattr(signature, "documentation_format", None)),
                    related_pushed=pushed,
-                   related_pulled=pushed if pulled is None else bool(pulled))
+                   related_pulled=pushed if pulled is None else bool(pulled),
+                   help_related=bool(SHOWS_RELATED.search(_client_name(params))))
+
+    def diagnostic_style(self, pulled: bool) -> tuple[bool, bool]:
+        """For published (`pulled` False) or pulled diagnostics: (send
+        `relatedInformation`, put the help in the message instead of there)."""
+        related = self.related_pulled if pulled else self.related_pushed
+        return related, not (related and self.help_related)
+
+
+def _client_name(params: types.InitializeParams) -> str:
+    """The client's `clientInfo.name` (LSP 3.15), or "" when it sends none."""
+    info = getattr(params, "client_info", None)
+    name = getattr(info, "name", None)
+    return name if isinstance(name, str) else ""
 
 
 def _prefers_markdown(formats) -> bool:
     """The client's formats, most preferred first (LSP 3.17, "MarkupContent"):
-    Markdown unless it names plain text before Markdown or names only plain
-    text; a client that names none gets Markdown, as before this setting."""
+    Markdown when it names Markdown before plain text or alone; a client that
+    names none gets plain text, which every client shows as it is."""
     if not formats:
-        return True
+        return False
     return types.MarkupKind.Markdown in formats and (
         types.MarkupKind.PlainText not in formats
         or formats.index(types.MarkupKind.Markdown) < formats.index(types.MarkupKind.PlainText))

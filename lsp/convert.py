@@ -131,17 +131,21 @@ def doc_href(code: str) -> str:
     return f"{DOCS_URL}#{doc_anchor(code)}"
 
 
-def to_lsp_diagnostic(pm: PositionMap, uri: str, d: Diagnostic, related: bool = True) -> types.Diagnostic:
+def to_lsp_diagnostic(pm: PositionMap, uri: str, d: Diagnostic, related: bool = True,
+                      help_in_message: bool | None = None) -> types.Diagnostic:
     """A front-end diagnostic as LSP's (LSP 3.17, "Diagnostic"): its code with a
     `codeDescription` link to docs/errors.md, its related places as
     `relatedInformation`, and its help as a last related entry at its own
-    range. `related`: the client shows `relatedInformation`; when it does not,
-    the help ends the message instead (`...\nhelp: ...`), where every client
-    shows it, and the related places are left out."""
+    range. `related`: the client takes `relatedInformation`; when it does not,
+    the related places are left out. `help_in_message` (by default: when not
+    `related`): the help ends the message instead (`...\nhelp: ...`), where
+    every client shows it."""
+    if help_in_message is None:
+        help_in_message = not related
     places = [types.DiagnosticRelatedInformation(
         location=types.Location(uri=uri, range=pm.range(r.span)), message=r.message) for r in d.related]
     message = d.message
-    if d.help and related:
+    if d.help and not help_in_message:
         places.append(types.DiagnosticRelatedInformation(
             location=types.Location(uri=uri, range=pm.range(d.span)), message=f"help: {d.help}"))
     elif d.help:
@@ -168,10 +172,10 @@ def to_lsp_failure(message: str) -> types.Diagnostic:
 
 
 def to_lsp_diagnostics(pm: PositionMap, uri: str, diagnostics, failure: str | None = None,
-                       related: bool = True) -> list[types.Diagnostic]:
-    """A file's diagnostics (`related` as for `to_lsp_diagnostic`), and the
-    failure diagnostic when the front end failed."""
-    out = [to_lsp_diagnostic(pm, uri, d, related) for d in diagnostics]
+                       related: bool = True, help_in_message: bool | None = None) -> list[types.Diagnostic]:
+    """A file's diagnostics (`related`, `help_in_message` as for `to_lsp_diagnostic`),
+    and the failure diagnostic when the front end failed."""
+    out = [to_lsp_diagnostic(pm, uri, d, related, help_in_message) for d in diagnostics]
     if failure is not None:
         out.append(to_lsp_failure(failure))
     return out
@@ -223,6 +227,16 @@ def to_lsp_highlights(pm: PositionMap, refs: list[ide.Ref]) -> list[types.Docume
     return [types.DocumentHighlight(range=pm.range(r.span),
                                     kind=types.DocumentHighlightKind.Write if r.write else types.DocumentHighlightKind.Read)
             for r in refs]
+
+
+_UNSENDABLE = re.compile("[\x00\ud800-\udfff]")
+
+
+def sendable(text: str) -> bool:
+    """Whether a client can take `text` in an edit: no NUL (Emacs's JSON parser
+    refuses `\\u0000` and with it the whole reply) and no lone surrogate (not
+    text in UTF-8, JSON-RPC's encoding)."""
+    return _UNSENDABLE.search(text) is None
 
 
 def to_lsp_text_edits(pm: PositionMap, edits) -> list[types.TextEdit]:
@@ -278,11 +292,14 @@ def to_lsp_completions(pm: PositionMap, result: ide.Completions, markdown: bool 
     return types.CompletionList(is_incomplete=False, items=items)
 
 
-def to_lsp_signature_help(sig: ide.Signature) -> types.SignatureHelp:
+def to_lsp_signature_help(sig: ide.Signature, markdown: bool = True) -> types.SignatureHelp:
     """One signature; parameters as [start, end) offsets into its label. The
-    labels are ASCII, so code points and every encoding's units agree."""
+    labels are ASCII, so code points and every encoding's units agree. Its
+    documentation is Markdown, or plain text when `markdown` is False (the
+    client's `signatureInformation.documentationFormat`)."""
     params = [types.ParameterInformation(label=(s, e)) for s, e in sig.params]
-    info = types.SignatureInformation(label=sig.label, documentation=sig.doc or None, parameters=params,
+    doc = to_markup(sig.doc, markdown) if sig.doc else None
+    info = types.SignatureInformation(label=sig.label, documentation=doc, parameters=params,
                                       active_parameter=sig.active)
     return types.SignatureHelp(signatures=[info], active_signature=0, active_parameter=sig.active)
 
@@ -322,9 +339,10 @@ def to_lsp_semantic_tokens(pm: PositionMap, tokens: list[ide.Token]) -> types.Se
     return types.SemanticTokens(data=data)
 
 
-def to_lsp_code_action(pm: PositionMap, uri: str, fix: ide.Fix, related: bool = True) -> types.CodeAction:
-    """A quick fix with the diagnostic it fixes (as `to_lsp_diagnostic` writes it, with `related`)."""
+def to_lsp_code_action(pm: PositionMap, uri: str, fix: ide.Fix, related: bool = True,
+                       help_in_message: bool | None = None) -> types.CodeAction:
+    """A quick fix with the diagnostic it fixes (as `to_lsp_diagnostic` writes it)."""
     return types.CodeAction(title=fix.title, kind=types.CodeActionKind.QuickFix,
-                            diagnostics=[to_lsp_diagnostic(pm, uri, fix.diagnostic, related)],
+                            diagnostics=[to_lsp_diagnostic(pm, uri, fix.diagnostic, related, help_in_message)],
                             edit=to_lsp_workspace_edit(pm, uri, fix.edits),
                             is_preferred=fix.preferred or None)

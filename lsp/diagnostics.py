@@ -56,5 +56,5 @@ def register(server) -> None:
             return types.RelatedUnchangedDocumentDiagnosticReport(result_id=result_id)
         pm = doc.positions(ls.encoding)
         items = to_lsp_diagnostics(pm, doc.uri, analysis.result.diagnostics, analysis.failure,
-                                   ls.config.related_pulled)
+                                   *ls.config.diagnostic_style(pulled=True))
         return types.RelatedFullDocumentDiagnosticReport(items=items, result_id=result_id)

@@ -3,16 +3,17 @@ fixes (LSP 3.17, "Completion Request", "Document Formatting Request",
 "Document Range Formatting Request", "Code Action Request").
 
 Completion and quick fixes read the latest analysis (`lsp.handlers`);
-formatting uses `sexpgpu_lang.format` on the document's text: a file with
-a syntax error is left as it is (no edits), since recovery's guesses must
-not become text.
+formatting uses `sexpgpu_lang.format` on the document's text and answers
+the changed lines only, never a NUL or a lone surrogate (which eglot
+refuses); a file with a syntax error is left as it is (no edits), since
+recovery's guesses must not become text.
 """
 from __future__ import annotations
 
 from lsprotocol import types
 
 from sexpgpu_lang import ide
-from sexpgpu_lang.format import Layout, format_range, format_text
+from sexpgpu_lang.format import Layout, format_range, format_text, minimal_edits
 from sexpgpu_lang.source import Span
 
 from . import convert
@@ -32,14 +33,18 @@ def register(server) -> None:
             if found is not None else None
 
     def edit_if_changed(ls, doc, found):
-        """The text edit putting `found`'s text (a span and its new text) in place, or none
-        when there is nothing to format or the text would not change."""
+        """The edits putting `found`'s text (a span and its new text) in place, the changed
+        lines only (`minimal_edits`), none holding text the client cannot take
+        (`convert.sendable`); none when there is nothing to format or nothing changes."""
         if found is None:
             return []
         where, new = found
-        if doc.text[where.start:where.end] == new:
+        old = doc.text[where.start:where.end]
+        if old == new:
             return []
-        return convert.to_lsp_text_edits(doc.positions(ls.encoding), [ide.Edit(where, new)])
+        edits = [ide.Edit(Span(where.start + s.start, where.start + s.end), t)
+                 for s, t in minimal_edits(old, new, convert.sendable)]
+        return convert.to_lsp_text_edits(doc.positions(ls.encoding), edits)
 
     @server.feature(types.TEXT_DOCUMENT_FORMATTING)
     @guarded(list)
@@ -66,6 +71,6 @@ def register(server) -> None:
         only = params.context.only if params.context else None
         if only and not any(str(k).startswith("quickfix") for k in only):
             return []
-        related = ls.config.related_pushed if ls.config.push else ls.config.related_pulled
-        return [convert.to_lsp_code_action(doc.positions, doc.uri, f, related)
+        style = ls.config.diagnostic_style(pulled=not ls.config.push)
+        return [convert.to_lsp_code_action(doc.positions, doc.uri, f, *style)
                 for f in ide.quick_fixes(doc.index, doc.span)]

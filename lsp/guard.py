@@ -12,7 +12,8 @@ events the level they deserve: a refusal, a `$/cancelRequest` for a request
 already answered (LSP 3.17, "Cancellation Support": the server may have
 replied already) and a notification the server does not handle
 (`didSave`, `didChangeConfiguration`: LSP 3.17 lets a server ignore them)
-are INFO, without a traceback. Editors show a server's stderr as errors
+are INFO, without a traceback; a message whose params do not parse is one
+WARNING line (the request is answered with -32602). Editors show a server's stderr as errors
 (Neovim's lsp.log), so only what is wrong goes there at WARNING or above.
 
 Imports only the standard library, lsprotocol and pygls's exception type.
@@ -38,6 +39,8 @@ class Refused(JsonRpcException):
 
 #: pygls's log lines (their format strings) about ordinary protocol events.
 _ORDINARY = ("Cancel notification for unknown message id", "Ignoring notification for unknown method")
+#: pygls's log line (with a traceback) for a message whose params do not parse.
+_UNPARSED = "Unable to deserialize message"
 
 
 class ProtocolLogFilter(logging.Filter):
@@ -48,6 +51,12 @@ class ProtocolLogFilter(logging.Filter):
         exc = record.exc_info[1] if record.exc_info else None
         if isinstance(exc, Refused):
             record.msg, record.args, record.exc_info, record.exc_text = "request refused: %s", (exc.message,), None, None
+        elif isinstance(record.msg, str) and record.msg.startswith(_UNPARSED):
+            # The client's mistake, answered with -32602 (a request) or dropped: one line, no traceback.
+            record.msg, record.args = "a message from the client did not parse (a request is answered -32602)", ()
+            record.exc_info, record.exc_text = None, None
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+            return True
         elif not isinstance(record.msg, str) or not record.msg.startswith(_ORDINARY):
             return True
         record.levelno, record.levelname = logging.INFO, "INFO"

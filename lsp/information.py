@@ -26,7 +26,7 @@ def register(server) -> None:
     @on_document()
     def signature_help(ls, params: types.SignatureHelpParams, doc: DocumentRequest):
         sig = ide.signature_help(doc.index, doc.offset)
-        return convert.to_lsp_signature_help(sig) if sig is not None else None
+        return convert.to_lsp_signature_help(sig, ls.config.signature_markdown) if sig is not None else None
 
     @server.feature(types.TEXT_DOCUMENT_INLAY_HINT)
     @on_document(list)

@@ -29,8 +29,10 @@ import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 from lsprotocol import types
+from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams
 from pygls.lsp.server import LanguageServer
 from pygls.protocol.language_server import LanguageServerProtocol, lsp_method
 
@@ -42,10 +44,50 @@ from .guard import quiet_protocol_log, report
 VERSION = "0.1.0"
 
 
+@dataclass(frozen=True)
+class UnparsedRequest:
+    """A request whose params do not parse as its method's (JSON-RPC 2.0: answered
+    with error -32602, "Invalid params", under its own id, so no client waits)."""
+
+    id: int | str
+    method: str
+    reason: str
+    jsonrpc: str = "2.0"
+
+
+def _reason(exc: BaseException) -> str:
+    """What did not parse, in one line (cattrs's paths where it says, `$.position.line`)."""
+    cause = exc.__cause__ if exc.__cause__ is not None else exc
+    try:
+        from cattrs import transform_error
+        return "; ".join(transform_error(cause)) or str(cause)
+    except Exception:
+        return str(cause) or type(cause).__name__
+
+
 class SexpProtocol(LanguageServerProtocol):
     """pygls's protocol, except that text-document sync is left to the server's
     `DocumentStore`: pygls's workspace splits lines with `str.splitlines`,
-    which breaks at more characters than LSP's `\\n`, `\\r\\n` and `\\r`."""
+    which breaks at more characters than LSP's `\\n`, `\\r\\n` and `\\r`;
+    and a request whose params do not parse is answered with JSON-RPC's
+    -32602 under its id (pygls only shows a message and never answers it)."""
+
+    def structure_message(self, data: dict):
+        """pygls's deserialisation; a request that fails it becomes an `UnparsedRequest`."""
+        try:
+            return super().structure_message(data)
+        except JsonRpcException as exc:
+            if "method" in data and isinstance(data.get("id"), (int, str)) and not isinstance(data["id"], bool):
+                return UnparsedRequest(data["id"], str(data["method"]), _reason(exc))
+            raise
+
+    def handle_message(self, message):
+        """pygls's dispatch, after answering an `UnparsedRequest` with -32602."""
+        if isinstance(message, UnparsedRequest):
+            error = JsonRpcInvalidParams(f"invalid params for {message.method}: {message.reason}")
+            self._send_response(message.id, error=error.to_response_error())
+            return
+        super().handle_message(message)
 
     def _user(self, method: str, params):
         if (handler := self.fm.features.get(method)) is not None:
@@ -119,7 +161,7 @@ class SexpServer(LanguageServer):
         doc = analysis.document
         pm = doc.positions(self.encoding)
         diags = to_lsp_diagnostics(pm, doc.uri, analysis.result.diagnostics, analysis.failure,
-                                   self.config.related_pushed)
+                                   *self.config.diagnostic_style(pulled=False))
         self.text_document_publish_diagnostics(
             types.PublishDiagnosticsParams(uri=doc.uri, diagnostics=diags, version=doc.version))
 

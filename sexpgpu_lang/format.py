@@ -40,11 +40,14 @@ in the style of Lisp formatters (Emacs `lisp-indent`, cljfmt):
 A file with a syntax error (any E-SYNTAX diagnostic) is not formatted: the
 functions return None, since recovery's guesses must not become edits.
 
-Imports only `sexpgpu_lang.syntax` and `sexpgpu_lang.source`; never JAX.
+`minimal_edits` turns a formatted text into the changed lines (what the server
+answers). Imports only `sexpgpu_lang.syntax` and `sexpgpu_lang.source`; never JAX.
 """
 from __future__ import annotations
 
 import bisect
+import difflib
+import re
 from dataclasses import dataclass, field
 
 from .source import SourceText, Span
@@ -497,3 +500,42 @@ def format_range(text: str, start: int, end: int, layout: Layout = Layout()) -> 
     eol = _line_ending(text)
     joined = _join([TopItem(sel[0].span, sel[0].text, False)] + sel[1:], eol)
     return Span(sel[0].span.start, sel[-1].span.end), joined
+
+
+_LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+\Z")
+
+
+def _lines(text: str) -> list[str]:
+    """`text`'s lines, each with its line break (`\\n`, `\\r\\n` or `\\r`)."""
+    return _LINE.findall(text)
+
+
+def minimal_edits(old: str, new: str, sendable=lambda s: True) -> list[tuple[Span, str]]:
+    """Edits turning `old` into `new`, whole lines each (a run of changed lines
+    replaced by its new lines), as (span of `old`, new text), in order and never
+    overlapping: what a formatter answers, so that an editor moves neither the
+    cursor nor the marks on lines the layout keeps.
+
+    `sendable(text)` says whether an edit's new text may be sent (the language
+    server: no NUL, no lone surrogate). An edit whose text may not is split into
+    the characters that change; when one of those still may not be sent, those
+    lines are left as they are."""
+    a, b = _lines(old), _lines(new)
+    starts = [0]
+    for line in a:
+        starts.append(starts[-1] + len(line))
+    out: list[tuple[Span, str]] = []
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
+        if tag == "equal":
+            continue
+        span, text = Span(starts[i1], starts[i2]), "".join(b[j1:j2])
+        if sendable(text):
+            out.append((span, text))
+            continue
+        was = old[span.start:span.end]
+        fine = [(Span(span.start + k1, span.start + k2), text[m1:m2])
+                for t, k1, k2, m1, m2 in difflib.SequenceMatcher(None, was, text, autojunk=False).get_opcodes()
+                if t != "equal"]
+        if all(sendable(t) for _, t in fine):
+            out.extend(fine)
+    return out

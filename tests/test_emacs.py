@@ -72,6 +72,11 @@ def run_emacs(tmp_path: Path, config: dict) -> dict:
 
 def test_eglot_shows_diagnostics_hover_fix_completion_and_formatting(tmp_path):
     file = write_case("gen-002-dtype-drift.sx", tmp_path)
+    # A NUL in a comment on a line formatting keeps: the formatting reply must not carry it
+    # (Emacs's JSON parser refuses `\u0000`, and with it the whole reply; issue 33).
+    first = file.read_text().split("\n", 1)[0]
+    assert first.startswith(";")
+    file.write_text(file.read_text().replace(first, first + " \x00", 1))
     source = file.read_text()
     bad = "(list :row (cast (where (= column at) guess row) :f32)"
     fix_at = position_of(source, bad, "(cast")
@@ -99,6 +104,12 @@ def test_eglot_shows_diagnostics_hover_fix_completion_and_formatting(tmp_path):
     assert result["hover"].startswith("trip: [] i64"), result["hover"]
     assert "`" not in result["hover"], result["hover"]
 
+    # eldoc shows the signature of the call and the hover together (issue 33): the
+    # documented mode composes eldoc's sources, where eglot's strategy shows one.
+    assert result["eldoc_strategy"] == "eldoc-documentation-compose", result
+    shown = "\n".join(result["eldoc"])
+    assert "(cast x :dtype)" in shown and "trip: [] i64" in shown, result["eldoc"]
+
     # The quick fix removes the cast, and the diagnostics go.
     assert result["fixed_line"].strip() == "(list :row (where (= column at) guess row)"
 
@@ -108,6 +119,7 @@ def test_eglot_shows_diagnostics_hover_fix_completion_and_formatting(tmp_path):
     # Formatting through eglot is the formatter's answer.
     assert "(def   vocab\t16)" in result["before_format"]
     assert result["formatted"] == format_text(result["before_format"])
+    assert "\x00" in result["formatted"].split("\n", 1)[0]
     assert "(def vocab 16)" in result["formatted"]
     assert result["shutdown"] is True
 

@@ -185,3 +185,39 @@ def test_comments_inside_an_otherwise_empty_list_or_vector(eol):
 def test_a_column_of_trailing_comments_stays_aligned():
     text = "(def layers 4)              ; 22 in TinyLlama\n(def width (/ 2048 16))     ; 128\n(def  seq 64)\t; tab\n"
     assert format_text(text) == "(def layers 4)              ; 22 in TinyLlama\n(def width (/ 2048 16))     ; 128\n(def seq 64) ; tab\n"
+
+
+@pytest.mark.parametrize("old", [
+    "(def vocab   16)\n\n\n\n(def seq\n 8)\n(def dim (* vocab\n    seq))\n",
+    "(def a 1)\r\n(def   b 2)\r\n; c\r\n",
+    "(def a 1)",
+    "",
+])
+def test_minimal_edits_are_the_changed_lines(old):
+    from sexpgpu_lang.format import minimal_edits
+    new = format_text(old)
+    edits = minimal_edits(old, new)
+    text = old
+    for span, replacement in reversed(edits):
+        text = text[:span.start] + replacement + text[span.end:]
+    assert text == new
+    lines = old.splitlines(keepends=True)
+    starts = {sum(len(l) for l in lines[:i]) for i in range(len(lines) + 1)}
+    assert all(span.start in starts and span.end in starts for span, _ in edits), edits
+    if set(old.splitlines(keepends=True)) & set(new.splitlines(keepends=True)):  # a line the layout keeps is not sent
+        assert sum(len(t) for _, t in edits) < len(new)
+
+
+def test_minimal_edits_never_send_what_may_not_be_sent():
+    from sexpgpu_lang.format import minimal_edits
+    no_nul = lambda s: "\x00" not in s  # noqa: E731
+    old = "(def a (list 1\n ; x\x00y\n 2))\n"
+    new = "(def a (list 1\n             ; x\x00y\n             2))\n"
+    edits = minimal_edits(old, new, no_nul)
+    assert edits and all(no_nul(t) for _, t in edits)
+    text = old
+    for span, replacement in reversed(edits):
+        text = text[:span.start] + replacement + text[span.end:]
+    assert text == new
+    # a NUL the new text adds cannot be sent: those lines stay as they are
+    assert minimal_edits("a\nb\n", "a\nb\x00\n", no_nul) == []

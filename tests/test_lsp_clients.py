@@ -132,9 +132,17 @@ def test_help_in_the_message_for_a_client_without_related_information(eglot):
     assert help_line.startswith("help: ") and "i32" in help_line
 
 
+def start_as(name: str, capabilities: dict) -> RawClient:
+    c = RawClient()
+    c.request("initialize", {"processId": None, "rootUri": None, "capabilities": capabilities,
+                             "clientInfo": {"name": name, "version": "1"}})
+    c.send("initialized", {}, request=False)
+    return c
+
+
 def test_markdown_and_related_information_for_a_client_that_declares_them():
-    c = start({"textDocument": {"hover": {"contentFormat": ["markdown", "plaintext"]},
-                                "publishDiagnostics": {"relatedInformation": True}}})
+    c = start_as("Visual Studio Code", {"textDocument": {"hover": {"contentFormat": ["markdown", "plaintext"]},
+                                                         "publishDiagnostics": {"relatedInformation": True}}})
     try:
         [d] = open_doc(c, "file:///work/cast.sx", CAST)["params"]["diagnostics"]
         assert "\n" not in d["message"]
@@ -166,3 +174,53 @@ def test_stderr_stays_quiet_for_ordinary_protocol_events():
     stderr = c.close()
     assert stderr == "", stderr
     assert not [m for m in c.messages if m.get("method") in ("window/showMessage", "window/logMessage")]
+
+
+@pytest.mark.parametrize("name", ["Neovim", None])
+def test_help_in_the_message_for_a_client_not_known_to_show_related_information(name):
+    """Neovim (0.7 to 0.11) declares `relatedInformation` and shows only the message
+    (issue 33): the help ends the message; the related places are still sent."""
+    caps = {"textDocument": {"publishDiagnostics": {"relatedInformation": True}}}
+    c = start_as(name, caps) if name else start(caps)
+    try:
+        [d] = open_doc(c, "file:///work/cast.sx", CAST)["params"]["diagnostics"]
+        first, help_line = d["message"].split("\n")
+        assert first.startswith("`:step` returns `:row` as") and help_line.startswith("help: cast it back")
+        assert [r["message"] for r in d["relatedInformation"]] == ["`:init` made `:row` here"]
+    finally:
+        c.close()
+
+
+def test_a_request_whose_params_do_not_parse_is_answered_with_invalid_params(eglot):
+    """JSON-RPC 2.0: error -32602 under the request's id (issue 33: pygls showed a
+    message and never answered, so Neovim waited 15 s); the server goes on."""
+    text = fixture_text()
+    uri = "file:///work/bad-params.sx"
+    open_doc(eglot, uri, text)
+    before = len([m for m in eglot.messages if m.get("method") == "window/showMessage"])
+    got = eglot.request("textDocument/hover", {"textDocument": {"uri": uri}, "position": {"line": "three"}})
+    assert got["error"]["code"] == -32602, got
+    assert got["error"]["message"].startswith("invalid params for textDocument/hover: "), got
+    got = eglot.request("textDocument/completion", {"textDocument": uri})
+    assert got["error"]["code"] == -32602, got
+    assert eglot.request("textDocument/hover", {"textDocument": {"uri": uri},
+                                                "position": pos(text, "(cast trip", 1)})["result"]
+    assert len([m for m in eglot.messages if m.get("method") == "window/showMessage"]) == before
+    assert "Traceback" not in eglot.stderr.decode()
+
+
+def test_plain_text_signature_help_and_completion_documentation_for_eglot(eglot):
+    """eglot 1.9 names no `documentationFormat` for completion or signature help: both
+    come as plain text, without backticks (issue 33), as its hovers do."""
+    text = fixture_text()
+    uri = "file:///work/plain.sx"
+    open_doc(eglot, uri, text)
+    got = eglot.request("textDocument/signatureHelp", {"textDocument": {"uri": uri},
+                                                       "position": pos(text, "(cast trip :i32)", len("(cast tr"))})
+    [sig] = got["result"]["signatures"]
+    assert sig["label"] == "(cast x :dtype)"
+    assert sig["documentation"]["kind"] == "plaintext" and "`" not in sig["documentation"]["value"], sig
+    got = eglot.request("textDocument/completion", {"textDocument": {"uri": uri},
+                                                    "position": pos(text, "(cast trip :i32)", 1)})
+    docs = [i["documentation"] for i in got["result"]["items"] if i.get("documentation")]
+    assert docs and all(d["kind"] == "plaintext" and "`" not in d["value"] for d in docs), docs[:3]

@@ -139,3 +139,54 @@ def test_a_pipe_named_as_the_checkpoint_is_refused_without_waiting_for_a_writer(
         got = analyze(text, str(tmp_path / "run.sx"), read_files=read_files).diagnostics
         assert [(d.code, d.message) for d in got] == [
             ("E-MODEL-003", "cannot use `pipe.safetensors`: it is neither a file nor a directory")]
+
+
+MAPPING = ':names (:embed "model.embed.weight" :out (transpose "lm_head.weight"))'
+
+
+@pytest.mark.asyncio(loop_scope="module")
+@pytest.mark.parametrize("written,at,labels", [
+    (":names :", ":names :", [":gpt2", ":llama"]),
+    (':names ()', ':names (', [":embed", ":out"]),
+    (':names (:embed "model.embed.weight" :)', '"model.embed.weight" :', [":out"]),
+    (':names (:embed )', ':names (:embed ', ['"lm_head.weight"', '"model.embed.weight"']),
+    (':names (:embed "model.embed.weight" :out (transpose ))', '(transpose ',
+     ['"lm_head.weight"', '"model.embed.weight"']),
+])
+async def test_completion_in_pretrained_names(client: LanguageClient, tmp_path, written, at, labels):
+    """After `:names`, the standard library's mappings; in a mapping being written, the
+    parameters not mapped yet as keys and the checkpoint's tensor names as sources (issue 33)."""
+    write_hf(tmp_path / "hf", GOOD)
+    doc = Doc(client, (tmp_path / "run.sx").as_uri(), RUN.replace("PATH", "hf").replace(MAPPING, written))
+    await published(client, doc.uri, 1)
+    got = await client.text_document_completion_async(types.CompletionParams(
+        text_document=doc.id, position=doc.at(at, len(at))))
+    assert [i.label for i in got.items] == labels
+    if labels[0].startswith('"'):
+        assert got.items[0].detail == "[16 64] f32"
+    doc.close()
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_hover_shows_the_checkpoint_behind_a_pretrained_model(client: LanguageClient, tmp_path):
+    """Hover on a parameter: the tensor it is read from, its file shape and dtype and the cast
+    on load; on the path, the files it resolved to; on a mapping's key and source, what each
+    maps (issue 33)."""
+    (tmp_path / "hf").mkdir()
+    save_file({n: np.zeros(s, np.float16) for n, s in GOOD.items()}, str(tmp_path / "hf" / "model.safetensors"))
+    text = RUN.replace("PATH", "hf").replace(":names (", ":file-dtype :f16 :names (")
+    doc = Doc(client, (tmp_path / "run.sx").as_uri(), text)
+    assert (await published(client, doc.uri, 1)).diagnostics == ()
+
+    async def hover(needle: str, delta: int) -> str:
+        got = await client.text_document_hover_async(types.HoverParams(text_document=doc.id,
+                                                                       position=doc.at(needle, delta)))
+        return got.contents.value
+
+    assert "from checkpoint `hf`: `model.embed.weight` [16 64] f16 → f32" in await hover(":params (:embed", 10)
+    assert "from checkpoint `hf`: `lm_head.weight` [16 64] f16 → f32" in await hover("(getf self :out)", 12)
+    assert await hover('"hf"', 1) == "checkpoint `hf`: 2 tensors in 1 file: `hf/model.safetensors`"
+    assert await hover(":names (:embed", 9) == \
+        "parameter `embed` of `teacher`, read from `model.embed.weight` [16 64] f16 → f32"
+    assert await hover('"lm_head.weight"', 2) == "tensor `lm_head.weight` [16 64] f16 in `hf/model.safetensors` into `out`"
+    doc.close()

@@ -16,7 +16,7 @@ import pytest
 from lsprotocol import types
 from pytest_lsp import LanguageClient, client_capabilities
 
-from helpers import fixture_text, variant
+from helpers import ROOT, fixture_text, variant
 from lsp_client import Doc, apply_edits, client_fixture, published
 from sexpgpu_lang import analyze
 from sexpgpu_lang.format import format_text
@@ -58,7 +58,10 @@ async def test_diagnostics_on_open_carry_code_link_and_related(client: LanguageC
     assert d.code_description.href.endswith("docs/errors.md#e-gen-002")
     made = [r for r in d.related_information if "`:init` made `:row` here" in r.message]
     assert made and made[0].location.range.start == doc.at(":row (field batch :row)")
-    assert any(r.message.startswith("help: cast it back") for r in d.related_information)
+    # A client not known to show related information (Neovim shows only the message) gets
+    # the help as the message's last line, not as a related entry (issue 33).
+    assert d.message.split("\n")[-1].startswith("help: cast it back"), d.message
+    assert not any(r.message.startswith("help:") for r in d.related_information)
 
 
 async def test_diagnostics_follow_edits_that_introduce_and_fix_gen_002(client: LanguageClient):
@@ -180,6 +183,20 @@ async def test_signature_help(client: LanguageClient):
     assert sig.label[s:e] == "indices"
 
 
+@pytest.mark.parametrize("delta,active", [(len("(repeat block layers :remat :dots"), ":remat policy"),
+                                          (len("(repeat bl"), "model"), (len("(repeat block la"), "n")])
+async def test_signature_help_inside_a_repeat_entry(client: LanguageClient, delta, active):
+    """Inside `(repeat block layers :remat ...)` in `:params`: the entry's signature,
+    not the enclosing `defmodel`'s (issue 33)."""
+    doc = open_doc(client, (ROOT / "examples" / "llama.sx").read_text())
+    help_ = await client.text_document_signature_help_async(types.SignatureHelpParams(
+        text_document=doc.id, position=doc.at("(repeat block layers :remat :dots-saveable)", delta)))
+    sig = help_.signatures[help_.active_signature]
+    assert sig.label == "(repeat model n :remat policy)"
+    s, e = sig.parameters[help_.active_parameter].label
+    assert sig.label[s:e] == active
+
+
 async def test_semantic_tokens(client: LanguageClient):
     doc = open_doc(client)
     legend = client.server_capabilities.semantic_tokens_provider.legend  # type: ignore[attr-defined]
@@ -195,6 +212,26 @@ async def test_semantic_tokens(client: LanguageClient):
         decoded.append((lines[line][char:char + length], legend.token_types[kind]))
     assert ("defgenerate", "keyword") in decoded and ("argmax", "function") in decoded
     assert ("student", "class") in decoded and (":i32", "type") in decoded
+
+
+async def test_semantic_tokens_of_standard_library_layers_and_repeat(client: LanguageClient):
+    """`llama-block` (prelude.sx) is a `function` of the `defaultLibrary`, as operations
+    are; `repeat` in `:params` is a keyword of the language (issue 33)."""
+    doc = open_doc(client, (ROOT / "examples" / "llama.sx").read_text())
+    legend = client.server_capabilities.semantic_tokens_provider.legend  # type: ignore[attr-defined]
+    data = (await client.text_document_semantic_tokens_full_async(
+        types.SemanticTokensParams(text_document=doc.id))).data
+    line = char = 0
+    decoded = {}
+    lines = doc.text.split("\n")
+    for i in range(0, len(data), 5):
+        dl, dc, length, kind, mods = data[i:i + 5]
+        line, char = line + dl, (char + dc if dl == 0 else dc)
+        decoded.setdefault(lines[line][char:char + length], set()).add(
+            (legend.token_types[kind], tuple(m for b, m in enumerate(legend.token_modifiers) if mods >> b & 1)))
+    assert decoded["llama-block"] == {("function", ("defaultLibrary",))}
+    assert decoded["rms-norm"] == {("function", ("defaultLibrary",))}
+    assert decoded["repeat"] == {("keyword", ())}
 
 
 # --------------------------------------------------------------------------- navigation
@@ -269,6 +306,20 @@ async def test_formatting_whole_and_range(client: LanguageClient):
     assert apply_edits(messy, edits) == "(def vocab   16)\n\n\n\n(def seq\n  8)\n(def dim (* vocab\n    seq))\n"
 
 
+async def test_formatting_answers_the_changed_lines_and_never_a_nul(client: LanguageClient):
+    """Minimal edits (issue 33): lines the layout keeps are not sent back, so a NUL in a
+    comment there does not travel (eglot refuses a reply holding one); a changed line
+    holding a NUL is edited around it."""
+    messy = "(def vocab   16)\n; keep \x00 this\n(def seq 8)\n(def dim (* vocab\n ; a \x00 b\n    seq))\n"
+    doc = open_doc(client, messy)
+    opts = types.FormattingOptions(tab_size=2, insert_spaces=True)
+    edits = await client.text_document_formatting_async(types.DocumentFormattingParams(text_document=doc.id, options=opts))
+    assert apply_edits(messy, edits) == format_text(messy)
+    assert not any("\x00" in e.new_text for e in edits), edits
+    assert all(e.range.start.line != 1 and e.range.start.line != 2 for e in edits), edits  # unchanged lines
+    assert [(e.range.start.line, e.range.end.line) for e in edits][0] == (0, 1)  # the first line, whole
+
+
 async def test_code_action_replaces_a_near_miss(client: LanguageClient):
     doc = open_doc(client, variant("(argmax (model row))", "(argmx (model row))"))
     got = await published(client, doc.uri, 1)
@@ -278,6 +329,26 @@ async def test_code_action_replaces_a_near_miss(client: LanguageClient):
     [action] = actions
     assert action.title == "replace `argmx` with `argmax`" and action.is_preferred
     assert analyze(apply_edits(doc.text, action.edit.changes[doc.uri])).diagnostics == []
+
+
+@pytest.mark.parametrize("parens", ["\n                  )))", "\n)))", ")))"])
+async def test_the_fix_returning_a_dropped_key_lands_under_the_first_key(client: LanguageClient, parens):
+    """E-GEN-002 for a dropped `:stride`: "return `:stride` unchanged" puts it under `:row`,
+    also when the list's closing brackets stand on a line of their own (issue 33)."""
+    doc = open_doc(client, variant("\n                  :stride (getf state :stride))))", parens))
+    [d] = (await published(client, doc.uri, 1)).diagnostics
+    actions = await client.text_document_code_action_async(types.CodeActionParams(
+        text_document=doc.id, range=d.range, context=types.CodeActionContext(diagnostics=[d])))
+    [action] = [a for a in actions if a.title == "return `:stride` unchanged"]
+    fixed = apply_edits(doc.text, action.edit.changes[doc.uri])
+    assert analyze(fixed).diagnostics == []
+    lines = fixed.split("\n")
+    row = next(i for i, line in enumerate(lines) if "(list :row (where" in line)
+    if parens.startswith("\n"):
+        assert lines[row + 1] == " " * lines[row].index(":row") + ":stride (getf state :stride)", lines[row:row + 3]
+        assert lines[row + 2] == parens[1:], lines[row:row + 3]  # the brackets stay on their line
+    else:
+        assert lines[row].endswith(":stride (getf state :stride))))"), lines[row]
 
 
 @pytest.mark.parametrize("old,new,code,title", [

@@ -113,7 +113,7 @@ def test_settings_from_initialize():
 
 
 @pytest.mark.parametrize("formats,markdown", [
-    (None, True), ([types.MarkupKind.Markdown, types.MarkupKind.PlainText], True),
+    (None, False), ([types.MarkupKind.Markdown, types.MarkupKind.PlainText], True),
     ([types.MarkupKind.PlainText], False), ([types.MarkupKind.PlainText, types.MarkupKind.Markdown], False),
 ])
 def test_markup_and_related_information_follow_the_client(formats, markdown):
@@ -121,13 +121,33 @@ def test_markup_and_related_information_follow_the_client(formats, markdown):
         hover=types.HoverClientCapabilities(content_format=formats),
         completion=types.CompletionClientCapabilities(
             completion_item=types.ClientCompletionItemOptions(documentation_format=formats)),
+        signature_help=types.SignatureHelpClientCapabilities(
+            signature_information=types.ClientSignatureInformationOptions(documentation_format=formats)),
         publish_diagnostics=types.PublishDiagnosticsClientCapabilities(related_information=markdown))
     config = ServerConfig.from_initialize(types.InitializeParams(capabilities=types.ClientCapabilities(text_document=td)))
-    assert (config.hover_markdown, config.completion_markdown, config.related_pushed) == (markdown, markdown, markdown)
+    assert (config.hover_markdown, config.completion_markdown, config.signature_markdown) == (markdown,) * 3
+    assert config.related_pushed == markdown
     assert config.related_pulled == markdown  # a 3.17 client's pull capability does not say: as for published ones
     td.diagnostic = types.DiagnosticClientCapabilities(related_information=not markdown)
     config = ServerConfig.from_initialize(types.InitializeParams(capabilities=types.ClientCapabilities(text_document=td)))
     assert config.related_pulled == (not markdown)
+
+
+@pytest.mark.parametrize("name,shown", [
+    ("Visual Studio Code", True), ("code-server", True), ("Code - OSS", True), ("VSCodium", True),
+    ("Neovim", False), ("Emacs", False), (None, False),
+])
+def test_the_help_goes_in_related_information_only_for_a_client_known_to_show_it(name, shown):
+    td = types.TextDocumentClientCapabilities(
+        publish_diagnostics=types.PublishDiagnosticsClientCapabilities(related_information=True))
+    info = types.ClientInfo(name=name) if name else None
+    config = ServerConfig.from_initialize(types.InitializeParams(
+        capabilities=types.ClientCapabilities(text_document=td), client_info=info))
+    assert config.diagnostic_style(pulled=False) == (True, not shown)
+    td.publish_diagnostics = types.PublishDiagnosticsClientCapabilities(related_information=False)
+    config = ServerConfig.from_initialize(types.InitializeParams(
+        capabilities=types.ClientCapabilities(text_document=td), client_info=info))
+    assert config.diagnostic_style(pulled=False) == (False, True)
 
 
 def test_guard_logs_and_answers_emptily():

@@ -136,6 +136,8 @@ def test_neovim_shows_diagnostics_and_hover_and_follows_an_edit(tmp_path):
     assert (gen002["lnum"], gen002["col"]) == (39, source.splitlines()[39].index("(cast"))
     assert "`:init` made it `[64 8] i32`" in gen002["message"], gen002["message"]
     assert "[64 8] f32" in gen002["message"], gen002["message"]
+    # Neovim shows only the message (not relatedInformation, which it declares): the help is in it (issue 33)
+    assert gen002["message"].split("\n")[-1].startswith("help: cast it back"), gen002["message"]
     assert "errors.md" in (gen002.get("codeDescription") or {}).get("href", ""), gen002
     related = gen002.get("relatedInformation") or []
     init_line = position_of(source, "(list :row (field batch :row)", ":row")["line"]
@@ -189,3 +191,20 @@ def test_the_documented_neovim_setup_attaches_sexpgpu_lsp(tmp_path):
     starts = result["completion_starts"]
     assert [s["word"] for s in starts] == [":stride", "cross-entropy"], starts
     assert all(s["got"] == s["expected"] for s in starts), starts
+
+
+def test_neovim_shows_which_argument_of_a_standard_library_layer_is_wrong(tmp_path):
+    """E-SHAPE-002 inside `llama-block` with `w-down` transposed: the message Neovim
+    shows names `w-down` and ends with the help, the layer's argument shapes (issue 33)."""
+    good = "           :w-down (normal [hidden width] :std 0.02))"
+    source = (ROOT / "examples" / "llama.sx").read_text()
+    assert good in source
+    file = tmp_path / "llama.sx"
+    file.write_text(source.replace(good, good.replace("[hidden width]", "[width hidden]")))
+    result = run_neovim(tmp_path, {"file": str(file), "hovers": []})
+    [d] = result["opened"]["diagnostics"]
+    assert str(d["code"]) == "E-SHAPE-002" and d["lnum"] + 1 == 75, d
+    message, help_line = d["message"].split("\n")
+    assert message.startswith("in `llama-block` (standard library): `matmul` of"), message
+    assert message.endswith("is the argument `w-down`"), message
+    assert help_line.startswith("help: `(llama-block x positions") and "w-down [128 352] f32" in help_line, help_line

@@ -45,6 +45,7 @@ class CheckContext:
         if cache is not None:
             self.globals.tracker = self.tracker
         self.redirect: tuple[Span, str, str] | None = None   # inside a standard-library layer: its call
+        self.redirect_args: dict[int, list[str]] = {}   # there: the layer's arguments by their type's id
         self.contract005: set[int] = set()   # the batches (by id) a generated name was read from (E-CONTRACT-005)
         self.forms: dict[str, list[ListNode]] = {}
         self.loaders: dict[str, ir.LoaderIR] = {}

@@ -30,6 +30,26 @@ class Definition:
 
 
 @dataclass
+class Checkpoint:
+    """A reachable model's `:pretrained` as the check saw it, for hover and completion:
+    the path as written and resolved, `:file-dtype`, each parameter path below the
+    model (`layers.wq`) with its dtype and the file tensors it reads (name and the
+    shape the mapping expects there; none when the mapping does not fit), every
+    parameter path (`params`), and, once the checkpoint's headers were read
+    (the language server, `lint --read-files`), each tensor's file shape, dtype and
+    file; `header` is None when they were not."""
+
+    model: str
+    rel: str
+    path: str
+    file_dtype: str | None
+    reads: dict[str, tuple[str, tuple[tuple[str, tuple[int, ...]], ...]]]   # param path -> (dtype, reads)
+    params: tuple[str, ...] = ()   # every parameter path below the model, mapped or not
+    owners: dict[str, str] = field(default_factory=dict)   # param path -> the model whose `:params` names it
+    header: dict[str, tuple[tuple[int, ...], str, str]] | None = None
+
+
+@dataclass
 class Facts:
     """What the editor features read: types by range, definitions, uses."""
 
@@ -42,6 +62,7 @@ class Facts:
     loader_fields: dict[str, tuple[str, ...]] = field(default_factory=dict)
     counters: tuple[str, ...] = ()
     phases: dict[str, Span] = field(default_factory=dict)   # phase name -> lambda range
+    checkpoints: dict[str, Checkpoint] = field(default_factory=dict)   # model name -> its `:pretrained`
 
     def define(self, d: Definition) -> Definition:
         """Record a definition and return it."""

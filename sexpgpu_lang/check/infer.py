@@ -458,6 +458,8 @@ def call_op(ctx: CheckContext, node: ListNode, spec, scope: Scope) -> ir.Expr:
                 related = [Related(inner.span, f"the local `{name}`"), Related(outer.span, f"the `def` `{name}`")]
                 help_ = f"rename the local `{name}` (a lambda parameter or `let*` binding), so that `{name}` " \
                     "means the `def`"
+        if ctx.redirect is not None:
+            message += _layer_argument(ctx, args, e.arg)
         return ir.Const(ctx.err(e.code, span, message, help=help_, related=related), node.span)
     static = dict(call.static)
     if spec.draw:
@@ -470,6 +472,19 @@ def call_op(ctx: CheckContext, node: ListNode, spec, scope: Scope) -> ir.Expr:
     if spec.draw and "salt" in kwargs:
         salt_across_trips(ctx, e, kwargs["salt"], varies_lookup(scope))
     return e
+
+
+def _layer_argument(ctx: CheckContext, args: list, arg) -> str:
+    """Inside a standard-library layer, which of the user's arguments an op that
+    failed read (its own tensor passed through, matched by identity): `; [128 352]
+    is the argument `w-down``, or "" when no operand is one argument as it was given."""
+    operands = [args[arg]] if isinstance(arg, int) and arg < len(args) else args
+    for a in operands:
+        names = ctx.redirect_args.get(id(a.type))
+        if names and type(a.type) is TensorType and a.type.shape:
+            which = " or ".join(f"`{n}`" for n in names)
+            return f"; {a.type.show()} is the argument {which}"
+    return ""
 
 
 def varies_lookup(scope: Scope):
@@ -662,6 +677,9 @@ def call_function(ctx: CheckContext, node: ListNode, b: Binding, scope: Scope) -
         got = ", ".join(f"{p} {a.type.show()}" for p, a in zip(params, args))
         ctx.redirect = (node.span, b.stdlib, f"`{sig}` takes {doc.removesuffix(' (standard library)')}; "
                         f"this call gives {got}")
+        ctx.redirect_args = {}
+        for p, a in zip(params, args):
+            ctx.redirect_args.setdefault(id(a.type), []).append(p)
     inner = fscope.child()
     for p, a, pn in zip(params, args, lam.items[1].items):
         inner.names[p] = Binding(a.type, ctx.facts.define(Definition(p, "binding", pn.span, lam.span, a.type.show())),
@@ -675,7 +693,7 @@ def call_function(ctx: CheckContext, node: ListNode, b: Binding, scope: Scope) -
         ctx.active.pop()
         fr, ctx.frame = ctx.frame, saved
         if redirect:
-            ctx.facts, ctx.redirect = saved_facts, None
+            ctx.facts, ctx.redirect, ctx.redirect_args = saved_facts, None, {}
     _resite(ctx, fr.effects, node.span)
     return ir.Apply(body.type, node.span, tuple(params), tuple(args), body.body if isinstance(body, ir.Seq) else (body,))
 

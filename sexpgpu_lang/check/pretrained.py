@@ -29,6 +29,7 @@ from ..syntax import Kw, ListNode, Str
 from ..types import DTYPES
 from .context import CheckContext, near_miss
 from .keywords import const_value
+from .facts import Checkpoint
 
 #: `read_files` for the language server: the headers of the checkpoints that are on this machine are
 #: read (each once until its file changes: checkpoint_files.py), a path that is not here is not reported.
@@ -140,14 +141,27 @@ def check_pretrained(ctx: CheckContext) -> None:
             continue
         node = m["kws"]["pretrained"][1]
         spec = read_spec(ctx, node)
-        if spec is None:
-            continue
-        rel, names, label, file_dtype = spec
-        todo = plan(ctx, name, prefix, names, label, node)
-        if todo is None:
+        # What the editor shows and completes, also while the mapping is being written.
+        rel = spec[0] if spec is not None else _written_path(node)
+        if rel is None:
             continue
         base = os.path.dirname(os.path.abspath(ctx.src.path)) if not ctx.src.path.startswith("<") else "."
         full = rel if os.path.isabs(rel) else os.path.join(base, rel)
+        todo = plan(ctx, name, prefix, spec[1], spec[2], node) if spec is not None else None
+        file_dtype = spec[3] if spec is not None else None
+        names = spec[1] if spec is not None else None
+        seen = ctx.facts.checkpoints[name] = Checkpoint(
+            name, rel, full, file_dtype, {r: (p.dtype, tuple(reads)) for p, r, _, reads in todo or ()},
+            tuple(".".join(p.path[len(prefix):]) for p in ctx.params if p.path[:len(prefix)] == prefix),
+            _owners(ctx, prefix))
+        if todo is None:
+            if ctx.read_files and os.path.exists(full):   # the tensor names, for completing the mapping
+                from ..checkpoint_files import SourceError, tensors
+                try:
+                    seen.header = tensors(full)
+                except SourceError:
+                    pass
+            continue
         record = ir.PretrainedIR(prefix, full, tuple((r, src) for _, r, src, _ in todo), file_dtype, name,
                                  names is not None)
         if not ctx.read_files or (ctx.read_files == LOCAL and not os.path.exists(full)):
@@ -155,6 +169,22 @@ def check_pretrained(ctx: CheckContext) -> None:
             continue
         if _compare(ctx, name, rel, full, base, todo, names is not None, file_dtype, node):
             ctx.pretrained_files.append(record)
+
+
+def _owners(ctx: CheckContext, prefix: tuple[str, ...]) -> dict[str, str]:
+    """Each parameter path below `prefix` and the model whose `:params` names its leaf."""
+    at = {path: model for model, path in ctx.reachable.items()}
+    return {".".join(p.path[len(prefix):]): at[p.path[:-1]] for p in ctx.params
+            if p.path[:len(prefix)] == prefix and p.path[:-1] in at}
+
+
+def _written_path(node) -> str | None:
+    """The `:path` string of a `:pretrained` plist that does not check (a mapping half written)."""
+    items = node.items if isinstance(node, ListNode) else []
+    for k, v in zip(items, items[1:]):
+        if isinstance(k, Kw) and k.name == "path" and isinstance(v, Str):
+            return v.value
+    return None
 
 
 def _parameters(whom: list) -> str:
@@ -223,6 +253,8 @@ def _compare(ctx: CheckContext, name: str, rel: str, full: str, base: str, todo,
                 help="make it (a `model.safetensors`, or a folder of shards with its "
                      "`model.safetensors.index.json`), or fix the path (relative to the run file)" if missing else None)
         return False
+    if name in ctx.facts.checkpoints:
+        ctx.facts.checkpoints[name].header = header
     # Each clause once per checkpoint tensor (or pattern), naming every parameter read from it: a fused
     # tensor split into several parameters (GPT-2's `c_attn` into q, k and v) is one clause, not three.
     wrong: dict[tuple, list] = {}   # a clause's key -> the (parameter path, parameter) it is about

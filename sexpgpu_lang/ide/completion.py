@@ -6,6 +6,7 @@ Imports only `sexpgpu_lang`; never JAX, never lsprotocol.
 from __future__ import annotations
 
 from ..check import CTX_KEYS, BatchType, CtxType, stdlib_docs
+from ..name_mapping import OPS as MAPPING_OP_SIGNATURES, stdlib_names
 from ..ops import INITIALIZERS, REGISTRY
 from ..source import Span
 from ..types import DTYPES, FunctionType, ModelType, PlistType, SelfType
@@ -51,6 +52,9 @@ def _complete(ix: Index, frames: list[Frame], prefix: str, offset: int) -> list[
     key = key_before(frames, k)
     if fr.bracket == "[":
         return [] if prefix.startswith(":") else _values(ix, offset)
+    mapping = _pretrained_completions(ix, frames, k, args, prefix)
+    if mapping is not None:
+        return mapping
     if not args:
         if prefix.startswith(":"):
             return _data_keys(key, args)
@@ -77,6 +81,39 @@ def _complete(ix: Index, frames: list[Frame], prefix: str, offset: int) -> list[
             out = [_kw(d, "enumMember", "dtype") for d in DTYPES]
         return out
     return _values(ix, offset)
+
+
+#: The operations of a mapping's source (docs/checkpoints.md "Name mappings"), each taking a source first.
+MAPPING_OPS = tuple(MAPPING_OP_SIGNATURES)
+
+
+def _pretrained_completions(ix: Index, frames: list[Frame], k: int, args: list[Item],
+                            prefix: str) -> list[Completion] | None:
+    """In a `defmodel`'s `:pretrained (:path ... :names |`: the standard library's
+    mappings; in a mapping `(:names (:param "tensor" ...`: the model's parameter
+    paths not mapped yet as keys, and as sources the checkpoint's tensor names
+    (once its headers were read: a checkpoint on this machine). None elsewhere."""
+    top = frames[0].items if frames else []
+    if not (len(top) > 1 and top[0].text == "defmodel"):
+        return None
+    model = top[1].text
+    if key_before(frames, k) == "pretrained" and args and args[-1].text == ":names" and len(args) % 2 == 1:
+        return [_kw(n, "enumMember", "standard-library mapping", f"the checkpoint's names as `{n}` writes them")
+                for n in stdlib_names()]
+    in_op = k >= 2 and frame_head(frames, k) in MAPPING_OPS and len(args) == 1   # `(transpose |`
+    m = k - 1 if in_op else k
+    if not (m >= 1 and key_before(frames, m) == "names" and key_before(frames, m - 1) == "pretrained"):
+        return None
+    seen = ix.facts.checkpoints.get(model)
+    if seen is None:
+        return []
+    if not in_op and len(args) % 2 == 0:   # a key: a parameter path
+        used = {a.text[1:] for a in args[::2] if a.text.startswith(":")}
+        return [_kw(p, "field", f"parameter of `{model}`") for p in seen.params if p not in used]
+    if seen.header is None or prefix.startswith(":"):
+        return []
+    return [Completion(f'"{t}"', "value", f"[{' '.join(map(str, shape))}] {dtype}", f"in `{seen.rel}`", f'"{t}"')
+            for t, (shape, dtype, _) in sorted(seen.header.items())]
 
 
 def _expects_key(head: str, args: list[Item], keywords: tuple[str, ...]) -> bool:

@@ -85,13 +85,17 @@ def _cast_back(ix: Index, d: Diagnostic, want: str, key: str) -> Fix:
 
 
 def _append_entry(ix: Index, lst: ListNode, key: str, value: str) -> Edit:
-    """Add `:key value` at the end of a `(list ...)`, on a line of its own when the list has several."""
+    """Add `:key value` at the end of a `(list ...)`, on a line of its own, under the first
+    key, when the list has its pairs on several lines or its closing brackets on a line
+    of their own (which stay where they are)."""
     at = lst.span.end - 1 if lst.closed else lst.span.end
     src = ix.result.source
     pairs = plist_pairs(lst)
-    if pairs and src.line_col(pairs[0][0].span.start)[0] != src.line_col(pairs[-1][0].span.start)[0]:
+    own_line = len(lst.items) > 1 and not ix.line_indent(at)[1].strip()
+    if pairs and (own_line or src.line_col(pairs[0][0].span.start)[0] != src.line_col(pairs[-1][0].span.start)[0]):
         col = src.line_col(pairs[0][0].span.start)[1]
-        return Edit(Span(at, at), f"{ix.eol()}{' ' * col}:{key} {value}")
+        end = lst.items[-1].span.end if own_line else at
+        return Edit(Span(end, end), f"{ix.eol()}{' ' * col}:{key} {value}")
     return Edit(Span(at, at), f" :{key} {value}")
 
 

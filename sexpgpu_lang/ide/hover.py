@@ -11,6 +11,7 @@ from ..check import BatchType, CtxType, stdlib_docs
 from ..ops import INITIALIZERS, REGISTRY
 from ..syntax import Kw, ListNode, Node, Num, Str, Sym, keyword_value
 from ..types import DTYPES, ErrorType, PlistType, TensorType, Type
+from .checkpoint import checkpoint_hover, param_lines
 from .describe import code_block, describe, show_type
 from .index import Index
 from ..language import KEYWORD_DOCS, OPTIMIZERS, REPEAT_ENTRY, SOURCES, SPECIAL_FORMS, TOP_FORMS
@@ -50,6 +51,8 @@ def _hover(ix: Index, offset: int) -> HoverInfo | None:
         return None
     if isinstance(node, Kw):
         return _hover_keyword(ix, node, parent, t)
+    if isinstance(node, Str) and (shown := checkpoint_hover(ix, node)) is not None:
+        return HoverInfo(node.span, shown)
     if isinstance(node, (Num, Str)):
         return HoverInfo(node.span, code_block(show_type(t))) if t is not None else None
     if isinstance(node, ListNode) and node.head:
@@ -111,7 +114,11 @@ def _hover_keyword(ix: Index, node: Kw, parent: Node | None, t: Type | None) -> 
         doc = {"state-key": "state key, made by `:init`", "generated": "generated name, made by `:finish`",
                "param": "model parameter", "field": "loader field",
                "entry": "model entry point, over the model's parameters"}[d.kind]
-        return HoverInfo(node.span, code_block(d.detail) + f"\n\n{doc}")
+        loaded = param_lines(ix, d) if d.kind == "param" else None
+        return HoverInfo(node.span, code_block(d.detail) + f"\n\n{doc}" + (f"\n\n{loaded}" if loaded else ""))
+    shown = checkpoint_hover(ix, node)
+    if shown is not None:
+        return HoverInfo(node.span, shown)
     if isinstance(parent, ListNode):
         head = parent.head
         idx = next((i for i, it in enumerate(parent.items) if it is node), -1)

@@ -10,7 +10,8 @@ from ..check import Definition, stdlib_docs
 from ..ops import INITIALIZERS, REGISTRY
 from ..syntax import ListNode, Sym, keyword_value
 from .index import Index
-from ..language import FORM_KEYWORDS, INITIALIZER_KEYWORDS, OPTIMIZERS, SOURCES, SPECIAL_FORMS, TOP_FORMS
+from ..language import (FORM_KEYWORDS, INITIALIZER_KEYWORDS, OPTIMIZERS, REPEAT_ENTRY, SOURCES, SPECIAL_FORMS,
+                        TOP_FORMS)
 from .results import Signature
 from .text import Frame, Item, frame_head, key_before, scan
 
@@ -22,6 +23,9 @@ def _signature_for(ix: Index, frames: list[Frame], k: int, head: str, offset: in
     if k >= 1 and key_before(frames, k - 1) == "params" and head in INITIALIZERS:
         sig, doc = INITIALIZERS[head]
         return sig, doc, INITIALIZER_KEYWORDS[head]
+    if k >= 1 and key_before(frames, k - 1) == "params" and head == "repeat":
+        sig, doc = REPEAT_ENTRY
+        return sig, doc, FORM_KEYWORDS["repeat"]
     if key == "optimizer" and head in OPTIMIZERS:
         return f"({head} " + " ".join(f":{a} x" for a in OPTIMIZERS[head]) + ")", "optimizer", OPTIMIZERS[head]
     if key == "source" and head in SOURCES:

@@ -4,17 +4,19 @@ Imports only `sexpgpu_lang`; never JAX, never lsprotocol.
 """
 from __future__ import annotations
 
+from ..check import stdlib_docs
 from ..language import OPTIMIZERS, SOURCES, SPECIAL_FORMS, TOP_FORMS
 from ..ops import INITIALIZERS, REGISTRY
-from ..syntax import Kw, ListNode, Node, Num, Str, Sym
+from ..syntax import Kw, ListNode, Node, Num, Str, Sym, keyword_value
 from ..types import DTYPES
 from .index import Index
 from .results import Token
 
 
 def semantic_tokens(ix: Index) -> list[Token]:
-    """A token for every atom and comment, sorted by position: forms as
-    `keyword`, operations as `function` (`defaultLibrary`), models as
+    """A token for every atom and comment, sorted by position: forms (and
+    `repeat` in `:params`) as `keyword`, operations and the standard
+    library's layers as `function` (`defaultLibrary`), models as
     `class`, loaders as `namespace`, lambda parameters as `parameter`,
     other names as `variable`, keywords as `property` (dtypes as `type`),
     literals as `number` and `string`."""
@@ -56,6 +58,17 @@ def _token(ix: Index, a: Node) -> Token | None:
     if is_head and ((ix.parent(parent) is None and a.name in TOP_FORMS) or a.name in SPECIAL_FORMS
                     or a.name == "stage"):
         return Token(a.span, "keyword")
+    if is_head and a.name == "repeat" and _in_params(ix, parent):
+        return Token(a.span, "keyword")
     if is_head and (a.name in REGISTRY or a.name in INITIALIZERS or a.name in OPTIMIZERS or a.name in SOURCES):
         return Token(a.span, "function", ("defaultLibrary",))
+    if a.name in stdlib_docs():  # a standard-library layer (prelude.sx) the file does not define
+        return Token(a.span, "function", ("defaultLibrary",))
     return Token(a.span, "variable")
+
+
+def _in_params(ix: Index, node: Node) -> bool:
+    """True for an entry of a `defmodel`'s `:params` plist."""
+    p = ix.parent(node)
+    gp = ix.parent(p) if isinstance(p, ListNode) else None
+    return isinstance(gp, ListNode) and gp.head == "defmodel" and keyword_value(gp, "params", 2) is p

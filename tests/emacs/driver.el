@@ -76,6 +76,20 @@ eglot sends a buffer's changes from one."
         (sx-wait (lambda () got) "hover")
         (sx-put :hover (substring-no-properties got)))
 
+      ;; What eldoc itself shows at the hover position (the documented strategy, with
+      ;; every documentation function eglot installs): the last display it asks for.
+      (sx-goto (plist-get sx-config :hover))
+      (let ((shown nil))
+        (setq-local eldoc-display-functions
+                    (list (lambda (docs &rest _) (setq shown (or docs :none)))))
+        (eldoc-print-current-symbol-info t)
+        (sx-wait (lambda () shown) "eldoc's display")
+        (let ((deadline (+ (float-time) 1.0)))  ; a later, fuller display may follow
+          (while (< (float-time) deadline) (accept-process-output nil 0.05)))
+        (sx-put :eldoc_strategy (symbol-name eldoc-documentation-strategy))
+        (sx-put :eldoc (vconcat (mapcar (lambda (d) (substring-no-properties (car d)))
+                                        (if (eq shown :none) nil shown)))))
+
       ;; The quick fix at the diagnostic; the diagnostics follow.
       (sx-goto (plist-get sx-config :fix))
       (eglot-code-actions (point) (point) "quickfix" t)
