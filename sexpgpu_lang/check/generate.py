@@ -49,6 +49,7 @@ def top_generate(ctx: CheckContext, train: ir.LoaderIR | None):
         if (isinstance(t, TensorType) and isinstance(t.value, int) and not isinstance(t.value, bool)
                 and 1 <= t.value <= MAX_HOST_CALLS):
             trips = t.value
+            ctx.trips = trips
         elif not isinstance(t, ErrorType):
             ctx.err("E-GEN-005", tn.span, f"`:trips` must be an integer from 1 to {MAX_HOST_CALLS}, got "
                     + (str(t.value) if isinstance(t, TensorType) and t.value is not None else t.show()),

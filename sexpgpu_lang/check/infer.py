@@ -30,7 +30,7 @@ from .contracts import batch_field
 from .entries import entry_call
 from .facts import Definition, Facts
 from .identity import place_hash
-from .ranges import INDEXED, check_index, value_range
+from .ranges import INDEXED, WINDOWED, check_index, check_window, trip_form, value_range
 from .trips import reads_varying, salt_across_trips
 from .scope import CTX_KEYS, Binding, BatchType, CtxType, Effect, Frame, Scope, stdlib_docs
 
@@ -61,8 +61,11 @@ def phase(ctx: CheckContext, name: str, node: Node, param_types: list[Type], fra
     scope = ctx.globals.child()
     for i, (p, t) in enumerate(zip(params, param_types)):
         d = ctx.facts.define(Definition(p.name, "binding", p.span, node.span, t.show()))
-        # `:step`'s state and trip change between trips (`trips`)
-        scope.names[p.name] = Binding(t, d, varies=name == "generate.step" and i < 2)
+        # `:step`'s state and trip change between trips (`trips`); the trip is 0 ... trips-1
+        trip = name == "generate.step" and i == 1 and ctx.trips is not None
+        scope.names[p.name] = Binding(t, d, varies=name == "generate.step" and i < 2,
+                                      range=(0, ctx.trips - 1, True) if trip else None,
+                                      trip_form=(1, 0) if trip else None)
         ctx.note_type(p, t)
     saved, ctx.frame = ctx.frame, frame
     try:
@@ -214,7 +217,8 @@ def form_let_star(ctx: CheckContext, node: ListNode, scope: Scope) -> ir.Expr:
             fn = (b.items[1], inner)
         inner.names[b.items[0].name] = Binding(v.type, d, ir=v if isinstance(v, ir.Const) else None, fn=fn,
                                                range=value_range(v, range_lookup(inner)),
-                                               varies=reads_varying(ctx, v, varies_lookup(inner)))
+                                               varies=reads_varying(ctx, v, varies_lookup(inner)),
+                                               trip_form=trip_form(v, form_lookup(inner)))
         names.append(b.items[0].name)
         values.append(v)
     body = infer_body(ctx, node.items[2:], inner, node.span)
@@ -467,6 +471,8 @@ def call_op(ctx: CheckContext, node: ListNode, spec, scope: Scope) -> ir.Expr:
     e = ir.Op(out, node.span, spec.name, tuple(args), dyn_kwargs, static)
     if spec.name in INDEXED:
         check_index(ctx, e, range_lookup(scope))
+    if spec.name in WINDOWED:
+        check_window(ctx, e, range_lookup(scope), form_lookup(scope), ctx.trips)
     if spec.draw and "salt" in kwargs:
         salt_across_trips(ctx, e, kwargs["salt"], varies_lookup(scope))
     return e
@@ -477,6 +483,14 @@ def varies_lookup(scope: Scope):
     def lookup(name: str) -> bool:
         b = scope.lookup(name)
         return b is not None and b.varies
+    return lookup
+
+
+def form_lookup(scope: Scope):
+    """A name's trip form in `scope` (`ranges.trip_form`: a * trip + b in `:step`)."""
+    def lookup(name: str):
+        b = scope.lookup(name)
+        return b.trip_form if b is not None else None
     return lookup
 
 
@@ -666,7 +680,8 @@ def call_function(ctx: CheckContext, node: ListNode, b: Binding, scope: Scope) -
     for p, a, pn in zip(params, args, lam.items[1].items):
         inner.names[p] = Binding(a.type, ctx.facts.define(Definition(p, "binding", pn.span, lam.span, a.type.show())),
                                  range=value_range(a, range_lookup(scope)),
-                                 varies=reads_varying(ctx, a, varies_lookup(scope)))
+                                 varies=reads_varying(ctx, a, varies_lookup(scope)),
+                                 trip_form=trip_form(a, form_lookup(scope)))
     saved, ctx.frame = ctx.frame, Frame(ctx.frame.phase, ctx.frame.ctx_nil)
     ctx.active.append("<fn>")
     try:

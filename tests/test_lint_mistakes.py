@@ -1,0 +1,137 @@
+"""Mistakes a new user of the language-model features makes that used to lint clean (issue 36).
+
+- W-SHAPE-002: a `dynamic-slice`, `dynamic-update-slice` or `at-set` whose start provably
+  leaves its axis, on a trip of `:step` (named, from the start's trip form) or anywhere its
+  range proves it (`check/ranges.py`).
+"""
+from __future__ import annotations
+
+import pytest
+
+from helpers import check, marked
+from sexpgpu_lang import analyze
+from sexpgpu_lang.check.ranges import _bad_trips
+
+HEAD = """\
+(def vocab 16)
+(def seq 8)
+(loader train
+  :source (stride-rows :vocab vocab :seq seq)
+  :batch 4
+  :fields (:row [seq] :i32 :stride [1] :i32))
+(defmodel lm
+  :params (:embed (normal [vocab 32] :std 0.1) :out (normal [32 vocab] :std 0.1))
+  :apply (lambda (self row) (matmul (take (getf self :embed) row) (getf self :out))))
+(model lm)
+"""
+
+TAIL = """\
+(prepare (lambda (batch ctx) (list :x (field batch :sample))))
+(objective (lambda (inputs ctx) (mean (cross-entropy (model (getf inputs :x)) (getf inputs :x)))))
+(run :loader train :steps 10 :optimizer (sgd :lr 0.1))
+"""
+
+
+def generator(trips: int, step_body: str, finish: str = "(list :sample (getf state :tokens))") -> str:
+    """A generator writing one token per trip into `:tokens` (a copy of the row), `step_body`
+    the `let*` of `:step` after `row` and `at` (`trip + 2`) are bound."""
+    return (HEAD + f"(defgenerate :trips {trips}\n"
+            "  :init (lambda (batch ctx) (list :tokens (field batch :row)))\n"
+            "  :step (lambda (state trip ctx)\n"
+            "          (let* ((row (getf state :tokens))\n"
+            "                 (at (+ (cast trip :i32) 2)))\n"
+            f"{step_body}\n))\n"
+            f"  :finish (lambda (state ctx) {finish}))\n" + TAIL)
+
+
+WRITE = """\
+            (list :tokens (dynamic-update-slice row (argmax (dynamic-slice (model row) [0 (- at 1) 0] [4 1 vocab])) [0 at]))"""
+
+
+def test_a_trip_writing_past_the_row_is_reported_at_its_start():
+    # trips 0 to 7 write at 2 to 9 of an 8-column row, and read the logits at 1 to 8
+    res = check(marked(marked(generator(8, WRITE), "(- at 1)", "W-SHAPE-002"), "at", "W-SHAPE-002", within="[0 at]"))
+    write, read = sorted(res.diagnostics, key=lambda d: -d.span.start)
+    assert write.message == ("`dynamic-update-slice` writes past the end of axis 1 of [4 8] i32 on trip 6 (of trips "
+                             "0 to 7): this start is 8 there, and a window of 1 fits only at starts 0 to 7")
+    assert write.help == ("JAX moves the start back to 7, so trips 6 to 7 overwrite position 7 instead, silently; "
+                          "with `:trips 6` every trip fits; or make the axis longer")
+    assert read.message.startswith("`dynamic-slice` reads past the end of axis 1 of [4 8 16] f32 on trip 7 (of trips "
+                                   "0 to 7): this start is 8 there")
+    assert read.help.startswith("JAX moves the start back to 7, so trip 7 reads position 7 instead")
+
+
+def test_trips_that_fit_the_row_are_clean():
+    check(generator(6, WRITE))
+
+
+def test_a_window_wider_than_one_and_a_scaled_trip():
+    body = """\
+            (list :tokens (dynamic-update-slice row (slice row :axis 1 :start 0 :end 3) [0 (* (cast trip :i32) 2)]))"""
+    res = check(marked(generator(4, body), "(* (cast trip :i32) 2)", "W-SHAPE-002"))
+    [d] = res.diagnostics
+    assert "on trip 3 (of trips 0 to 3): this start is 6 there, and a window of 3 fits only at starts 0 to 5" in d.message
+    assert d.help.startswith("JAX moves the start back to 5, so trip 3 overwrites positions 5 to 7 instead")
+
+
+def test_a_start_before_the_axis_names_the_first_trips():
+    body = """\
+            (list :tokens (dynamic-update-slice row (slice row :axis 1 :start 0 :end 1) [0 (- at 4)]))"""
+    [d] = check(marked(generator(6, body), "(- at 4)", "W-SHAPE-002")).diagnostics
+    assert "before the start of axis 1 of [4 8] i32 on trip 0 (of trips 0 to 5): this start is -2 there" in d.message
+    assert d.help.startswith("JAX moves the start back to 0, so trips 0 to 1 overwrite position 0 instead")
+
+
+def test_at_set_past_the_axis_drops_the_update():
+    body = """\
+            (list :tokens (at-set row [0 at] 3))"""
+    [d] = check(marked(generator(8, body), "at", "W-SHAPE-002", within="[0 at]")).diagnostics
+    assert "on trip 6 (of trips 0 to 7): this index is 8 there" in d.message
+    assert "an index fits only from -8 to 7" in d.message
+    assert d.help.startswith("JAX drops an update outside the axis, so trips 6 to 7 write nothing")
+
+
+def test_a_start_through_a_function_and_the_standard_library():
+    # a function's parameter carries the trip form; a standard-library layer reports at its call
+    fn = "(def put (lambda (row tok pos) (dynamic-update-slice row tok [0 pos])))\n"
+    body = """\
+            (list :tokens (put row (slice row :axis 1 :start 0 :end 1) at))"""
+    src = generator(8, body).replace("(model lm)\n", "(model lm)\n" + fn)
+    [d] = analyze(src, "case.sx").diagnostics
+    assert d.code == "W-SHAPE-002" and "on trip 6 (of trips 0 to 7): this start is 8 there" in d.message
+    body = """\
+            (list :tokens (getf state :tokens) :cache (cache-write (getf state :cache) (zeros [4 1 2 4]) at))"""
+    src = (generator(8, body).replace("(list :tokens (field batch :row))",
+                                      "(list :tokens (field batch :row) :cache (zeros [4 seq 2 4]))"))
+    [d] = analyze(src, "case.sx").diagnostics
+    assert d.code == "W-SHAPE-002" and "this start is 8 there" in d.message
+    assert src[d.span.start:d.span.end].startswith("(cache-write")
+
+
+def test_a_start_provably_outside_anywhere_is_reported_by_its_range():
+    # no trip: the argmax of 16 classes plus 8 is 8 to 23, every value past an 8-column row
+    body = """\
+            (list :tokens row)"""
+    finish = """(let* ((t (getf state :tokens)))
+    (list :sample (dynamic-update-slice t (slice t :axis 1 :start 0 :end 1) [0 (+ (argmax (sum (model t) :axes [0 1])) 8)])))"""
+    res = check(marked(generator(2, body, finish), "(+ (argmax (sum (model t) :axes [0 1])) 8)", "W-SHAPE-002"))
+    [d] = res.diagnostics
+    assert d.message == ("`dynamic-update-slice` writes past the end of axis 1 of [4 8] i32: this start is from 8 to "
+                         "23, and a window of 1 fits only at starts 0 to 7")
+
+
+@pytest.mark.parametrize("starts", ["[0 (mod at seq)]", "[0 (minimum at 7)]", "[0 (getf state :x)]"])
+def test_starts_not_proven_outside_are_clean(starts):
+    body = f"""\
+            (list :tokens (dynamic-update-slice row (slice row :axis 1 :start 0 :end 1) {starts}) :x (getf state :x))"""
+    src = generator(8, body).replace("(list :tokens (field batch :row))",
+                                     "(list :tokens (field batch :row) :x (cast (sum (field batch :stride)) :i32))")
+    check(src)
+
+
+@pytest.mark.parametrize("a,b,lo,hi,trips", [(1, 2, 0, 7, 8), (2, 0, 0, 5, 4), (1, -4, 0, 7, 6), (-1, 3, 0, 7, 9),
+                                              (3, -5, 0, 6, 5), (1, 0, 0, 100, 10), (0, 1, 0, 7, 3)])
+def test_the_bad_trips_are_those_counted_one_by_one(a, b, lo, hi, trips):
+    bad = [t for t in range(trips) if not lo <= a * t + b <= hi]
+    first_run = [t for i, t in enumerate(bad) if t - i == bad[0]] if bad else []
+    assert _bad_trips(a, b, lo, hi, trips) == ([first_run[0], first_run[-1]] if bad else [])
