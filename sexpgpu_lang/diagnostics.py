@@ -88,6 +88,7 @@ CODES: dict[str, str] = {
     "W-SHAPE-002": "a read or write whose start provably leaves its axis",
     "E-RAND-001": "a sampling setting out of range (`:temperature`, `:top-k`, `:top-p`)",
     "W-MODEL-001": "a `:pretrained` file has tensors `:params` does not name",
+    "W-MODEL-002": "a trainable parameter that gets no gradient from the loss",
     "W-OPT-001": "a warmup longer than the run",
     "W-LOADER-001": "a tokenizer with more ids than the loader's `:vocab`",
 }

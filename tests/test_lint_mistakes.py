@@ -3,12 +3,14 @@
 - W-SHAPE-002: a `dynamic-slice`, `dynamic-update-slice` or `at-set` whose start provably
   leaves its axis, on a trip of `:step` (named, from the start's trip form) or anywhere its
   range proves it (`check/ranges.py`).
+- W-MODEL-002: trainable parameters that get no gradient from the loss (a teacher left
+  trainable, read only by the generator), named at their model (`check/models.py`).
 """
 from __future__ import annotations
 
 import pytest
 
-from helpers import check, marked
+from helpers import CASE_COPIES, SMALL, check, fixture_text, marked
 from sexpgpu_lang import analyze
 from sexpgpu_lang.check.ranges import _bad_trips
 
@@ -135,3 +137,56 @@ def test_the_bad_trips_are_those_counted_one_by_one(a, b, lo, hi, trips):
     bad = [t for t in range(trips) if not lo <= a * t + b <= hi]
     first_run = [t for i, t in enumerate(bad) if t - i == bad[0]] if bad else []
     assert _bad_trips(a, b, lo, hi, trips) == ([first_run[0], first_run[-1]] if bad else [])
+
+
+# --------------------------------------------------------------------------- W-MODEL-002
+
+TEACHER = CASE_COPIES["teacher-reachable-clean.sx"]
+
+
+def test_a_trainable_teacher_read_only_by_the_generator_is_named():
+    src = marked(TEACHER.replace("  :frozen true\n", ""), "teacher", "W-MODEL-002", within="(defmodel teacher")
+    [d] = check(src).diagnostics
+    assert d.message == ("no parameter of `teacher` gets a gradient from the loss (`:embed`, `:out`): only the "
+                         "generator reads them, and no gradient passes through it, so the optimizer never trains them")
+    assert d.help == "if `teacher` is not meant to train (a teacher, a reward model), give it `:frozen true`"
+
+
+def test_weight_decay_is_named_where_the_optimizer_decays():
+    src = TEACHER.replace("  :frozen true\n", "").replace("(adam :lr 3e-3)", "(adamw :lr 3e-3)")
+    [d] = check(marked(src, "teacher", "W-MODEL-002", within="(defmodel teacher")).diagnostics
+    assert d.message.endswith("never trains them, and `adamw`'s weight decay still shrinks them every step")
+    check(src.replace("(adamw :lr 3e-3)", "(adamw :lr 3e-3 :weight-decay 0)")
+          .replace("(defmodel teacher\n", "(defmodel teacher\n  :frozen true\n"))
+
+
+def test_a_frozen_teacher_and_a_model_trained_by_the_loss_are_clean():
+    check(TEACHER)
+    check(SMALL)
+    check(fixture_text())
+
+
+@pytest.mark.parametrize("use", [
+    "(stop-gradient (getf self :extra))",                  # no gradient through stop-gradient
+    "(cast (argmax (getf self :extra)) :f32)",             # nor through an integer
+])
+def test_a_parameter_the_loss_reads_without_a_gradient(use):
+    src = SMALL.replace(":out (normal [32 vocab] :std 0.1))", ":out (normal [32 vocab] :std 0.1) :extra (normal [32] :std 0.1))")
+    src = src.replace("(getf self :out)))", f"(+ (getf self :out) (sum {use}))))")
+    [d] = check(marked(src, "lm", "W-MODEL-002", within="(defmodel lm")).diagnostics
+    assert d.message == ("1 parameter of `lm` gets no gradient from the loss (`:extra`): the loss does not depend on "
+                         "them, so the optimizer never trains them")
+    assert d.help == "use them in the loss, or drop them from `:params`"
+
+
+def test_a_parameter_never_read_and_a_metric_only_read():
+    src = SMALL.replace(":out (normal [32 vocab] :std 0.1))", ":out (normal [32 vocab] :std 0.1) :extra (normal [32] :std 0.1))")
+    check(marked(src, "lm", "W-MODEL-002", within="(defmodel lm"))
+    src = src.replace("(objective (lambda (inputs ctx) (mean", "(objective (lambda (inputs ctx) (metric :e (sum (lm :probe 0))) (mean")
+    src = src.replace("(getf self :out))))", "(getf self :out)))\n  :entries (:probe (lambda (self z) (getf self :extra))))")
+    check(marked(src, "lm", "W-MODEL-002", within="(defmodel lm"))
+
+
+def test_a_file_with_an_error_is_not_judged():
+    src = TEACHER.replace("  :frozen true\n", "").replace("(getf inputs :target)", "(getf inputs :targte)")
+    assert [d.code for d in analyze(src, "case.sx").diagnostics] == ["E-NAME-004"]
