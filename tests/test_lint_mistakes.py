@@ -190,3 +190,49 @@ def test_a_parameter_never_read_and_a_metric_only_read():
 def test_a_file_with_an_error_is_not_judged():
     src = TEACHER.replace("  :frozen true\n", "").replace("(getf inputs :target)", "(getf inputs :targte)")
     assert [d.code for d in analyze(src, "case.sx").diagnostics] == ["E-NAME-004"]
+
+
+# --------------------------------------------------------------------------- W-SHAPE-001: declared vocabularies
+
+IDS = SMALL.replace("(stride-rows :vocab vocab :seq seq)", "(stride-rows :vocab 32 :seq seq)")
+
+
+def test_a_loaders_vocabulary_past_the_embedding_table_is_reported_in_the_model():
+    # the loader declares ids 0 to 31, the table has 16 rows: the lookup inside the model and the label
+    src = IDS.replace(":y (mod (+ (field batch :row) (field batch :stride)) vocab)", ":y (field batch :row)")
+    src = marked(marked(src, "row", "W-SHAPE-001", within="(take (getf self :embed) row)"),
+                 "(getf inputs :y)", "W-SHAPE-001")
+    lookup, label = sorted(check(src).diagnostics, key=lambda d: d.span.start)
+    assert lookup.message == ("the indices reach 31 (as a loader's `:vocab` declares), outside axis 0 of `take`'s "
+                              "[16 32] f32 (0 to 15)")
+    assert lookup.help.endswith("make the table 32 long, as the loader's `:vocab`, or the loader's `:vocab` 16, "
+                                "the table's size")
+    assert label.message.startswith("the labels reach 31 (as a loader's `:vocab` declares), outside the 16 classes")
+
+
+def test_declared_ids_through_a_slice_a_let_and_a_standard_library_embedding():
+    src = IDS.replace("(matmul (take (getf self :embed) row) (getf self :out))",
+                      "(let* ((h (embedding (getf self :embed) row))) (matmul h (getf self :out)))")
+    src = src.replace(":x (field batch :row)", ":x (slice (field batch :row) :axis 1 :start 0 :end 4)")
+    src = src.replace("(cross-entropy (model (getf inputs :x)) (getf inputs :y))",
+                      "(cross-entropy (model (getf inputs :x)) (slice (getf inputs :y) :axis 1 :start 0 :end 4))")
+    [d] = check(marked(src, "(embedding (getf self :embed) row)", "W-SHAPE-001")).diagnostics
+    assert d.message.startswith("in `embedding` (standard library): the indices reach 31")
+
+
+def test_a_loader_whose_vocabulary_fits_the_table_is_clean():
+    check(SMALL)
+    check(IDS.replace("(normal [vocab 32] :std 0.1)", "(normal [32 32] :std 0.1)")
+          .replace("(normal [32 vocab] :std 0.1)", "(normal [32 32] :std 0.1)")
+          .replace(":y (mod (+ (field batch :row) (field batch :stride)) vocab)", ":y (field batch :row)"))
+
+
+def test_hugging_faces_ignore_label_is_reported_with_the_mask_to_use():
+    labels = "(where (> (field batch :row) 3) (field batch :row) -100)"
+    src = SMALL.replace(":y (mod (+ (field batch :row) (field batch :stride)) vocab)", f":y {labels}")
+    [d] = check(marked(src, "(getf inputs :y)", "W-SHAPE-001")).diagnostics
+    assert d.message == "the labels reach -100, outside the 16 classes of the logits' last axis (0 to 15)"
+    assert "`cross-entropy` has no ignored label (Hugging Face's -100 is read as a class)" in d.help
+    # a padding label inside the classes is fine, and so is a where whose branches are not constant
+    check(src.replace(labels, "(where (> (field batch :row) 3) (field batch :row) 0)"))
+    check(src.replace(labels, "(where (> (field batch :row) 3) (field batch :row) (- (field batch :row) 1))"))

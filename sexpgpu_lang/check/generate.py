@@ -23,6 +23,7 @@ from .contracts import counter_in_generator
 from .facts import Definition
 from .infer import ctx_type, infer, phase
 from .keywords import MAX_HOST_CALLS, keyword_args
+from .ranges import loader_ranges
 from .scope import BatchType, Frame
 
 
@@ -63,7 +64,7 @@ def top_generate(ctx: CheckContext, train: ir.LoaderIR | None):
     batch = BatchType(train.batch_type().entries, train.name)
     init_frame = generator_frame(ctx, "generate.init")
     init = phase(ctx, "generate.init", kws["init"][1], [batch, ctx_type(ctx, "generate")], init_frame,
-                      "`:init`")
+                 "`:init`", [loader_ranges(train)])
     if init is None:
         return None
     state = check_plist_of_tensors(ctx, init, "`:init`")

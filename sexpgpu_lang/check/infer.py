@@ -53,8 +53,10 @@ def lambda_params(ctx: CheckContext, node: Node, count: int | None, what: str) -
 
 
 def phase(ctx: CheckContext, name: str, node: Node, param_types: list[Type], frame: Frame,
-          what: str) -> ir.Phase | None:
-    """Check a phase's lambda with its parameters bound to `param_types`; its effects go to `frame`."""
+          what: str, param_ranges: list | None = None) -> ir.Phase | None:
+    """Check a phase's lambda with its parameters bound to `param_types` (and, where given, to
+    `param_ranges`: `ranges.value_range`'s value of each, a dict for a batch or plist); its
+    effects go to `frame`."""
     params = lambda_params(ctx, node, len(param_types), what)
     if params is None:
         return None
@@ -64,7 +66,8 @@ def phase(ctx: CheckContext, name: str, node: Node, param_types: list[Type], fra
         # `:step`'s state and trip change between trips (`trips`); the trip is 0 ... trips-1
         trip = name == "generate.step" and i == 1 and ctx.trips is not None
         scope.names[p.name] = Binding(t, d, varies=name == "generate.step" and i < 2,
-                                      range=(0, ctx.trips - 1, True) if trip else None,
+                                      range=(0, ctx.trips - 1, True) if trip else
+                                      (param_ranges[i] if param_ranges and i < len(param_ranges) else None),
                                       trip_form=(1, 0) if trip else None)
         ctx.note_type(p, t)
     saved, ctx.frame = ctx.frame, frame
@@ -554,10 +557,16 @@ def call_model(ctx: CheckContext, node: ListNode, name: str, scope: Scope) -> ir
     key = (name, tuple(t.show() if not isinstance(t, TensorType) else (t.shape, t.dtype) for t in arg_types))
     if entry != "apply":
         key = key + (entry,)
+    # the arguments' integer ranges (token ids, positions) reach the body: checked once per distinct ranges
+    ranges = tuple(r if isinstance(r := value_range(a, range_lookup(scope)), tuple) else None for a in args)
+    if any(r is not None for r in ranges):
+        key = key + (ranges,)
+    else:
+        ranges = ()
     if name in ctx.active:
         return ir.Const(ctx.err("E-MODEL-002", node.span, f"model `{name}` calls itself"), node.span)
     if key not in ctx.memo:
-        ctx.memo[key] = model_body(ctx, name, lam, params, arg_types, m["form"])
+        ctx.memo[key] = model_body(ctx, name, lam, params, arg_types, m["form"], ranges)
     body, effects = ctx.memo[key]
     _resite(ctx, effects, node.span)
     out = body.type
@@ -624,24 +633,27 @@ def same_type(a: Type, b: Type) -> bool:
     return a.show() == b.show()
 
 
-def model_body(ctx: CheckContext, name: str, lam: ListNode, params: list[str], arg_types: list[Type], form: ListNode) -> tuple:
+def model_body(ctx: CheckContext, name: str, lam: ListNode, params: list[str], arg_types: list[Type], form: ListNode,
+               ranges: tuple = ()) -> tuple:
     """A model's `:apply` body (`lam`, in the `defmodel` `form`) checked for these argument
-    types: (body IR, its effects). From the cache when the body calls no other model and
-    its arguments are tensors."""
+    types (and integer `ranges`, `ranges.value_range`'s, where known): (body IR, its effects).
+    From the cache when the body calls no other model and its arguments are tensors."""
     if (ctx.cache is None or ctx.redirect is not None or not all(type(t) is TensorType for t in arg_types)
             or "entries" in ctx.models.get(name, {}).get("kws", {})):
-        return _model_body(ctx, name, lam, params, arg_types)
+        return _model_body(ctx, name, lam, params, arg_types, ranges)
     key = ("apply", ctx.src.text[form.span.start:form.span.end], lam.path, name, tuple(arg_types),
-           ctx.precision, ctx.frame.phase, tuple(ctx.frame.ctx_nil.items()), len(ctx.active))
-    return incremental.reuse(ctx, key, form, "apply", lambda: _model_body(ctx, name, lam, params, arg_types))
+           ctx.precision, ctx.frame.phase, tuple(ctx.frame.ctx_nil.items()), len(ctx.active), ranges)
+    return incremental.reuse(ctx, key, form, "apply", lambda: _model_body(ctx, name, lam, params, arg_types, ranges))
 
 
-def _model_body(ctx: CheckContext, name: str, lam: ListNode, params: list[str], arg_types: list[Type]) -> tuple:
+def _model_body(ctx: CheckContext, name: str, lam: ListNode, params: list[str], arg_types: list[Type],
+                ranges: tuple = ()) -> tuple:
     scope_m = ctx.globals.child()
     scope_m.names[params[0]] = Binding(SelfType(name), ctx.facts.define(
         Definition(params[0], "binding", lam.items[1].items[0].span, lam.span, f"self of {name}")))
-    for p, t, pn in zip(params[1:], arg_types, lam.items[1].items[1:]):
-        scope_m.names[p] = Binding(t, ctx.facts.define(Definition(p, "binding", pn.span, lam.span, t.show())))
+    for i, (p, t, pn) in enumerate(zip(params[1:], arg_types, lam.items[1].items[1:])):
+        scope_m.names[p] = Binding(t, ctx.facts.define(Definition(p, "binding", pn.span, lam.span, t.show())),
+                                   range=ranges[i] if i < len(ranges) else None)
         ctx.note_type(pn, t)
     saved, ctx.frame = ctx.frame, Frame(ctx.frame.phase, ctx.frame.ctx_nil)
     ctx.active.append(name)

@@ -10,6 +10,12 @@ outside it, or an exact end outside it. JAX does not fail on such an index
 (`take` fills or clamps, `one-hot` gives a row of zeros, `cross-entropy`
 reads past the logits), so the mistake would otherwise be silent.
 
+A loader's `:vocab` is a range too (`loader_ranges`): its token-id fields
+hold 0 ... `:vocab` - 1, marked `DECLARED` (the file says those ends
+occur); a batch or plist has a dict of its entries' ranges, so they reach
+`prepare`, `objective` and, through a model call's arguments, the model's
+body (an embedding lookup).
+
 `trip_form(e, lookup)` gives `(a, b)` where `e` is `a * trip + b` at every
 trip of `:step` (the trip, and constants added, subtracted or multiplied).
 `check_window` reports a start of `dynamic-slice` or `dynamic-update-slice`
@@ -33,24 +39,23 @@ from .context import CheckContext
 #: (a, b): the value is a * trip + b at every trip of `:step`.
 TripForm = tuple[int, int]
 
-#: (lo, hi, exact): every element in lo..hi; with `exact`, lo and hi both occur.
-Range = tuple[int, int, bool]
+#: (lo, hi, exact): every element in lo..hi; with `exact`, lo and hi both occur: True where
+#: computed, `DECLARED` where the file says so (a loader's `:vocab`, a constant of a `where`),
+#: "lo" or "hi" where only that end is known to occur (`lo_occurs`, `hi_occurs`).
+Range = tuple[int, int, "bool | str"]
+DECLARED = "declared"
 
 #: The ops whose argument indexes an axis: op -> (the argument, what it is called).
 INDEXED = {"take": (1, "indices"), "take-along-axis": (1, "indices"), "one-hot": (0, "indices"),
            "cross-entropy": (1, "labels")}
 
 
-def value_range(e: ir.Expr, lookup: Callable[[str], Range | None], env: dict | None = None) -> Range | None:
+def value_range(e: ir.Expr, lookup: Callable[[str], Range | None], env: dict | None = None) -> Range | dict | None:
     """The range of integer expression `e` (None when nothing is known); `lookup` gives a
-    binding's range by name, `env` the names bound inside `e` (a `let*` in it)."""
+    binding's range by name, `env` the names bound inside `e` (a `let*` in it). A plist or a
+    batch (a `list`, a phase's `batch` or `inputs`) has a dict of its entries' ranges, so that
+    `getf` and `field` read them."""
     env = env or {}
-    t = e.type
-    if not (isinstance(t, TensorType) and (is_int(t.dtype) or t.dtype == "bool")):
-        return None
-    if isinstance(e, ir.Const):
-        v = e.value
-        return (int(v), int(v), True) if isinstance(v, (int, bool)) else None
     if isinstance(e, ir.Var):
         return env[e.name] if e.name in env else lookup(e.name)
     if isinstance(e, ir.Let):
@@ -60,10 +65,51 @@ def value_range(e: ir.Expr, lookup: Callable[[str], Range | None], env: dict | N
         return value_range(e.body[-1], lookup, inner) if e.body else None
     if isinstance(e, ir.Seq):
         return value_range(e.body[-1], lookup, env) if e.body else None
+    if isinstance(e, ir.Plist):
+        return {k: r for k, v in zip(e.keys, e.values) if (r := value_range(v, lookup, env)) is not None}
+    if isinstance(e, ir.GetF):
+        obj = value_range(e.obj, lookup, env) if e.obj is not None else None
+        r = obj.get(e.key) if isinstance(obj, dict) else None
+        return r if isinstance(r, tuple) and _int_tensor(e.type) else None
+    if not _int_tensor(e.type):
+        return None
+    if isinstance(e, ir.Const):
+        v = e.value
+        return (int(v), int(v), True) if isinstance(v, (int, bool)) else None
     if not isinstance(e, ir.Op):
         return None
-    args = [value_range(a, lookup, env) for a in e.args]
+    args = [r if isinstance(r := value_range(a, lookup, env), tuple) else None for a in e.args]
     return _op_range(e, args)
+
+
+def lo_occurs(r: Range) -> bool:
+    """Whether some element is `r`'s low end."""
+    return r[2] in (True, DECLARED, "lo")
+
+
+def hi_occurs(r: Range) -> bool:
+    """Whether some element is `r`'s high end."""
+    return r[2] in (True, DECLARED, "hi")
+
+
+def _int_tensor(t) -> bool:
+    return isinstance(t, TensorType) and (is_int(t.dtype) or t.dtype == "bool")
+
+
+def loader_ranges(loader: ir.LoaderIR) -> dict[str, Range]:
+    """The declared range of each field of `loader` that holds token ids: `0 ... :vocab - 1`,
+    marked `DECLARED` (the loader says its ids reach the vocabulary's ends): every field of
+    `tokens` and `text-tokens`, `:row` of `stride-rows`."""
+    kind, args = loader.source
+    vocab = args.get("vocab")
+    if not isinstance(vocab, int) or isinstance(vocab, bool) or vocab < 1:
+        return {}
+    ids = {"tokens": None, "text-tokens": None, "stride-rows": ("row",)}
+    if kind not in ids:
+        return {}
+    names = ids[kind]
+    return {n: (0, vocab - 1, DECLARED) for n, _shape, dtype in loader.fields
+            if (names is None or n in names) and is_int(dtype)}
 
 
 def _op_range(e: ir.Op, args: list[Range | None]) -> Range | None:
@@ -82,10 +128,17 @@ def _op_range(e: ir.Op, args: list[Range | None]) -> Range | None:
         return (0, x.shape[ax] - 1, False) if isinstance(x, TensorType) and x.shape else None
     if name in ("cast", "stop-gradient", "broadcast-to", "reshape", "expand-dims", "squeeze", "transpose"):
         return args[0] if args else None
-    if name in ("slice", "take", "take-along-axis"):
-        return (args[0][0], args[0][1], False) if args and args[0] else None
+    if name in ("slice", "take", "take-along-axis"):   # a part of declared ids still spans them
+        return (args[0][0], args[0][1], DECLARED if args[0][2] == DECLARED else False) if args and args[0] else None
     if name == "where" and len(args) == 3 and args[1] and args[2]:
-        return (min(args[1][0], args[2][0]), max(args[1][1], args[2][1]), False)
+        # a constant branch is written to occur (a padding or an ignore label), as a declared end does
+        lo, hi = min(args[1][0], args[2][0]), max(args[1][1], args[2][1])
+        const = [a for a in args[1:] if a[0] == a[1] and a[2] in (True, DECLARED)]
+        lows = {a[0] for a in const} | {a[0] for a in args[1:] if a[2] in (DECLARED, "lo")}
+        highs = {a[1] for a in const} | {a[1] for a in args[1:] if a[2] in (DECLARED, "hi")}
+        return (lo, hi, {(True, True): DECLARED, (True, False): "lo", (False, True): "hi"}.get(
+            (lo in lows, hi in highs), False))
+    args = [a if a is None or a[2] in (True, False, DECLARED) else (a[0], a[1], False) for a in args]
     if name == "mod" and len(args) == 2 and args[1] and args[1][0] == args[1][1] > 0:
         a, n = args[0], args[1][0]   # (JAX's `mod` takes the divisor's sign)
         return a if a is not None and 0 <= a[0] and a[1] < n else (0, n - 1, False)
@@ -139,21 +192,28 @@ def check_index(ctx: CheckContext, op: ir.Op, lookup: Callable[[str], Range | No
         axis = (f"the {n} classes of the logits' last axis" if op.name == "cross-entropy" else
                 f"axis {ax % len(x.shape)} of `{op.name}`'s {x.show()}")
     r = value_range(op.args[i], lookup)
-    if r is None or n is None:
+    if not isinstance(r, tuple) or n is None:
         return
     lo, hi, exact = r
+    fix = "check the vocabulary or size they are made for"
+    below, above = lo_occurs(r) and lo < 0, hi_occurs(r) and hi >= n
     if lo >= n or hi < 0:
         seen = f"are {lo}" if lo == hi else f"are all from {lo} to {hi}"
-    elif exact and hi >= n:
-        seen = f"reach {hi}"
-    elif exact and lo < 0:
-        seen = f"reach {lo}"
+    elif below or above:
+        seen = "reach " + " and ".join(str(v) for v, bad in ((lo, below), (hi, above)) if bad)
+        if above and exact == DECLARED:
+            seen += " (as a loader's `:vocab` declares)" if not below else ""
+            fix = (f"make the table {hi + 1} long, as the loader's `:vocab`, or the loader's `:vocab` "
+                   f"{n}, the table's size" if lo >= 0 else fix)
     else:
         return
+    if op.name == "cross-entropy" and (lo < 0 and (lo_occurs(r) or hi < 0)):
+        fix = ("`cross-entropy` has no ignored label (Hugging Face's -100 is read as a class): give the "
+               "positions to leave out any label in range and multiply their loss by 0 (a mask) before the mean")
     ctx.report(warning("W-SHAPE-001", op.args[i].span,
                        f"the {what} {seen}, outside {axis} (0 to {n - 1})",
                        help=f"keep the {what} from 0 to {n - 1}: JAX does not fail on one outside, it gives a wrong "
-                            "value silently; check the vocabulary or size they are made for"))
+                            f"value silently; {fix}"))
 
 
 def trip_form(e: ir.Expr, lookup: Callable[[str], TripForm | None], env: dict | None = None) -> TripForm | None:
@@ -225,7 +285,9 @@ def check_window(ctx: CheckContext, op: ir.Op, lookup: Callable[[str], Range | N
             continue
         n, size = x.shape[k], sizes[k]
         lo_ok, hi_ok = (-n, n - 1) if op.name == "at-set" else (0, n - size)
-        _window_start(ctx, op, does, s, k, n, size, lo_ok, hi_ok, value_range(s, lookup), trip_form(s, forms), trips)
+        r = value_range(s, lookup)
+        _window_start(ctx, op, does, s, k, n, size, lo_ok, hi_ok, r if isinstance(r, tuple) else None,
+                      trip_form(s, forms), trips)
 
 
 def _window_start(ctx, op, does, s, k, n, size, lo_ok, hi_ok, r, form, trips) -> None:
@@ -253,9 +315,9 @@ def _window_start(ctx, op, does, s, k, n, size, lo_ok, hi_ok, r, form, trips) ->
         lo, hi, exact = r
         if lo > hi_ok or hi < lo_ok:
             seen = f"is {lo}" if lo == hi else f"is from {lo} to {hi}"
-        elif exact and hi > hi_ok:
+        elif hi_occurs(r) and hi > hi_ok:
             seen, past = f"reaches {hi}", "past the end of"
-        elif exact and lo < lo_ok:
+        elif lo_occurs(r) and lo < lo_ok:
             seen, past = f"reaches {lo}", "before the start of"
         else:
             return
