@@ -5,6 +5,11 @@
   range proves it (`check/ranges.py`).
 - W-MODEL-002: trainable parameters that get no gradient from the loss (a teacher left
   trainable, read only by the generator), named at their model (`check/models.py`).
+- W-SHAPE-001 from a loader's declared `:vocab` (an embedding lookup inside a model, a label) and
+  from a `where`'s constant branch (Hugging Face's -100 label).
+- The standard library's arguments checked at the call (`check/stdlib_args.py`): float positions,
+  an odd head width for rotary, a transposed embedding table, a cache of the wrong layout or too
+  short for the prefill; each one error, with no E-MODEL-004 after it about `{error}` types.
 """
 from __future__ import annotations
 
@@ -213,6 +218,8 @@ def test_a_loaders_vocabulary_past_the_embedding_table_is_reported_in_the_model(
 def test_declared_ids_through_a_slice_a_let_and_a_standard_library_embedding():
     src = IDS.replace("(matmul (take (getf self :embed) row) (getf self :out))",
                       "(let* ((h (embedding (getf self :embed) row))) (matmul h (getf self :out)))")
+    src = src.replace("(normal [vocab 32] :std 0.1) :out (normal [32 vocab] :std 0.1)",
+                      "(normal [vocab 24] :std 0.1) :out (normal [24 vocab] :std 0.1)")
     src = src.replace(":x (field batch :row)", ":x (slice (field batch :row) :axis 1 :start 0 :end 4)")
     src = src.replace("(cross-entropy (model (getf inputs :x)) (getf inputs :y))",
                       "(cross-entropy (model (getf inputs :x)) (slice (getf inputs :y) :axis 1 :start 0 :end 4))")
@@ -236,3 +243,113 @@ def test_hugging_faces_ignore_label_is_reported_with_the_mask_to_use():
     # a padding label inside the classes is fine, and so is a where whose branches are not constant
     check(src.replace(labels, "(where (> (field batch :row) 3) (field batch :row) 0)"))
     check(src.replace(labels, "(where (> (field batch :row) 3) (field batch :row) (- (field batch :row) 1))"))
+
+
+# --------------------------------------------------------------------------- the standard library's arguments
+
+#: A two-layer Llama whose repeated block carries (:h :k :v) through `llama-block-cached`.
+LLAMA = """\
+(def vocab 16)
+(def seq 8)
+(def width 8)
+(def heads 2)
+(def head-width 4)
+(loader train
+  :source (stride-rows :vocab vocab :seq seq)
+  :batch 4
+  :fields (:row [seq] :i32 :stride [1] :i32))
+(defmodel block
+  :params (:attn-norm (ones [width]) :wq (normal [width heads head-width] :std 0.02)
+           :wk (normal [width 1 head-width] :std 0.02) :wv (normal [width 1 head-width] :std 0.02)
+           :wo (normal [heads head-width width] :std 0.02) :mlp-norm (ones [width])
+           :w-gate (normal [width 16] :std 0.02) :w-up (normal [width 16] :std 0.02) :w-down (normal [16 width] :std 0.02))
+  :apply (lambda (self c positions)
+           (let* ((out (llama-block-cached (getf c :h) positions (getf c :k) (getf c :v)
+                                           (getf self :attn-norm) (getf self :wq) (getf self :wk) (getf self :wv)
+                                           (getf self :wo) (getf self :mlp-norm) (getf self :w-gate) (getf self :w-up)
+                                           (getf self :w-down))))
+             (list :h (getf out :h) :k (getf out :k) :v (getf out :v)))))
+(defmodel lm
+  :params (:embed (normal [vocab width] :std 0.02) :blocks (repeat block 2) :out (normal [width vocab] :std 0.02))
+  :apply (lambda (self x)
+           (let* ((c (block (list :h (embedding (getf self :embed) x) :k (zeros [4 seq 1 head-width])
+                                  :v (zeros [4 seq 1 head-width])) 0)))
+             (matmul (getf c :h) (getf self :out)))))
+(model lm)
+(prepare (lambda (batch ctx) (list :x (field batch :row))))
+(objective (lambda (inputs ctx) (mean (cross-entropy (model (getf inputs :x)) (getf inputs :x)))))
+(run :loader train :steps 10 :optimizer (sgd :lr 0.1))
+"""
+
+#: The same model's blocks through `llama-block` (positions [T]).
+PLAIN = (LLAMA.replace("""           (let* ((out (llama-block-cached (getf c :h) positions (getf c :k) (getf c :v)""",
+                       """           (let* ((out (llama-block (getf c :h) positions""")
+         .replace("(list :h (getf out :h) :k (getf out :k) :v (getf out :v))", "(list :h out :k (getf c :k) :v (getf c :v))")
+         .replace("head-width])) 0)))", "head-width])) (iota [seq]))))"))
+
+
+def test_the_llama_models_are_clean():
+    check(LLAMA)
+    check(PLAIN)
+
+
+def test_float_positions_of_the_standard_library_are_an_error_at_the_argument():
+    src = PLAIN.replace("(iota [seq]))))", "(cast (iota [seq]) :f32))))")
+    [d] = check(marked(src, "positions", "E-TYPE-002", within="(llama-block (getf c :h) positions")).diagnostics
+    assert d.message == "`llama-block`'s `positions` must be integer positions, got [8] f32"
+    assert d.help.startswith("positions count tokens: cast them, `(cast positions :i32)`")
+    src = LLAMA.replace("head-width])) 0)))", "head-width])) 0.0)))")
+    [d] = check(marked(src, "positions", "E-TYPE-002", within="(llama-block-cached (getf c :h) positions")).diagnostics
+    assert d.message == "`llama-block-cached`'s `pos` must be an integer position, got [] f32*"
+
+
+def test_rotary_called_directly_checks_its_positions_and_head_width():
+    src = SMALL.replace("(matmul (take (getf self :embed) row) (getf self :out))",
+                        "(matmul (reshape (rotary (reshape (take (getf self :embed) row) [32 seq 4 8]) "
+                        "(cast (iota [seq]) :f32) 10000) [32 seq 32]) (getf self :out))")
+    check(marked(src, "(cast (iota [seq]) :f32)", "E-TYPE-002"))
+    src = SMALL.replace("(matmul (take (getf self :embed) row) (getf self :out))",
+                        "(matmul (reshape (rotary (reshape (take (getf self :embed) row) [32 seq 32 1]) "
+                        "(iota [seq]) 10000) [32 seq 32]) (getf self :out))")
+    [d] = check(marked(src, "(reshape (take (getf self :embed) row) [32 seq 32 1])", "E-SHAPE-004")).diagnostics
+    assert d.message == "rotary embeddings need an even head width: `rotary`'s x [B T N H] has H = 1"
+
+
+def test_an_odd_head_width_is_said_so_not_as_a_reshape():
+    src = PLAIN.replace("(def head-width 4)", "(def head-width 3)")
+    [d] = check(marked(src, "(getf self :wq)", "E-SHAPE-004", within="(llama-block (getf c :h)")).diagnostics
+    assert d.message == "rotary embeddings need an even head width: `llama-block`'s wq [D N H] has H = 3"
+
+
+def test_a_transposed_embedding_table_is_reported_at_the_table_once():
+    src = PLAIN.replace(":params (:embed (normal [vocab width] :std 0.02)", ":params (:embed (normal [width vocab] :std 0.02)")
+    [d] = check(marked(src, "(getf self :embed)", "E-SHAPE-005", within="(embedding")).diagnostics
+    assert d.message == ("the embedding table is [8 16] f32, but the ids reach 15 (as a loader's `:vocab` declares): "
+                         "it looks transposed (`embedding` takes table [V D], one row per id)")
+    assert d.help.startswith("declare it [16 8] (vocabulary first), or pass `(transpose table)`; if it is the right "
+                             "way round, the ids need 16 rows")
+
+
+def test_a_prefill_past_the_cache_and_a_swapped_cache_are_one_error_each_not_an_e_model_004():
+    short = LLAMA.replace("(zeros [4 seq 1 head-width])", "(zeros [4 4 1 head-width])")
+    [d] = check(marked(short, "(getf c :h)", "E-SHAPE-005", within="(llama-block-cached")).diagnostics
+    assert d.message == ("`llama-block-cached` writes the 8 positions of x [4 8 8] f32 into `k-cache`, which holds 4 "
+                         "([4 4 1 4] f32)")
+    swapped = LLAMA.replace(":k (zeros [4 seq 1 head-width])", ":k (zeros [4 1 seq head-width])")
+    [d] = check(marked(swapped, "(getf c :k)", "E-SHAPE-005", within="(llama-block-cached")).diagnostics
+    assert d.message.endswith("its axes 1 and 2 look swapped") and d.help.startswith("make it [4 8 1 4]")
+
+
+def test_an_error_inside_a_repeated_blocks_plist_carry_is_not_also_e_model_004():
+    # the block's result holds an error (its :h) where it went wrong: the carry is not compared with it
+    src = PLAIN.replace("(list :h out :k (getf c :k) :v (getf c :v))",
+                        "(list :h (rms-norm out (ones [3])) :k (getf c :k) :v (getf c :v))")
+    assert [d.code for d in analyze(src, "case.sx").diagnostics] == ["E-SHAPE-001"]
+
+
+def test_a_boolean_keyword_given_a_number_is_already_an_error():
+    src = SMALL.replace("(matmul (take (getf self :embed) row) (getf self :out))",
+                        "(let* ((h (reshape (take (getf self :embed) row) [32 seq 4 8])))"
+                        " (matmul (reshape (dot-product-attention h h h :causal 1) [32 seq 32]) (getf self :out)))")
+    [d] = check(marked(src, "1", "E-TYPE-003", within=":causal 1")).diagnostics
+    assert d.message == "`:causal` of `dot-product-attention` must be `true` or `false`"

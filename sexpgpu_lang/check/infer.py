@@ -30,6 +30,7 @@ from .contracts import batch_field
 from .entries import entry_call
 from .facts import Definition, Facts
 from .identity import place_hash
+from .stdlib_args import check_stdlib_call
 from .ranges import INDEXED, WINDOWED, check_index, check_window, trip_form, value_range
 from .trips import reads_varying, salt_across_trips
 from .scope import CTX_KEYS, Binding, BatchType, CtxType, Effect, Frame, Scope, stdlib_docs
@@ -604,7 +605,7 @@ def call_repeat(ctx: CheckContext, node: ListNode, name: str, lam: ListNode, par
                                     help="report or draw in the model that calls the block, outside the repeat"),
                             node.span)
     carry, out = arg_types[0], body.type
-    if isinstance(out, ErrorType):
+    if _holds_error(out):   # reported where it went wrong: the carry is not compared
         return ir.Const(ERROR, node.span)
     if not same_type(carry, out):
         at = lam.items[-1].span if len(lam.items) > 2 else lam.span
@@ -617,6 +618,17 @@ def call_repeat(ctx: CheckContext, node: ListNode, name: str, lam: ListNode, par
     policy = remat if remat is not None else ctx.models[name]["remat"] or ctx.remat
     return ir.Repeat(out, node.span, name, ctx.reachable[name], params[0], tuple(params[1:]), tuple(args), items,
                      compute, policy, count)
+
+
+def _holds_error(t: Type) -> bool:
+    """Whether `t` is ERROR or a plist or tuple with an ERROR inside."""
+    if isinstance(t, ErrorType):
+        return True
+    if isinstance(t, PlistType):
+        return any(_holds_error(v) for _, v in t.entries)
+    if isinstance(t, TupleType):
+        return any(_holds_error(v) for v in t.items)
+    return False
 
 
 def _shown(t: Type) -> str:
@@ -679,6 +691,9 @@ def call_function(ctx: CheckContext, node: ListNode, b: Binding, scope: Scope) -
         return ir.Const(ERROR, node.span)
     if len(ctx.active) > 32:
         return ir.Const(ctx.err("E-FORM-002", node.span, "functions call each other too deeply (recursion is not supported)"), node.span)
+    if b.stdlib is not None and not check_stdlib_call(ctx, b.stdlib, params, args,
+                                                      lambda a: value_range(a, range_lookup(scope))):
+        return ir.Const(ERROR, node.span)
     redirect = b.stdlib is not None and ctx.redirect is None
     if redirect:
         # The layer's text is not in this file: its facts are not this file's, and
