@@ -91,6 +91,7 @@ CODES: dict[str, str] = {
     "W-MODEL-002": "a trainable parameter that gets no gradient from the loss",
     "W-OPT-001": "a warmup longer than the run",
     "W-LOADER-001": "a tokenizer with more ids than the loader's `:vocab`",
+    "W-LOADER-002": "a token file whose size or ids make its `:dtype` implausible",
 }
 
 

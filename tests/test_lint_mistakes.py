@@ -10,6 +10,7 @@
 - The standard library's arguments checked at the call (`check/stdlib_args.py`): float positions,
   an odd head width for rotary, a transposed embedding table, a cache of the wrong layout or too
   short for the prefill; each one error, with no E-MODEL-004 after it about `{error}` types.
+- W-LOADER-002: a raw token file whose size or first ids make its `:dtype` implausible.
 """
 from __future__ import annotations
 
@@ -353,3 +354,41 @@ def test_a_boolean_keyword_given_a_number_is_already_an_error():
                         " (matmul (reshape (dot-product-attention h h h :causal 1) [32 seq 32]) (getf self :out)))")
     [d] = check(marked(src, "1", "E-TYPE-003", within=":causal 1")).diagnostics
     assert d.message == "`:causal` of `dot-product-attention` must be `true` or `false`"
+
+
+# --------------------------------------------------------------------------- W-LOADER-002
+
+TOKENS = SMALL.replace("(stride-rows :vocab vocab :seq seq)",
+                       '(tokens "train.bin" :dtype :uint16 :seq seq :vocab vocab)').replace(
+    ":fields (:row [seq] :i32 :stride [1] :i32))", ":fields (:row [seq] :i32 :next [seq] :i32))").replace(
+    ":y (mod (+ (field batch :row) (field batch :stride)) vocab)", ":y (field batch :next)")
+
+
+def lint_with_file(tmp_path, ids, dtype: str, text: str = TOKENS):
+    """`text` linted with the files read, beside a `train.bin` of `ids` written as numpy `dtype`."""
+    import numpy as np
+    (tmp_path / "train.bin").write_bytes(np.asarray(ids, dtype=dtype).tobytes())
+    return analyze(text, str(tmp_path / "run.sx"), read_files=True).diagnostics
+
+
+def test_an_int32_file_read_as_uint16_is_reported_at_the_dtype(tmp_path):
+    ids = [i % 16 for i in range(1, 2000)]
+    [d] = lint_with_file(tmp_path, ids, "<i4")
+    assert d.code == "W-LOADER-002" and TOKENS[d.span.start:d.span.end] == ":uint16"
+    assert d.message == ("`train.bin` read as `:uint16`: every other id of its first 3998 is 0, as when a file of "
+                         "4-byte ids (`:int32`) is read as 2-byte ones: the run would train on those zeros")
+    assert d.help == "give the dtype the file was written with, likely `:dtype :int32`"
+
+
+def test_a_file_of_the_declared_dtype_is_clean_and_not_read_without_read_files(tmp_path):
+    assert lint_with_file(tmp_path, [i % 16 for i in range(2000)], "<u2") == []
+    (tmp_path / "train.bin").write_bytes(b"\x01")
+    assert analyze(TOKENS, str(tmp_path / "run.sx")).diagnostics == []
+
+
+def test_a_size_not_a_whole_number_of_ids_and_ids_past_the_vocabulary(tmp_path):
+    [d] = lint_with_file(tmp_path, [1, 2, 3], "u1")
+    assert d.message == "`train.bin` read as `:uint16`: its 3 bytes are not a whole number of 2-byte ids"
+    # a uint16 file read as int32: two ids in each, huge
+    [d] = lint_with_file(tmp_path, [i % 16 for i in range(1, 2001)], "<u2", TOKENS.replace(":uint16", ":int32"))
+    assert "its first 1000 ids reach" in d.message and "past `:vocab 16`" in d.message
