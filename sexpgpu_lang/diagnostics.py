@@ -85,10 +85,13 @@ CODES: dict[str, str] = {
     "W-RAND-003": "a salt that is the same at every trip of `:step`",
     "W-GEN-001": "an `f32` state entry under `:precision :bf16`",
     "W-SHAPE-001": "an index or label provably outside the axis it indexes",
+    "W-SHAPE-002": "a read or write whose start provably leaves its axis",
     "E-RAND-001": "a sampling setting out of range (`:temperature`, `:top-k`, `:top-p`)",
     "W-MODEL-001": "a `:pretrained` file has tensors `:params` does not name",
+    "W-MODEL-002": "a trainable parameter that gets no gradient from the loss",
     "W-OPT-001": "a warmup longer than the run",
     "W-LOADER-001": "a tokenizer with more ids than the loader's `:vocab`",
+    "W-LOADER-002": "a token file whose size or ids make its `:dtype` implausible",
 }
 
 

@@ -63,6 +63,7 @@ class CheckContext:
         self.run_ir: ir.RunIR | None = None
         self.counter_names: tuple[str, ...] = ()
         self.lost_heads: set[str] = set()   # forms written without their `(`: reported, not also missing
+        self.trips: int | None = None   # the generator's `:trips`, where it is a valid integer
         self.state_type: PlistType | None = None   # the generator's state (`getf` on it reads a state key)
         self.pretrained_files: list = []   # ir.PretrainedIR, by check/pretrained.py
         self.stages: list[tuple[str, int | None]] = []

@@ -23,6 +23,7 @@ from .contracts import counter_in_generator
 from .facts import Definition
 from .infer import ctx_type, infer, phase
 from .keywords import MAX_HOST_CALLS, keyword_args
+from .ranges import loader_ranges
 from .scope import BatchType, Frame
 
 
@@ -49,6 +50,7 @@ def top_generate(ctx: CheckContext, train: ir.LoaderIR | None):
         if (isinstance(t, TensorType) and isinstance(t.value, int) and not isinstance(t.value, bool)
                 and 1 <= t.value <= MAX_HOST_CALLS):
             trips = t.value
+            ctx.trips = trips
         elif not isinstance(t, ErrorType):
             ctx.err("E-GEN-005", tn.span, f"`:trips` must be an integer from 1 to {MAX_HOST_CALLS}, got "
                     + (str(t.value) if isinstance(t, TensorType) and t.value is not None else t.show()),
@@ -62,7 +64,7 @@ def top_generate(ctx: CheckContext, train: ir.LoaderIR | None):
     batch = BatchType(train.batch_type().entries, train.name)
     init_frame = generator_frame(ctx, "generate.init")
     init = phase(ctx, "generate.init", kws["init"][1], [batch, ctx_type(ctx, "generate")], init_frame,
-                      "`:init`")
+                 "`:init`", [loader_ranges(train)])
     if init is None:
         return None
     state = check_plist_of_tensors(ctx, init, "`:init`")

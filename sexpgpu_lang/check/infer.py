@@ -30,7 +30,8 @@ from .contracts import batch_field
 from .entries import entry_call
 from .facts import Definition, Facts
 from .identity import place_hash
-from .ranges import INDEXED, check_index, value_range
+from .stdlib_args import check_stdlib_call
+from .ranges import INDEXED, WINDOWED, check_index, check_window, trip_form, value_range
 from .trips import reads_varying, salt_across_trips
 from .scope import CTX_KEYS, Binding, BatchType, CtxType, Effect, Frame, Scope, stdlib_docs
 
@@ -53,16 +54,22 @@ def lambda_params(ctx: CheckContext, node: Node, count: int | None, what: str) -
 
 
 def phase(ctx: CheckContext, name: str, node: Node, param_types: list[Type], frame: Frame,
-          what: str) -> ir.Phase | None:
-    """Check a phase's lambda with its parameters bound to `param_types`; its effects go to `frame`."""
+          what: str, param_ranges: list | None = None) -> ir.Phase | None:
+    """Check a phase's lambda with its parameters bound to `param_types` (and, where given, to
+    `param_ranges`: `ranges.value_range`'s value of each, a dict for a batch or plist); its
+    effects go to `frame`."""
     params = lambda_params(ctx, node, len(param_types), what)
     if params is None:
         return None
     scope = ctx.globals.child()
     for i, (p, t) in enumerate(zip(params, param_types)):
         d = ctx.facts.define(Definition(p.name, "binding", p.span, node.span, t.show()))
-        # `:step`'s state and trip change between trips (`trips`)
-        scope.names[p.name] = Binding(t, d, varies=name == "generate.step" and i < 2)
+        # `:step`'s state and trip change between trips (`trips`); the trip is 0 ... trips-1
+        trip = name == "generate.step" and i == 1 and ctx.trips is not None
+        scope.names[p.name] = Binding(t, d, varies=name == "generate.step" and i < 2,
+                                      range=(0, ctx.trips - 1, True) if trip else
+                                      (param_ranges[i] if param_ranges and i < len(param_ranges) else None),
+                                      trip_form=(1, 0) if trip else None)
         ctx.note_type(p, t)
     saved, ctx.frame = ctx.frame, frame
     try:
@@ -214,7 +221,8 @@ def form_let_star(ctx: CheckContext, node: ListNode, scope: Scope) -> ir.Expr:
             fn = (b.items[1], inner)
         inner.names[b.items[0].name] = Binding(v.type, d, ir=v if isinstance(v, ir.Const) else None, fn=fn,
                                                range=value_range(v, range_lookup(inner)),
-                                               varies=reads_varying(ctx, v, varies_lookup(inner)))
+                                               varies=reads_varying(ctx, v, varies_lookup(inner)),
+                                               trip_form=trip_form(v, form_lookup(inner)))
         names.append(b.items[0].name)
         values.append(v)
     body = infer_body(ctx, node.items[2:], inner, node.span)
@@ -469,6 +477,8 @@ def call_op(ctx: CheckContext, node: ListNode, spec, scope: Scope) -> ir.Expr:
     e = ir.Op(out, node.span, spec.name, tuple(args), dyn_kwargs, static)
     if spec.name in INDEXED:
         check_index(ctx, e, range_lookup(scope))
+    if spec.name in WINDOWED:
+        check_window(ctx, e, range_lookup(scope), form_lookup(scope), ctx.trips)
     if spec.draw and "salt" in kwargs:
         salt_across_trips(ctx, e, kwargs["salt"], varies_lookup(scope))
     return e
@@ -492,6 +502,14 @@ def varies_lookup(scope: Scope):
     def lookup(name: str) -> bool:
         b = scope.lookup(name)
         return b is not None and b.varies
+    return lookup
+
+
+def form_lookup(scope: Scope):
+    """A name's trip form in `scope` (`ranges.trip_form`: a * trip + b in `:step`)."""
+    def lookup(name: str):
+        b = scope.lookup(name)
+        return b.trip_form if b is not None else None
     return lookup
 
 
@@ -555,10 +573,16 @@ def call_model(ctx: CheckContext, node: ListNode, name: str, scope: Scope) -> ir
     key = (name, tuple(t.show() if not isinstance(t, TensorType) else (t.shape, t.dtype) for t in arg_types))
     if entry != "apply":
         key = key + (entry,)
+    # the arguments' integer ranges (token ids, positions) reach the body: checked once per distinct ranges
+    ranges = tuple(r if isinstance(r := value_range(a, range_lookup(scope)), tuple) else None for a in args)
+    if any(r is not None for r in ranges):
+        key = key + (ranges,)
+    else:
+        ranges = ()
     if name in ctx.active:
         return ir.Const(ctx.err("E-MODEL-002", node.span, f"model `{name}` calls itself"), node.span)
     if key not in ctx.memo:
-        ctx.memo[key] = model_body(ctx, name, lam, params, arg_types, m["form"])
+        ctx.memo[key] = model_body(ctx, name, lam, params, arg_types, m["form"], ranges)
     body, effects = ctx.memo[key]
     _resite(ctx, effects, node.span)
     out = body.type
@@ -596,7 +620,7 @@ def call_repeat(ctx: CheckContext, node: ListNode, name: str, lam: ListNode, par
                                     help="report or draw in the model that calls the block, outside the repeat"),
                             node.span)
     carry, out = arg_types[0], body.type
-    if isinstance(out, ErrorType):
+    if _holds_error(out):   # reported where it went wrong: the carry is not compared
         return ir.Const(ERROR, node.span)
     if not same_type(carry, out):
         at = lam.items[-1].span if len(lam.items) > 2 else lam.span
@@ -609,6 +633,17 @@ def call_repeat(ctx: CheckContext, node: ListNode, name: str, lam: ListNode, par
     policy = remat if remat is not None else ctx.models[name]["remat"] or ctx.remat
     return ir.Repeat(out, node.span, name, ctx.reachable[name], params[0], tuple(params[1:]), tuple(args), items,
                      compute, policy, count)
+
+
+def _holds_error(t: Type) -> bool:
+    """Whether `t` is ERROR or a plist or tuple with an ERROR inside."""
+    if isinstance(t, ErrorType):
+        return True
+    if isinstance(t, PlistType):
+        return any(_holds_error(v) for _, v in t.entries)
+    if isinstance(t, TupleType):
+        return any(_holds_error(v) for v in t.items)
+    return False
 
 
 def _shown(t: Type) -> str:
@@ -625,24 +660,27 @@ def same_type(a: Type, b: Type) -> bool:
     return a.show() == b.show()
 
 
-def model_body(ctx: CheckContext, name: str, lam: ListNode, params: list[str], arg_types: list[Type], form: ListNode) -> tuple:
+def model_body(ctx: CheckContext, name: str, lam: ListNode, params: list[str], arg_types: list[Type], form: ListNode,
+               ranges: tuple = ()) -> tuple:
     """A model's `:apply` body (`lam`, in the `defmodel` `form`) checked for these argument
-    types: (body IR, its effects). From the cache when the body calls no other model and
-    its arguments are tensors."""
+    types (and integer `ranges`, `ranges.value_range`'s, where known): (body IR, its effects).
+    From the cache when the body calls no other model and its arguments are tensors."""
     if (ctx.cache is None or ctx.redirect is not None or not all(type(t) is TensorType for t in arg_types)
             or "entries" in ctx.models.get(name, {}).get("kws", {})):
-        return _model_body(ctx, name, lam, params, arg_types)
+        return _model_body(ctx, name, lam, params, arg_types, ranges)
     key = ("apply", ctx.src.text[form.span.start:form.span.end], lam.path, name, tuple(arg_types),
-           ctx.precision, ctx.frame.phase, tuple(ctx.frame.ctx_nil.items()), len(ctx.active))
-    return incremental.reuse(ctx, key, form, "apply", lambda: _model_body(ctx, name, lam, params, arg_types))
+           ctx.precision, ctx.frame.phase, tuple(ctx.frame.ctx_nil.items()), len(ctx.active), ranges)
+    return incremental.reuse(ctx, key, form, "apply", lambda: _model_body(ctx, name, lam, params, arg_types, ranges))
 
 
-def _model_body(ctx: CheckContext, name: str, lam: ListNode, params: list[str], arg_types: list[Type]) -> tuple:
+def _model_body(ctx: CheckContext, name: str, lam: ListNode, params: list[str], arg_types: list[Type],
+                ranges: tuple = ()) -> tuple:
     scope_m = ctx.globals.child()
     scope_m.names[params[0]] = Binding(SelfType(name), ctx.facts.define(
         Definition(params[0], "binding", lam.items[1].items[0].span, lam.span, f"self of {name}")))
-    for p, t, pn in zip(params[1:], arg_types, lam.items[1].items[1:]):
-        scope_m.names[p] = Binding(t, ctx.facts.define(Definition(p, "binding", pn.span, lam.span, t.show())))
+    for i, (p, t, pn) in enumerate(zip(params[1:], arg_types, lam.items[1].items[1:])):
+        scope_m.names[p] = Binding(t, ctx.facts.define(Definition(p, "binding", pn.span, lam.span, t.show())),
+                                   range=ranges[i] if i < len(ranges) else None)
         ctx.note_type(pn, t)
     saved, ctx.frame = ctx.frame, Frame(ctx.frame.phase, ctx.frame.ctx_nil)
     ctx.active.append(name)
@@ -668,6 +706,9 @@ def call_function(ctx: CheckContext, node: ListNode, b: Binding, scope: Scope) -
         return ir.Const(ERROR, node.span)
     if len(ctx.active) > 32:
         return ir.Const(ctx.err("E-FORM-002", node.span, "functions call each other too deeply (recursion is not supported)"), node.span)
+    if b.stdlib is not None and not check_stdlib_call(ctx, b.stdlib, params, args,
+                                                      lambda a: value_range(a, range_lookup(scope))):
+        return ir.Const(ERROR, node.span)
     redirect = b.stdlib is not None and ctx.redirect is None
     if redirect:
         # The layer's text is not in this file: its facts are not this file's, and
@@ -684,7 +725,8 @@ def call_function(ctx: CheckContext, node: ListNode, b: Binding, scope: Scope) -
     for p, a, pn in zip(params, args, lam.items[1].items):
         inner.names[p] = Binding(a.type, ctx.facts.define(Definition(p, "binding", pn.span, lam.span, a.type.show())),
                                  range=value_range(a, range_lookup(scope)),
-                                 varies=reads_varying(ctx, a, varies_lookup(scope)))
+                                 varies=reads_varying(ctx, a, varies_lookup(scope)),
+                                 trip_form=trip_form(a, form_lookup(scope)))
     saved, ctx.frame = ctx.frame, Frame(ctx.frame.phase, ctx.frame.ctx_nil)
     ctx.active.append("<fn>")
     try:

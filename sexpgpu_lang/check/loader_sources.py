@@ -8,7 +8,8 @@ the near miss), a raw token file without `:dtype` and `text-tokens` without `:to
 anything but one or two integer fields of `[seq]` (E-FORM-002, E-TYPE-002). With the context's
 `read_files` (`sexpgpu run`, `lint --read-files`, and the language server for a file on this
 machine), a `:tokenizer` whose tokenizer.json has more ids than `:vocab` (W-LOADER-001: read with
-json, the largest id of its model's vocabulary and its added tokens). What only the data files
+json, the largest id of its model's vocabulary and its added tokens), and a raw token file whose
+size or first ids make its `:dtype` implausible (W-LOADER-002). What only the data files
 can tell (their dtype, their ids against `:vocab`, their columns) the runtime checks
 (sexpgpu_runtime/token_loaders.py, prompt_files.py).
 
@@ -67,7 +68,69 @@ def check_source(ctx: CheckContext, kind: str, args: dict, nodes: dict, fields, 
         ok = _token_fields(ctx, kind, args, fields, at) and ok
     if ok and ctx.read_files and isinstance(args.get("tokenizer"), str) and isinstance(args.get("vocab"), int):
         _tokenizer_vocab(ctx, args["tokenizer"], args["vocab"], nodes["tokenizer"].span)
+    if (ok and ctx.read_files and kind == "tokens" and isinstance(args.get("path"), str)
+            and not args["path"].endswith(".npy") and args.get("dtype") in _ITEMSIZE):
+        _token_file_dtype(ctx, args["path"], args["dtype"], args.get("vocab"), nodes["dtype"].span)
     return ok
+
+
+#: The bytes of each on-disk token dtype, and its `memoryview` format.
+_ITEMSIZE = {"uint8": (1, "B"), "uint16": (2, "H"), "uint32": (4, "I"), "int32": (4, "i"), "int64": (8, "q")}
+
+#: How many bytes of a token file W-LOADER-002 samples (its start).
+SAMPLE_BYTES = 1 << 16
+
+
+def _token_file_dtype(ctx: CheckContext, rel: str, dtype: str, vocab, at: Span) -> None:
+    """W-LOADER-002 at `:dtype` when a raw token file (`rel`, relative to the run file) makes its
+    declared dtype implausible: its size is not a whole number of ids, every other id of its
+    first `SAMPLE_BYTES` is 0 (a file of twice the width read narrow: nanoGPT's uint16 `.bin`
+    given an int32 file), or those ids pass `:vocab` (a narrower file read wide). A file that is
+    not there is left to the runtime's error."""
+    base = os.path.dirname(os.path.abspath(ctx.src.path)) if not ctx.src.path.startswith("<") else "."
+    full = rel if os.path.isabs(rel) else os.path.join(base, rel)
+    try:
+        st = os.stat(full)
+    except OSError:
+        return
+    found = _dtype_evidence(full, st.st_mtime_ns, st.st_size, dtype, vocab if isinstance(vocab, int) else None)
+    if found is None:
+        return
+    message, fix = found
+    ctx.report(warning("W-LOADER-002", at, f"`{rel}` read as `:{dtype}`: {message}", help=fix))
+
+
+@functools.lru_cache(maxsize=16)
+def _dtype_evidence(path: str, mtime_ns: int, size: int, dtype: str, vocab: int | None) -> tuple[str, str] | None:
+    """(what makes `dtype` implausible for the raw token file at `path`, the fix), or None.
+    `mtime_ns` and `size` key the cache: an edited file is read again."""
+    import sys
+    width, fmt = _ITEMSIZE[dtype]
+    if size % width:
+        return (f"its {size} bytes are not a whole number of {width}-byte ids",
+                "give the `:dtype` the file was written with (nanoGPT's .bin files are `:uint16`)")
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(min(size, SAMPLE_BYTES) // width * width)
+    except OSError:
+        return None
+    ids = memoryview(data).cast(fmt).tolist()
+    if sys.byteorder == "big" and width > 1:   # token files are little-endian
+        ids = [int.from_bytes(data[i:i + width], "little", signed=fmt.islower()) for i in range(0, len(data), width)]
+    wider = {1: "uint16", 2: "int32", 4: "int64"}.get(width)
+    if len(ids) >= 64 and wider is not None:
+        low, high = ids[0::2], ids[1::2]
+        if all(v == 0 for v in high) and sum(1 for v in low if v != 0) * 2 > len(low):
+            return (f"every other id of its first {len(ids)} is 0, as when a file of {2 * width}-byte ids "
+                    f"(`:{wider}`) is read as {width}-byte ones: the run would train on those zeros",
+                    f"give the dtype the file was written with, likely `:dtype :{wider}`")
+    if vocab is not None and ids:
+        top = max(ids)
+        if top >= vocab:
+            return (f"its first {len(ids)} ids reach {top}, past `:vocab {vocab}`",
+                    "give the dtype the file was written with (a narrower file read wide gives huge ids), or "
+                    "raise `:vocab` to the tokenizer's")
+    return None
 
 
 def _tokenizer_vocab(ctx: CheckContext, rel: str, vocab: int, at: Span) -> None:

@@ -11,13 +11,15 @@ parameter leaves, stacked on a leading `[N ...]` axis below a repeat
 block also reached another way) and `check_pretrained` compares each
 `:pretrained` checkpoint with `:params` (check/pretrained.py). A model's
 `:apply` is checked where it is called (`infer.call_model`).
+`gradient_free_params` reports trainable parameters the loss gives no
+gradient (W-MODEL-002), from `objective`'s IR.
 
 Imports nothing outside `sexpgpu_lang`; never JAX.
 """
 from __future__ import annotations
 
 from .. import ir
-from ..diagnostics import Related
+from ..diagnostics import Related, warning
 from ..language import FORM_KEYWORDS, INITIALIZER_KEYWORDS
 from ..ops import INITIALIZERS
 from ..syntax import Kw, ListNode, Node, Sym
@@ -290,3 +292,79 @@ def _reached_twice(ctx: CheckContext, name: str, before, under) -> None:
             related=[Related(ctx.models[name]["def"].span, f"`{name}` is defined here")],
             help=f"give the other use its own model (a copy of `{name}` under another name)")
 
+
+
+def gradient_free_params(ctx: CheckContext, objective: ir.Phase, gen: ir.GenerateIR | None) -> None:
+    """W-MODEL-002: the trainable float parameters that `objective` (the loss) reaches by no path
+    a gradient takes (`gradient_reads`): the optimizer never moves them, and weight decay still
+    shrinks them every step. One warning per model, at its `defmodel`, naming them; a model
+    none of whose parameters get one (a teacher left trainable) is told to be `:frozen true`.
+    Checked only in a file without errors (an error's IR is not the program's)."""
+    reached = gradient_reads(objective.body)
+    trainable = [p for p in ctx.params if not p.frozen and p.dtype in ("f32", "bf16", "f16", "f64")]
+    if not trainable:
+        return
+    in_gen = set()
+    if gen is not None:
+        for ph in (gen.init, gen.step, gen.finish):
+            if ph is not None:
+                in_gen |= gradient_reads(ph.body, gradient_only=False)
+    opt, settings = ctx.run_ir.optimizer if ctx.run_ir is not None else ("", {})
+    decays = (f", and `{opt}`'s weight decay still shrinks them every step"
+              if opt in ("adamw", "lion") and settings.get("weight-decay", 1) != 0 else "")
+    for name, path in sorted(ctx.reachable.items(), key=lambda kv: (len(kv[1]), kv[1])):
+        whole = _whole(trainable, reached, path)
+        if any(_whole(trainable, reached, path[:i]) for i in range(len(path))):
+            continue   # inside a model none of whose parameters train: said there
+        keys = [".".join(q.path[len(path):]) for q in trainable if q.path[:len(path)] == path
+                and q.path not in reached and (whole or len(q.path) == len(path) + 1)]
+        if not keys:
+            continue
+        m = ctx.models[name]
+        where = ("only the generator reads them, and no gradient passes through it"
+                 if any(path + tuple(k.split(".")) in in_gen for k in keys) else "the loss does not depend on them")
+        shown = ", ".join(f"`:{k}`" for k in keys[:8]) + (f" and {len(keys) - 8} more" if len(keys) > 8 else "")
+        if whole:
+            msg = (f"no parameter of `{name}` gets a gradient from the loss ({shown}): {where}, so the "
+                   f"optimizer never trains them{decays}")
+            fix = f"if `{name}` is not meant to train (a teacher, a reward model), give it `:frozen true`"
+        else:
+            msg = (f"{_count(len(keys), 'parameter')} of `{name}` {'gets' if len(keys) == 1 else 'get'} no gradient from the loss ({shown}): {where}, "
+                   f"so the optimizer never trains them{decays}")
+            fix = "use them in the loss, or drop them from `:params`"
+        ctx.report(warning("W-MODEL-002", m["def"].span, msg, help=fix))
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
+def _whole(trainable, reached, path) -> bool:
+    """Whether no trainable parameter at or below model `path` is reached."""
+    under = [q for q in trainable if q.path[:len(path)] == path]
+    return bool(under) and all(q.path not in reached for q in under)
+
+
+def gradient_reads(e: ir.Expr, gradient_only: bool = True) -> set[tuple[str, ...]]:
+    """The parameter paths `e` reads (`(getf self :key)` in a model's body, by the model's
+    path); with `gradient_only`, only those a gradient of `e`'s value reaches: not through
+    `stop-gradient`, a report's value, or a value of integer or bool dtype (`argmax`, a
+    comparison, a cast to an integer)."""
+    found: set[tuple[str, ...]] = set()
+    stack: list[tuple[ir.Expr, tuple[str, tuple[str, ...]] | None]] = [(e, None)]
+    while stack:
+        n, here = stack.pop()
+        if gradient_only:
+            if isinstance(n, ir.Report) or (isinstance(n, ir.Op) and n.name == "stop-gradient"):
+                continue
+            if isinstance(n.type, TensorType) and n.type.dtype not in ("f32", "bf16", "f16", "f64"):
+                continue
+        if isinstance(n, ir.GetF) and here is not None and isinstance(n.obj, ir.Var) and n.obj.name == here[0]:
+            found.add(here[1] + (n.key,))
+            continue
+        if isinstance(n, ir.ModelCall):
+            stack.extend((a, here) for a in n.args)
+            stack.extend((b, (n.self_name, n.path)) for b in n.body)
+            continue
+        stack.extend((c, here) for c in ir.children(n))
+    return found

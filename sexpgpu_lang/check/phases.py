@@ -17,6 +17,7 @@ from .contracts import counters_effects, objective_result
 from .facts import Definition
 from .infer import ctx_type, infer, phase
 from .keywords import const_int, keyword_args
+from .ranges import loader_ranges, value_range
 from .scope import BatchType, Frame
 
 
@@ -47,15 +48,18 @@ def top_train(ctx: CheckContext, train: ir.LoaderIR | None,
         return None, None
     batch = batch_for(ctx, train, gen, True)
     prepare, inputs = None, batch
+    ranges = loader_ranges(train)   # token ids: 0 ... :vocab - 1, as the loader declares
     if prep_forms:
         f = prep_forms[0]
         if len(f.items) != 2:
             ctx.err("E-FORM-003", f.span, "`prepare` takes one lambda: `(prepare (lambda (batch ctx) ...))`")
         else:
             frame = Frame("prepare")
-            prepare = phase(ctx, "prepare", f.items[1], [batch, ctx_type(ctx, "prepare")], frame, "`prepare`")
+            prepare = phase(ctx, "prepare", f.items[1], [batch, ctx_type(ctx, "prepare")], frame, "`prepare`",
+                            [ranges])
             if prepare is not None:
                 inputs = prepare.out
+                ranges = _out_ranges(prepare, ranges)
                 counters_effects(ctx, frame, "prepare")
     objective = None
     if obj_forms:
@@ -63,15 +67,20 @@ def top_train(ctx: CheckContext, train: ir.LoaderIR | None,
         if len(f.items) != 2:
             ctx.err("E-FORM-003", f.span, "`objective` takes one lambda: `(objective (lambda (inputs ctx) ...))`")
         else:
-            objective = objective_phase(ctx, f.items[1], inputs, "objective")
+            objective = objective_phase(ctx, f.items[1], inputs, "objective", ranges)
     return prepare, objective
 
 
-def objective_phase(ctx: CheckContext, node: Node, inputs: Type, name: str) -> ir.Phase | None:
-    """`objective` checked on `inputs` (as phase `name`), or None when it fails or does not return
-    a float scalar (`contracts.objective_result`)."""
+def _out_ranges(prepare: ir.Phase, batch_ranges: dict):
+    """The ranges of what `prepare` returns (`ranges.value_range`), its batch's being `batch_ranges`."""
+    return value_range(prepare.body, lambda n: batch_ranges if n == prepare.params[0] else None)
+
+
+def objective_phase(ctx: CheckContext, node: Node, inputs: Type, name: str, ranges=None) -> ir.Phase | None:
+    """`objective` checked on `inputs` (as phase `name`; `ranges`: their `ranges.value_range`), or
+    None when it fails or does not return a float scalar (`contracts.objective_result`)."""
     frame = Frame("objective")
-    ph = phase(ctx, name, node, [inputs, ctx_type(ctx, "objective")], frame, "`objective`")
+    ph = phase(ctx, name, node, [inputs, ctx_type(ctx, "objective")], frame, "`objective`", [ranges])
     if ph is None:
         return None
     counters_effects(ctx, frame, "objective")
@@ -106,16 +115,19 @@ def top_passes(ctx: CheckContext, train: ir.LoaderIR | None, gen: ir.GenerateIR 
         prep_node = kws["prepare"][1] if "prepare" in kws else (
             ctx.forms["prepare"][0].items[1] if ctx.forms.get("prepare") and len(ctx.forms["prepare"][0].items) == 2 else None)
         prepare, inputs = None, batch
+        ranges = loader_ranges(loader)
         if prep_node is not None:
             frame = Frame("prepare")
-            prepare = phase(ctx, f"pass {name} prepare", prep_node, [batch, ctx_type(ctx, "prepare")], frame, "`prepare`")
+            prepare = phase(ctx, f"pass {name} prepare", prep_node, [batch, ctx_type(ctx, "prepare")], frame,
+                            "`prepare`", [ranges])
             if prepare is None:
                 continue
             inputs = prepare.out
+            ranges = _out_ranges(prepare, ranges)
         obj = ctx.forms.get("objective")
         if not obj or len(obj[0].items) != 2:
             continue
-        objective = objective_phase(ctx, obj[0].items[1], inputs, f"pass {name} objective")
+        objective = objective_phase(ctx, obj[0].items[1], inputs, f"pass {name} objective", ranges)
         if objective is None:
             continue
         out.append(ir.PassIR(name, loader.name, every, batches, runs_gen, prepare, objective, f.span))

@@ -40,6 +40,7 @@ class Binding:
     stdlib: str | None = None     # the name, for a function of the standard library (prelude.sx)
     range: tuple | None = None    # an integer value's (lo, hi, exact), where known (`ranges.value_range`)
     varies: bool = False          # it changes between trips of `:step` (`trips`)
+    trip_form: tuple | None = None  # (a, b): an integer that is a * trip + b in `:step` (`ranges.trip_form`)
 
 
 class Scope:

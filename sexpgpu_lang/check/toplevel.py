@@ -19,7 +19,7 @@ from .context import CheckContext, listed, near_miss
 from .facts import CheckResult
 from .forms import top_curriculum, top_def, top_loader, top_run
 from .generate import top_generate
-from .models import build_model, collect_params, declare_model, top_model_binding
+from .models import build_model, collect_params, declare_model, gradient_free_params, top_model_binding
 from .phases import top_passes, top_train
 from .program import program
 from .samples import top_samples
@@ -95,6 +95,8 @@ def _check_forms(ctx: CheckContext, build_ir: bool) -> CheckResult:
         train = next(iter(ctx.loaders.values()))
     gen = top_generate(ctx, train)
     prepare, objective = top_train(ctx, train, gen)
+    if objective is not None and not any(d.is_error for d in ctx.diags):
+        gradient_free_params(ctx, objective, gen)
     passes = top_passes(ctx, train, gen)
     top_curriculum(ctx, train)
     top_samples(ctx, train, gen)   # `run`'s `:samples`: names of the batch, so after the generator

@@ -1,0 +1,119 @@
+"""The standard library's arguments checked at the call, as an op's are.
+
+A standard-library function (prelude.sx) is inlined for its argument types,
+so a mistake in its arguments used to show, if at all, as an error deep in
+its body ("`reshape` cannot fit ...") or not at all (a float position is
+arithmetic like any other). `check_stdlib_call` checks what each function's
+comment says it takes, at the argument that breaks it, before the body is
+inlined:
+
+- positions integer: `rotary`'s and `llama-block`'s `positions`, the cached
+  layers' `pos` (an integer scalar) (E-TYPE-002, E-SHAPE-005);
+- rotary's head width even: `rotary`'s x [B T N H], `llama-block`'s and
+  `llama-block-cached`'s wq [D N H] (E-SHAPE-004);
+- a cache in its layout and long enough: `llama-block-cached`'s and
+  `transformer-block-cached`'s caches against `wk`, and the prefill's
+  positions against the cache's length (E-SHAPE-005);
+- an embedding table the right way round: `embedding`'s table [V D] when
+  its ids provably reach past V but not past D (a loader's `:vocab`,
+  `ranges`) is transposed (E-SHAPE-005).
+
+A call that fails one is reported once, there, and typed ERROR: nothing in
+its body is reported after it. Imports nothing outside `sexpgpu_lang`;
+never JAX.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+from .. import ir
+from ..types import TensorType, is_int
+from .context import CheckContext
+from .ranges import DECLARED, hi_occurs
+
+#: function -> {parameter: what it must be}: "positions" (an integer tensor), "pos" (an integer
+#: scalar), "heads" (the last axis even: a tensor of heads of width H), "table" ([V D], checked
+#: against the ids), "cache" ([B S K H] with wk's K and H, and x's T positions fitting S).
+RULES: dict[str, dict[str, str]] = {
+    "rotary": {"x": "heads", "positions": "positions"},
+    "llama-block": {"positions": "positions", "wq": "heads"},
+    "llama-block-cached": {"pos": "pos", "wq": "heads", "k-cache": "cache", "v-cache": "cache"},
+    "transformer-block-cached": {"pos": "pos", "k-cache": "cache", "v-cache": "cache"},
+    "cache-write": {"pos": "pos"},
+    "cached-attention": {"pos": "pos"},
+    "embedding": {"table": "table"},
+}
+
+
+def check_stdlib_call(ctx: CheckContext, fn: str, params: list[str], args: list[ir.Expr],
+                      ranges: Callable[[ir.Expr], object]) -> bool:
+    """Check the arguments `args` of standard-library function `fn` (its parameters `params`)
+    against `RULES`; `ranges(e)` gives an argument's `ranges.value_range`. Reports the first
+    that breaks one (at that argument) and returns False; True when all hold."""
+    rules = RULES.get(fn)
+    if not rules:
+        return True
+    by_name = dict(zip(params, args))
+    for p, rule in rules.items():
+        a = by_name.get(p)
+        t = a.type if a is not None else None
+        if not isinstance(t, TensorType):
+            continue
+        if rule in ("positions", "pos") and not is_int(t.dtype):
+            what = "an integer position" if rule == "pos" else "integer positions"
+            ctx.err("E-TYPE-002", a.span, f"`{fn}`'s `{p}` must be {what}, got {t.show()}",
+                    help=f"positions count tokens: cast them, `(cast {p} :i32)`, or build them with `iota` "
+                         f"(an integer); a {t.dtype} position rotates or writes by a fraction, silently")
+            return False
+        if rule == "pos" and t.shape != ():
+            ctx.err("E-SHAPE-005", a.span, f"`{fn}`'s `{p}` is the first new position, an integer scalar; got "
+                    f"{t.show()}", help="give the position of the first new token, e.g. `(- at 1)`")
+            return False
+        if rule == "heads" and t.shape and t.shape[-1] % 2:
+            what = "x [B T N H]" if p == "x" else "wq [D N H]"
+            ctx.err("E-SHAPE-004", a.span, f"rotary embeddings need an even head width: `{fn}`'s {what} has "
+                    f"H = {t.shape[-1]}", help="rotary turns the two halves of each head into each other's "
+                    "pairs; make the head width even (the width divided by the heads)")
+            return False
+        if rule == "cache" and not _cache_fits(ctx, fn, p, a, by_name):
+            return False
+        if rule == "table" and len(t.shape) == 2:
+            ids = by_name.get("ids")
+            r = ranges(ids) if ids is not None else None
+            rows, cols = t.shape
+            if isinstance(r, tuple) and hi_occurs(r) and rows <= r[1] == cols - 1:   # ids of a vocabulary of cols
+                said = " (as a loader's `:vocab` declares)" if r[2] == DECLARED else ""
+                ctx.err("E-SHAPE-005", a.span, f"the embedding table is {t.show()}, but the ids reach {r[1]}{said}: "
+                        f"it looks transposed (`embedding` takes table [V D], one row per id)",
+                        help=f"declare it [{cols} {rows}] (vocabulary first), or pass `(transpose table)`; if it is "
+                             f"the right way round, the ids need {r[1] + 1} rows: make the table and the ids' "
+                             "vocabulary one size")
+                return False
+    return True
+
+
+def _cache_fits(ctx: CheckContext, fn: str, p: str, cache: ir.Expr, by_name: dict) -> bool:
+    """A cached layer's cache `p` ([B S K H], K and H from `wk` [D K H]) in that layout, and long
+    enough for the positions of `x` [B T D]: E-SHAPE-005 at the cache, naming the layout."""
+    t, wk, x = cache.type, by_name.get("wk"), by_name.get("x")
+    if not (isinstance(wk, ir.Expr) and isinstance(wk.type, TensorType) and len(wk.type.shape) == 3
+            and len(t.shape) == 4):
+        return True
+    k, h = wk.type.shape[1:]
+    layout = "[B S K H]" if fn == "llama-block-cached" else "[B S H K]"
+    if t.shape[2:] != (k, h):
+        swapped = t.shape[1] == k and t.shape[2] != k
+        ctx.err("E-SHAPE-005", cache.span, f"`{fn}`'s `{p}` is {t.show()}, but its layout is {layout}: batch, "
+                f"positions, {k} key-value head{'' if k == 1 else 's'} of width {h} (wk's last two axes)"
+                + ("; its axes 1 and 2 look swapped" if swapped else ""),
+                help=f"make it [{t.shape[0]} {t.shape[2] if swapped else 'S'} {k} {h}]" + (
+                    " (swap axes 1 and 2 where it is made)" if swapped else ""))
+        return False
+    if isinstance(x, ir.Expr) and isinstance(x.type, TensorType) and len(x.type.shape) == 3 \
+            and x.type.shape[1] > t.shape[1]:
+        ctx.err("E-SHAPE-005", x.span, f"`{fn}` writes the {x.type.shape[1]} positions of x {x.type.show()} into "
+                f"`{p}`, which holds {t.shape[1]} ({t.show()})",
+                help="make the cache at least as long as the prompt and every position decoded after it, or "
+                     "prefill fewer positions")
+        return False
+    return True
