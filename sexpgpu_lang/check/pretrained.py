@@ -155,6 +155,9 @@ def check_pretrained(ctx: CheckContext) -> None:
             continue
         if _compare(ctx, name, rel, full, base, todo, names is not None, file_dtype, node):
             ctx.pretrained_files.append(record)
+            if label.startswith("the mapping `"):   # a standard-library mapping: its config.json compared
+                from .config import check_stated
+                check_stated(ctx, name, prefix, label.split("`")[1], rel, full, node)
 
 
 def _parameters(whom: list) -> str:
