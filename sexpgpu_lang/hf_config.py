@@ -97,10 +97,10 @@ class Setting:
 
 def config_path(path: str) -> str:
     """The `config.json` of the checkpoint at `path`: inside a directory, beside a file, or `path` itself."""
-    if os.path.isdir(path):
-        return os.path.join(path, CONFIG)
     if os.path.basename(path) == CONFIG:
         return path
+    if os.path.isdir(path) or not path.endswith((".safetensors", ".json")):
+        return os.path.join(path, CONFIG)
     return os.path.join(os.path.dirname(path), CONFIG)
 
 

@@ -60,9 +60,7 @@ def config_def(ctx: CheckContext, node: ListNode) -> tuple[ir.Expr, str]:
     try:
         file, config = read(full)
     except ConfigError as e:
-        missing = str(e).startswith("no such file")
-        ctx.err("E-CONFIG-001", items[1].span, f"cannot read the config of `{rel}`: `{_shown(ctx, e.file, rel)}` {e}"
-                + (f" (looked for {e.file})" if missing and not os.path.isabs(rel) else ""),
+        ctx.err("E-CONFIG-001", items[1].span, f"cannot read the config of `{rel}`, `{_shown(ctx, e.file, rel)}`: {e}",
                 help="point at the checkpoint's directory, which holds the `config.json` that `save_pretrained` "
                      "writes (the path is relative to the run file)")
         return ir.Const(ERROR, node.span), ""
@@ -162,7 +160,7 @@ def check_stated(ctx: CheckContext, model: str, prefix: tuple[str, ...], mapping
         file, config = read(full)
     except ConfigError as e:
         if not str(e).startswith("no such file"):
-            ctx.err("E-CONFIG-001", node.span, f"cannot read the config of `{rel}`: `{_shown(ctx, e.file, rel)}` {e}",
+            ctx.err("E-CONFIG-001", node.span, f"cannot read the config of `{rel}`, `{_shown(ctx, e.file, rel)}`: {e}",
                     help="fix or remove the checkpoint's `config.json`")
         return
     shown = _shown(ctx, file, rel)

@@ -687,9 +687,10 @@ def form_checkpoint_config(ctx: CheckContext, node: ListNode, scope: Scope) -> i
                             "`(def layers (checkpoint-config \"dir\" :layers))`, then use the name"), node.span)
 
 
-SPECIAL_RULES = {"checkpoint-config": form_checkpoint_config, "let*": form_let_star, "lambda": form_lambda, "list": form_list, "getf": form_getf,
+SPECIAL_RULES = {"let*": form_let_star, "lambda": form_lambda, "list": form_list, "getf": form_getf,
                  "field": form_field, "counter": form_counter, "metric": form_metric,
-                 "diagnostic": form_diagnostic}
+                 "diagnostic": form_diagnostic,
+                 "checkpoint-config": form_checkpoint_config}
 
 
 def _count(n: int, noun: str) -> str:
