@@ -303,3 +303,66 @@ def refusals(config: dict, mapping: str | None = None) -> list[str]:
         except ConfigError as e:
             out.append(str(e))
     return out
+
+
+#: Each standard-library mapping's model class and `model_type`, for an export's config.json.
+ARCHITECTURES = {"gpt2": ("GPT2LMHeadModel", "gpt2"), "llama": ("LlamaForCausalLM", "llama"),
+                 "llama-tied": ("LlamaForCausalLM", "llama"), "qwen2": ("Qwen2ForCausalLM", "qwen2"),
+                 "qwen2-tied": ("Qwen2ForCausalLM", "qwen2")}
+
+
+def sizes(mapping: str, shapes: dict[str, tuple[int, ...]]) -> dict[str, int]:
+    """The sizes a model read or written through the standard-library `mapping` has, from its parameters'
+    shapes (path below the model -> shape, stacked ones with their layer axis first)."""
+    if mapping == "gpt2":
+        n, d, h, k = shapes["h.wq"]
+        return {"layers": n, "width": d, "heads": h, "kv-heads": h, "head-width": k, "hidden": shapes["h.w1"][-1],
+                "vocab": shapes["wte"][0], "positions": shapes["wpe"][0]}
+    n, d, h, k = shapes["layers.wq"]
+    return {"layers": n, "width": d, "heads": h, "kv-heads": shapes["layers.wk"][2], "head-width": k,
+            "hidden": shapes["layers.w-gate"][-1], "vocab": shapes["embed"][0]}
+
+
+def export_config(mapping: str, shapes: dict[str, tuple[int, ...]], stated: dict[str, object],
+                  source: dict | None = None, dtype: str = "float32") -> dict:
+    """The config.json of a model exported through the standard-library `mapping`: the `source`
+    checkpoint's config (the model was loaded from it) with the model's sizes, else one made from the
+    sizes and the settings its standard-library calls state (`stated`: `eps`, `rope-base`, the
+    `rope-inv-freq` scaling numbers), the rest transformers' defaults. `dtype` is `torch_dtype`."""
+    arch, model_type = ARCHITECTURES[mapping]
+    got = sizes(mapping, shapes)
+    tied = MAPPINGS[mapping][1]
+    if mapping == "gpt2":
+        made = {"n_layer": got["layers"], "n_embd": got["width"], "n_head": got["heads"],
+                "n_inner": got["hidden"], "vocab_size": got["vocab"], "n_positions": got["positions"]}
+        base = {"architectures": [arch], "model_type": model_type, "activation_function": "gelu_new",
+                "layer_norm_epsilon": float(stated.get("eps", 1e-5)), "n_ctx": got["positions"],
+                "tie_word_embeddings": True}
+    else:
+        made = {"num_hidden_layers": got["layers"], "hidden_size": got["width"],
+                "num_attention_heads": got["heads"], "num_key_value_heads": got["kv-heads"],
+                "head_dim": got["head-width"], "intermediate_size": got["hidden"], "vocab_size": got["vocab"]}
+        base = {"architectures": [arch], "model_type": model_type, "hidden_act": "silu",
+                "rms_norm_eps": float(stated.get("eps", 1e-6)), "rope_theta": float(stated.get("rope-base", 10000.0)),
+                "max_position_embeddings": 2048, "tie_word_embeddings": tied, "attention_bias": False}
+        factor = float(stated.get("rope-factor", 1.0))
+        if factor != 1.0:
+            original = int(stated.get("rope-original-positions", 0))
+            base["rope_scaling"] = ({"rope_type": "linear", "factor": factor} if original == 0 else
+                                    {"rope_type": "llama3", "factor": factor,
+                                     "low_freq_factor": float(stated.get("rope-low-freq-factor", 1.0)),
+                                     "high_freq_factor": float(stated.get("rope-high-freq-factor", 4.0)),
+                                     "original_max_position_embeddings": original})
+            if original:
+                base["max_position_embeddings"] = max(2048, int(original * factor))
+        if model_type == "qwen2":
+            base.pop("attention_bias")
+            base["use_sliding_window"] = False
+    if source is not None:
+        out = dict(source)
+        out.update(made)
+        out["architectures"] = [arch]
+    else:
+        out = {**base, **made}
+    out["torch_dtype"] = dtype
+    return out

@@ -294,3 +294,32 @@ def _with_eps(head: str) -> str:
 def _with_freq(head: str) -> str:
     return {"rotary": "rotary-freq", "llama-block": "llama-block-freq",
             "llama-block-cached": "llama-block-freq-cached"}.get(head, head)
+
+
+def stated_settings(ctx: CheckContext, prefix: tuple[str, ...] = ()) -> tuple[tuple[str, object], ...]:
+    """The settings the standard-library calls of the models below `prefix` fix or are given as
+    constants (`eps`, `rope-base`, and `rope-inv-freq`'s scaling numbers), the first found for each
+    key: what an export's config.json says for a model trained from scratch."""
+    out: dict[str, object] = {}
+    for lam in _applies(ctx, prefix):
+        for call in walk(lam):
+            if not (isinstance(call, ListNode) and isinstance(call.head, str) and call.head in _CALLS
+                    and ctx.globals.names.get(call.head) is None):
+                continue
+            spec = _CALLS[call.head]
+            for key in ("eps", "rope-base"):
+                where = spec.get(key)
+                value = where[1] if isinstance(where, tuple) else (
+                    _constant(ctx, call.items[where]) if isinstance(where, int) and where < len(call.items) else None)
+                if value is not None:
+                    out.setdefault(key, value)
+            if "inv-freq" in spec and spec["inv-freq"] is None:
+                out.setdefault("rope-factor", 1.0)
+            idx = spec.get("inv-freq")
+            arg = call.items[idx] if isinstance(idx, int) and idx < len(call.items) else None
+            if isinstance(arg, ListNode) and arg.head == "rope-inv-freq" and len(arg.items) == 7:
+                for key, a in zip(_ROPE_ARGS, arg.items[2:]):
+                    v = _constant(ctx, a)
+                    if v is not None:
+                        out.setdefault(key, v)
+    return tuple(out.items())
