@@ -167,6 +167,9 @@ def rope(config: dict) -> dict[str, Setting]:
     """The four numbers `rope-inv-freq` takes after the base, from `rope_scaling` (absent or `default`:
     none; `linear`; `llama3`). ConfigError for another type."""
     rs = config.get("rope_scaling")
+    where = "rope_scaling"
+    if rs is None and isinstance(config.get("rope_parameters"), dict):   # transformers 5 writes these
+        rs, where = config["rope_parameters"], "rope_parameters"
     if rs is None:
         return {"rope-factor": Setting(1.0, "rope_scaling", "null"),
                 "rope-low-freq-factor": Setting(1.0, "rope_scaling", "null"),
@@ -175,11 +178,14 @@ def rope(config: dict) -> dict[str, Setting]:
     if not isinstance(rs, dict):
         raise ConfigError("", f"`rope_scaling` is {_text(rs)}, not an object")
     kind = rs.get("rope_type", rs.get("type"))
-    if kind == "default":
-        return rope({**config, "rope_scaling": None})
+    if kind == "default" or (kind is None and where == "rope_parameters"):
+        return rope({**config, "rope_scaling": None, "rope_parameters": None})
     if kind == "linear":
-        f = _number(rs, "factor", False)
-        return {"rope-factor": Setting(f, "rope_scaling.factor", _text(rs["factor"])),
+        try:
+            f = _number(rs, "factor", False)
+        except ConfigError as e:
+            raise ConfigError("", f"`{where}.{str(e).removeprefix('`')}")
+        return {"rope-factor": Setting(f, f"{where}.factor", _text(rs["factor"])),
                 "rope-low-freq-factor": Setting(1.0, "rope_scaling", "linear"),
                 "rope-high-freq-factor": Setting(4.0, "rope_scaling", "linear"),
                 "rope-original-positions": Setting(0, "rope_scaling", "linear")}
@@ -189,11 +195,11 @@ def rope(config: dict) -> dict[str, Setting]:
                                    ("rope-high-freq-factor", "high_freq_factor", False),
                                    ("rope-original-positions", "original_max_position_embeddings", True)):
             try:
-                out[name] = Setting(_number(rs, key, integer), f"rope_scaling.{key}", _text(rs.get(key)))
+                out[name] = Setting(_number(rs, key, integer), f"{where}.{key}", _text(rs.get(key)))
             except ConfigError as e:
-                raise ConfigError("", f"`rope_scaling.{str(e).removeprefix('`')}")
+                raise ConfigError("", f"`{where}.{str(e).removeprefix('`')}")
         return out
-    raise ConfigError("", f"`rope_scaling` has type {_text(kind)}, which the standard library does not compute "
+    raise ConfigError("", f"`{where}` has type {_text(kind)}, which the standard library does not compute "
                       "(it computes `linear` and `llama3`); write the frequencies yourself, or use another checkpoint")
 
 
@@ -248,7 +254,15 @@ def settings(config: dict) -> dict[str, Setting | ConfigError]:
     put("vocab", "vocab_size")
     put("positions", "max_position_embeddings")
     put("eps", "rms_norm_eps", integer=False, default=1e-6)
-    put("rope-base", "rope_theta", integer=False, default=10000.0)
+    params = config.get("rope_parameters")
+    if config.get("rope_theta") is None and isinstance(params, dict) and "rope_theta" in params:
+        try:   # transformers 5 keeps the base in `rope_parameters`
+            out["rope-base"] = Setting(_number(params, "rope_theta", False), "rope_parameters.rope_theta",
+                                       _text(params["rope_theta"]))
+        except ConfigError as e:
+            out["rope-base"] = ConfigError("", f"`rope_parameters.{str(e).removeprefix('`')}")
+    else:
+        put("rope-base", "rope_theta", integer=False, default=10000.0)
     try:
         out.update(rope(config))
     except ConfigError as e:
@@ -361,7 +375,15 @@ def export_config(mapping: str, shapes: dict[str, tuple[int, ...]], stated: dict
     if source is not None:
         out = dict(source)
         out.update(made)
-        out["architectures"] = [arch]
+        # the source's way of writing a default stays where the value is the default's
+        if source.get("n_inner", 0) is None and got["hidden"] == 4 * got["width"]:
+            out["n_inner"] = None
+        if source.get("head_dim") is None and got["head-width"] * got["heads"] == got["width"]:
+            if "head_dim" in source:
+                out["head_dim"] = None
+            else:
+                out.pop("head_dim", None)
+        out.setdefault("architectures", [arch])
     else:
         out = {**base, **made}
     out["torch_dtype"] = dtype

@@ -256,7 +256,7 @@ def _check_call(ctx: CheckContext, call: ListNode, got: dict, shown: str, rel: s
             differs("rope-base", value, where, lambda s: fix)
             f = got.get("rope-factor")
             if isinstance(f, Setting) and not _same(f.value, 1.0):
-                found.append((f"`rope_scaling` with `factor` {f.text}", "no scaling", call, fix))
+                found.append((f"`{f.key.split('.')[0]}` with `factor` {f.text}", "no scaling", call, fix))
         else:
             idx = spec["inv-freq"]
             arg = call.items[idx] if idx < len(call.items) else None
