@@ -156,3 +156,28 @@ def test_gpt2_has_no_rope_base(tmp_path):
                                                               "n_head": 4, "vocab_size": 50, "n_positions": 32}))
     res = analyze('(def base (checkpoint-config "ck" :rope-base))\n', str(tmp_path / "run.sx"))
     assert "E-CONFIG-003" in [c for c, _ in codes(res)]
+
+
+HF = Path(__file__).parent / "fixtures" / "hf"
+
+
+def test_file_dtype_of_another_dtype_than_the_file_s_says_so_and_how_to_fix_it(tmp_path):
+    """`:file-dtype :bf16` on an f32 file: the file's dtype differs from `:file-dtype`, not the parameters'."""
+    shutil.copytree(HF / "gpt2", tmp_path / "gpt2")
+    text = (HF / "gpt2.sx").read_text().replace(":names :gpt2)", ":names :gpt2 :file-dtype :bf16)")
+    res = analyze(text, str(tmp_path / "run.sx"), read_files=True)
+    d, = [d for d in res.diagnostics if d.is_error]
+    assert d.code == "E-MODEL-003"
+    assert "its 28 tensors are f32 where `:file-dtype` says bf16" in d.message and "parameters" not in d.message
+    assert d.help.startswith("`:file-dtype` is the dtype the file holds, and it holds f32: write `:file-dtype :f32`")
+
+
+def test_another_family_s_checkpoint_is_one_short_line_with_the_mapping_it_fits(tmp_path):
+    """A GPT-2 checkpoint read with `:names :llama`: not one clause per missing tensor."""
+    shutil.copytree(HF / "gpt2", tmp_path / "llama3")
+    shutil.copy(HF / "llama3" / "config.json", tmp_path / "llama3" / "config.json")   # (so the defs check)
+    res = analyze((HF / "llama3.sx").read_text(), str(tmp_path / "run.sx"), read_files=True)
+    d, = [d for d in res.diagnostics if d.is_error]
+    assert d.code == "E-MODEL-003" and len(d.message) < 300, d.message
+    assert "has none of the 12 tensors the mapping reads (it has `transformer.h.0.attn.c_attn.bias`" in d.message
+    assert "write `:names :gpt2`" in d.help
