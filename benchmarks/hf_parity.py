@@ -14,8 +14,9 @@ scaling; Mistral; Qwen2 with its q/k/v biases and a tied output; Llama with a ti
 2. writes a run file that states no size or setting by hand (`checkpoint-config` binds them) and
    reads the checkpoint through the standard library's mapping;
 3. compares sexpgpu's logits with transformers' (f32; the largest difference relative to the
-   largest logit), and greedy decoding (transformers' `generate`, cached and uncached, against
-   sexpgpu's forward over the growing row), token for token;
+   largest logit), and greedy decoding token for token: transformers' `generate` with its cache
+   against the run file's `:decode` entry with its caches through the stacked layers, and without
+   against sexpgpu's forward over the growing row;
 4. exports sexpgpu's parameters in the HF layout (weights and config.json: the source checkpoint's,
    and one made from the run file's values alone, as for a model trained from scratch) and loads the
    directory with `AutoModelForCausalLM.from_pretrained`, whose logits must match again.
@@ -81,7 +82,22 @@ def run_file(family: str, mapping: str) -> str:
              "(loader rows\n  :source (stride-rows :vocab vocab :seq seq)\n  :batch 2\n"
              "  :fields (:row [seq] :i32 :stride [1] :i32))\n\n")
     g = lambda shape: f"(normal [{shape}] :std 0.02)"  # noqa: E731
+    # Each layer takes the carry (:h [B T D] :k :v), the caches of every layer [L B S K H], and the
+    # position of h's first row: it reads the first layer's cache, runs the cached block, and puts its
+    # cache back last, so after the L layers the caches are in their order again.
+    carry = """  :apply (lambda (self c pos)
+           (let* ((ks (getf c :k))
+                  (vs (getf c :v))
+                  (n (axis-size ks 0))
+                  (out (BLOCK (getf c :h) pos (take ks 0 :axis 0) (take vs 0 :axis 0)
+ARGS)))
+             (list :h (getf out :h)
+                   :k (concat [(slice ks :axis 0 :start 1 :end n) (expand-dims (getf out :k) :axis 0)] :axis 0)
+                   :v (concat [(slice vs :axis 0 :start 1 :end n) (expand-dims (getf out :v) :axis 0)] :axis 0)))))
+"""
     if mapping == "gpt2":
+        kv, stack, embed = "heads", "h", "(+ (embedding (getf self :wte) ids) (dynamic-slice (getf self :wpe) [pos 0] [(axis-size ids 1) width]))"
+        out = "(matmul (layer-norm-eps (getf c :h) (getf self :lnf-gain) (getf self :lnf-bias) eps) (transpose (getf self :wte)))"
         layer = f"""(defmodel layer
   :params (:ln1-gain (ones [width]) :ln1-bias (zeros [width])
            :wq {g("width heads head-width")} :bq (zeros [heads head-width])
@@ -90,57 +106,73 @@ def run_file(family: str, mapping: str) -> str:
            :wo {g("heads head-width width")} :bo (zeros [width])
            :ln2-gain (ones [width]) :ln2-bias (zeros [width])
            :w1 {g("width hidden")} :b1 (zeros [hidden]) :w2 {g("hidden width")} :b2 (zeros [width]))
-  :apply (lambda (self x)
-           (gpt2-block-eps x eps (getf self :ln1-gain) (getf self :ln1-bias)
-                           (getf self :wq) (getf self :bq) (getf self :wk) (getf self :bk)
-                           (getf self :wv) (getf self :bv) (getf self :wo) (getf self :bo)
-                           (getf self :ln2-gain) (getf self :ln2-bias)
-                           (getf self :w1) (getf self :b1) (getf self :w2) (getf self :b2))))
-
-;; a context shorter than the position table reads its first rows
-(defmodel teacher
-  :params (:wte {g("vocab width")} :wpe {g("positions width")} :h (repeat layer layers)
-           :lnf-gain (ones [width]) :lnf-bias (zeros [width]))
-  :apply (lambda (self ids)
-           (let* ((h (layer (+ (embedding (getf self :wte) ids)
-                               (slice (getf self :wpe) :axis 0 :start 0 :end seq)))))
-             (matmul (layer-norm-eps h (getf self :lnf-gain) (getf self :lnf-bias) eps)
-                     (transpose (getf self :wte)))))
-  :pretrained (:path {ck} :names :gpt2))
-"""
+""" + carry.replace("BLOCK", "gpt2-block-cached").replace("ARGS", """                         eps (getf self :ln1-gain) (getf self :ln1-bias)
+                         (getf self :wq) (getf self :bq) (getf self :wk) (getf self :bk)
+                         (getf self :wv) (getf self :bv) (getf self :wo) (getf self :bo)
+                         (getf self :ln2-gain) (getf self :ln2-bias)
+                         (getf self :w1) (getf self :b1) (getf self :w2) (getf self :b2)""")
+        params = f""":wte {g("vocab width")} :wpe {g("positions width")} :h (repeat layer layers)
+           :lnf-gain (ones [width]) :lnf-bias (zeros [width])"""
+        note = ";; rows shorter than the position table read its first rows (`dynamic-slice` at pos)\n"
     else:
         qwen = mapping.startswith("qwen2")
         tied = mapping.endswith("-tied")
         biases = (" :bq (zeros [heads head-width])\n           :bk (zeros [kv-heads head-width])"
                   " :bv (zeros [kv-heads head-width])\n" if qwen else "")
-        block = "qwen2-block" if qwen else "llama-block-freq"
+        block = "qwen2-block-cached" if qwen else "llama-block-freq-cached"
         args = ("(getf self :wq) (getf self :bq) (getf self :wk) (getf self :bk) (getf self :wv) (getf self :bv)"
                 if qwen else "(getf self :wq) (getf self :wk) (getf self :wv)")
+        kv, stack, embed = "kv-heads", "layers", "(embedding (getf self :embed) ids)"
+        lm = "(transpose (getf self :embed))" if tied else "(getf self :lm-head)"
+        out = f"(matmul (rms-norm-eps (getf c :h) (getf self :norm) eps) {lm})"
         layer = f"""(defmodel layer
   :params (:attn-norm (ones [width])
            :wq {g("width heads head-width")}
            :wk {g("width kv-heads head-width")} :wv {g("width kv-heads head-width")}
 {biases}           :wo {g("heads head-width width")} :mlp-norm (ones [width])
            :w-gate {g("width hidden")} :w-up {g("width hidden")} :w-down {g("hidden width")})
-  :apply (lambda (self x positions)
-           ({block} x positions
-             (rope-inv-freq head-width rope-base rope-factor rope-low-freq-factor rope-high-freq-factor
-                            rope-original-positions)
-             eps (getf self :attn-norm) {args}
-             (getf self :wo) (getf self :mlp-norm) (getf self :w-gate) (getf self :w-up) (getf self :w-down))))
-
-(defmodel teacher
-  :params (:embed {g("vocab width")} :layers (repeat layer layers) :norm (ones [width]){"" if tied else " :lm-head " + g("width vocab")})
+""" + carry.replace("BLOCK", block).replace("ARGS", f"""                         (rope-inv-freq head-width rope-base rope-factor rope-low-freq-factor
+                                        rope-high-freq-factor rope-original-positions)
+                         eps (getf self :attn-norm) {args}
+                         (getf self :wo) (getf self :mlp-norm) (getf self :w-gate) (getf self :w-up)
+                         (getf self :w-down)""")
+        params = f""":embed {g("vocab width")} :layers (repeat layer layers) :norm (ones [width])""" + (
+            "" if tied else f"\n           :lm-head {g('width vocab')}")
+        note = ""
+    layer += f"""
+;; `:apply` is the whole row at position 0 with empty caches; `:decode` the new tokens ids [B T] at
+;; pos, with the caches k and v [layers B seq {kv} head-width] -> (:logits [B T vocab] :k :v)
+{note}(defmodel teacher
+  :params ({params})
   :apply (lambda (self ids)
-           (let* ((h (layer (embedding (getf self :embed) ids) (iota [seq]))))
-             (matmul (rms-norm-eps h (getf self :norm) eps) {"(transpose (getf self :embed))" if tied else "(getf self :lm-head)"})))
+           (let* ((pos 0)
+                  (empty (zeros [layers (axis-size ids 0) seq {kv} head-width]))
+                  (c ({stack_call(stack)} (list :h {embed} :k empty :v empty) pos)))
+             {out}))
+  :entries (:decode (lambda (self ids pos k v)
+                      (let* ((c ({stack_call(stack)} (list :h {embed} :k k :v v) pos)))
+                        (list :logits {out} :k (getf c :k) :v (getf c :v)))))
   :pretrained (:path {ck} :names :{mapping}))
 """
+    steps = [f"         (o0 (teacher :decode prompt 0 empty empty))",
+             f"         (t{PROMPT} (argmax (slice (getf o0 :logits) :axis 1 :start {PROMPT - 1} :end {PROMPT})))"]
+    for k, t in enumerate(range(PROMPT, SEQ - 1), start=1):
+        steps.append(f"         (o{k} (teacher :decode t{t} (+ zero {t}) (getf o{k - 1} :k) (getf o{k - 1} :v)))")
+        steps.append(f"         (t{t + 1} (argmax (getf o{k} :logits)))")
+    tokens = " ".join(f"t{t}" for t in range(PROMPT, SEQ))
     tail = f"""
 (model teacher)
 
+;; the logits of the whole row, and greedy decoding with the caches: the prompt's {PROMPT} tokens at
+;; position 0, then one token a step (`zero` is 0 computed from the data, so each step's position is
+;; a traced value, as a generator's trip is)
 (prepare (lambda (batch ctx)
-  (list :logits (teacher (field batch :row)) :row (field batch :row))))
+  (let* ((row (field batch :row))
+         (prompt (slice row :axis 1 :start 0 :end {PROMPT}))
+         (zero (* 0 (sum (field batch :stride))))
+         (empty (zeros [layers (axis-size row 0) seq {kv} head-width]))
+{chr(10).join(steps)})
+    (list :logits (teacher row) :greedy (concat [prompt {tokens}] :axis 1) :row row))))
 
 (objective (lambda (inputs ctx)
   (mean (cross-entropy (model (getf inputs :row)) (getf inputs :row)))))
@@ -149,6 +181,11 @@ def run_file(family: str, mapping: str) -> str:
 """
     return f";; tests/fixtures/hf/{family}: written by benchmarks/hf_parity.py; every size and setting from " \
            f"its config.json\n\n" + head + layer + tail
+
+
+def stack_call(stack: str) -> str:
+    """The repeated block's model name (the fixtures call it `layer` whatever the parameter's key)."""
+    return "layer"
 
 
 def build(family: str, directory: Path):
@@ -195,9 +232,10 @@ def sexpgpu_forward(run: Path):
     params = {**trainable, **frozen}
     ctx = {k: jnp.asarray(v) for k, v in make_ctx(0, 0, 0).items()}
 
-    def forward(ids):
+    def forward(ids, key: str = "logits"):
+        """The run file's `prepare` on rows `ids`: its `:logits` (or `key`: `:greedy`, decoded with the caches)."""
         batch = {"row": jnp.asarray(ids), "stride": jnp.ones((ids.shape[0], 1), jnp.int32)}
-        return np.asarray(run_phase(p.prepare, [batch, ctx], params, Effects(jax.random.key(0)))["logits"])
+        return np.asarray(run_phase(p.prepare, [batch, ctx], params, Effects(jax.random.key(0)))[key])
     return forward, p, trainable, frozen
 
 
@@ -236,8 +274,8 @@ def main(argv=None) -> int:
             forward, program, trainable, frozen = sexpgpu_forward(root / f"{family}.sx")
             got = forward(ids)
             rel = relative(got, logits)
-            ours = greedy_of(forward, ids)
-            same = {c: bool(np.array_equal(ours, g)) for c, g in greedy.items()}
+            ours = {True: forward(ids, "greedy"), False: greedy_of(forward, ids)}   # with the caches, and without
+            same = {c: bool(np.array_equal(ours[c], g)) for c, g in greedy.items()}
             out = root / "export"
             export_params(out, trainable, frozen, True, dict(__import__("sexpgpu_lang.name_mapping", fromlist=["x"])
                                                             .stdlib_names()[mapping]))

@@ -2,8 +2,9 @@
 transformers made and saved sharded (`python -m benchmarks.hf_parity --write`), its logits and greedy
 tokens, and the run files that read them stating no size or setting by hand (`checkpoint-config`). Here,
 without transformers: each run file checks clean against its checkpoint's config.json, its logits match
-transformers' (f32, 1e-4 relative to the largest), its greedy decoding gives transformers' tokens
-(cached and uncached `generate` gave the same), and an export in the HF layout writes a config.json with
+transformers' (f32, 1e-4 relative to the largest), its greedy decoding gives transformers' tokens,
+with its caches through the stacked layers (its `:decode` entry) and without (cached and uncached
+`generate` gave the same), and an export in the HF layout writes a config.json with
 the source's settings and the trained sizes that reads back to the same logits."""
 from __future__ import annotations
 
@@ -35,7 +36,8 @@ def test_logits_and_greedy_tokens_match_transformers(family):
     assert got.dtype == np.float32 and got.shape == want["logits"].shape
     assert relative(got, want["logits"]) <= 1e-4
     assert np.array_equal(want["greedy"], want["greedy_uncached"])
-    assert np.array_equal(greedy_of(forward, want["ids"]), want["greedy"])
+    assert np.array_equal(greedy_of(forward, want["ids"]), want["greedy"])        # the row recomputed each step
+    assert np.array_equal(forward(want["ids"], "greedy"), want["greedy"])         # `:decode` with the caches
 
 
 def test_the_llama3_fixture_is_llama3(family):
