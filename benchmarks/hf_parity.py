@@ -232,10 +232,12 @@ def sexpgpu_forward(run: Path):
     params = {**trainable, **frozen}
     ctx = {k: jnp.asarray(v) for k, v in make_ctx(0, 0, 0).items()}
 
+    prepare = jax.jit(lambda batch, params: run_phase(p.prepare, [batch, ctx], params, Effects(jax.random.key(0))))
+
     def forward(ids, key: str = "logits"):
         """The run file's `prepare` on rows `ids`: its `:logits` (or `key`: `:greedy`, decoded with the caches)."""
         batch = {"row": jnp.asarray(ids), "stride": jnp.ones((ids.shape[0], 1), jnp.int32)}
-        return np.asarray(run_phase(p.prepare, [batch, ctx], params, Effects(jax.random.key(0)))[key])
+        return np.asarray(prepare(batch, params)[key])
     return forward, p, trainable, frozen
 
 

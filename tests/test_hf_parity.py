@@ -15,9 +15,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from benchmarks.hf_parity import FAMILIES, SEQ, greedy_of, relative, run_file, sexpgpu_forward
+import functools
+
+from benchmarks.hf_parity import FAMILIES, SEQ, greedy_of, relative, run_file
+from benchmarks.hf_parity import sexpgpu_forward as _forward
 
 FIXTURES = Path(__file__).parent / "fixtures" / "hf"
+
+
+@functools.lru_cache(maxsize=None)
+def sexpgpu_forward(path: Path):
+    """Each fixture checked, loaded and its `prepare` compiled once for the module's tests."""
+    return _forward(path)
 
 
 @pytest.fixture(params=list(FAMILIES))
@@ -40,7 +49,7 @@ def test_logits_and_greedy_tokens_match_transformers(family):
     assert np.array_equal(forward(want["ids"], "greedy"), want["greedy"])         # `:decode` with the caches
 
 
-def test_the_llama3_fixture_is_llama3(family):
+def test_the_llama3_fixture_is_llama3():
     """The settings the issue names are the fixtures' (so the parity above covers them)."""
     cfg = json.loads((FIXTURES / "llama3" / "config.json").read_text())
     rope = cfg.get("rope_parameters") or {**cfg.get("rope_scaling", {}), "rope_theta": cfg.get("rope_theta")}
