@@ -35,7 +35,6 @@ never JAX.
 """
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 
@@ -105,6 +104,7 @@ def config_path(path: str) -> str:
 
 
 def _load(path: str) -> dict:
+    import json   # (only where a config is read: `sexpgpu lint` of a file without one imports no json)
     try:
         with open(path, encoding="utf-8") as fh:
             data = json.load(fh)
@@ -144,6 +144,14 @@ def read(path: str) -> tuple[str, dict]:
 
 
 def _text(v) -> str:
+    """A config value as its JSON text (`null`, `true`, `"silu"`, `1e-05`), for messages."""
+    if v is None or isinstance(v, bool):
+        return {None: "null", True: "true", False: "false"}[v]
+    if isinstance(v, str):
+        return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(v, (int, float)):
+        return repr(v)
+    import json
     return json.dumps(v)
 
 
