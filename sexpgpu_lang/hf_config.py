@@ -106,6 +106,11 @@ def config_path(path: str) -> str:
 def _load(path: str) -> dict:
     import json   # (only where a config is read: `sexpgpu lint` of a file without one imports no json)
     try:
+        if os.path.exists(path) and not os.path.isfile(path):   # a pipe or a device: a read could wait forever
+            raise ConfigError(path, "it is not a file")
+    except ValueError:
+        raise ConfigError(path, "no such file (its name holds a character no file name can)")
+    try:
         with open(path, encoding="utf-8") as fh:
             data = json.load(fh)
     except FileNotFoundError:

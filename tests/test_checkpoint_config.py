@@ -181,3 +181,18 @@ def test_another_family_s_checkpoint_is_one_short_line_with_the_mapping_it_fits(
     assert d.code == "E-MODEL-003" and len(d.message) < 300, d.message
     assert "has none of the 12 tensors the mapping reads (it has `transformer.h.0.attn.c_attn.bias`" in d.message
     assert "write `:names :gpt2`" in d.help
+
+
+@pytest.mark.parametrize("make,piece", [
+    (lambda d: (d / "config.json").mkdir(), "it is not a file"),
+    (lambda d: (d / "config.json").write_text("{not json"), "it is not JSON"),
+    (lambda d: (d / "config.json").write_text("[1, 2]"), "it is not a JSON object of settings"),
+    (lambda d: None, "no such file"),
+])
+def test_a_config_that_cannot_be_read_is_one_line(tmp_path, make, piece):
+    (tmp_path / "ck").mkdir()
+    make(tmp_path / "ck")
+    res = analyze('(def layers (checkpoint-config "ck" :layers))\n', str(tmp_path / "run.sx"))
+    got = [(d.code, d.message) for d in res.diagnostics if d.code.startswith("E-CONFIG")]
+    assert len(got) == 1 and got[0][0] == "E-CONFIG-001" and piece in got[0][1], got
+    assert "ck/config.json" in got[0][1]
