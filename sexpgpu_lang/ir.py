@@ -428,6 +428,8 @@ class Program:
     pretrained: tuple[PretrainedIR, ...] = ()
     source_text: str = ""
     identity_apart_from_steps: str = ""   # identity(parsed, apart_from_steps=True): the file but for `:steps`
+    settings: tuple[tuple[str, object], ...] = ()   # the root model's norm epsilon, rotary base and scaling, as
+    #                                       its standard-library calls state them (check/config.py): an export's config
 
     def line_col(self, offset: int) -> tuple[int, int]:
         """1-based (line, column) of an offset into the run file's text."""

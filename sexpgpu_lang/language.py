@@ -48,6 +48,7 @@ SPECIAL_FORMS: dict[str, tuple[str, str]] = {
     "counter": ("(counter :name value)", "add value to a run-long total that `objective` reads as `(getf ctx :name)`; only in `prepare`"),
     "metric": ("(metric :name value)", "report a value at every logged step; not inside a generator"),
     "diagnostic": ("(diagnostic :name value)", "report a value only when selected with `:diagnostics`"),
+    "checkpoint-config": ("(checkpoint-config \"dir\" :key)", "a setting of a checkpoint's config.json (`:layers`, `:width`, `:rope-base` ...); only as a `def`'s value"),
 }
 
 #: The keywords of `run`, in the order its signature shows them.

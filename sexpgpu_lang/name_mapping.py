@@ -191,3 +191,24 @@ def source_shape(expr: tuple, shape: tuple[int, ...]) -> tuple[int, ...]:
     while expr[0] != "tensor":
         shape, expr = child_shape(expr, tuple(shape)), expr[1]
     return tuple(shape)
+
+
+def shared_tensors(names: dict[str, tuple]) -> list[tuple[str, list[str]]]:
+    """The tensors (by name or pattern) that more than one parameter of the mapping `names` is read
+    from, other than as distinct parts of one `split` (GPT-2's `c_attn`): [(tensor, [parameter paths])].
+    Reading them is fine; writing the mapping backwards would give such a tensor two values (a tied
+    checkpoint's embedding read into an untied model's `:embed` and `:lm-head`), so an export refuses it."""
+    parts: dict[str, list[tuple[object, str]]] = {}
+    for rel, src in names.items():
+        node, index = src, None
+        while node[0] != "tensor":
+            if node[0] == "split":
+                index = node[2:]
+            node = node[1]
+        parts.setdefault(node[1], []).append((index, rel))
+    out = []
+    for tensor, reads in parts.items():
+        indices = [i for i, _ in reads]
+        if len(reads) > 1 and (None in indices or len(set(indices)) < len(indices)):
+            out.append((tensor, [rel for _, rel in reads]))
+    return out

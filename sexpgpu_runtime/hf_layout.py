@@ -281,10 +281,16 @@ def mapped_tensors(names: dict[str, tuple], values: dict[str, np.ndarray]) -> di
             else [(leaf(src)[1], value)]
         for name, v in per_layer:
             got, split = backward(src, np.asarray(v))
+            if name in out or (split is None and name in fused):
+                raise RunError(f"cannot write tensor `{name}`: two parameters of the mapping are read from it, and "
+                               f"parameter `{rel}` would overwrite the other's values")
             if split is None:
                 out[name] = np.ascontiguousarray(got)
             else:
                 axis, n, index = split
+                if index in parts.get(name, {}):
+                    raise RunError(f"cannot write tensor `{name}`: two parameters of the mapping are read from part "
+                                   f"{index} of it, and parameter `{rel}` would overwrite the other's values")
                 fused[name] = (axis, n)
                 parts.setdefault(name, {})[index] = got
     for name, (axis, n) in fused.items():

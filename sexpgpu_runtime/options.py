@@ -125,6 +125,14 @@ def check_options(program: ir.Program, options: RunOptions) -> None:
         if options.export is None:
             raise OptionError("--export-names says how to write --export; give --export DIR too")
         names, where = found
+        from sexpgpu_lang.name_mapping import shared_tensors
+        shared = shared_tensors(names)
+        if shared:
+            tensor, whom = shared[0]
+            raise OptionError(f"--export-names {options.export_names}: parameters " + ", ".join(f"`{w}`" for w in whom)
+                              + f" are all read from tensor `{tensor}`, so an export would write it "
+                              f"{len(whom)} times with different values ({where}); export through a mapping that "
+                              "names a tensor of its own for each (an untied model's `lm_head.weight`: `:names :llama`)")
         have = {".".join(p.path) for p in program.params if options.export_frozen or not p.frozen}
         trainable = {".".join(p.path) for p in program.params if not p.frozen}
         wrong = sorted(set(names) - have) or sorted(trainable - set(names))

@@ -578,6 +578,10 @@ def train(program: ir.Program, options: RunOptions, on_trip=None) -> RunResult:
         export_params(options.export, state.trainable, state.frozen, options.export_frozen,
                       export_mapping(program, options.export_names)[0] if options.export_names else None,
                       options.max_shard_bytes)
+        if options.export_names and jax.process_index() == 0:   # config.json and the tokenizer beside the shards
+            from .hf_export import write_config, write_tokenizer
+            write_config(program, options.export, options.export_names)
+            write_tokenizer(program, options.export)
     data = trainer.feed.stats() if trainer.feed is not None else {"batches": 0, "read_s": 0.0, "wait_s": 0.0}
     return RunResult(state.trainable, state.frozen, history, dict(trainer.graphs.traces), seconds, trainer.steps,
                      extra={"start": start, "data": data})

@@ -20,6 +20,7 @@ from ..ops import REGISTRY
 from ..syntax import Kw, ListNode, Node, Sym, VecNode
 from ..types import (DTYPES, dtype_hint, ERROR, ErrorType, FunctionType, KeywordType, LoaderType, ShapeType,
                      StringType, TensorType, Type)
+from .config import FORM as CONFIG_FORM, config_def
 from .context import CheckContext, near_miss
 from .contracts import stage_loader
 from .facts import Definition
@@ -67,6 +68,12 @@ def top_def(ctx: CheckContext, f: ListNode):
             return
         define_global(ctx, f.items[1], "function", f, FunctionType(len(params), f.items[1].name if isinstance(f.items[1], Sym) else "lambda"),
                       fn=(val, ctx.globals))
+        return
+    if isinstance(val, ListNode) and val.head == CONFIG_FORM:
+        e, where = config_def(ctx, val)
+        d = define_global(ctx, f.items[1], "def", f, e.type, ir=e if where else None)
+        if d is not None and where:
+            d.detail += "\n" + where
         return
     e = integer_constant(ctx, infer(ctx, val, ctx.globals))
     if not isinstance(e.type, ErrorType) and not _is_constant(e.type):

@@ -741,9 +741,16 @@ def call_function(ctx: CheckContext, node: ListNode, b: Binding, scope: Scope) -
 
 
 #: The rule of each special form (`language.SPECIAL_FORMS`).
+def form_checkpoint_config(ctx: CheckContext, node: ListNode, scope: Scope) -> ir.Expr:
+    """`checkpoint-config` outside a `def`'s value: E-FORM-002 (its value is read once, for a `def`)."""
+    return ir.Const(ctx.err("E-FORM-002", node.span, "`checkpoint-config` is a `def`'s value: "
+                            "`(def layers (checkpoint-config \"dir\" :layers))`, then use the name"), node.span)
+
+
 SPECIAL_RULES = {"let*": form_let_star, "lambda": form_lambda, "list": form_list, "getf": form_getf,
                  "field": form_field, "counter": form_counter, "metric": form_metric,
-                 "diagnostic": form_diagnostic}
+                 "diagnostic": form_diagnostic,
+                 "checkpoint-config": form_checkpoint_config}
 
 
 def _count(n: int, noun: str) -> str:

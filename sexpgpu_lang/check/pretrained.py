@@ -169,6 +169,9 @@ def check_pretrained(ctx: CheckContext) -> None:
             continue
         if _compare(ctx, name, rel, full, base, todo, names is not None, file_dtype, node):
             ctx.pretrained_files.append(record)
+            if label.startswith("the mapping `"):   # a standard-library mapping: its config.json compared
+                from .config import check_stated
+                check_stated(ctx, name, prefix, label.split("`")[1], rel, full, node)
 
 
 def _owners(ctx: CheckContext, prefix: tuple[str, ...]) -> dict[str, str]:
@@ -220,7 +223,7 @@ def _clause(key: tuple, whom: list, name: str, mapped: bool) -> str:
     return f"tensor `{tname}` is {_shape(got_shape)} {got_dtype}, {own} of `{name}` {need} {_shape(shape)} {dtype} from it"
 
 
-def _dtype_summary(wrong: dict[tuple, list]) -> str | None:
+def _dtype_summary(wrong: dict[tuple, list], file_dtype: str | None = None) -> str | None:
     """One clause for a checkpoint whose tensors all differ from their parameters in dtype alone, the
     same two dtypes throughout (a bf16 file read into f32 parameters): the count and the first
     tensors, rather than one clause each. None for anything else, or for three tensors or fewer."""
@@ -232,8 +235,25 @@ def _dtype_summary(wrong: dict[tuple, list]) -> str | None:
         return None
     (got, want), = pairs
     shown = ", ".join(f"`{k[1]}`" for k in keys[:6]) + (f" and {len(keys) - 6} more" if len(keys) > 6 else "")
+    if file_dtype is not None:   # the file holds another dtype than `:file-dtype` says, not than the parameters
+        return f"its {len(keys)} tensors are {got} where `:file-dtype` says {want}, the shapes agreeing: {shown}"
     return (f"its {len(keys)} tensors are {got} where the parameters read from them are {want}, the shapes "
             f"agreeing: {shown}")
+
+
+def _other_mapping(header: dict, todo) -> str | None:
+    """The help for a checkpoint that the mapping does not fit: the standard-library mapping whose
+    tensor names it holds (the most of them), or None."""
+    best, score = None, 0
+    for name, names in stdlib_names().items():
+        pats = {leaf(src)[1] for src in names.values()}
+        hits = sum(1 for p in pats if (layer_name(p, 0) if LAYER in p else p) in header)
+        if hits == len(pats) and hits > score:
+            best, score = name, hits
+    if best is None:
+        return None
+    return (f"its tensors are named as the standard library's `{best}` mapping reads them: write `:names :{best}` "
+            f"(and the model's `:params` for it: docs/checkpoints.md \"Name mappings\")")
 
 
 def _compare(ctx: CheckContext, name: str, rel: str, full: str, base: str, todo, mapped: bool, file_dtype,
@@ -278,16 +298,29 @@ def _compare(ctx: CheckContext, name: str, rel: str, full: str, base: str, todo,
                 depth = f" (stacked by a `repeat`: the file has {got[0][0]} layers, the run {p.layers})"
                 fix = fix or (f"repeat the block {got[0][0]} times to load this file, or point at a file of "
                               f"{p.layers} layers")
-            if got[0] == shape and file_dtype is None:
+            if got[0] == shape:
                 casts.add(got[1])
             wrong.setdefault(("shape", tname, got[0], got[1], shape, dtype, depth), []).append((prel, p))
-    summary = _dtype_summary(wrong)
+    summary = _dtype_summary(wrong, file_dtype)
+    if mapped and wrong and all(k[0] in ("missing", "pattern") for k in wrong) and len(wrong) == len(
+            {leaf(src)[1] for _, _, src, _ in todo}) and len(wrong) > 3:
+        # nothing the mapping reads is there: another family's checkpoint, not a few missing tensors
+        have = ", ".join(f"`{t}`" for t in sorted(header)[:4]) + (f" and {len(header) - 4} more" if len(header) > 4
+                                                                 else "")
+        summary = f"has none of the {len(wrong)} tensors the mapping reads (it has {have})"
     wrong = [summary] if summary else [_clause(key, whom, name, mapped) for key, whom in wrong.items()]
     if wrong:
         help_ = fix
-        if help_ is None and len(casts) == 1:
+        if help_ is None and len(casts) == 1 and file_dtype is not None:
+            held = next(iter(casts))
+            help_ = (f"`:file-dtype` is the dtype the file holds, and it holds {held}: write `:file-dtype :{held}` "
+                     f"(each tensor is cast to its parameter's dtype), or drop `:file-dtype` where the parameters "
+                     f"are {held} too")
+        elif help_ is None and len(casts) == 1:
             help_ = (f"to cast the file's {next(iter(casts))} tensors to the parameters' dtypes on load, write "
                      f"`:pretrained (:path \"{rel}\" :file-dtype :{next(iter(casts))} ...)`")
+        if help_ is None and mapped:
+            help_ = _other_mapping(header, todo)
         ctx.err("E-MODEL-003", node.span, f"`{rel}`: " + "; ".join(wrong), help=help_)
         return False
     extra = sorted(set(header) - used)

@@ -5,6 +5,7 @@ Imports nothing outside `sexpgpu_lang`; never JAX.
 from __future__ import annotations
 
 from .. import ir
+from .config import stated_settings
 from .context import CheckContext
 from .generate import per_microbatch_keys
 from .identity import identity
@@ -19,7 +20,7 @@ def program(ctx: CheckContext, gen: ir.GenerateIR | None, prepare: ir.Phase | No
                       objective, passes, ctx.run_ir, identity(ctx.parsed), stackable,
                       _all_reports(objective.body, "metric"), _all_reports(objective.body, "diagnostic"),
                       ctx.counter_names, tuple(ctx.stages), tuple(ctx.pretrained_files), ctx.src.text,
-                      identity(ctx.parsed, apart_from_steps=True))
+                      identity(ctx.parsed, apart_from_steps=True), stated_settings(ctx))
 
 
 def _all_reports(e: ir.Expr, kind: str) -> tuple[str, ...]:

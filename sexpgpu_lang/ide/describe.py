@@ -50,6 +50,8 @@ def describe(ix: Index, d: Definition, t: Type | None) -> str:
         return code_block(d.detail)
     if d.kind == "function":
         return code_block(f"{d.name}: {d.detail}") + "\n\nfunction"
-    shown = show_type(t) if t is not None else d.detail
+    shown = show_type(t) if t is not None else d.detail.split("\n")[0]
     what = {"def": "constant", "binding": "binding"}.get(d.kind, d.kind)
+    if d.kind == "def" and "\n" in d.detail:   # bound by `checkpoint-config`: where the value came from
+        what += ", " + d.detail.split("\n", 1)[1]
     return code_block(f"{d.name}: {shown}") + f"\n\n{what}"

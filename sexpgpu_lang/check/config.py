@@ -1,0 +1,325 @@
+"""A checkpoint's `config.json` in a run file: `(def NAME (checkpoint-config "dir" :key))` binds one of its
+settings, and the values a file states itself are checked against it (every E-CONFIG code).
+
+`config_def` reads the setting (sexpgpu_lang/hf_config.py) for a `def`: its
+value, and the hover line saying where it came from. E-CONFIG-001: the
+config cannot be read; E-CONFIG-002: a field the standard library does not
+compute (an unknown `model_type` or `rope_scaling` type, another
+activation); E-CONFIG-003: a key `checkpoint-config` does not know, or one
+the family has not (GPT-2's `:rope-base`).
+
+`check_stated` runs where the checker reads a `:pretrained` checkpoint
+(`lint --read-files`, `run`, the language server for a local checkpoint)
+with a standard-library mapping: the model's sizes from its parameters'
+shapes, and the rotary base, rope scaling and epsilon of the standard
+library's blocks it calls, against the config; a difference is
+E-CONFIG-004 naming the key, its value and the place, with the fix; the
+mapping's refusals (hf_config.refusals) are E-CONFIG-002. Never JAX.
+"""
+from __future__ import annotations
+
+import math
+import os
+
+from .. import ir
+from ..diagnostics import Related
+from ..hf_config import KEYS, ConfigError, Setting, read, refusals, settings
+from ..syntax import Kw, ListNode, Num, Str, Sym, walk
+from ..types import ERROR, scalar
+from .context import CheckContext, near_miss
+
+#: The form's name.
+FORM = "checkpoint-config"
+
+
+def _base(ctx: CheckContext) -> str:
+    return os.path.dirname(os.path.abspath(ctx.src.path)) if not ctx.src.path.startswith("<") else "."
+
+
+def _shown(ctx: CheckContext, file: str, rel: str) -> str:
+    """A config file's path as the run file gives its checkpoint: relative to the run file where that is."""
+    return file if os.path.isabs(rel) else os.path.relpath(file, _base(ctx))
+
+
+def config_def(ctx: CheckContext, node: ListNode) -> tuple[ir.Expr, str]:
+    """`(checkpoint-config "dir" :key)` as a `def`'s value: (the constant, the line hover adds), or an
+    ERROR constant after reporting why not."""
+    items = node.items
+    if len(items) != 3 or not isinstance(items[1], Str) or not isinstance(items[2], Kw):
+        ctx.err("E-FORM-002", node.span, f"`{FORM}` takes a checkpoint's path and a key: "
+                f"`({FORM} \"checkpoints/llama\" :layers)`")
+        return ir.Const(ERROR, node.span), ""
+    rel, key = items[1].value, items[2]
+    if key.name not in KEYS:
+        hint = near_miss(key.name, KEYS)
+        ctx.err("E-CONFIG-003", key.span, f"`{FORM}` has no key `:{key.name}`; it reads "
+                + ", ".join(f"`:{k}`" for k in KEYS) + (f"; did you mean `:{hint}`?" if hint else ""),
+                data={"replace": f":{hint}"} if hint else None)
+        return ir.Const(ERROR, node.span), ""
+    full = rel if os.path.isabs(rel) else os.path.join(_base(ctx), rel)
+    try:
+        file, config = read(full)
+    except ConfigError as e:
+        ctx.err("E-CONFIG-001", items[1].span, f"cannot read the config of `{rel}`, `{_shown(ctx, e.file, rel)}`: {e}",
+                help="point at the checkpoint's directory, which holds the `config.json` that `save_pretrained` "
+                     "writes (the path is relative to the run file)")
+        return ir.Const(ERROR, node.span), ""
+    shown = _shown(ctx, file, rel)
+    try:
+        got = settings(config)
+    except ConfigError as e:
+        ctx.err("E-CONFIG-002", items[1].span, f"`{shown}`: {e}",
+                help="point at a GPT-2, Llama, Mistral or Qwen2 checkpoint, or state the values with `def`")
+        return ir.Const(ERROR, node.span), ""
+    s = got.get(key.name)
+    if s is None:
+        ctx.err("E-CONFIG-003", key.span, f"`{shown}` is a {config.get('model_type')} config, which has no "
+                f"`:{key.name}` ({KEYS[key.name]})", help="remove this `def`; that family has no such setting")
+        return ir.Const(ERROR, node.span), ""
+    if isinstance(s, ConfigError):
+        ctx.err("E-CONFIG-002", items[1].span, f"`{shown}`: {s}",
+                help="fix the config, or state the value with `def`")
+        return ir.Const(ERROR, node.span), ""
+    v = s.value
+    t = scalar("bool", v) if isinstance(v, bool) else scalar("i32" if isinstance(v, int) else "f32", v, weak=True)
+    return ir.Const(t, node.span, v), f"from {shown}: `{s.key}` {s.text}"
+
+
+# --------------------------------------------------------------------------- stated values
+
+
+#: Where each standard-library call that fixes or takes a setting has it: a constant the call fixes
+#: (`("const", value)`), or the index of the call's item that holds it. Keys: `eps`, `rope-base`,
+#: `inv-freq` (a `rope-inv-freq` call, or none for a fixed base without scaling).
+_CALLS: dict[str, dict[str, object]] = {
+    "layer-norm": {"eps": ("const", 1e-5)},
+    "mlp": {},
+    "gpt2-block": {"eps": ("const", 1e-5)},
+    "transformer-block": {"eps": ("const", 1e-5)},
+    "transformer-block-cached": {"eps": ("const", 1e-5)},
+    "layer-norm-eps": {"eps": 4},
+    "gpt2-block-eps": {"eps": 2},
+    "gpt2-block-cached": {"eps": 5},
+    "rms-norm": {"eps": ("const", 1e-6)},
+    "rms-norm-eps": {"eps": 3},
+    "rotary": {"rope-base": 3, "inv-freq": None},
+    "llama-block": {"eps": ("const", 1e-6), "rope-base": ("const", 10000), "inv-freq": None},
+    "llama-block-cached": {"eps": ("const", 1e-6), "rope-base": ("const", 10000), "inv-freq": None},
+    "rotary-freq": {"inv-freq": 3},
+    "llama-block-freq": {"inv-freq": 3, "eps": 4},
+    "llama-block-freq-cached": {"inv-freq": 5, "eps": 6},
+    "qwen2-block": {"inv-freq": 3, "eps": 4},
+    "qwen2-block-cached": {"inv-freq": 5, "eps": 6},
+}
+#: `rope-inv-freq`'s arguments after the head width, as config keys.
+_ROPE_ARGS = ("rope-base", "rope-factor", "rope-low-freq-factor", "rope-high-freq-factor", "rope-original-positions")
+
+
+def _constant(ctx: CheckContext, node):
+    """The number `node` is where it is a literal or a global `def`'s constant; else None (unchecked)."""
+    if isinstance(node, Num):
+        return node.value
+    if isinstance(node, Sym):
+        b = ctx.globals.names.get(node.name)
+        if b is not None and isinstance(b.ir, ir.Const) and isinstance(b.ir.value, (int, float)) \
+                and not isinstance(b.ir.value, bool):
+            return b.ir.value
+    return None
+
+
+def _same(a, b) -> bool:
+    return math.isclose(float(a), float(b), rel_tol=1e-9, abs_tol=0.0)
+
+
+def _applies(ctx: CheckContext, prefix: tuple[str, ...]) -> list[ListNode]:
+    """The `:apply` lambdas (and entries) of the models reachable below `prefix`: the pretrained model's."""
+    out = []
+    for name, path in ctx.reachable.items():
+        if path[:len(prefix)] == prefix:
+            m = ctx.models[name]
+            if m["apply"] is not None:
+                out.append(m["apply"])
+            for entry in m.get("entries", {}).values():
+                lam = entry[0] if isinstance(entry, tuple) else entry
+                if isinstance(lam, ListNode):
+                    out.append(lam)
+    return out
+
+
+def _num(v) -> str:
+    return repr(float(v)) if isinstance(v, float) else str(v)
+
+
+def check_stated(ctx: CheckContext, model: str, prefix: tuple[str, ...], mapping: str, rel: str, full: str,
+                 node) -> None:
+    """Compare a `:pretrained` model read through the standard-library `mapping` with its checkpoint's
+    `config.json`, where there is one (a checkpoint without a config is not compared): the refusals
+    (E-CONFIG-002), the sizes its parameters have, and the settings its standard-library calls fix or
+    are given (E-CONFIG-004)."""
+    try:
+        file, config = read(full)
+    except ConfigError as e:
+        if not str(e).startswith("no such file"):
+            ctx.err("E-CONFIG-001", node.span, f"cannot read the config of `{rel}`, `{_shown(ctx, e.file, rel)}`: {e}",
+                    help="fix or remove the checkpoint's `config.json`")
+        return
+    shown = _shown(ctx, file, rel)
+    refused = refusals(config, mapping)
+    if refused:
+        ctx.err("E-CONFIG-002", node.span, f"`{shown}`: " + "; ".join(refused),
+                help="load a checkpoint the mapping is for, or write the model and its mapping yourself")
+        return
+    got = settings(config)
+    sizes = _sizes(ctx, prefix, mapping)
+    for key, (value, where, pdef) in sizes.items():
+        s = got.get(key)
+        if isinstance(s, Setting) and value != s.value:
+            ctx.err("E-CONFIG-004", pdef.span if pdef is not None else node.span,
+                    f"`{shown}` has `{s.key}` {s.text}, and {where} of `{model}` makes it {value}",
+                    help=f"make it {s.value}, or bind it: `(def NAME ({FORM} \"{rel}\" :{key}))`",
+                    related=[Related(node.span, "the checkpoint is read here")])
+    for lam in _applies(ctx, prefix):
+        for call in walk(lam):
+            if isinstance(call, ListNode) and isinstance(call.head, str) and call.head in _CALLS \
+                    and ctx.globals.names.get(call.head) is None:
+                _check_call(ctx, call, got, shown, rel, node)
+
+
+def _sizes(ctx: CheckContext, prefix: tuple[str, ...], mapping: str) -> dict:
+    """Each size key -> (the value the model's parameters make, the parameter that shows it, its
+    definition or None)."""
+    params = {".".join(p.path[len(prefix):]): p for p in ctx.params if p.path[:len(prefix)] == prefix}
+    defs = {d.name: d for d in ctx.facts.definitions if d.kind == "param"}
+
+    def at(rel, axis, key, out):
+        p = params.get(rel)
+        if p is None:
+            return
+        shape = p.shape[1:] if p.layers else p.shape
+        if -len(shape) <= axis < len(shape):
+            out[key] = (shape[axis], f"parameter `{rel}` [{' '.join(map(str, p.shape))}]", defs.get(rel.split(".")[-1]))
+
+    out: dict = {}
+    if mapping == "gpt2":
+        at("wte", 0, "vocab", out)
+        at("wte", 1, "width", out)
+        at("wpe", 0, "positions", out)
+        at("h.wq", 1, "heads", out)
+        at("h.wq", 2, "head-width", out)
+        at("h.w1", 1, "hidden", out)
+        p = params.get("h.wq")
+        if p is not None and p.layers:
+            out["layers"] = (p.layers, "the `repeat` of `h`", defs.get("h"))
+    else:
+        at("embed", 0, "vocab", out)
+        at("embed", 1, "width", out)
+        at("layers.wq", 1, "heads", out)
+        at("layers.wq", 2, "head-width", out)
+        at("layers.wk", 1, "kv-heads", out)
+        at("layers.w-gate", 1, "hidden", out)
+        p = params.get("layers.wq")
+        if p is not None and p.layers:
+            out["layers"] = (p.layers, "the `repeat` of `layers`", defs.get("layers"))
+    return out
+
+
+def _check_call(ctx: CheckContext, call: ListNode, got: dict, shown: str, rel: str, node) -> None:
+    """E-CONFIG-004 (one per call, every difference named) for the settings a standard-library call fixes
+    or is given that differ from the config's."""
+    spec = _CALLS[call.head]
+    found: list[tuple[str, str, object, str]] = []   # (config key, its text, the value used, the fix)
+
+    def differs(key, value, where, fix) -> bool:
+        s = got.get(key)
+        if isinstance(s, Setting) and value is not None and not _same(value, s.value):
+            found.append((f"`{s.key}` {s.text}", _num(value), where, fix(s)))
+            return True
+        return False
+
+    def bind(key):
+        return f"bind it with `(def NAME ({FORM} \"{rel}\" :{key}))`"
+
+    eps = spec.get("eps")
+    if isinstance(eps, tuple):
+        differs("eps", eps[1], call, lambda s: f"call `{_with_eps(call.head)}`, which takes the epsilon "
+                f"({_num(s.value)})")
+    elif isinstance(eps, int) and eps < len(call.items):
+        differs("eps", _constant(ctx, call.items[eps]), call.items[eps],
+                lambda s: f"make it {_num(s.value)}, or {bind('eps')}")
+    if "inv-freq" in spec:
+        base = spec.get("rope-base")
+        if base is not None or spec["inv-freq"] is None:   # a fixed base, no scaling
+            where = call if isinstance(base, tuple) else call.items[base] if base < len(call.items) else call
+            value = base[1] if isinstance(base, tuple) else _constant(ctx, where)
+            fix = (f"call `{_with_freq(call.head)}` with `(rope-inv-freq head-width ...)`, which takes the base "
+                   "and the scaling")
+            differs("rope-base", value, where, lambda s: fix)
+            f = got.get("rope-factor")
+            if isinstance(f, Setting) and not _same(f.value, 1.0):
+                found.append((f"`{f.key.split('.')[0]}` with `factor` {f.text}", "no scaling", call, fix))
+        else:
+            idx = spec["inv-freq"]
+            arg = call.items[idx] if idx < len(call.items) else None
+            if isinstance(arg, ListNode) and arg.head == "rope-inv-freq" and len(arg.items) == 7:
+                for key, a in zip(_ROPE_ARGS, arg.items[2:]):
+                    differs(key, _constant(ctx, a), a, lambda s, k=key: f"make it {_num(s.value)}, or {bind(k)}")
+    if not found:
+        return
+    where = found[0][2] if len(found) == 1 else call
+    fixes = list(dict.fromkeys(f for _, _, _, f in found))
+    help_ = "; ".join(fixes) + (f" (or bind each setting with `{FORM}`)" if "bind" not in fixes[0] else "")
+    if call.head in ("llama-block", "llama-block-cached"):
+        vals = [got.get(k) for k in ("eps",) + _ROPE_ARGS]
+        if all(isinstance(v, Setting) for v in vals):
+            eps_, *rope_ = (_num(v.value) for v in vals)
+            cache = " pos k-cache v-cache" if call.head.endswith("cached") else " positions"
+            help_ = (f"call `({_with_freq(call.head)} x{cache} (rope-inv-freq head-width {' '.join(rope_)}) {eps_} "
+                     f"attn-norm ...)`, or bind each setting with `{FORM}`")
+    ctx.err("E-CONFIG-004", where.span, f"`{shown}` has {_listed([k for k, _, _, _ in found])}, and `{call.head}` "
+            f"here uses {_listed([u for _, u, _, _ in found])}", help=help_,
+            related=[Related(node.span, "the checkpoint is read here")])
+
+
+def _listed(items: list[str]) -> str:
+    """`a`, `a and b`, `a, b and c`."""
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def _with_eps(head: str) -> str:
+    return {"layer-norm": "layer-norm-eps", "gpt2-block": "gpt2-block-eps", "rms-norm": "rms-norm-eps",
+            "llama-block": "llama-block-freq", "llama-block-cached": "llama-block-freq-cached",
+            "transformer-block": "layer-norm-eps"}.get(head, head)
+
+
+def _with_freq(head: str) -> str:
+    return {"rotary": "rotary-freq", "llama-block": "llama-block-freq",
+            "llama-block-cached": "llama-block-freq-cached"}.get(head, head)
+
+
+def stated_settings(ctx: CheckContext, prefix: tuple[str, ...] = ()) -> tuple[tuple[str, object], ...]:
+    """The settings the standard-library calls of the models below `prefix` fix or are given as
+    constants (`eps`, `rope-base`, and `rope-inv-freq`'s scaling numbers), the first found for each
+    key: what an export's config.json says for a model trained from scratch."""
+    out: dict[str, object] = {}
+    for lam in _applies(ctx, prefix):
+        for call in walk(lam):
+            if not (isinstance(call, ListNode) and isinstance(call.head, str) and call.head in _CALLS
+                    and ctx.globals.names.get(call.head) is None):
+                continue
+            spec = _CALLS[call.head]
+            for key in ("eps", "rope-base"):
+                where = spec.get(key)
+                value = where[1] if isinstance(where, tuple) else (
+                    _constant(ctx, call.items[where]) if isinstance(where, int) and where < len(call.items) else None)
+                if value is not None:
+                    out.setdefault(key, value)
+            if "inv-freq" in spec and spec["inv-freq"] is None:
+                out.setdefault("rope-factor", 1.0)
+            idx = spec.get("inv-freq")
+            arg = call.items[idx] if isinstance(idx, int) and idx < len(call.items) else None
+            if isinstance(arg, ListNode) and arg.head == "rope-inv-freq" and len(arg.items) == 7:
+                for key, a in zip(_ROPE_ARGS, arg.items[2:]):
+                    v = _constant(ctx, a)
+                    if v is not None:
+                        out.setdefault(key, v)
+    return tuple(out.items())

@@ -1,0 +1,198 @@
+"""A checkpoint's config.json in a run file (sexpgpu_lang/hf_config.py, check/config.py): `checkpoint-config`
+binds its settings to `def`s (hover names the key), a value the file states is compared with it where
+the checkpoint is read, and what the standard library does not compute is refused (E-CONFIG)."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from sexpgpu_lang import analyze, ide
+from sexpgpu_lang.hf_config import ConfigError, refusals, settings
+
+CASES = Path(__file__).parent / "cases-files"
+LLAMA3 = json.loads((CASES / "data" / "llama3-tiny" / "config.json").read_text())
+
+
+def codes(res):
+    return [(d.code, d.message) for d in res.diagnostics if d.is_error]
+
+
+def test_llama3_settings_from_config():
+    s = settings(LLAMA3)
+    assert {k: v.value for k, v in s.items()} == {
+        "layers": 2, "width": 32, "heads": 4, "kv-heads": 2, "head-width": 8, "hidden": 64, "vocab": 64,
+        "positions": 16, "eps": 1e-5, "rope-base": 500000.0, "rope-factor": 8.0, "rope-low-freq-factor": 1.0,
+        "rope-high-freq-factor": 4.0, "rope-original-positions": 8, "tied": False}
+    assert s["kv-heads"].key == "num_key_value_heads" and s["rope-factor"].key == "rope_scaling.factor"
+
+
+def test_defaults_and_the_other_rope_types():
+    llama2 = {"model_type": "llama", "num_hidden_layers": 1, "hidden_size": 8, "num_attention_heads": 2,
+              "intermediate_size": 16, "vocab_size": 10, "max_position_embeddings": 4}
+    s = settings(llama2)
+    assert (s["kv-heads"].value, s["head-width"].value, s["eps"].value, s["rope-base"].value) == (2, 4, 1e-6, 10000.0)
+    assert (s["rope-factor"].value, s["rope-original-positions"].value) == (1.0, 0)
+    s = settings({**llama2, "rope_scaling": {"type": "linear", "factor": 2.0}})
+    assert (s["rope-factor"].value, s["rope-original-positions"].value) == (2.0, 0)
+    s = settings({**llama2, "rope_scaling": {"rope_type": "dynamic", "factor": 2.0}})
+    assert isinstance(s["rope-factor"], ConfigError) and "dynamic" in str(s["rope-factor"])
+    assert isinstance(s["layers"].value, int)
+    gpt2 = {"model_type": "gpt2", "n_layer": 2, "n_embd": 16, "n_head": 4, "vocab_size": 50, "n_positions": 32}
+    s = settings(gpt2)
+    assert (s["hidden"].value, s["head-width"].value, s["eps"].value, s["tied"].value) == (64, 4, 1e-5, True)
+    assert "rope-base" not in s
+
+
+@pytest.mark.parametrize("config,mapping,piece", [
+    ({"model_type": "qwen2"}, "llama", "use `:names :qwen2`"),
+    ({"model_type": "llama", "tie_word_embeddings": True}, "llama", "use `:names :llama-tied`"),
+    ({"model_type": "qwen2", "tie_word_embeddings": True}, "qwen2", "use `:names :qwen2-tied`"),
+    ({"model_type": "gpt2", "activation_function": "relu"}, "gpt2", "`activation_function` is \"relu\""),
+    ({"model_type": "llama", "hidden_act": "gelu"}, "llama", "`hidden_act` is \"gelu\""),
+    ({"model_type": "llama", "attention_bias": True}, "llama", "`attention_bias` is true"),
+    ({"model_type": "llama", "rope_scaling": {"rope_type": "yarn", "factor": 4.0}}, "llama", "type \"yarn\""),
+    ({"model_type": "phi3"}, "llama", "`model_type` is \"phi3\""),
+])
+def test_refusals_name_the_key(config, mapping, piece):
+    got = refusals(config, mapping)
+    assert any(piece in r for r in got), got
+
+
+def test_nothing_refused_for_the_families_read():
+    assert refusals(LLAMA3, "llama") == []
+    assert refusals({"model_type": "mistral", "sliding_window": 4096}, "llama") == []
+    assert refusals({"model_type": "qwen2", "tie_word_embeddings": True}, "qwen2-tied") == []
+    assert refusals({"model_type": "gpt2", "activation_function": "gelu_new"}, "gpt2") == []
+
+
+@pytest.fixture
+def project(tmp_path):
+    """The E-CONFIG-004 case's run file and checkpoint in a folder of their own."""
+    shutil.copytree(CASES / "data" / "llama3-tiny", tmp_path / "data" / "llama3-tiny")
+    text = (CASES / "config-004-stated-rope.sx").read_text()
+    return tmp_path, text
+
+
+def bound(text: str) -> str:
+    """The case with every number of the model bound from the config, and `llama-block-freq`."""
+    ck = '"data/llama3-tiny"'
+    for name, key in (("layers", "layers"), ("width", "width"), ("heads", "heads"), ("kv-heads", "kv-heads"),
+                      ("head-width", "head-width"), ("hidden", "hidden"), ("vocab", "vocab")):
+        text = text.replace(f"(def {name} ", f"(def {name} (checkpoint-config {ck} :{key})) ;", 1)
+    text = text.replace("(def seq 8)", "(def seq 8)\n" + "\n".join(
+        f"(def {k} (checkpoint-config {ck} :{k}))" for k in ("eps", "rope-base", "rope-factor", "rope-low-freq-factor",
+                                                           "rope-high-freq-factor", "rope-original-positions")))
+    text = text.replace("(llama-block h positions", "(llama-block-freq h positions (rope-inv-freq head-width rope-base "
+                        "rope-factor rope-low-freq-factor rope-high-freq-factor rope-original-positions) eps")
+    return text.replace("(getf self :norm) 1e-5)", "(getf self :norm) eps)")
+
+
+def test_a_file_that_states_no_number_checks_clean_and_hover_names_the_key(project):
+    root, text = project
+    text = bound(text)
+    res = analyze(text, str(root / "run.sx"), read_files=True)
+    assert codes(res) == []
+    at = text.index("(rope-inv-freq head-width rope-base") + len("(rope-inv-freq head-width rope-")
+    info = ide.hover(ide.Index(res), at)
+    assert "rope-base: [] f32" in info.markdown, info.markdown
+    assert "from data/llama3-tiny/config.json: `rope_theta` 500000.0" in info.markdown, info.markdown
+
+
+def test_a_changed_config_is_read_again(project):
+    root, text = project
+    text = bound(text)
+    path = root / "data" / "llama3-tiny" / "config.json"
+    cfg = json.loads(path.read_text())
+    cfg["rope_theta"] = 10000.0
+    path.write_text(json.dumps(cfg))
+    res = analyze(text, str(root / "run.sx"), read_files=True)
+    at = text.index("(rope-inv-freq head-width rope-base") + len("(rope-inv-freq head-width rope-")
+    assert "`rope_theta` 10000.0" in ide.hover(ide.Index(res), at).markdown
+
+
+def test_stated_values_checked_only_where_the_checkpoint_is_read(project):
+    root, text = project
+    assert codes(analyze(text, str(root / "run.sx"))) == []
+    got = codes(analyze(text, str(root / "run.sx"), read_files="local"))
+    assert [c for c, _ in got] == ["E-CONFIG-004"]
+    assert "`rope_theta` 500000.0" in got[0][1] and "`llama-block` here uses 1e-06, 10000 and no scaling" in got[0][1]
+
+
+def test_a_stated_value_that_agrees_is_clean_and_one_that_does_not_names_the_key(project):
+    root, text = project
+    text = text.replace("(llama-block h positions", "(llama-block-freq h positions (rope-inv-freq head-width "
+                        "500000.0 8.0 1.0 4.0 8) 1e-5")
+    assert codes(analyze(text, str(root / "run.sx"), read_files=True)) == []
+    wrong = text.replace("(rope-inv-freq head-width 500000.0 8.0 1.0 4.0 8) 1e-5",
+                         "(rope-inv-freq head-width 500000.0 8.0 1.0 4.0 8192) 1e-5")
+    got = codes(analyze(wrong, str(root / "run.sx"), read_files=True))
+    assert got == [("E-CONFIG-004", "`data/llama3-tiny/config.json` has `rope_scaling.original_max_position_embeddings`"
+                    " 8, and `llama-block-freq` here uses 8192")]
+    assert codes(analyze(text.replace("(def layers 2)", "(def layers 3)"), str(root / "run.sx"),
+                         read_files=True))[0][0] == "E-MODEL-003"   # a shape the tensors tell already
+
+
+def test_the_mapping_must_be_for_the_config(project):
+    root, text = project
+    path = root / "data" / "llama3-tiny" / "config.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), "tie_word_embeddings": True}))
+    got = codes(analyze(text, str(root / "run.sx"), read_files=True))
+    assert got[0][0] == "E-CONFIG-002" and "use `:names :llama-tied`" in got[0][1]
+
+
+def test_checkpoint_config_outside_a_def_is_a_form_error(project):
+    root, text = project
+    text = text.replace("(iota [seq])", "(iota [(checkpoint-config \"data/llama3-tiny\" :positions)])")
+    got = codes(analyze(text, str(root / "run.sx")))
+    assert got[0][0] == "E-FORM-002" and "is a `def`'s value" in got[0][1]
+
+
+def test_gpt2_has_no_rope_base(tmp_path):
+    (tmp_path / "ck").mkdir()
+    (tmp_path / "ck" / "config.json").write_text(json.dumps({"model_type": "gpt2", "n_layer": 2, "n_embd": 16,
+                                                              "n_head": 4, "vocab_size": 50, "n_positions": 32}))
+    res = analyze('(def base (checkpoint-config "ck" :rope-base))\n', str(tmp_path / "run.sx"))
+    assert "E-CONFIG-003" in [c for c, _ in codes(res)]
+
+
+HF = Path(__file__).parent / "fixtures" / "hf"
+
+
+def test_file_dtype_of_another_dtype_than_the_file_s_says_so_and_how_to_fix_it(tmp_path):
+    """`:file-dtype :bf16` on an f32 file: the file's dtype differs from `:file-dtype`, not the parameters'."""
+    shutil.copytree(HF / "gpt2", tmp_path / "gpt2")
+    text = (HF / "gpt2.sx").read_text().replace(":names :gpt2)", ":names :gpt2 :file-dtype :bf16)")
+    res = analyze(text, str(tmp_path / "run.sx"), read_files=True)
+    d, = [d for d in res.diagnostics if d.is_error]
+    assert d.code == "E-MODEL-003"
+    assert "its 28 tensors are f32 where `:file-dtype` says bf16" in d.message and "parameters" not in d.message
+    assert d.help.startswith("`:file-dtype` is the dtype the file holds, and it holds f32: write `:file-dtype :f32`")
+
+
+def test_another_family_s_checkpoint_is_one_short_line_with_the_mapping_it_fits(tmp_path):
+    """A GPT-2 checkpoint read with `:names :llama`: not one clause per missing tensor."""
+    shutil.copytree(HF / "gpt2", tmp_path / "llama3")
+    shutil.copy(HF / "llama3" / "config.json", tmp_path / "llama3" / "config.json")   # (so the defs check)
+    res = analyze((HF / "llama3.sx").read_text(), str(tmp_path / "run.sx"), read_files=True)
+    d, = [d for d in res.diagnostics if d.is_error]
+    assert d.code == "E-MODEL-003" and len(d.message) < 300, d.message
+    assert "has none of the 12 tensors the mapping reads (it has `transformer.h.0.attn.c_attn.bias`" in d.message
+    assert "write `:names :gpt2`" in d.help
+
+
+@pytest.mark.parametrize("make,piece", [
+    (lambda d: (d / "config.json").mkdir(), "it is not a file"),
+    (lambda d: (d / "config.json").write_text("{not json"), "it is not JSON"),
+    (lambda d: (d / "config.json").write_text("[1, 2]"), "it is not a JSON object of settings"),
+    (lambda d: None, "no such file"),
+])
+def test_a_config_that_cannot_be_read_is_one_line(tmp_path, make, piece):
+    (tmp_path / "ck").mkdir()
+    make(tmp_path / "ck")
+    res = analyze('(def layers (checkpoint-config "ck" :layers))\n', str(tmp_path / "run.sx"))
+    got = [(d.code, d.message) for d in res.diagnostics if d.code.startswith("E-CONFIG")]
+    assert len(got) == 1 and got[0][0] == "E-CONFIG-001" and piece in got[0][1], got
+    assert "ck/config.json" in got[0][1]

@@ -1,0 +1,94 @@
+"""Parity with transformers, kept: tests/fixtures/hf/ holds tiny random checkpoints of each family that
+transformers made and saved sharded (`python -m benchmarks.hf_parity --write`), its logits and greedy
+tokens, and the run files that read them stating no size or setting by hand (`checkpoint-config`). Here,
+without transformers: each run file checks clean against its checkpoint's config.json, its logits match
+transformers' (f32, 1e-4 relative to the largest), its greedy decoding gives transformers' tokens,
+with its caches through the stacked layers (its `:decode` entry) and without (cached and uncached
+`generate` gave the same), and an export in the HF layout writes a config.json with
+the source's settings and the trained sizes that reads back to the same logits."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import functools
+
+from benchmarks.hf_parity import FAMILIES, SEQ, greedy_of, relative, run_file
+from benchmarks.hf_parity import sexpgpu_forward as _forward
+
+FIXTURES = Path(__file__).parent / "fixtures" / "hf"
+
+
+@functools.lru_cache(maxsize=None)
+def sexpgpu_forward(path: Path):
+    """Each fixture checked, loaded and its `prepare` compiled once for the module's tests."""
+    return _forward(path)
+
+
+@pytest.fixture(params=list(FAMILIES))
+def family(request):
+    return request.param
+
+
+def test_the_fixture_run_files_are_the_script_s(family):
+    assert (FIXTURES / f"{family}.sx").read_text() == run_file(family, FAMILIES[family][2])
+
+
+def test_logits_and_greedy_tokens_match_transformers(family):
+    want = np.load(FIXTURES / f"{family}.npz")
+    forward, program, _, _ = sexpgpu_forward(FIXTURES / f"{family}.sx")
+    got = forward(want["ids"])
+    assert got.dtype == np.float32 and got.shape == want["logits"].shape
+    assert relative(got, want["logits"]) <= 1e-4
+    assert np.array_equal(want["greedy"], want["greedy_uncached"])
+    assert np.array_equal(greedy_of(forward, want["ids"]), want["greedy"])        # the row recomputed each step
+    assert np.array_equal(forward(want["ids"], "greedy"), want["greedy"])         # `:decode` with the caches
+
+
+def test_the_llama3_fixture_is_llama3():
+    """The settings the issue names are the fixtures' (so the parity above covers them)."""
+    cfg = json.loads((FIXTURES / "llama3" / "config.json").read_text())
+    rope = cfg.get("rope_parameters") or {**cfg.get("rope_scaling", {}), "rope_theta": cfg.get("rope_theta")}
+    assert (rope["rope_theta"], cfg["rms_norm_eps"], rope["rope_type"]) == (500000.0, 1e-5, "llama3")
+    assert cfg["num_key_value_heads"] < cfg["num_attention_heads"]
+    assert len(json.loads((FIXTURES / "llama3" / "model.safetensors.index.json").read_text())["weight_map"]) > 1
+
+
+def test_an_export_writes_config_json_and_reads_back(family, tmp_path):
+    from sexpgpu_lang.name_mapping import stdlib_names
+    from sexpgpu_runtime.hf_export import write_config
+    from sexpgpu_runtime.pretrained import export_params
+    mapping = FAMILIES[family][2]
+    want = np.load(FIXTURES / f"{family}.npz")
+    forward, program, trainable, frozen = sexpgpu_forward(FIXTURES / f"{family}.sx")
+    out = tmp_path / family
+    export_params(out, trainable, frozen, True, stdlib_names()[mapping])
+    write_config(program, out, mapping)
+    source = json.loads((FIXTURES / family / "config.json").read_text())
+    written = json.loads((out / "config.json").read_text())
+    assert {k: written.get(k) for k in source if k not in ("architectures", "torch_dtype", "dtype")} \
+        == {k: v for k, v in source.items() if k not in ("architectures", "torch_dtype", "dtype")}
+    assert written["torch_dtype"] == "float32" and written["architectures"] == [source["architectures"][0]]
+    # the same run file pointed at the export reads the same logits
+    shutil.copy(FIXTURES / f"{family}.sx", tmp_path / "again.sx")   # it reads tmp_path/family: the export
+    again, _, _, _ = sexpgpu_forward(tmp_path / "again.sx")
+    assert np.array_equal(again(want["ids"]), forward(want["ids"]))
+
+
+def test_a_config_made_from_the_file_alone_has_its_settings(family, tmp_path):
+    """For a model trained from scratch: the sizes of its parameters, the settings its calls state."""
+    import dataclasses
+    from sexpgpu_runtime.hf_export import write_config
+    from sexpgpu_lang.hf_config import settings
+    mapping = FAMILIES[family][2]
+    _, program, _, _ = sexpgpu_forward(FIXTURES / f"{family}.sx")
+    write_config(dataclasses.replace(program, pretrained=()), tmp_path, mapping)
+    made = settings(json.loads((tmp_path / "config.json").read_text()))
+    source = settings(json.loads((FIXTURES / family / "config.json").read_text()))
+    keys = set(source) - {"positions"} if mapping != "gpt2" else set(source)
+    assert {k: made[k].value for k in keys} == {k: source[k].value for k in keys}
+    assert SEQ <= made["positions"].value
