@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import shutil
 import sys
 import tempfile
@@ -154,7 +153,7 @@ ARGS)))
                         (list :logits {out} :k (getf c :k) :v (getf c :v)))))
   :pretrained (:path {ck} :names :{mapping}))
 """
-    steps = [f"         (o0 (teacher :decode prompt 0 empty empty))",
+    steps = ["         (o0 (teacher :decode prompt 0 empty empty))",
              f"         (t{PROMPT} (argmax (slice (getf o0 :logits) :axis 1 :start {PROMPT - 1} :end {PROMPT})))"]
     for k, t in enumerate(range(PROMPT, SEQ - 1), start=1):
         steps.append(f"         (o{k} (teacher :decode t{t} (+ zero {t}) (getf o{k - 1} :k) (getf o{k - 1} :v)))")

@@ -21,7 +21,6 @@ Prints one line per figure; BENCHMARKS.md records them.
 from __future__ import annotations
 
 import argparse
-import os
 import subprocess
 import sys
 import tempfile

@@ -23,7 +23,6 @@ from __future__ import annotations
 import collections
 import json
 import math
-import os
 import shutil
 import sys
 from pathlib import Path

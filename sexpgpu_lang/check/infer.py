@@ -570,7 +570,10 @@ def call_model(ctx: CheckContext, node: ListNode, name: str, scope: Scope) -> ir
     compute = "bf16" if ctx.precision == "bf16" else None
     arg_types = [TensorType(a.type.shape, "bf16") if compute and isinstance(a.type, TensorType) and is_float(a.type.dtype)
                  else a.type for a in args]
-    key = (name, tuple(t.show() if not isinstance(t, TensorType) else (t.shape, t.dtype) for t in arg_types))
+    # The whole type, its constant value included: the body is checked for these values (a `[0 pos]`
+    # of a constant `pos` is a constant shape, a constant temperature a static one), so a call with
+    # other constants must not reuse it.
+    key = (name, tuple(t.show() if not isinstance(t, TensorType) else t for t in arg_types))
     if entry != "apply":
         key = key + (entry,)
     # the arguments' integer ranges (token ids, positions) reach the body: checked once per distinct ranges
@@ -611,7 +614,7 @@ def call_repeat(ctx: CheckContext, node: ListNode, name: str, lam: ListNode, par
     if not args:
         return ir.Const(ctx.err("E-MODEL-005", node.span, f"the repeated block `{name}` takes no argument to carry "
                                 "from layer to layer", related=[here],
-                                help=f"give its `:apply` the activations first: `(lambda (self h ...) ...)`"), node.span)
+                                help="give its `:apply` the activations first: `(lambda (self h ...) ...)`"), node.span)
     for e in effects:
         if e.kind in ("metric", "diagnostic", "counter", "draw"):
             what = "a draw" if e.kind == "draw" else f"a `{e.kind}`"

@@ -150,6 +150,7 @@ def check_pretrained(ctx: CheckContext) -> None:
         todo = plan(ctx, name, prefix, spec[1], spec[2], node) if spec is not None else None
         file_dtype = spec[3] if spec is not None else None
         names = spec[1] if spec is not None else None
+        label = spec[2] if spec is not None else ""
         seen = ctx.facts.checkpoints[name] = Checkpoint(
             name, rel, full, file_dtype, {r: (p.dtype, tuple(reads)) for p, r, _, reads in todo or ()},
             tuple(".".join(p.path[len(prefix):]) for p in ctx.params if p.path[:len(prefix)] == prefix),
