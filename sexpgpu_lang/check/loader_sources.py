@@ -10,7 +10,7 @@ anything but one or two integer fields of `[seq]` (E-FORM-002, E-TYPE-002). With
 machine), a `:tokenizer` whose tokenizer.json has more ids than `:vocab` (W-LOADER-001: read with
 json, the largest id of its model's vocabulary and its added tokens). What only the data files
 can tell (their dtype, their ids against `:vocab`, their columns) the runtime checks
-(sexpgpu_runtime/token_loaders.py, prompt_files.py).
+(sexpgpu_runtime/data/token_loaders.py, prompt_files.py).
 
 Imports nothing outside `sexpgpu_lang`; never JAX.
 """
