@@ -82,8 +82,8 @@ def llama_text(layers: int | None = None, with_pass: bool = True, **defs: int) -
 def trainer_for(text: str):
     """A `Trainer` of a run file's text (checked clean), with its options' defaults."""
     from sexpgpu_lang import analyze
-    from sexpgpu_runtime.options import RunOptions
-    from sexpgpu_runtime.train import Trainer
+    from sexpgpu_runtime.run.options import RunOptions
+    from sexpgpu_runtime.run.train import Trainer
     res = analyze(text, str(LLAMA))
     errors = [d for d in res.diagnostics if d.is_error]
     assert res.program is not None and not errors, [(d.code, d.message) for d in errors]
@@ -185,7 +185,7 @@ class SxLoop:
     """sexpgpu's real loop (`Trainer.fit`) in blocks, as run_all.py's."""
 
     def __init__(self, tr, warm: int = 5):
-        from sexpgpu_runtime.report import Reporter
+        from sexpgpu_runtime.run.report import Reporter
         self.dir = tempfile.TemporaryDirectory()
         self.tr = tr
         self.rep = Reporter(Path(self.dir.name), 10**9, False, True, "bench")

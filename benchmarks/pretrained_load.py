@@ -121,8 +121,8 @@ def child(a) -> None:
     import numpy as np
     from benchmarks.gpt2_run_file import gpt2_teacher
     from sexpgpu_lang import analyze
-    from sexpgpu_runtime.params import init_params
-    from sexpgpu_runtime.pretrained import load_pretrained
+    from sexpgpu_runtime.weights.params import init_params
+    from sexpgpu_runtime.weights.pretrained import load_pretrained
     ckpt = Path(a.checkpoint)
     text = RUN.format(**sizes(a), teacher=gpt2_teacher(a.layers, f'(:path "{ckpt}" :names :gpt2)'))
     res = analyze(text, str(ckpt.parent / "bench.sx"), read_files=True)

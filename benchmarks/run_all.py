@@ -191,8 +191,8 @@ class RefLoop:
 def trainer_for(text: str):
     _jax()
     from sexpgpu_lang import analyze
-    from sexpgpu_runtime.options import RunOptions
-    from sexpgpu_runtime.train import Trainer
+    from sexpgpu_runtime.run.options import RunOptions
+    from sexpgpu_runtime.run.train import Trainer
     res = analyze(text, str(FIXTURE))
     assert res.program is not None, [d.code for d in res.diagnostics]
     return Trainer(res.program, RunOptions(quiet=True))
@@ -203,7 +203,7 @@ class SxLoop:
 
     def __init__(self, text: str, warm: int = 30):
         self.jax = _jax()
-        from sexpgpu_runtime.report import Reporter
+        from sexpgpu_runtime.run.report import Reporter
         self.dir = tempfile.TemporaryDirectory()
         self.tr = trainer_for(text)
         self.rep = Reporter(Path(self.dir.name), 10**9, False, True, "bench")
@@ -317,8 +317,8 @@ def bench_stack(steps: int) -> None:
 def bench_compiles(steps: int) -> None:
     _jax()
     from sexpgpu_lang import analyze_file
-    from sexpgpu_runtime.options import RunOptions
-    from sexpgpu_runtime.train import train
+    from sexpgpu_runtime.run.options import RunOptions
+    from sexpgpu_runtime.run.train import train
     res = analyze_file(str(FIXTURE))
     with tempfile.TemporaryDirectory() as d:
         out = train(res.program, RunOptions(steps=steps, run_dir=Path(d), quiet=True))

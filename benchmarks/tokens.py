@@ -49,7 +49,7 @@ def make_file(path: Path, gb: float) -> int:
 def loader_for(path: Path, seq: int, batch: int, stride: int | None = None):
     from sexpgpu_lang.ir import LoaderIR
     from sexpgpu_lang.source import Span
-    from sexpgpu_runtime.loaders import Loader
+    from sexpgpu_runtime.data.loaders import Loader
     args = {"path": str(path), "dtype": "uint16", "seq": seq, "vocab": 256}
     if stride:
         args["stride"] = stride
@@ -133,7 +133,7 @@ RUN = """(def vocab 256)
 
 def step_share(path: Path, steps: int, run_dir: Path) -> dict:
     from sexpgpu_lang import analyze
-    from sexpgpu_runtime.train import RunOptions, train
+    from sexpgpu_runtime.run.train import RunOptions, train
     text = RUN.replace("DATA", str(path)).replace("STEPS", str(steps))
     res = analyze(text, str(run_dir / "run.sx"))
     assert res.program is not None, [d.message for d in res.diagnostics]

@@ -11,7 +11,7 @@ import sys
 class EarlySignals:
     """`run`'s SIGINT/SIGTERM handler from its first line, before the front end, JAX and orbax are
     imported (seconds under load): the first signal is noted (`received`), a second ends the
-    process at once with 128 + its number (as sexpgpu_runtime.signals.exit_now does; that module
+    process at once with 128 + its number (as sexpgpu_runtime.run.signals.exit_now does; that module
     cannot be imported this early, its package imports JAX). The training loop's `StopSignals`
     takes a noted signal as its own and hands its own back, so the one protocol spans the run."""
 

@@ -367,9 +367,9 @@ def run(
             n_err, n_warn = print_text([res])
             print(f"sexpgpu: error: {file} has {render.summary(n_err, n_warn)}; fix them before running", file=sys.stderr)
             raise typer.Exit(1)
-        from sexpgpu_runtime.sharding import MeshError, initialize, parse_mesh  # JAX is imported only here
-        from sexpgpu_runtime.options import BadDraw, DataError, OptionError, RunFinished, RunOptions, RunError, RunStopped
-        from sexpgpu_runtime.train import train
+        from sexpgpu_runtime.devices.sharding import MeshError, initialize, parse_mesh  # JAX is imported only here
+        from sexpgpu_runtime.run.options import BadDraw, DataError, OptionError, RunFinished, RunOptions, RunError, RunStopped
+        from sexpgpu_runtime.run.train import train
         try:
             devices = parse_mesh(mesh) if mesh is not None else None
             initialize(coordinator, num_processes, process_id, detect=distributed)
@@ -442,7 +442,7 @@ def never_fits(program, devices: Optional[int], fsdp: Optional[bool]) -> Optiona
     it before anything is allocated. None where the device reports no limit (the CPU)."""
     from sexpgpu_lang.explain.graphs import optimizer_bytes, param_bytes
     from sexpgpu_lang.explain.text import fmt_bytes
-    from sexpgpu_runtime.device import device_budget
+    from sexpgpu_runtime.devices.device import device_budget
     budget, where = device_budget()
     if budget is None:
         return None
@@ -556,8 +556,8 @@ def explain(
             raise fail("--fsdp splits the parameters over a mesh, and this run has none: give --mesh data=N "
                        "(or `:devices N` in `run`)")
     if xla:
-        from sexpgpu_runtime.device import backend_target, device_budget  # JAX only here
-        from sexpgpu_runtime.xla_report import xla_report
+        from sexpgpu_runtime.devices.device import backend_target, device_budget  # JAX only here
+        from sexpgpu_runtime.devices.xla_report import xla_report
         if budget is None:
             budget, source = device_budget()
         target = target or backend_target()

@@ -172,7 +172,7 @@ def walk(e: Expr):
 
 class Interpreter:
     """The one evaluator of the IR, shared by every interpretation of it: the runtime's JAX
-    evaluator (sexpgpu_runtime.lowering `evaluate`) and the symbolic trace of `sexpgpu explain`
+    evaluator (sexpgpu_runtime.lowering.lowering `evaluate`) and the symbolic trace of `sexpgpu explain`
     (sexpgpu_lang.explain.trace).
 
     It holds what every interpretation does alike: the dispatch on the node

@@ -182,7 +182,7 @@ SOURCES: dict[str, tuple[str, ...]] = {
     "parquet": ("path", "tokenizer", "pad", "vocab"),
 }
 
-#: The integer dtypes a token file may hold on disk (numpy's names; sexpgpu_runtime/token_files.py).
+#: The integer dtypes a token file may hold on disk (numpy's names; sexpgpu_runtime/data/token_files.py).
 TOKEN_FILE_DTYPES: tuple[str, ...] = ("uint8", "uint16", "uint32", "int32", "int64")
 
 #: Each optimizer and its settings (docs/runtime.md).

@@ -1,7 +1,7 @@
 """The data-parallel mesh's rules, without JAX: the `--mesh` spelling and FSDP's choice of axis.
 
 Both `sexpgpu explain` (static, never imports JAX) and the runtime
-(sexpgpu_runtime/sharding.py) use these, so the shardings explain prints are
+(sexpgpu_runtime/devices/sharding.py) use these, so the shardings explain prints are
 the ones a run uses (docs/sharding.md).
 """
 from __future__ import annotations

@@ -21,7 +21,7 @@ Shapes flow from the parameter down: each source's expected shape is
 computed from the parameter's (per layer, for a pattern), so the checker
 compares the file's header with exact shapes, the runtime knows what each
 tensor must be before it reads it, and an export runs the mapping
-backwards without a header (sexpgpu_runtime/hf_layout.py applies them). A mapping here is plain data (nested tuples):
+backwards without a header (sexpgpu_runtime/weights/hf_layout.py applies them). A mapping here is plain data (nested tuples):
 `("tensor", name)`, `("split", src, axis, parts, index)`,
 `("transpose", src, axes or None)`, `("split-heads", src, axis)`.
 The standard library's mappings (`:names :gpt2`, `:names :llama`) are

@@ -1,5 +1,5 @@
 """Gradient accumulation: microbatch gradients summed into one running buffer as they are produced
-(sexpgpu_runtime.graphs `Graphs.train_group`), with the same float additions, in the same order, as
+(sexpgpu_runtime.lowering.graphs `Graphs.train_group`), with the same float additions, in the same order, as
 summing the list of every microbatch's gradient at the update; and explain's memory plan holding one
 gradient buffer whatever `:microbatches` is."""
 import jax
@@ -10,9 +10,9 @@ import pytest
 
 from helpers import program_of
 from sexpgpu_lang.explain import explain
-from sexpgpu_runtime.options import RunOptions
-from sexpgpu_runtime.params import flatten
-from sexpgpu_runtime.train import Trainer
+from sexpgpu_runtime.run.options import RunOptions
+from sexpgpu_runtime.weights.params import flatten
+from sexpgpu_runtime.run.train import Trainer
 
 RUN = """
 (def vocab 16)

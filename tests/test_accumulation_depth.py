@@ -1,5 +1,5 @@
 """Gradient accumulation at depth: a repeated block's backward scan adds each layer's gradient into the
-running sum in place (sexpgpu_runtime.accumulate `scan_summing`), so a later microbatch's training
+running sum in place (sexpgpu_runtime.lowering.accumulate `scan_summing`), so a later microbatch's training
 graph holds no second gradient-sized buffer; the bits are those of summing every microbatch's whole
 gradient (main's step before the running sum moved into the training graph), under every remat policy.
 The model is tests/fixtures/tinyllama.sx at a tiny shape."""
@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from helpers import program_of
-from sexpgpu_runtime.options import RunOptions
-from sexpgpu_runtime.train import Trainer
+from sexpgpu_runtime.run.options import RunOptions
+from sexpgpu_runtime.run.train import Trainer
 from test_accumulation import bits, old_step
 from test_explain_depth import tinyllama_text
 

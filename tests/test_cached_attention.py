@@ -11,7 +11,7 @@ import jax.numpy as jnp
 
 from sexpgpu_lang.check import check_expression
 from sexpgpu_lang.types import TensorType
-from sexpgpu_runtime.lowering import Effects, evaluate
+from sexpgpu_runtime.lowering.lowering import Effects, evaluate
 
 B, T, S, D, N, K, H, F, P = 2, 7, 9, 16, 4, 2, 8, 32, 3
 FULL = "(llama-block x (iota [T]) attn-norm wq wk wv wo mlp-norm w-gate w-up w-down)"

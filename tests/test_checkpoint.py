@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 from helpers import ROOT, check, marked, program_of, variant
-from sexpgpu_runtime.params import flatten
-from sexpgpu_runtime.options import RunFinished
-from sexpgpu_runtime.train import RunError, RunOptions, RunStopped, train
+from sexpgpu_runtime.weights.params import flatten
+from sexpgpu_runtime.run.options import RunFinished
+from sexpgpu_runtime.run.train import RunError, RunOptions, RunStopped, train
 
 STEPS = 30
 TEST_SEED = 20240605
@@ -107,7 +107,7 @@ def test_a_crash_resumes_from_the_last_periodic_checkpoint_and_drops_the_later_r
 
 
 def test_keep_holds_the_newest_checkpoints(full):
-    from sexpgpu_runtime.checkpoint import Checkpoints, Identity, checkpoint_spec
+    from sexpgpu_runtime.run.checkpoint import Checkpoints, Identity, checkpoint_spec
     _, d = full
     prog = program_of(TEXT)
     store = Checkpoints(checkpoint_spec(prog.run.checkpoint, d), Identity(prog.identity, prog.run.seed))
@@ -177,7 +177,7 @@ def test_resume_without_a_checkpoint_says_so(tmp_path):
 
 def test_a_checkpoint_without_its_meta_item_is_named_in_our_words_and_the_older_one_resumes(full, tmp_path):
     import shutil
-    from sexpgpu_runtime.checkpoint import CheckpointError, Checkpoints, Identity, checkpoint_spec
+    from sexpgpu_runtime.run.checkpoint import CheckpointError, Checkpoints, Identity, checkpoint_spec
     d = tmp_path / "run"
     shutil.copytree(full[1], d)
     shutil.rmtree(d / "checkpoints" / "30" / "meta")
@@ -198,8 +198,8 @@ def test_a_checkpoint_whose_write_was_cut_short_is_named_by_the_resume(full, tmp
     """A process killed while orbax wrote a checkpoint leaves `<step>.orbax-checkpoint-tmp-*`: the
     resume removes it and says so, from the older checkpoint or, with none, in its refusal."""
     import shutil
-    from sexpgpu_runtime.checkpoint import Checkpoints, Identity, checkpoint_spec
-    from sexpgpu_runtime.resume import resuming_line
+    from sexpgpu_runtime.run.checkpoint import Checkpoints, Identity, checkpoint_spec
+    from sexpgpu_runtime.run.resume import resuming_line
     d = tmp_path / "run"
     shutil.copytree(full[1], d)
     (d / "checkpoints" / "30").rename(d / "checkpoints" / "30.orbax-checkpoint-tmp-1764612000")
@@ -242,7 +242,7 @@ def test_unwritable_checkpoint_dir_is_one_error_before_training(tmp_path):
 
 def test_full_disk_is_one_error_before_training(tmp_path, monkeypatch):
     import shutil
-    from sexpgpu_runtime import checkpoint
+    from sexpgpu_runtime.run import checkpoint
     monkeypatch.setattr(checkpoint.shutil, "disk_usage", lambda p: shutil._ntuple_diskusage(10**9, 10**9 - 4096, 4096))
     with pytest.raises(RunError, match=r"not enough free space for checkpoints in .*: one needs about 1\.\d MiB, 0\.0 MiB free"):
         run(TEXT, tmp_path)
@@ -251,8 +251,8 @@ def test_full_disk_is_one_error_before_training(tmp_path, monkeypatch):
 
 def test_a_disk_that_fills_during_the_run_fails_the_save_naming_the_newest_checkpoint(tmp_path, monkeypatch):
     import shutil
-    from sexpgpu_runtime import checkpoint
-    from sexpgpu_runtime.checkpoint import CheckpointError, Checkpoints, CheckpointSpec, Identity
+    from sexpgpu_runtime.run import checkpoint
+    from sexpgpu_runtime.run.checkpoint import CheckpointError, Checkpoints, CheckpointSpec, Identity
     store = Checkpoints(CheckpointSpec(tmp_path, 1, 3), Identity("f00d", 0))
     tree = {"w": np.ones((64, 64), np.float32)}
     try:
@@ -268,7 +268,7 @@ def test_a_disk_that_fills_during_the_run_fails_the_save_naming_the_newest_check
 
 
 def test_bad_checkpoint_setting_is_one_line(tmp_path):
-    from sexpgpu_runtime.checkpoint import CheckpointError, checkpoint_spec
+    from sexpgpu_runtime.run.checkpoint import CheckpointError, checkpoint_spec
     bad = variant(":checkpoint (:every 7 :keep 2)", ":checkpoint (:every 0)", TEXT)
     check(marked(bad, "0", "E-TYPE-003", within=":every 0"))   # the checker's, statically
     with pytest.raises(CheckpointError, match=r"^`:checkpoint` `:keep` must be a whole number of 1 or more, got 0$"):
@@ -327,7 +327,7 @@ KILL_MID_WRITE = textwrap.dedent("""
     import os, sys, time
     from pathlib import Path
     import numpy as np
-    from sexpgpu_runtime.checkpoint import Checkpoints, CheckpointSpec, Identity
+    from sexpgpu_runtime.run.checkpoint import Checkpoints, CheckpointSpec, Identity
 
     store = Checkpoints(CheckpointSpec(Path(sys.argv[1]), 1, 3), Identity("f00d", 0))
     store.save(1, {"w": np.full((256, 256), 1.0, np.float32), "n": np.array(1, np.int64)}, records=64)
@@ -347,7 +347,7 @@ KILL_MID_WRITE = textwrap.dedent("""
 
 
 def test_sigkill_during_a_checkpoint_write_leaves_the_previous_one_loadable(tmp_path):
-    from sexpgpu_runtime.checkpoint import Checkpoints, CheckpointSpec, Identity
+    from sexpgpu_runtime.run.checkpoint import Checkpoints, CheckpointSpec, Identity
     d = tmp_path / "ckpt"
     p = subprocess.Popen([sys.executable, "-c", KILL_MID_WRITE, str(d)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          text=True, cwd=ROOT)
@@ -476,7 +476,7 @@ def test_overwrite_starts_over_removing_checkpoints_metrics_and_events(full, tmp
 
 
 def test_overwrite_replaces_another_runs_checkpoints_and_refuses_resume_with_it(full, tmp_path):
-    from sexpgpu_runtime.train import OptionError
+    from sexpgpu_runtime.run.train import OptionError
     other = variant(":optimizer (adam :lr 3e-3)", ":optimizer (adam :lr 1e-3)", TEXT)
     run(other, tmp_path, steps=7)
     with pytest.raises(RunError, match=r"checkpoints of another run .*pass --overwrite to replace that run"):
@@ -541,7 +541,7 @@ def test_a_stop_while_a_bad_row_waits_for_the_device_names_the_bad_step_and_save
     # On a device slower than the host, logged rows wait for it (`Trainer._write_rows`); made to wait here.
     # The metric `odd` is -inf at the 10th step only; SIGTERM comes in step 13, while rows 8-12 wait. The run
     # must stop at the bad row, as if it had been written at its step: no checkpoint past it (found by a tester).
-    from sexpgpu_runtime.train import Trainer
+    from sexpgpu_runtime.run.train import Trainer
     real = Trainer._write_rows
     monkeypatch.setattr(Trainer, "_write_rows", lambda self, w, h, r, wait: real(self, w, h, r, wait) if wait else None)
     text = variant("(metric :loss loss)",

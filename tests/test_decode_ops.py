@@ -11,7 +11,7 @@ import jax.numpy as jnp
 
 from sexpgpu_lang.check import check_expression
 from sexpgpu_lang.types import TensorType
-from sexpgpu_runtime.lowering import Effects, evaluate
+from sexpgpu_runtime.lowering.lowering import Effects, evaluate
 
 ENV = {"x": TensorType((4, 5), "f32"), "n": TensorType((), "i64"), "j": TensorType((3,), "i32"),
        "lg": TensorType((4000, 6), "f32"), "t": TensorType((), "f32"), "s": TensorType((), "i64")}

@@ -3,8 +3,8 @@ import numpy as np
 
 
 from helpers import program_of, variant
-from sexpgpu_runtime.graphs import make_ctx
-from sexpgpu_runtime.train import RunOptions, Trainer
+from sexpgpu_runtime.lowering.graphs import make_ctx
+from sexpgpu_runtime.run.train import RunOptions, Trainer
 
 
 def noise_program(salt: str, prefix: str = ""):

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from sexpgpu_lang import analyze_file
-from sexpgpu_runtime.train import RunOptions, train
+from sexpgpu_runtime.run.train import RunOptions, train
 
 EXAMPLES_DIR = Path(__file__).resolve().parents[1] / "examples"
 EXAMPLES = sorted(EXAMPLES_DIR.glob("*.sx"))

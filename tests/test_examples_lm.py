@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from sexpgpu_lang import analyze
-from sexpgpu_runtime.options import RunOptions
-from sexpgpu_runtime.train import Trainer
+from sexpgpu_runtime.run.options import RunOptions
+from sexpgpu_runtime.run.train import Trainer
 
 from benchmarks import depth
 

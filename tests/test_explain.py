@@ -3,7 +3,7 @@
 The first half checks the report on the fixture and small variants of it:
 the tree of graphs, the lowering rows, the `generation` and `memory` lines,
 the memory plan, `:stack :auto`, the units. The second half compiles every
-graph of the step with JAX on the CPU (`sexpgpu_runtime.xla_report`) and
+graph of the step with JAX on the CPU (`sexpgpu_runtime.devices.xla_report`) and
 holds the static estimate for the CPU target (`explain(..., target="cpu")`)
 to XLA's memory and cost analysis: parameter, state, argument and output
 bytes exactly, FLOPs and every graph's live set within 25%; and the default
@@ -387,7 +387,7 @@ def checked(key):
     """(program, static report for the CPU target, XLA's analysis of each graph on the CPU), compiled
     once per test session."""
     if key not in _XLA:
-        from sexpgpu_runtime.xla_report import backend_target, xla_report
+        from sexpgpu_runtime.devices.xla_report import backend_target, xla_report
         assert backend_target() == "cpu"
         program = _program(key)
         report = explain(program, target="cpu")
@@ -406,8 +406,8 @@ def estimates(report) -> dict:
 @pytest.mark.parametrize("key", list(CHECKED) + ["bf16"])
 def test_parameter_state_argument_and_output_bytes_are_exact(key):
     import jax
-    from sexpgpu_runtime.optim import make_optimizer
-    from sexpgpu_runtime.params import init_params
+    from sexpgpu_runtime.weights.optim import make_optimizer
+    from sexpgpu_runtime.weights.params import init_params
     program, report, xla = checked(key)
     assert all("error" not in x for x in xla.values()), xla
     trainable, frozen = jax.eval_shape(lambda: init_params(program.params, 0))
@@ -439,7 +439,7 @@ def test_flops_within_25_percent(key):
 _PEAK_SCRIPT = """
 import sys
 from sexpgpu_lang import analyze, analyze_file
-from sexpgpu_runtime.xla_report import compile_graphs
+from sexpgpu_runtime.devices.xla_report import compile_graphs
 path, text, stack = sys.argv[1], sys.stdin.read(), int(sys.argv[2])
 res = analyze(text, "case.sx") if text else analyze_file(path)
 compile_graphs(res.program, stack)
@@ -482,7 +482,7 @@ def test_live_sets_within_25_percent(key):
         peaks = peaks or xla_peak_live(key, report["step"]["stack"])
         jit = ("generate " + name.split(" generate.")[1]) if " generate." in name else name  # a pass's generator
         if report["step"]["stack"] > 1 and not name.startswith("pass ") and name != "update":
-            jit += " stacked"   # the step's stacked graphs (sexpgpu_runtime/graphs.py names them so)
+            jit += " stacked"   # the step's stacked graphs (sexpgpu_runtime/lowering/graphs.py names them so)
         peak = peaks[jit.replace(" ", "_").replace(".", "_")]
         assert x > 1.25 * peak and abs(est - peak) <= 0.25 * peak, (name, est, x, peak)
 

@@ -6,7 +6,7 @@ rematerialised). At that shape the static report must fit 80 GiB and count
 every layer; a small copy of it (its defs replaced) is compiled with JAX on
 the CPU and the estimate for the CPU target is held to XLA's analysis, for
 each remat policy: FLOPs within 5% (XLA's count of a while loop made
-trip-count times, `sexpgpu_runtime.xla_loops`) and the training graph's live
+trip-count times, `sexpgpu_runtime.devices.xla_loops`) and the training graph's live
 set within 25%.
 """
 import re
@@ -71,7 +71,7 @@ def test_without_remat_tinyllama_needs_more_memory():
 
 def test_the_peak_does_not_grow_with_microbatches():
     """A later microbatch's training graph adds its gradients into the running sum as its backward pass
-    makes them (sexpgpu_runtime.graphs `Graphs.train_group`; the repeated block's backward scan layer by
+    makes them (sexpgpu_runtime.lowering.graphs `Graphs.train_group`; the repeated block's backward scan layer by
     layer): with the sum held it holds what the first microbatch's graph holds with its gradients out, so
     at the same microbatch (4 rows of 2048) the peak is the same at :microbatches 1, 2 and 16, and fits."""
     one, two, sixteen = (plan_of(tinyllama_text(m)) for m in (1, 2, 16))
@@ -92,7 +92,7 @@ _XLA: dict = {}
 
 def against_xla(remat: str):
     if remat not in _XLA:
-        from sexpgpu_runtime.xla_report import xla_report
+        from sexpgpu_runtime.devices.xla_report import xla_report
         p = program_of(small_text(remat))
         report = explain(p, target="cpu")
         _XLA[remat] = (report, xla_report(p, report)["graphs"])
@@ -138,8 +138,8 @@ def test_the_step_peak_within_25_percent_of_xla_at_1_and_4_microbatches(tmp_path
     phase): the first group's graph (:microbatches 1's only one, whose plan is the same) and a later one's
     each within 25%, and XLA's later graph holds no second gradient-sized buffer either."""
     import jax
-    from sexpgpu_runtime.options import RunOptions
-    from sexpgpu_runtime.train import Trainer
+    from sexpgpu_runtime.run.options import RunOptions
+    from sexpgpu_runtime.run.train import Trainer
     one = program_of(small_text(":nothing-saveable"))
     p = program_of(small_text(":nothing-saveable").replace(":microbatches 1 ", ":microbatches 4 "))
     plan, plan1 = (memory_plan(q, step_graphs(q, 1, "cpu"), 1) for q in (p, one))

@@ -4,7 +4,7 @@ assertion for it)."""
 from pathlib import Path
 
 from sexpgpu_lang import analyze_file
-from sexpgpu_runtime.train import RunOptions, train
+from sexpgpu_runtime.run.train import RunOptions, train
 
 GRPO = Path(__file__).resolve().parents[1] / "examples" / "grpo.sx"
 

@@ -19,11 +19,11 @@ from safetensors import safe_open
 from safetensors.numpy import save_file
 
 from sexpgpu_lang import analyze, analyze_file
-from sexpgpu_runtime.graphs import make_ctx
-from sexpgpu_runtime.lowering import Effects, run_phase
-from sexpgpu_runtime.options import RunError
-from sexpgpu_runtime.params import init_params
-from sexpgpu_runtime.pretrained import export_params, initial_params, load_pretrained
+from sexpgpu_runtime.lowering.graphs import make_ctx
+from sexpgpu_runtime.lowering.lowering import Effects, run_phase
+from sexpgpu_runtime.run.options import RunError
+from sexpgpu_runtime.weights.params import init_params
+from sexpgpu_runtime.weights.pretrained import export_params, initial_params, load_pretrained
 from sexpgpu_lang.name_mapping import stdlib_names
 
 from benchmarks.gpt2_run_file import gpt2_teacher
@@ -264,7 +264,7 @@ def test_the_index_file_and_a_single_file_directory_load_alike(tmp_path):
 
 
 def test_pretrained_parameters_are_not_drawn_and_the_others_keep_their_bits(tmp_path, monkeypatch):
-    import sexpgpu_runtime.params as params_mod
+    import sexpgpu_runtime.weights.params as params_mod
     tensors = gpt2_tensors(np.random.default_rng(7))
     write_hf(tmp_path / "hf", tensors)
     pretrained = '(:path "hf" :names :gpt2 :file-dtype :bf16)'
@@ -299,7 +299,7 @@ def test_a_checkpoint_changed_after_the_check_is_refused_naming_the_file_and_the
     # bf16 into f32 reads each tensor into a buffer of its own and casts it; a bf16 teacher reads
     # straight into its parameters (each layer's c_attn scattered into query, key and value)
     from sexpgpu_lang.checkpoint_files import tensors as headers
-    from sexpgpu_runtime.hf_layout import _Reader
+    from sexpgpu_runtime.weights.hf_layout import _Reader
     tensors = gpt2_tensors(np.random.default_rng(8))
     write_hf(tmp_path / "hf", tensors, shards=1)
     text = run_file("gpt2", '(:path "hf" :names :gpt2' + (f" :file-dtype {file_dtype})" if file_dtype else ")"))
@@ -328,7 +328,7 @@ def test_a_checkpoint_changed_after_the_check_is_refused_naming_the_file_and_the
 @pytest.mark.parametrize("preadv", [True, False])
 def test_a_scatter_read_fills_its_buffers_in_order_across_calls(tmp_path, monkeypatch, preadv):
     # more buffers than one `preadv` takes, and (without one, as on Windows) a `readinto` each
-    import sexpgpu_runtime.hf_layout as hf
+    import sexpgpu_runtime.weights.hf_layout as hf
     monkeypatch.setattr(hf, "_PREADV", preadv)
     monkeypatch.setattr(hf, "_IOV_MAX", 3)
     data = np.random.default_rng(0).integers(0, 256, 1000, dtype=np.uint8)
@@ -554,8 +554,8 @@ def test_a_nan_loss_from_a_teacher_checkpoint_that_holds_a_nan_names_the_paramet
 def test_a_resume_draws_and_reads_only_the_frozen_parameters(tmp_path, monkeypatch):
     """A checkpoint holds the trainable parameters and the optimizer state; a resume makes only what
     it lacks (the frozen teacher, read again), with the bits a fresh run gives it."""
-    import sexpgpu_runtime.params as params_module
-    from sexpgpu_runtime.params import flatten
+    import sexpgpu_runtime.weights.params as params_module
+    from sexpgpu_runtime.weights.params import flatten
     write_hf(tmp_path / "hf", gpt2_tensors(np.random.default_rng(7)))
     text = run_file("gpt2", '(:path "hf" :names :gpt2 :file-dtype :bf16)')
     (tmp_path / "run.sx").write_text(text)
@@ -588,7 +588,7 @@ def test_export_writes_the_trainable_parameters_unless_asked_for_the_frozen_too(
 
 
 def test_export_names_is_checked_before_training(tmp_path):
-    from sexpgpu_runtime.options import OptionError, RunOptions, check_options
+    from sexpgpu_runtime.run.options import OptionError, RunOptions, check_options
     write_hf(tmp_path / "hf", gpt2_tensors(np.random.default_rng(0)))
     p = program(run_file("gpt2", '(:path "hf" :names :gpt2 :file-dtype :bf16)'), tmp_path / "run.sx")
     with pytest.raises(OptionError, match=r"^--export-names: no standard-library mapping `gtp2`; they are `gpt2`, `llama`, `llama-tied`, `qwen2`, "

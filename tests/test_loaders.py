@@ -6,7 +6,7 @@ import pytest
 
 from sexpgpu_lang.ir import LoaderIR
 from sexpgpu_lang.source import Span
-from sexpgpu_runtime.loaders import Loader, LoaderError
+from sexpgpu_runtime.data.loaders import Loader, LoaderError
 
 
 def spec(source, fields, batch=4, base="."):

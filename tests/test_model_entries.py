@@ -11,7 +11,7 @@ import jax.numpy as jnp
 
 from helpers import SMALL, check, cursor_at, program_of
 from sexpgpu_lang import ide
-from sexpgpu_runtime.lowering import Effects, run_phase
+from sexpgpu_runtime.lowering.lowering import Effects, run_phase
 
 #: SMALL's model with a second entry: the logits of one position, through a [B 8 32] cache of
 #: embeddings written at `pos` (a toy cache: the model looks at no other position).

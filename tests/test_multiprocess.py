@@ -23,12 +23,13 @@ CHILD = textwrap.dedent(r'''
     from pathlib import Path
     root, port, procs, pid, steps, run_dir, resume, out = sys.argv[1:9]
     sys.path.insert(0, str(Path(root) / "tests"))
-    from sexpgpu_runtime import sharding
+    from sexpgpu_runtime.devices import sharding
     if int(procs) > 1:
         sharding.initialize(f"127.0.0.1:{port}", int(procs), int(pid))
     import jax, numpy as np
     from helpers import variant, program_of
-    from sexpgpu_runtime import loaders, train as tr
+    from sexpgpu_runtime.data import loaders
+    from sexpgpu_runtime.run import train as tr
     text = variant(":log (:every 50))", ":log (:every 1) :checkpoint (:every 2))")
     reads = []
     batch = loaders.Loader.batch

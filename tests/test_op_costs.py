@@ -9,7 +9,7 @@ def test_one_cost_entry_per_registry_op():
 
 
 def test_cost_entries_and_lowerings_have_the_same_ops():
-    from sexpgpu_runtime.lowering import LOWERINGS
+    from sexpgpu_runtime.lowering.lowering import LOWERINGS
     assert set(COSTS) == set(LOWERINGS)
 
 

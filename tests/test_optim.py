@@ -11,8 +11,8 @@ import pytest
 
 from helpers import fixture_text, program_of, train_quiet, variant
 from sexpgpu_lang import analyze
-from sexpgpu_runtime.optim import decay_mask, embedding_tables, learning_rate, make_optimizer
-from sexpgpu_runtime.params import flatten, init_params
+from sexpgpu_runtime.weights.optim import decay_mask, embedding_tables, learning_rate, make_optimizer
+from sexpgpu_runtime.weights.params import flatten, init_params
 from test_accumulation import run_text
 
 STEPS = (0, 1, 5, 9, 10, 11, 50, 99, 100, 150)

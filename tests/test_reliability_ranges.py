@@ -51,7 +51,7 @@ def test_the_limits_themselves_are_accepted(old, new):
 def test_the_largest_seed_is_one_jax_and_numpy_take():
     jax = pytest.importorskip("jax")
     import numpy as np
-    from sexpgpu_runtime.loaders import _seed_words
+    from sexpgpu_runtime.data.loaders import _seed_words
     jax.random.key(MAX_SEED)
     np.random.default_rng(_seed_words(MAX_SEED, "train", 0))
     with pytest.raises(OverflowError):
@@ -62,7 +62,7 @@ def test_run_refuses_parameters_that_could_never_fit(monkeypatch):
     pytest.importorskip("jax")
     import importlib
     main = importlib.import_module("sexpgpu_cli.main")
-    from sexpgpu_runtime import device
+    from sexpgpu_runtime.devices import device
     program = analyze(TINY.replace("(def dim 64)", "(def dim 2000000000)")).program
     assert program is not None
     monkeypatch.setattr(device, "device_budget", lambda: (80 * 2**30, "H100 memory"))

@@ -74,7 +74,7 @@ def test_two_sigints_end_a_run_promptly_and_the_checkpoints_still_resume(tmp_pat
 def test_a_signal_after_the_loop_looked_last_is_handed_back_to_the_start_up_handler():
     code = ("import importlib, os, signal\n"
             "main = importlib.import_module('sexpgpu_cli.main')\n"
-            "from sexpgpu_runtime.signals import StopSignals\n"
+            "from sexpgpu_runtime.run.signals import StopSignals\n"
             "early = main.EarlySignals.install()\n"
             "with StopSignals() as stop:\n"
             "    os.kill(os.getpid(), signal.SIGTERM)\n"     # after the last check: the loop never raises
@@ -90,7 +90,7 @@ def test_a_signal_after_the_loop_looked_last_is_handed_back_to_the_start_up_hand
 def test_a_signal_noted_while_starting_stops_the_loop_at_its_first_look():
     code = ("import importlib, os, signal\n"
             "main = importlib.import_module('sexpgpu_cli.main')\n"
-            "from sexpgpu_runtime.signals import StopSignals, Stopped\n"
+            "from sexpgpu_runtime.run.signals import StopSignals, Stopped\n"
             "early = main.EarlySignals.install()\n"
             "os.kill(os.getpid(), signal.SIGINT)\n"
             "with StopSignals() as stop:\n"
@@ -108,7 +108,7 @@ def test_run_in_process_puts_back_the_handlers_it_found(tmp_path):
     import signal as _signal
     from typer.testing import CliRunner
     from sexpgpu_cli.main import app
-    from sexpgpu_runtime.signals import StopSignals
+    from sexpgpu_runtime.run.signals import StopSignals
     bad = tmp_path / "bad.sx"
     bad.write_text("(def x (/ 7 2))\n")
     before = {s: _signal.getsignal(s) for s in (_signal.SIGINT, _signal.SIGTERM)}

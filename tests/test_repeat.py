@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 
 from sexpgpu_lang import analyze
-from sexpgpu_runtime.graphs import make_ctx
-from sexpgpu_runtime.lowering import Effects, run_phase
-from sexpgpu_runtime.params import init_params
+from sexpgpu_runtime.lowering.graphs import make_ctx
+from sexpgpu_runtime.lowering.lowering import Effects, run_phase
+from sexpgpu_runtime.weights.params import init_params
 
 HEAD = """(def vocab 16)
 (def seq 8)
@@ -274,8 +274,8 @@ def test_train_export_and_pretrained_see_the_stacked_parameters(tmp_path):
     """A repeated run trains, checkpoints and exports `blocks.w` as [3 8 8]; a frozen copy loads
     it with `:pretrained`, and a file of another depth is E-MODEL-003 naming both depths."""
     from safetensors.numpy import load_file
-    from sexpgpu_runtime.params import flatten
-    from sexpgpu_runtime.train import RunOptions, train
+    from sexpgpu_runtime.weights.params import flatten
+    from sexpgpu_runtime.run.train import RunOptions, train
     p = repeated(" :remat :nothing-saveable")
     out = train(p, RunOptions(steps=2, run_dir=tmp_path / "a", quiet=True, export=tmp_path / "s.safetensors"))
     tensors = load_file(str(tmp_path / "s.safetensors"))
@@ -400,6 +400,6 @@ def test_the_incremental_check_follows_edits_of_a_repeat():
 def test_adamw_decays_a_stacked_matrix_and_not_a_stacked_bias_or_the_embedding():
     """The `:matrices` decay mask judges a stacked parameter by one layer's rank ([3 8 8] decays,
     [3 8] does not), and finds the embedding table through a repeated model."""
-    from sexpgpu_runtime.optim import decay_mask
+    from sexpgpu_runtime.weights.optim import decay_mask
     prog = program(REPEATED.format(remat="") + TAIL.format(run="").replace("(adam :lr 1e-2)", "(adamw :lr 1e-2)"))
     assert decay_mask(prog, "matrices") == {"embed": False, "blocks": {"w": True, "b": False}, "out": True}

@@ -54,7 +54,7 @@ def test_a_resume_past_a_truncated_checkpoint_prints_one_warning_and_nothing_els
 def test_the_leftovers_of_a_failed_read_are_dropped_and_nothing_else(monkeypatch):
     """The hook a failed read installs drops the read error's copies that orbax's abandoned
     reads raise when finalized, and hands every other unraisable exception on."""
-    from sexpgpu_runtime import checkpoint
+    from sexpgpu_runtime.run import checkpoint
     seen = []
     monkeypatch.setattr(sys, "unraisablehook", seen.append)
     checkpoint._contain_read_leftovers()

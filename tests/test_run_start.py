@@ -28,7 +28,7 @@ def test_run_prints_lints_warnings_then_its_devices_and_mesh(tmp_path):
 
 def test_a_run_without_a_mesh_says_which_device_it_uses():
     import jax
-    from sexpgpu_runtime.sharding import run_devices
+    from sexpgpu_runtime.devices.sharding import run_devices
     dev = jax.devices()[0]
     kind = "" if dev.device_kind == dev.platform else f" ({dev.device_kind})"
     assert run_devices(None) == f"1 {dev.platform} device{kind} of the {len(jax.devices())} JAX sees; no mesh"

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from helpers import fixture_text, program_of, train_quiet, variant
-from sexpgpu_runtime.params import flatten
+from sexpgpu_runtime.weights.params import flatten
 
 
 @pytest.fixture(scope="module")
@@ -94,7 +94,7 @@ def test_bf16_keeps_the_cache_bf16_and_params_f32(tmp_path):
 def test_export_then_pretrained_frozen_teacher(tmp_path):
     """One run's student is the next run's teacher: --export names match `:pretrained`."""
     from sexpgpu_lang import analyze
-    from sexpgpu_runtime.train import RunOptions, train
+    from sexpgpu_runtime.run.train import RunOptions, train
     student = train(program_of(fixture_text()), RunOptions(steps=3, run_dir=tmp_path / "a", quiet=True,
                                                             export=tmp_path / "student.safetensors"))
     teacher = variant("(model student)", """(defmodel teacher
@@ -174,7 +174,7 @@ def test_unselected_diagnostic_is_not_computed_and_selected_one_is(tmp_path):
 
 
 def test_stack_auto_takes_the_degree_the_cost_model_picks(tmp_path):
-    from sexpgpu_runtime.graphs import layout_of
+    from sexpgpu_runtime.lowering.graphs import layout_of
     prog = program_of(variant(":stack 2", ":stack :auto"))
     assert layout_of(prog).stack == 2          # the fixture fits easily: both microbatches in one call
     result = train_quiet(variant(":stack 2", ":stack :auto"), 2, tmp_path)
@@ -186,7 +186,7 @@ def test_stack_auto_takes_the_degree_the_cost_model_picks(tmp_path):
 
 def test_cross_entropy_of_a_label_out_of_range_is_nan():
     import jax.numpy as jnp
-    from sexpgpu_runtime.lowering import LOWERINGS, LowerCall
+    from sexpgpu_runtime.lowering.lowering import LOWERINGS, LowerCall
     logits = jnp.zeros((5, 4), jnp.float32)
     labels = jnp.array([0, 3, 4, -1, 2**40], jnp.int64)   # 2**40 would wrap to 0 in i32
     out = np.asarray(LOWERINGS["cross-entropy"](LowerCall([logits, labels], {}, {}, None, None)))
@@ -195,7 +195,7 @@ def test_cross_entropy_of_a_label_out_of_range_is_nan():
 
 
 def test_a_label_out_of_range_stops_the_run_naming_the_likely_cause(tmp_path):
-    from sexpgpu_runtime.train import RunError
+    from sexpgpu_runtime.run.train import RunError
     text = variant(":label (mod (+ row stride) vocab)", ":label (+ (mod (+ row stride) vocab) 1)")   # 1 ... vocab
     with pytest.raises(RunError) as e:
         train_quiet(text, 3, tmp_path)
@@ -207,8 +207,8 @@ def test_a_label_out_of_range_stops_the_run_naming_the_likely_cause(tmp_path):
 def test_export_is_checked_before_training_and_written_with_normal_permissions(tmp_path):
     import os
     import stat
-    from sexpgpu_runtime.paths import umask
-    from sexpgpu_runtime.train import OptionError, RunOptions, train
+    from sexpgpu_runtime.run.paths import umask
+    from sexpgpu_runtime.run.train import OptionError, RunOptions, train
     prog = program_of(fixture_text())
     for bad, why in [(tmp_path / "nowhere" / "x.safetensors", f"there is no directory {tmp_path / 'nowhere'}"),
                      (tmp_path, "it is a directory")]:
@@ -223,7 +223,7 @@ def test_export_is_checked_before_training_and_written_with_normal_permissions(t
 
 
 def test_a_diagnostic_name_the_file_does_not_report_is_refused_before_training(tmp_path):
-    from sexpgpu_runtime.train import OptionError, RunError
+    from sexpgpu_runtime.run.train import OptionError, RunError
     text = variant("(metric :loss loss)", "(metric :loss loss)\n    (diagnostic :logit-mean (mean logits))")
     with pytest.raises(OptionError) as e:
         train_quiet(text, 1, tmp_path / "a", diagnostics=("nope",))
@@ -246,7 +246,7 @@ def test_diagnostics_option_adds_to_the_run_forms(tmp_path):
 
 
 def test_a_pass_reading_more_records_than_its_loader_holds_is_refused(tmp_path):
-    from sexpgpu_runtime.train import RunError
+    from sexpgpu_runtime.run.train import RunError
     text = with_held_out_pass(100)
     with pytest.raises(RunError) as e:
         train_quiet(text, 1, tmp_path)
@@ -255,7 +255,7 @@ def test_a_pass_reading_more_records_than_its_loader_holds_is_refused(tmp_path):
 
 
 def test_a_run_dir_that_is_a_file_says_so(tmp_path):
-    from sexpgpu_runtime.train import RunError
+    from sexpgpu_runtime.run.train import RunError
     (tmp_path / "afile").write_text("notes")
     with pytest.raises(RunError) as e:
         train_quiet(fixture_text(), 1, tmp_path / "afile")

@@ -1,4 +1,4 @@
-"""Data parallel over a mesh (sexpgpu_runtime/sharding.py), on the CPU's 8 fake devices.
+"""Data parallel over a mesh (sexpgpu_runtime/devices/sharding.py), on the CPU's 8 fake devices.
 
 XLA_FLAGS=--xla_force_host_platform_device_count=8 must be set before JAX
 starts, and this pytest process started JAX with one device already, so
@@ -25,8 +25,9 @@ CHILD = textwrap.dedent(r'''
     import jax
     import numpy as np
     from helpers import variant, program_of
-    from sexpgpu_runtime import loaders, train as tr
-    from sexpgpu_runtime.params import flatten
+    from sexpgpu_runtime.data import loaders
+    from sexpgpu_runtime.run import train as tr
+    from sexpgpu_runtime.weights.params import flatten
 
     devices, stack, steps, run_dir = int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), Path(sys.argv[5])
     fsdp = sys.argv[6] == "fsdp"
@@ -142,7 +143,7 @@ def test_shard_params_in_the_file_is_checked():
 
 
 def test_a_mesh_larger_than_the_devices_is_refused(tmp_path):
-    from sexpgpu_runtime.train import OptionError, RunOptions, train
+    from sexpgpu_runtime.run.train import OptionError, RunOptions, train
     import jax
     n = len(jax.devices()) + 1
     with pytest.raises(OptionError, match=f"asks for {n} devices"):
@@ -159,7 +160,7 @@ def test_devices_in_the_file_must_divide_every_batch():
 
 
 def test_parse_mesh():
-    from sexpgpu_runtime.sharding import parse_mesh
+    from sexpgpu_runtime.devices.sharding import parse_mesh
     assert parse_mesh("data=8") == 8 and parse_mesh("4") == 4
     for bad in ("model=2", "data=x", "data=0"):
         with pytest.raises(ValueError):
@@ -339,7 +340,7 @@ def test_the_editor_completes_shard_params_and_its_values():
 def test_a_long_fsdp_run_on_eight_devices_keeps_few_steps_in_flight(tmp_path):
     # Logged every 50 steps, the loop queues many steps between reads; unbounded, XLA:CPU's eight
     # device threads deadlocked in an FSDP all-gather and aborted the run (SIGABRT) after about 60 s.
-    # The loop waits once MAX_STEPS_IN_FLIGHT_MESH steps are queued (sexpgpu_runtime/train.py `fit`).
+    # The loop waits once MAX_STEPS_IN_FLIGHT_MESH steps are queued (sexpgpu_runtime/run/train.py `fit`).
     env = {**os.environ, "XLA_FLAGS": EIGHT_DEVICES, "JAX_PLATFORMS": "cpu"}
     r = subprocess.run([sys.executable, "-m", "sexpgpu_cli.main", "run", str(ROOT / "tests" / "fixtures" / "tiny-generate.sx"),
                         "--steps", "150", "--mesh", "data=8", "--fsdp", "--run-dir", str(tmp_path / "run")],

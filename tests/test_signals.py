@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from helpers import signal_at_line, variant
-from sexpgpu_runtime.signals import StopSignals, Stopped
+from sexpgpu_runtime.run.signals import StopSignals, Stopped
 
 
 @pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
@@ -26,7 +26,7 @@ def test_a_signal_is_noted_and_raised_where_the_loop_looks(sig, code):
 
 def test_a_second_sigint_ends_the_process_at_once():
     code = ("import os, signal\n"
-            "from sexpgpu_runtime.signals import StopSignals\n"
+            "from sexpgpu_runtime.run.signals import StopSignals\n"
             "with StopSignals() as stop:\n"
             "    os.kill(os.getpid(), signal.SIGINT)\n"
             "    assert stop.received == signal.SIGINT\n"

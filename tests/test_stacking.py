@@ -2,15 +2,15 @@
 reductions over a feature axis: layer-norm, mlp (gelu), a softmax, cross-entropy, in f32 and bf16,
 with a sampling generator and a counter, and with a curriculum. Under `jax.vmap` each of these
 differed after a step or three (XLA:CPU gives a batched reduction another kernel); the stacked
-graphs now run the unstacked body once per microbatch (sexpgpu_runtime/stacking.py)."""
+graphs now run the unstacked body once per microbatch (sexpgpu_runtime/lowering/stacking.py)."""
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from helpers import train_quiet
-from sexpgpu_runtime.params import flatten
-from sexpgpu_runtime.stacking import over_copies
+from sexpgpu_runtime.weights.params import flatten
+from sexpgpu_runtime.lowering.stacking import over_copies
 
 MODEL = """
 (def vocab 16)

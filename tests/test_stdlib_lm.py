@@ -17,7 +17,7 @@ import jax.numpy as jnp
 from helpers import numpy_attention
 from sexpgpu_lang.check import check_expression
 from sexpgpu_lang.types import TensorType
-from sexpgpu_runtime.lowering import Effects, evaluate
+from sexpgpu_runtime.lowering.lowering import Effects, evaluate
 
 B, T, D, N, K, H, F = 2, 5, 8, 4, 2, 6, 16
 
@@ -213,7 +213,7 @@ def test_a_llama_block_model_checks_and_explain_agrees_with_xla_on_flops():
     graph (attention expanded as XLA runs JAX's implementation) are within 25% of XLA's count."""
     from sexpgpu_lang import analyze
     from sexpgpu_lang.explain import explain
-    from sexpgpu_runtime.xla_report import xla_report
+    from sexpgpu_runtime.devices.xla_report import xla_report
     res = analyze(llama_file(), "llama.sx")
     assert res.program is not None and not [d for d in res.diagnostics if d.is_error], \
         [d.message for d in res.diagnostics]

@@ -10,9 +10,9 @@ import pytest
 from helpers import check, train_quiet
 from sexpgpu_lang.ir import LoaderIR
 from sexpgpu_lang.source import Span
-from sexpgpu_runtime import loaders
-from sexpgpu_runtime.loaders import Loader, LoaderError
-from sexpgpu_runtime.token_files import permuted, widens
+from sexpgpu_runtime.data import loaders
+from sexpgpu_runtime.data.loaders import Loader, LoaderError
+from sexpgpu_runtime.data.token_files import permuted, widens
 
 
 def spec(source, fields, batch=4, base="."):
@@ -66,7 +66,7 @@ def test_the_order_is_a_permutation_computed_per_index():
 
 
 def test_the_permutation_on_python_ints_and_on_numpy_is_one_function(monkeypatch):
-    from sexpgpu_runtime import token_files
+    from sexpgpu_runtime.data import token_files
     for n in (3, 1000, 3001, 1 << 20, (1 << 20) + 7):
         idx = np.arange(min(n, 3000))
         monkeypatch.setattr(token_files, "_PYTHON_UP_TO", 10**9)
@@ -123,7 +123,7 @@ def test_a_file_cut_under_a_run_is_one_clear_error(tmp_path, stream):
     ld = Loader(spec(("tokens", {"path": "train.bin", "dtype": "uint16", "seq": 64}), (("x", (64,), "i32"),),
                      batch=8, base=tmp_path), 0)
     (tmp_path / "train.bin").write_bytes(b"")
-    from sexpgpu_runtime.token_files import TokenFileError
+    from sexpgpu_runtime.data.token_files import TokenFileError
     with pytest.raises(TokenFileError, match="train.bin is shorter than when the run started"):
         ld.batch(0)
 
@@ -161,7 +161,7 @@ def test_text_tokens_tokenize_once_into_a_cache_keyed_by_content(tmp_path, token
     assert len(cached) == 1 and cached[0].name.endswith(".uint16.bin")
     assert np.array_equal(np.fromfile(cached[0], np.uint16), expected)
     assert (tmp_path / ".sexpgpu-cache" / (cached[0].name + ".size")).read_text() == str(expected.size * 2)
-    from sexpgpu_runtime import tokenize
+    from sexpgpu_runtime.data import tokenize
     monkeypatch.setattr(tokenize, "_write_tokens", lambda *a: pytest.fail("tokenized again"))
     Loader(spec(("text-tokens", src), pair(8), base=tmp_path), 0)     # the same text and tokenizer: the cache
     monkeypatch.undo()
@@ -311,7 +311,7 @@ def test_a_resumed_run_reads_the_exact_records_and_ends_with_the_same_bits(tmp_p
 
 
 def test_a_read_that_fails_on_the_thread_is_raised_in_the_loop_at_its_batch():
-    from sexpgpu_runtime.prefetch import Prefetch
+    from sexpgpu_runtime.data.prefetch import Prefetch
 
     def read(p):
         if p == 20:

@@ -11,8 +11,8 @@ import jax
 import jax.numpy as jnp
 
 from sexpgpu_lang.types import PlistType, TensorType
-from sexpgpu_runtime.dtypes import jdt, name_of
-from sexpgpu_runtime.lowering import Effects, evaluate
+from sexpgpu_runtime.lowering.dtypes import jdt, name_of
+from sexpgpu_runtime.lowering.lowering import Effects, evaluate
 
 from .jax_direct import first_line
 
@@ -55,12 +55,12 @@ def phase_runtime(program) -> str | None:
     """None when the runtime lowers every graph of the step (`generate.init`, `.step`, `.finish`,
     `train` with its gradient, `update`) from abstract inputs and JAX's type of each phase's output
     (the state's entries, the made record, the loss, the gradient) is the checker's; else why not."""
-    from sexpgpu_runtime.draw_check import draw_like
-    from sexpgpu_runtime.graphs import Graphs
-    from sexpgpu_runtime.lowering import run_phase
-    from sexpgpu_runtime.optim import make_optimizer
-    from sexpgpu_runtime.params import merge
-    from sexpgpu_runtime.xla_report import _params, _rows, _tree
+    from sexpgpu_runtime.lowering.draw_check import draw_like
+    from sexpgpu_runtime.lowering.graphs import Graphs
+    from sexpgpu_runtime.lowering.lowering import run_phase
+    from sexpgpu_runtime.weights.optim import make_optimizer
+    from sexpgpu_runtime.weights.params import merge
+    from sexpgpu_runtime.devices.xla_report import _params, _rows, _tree
     from sexpgpu_lang.language import CONTEXT_KEYS
 
     g = Graphs(program, make_optimizer(program.run.optimizer))

@@ -179,9 +179,9 @@ def train_bits(text: str, steps: int, start=None):
     import numpy as np
 
     from sexpgpu_lang import analyze
-    from sexpgpu_runtime.options import RunOptions
-    from sexpgpu_runtime.params import flatten
-    from sexpgpu_runtime.train import RunState, Trainer
+    from sexpgpu_runtime.run.options import RunOptions
+    from sexpgpu_runtime.weights.params import flatten
+    from sexpgpu_runtime.run.train import RunState, Trainer
 
     res = analyze(text, "stacking.sx")
     if res.program is None:

@@ -11,7 +11,7 @@ machine), a `:tokenizer` whose tokenizer.json has more ids than `:vocab` (W-LOAD
 json, the largest id of its model's vocabulary and its added tokens), and a raw token file whose
 size or first ids make its `:dtype` implausible (W-LOADER-002). What only the data files
 can tell (their dtype, their ids against `:vocab`, their columns) the runtime checks
-(sexpgpu_runtime/token_loaders.py, prompt_files.py).
+(sexpgpu_runtime/data/token_loaders.py, prompt_files.py).
 
 Imports nothing outside `sexpgpu_lang`; never JAX.
 """

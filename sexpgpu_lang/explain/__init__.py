@@ -11,7 +11,7 @@ The estimate (docs/explain.md says more, and how it compares with XLA's):
 
 - Each graph the runtime jits (`generate.init`, `generate.step`,
   `generate.finish`, `train`, `update`, each pass) is traced here
-  symbolically, as `sexpgpu_runtime.lowering.evaluate` traces it with JAX:
+  symbolically, as `sexpgpu_runtime.lowering.lowering.evaluate` traces it with JAX:
   one `Node` per registry op, with the type its rule gave. What no output
   depends on is dropped, and an op repeated on the same inputs is counted
   once, as XLA does.
@@ -30,7 +30,7 @@ The estimate (docs/explain.md says more, and how it compares with XLA's):
 - A stacked graph (`:stack S`) holds S copies of what depends on the batch,
   the state or a per-microbatch context scalar, and one of what depends on
   the parameters alone: the runtime runs the unstacked body once per copy
-  (sexpgpu_runtime/stacking.py), each op on the unstacked shapes; the
+  (sexpgpu_runtime/lowering/stacking.py), each op on the unstacked shapes; the
   generator's phases in a loop (one copy's temporaries at a time), the
   training graph's copies side by side (`schedule._copies`).
 

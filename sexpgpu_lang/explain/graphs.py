@@ -16,7 +16,7 @@ from .trace import Node, Trace
 
 
 def layout_stack(program: ir.Program, stack: int | None = None) -> int:
-    """The stacking degree the runtime uses (sexpgpu_runtime.graphs `layout_of`), or `stack` when given:
+    """The stacking degree the runtime uses (sexpgpu_runtime.lowering.graphs `layout_of`), or `stack` when given:
     1 when a generator reads a per-microbatch context key (W-STACK-001) or the degree does not
     divide `:microbatches`."""
     run = program.run
@@ -74,7 +74,7 @@ def trace_generate(program: ir.Program, which: str) -> Trace:
         out = tr.phase(gen.init, [batch, tr.ctx(False)])
         tr.output("state", {k: (out or {}).get(k) for k in gen.state.keys})
         # and the group's batch and context rows: on one device they arrive with this call, and its
-        # copies are what the group's later graphs read (sexpgpu_runtime.graphs `Graphs.generate`)
+        # copies are what the group's later graphs read (sexpgpu_runtime.lowering.graphs `Graphs.generate`)
         tr.output("batch", batch)
         tr.output("ctx", tr.rows)
     elif which == "step":
@@ -204,7 +204,7 @@ _OPT_TRAFFIC = {"adam": 10, "adamw": 11, "lion": 7, "sgd": 3}
 
 
 def _update_graph(program: ir.Program) -> GraphEstimate:
-    """Scale the microbatches' summed gradient, one optimizer step (sexpgpu_runtime.graphs `_update`; the
+    """Scale the microbatches' summed gradient, one optimizer step (sexpgpu_runtime.lowering.graphs `_update`; the
     sum is made as the groups run, `Graphs.add_group`, and modelled in the memory plan's `accumulate`)."""
     M = program.run.microbatches
     tr = param_bytes(program, frozen=False)

@@ -30,7 +30,7 @@ def memory_plan(program: ir.Program, graphs: dict[str, GraphEstimate], stack: in
     (`gradients_held`), whatever `:microbatches` is, and `update` reads that one
     sum. Unstacked, a later group's training graph adds into the sum itself
     as its backward pass makes the gradients (the `train summing` phase,
-    sexpgpu_runtime.graphs `Graphs.train_group`: the sum donated in and
+    sexpgpu_runtime.lowering.graphs `Graphs.train_group`: the sum donated in and
     written in place, a repeated block's layer by layer), so with the sum held
     it holds what the first group's graph holds with its gradients out: the
     peak does not grow with `:microbatches`; stacked, the group's copies'
@@ -70,7 +70,7 @@ def memory_plan(program: ir.Program, graphs: dict[str, GraphEstimate], stack: in
     if summing:   # `Graphs.grads_summing`: the sum (`held`) in and out, no gradients beside it
         add("train summing", batch=batch, made=made, temps=t.temps, sum_out=0 if donate else trainable,
             ctx_and_reports=max(t.outputs - trainable, 0) + ctx)
-    elif M > 1:   # sexpgpu_runtime.graphs `Graphs.accumulate`: the first group's copies, or the sum and a group's
+    elif M > 1:   # sexpgpu_runtime.lowering.graphs `Graphs.accumulate`: the first group's copies, or the sum and a group's
         add("accumulate", sum=trainable if M > stack else 0, gradients=trainable * stack,
             sum_out=0 if donate else trainable)
     add("update", gradients=trainable, params_out=0 if donate else trainable, optimizer_out=0 if donate else opt)

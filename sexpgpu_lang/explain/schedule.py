@@ -165,7 +165,7 @@ class _Schedule:
         """On the CPU, whether reduction `n` runs in the library: an f32 sum, mean, max or min (or
         logsumexp, a max and a sum) of at least `_LIBRARY_REDUCE_MIN` elements (XLA's own rule), counted
         in one copy: a stacked graph's copies each reduce an operand of the unstacked shape
-        (sexpgpu_runtime/stacking.py), so stacking never moves a reduction into the library."""
+        (sexpgpu_runtime/lowering/stacking.py), so stacking never moves a reduction into the library."""
         if cost_of(n.op).library != "reduce" or n.type.dtype != "f32" or not n.inputs:
             return False
         x = self.nodes[n.inputs[0]]
@@ -409,7 +409,7 @@ class _Schedule:
 def _copies(spans: list[tuple[int, int, int, bool]], stack: int) -> list[tuple[int, int, int]]:
     """The live spans of a stacked graph, (first, last, bytes) in fusion steps, from those of one copy
     ((first, last, one copy's bytes, per copy) in the unstacked schedule's steps). A stacked training
-    graph holds `stack` copies of the unstacked body (sexpgpu_runtime/stacking.py `copy_of`),
+    graph holds `stack` copies of the unstacked body (sexpgpu_runtime/lowering/stacking.py `copy_of`),
     independent but for what they read of the parameters, and XLA's scheduler runs them side by side: step `t` of the unstacked
     schedule becomes steps `t*S ... t*S + S-1`, copy `c`'s fusion at `t*S + c`. So a per-copy value
     is `stack` buffers of one copy's size, copy `c`'s live from `a*S + c` to `b*S + c` (copy 0's
@@ -433,7 +433,7 @@ def estimate_graph(name: str, trace: Trace, stack: int, loss: int | None = None,
     the forward, and the gradient of `loss` with respect to every trainable parameter. `target`
     is the compiler the live set models (`TARGETS`; docs/explain.md says what each assumes).
     `loop`: the copies run one after another in a loop (the generator's phases,
-    sexpgpu_runtime/stacking.py `over_copies`), so the temporaries are one copy's and each trip
+    sexpgpu_runtime/lowering/stacking.py `over_copies`), so the temporaries are one copy's and each trip
     moves one copy's bytes; else side by side (`_copies`)."""
     nodes = trace.nodes
     live = _live_nodes(nodes, trace.outputs)

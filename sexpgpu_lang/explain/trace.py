@@ -1,6 +1,6 @@
 """The symbolic trace: one graph's nodes, built by walking phases' IR as the runtime's evaluator does.
 
-`Trace` is an `ir.Interpreter`, as `sexpgpu_runtime.lowering.evaluate` is:
+`Trace` is an `ir.Interpreter`, as `sexpgpu_runtime.lowering.lowering.evaluate` is:
 the same walk and environments, but each registry op makes one `Node` with
 the type its rule gave and its cost (`cost.COSTS`) instead of a JAX array.
 An op repeated on the same inputs is one node, as XLA's CSE makes it. A
@@ -130,7 +130,7 @@ class Trace(ir.Interpreter):
     def ctx(self, per_copy: bool) -> dict:
         """The context scalars (`per_copy`: one per copy, else shared), each sliced from the one
         argument the runtime passes for them, the context rows: [5] i64 per copy, [S 5] in all
-        (sexpgpu_runtime.graphs `unpack_ctx`); jit drops it where no scalar is read."""
+        (sexpgpu_runtime.lowering.graphs `unpack_ctx`); jit drops it where no scalar is read."""
         if self.rows is None:
             self.rows = self.arg("ctx", TensorType((len(CONTEXT_KEYS),), "i64"), True)
         return {k: self.new("slice", TensorType((), d), (self.rows.id,), per_copy=per_copy, static={"ctx": k})

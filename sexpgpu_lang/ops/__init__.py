@@ -5,7 +5,7 @@ in completion), the keyword arguments it takes, which arguments must be
 compile-time constants, and its rule: a pure function from argument types
 to the result type, as JAX's shape and dtype rules are
 (jax/_src/lax/lax.py). The runtime registers exactly one lowering per name
-(`sexpgpu_runtime/lowering.py`); a test asserts the two key sets are equal
+(`sexpgpu_runtime/lowering/lowering.py`); a test asserts the two key sets are equal
 and that JAX's result types equal the rules' on each op's `example`.
 
 A rule reports a mistake by raising `RuleError(code, message, arg)`, where

@@ -311,7 +311,7 @@ def _categorical(call):
     Temperature 0 is `jnp.argmax` of the logits: the same index every time; a traced
     temperature of 0 gives the argmax too. A traced temperature is kept, as f32, in
     `call.ctx.temperatures` under the draw's place (a generator's trip graph checks it:
-    sexpgpu_runtime.draw_check)."""
+    sexpgpu_runtime.lowering.draw_check)."""
     s = call.static
     logits = call.args[0]
     if s.get("greedy"):

@@ -7,7 +7,7 @@ training graph (prepare, objective, `jax.value_and_grad`; it also adds the
 counters to their totals and keeps the first non-finite loss); each unstacked
 group after the first runs `train summing`, the training graph that adds its
 gradients into the one running sum (donated to it) as its backward pass makes
-them (sexpgpu_runtime.accumulate), and after a stacked group the `accumulate`
+them (sexpgpu_runtime.lowering.accumulate), and after a stacked group the `accumulate`
 graph adds its copies' gradients into the sum, in microbatch order; after the last group, one update graph
 scales the sum and takes the optax step. So one gradient-sized buffer is held
 across groups however many microbatches there are, and the additions are
@@ -43,11 +43,11 @@ from sexpgpu_lang.language import CONTEXT_KEYS
 from sexpgpu_lang.types import PlistType, TensorType
 
 from .accumulate import add_into
-from .device import device_budget
+from ..devices.device import device_budget
 from .draw_check import no_draw, note_draws, temperatures, traced_temperatures
 from .dtypes import JAX_DTYPES, InternalTypeError, jdt, mismatch
 from .lowering import Effects, run_phase
-from .params import merge
+from ..weights.params import merge
 from .stacking import copy_of, over_copies
 
 

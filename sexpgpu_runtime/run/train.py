@@ -31,24 +31,24 @@ import numpy as np
 from sexpgpu_lang import ir
 
 from .checkpoint import CheckpointError, Checkpoints
-from .dtypes import InternalTypeError
-from .graphs import Graphs
-from .loaders import Loader, LoaderError
-from .optim import learning_rate, make_optimizer
-from .draw_check import bad_draw
+from ..lowering.dtypes import InternalTypeError
+from ..lowering.graphs import Graphs
+from ..data.loaders import Loader, LoaderError
+from ..weights.optim import learning_rate, make_optimizer
+from ..lowering.draw_check import bad_draw
 from .options import BadDraw, BadValue, DataError, OptionError, RunError, RunOptions, RunStopped, check_options
-from .params import flatten, init_params
-from .prefetch import Prefetch
-from .pretrained import (content_hashes, export_mapping, export_params, frozen_params, initial_params,
+from ..weights.params import flatten, init_params
+from ..data.prefetch import Prefetch
+from ..weights.pretrained import (content_hashes, export_mapping, export_params, frozen_params, initial_params,
                          nonfinite_param)
 from .report import Reporter
 from .resume import dropped_line, missing_rows_line, refuse_finished, resuming_line
 from .samples import open_samples
 from .run_dir import (claim_run_dir, open_checkpoints, outermost_missing, prepare_run_dir, refuse_resume_of_nothing,
                       remove_made)
-from .sharding import DataParallel, MeshError, run_devices
+from ..devices.sharding import DataParallel, MeshError, run_devices
 from .signals import StopSignals, Stopped
-from .token_files import TokenFileError
+from ..data.token_files import TokenFileError
 
 
 @dataclass

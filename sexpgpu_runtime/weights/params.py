@@ -12,7 +12,7 @@ import jax.numpy as jnp
 
 from sexpgpu_lang.ir import ParamIR
 
-from .dtypes import jdt
+from ..lowering.dtypes import jdt
 
 
 def init_leaf(p: ParamIR, seed_key) -> jax.Array:

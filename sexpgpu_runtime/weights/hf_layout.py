@@ -32,9 +32,9 @@ from sexpgpu_lang import ir
 from sexpgpu_lang.checkpoint_files import INDEX, SINGLE, SourceError, tensors
 from sexpgpu_lang.name_mapping import child_shape, layer_name, leaf, patterned, source_shape
 
-from .dtypes import jdt
-from .options import RunError
-from .paths import publish
+from ..lowering.dtypes import jdt
+from ..run.options import RunError
+from ..run.paths import publish
 
 
 def forward(expr: tuple, tensor: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:

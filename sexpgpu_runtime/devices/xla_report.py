@@ -1,6 +1,6 @@
 """`sexpgpu explain --xla`: compile each graph of the step and read XLA's own analysis.
 
-For every graph the runtime jits (sexpgpu_runtime/graphs.py: `generate.init`,
+For every graph the runtime jits (sexpgpu_runtime/lowering/graphs.py: `generate.init`,
 `generate.step`, `generate.finish`, `train`, `update`, each pass), lower it
 with abstract arguments (`jax.ShapeDtypeStruct`: no data is loaded and no
 parameter initialised), compile it for the default backend, and read
@@ -36,11 +36,11 @@ from sexpgpu_lang.language import CONTEXT_KEYS
 from sexpgpu_lang.types import PlistType, TensorType
 
 from .device import backend_target
-from .draw_check import draw_like
-from .dtypes import jdt
-from .graphs import Graphs
-from .optim import make_optimizer
-from .params import set_path
+from ..lowering.draw_check import draw_like
+from ..lowering.dtypes import jdt
+from ..lowering.graphs import Graphs
+from ..weights.optim import make_optimizer
+from ..weights.params import set_path
 from .xla_loops import loop_costs
 
 
@@ -54,7 +54,7 @@ def _tree(t: PlistType, stack: int) -> dict:
 
 
 def _rows(stack: int):
-    """The context rows the graphs take (sexpgpu_runtime.graphs `unpack_ctx`): [S 6] i64."""
+    """The context rows the graphs take (sexpgpu_runtime.lowering.graphs `unpack_ctx`): [S 6] i64."""
     return jax.ShapeDtypeStruct((stack, len(CONTEXT_KEYS)), jnp.int64)
 
 

@@ -46,7 +46,7 @@ class BadValue(RunError):
 
 class BadDraw(BadValue):
     """A generator's traced `categorical` temperature that was negative, infinite or NaN at a step
-    (sexpgpu_runtime.draw_check): a setting the file computes wrongly, so the command line exits 2
+    (sexpgpu_runtime.lowering.draw_check): a setting the file computes wrongly, so the command line exits 2
     for it, as for bad input. `where` is the draw's file:line:col, `trip` its trip, `pass_name` the
     pass whose generator drew it (None: training); `saved` says which checkpoint is the last good one."""
 
@@ -114,7 +114,7 @@ def check_options(program: ir.Program, options: RunOptions) -> None:
         raise OptionError("--export-frozen says what --export writes; give --export PATH too")
     if options.export_names is not None:
         from sexpgpu_lang.name_mapping import stdlib_names
-        from .pretrained import export_mapping
+        from ..weights.pretrained import export_mapping
         found = export_mapping(program, options.export_names)
         if found is None:
             own = [spec.model for spec in program.pretrained if spec.named]

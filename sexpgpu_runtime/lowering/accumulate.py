@@ -2,7 +2,7 @@
 running sum as the backward pass produces them, so no second gradient-sized buffer is ever live.
 
 The training graph of every group after the step's first takes the running sum (donated to it on an
-accelerator) and returns the new sum (sexpgpu_runtime.graphs `Graphs.train_group`):
+accelerator) and returns the new sum (sexpgpu_runtime.lowering.graphs `Graphs.train_group`):
 
 * a repeated block's stacked parameters (`ir.Repeat`, lowered to one `lax.scan`) get their sum from
   `scan_summing`, a custom VJP around the scan whose backward scan carries the running sum and adds

@@ -36,7 +36,7 @@ JSON item from process 0 alone, and puts barriers between the steps. A
 checkpoint does not record how many processes or devices wrote it: it is
 restored onto whatever shardings the resuming run asks for. This module knows nothing of RunState or the
 training loop: train.py hands it trees and numbers. It must not import
-sexpgpu_runtime.train.
+sexpgpu_runtime.run.train.
 """
 from __future__ import annotations
 
