@@ -367,8 +367,9 @@ def run(
             n_err, n_warn = print_text([res])
             print(f"sexpgpu: error: {file} has {render.summary(n_err, n_warn)}; fix them before running", file=sys.stderr)
             raise typer.Exit(1)
-        from sexpgpu_runtime.devices.sharding import MeshError, initialize, parse_mesh  # JAX is imported only here
-        from sexpgpu_runtime.run.options import BadDraw, DataError, OptionError, RunFinished, RunOptions, RunError, RunStopped
+        from sexpgpu_runtime.devices.sharding import initialize, parse_mesh  # JAX is imported only here
+        from sexpgpu_runtime.errors import BadDraw, DataError, MeshError, OptionError, RunError, RunFinished, RunStopped
+        from sexpgpu_runtime.run.options import RunOptions
         from sexpgpu_runtime.run.train import train
         try:
             devices = parse_mesh(mesh) if mesh is not None else None

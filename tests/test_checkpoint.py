@@ -15,8 +15,8 @@ import pytest
 
 from helpers import ROOT, check, marked, program_of, variant
 from sexpgpu_runtime.weights.params import flatten
-from sexpgpu_runtime.run.options import RunFinished
-from sexpgpu_runtime.run.train import RunError, RunOptions, RunStopped, train
+from sexpgpu_runtime.errors import RunError, RunFinished, RunStopped
+from sexpgpu_runtime.run.train import RunOptions, train
 
 STEPS = 30
 TEST_SEED = 20240605
@@ -165,7 +165,8 @@ def test_resume_without_a_checkpoint_says_so(tmp_path):
 
 def test_a_checkpoint_without_its_meta_item_is_named_in_our_words_and_the_older_one_resumes(full, tmp_path):
     import shutil
-    from sexpgpu_runtime.run.checkpoint import CheckpointError, Checkpoints, Identity, checkpoint_spec
+    from sexpgpu_runtime.run.checkpoint import Checkpoints, Identity, checkpoint_spec
+    from sexpgpu_runtime.errors import CheckpointError
     d = tmp_path / "run"
     shutil.copytree(full[1], d)
     shutil.rmtree(d / "checkpoints" / "30" / "meta")
@@ -240,7 +241,8 @@ def test_full_disk_is_one_error_before_training(tmp_path, monkeypatch):
 def test_a_disk_that_fills_during_the_run_fails_the_save_naming_the_newest_checkpoint(tmp_path, monkeypatch):
     import shutil
     from sexpgpu_runtime.run import checkpoint
-    from sexpgpu_runtime.run.checkpoint import CheckpointError, Checkpoints, CheckpointSpec, Identity
+    from sexpgpu_runtime.run.checkpoint import Checkpoints, CheckpointSpec, Identity
+    from sexpgpu_runtime.errors import CheckpointError
     store = Checkpoints(CheckpointSpec(tmp_path, 1, 3), Identity("f00d", 0))
     tree = {"w": np.ones((64, 64), np.float32)}
     try:
@@ -256,7 +258,8 @@ def test_a_disk_that_fills_during_the_run_fails_the_save_naming_the_newest_check
 
 
 def test_bad_checkpoint_setting_is_one_line(tmp_path):
-    from sexpgpu_runtime.run.checkpoint import CheckpointError, checkpoint_spec
+    from sexpgpu_runtime.run.checkpoint import checkpoint_spec
+    from sexpgpu_runtime.errors import CheckpointError
     bad = variant(":checkpoint (:every 7 :keep 2)", ":checkpoint (:every 0)", TEXT)
     check(marked(bad, "0", "E-TYPE-003", within=":every 0"))   # the checker's, statically
     with pytest.raises(CheckpointError, match=r"^`:checkpoint` `:keep` must be a whole number of 1 or more, got 0$"):
@@ -464,7 +467,7 @@ def test_overwrite_starts_over_removing_checkpoints_metrics_and_events(full, tmp
 
 
 def test_overwrite_replaces_another_runs_checkpoints_and_refuses_resume_with_it(full, tmp_path):
-    from sexpgpu_runtime.run.train import OptionError
+    from sexpgpu_runtime.errors import OptionError
     other = variant(":optimizer (adam :lr 3e-3)", ":optimizer (adam :lr 1e-3)", TEXT)
     run(other, tmp_path, steps=7)
     with pytest.raises(RunError, match=r"checkpoints of another run .*pass --overwrite to replace that run"):

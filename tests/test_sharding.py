@@ -143,7 +143,8 @@ def test_shard_params_in_the_file_is_checked():
 
 
 def test_a_mesh_larger_than_the_devices_is_refused(tmp_path):
-    from sexpgpu_runtime.run.train import OptionError, RunOptions, train
+    from sexpgpu_runtime.run.train import RunOptions, train
+    from sexpgpu_runtime.errors import OptionError
     import jax
     n = len(jax.devices()) + 1
     with pytest.raises(OptionError, match=f"asks for {n} devices"):

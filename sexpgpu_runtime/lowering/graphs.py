@@ -45,7 +45,8 @@ from sexpgpu_lang.types import PlistType, TensorType
 from .accumulate import add_into
 from ..devices.device import device_budget
 from .draw_check import no_draw, note_draws, temperatures, traced_temperatures
-from .dtypes import JAX_DTYPES, InternalTypeError, jdt, mismatch
+from .dtypes import JAX_DTYPES, jdt, mismatch
+from ..errors import InternalTypeError
 from .lowering import Effects, run_phase
 from ..weights.params import merge
 from .stacking import copy_of, over_copies

@@ -51,7 +51,8 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from .paths import PathProblem, make_writable_dir
+from .paths import make_writable_dir
+from ..errors import CheckpointError, PathProblem
 
 FORMAT = "sexpgpu-checkpoint 1"
 DEFAULT_DIR = "checkpoints"
@@ -170,10 +171,6 @@ def first_difference(saved: dict, tree) -> str | None:
         if got[key] != crc:
             return f"array {key} does not match the digest written with it"
     return None
-
-
-class CheckpointError(Exception):
-    """A checkpoint problem the user can act on: an unwritable or full dir, another run's checkpoint, a bad setting."""
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import jax
 
-from .options import RunError
+from ..errors import RunError
 
 
 class Reporter:

@@ -23,7 +23,7 @@ import jax
 import numpy as np
 
 from .checkpoint import Checkpoints
-from .options import RunFinished
+from ..errors import RunFinished
 
 
 def last_logged_step(path: Path) -> int | None:

@@ -15,9 +15,10 @@ import jax
 
 from sexpgpu_lang import ir
 
-from .checkpoint import CheckpointError, Checkpoints, Identity, checkpoint_spec
-from .options import RunError, RunOptions
-from .paths import FileInTheWay, PathProblem, make_writable_dir
+from .checkpoint import Checkpoints, Identity, checkpoint_spec
+from ..errors import CheckpointError, FileInTheWay, PathProblem, RunError
+from .options import RunOptions
+from .paths import make_writable_dir
 from .resume import last_logged_step, refuse_finished
 
 

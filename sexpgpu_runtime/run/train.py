@@ -30,13 +30,14 @@ import numpy as np
 
 from sexpgpu_lang import ir
 
-from .checkpoint import CheckpointError, Checkpoints
-from ..lowering.dtypes import InternalTypeError
+from .checkpoint import Checkpoints
+from ..errors import (BadDraw, BadValue, CheckpointError, DataError, InternalTypeError, LoaderError, MeshError,
+                      OptionError, RunError, RunStopped, TokenFileError)
 from ..lowering.graphs import Graphs
-from ..data.loaders import Loader, LoaderError
+from ..data.loaders import Loader
 from ..weights.optim import learning_rate, make_optimizer
 from ..lowering.draw_check import bad_draw
-from .options import BadDraw, BadValue, DataError, OptionError, RunError, RunOptions, RunStopped, check_options
+from .options import RunOptions, check_options
 from ..weights.params import flatten, init_params
 from ..data.prefetch import Prefetch
 from ..weights.pretrained import (content_hashes, export_mapping, export_params, frozen_params, initial_params,
@@ -45,9 +46,8 @@ from .report import Reporter
 from .resume import dropped_line, missing_rows_line, refuse_finished, resuming_line
 from .run_dir import (claim_run_dir, open_checkpoints, outermost_missing, prepare_run_dir, refuse_resume_of_nothing,
                       remove_made)
-from ..devices.sharding import DataParallel, MeshError, run_devices
+from ..devices.sharding import DataParallel, run_devices
 from .signals import StopSignals, Stopped
-from ..data.token_files import TokenFileError
 
 
 @dataclass

@@ -22,8 +22,8 @@ from sexpgpu_lang import ir
 from sexpgpu_lang.name_mapping import layer_name, leaf, patterned
 
 from .hf_layout import export_mapped, load_mapped
-from ..data.loaders import first_nonfinite
-from ..run.options import RunError
+from ..data.files import first_nonfinite
+from ..errors import RunError
 from .params import flatten, init_params
 from ..run.paths import publish
 
