@@ -1,5 +1,7 @@
 """How a run is asked for: `RunOptions`, and `check_options`, which refuses before anything runs
-options that cannot work (OptionError, or RunError for the file's own `:diagnostics`; errors.py).
+options that cannot work (OptionError, or RunError for the file's own `:diagnostics`; errors.py);
+`shard_bytes`, the `--max-shard-size` value; `resume_command`, the command line that takes a
+stopped run up again.
 
 Plain data and checks: it calls no JAX, and of the runtime imports only paths.py, errors.py and
 weights.pretrained (for `--export-names`' mapping).
@@ -85,3 +87,40 @@ def check_options(program: ir.Program, options: RunOptions) -> None:
     for name in program.run.diagnostics:
         if name not in reported:
             raise RunError(f"`run` selects `:diagnostics` `{name}`, but no diagnostic is named `{name}`; {known}")
+
+
+def shard_bytes(size: str) -> int:
+    """`--max-shard-size`: bytes from a number with a unit of Hugging Face's (`5GB`, `500MB`, `200KB`,
+    powers of 1000; `B` or none: bytes). ValueError for anything else."""
+    text = size.strip().upper()
+    for unit, scale in (("GB", 10**9), ("MB", 10**6), ("KB", 10**3), ("B", 1), ("", 1)):
+        if text.endswith(unit):
+            try:
+                n = float(text[:len(text) - len(unit)] if unit else text)
+            except ValueError:
+                break
+            if n > 0:
+                return int(n * scale)
+            break
+    raise ValueError(f"--max-shard-size {size}: give a size like 5GB, 500MB or 200KB")
+
+
+def resume_command(file: Path, *, run_dir: Path | None = None, steps: int | None = None,
+                   diagnostics: str | None = None, mesh: str | None = None, fsdp: bool | None = None,
+                   coordinator: str | None = None, num_processes: int | None = None,
+                   process_id: int | None = None, distributed: bool = False) -> list[str]:
+    """The `sexpgpu run ... --resume` command line that takes a stopped run up again: the run's file and
+    every option it was given that says where and how it runs (run dir, steps, diagnostics, mesh,
+    FSDP, and a multi-process run's coordinator, process count and id, or `--distributed`); each
+    process of a multi-process run is told its own."""
+    again = ["sexpgpu", "run", str(file), "--resume"]
+    again += ["--run-dir", str(run_dir)] if run_dir is not None else []
+    again += ["--steps", str(steps)] if steps is not None else []
+    again += ["--diagnostics", diagnostics] if diagnostics else []
+    again += ["--mesh", mesh] if mesh else []
+    again += [] if fsdp is None else ["--fsdp" if fsdp else "--no-fsdp"]
+    again += ["--coordinator", coordinator] if coordinator else []
+    again += ["--num-processes", str(num_processes)] if num_processes is not None else []
+    again += ["--process-id", str(process_id)] if process_id is not None else []
+    again += ["--distributed"] if distributed else []
+    return again
