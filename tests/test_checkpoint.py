@@ -529,12 +529,12 @@ def test_resuming_a_finished_run_says_there_is_nothing_to_train(tmp_path):
 
 
 def test_a_stop_while_a_bad_row_waits_for_the_device_names_the_bad_step_and_saves_nothing_past_it(tmp_path, monkeypatch):
-    # On a device slower than the host, logged rows wait for it (`Trainer._write_rows`); made to wait here.
+    # On a device slower than the host, logged rows wait for it (`Loop._write_rows`); made to wait here.
     # The metric `odd` is -inf at the 10th step only; SIGTERM comes in step 13, while rows 8-12 wait. The run
     # must stop at the bad row, as if it had been written at its step: no checkpoint past it (found by a tester).
-    from sexpgpu_runtime.run.train import Trainer
-    real = Trainer._write_rows
-    monkeypatch.setattr(Trainer, "_write_rows", lambda self, w, h, r, wait: real(self, w, h, r, wait) if wait else None)
+    from sexpgpu_runtime.run.loop import Loop
+    real = Loop._write_rows
+    monkeypatch.setattr(Loop, "_write_rows", lambda self, wait: real(self, wait) if wait else None)
     text = variant("(metric :loss loss)",
                    "(metric :loss loss)\n    (metric :odd (log (abs (- (cast (getf ctx :step) :f32) 9.0))))", TEXT)
 

@@ -147,11 +147,11 @@ def test_the_step_peak_within_25_percent_of_xla_at_1_and_4_microbatches(tmp_path
     assert plan1["train"] == plan["train"] and plan1["peak"] == plan["peak"]
     tr = Trainer(p, RunOptions(steps=1, run_dir=tmp_path, quiet=True))
     g, state = tr.graphs, tr.initial_state()
-    batch, rows, _ = tr.host_group(state.step, 0, 0)
+    batch, rows, _ = tr.batches.host_group(state.step, 0, 0)
     args = (state.trainable, state.frozen, batch, rows, state.counters, g.no_bad())
-    xla = {"train": _live(jax.jit(g._grads).lower(*args).compile())}
+    xla = {"train": _live(jax.jit(g.training._grads).lower(*args).compile())}
     est = {"train": plan["params"] + phases["train"]}
-    xla["train summing"] = _live(jax.jit(g._grads_summing, donate_argnums=(6,)).lower(*args, state.trainable).compile())
+    xla["train summing"] = _live(jax.jit(g.training._grads_summing, donate_argnums=(6,)).lower(*args, state.trainable).compile())
     est["train summing"] = plan["params"] + plan["gradients_held"] + phases["train summing"]
     layer = sum(x.nbytes for x in jax.tree_util.tree_leaves(state.trainable["layers"])) // SMALL["layers"]
     assert xla["train summing"] <= xla["train"] + layer, xla

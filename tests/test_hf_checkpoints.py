@@ -19,7 +19,7 @@ from safetensors import safe_open
 from safetensors.numpy import save_file
 
 from sexpgpu_lang import analyze, analyze_file
-from sexpgpu_runtime.lowering.graphs import make_ctx
+from sexpgpu_runtime.lowering.context import make_ctx
 from sexpgpu_runtime.lowering.lowering import Effects, run_phase
 from sexpgpu_runtime.errors import RunError
 from sexpgpu_runtime.weights.params import init_params

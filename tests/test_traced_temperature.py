@@ -103,7 +103,7 @@ def test_a_negative_temperature_with_until(tmp_path):
 
 
 def test_a_fine_traced_temperature_trains_bit_for_bit_as_without_the_check(tmp_path, monkeypatch):
-    import sexpgpu_runtime.lowering.graphs as graphs
+    import sexpgpu_runtime.lowering.generator_graphs as graphs
     text = sampled("(+ 0.25 (cast (getf ctx :step) :f32))")
     assert len(graphs.traced_temperatures(program_of(text).generate)) == 1   # the first run is checked
     checked = train_of(text, 2, tmp_path / "checked")
