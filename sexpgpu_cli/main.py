@@ -524,7 +524,7 @@ def explain(
                        "(or `:devices N` in `run`)")
     if xla:
         from sexpgpu_runtime.devices.device import backend_target, device_budget  # JAX only here
-        from sexpgpu_runtime.devices.xla_report import xla_report
+        from sexpgpu_runtime.lowering.xla_report import xla_report
         if budget is None:
             budget, source = device_budget()
         target = target or backend_target()

@@ -13,7 +13,7 @@ The run's own errors, which `sexpgpu run` prints as one line:
 The errors of the parts, each turned into one of the above where the run meets it (run/start.py
 before anything trains, run/train.py while it trains): `LoaderError`, `TokenFileError` and
 `TokenizeError` (data/), `CheckpointError` (run/checkpoint.py), `PathProblem` and `FileInTheWay`
-(run/paths.py), `MeshError` (devices/sharding.py). `InternalTypeError` is a bug in sexpgpu, never
+(paths.py), `MeshError` (devices/sharding.py). `InternalTypeError` is a bug in sexpgpu, never
 the user's mistake. This module imports nothing of the runtime.
 """
 from __future__ import annotations

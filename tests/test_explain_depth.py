@@ -6,7 +6,7 @@ rematerialised). At that shape the static report must fit 80 GiB and count
 every layer; a small copy of it (its defs replaced) is compiled with JAX on
 the CPU and the estimate for the CPU target is held to XLA's analysis, for
 each remat policy: FLOPs within 5% (XLA's count of a while loop made
-trip-count times, `sexpgpu_runtime.devices.xla_loops`) and the training graph's live
+trip-count times, `sexpgpu_runtime.lowering.xla_loops`) and the training graph's live
 set within 25%.
 """
 import re
@@ -92,7 +92,7 @@ _XLA: dict = {}
 
 def against_xla(remat: str):
     if remat not in _XLA:
-        from sexpgpu_runtime.devices.xla_report import xla_report
+        from sexpgpu_runtime.lowering.xla_report import xla_report
         p = program_of(small_text(remat))
         report = explain(p, target="cpu")
         _XLA[remat] = (report, xla_report(p, report)["graphs"])

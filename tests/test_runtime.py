@@ -207,7 +207,7 @@ def test_a_label_out_of_range_stops_the_run_naming_the_likely_cause(tmp_path):
 def test_export_is_checked_before_training_and_written_with_normal_permissions(tmp_path):
     import os
     import stat
-    from sexpgpu_runtime.run.paths import umask
+    from sexpgpu_runtime.paths import umask
     from sexpgpu_runtime.run.train import RunOptions, train
     from sexpgpu_runtime.errors import OptionError
     prog = program_of(fixture_text())

@@ -1,10 +1,15 @@
-"""The runtime's layout: its import graph has no cycle, and no class in it is over 200 lines.
+"""The runtime's layout: its import graph has no cycle, its sub-packages are layers, and no class in
+it is over 200 lines.
 
 The graph is built from the source with `ast`, so it holds every import a module makes: at
 module level, inside a function (an import put there to dodge a cycle is still an edge) and under
 `if TYPE_CHECKING:`. An edge goes from a module of `sexpgpu_runtime` to each module of
 `sexpgpu_runtime` it names (`from .x import y`, `from ..pkg import x`, `import sexpgpu_runtime.x`);
 a package's `__init__` counts as a module. What sits outside the runtime is no edge.
+
+The layers, lowest first (ARCHITECTURE.md): the top-level modules (`errors`, `dtypes`, `paths`),
+`data`, `devices`, `weights`, `lowering`, `run`; a module imports only its own sub-package's modules
+and those of lower layers.
 """
 from __future__ import annotations
 
@@ -14,6 +19,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 RUNTIME = ROOT / "sexpgpu_runtime"
 MAX_CLASS_LINES = 200
+LAYERS = ("", "data", "devices", "weights", "lowering", "run")   # "": the modules at the top of the runtime
 
 
 def module_name(path: Path, root: Path = ROOT) -> str:
@@ -105,6 +111,20 @@ def test_the_runtime_imports_have_no_cycle():
     assert "sexpgpu_runtime.run.train" in edges and edges["sexpgpu_runtime.run.train"]
     cycle = find_cycle(edges)
     assert cycle is None, "import cycle: " + " -> ".join(cycle)
+
+
+def layer(module: str) -> str:
+    """`sexpgpu_runtime.run.train` -> "run"; a top-level module (`sexpgpu_runtime.errors`) -> ""."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 2 or (len(parts) == 2 and parts[1] in LAYERS) else ""
+
+
+def test_the_sub_packages_are_layers():
+    edges = graph()
+    assert {layer(m) for m in edges} == set(LAYERS), {layer(m) for m in edges}
+    upward = sorted(f"{a} -> {b}" for a, bs in edges.items() for b in bs
+                    if LAYERS.index(layer(b)) > LAYERS.index(layer(a)))
+    assert not upward, upward
 
 
 def test_no_runtime_class_is_over_200_lines():

@@ -122,7 +122,7 @@ def test_only_traced_temperatures_are_checked():
     from sexpgpu_runtime.lowering.draw_check import draw_like, traced_temperatures
     from sexpgpu_runtime.lowering.graphs import Graphs
     from sexpgpu_runtime.weights.optim import make_optimizer
-    from sexpgpu_runtime.devices.xla_report import _params, _rows, _tree
+    from sexpgpu_runtime.lowering.xla_report import _params, _rows, _tree
     for text in (fixture_text(), sampled("0.7"), sampled("0")):
         prog = program_of(text)
         assert traced_temperatures(prog.generate) == ()
@@ -157,7 +157,7 @@ def test_a_checked_trip_graph_compiles_for_xla_report_and_the_differential():
     """`sexpgpu explain --xla` and the differential's runtime check lower the checked trip graph,
     stacked too, with its record: no graph fails and every phase has the checker's types."""
     from benchmarks.differential.runtime_check import phase_runtime
-    from sexpgpu_runtime.devices.xla_report import compile_graphs
+    from sexpgpu_runtime.lowering.xla_report import compile_graphs
     prog = program_of(sampled("(cast (getf ctx :step) :f32)"))
     assert [k for k, v in compile_graphs(prog, 2).items() if "error" in v] == []
     assert phase_runtime(prog) is None

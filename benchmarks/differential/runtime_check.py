@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 
 from sexpgpu_lang.types import PlistType, TensorType
-from sexpgpu_runtime.lowering.dtypes import jdt, name_of
+from sexpgpu_runtime.dtypes import jdt, name_of
 from sexpgpu_runtime.lowering.lowering import Effects, evaluate
 
 from .jax_direct import first_line
@@ -60,7 +60,7 @@ def phase_runtime(program) -> str | None:
     from sexpgpu_runtime.lowering.lowering import run_phase
     from sexpgpu_runtime.weights.optim import make_optimizer
     from sexpgpu_runtime.weights.params import merge
-    from sexpgpu_runtime.devices.xla_report import _params, _rows, _tree
+    from sexpgpu_runtime.lowering.xla_report import _params, _rows, _tree
     from sexpgpu_lang.language import CONTEXT_KEYS
 
     g = Graphs(program, make_optimizer(program.run.optimizer))

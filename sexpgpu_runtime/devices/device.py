@@ -2,7 +2,7 @@
 against; `never_fits`, the run `sexpgpu run` refuses before allocating anything) and the schedule
 target (`sexpgpu_lang.explain.TARGETS`) of its compiler.
 
-Read by lowering/graphs.py (the stack degree), xla_report.py (`explain --xla`) and the CLI's `run`;
+Read by lowering/graphs.py (the stack degree), lowering/xla_report.py (`explain --xla`) and the CLI's `run`;
 it imports nothing of the runtime, only JAX and the front end's cost model.
 """
 from __future__ import annotations

@@ -15,7 +15,7 @@ import numpy as np
 from sexpgpu_lang.language import CONTEXT_KEYS
 
 from ..errors import InternalTypeError
-from .dtypes import JAX_DTYPES, mismatch
+from ..dtypes import JAX_DTYPES, mismatch
 from .lowering import Effects
 
 #: The context keys and their numpy dtypes, in the order of a context row (`language.CONTEXT_KEYS`).

@@ -23,7 +23,7 @@ from sexpgpu_lang.types import PlistType, TensorType
 
 from .accumulate import add_into
 from .context import Tracer, check_result, unpack_ctx
-from .dtypes import jdt
+from ..dtypes import jdt
 from .lowering import run_phase
 from ..weights.params import merge
 from .stacking import copy_of

@@ -51,7 +51,7 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from .paths import make_writable_dir
+from ..paths import make_writable_dir
 from ..errors import CheckpointError, PathProblem
 
 FORMAT = "sexpgpu-checkpoint 1"

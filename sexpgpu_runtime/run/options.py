@@ -15,7 +15,7 @@ from sexpgpu_lang import ir
 from sexpgpu_lang.name_mapping import stdlib_names
 
 from ..weights.pretrained import export_mapping
-from .paths import check_output_file
+from ..paths import check_output_file
 from ..errors import OptionError, PathProblem, RunError
 
 

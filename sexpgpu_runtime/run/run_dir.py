@@ -17,7 +17,7 @@ from sexpgpu_lang import ir
 from .checkpoint import Checkpoints, Identity, checkpoint_spec
 from ..errors import CheckpointError, FileInTheWay, PathProblem, RunError
 from .options import RunOptions
-from .paths import make_writable_dir
+from ..paths import make_writable_dir
 from .resume import last_logged_step
 
 

@@ -32,10 +32,10 @@ from sexpgpu_lang import ir
 from sexpgpu_lang.checkpoint_files import INDEX, SINGLE, SourceError, tensors
 from sexpgpu_lang.name_mapping import child_shape, layer_name, leaf, patterned, source_shape
 
-from ..lowering.dtypes import jdt
+from ..dtypes import jdt
 from ..errors import RunError
 from .params import set_path
-from ..run.paths import publish
+from ..paths import publish
 
 
 def forward(expr: tuple, tensor: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:

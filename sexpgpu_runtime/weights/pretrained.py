@@ -25,7 +25,7 @@ from .hf_layout import export_mapped, load_mapped
 from ..data.files import first_nonfinite
 from ..errors import RunError
 from .params import flatten, init_params
-from ..run.paths import publish
+from ..paths import publish
 
 
 def initial_params(program: ir.Program, seed: int) -> tuple[dict, dict]:

@@ -12,7 +12,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from ..errors import FileInTheWay, PathProblem
+from .errors import FileInTheWay, PathProblem
 
 
 def file_in_the_way(path: Path) -> Path | None:
