@@ -7,7 +7,7 @@ The run's own errors, which `sexpgpu run` prints as one line:
   `OptionError` (a command-line option that cannot work: exit 2), `BadValue` (a NaN or infinite
   value at a step: exit 1) and `BadDraw` (a generator's traced temperature out of range: exit 2).
 - `RunStopped`: SIGINT or SIGTERM stopped the run after the last completed step was saved
-  (exit 130 or 143); `RunFinished`: a `--resume` of a run that has trained its steps already,
+  (exit 130 or 143; `Stopped` is the signal's arrival, where the loop looks); `RunFinished`: a `--resume` of a run that has trained its steps already,
   which changes nothing (exit 0).
 
 The errors of the parts, each turned into one of the above where the run meets it (run/start.py
@@ -18,6 +18,7 @@ the user's mistake. This module imports nothing of the runtime.
 """
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 
 
@@ -80,6 +81,25 @@ class RunFinished(Exception):
     def __init__(self, message: str, step: int, total: int):
         super().__init__(message)
         self.step, self.total = step, total
+
+
+class Stopped(Exception):
+    """Raised by `run.signals.StopSignals.check` once a stop signal has arrived; the run turns it into
+    RunStopped once the last completed step is saved."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+    @property
+    def name(self) -> str:
+        """The signal's name, `SIGINT` or `SIGTERM`."""
+        return signal.Signals(self.signum).name
+
+    @property
+    def exit_code(self) -> int:
+        """The shell's convention for a process a signal ended: 128 + the signal number (130, 143)."""
+        return 128 + self.signum
 
 
 class LoaderError(Exception):

@@ -9,7 +9,8 @@ import sys
 import pytest
 
 from helpers import signal_at_line, variant
-from sexpgpu_runtime.run.signals import StopSignals, Stopped
+from sexpgpu_runtime.errors import Stopped
+from sexpgpu_runtime.run.signals import StopSignals
 
 
 @pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])

@@ -23,7 +23,7 @@ from sexpgpu_lang import ir
 
 from ..devices.sharding import DataParallel
 from ..errors import (BadDraw, BadValue, CheckpointError, InternalTypeError, LoaderError, MeshError, OptionError,
-                      RunError, RunStopped, TokenFileError)
+                      RunError, RunStopped, Stopped, TokenFileError)
 from ..lowering.graphs import Graphs
 from ..weights.optim import learning_rate, make_optimizer
 from ..weights.params import init_params
@@ -34,7 +34,7 @@ from .checks import ValueChecks
 from .loop import Loop
 from .options import RunOptions
 from .report import Reporter
-from .signals import StopSignals, Stopped
+from .signals import StopSignals
 from .start import RunStart
 from .state import RunResult, RunState, checkpoint_tree
 
