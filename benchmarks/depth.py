@@ -157,7 +157,7 @@ class RefLoop:
         self.params = jax.tree_util.tree_map(jnp.array, state.trainable)
         self.opt = llama_optimizer(self.params, tr.steps)
         self.opt_state = self.opt.init(self.params)
-        self.loader, self.batch = tr.loaders[tr.program.run.loader], tr.batch_size
+        self.loader, self.batch = tr.batches.loaders[tr.program.run.loader], tr.batches.batch_size
         self.log_every, self.step, self.rows = tr.program.run.log_every, 0, []
 
         @jax.jit
@@ -267,17 +267,17 @@ def step_peaks(microbatches: int) -> tuple[int, int]:
     """XLA's peak of one step of the example at `:microbatches` (bytes): (the old way, now)."""
     tr = trainer_for(llama_text(with_pass=False).replace(":seed 0", f":seed 0 :microbatches {microbatches}"))
     g, state = tr.graphs, tr.initial_state()
-    batch, rows, _ = tr.host_group(state.step, 0, 0)
+    batch, rows, _ = tr.batches.host_group(state.step, 0, 0)
     args = (state.trainable, state.frozen, batch, rows, state.counters, g.no_bad())
     size = lambda tree: sum(x.nbytes for x in jax.tree_util.tree_leaves(tree))  # noqa: E731
     opt, grad, params = size(state.opt_state), size(state.trainable), size((state.trainable, state.frozen))
-    first = opt + _live(g._grads, args)
-    update = _live(g._update, (state.trainable, state.opt_state, state.trainable), (0, 1))
+    first = opt + _live(g.training._grads, args)
+    update = _live(g.training._update, (state.trainable, state.opt_state, state.trainable), (0, 1))
     if microbatches == 1:
         return max(first, update), max(first, update)
     grads = [state.trainable]
-    old = max(first, first + grad, opt + params + _live(g._accumulate, (state.trainable, grads), (0,)), update)
-    new = max(first, opt + _live(g._grads_summing, args + (state.trainable,), (6,)), update)
+    old = max(first, first + grad, opt + params + _live(g.training._accumulate, (state.trainable, grads), (0,)), update)
+    new = max(first, opt + _live(g.training._grads_summing, args + (state.trainable,), (6,)), update)
     return old, new
 
 

@@ -220,9 +220,9 @@ def sexpgpu_forward(run: Path):
     import jax
     import jax.numpy as jnp
     from sexpgpu_lang import analyze_file
-    from sexpgpu_runtime.graphs import make_ctx
-    from sexpgpu_runtime.lowering import Effects, run_phase
-    from sexpgpu_runtime.pretrained import initial_params
+    from sexpgpu_runtime.lowering.context import make_ctx
+    from sexpgpu_runtime.lowering.lowering import Effects, run_phase
+    from sexpgpu_runtime.weights.pretrained import initial_params
     res = analyze_file(str(run), read_files=True)
     if res.program is None or [d for d in res.diagnostics if d.is_error]:
         raise SystemExit(f"{run}: " + "; ".join(f"{d.code} {d.message}" for d in res.diagnostics))
@@ -262,8 +262,8 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     import torch
     import transformers
-    from sexpgpu_runtime.hf_export import write_config
-    from sexpgpu_runtime.pretrained import export_params
+    from sexpgpu_runtime.weights.hf_export import write_config
+    from sexpgpu_runtime.weights.pretrained import export_params
     failed = False
     with tempfile.TemporaryDirectory() as tmp:
         for family in args.families:

@@ -260,7 +260,7 @@ def trip_rows(reps: int) -> list[tuple[str, str, str, str, str]]:
     tr = trainer_for(FIXTURE.read_text())
     g = tr.graphs
     state = tr.initial_state()
-    b, rows, _ = tr.next_group(0, 0, 0)
+    b, rows, _ = tr.batches.next_group(0, 0, 0)
     stacked = tr.layout.stack > 1
     init = g.gen_init if stacked else g.gen_init_1
     b, rows, first = init(state.trainable, state.frozen, b, rows)

@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from sexpgpu_lang import analyze  # noqa: E402
-from sexpgpu_runtime.train import RunOptions, train  # noqa: E402
+from sexpgpu_runtime.run.train import RunOptions, train  # noqa: E402
 
 GRPO = ROOT / "examples" / "grpo.sx"
 

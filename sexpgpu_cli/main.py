@@ -20,7 +20,7 @@ from .early_signals import EarlySignals
 
 # Start-up (`sexpgpu lint` is meant to start about as fast as `import lark`): the front end,
 # the renderers, JAX, the server and pydantic are imported only by the commands that use them;
-# see `_Coercion` for pydantic. No `from __future__ import annotations` here: typer reads every
+# see `_fast_process_value` for pydantic. No `from __future__ import annotations` here: typer reads every
 # command's signature at start-up, and string annotations would each be compiled and evaluated.
 
 VERSION = "0.1.0"
@@ -29,72 +29,78 @@ VERSION = "0.1.0"
 _EXITS_AFTER = False
 
 
-class _Coercion:
-    """typer's conversion of one command-line value, without pydantic on the usual path.
+def _fast_process_value(param, ctx, value, base):
+    """A command-line parameter's value converted here, without pydantic, or by `base` (its typer class).
 
     typer converts every parameter's value through a pydantic `TypeAdapter`, and importing
-    pydantic (and its plugin loader, which imports importlib.metadata) and building the
-    adapters costs more than the rest of `sexpgpu lint`. This converts the values of this
-    command line's simple parameters (a path, a list of paths, an enum choice, a plain `str`
-    or `bool`) with typer's own functions (`coerce_cli_path`, `coerce_cli_choice`), which is
-    what the adapters call; any other parameter, and any value this does not accept,
-    goes to typer's own conversion (`build_runtime_param`), which then reports the error
-    exactly as typer does.
+    pydantic (and its plugin loader, which imports importlib.metadata) and building the adapters
+    costs more than the rest of `sexpgpu lint`. This converts, in click's public
+    `Parameter.process_value`, the values of the simple parameters the commands here declare (a
+    path, a list of paths, an enum choice, a plain `str` or `bool`, or no value) as typer does
+    for them; any other parameter, any declaration with a path check or a parser, and any value
+    this does not accept (an unknown choice, an unreadable file), goes to typer's own conversion,
+    which then reports the error exactly as typer does. `declared` is the command function's
+    parameter (its annotation and its `typer.Option`/`typer.Argument`; `--help`: a bool flag), set by
+    `Command.get_params`.
     """
-
-    def __init__(self, descriptor) -> None:
-        self.descriptor = descriptor
-        self._typer = None
-
-    def typer_runtime(self):
-        """typer's own conversion of this parameter (imports pydantic)."""
-        if self._typer is None:
-            from typer._coercion import build_runtime_param
-            self._typer = build_runtime_param(self.descriptor)
-        return self._typer
-
-    def coerce(self, value, param, ctx):
-        """The converted value; typer's conversion decides whenever this one would not."""
-        from typer import _param_types as pt
-        info = self.descriptor.parameter_info
-        multi = param.multiple or param.nargs == -1
-        if value is None:
-            return () if multi else None
-        annotation = self.descriptor.annotation
+    if param.declared is not None:
         try:
-            if multi:
-                item = _list_item(annotation)
-                if isinstance(value, (list, tuple)) and item is not None:
-                    return [self._one(v, item, info, param, ctx, pt) for v in value]
-            elif not isinstance(value, (list, tuple)):
-                return self._one(value, annotation, info, param, ctx, pt)
+            out = _convert(value, *param.declared, param.multiple or param.nargs == -1)
         except _Unsure:
             pass
-        return self.typer_runtime().coerce(value, param=param, ctx=ctx)
-
-    @staticmethod
-    def _one(value, annotation, info, param, ctx, pt):
-        if info.parser is not None:
-            raise _Unsure
-        if isinstance(annotation, type) and issubclass(annotation, Enum):
-            try:
-                return pt.coerce_cli_choice(value, choices=tuple(annotation), case_sensitive=info.case_sensitive, ctx=ctx)
-            except ValueError:
-                raise _Unsure from None   # typer words the error
-        if annotation is bool and isinstance(value, bool):
-            return value
-        if annotation is str and isinstance(value, str):
-            return value
-        if annotation is Path and isinstance(value, str) and value and info.path_type is None:
-            try:   # (its BadParameter, a path that does not exist say, is typer's own error)
-                return pt.coerce_cli_path(Path(value), info, path_type=Path, param=param, ctx=ctx)
-            except (ValueError, TypeError):
-                raise _Unsure from None
-        raise _Unsure
+        else:
+            if not (param.required and param.value_is_missing(out)):   # (typer says what is missing)
+                return out if param.callback is None else param.callback(ctx, param, out)
+    return base.process_value(param, ctx, value)
 
 
 class _Unsure(Exception):
-    """`_Coercion` leaves this value to typer."""
+    """`_fast_process_value` leaves this value to typer."""
+
+
+def _convert(value, annotation, info, multi: bool):
+    """`value` converted as typer converts it for `annotation` declared with `info` (a
+    typer.models.ParameterInfo); _Unsure where this does not know that it would be the same."""
+    if value is None:
+        return () if multi else None
+    if getattr(info, "parser", None) is not None:
+        raise _Unsure
+    if multi:
+        item = _list_item(annotation)
+        if item is None or not isinstance(value, (list, tuple)):
+            raise _Unsure
+        return [_convert_one(v, item, info) for v in value]
+    if isinstance(value, (list, tuple)):
+        raise _Unsure
+    return _convert_one(value, annotation, info)
+
+
+def _convert_one(value, annotation, info):
+    if isinstance(annotation, type) and issubclass(annotation, Enum) and isinstance(value, (str, annotation)):
+        if isinstance(value, annotation):   # (the default)
+            return value
+        if getattr(info, "case_sensitive", True) is True:
+            for member in annotation:
+                if member.value == value:
+                    return member
+        raise _Unsure   # typer words the error
+    if annotation is bool and isinstance(value, bool):
+        return value
+    if annotation is str and isinstance(value, str):
+        return value
+    if annotation is Path and isinstance(value, str) and value and _plain_path(info):
+        import os
+        if os.path.exists(value) and not os.access(value, os.R_OK):
+            raise _Unsure   # typer's "is not readable"
+        return Path(value)
+    raise _Unsure
+
+
+def _plain_path(info) -> bool:
+    """Whether a path parameter declares none of the checks typer would make on it beyond readability."""
+    want = {"exists": False, "file_okay": True, "dir_okay": True, "writable": False, "readable": True,
+            "resolve_path": False, "allow_dash": False, "path_type": None}
+    return all(getattr(info, k, v) == v for k, v in want.items())
 
 
 def _list_item(annotation):
@@ -106,11 +112,40 @@ def _list_item(annotation):
     return None
 
 
-def _coerce_without_pydantic(params) -> None:
-    """Give each typer parameter a `_Coercion` (when this typer has the hooks it relies on)."""
+def _convert_without_pydantic(command, params) -> None:
+    """Give each of `command`'s typer parameters `_fast_process_value`'s conversion, with its declaration
+    (the class of a typer parameter becomes its subclass here: only click's public API is used)."""
+    import inspect
+    declared = inspect.signature(command.callback).parameters if command.callback is not None else {}
     for p in params:
-        if getattr(p, "_runtime_param", 0) is None and hasattr(p, "type_descriptor"):
-            p._runtime_param = _Coercion(p.type_descriptor)
+        fast = _FAST.get(type(p))
+        if fast is not None and p.name in declared:
+            p.__class__ = fast
+            p.declared = (declared[p.name].annotation, declared[p.name].default)
+        elif fast is not None and getattr(p, "is_flag", False) and p.name == "help":   # typer's own `--help`
+            p.__class__ = fast
+            p.declared = (bool, None)
+
+
+class _FastArgument(typer.core.TyperArgument):
+    """A typer argument whose value `_fast_process_value` converts (click's `Parameter.process_value`)."""
+
+    declared = None
+
+    def process_value(self, ctx, value):
+        return _fast_process_value(self, ctx, value, typer.core.TyperArgument)
+
+
+class _FastOption(typer.core.TyperOption):
+    """A typer option whose value `_fast_process_value` converts (click's `Parameter.process_value`)."""
+
+    declared = None
+
+    def process_value(self, ctx, value):
+        return _fast_process_value(self, ctx, value, typer.core.TyperOption)
+
+
+_FAST = {typer.core.TyperArgument: _FastArgument, typer.core.TyperOption: _FastOption}
 
 
 class _PlainHelp:
@@ -130,7 +165,7 @@ class _PlainHelp:
 
     def get_params(self, ctx):
         params = super().get_params(ctx)
-        _coerce_without_pydantic(params)   # `--help` is made here, after __init__
+        _convert_without_pydantic(self, params)   # `--help` is made here, after __init__
         for p in params:
             if getattr(p, "is_flag", False) and p.metavar is None:
                 p.metavar = ""   # a flag takes no value: no type column
@@ -311,22 +346,6 @@ def lint(
     raise typer.Exit(1 if any(r.has_errors for r in results) else 0)
 
 
-def shard_bytes(size: str) -> int:
-    """`--max-shard-size`: bytes from a number with a unit of Hugging Face's (`5GB`, `500MB`, `200KB`,
-    powers of 1000; `B` or none: bytes). ValueError for anything else."""
-    text = size.strip().upper()
-    for unit, scale in (("GB", 10**9), ("MB", 10**6), ("KB", 10**3), ("B", 1), ("", 1)):
-        if text.endswith(unit):
-            try:
-                n = float(text[:len(text) - len(unit)] if unit else text)
-            except ValueError:
-                break
-            if n > 0:
-                return int(n * scale)
-            break
-    raise ValueError(f"--max-shard-size {size}: give a size like 5GB, 500MB or 200KB")
-
-
 @app.command(cls=Command)
 def run(
     file: Path = typer.Argument(..., metavar="FILE", help="The run file to train."),
@@ -367,8 +386,10 @@ def run(
             n_err, n_warn = print_text([res])
             print(f"sexpgpu: error: {file} has {render.summary(n_err, n_warn)}; fix them before running", file=sys.stderr)
             raise typer.Exit(1)
-        from sexpgpu_runtime.devices.sharding import MeshError, initialize, parse_mesh  # JAX is imported only here
-        from sexpgpu_runtime.run.options import BadDraw, DataError, OptionError, RunFinished, RunOptions, RunError, RunStopped
+        from sexpgpu_runtime.devices.sharding import initialize, parse_mesh  # JAX is imported only here
+        from sexpgpu_runtime.errors import BadDraw, DataError, MeshError, OptionError, RunError, RunFinished, RunStopped
+        from sexpgpu_runtime.devices.device import never_fits
+        from sexpgpu_runtime.run.options import RunOptions, resume_command, shard_bytes
         from sexpgpu_runtime.run.train import train
         try:
             devices = parse_mesh(mesh) if mesh is not None else None
@@ -434,46 +455,6 @@ def run(
         print("; ".join(parts + [f"metrics in {opts.run_dir / 'metrics.jsonl'}"]), file=sys.stderr)
     finally:
         early.restore()   # the handlers `run` found: a library caller's own stay theirs
-
-
-def never_fits(program, devices: Optional[int], fsdp: Optional[bool]) -> Optional[str]:
-    """Why the run could never fit on its device, or None: its parameters and optimizer state
-    (exact sizes, split over the mesh with FSDP) alone exceed the device's memory, so `run` refuses
-    it before anything is allocated. None where the device reports no limit (the CPU)."""
-    from sexpgpu_lang.explain.graphs import optimizer_bytes, param_bytes
-    from sexpgpu_lang.explain.text import fmt_bytes
-    from sexpgpu_runtime.devices.device import device_budget
-    budget, where = device_budget()
-    if budget is None:
-        return None
-    n = devices or program.run.devices or 1
-    split = fsdp if fsdp is not None else program.run.shard_params == "fsdp"
-    resident = (param_bytes(program) + optimizer_bytes(program)) // (n if split else 1)
-    if resident <= budget:
-        return None
-    return (f"the parameters and optimizer state take {fmt_bytes(resident)} per device, more than the "
-            f"{fmt_bytes(budget)} of {where}: the run could never fit (see `sexpgpu explain`)")
-
-
-def resume_command(file: Path, *, run_dir: Optional[Path] = None, steps: Optional[int] = None,
-                   diagnostics: Optional[str] = None, mesh: Optional[str] = None, fsdp: Optional[bool] = None,
-                   coordinator: Optional[str] = None, num_processes: Optional[int] = None,
-                   process_id: Optional[int] = None, distributed: bool = False) -> list[str]:
-    """The `sexpgpu run ... --resume` command line that takes a stopped run up again: the run's file and
-    every option it was given that says where and how it runs (run dir, steps, diagnostics, mesh,
-    FSDP, and a multi-process run's coordinator, process count and id, or `--distributed`); each
-    process of a multi-process run is told its own."""
-    again = ["sexpgpu", "run", str(file), "--resume"]
-    again += ["--run-dir", str(run_dir)] if run_dir is not None else []
-    again += ["--steps", str(steps)] if steps is not None else []
-    again += ["--diagnostics", diagnostics] if diagnostics else []
-    again += ["--mesh", mesh] if mesh else []
-    again += [] if fsdp is None else ["--fsdp" if fsdp else "--no-fsdp"]
-    again += ["--coordinator", coordinator] if coordinator else []
-    again += ["--num-processes", str(num_processes)] if num_processes is not None else []
-    again += ["--process-id", str(process_id)] if process_id is not None else []
-    again += ["--distributed"] if distributed else []
-    return again
 
 
 @app.command(cls=Command)
@@ -557,7 +538,7 @@ def explain(
                        "(or `:devices N` in `run`)")
     if xla:
         from sexpgpu_runtime.devices.device import backend_target, device_budget  # JAX only here
-        from sexpgpu_runtime.devices.xla_report import xla_report
+        from sexpgpu_runtime.lowering.xla_report import xla_report
         if budget is None:
             budget, source = device_budget()
         target = target or backend_target()

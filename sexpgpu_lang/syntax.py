@@ -279,9 +279,8 @@ def _recover(text: str, pos: int, line: int, column: int, tokens: list[Token],
 
 @lru_cache(maxsize=1)
 def _scanner() -> tuple:
-    """The terminals' compiled patterns, in lark's order: the stored copy (`_lexer_table`)
-    while its grammar is grammar.lark's text, else lark's own (one, or several when a lark
-    version splits the alternation)."""
+    """The terminals' compiled pattern, in lark's order: the stored copy (`_lexer_table`)
+    while its grammar is grammar.lark's text, else built from lark's terminals (`lark_pattern`)."""
     from . import _lexer_table as table
     try:
         same = _GRAMMAR.read_text() == table.GRAMMAR
@@ -289,16 +288,34 @@ def _scanner() -> tuple:
         same = False
     if same:
         return (re.compile(table.PATTERN, table.FLAGS),)
-    return tuple(_lark()._build_lexer(True).scanner._mres)
+    return (lark_pattern(),)
+
+
+def lark_terminals(parser) -> list:
+    """The terminals of a lark parser (`Lark.terminals`) in the order its basic lexer tries them:
+    by priority, then the longest possible match, then the longest pattern text, then the name;
+    a string terminal that a regular-expression terminal of the same priority matches whole is
+    left to that one (lark's `unless` rule), so it is not among them. (lark's lexer, built from
+    the same rules, is what `test_lexer_table` compares this with.)"""
+    flags = parser.options.g_regex_flags
+    terminals = sorted(parser.terminals, key=lambda t: (-t.priority, -t.pattern.max_width, -len(t.pattern.value), t.name))
+    embedded = set()
+    for retok in (t for t in terminals if t.pattern.type == "re"):
+        for strtok in (t for t in terminals if t.pattern.type == "str" and t.priority == retok.priority):
+            m = re.match(retok.pattern.to_regexp(), strtok.pattern.value, flags)
+            if m and m.group(0) == strtok.pattern.value and strtok.pattern.flags <= retok.pattern.flags:
+                embedded.add(strtok.name)
+    return [t for t in terminals if t.name not in embedded]
 
 
 def lark_pattern():
-    """lark's own compiled terminal pattern for grammar.lark, or None (another lark version
-    that builds several: then lark's lexer does all the lexing)."""
+    """The compiled terminal pattern of grammar.lark, one named group per terminal in lark's order
+    (`lark_terminals`), as lark's basic lexer builds it; None if it does not compile as one."""
+    parser = _lark()
+    pattern = "|".join(f"(?P<{t.name}>{t.pattern.to_regexp()})" for t in lark_terminals(parser))
     try:
-        mres = _lark()._build_lexer(True).scanner._mres
-        return mres[0] if len(mres) == 1 else None
-    except (AttributeError, IndexError, TypeError):
+        return re.compile(pattern, parser.options.g_regex_flags)
+    except (re.error, AssertionError):   # (Python's limit on groups raises AssertionError)
         return None
 
 

@@ -55,7 +55,7 @@ def old_step(trainer: Trainer, state):
     g = trainer.graphs
     grads, records, counters, bad = [], state.records, state.counters, g.no_bad()
     for group in range(trainer.layout.groups):
-        batch, rows, records = trainer.next_group(state.step, group, records)
+        batch, rows, records = trainer.batches.next_group(state.step, group, records)
         _, gs, _, _, counters, bad = g.grads(state.trainable, state.frozen, batch, rows, counters, bad)
         grads += gs
 

@@ -44,7 +44,7 @@ def test_the_sum_is_the_sum_of_the_microbatch_gradients_by_hand(tmp_path):
     as `jax.grad` of the training graph's loss gives it (the first group's graph, unchanged)."""
     trainer = trainer_of(tmp_path, 2)
     g, state = trainer.graphs, trainer.initial_state()
-    batch, rows, _ = trainer.next_group(state.step, 1, 0)
+    batch, rows, _ = trainer.batches.next_group(state.step, 1, 0)
     old = jax.tree_util.tree_map(lambda x: jnp.full_like(x, 0.25), state.trainable)
     _, total, _, _, _, _ = g.grads_summing(state.trainable, state.frozen, batch, rows, state.counters, g.no_bad(), old)
     _, gs, _, _, _, _ = g.grads(state.trainable, state.frozen, batch, rows, state.counters, g.no_bad())
@@ -60,7 +60,7 @@ def test_a_later_microbatch_holds_no_second_gradient_buffer(tmp_path):
     second gradient-sized buffer."""
     trainer = trainer_of(tmp_path, 2)
     g, state = trainer.graphs, trainer.initial_state()
-    batch, rows, _ = trainer.host_group(state.step, 0, 0)
+    batch, rows, _ = trainer.batches.host_group(state.step, 0, 0)
     args = (state.trainable, state.frozen, batch, rows, state.counters, g.no_bad())
     grad = sum(x.nbytes for x in jax.tree_util.tree_leaves(state.trainable))
     layer = sum(x.nbytes for x in jax.tree_util.tree_leaves(state.trainable["layers"])) // TINY["layers"]
@@ -69,9 +69,9 @@ def test_a_later_microbatch_holds_no_second_gradient_buffer(tmp_path):
         m = jax.jit(fn, donate_argnums=donate).lower(*a).compile().memory_analysis()
         return m.argument_size_in_bytes + m.output_size_in_bytes + m.temp_size_in_bytes - m.alias_size_in_bytes
 
-    first = live(g._grads, *args)
-    summing = live(g._grads_summing, *args, state.trainable, donate=(6,))
-    separate = live(lambda *a: (lambda r: (r[0], g._accumulate(a[-1], r[1]), *r[2:]))(g._grads(*a[:-1])),
+    first = live(g.training._grads, *args)
+    summing = live(g.training._grads_summing, *args, state.trainable, donate=(6,))
+    separate = live(lambda *a: (lambda r: (r[0], g.training._accumulate(a[-1], r[1]), *r[2:]))(g.training._grads(*a[:-1])),
                     *args, state.trainable, donate=(6,))
     assert abs(summing - (first + 0)) <= layer, (summing, first, layer)
     assert separate >= first + grad - layer, (separate, first, grad)

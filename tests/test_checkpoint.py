@@ -15,8 +15,8 @@ import pytest
 
 from helpers import ROOT, check, marked, program_of, variant
 from sexpgpu_runtime.weights.params import flatten
-from sexpgpu_runtime.run.options import RunFinished
-from sexpgpu_runtime.run.train import RunError, RunOptions, RunStopped, train
+from sexpgpu_runtime.errors import RunError, RunFinished, RunStopped
+from sexpgpu_runtime.run.train import RunOptions, train
 
 STEPS = 30
 TEST_SEED = 20240605
@@ -177,7 +177,8 @@ def test_resume_without_a_checkpoint_says_so(tmp_path):
 
 def test_a_checkpoint_without_its_meta_item_is_named_in_our_words_and_the_older_one_resumes(full, tmp_path):
     import shutil
-    from sexpgpu_runtime.run.checkpoint import CheckpointError, Checkpoints, Identity, checkpoint_spec
+    from sexpgpu_runtime.run.checkpoint import Checkpoints, Identity, checkpoint_spec
+    from sexpgpu_runtime.errors import CheckpointError
     d = tmp_path / "run"
     shutil.copytree(full[1], d)
     shutil.rmtree(d / "checkpoints" / "30" / "meta")
@@ -252,7 +253,8 @@ def test_full_disk_is_one_error_before_training(tmp_path, monkeypatch):
 def test_a_disk_that_fills_during_the_run_fails_the_save_naming_the_newest_checkpoint(tmp_path, monkeypatch):
     import shutil
     from sexpgpu_runtime.run import checkpoint
-    from sexpgpu_runtime.run.checkpoint import CheckpointError, Checkpoints, CheckpointSpec, Identity
+    from sexpgpu_runtime.run.checkpoint import Checkpoints, CheckpointSpec, Identity
+    from sexpgpu_runtime.errors import CheckpointError
     store = Checkpoints(CheckpointSpec(tmp_path, 1, 3), Identity("f00d", 0))
     tree = {"w": np.ones((64, 64), np.float32)}
     try:
@@ -268,7 +270,8 @@ def test_a_disk_that_fills_during_the_run_fails_the_save_naming_the_newest_check
 
 
 def test_bad_checkpoint_setting_is_one_line(tmp_path):
-    from sexpgpu_runtime.run.checkpoint import CheckpointError, checkpoint_spec
+    from sexpgpu_runtime.run.checkpoint import checkpoint_spec
+    from sexpgpu_runtime.errors import CheckpointError
     bad = variant(":checkpoint (:every 7 :keep 2)", ":checkpoint (:every 0)", TEXT)
     check(marked(bad, "0", "E-TYPE-003", within=":every 0"))   # the checker's, statically
     with pytest.raises(CheckpointError, match=r"^`:checkpoint` `:keep` must be a whole number of 1 or more, got 0$"):
@@ -476,7 +479,7 @@ def test_overwrite_starts_over_removing_checkpoints_metrics_and_events(full, tmp
 
 
 def test_overwrite_replaces_another_runs_checkpoints_and_refuses_resume_with_it(full, tmp_path):
-    from sexpgpu_runtime.run.train import OptionError
+    from sexpgpu_runtime.errors import OptionError
     other = variant(":optimizer (adam :lr 3e-3)", ":optimizer (adam :lr 1e-3)", TEXT)
     run(other, tmp_path, steps=7)
     with pytest.raises(RunError, match=r"checkpoints of another run .*pass --overwrite to replace that run"):
@@ -538,12 +541,12 @@ def test_resuming_a_finished_run_says_there_is_nothing_to_train(tmp_path):
 
 
 def test_a_stop_while_a_bad_row_waits_for_the_device_names_the_bad_step_and_saves_nothing_past_it(tmp_path, monkeypatch):
-    # On a device slower than the host, logged rows wait for it (`Trainer._write_rows`); made to wait here.
+    # On a device slower than the host, logged rows wait for it (`Loop._write_rows`); made to wait here.
     # The metric `odd` is -inf at the 10th step only; SIGTERM comes in step 13, while rows 8-12 wait. The run
     # must stop at the bad row, as if it had been written at its step: no checkpoint past it (found by a tester).
-    from sexpgpu_runtime.run.train import Trainer
-    real = Trainer._write_rows
-    monkeypatch.setattr(Trainer, "_write_rows", lambda self, w, h, r, wait: real(self, w, h, r, wait) if wait else None)
+    from sexpgpu_runtime.run.loop import Loop
+    real = Loop._write_rows
+    monkeypatch.setattr(Loop, "_write_rows", lambda self, wait: real(self, wait) if wait else None)
     text = variant("(metric :loss loss)",
                    "(metric :loss loss)\n    (metric :odd (log (abs (- (cast (getf ctx :step) :f32) 9.0))))", TEXT)
 

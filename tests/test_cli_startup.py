@@ -1,5 +1,5 @@
 """`sexpgpu lint` imports only what it needs (BENCHMARKS.md, "Fixed: lint"), and converting
-option values without pydantic (`sexpgpu_cli.main._Coercion`) changes no value and no message."""
+option values without pydantic (`sexpgpu_cli.main._fast_process_value`) changes no value and no message."""
 from __future__ import annotations
 
 import subprocess
@@ -42,27 +42,31 @@ def test_bad_values_are_worded_by_typer():
     assert "Input should be greater than or equal to 1" in r.stderr
 
 
-def test_values_are_converted_as_typer_converts_them(tmp_path):
+def test_values_are_converted_as_typer_converts_them(tmp_path, monkeypatch):
     from typer.testing import CliRunner
 
-    from sexpgpu_cli.main import Format, _Coercion, app
+    import sexpgpu_cli.main as main
     seen = {}
+    real = main._fast_process_value
 
-    def spy(self, value, param, ctx):
-        out = real(self, value, param, ctx)
-        seen[param.name] = (out, self.typer_runtime().coerce(value, param=param, ctx=ctx))
+    def spy(param, ctx, value, base):
+        out = real(param, ctx, value, base)
+        seen[param.name] = (out, base.process_value(param, ctx, value))   # typer's own conversion
         return out
 
-    real = _Coercion.coerce
-    _Coercion.coerce = spy
-    try:
-        out = tmp_path / "report.json"
-        r = CliRunner().invoke(app, ["lint", "-f", "json", "-o", str(out), str(FIXTURE), str(FIXTURE.parent)])
-    finally:
-        _Coercion.coerce = real
+    monkeypatch.setattr(main, "_fast_process_value", spy)
+    out = tmp_path / "report.json"
+    r = CliRunner().invoke(main.app, ["lint", "-f", "json", "-o", str(out), str(FIXTURE), str(FIXTURE.parent)])
     assert r.exit_code == 0, r.output
-    assert seen["format"][0] is Format.json
+    assert seen["format"][0] is main.Format.json
     assert seen["files"][0] == [FIXTURE, FIXTURE.parent]
     assert seen["output"][0] == out
+    assert seen["read_files"][0] is False
     for name, (ours, typers) in seen.items():
         assert ours == typers and type(ours) is type(typers), name
+
+
+def test_the_cli_uses_no_private_module_of_typer():
+    from pathlib import Path as P
+    text = (P(__file__).resolve().parents[1] / "sexpgpu_cli" / "main.py").read_text(encoding="utf-8")
+    assert "typer._" not in text and "._runtime_param" not in text and "type_descriptor" not in text

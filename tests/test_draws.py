@@ -3,7 +3,7 @@ import numpy as np
 
 
 from helpers import program_of, variant
-from sexpgpu_runtime.lowering.graphs import make_ctx
+from sexpgpu_runtime.lowering.context import make_ctx
 from sexpgpu_runtime.run.train import RunOptions, Trainer
 
 
@@ -17,7 +17,7 @@ def noise_program(salt: str, prefix: str = ""):
 def draws(program, points, tmp_path):
     tr = Trainer(program, RunOptions(run_dir=tmp_path, quiet=True))
     st = tr.initial_state()
-    batch = tr.loaders["train"].batch(0)
+    batch = tr.batches.loaders["train"].batch(0)
     out = []
     for step, mb in points:
         rows = np.array([list(make_ctx(step, mb, 0).values())], np.int64)

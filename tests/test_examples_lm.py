@@ -97,7 +97,7 @@ def test_llama_is_the_hand_written_scanned_model_and_optimizer():
     p = jax.tree_util.tree_map(jnp.asarray, params)
     opt = depth.llama_optimizer(p, tr.steps)
     s = opt.init(p)
-    loader = tr.loaders[tr.program.run.loader]
+    loader = tr.batches.loaders[tr.program.run.loader]
 
     @jax.jit
     def step(p, s, window):
@@ -106,7 +106,7 @@ def test_llama_is_the_hand_written_scanned_model_and_optimizer():
         return jax.tree_util.tree_map(lambda a, b: a + b, p, u), s, loss
     ref = []
     for i in range(3):
-        p, s, loss = step(p, s, jnp.asarray(loader.batch(i * tr.batch_size)["tokens"]))
+        p, s, loss = step(p, s, jnp.asarray(loader.batch(i * tr.batches.batch_size)["tokens"]))
         ref.append(float(loss))
     np.testing.assert_allclose(losses, ref, rtol=2e-5)
     assert losses[2] != losses[0]   # the updates moved the model (the steps after warmup's lr 0)
@@ -139,7 +139,7 @@ def test_gpt2_is_the_hand_written_model():
     on the same parameters and batch, and its tied table gets the gradient of both its uses."""
     tr = trainer("gpt2.sx")
     params, losses = sexpgpu_losses(tr, 1)
-    window = jnp.asarray(tr.loaders[tr.program.run.loader].batch(0)["tokens"])
+    window = jnp.asarray(tr.batches.loaders[tr.program.run.loader].batch(0)["tokens"])
     p = jax.tree_util.tree_map(jnp.asarray, params)
 
     def loss(p):
@@ -157,7 +157,7 @@ def test_the_example_is_one_scan(name):
     for layers in (2, 6):
         tr = Trainer(checked(with_defs(name, **{**SMALL, "layers": layers}), name), RunOptions(quiet=True))
         state = tr.initial_state()
-        batch, rows, _ = tr.next_group(0, 0, 0)
+        batch, rows, _ = tr.batches.next_group(0, 0, 0)
         hlo = tr.graphs.grads.lower(state.trainable, state.frozen, batch, rows, state.counters,
                                     tr.graphs.no_bad()).as_text()
         sizes.append((hlo.count("stablehlo.while"), len(hlo.splitlines())))

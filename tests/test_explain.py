@@ -3,7 +3,7 @@
 The first half checks the report on the fixture and small variants of it:
 the tree of graphs, the lowering rows, the `generation` and `memory` lines,
 the memory plan, `:stack :auto`, the units. The second half compiles every
-graph of the step with JAX on the CPU (`sexpgpu_runtime.devices.xla_report`) and
+graph of the step with JAX on the CPU (`sexpgpu_runtime.lowering.xla_report`) and
 holds the static estimate for the CPU target (`explain(..., target="cpu")`)
 to XLA's memory and cost analysis: parameter, state, argument and output
 bytes exactly, FLOPs and every graph's live set within 25%; and the default
@@ -387,7 +387,7 @@ def checked(key):
     """(program, static report for the CPU target, XLA's analysis of each graph on the CPU), compiled
     once per test session."""
     if key not in _XLA:
-        from sexpgpu_runtime.devices.xla_report import backend_target, xla_report
+        from sexpgpu_runtime.lowering.xla_report import backend_target, xla_report
         assert backend_target() == "cpu"
         program = _program(key)
         report = explain(program, target="cpu")
@@ -439,7 +439,7 @@ def test_flops_within_25_percent(key):
 _PEAK_SCRIPT = """
 import sys
 from sexpgpu_lang import analyze, analyze_file
-from sexpgpu_runtime.devices.xla_report import compile_graphs
+from sexpgpu_runtime.lowering.xla_report import compile_graphs
 path, text, stack = sys.argv[1], sys.stdin.read(), int(sys.argv[2])
 res = analyze(text, "case.sx") if text else analyze_file(path)
 compile_graphs(res.program, stack)

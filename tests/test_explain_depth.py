@@ -6,7 +6,7 @@ rematerialised). At that shape the static report must fit 80 GiB and count
 every layer; a small copy of it (its defs replaced) is compiled with JAX on
 the CPU and the estimate for the CPU target is held to XLA's analysis, for
 each remat policy: FLOPs within 5% (XLA's count of a while loop made
-trip-count times, `sexpgpu_runtime.devices.xla_loops`) and the training graph's live
+trip-count times, `sexpgpu_runtime.lowering.xla_loops`) and the training graph's live
 set within 25%.
 """
 import re
@@ -92,7 +92,7 @@ _XLA: dict = {}
 
 def against_xla(remat: str):
     if remat not in _XLA:
-        from sexpgpu_runtime.devices.xla_report import xla_report
+        from sexpgpu_runtime.lowering.xla_report import xla_report
         p = program_of(small_text(remat))
         report = explain(p, target="cpu")
         _XLA[remat] = (report, xla_report(p, report)["graphs"])
@@ -147,11 +147,11 @@ def test_the_step_peak_within_25_percent_of_xla_at_1_and_4_microbatches(tmp_path
     assert plan1["train"] == plan["train"] and plan1["peak"] == plan["peak"]
     tr = Trainer(p, RunOptions(steps=1, run_dir=tmp_path, quiet=True))
     g, state = tr.graphs, tr.initial_state()
-    batch, rows, _ = tr.host_group(state.step, 0, 0)
+    batch, rows, _ = tr.batches.host_group(state.step, 0, 0)
     args = (state.trainable, state.frozen, batch, rows, state.counters, g.no_bad())
-    xla = {"train": _live(jax.jit(g._grads).lower(*args).compile())}
+    xla = {"train": _live(jax.jit(g.training._grads).lower(*args).compile())}
     est = {"train": plan["params"] + phases["train"]}
-    xla["train summing"] = _live(jax.jit(g._grads_summing, donate_argnums=(6,)).lower(*args, state.trainable).compile())
+    xla["train summing"] = _live(jax.jit(g.training._grads_summing, donate_argnums=(6,)).lower(*args, state.trainable).compile())
     est["train summing"] = plan["params"] + plan["gradients_held"] + phases["train summing"]
     layer = sum(x.nbytes for x in jax.tree_util.tree_leaves(state.trainable["layers"])) // SMALL["layers"]
     assert xla["train summing"] <= xla["train"] + layer, xla

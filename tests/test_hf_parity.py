@@ -60,8 +60,8 @@ def test_the_llama3_fixture_is_llama3():
 
 def test_an_export_writes_config_json_and_reads_back(family, tmp_path):
     from sexpgpu_lang.name_mapping import stdlib_names
-    from sexpgpu_runtime.hf_export import write_config
-    from sexpgpu_runtime.pretrained import export_params
+    from sexpgpu_runtime.weights.hf_export import write_config
+    from sexpgpu_runtime.weights.pretrained import export_params
     mapping = FAMILIES[family][2]
     want = np.load(FIXTURES / f"{family}.npz")
     forward, program, trainable, frozen = sexpgpu_forward(FIXTURES / f"{family}.sx")
@@ -82,7 +82,7 @@ def test_an_export_writes_config_json_and_reads_back(family, tmp_path):
 def test_a_config_made_from_the_file_alone_has_its_settings(family, tmp_path):
     """For a model trained from scratch: the sizes of its parameters, the settings its calls state."""
     import dataclasses
-    from sexpgpu_runtime.hf_export import write_config
+    from sexpgpu_runtime.weights.hf_export import write_config
     from sexpgpu_lang.hf_config import settings
     mapping = FAMILIES[family][2]
     _, program, _, _ = sexpgpu_forward(FIXTURES / f"{family}.sx")

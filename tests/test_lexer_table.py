@@ -42,3 +42,20 @@ def test_a_bad_character_is_still_reported_by_larks_lexer():
     assert [(d.code, d.span.start, d.message) for d in res.diagnostics] == [
         ("E-SYNTAX-003", 17, "unexpected character `U+0001`")]
     assert [f.span.start for f in res.forms] == [0, 10]
+
+
+def test_the_pattern_lexes_as_larks_own_lexer():
+    # `lark_pattern` is built from lark's public terminals in its lexer's order; lark's own lexer
+    # (`Lark.lex`) must cut and name the same tokens, ties between terminals included.
+    text = ('(def x 1) (f 1.5 -2 +3 .5 1e3 -1.5E-2 1. :kw :a-b sym-bol +x -y x1 "s \\" t" [1 2])\n'
+            '; a comment\n(g "" :k ::k a:b 1x x.y) \ufeff[]')
+    larks = [(t.type, str(t)) for t in syntax._lark().lex(text, dont_ignore=True)]
+    pattern, ours, pos = syntax.lark_pattern(), [], 0
+    while pos < len(text):
+        m = pattern.match(text, pos)
+        assert m is not None, text[pos:]
+        ours.append((m.lastgroup, m.group(0)))
+        pos = m.end()
+    assert ours == larks
+    assert {kind for kind, _ in ours} >= {"FLOAT", "INT", "KEYWORD", "SYMBOL", "STRING", "COMMENT", "WS", "LPAR",
+                                         "LBRACK"}

@@ -16,7 +16,7 @@ from sexpgpu_lang import analyze
 from sexpgpu_lang.check import check_expression
 from sexpgpu_lang.explain.cost import COSTS
 from sexpgpu_lang.types import TensorType
-from sexpgpu_runtime.lowering.dtypes import name_of
+from sexpgpu_runtime.dtypes import name_of
 from sexpgpu_runtime.lowering.lowering import Effects, evaluate
 
 DT = {"float32": "f32", "int32": "i32", "int64": "i64", "bool": "bool", "bfloat16": "bf16"}

@@ -6,7 +6,8 @@ import pytest
 
 from sexpgpu_lang.ir import LoaderIR
 from sexpgpu_lang.source import Span
-from sexpgpu_runtime.data.loaders import Loader, LoaderError
+from sexpgpu_runtime.data.loaders import Loader
+from sexpgpu_runtime.errors import LoaderError
 
 
 def spec(source, fields, batch=4, base="."):

@@ -30,6 +30,7 @@ CHILD = textwrap.dedent(r'''
     from helpers import variant, program_of
     from sexpgpu_runtime.data import loaders
     from sexpgpu_runtime.run import train as tr
+    from sexpgpu_runtime.weights.params import flatten
     text = variant(":log (:every 50))", ":log (:every 1) :checkpoint (:every 2))")
     reads = []
     batch = loaders.Loader.batch
@@ -45,7 +46,7 @@ CHILD = textwrap.dedent(r'''
     except tr.RunError as e:
         Path(out).write_text(json.dumps({"error": str(e)}))
         sys.exit(1)
-    specs = {".".join(k): str(getattr(v.sharding, "spec", None)) for k, v in tr.flatten(res.trainable).items()}
+    specs = {".".join(k): str(getattr(v.sharding, "spec", None)) for k, v in flatten(res.trainable).items()}
     Path(out).write_text(json.dumps({"process": jax.process_index(), "devices": len(jax.devices()),
                                      "losses": [r["loss"] for r in res.history], "steps": [r["step"] for r in res.history],
                                      "reads": reads, "specs": specs}))

@@ -15,7 +15,7 @@ import jax.numpy as jnp
 from sexpgpu_lang.check import check_expression
 from sexpgpu_lang.ops import EXAMPLE_ENV, REGISTRY
 from sexpgpu_lang.types import PlistType, TensorType
-from sexpgpu_runtime.lowering.dtypes import jdt, name_of
+from sexpgpu_runtime.dtypes import jdt, name_of
 from sexpgpu_runtime.lowering.lowering import LOWERINGS, Effects, evaluate
 
 

@@ -10,7 +10,8 @@ import pytest
 
 from sexpgpu_lang.ir import LoaderIR
 from sexpgpu_lang.source import Span
-from sexpgpu_runtime.data.loaders import Loader, LoaderError
+from sexpgpu_runtime.data.loaders import Loader
+from sexpgpu_runtime.errors import LoaderError
 
 ROOT = Path(__file__).resolve().parents[1]
 SEXPGPU = str(Path(sys.executable).with_name("sexpgpu"))

@@ -15,9 +15,9 @@ pytest.importorskip("orbax.checkpoint")
 
 from helpers import program_of, variant  # noqa: E402
 from sexpgpu_runtime.run.checkpoint import digests, first_difference  # noqa: E402
-from sexpgpu_runtime.run.options import RunFinished  # noqa: E402
+from sexpgpu_runtime.errors import RunError, RunFinished  # noqa: E402
 from sexpgpu_runtime.weights.params import flatten  # noqa: E402
-from sexpgpu_runtime.run.train import RunError, RunOptions, train  # noqa: E402
+from sexpgpu_runtime.run.train import RunOptions, train  # noqa: E402
 
 TEXT = variant(":log (:every 50))", ":log (:every 1)\n     :checkpoint (:every 5 :keep 3))")
 STEPS = 15

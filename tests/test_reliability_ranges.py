@@ -60,16 +60,14 @@ def test_the_largest_seed_is_one_jax_and_numpy_take():
 
 def test_run_refuses_parameters_that_could_never_fit(monkeypatch):
     pytest.importorskip("jax")
-    import importlib
-    main = importlib.import_module("sexpgpu_cli.main")
     from sexpgpu_runtime.devices import device
     program = analyze(TINY.replace("(def dim 64)", "(def dim 2000000000)")).program
     assert program is not None
     monkeypatch.setattr(device, "device_budget", lambda: (80 * 2**30, "H100 memory"))
-    why = main.never_fits(program, None, None)
+    why = device.never_fits(program, None, None)
     assert why is not None and why.startswith("the parameters and optimizer state take ")
     assert "more than the 80.0 GiB of H100 memory: the run could never fit" in why
     # The tiny model fits, and a device that reports no limit (the CPU) refuses nothing.
-    assert main.never_fits(analyze(TINY).program, None, None) is None
+    assert device.never_fits(analyze(TINY).program, None, None) is None
     monkeypatch.setattr(device, "device_budget", lambda: (None, "cpu backend reports no memory limit"))
-    assert main.never_fits(program, None, None) is None
+    assert device.never_fits(program, None, None) is None

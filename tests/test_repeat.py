@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from sexpgpu_lang import analyze
-from sexpgpu_runtime.lowering.graphs import make_ctx
+from sexpgpu_runtime.lowering.context import make_ctx
 from sexpgpu_runtime.lowering.lowering import Effects, run_phase
 from sexpgpu_runtime.weights.params import init_params
 

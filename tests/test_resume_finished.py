@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from helpers import SMALL, program_of, signal_at_line, variant
-from sexpgpu_runtime.run.options import RunFinished, RunOptions
+from sexpgpu_runtime.run.options import RunOptions
+from sexpgpu_runtime.errors import RunFinished
 from sexpgpu_runtime.run.train import train
 
 SEXPGPU = [sys.executable, "-m", "sexpgpu_cli.main"]
@@ -135,7 +136,7 @@ def test_a_resume_whose_metrics_jsonl_is_gone_says_the_earlier_rows_are_not_in_i
 
 
 def test_a_longer_resume_of_a_run_that_saved_no_checkpoint_says_to_start_over(tmp_path):
-    from sexpgpu_runtime.run.options import RunError
+    from sexpgpu_runtime.errors import RunError
     run(NO_CHECKPOINT, tmp_path, 3, quiet=True)
     before = snapshot(tmp_path)
     with pytest.raises(RunError) as e:

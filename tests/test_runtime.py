@@ -195,7 +195,7 @@ def test_cross_entropy_of_a_label_out_of_range_is_nan():
 
 
 def test_a_label_out_of_range_stops_the_run_naming_the_likely_cause(tmp_path):
-    from sexpgpu_runtime.run.train import RunError
+    from sexpgpu_runtime.errors import RunError
     text = variant(":label (mod (+ row stride) vocab)", ":label (+ (mod (+ row stride) vocab) 1)")   # 1 ... vocab
     with pytest.raises(RunError) as e:
         train_quiet(text, 3, tmp_path)
@@ -207,8 +207,9 @@ def test_a_label_out_of_range_stops_the_run_naming_the_likely_cause(tmp_path):
 def test_export_is_checked_before_training_and_written_with_normal_permissions(tmp_path):
     import os
     import stat
-    from sexpgpu_runtime.run.paths import umask
-    from sexpgpu_runtime.run.train import OptionError, RunOptions, train
+    from sexpgpu_runtime.paths import umask
+    from sexpgpu_runtime.run.train import RunOptions, train
+    from sexpgpu_runtime.errors import OptionError
     prog = program_of(fixture_text())
     for bad, why in [(tmp_path / "nowhere" / "x.safetensors", f"there is no directory {tmp_path / 'nowhere'}"),
                      (tmp_path, "it is a directory")]:
@@ -223,7 +224,7 @@ def test_export_is_checked_before_training_and_written_with_normal_permissions(t
 
 
 def test_a_diagnostic_name_the_file_does_not_report_is_refused_before_training(tmp_path):
-    from sexpgpu_runtime.run.train import OptionError, RunError
+    from sexpgpu_runtime.errors import OptionError, RunError
     text = variant("(metric :loss loss)", "(metric :loss loss)\n    (diagnostic :logit-mean (mean logits))")
     with pytest.raises(OptionError) as e:
         train_quiet(text, 1, tmp_path / "a", diagnostics=("nope",))
@@ -246,7 +247,7 @@ def test_diagnostics_option_adds_to_the_run_forms(tmp_path):
 
 
 def test_a_pass_reading_more_records_than_its_loader_holds_is_refused(tmp_path):
-    from sexpgpu_runtime.run.train import RunError
+    from sexpgpu_runtime.errors import RunError
     text = with_held_out_pass(100)
     with pytest.raises(RunError) as e:
         train_quiet(text, 1, tmp_path)
@@ -255,7 +256,7 @@ def test_a_pass_reading_more_records_than_its_loader_holds_is_refused(tmp_path):
 
 
 def test_a_run_dir_that_is_a_file_says_so(tmp_path):
-    from sexpgpu_runtime.run.train import RunError
+    from sexpgpu_runtime.errors import RunError
     (tmp_path / "afile").write_text("notes")
     with pytest.raises(RunError) as e:
         train_quiet(fixture_text(), 1, tmp_path / "afile")

@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 
 from helpers import ROOT, program_of, variant
-from sexpgpu_runtime.loaders import Loader
-from sexpgpu_runtime.params import init_params
-from sexpgpu_runtime.samples import SampleError, cut, markdown_table, row_line
-from sexpgpu_runtime.train import RunError, RunOptions, train
+from sexpgpu_runtime.data.loaders import Loader
+from sexpgpu_runtime.weights.params import init_params
+from sexpgpu_runtime.run.samples import SampleError, cut, markdown_table, row_line
+from sexpgpu_runtime.run.train import RunError, RunOptions, train
 
 SAMPLES = "(:every 3 :rows 3 :text [:sample] :values [:correct :stride] :prompt 2)"
 
@@ -108,7 +108,7 @@ def test_a_missing_tokenizer_is_one_error_naming_it(tmp_path):
 
 def test_the_decoders():
     from sexpgpu_lang.ir import SamplesIR
-    from sexpgpu_runtime.samples import _decoder
+    from sexpgpu_runtime.run.samples import _decoder
     assert _decoder(SamplesIR(1, 1, (), (), ("bytes",)), "")(list(b"def f():\n")) == "def f():\n"
     assert _decoder(SamplesIR(1, 1, (), (), ("ids",)), "")([3, 4, 15]) == "3 4 15"
 
@@ -119,7 +119,7 @@ def test_a_tokenizer_json_decodes_token_rows(tmp_path):
     from tokenizers.pre_tokenizers import WhitespaceSplit
     from tokenizers.decoders import WordPiece
     from sexpgpu_lang.ir import SamplesIR
-    from sexpgpu_runtime.samples import _decoder
+    from sexpgpu_runtime.run.samples import _decoder
     tok = Tokenizer(WordLevel({"the": 0, "cat": 1, "sat": 2, "[UNK]": 3}, unk_token="[UNK]"))
     tok.pre_tokenizer = WhitespaceSplit()
     tok.decoder = WordPiece()

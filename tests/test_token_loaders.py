@@ -11,7 +11,8 @@ from helpers import check, train_quiet
 from sexpgpu_lang.ir import LoaderIR
 from sexpgpu_lang.source import Span
 from sexpgpu_runtime.data import loaders
-from sexpgpu_runtime.data.loaders import Loader, LoaderError
+from sexpgpu_runtime.data.loaders import Loader
+from sexpgpu_runtime.errors import LoaderError
 from sexpgpu_runtime.data.token_files import permuted, widens
 
 
@@ -123,7 +124,7 @@ def test_a_file_cut_under_a_run_is_one_clear_error(tmp_path, stream):
     ld = Loader(spec(("tokens", {"path": "train.bin", "dtype": "uint16", "seq": 64}), (("x", (64,), "i32"),),
                      batch=8, base=tmp_path), 0)
     (tmp_path / "train.bin").write_bytes(b"")
-    from sexpgpu_runtime.data.token_files import TokenFileError
+    from sexpgpu_runtime.errors import TokenFileError
     with pytest.raises(TokenFileError, match="train.bin is shorter than when the run started"):
         ld.batch(0)
 

@@ -77,7 +77,7 @@ def test_a_nan_temperature_is_named_with_its_trip_read_with_the_steps_records(tm
     """sqrt(3.5 - trip * `:step`) is first NaN at trip 4 of step 2; logged every 50 steps (and at
     steps 1 and 3, the first and last) and never checkpointed, the record is read at the end:
     every trip of the 3 steps (two groups of one microbatch each) was queued without waiting."""
-    from sexpgpu_runtime.run.options import BadDraw
+    from sexpgpu_runtime.errors import BadDraw
     text = unstacked(sampled("(sqrt (- 3.5 (* (cast trip :f32) (cast (getf ctx :step) :f32))))"))
     seen = []
     with pytest.raises(BadDraw) as err:
@@ -93,7 +93,7 @@ def test_a_nan_temperature_is_named_with_its_trip_read_with_the_steps_records(tm
 def test_a_negative_temperature_with_until(tmp_path):
     """With `:until` (every row done after trip 1, the flag read 3 trips late): 0.5 - `:step` is
     -0.5 at step 2, named at its first trip."""
-    from sexpgpu_runtime.run.options import BadDraw
+    from sexpgpu_runtime.errors import BadDraw
     text = sampled("(- 0.5 (cast (getf ctx :step) :f32))", UNTIL)
     seen = []
     with pytest.raises(BadDraw) as err:
@@ -103,7 +103,7 @@ def test_a_negative_temperature_with_until(tmp_path):
 
 
 def test_a_fine_traced_temperature_trains_bit_for_bit_as_without_the_check(tmp_path, monkeypatch):
-    import sexpgpu_runtime.lowering.graphs as graphs
+    import sexpgpu_runtime.lowering.generator_graphs as graphs
     text = sampled("(+ 0.25 (cast (getf ctx :step) :f32))")
     assert len(graphs.traced_temperatures(program_of(text).generate)) == 1   # the first run is checked
     checked = train_of(text, 2, tmp_path / "checked")
@@ -122,7 +122,7 @@ def test_only_traced_temperatures_are_checked():
     from sexpgpu_runtime.lowering.draw_check import draw_like, traced_temperatures
     from sexpgpu_runtime.lowering.graphs import Graphs
     from sexpgpu_runtime.weights.optim import make_optimizer
-    from sexpgpu_runtime.devices.xla_report import _params, _rows, _tree
+    from sexpgpu_runtime.lowering.xla_report import _params, _rows, _tree
     for text in (fixture_text(), sampled("0.7"), sampled("0")):
         prog = program_of(text)
         assert traced_temperatures(prog.generate) == ()
@@ -144,7 +144,7 @@ def test_only_traced_temperatures_are_checked():
 
 def test_a_pass_names_itself(tmp_path):
     """1 - 2 `:pass`: 1 in training, -1 in the pass after step 2, which the error names."""
-    from sexpgpu_runtime.run.options import BadDraw
+    from sexpgpu_runtime.errors import BadDraw
     text = unstacked(sampled("(- 1.0 (* 2.0 (cast (getf ctx :pass) :f32)))"))
     text = variant("(run :loader train", "(pass check :loader train :every 2 :batches 1)\n\n(run :loader train", text)
     with pytest.raises(BadDraw) as err:
@@ -157,7 +157,7 @@ def test_a_checked_trip_graph_compiles_for_xla_report_and_the_differential():
     """`sexpgpu explain --xla` and the differential's runtime check lower the checked trip graph,
     stacked too, with its record: no graph fails and every phase has the checker's types."""
     from benchmarks.differential.runtime_check import phase_runtime
-    from sexpgpu_runtime.devices.xla_report import compile_graphs
+    from sexpgpu_runtime.lowering.xla_report import compile_graphs
     prog = program_of(sampled("(cast (getf ctx :step) :f32)"))
     assert [k for k, v in compile_graphs(prog, 2).items() if "error" in v] == []
     assert phase_runtime(prog) is None
@@ -166,7 +166,7 @@ def test_a_checked_trip_graph_compiles_for_xla_report_and_the_differential():
 def test_after_a_resume_the_error_names_the_last_good_checkpoint(tmp_path):
     """1.5 - `:step` is -0.5 at step 3: a first run of 2 steps (checkpointed every step), then a
     resume to 4 stops at step 3 with the same line as a run that was never resumed."""
-    from sexpgpu_runtime.run.options import BadDraw
+    from sexpgpu_runtime.errors import BadDraw
     from sexpgpu_runtime.run.train import RunOptions, train
     text = sampled("(- 1.5 (cast (getf ctx :step) :f32))")
     text = variant(":log (:every 50))", ":log (:every 50)\n     :checkpoint (:every 1))", text)

@@ -20,7 +20,7 @@ from jax import lax
 from sexpgpu_lang.source import SourceText
 from sexpgpu_lang.syntax import Kw, ListNode, Num, Str, Sym, VecNode, parse
 from sexpgpu_lang.types import DTYPES
-from sexpgpu_runtime.lowering.dtypes import JAX_DTYPES, jdt, name_of
+from sexpgpu_runtime.dtypes import JAX_DTYPES, jdt, name_of
 
 from .run_files import BATCH, PhaseFile
 from .decoding import DIRECT_DECODING

@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 
 from sexpgpu_lang.types import PlistType, TensorType
-from sexpgpu_runtime.lowering.dtypes import jdt, name_of
+from sexpgpu_runtime.dtypes import jdt, name_of
 from sexpgpu_runtime.lowering.lowering import Effects, evaluate
 
 from .jax_direct import first_line
@@ -60,7 +60,7 @@ def phase_runtime(program) -> str | None:
     from sexpgpu_runtime.lowering.lowering import run_phase
     from sexpgpu_runtime.weights.optim import make_optimizer
     from sexpgpu_runtime.weights.params import merge
-    from sexpgpu_runtime.devices.xla_report import _params, _rows, _tree
+    from sexpgpu_runtime.lowering.xla_report import _params, _rows, _tree
     from sexpgpu_lang.language import CONTEXT_KEYS
 
     g = Graphs(program, make_optimizer(program.run.optimizer))
@@ -103,7 +103,7 @@ def phase_runtime(program) -> str | None:
             name = "objective"
             ctx1 = {k: jax.ShapeDtypeStruct((), jdt(d)) for k, d in CONTEXT_KEYS}
             def objective(tr, fr, b, c):
-                fx, params = g._fx(), merge(tr, fr)
+                fx, params = g.tracer.fx(), merge(tr, fr)
                 inputs = run_phase(program.prepare, [b, c], params, fx) if program.prepare is not None else b
                 octx = {**c, **{k: jnp.zeros((), jdt(d)) for k, d in g.counter_types.items()}}
                 return run_phase(program.objective, [inputs, octx], params, fx)
@@ -122,7 +122,7 @@ def phase_runtime(program) -> str | None:
             if got != jax.tree_util.tree_map(lambda s: (tuple(s.shape), name_of(s.dtype)), trainable):
                 return f"train: gradient {got}"
             name = "update"
-            opt_state = jax.eval_shape(g.opt.init, trainable)
+            opt_state = jax.eval_shape(g.training.opt.init, trainable)
             g.update.lower(trainable, opt_state, trainable)   # the microbatches' summed gradient
     except Exception as exc:  # noqa: BLE001 - an accepted file the runtime cannot lower is a disagreement
         return f"{name}: {first_line(exc)}"

@@ -181,7 +181,8 @@ def train_bits(text: str, steps: int, start=None):
     from sexpgpu_lang import analyze
     from sexpgpu_runtime.run.options import RunOptions
     from sexpgpu_runtime.weights.params import flatten
-    from sexpgpu_runtime.run.train import RunState, Trainer
+    from sexpgpu_runtime.run.state import RunState
+    from sexpgpu_runtime.run.train import Trainer
 
     res = analyze(text, "stacking.sx")
     if res.program is None:

@@ -377,7 +377,7 @@ COSTS: dict[str, OpCost] = {
     "normal": _no_gradient(_ew(90.0, 2.0)),
     "bernoulli": _no_gradient(_ew(51.0)),
     # the Gumbel draw's Threefry bits are a while loop of 5 trips on the CPU (about 31 FLOPs an element
-    # each), counted trip-count times as `sexpgpu_runtime.devices.xla_loops` counts them: 223 an element in all
+    # each), counted trip-count times as `sexpgpu_runtime.lowering.xla_loops` counts them: 223 an element in all
     "categorical": _whole(_per_input(223.0, 2.0), differentiable=False),
     # a window read at a traced start: a slice; its gradient pads the cotangent back (a scatter into zeros)
     "dynamic-slice": _layout(scatter=0),

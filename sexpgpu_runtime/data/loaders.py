@@ -27,28 +27,17 @@ from __future__ import annotations
 import glob as globlib
 import hashlib
 import os
-import re
 import zipfile
 
 import numpy as np
 
 from sexpgpu_lang.ir import LoaderIR
 
+from ..errors import LoaderError
+from .files import first_nonfinite, is_text, np_dtype, open_data, resolve_path
+from .prompt_files import prompt_table
 from .token_files import permuted, widens
-
-NP_DTYPES = {"bool": np.bool_, "i32": np.int32, "i64": np.int64, "f16": np.float16, "f32": np.float32}
-
-
-class LoaderError(Exception):
-    """A data problem: a missing or corrupt file, a field missing or of the wrong shape or dtype."""
-
-
-def _np_dtype(name: str):
-    if name == "bf16":
-        import ml_dtypes
-        return ml_dtypes.bfloat16
-    return NP_DTYPES[name]
-
+from .token_loaders import token_windows
 
 def _seed_words(seed: int, name: str, *rest: int) -> list[int]:
     h = int.from_bytes(hashlib.blake2s(name.encode(), digest_size=4).digest(), "little")
@@ -132,10 +121,8 @@ def open_records(spec: LoaderIR, seed: int):
     against the declaration. Raises LoaderError naming the loader, the file and the fix."""
     kind, args = spec.source
     if kind in ("tokens", "text-tokens"):
-        from .token_loaders import token_windows
         return token_windows(spec, args)
     if kind in ("jsonl", "parquet"):
-        from .prompt_files import prompt_table
         table = prompt_table(spec, args)
     else:
         table = load_table(spec, seed)
@@ -179,20 +166,11 @@ def _check_table(spec: LoaderIR, table: dict[str, np.ndarray]) -> None:
         if tuple(arr.shape[1:]) != tuple(shape):
             raise LoaderError(f"{where}: field `{name}` has records of shape [{' '.join(map(str, arr.shape[1:]))}], "
                               f"the declaration says [{' '.join(map(str, shape))}]")
-        if np.dtype(arr.dtype) != np.dtype(_np_dtype(dtype)):
+        if np.dtype(arr.dtype) != np.dtype(np_dtype(dtype)):
             if not widens(np.dtype(arr.dtype).name, dtype):
                 raise LoaderError(f"{where}: field `{name}` has dtype {arr.dtype}, the declaration says {dtype}")
-            table[name] = arr.astype(_np_dtype(dtype))
+            table[name] = arr.astype(np_dtype(dtype))
         _check_finite(where, name, table[name])
-
-
-def first_nonfinite(arr: np.ndarray) -> tuple[int, ...] | None:
-    """The index of the first NaN or infinite entry of a floating array (f16, bf16, f32, f64; any
-    shape, `()` for a scalar), or None when every entry is finite or the array is not floating."""
-    if arr.dtype.kind != "f" and arr.dtype.name != "bfloat16":
-        return None
-    bad = ~np.isfinite(arr.astype(np.float32) if arr.dtype.itemsize < 4 else arr)
-    return tuple(int(i) for i in np.argwhere(bad)[0]) if bad.any() else None
 
 
 def _check_finite(where: str, name: str, arr: np.ndarray) -> None:
@@ -203,21 +181,6 @@ def _check_finite(where: str, name: str, arr: np.ndarray) -> None:
         place = f" at [{' '.join(map(str, first[1:]))}]" if len(first) > 1 else ""
         raise LoaderError(f"{where}: field `{name}` holds {arr[first]} in record {first[0]}{place}; a NaN or "
                           "infinite input makes the losses that read it NaN: fix the data, or drop the record")
-
-
-def is_text(data: bytes) -> bool:
-    """Whether `data` (a file, or its first bytes) reads as UTF-8 text: no NUL byte, and valid
-    UTF-8 but for a character the cut at the end may have split."""
-    if b"\0" in data:
-        return False
-    for cut in range(4):
-        try:
-            data[:len(data) - cut].decode("utf-8")
-            return True
-        except UnicodeDecodeError as e:
-            if e.start < len(data) - 4:
-                return False
-    return False
 
 
 def _field(spec: LoaderIR, name: str):
@@ -238,42 +201,8 @@ def _stride_rows(spec: LoaderIR, seed: int, args: dict) -> dict[str, np.ndarray]
     for name, value in (("row", rows), ("stride", stride)):
         f = _field(spec, name)
         if f is not None:
-            table[name] = value.astype(_np_dtype(f[1]))
+            table[name] = value.astype(np_dtype(f[1]))
     return table
-
-
-_VAR = re.compile(r"\$(?:(\w+)|\{([^}]*)\})")
-
-
-def resolve_path(spec: LoaderIR, path: str) -> str:
-    """A data path: `$STDLIB` is the Python standard library's directory, other `$VARS`
-    and `~` expand; a relative path is relative to the run file.
-
-    A variable that is not set (or is empty) is a LoaderError naming it: expanded
-    as it stands, `$DATA/*.npz` would silently become `/*.npz`, or stay literal.
-    """
-    import sysconfig
-    written = path
-    path = re.sub(r"\$(?:STDLIB\b|\{STDLIB\})", lambda m: sysconfig.get_paths()["stdlib"], path)
-    for m in _VAR.finditer(path):
-        name = m.group(1) or m.group(2)
-        if not os.environ.get(name):
-            state = "is empty" if name in os.environ else "is not set"
-            raise LoaderError(f"loader `{spec.name}`: the environment variable `{name}` in \"{written}\" {state}; "
-                              "set it, or write the path out")
-    path = os.path.expanduser(os.path.expandvars(path))
-    return path if os.path.isabs(path) else os.path.join(spec.base_dir, path)
-
-
-def open_data(path: str, where: str):
-    """`path` opened for reading bytes; a missing or unreadable file is LoaderError, `where` (``loader
-    `name` ``) first, naming the path and the fix."""
-    try:
-        return open(path, "rb")
-    except FileNotFoundError:
-        raise LoaderError(f"{where}: no file {path}; make it, or fix the path (relative to the run file)") from None
-    except OSError as e:
-        raise LoaderError(f"{where}: cannot read {path}: {e.strerror or e}") from None
 
 
 def _npz(spec: LoaderIR, args: dict) -> dict[str, np.ndarray]:
@@ -342,4 +271,4 @@ def _text_bytes(spec: LoaderIR, args: dict) -> dict[str, np.ndarray]:
         raise LoaderError(f"loader `{spec.name}`: the files matching {pattern} hold {len(buf)} bytes, fewer than one window of {seq}")
     starts = np.arange(0, len(buf) - seq + 1, stride)
     windows = buf[starts[:, None] + np.arange(seq)[None, :]]
-    return {name: windows.astype(_np_dtype(dtype))}
+    return {name: windows.astype(np_dtype(dtype))}

@@ -28,8 +28,9 @@ import numpy as np
 
 from sexpgpu_lang.ir import LoaderIR
 
-from .loaders import LoaderError, first_nonfinite, open_data, resolve_path, _np_dtype
-from .tokenize import TokenizeError, load_tokenizer
+from .files import first_nonfinite, np_dtype, open_data, resolve_path
+from ..errors import LoaderError, TokenizeError
+from .tokenize import load_tokenizer
 
 SUFFIXES = ("-length", "-mask")
 
@@ -89,10 +90,10 @@ def prompt_table(spec: LoaderIR, args: dict) -> dict[str, np.ndarray]:
             raise LoaderError(f"{where}: field `{name}` describes `{base}`, which is not a token field; declare "
                               f"`:{base} [L] :i32`")
         if name.endswith("-length"):
-            table[name] = n.astype(_np_dtype(dtype))
+            table[name] = n.astype(np_dtype(dtype))
         else:
             width = table[base].shape[1]
-            table[name] = (np.arange(width)[None, :] < n[:, None]).astype(_np_dtype(dtype))
+            table[name] = (np.arange(width)[None, :] < n[:, None]).astype(np_dtype(dtype))
     return table
 
 
@@ -148,7 +149,7 @@ def _scalars(col: list, name: str, dtype: str, at) -> np.ndarray:
             raise LoaderError(f"{at(name, i)}: `{name}` is {_kind(v)}, but field `{name}` is declared `[] :{dtype}` "
                               f"({want}); fix the row, or the declaration if every row is so")
     with np.errstate(over="ignore"):   # a number too large for `dtype` becomes inf, named below
-        out = np.asarray(col).astype(_np_dtype(dtype))
+        out = np.asarray(col).astype(np_dtype(dtype))
     first = first_nonfinite(out)
     if first is not None:
         i = first[0]
@@ -166,9 +167,9 @@ def _pad(ids: list[list[int]], width: int, pad: int, dtype: str, name: str, wher
     out = np.full((len(ids), width), pad, dtype=np.int64)
     for i, r in enumerate(ids):
         out[i, :kept[i]] = r[:width]
-    if out.size and (out.min() < 0 or out.max() > np.iinfo(_np_dtype(dtype)).max):
+    if out.size and (out.min() < 0 or out.max() > np.iinfo(np_dtype(dtype)).max):
         raise LoaderError(f"{where}: column `{name}` has token ids that do not fit {dtype}; declare `:i64`")
-    return out.astype(_np_dtype(dtype)), kept
+    return out.astype(np_dtype(dtype)), kept
 
 
 def _jsonl(path: str, wanted: list[str], where: str, loader: str):

@@ -33,16 +33,14 @@ import numpy as np
 
 from sexpgpu_lang.language import TOKEN_FILE_DTYPES
 
+from ..errors import TokenFileError
+
 #: The integer dtypes a token file may hold on disk (numpy's names, as nanoGPT's `np.uint16`).
 DISK_DTYPES = TOKEN_FILE_DTYPES
 #: The chunk `scan_ids` reads at a time (read, not mapped: the scan adds nothing resident).
 SCAN_CHUNK = 16 << 20
 
 _INT_MAX = {"i32": 2**31 - 1, "i64": 2**63 - 1}
-
-
-class TokenFileError(Exception):
-    """A token file that cannot be read as declared (the message names the file and the fix)."""
 
 
 def widens(disk: str, declared: str, vocab: int | None = None) -> bool:

@@ -19,9 +19,10 @@ import numpy as np
 
 from sexpgpu_lang.ir import LoaderIR
 
-from .loaders import LoaderError, resolve_path
-from .token_files import TokenFileError, TokenStream, TokenWindows, first_outside, scan_ids, widens
-from .tokenize import TokenizeError, cached_tokens
+from .files import resolve_path
+from ..errors import LoaderError, TokenFileError, TokenizeError
+from .token_files import TokenStream, TokenWindows, first_outside, scan_ids, widens
+from .tokenize import cached_tokens
 
 
 def token_windows(spec: LoaderIR, args: dict) -> TokenWindows:

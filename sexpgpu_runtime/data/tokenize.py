@@ -24,16 +24,14 @@ import sys
 
 import numpy as np
 
+from ..errors import TokenizeError
+
 #: The directory beside the run file where tokenized text is kept.
 CACHE_DIR = ".sexpgpu-cache"
 #: Beside each cached token file, its length in bytes (a decimal number): a cut-short cache is made again.
 SIZE_SUFFIX = ".size"
 #: Bytes of text encoded in one `encode_batch` call (the tokenizer runs over them in parallel).
 ENCODE_CHUNK = 32 << 20
-
-
-class TokenizeError(Exception):
-    """A tokenizer file that does not parse, a text file that is not text, a cache that cannot be written."""
 
 
 def load_tokenizer(path: str):

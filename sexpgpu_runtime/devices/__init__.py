@@ -2,6 +2,7 @@
 
 `sharding` holds the data-parallel mesh (batches split along it, the
 parameters replicated or split under FSDP) and a multi-process run's
-start; `device` the device's memory and compiler target; `xla_report` and
-`xla_loops` XLA's own memory and cost analysis for `explain --xla`.
+start; `device` the device's memory (and whether a run could ever fit in
+it) and its compiler's target. It imports nothing of the runtime but
+`errors`.
 """

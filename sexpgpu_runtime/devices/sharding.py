@@ -36,10 +36,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from sexpgpu_lang.mesh import AXIS, fsdp_dim, parse_mesh  # noqa: F401  (parse_mesh: the CLI's import)
 
-
-class MeshError(Exception):
-    """A mesh that cannot be built: more devices than JAX sees, a batch that does not divide,
-    a multi-process mesh that does not take the same number of devices from every process."""
+from ..errors import MeshError
 
 
 def initialize(coordinator: str | None, num_processes: int | None, process_id: int | None,

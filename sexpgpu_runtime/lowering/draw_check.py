@@ -20,7 +20,7 @@ import numpy as np
 from sexpgpu_lang import ir
 
 from .lowering import REMAT, Effects
-from ..run.options import BadDraw
+from ..errors import BadDraw
 
 
 def traced_temperatures(gen: ir.GenerateIR) -> tuple[tuple[int, int], ...]:

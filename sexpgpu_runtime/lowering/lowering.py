@@ -26,7 +26,8 @@ from sexpgpu_lang import ir
 from sexpgpu_lang.types import TensorType
 
 from .accumulate import scan_summing, summable
-from .dtypes import InternalTypeError, jdt, mismatch
+from ..dtypes import jdt, mismatch
+from ..errors import InternalTypeError
 
 
 @dataclass

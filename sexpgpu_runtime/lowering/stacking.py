@@ -13,7 +13,7 @@ round differently from the same rows' means one microbatch at a time (docs/runti
   equal broadcast constants (gelu's four) into one buffer every copy read, which no library
   fusion takes in, so each became a buffer of the activations' size (examples/stdlib-bytes.sx's
   stacked `generate.step`: 17.8 MB of temporaries side by side, 7.3 MB in the loop).
-* The training graph (`copy_of`, graphs.py `_group`): S copies of the unstacked body traced side by
+* The training graph (`copy_of`, training_graphs.py `_group`): S copies of the unstacked body traced side by
   side, each copy's inputs behind optimization barriers. In a loop the gradient of an embedding
   (a scatter-add) inside the scan's body came out in other bits than unstacked, on one of 25
   random run files (benchmarks/differential/stacking.py, seed 0, file 6); side by side it keeps

@@ -51,7 +51,8 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from .paths import PathProblem, make_writable_dir
+from ..paths import make_writable_dir
+from ..errors import CheckpointError, PathProblem
 
 FORMAT = "sexpgpu-checkpoint 1"
 DEFAULT_DIR = "checkpoints"
@@ -172,10 +173,6 @@ def first_difference(saved: dict, tree) -> str | None:
     return None
 
 
-class CheckpointError(Exception):
-    """A checkpoint problem the user can act on: an unwritable or full dir, another run's checkpoint, a bad setting."""
-
-
 @dataclass(frozen=True)
 class Identity:
     """What a checkpoint must match to be resumed: the hash of the run file's forms, and the seed."""
@@ -255,6 +252,128 @@ def _reason(e: BaseException) -> str:
     return line if len(line) <= 200 else line[:197] + "..."
 
 
+def remove_torn_writes(folder: Path) -> list[int]:
+    """Delete the temporary directories of writes a killed process left (never a checkpoint),
+    and empty directories named like a step (never a checkpoint either: orbax renames a
+    checkpoint into place whole; one would be taken for the newest and block resuming). The
+    steps of the writes removed are returned (`Checkpoints.cut_short`), for the messages of a resume.
+
+    Done here, synchronously, rather than with orbax's
+    `cleanup_tmp_directories`, which runs in a background thread that
+    nothing waits for. One run writes these checkpoints, and none of its
+    processes has begun a save yet (process 0 alone calls this).
+    """
+    cut_short = []
+    for p in folder.iterdir():
+        if TMP_SUFFIX in p.name and p.is_dir():
+            shutil.rmtree(p, ignore_errors=True)
+            if p.name.split(".")[0].isdigit():
+                cut_short.append(int(p.name.split(".")[0]))
+        elif p.name.isdigit() and p.is_dir() and not any(p.iterdir()):
+            try:
+                p.rmdir()
+            except OSError:
+                pass
+    return cut_short
+
+
+def move_aside(folder: Path, step: int) -> Path | None:
+    """Move checkpoint `step` in `folder` to `<step>.corrupt` (process 0 alone; orbax reads only
+    step-named directories); the new path, or None when it could not be moved."""
+    aside = folder / f"{step}{CORRUPT_SUFFIX}"
+    if jax.process_index() == 0:
+        try:
+            if aside.exists():
+                shutil.rmtree(aside)
+            (folder / str(step)).rename(aside)
+        except OSError:
+            aside = None
+    return aside
+
+
+def _quiet_orbax() -> None:
+    """Install the filters above once: orbax's and asyncio's noise, and the closed-loop warnings."""
+    absl = logging.getLogger("absl")
+    if _QUIET not in absl.filters:
+        absl.addFilter(_QUIET)
+    tasks = logging.getLogger("asyncio")
+    if _QUIET_TASKS not in tasks.filters:
+        tasks.addFilter(_QUIET_TASKS)
+    if not getattr(sys.unraisablehook, "sexpgpu_quiet", False):
+        sys.unraisablehook = _quiet_closed_loop(sys.unraisablehook)
+
+
+class Provenance:
+    """Who made a run's checkpoints, as each one's JSON item records it, and the checks a resume makes
+    against it: the run's `identity` (its forms and seed), the run file `file`, and `pretrained`, each
+    `:pretrained` file's SHA-256 (weights.pretrained.content_hashes). `where` is the checkpoint dir
+    the messages name."""
+
+    def __init__(self, identity: Identity, file: str, where: Path):
+        self.identity, self.file, self.where = identity, file, where
+        self.pretrained: dict[str, str] = {}
+
+    def record(self) -> dict:
+        """The JSON item's fields that say who made a checkpoint."""
+        meta = {"identity": self.identity.forms, "seed": int(self.identity.seed), "file": str(self.file)}
+        if self.identity.apart_from_steps is not None:
+            meta["forms_apart_from_steps"], meta["file_steps"] = self.identity.apart_from_steps
+        if self.pretrained:
+            meta["pretrained"] = self.pretrained
+            meta["pretrained_relative"] = {path: self._relative(path) for path in self.pretrained}
+        return meta
+
+    @staticmethod
+    def identity_of(meta: dict) -> Identity:
+        """The identity a checkpoint's JSON item records."""
+        return Identity(str(meta.get("identity")), int(meta.get("seed", -1)))
+
+    def is_ours(self, meta: dict) -> bool:
+        """Whether a checkpoint was made by this run file's forms and seed."""
+        return self.identity_of(meta) == self.identity
+
+    def check(self, step: int, meta: dict) -> None:
+        """Refuse a checkpoint that another run file (or seed) wrote, naming both identities."""
+        if not self.is_ours(meta):
+            made_by = f" by {meta['file']}" if meta.get("file") else ""
+            ours = self.identity.apart_from_steps
+            if ours is not None and meta.get("forms_apart_from_steps") == ours[0] \
+                    and self.identity_of(meta).seed == self.identity.seed and meta.get("file_steps") != ours[1]:
+                then = meta.get("file_steps")
+                raise CheckpointError(f"checkpoint step {step} in {self.where} was made{made_by} with `:steps "
+                                      f"{then}`; this file differs from it in `:steps` alone ({ours[1]} now), which "
+                                      f"makes it another run; to train that run longer, keep `:steps {then}` in the "
+                                      f"file and resume with `--steps {ours[1]}`, or give another --run-dir to start "
+                                      "this file afresh")
+            raise CheckpointError(f"checkpoint step {step} in {self.where} was made{made_by} with "
+                                  f"{self.identity_of(meta).show()}; this file has {self.identity.show()}, so it "
+                                  "cannot resume it (give another --run-dir to start this file afresh)")
+        self.check_pretrained(step, meta)
+
+    def _relative(self, path: str) -> str:
+        """`path` relative to the run file's folder (`..` where it lies outside)."""
+        return os.path.relpath(os.path.abspath(path), os.path.dirname(os.path.abspath(str(self.file))))
+
+    def check_pretrained(self, step: int, meta: dict) -> None:
+        """Refuse a checkpoint made with other `:pretrained` bytes than this run reads. A file is the
+        same when it has the same SHA-256 at the same path, or at the same path relative to the run
+        file (a project moved or mounted elsewhere with its run dir: `pretrained_relative`)."""
+        now_relative = {self._relative(path): (path, digest) for path, digest in self.pretrained.items()}
+        for path, digest in (meta.get("pretrained") or {}).items():
+            now_path, now = path, self.pretrained.get(path)
+            relative = (meta.get("pretrained_relative") or {}).get(path)
+            if now != digest and relative in now_relative:
+                now_path, now = now_relative[relative]
+            if now == digest:
+                continue
+            where = "" if now_path == path else f" (read now as {now_path})"
+            change = (f"has changed since{where} (SHA-256 {digest[:16]} then, {now[:16]} now)" if now
+                      else "is not read now")
+            raise CheckpointError(f"checkpoint step {step} in {self.where} was made with the pretrained file "
+                                  f"{path}, which {change}, so it cannot resume it (put the file back, or give "
+                                  "another --run-dir to start afresh)")
+
+
 class Checkpoints:
     """The checkpoints of one run dir: list, save (atomic, asynchronous), restore the newest, check identity.
 
@@ -265,21 +384,11 @@ class Checkpoints:
     def __init__(self, spec: CheckpointSpec, identity: Identity, file: str = ""):
         import orbax.checkpoint as ocp  # ~0.5 s to import; only runs that train pay it
 
-        absl = logging.getLogger("absl")
-        if _QUIET not in absl.filters:
-            absl.addFilter(_QUIET)
-        tasks = logging.getLogger("asyncio")
-        if _QUIET_TASKS not in tasks.filters:
-            tasks.addFilter(_QUIET_TASKS)
-        if not getattr(sys.unraisablehook, "sexpgpu_quiet", False):
-            sys.unraisablehook = _quiet_closed_loop(sys.unraisablehook)
-
+        _quiet_orbax()
         self.ocp = ocp
         self.spec = spec
-        self.identity = identity
-        self.pretrained: dict[str, str] = {}   # each `:pretrained` file's SHA-256 (pretrained.content_hashes)
+        self.provenance = Provenance(identity, file, spec.dir)   # who made the checkpoints; who resumes them
         self.cut_short: list[int] = []   # the steps whose writes a killed process left unfinished (removed)
-        self.file = file
         self.dir = spec.dir.resolve()
         try:
             make_writable_dir(spec.dir, jax.process_index())
@@ -287,34 +396,12 @@ class Checkpoints:
             raise CheckpointError(f"cannot write checkpoints to {spec.dir}: {e}")
         same_dir_everywhere(self.dir)
         if jax.process_index() == 0:
-            self._remove_torn_writes()
+            self.cut_short = remove_torn_writes(self.dir)
         options = ocp.CheckpointManagerOptions(max_to_keep=spec.keep, create=True, enable_async_checkpointing=True)
         try:
             self.manager = ocp.CheckpointManager(self.dir, options=options)
         except Exception as e:  # orbax raises its own and the OS's errors
             raise CheckpointError(f"cannot open checkpoints in {spec.dir}: {_reason(e)}")
-
-    def _remove_torn_writes(self) -> None:
-        """Delete the temporary directories of writes a killed process left (never a checkpoint),
-        and empty directories named like a step (never a checkpoint either: orbax renames a
-        checkpoint into place whole; one would be taken for the newest and block resuming). The
-        steps of the writes removed go to `cut_short`, for the messages of a resume.
-
-        Done here, synchronously, rather than with orbax's
-        `cleanup_tmp_directories`, which runs in a background thread that
-        nothing waits for. One run writes these checkpoints, and none of its
-        processes has begun a save yet (process 0 alone calls this).
-        """
-        for p in self.dir.iterdir():
-            if TMP_SUFFIX in p.name and p.is_dir():
-                shutil.rmtree(p, ignore_errors=True)
-                if p.name.split(".")[0].isdigit():
-                    self.cut_short.append(int(p.name.split(".")[0]))
-            elif p.name.isdigit() and p.is_dir() and not any(p.iterdir()):
-                try:
-                    p.rmdir()
-                except OSError:
-                    pass
 
     # -- what is there --------------------------------------------------------------------------
     def steps(self) -> list[int]:
@@ -360,13 +447,7 @@ class Checkpoints:
         """
         ocp = self.ocp
         self.check_space(tree, step)
-        meta = {"format": FORMAT, "step": int(step), "records": int(records), "identity": self.identity.forms,
-                "seed": int(self.identity.seed), "file": str(self.file)}
-        if self.identity.apart_from_steps is not None:
-            meta["forms_apart_from_steps"], meta["file_steps"] = self.identity.apart_from_steps
-        if self.pretrained:
-            meta["pretrained"] = self.pretrained
-            meta["pretrained_relative"] = {path: self._relative(path) for path in self.pretrained}
+        meta = {"format": FORMAT, "step": int(step), "records": int(records), **self.provenance.record()}
         sums = digests(tree)
         if sums is not None:
             meta["digests"] = sums
@@ -417,56 +498,6 @@ class Checkpoints:
             raise CheckpointError(f"{self.spec.dir / str(step)} is not a sexpgpu checkpoint")
         return meta
 
-    @staticmethod
-    def identity_of(meta: dict) -> Identity:
-        """The identity a checkpoint's JSON item records."""
-        return Identity(str(meta.get("identity")), int(meta.get("seed", -1)))
-
-    def is_ours(self, meta: dict) -> bool:
-        """Whether a checkpoint was made by this run file's forms and seed."""
-        return self.identity_of(meta) == self.identity
-
-    def check_identity(self, step: int, meta: dict) -> None:
-        """Refuse a checkpoint that another run file (or seed) wrote, naming both identities."""
-        if not self.is_ours(meta):
-            made_by = f" by {meta['file']}" if meta.get("file") else ""
-            ours = self.identity.apart_from_steps
-            if ours is not None and meta.get("forms_apart_from_steps") == ours[0] \
-                    and self.identity_of(meta).seed == self.identity.seed and meta.get("file_steps") != ours[1]:
-                then = meta.get("file_steps")
-                raise CheckpointError(f"checkpoint step {step} in {self.spec.dir} was made{made_by} with `:steps "
-                                      f"{then}`; this file differs from it in `:steps` alone ({ours[1]} now), which "
-                                      f"makes it another run; to train that run longer, keep `:steps {then}` in the "
-                                      f"file and resume with `--steps {ours[1]}`, or give another --run-dir to start "
-                                      "this file afresh")
-            raise CheckpointError(f"checkpoint step {step} in {self.spec.dir} was made{made_by} with "
-                                  f"{self.identity_of(meta).show()}; this file has {self.identity.show()}, so it "
-                                  "cannot resume it (give another --run-dir to start this file afresh)")
-        self.check_pretrained(step, meta)
-
-    def _relative(self, path: str) -> str:
-        """`path` relative to the run file's folder (`..` where it lies outside)."""
-        return os.path.relpath(os.path.abspath(path), os.path.dirname(os.path.abspath(str(self.file))))
-
-    def check_pretrained(self, step: int, meta: dict) -> None:
-        """Refuse a checkpoint made with other `:pretrained` bytes than this run reads. A file is the
-        same when it has the same SHA-256 at the same path, or at the same path relative to the run
-        file (a project moved or mounted elsewhere with its run dir: `pretrained_relative`)."""
-        now_relative = {self._relative(path): (path, digest) for path, digest in self.pretrained.items()}
-        for path, digest in (meta.get("pretrained") or {}).items():
-            now_path, now = path, self.pretrained.get(path)
-            relative = (meta.get("pretrained_relative") or {}).get(path)
-            if now != digest and relative in now_relative:
-                now_path, now = now_relative[relative]
-            if now == digest:
-                continue
-            where = "" if now_path == path else f" (read now as {now_path})"
-            change = (f"has changed since{where} (SHA-256 {digest[:16]} then, {now[:16]} now)" if now
-                      else "is not read now")
-            raise CheckpointError(f"checkpoint step {step} in {self.spec.dir} was made with the pretrained file "
-                                  f"{path}, which {change}, so it cannot resume it (put the file back, or give "
-                                  "another --run-dir to start afresh)")
-
     def newest_meta(self) -> tuple[int, dict] | None:
         """The newest checkpoint whose JSON item reads, with it; None when there is none."""
         for step in reversed(self.steps()):
@@ -495,7 +526,7 @@ class Checkpoints:
             except CheckpointError as e:
                 failed.append(self._skip(step, str(e)))
                 continue
-            self.check_identity(step, meta)
+            self.provenance.check(step, meta)
             try:
                 got = self.manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract)))
             except Exception as e:
@@ -520,14 +551,7 @@ class Checkpoints:
         """Say on stderr that checkpoint `step` is skipped, and why, and move it aside to
         `<step>.corrupt` (kept for inspection; orbax reads only step-named directories), so that
         the resumed run can write that step again; return the why."""
-        aside = self.dir / f"{step}{CORRUPT_SUFFIX}"
-        if jax.process_index() == 0:
-            try:
-                if aside.exists():
-                    shutil.rmtree(aside)
-                (self.dir / str(step)).rename(aside)
-            except OSError:
-                aside = None
+        aside = move_aside(self.dir, step)
         self.manager.reload()
         where = f" (moved to {aside.name})" if aside is not None else ""
         print(f"sexpgpu: warning: {why}; skipping it{where}", file=sys.stderr)

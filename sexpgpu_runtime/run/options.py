@@ -1,15 +1,10 @@
-"""How a run is asked for, and how it fails: `RunOptions`, the run's error types, `check_options`.
+"""How a run is asked for: `RunOptions`, and `check_options`, which refuses before anything runs
+options that cannot work (OptionError, or RunError for the file's own `:diagnostics`; errors.py);
+`shard_bytes`, the `--max-shard-size` value; `resume_command`, the command line that takes a
+stopped run up again.
 
-`RunError` is a run that cannot go on for a reason the user can act on
-(`sexpgpu run` exits 1); `OptionError` one of those found in the command
-line before anything runs (exit 2); `BadValue` a NaN or infinite value at
-a step; `BadDraw` a generator's traced temperature out of range at a step
-(exit 2); `RunStopped` a stop by SIGINT or SIGTERM, after the last completed
-step was saved (exit 130 or 143); `RunFinished` a `--resume` of a run that has
-trained its steps already, which changes nothing (exit 0).
-
-Plain data and checks, used by every other module of the run: it imports
-none of them but paths.py, and calls no JAX.
+Plain data and checks: it calls no JAX, and of the runtime imports only paths.py, errors.py and
+weights.pretrained (for `--export-names`' mapping).
 """
 from __future__ import annotations
 
@@ -17,69 +12,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sexpgpu_lang import ir
+from sexpgpu_lang.name_mapping import stdlib_names
 
-from .paths import PathProblem, check_output_file
-
-
-class RunError(Exception):
-    """A run that cannot go on, for a reason the user can act on (bad data, a NaN loss, an unwritable dir)."""
-
-
-class DataError(RunError):
-    """A loader's data that cannot be read as declared (a missing or mis-typed file, a field the file
-    lacks, a token id outside `:vocab`), found before anything trains: the command line exits 2 for
-    it, as for any file that cannot be read (docs/cli.md)."""
-
-
-class OptionError(RunError):
-    """A command-line option that cannot work (an `--export` path that cannot be written, say): found
-    before anything runs; the command line exits 2 for it, as for any usage problem."""
-
-
-class BadValue(RunError):
-    """A loss, metric or parameter that is NaN or infinite at a step; `metric` is as shown (`` `loss` ``)."""
-
-    def __init__(self, step: int, metric: str, value: float):
-        super().__init__(f"step {step}: {metric} is {value}")
-        self.step, self.metric, self.value = step, metric, value
-
-
-class BadDraw(BadValue):
-    """A generator's traced `categorical` temperature that was negative, infinite or NaN at a step
-    (sexpgpu_runtime.lowering.draw_check): a setting the file computes wrongly, so the command line exits 2
-    for it, as for bad input. `where` is the draw's file:line:col, `trip` its trip, `pass_name` the
-    pass whose generator drew it (None: training); `saved` says which checkpoint is the last good one."""
-
-    def __init__(self, step: int, where: str, trip: int, value: float, pass_name: str | None = None,
-                 saved: str = ""):
-        run = f"pass `{pass_name}`'s generator" if pass_name else "the generator"
-        RunError.__init__(self, f"step {step}: the `:temperature` of the `categorical` at {where} is {value} at "
-                          f"trip {trip} of {run}; it must be finite and 0 or more (0 is the argmax), so compute "
-                          f"it so that it stays in range, e.g. `(maximum t 0.0)`" + (f"; {saved}" if saved else ""))
-        self.step, self.metric, self.value = step, "`:temperature`", value
-        self.where, self.trip, self.pass_name = where, trip, pass_name
-
-    def saved_at(self, saved: str) -> "BadDraw":
-        """The same error, saying which checkpoint is the last good one (`saved`)."""
-        return BadDraw(self.step, self.where, self.trip, self.value, self.pass_name, saved)
-
-
-class RunStopped(Exception):
-    """A signal stopped the run. `step` is the step that was abandoned (1-based, as in metrics.jsonl);
-    `saved` the step of the newest complete checkpoint, in `dir`; `exit_code` 130 (SIGINT) or 143 (SIGTERM)."""
-
-    def __init__(self, signal_name: str, exit_code: int, step: int, saved: int, dir: Path):
-        super().__init__(f"stopped by {signal_name} during step {step}; step {saved} is saved in {dir}")
-        self.signal_name, self.exit_code, self.step, self.saved, self.dir = signal_name, exit_code, step, saved, dir
-
-
-class RunFinished(Exception):
-    """`--resume` of a run that has trained its steps already (`step`, the last it trained, at least
-    `total`, the steps asked for): nothing was read or written; the message says how to train longer."""
-
-    def __init__(self, message: str, step: int, total: int):
-        super().__init__(message)
-        self.step, self.total = step, total
+from ..weights.pretrained import export_mapping
+from ..paths import check_output_file
+from ..errors import OptionError, PathProblem, RunError
 
 
 @dataclass
@@ -113,8 +50,6 @@ def check_options(program: ir.Program, options: RunOptions) -> None:
     if options.export_frozen and options.export is None:
         raise OptionError("--export-frozen says what --export writes; give --export PATH too")
     if options.export_names is not None:
-        from sexpgpu_lang.name_mapping import stdlib_names
-        from ..weights.pretrained import export_mapping
         found = export_mapping(program, options.export_names)
         if found is None:
             own = [spec.model for spec in program.pretrained if spec.named]
@@ -160,3 +95,40 @@ def check_options(program: ir.Program, options: RunOptions) -> None:
     for name in program.run.diagnostics:
         if name not in reported:
             raise RunError(f"`run` selects `:diagnostics` `{name}`, but no diagnostic is named `{name}`; {known}")
+
+
+def shard_bytes(size: str) -> int:
+    """`--max-shard-size`: bytes from a number with a unit of Hugging Face's (`5GB`, `500MB`, `200KB`,
+    powers of 1000; `B` or none: bytes). ValueError for anything else."""
+    text = size.strip().upper()
+    for unit, scale in (("GB", 10**9), ("MB", 10**6), ("KB", 10**3), ("B", 1), ("", 1)):
+        if text.endswith(unit):
+            try:
+                n = float(text[:len(text) - len(unit)] if unit else text)
+            except ValueError:
+                break
+            if n > 0:
+                return int(n * scale)
+            break
+    raise ValueError(f"--max-shard-size {size}: give a size like 5GB, 500MB or 200KB")
+
+
+def resume_command(file: Path, *, run_dir: Path | None = None, steps: int | None = None,
+                   diagnostics: str | None = None, mesh: str | None = None, fsdp: bool | None = None,
+                   coordinator: str | None = None, num_processes: int | None = None,
+                   process_id: int | None = None, distributed: bool = False) -> list[str]:
+    """The `sexpgpu run ... --resume` command line that takes a stopped run up again: the run's file and
+    every option it was given that says where and how it runs (run dir, steps, diagnostics, mesh,
+    FSDP, and a multi-process run's coordinator, process count and id, or `--distributed`); each
+    process of a multi-process run is told its own."""
+    again = ["sexpgpu", "run", str(file), "--resume"]
+    again += ["--run-dir", str(run_dir)] if run_dir is not None else []
+    again += ["--steps", str(steps)] if steps is not None else []
+    again += ["--diagnostics", diagnostics] if diagnostics else []
+    again += ["--mesh", mesh] if mesh else []
+    again += [] if fsdp is None else ["--fsdp" if fsdp else "--no-fsdp"]
+    again += ["--coordinator", coordinator] if coordinator else []
+    again += ["--num-processes", str(num_processes)] if num_processes is not None else []
+    again += ["--process-id", str(process_id)] if process_id is not None else []
+    again += ["--distributed"] if distributed else []
+    return again

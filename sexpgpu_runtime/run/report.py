@@ -17,7 +17,8 @@ from pathlib import Path
 
 import jax
 
-from .options import RunError
+from ..errors import RunError
+from .tensorboard import TensorBoardLog
 
 
 class Reporter:
@@ -48,7 +49,6 @@ class Reporter:
         self.bar = None
         self.tb = None
         if tensorboard:
-            from .tensorboard import TensorBoardLog
             self.tb = TensorBoardLog(run_dir, purge_step=start + 1 if append else None)
         self.t0 = time.perf_counter()
         if progress and not quiet:

@@ -23,7 +23,7 @@ import jax
 import numpy as np
 
 from .checkpoint import Checkpoints
-from .options import RunFinished
+from ..errors import RunFinished
 
 
 def last_logged_step(path: Path) -> int | None:
@@ -56,11 +56,11 @@ def _everywhere(value: int | None) -> int | None:
 def refuse_finished(store: Checkpoints | None, metrics: Path, run_dir: Path, total: int) -> None:
     """RunFinished when the run in `run_dir` has trained `total` steps or more already: by its newest
     checkpoint or by the last row of `metrics` (`store` None: no checkpoint dir, by the rows alone).
-    Nothing when the newest checkpoint is another run's (`claim_run_dir` then refuses it). Reads
+    Nothing when the newest checkpoint is another run's (start.py then refuses it). Reads
     only; writes nothing."""
     newest = store.newest_meta() if store is not None else None
-    if newest is not None and not store.is_ours(newest[1]):
-        return   # another run's dir, whatever its metrics say: `claim_run_dir` refuses it, naming both
+    if newest is not None and not store.provenance.is_ours(newest[1]):
+        return   # another run's dir, whatever its metrics say: start.py refuses it, naming both
     saved = newest[0] if newest is not None else None
     logged = _everywhere(last_logged_step(metrics) if jax.process_index() == 0 else None)
     done = max(s for s in (saved, logged, -1) if s is not None)

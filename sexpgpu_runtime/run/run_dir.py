@@ -1,10 +1,9 @@
-"""The run dir's upkeep: made and proven writable, its checkpoints opened, an earlier run's files refused or cleared.
+"""The run dir's upkeep: made and proven writable, its checkpoints opened, an earlier run's files cleared.
 
 A run dir holds metrics.jsonl, TensorBoard's event files and, by default,
-the checkpoint dir. A fresh run never mixes its rows or checkpoints with an
-earlier run's: `claim_run_dir` refuses a dir an earlier run used unless
-the run resumes it (`--resume`) or replaces it (`--overwrite`). Errors are
-RunErrors. It must not import train.py.
+the checkpoint dir. What a run does with a dir an earlier run used (refuse,
+resume, or clear with `--overwrite`) is decided in start.py; here are the
+steps it takes. Errors are RunErrors.
 """
 from __future__ import annotations
 
@@ -15,10 +14,11 @@ import jax
 
 from sexpgpu_lang import ir
 
-from .checkpoint import CheckpointError, Checkpoints, Identity, checkpoint_spec
-from .options import RunError, RunOptions
-from .paths import FileInTheWay, PathProblem, make_writable_dir
-from .resume import last_logged_step, refuse_finished
+from .checkpoint import Checkpoints, Identity, checkpoint_spec
+from ..errors import CheckpointError, FileInTheWay, PathProblem, RunError
+from .options import RunOptions
+from ..paths import make_writable_dir
+from .resume import last_logged_step
 
 
 def prepare_run_dir(run_dir: Path) -> None:
@@ -69,24 +69,6 @@ def open_checkpoints(program: ir.Program, options: RunOptions) -> Checkpoints:
         raise RunError(str(e))
 
 
-def refuse_resume_of_nothing(program: ir.Program, options: RunOptions, total: int) -> None:
-    """With `resume`, before anything is created: when the checkpoint dir does not exist, RunFinished
-    for a run whose metrics.jsonl says it trained `total` steps already (`refuse_finished`), else
-    the RunError "nothing to resume"; nothing when the dir exists (`claim_run_dir` decides then).
-    So a mistyped `--run-dir` leaves no empty run dir behind."""
-    if not options.resume:
-        return
-    try:
-        spec = checkpoint_spec(program.run.checkpoint, options.run_dir)
-    except CheckpointError as e:
-        raise RunError(str(e))
-    if spec.dir.exists():
-        return
-    metrics = options.run_dir / "metrics.jsonl"
-    refuse_finished(None, metrics, options.run_dir, total)
-    raise RunError(nothing_to_resume(spec.dir, metrics, every=spec.every))
-
-
 def nothing_to_resume(checkpoints: Path, metrics: Path, cut_short: list[int] = (), every: int | None = None) -> str:
     """The message of a resume that finds no complete checkpoint in `checkpoints`; `cut_short`: the
     steps whose writes were left unfinished (a process killed while writing, Checkpoints.cut_short).
@@ -125,40 +107,3 @@ def clear_run_dir(run_dir: Path, store: Checkpoints) -> None:
             p.unlink(missing_ok=True)
         except OSError as e:
             raise RunError(f"cannot remove {p} for --overwrite: {e.strerror or e}")
-
-
-def claim_run_dir(store: Checkpoints, options: RunOptions) -> None:
-    """Refuse a run dir that an earlier run used, unless this run continues or replaces it.
-
-    With `resume`, the newest complete checkpoint must be this run's (identity
-    checked); without, a dir holding checkpoints, or a metrics.jsonl with rows,
-    is refused, since it would mix two runs, unless `overwrite` clears that run
-    first (`clear_run_dir`).
-    """
-    resume, overwrite = options.resume, options.overwrite
-    metrics = options.run_dir / "metrics.jsonl"
-    try:
-        newest = store.newest_meta()   # (one that cannot be read is skipped here, and by `restore`)
-        if newest is not None:
-            latest, meta = newest
-            if not resume and not overwrite:
-                if store.is_ours(meta):
-                    raise RunError(f"{store.spec.dir} already holds checkpoints of this run (newest: step {latest}); "
-                                   "pass --resume to continue it, --overwrite to start over, or give another --run-dir")
-                raise RunError(f"{store.spec.dir} already holds checkpoints of another run ({store.identity_of(meta).show()}, "
-                               f"newest: step {latest}); pass --overwrite to replace that run, or give another --run-dir")
-            if resume:
-                store.check_identity(latest, meta)
-        elif store.latest() is not None:   # checkpoints, none of whose JSON items reads
-            if not resume and not overwrite:
-                raise RunError(f"{store.spec.dir} already holds checkpoints that cannot be read (newest: step "
-                               f"{store.latest()}); pass --overwrite to start over, or give another --run-dir")
-        elif resume:
-            raise RunError(nothing_to_resume(store.spec.dir, metrics, store.cut_short, store.spec.every))
-        elif not overwrite and has_rows(metrics):
-            raise RunError(f"{options.run_dir} already holds the metrics.jsonl of an earlier run (and no checkpoint to "
-                           "resume from); pass --overwrite to start over, or give another --run-dir")
-        if overwrite:
-            clear_run_dir(options.run_dir, store)
-    except CheckpointError as e:
-        raise RunError(str(e))

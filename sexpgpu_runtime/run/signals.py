@@ -28,25 +28,9 @@ import os
 import signal
 import threading
 
+from ..errors import Stopped
+
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
-
-
-class Stopped(Exception):
-    """Raised by `StopSignals.check` once a stop signal has arrived."""
-
-    def __init__(self, signum: int):
-        super().__init__(signal.Signals(signum).name)
-        self.signum = signum
-
-    @property
-    def name(self) -> str:
-        """The signal's name, `SIGINT` or `SIGTERM`."""
-        return signal.Signals(self.signum).name
-
-    @property
-    def exit_code(self) -> int:
-        """The shell's convention for a process a signal ended: 128 + the signal number (130, 143)."""
-        return 128 + self.signum
 
 
 def exit_now(signum: int) -> None:

@@ -32,9 +32,10 @@ from sexpgpu_lang import ir
 from sexpgpu_lang.checkpoint_files import INDEX, SINGLE, SourceError, tensors
 from sexpgpu_lang.name_mapping import child_shape, layer_name, leaf, patterned, source_shape
 
-from ..lowering.dtypes import jdt
-from ..run.options import RunError
-from ..run.paths import publish
+from ..dtypes import jdt
+from ..errors import RunError
+from .params import set_path
+from ..paths import publish
 
 
 def forward(expr: tuple, tensor: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
@@ -224,7 +225,6 @@ def load_mapped(spec: ir.PretrainedIR, params: tuple[ir.ParamIR, ...], trees: di
 
 def _fill(spec: ir.PretrainedIR, groups: dict, trees: dict[bool, dict], reader: _Reader) -> None:
     """Fill each group of parameters that read the same tensors (see `load_mapped`)."""
-    from .params import set_path
     for (pattern, layers), members in groups.items():
         filled = []
         for p, rel, src in members:

@@ -12,7 +12,7 @@ import jax.numpy as jnp
 
 from sexpgpu_lang.ir import ParamIR
 
-from ..lowering.dtypes import jdt
+from ..dtypes import jdt
 
 
 def init_leaf(p: ParamIR, seed_key) -> jax.Array:

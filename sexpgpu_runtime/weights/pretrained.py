@@ -22,10 +22,10 @@ from sexpgpu_lang import ir
 from sexpgpu_lang.name_mapping import layer_name, leaf, patterned
 
 from .hf_layout import export_mapped, load_mapped
-from ..data.loaders import first_nonfinite
-from ..run.options import RunError
+from ..data.files import first_nonfinite
+from ..errors import RunError
 from .params import flatten, init_params
-from ..run.paths import publish
+from ..paths import publish
 
 
 def initial_params(program: ir.Program, seed: int) -> tuple[dict, dict]:

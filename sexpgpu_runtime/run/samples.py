@@ -32,7 +32,9 @@ import numpy as np
 
 from sexpgpu_lang import ir
 
-from .options import RunError
+from ..data.files import resolve_path
+from ..data.tokenize import load_tokenizer
+from ..errors import LoaderError, SampleError, TokenizeError
 from .report import RowFile, keep_rows_up_to
 
 #: The numbers of one `:values` entry of one row written as a list; past it, its shape and the first ones.
@@ -41,18 +43,12 @@ MAX_NUMBERS = 64
 TRAIN = "train"
 
 
-class SampleError(RunError):
-    """A tokenizer that cannot be read, or samples.jsonl that cannot be written."""
-
-
 def _decoder(spec: ir.SamplesIR, where: str):
     """ids (a list of ints) -> text, as `spec.decode` says (ir.SamplesIR)."""
     kind = spec.decode[0]
     if kind == "bytes":
         return lambda ids: bytes(int(i) & 0xFF for i in ids).decode("utf-8", errors="replace")
     if kind == "tokenizer":
-        from .loaders import LoaderError, resolve_path
-        from .tokenize import TokenizeError, load_tokenizer
         _, written, base = spec.decode
         holder = ir.LoaderIR("samples", ("samples", {}), 1, (), None, base_dir=base)
         try:

@@ -35,10 +35,10 @@ from sexpgpu_lang import ir
 from sexpgpu_lang.language import CONTEXT_KEYS
 from sexpgpu_lang.types import PlistType, TensorType
 
-from .device import backend_target
-from ..lowering.draw_check import draw_like
-from ..lowering.dtypes import jdt
-from ..lowering.graphs import Graphs
+from ..devices.device import backend_target
+from .draw_check import draw_like
+from ..dtypes import jdt
+from .graphs import Graphs
 from ..weights.optim import make_optimizer
 from ..weights.params import set_path
 from .xla_loops import loop_costs

@@ -22,8 +22,9 @@ from pathlib import Path
 from sexpgpu_lang import ir
 from sexpgpu_lang.hf_config import ARCHITECTURES, CONFIG, ConfigError, config_path, export_config, read
 
-from .options import RunError
-from .paths import publish
+from ..data.files import resolve_path
+from ..errors import LoaderError, RunError
+from ..paths import publish
 
 #: SexpGPU dtypes as transformers' `torch_dtype` names.
 _TORCH_DTYPES = {"f32": "float32", "bf16": "bfloat16", "f16": "float16", "f64": "float64"}
@@ -78,7 +79,6 @@ def run_tokenizer(program: ir.Program) -> str | None:
     for loader in loaders:
         tok = loader.source[1].get("tokenizer")
         if isinstance(tok, str):
-            from .loaders import LoaderError, resolve_path
             try:
                 return resolve_path(loader, tok)
             except LoaderError as e:

@@ -12,9 +12,7 @@ import os
 import tempfile
 from pathlib import Path
 
-
-class PathProblem(Exception):
-    """A path that cannot be written, for a reason the user can act on (one line)."""
+from .errors import FileInTheWay, PathProblem
 
 
 def file_in_the_way(path: Path) -> Path | None:
@@ -40,10 +38,6 @@ def not_a_dir_reason(path: Path) -> str | None:
     if blocker == Path(path):
         return "it is a file, not a directory"
     return f"{blocker} is a file, not a directory"
-
-
-class FileInTheWay(PathProblem):
-    """A file where a directory (or one of its parents) must be."""
 
 
 def make_writable_dir(path: Path, process: int) -> None:

@@ -20,10 +20,6 @@ def name_of(dtype) -> str:
     return NAMES.get(jnp.dtype(dtype), str(jnp.dtype(dtype)))
 
 
-class InternalTypeError(AssertionError):
-    """JAX's result type differs from the registry rule's: a bug in sexpgpu, not in the run file."""
-
-
 def mismatch(value, t: Type) -> str | None:
     """Why a traced value does not have IR type `t` (shape and dtype), or None when it does."""
     if isinstance(t, TensorType):

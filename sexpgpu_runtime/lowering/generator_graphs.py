@@ -1,0 +1,189 @@
+"""The generator's graphs: `generate.init`, `generate.step` (called `:trips` times from the host
+loop) and `generate.finish`, each jitted once per run, and the trip loop that calls them.
+
+The trip is an i64 device array, so the trip graph never retraces. A stacked group runs each
+phase's unstacked body once per copy (stacking.py `over_copies`), the batch and the state stacked
+and the rest shared. With traced `categorical` temperatures (draw_check.py) the trip graph also
+carries the record of the first bad one.
+"""
+from __future__ import annotations
+
+import collections
+
+import jax
+import jax.numpy as jnp
+
+from sexpgpu_lang import ir
+
+from .context import Tracer, check_result, unpack_ctx
+from .draw_check import no_draw, note_draws, temperatures, traced_temperatures
+from .lowering import run_phase
+from ..weights.params import merge
+from .stacking import over_copies
+
+#: How many trips late the trip loop reads `:until`'s flag (`GeneratorGraphs.trips`): trip t's flag is
+#: read before trip t + UNTIL_LAG is dispatched, while trips t+1 ... t+UNTIL_LAG-1 are queued.
+UNTIL_LAG = 3
+
+
+class GeneratorGraphs:
+    """The jitted generator phases of one run (`gen_init`, `gen_step`, `gen_finish` for a group of
+    `layout.stack` copies; the `_1` graphs for one batch), built once; `generate` runs them."""
+
+    def __init__(self, program: ir.Program, layout, tracer: Tracer, donate: bool = False, dp=None):
+        self.p = program
+        self.dp = dp   # a sharding.DataParallel, or None on one device
+        self.tracer = tracer
+        gen = program.generate
+        S = layout.stack
+        counted = tracer.counted
+        # The traced temperatures the trips check (draw_check.py): none, and the graphs are as without it.
+        self.draw_sites = traced_temperatures(gen)
+        self.draw = None   # the record of the first bad one after the last `trips` (None: nothing checked)
+        self.trips_run = 0
+        init, step, finish = self._phases(gen)
+        checked = self._draw_checked if self.draw_sites else (lambda f: f)
+        donated = (2,) if donate else ()
+        # generate.init also returns the group's batch and context rows: on one device they arrive as
+        # numpy, and this call's copies on the device are what the group's later calls read.
+        self.gen_init_1 = jax.jit(counted("generate.init", self._start(init)))
+        self.gen_step_1 = jax.jit(counted("generate.step", checked(step)), donate_argnums=donated)
+        self.gen_finish_1 = jax.jit(counted("generate.finish", finish))
+        if S > 1:
+            # each phase once per copy, the batch and the state stacked, the rest shared (stacking.py).
+            self.gen_init = jax.jit(counted("generate.init stacked", self._start(over_copies(init, S, (2,)))))
+            stacked_step = over_copies(step, S, (2,))
+            if gen.until is not None:   # the group's trips end once every copy's `:until` holds
+                stacked_step = self._all_done(stacked_step)
+            self.gen_step = jax.jit(counted("generate.step stacked", checked(stacked_step)), donate_argnums=donated)
+            self.gen_finish = jax.jit(counted("generate.finish stacked", over_copies(finish, S, (2,))))
+        else:
+            self.gen_init, self.gen_step, self.gen_finish = self.gen_init_1, self.gen_step_1, self.gen_finish_1
+        self._trips = None
+
+    @property
+    def trip_values(self):
+        """The trips as i64 device arrays, made once, at the first trip loop (a Python int would retrace)."""
+        if self._trips is None:
+            self._trips = [jnp.asarray(t, dtype=jnp.int64) for t in range(self.p.generate.trips)]
+        return self._trips
+
+    def _records(self, state):
+        """The generator's state stays split along the mesh's `data` axis, one slice of records per device."""
+        if self.dp is None:
+            return state
+        return self.dp.constrain_records(state, self.p.loaders[self.p.run.loader].batch)
+
+    def _all_done(self, stacked_step):
+        """A stacked trip whose `:until` flag is whether every copy's holds (the temperatures, with
+        `draw_sites`, passed on)."""
+        def all_done(out):
+            st, done = out
+            return st, jnp.all(done)
+
+        def step(*args):
+            out = stacked_step(*args)
+            return (all_done(out[0]), out[1]) if self.draw_sites else all_done(out)
+        return step
+
+    def _draw_checked(self, step):
+        """The trip graph of a generator with traced temperatures (`draw_sites`): `step`'s output and
+        the run's record of the first bad one (`draw_check.no_draw`, one more argument), updated."""
+        def checked(trainable, frozen, state, trip, rows, draw):
+            out, temps = step(trainable, frozen, state, trip, rows)
+            return out, note_draws(draw, temps, rows[0, 0], trip)
+        return checked
+
+    def _phases(self, gen: ir.GenerateIR):
+        """The traced functions of `generate.init`, `generate.step` (with `:until`, the flag too) and
+        `generate.finish`, before jitting."""
+        sites = self.draw_sites
+        fx = self.tracer.fx
+
+        def init(trainable, frozen, batch, rows):
+            out = run_phase(gen.init, [batch, unpack_ctx(rows)], merge(trainable, frozen), fx(True))
+            out = {k: out[k] for k in gen.state.keys}
+            check_result("generate.init", out, gen.state)
+            return self._records(out)
+
+        def step(trainable, frozen, state, trip, rows):
+            """The new state (and, with `sites`, the trip's temperatures: `draw_check.temperatures`)."""
+            effects = fx(True)
+            out = run_phase(gen.step, [state, trip, unpack_ctx(rows)], merge(trainable, frozen), effects)
+            out = {k: out[k] for k in gen.state.keys}
+            check_result("generate.step", out, gen.state)
+            return (self._records(out), temperatures(effects, sites)) if sites else self._records(out)
+
+        def step_until(trainable, frozen, state, trip, rows):
+            """`:step`, then `:until` on the new state: (state, bool scalar), one graph per trip."""
+            out = step(trainable, frozen, state, trip, rows)
+            out, temps = out if sites else (out, None)
+            done = run_phase(gen.until, [out, unpack_ctx(rows)], merge(trainable, frozen), fx(True))
+            flagged = (out, jnp.asarray(done, jnp.bool_))
+            return (flagged, temps) if sites else flagged
+
+        def finish(trainable, frozen, state, rows):
+            if gen.finish is None:
+                return state
+            out = run_phase(gen.finish, [state, unpack_ctx(rows)], merge(trainable, frozen), fx(True))
+            check_result("generate.finish", out, gen.out)
+            return self._records(out)
+
+        return init, (step_until if gen.until is not None else step), finish
+
+    @staticmethod
+    def _start(init):
+        def start(trainable, frozen, batch, rows):
+            return batch, rows, init(trainable, frozen, batch, rows)
+        return start
+
+    def generate(self, trainable, frozen, batch, rows, stacked: bool, on_trip=None, draw=None):
+        """Run the generator on one group (or one batch): `generate.init`, the trips, `generate.finish`.
+
+        `batch` holds the loader's fields ([S B ...] when stacked) and `rows` the context rows, [S 6]
+        i64 (`make_ctx`'s values per copy; `unpack_ctx`), as numpy on one device: `generate.init`'s call
+        puts both on the device and returns the device copies, which every later call of the group
+        reads (one transfer per group); on a mesh they come already placed. Returns (batch, rows,
+        made), device arrays; nothing here waits for the device. `draw`: see `trips`."""
+        init, finish = (self.gen_init, self.gen_finish) if stacked else (self.gen_init_1, self.gen_finish_1)
+        batch, rows, state = init(trainable, frozen, batch, rows)
+        state = self.trips(trainable, frozen, state, rows, stacked, on_trip, draw)
+        return batch, rows, finish(trainable, frozen, state, rows)
+
+    def trips(self, trainable, frozen, state, rows, stacked: bool, on_trip=None, draw=None):
+        """The trip loop: for each trip t, `on_trip(t)` (the trainer's stop check) and one call of the
+        jitted `generate.step` (stacked or not) with the trip as an i64 device array, the state staying on
+        the device. Returns the state after the last trip (the generator's state keys, device arrays).
+        Nothing here waits for the device: each call is queued (asynchronous dispatch).
+
+        With `:until`, each trip's call also returns whether `:until` holds after it; the loop reads
+        trip t's flag only before trip t + UNTIL_LAG, so it waits for a trip that finished while
+        later ones are queued, never for the one just dispatched, and stops dispatching once a flag
+        holds. The trips run after the flag held (at most UNTIL_LAG - 1) see a state whose finished
+        rows the file freezes, so the result is the bits of all `:trips` (docs/language.md).
+        `self.trips_run` is how many trips the last call ran.
+
+        With traced temperatures to check (`draw_sites`), each trip also takes and returns the
+        record of the first bad one (`draw_check.no_draw`): `draw`, a fresh one when None; `self.draw`
+        is the record after the last trip, still on the device (read with `draw_check.bad_draw`)."""
+        step = self.gen_step if stacked else self.gen_step_1
+        until = self.p.generate.until is not None
+        if self.draw_sites and draw is None:
+            draw = no_draw(self.dp)
+        flags: collections.deque = collections.deque()
+        self.trips_run = 0
+        for t, trip in enumerate(self.trip_values):
+            if until and len(flags) >= UNTIL_LAG and bool(flags.popleft()):
+                break
+            if on_trip is not None:
+                on_trip(t)
+            if self.draw_sites:
+                state, draw = step(trainable, frozen, state, trip, rows, draw)
+            else:
+                state = step(trainable, frozen, state, trip, rows)
+            if until:
+                state, done = state
+                flags.append(done)
+            self.trips_run = t + 1
+        self.draw = draw if self.draw_sites else None
+        return state

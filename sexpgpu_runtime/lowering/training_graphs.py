@@ -1,0 +1,260 @@
+"""The training graphs of a step: the training graph of a group of microbatches (prepare,
+objective, `jax.value_and_grad`), the running sum of the gradients across groups, the update
+graph, and each evaluation pass's graph.
+
+Each unstacked group after the first runs `train summing`, the training graph that adds its
+gradients into the one running sum (donated to it) as its backward pass makes them
+(sexpgpu_runtime.lowering.accumulate); after a stacked group the `accumulate` graph adds its
+copies' gradients into the sum, in microbatch order; after the last group, one update graph scales
+the sum and takes the optax step. So one gradient-sized buffer is held across groups however many
+microbatches there are, and the additions are `((g0 + g1) + g2) + ...`, those of summing the list
+of every gradient. The training graph also adds the counters to their totals and keeps the first
+non-finite loss (`tally`), so nothing is read back to the host.
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import optax
+from jax import lax
+
+from sexpgpu_lang import ir
+from sexpgpu_lang.types import PlistType, TensorType
+
+from .accumulate import add_into
+from .context import Tracer, check_result, unpack_ctx
+from ..dtypes import jdt
+from .lowering import run_phase
+from ..weights.params import merge
+from .stacking import copy_of
+
+
+class TrainingGraphs:
+    """The jitted training graphs of one run: `grads` (a group's training graph), `grads_summing`
+    (an unstacked later group's, adding into the running sum), `accumulate` and `accumulate first`
+    (a group's gradients into the sum), `update`, and `passes` (name -> its graph). Built once."""
+
+    def __init__(self, program: ir.Program, optimizer: optax.GradientTransformation, layout, tracer: Tracer,
+                 donate: bool = False, dp=None):
+        self.p = program
+        self.dp = dp   # a sharding.DataParallel, or None on one device (then nothing below changes)
+        self.opt = optimizer
+        self.layout = layout
+        self.tracer = tracer
+        self.counter_types = self._counter_types()
+        S = layout.stack
+        dn = donate
+        counted = tracer.counted
+        self.grads = jax.jit(counted("train" + (" stacked" if S > 1 else ""), self._grads))
+        self.grads_summing = jax.jit(counted("train summing", self._grads_summing),
+                                     donate_argnums=(6,) if dn else ())
+        # The new parameters and optimizer state are sharded as they came in: replicated (XLA all-reduced
+        # the gradients inside the training graph, whose batch was split along the mesh's `data` axis),
+        # or under FSDP split as sharding.DataParallel.state_sharding says.
+        if dp is not None and dp.fsdp:
+            self.update = self._sharded_update(dn)
+        else:
+            out = {} if dp is None else {"out_shardings": dp.replicated}
+            self.update = jax.jit(counted("update", self._update), donate_argnums=(0, 1) if dn else (), **out)
+        # The running sum is donated to each add; the first group's first gradient starts it (no add of 0).
+        self.accumulate = jax.jit(counted("accumulate", self._accumulate), donate_argnums=(0,) if dn else ())
+        self.accumulate_first = jax.jit(counted("accumulate first", self._accumulate),
+                                        donate_argnums=(0,) if dn else ())
+        self.passes = {ps.name: jax.jit(counted(f"pass {ps.name}", self._eval_fn(ps))) for ps in program.passes}
+
+    def _counter_types(self) -> dict[str, str]:
+        ctx_t = self.p.objective.param_types[1]
+        out = {}
+        for c in self.p.counters:
+            t = ctx_t.get(c) if isinstance(ctx_t, PlistType) else None
+            out[c] = t.dtype if isinstance(t, TensorType) else "f32"
+        return out
+
+    def zero_counters(self) -> dict:
+        """Run-long counter totals at the start of a run."""
+        return {c: jnp.zeros((), jdt(d)) for c, d in self.counter_types.items()}
+
+    def no_bad(self) -> tuple:
+        """The record the training graph keeps of the first non-finite loss (`tally`), before any
+        step: (i64 -1, f32 0), on the device (every device of the mesh)."""
+        bad = (jnp.asarray(-1, jnp.int64), jnp.asarray(0.0, jnp.float32))
+        return bad if self.dp is None else self.dp.put_replicated(bad)
+
+
+    # -- training -----------------------------------------------------------------------------
+    def _loss(self, prepare: ir.Phase | None, objective: ir.Phase):
+        counters = tuple(self.counter_types)
+
+        def loss(trainable, frozen, batch, ctx, base, sums=None, summed=None):
+            params = merge(trainable, frozen)
+            fx = self.tracer.fx()
+            if sums:   # running sums for repeated blocks' backward scans (`_grads_summing`)
+                fx.sums = dict(sums)
+            inputs = run_phase(prepare, [batch, ctx], params, fx) if prepare is not None else batch
+            deltas = {c: jnp.asarray(fx.counters.get(c, 0)).astype(jdt(self.counter_types[c])) for c in counters}
+            octx = dict(ctx)
+            octx.update({c: base[c] + deltas[c] for c in counters})
+            value = run_phase(objective, [inputs, octx], params, fx)
+            check_result(objective.name, value, objective.out)
+            if summed is not None:   # the paths whose backward scan added into their running sum
+                summed.extend(p for p in sums if p not in fx.sums)
+            return value.astype(jnp.float32), (fx.metrics, fx.diagnostics, deltas)
+
+        return loss
+
+    def _group(self, trainable, frozen, batches, rows, base):
+        """Per-copy loss, gradient, reports and counter deltas of one group, in microbatch order: one
+        copy of the unstacked body per microbatch, traced side by side (stacking.py `copy_of`), copy i
+        reading its own context row and the counter totals after the copies before it (each copy's
+        deltas added one at a time, behind a barrier as in `tally`, so the totals are those the
+        unstacked run passes from call to call)."""
+        S = self.layout.stack
+        vg = jax.value_and_grad(self._loss(self.p.prepare, self.p.objective), has_aux=True)
+        if S == 1:
+            (l, (m, d, dl)), g = vg(trainable, frozen, batches, unpack_ctx(rows), base)
+            return [l], [g], [m], [d], [dl]
+        out = []
+        for i in range(S):
+            (l, (m, d, dl)), g = vg(trainable, frozen, copy_of(batches, i), unpack_ctx(rows, i), base)
+            out.append(lax.optimization_barrier((l, g, m, d, dl)))
+            base = {c: base[c] + v for c, v in lax.optimization_barrier(dl).items()}
+        return tuple([o[k] for o in out] for k in range(5))
+
+    def _grads(self, trainable, frozen, batches, rows, base, bad=None):
+        """The training graph of one group: (losses, gradients, metrics, diagnostics, counter deltas), one
+        entry per copy in microbatch order; `rows` are the group's context rows, [S 6] i64 (`unpack_ctx`).
+        With `bad` (the trainer's record of the first non-finite loss, `no_bad`), the counter totals
+        after the group and the updated record replace the deltas: (losses, gradients, metrics,
+        diagnostics, totals, bad); see `tally`."""
+        l, g, m, d, dl = self._group(trainable, frozen, batches, rows, base)
+        if self.dp is not None and self.dp.fsdp:
+            # Each gradient split as its parameter is: XLA reduce-scatters instead of all-reducing.
+            g = [self.dp.constrain_state(x) for x in g]
+        if bad is None:
+            return l, g, m, d, dl
+        totals, bad = tally(base, dl, l, unpack_ctx(rows)["step"], bad)
+        return l, g, m, d, totals, bad
+
+    def _grads_summing(self, trainable, frozen, batch, rows, base, bad, total):
+        """The training graph of an unstacked group after the step's first: as `_grads` with `bad`,
+        but the gradients added into `total` (the running sum, donated on an accelerator) as they are
+        produced, so that no second gradient-sized buffer is live: a repeated block's stacked
+        parameters in its backward scan (`accumulate.scan_summing`, through `Effects.sums`), every
+        other parameter's gradient as it comes (`accumulate.add_into`). Each add is `total + g`
+        elementwise, as `_accumulate` makes it (the bits of summing the list of gradients).
+        Returns (losses, total, metrics, diagnostics, totals, bad), one copy's entries in lists."""
+        ctx = unpack_ctx(rows)
+        loss = self._loss(self.p.prepare, self.p.objective)
+        sums = {p: sub for p, sub in _subtrees(total, ()) if p}
+        summed: list = []
+        vg = jax.value_and_grad(loss, has_aux=True)
+        (l, (m, d, dl)), g = vg(trainable, frozen, batch, ctx, base, sums, summed)
+        total = _sum_into(total, g, frozenset(summed), ())
+        if self.dp is not None and self.dp.fsdp:
+            total = self.dp.constrain_state(total)
+        totals, bad = tally(base, [dl], [l], ctx["step"], bad)
+        return [l], total, [m], [d], totals, bad
+
+    def train_group(self, total, trainable, frozen, batch, rows, counters, bad):
+        """One group's training graph and the running sum of the gradients after it (`total` None
+        for the step's first group): an unstacked later group's graph adds into the sum itself
+        (`grads_summing`, traced as `train summing`), others return their gradients for `add_group`.
+        Returns (losses, total, metrics, diagnostics, counter totals, bad) as `_grads` with `bad`
+        returns them, the new sum in the gradients' place. Nothing here waits for the device."""
+        if total is not None and self.layout.stack == 1:
+            return self.grads_summing(trainable, frozen, batch, rows, counters, bad, total)
+        l, gs, m, d, counters, bad = self.grads(trainable, frozen, batch, rows, counters, bad)
+        return l, self.add_group(total, gs), m, d, counters, bad
+
+    def _sharded_update(self, donate: bool):
+        """The update graph under FSDP: jitted at its first call, when the state's tree is known, with
+        `out_shardings` the parameters' and optimizer state's FSDP shardings."""
+        jitted = []
+
+        def update(trainable, opt_state, total):
+            if not jitted:
+                out = self.dp.state_shardings((trainable, opt_state))
+                jitted.append(jax.jit(self.tracer.counted("update", self._update), out_shardings=out,
+                                      donate_argnums=(0, 1) if donate else ()))
+            return jitted[0](trainable, opt_state, total)
+        return update
+
+    @staticmethod
+    def _accumulate(total, grads):
+        """`total` plus each gradient of `grads` (a list, in microbatch order), one add at a time:
+        `((total + g0) + g1) + ...`, every add elementwise in the gradient's dtype. Its own graph, apart
+        from the training graph, so that no add is fused into a matmul and a stacked and an unstacked run
+        add exactly the same arrays in the same order."""
+        for g in grads:
+            total = jax.tree_util.tree_map(jnp.add, total, g)
+        return total
+
+    def add_group(self, total, grads: list):
+        """The running sum after one group: `grads` (the group's gradients, in microbatch order) added
+        to `total`, or, for the step's first group (`total` None), to its first gradient. One trace for
+        the first group (`accumulate first`, none at all when it has one copy) and one for the others
+        (`accumulate`); the sum is donated on an accelerator. Nothing here waits for the device."""
+        if total is None:
+            total, grads = grads[0], grads[1:]
+            return self.accumulate_first(total, grads) if grads else total
+        return self.accumulate(total, grads)
+
+    def _update(self, trainable, opt_state, total):
+        """Average the microbatches' summed gradient (`add_group`) and take one optax step."""
+        scale = 1.0 / self.layout.microbatches
+        total = jax.tree_util.tree_map(lambda g: g * jnp.asarray(scale, g.dtype), total)
+        updates, opt_state = self.opt.update(total, opt_state, trainable)
+        return optax.apply_updates(trainable, updates), opt_state
+
+    # -- passes -------------------------------------------------------------------------------
+    def _eval_fn(self, ps: ir.PassIR):
+        loss = self._loss(ps.prepare, ps.objective)
+
+        def evaluate(trainable, frozen, batch, rows, base):
+            value, (metrics, diags, _) = loss(trainable, frozen, batch, unpack_ctx(rows), base)
+            return value, metrics
+        return evaluate
+
+
+
+
+def tally(counters, deltas, losses, step, bad):
+    """A group's bookkeeping, traced inside its training graph (nothing is read back to the host):
+
+    * `counters` (name -> scalar total) plus each copy's `deltas` (a list of such dicts, in
+      microbatch order), added one copy at a time. The deltas pass an optimization barrier first:
+      a delta XLA sees as a constant would be folded, `(t + c0) + c1` becoming `t + (c0 + c1)`,
+      which rounds differently; so the totals are those of `counters[c] + delta[c]`, one add per
+      copy, stacked or not, as when each add was its own call.
+    * `bad`, (i64 step, f32 value): the step (1-based, `step` the group's context `:step`, an
+      i64 scalar) and value of the first non-finite entry of `losses` (f32 scalars in
+      microbatch order), kept once set; step -1 while every loss so far was finite.
+    Returns (counters, bad).
+    """
+    for d in jax.lax.optimization_barrier(list(deltas)):
+        counters = {c: counters[c] + d[c] for c in counters}
+    vals = jnp.stack([jnp.asarray(v, jnp.float32) for v in losses])
+    nonfinite = ~jnp.isfinite(vals)
+    hit = jnp.any(nonfinite) & (bad[0] < 0)
+    done = step.astype(jnp.int64) + 1
+    return counters, (jnp.where(hit, done, bad[0]), jnp.where(hit, vals[jnp.argmax(nonfinite)], bad[1]))
+
+
+
+def _subtrees(tree, path: tuple):
+    """Every (path, subtree) of a nested dict, `tree` itself first (path ())."""
+    yield path, tree
+    if isinstance(tree, dict):
+        for k, v in tree.items():
+            yield from _subtrees(v, path + (k,))
+
+
+def _sum_into(total, g, summed: frozenset, path: tuple):
+    """`total + g` leaf by leaf (`accumulate.add_into`), but `g` itself under a path of `summed` (there
+    the backward scan made the sum already)."""
+    if path in summed:
+        return g
+    if isinstance(total, dict):
+        return {k: _sum_into(v, g[k], summed, path + (k,)) for k, v in total.items()}
+    return add_into(total, g)
+

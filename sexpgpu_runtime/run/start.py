@@ -1,0 +1,161 @@
+"""The start of a run: fresh, resumed (`--resume`) or started over (`--overwrite`), decided in one
+place before anything trains.
+
+`RunStart` refuses, before anything is created, options that cannot work and a resume with
+nothing to resume; makes the run dir and proves it writable, removing the folders it made when the
+trainer cannot be built (a missing data file, say); then claims the run dir, so that a fresh run
+never mixes its rows or checkpoints with an earlier run's: a dir an earlier run used is refused
+unless the run resumes it (its newest complete checkpoint must be this run's, identity checked) or
+replaces it (`--overwrite` clears that run first). A resume of a run that has trained its steps
+already raises RunFinished, having changed nothing (resume.py). Identity and free space are
+checked before anything is computed. Every error is a RunError (or OptionError, RunFinished).
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import jax
+
+from sexpgpu_lang import ir
+
+from ..devices.sharding import run_devices
+from ..errors import CheckpointError, RunError
+from ..weights.pretrained import content_hashes, frozen_params
+from .checkpoint import Checkpoints, checkpoint_spec
+from .options import RunOptions, check_options
+from .report import Reporter
+from .resume import dropped_line, missing_rows_line, refuse_finished, resuming_line
+from .run_dir import (clear_run_dir, has_rows, nothing_to_resume, open_checkpoints, outermost_missing,
+                      prepare_run_dir, remove_made)
+from .state import RunState, checkpoint_tree, from_checkpoint
+
+
+class RunStart:
+    """The start of one run of `program` with `options`: `prepare` (before the trainer is built),
+    then `begin` (the checkpoint store, the first state and the reporter)."""
+
+    def __init__(self, program: ir.Program, options: RunOptions):
+        self.program, self.options = program, options
+        self.total = options.steps or program.run.steps
+        self.metrics = options.run_dir / "metrics.jsonl"
+
+    def _say(self, line: str, everywhere: bool = False) -> None:
+        if not self.options.quiet and (everywhere or jax.process_index() == 0):
+            print(line, file=sys.stderr, flush=True)
+
+    def prepare(self, make_trainer):
+        """Check the options, refuse a resume of nothing, make the run dir, then build the trainer
+        (`make_trainer()`, which opens the loaders); if that fails, the folders made for the run dir
+        are removed again (where still empty). Returns the trainer."""
+        check_options(self.program, self.options)
+        self._refuse_resume_of_nothing()
+        made = outermost_missing(self.options.run_dir)
+        prepare_run_dir(self.options.run_dir)
+        try:
+            return make_trainer()
+        except BaseException:
+            remove_made(self.options.run_dir, made)
+            raise
+
+    def _refuse_resume_of_nothing(self) -> None:
+        """With `resume`, before anything is created: when the checkpoint dir does not exist, RunFinished
+        for a run whose metrics.jsonl says it trained its steps already (`refuse_finished`), else the
+        RunError "nothing to resume"; nothing when the dir exists (`_claim` decides then). So a
+        mistyped `--run-dir` leaves no empty run dir behind."""
+        if not self.options.resume:
+            return
+        try:
+            spec = checkpoint_spec(self.program.run.checkpoint, self.options.run_dir)
+        except CheckpointError as e:
+            raise RunError(str(e))
+        if spec.dir.exists():
+            return
+        refuse_finished(None, self.metrics, self.options.run_dir, self.total)
+        raise RunError(nothing_to_resume(spec.dir, self.metrics, every=spec.every))
+
+    def begin(self, trainer) -> tuple[Checkpoints, RunState, Reporter]:
+        """The run's checkpoint store (opened, proven writable), its first state (fresh, or with
+        `resume` the newest complete checkpoint's, said in one line) and its reporter (metrics.jsonl
+        appended to on a resume, its rows past the checkpoint dropped and said so). The store is
+        closed again if any of it fails."""
+        options = self.options
+        store = open_checkpoints(self.program, options)
+        store.provenance.pretrained = content_hashes(self.program)
+        try:
+            state = self._first_state(trainer, store)
+            self._say(f"sexpgpu: training on {run_devices(trainer.dp)}")   # once the run dir and checkpoints are settled
+            lost = missing_rows_line(self.metrics, state.step) if options.resume else None
+            if lost is not None:
+                self._say(lost)
+            reporter = Reporter(options.run_dir, trainer.steps, options.progress, options.quiet,
+                                Path(self.program.path).stem, start=state.step, append=options.resume,
+                                tensorboard=bool(self.program.run.log.get("tensorboard")))
+            if reporter.dropped:
+                self._say(dropped_line(reporter.dropped, state.step, reporter.path), everywhere=True)
+        except BaseException:
+            store.close()
+            raise
+        return store, state, reporter
+
+    def _first_state(self, trainer, store: Checkpoints) -> RunState:
+        """A fresh state, or with `resume` the newest complete checkpoint's (saying which, in one line)."""
+        options = self.options
+        if options.resume:
+            refuse_finished(store, self.metrics, options.run_dir, trainer.steps)
+        self._claim(store)
+        try:
+            # The state's shapes and dtypes, traced without computing anything.
+            like = jax.eval_shape(lambda: checkpoint_tree(trainer.initial_state(load=False)))
+            store.check_space(like)
+            if options.resume:
+                # Restore onto this run's devices (the mesh's, replicated, or the one device), whatever
+                # devices the checkpoint was saved from: orbax refuses another topology otherwise.
+                # Under FSDP each array comes back split as the run splits it (sharding.py).
+                one = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+                where = (trainer.dp.state_shardings(like) if trainer.dp is not None
+                         else jax.tree_util.tree_map(lambda _: one, like))
+                like = jax.tree_util.tree_map(lambda x, w: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=w), like, where)
+                step, tree, records = store.restore(like)
+                self._say(resuming_line(step, trainer.steps, store.spec.dir, store.cut_short))
+                # A checkpoint holds no frozen parameters: they are drawn or read again, and only they.
+                frozen = frozen_params(self.program, self.program.run.seed)
+                return trainer.place(from_checkpoint(step, tree, records, frozen))
+        except CheckpointError as e:
+            raise RunError(str(e))
+        return trainer.initial_state()
+
+    def _claim(self, store: Checkpoints) -> None:
+        """Refuse a run dir that an earlier run used, unless this run continues or replaces it.
+
+        With `resume`, the newest complete checkpoint must be this run's (identity
+        checked); without, a dir holding checkpoints, or a metrics.jsonl with rows,
+        is refused, since it would mix two runs, unless `overwrite` clears that run
+        first (run_dir.clear_run_dir).
+        """
+        resume, overwrite = self.options.resume, self.options.overwrite
+        try:
+            newest = store.newest_meta()   # (one that cannot be read is skipped here, and by `restore`)
+            if newest is not None:
+                latest, meta = newest
+                if not resume and not overwrite:
+                    if store.provenance.is_ours(meta):
+                        raise RunError(f"{store.spec.dir} already holds checkpoints of this run (newest: step {latest}); "
+                                       "pass --resume to continue it, --overwrite to start over, or give another --run-dir")
+                    raise RunError(f"{store.spec.dir} already holds checkpoints of another run ({store.provenance.identity_of(meta).show()}, "
+                                   f"newest: step {latest}); pass --overwrite to replace that run, or give another --run-dir")
+                if resume:
+                    store.provenance.check(latest, meta)
+            elif store.latest() is not None:   # checkpoints, none of whose JSON items reads
+                if not resume and not overwrite:
+                    raise RunError(f"{store.spec.dir} already holds checkpoints that cannot be read (newest: step "
+                                   f"{store.latest()}); pass --overwrite to start over, or give another --run-dir")
+            elif resume:
+                raise RunError(nothing_to_resume(store.spec.dir, self.metrics, store.cut_short, store.spec.every))
+            elif not overwrite and has_rows(self.metrics):
+                raise RunError(f"{self.options.run_dir} already holds the metrics.jsonl of an earlier run (and no "
+                               "checkpoint to resume from); pass --overwrite to start over, or give another --run-dir")
+            if overwrite:
+                clear_run_dir(self.options.run_dir, store)
+        except CheckpointError as e:
+            raise RunError(str(e))
