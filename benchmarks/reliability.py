@@ -1,4 +1,4 @@
-"""Reliability trials (issue 23): the faults a trial found, repeated, each printed as k/N passed.
+"""Reliability trials (issues 23 and 35): the faults a trial found, repeated, each printed as k/N passed.
 
     .venv/bin/python benchmarks/reliability.py                 # every trial, a few of each (~5-10 min on 2 cores)
     .venv/bin/python benchmarks/reliability.py --trials 20     # the issue's counts
@@ -9,6 +9,9 @@ remaining trials are skipped and the counts say how many ran):
 
 - `lexer`: lint time of a 105 KB run file with 0 and with 1,000 NUL characters
   (passes when the second is under 10x the first; it was 400x);
+- `nulrun`: the front end's time per bad character on a run of 1,000 and of
+  16,000 NULs in examples/gpt2.sx (passes when the second is under 3x the
+  first: linear; it was quadratic, 8,000 NULs 35 s);
 - `ranges`: the files of item 5 that linted clean and crashed `run` now lint
   with an error each;
 - `signals`: `sexpgpu run` gets SIGINT or SIGTERM at a random moment of its
@@ -64,6 +67,28 @@ def trial_lexer(rng: random.Random, tmp: Path) -> tuple[bool, str]:
         sexpgpu("lint", str(f), timeout=600)
         times.append(time.perf_counter() - t0)
     return times[1] < 10 * times[0], f"clean {times[0]:.2f} s, 1000 NULs {times[1]:.2f} s"
+
+
+def trial_nulrun(rng: random.Random, tmp: Path) -> tuple[bool, str]:
+    """Time per NUL of `analyze` on gpt2.sx with a run of 1,000 and of 16,000 NULs, each less
+    the clean file's time, all measured here, in one process (the best of three each)."""
+    sys.path.insert(0, str(ROOT))
+    from sexpgpu_lang import analyze
+    text = (ROOT / "examples" / "gpt2.sx").read_text()
+    at = rng.randrange(len(text))
+
+    def best(body: str) -> float:
+        times = []
+        for _ in range(3):
+            t0 = time.perf_counter()
+            analyze(body, "gpt2.sx")
+            times.append(time.perf_counter() - t0)
+        return min(times)
+
+    clean = best(text)
+    per = {k: max(best(text[:at] + "\x00" * k + text[at:]) - clean, 0.0) / k for k in (1000, 16000)}
+    return per[16000] < 3 * per[1000], (f"clean {clean * 1e3:.1f} ms; per NUL {per[1000] * 1e6:.1f} us at 1,000, "
+                                        f"{per[16000] * 1e6:.1f} us at 16,000 (x{per[16000] / max(per[1000], 1e-12):.2f})")
 
 
 RANGE_EDITS = [("(def seq 8)", "(def seq 18446744073709551616)"), ("(def dim 64)", "(def dim -1)"),
@@ -145,7 +170,7 @@ def trial_corrupt(rng: random.Random, tmp: Path) -> tuple[bool, str]:
     return ok, f"{'cut' if cut else '4 bytes'} in {len(files)} files: exit {r.returncode}, fallback said: {said}"
 
 
-TRIALS = {"lexer": trial_lexer, "ranges": trial_ranges, "signals": trial_signals, "kill": trial_kill,
+TRIALS = {"lexer": trial_lexer, "nulrun": trial_nulrun, "ranges": trial_ranges, "signals": trial_signals, "kill": trial_kill,
           "corrupt": trial_corrupt}
 
 
@@ -160,7 +185,7 @@ def main() -> None:
     rng = random.Random(a.seed)
     t_end = time.monotonic() + a.budget
     for kind in a.only.split(","):
-        n = 1 if kind == "lexer" else a.trials
+        n = 1 if kind in ("lexer", "nulrun") else a.trials
         passed = ran = 0
         notes = []
         for _ in range(n):
