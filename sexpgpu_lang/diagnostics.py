@@ -89,6 +89,7 @@ CODES: dict[str, str] = {
     "W-MODEL-001": "a `:pretrained` file has tensors `:params` does not name",
     "W-OPT-001": "a warmup longer than the run",
     "W-LOADER-001": "a tokenizer with more ids than the loader's `:vocab`",
+    "E-LOADER-001": "a loader's file that is not a regular file, or a tokenizer.json that cannot be read",
 }
 
 

@@ -29,9 +29,11 @@ import hashlib
 import os
 import re
 import zipfile
+from tokenize import TokenError
 
 import numpy as np
 
+from sexpgpu_lang.bounded_read import NotRegularFile, open_regular
 from sexpgpu_lang.ir import LoaderIR
 
 from .token_files import permuted, widens
@@ -266,12 +268,15 @@ def resolve_path(spec: LoaderIR, path: str) -> str:
 
 
 def open_data(path: str, where: str):
-    """`path` opened for reading bytes; a missing or unreadable file is LoaderError, `where` (``loader
-    `name` ``) first, naming the path and the fix."""
+    """`path` opened for reading bytes; a missing or unreadable file, or one that is not a regular
+    file (a FIFO, /dev/zero, a directory: sexpgpu_lang.bounded_read), is LoaderError, `where`
+    (``loader `name` ``) first, naming the path and the fix."""
     try:
-        return open(path, "rb")
+        return open_regular(path)   # a FIFO or a device is refused, never waited on
     except FileNotFoundError:
         raise LoaderError(f"{where}: no file {path}; make it, or fix the path (relative to the run file)") from None
+    except NotRegularFile as e:
+        raise LoaderError(f"{where}: cannot read {path}: {e}; name a regular file") from None
     except OSError as e:
         raise LoaderError(f"{where}: cannot read {path}: {e.strerror or e}") from None
 
@@ -313,8 +318,10 @@ def _npz(spec: LoaderIR, args: dict) -> dict[str, np.ndarray]:
                     raise LoaderError(f"{where}: field `{k}` in {path} holds Python objects, which are never "
                                       "unpickled; save it as a numeric array") from None
             return out
-    except (zipfile.BadZipFile, ValueError, OSError, EOFError) as e:
-        raise LoaderError(f"{where}: {path} is not a readable .npz file ({e})")
+    except (zipfile.BadZipFile, ValueError, OSError, EOFError, SyntaxError, TokenError) as e:
+        # (a member's junk .npy header: numpy parses it with Python's tokenizer and `ast`)
+        raise LoaderError(f"{where}: {path} is not a readable .npz file ({type(e).__name__}: "
+                          f"{(str(e).splitlines() or [''])[0]})") from None
 
 
 def _text_bytes(spec: LoaderIR, args: dict) -> dict[str, np.ndarray]:
