@@ -22,7 +22,17 @@ remaining trials are skipped and the counts say how many ran):
   step; passes when `--resume` exits 0;
 - `corrupt`: 4 bytes overwritten (or the file cut to a third) in every data
   file of the newest checkpoint; passes when `--resume` exits 0 from an older
-  checkpoint, saying so, without a traceback.
+  checkpoint, saying so, without a traceback;
+- `special`: a FIFO, /dev/zero or a directory (at random) given as a
+  `text-tokens` tokenizer, a `tokens` file, or a `jsonl` or `parquet` prompt
+  file (at random), to `lint --read-files` and `run` (at random); passes when
+  it exits 1 or 2 within 60 s with a line saying what the path is, and no
+  traceback (it hung for good, or grew to 3 GB);
+- `meta`: the newest checkpoint's meta item edited (`records` +8 or negative,
+  one hex digit of `identity`, `seed` null or text, `records` text, at
+  random; an ill-typed one half the time with its digest written again for
+  the edit, so only the validation can catch it); passes when `--resume` exits 0 from the
+  checkpoint before it, saying so, without a traceback.
 """
 from __future__ import annotations
 
@@ -170,8 +180,89 @@ def trial_corrupt(rng: random.Random, tmp: Path) -> tuple[bool, str]:
     return ok, f"{'cut' if cut else '4 bytes'} in {len(files)} files: exit {r.returncode}, fallback said: {said}"
 
 
+PROMPT_RUN = """(loader train
+  :source SOURCE
+  :batch 2
+  :fields (:x [8] :i32))
+(defmodel m :params (:w (normal [16 16] :std 0.1)) :apply (lambda (self x) (take (getf self :w) x)))
+(model m)
+(objective (lambda (batch ctx) (mean (cross-entropy (model (field batch :x)) (field batch :x)))))
+(run :loader train :steps 1 :seed 0)
+"""
+SPECIAL_SOURCES = {"tokenizer": '(text-tokens "*.txt" :tokenizer "PATH" :seq 8 :vocab 16)',
+                   "tokens": '(tokens "PATH" :dtype :uint16 :seq 8 :vocab 16)',
+                   "jsonl": '(jsonl "PATH")', "parquet": '(parquet "PATH")'}
+SPECIAL_WORDS = {"fifo": "named pipe (FIFO)", "zero": "character device", "dir": "directory"}
+
+
+def trial_special(rng: random.Random, tmp: Path) -> tuple[bool, str]:
+    import os
+    kind, where, how = rng.choice(list(SPECIAL_WORDS)), rng.choice(list(SPECIAL_SOURCES)), rng.choice(("lint", "run"))
+    (tmp / "a.txt").write_text("some text to tokenize " * 20)
+    path = {"fifo": str(tmp / "pipe"), "zero": "/dev/zero", "dir": str(tmp / "adir")}[kind]
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "dir":
+        os.mkdir(path)
+    f = tmp / "special.sx"
+    f.write_text(PROMPT_RUN.replace("SOURCE", SPECIAL_SOURCES[where].replace("PATH", path)))
+    args = ["lint", "--read-files", str(f)] if how == "lint" else ["run", str(f), "--run-dir", str(tmp / "out"),
+                                                                    "--no-progress"]
+    what = f"{how}: {where} is a {kind}"
+    try:
+        r = sexpgpu(*args, timeout=60)
+    except subprocess.TimeoutExpired:
+        return False, what + ": still running after 60 s"
+    out = r.stdout + r.stderr
+    ok = r.returncode in (1, 2) and SPECIAL_WORDS[kind] in out and "Traceback" not in out
+    return ok, what + f": exit {r.returncode}" + ("" if ok else ": " + out.strip()[-300:])
+
+
+def _edit_meta(rng: random.Random, meta: dict) -> str:
+    edit = rng.choice(("records+8", "records-4", "identity", "seed-null", "seed-text", "records-text"))
+    if edit == "records+8":
+        meta["records"] += 8
+    elif edit == "records-4":
+        meta["records"] = -4
+    elif edit == "identity":
+        h = meta["identity"]
+        meta["identity"] = h[:5] + ("0" if h[5] != "0" else "1") + h[6:]
+    elif edit == "seed-null":
+        meta["seed"] = None
+    elif edit == "seed-text":
+        meta["seed"] = str(meta["seed"])
+    else:
+        meta["records"] = str(meta["records"])
+    return edit
+
+
+def trial_meta(rng: random.Random, tmp: Path) -> tuple[bool, str]:
+    import json
+    sys.path.insert(0, str(ROOT))
+    f, d = run_file(tmp), tmp / "out"
+    r = sexpgpu("run", str(f), "--steps", "6", "--run-dir", str(d), "--no-progress")
+    if r.returncode != 0:
+        return False, "the first run failed: " + r.stderr.strip()[-200:]
+    path = d / "checkpoints" / "6" / "meta" / "metadata"
+    meta = json.loads(path.read_text())
+    edit = _edit_meta(rng, meta)
+    # (an edit that leaves a valid meta item, written with its digest again, is a forgery no
+    # check can tell from a real checkpoint: only the ill-typed ones get their digest again)
+    redigest = edit not in ("records+8", "identity") and rng.random() < 0.5
+    if redigest:
+        import zlib
+        rest = {k: v for k, v in meta.items() if k != "meta_digest"}
+        meta["meta_digest"] = zlib.crc32(json.dumps(rest, sort_keys=True, separators=(",", ":")).encode())
+    path.write_text(json.dumps(meta))
+    r = _resume(f, d, 8)
+    said = "resuming from checkpoint step 4, the newest that verifies" in r.stderr
+    ok = r.returncode == 0 and said and "Traceback" not in r.stderr
+    return ok, f"{edit}{' (digest written again)' if redigest else ''}: exit {r.returncode}, fallback said: {said}" + (
+        "" if ok else ": " + r.stderr.strip()[-300:])
+
+
 TRIALS = {"lexer": trial_lexer, "nulrun": trial_nulrun, "ranges": trial_ranges, "signals": trial_signals, "kill": trial_kill,
-          "corrupt": trial_corrupt}
+          "corrupt": trial_corrupt, "special": trial_special, "meta": trial_meta}
 
 
 def main() -> None:

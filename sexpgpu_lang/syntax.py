@@ -593,7 +593,9 @@ def parse(source: SourceText) -> ParseResult:
                 tokens = [t if (s - off, ln - first_line) == (0, 0) else _moved(t, s - off, ln - first_line)
                           for s, ln, lexed in (pieces[i] for i in group) for t in lexed[0]]
                 local: list[Diagnostic] = []
-                balanced = _balanced_chunk(tokens, local, set())
+                # A form nested too deep has a diagnostic for certain (E-SYNTAX-005): balance it
+                # once, where it is, rather than here and again there (a 100,000-deep file).
+                balanced = None if _too_deep(tokens, local) else _balanced_chunk(tokens, local, set())
                 if local:
                     # Diagnostics name lines and offsets: parse this form where it is.
                     tokens = [_moved(t, s, ln - 1) for s, ln, lexed in (pieces[i] for i in group) for t in lexed[0]]
