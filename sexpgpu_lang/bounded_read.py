@@ -1,9 +1,9 @@
 """Input files read safely: regular files only, never a wait on a special file, a bound where a format has one.
 
 Every file a run file names (a tokenizer.json, a token file, a jsonl or
-parquet prompt set, an `.npz`, a safetensors checkpoint and its index) is
-read by `sexpgpu run`, by `sexpgpu lint --read-files` and by the language
-server through these functions:
+parquet prompt set, an `.npz`, a safetensors checkpoint and its index), and
+the run file itself (`analyze_file`), is read by `sexpgpu run`, by `sexpgpu
+lint --read-files` and by the language server through these functions:
 
 - `open_regular(path)` opens without blocking (`O_NONBLOCK`: opening a FIFO
   never waits for a writer) and looks at what it opened (`fstat` of the open
@@ -114,8 +114,8 @@ def check_regular(path: str) -> os.stat_result:
     return st
 
 
-def open_regular(path: str, text: bool = False, encoding: str = "utf-8"):
-    """`path` opened for reading (bytes, or text in `encoding` with `text`), once it is known to
+def open_regular(path: str, text: bool = False, encoding: str = "utf-8", newline: str | None = None):
+    """`path` opened for reading (bytes, or text in `encoding` with `text`, `newline` as `open`'s), once it is known to
     be a regular file: opened with O_NONBLOCK (a FIFO's open never waits for a writer), then
     `fstat` of that descriptor decides (NotRegularFile else), then made blocking again.
     FileNotFoundError, PermissionError and ValueError (a NUL in the path) pass through."""
@@ -131,7 +131,7 @@ def open_regular(path: str, text: bool = False, encoding: str = "utf-8"):
     except BaseException:
         os.close(fd)
         raise
-    return io.TextIOWrapper(fh, encoding=encoding) if text else fh
+    return io.TextIOWrapper(fh, encoding=encoding, newline=newline) if text else fh
 
 
 def read_bounded(path: str, limit: int, what: str) -> bytes:

@@ -299,3 +299,17 @@ def test_the_runtime_bad_json_rows_are_one_line_naming_the_file_and_row(tmp_path
     assert long.startswith(f"loader `data`: {tmp_path}/long.jsonl:2: the line is longer than 64.0 MiB")
     assert f"deep-tok.json is not a Hugging Face tokenizer.json (it nests deeper" in deep_tok
     assert f"junk.npy is a .npy file whose header numpy cannot read (" in npy
+
+
+def test_lint_and_run_of_a_fifo_or_dev_zero_run_file_are_one_line(tmp_path):
+    fifo = tmp_path / "run.sx"
+    os.mkfifo(fifo)
+    exe = str(Path(sys.executable).with_name("sexpgpu"))
+    for args in (["lint", str(fifo)], ["lint", "/dev/zero"], ["run", str(fifo), "--run-dir", str(tmp_path / "out")]):
+        try:
+            r = subprocess.run([exe] + args, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"`sexpgpu {' '.join(args)}` waited on a special file")
+        what = "a character device" if "/dev/zero" in args else "a named pipe (FIFO)"
+        assert r.returncode == 2 and r.stderr.strip() == f"sexpgpu: error: cannot read {args[1]}: it is {what}, not a regular file"
+        assert not (tmp_path / "out").exists()
