@@ -1,4 +1,4 @@
-"""Reliability trials (issue 23): the faults a trial found, repeated, each printed as k/N passed.
+"""Reliability trials (issues 23 and 35): the faults a trial found, repeated, each printed as k/N passed.
 
     .venv/bin/python benchmarks/reliability.py                 # every trial, a few of each (~5-10 min on 2 cores)
     .venv/bin/python benchmarks/reliability.py --trials 20     # the issue's counts
@@ -9,6 +9,9 @@ remaining trials are skipped and the counts say how many ran):
 
 - `lexer`: lint time of a 105 KB run file with 0 and with 1,000 NUL characters
   (passes when the second is under 10x the first; it was 400x);
+- `nulrun`: the front end's time per bad character on a run of 1,000 and of
+  16,000 NULs in examples/gpt2.sx (passes when the second is under 3x the
+  first: linear; it was quadratic, 8,000 NULs 35 s);
 - `ranges`: the files of item 5 that linted clean and crashed `run` now lint
   with an error each;
 - `signals`: `sexpgpu run` gets SIGINT or SIGTERM at a random moment of its
@@ -19,7 +22,17 @@ remaining trials are skipped and the counts say how many ran):
   step; passes when `--resume` exits 0;
 - `corrupt`: 4 bytes overwritten (or the file cut to a third) in every data
   file of the newest checkpoint; passes when `--resume` exits 0 from an older
-  checkpoint, saying so, without a traceback.
+  checkpoint, saying so, without a traceback;
+- `special`: a FIFO, /dev/zero or a directory (at random) given as a
+  `text-tokens` tokenizer, a `tokens` file, or a `jsonl` or `parquet` prompt
+  file (at random), to `lint --read-files` and `run` (at random); passes when
+  it exits 1 or 2 within 60 s with a line saying what the path is, and no
+  traceback (it hung for good, or grew to 3 GB);
+- `meta`: the newest checkpoint's meta item edited (`records` +8 or negative,
+  one hex digit of `identity`, `seed` null or text, `records` text, at
+  random; an ill-typed one half the time with its digest written again for
+  the edit, so only the validation can catch it); passes when `--resume` exits 0 from the
+  checkpoint before it, saying so, without a traceback.
 """
 from __future__ import annotations
 
@@ -64,6 +77,28 @@ def trial_lexer(rng: random.Random, tmp: Path) -> tuple[bool, str]:
         sexpgpu("lint", str(f), timeout=600)
         times.append(time.perf_counter() - t0)
     return times[1] < 10 * times[0], f"clean {times[0]:.2f} s, 1000 NULs {times[1]:.2f} s"
+
+
+def trial_nulrun(rng: random.Random, tmp: Path) -> tuple[bool, str]:
+    """Time per NUL of `analyze` on gpt2.sx with a run of 1,000 and of 16,000 NULs, each less
+    the clean file's time, all measured here, in one process (the best of three each)."""
+    sys.path.insert(0, str(ROOT))
+    from sexpgpu_lang import analyze
+    text = (ROOT / "examples" / "gpt2.sx").read_text()
+    at = rng.randrange(len(text))
+
+    def best(body: str) -> float:
+        times = []
+        for _ in range(3):
+            t0 = time.perf_counter()
+            analyze(body, "gpt2.sx")
+            times.append(time.perf_counter() - t0)
+        return min(times)
+
+    clean = best(text)
+    per = {k: max(best(text[:at] + "\x00" * k + text[at:]) - clean, 0.0) / k for k in (1000, 16000)}
+    return per[16000] < 3 * per[1000], (f"clean {clean * 1e3:.1f} ms; per NUL {per[1000] * 1e6:.1f} us at 1,000, "
+                                        f"{per[16000] * 1e6:.1f} us at 16,000 (x{per[16000] / max(per[1000], 1e-12):.2f})")
 
 
 RANGE_EDITS = [("(def seq 8)", "(def seq 18446744073709551616)"), ("(def dim 64)", "(def dim -1)"),
@@ -145,8 +180,89 @@ def trial_corrupt(rng: random.Random, tmp: Path) -> tuple[bool, str]:
     return ok, f"{'cut' if cut else '4 bytes'} in {len(files)} files: exit {r.returncode}, fallback said: {said}"
 
 
-TRIALS = {"lexer": trial_lexer, "ranges": trial_ranges, "signals": trial_signals, "kill": trial_kill,
-          "corrupt": trial_corrupt}
+PROMPT_RUN = """(loader train
+  :source SOURCE
+  :batch 2
+  :fields (:x [8] :i32))
+(defmodel m :params (:w (normal [16 16] :std 0.1)) :apply (lambda (self x) (take (getf self :w) x)))
+(model m)
+(objective (lambda (batch ctx) (mean (cross-entropy (model (field batch :x)) (field batch :x)))))
+(run :loader train :steps 1 :seed 0)
+"""
+SPECIAL_SOURCES = {"tokenizer": '(text-tokens "*.txt" :tokenizer "PATH" :seq 8 :vocab 16)',
+                   "tokens": '(tokens "PATH" :dtype :uint16 :seq 8 :vocab 16)',
+                   "jsonl": '(jsonl "PATH")', "parquet": '(parquet "PATH")'}
+SPECIAL_WORDS = {"fifo": "named pipe (FIFO)", "zero": "character device", "dir": "directory"}
+
+
+def trial_special(rng: random.Random, tmp: Path) -> tuple[bool, str]:
+    import os
+    kind, where, how = rng.choice(list(SPECIAL_WORDS)), rng.choice(list(SPECIAL_SOURCES)), rng.choice(("lint", "run"))
+    (tmp / "a.txt").write_text("some text to tokenize " * 20)
+    path = {"fifo": str(tmp / "pipe"), "zero": "/dev/zero", "dir": str(tmp / "adir")}[kind]
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "dir":
+        os.mkdir(path)
+    f = tmp / "special.sx"
+    f.write_text(PROMPT_RUN.replace("SOURCE", SPECIAL_SOURCES[where].replace("PATH", path)))
+    args = ["lint", "--read-files", str(f)] if how == "lint" else ["run", str(f), "--run-dir", str(tmp / "out"),
+                                                                    "--no-progress"]
+    what = f"{how}: {where} is a {kind}"
+    try:
+        r = sexpgpu(*args, timeout=60)
+    except subprocess.TimeoutExpired:
+        return False, what + ": still running after 60 s"
+    out = r.stdout + r.stderr
+    ok = r.returncode in (1, 2) and SPECIAL_WORDS[kind] in out and "Traceback" not in out
+    return ok, what + f": exit {r.returncode}" + ("" if ok else ": " + out.strip()[-300:])
+
+
+def _edit_meta(rng: random.Random, meta: dict) -> str:
+    edit = rng.choice(("records+8", "records-4", "identity", "seed-null", "seed-text", "records-text"))
+    if edit == "records+8":
+        meta["records"] += 8
+    elif edit == "records-4":
+        meta["records"] = -4
+    elif edit == "identity":
+        h = meta["identity"]
+        meta["identity"] = h[:5] + ("0" if h[5] != "0" else "1") + h[6:]
+    elif edit == "seed-null":
+        meta["seed"] = None
+    elif edit == "seed-text":
+        meta["seed"] = str(meta["seed"])
+    else:
+        meta["records"] = str(meta["records"])
+    return edit
+
+
+def trial_meta(rng: random.Random, tmp: Path) -> tuple[bool, str]:
+    import json
+    sys.path.insert(0, str(ROOT))
+    f, d = run_file(tmp), tmp / "out"
+    r = sexpgpu("run", str(f), "--steps", "6", "--run-dir", str(d), "--no-progress")
+    if r.returncode != 0:
+        return False, "the first run failed: " + r.stderr.strip()[-200:]
+    path = d / "checkpoints" / "6" / "meta" / "metadata"
+    meta = json.loads(path.read_text())
+    edit = _edit_meta(rng, meta)
+    # (an edit that leaves a valid meta item, written with its digest again, is a forgery no
+    # check can tell from a real checkpoint: only the ill-typed ones get their digest again)
+    redigest = edit not in ("records+8", "identity") and rng.random() < 0.5
+    if redigest:
+        import zlib
+        rest = {k: v for k, v in meta.items() if k != "meta_digest"}
+        meta["meta_digest"] = zlib.crc32(json.dumps(rest, sort_keys=True, separators=(",", ":")).encode())
+    path.write_text(json.dumps(meta))
+    r = _resume(f, d, 8)
+    said = "resuming from checkpoint step 4, the newest that verifies" in r.stderr
+    ok = r.returncode == 0 and said and "Traceback" not in r.stderr
+    return ok, f"{edit}{' (digest written again)' if redigest else ''}: exit {r.returncode}, fallback said: {said}" + (
+        "" if ok else ": " + r.stderr.strip()[-300:])
+
+
+TRIALS = {"lexer": trial_lexer, "nulrun": trial_nulrun, "ranges": trial_ranges, "signals": trial_signals, "kill": trial_kill,
+          "corrupt": trial_corrupt, "special": trial_special, "meta": trial_meta}
 
 
 def main() -> None:
@@ -160,7 +276,7 @@ def main() -> None:
     rng = random.Random(a.seed)
     t_end = time.monotonic() + a.budget
     for kind in a.only.split(","):
-        n = 1 if kind == "lexer" else a.trials
+        n = 1 if kind in ("lexer", "nulrun") else a.trials
         passed = ran = 0
         notes = []
         for _ in range(n):

@@ -20,4 +20,15 @@ def main() -> None:
     gc.freeze()
     if collecting:
         gc.enable()
-    run()
+    if sys.argv[1:2] != ["run"]:
+        run()
+        return
+    from .early_signals import EarlySignals
+    try:
+        run()
+    except SystemExit as e:   # the status `EarlySignals.end_process` exits with, after atexit
+        EarlySignals.status = 0 if e.code is None else e.code if isinstance(e.code, int) else 1
+        raise
+    except BaseException:
+        EarlySignals.status = 1   # (the traceback is printed before atexit runs)
+        raise

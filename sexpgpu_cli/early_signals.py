@@ -22,10 +22,19 @@ class EarlySignals:
     #: The one installed by the console script for `sexpgpu run` (`install_first`), if any.
     first: "EarlySignals | None" = None
 
+    #: The console script's handler (`install_first`): it stays installed past `run` (`restore`
+    #: keeps noting signals, `_late`) until the process ends (`end_process`).
+    console: "EarlySignals | None" = None
+    #: The signal that arrived after `run` had returned (said in one line), if any.
+    late: int | None = None
+
     @classmethod
     def install_first(cls) -> None:
-        """Install one before anything else is imported (`sexpgpu_cli.main()` for `run`)."""
-        cls.first = cls.install()
+        """Install one before anything else is imported (`sexpgpu_cli.main()` for `run`), and register
+        `end_process` as the last thing the process does (atexit runs the first registered last)."""
+        import atexit
+        cls.first = cls.console = cls.install()
+        atexit.register(cls.end_process)
 
     @classmethod
     def take(cls) -> "EarlySignals":
@@ -45,11 +54,50 @@ class EarlySignals:
         return handler
 
     def restore(self) -> None:
-        """Put back the handlers `install` replaced (once `run` returns or raises)."""
+        """Put back the handlers `install` replaced (once `run` returns or raises). The console
+        script's own instead goes on noting signals (`_late`) until the process ends: after the
+        run's last line, Python's teardown (threads joined, atexit, then some 2 s freeing JAX's
+        modules with the default handlers back) would otherwise be ended by a SIGTERM with
+        status -15 and nothing said, where docs/checkpoints.md promises exit 0 and a line."""
         import signal
+        if self is EarlySignals.console and self.old:
+            for s in self.old:
+                signal.signal(s, self._late)
+            return
         for s, old in self.old.items():
             signal.signal(s, old)
         self.old.clear()
+
+    #: The status the command exits with (`sexpgpu_cli.main()` sets it when `run` returns).
+    status: int = 0
+
+    def _late(self, signum, frame) -> None:
+        """A signal after `run` returned: the run is complete (or had failed, and said so), so the
+        process ends as it would have, saying so in one line; a second one ends it at once."""
+        import os
+        import signal
+        name = signal.Signals(signum).name
+        if EarlySignals.late is None:
+            EarlySignals.late = signum
+            os.write(2, f"sexpgpu: {name} arrived after the run had ended; it exits as it would have\n".encode())
+            return
+        os.write(2, f"sexpgpu: a second {name}: exiting now\n".encode())
+        os._exit(128 + signum)
+
+    @classmethod
+    def end_process(cls) -> None:
+        """The last atexit callback of `sexpgpu run`: every other one has run (orbax's and JAX's
+        included), so the process ends here with its status, its output flushed, instead of in
+        the interpreter's teardown of JAX's modules, where Python's signal handlers are gone
+        (a stop signal there would end it by the signal, after a run that had finished)."""
+        import os
+        import sys
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:
+                pass
+        os._exit(cls.status)
 
     def __call__(self, signum, frame) -> None:
         if self.received is None:

@@ -27,7 +27,9 @@ def analyze(text: str, path: str = "<input>", read_files: bool | str = False, bu
 
 
 def analyze_file(path: str, read_files: bool = False, build_ir: bool = True) -> CheckResult:
-    """Read (UTF-8) and check a run file. Raises OSError / UnicodeDecodeError for unreadable files."""
-    with open(path, encoding="utf-8", newline="") as fh:
+    """Read (UTF-8) and check a run file. Raises OSError / UnicodeDecodeError for unreadable files
+    (bounded_read.NotRegularFile, an OSError, for a FIFO, a device or a directory: never waited on)."""
+    from .bounded_read import open_regular
+    with open_regular(path, text=True, encoding="utf-8", newline="") as fh:
         text = fh.read()
     return analyze(text, path, read_files, build_ir)

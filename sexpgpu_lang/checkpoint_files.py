@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 
+from .bounded_read import INDEX_JSON_LIMIT, JsonNumberTooLong, JsonTooDeep, NotRegularFile, loads_json, read_bounded
 from .safetensors_header import HeaderError, read_header
 
 #: Hugging Face's names for a checkpoint in one file and for the index of a sharded one.
@@ -103,8 +104,11 @@ def _one(path: str) -> dict[str, tuple[tuple[int, ...], str, str]]:
 def _weight_map(index: str) -> dict[str, str]:
     """The index's `weight_map` (tensor name -> shard file). SourceError naming the index."""
     try:
-        with open(index, encoding="utf-8") as fh:
-            data = json.load(fh)
+        data = loads_json(read_bounded(index, INDEX_JSON_LIMIT, "a safetensors index").decode("utf-8"))
+    except JsonTooDeep as e:
+        raise SourceError(index, f"it is not a safetensors index ({e})")
+    except JsonNumberTooLong as e:
+        raise SourceError(index, f"it is not a safetensors index ({e})")
     except FileNotFoundError:
         raise SourceError(index, "no such file")
     except OSError as e:
@@ -128,6 +132,12 @@ def _indexed(index: str) -> dict[str, tuple[tuple[int, ...], str, str]]:
     for name, shard in weight_map.items():
         full = os.path.join(base, shard)
         if full not in headers:
+            outside = _outside(base, shard, full)
+            if outside is not None:
+                raise SourceError(index, f"it places tensor `{name}` in `{shard}`, {outside}; a shard is a file "
+                                  "in the index's own directory (or below it): fix the index's `weight_map`")
+            if os.path.exists(full) and not os.path.isfile(full):
+                raise SourceError(index, f"it places tensor `{name}` in `{shard}`, which {NotRegularFile(full, os.stat(full).st_mode).strerror.removeprefix('it ')}")
             if not os.path.isfile(full):
                 raise SourceError(index, f"it places tensor `{name}` in `{shard}`, which is not there")
             try:
@@ -139,3 +149,20 @@ def _indexed(index: str) -> dict[str, tuple[tuple[int, ...], str, str]]:
             raise SourceError(index, f"it places tensor `{name}` in `{shard}`, which has no such tensor")
         out[name] = (got[0], got[1], full)
     return out
+
+
+def _outside(base: str, shard: str, full: str) -> str | None:
+    """Why the shard `shard` of an index in directory `base` (`full`: joined) is not inside that
+    directory, or None when it is: an absolute path, or one that resolves (`..`, symbolic links
+    followed, a loop included) to a file elsewhere. A shard outside would read any file on the
+    machine (`../../etc/passwd`) as tensors, and train on another checkpoint's weights."""
+    if os.path.isabs(shard):
+        return "an absolute path, outside the checkpoint's directory"
+    try:
+        root = os.path.realpath(base)
+        real = os.path.realpath(full)
+    except (OSError, ValueError):
+        return "a path that cannot be resolved"
+    if os.path.commonpath([root, real]) != root:
+        return f"which resolves to {real}, outside the checkpoint's directory {root}"
+    return None

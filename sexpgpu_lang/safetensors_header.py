@@ -15,6 +15,9 @@ from __future__ import annotations
 import json
 import struct
 
+from .bounded_read import (SAFETENSORS_HEADER_LIMIT, JsonNumberTooLong, JsonTooDeep, loads_json, open_regular,
+                           size_words)
+
 #: safetensors dtype names to SexpGPU's.
 DTYPES = {"F32": "f32", "F16": "f16", "BF16": "bf16", "I32": "i32", "I64": "i64", "BOOL": "bool"}
 #: Bytes per entry of safetensors' dtypes (its README's list), to check each tensor's byte range.
@@ -29,13 +32,14 @@ class HeaderError(Exception):
 def read_header(path: str) -> dict[str, tuple[tuple[int, ...], str]]:
     """Tensor name -> (shape, SexpGPU dtype name, or the file's own name when SexpGPU has none)."""
     try:
-        with open(path, "rb") as fh:
+        with open_regular(path) as fh:   # a FIFO or a device: refused, never waited on (bounded_read)
             head = fh.read(8)
             if len(head) < 8:
                 raise HeaderError("it is not a safetensors file (too short)")
             (n,) = struct.unpack("<Q", head)
-            if n > 100_000_000:
-                raise HeaderError("it is not a safetensors file (header length out of range)")
+            if n > SAFETENSORS_HEADER_LIMIT:
+                raise HeaderError(f"it is not a safetensors file (its first 8 bytes give a header length of {n:,} "
+                                  f"bytes, more than safetensors' limit of {size_words(SAFETENSORS_HEADER_LIMIT)})")
             raw = fh.read(n)
             fh.seek(0, 2)
             data_size = fh.tell() - 8 - n
@@ -46,9 +50,11 @@ def read_header(path: str) -> dict[str, tuple[tuple[int, ...], str]]:
     except ValueError:   # a NUL or a lone surrogate in the path: no file can have that name
         raise HeaderError("no such file (its name holds a character no file name can)")
     try:
-        meta = json.loads(raw)
+        meta = loads_json(raw)
     except (UnicodeDecodeError, json.JSONDecodeError):
         raise HeaderError("it is not a safetensors file (its header is not JSON)")
+    except (JsonTooDeep, JsonNumberTooLong) as e:
+        raise HeaderError(f"it is not a safetensors file (its header {str(e).removeprefix('it ')})")
     if not isinstance(meta, dict):
         raise HeaderError("it is not a safetensors file")
     out = {}
@@ -69,9 +75,11 @@ def data_offsets(path: str) -> tuple[int, dict[str, tuple[int, int]]]:
     """Where each tensor's bytes are: (the byte the data starts at, 8 plus the header's length; each
     tensor's (begin, end) from there). For a file `read_header` accepted (raises HeaderError else)."""
     try:
-        with open(path, "rb") as fh:
+        with open_regular(path) as fh:
             (n,) = struct.unpack("<Q", fh.read(8))
-            meta = json.loads(fh.read(n))
+            if n > SAFETENSORS_HEADER_LIMIT:
+                raise HeaderError("header length out of range")
+            meta = loads_json(fh.read(n))
     except (OSError, struct.error, ValueError) as e:
         raise HeaderError(str(e))
     return 8 + n, {k: tuple(v["data_offsets"]) for k, v in meta.items() if k != "__metadata__"}

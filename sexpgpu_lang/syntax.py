@@ -219,16 +219,26 @@ def _lex(text: str, diags: list[Diagnostic], unterminated: set[int] | None = Non
     comments: list[Span] = []
     pos, line, line_start, n = 0, 1, 0, len(text)
     while pos < n:
-        # Each match starts where the previous one ended; one that starts later (or none)
-        # means the character at `pos` starts no token. With several patterns (another lark
-        # version), the first that matches at `pos` wins, as in lark's scanner.
+        # Each match starts where the previous one ended; one that starts later means that no
+        # token starts at `pos ... start - 1`. Those characters are reported from this one
+        # search and lexing goes on with its match, so that a run of bad characters is
+        # searched through once, not once per character (which made recovery quadratic in
+        # the run's length). An unterminated string's repair may skip past the match: the
+        # search then starts again after it. With several patterns (another lark version),
+        # the first that matches at `pos` wins, as in lark's scanner.
         if len(patterns) == 1:
             matches = patterns[0].finditer(text, pos)
         else:
             matches = iter(lambda: _match_first(patterns, text, pos), None)
+        resumed = False
         for m in matches:
             start, end = m.span()
-            if start != pos or end == pos:
+            if end == start:
+                break
+            while pos < start:
+                pos = _recover(text, pos, line, pos - line_start + 1, tokens, diags, unterminated)
+            if pos != start:
+                resumed = True
                 break
             kind = m.lastgroup
             if kind == "WS":
@@ -241,7 +251,13 @@ def _lex(text: str, diags: list[Diagnostic], unterminated: set[int] | None = Non
             else:
                 tokens.append(Token(kind, m.group(), pos, line, pos - line_start + 1, end))
             pos = end
-        if pos < n:
+        else:
+            if len(patterns) == 1:
+                # No token starts anywhere in the rest of the text: every character left
+                # is bad (searching again after each would be quadratic).
+                while pos < n:
+                    pos = _recover(text, pos, line, pos - line_start + 1, tokens, diags, unterminated)
+        if pos < n and not resumed:
             pos = _recover(text, pos, line, pos - line_start + 1, tokens, diags, unterminated)
     return _glued_numbers(tokens, diags), comments
 
@@ -594,7 +610,9 @@ def parse(source: SourceText) -> ParseResult:
                 tokens = [t if (s - off, ln - first_line) == (0, 0) else _moved(t, s - off, ln - first_line)
                           for s, ln, lexed in (pieces[i] for i in group) for t in lexed[0]]
                 local: list[Diagnostic] = []
-                balanced = _balanced_chunk(tokens, local, set())
+                # A form nested too deep has a diagnostic for certain (E-SYNTAX-005): balance it
+                # once, where it is, rather than here and again there (a 100,000-deep file).
+                balanced = None if _too_deep(tokens, local) else _balanced_chunk(tokens, local, set())
                 if local:
                     # Diagnostics name lines and offsets: parse this form where it is.
                     tokens = [_moved(t, s, ln - 1) for s, ln, lexed in (pieces[i] for i in group) for t in lexed[0]]

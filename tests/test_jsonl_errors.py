@@ -60,7 +60,7 @@ def test_a_byte_order_mark_is_read_and_a_directory_is_one_line(tmp_path):
     (tmp_path / "d.jsonl").mkdir()
     with pytest.raises(LoaderError) as e:
         Loader(LoaderIR("prompts", ("jsonl", {"path": "d.jsonl"}), 1, FIELDS, Span(0, 0), str(tmp_path)), 0)
-    assert str(e.value) == f"loader `prompts` ({tmp_path / 'd.jsonl'}): cannot read {tmp_path / 'd.jsonl'}: Is a directory"
+    assert str(e.value) == f"loader `prompts` ({tmp_path / 'd.jsonl'}): cannot read {tmp_path / 'd.jsonl'}: it is a directory, not a regular file; name a regular file"
 
 
 def test_at_the_command_line_it_is_one_line_and_exit_2(tmp_path):

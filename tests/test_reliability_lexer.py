@@ -119,3 +119,63 @@ def test_an_unterminated_string_is_closed_at_its_line_end():
     res = syntax.parse(SourceText('(def a "abc\n(def b 1)\n'))
     assert [(d.code, d.span.start, d.span.end) for d in res.diagnostics] == [("E-SYNTAX-003", 7, 11)]
     assert [f.span.start for f in res.forms] == [0, 12]
+
+
+class _CountingSearch:
+    """A compiled pattern whose `finditer` counts the searches started and the characters
+    each passes over (from where it starts, or the last match it yielded, to the end of the
+    next match, or of the text when none is left): the search through a run of bad
+    characters is work a count of the matches alone does not see."""
+
+    def __init__(self, pattern: re.Pattern):
+        self.pattern = pattern
+        self.searches = 0
+        self.searched = 0
+
+    def finditer(self, text, pos=0):
+        self.searches += 1
+        last = pos
+        for m in self.pattern.finditer(text, pos):
+            self.searched += m.end() - last
+            last = m.end()
+            yield m
+        self.searched += len(text) - last
+
+
+def _searched(text: str, monkeypatch) -> tuple[_CountingSearch, list]:
+    counter = _CountingSearch(syntax._scanner()[0])
+    monkeypatch.setattr(syntax, "_scanner", lambda: (counter,))
+    diags: list = []
+    syntax._lex(text, diags)
+    monkeypatch.undo()
+    return counter, diags
+
+
+def test_a_run_of_bad_characters_is_searched_through_once(monkeypatch):
+    # Issue 35, item 10: a run of 8,000 NULs took 35 s, each NUL starting a new search that
+    # passed over the rest of the run. Now the characters before the match a search finds
+    # are reported from that one search.
+    for where in ("middle", "end"):
+        counts = {}
+        for k in (1000, 8000):
+            run = "\x00" * k
+            text = CLEAN + run + CLEAN if where == "middle" else CLEAN + run
+            counter, diags = _searched(text, monkeypatch)
+            bad = [(d.span.start, d.span.end) for d in diags if d.code == "E-SYNTAX-003"]
+            assert bad == [(len(CLEAN) + i, len(CLEAN) + i + 1) for i in range(k)]
+            assert counter.searched <= 2 * len(text), (where, k, counter.searched)
+            counts[k] = counter.searches
+        # The number of searches does not grow with the run's length.
+        assert counts[8000] == counts[1000], (where, counts)
+
+
+def test_bad_characters_before_an_unterminated_string_and_after_it(monkeypatch):
+    # A `"` inside a run of bad characters: the characters before it are reported one by
+    # one, the string is closed at its line's end, and lexing goes on on the next line.
+    text = '(a)\x00\x00"xy\x00\n\x01(b)'
+    counter, diags = _searched(text, monkeypatch)
+    assert [(d.span.start, d.span.end) for d in diags] == [(3, 4), (4, 5), (5, 9), (10, 11)]
+    tokens, _ = syntax._lex(text, [])
+    assert [(t.type, t.value) for t in tokens] == [("LPAR", "("), ("SYMBOL", "a"), ("RPAR", ")"),
+                                                   ("STRING", '"xy"'), ("LPAR", "("), ("SYMBOL", "b"),
+                                                   ("RPAR", ")")]

@@ -8,8 +8,11 @@ the near miss), a raw token file without `:dtype` and `text-tokens` without `:to
 anything but one or two integer fields of `[seq]` (E-FORM-002, E-TYPE-002). With the context's
 `read_files` (`sexpgpu run`, `lint --read-files`, and the language server for a file on this
 machine), a `:tokenizer` whose tokenizer.json has more ids than `:vocab` (W-LOADER-001: read with
-json, the largest id of its model's vocabulary and its added tokens), and a raw token file whose
-size or first ids make its `:dtype` implausible (W-LOADER-002). What only the data files
+json, the largest id of its model's vocabulary and its added tokens), a raw token file whose
+size or first ids make its `:dtype` implausible (W-LOADER-002), and a path or `:tokenizer` that
+is not a regular file (a FIFO, a device, a socket, a directory), or a tokenizer.json past its bound
+or nested too deeply (E-LOADER-001: looked at with `stat`, read only through bounded_read, so that a
+pipe or /dev/zero never blocks the check). What only the data files
 can tell (their dtype, their ids against `:vocab`, their columns) the runtime checks
 (sexpgpu_runtime/data/token_loaders.py, prompt_files.py).
 
@@ -19,7 +22,10 @@ from __future__ import annotations
 
 import functools
 import os
+import stat
 
+from ..bounded_read import (TOKENIZER_JSON_LIMIT, JsonNumberTooLong, JsonTooDeep, NotRegularFile, TooLarge,
+                            describe_mode, loads_json, read_bounded)
 from ..diagnostics import warning
 from ..language import TOKEN_FILE_DTYPES
 from ..source import Span
@@ -66,6 +72,10 @@ def check_source(ctx: CheckContext, kind: str, args: dict, nodes: dict, fields, 
         ok = False
     if kind in TOKEN_SOURCES and fields is not None:
         ok = _token_fields(ctx, kind, args, fields, at) and ok
+    if ok and ctx.read_files:
+        for key in (_FIRST[kind], "tokenizer"):
+            if key != "glob" and isinstance(args.get(key), str) and not _special_file(ctx, kind, key, args[key], nodes[key].span):
+                ok = False
     if ok and ctx.read_files and isinstance(args.get("tokenizer"), str) and isinstance(args.get("vocab"), int):
         _tokenizer_vocab(ctx, args["tokenizer"], args["vocab"], nodes["tokenizer"].span)
     if (ok and ctx.read_files and kind == "tokens" and isinstance(args.get("path"), str)
@@ -133,17 +143,53 @@ def _dtype_evidence(path: str, mtime_ns: int, size: int, dtype: str, vocab: int 
     return None
 
 
+def _full_path(ctx: CheckContext, rel: str) -> str | None:
+    """`rel` (relative to the run file; `~` expanded) as a path on this machine, or None for one
+    holding a `$VAR` (the runtime expands those, and says when one is not set)."""
+    if "$" in rel:
+        return None
+    rel = os.path.expanduser(rel)
+    base = os.path.dirname(os.path.abspath(ctx.src.path)) if not ctx.src.path.startswith("<") else "."
+    return rel if os.path.isabs(rel) else os.path.join(base, rel)
+
+
+def _special_file(ctx: CheckContext, kind: str, key: str, rel: str, at: Span) -> bool:
+    """E-LOADER-001 at the path when the file a source names exists and is not a regular file (a
+    FIFO, a device such as /dev/zero, a socket; a directory for a path or tokenizer): reading it
+    could wait forever or never end. Looked at with `stat` only, which never blocks. False when
+    reported; a missing file is left to the runtime's error."""
+    full = _full_path(ctx, rel)
+    if full is None:
+        return True
+    try:
+        st = os.stat(full)
+    except (OSError, ValueError):
+        return True
+    if stat.S_ISREG(st.st_mode):
+        return True
+    what = "tokenizer" if key == "tokenizer" else "file"
+    ctx.err("E-LOADER-001", at, f"`{kind}`'s {what} `{rel}` is {describe_mode(st.st_mode)}, not a regular file; "
+            "nothing is read from it", help="name a regular file (a pipe or a device would never end, or never "
+            "start, being read)")
+    return False
+
+
 def _tokenizer_vocab(ctx: CheckContext, rel: str, vocab: int, at: Span) -> None:
     """W-LOADER-001 at `:tokenizer` when the tokenizer.json `rel` (relative to the run file) holds
     more ids than `:vocab`: the text may then give ids the model's embedding lacks. A file that
     is not there or not a tokenizer.json is left to the runtime's error."""
-    base = os.path.dirname(os.path.abspath(ctx.src.path)) if not ctx.src.path.startswith("<") else "."
-    full = rel if os.path.isabs(rel) else os.path.join(base, rel)
+    full = _full_path(ctx, rel)
     try:
-        st = os.stat(full)
-    except OSError:
+        st = os.stat(full) if full is not None else None
+    except (OSError, ValueError):
+        return
+    if st is None or not stat.S_ISREG(st.st_mode):
         return
     size = vocab_size(full, st.st_mtime_ns, st.st_size)
+    if isinstance(size, str):
+        ctx.err("E-LOADER-001", at, f"tokenizer `{rel}` cannot be read: {size}",
+                help="give the tokenizer.json a model ships, or make one with `sexpgpu tokenizer train`")
+        return
     if size is not None and size > vocab:
         ctx.report(warning("W-LOADER-001", at, f"tokenizer `{rel}` has a vocabulary of {size} ids, more than "
                            f"`:vocab {vocab}`: its ids {vocab} to {size - 1} would be outside the model's vocabulary",
@@ -152,15 +198,19 @@ def _tokenizer_vocab(ctx: CheckContext, rel: str, vocab: int, at: Span) -> None:
 
 
 @functools.lru_cache(maxsize=16)
-def vocab_size(path: str, mtime_ns: int, size: int) -> int | None:
+def vocab_size(path: str, mtime_ns: int, size: int) -> int | str | None:
     """The number of ids of a Hugging Face tokenizer.json (its largest id plus one: the model's
     `vocab`, a dict of piece to id (BPE, WordPiece, WordLevel) or a list of [piece, score] pairs
-    (Unigram), and its `added_tokens`), or None for a file that is not one. `mtime_ns` and `size`
-    key the cache: an edited file is read again."""
-    import json   # only with the files read: `sexpgpu lint` itself never imports it (test_cli_startup.py)
+    (Unigram), and its `added_tokens`), None for a file that is not one, or why it cannot be read
+    at all, in words: not a regular file, larger than `TOKENIZER_JSON_LIMIT`, JSON nested too
+    deeply (bounded_read). `mtime_ns` and `size` key the cache: an edited file is read again."""
     try:
-        with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
+        data = loads_json(read_bounded(path, TOKENIZER_JSON_LIMIT, "a tokenizer.json").decode("utf-8"))
+    except (NotRegularFile, TooLarge, JsonTooDeep, JsonNumberTooLong) as e:
+        return str(e)
+    except (OSError, ValueError):
+        return None
+    try:
         model_vocab = data["model"]["vocab"]
         ids = list(model_vocab.values()) if isinstance(model_vocab, dict) else [len(model_vocab) - 1]
         ids += [t["id"] for t in data.get("added_tokens") or ()]

@@ -12,6 +12,7 @@ import re
 
 import numpy as np
 
+from sexpgpu_lang.bounded_read import NotRegularFile, open_regular
 from sexpgpu_lang.ir import LoaderIR
 
 from ..errors import LoaderError
@@ -76,11 +77,14 @@ def resolve_path(spec: LoaderIR, path: str) -> str:
 
 
 def open_data(path: str, where: str):
-    """`path` opened for reading bytes; a missing or unreadable file is LoaderError, `where` (``loader
-    `name` ``) first, naming the path and the fix."""
+    """`path` opened for reading bytes; a missing or unreadable file, or one that is not a regular
+    file (a FIFO, /dev/zero, a directory: sexpgpu_lang.bounded_read), is LoaderError, `where`
+    (``loader `name` ``) first, naming the path and the fix."""
     try:
-        return open(path, "rb")
+        return open_regular(path)   # a FIFO or a device is refused, never waited on
     except FileNotFoundError:
         raise LoaderError(f"{where}: no file {path}; make it, or fix the path (relative to the run file)") from None
+    except NotRegularFile as e:
+        raise LoaderError(f"{where}: cannot read {path}: {e}; name a regular file") from None
     except OSError as e:
         raise LoaderError(f"{where}: cannot read {path}: {e.strerror or e}") from None

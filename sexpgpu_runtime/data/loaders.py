@@ -28,6 +28,7 @@ import glob as globlib
 import hashlib
 import os
 import zipfile
+from tokenize import TokenError
 
 import numpy as np
 
@@ -242,8 +243,10 @@ def _npz(spec: LoaderIR, args: dict) -> dict[str, np.ndarray]:
                     raise LoaderError(f"{where}: field `{k}` in {path} holds Python objects, which are never "
                                       "unpickled; save it as a numeric array") from None
             return out
-    except (zipfile.BadZipFile, ValueError, OSError, EOFError) as e:
-        raise LoaderError(f"{where}: {path} is not a readable .npz file ({e})")
+    except (zipfile.BadZipFile, ValueError, OSError, EOFError, SyntaxError, TokenError) as e:
+        # (a member's junk .npy header: numpy parses it with Python's tokenizer and `ast`)
+        raise LoaderError(f"{where}: {path} is not a readable .npz file ({type(e).__name__}: "
+                          f"{(str(e).splitlines() or [''])[0]})") from None
 
 
 def _text_bytes(spec: LoaderIR, args: dict) -> dict[str, np.ndarray]:

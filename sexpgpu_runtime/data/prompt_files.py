@@ -26,6 +26,8 @@ import re
 
 import numpy as np
 
+from sexpgpu_lang.bounded_read import (JSONL_LINE_LIMIT, JsonNumberTooLong, JsonTooDeep, NotRegularFile, TooLarge,
+                                       check_regular, loads_json, read_lines_bounded, size_words)
 from sexpgpu_lang.ir import LoaderIR
 
 from .files import first_nonfinite, np_dtype, open_data, resolve_path
@@ -126,6 +128,13 @@ def _all(col: list, kind: type, name: str, shape: tuple, at) -> list:
         if kind is str and not isinstance(v, str):
             raise LoaderError(f"{at(name, i)}: `{name}` is {_kind(v)}, but {decl} and the first row's `{name}` is "
                               "text; make the row's value text like the others")
+        if kind is str:
+            try:
+                v.encode("utf-8")
+            except UnicodeEncodeError as e:   # JSON's "\ud800" alone: no text holds it, and no tokenizer takes it
+                raise LoaderError(f"{at(name, i)}: `{name}` holds a lone surrogate (\\u{ord(v[e.start]):04x} at "
+                                  f"character {e.start + 1}), which is not text; a \\uD800-\\uDFFF escape must be "
+                                  "half of a pair: fix the row, or drop it") from None
         if kind is list:
             if not isinstance(v, list):
                 what = "the first row's is a list of token ids" if i else "a sequence field takes text or a list of token ids"
@@ -182,15 +191,21 @@ def _jsonl(path: str, wanted: list[str], where: str, loader: str):
     lines: list[int] = []
     with open_data(path, where) as fh:
         try:
-            for line_no, raw in enumerate(fh, 1):
+            for line_no, raw in enumerate(read_lines_bounded(fh, JSONL_LINE_LIMIT), 1):
                 line = _decode(raw, line_no, path, loader)
                 if not line.strip():
                     continue
                 try:
-                    row = json.loads(line.rstrip("\r\n"))   # (with its newline, a row cut short fails at 2:1)
+                    row = loads_json(line.rstrip("\r\n"))   # (with its newline, a row cut short fails at 2:1)
                 except json.JSONDecodeError as e:
                     raise LoaderError(f"{loader}: {path}:{line_no}:{e.colno}: not JSON ({e.msg}); each line of a "
                                       ".jsonl file is one JSON object") from None
+                except JsonTooDeep as e:
+                    raise LoaderError(f"{loader}: {path}:{line_no}: the row {str(e).removeprefix('it ')}; a row is "
+                                      "one object of text, numbers and lists of token ids") from None
+                except JsonNumberTooLong as e:
+                    raise LoaderError(f"{loader}: {path}:{line_no}: the row {str(e).removeprefix('it ')}; no field "
+                                      "holds such a number: fix the row, or drop it") from None
                 if not isinstance(row, dict):
                     raise LoaderError(f"{loader}: {path}:{line_no}: a JSON {type(row).__name__}, not an object; each "
                                       "line of a .jsonl file is one object like {\"prompt\": ...}")
@@ -198,6 +213,10 @@ def _jsonl(path: str, wanted: list[str], where: str, loader: str):
                 lines.append(line_no)
                 for n in wanted:
                     columns[n].append(row.get(n))
+        except TooLarge as e:
+            raise LoaderError(f"{loader}: {path}:{e.line}: the line is longer than {size_words(e.limit)}, the most one "
+                              "row of a .jsonl file is read up to (is it one JSON object a line?); split the row, "
+                              "or drop it") from None
         except OSError as e:
             raise LoaderError(f"{where}: cannot read {path}: {e.strerror or e}") from None
     for n, col in columns.items():
@@ -242,11 +261,14 @@ def _parquet(path: str, wanted: list[str], where: str):
     import pyarrow as pa
     import pyarrow.parquet as pq
     try:
+        check_regular(path)   # pyarrow would wait on a FIFO, or read /dev/zero for ever
         schema = pq.read_schema(path)
         present = [n for n in wanted if n in schema.names]
         table = pq.read_table(path, columns=present)
     except FileNotFoundError:
         raise LoaderError(f"{where}: no file {path}; make it, or fix the path (relative to the run file)") from None
+    except NotRegularFile as e:
+        raise LoaderError(f"{where}: cannot read {path}: {e}; name a regular file") from None
     except (pa.ArrowException, OSError) as e:
         raise LoaderError(f"{where}: {path} is not a readable parquet file ({str(e).splitlines()[0]}); write it with "
                           "pyarrow.parquet.write_table") from None

@@ -28,8 +28,11 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
+from tokenize import TokenError
 
 import numpy as np
+
+from sexpgpu_lang.bounded_read import NotRegularFile, open_regular
 
 from sexpgpu_lang.language import TOKEN_FILE_DTYPES
 
@@ -71,7 +74,7 @@ class TokenStream:
     def __init__(self, path: str, dtype: str | None):
         self.path = path
         self.offset, self.dtype = self._layout(path, dtype)
-        self._file = open(path, "rb")
+        self._file = open_regular(path)
         size = os.fstat(self._file.fileno()).st_size - self.offset
         if size <= 0:
             raise TokenFileError(f"{path} holds no tokens; write the token ids into it, or fix the path")
@@ -85,9 +88,11 @@ class TokenStream:
     def _layout(path: str, dtype: str | None) -> tuple[int, str]:
         """(offset of the first id, numpy dtype name) from a `.npy` header, or the given dtype."""
         try:
-            fh = open(path, "rb")
+            fh = open_regular(path)   # a FIFO or a device (/dev/zero) is refused, never waited on
         except FileNotFoundError:
             raise TokenFileError(f"no file {path}; make it, or fix the path (relative to the run file)") from None
+        except NotRegularFile as e:
+            raise TokenFileError(f"cannot read {path}: {e}; a token file is a regular file") from None
         except OSError as e:
             raise TokenFileError(f"cannot read {path}: {e.strerror or e}") from None
         with fh:
@@ -102,8 +107,12 @@ class TokenStream:
                 return 0, dtype
         try:
             header = np.load(path, mmap_mode="r", allow_pickle=False)
-        except ValueError as e:
-            raise TokenFileError(f"{path} is a .npy file numpy cannot map ({e}); write it again with np.save") from None
+        except (ValueError, SyntaxError, TokenError, EOFError, OverflowError) as e:
+            # numpy parses the header's dict with Python's own tokenizer and `ast`: junk there is a
+            # SyntaxError or a tokenize.TokenError, not numpy's ValueError
+            first = (str(e).splitlines() or [type(e).__name__])[0]
+            raise TokenFileError(f"{path} is a .npy file whose header numpy cannot read ({type(e).__name__}: "
+                                 f"{first}); write it again with np.save") from None
         offset, shape, stored = header.offset, header.shape, header.dtype
         del header
         name = np.dtype(stored).name

@@ -25,6 +25,7 @@ import sys
 import numpy as np
 
 from ..errors import TokenizeError
+from sexpgpu_lang.bounded_read import TOKENIZER_JSON_LIMIT, NotRegularFile, loads_json, open_regular, read_bounded
 
 #: The directory beside the run file where tokenized text is kept.
 CACHE_DIR = ".sexpgpu-cache"
@@ -42,11 +43,19 @@ def load_tokenizer(path: str):
         hint = (f"give the tokenizer.json inside it ({inside})" if os.path.isfile(inside)
                 else "give a tokenizer.json file (a model ships one beside its weights)")
         raise TokenizeError(f"{path} is a directory, not a tokenizer file; {hint}")
-    if not os.path.isfile(path):
+    if not os.path.exists(path):
         raise TokenizeError(f"no tokenizer file {path}; make one with `sexpgpu tokenizer train`, or fix the path "
                             "(relative to the run file)")
     try:
-        return Tokenizer.from_file(path)
+        # Read here, bounded and from a regular file only (a FIFO or /dev/zero is refused, never
+        # waited on), and handed over as text: tokenizers' own reader would read any of them.
+        raw = read_bounded(path, TOKENIZER_JSON_LIMIT, "a tokenizer.json")
+    except OSError as e:
+        raise TokenizeError(f"cannot read the tokenizer {path}: {e.strerror or e}; give the tokenizer.json a model "
+                            "ships, or make one with `sexpgpu tokenizer train`") from None
+    try:
+        loads_json(raw)   # serde stops at 128 levels with its own message; Python's parser says how deep
+        return Tokenizer.from_str(raw.decode("utf-8"))
     except Exception as e:   # tokenizers raises a bare Exception with serde's message
         first = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise TokenizeError(f"{path} is not a Hugging Face tokenizer.json ({first}); make one with "
@@ -55,8 +64,11 @@ def load_tokenizer(path: str):
 
 def read_text(path: str) -> str:
     """A file's text; TokenizeError naming it if it is not UTF-8 text (a binary file, a token file)."""
-    with open(path, "rb") as fh:
-        data = fh.read()
+    try:
+        with open_regular(path) as fh:   # a FIFO or a device is refused, never waited on
+            data = fh.read()
+    except NotRegularFile as e:
+        raise TokenizeError(f"cannot read {path}: {e}; narrow the glob to regular text files") from None
     if b"\0" in data:
         raise TokenizeError(f"{path} is not UTF-8 text (it holds NUL bytes: a binary file); a token file is read "
                             "with `(tokens ...)`, else narrow the glob to text files")
@@ -71,11 +83,10 @@ def cache_key(files: list[str], tokenizer_path: str, separator: str | None) -> s
     """The hash that names a tokenized corpus: every file's content (with its length, so the
     boundaries count), the tokenizer file's bytes and the separator."""
     h = hashlib.blake2b(b"sexpgpu-tokens-v1\0", digest_size=16)
-    with open(tokenizer_path, "rb") as fh:
-        h.update(hashlib.blake2b(fh.read()).digest())
+    h.update(hashlib.blake2b(read_bounded(tokenizer_path, TOKENIZER_JSON_LIMIT, "a tokenizer.json")).digest())
     h.update((separator or "").encode() + b"\0")
     for f in files:
-        with open(f, "rb") as fh:
+        with open_regular(f) as fh:
             data = fh.read()
         h.update(len(data).to_bytes(8, "little"))
         h.update(data)

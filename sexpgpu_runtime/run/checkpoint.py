@@ -18,11 +18,14 @@ Each checkpoint holds two items:
   relative to the run file (a resume with one changed is refused; the same
   bytes at the same relative place, a project moved, resume), and a CRC-32
   of every array of `state` (`digests`, by its tree path), written in the
-  same atomic rename as the arrays.
+  same atomic rename as the arrays; and a CRC-32 of the meta item itself
+  (`meta_digest`).
 
-Restoring verifies what was read against those digests; a checkpoint that
-cannot be read or does not verify (bytes overwritten on disk, a truncated
-data file, a stray empty step directory) is skipped, saying so on stderr,
+Restoring verifies what was read against those digests, and the meta item
+as an input (`meta_problem`: its types and ranges, its own digest); a
+checkpoint that cannot be read or does not verify (bytes overwritten on
+disk, a truncated data file, a stray empty step directory, an edited or
+ill-typed meta item) is skipped, saying so on stderr,
 and the newest one that verifies is resumed (docs/checkpoints.md).
 
 `:checkpoint (:every N :dir D :keep K)`: D is relative to the run dir
@@ -170,6 +173,50 @@ def first_difference(saved: dict, tree) -> str | None:
             return f"array {key} is missing"
         if got[key] != crc:
             return f"array {key} does not match the digest written with it"
+    return None
+
+
+#: The key of the meta item's own CRC-32 (`meta_digest`), beside the arrays' `digests`.
+META_DIGEST = "meta_digest"
+
+
+def meta_digest(meta: dict) -> int:
+    """A CRC-32 of the meta item without its own digest: its JSON with sorted keys and no spaces,
+    which orbax's JSON round trip gives back exactly (only text, integers, lists and dicts)."""
+    import json
+    rest = {k: v for k, v in meta.items() if k != META_DIGEST}
+    return zlib.crc32(json.dumps(rest, sort_keys=True, separators=(",", ":")).encode())
+
+
+def _count(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
+def meta_problem(step: int, meta: dict) -> str | None:
+    """What is wrong with checkpoint `step`'s meta item, in words, or None. It is an input like any
+    other: `step` and `records` counts (integers of 0 or more, `step` the directory's), `seed` an
+    integer from 0 to 2**63 - 1, `identity` text, `digests` integers by array; and when it has a
+    `meta_digest` (every checkpoint written since it existed), the CRC-32 of the rest must be it,
+    so an edited `records` or `identity` is a corrupt checkpoint, not another run's or a silent
+    change of the loader's position."""
+    if META_DIGEST in meta and meta[META_DIGEST] != meta_digest(meta):
+        return "its meta item (the step, records, identity and seed) does not match the digest written with it"
+    def shown(v) -> str:
+        import json
+        return "null" if v is None else json.dumps(v)[:40] if isinstance(v, str) else repr(v)[:40]
+    if not _count(meta.get("step")) or meta["step"] != step:
+        return f"its meta item's `step` is {shown(meta.get('step'))}, not {step}, the step it is saved as"
+    if not _count(meta.get("records")):
+        return f"its meta item's `records` is {shown(meta.get('records'))}, not a count of records (0 or more)"
+    seed = meta.get("seed")
+    if not _count(seed) or seed > 2**63 - 1:
+        return f"its meta item's `seed` is {shown(seed)}, not a seed (an integer from 0 to 2**63 - 1)"
+    if not isinstance(meta.get("identity"), str):
+        return f"its meta item's `identity` is {shown(meta.get('identity'))}, not the hash of a file's forms"
+    sums = meta.get("digests")
+    if sums is not None and not (isinstance(sums, dict) and all(isinstance(v, int) and not isinstance(v, bool)
+                                                                for v in sums.values())):
+        return "its meta item's `digests` are not a CRC-32 per array"
     return None
 
 
@@ -451,6 +498,7 @@ class Checkpoints:
         sums = digests(tree)
         if sums is not None:
             meta["digests"] = sums
+        meta[META_DIGEST] = meta_digest(meta)
         try:
             self.manager.save(int(step), args=ocp.args.Composite(state=ocp.args.StandardSave(tree),
                                                                  meta=ocp.args.JsonSave(meta)), force=True)
@@ -496,6 +544,9 @@ class Checkpoints:
         meta = got.meta
         if not isinstance(meta, dict) or meta.get("format") != FORMAT:
             raise CheckpointError(f"{self.spec.dir / str(step)} is not a sexpgpu checkpoint")
+        wrong = meta_problem(step, meta)
+        if wrong is not None:
+            raise CheckpointError(f"checkpoint step {step} in {self.spec.dir} is corrupt: {wrong}")
         return meta
 
     def newest_meta(self) -> tuple[int, dict] | None:

@@ -34,7 +34,7 @@ from sexpgpu_lang import ir
 
 from ..data.files import resolve_path
 from ..data.tokenize import load_tokenizer
-from ..errors import LoaderError, SampleError, TokenizeError
+from ..errors import LoaderError, RunError, SampleError, TokenizeError
 from .report import RowFile, keep_rows_up_to
 
 #: The numbers of one `:values` entry of one row written as a list; past it, its shape and the first ones.

@@ -1,0 +1,184 @@
+"""Input files read safely: regular files only, never a wait on a special file, a bound where a format has one.
+
+Every file a run file names (a tokenizer.json, a token file, a jsonl or
+parquet prompt set, an `.npz`, a safetensors checkpoint and its index), and
+the run file itself (`analyze_file`), is read by `sexpgpu run`, by `sexpgpu
+lint --read-files` and by the language server through these functions:
+
+- `open_regular(path)` opens without blocking (`O_NONBLOCK`: opening a FIFO
+  never waits for a writer) and looks at what it opened (`fstat` of the open
+  descriptor, so nothing can be swapped in between): a FIFO, a device
+  (`/dev/zero`), a socket or a directory is `NotRegularFile`, whose message
+  says what the path is. A regular file is then read as usual (blocking).
+- `read_bounded(path, limit, what)` reads a whole regular file of at most
+  `limit` bytes; a larger one is `TooLarge`, naming `what`, the file's size
+  and the limit (the file is never read past the limit, so a file that grows
+  under the read cannot take the memory either).
+- `loads_json(raw)` parses JSON, turning the RecursionError of a document
+  that nests deeper than Python's parser can follow into `JsonTooDeep` (a
+  ValueError), and Python's limit on the digits of an integer
+  (`sys.set_int_max_str_digits`, 4,300 by default) into `JsonNumberTooLong`.
+
+`NotRegularFile` and `TooLarge` are OSErrors whose `strerror` is the whole
+reason, so the existing `except OSError as e: ... e.strerror` paths say it in
+one line. The limits are the module's constants (docs/runtime.md lists them):
+
+| what | limit | why |
+|---|---|---|
+| a tokenizer.json | `TOKENIZER_JSON_LIMIT`, 256 MiB | the largest on the Hub are tens of MB |
+| a safetensors header | `SAFETENSORS_HEADER_LIMIT`, 100,000,000 bytes | the safetensors library's own limit |
+| a safetensors index | `INDEX_JSON_LIMIT`, 64 MiB | an index of thousands of tensors is a few MB |
+| a jsonl line | `JSONL_LINE_LIMIT`, 64 MiB | one prompt (or document) a line |
+
+Pure Python (os, stat, json); never JAX.
+"""
+from __future__ import annotations
+
+import errno
+import io
+import os
+import stat
+
+TOKENIZER_JSON_LIMIT = 256 << 20
+SAFETENSORS_HEADER_LIMIT = 100_000_000
+INDEX_JSON_LIMIT = 64 << 20
+JSONL_LINE_LIMIT = 64 << 20
+
+
+def describe_mode(mode: int) -> str:
+    """What a file of `st_mode` `mode` is, in words: "a named pipe (FIFO)", "a character device", ..."""
+    if stat.S_ISFIFO(mode):
+        return "a named pipe (FIFO)"
+    if stat.S_ISCHR(mode):
+        return "a character device"
+    if stat.S_ISBLK(mode):
+        return "a block device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISREG(mode):
+        return "a regular file"
+    return "not a regular file"
+
+
+class NotRegularFile(OSError):
+    """`path` is a FIFO, a device, a socket or a directory: reading it could wait forever or never
+    end. `strerror` (and `str()`) is the reason in words ("it is a named pipe (FIFO), not a
+    regular file"); `filename` the path."""
+
+    def __init__(self, path: str, mode: int):
+        self.what = describe_mode(mode)
+        super().__init__(errno.EINVAL, f"it is {self.what}, not a regular file", path)
+
+    def __str__(self) -> str:
+        return self.strerror
+
+
+class TooLarge(OSError):
+    """A file, or one part of it (a header, a line), is larger than its format's bound (`limit`
+    bytes); `strerror` (and `str()`) names what, the size and the limit."""
+
+    def __init__(self, path: str, message: str, limit: int):
+        self.limit = limit
+        super().__init__(errno.EFBIG, message, path)
+
+    def __str__(self) -> str:
+        return self.strerror
+
+
+class JsonTooDeep(ValueError):
+    """A JSON document nests deeper than Python's parser follows (it raised RecursionError)."""
+
+
+class JsonNumberTooLong(ValueError):
+    """A JSON integer has more digits than Python converts (its int-string limit)."""
+
+
+def size_words(n: int) -> str:
+    """A byte count in words: "512 bytes", "3.0 MiB", "1.5 GiB"."""
+    if n < 1 << 20:
+        return f"{n:,} bytes"
+    if n < 1 << 30:
+        return f"{n / (1 << 20):.1f} MiB"
+    return f"{n / (1 << 30):.1f} GiB"
+
+
+def check_regular(path: str) -> os.stat_result:
+    """`os.stat(path)` (links followed) when it is a regular file; NotRegularFile otherwise
+    (FileNotFoundError and other OSErrors pass through). For a file opened later by a library
+    (pyarrow, tokenizers' own reader): prefer `open_regular` where the opening is ours."""
+    st = os.stat(path)
+    if not stat.S_ISREG(st.st_mode):
+        raise NotRegularFile(path, st.st_mode)
+    return st
+
+
+def open_regular(path: str, text: bool = False, encoding: str = "utf-8", newline: str | None = None):
+    """`path` opened for reading (bytes, or text in `encoding` with `text`, `newline` as `open`'s), once it is known to
+    be a regular file: opened with O_NONBLOCK (a FIFO's open never waits for a writer), then
+    `fstat` of that descriptor decides (NotRegularFile else), then made blocking again.
+    FileNotFoundError, PermissionError and ValueError (a NUL in the path) pass through."""
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+    fd = os.open(path, flags)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise NotRegularFile(path, st.st_mode)
+        if hasattr(os, "set_blocking"):
+            os.set_blocking(fd, True)
+        fh = io.open(fd, "rb", closefd=True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return io.TextIOWrapper(fh, encoding=encoding, newline=newline) if text else fh
+
+
+def read_bounded(path: str, limit: int, what: str) -> bytes:
+    """The bytes of the regular file `path`, at most `limit` of them: TooLarge (naming `what`, e.g.
+    "a tokenizer.json", its size and the limit) for a larger file, NotRegularFile for a special one.
+    Never reads more than `limit + 1` bytes, whatever the file does meanwhile."""
+    with open_regular(path) as fh:
+        size = os.fstat(fh.fileno()).st_size
+        if size > limit:
+            raise TooLarge(path, f"it is {size_words(size)}, more than the {size_words(limit)} {what} may be", limit)
+        data = fh.read(limit + 1)
+    if len(data) > limit:
+        raise TooLarge(path, f"it grew past the {size_words(limit)} {what} may be while it was read", limit)
+    return data
+
+
+def read_lines_bounded(fh, limit: int):
+    """The lines of the binary file object `fh`, each with its line ending, as bytes; a line longer
+    than `limit` bytes is TooLarge naming its line number (also its `line`) and the limit (never
+    read whole)."""
+    line_no = 0
+    while True:
+        line = fh.readline(limit + 1)
+        if not line:
+            return
+        line_no += 1
+        if len(line) > limit and not line.endswith(b"\n"):
+            e = TooLarge(getattr(fh, "name", ""), f"line {line_no} is longer than {size_words(limit)}, the most "
+                         "one line is read up to", limit)
+            e.line = line_no
+            raise e
+        yield line
+
+
+def loads_json(raw):
+    """`json.loads(raw)`, with JsonTooDeep for a document that nests too deeply (Python's parser
+    raises RecursionError) and JsonNumberTooLong for an integer past Python's digit limit (it
+    raises a bare ValueError); json.JSONDecodeError and UnicodeDecodeError pass through."""
+    import json
+    try:
+        return json.loads(raw)
+    except RecursionError:
+        raise JsonTooDeep("it nests deeper than JSON is read here (Python's parser follows about "
+                          "1,000 levels)") from None
+    except json.JSONDecodeError:
+        raise
+    except ValueError as e:
+        if "digits" in str(e) or "int_max_str_digits" in str(e):
+            raise JsonNumberTooLong("it holds an integer of more digits than Python reads (4,300 by default)") from None
+        raise

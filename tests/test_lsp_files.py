@@ -1,0 +1,51 @@
+"""What the language server reads for a file is bounded (issue 35, item 3): a run file whose `:tokenizer`
+names a FIFO or /dev/zero gets one diagnostic saying what the path is, promptly, and the server goes
+on answering; a file nested 100,000 deep and gpt2.sx with 8,000 NULs get their diagnostics. A real
+client (pytest-lsp) over stdio; every wait is bounded (`published`: 30 s), so a server that blocks
+fails the test instead of hanging it."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from lsprotocol import types
+from pytest_lsp import LanguageClient, client_capabilities
+
+from lsp_client import Doc, client_fixture, published
+
+client = client_fixture(client_capabilities("neovim@v0.7.0"))
+ROOT = Path(__file__).resolve().parents[1]
+CASE = (ROOT / "tests" / "cases-files" / "warn-loader-001-tokenizer-larger-than-vocab.sx").read_text()
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_a_fifo_or_dev_zero_tokenizer_is_a_diagnostic_and_the_server_goes_on(client: LanguageClient, tmp_path):
+    os.mkfifo(tmp_path / "tok.json")
+    for k, (path, what) in enumerate([(str(tmp_path / "tok.json"), "a named pipe (FIFO)"),
+                                      ("/dev/zero", "a character device")]):
+        doc = Doc(client, (tmp_path / f"run{k}.sx").as_uri(), CASE.replace("data/tokenizer-24.json", path))
+        got = (await published(client, doc.uri, 1)).diagnostics
+        assert [(d.code, d.message) for d in got] == [
+            ("E-LOADER-001", f"`text-tokens`'s tokenizer `{path}` is {what}, not a regular file; nothing is read from it")]
+        hover = await client.text_document_hover_async(types.HoverParams(text_document=doc.id, position=doc.at("vocab vocab", 7)))
+        assert hover is not None and "vocab" in str(hover.contents)
+        doc.close()
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_a_file_nested_100000_deep_gets_its_diagnostics(client: LanguageClient, tmp_path):
+    doc = Doc(client, (tmp_path / "deep.sx").as_uri(), "(def x " + "(+ 1 " * 100_000 + ")" * 100_001 + "\n")
+    codes = [d.code for d in (await published(client, doc.uri, 1)).diagnostics]
+    assert "E-SYNTAX-005" in codes
+    doc.close()
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_gpt2_with_8000_nuls_gets_its_diagnostics(client: LanguageClient, tmp_path):
+    text = (ROOT / "examples" / "gpt2.sx").read_text()
+    at = text.index("(defmodel")
+    doc = Doc(client, (tmp_path / "gpt2.sx").as_uri(), text[:at] + "\x00" * 8000 + text[at:])
+    got = (await published(client, doc.uri, 1)).diagnostics
+    assert sum(d.code == "E-SYNTAX-003" for d in got) >= 100   # (how many the server shows is its own choice)
+    doc.close()
