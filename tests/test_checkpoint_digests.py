@@ -1,4 +1,4 @@
-"""Corrupt checkpoints (issue 23, item 3): a CRC-32 per array is written with each checkpoint
+"""Corrupt checkpoints: a CRC-32 per array is written with each checkpoint
 and checked on restore; a checkpoint that fails (bytes overwritten, a data file cut short)
 is skipped, saying so, and the newest that verifies is resumed, bit-exact; a stray empty
 step directory does not block resuming; a failed read prints no asyncio task noise."""

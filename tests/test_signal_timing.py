@@ -1,4 +1,4 @@
-"""Stop signals at awkward moments (issue 23, items 1-2): in the first seconds of `sexpgpu run`
+"""Stop signals at awkward moments: in the first seconds of `sexpgpu run`
 (before JAX is imported), twice in a row, and after the last step. Timing-robust: each test
 waits for a sign (the handler shown in /proc, a printed step line) before signalling, and
 accepts every outcome the protocol allows, with generous timeouts."""
