@@ -1,10 +1,15 @@
-"""The test tiers: a test that starts `sexpgpu run` or a real editor in a process of its own must
-be marked `slow` (pyproject.toml's `markers`), so that `pytest -m "not slow"` stays the quick loop.
+"""The test tiers. `pytest -m "not slow"` is the everyday loop; the `slow` marker (pyproject.toml's
+`markers`) holds what takes seconds a test: training runs and comparisons with XLA's compiled
+graphs, `sexpgpu run` and other processes that start JAX, real editors and LSP clients, fuzz and
+random-edit tests. A quick process (`sexpgpu lint`, `fmt`, `explain`, `python -c`) may stay.
+
+One part of that is checked here: a test that starts `sexpgpu run` or a real editor must be marked.
 
 The check is Python's `subprocess.Popen` audit event (`sys.addaudithook`, PEP 578): while a test
 without the marker is set up, run or torn down, a process that `spawned_kind` names is refused
 before it starts, with a `SlowTierError` that says which test and how to mark it. A whole file is
-marked with `pytestmark = pytest.mark.slow`, one test with `@pytest.mark.slow`.
+marked with `pytestmark = pytest.mark.slow`, one test with `@pytest.mark.slow`. Only the test's
+own process is watched: what a started process starts in turn is not seen.
 """
 from __future__ import annotations
 

@@ -19,6 +19,9 @@ from sexpgpu_runtime.options import RunFinished  # noqa: E402
 from sexpgpu_runtime.params import flatten  # noqa: E402
 from sexpgpu_runtime.train import RunError, RunOptions, train  # noqa: E402
 
+pytestmark = pytest.mark.slow
+
+
 TEXT = variant(":log (:every 50))", ":log (:every 1)\n     :checkpoint (:every 5 :keep 3))")
 STEPS = 15
 LONGER = 17   # the resumes train on to here: a resume to STEPS would find the run finished, and change nothing

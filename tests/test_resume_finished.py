@@ -16,6 +16,9 @@ from helpers import SMALL, program_of, signal_at_line, variant
 from sexpgpu_runtime.options import RunFinished, RunOptions
 from sexpgpu_runtime.train import train
 
+pytestmark = pytest.mark.slow
+
+
 SEXPGPU = [sys.executable, "-m", "sexpgpu_cli.main"]
 STEPS = 40
 #: Every step logged; no `:checkpoint`, so a checkpoint is written only when a signal stops the run.

@@ -15,6 +15,9 @@ import pytest
 
 from helpers import signal_at_line, variant
 
+pytestmark = pytest.mark.slow
+
+
 SEXPGPU = [sys.executable, "-m", "sexpgpu_cli.main"]
 
 

@@ -12,6 +12,9 @@ from helpers import signal_at_line, variant
 from sexpgpu_runtime.signals import StopSignals, Stopped
 
 
+pytestmark = pytest.mark.slow
+
+
 @pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_a_signal_is_noted_and_raised_where_the_loop_looks(sig, code):
     before = signal.getsignal(sig)
