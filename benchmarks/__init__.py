@@ -1,5 +1,5 @@
 """The project's benchmarks, run from the repository root (BENCHMARKS.md has the numbers).
 
-A package so that `python -m benchmarks.differential` runs, and tests/test_differential.py imports
-it, without editing `sys.path`. Nothing in sexpgpu_lang, sexpgpu_runtime or sexpgpu_cli imports it.
+A package so that `python -m benchmarks.NAME` runs without editing `sys.path`. Nothing in
+sexpgpu_lang, sexpgpu_runtime or sexpgpu_cli imports it.
 """

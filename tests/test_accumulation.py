@@ -14,6 +14,9 @@ from sexpgpu_runtime.run.options import RunOptions
 from sexpgpu_runtime.weights.params import flatten
 from sexpgpu_runtime.run.train import Trainer
 
+pytestmark = pytest.mark.slow
+
+
 RUN = """
 (def vocab 16)
 (def seq 8)

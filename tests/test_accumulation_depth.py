@@ -14,6 +14,9 @@ from sexpgpu_runtime.run.train import Trainer
 from test_accumulation import bits, old_step
 from test_explain_depth import tinyllama_text
 
+pytestmark = pytest.mark.slow
+
+
 TINY = {"vocab": 64, "seq": 16, "width": 32, "heads": 4, "kv-heads": 2, "hidden": 48, "layers": 2, "batch": 4}
 
 

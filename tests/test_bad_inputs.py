@@ -21,6 +21,9 @@ import pytest
 
 from helpers import variant
 
+pytestmark = pytest.mark.slow
+
+
 ROOT = Path(__file__).resolve().parents[1]
 SINES = ROOT / "examples" / "sines-npz.sx"
 TEACHER = ROOT / "tests" / "cases" / "clean-pretrained-teacher.sx"

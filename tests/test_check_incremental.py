@@ -181,11 +181,13 @@ def _seed_files() -> list[Path]:
     return [p for d in SEED_DIRS for p in sorted(d.glob("*.sx"))]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", _seed_files(), ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_random_edits_of_run_files(path: Path):
     run_sequence(path.read_text(encoding="utf-8"), seed=zlib.crc32(path.name.encode()) % 1000, edits=10)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", range(6))
 def test_random_edits_of_a_file_of_many_models(seed: int):
     text = many_models(12, precision="bf16" if seed % 3 == 2 else "f32", block=seed % 2 == 0)
@@ -193,6 +195,7 @@ def test_random_edits_of_a_file_of_many_models(seed: int):
     assert hits > 40, "the cache should be reused for the forms an edit did not touch"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", range(4))
 def test_random_edits_of_a_file_of_many_models_that_checks_clean(seed: int):
     text = many_models(10, precision="bf16" if seed == 3 else "f32", block=seed % 2 == 0, clean=True)

@@ -66,6 +66,7 @@ def stopped(tmp_path_factory):
     return target, stop.value, first_part, resumed, d
 
 
+@pytest.mark.slow
 def test_stop_abandons_the_step_in_flight_and_saves_the_last_completed(stopped):
     (step, trip), stop, first_part, _, d = stopped
     assert (stop.signal_name, stop.exit_code) == ("SIGTERM", 143)
@@ -74,6 +75,7 @@ def test_stop_abandons_the_step_in_flight_and_saves_the_last_completed(stopped):
     assert [r["step"] for r in first_part] == list(range(1, step + 1))
 
 
+@pytest.mark.slow
 def test_resume_is_bit_exact_with_the_uninterrupted_run(full, stopped):
     full_result, full_dir = full
     (step, _), _, _, resumed, d = stopped
@@ -90,6 +92,7 @@ class Crash(Exception):
     """A process that dies without saving (a kill, a lost machine)."""
 
 
+@pytest.mark.slow
 def test_a_crash_resumes_from_the_last_periodic_checkpoint_and_drops_the_later_rows(full, tmp_path):
     full_result, full_dir = full
 
@@ -106,6 +109,7 @@ def test_a_crash_resumes_from_the_last_periodic_checkpoint_and_drops_the_later_r
     assert_same_params(resumed.trainable, full_result.trainable)
 
 
+@pytest.mark.slow
 def test_keep_holds_the_newest_checkpoints(full):
     from sexpgpu_runtime.run.checkpoint import Checkpoints, Identity, checkpoint_spec
     _, d = full
@@ -117,6 +121,7 @@ def test_keep_holds_the_newest_checkpoints(full):
         store.close()
 
 
+@pytest.mark.slow
 def test_checkpoint_of_another_file_is_refused_naming_both(full, tmp_path):
     _, d = full
     other = variant(":optimizer (adam :lr 3e-3)", ":optimizer (adam :lr 1e-3)", TEXT)
@@ -128,6 +133,7 @@ def test_checkpoint_of_another_file_is_refused_naming_both(full, tmp_path):
     assert "seed 0" in msg and "cannot resume" in msg
 
 
+@pytest.mark.slow
 def test_a_file_that_differs_in_steps_alone_is_another_run_and_the_message_says_how_to_train_longer(full):
     _, d = full
     longer = variant(":steps 1500", ":steps 1600", TEXT)
@@ -146,6 +152,7 @@ def test_a_file_that_differs_in_steps_alone_is_another_run_and_the_message_says_
         run(other, d, resume=True)
 
 
+@pytest.mark.slow
 def test_comments_and_layout_keep_the_identity(full):
     reformatted = ";; a comment the identity ignores\n" + TEXT.replace("(run :loader train", "(run\n  :loader   train")
     assert program_of(reformatted).identity == program_of(TEXT).identity
@@ -153,6 +160,7 @@ def test_comments_and_layout_keep_the_identity(full):
         run(reformatted, full[1], resume=True)
 
 
+@pytest.mark.slow
 def test_samples_keep_the_identity(full):
     # `:samples` changes what the run shows, not what it trains: adding it keeps the checkpoint's run.
     shown = TEXT.replace("(run :loader train", "(run :samples (:every 5 :values [:correct]) :loader train", 1)
@@ -165,6 +173,7 @@ def test_samples_keep_the_identity(full):
     assert program_of(other).identity != program_of(TEXT).identity
 
 
+@pytest.mark.slow
 def test_fresh_run_into_a_dir_with_checkpoints_is_refused(full):
     with pytest.raises(RunError, match="already holds checkpoints of this run .*--resume"):
         run(TEXT, full[1])
@@ -175,6 +184,7 @@ def test_resume_without_a_checkpoint_says_so(tmp_path):
         run(TEXT, tmp_path, resume=True)
 
 
+@pytest.mark.slow
 def test_a_checkpoint_without_its_meta_item_is_named_in_our_words_and_the_older_one_resumes(full, tmp_path):
     import shutil
     from sexpgpu_runtime.run.checkpoint import Checkpoints, Identity, checkpoint_spec
@@ -195,6 +205,7 @@ def test_a_checkpoint_without_its_meta_item_is_named_in_our_words_and_the_older_
         store.close()
 
 
+@pytest.mark.slow
 def test_a_checkpoint_whose_write_was_cut_short_is_named_by_the_resume(full, tmp_path):
     """A process killed while orbax wrote a checkpoint leaves `<step>.orbax-checkpoint-tmp-*`: the
     resume removes it and says so, from the older checkpoint or, with none, in its refusal."""
@@ -281,6 +292,7 @@ def test_bad_checkpoint_setting_is_one_line(tmp_path):
         run(text, tmp_path)
 
 
+@pytest.mark.slow
 def test_nan_loss_names_the_step_the_metric_and_the_last_good_checkpoint(tmp_path):
     # log(6 - step) is -inf at the 7th step (ctx :step 6), so the loss is NaN there.
     text = variant("(loss (mean (cross-entropy logits (getf inputs :target)))))",
@@ -298,6 +310,7 @@ def test_nan_loss_names_the_step_the_metric_and_the_last_good_checkpoint(tmp_pat
     assert sorted(int(p.name) for p in ckpts.iterdir() if p.name.isdigit()) == [4, 6]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stop_in", [None, 9])
 def test_nan_loss_between_checks_names_its_step_and_is_never_saved(tmp_path, stop_in):
     # The loss is NaN from the 7th step on; nothing is logged or saved until step 10 (or SIGTERM in step 9).
@@ -349,6 +362,7 @@ KILL_MID_WRITE = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_sigkill_during_a_checkpoint_write_leaves_the_previous_one_loadable(tmp_path):
     from sexpgpu_runtime.run.checkpoint import Checkpoints, CheckpointSpec, Identity
     d = tmp_path / "ckpt"
@@ -390,6 +404,7 @@ def tensorboard_scalars(run_dir: Path) -> dict[str, dict[int, float]]:
     return out
 
 
+@pytest.mark.slow
 def test_tensorboard_events_hold_every_logged_metric(full):
     result, d = full
     scalars = tensorboard_scalars(d)
@@ -399,6 +414,7 @@ def test_tensorboard_events_hold_every_logged_metric(full):
         assert scalars["loss"][row["step"]] == pytest.approx(row["loss"], rel=1e-6)
 
 
+@pytest.mark.slow
 def test_plot_writes_a_png_of_every_metric(full, tmp_path):
     from typer.testing import CliRunner
     from sexpgpu_cli.main import app
@@ -431,6 +447,7 @@ def test_plot_mistakes_are_one_line(tmp_path):
                                                   "metrics row (a JSON object with a numeric `step`)")
 
 
+@pytest.mark.slow
 def test_fresh_run_into_a_run_dir_with_metrics_but_no_checkpoints_is_refused(tmp_path):
     text = variant(":log (:every 50))", ":log (:every 1))")      # no `:checkpoint`: nothing saved while training
     run(text, tmp_path, steps=2)
@@ -457,12 +474,14 @@ def test_a_run_whose_data_cannot_be_read_leaves_no_empty_run_dir(tmp_path):
     assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["notes.txt"]   # what was there stays
 
 
+@pytest.mark.slow
 def test_an_empty_metrics_jsonl_is_no_earlier_run(tmp_path):
     (tmp_path / "metrics.jsonl").write_text("")         # left by a run that failed before its first logged step
     run(TEXT, tmp_path, steps=1)
     assert [r["step"] for r in rows(tmp_path)] == [1]
 
 
+@pytest.mark.slow
 def test_overwrite_starts_over_removing_checkpoints_metrics_and_events(full, tmp_path):
     full_result, full_dir = full
     run(TEXT, tmp_path, steps=9)                        # checkpoints 7 and 9, 9 rows, events to step 9
@@ -478,6 +497,7 @@ def test_overwrite_starts_over_removing_checkpoints_metrics_and_events(full, tmp
     assert (tmp_path / "notes.txt").read_text() == "mine"   # nothing else is touched
 
 
+@pytest.mark.slow
 def test_overwrite_replaces_another_runs_checkpoints_and_refuses_resume_with_it(full, tmp_path):
     from sexpgpu_runtime.errors import OptionError
     other = variant(":optimizer (adam :lr 3e-3)", ":optimizer (adam :lr 1e-3)", TEXT)
@@ -527,6 +547,7 @@ def test_plot_skips_a_torn_last_line(tmp_path):
     assert (tmp_path / "metrics.png").exists()
 
 
+@pytest.mark.slow
 def test_resuming_a_finished_run_says_there_is_nothing_to_train(tmp_path):
     from typer.testing import CliRunner
     from sexpgpu_cli.main import app
@@ -540,6 +561,7 @@ def test_resuming_a_finished_run_says_there_is_nothing_to_train(tmp_path):
                     "changed; to train it longer, resume with `--steps N` above 2")
 
 
+@pytest.mark.slow
 def test_a_stop_while_a_bad_row_waits_for_the_device_names_the_bad_step_and_saves_nothing_past_it(tmp_path, monkeypatch):
     # On a device slower than the host, logged rows wait for it (`Loop._write_rows`); made to wait here.
     # The metric `odd` is -inf at the 10th step only; SIGTERM comes in step 13, while rows 8-12 wait. The run

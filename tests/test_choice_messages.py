@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from helpers import check, variant
-from test_depth_bad_inputs import HEAD, LAYER, LM
+from test_repeat_diagnostics import HEAD, LAYER, LM
 
 
 def remat(value: str, caret: str) -> str:

@@ -108,6 +108,7 @@ def test_front_end_never_imports_jax():
     assert "jax" not in mods
 
 
+@pytest.mark.slow
 def test_run_refuses_a_file_with_errors(drift):
     r = sx("run", str(drift))
     assert r.returncode == 1
@@ -115,6 +116,7 @@ def test_run_refuses_a_file_with_errors(drift):
     assert "fix them before running" in r.stderr
 
 
+@pytest.mark.slow
 def test_run_writes_metrics_to_the_default_run_dir(tmp_path):
     r = sx("run", str(FIXTURE), "--steps", "3", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
@@ -178,6 +180,7 @@ def test_lint_a_directory_checks_every_run_file_below_it(tmp_path, drift):
 # -- sexpgpu run: mistakes found before training -------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_run_refuses_options_that_cannot_work_before_training(tmp_path):
     cases = [
         (["--export", "/nonexistent/x.safetensors"], 2, "sexpgpu: error: cannot write /nonexistent/x.safetensors: "
@@ -197,6 +200,7 @@ def test_run_refuses_options_that_cannot_work_before_training(tmp_path):
                                                    "it is a file, not a directory")
 
 
+@pytest.mark.slow
 def test_run_into_an_earlier_runs_dir_needs_overwrite(tmp_path):
     d = str(tmp_path / "out")
     assert sx("run", str(FIXTURE), "--steps", "1", "--run-dir", d, "--no-progress").returncode == 0
@@ -209,6 +213,7 @@ def test_run_into_an_earlier_runs_dir_needs_overwrite(tmp_path):
     assert [json.loads(l)["step"] for l in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()] == [1, 2]
 
 
+@pytest.mark.slow
 def test_usage_mistakes_are_one_line_exit_2():
     exe = sexpgpu_program()
     assert exe, "the `sexpgpu` command is not installed (pip install -e . in the venv)"

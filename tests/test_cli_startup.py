@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from helpers import FIXTURE, modules_after
 
 SEXPGPU = Path(sys.executable).with_name("sexpgpu")
@@ -32,6 +34,7 @@ def test_json_format_imports_json_only_then():
     assert "json" in imported_by("lint", "--format", "json", str(FIXTURE))
 
 
+@pytest.mark.slow
 def test_bad_values_are_worded_by_typer():
     r = subprocess.run([str(SEXPGPU), "lint", "--format", "xml", str(FIXTURE)], capture_output=True, text=True)
     assert r.returncode == 2

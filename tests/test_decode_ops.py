@@ -73,6 +73,7 @@ def test_greedy_is_the_argmax_every_time():
     np.testing.assert_array_equal(run("(categorical lg :salt s :temperature t)", t=0.0, s=3), a)
 
 
+@pytest.mark.slow
 def test_top_k_and_top_p_never_leave_their_sets():
     k2 = run("(categorical lg :salt s :top-k 2)", s=5)
     assert set(np.unique(k2)) == {0, 1}

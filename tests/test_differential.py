@@ -1,5 +1,5 @@
 """Differential truth: the checker against JAX in both directions, on random programs over the
-registry's ops (benchmarks/differential runs thousands; this runs a few hundred of each).
+registry's ops (tests/differential runs thousands; this runs a few hundred of each).
 
 Well-typed: every program the checker accepts lowers in the runtime with JAX's type at every node.
 Ill-typed: every program the checker rejects is refused by JAX itself (each op called as a JAX user
@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 import sexpgpu_runtime  # noqa: F401  (enables x64)
-from benchmarks.differential import (DIRECT, LENIENT, STRICT, Tally, expr, jax_verdict, lenient_rule, lower, names_of,
+from tests.differential import (DIRECT, LENIENT, STRICT, Tally, expr, jax_verdict, lenient_rule, lower, names_of,
                                      random_env, run, strict_rule)
 
 from sexpgpu_lang import analyze
@@ -135,7 +135,7 @@ def test_jax_runs_every_op_example_as_written():
 
 def test_an_unexplained_rejection_is_counted(monkeypatch):
     """The benchmark's judge can fail: without the rule, `(not x)` of a float is a disagreement."""
-    from benchmarks.differential import rules as differential
+    from tests.differential import rules as differential
     env = names_of("x:[4]f32")
     assert Tally().judge("(not x)", env, "not") == "strict:logic-needs-bool"
     monkeypatch.setattr(differential, "STRICT", [r for r in STRICT if r.name != "logic-needs-bool"])
@@ -143,6 +143,7 @@ def test_an_unexplained_rejection_is_counted(monkeypatch):
     assert tally.judge("(not x)", env, "not") == "unexplained" and len(tally.disagreements) == 1
 
 
+@pytest.mark.slow
 def test_both_directions_agree_on_a_few_hundred_programs():
     tally = run(n_random=300, n_ill=5 * len(REGISTRY), seed=9)   # (seed 8 left `*` never rejected once the decoding ops joined)
     assert tally.accepted > 100 and tally.rejected > 300
@@ -153,10 +154,11 @@ def test_both_directions_agree_on_a_few_hundred_programs():
 
 # --------------------------------------------------------------------------- whole run files
 
-from benchmarks.differential import (PHASE_LENIENT, PHASE_STRICT, PhaseTally, phase_example, phase_file,  # noqa: E402
+from tests.differential import (PHASE_LENIENT, PHASE_STRICT, PhaseTally, phase_example, phase_file,  # noqa: E402
                                      phase_jax_verdict, phase_jax_verdicts, phase_runtime, run_phases)
 
 
+@pytest.mark.slow
 def test_whole_run_files_agree():
     """A few dozen random run files (compositions inside `:init`, `:step`, `:finish` and `objective`):
     the checker accepts one exactly when the runtime lowers every graph with the checker's types and
@@ -179,7 +181,7 @@ def test_each_phase_strict_rule_example_is_rejected_and_jax_runs_it(rule):
     assert phase_jax_verdicts(pf)[0]["generate"] is None       # JAX runs the generator
     assert PhaseTally().judge(pf) == f"strict:{rule.name}"
     monkey = PhaseTally()
-    from benchmarks.differential import rules as differential
+    from tests.differential import rules as differential
     saved = differential.PHASE_STRICT
     differential.PHASE_STRICT = [r for r in saved if r is not rule]
     try:
@@ -202,8 +204,8 @@ def test_each_phase_lenient_rule_example_is_accepted_and_lowered_but_jax_refuses
 def test_a_generator_jax_refuses_is_not_hidden_by_a_bad_loss(monkeypatch):
     """Each phase is judged alone: a file whose loss the checker rejects, and whose generator JAX
     refuses though the checker accepts it, needs a lenient rule for the generator."""
-    from benchmarks.differential import rules as differential
-    from benchmarks.differential import PhaseRule
+    from tests.differential import rules as differential
+    from tests.differential import PhaseRule
     pf = phase_example(PhaseRule("x", "", "(list :s0 (sum 2.0))", "(list :s0 (cast s0 :f32))"))
     pf.loss = "(+ (cast f0 :f32) (mean (cast p :f32)))"
     pf.text = pf.text.replace("(mean (cast s0 :f32))", "(cast f0 :f32)")
@@ -215,7 +217,7 @@ def test_a_generator_jax_refuses_is_not_hidden_by_a_bad_loss(monkeypatch):
 
 
 def test_the_example_file_is_clean_and_agrees():
-    from benchmarks.differential import PhaseRule
+    from tests.differential import PhaseRule
     pf = phase_example(PhaseRule("none", "", "(list :s0 (sum f0))", "(list :s0 (+ s0 1.0))"))
     assert PhaseTally().judge(pf) == "agree"
 
@@ -226,7 +228,7 @@ def test_a_runtime_type_that_differs_from_the_checker_is_caught():
     import dataclasses
 
     from sexpgpu_lang.types import PlistType
-    from benchmarks.differential import PhaseRule
+    from tests.differential import PhaseRule
     pf = phase_example(PhaseRule("none", "", "(list :s0 (sum f0))", "(list :s0 (+ s0 1.0))"))
     program = analyze(pf.text, "example.sx").program
     assert phase_runtime(program) is None
@@ -254,7 +256,7 @@ def test_random_files_take_each_kind_of_step_and_loss():
 def repeated_file(field_dtype: str, remat: str):
     """A run file whose model is 2 layers of `(* w h)` (`w` scalar f32, stacked [2]) under `remat`,
     called on a field of `field_dtype` in `:step` and the objective."""
-    from benchmarks.differential.run_files import PhaseFile, phase_text
+    from tests.differential.run_files import PhaseFile, phase_text
     fields, param = {"f0": TensorType((3,), field_dtype)}, TensorType((), "f32")
     init, step = {"s0": "(sum (cast f0 :f32))"}, {"s0": "(+ s0 (mean (cast p :f32)))"}
     loss = "(+ (mean (cast s0 :f32)) (mean (cast p :f32)))"
@@ -302,7 +304,7 @@ PHASE_FOUND = {
 
 @pytest.mark.parametrize("kind", sorted(PHASE_FOUND))
 def test_found_by_the_whole_file_direction(kind):
-    from benchmarks.differential import PhaseRule
+    from tests.differential import PhaseRule
     init, step, verdict = PHASE_FOUND[kind]
     assert PhaseTally().judge(phase_example(PhaseRule(kind, "", init, step))) == verdict
 

@@ -1,10 +1,12 @@
 """Random draws: bits are a pure function of the seed, the draw's place and its salt (DESIGN.md section 2)."""
 import numpy as np
-
+import pytest
 
 from helpers import program_of, variant
 from sexpgpu_runtime.lowering.context import make_ctx
 from sexpgpu_runtime.run.train import RunOptions, Trainer
+
+pytestmark = pytest.mark.slow
 
 
 def noise_program(salt: str, prefix: str = ""):

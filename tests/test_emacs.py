@@ -26,6 +26,9 @@ import pytest
 from helpers import sexpgpu_program, write_case
 from sexpgpu_lang.format import format_text
 
+pytestmark = pytest.mark.slow
+
+
 ROOT = Path(__file__).resolve().parents[1]
 EMACS_DIR = Path(__file__).resolve().parent / "emacs"
 #: The eglot set-up docs/editors-setup.md gives, verbatim.

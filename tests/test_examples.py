@@ -15,6 +15,9 @@ import pytest
 from sexpgpu_lang import analyze_file
 from sexpgpu_runtime.run.train import RunOptions, train
 
+pytestmark = pytest.mark.slow
+
+
 EXAMPLES_DIR = Path(__file__).resolve().parents[1] / "examples"
 EXAMPLES = sorted(EXAMPLES_DIR.glob("*.sx"))
 STEPS = 10

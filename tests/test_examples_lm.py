@@ -19,6 +19,9 @@ from sexpgpu_runtime.run.train import Trainer
 
 from benchmarks import depth
 
+pytestmark = pytest.mark.slow
+
+
 EXAMPLES_DIR = Path(__file__).resolve().parents[1] / "examples"
 
 

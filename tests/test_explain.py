@@ -403,6 +403,7 @@ def estimates(report) -> dict:
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("key", list(CHECKED) + ["bf16"])
 def test_parameter_state_argument_and_output_bytes_are_exact(key):
     import jax
@@ -428,6 +429,7 @@ def test_parameter_state_argument_and_output_bytes_are_exact(key):
         assert (e["live"]["args"], e["live"]["outputs"]) == (xla[name]["args"], xla[name]["outputs"]), name
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("key", list(CHECKED) + ["bf16"])
 def test_flops_within_25_percent(key):
     _, report, xla = checked(key)
@@ -467,6 +469,7 @@ def xla_peak_live(key, stack: int) -> dict[str, int]:
         return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("key", list(CHECKED))
 def test_live_sets_within_25_percent(key):
     # Against the allocation XLA reports; where that is more than 25% over XLA's own peak live set
@@ -487,6 +490,7 @@ def test_live_sets_within_25_percent(key):
         assert x > 1.25 * peak and abs(est - peak) <= 0.25 * peak, (name, est, x, peak)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("key", ["fixture", "attention"])
 def test_the_accelerator_model_agrees_where_the_cpus_library_plays_no_part(key):
     # The fixture and the attention model have no select before a large reduction, no softmax that
@@ -498,6 +502,7 @@ def test_the_accelerator_model_agrees_where_the_cpus_library_plays_no_part(key):
         assert abs(e["live"]["total"] - x) <= 0.25 * x, (name, e["live"]["total"], x)
 
 
+@pytest.mark.slow
 def test_bf16_live_sets_are_what_the_cpu_makes_of_them():
     # The CPU computes bf16 matmuls in f32: it converts their operands and results, so its temporaries
     # around a matmul are f32-sized, up to twice the bf16 buffers an accelerator holds (docs/explain.md).
@@ -507,6 +512,7 @@ def test_bf16_live_sets_are_what_the_cpu_makes_of_them():
         assert est <= x + 1024 and x <= 2.25 * est + 1024, (name, est, x)
 
 
+@pytest.mark.slow
 def test_cli_xla_prints_both_numbers(tmp_path):
     from typer.testing import CliRunner
     from sexpgpu_cli.main import app

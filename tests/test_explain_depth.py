@@ -102,6 +102,7 @@ def against_xla(remat: str):
 POLICIES = [":nothing-saveable", ":dots-saveable", ""]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("remat", POLICIES)
 def test_scanned_flops_agree_with_xla_counting_each_loop_trip(remat):
     report, xla = against_xla(remat)
@@ -112,6 +113,7 @@ def test_scanned_flops_agree_with_xla_counting_each_loop_trip(remat):
     assert 0.95 <= train["flops"] / x["flops"] <= 1.05, (train["flops"], x["flops"])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("remat", POLICIES)
 def test_scanned_live_sets_within_25_percent_of_xla(remat):
     report, xla = against_xla(remat)
@@ -120,6 +122,7 @@ def test_scanned_live_sets_within_25_percent_of_xla(remat):
         assert abs(g["live"]["total"] - x) <= 0.25 * x, (g["name"], g["live"]["total"], x)
 
 
+@pytest.mark.slow
 def test_remat_policies_order_the_live_set_as_xla_does():
     live = {r: against_xla(r)[1]["train"]["temps"] for r in POLICIES}
     est = {r: next(g for g in against_xla(r)[0]["graphs"] if g["name"] == "train")["live"]["temps"] for r in POLICIES}
@@ -132,6 +135,7 @@ def _live(compiled) -> int:
     return m.argument_size_in_bytes + m.output_size_in_bytes + m.temp_size_in_bytes - m.alias_size_in_bytes
 
 
+@pytest.mark.slow
 def test_the_step_peak_within_25_percent_of_xla_at_1_and_4_microbatches(tmp_path):
     """The small copy at :microbatches 4: the training graphs the runtime runs, compiled on the CPU with the
     running sum donated as on an accelerator, against the memory plan (the parameters, the sum held and the

@@ -10,6 +10,9 @@ import pytest
 from helpers import program_of
 from sexpgpu_lang.explain import explain
 
+pytestmark = pytest.mark.slow
+
+
 VOCAB, SEQ, BATCH, WIDTH = 2048, 64, 16, 64
 LOGITS = BATCH * SEQ * VOCAB * 4   # f32 [16 64 2048]: 8 MiB
 

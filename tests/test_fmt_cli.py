@@ -38,6 +38,7 @@ def tree(tmp_path_factory):
     return root
 
 
+@pytest.mark.slow
 def test_every_example_and_case_file(tree):
     files = sorted(tree.rglob("*.sx"))
     before = {p: p.read_bytes() for p in files}

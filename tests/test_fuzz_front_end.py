@@ -17,9 +17,13 @@ from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+import pytest
 
 from sexpgpu_lang import analyze, ide
 from sexpgpu_lang.format import format_range, format_text
+
+pytestmark = pytest.mark.slow
+
 
 ROOT = Path(__file__).resolve().parents[1]
 SEED_DIRS = [ROOT / "examples", ROOT / "tests" / "fixtures", ROOT / "tests" / "cases"]

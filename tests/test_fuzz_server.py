@@ -21,7 +21,7 @@ from lsp_client import Doc, client_fixture, position, published
 from sexpgpu_lang import analyze
 from test_fuzz_front_end import TOKENS, seeds
 
-pytestmark = pytest.mark.asyncio(loop_scope="module")
+pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.slow]
 
 #: Seconds one request may take before the test calls it unanswered.
 ANSWER_S = 20.0

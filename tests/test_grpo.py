@@ -3,8 +3,13 @@ above chance (1/16), though its policy-gradient loss need not fall (tests/test_e
 assertion for it)."""
 from pathlib import Path
 
+import pytest
+
 from sexpgpu_lang import analyze_file
 from sexpgpu_runtime.run.train import RunOptions, train
+
+pytestmark = pytest.mark.slow
+
 
 GRPO = Path(__file__).resolve().parents[1] / "examples" / "grpo.sx"
 

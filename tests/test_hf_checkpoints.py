@@ -233,6 +233,7 @@ def arch(request):
     return request.param
 
 
+@pytest.mark.slow
 def test_an_hf_checkpoint_loads_into_stacked_parameters_and_gives_the_reference_logits(tmp_path, arch):
     tensors = (gpt2_tensors if arch == "gpt2" else llama_tensors)(np.random.default_rng(1))
     write_hf(tmp_path / "hf", tensors)
@@ -294,6 +295,7 @@ def test_pretrained_parameters_are_not_drawn_and_the_others_keep_their_bits(tmp_
     jax.tree_util.tree_map(np.testing.assert_array_equal, (t2, f2), (trainable, frozen))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("file_dtype", [":bf16", None])
 def test_a_checkpoint_changed_after_the_check_is_refused_naming_the_file_and_the_tensor(tmp_path, file_dtype):
     # bf16 into f32 reads each tensor into a buffer of its own and casts it; a bf16 teacher reads
@@ -475,6 +477,7 @@ def test_a_mapping_that_does_not_fit_the_params_is_e_model_006(tmp_path):
     assert d.code == "E-MODEL-006" and "did you mean `:gpt2`?" in d.message
 
 
+@pytest.mark.slow
 def test_frozen_parameters_are_not_in_checkpoints_and_a_changed_teacher_refuses_the_resume(tmp_path):
     tensors = gpt2_tensors(np.random.default_rng(6))
     write_hf(tmp_path / "hf", tensors)
@@ -503,6 +506,7 @@ def test_frozen_parameters_are_not_in_checkpoints_and_a_changed_teacher_refuses_
     assert (tmp_path / "metrics.jsonl").read_bytes() == before
 
 
+@pytest.mark.slow
 def test_a_project_moved_with_its_run_dir_resumes_and_a_changed_teacher_there_is_still_refused(tmp_path):
     """The checkpoint records each pretrained file's SHA-256 by its path and by its path relative to
     the run file, so the same bytes at the same relative place resume (another mount point)."""
@@ -525,6 +529,7 @@ def test_a_project_moved_with_its_run_dir_resumes_and_a_changed_teacher_there_is
     assert moved.extra["start"] == 2
 
 
+@pytest.mark.slow
 def test_a_nan_loss_from_a_teacher_checkpoint_that_holds_a_nan_names_the_parameter_and_the_file(tmp_path):
     tensors = gpt2_tensors(np.random.default_rng(9))
     weight = np.asarray(tensors["transformer.ln_f.weight"], np.float32).copy()
@@ -551,6 +556,7 @@ def test_a_nan_loss_from_a_teacher_checkpoint_that_holds_a_nan_names_the_paramet
                                    "at [3] (its values are read from tensor `transformer.ln_f.weight` of ")
 
 
+@pytest.mark.slow
 def test_a_resume_draws_and_reads_only_the_frozen_parameters(tmp_path, monkeypatch):
     """A checkpoint holds the trainable parameters and the optimizer state; a resume makes only what
     it lacks (the frozen teacher, read again), with the bits a fresh run gives it."""
@@ -627,6 +633,7 @@ def own_mapping() -> str:
     return "(" + " ".join(f":{k} {sx(v)}" for k, v in stdlib_names()["gpt2"].items()).replace("transformer.", "gpt.") + ")"
 
 
+@pytest.mark.slow
 def test_export_names_with_the_files_own_mapping_writes_the_hf_layout_that_loads_back_identical(tmp_path):
     tensors = {k.replace("transformer.", "gpt."): v for k, v in gpt2_tensors(np.random.default_rng(9)).items()}
     write_hf(tmp_path / "hf", tensors)

@@ -63,6 +63,7 @@ def test_a_byte_order_mark_is_read_and_a_directory_is_one_line(tmp_path):
     assert str(e.value) == f"loader `prompts` ({tmp_path / 'd.jsonl'}): cannot read {tmp_path / 'd.jsonl'}: it is a directory, not a regular file; name a regular file"
 
 
+@pytest.mark.slow
 def test_at_the_command_line_it_is_one_line_and_exit_2(tmp_path):
     (tmp_path / "p.jsonl").write_text('{"prompt": [1, 2, 3]}\n{"prompt": [4, 5\n')
     f = tmp_path / "r.sx"

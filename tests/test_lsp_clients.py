@@ -17,6 +17,9 @@ import pytest
 
 from helpers import ROOT, fixture_text, variant
 
+pytestmark = pytest.mark.slow
+
+
 WAIT_S = 30.0
 
 

@@ -17,7 +17,7 @@ from pytest_lsp import LanguageClient, client_capabilities
 from helpers import fixture_text
 from lsp_client import client_fixture, position, published
 
-pytestmark = pytest.mark.asyncio(loop_scope="module")
+pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.slow]
 
 URI = "file:///work/positions.sx"
 LINE = '(def label "café 😀\t→")\t(def big (* vocub dim))'

@@ -8,6 +8,7 @@ import numpy as np
 import sexpgpu_runtime  # noqa: F401  (enables x64)
 import jax
 import jax.numpy as jnp
+import pytest
 
 from helpers import SMALL, check, cursor_at, program_of
 from sexpgpu_lang import ide
@@ -54,6 +55,7 @@ def test_hover_on_an_entry_shows_its_parameters():
     assert "model entry point" in info.markdown
 
 
+@pytest.mark.slow
 def test_entries_run_over_one_set_of_parameters():
     text = with_objective("""  (let* ((x (getf inputs :x))
          (full (model x))

@@ -15,8 +15,12 @@ import sys
 import textwrap
 
 import numpy as np
+import pytest
 
 from helpers import ROOT
+
+pytestmark = pytest.mark.slow
+
 
 CHILD = textwrap.dedent(r'''
     import json, sys

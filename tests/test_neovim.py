@@ -24,6 +24,9 @@ import pytest
 
 from helpers import case_expectations, sexpgpu_program, write_case
 
+pytestmark = pytest.mark.slow
+
+
 ROOT = Path(__file__).resolve().parents[1]
 NVIM_DIR = Path(__file__).resolve().parent / "nvim"
 DRIVER = NVIM_DIR / "lsp_client.lua"

@@ -41,6 +41,7 @@ def test_a_schedule_is_optax_s_schedule_of_that_name(form, want):
         assert lr(k) == float(want(k)), (form, k)
 
 
+@pytest.mark.slow
 def test_the_update_follows_the_schedule_and_the_mask_bit_for_bit():
     form, sched = SCHEDULES[3]
     program = program_of(with_optimizer(f"(adamw :lr {form} :weight-decay 0.1)").replace(":steps 3", ":steps 200"))
@@ -161,6 +162,7 @@ def test_a_bad_decay_mask_is_reported():
     assert (code, at) == ("E-NAME-003", ":decay-mask")
 
 
+@pytest.mark.slow
 def test_every_logged_row_has_the_learning_rate_its_update_used(tmp_path):
     sched = optax.warmup_cosine_decay_schedule(0.0, 1e-2, 3, 8, 1e-3)
     text = with_optimizer("(adam :lr (warmup-cosine-decay :peak-value 1e-2 :warmup-steps 3 :decay-steps 8 "
@@ -174,6 +176,7 @@ def test_every_logged_row_has_the_learning_rate_its_update_used(tmp_path):
     assert [r["lr"] for r in constant.history] == [1e-2, 1e-2]
 
 
+@pytest.mark.slow
 def test_resume_with_a_schedule_is_bit_exact(tmp_path):
     text = with_optimizer("(adamw :lr (warmup-cosine-decay :peak-value 1e-2 :warmup-steps 2 :decay-steps 6) "
                           ":weight-decay 0.1)").replace(":steps 3", ":steps 6 :log (:every 1) :checkpoint (:every 1)")

@@ -119,6 +119,7 @@ def run_with(tmp_path: Path, source: str, fields: str = "(:x [8] :i32)") -> str:
     return errors[0]
 
 
+@pytest.mark.slow
 def test_the_bad_inputs_of_issue_18_at_the_command_line(tmp_path):
     np.save(tmp_path / "train.npy", np.arange(100, dtype=np.uint16))
     np.arange(100, dtype=np.uint16).tofile(tmp_path / "train.bin")

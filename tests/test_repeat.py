@@ -112,6 +112,7 @@ def test_stacked_parameters_have_a_leading_layer_axis():
     assert shapes[("embed",)] == ((16, 8), 0)
 
 
+@pytest.mark.slow
 def test_repeated_equals_unrolled_loss_and_gradients():
     sp = stacked_params()
     rep, unr = repeated(), program(UNROLLED + TAIL.format(run=""))
@@ -155,6 +156,7 @@ def test_one_scan_body_of_length_three():
     assert len([e for e in jaxpr.eqns if e.primitive.name == "scan"]) == 2
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("remat", [" :remat :nothing-saveable", " :remat :dots-saveable"])
 def test_remat_gives_the_same_gradients_and_checkpoints_the_body(remat):
     sp = stacked_params()
@@ -270,6 +272,7 @@ def test_explain_models_remat():
     assert nothing["scans"][0]["remat"] == "nothing-saveable"
 
 
+@pytest.mark.slow
 def test_train_export_and_pretrained_see_the_stacked_parameters(tmp_path):
     """A repeated run trains, checkpoints and exports `blocks.w` as [3 8 8]; a frozen copy loads
     it with `:pretrained`, and a file of another depth is E-MODEL-003 naming both depths."""
@@ -317,6 +320,7 @@ NESTED = HEAD.replace("(defmodel block", """(defmodel proj
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("precision", ["f32", "bf16"])
 def test_a_sub_model_of_a_repeated_block_is_stacked_and_sliced_per_layer(precision):
     p = program(NESTED + TAIL.format(run=f" :precision :{precision}"))

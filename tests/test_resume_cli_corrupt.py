@@ -15,6 +15,9 @@ pytest.importorskip("orbax.checkpoint")
 
 from helpers import variant  # noqa: E402
 
+pytestmark = pytest.mark.slow
+
+
 SEXPGPU = str(Path(sys.executable).with_name("sexpgpu"))
 TEXT = variant(":log (:every 50))", ":log (:every 50)\n     :checkpoint (:every 5 :keep 3))")
 

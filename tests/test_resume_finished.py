@@ -17,6 +17,9 @@ from sexpgpu_runtime.run.options import RunOptions
 from sexpgpu_runtime.errors import RunFinished
 from sexpgpu_runtime.run.train import train
 
+pytestmark = pytest.mark.slow
+
+
 SEXPGPU = [sys.executable, "-m", "sexpgpu_cli.main"]
 STEPS = 40
 #: Every step logged; no `:checkpoint`, so a checkpoint is written only when a signal stops the run.

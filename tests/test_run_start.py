@@ -6,7 +6,12 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from helpers import ROOT, write_case
+
+
+pytestmark = pytest.mark.slow
 
 
 def test_run_prints_lints_warnings_then_its_devices_and_mesh(tmp_path):

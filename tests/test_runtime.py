@@ -14,6 +14,7 @@ def short_run(tmp_path_factory):
     return train_quiet(variant(":log (:every 50)", ":log (:every 25)"), 250, d), d
 
 
+@pytest.mark.slow
 def test_loss_falls_and_generation_accuracy_rises(short_run):
     result, _ = short_run
     first, last = result.history[0], result.history[-1]
@@ -22,6 +23,7 @@ def test_loss_falls_and_generation_accuracy_rises(short_run):
     assert last["generation-accuracy"] > first["generation-accuracy"] + 0.05
 
 
+@pytest.mark.slow
 def test_no_graph_is_traced_twice(short_run):
     result, _ = short_run
     assert result.traces, "no graph was traced"
@@ -30,6 +32,7 @@ def test_no_graph_is_traced_twice(short_run):
     assert all(n == 1 for n in result.traces.values()), result.traces
 
 
+@pytest.mark.slow
 def test_metrics_jsonl_has_a_row_per_logged_step(short_run):
     result, d = short_run
     rows = [json.loads(line) for line in (d / "metrics.jsonl").read_text().splitlines()]
@@ -38,6 +41,7 @@ def test_metrics_jsonl_has_a_row_per_logged_step(short_run):
     assert rows == result.history
 
 
+@pytest.mark.slow
 def test_stacked_run_equals_unstacked_bit_for_bit(tmp_path):
     stacked = train_quiet(fixture_text(), 20, tmp_path / "s2")
     unstacked = train_quiet(variant(":stack 2", ":stack 1"), 20, tmp_path / "s1")
@@ -48,6 +52,7 @@ def test_stacked_run_equals_unstacked_bit_for_bit(tmp_path):
         assert np.array_equal(np.asarray(a[k]), np.asarray(b[k])), k
 
 
+@pytest.mark.slow
 def test_a_run_is_a_pure_function_of_file_and_seed(tmp_path):
     a = train_quiet(fixture_text(), 5, tmp_path / "a")
     b = train_quiet(fixture_text(), 5, tmp_path / "b")
@@ -69,6 +74,7 @@ def with_held_out_pass(records: int) -> str:
            :stride [1] :i32))""") + "\n(pass held-out-eval :loader held-out :every 4 :batches 2)\n"
 
 
+@pytest.mark.slow
 def test_pass_on_the_training_loaders_shape_runs_the_generator(tmp_path):
     text = with_held_out_pass(512)
     prog = program_of(text)
@@ -80,6 +86,7 @@ def test_pass_on_the_training_loaders_shape_runs_the_generator(tmp_path):
     assert all(n == 1 for n in result.traces.values()), result.traces
 
 
+@pytest.mark.slow
 def test_bf16_keeps_the_cache_bf16_and_params_f32(tmp_path):
     text = variant(":stride (field batch :stride)))", ":stride (field batch :stride)\n :cache (zeros [64 seq vocab] :bf16)))")
     text = variant(":stride (getf state :stride))))", ":stride (getf state :stride)\n :cache (cast (model row) :bf16))))", text)
@@ -91,6 +98,7 @@ def test_bf16_keeps_the_cache_bf16_and_params_f32(tmp_path):
     assert np.isfinite(result.history[-1]["loss"])
 
 
+@pytest.mark.slow
 def test_export_then_pretrained_frozen_teacher(tmp_path):
     """One run's student is the next run's teacher: --export names match `:pretrained`."""
     from sexpgpu_lang import analyze
@@ -145,6 +153,7 @@ def with_curriculum() -> str:
             (stage :loader train))""")
 
 
+@pytest.mark.slow
 def test_curriculum_switches_loader_and_sets_stage(tmp_path):
     text = with_curriculum()
     text = variant("(metric :loss loss)", "(metric :loss loss)\n    (metric :stage (cast (getf ctx :stage) :f32))", text)
@@ -156,6 +165,7 @@ def test_curriculum_switches_loader_and_sets_stage(tmp_path):
     assert [r["stage"] for r in result.history] == [0.0, 0.0, 1.0, 1.0]
 
 
+@pytest.mark.slow
 def test_a_pass_sees_the_curriculum_stage_training_is_in(tmp_path):
     text = with_curriculum()
     text = variant("(metric :loss loss)", "(metric :loss loss)\n    (metric :stage (cast (getf ctx :stage) :f32))"
@@ -167,12 +177,14 @@ def test_a_pass_sees_the_curriculum_stage_training_is_in(tmp_path):
     assert [(r["now/stage"], r["now/within"]) for r in rows] == [(0.0, 128.0), (1.0, 0.0), (1.0, 128.0), (1.0, 256.0)]
 
 
+@pytest.mark.slow
 def test_unselected_diagnostic_is_not_computed_and_selected_one_is(tmp_path):
     text = variant("(metric :loss loss)", "(metric :loss loss)\n    (diagnostic :logit-mean (mean logits))")
     assert "logit-mean" not in train_quiet(text, 1, tmp_path / "a").history[-1]
     assert "logit-mean" in train_quiet(text, 1, tmp_path / "b", diagnostics=("logit-mean",)).history[-1]
 
 
+@pytest.mark.slow
 def test_stack_auto_takes_the_degree_the_cost_model_picks(tmp_path):
     from sexpgpu_runtime.lowering.graphs import layout_of
     prog = program_of(variant(":stack 2", ":stack :auto"))
@@ -194,6 +206,7 @@ def test_cross_entropy_of_a_label_out_of_range_is_nan():
     assert np.isnan(out[2:]).all(), out          # not the clamped (or wrapped) class's loss
 
 
+@pytest.mark.slow
 def test_a_label_out_of_range_stops_the_run_naming_the_likely_cause(tmp_path):
     from sexpgpu_runtime.errors import RunError
     text = variant(":label (mod (+ row stride) vocab)", ":label (+ (mod (+ row stride) vocab) 1)")   # 1 ... vocab
@@ -204,6 +217,7 @@ def test_a_label_out_of_range_stops_the_run_naming_the_likely_cause(tmp_path):
     assert "an index out of range (e.g. a label >= the number of classes)" in msg and "\n" not in msg
 
 
+@pytest.mark.slow
 def test_export_is_checked_before_training_and_written_with_normal_permissions(tmp_path):
     import os
     import stat
@@ -238,6 +252,7 @@ def test_a_diagnostic_name_the_file_does_not_report_is_refused_before_training(t
     assert not any((tmp_path / d / "metrics.jsonl").exists() for d in "abc")
 
 
+@pytest.mark.slow
 def test_diagnostics_option_adds_to_the_run_forms(tmp_path):
     text = variant("(metric :loss loss)", "(metric :loss loss)\n    (diagnostic :logit-mean (mean logits))\n"
                                           "    (diagnostic :logit-max (max logits))")

@@ -169,6 +169,7 @@ def test_checking_runs_no_code_from_the_file(spy, monkeypatch):
 # --------------------------------------------------------------------------- never unpickle
 
 
+@pytest.mark.slow
 def test_pretrained_npz_and_checkpoints_never_unpickle(tmp_path, monkeypatch):
     import numpy as np
 

@@ -82,6 +82,7 @@ def child(devices: int, stack: int, steps: int, run_dir, fsdp: bool = False) -> 
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stack", [1, 2])
 def test_eight_devices_give_one_devices_losses_and_record_order(tmp_path, stack):
     one = child(1, stack, 4, tmp_path / "one")
@@ -99,6 +100,7 @@ def test_eight_devices_give_one_devices_losses_and_record_order(tmp_path, stack)
     assert all(n == 1 for n in eight["traces"].values()), eight["traces"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stack", [1, 2])
 def test_fsdp_on_eight_devices_gives_one_devices_losses_with_the_parameters_split(tmp_path, stack):
     """`--fsdp`: every parameter and its optimizer state split along `data` on its largest axis that 8
@@ -170,6 +172,7 @@ def test_parse_mesh():
         parse_mesh("data=8,model=2")
 
 
+@pytest.mark.slow
 def test_a_coordinator_that_is_not_host_and_port_is_one_line():
     from sexpgpu_lang.mesh import check_coordinator
     check_coordinator("10.0.0.1:1234"), check_coordinator("[::1]:80"), check_coordinator("node-0:65535")
@@ -251,6 +254,7 @@ def test_explain_with_fsdp_divides_the_parameters_and_optimizer_state_per_device
         with_mesh(program_of(fixture_text()), 5)
 
 
+@pytest.mark.slow
 def test_sexpgpu_explain_takes_the_mesh_from_the_command_line():
     run = lambda *a: subprocess.run([sys.executable, "-m", "sexpgpu_cli.main", "explain",
                                      str(ROOT / "tests" / "fixtures" / "tiny-generate.sx"), *a],
@@ -269,6 +273,7 @@ def test_sexpgpu_explain_takes_the_mesh_from_the_command_line():
                                                       "this run has none: give --mesh data=N (or `:devices N` in `run`)")
 
 
+@pytest.mark.slow
 def test_two_processes_on_one_machine_train_as_one(tmp_path):
     """docs/sharding.md's two-process run: two local processes through jax.distributed, one CPU device
     each, a mesh of two, the coordinator from `JAX_COORDINATOR_ADDRESS` (read by JAX); process 0 logs the
@@ -296,6 +301,7 @@ def test_two_processes_on_one_machine_train_as_one(tmp_path):
     assert "step 2/2" in outs[0][1] and "step 2/2" not in outs[1][1]   # process 0 alone prints the rows
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args", [["--num-processes", "2", "--process-id", "1"], ["--distributed"]])
 def test_a_multi_process_run_without_a_coordinator_is_one_line(args):
     env = {**os.environ, "JAX_PLATFORMS": "cpu"}
@@ -308,6 +314,7 @@ def test_a_multi_process_run_without_a_coordinator_is_one_line(args):
                                 "finds them: JAX_COORDINATOR_ADDRESS, SLURM, Open MPI, Kubernetes, Cloud TPU)")
 
 
+@pytest.mark.slow
 def test_a_run_on_eight_devices_saves_and_resumes_its_checkpoint(tmp_path):
     """Orbax saves the state of a run on one device and restores it onto a mesh of eight (and a mesh's
     checkpoint resumes on a mesh, an FSDP one on one device); the resumed steps log what the
@@ -338,6 +345,7 @@ def test_the_editor_completes_shard_params_and_its_values():
     assert ":shard-params" in [c.label for c in ide.completions(ix, at).items]
 
 
+@pytest.mark.slow
 def test_a_long_fsdp_run_on_eight_devices_keeps_few_steps_in_flight(tmp_path):
     # Logged every 50 steps, the loop queues many steps between reads; unbounded, XLA:CPU's eight
     # device threads deadlocked in an FSDP all-gather and aborted the run (SIGABRT) after about 60 s.

@@ -13,6 +13,9 @@ from sexpgpu_runtime.errors import Stopped
 from sexpgpu_runtime.run.signals import StopSignals
 
 
+pytestmark = pytest.mark.slow
+
+
 @pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_a_signal_is_noted_and_raised_where_the_loop_looks(sig, code):
     before = signal.getsignal(sig)

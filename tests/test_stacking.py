@@ -12,6 +12,9 @@ from helpers import train_quiet
 from sexpgpu_runtime.weights.params import flatten
 from sexpgpu_runtime.lowering.stacking import over_copies
 
+pytestmark = pytest.mark.slow
+
+
 MODEL = """
 (def vocab 16)
 (def seq 8)
@@ -85,7 +88,7 @@ CURRICULUM = PLAIN + """
 """
 
 
-# benchmarks/differential/stacking.py's file 6 of seed 0 (rms-norm, a mean over time, attention, a
+# tests/differential/stacking.py's file 6 of seed 0 (rms-norm, a mean over time, attention, a
 # sampling generator, noise on the logits): with the training graph's copies in a `lax.scan`, the
 # embedding's gradient (a scatter-add in the loop's body) differed in 23 of its 256 entries after 2
 # steps; side by side (stacking.py `copy_of`) it keeps the bits.

@@ -208,6 +208,7 @@ def llama_file() -> str:
     return src[:start] + model + src[end:]
 
 
+@pytest.mark.slow
 def test_a_llama_block_model_checks_and_explain_agrees_with_xla_on_flops():
     """A whole run file: the grouped-query attention checks, and explain's traced FLOPs of each
     graph (attention expanded as XLA runs JAX's implementation) are within 25% of XLA's count."""

@@ -293,6 +293,7 @@ RUN = """(def vocab 64)
 """
 
 
+@pytest.mark.slow
 def test_a_resumed_run_reads_the_exact_records_and_ends_with_the_same_bits(tmp_path, monkeypatch):
     (np.arange(4000) % 64).astype(np.uint16).tofile(tmp_path / "train.bin")
     run = RUN.replace("DATA", str(tmp_path / "train.bin"))

@@ -18,6 +18,9 @@ import pytest
 from helpers import fixture_text, program_of, variant
 from test_until import UNTIL
 
+pytestmark = pytest.mark.slow
+
+
 SEXPGPU = str(Path(sys.executable).with_name("sexpgpu"))
 
 #: The fixture's student (two microbatches stacked) samples instead of taking the argmax.
@@ -156,7 +159,7 @@ def test_a_pass_names_itself(tmp_path):
 def test_a_checked_trip_graph_compiles_for_xla_report_and_the_differential():
     """`sexpgpu explain --xla` and the differential's runtime check lower the checked trip graph,
     stacked too, with its record: no graph fails and every phase has the checker's types."""
-    from benchmarks.differential.runtime_check import phase_runtime
+    from tests.differential.runtime_check import phase_runtime
     from sexpgpu_runtime.lowering.xla_report import compile_graphs
     prog = program_of(sampled("(cast (getf ctx :step) :f32)"))
     assert [k for k, v in compile_graphs(prog, 2).items() if "error" in v] == []

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import jax
+import pytest
 
 from helpers import check, program_of, variant
 
@@ -36,6 +37,7 @@ def trips_of(text, steps, run_dir):
     return result, seen
 
 
+@pytest.mark.slow
 def test_early_exit_equals_all_trips_bit_for_bit(tmp_path):
     full, all_trips = trips_of(FROZEN, 3, tmp_path / "full")
     early, few = trips_of(UNTIL, 3, tmp_path / "early")
@@ -63,6 +65,7 @@ def test_until_is_in_the_ir():
     assert program_of(FROZEN).generate.until is None
 
 
+@pytest.mark.slow
 def test_the_context_says_training_or_which_pass(tmp_path):
     """`:pass` is 0 while training and the pass's number (1, 2 ... in the file's order) in a pass,
     in the generator too: here `:finish` returns it and `objective` reports it."""

@@ -16,7 +16,7 @@ round differently from the same rows' means one microbatch at a time (docs/runti
 * The training graph (`copy_of`, training_graphs.py `_group`): S copies of the unstacked body traced side by
   side, each copy's inputs behind optimization barriers. In a loop the gradient of an embedding
   (a scatter-add) inside the scan's body came out in other bits than unstacked, on one of 25
-  random run files (benchmarks/differential/stacking.py, seed 0, file 6); side by side it keeps
+  random run files (tests/differential/stacking.py, seed 0, file 6); side by side it keeps
   them.
 """
 from __future__ import annotations

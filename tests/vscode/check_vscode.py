@@ -42,6 +42,8 @@ START_TIMEOUT_S = 120
 DRIVE_TIMEOUT_S = 300
 WAIT_MS = 60_000
 
+pytestmark = pytest.mark.slow
+
 
 def needed() -> tuple[str, str]:
     chromium = shutil.which("chromium")

@@ -1,4 +1,4 @@
-"""The command line: `python -m benchmarks.differential [--n N] [--ill N] [--phases N] ...` from the
+"""The command line: `python -m tests.differential [--n N] [--ill N] [--phases N] ...` from the
 repository root; prints the tallies and the disagreements, exits 1 when there is one.
 """
 from __future__ import annotations
@@ -15,7 +15,7 @@ from .judge import run, run_phases
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(prog="python -m benchmarks.differential", description=PACKAGE_DOC.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m tests.differential", description=PACKAGE_DOC.splitlines()[0])
     ap.add_argument("--n", type=int, default=3000, help="random compositions (default 3000)")
     ap.add_argument("--ill", type=int, default=2000, help="ill-typed calls, each op in turn (default 2000)")
     ap.add_argument("--phases", type=int, default=1000, help="whole run files, `:step` and `objective` (default 1000)")

@@ -1,4 +1,4 @@
-"""`sexpgpu lint DIR` with a file that is not UTF-8 (issue 23, item 7): that file is one
+"""`sexpgpu lint DIR` with a file that is not UTF-8: that file is one
 E-SYNTAX-003 diagnostic at its first bad byte, and every other file is still checked."""
 import json
 import subprocess

@@ -1,4 +1,4 @@
-"""The bad inputs of models at depth (issue 16's last bar): each a diagnostic at the right range with
+"""The bad inputs of models at depth: each a diagnostic at the right range with
 its fix, and an entry in docs/errors.md. A repeated layer whose carry changes type (E-MODEL-004), a
 stacked pretrained tensor of another depth (E-MODEL-003), a head width that is not an integer
 (E-TYPE-005), an unknown remat policy (E-FORM-002)."""

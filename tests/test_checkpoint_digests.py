@@ -1,4 +1,4 @@
-"""Corrupt checkpoints (issue 23, item 3): a CRC-32 per array is written with each checkpoint
+"""Corrupt checkpoints: a CRC-32 per array is written with each checkpoint
 and checked on restore; a checkpoint that fails (bytes overwritten, a data file cut short)
 is skipped, saying so, and the newest that verifies is resumed, bit-exact; a stray empty
 step directory does not block resuming; a failed read prints no asyncio task noise."""
@@ -18,6 +18,9 @@ from sexpgpu_runtime.run.checkpoint import digests, first_difference  # noqa: E4
 from sexpgpu_runtime.errors import RunError, RunFinished  # noqa: E402
 from sexpgpu_runtime.weights.params import flatten  # noqa: E402
 from sexpgpu_runtime.run.train import RunOptions, train  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
 
 TEXT = variant(":log (:every 50))", ":log (:every 1)\n     :checkpoint (:every 5 :keep 3))")
 STEPS = 15

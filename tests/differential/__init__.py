@@ -1,4 +1,7 @@
-"""Benchmark: the checker against JAX in both directions, on random programs over the registry's operations.
+"""The differential check, a test oracle: the checker against JAX in both directions, on random programs.
+
+tests/test_differential.py runs a few hundred programs of each kind; `python -m tests.differential`
+runs thousands, over the registry's operations.
 
 Well-typed direction. Random compositions of `sexpgpu_lang.ops.REGISTRY`'s
 ops (random arity, keywords such as `:axis`, `:axes`, `:keepdims`,
@@ -62,7 +65,7 @@ Prints the counts per category, both directions, and the unexplained
 disagreements (goal 0; exit status 1 otherwise). `--keep DIR` writes
 each one as `expr` plus its names' types, or as a run file, for a regression case.
 
-    .venv/bin/python -m benchmarks.differential [--n 3000] [--ill 2000] [--phases 1000] [--seed 0] [--depth 3]
+    .venv/bin/python -m tests.differential [--n 3000] [--ill 2000] [--phases 1000] [--seed 0] [--depth 3]
         [--phase-depth 2] [--keep DIR]
 
 One file in five runs under `:precision :bf16`, one in five stacks two

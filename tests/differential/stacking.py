@@ -1,7 +1,7 @@
 """Stacking mode: random accepted run files trained with `:stack 1` and with `:stack 2` or `4`, a few
 steps each, their parameters (and each step's losses) compared bit for bit (docs/runtime.md, "Stacking").
 
-    .venv/bin/python -m benchmarks.differential.stacking [--n 1000] [--first 0] [--steps 2] [--seed 0]
+    .venv/bin/python -m tests.differential.stacking [--n 1000] [--first 0] [--steps 2] [--seed 0]
         [--cache DIR] [--keep DIR]
 
 Each file (`stacking_file`) has a token loader, a model of an embedding, one to three random layers
@@ -235,7 +235,7 @@ def _share_compiles(folder: Path | None) -> None:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m benchmarks.differential.stacking", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m tests.differential.stacking", description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=1000, help="random run files (default 1000)")
     ap.add_argument("--steps", type=int, default=2, help="steps of each run (default 2)")
     ap.add_argument("--seed", type=int, default=0)

@@ -1,4 +1,4 @@
-"""Every size, count and seed has a range at lint time (issue 23, item 5): files that used
+"""Every size, count and seed has a range at lint time: files that used
 to lint clean and then crash `sexpgpu run` (or never end) are errors naming the limit."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Mistakes JAX runs without a word, reported by the checker (issue 21, item 10).
+"""Mistakes JAX runs without a word, reported by the checker.
 
 - W-SHAPE-001: an index or label provably outside the axis it indexes (`check/ranges.py`);
   the ranges the checker proves are compared with the values NumPy computes.

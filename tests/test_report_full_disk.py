@@ -1,4 +1,4 @@
-"""A full disk while a run logs (issue 23, item 4): one RunError, and metrics.jsonl keeps only
+"""A full disk while a run logs: one RunError, and metrics.jsonl keeps only
 whole rows (a row that could be written only in part is cut off again). ENOSPC is simulated
 by making `os.write` write part of a row and then fail, as a filling disk does."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Lexer recovery is linear (issue 23, item 6): after a character that starts no token the
+"""Lexer recovery is linear: after a character that starts no token the
 lexer resumes right after it instead of lexing the whole text again.
 
 The work is counted, not timed: every match the lexer's pattern yields is counted with

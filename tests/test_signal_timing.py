@@ -1,4 +1,4 @@
-"""Stop signals at awkward moments (issue 23, items 1-2): in the first seconds of `sexpgpu run`
+"""Stop signals at awkward moments: in the first seconds of `sexpgpu run`
 (before JAX is imported), twice in a row, and after the last step. Timing-robust: each test
 waits for a sign (the handler shown in /proc, a printed step line) before signalling, and
 accepts every outcome the protocol allows, with generous timeouts."""
@@ -14,6 +14,9 @@ from pathlib import Path
 import pytest
 
 from helpers import signal_at_line, variant
+
+pytestmark = pytest.mark.slow
+
 
 SEXPGPU = [sys.executable, "-m", "sexpgpu_cli.main"]
 

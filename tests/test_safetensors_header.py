@@ -1,4 +1,4 @@
-"""`:pretrained` files (issue 23, item 8): a file cut short after (or inside) its tensor data
+"""`:pretrained` files: a file cut short after (or inside) its tensor data
 is E-MODEL-003 at lint time, from the header's byte ranges and the file's size; tensors the
 file has that `:params` does not name are W-MODEL-001, named."""
 from __future__ import annotations

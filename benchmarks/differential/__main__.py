@@ -1,6 +1,0 @@
-"""`python -m benchmarks.differential`: the command line (cli.py)."""
-import sys
-
-from .cli import main
-
-sys.exit(main())

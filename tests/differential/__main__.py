@@ -1,0 +1,6 @@
+"""`python -m tests.differential`: the command line (cli.py)."""
+import sys
+
+from .cli import main
+
+sys.exit(main())
