@@ -50,12 +50,14 @@ def metrics(run_dir):
     return [json.loads(l) for l in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("use", sorted(USES))
 def test_a_folded_def_used_as_a_value_trains(tmp_path, use):
     train_quiet(folded(use), 2, tmp_path / "run")
     assert [r["step"] for r in metrics(tmp_path / "run")][-1] == 2
 
 
+@pytest.mark.slow
 def test_the_folded_def_gives_the_literals_bits(tmp_path):
     # `two` where the fixture says 2: the same run, bit for bit.
     train_quiet(fixture_text(), 3, tmp_path / "literal")

@@ -64,6 +64,7 @@ def test_the_run_s_tokenizer_is_copied_beside_the_export(tmp_path):
     assert write_tokenizer(none.program, tmp_path / "x") == []
 
 
+@pytest.mark.slow
 def test_a_run_s_export_writes_config_json_beside_the_shards(tmp_path):
     """`sexpgpu run --export DIR --export-names qwen2-tied` of a Qwen2 fine-tune: its config.json is the
     source checkpoint's with the trained sizes, so the directory loads where HF checkpoints load."""

@@ -58,6 +58,7 @@ def test_the_llama3_fixture_is_llama3():
     assert len(json.loads((FIXTURES / "llama3" / "model.safetensors.index.json").read_text())["weight_map"]) > 1
 
 
+@pytest.mark.slow
 def test_an_export_writes_config_json_and_reads_back(family, tmp_path):
     from sexpgpu_lang.name_mapping import stdlib_names
     from sexpgpu_runtime.weights.hf_export import write_config

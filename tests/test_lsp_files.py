@@ -26,7 +26,8 @@ async def test_a_fifo_or_dev_zero_tokenizer_is_a_diagnostic_and_the_server_goes_
                                       ("/dev/zero", "a character device")]):
         doc = Doc(client, (tmp_path / f"run{k}.sx").as_uri(), CASE.replace("data/tokenizer-24.json", path))
         got = (await published(client, doc.uri, 1)).diagnostics
-        assert [(d.code, d.message) for d in got] == [
+        # (the help follows the message for a client that is not known to show related information)
+        assert [(d.code, d.message.split("\nhelp: ")[0]) for d in got] == [
             ("E-LOADER-001", f"`text-tokens`'s tokenizer `{path}` is {what}, not a regular file; nothing is read from it")]
         hover = await client.text_document_hover_async(types.HoverParams(text_document=doc.id, position=doc.at("vocab vocab", 7)))
         assert hover is not None and "vocab" in str(hover.contents)

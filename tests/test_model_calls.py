@@ -8,6 +8,8 @@ calls that differ only in a constant must not share a body: they did, and `(lm :
 """
 from __future__ import annotations
 
+import pytest
+
 import json
 
 import numpy as np
@@ -37,6 +39,7 @@ def first_row(text: str, tmp_path) -> dict:
     return json.loads((tmp_path / "metrics.jsonl").read_text().splitlines()[0])
 
 
+@pytest.mark.slow
 def test_calls_with_other_constant_positions_read_their_own_columns(tmp_path):
     text = with_objective("(metric :a (lm :at 4)) (metric :b (lm :at 5)) (metric :c (lm :at 4))")
     row = first_row(text, tmp_path / "both")
@@ -47,11 +50,13 @@ def test_calls_with_other_constant_positions_read_their_own_columns(tmp_path):
     assert row["b"] == alone["a"]
 
 
+@pytest.mark.slow
 def test_calls_with_other_constant_floats_scale_by_their_own(tmp_path):
     row = first_row(with_objective("(metric :a (lm :scaled 1.0)) (metric :b (lm :scaled 3.0))"), tmp_path)
     np.testing.assert_allclose(row["b"], 3.0 * row["a"], rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_calls_with_other_constant_temperatures_draw_by_their_own(tmp_path):
     # temperature 0 is the argmax, a static choice made from the constant: a later call at 100
     # must still sample

@@ -48,6 +48,7 @@ def greedy(program, batch: dict) -> np.ndarray:
     return row
 
 
+@pytest.mark.slow
 def test_the_first_steps_rows_are_the_greedy_completions_of_the_initial_model(tmp_path):
     # The generator's argmax at the parameters step 1 starts from: the rows are known exactly.
     text = text_with()
@@ -70,6 +71,7 @@ def test_the_first_steps_rows_are_the_greedy_completions_of_the_initial_model(tm
                                                         (7, "train"), (7, "held")]
 
 
+@pytest.mark.slow
 def test_a_crash_and_a_resume_leave_samples_jsonl_as_the_uninterrupted_run_writes_it(tmp_path):
     # Unstacked, two groups a step: the crash comes in step 11's second group, after its rows were
     # gathered; they are never written, and the resume from step 8 writes 9-12 again, once.
@@ -137,6 +139,7 @@ def test_the_terminal_line_and_the_tensorboard_table():
                                                   "| 0 | 3 4▸5 6⏎7 | 0.5 | [1 2 3] |"]
 
 
+@pytest.mark.slow
 def test_plain_output_shows_each_row_on_its_own_line_at_the_interval(tmp_path):
     sx = tmp_path / "t.sx"
     sx.write_text(text_with("(:every 2 :rows 2 :text [:sample] :prompt 2)"))

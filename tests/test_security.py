@@ -43,7 +43,8 @@ class FileSpy:
         real_listdir, real_scandir = os.listdir, os.scandir
 
         def spy_open(file, *a, **k):
-            self.opened.append(str(file))
+            if not isinstance(file, int):   # a descriptor: its path was recorded when os.open made it
+                self.opened.append(str(file))
             return real_open(file, *a, **k)
 
         def spy_os_open(path, *a, **k):
@@ -52,7 +53,8 @@ class FileSpy:
 
         class SpyFileIO(real_fileio):
             def __init__(inner, file, *a, **k):
-                self.opened.append(str(file))
+                if not isinstance(file, int):
+                    self.opened.append(str(file))
                 super().__init__(file, *a, **k)
 
         def spy_listdir(path="."):

@@ -7,6 +7,8 @@ process after the last atexit callback, so no moment of it is left to the defaul
 trial is bounded by a timeout."""
 from __future__ import annotations
 
+import pytest
+
 import signal
 import subprocess
 import sys
@@ -14,6 +16,8 @@ import time
 from pathlib import Path
 
 from helpers import variant
+
+pytestmark = pytest.mark.slow   # (trains, or runs `sexpgpu run`)
 
 SEXPGPU = str(Path(sys.executable).with_name("sexpgpu"))
 

@@ -225,7 +225,7 @@ RUNTIME = """
     import json, sys
     from sexpgpu_lang.ir import LoaderIR
     from sexpgpu_lang.source import Span
-    from sexpgpu_runtime.loaders import Loader, LoaderError
+    from sexpgpu_runtime.data.loaders import Loader, LoaderError
     for source, fields in json.loads(sys.argv[1] if len(sys.argv) > 1 else CASES):
         source = (source[0], source[1])
         fields = tuple((n, tuple(s), d) for n, s, d in fields)
@@ -301,6 +301,7 @@ def test_the_runtime_bad_json_rows_are_one_line_naming_the_file_and_row(tmp_path
     assert f"junk.npy is a .npy file whose header numpy cannot read (" in npy
 
 
+@pytest.mark.slow
 def test_lint_and_run_of_a_fifo_or_dev_zero_run_file_are_one_line(tmp_path):
     fifo = tmp_path / "run.sx"
     os.mkfifo(fifo)

@@ -14,9 +14,11 @@ import pytest
 pytest.importorskip("orbax.checkpoint")
 
 from helpers import program_of, variant  # noqa: E402
-from sexpgpu_runtime.checkpoint import META_DIGEST, meta_digest, meta_problem  # noqa: E402
-from sexpgpu_runtime.params import flatten  # noqa: E402
-from sexpgpu_runtime.train import RunOptions, train  # noqa: E402
+from sexpgpu_runtime.run.checkpoint import META_DIGEST, meta_digest, meta_problem  # noqa: E402
+from sexpgpu_runtime.weights.params import flatten  # noqa: E402
+from sexpgpu_runtime.run.train import RunOptions, train  # noqa: E402
+
+pytestmark = pytest.mark.slow   # (trains, or runs `sexpgpu run`)
 
 TEXT = variant(":log (:every 50))", ":log (:every 1)\n     :checkpoint (:every 5 :keep 3))")
 STEPS, LONGER = 15, 17
