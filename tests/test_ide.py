@@ -70,6 +70,11 @@ def apply(text: str, edits) -> str:
     ("(cast trip :i32)", "(cast trip :i$032)", ["dtype `i32`"]),
     # a loader
     ("(run :loader train", "(run :loader tr$0ain", ["loader train: batch 64"]),
+    # a context key: its doc from the schema (language.CONTEXT_DOCS)
+    ("(getf state :stride))))", "(getf ctx :st$0ep))))", [":step [] i64", "key of the context: the optimizer step, from 0"]),
+    # a learning-rate schedule: its settings and doc (language.SCHEDULE_DOCS)
+    (":optimizer (adam :lr 3e-3)", ":optimizer (adam :lr (warmup-cos$0ine-decay :peak-value 3e-3 :warmup-steps 10 :decay-steps 100))",
+     ["(warmup-cosine-decay :init-value ... :peak-value ...", "learning-rate schedule: linear from `:init-value`"]),
     # a weak literal: what its `*` means (issue 21)
     ("(at (+ (cast trip :i32) 2))", "(at (+ (cast trip :i32) $02))", ["[] i32*", "`*`: weakly typed"]),
 ])

@@ -14,7 +14,8 @@ from ..types import DTYPES, ErrorType, PlistType, TensorType, Type
 from .checkpoint import checkpoint_hover, param_lines
 from .describe import code_block, describe, show_type
 from .index import Index
-from ..language import KEYWORD_DOCS, OPTIMIZERS, REPEAT_ENTRY, SOURCES, SPECIAL_FORMS, TOP_FORMS
+from ..language import (CONTEXT_DOCS, KEYWORD_DOCS, OPTIMIZERS, REPEAT_ENTRY, SCHEDULE_DOCS, SCHEDULES, SOURCES, SPECIAL_FORMS,
+                        TOP_FORMS)
 from .results import HoverInfo
 
 
@@ -78,6 +79,9 @@ def _hover_call(ix: Index, call: ListNode, head: Node) -> str:
     if name in SPECIAL_FORMS:
         sig, doc = SPECIAL_FORMS[name]
         return code_block(sig + arrow) + f"\n\n{doc}"
+    if name in SCHEDULES and _in_optimizer(ix, call):
+        settings = " ".join(f":{k} ..." for k in SCHEDULES[name])
+        return code_block(f"({name} {settings})") + f"\n\nlearning-rate schedule: {SCHEDULE_DOCS[name]}"
     if name == "repeat" and _in_params(ix, call):
         sig, doc = REPEAT_ENTRY
         return code_block(sig) + f"\n\n{doc}"
@@ -97,6 +101,12 @@ def _hover_call(ix: Index, call: ListNode, head: Node) -> str:
     if out_t is not None:
         return code_block(show_type(out_t))
     return code_block(f"({name} ...)")
+
+
+def _in_optimizer(ix: Index, node: Node) -> bool:
+    """True where `node` is a setting's value inside an optimizer call (`:lr (cosine-decay ...)`)."""
+    p = ix.parent(node)
+    return isinstance(p, ListNode) and p.head in OPTIMIZERS
 
 
 def _in_params(ix: Index, node: Node) -> bool:
@@ -127,7 +137,8 @@ def _hover_keyword(ix: Index, node: Kw, parent: Node | None, t: Type | None) -> 
             obj = ix.type_at(parent.items[1])
             where = "the context" if isinstance(obj, CtxType) else "the batch" if isinstance(obj, BatchType) else "the plist"
             if pt is not None:
-                return HoverInfo(node.span, code_block(f":{node.name} {show_type(pt)}") + f"\n\nkey of {where}")
+                doc = f": {CONTEXT_DOCS[node.name]}" if isinstance(obj, CtxType) and node.name in CONTEXT_DOCS else ""
+                return HoverInfo(node.span, code_block(f":{node.name} {show_type(pt)}") + f"\n\nkey of {where}{doc}")
         if head in REGISTRY and node.name in REGISTRY[head].kwargs:
             vt = ix.type_at(parent.items[idx + 1]) if idx + 1 < len(parent.items) else None
             return HoverInfo(node.span, code_block(f":{node.name} {show_type(vt) if vt else ''}".rstrip())
