@@ -1,6 +1,6 @@
 """The guard around every request and notification handler, and what the server logs.
 
-A bug in one editor feature must not take the server down (STYLE.md,
+A bug in one editor feature must not take the server down (docs/dev/style.md,
 "Layers that know little of each other"): `guarded(default)` logs the
 exception (to stderr and, as `window/logMessage`, to the client) and
 answers `default()`, the feature's empty result.

@@ -4,7 +4,7 @@ Every check in the front end reports through `Diagnostic`; `sexpgpu lint`,
 `sexpgpu run` and the language server only render these records. Each code
 has an entry (an example that triggers it and the fix) in `docs/errors.md`;
 `doc_anchor(code)` gives its anchor there. The families and the codes fixed
-by the spec come from `spec/generation.md` and DESIGN.md section 4.
+by the spec come from `docs/dev/design.md#generation` and docs/dev/design.md#diagnostics.
 
 Imports nothing outside `sexpgpu_lang.source`; never JAX.
 """

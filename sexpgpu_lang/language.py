@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from .types import DTYPES
 
-#: Each top-level form (DESIGN.md section 2): its signature and a one-line doc.
+#: Each top-level form (docs/dev/design.md#forms-and-the-context): its signature and a one-line doc.
 TOP_FORMS: dict[str, tuple[str, str]] = {
     "def": ("(def name value)", "a compile-time constant: integer, float, shape, dtype keyword, or a function"),
     "loader": ("(loader name :source (...) :batch n :fields (:name [shape] :dtype ...))", "a named loader: where records come from and what they hold"),
@@ -108,7 +108,7 @@ KEYWORD_VALUES: dict[str, tuple[str, ...]] = {
     "remat": REMAT_POLICIES,
 }
 
-#: One-line docs of the keywords of `defgenerate` (spec/generation.md) and the other forms.
+#: One-line docs of the keywords of `defgenerate` (docs/dev/design.md#generation) and the other forms.
 KEYWORD_DOCS: dict[tuple[str, str], str] = {
     ("defgenerate", "trips"): "how many times `:step` runs, 1 or more",
     ("defgenerate", "init"): "the batch and the context to the state: a plist of tensors",

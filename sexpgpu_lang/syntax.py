@@ -1,7 +1,7 @@
 """Text to syntax tree: the lark grammar, error recovery and ranged nodes.
 
 `parse(source)` never fails: it returns the top-level forms it could read
-plus syntax diagnostics. Recovery (DESIGN.md section 1, STYLE.md "Positions
+plus syntax diagnostics. Recovery (docs/dev/design.md#syntax, docs/dev/style.md "Positions
 and recovery"):
 
 * A `(` in column 1 always starts a new top-level form, so one missing `)`

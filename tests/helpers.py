@@ -54,7 +54,7 @@ def check(source: str, path: str = "check.sx"):
 
     A marker line `;; ^^^ CODE` points at the nearest line above it that is not a marker:
     the carets' columns are the range's columns on that line. A range that ends on a later
-    line is marked by one caret under its start. The test style of STYLE.md (after
+    line is marked by one caret under its start. The test style of docs/dev/style.md (after
     rust-analyzer's fixtures).
     """
     from sexpgpu_lang import analyze

@@ -106,3 +106,17 @@ def test_no_private_module_of_a_dependency_is_imported():
                         and any(p.startswith("_") and p != "__future__" for p in parts):
                     found.add((module.as_posix(), shown if any(p.startswith("_") for p in shown.split(".")) else name))
     assert found == PRIVATE_IMPORTS_LEFT, found ^ PRIVATE_IMPORTS_LEFT
+
+
+#: Files of the design this project was started from, which live outside the repository: the code
+#: and its docs cite docs/dev/ (this project's own words) instead.
+OUTSIDE = ("DESIGN.md", "STYLE.md", "spec/generation.md")
+
+
+def test_no_code_or_doc_cites_a_file_outside_the_repository():
+    places = [p for pkg in (*PACKAGES, "tests", "scripts", "benchmarks") for p in (ROOT / pkg).rglob("*")
+              if p.suffix in (".py", ".lark", ".sx", ".md") and p.is_file()]
+    places += [*(ROOT / "docs").rglob("*.md"), ROOT / "ARCHITECTURE.md", ROOT / "README.md", ROOT / "BENCHMARKS.md"]
+    cited = [f"{p.relative_to(ROOT)}: {name}" for p in places for name in OUTSIDE
+             if name in p.read_text(encoding="utf-8", errors="replace") and p.name != Path(__file__).name]
+    assert cited == [], "cite docs/dev/design.md or docs/dev/style.md instead:\n" + "\n".join(cited)

@@ -1,5 +1,5 @@
 """Front-end checks, written as the language: a run file with `;; ^^^ CODE` markers under
-each range a diagnostic must cover (`helpers.check`; STYLE.md, rust-analyzer's fixtures)."""
+each range a diagnostic must cover (`helpers.check`; docs/dev/style.md, rust-analyzer's fixtures)."""
 from helpers import SMALL, check, fixture_text, marked, variant
 from sexpgpu_lang import analyze
 

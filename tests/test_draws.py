@@ -1,4 +1,4 @@
-"""Random draws: bits are a pure function of the seed, the draw's place and its salt (DESIGN.md section 2)."""
+"""Random draws: bits are a pure function of the seed, the draw's place and its salt (docs/dev/design.md#forms-and-the-context)."""
 import numpy as np
 import pytest
 

@@ -58,7 +58,7 @@ def apply(text: str, edits) -> str:
     ("(getf self :hidden)", "(getf self :hid$0den)", ["student :hidden [64 64] f32"]),
     # a keyword argument of an op
     (":axes [1]\n", ":ax$0es [1]\n", ["keyword of `sum`"]),
-    # a form's keyword: the doc from spec/generation.md
+    # a form's keyword: the doc from docs/dev/design.md#generation
     ("(defgenerate :trips 6", "(defgenerate :tri$0ps 6", ["how many times `:step` runs"]),
     # a top-level form
     ("(loader train", "(load$0er train", ["(loader name", "a named loader"]),

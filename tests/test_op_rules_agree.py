@@ -1,4 +1,4 @@
-"""Every registry op: JAX's result shape and dtype equal the rule's (DESIGN.md section 3).
+"""Every registry op: JAX's result shape and dtype equal the rule's (docs/dev/design.md#types).
 
 The rule runs in sexpgpu_lang (no JAX); the lowering in sexpgpu_runtime
 traces the same IR with real arrays under jax_enable_x64. The evaluator

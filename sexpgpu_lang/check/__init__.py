@@ -1,9 +1,9 @@
 """Names, types and the phase checks: syntax tree to typed IR and diagnostics.
 
-`check(parse_result)` walks the top-level forms (DESIGN.md section 2) in the
+`check(parse_result)` walks the top-level forms (docs/dev/design.md#forms-and-the-context) in the
 order the runtime runs them: loader fields, `:init`, `:step` (whose result
 must equal the state `:init` made: the check across trips,
-spec/generation.md), `:finish`, `prepare`, `objective`, then each pass. It
+docs/dev/design.md#generation), `:finish`, `prepare`, `objective`, then each pass. It
 never raises for a user's mistake: every problem becomes a `Diagnostic`,
 and an expression already reported gets `ERROR` as its type so nothing that
 depends on it is reported again. Besides the IR, it records what an editor

@@ -3,7 +3,7 @@
 `(defmodel lm :params (...) :apply (lambda (self row) ...) :entries (:decode (lambda (self tok cache pos) ...)))`
 gives `lm` a second function, called `(lm :decode tok cache pos)` (or `(model :decode ...)`): a
 training forward and a one-position decode step with a cache share the parameters, which still
-belong to the one model (DESIGN.md section 9, "One model, several entry points"). Each entry is a
+belong to the one model (docs/dev/design.md#forms-and-the-context). Each entry is a
 lambda taking `self` first, checked where it is called for the argument types it is given, as
 `:apply` is; hover on the keyword at a call shows the entry's parameters. `read_entries` reads
 `:entries` when the model is built (`models._build_model`); `entry_call` picks the lambda a call

@@ -1,4 +1,4 @@
-"""The generator (`defgenerate`, spec/generation.md): every E-GEN code is decided here and nowhere else.
+"""The generator (`defgenerate`, docs/dev/design.md#generation): every E-GEN code is decided here and nowhere else.
 
 Its three phases (`:init` the batch and context to the state, `:step` the
 state to the next state `:trips` times, `:finish` the last state to what it
@@ -35,7 +35,7 @@ def generator_frame(ctx: CheckContext, phase: str) -> Frame:
 
 
 def top_generate(ctx: CheckContext, train: ir.LoaderIR | None):
-    """`defgenerate`: its three phases, the check across trips, and what it makes (spec/generation.md)."""
+    """`defgenerate`: its three phases, the check across trips, and what it makes (docs/dev/design.md#generation)."""
     forms = ctx.forms.get("defgenerate", [])
     if not forms:
         return None

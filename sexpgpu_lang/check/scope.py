@@ -22,7 +22,7 @@ from ..syntax import ListNode, Sym, parse as parse_text
 from ..types import FunctionType, PlistType, TensorType, Type, scalar
 from .facts import Definition
 
-#: The context keys every phase sees and their types (DESIGN.md section 2, spec "What a generator may read").
+#: The context keys every phase sees and their types (docs/dev/design.md#forms-and-the-context, docs/dev/design.md#generation).
 CTX_KEYS: dict[str, TensorType] = {name: scalar(dtype) for name, dtype in CONTEXT_KEYS}
 
 #: A name read of the set of every name in a scope (a near-miss suggestion reads it).

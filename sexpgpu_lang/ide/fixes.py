@@ -28,7 +28,7 @@ def quick_fixes(ix: Index, span: Span) -> list[Fix]:
       file has none);
     * E-GEN-004: return the value from the generator (in the state, or as a
       generated name from `:finish`), pass it through `prepare`, and report
-      it from `objective` (spec/generation.md, "What a generator may not do").
+      it from `objective` (docs/dev/design.md#generation).
     """
     out: list[Fix] = []
     for d in ix.result.diagnostics:

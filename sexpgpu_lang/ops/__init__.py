@@ -13,7 +13,7 @@ A rule reports a mistake by raising `RuleError(code, message, arg)`, where
 A rule also fills `call.static` with the normalised constants the lowering
 needs (axes, dtypes, sizes), so the lowering never infers them again.
 
-Dtype rules follow DESIGN.md section 3: promotion on JAX's lattice, a
+Dtype rules follow docs/dev/design.md#types: promotion on JAX's lattice, a
 reduction keeps its input dtype (`sum` of i32 is i32), `argmax` gives i32,
 `size` gives i64, float-only ops turn integers into f32.
 

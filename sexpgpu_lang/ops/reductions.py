@@ -1,5 +1,5 @@
 """Reductions (`sum` ... `logsumexp`, `argmax`, `argmin`) and the running sum `cumsum`: a sum keeps its
-input dtype (DESIGN.md section 3).
+input dtype (docs/dev/design.md#types).
 
 Imports nothing outside `sexpgpu_lang`; never JAX.
 """
@@ -62,7 +62,7 @@ op("argmin", "(argmin x :axis -1 :keepdims false)",
 @op("cumsum", "(cumsum x :axis -1)", "running sum along `:axis` (default the last), the shape of x; keeps the "
     "dtype as `sum` does (bool gives i32)", kwargs=("axis",), example="(cumsum i :axis 1)", family="reduction")
 def _cumsum(call):
-    """`jnp.cumsum` along one axis, keeping the input dtype (DESIGN.md section 3's reduction rule:
+    """`jnp.cumsum` along one axis, keeping the input dtype (docs/dev/design.md#types: the reduction rule:
     i32 stays i32, bool counts in i32, where `jnp.cumsum` under x64 gives i64); the lowering passes
     the dtype explicitly. A scalar has no axis (E-SHAPE-003)."""
     x = call.tensor(0)

@@ -14,7 +14,7 @@ We keep this small piece ourselves rather than adopt grain: the order
 needs only a seeded permutation per epoch and a position
 (docs/loaders.md says more).
 
-Sources (DESIGN.md section 2; docs/loaders.md):
+Sources (docs/dev/design.md#forms-and-the-context; docs/loaders.md):
 - `(stride-rows :vocab V :seq S :records N)`: synthetic rows
   `row[i] = (start + i * stride) mod V`, with the stride as a field.
 - `(npz "path")`: arrays named as the fields, the first axis the records.

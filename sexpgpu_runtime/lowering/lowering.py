@@ -4,8 +4,8 @@
 checks it). Each lowering reads the constants its rule normalised
 (`call.static`: axes, dtypes, sizes) and the output type, and passes
 explicit dtypes wherever JAX's own default differs under
-`jax_enable_x64` (argmax's index, sums of ints, literals): DESIGN.md
-section 8.
+`jax_enable_x64` (argmax's index, sums of ints, literals):
+docs/dev/design.md#types.
 
 `evaluate` walks a phase's IR while JAX traces it (`sexpgpu_lang.ir.Interpreter`
 does the walk and the environments; here each op is lowered and each report
@@ -284,7 +284,7 @@ LOWERINGS["stop-gradient"] = lambda call: lax.stop_gradient(jnp.asarray(call.arg
 
 
 def draw_key(call: LowerCall):
-    """`fold_in(fold_in(key(seed), place), salt)`; the salt defaults to 0 (DESIGN.md section 2)."""
+    """`fold_in(fold_in(key(seed), place), salt)`; the salt defaults to 0 (docs/dev/design.md#forms-and-the-context)."""
     key = jax.random.fold_in(call.ctx.seed_key, jnp.uint32(call.static["place"]))
     salt = call.kwargs.get("salt", 0)
     return jax.random.fold_in(key, jnp.asarray(salt).astype(jnp.uint32))

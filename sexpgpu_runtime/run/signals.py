@@ -2,7 +2,7 @@
 
 A handler only records the signal; the training loop calls `StopSignals.check`
 before every trip of the generator and between the phases of a step
-(DESIGN.md section 5), and `check` raises `Stopped`. So a stop never lands in
+(docs/dev/design.md#the-step), and `check` raises `Stopped`. So a stop never lands in
 the middle of a checkpoint write or an optimizer update: the step in flight is
 abandoned whole and the last completed state is what gets saved.
 
