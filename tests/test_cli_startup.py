@@ -1,4 +1,4 @@
-"""`sexpgpu lint` imports only what it needs (BENCHMARKS.md, "Fixed: lint"), and converting
+"""`sexpgpu lint` imports only what it needs (benchmarks/run_all.py's lint row), and converting
 option values without pydantic (`sexpgpu_cli.main._fast_process_value`) changes no value and no message."""
 from __future__ import annotations
 

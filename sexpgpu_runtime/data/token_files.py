@@ -5,10 +5,10 @@ or a one-dimensional `.npy` (its header gives the dtype) without reading it:
 a batch reads only its windows, each with one positional read (`pread`)
 from the kernel's page cache straight into the batch's array. So a file
 larger than memory works and the process's resident memory does not grow
-with the file. (A memory map did grow it: each page fault maps the whole
+with the file. (A memory map would grow it: each page fault maps the whole
 page-cache folio around it, up to 2 MiB, so 640 random windows of 2 KiB
-mapped all of a 400 MB file, and dropping the mapped pages again cost
-twice the time in faults; BENCHMARKS.md has the figures.)
+map all of a 400 MB file, and dropping the mapped pages again costs
+twice the time in faults; benchmarks/tokens.py measures the reads.)
 `TokenWindows` is a loader's records over a stream: window `i` is the
 `span` tokens from `i * stride` (`span` is `:seq`, or `:seq + 1` where a
 shifted target is declared), its fields the window and, with a target, the

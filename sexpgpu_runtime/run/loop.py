@@ -20,8 +20,8 @@ from .report import Reporter
 from .state import RunState
 
 #: How many steps the loop queues ahead of the device before it waits for the oldest, on one
-#: device: enough that the host never starves it (on a 2-core CPU a bound of 2 cost ~3% of the step
-#: against 4 or 8: BENCHMARKS.md), and a bound on the batches waiting in the queue.
+#: device: enough that the host never starves it (on a 2-core CPU a bound of 2 costs ~3% of the step
+#: against 4 or 8), and a bound on the batches waiting in the queue.
 MAX_STEPS_IN_FLIGHT = 8
 #: The same on a mesh: with many steps queued, XLA:CPU's device threads deadlocked in an FSDP all-gather.
 MAX_STEPS_IN_FLIGHT_MESH = 2

@@ -190,7 +190,7 @@ def _buffer(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
     `jax.device_put` on the CPU uses it as the device buffer instead of copying it (XLA's CPU
     alignment is 64 bytes); and without the `madvise(MADV_HUGEPAGE)` NumPy gives large arrays, whose
     first touch under the kernel's usual THP `defrag=madvise` compacts memory: a read into such an
-    array took twice the time of a plain `read` (BENCHMARKS.md, "Loading a sharded checkpoint")."""
+    array takes about twice the time of a plain `read` (benchmarks/pretrained_load.py)."""
     count = int(np.prod(shape, dtype=np.int64))
     flags = {"flags": mmap.MAP_PRIVATE} if hasattr(mmap, "MAP_PRIVATE") else {}
     return np.frombuffer(mmap.mmap(-1, max(count * dtype.itemsize, 1), **flags), dtype, count).reshape(shape)
