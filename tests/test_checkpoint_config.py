@@ -196,3 +196,16 @@ def test_a_config_that_cannot_be_read_is_one_line(tmp_path, make, piece):
     got = [(d.code, d.message) for d in res.diagnostics if d.code.startswith("E-CONFIG")]
     assert len(got) == 1 and got[0][0] == "E-CONFIG-001" and piece in got[0][1], got
     assert "ck/config.json" in got[0][1]
+
+
+@pytest.mark.parametrize("window, refused", [(4, True), (7, True), (8, False), (None, False)])
+def test_a_mistral_window_shorter_than_the_sequences_is_refused(project, window, refused):
+    # the standard library's attention is the full causal one: Mistral's only up to its window
+    root, text = project   # (rows of 9 tokens: the model reads 8, the last is a target)
+    path = root / "data" / "llama3-tiny" / "config.json"
+    cfg = {k: v for k, v in json.loads(path.read_text()).items() if k != "rope_scaling"}
+    path.write_text(json.dumps({**cfg, "model_type": "mistral", "sliding_window": window}))
+    got = [c for c in codes(analyze(text, str(root / "run.sx"), read_files=True)) if c[0] == "E-CONFIG-002"]
+    assert bool(got) == refused, got
+    if refused:
+        assert f"`sliding_window` is {window}, and this file's loaders give rows of 9 tokens" in got[0][1]

@@ -150,6 +150,14 @@ def _num(v) -> str:
     return repr(float(v)) if isinstance(v, float) else str(v)
 
 
+def _longest_sequence(ctx: CheckContext) -> int | None:
+    """The longest row the file's loaders give: the largest last axis of a field of rank 1 or more
+    (`:row [seq] :i32`), or None when no loader has one. A model reads at most that many positions,
+    one fewer where the row's last token is only a target (the usual next-token row)."""
+    lengths = [shape[-1] for loader in ctx.loaders.values() for _, shape, _ in loader.fields if shape]
+    return max(lengths) if lengths else None
+
+
 def check_stated(ctx: CheckContext, model: str, prefix: tuple[str, ...], mapping: str, rel: str, full: str,
                  node) -> None:
     """Compare a `:pretrained` model read through the standard-library `mapping` with its checkpoint's
@@ -168,6 +176,15 @@ def check_stated(ctx: CheckContext, model: str, prefix: tuple[str, ...], mapping
     if refused:
         ctx.err("E-CONFIG-002", node.span, f"`{shown}`: " + "; ".join(refused),
                 help="load a checkpoint the mapping is for, or write the model and its mapping yourself")
+        return
+    window, longest = config.get("sliding_window"), _longest_sequence(ctx)
+    if config.get("model_type") == "mistral" and isinstance(window, int) and not isinstance(window, bool) \
+            and longest is not None and longest - 1 > window:
+        ctx.err("E-CONFIG-002", node.span, f"`{shown}`: `sliding_window` is {window}, and this file's loaders give "
+                f"rows of {longest} tokens; the standard library's attention is the full causal one, which is "
+                "Mistral's only up to the window",
+                help=f"cut the rows to at most {window + 1} tokens (`:seq`: the model reads {window}, the last is "
+                     "a target), or write windowed attention yourself")
         return
     got = settings(config)
     sizes = _sizes(ctx, prefix, mapping)
