@@ -10,9 +10,10 @@ never JAX or sexpgpu_runtime.
 """
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
+
+from .row_files import read_row_file
 
 
 class PlotError(Exception):
@@ -47,29 +48,11 @@ def image_format(output: Path) -> str:
 def read_rows(path: Path) -> list[dict]:
     """The rows of a metrics.jsonl. A torn last line (no newline: a run killed while writing it) after
     good rows is skipped; any other line that is not a metrics row is an error naming FILE:LINE."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as e:
-        raise PlotError(f"cannot read {path}: {e.strerror or e}")
-    except UnicodeDecodeError as e:
-        line = path.read_bytes()[:e.start].count(b"\n") + 1
-        raise PlotError(f"{path}:{line} is corrupt: not UTF-8 text")
-    lines = text.splitlines()
-    rows = []
-    for i, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-            if not isinstance(row, dict) or isinstance(row.get("step"), bool) \
-                    or not isinstance(row.get("step"), (int, float)):
-                raise ValueError
-        except ValueError:
-            if i == len(lines) and not text.endswith("\n") and rows:
-                continue
-            raise PlotError(f"{path}:{i} is corrupt: not a metrics row (a JSON object with a numeric `step`)")
-        rows.append(row)
-    return rows
+    return read_row_file(path, _is_metrics_row, "a metrics row (a JSON object with a numeric `step`)", PlotError)
+
+
+def _is_metrics_row(row) -> bool:
+    return isinstance(row, dict) and not isinstance(row.get("step"), bool) and isinstance(row.get("step"), (int, float))
 
 
 def series(rows: list[dict]) -> dict[str, tuple[list[float], list[float]]]:

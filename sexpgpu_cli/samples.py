@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from .row_files import read_row_file
+
 
 class SamplesError(Exception):
     """A run dir without readable samples (missing, no samples.jsonl, a corrupt row), or no row matching."""
@@ -19,31 +21,13 @@ def read_samples(path: Path) -> list[dict]:
     """The rows of a samples.jsonl, in file order. A torn last line (no newline: a run killed while
     writing it) after good rows is skipped; any other line that is not a samples row is a
     SamplesError naming FILE:LINE."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as e:
-        raise SamplesError(f"cannot read {path}: {e.strerror or e}") from None
-    except UnicodeDecodeError as e:
-        line = path.read_bytes()[:e.start].count(b"\n") + 1
-        raise SamplesError(f"{path}:{line} is corrupt: not UTF-8 text") from None
-    lines = text.splitlines()
-    rows = []
-    for i, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-            ok = (isinstance(row, dict) and isinstance(row.get("step"), int) and isinstance(row.get("pass"), str)
-                  and isinstance(row.get("row"), int) and isinstance(row.get("fields"), dict))
-        except ValueError:
-            ok = False
-        if not ok:
-            if i == len(lines) and not text.endswith("\n") and rows:
-                break   # torn by a killed run: the rows before it stand
-            raise SamplesError(f"{path}:{i} is corrupt: not a samples row (a JSON object with an integer "
-                               "`step` and `row`, a `pass` name and its `fields`)")
-        rows.append(row)
-    return rows
+    return read_row_file(path, _is_sample, "a samples row (a JSON object with an integer `step` and `row`, a "
+                         "`pass` name and its `fields`)", SamplesError)
+
+
+def _is_sample(row) -> bool:
+    return (isinstance(row, dict) and isinstance(row.get("step"), int) and isinstance(row.get("pass"), str)
+            and isinstance(row.get("row"), int) and isinstance(row.get("fields"), dict))
 
 
 def select(rows: list[dict], step: int | None, pass_name: str | None) -> list[dict]:
