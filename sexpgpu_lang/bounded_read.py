@@ -28,6 +28,7 @@ one line. The limits are the module's constants (docs/runtime.md lists them):
 | a tokenizer.json | `TOKENIZER_JSON_LIMIT`, 256 MiB | the largest on the Hub are tens of MB |
 | a safetensors header | `SAFETENSORS_HEADER_LIMIT`, 100,000,000 bytes | the safetensors library's own limit |
 | a safetensors index | `INDEX_JSON_LIMIT`, 64 MiB | an index of thousands of tensors is a few MB |
+| a checkpoint's config.json | `CONFIG_JSON_LIMIT`, 16 MiB | a few KB in practice |
 | a jsonl line | `JSONL_LINE_LIMIT`, 64 MiB | one prompt (or document) a line |
 
 Pure Python (os, stat, json); never JAX.
@@ -42,6 +43,7 @@ import stat
 TOKENIZER_JSON_LIMIT = 256 << 20
 SAFETENSORS_HEADER_LIMIT = 100_000_000
 INDEX_JSON_LIMIT = 64 << 20
+CONFIG_JSON_LIMIT = 16 << 20
 JSONL_LINE_LIMIT = 64 << 20
 
 

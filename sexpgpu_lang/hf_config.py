@@ -105,18 +105,15 @@ def config_path(path: str) -> str:
 
 def _load(path: str) -> dict:
     import json   # (only where a config is read: `sexpgpu lint` of a file without one imports no json)
-    try:
-        if os.path.exists(path) and not os.path.isfile(path):   # a pipe or a device: a read could wait forever
-            raise ConfigError(path, "it is not a file")
-    except ValueError:
-        raise ConfigError(path, "no such file (its name holds a character no file name can)")
-    try:
-        with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
+    from .bounded_read import CONFIG_JSON_LIMIT, JsonNumberTooLong, JsonTooDeep, loads_json, read_bounded
+    try:   # (a regular file only, and bounded: a pipe or a device could wait forever, or never end)
+        data = loads_json(read_bounded(path, CONFIG_JSON_LIMIT, "a config.json").decode("utf-8"))
     except FileNotFoundError:
         raise ConfigError(path, "no such file")
-    except OSError as e:
+    except OSError as e:   # (NotRegularFile and TooLarge say what in their own words)
         raise ConfigError(path, e.strerror or str(e))
+    except (JsonTooDeep, JsonNumberTooLong) as e:
+        raise ConfigError(path, f"it is not a config ({e})")
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise ConfigError(path, f"it is not JSON: {e}")
     except ValueError:

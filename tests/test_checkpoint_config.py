@@ -184,7 +184,7 @@ def test_another_family_s_checkpoint_is_one_short_line_with_the_mapping_it_fits(
 
 
 @pytest.mark.parametrize("make,piece", [
-    (lambda d: (d / "config.json").mkdir(), "it is not a file"),
+    (lambda d: (d / "config.json").mkdir(), "it is a directory, not a regular file"),
     (lambda d: (d / "config.json").write_text("{not json"), "it is not JSON"),
     (lambda d: (d / "config.json").write_text("[1, 2]"), "it is not a JSON object of settings"),
     (lambda d: None, "no such file"),
@@ -209,3 +209,16 @@ def test_a_mistral_window_shorter_than_the_sequences_is_refused(project, window,
     assert bool(got) == refused, got
     if refused:
         assert f"`sliding_window` is {window}, and this file's loaders give rows of 9 tokens" in got[0][1]
+
+
+def test_a_config_json_that_is_a_fifo_or_nests_too_deep_is_one_line(project):
+    import os
+    root, text = project
+    path = root / "data" / "llama3-tiny" / "config.json"
+    path.write_text("[" * 100_000 + "]" * 100_000)
+    got = codes(analyze(text, str(root / "run.sx"), read_files=True))
+    assert got and got[0][0] == "E-CONFIG-001" and "nests deeper" in got[0][1], got
+    path.unlink()
+    os.mkfifo(path)   # never opened for a wait: refused from its mode
+    got = codes(analyze(text, str(root / "run.sx"), read_files=True))
+    assert got and got[0][0] == "E-CONFIG-001" and "named pipe" in got[0][1], got
