@@ -198,3 +198,34 @@ def test_each_bad_run_dir_is_one_line(tmp_path, setup, message):
     assert out.returncode == 1 and out.stdout == ""
     assert len(out.stderr.splitlines()) == 1, out.stderr
     assert out.stderr.startswith("sexpgpu: error: " + message.format(d=tmp_path)), out.stderr
+
+
+def tensorboard_texts(run_dir: Path) -> dict[str, dict[int, str]]:
+    """The text summaries of every event file under `run_dir` (TFRecord framing: length, crc, data,
+    crc), by tag and step."""
+    import struct
+    from tensorboardX.proto import event_pb2
+    out: dict[str, dict[int, str]] = {}
+    for f in sorted(run_dir.glob("events.out.tfevents.*")):
+        data, i = f.read_bytes(), 0
+        while i < len(data):
+            (n,) = struct.unpack("<Q", data[i:i + 8])
+            ev = event_pb2.Event.FromString(data[i + 12:i + 12 + n])
+            i += 12 + n + 4
+            for v in ev.summary.value:
+                if v.HasField("tensor") and v.tensor.string_val:
+                    out.setdefault(v.tag.split("/text_summary")[0], {})[ev.step] = v.tensor.string_val[0].decode()
+    return out
+
+
+@pytest.mark.slow
+def test_tensorboard_shows_each_sampled_step_as_a_table_of_its_rows(tmp_path):
+    text = variant("     :log (:every 50)\n", "     :log (:every 50 :tensorboard true)\n", text_with())
+    run(text, tmp_path, steps=4)
+    texts = tensorboard_texts(tmp_path)
+    written = rows(tmp_path)
+    assert sorted(texts["samples"]) == sorted({r["step"] for r in written if r["pass"] == "train"}) == [1, 3, 4]
+    assert sorted(texts["held/samples"]) == [4]
+    for step, table in texts["samples"].items():
+        assert table == markdown_table([r for r in written if r["step"] == step and r["pass"] == "train"])
+        assert table.count("\n") >= 3   # a header, its rule and the 3 rows
