@@ -8,10 +8,12 @@ weights.pretrained (for `--export-names`' mapping).
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from sexpgpu_lang import ir
+from sexpgpu_lang.bounded_read import open_regular
 from sexpgpu_lang.name_mapping import stdlib_names
 
 from ..weights.pretrained import export_mapping
@@ -49,6 +51,12 @@ def check_options(program: ir.Program, options: RunOptions) -> None:
         raise OptionError("--resume continues the run in the run dir and --overwrite starts it over; give one")
     if options.export_frozen and options.export is None:
         raise OptionError("--export-frozen says what --export writes; give --export PATH too")
+    if options.export_names is not None and options.export is not None:
+        if options.export.is_dir() and any(options.export.iterdir()) and not any(
+                (options.export / n).is_file() for n in ("model.safetensors", "model.safetensors.index.json")):
+            raise OptionError(f"cannot write {options.export}: it is a directory that holds no export (no "
+                              "model.safetensors or index), and an export replaces what is there; give a new or an "
+                              "earlier export's directory")
     if options.export_names is not None:
         found = export_mapping(program, options.export_names)
         if found is None:
@@ -82,6 +90,9 @@ def check_options(program: ir.Program, options: RunOptions) -> None:
             if options.export.is_dir() or not options.export.parent.is_dir():
                 raise OptionError(str(e))
     elif options.export is not None:
+        if options.export.exists() and not _is_safetensors(options.export):
+            raise OptionError(f"cannot write {options.export}: it exists and is not a safetensors file (an earlier "
+                              "export), and an export replaces it; give a new path, or remove the file first")
         try:
             check_output_file(options.export)
         except PathProblem as e:
@@ -95,6 +106,18 @@ def check_options(program: ir.Program, options: RunOptions) -> None:
     for name in program.run.diagnostics:
         if name not in reported:
             raise RunError(f"`run` selects `:diagnostics` `{name}`, but no diagnostic is named `{name}`; {known}")
+
+
+def _is_safetensors(path: Path) -> bool:
+    """Whether `path` is a regular file that begins as a safetensors file does: an 8-byte little-endian
+    header length that fits the file, then the header's `{`. (Reads 9 bytes; a FIFO is not opened.)"""
+    try:
+        with open_regular(str(path)) as fh:
+            head = fh.read(9)
+            size = os.fstat(fh.fileno()).st_size
+    except OSError:
+        return False
+    return len(head) == 9 and head[8:9] == b"{" and int.from_bytes(head[:8], "little") <= size - 8
 
 
 def shard_bytes(size: str) -> int:
