@@ -167,9 +167,15 @@ def family(config: dict) -> str:
 
 
 def _number(config: dict, key: str, integer: bool, default=None):
+    """`config[key]` (or `default`): every size and setting read here is a count of 1 or more
+    (`integer`) or a finite number above 0 (an epsilon, a rotary base, a scaling factor);
+    ConfigError saying which it is not."""
+    import math
     v = config.get(key, default)
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or (integer and not float(v).is_integer()):
-        raise ConfigError("", f"`{key}` is {_text(config.get(key))}, not {'an integer' if integer else 'a number'}")
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0 \
+            or (integer and not float(v).is_integer()):
+        raise ConfigError("", f"`{key}` is {_text(config.get(key))}, not "
+                          + ("a count of 1 or more" if integer else "a finite number above 0"))
     return int(v) if integer else v
 
 

@@ -222,3 +222,17 @@ def test_a_config_json_that_is_a_fifo_or_nests_too_deep_is_one_line(project):
     os.mkfifo(path)   # never opened for a wait: refused from its mode
     got = codes(analyze(text, str(root / "run.sx"), read_files=True))
     assert got and got[0][0] == "E-CONFIG-001" and "named pipe" in got[0][1], got
+
+
+@pytest.mark.parametrize("key, value, said", [
+    ("rms_norm_eps", -1, "`rms_norm_eps` is -1, not a finite number above 0"),
+    ("num_hidden_layers", -1, "`num_hidden_layers` is -1, not a count of 1 or more"),
+    ("rope_theta", float("nan"), "`rope_theta` is nan, not a finite number above 0"),
+])
+def test_a_config_value_that_is_no_size_or_setting_is_one_refusal(project, key, value, said):
+    root, text = project
+    path = root / "data" / "llama3-tiny" / "config.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), key: value}))
+    got = codes(analyze(text, str(root / "run.sx"), read_files=True))
+    assert [c for c, _ in got] == ["E-CONFIG-002"], got
+    assert said in got[0][1], got[0][1]

@@ -187,6 +187,11 @@ def check_stated(ctx: CheckContext, model: str, prefix: tuple[str, ...], mapping
                      "a target), or write windowed attention yourself")
         return
     got = settings(config)
+    unread = [str(e) for e in got.values() if isinstance(e, ConfigError)]
+    if unread:
+        ctx.err("E-CONFIG-002", node.span, f"`{shown}`: " + "; ".join(unread),
+                help="fix the checkpoint's `config.json`: its sizes and settings are what the model is read with")
+        return
     sizes = _sizes(ctx, prefix, mapping)
     for key, (value, where, pdef) in sizes.items():
         s = got.get(key)
