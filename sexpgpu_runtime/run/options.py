@@ -90,7 +90,7 @@ def check_options(program: ir.Program, options: RunOptions) -> None:
             if options.export.is_dir() or not options.export.parent.is_dir():
                 raise OptionError(str(e))
     elif options.export is not None:
-        if options.export.exists() and not _is_safetensors(options.export):
+        if options.export.exists() and not options.export.is_dir() and not _is_safetensors(options.export):
             raise OptionError(f"cannot write {options.export}: it exists and is not a safetensors file (an earlier "
                               "export), and an export replaces it; give a new path, or remove the file first")
         try:
