@@ -388,7 +388,6 @@ def run(
             raise typer.Exit(1)
         from sexpgpu_runtime.devices.sharding import initialize, parse_mesh  # JAX is imported only here
         from sexpgpu_runtime.errors import BadDraw, DataError, MeshError, OptionError, RunError, RunFinished, RunStopped
-        from sexpgpu_runtime.devices.device import never_fits
         from sexpgpu_runtime.run.options import RunOptions, resume_command, shard_bytes
         from sexpgpu_runtime.run.train import train
         try:
@@ -401,9 +400,6 @@ def run(
         if res.diagnostics and jax.process_index() == 0:
             print_text([res], sys.stderr)   # what `lint` says of the file (its warnings), before training
 
-        too_big = never_fits(res.program, devices, fsdp)
-        if too_big:
-            raise fail(too_big, 1)
         try:
             shard_bytes(max_shard_size)
         except ValueError as e:

@@ -84,11 +84,14 @@ class GetF(Expr):
 
 @dataclass(frozen=True, eq=False)
 class Apply(Expr):
-    """A call of a user `lambda`, inlined: bind `params` to `args`, evaluate `body`."""
+    """A call of a user `lambda`, inlined: bind `params` to `args`, evaluate `body`. `stdlib`: the
+    standard-library function's name when it is one (its body's spans are then in prelude.sx, not
+    in the run file)."""
 
     params: tuple[str, ...] = ()
     args: tuple[Expr, ...] = ()
     body: tuple[Expr, ...] = ()
+    stdlib: str | None = None
 
 
 @dataclass(frozen=True, eq=False)

@@ -34,6 +34,9 @@ class GraphEstimate:
     `transcendentals` per call. `input_list` and `output_list` hold
     `{name, type, bytes}` for the tree; `scans` the repeated blocks the
     graph applies (`{model, path, layers, remat}`: one scan body each).
+    `biggest` is the largest single buffer the graph holds, `(bytes, node)`:
+    an argument or output with the stack axis, or one copy's temporary
+    (what `sexpgpu run` names when a step could never fit).
     """
 
     name: str
@@ -49,6 +52,7 @@ class GraphEstimate:
     input_list: list = field(default_factory=list)
     output_list: list = field(default_factory=list)
     scans: list = field(default_factory=list)
+    biggest: tuple[int, Node] | None = None
 
     @property
     def live(self) -> int:
@@ -465,4 +469,23 @@ def estimate_graph(name: str, trace: Trace, stack: int, loss: int | None = None,
     g.largest_temp = largest
     g.bytes_moved = moved
     g.scans = list(trace.scans)
+    g.biggest = _biggest(nodes, live, schedule, stack)
     return g
+
+
+def _biggest(nodes: list[Node], live: list[bool], schedule: _Schedule, stack: int) -> tuple[int, Node] | None:
+    """The largest buffer of a graph, (bytes, node): an argument or parameter it reads, an output
+    (with the stack axis), or a value it materialises (one copy's: the copies' buffers are apart)."""
+    best = None
+    for n in nodes:
+        if not live[n.id]:
+            continue
+        if n.op in _INPUTS or n.id in schedule.out_ids:
+            size = n.nbytes * stack if n.id in schedule.out_ids else n.bytes_at(stack)
+        elif schedule.mat[n.id]:
+            size = n.nbytes
+        else:
+            continue
+        if best is None or size > best[0]:
+            best = (size, n)
+    return best

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from .. import ir
 from ..language import CONTEXT_KEYS
+from ..source import Span
 from ..types import PlistType, TensorType, Type, is_float
 from .cost import COSTS, Cost, einsum_layout, einsum_operands
 
@@ -39,6 +40,7 @@ class Node:
     static: dict = field(default_factory=dict)
     remat: tuple[int, str] | None = None   # computed inside a rematerialised call: (its region, its policy)
     scan: bool = False   # computed in the body of a repeated block's scan without remat (`Trace.repeat`)
+    span: Span | None = None   # the op of the file that made it (None: an argument, a parameter, a gradient)
 
     @property
     def nbytes(self) -> int:
@@ -96,6 +98,8 @@ class Trace(ir.Interpreter):
         self.regions: list[dict] = []       # each rematerialised call: {policy, inputs (node ids)}
         self.region: tuple[int, str] | None = None   # the rematerialised call being traced
         self.scanning = False   # tracing the body of a scan without remat
+        self.site: Span | None = None   # the op being traced: where the nodes made now come from (`Node.span`)
+        self.call_site: Span | None = None   # a standard-library call being traced: the site of its ops
 
     # -- nodes ---------------------------------------------------------------------------------
     def new(self, op: str, t: TensorType, inputs=(), cost=Cost(), per_copy=None, role="", static=None) -> Node:
@@ -109,7 +113,7 @@ class Trace(ir.Interpreter):
             if key in self.cse:
                 return self.cse[key]
         n = Node(len(self.nodes), op, t, ins, cost, pc, role, static or {}, self.region,
-                 self.scanning and self.region is None)
+                 self.scanning and self.region is None, None if op in ("arg", "param", "grad") else self.site)
         self.nodes.append(n)
         if key is not None:
             self.cse[key] = n
@@ -169,6 +173,17 @@ class Trace(ir.Interpreter):
                 self.output(f"{name}:{i}", v)
 
     # -- the evaluator's hooks (ir.Interpreter walks the rest) -----------------------------------
+    def eval(self, e: ir.Expr, env: dict):
+        """`ir.Interpreter.eval`; the ops inside a standard-library call are sited at the call in the
+        run file (their own spans are in prelude.sx)."""
+        if isinstance(e, ir.Apply) and e.stdlib is not None and self.call_site is None:
+            self.call_site = e.span
+            try:
+                return super().eval(e, env)
+            finally:
+                self.call_site = None
+        return super().eval(e, env)
+
     def phase(self, phase: ir.Phase, args: list):
         """Evaluate one phase on `args`, `self` being the root of the parameter tree."""
         env = dict(zip(phase.params, args))
@@ -260,6 +275,14 @@ class Trace(ir.Interpreter):
         for v in kwargs:
             if isinstance(v, Node):
                 ins.append(v.id)
+        outer, self.site = self.site, self.call_site or e.span
+        try:
+            return self._op_nodes(e, ins, types)
+        finally:
+            self.site = outer
+
+    def _op_nodes(self, e: ir.Op, ins: list[int], types: list):
+        """The nodes of one op of the file, on its evaluated inputs `ins` (ids) of types `types`."""
         cost = COSTS[e.name].flops(types, e.type, e.static)
         if isinstance(e.type, PlistType):  # top-k: :values and :indices
             out = {}

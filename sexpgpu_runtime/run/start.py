@@ -8,7 +8,8 @@ never mixes its rows or checkpoints with an earlier run's: a dir an earlier run 
 unless the run resumes it (its newest complete checkpoint must be this run's, identity checked) or
 replaces it (`--overwrite` clears that run first). A resume of a run that has trained its steps
 already raises RunFinished, having changed nothing (resume.py). Identity and free space are
-checked before anything is computed. Every error is a RunError (or OptionError, RunFinished).
+checked before anything is computed, and a step whose memory plan could never fit the device before
+anything is allocated (fits.py). Every error is a RunError (or OptionError, RunFinished).
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from ..devices.sharding import run_devices
 from ..errors import CheckpointError, RunError
 from ..weights.pretrained import content_hashes, frozen_params
 from .checkpoint import Checkpoints, checkpoint_spec
+from .fits import refuse_never_fits
 from .options import RunOptions, check_options
 from .report import Reporter
 from .resume import dropped_line, missing_rows_line, refuse_finished, resuming_line
@@ -45,11 +47,13 @@ class RunStart:
             print(line, file=sys.stderr, flush=True)
 
     def prepare(self, make_trainer):
-        """Check the options, refuse a resume of nothing, make the run dir, then build the trainer
+        """Check the options, refuse a resume of nothing and a step that could never fit the device's
+        memory (fits.py: explain's memory plan against the device's), make the run dir, then build the trainer
         (`make_trainer()`, which opens the loaders); if that fails, the folders made for the run dir
         are removed again (where still empty). Returns the trainer."""
         check_options(self.program, self.options)
         self._refuse_resume_of_nothing()
+        refuse_never_fits(self.program, self.options)   # the memory plan against the device's, before allocating
         made = outermost_missing(self.options.run_dir)
         prepare_run_dir(self.options.run_dir)
         try:

@@ -11,7 +11,8 @@ phases (signals.py), checkpoints saved as `:checkpoint` says and at a stop (chec
 metrics (report.py), `--export` (weights/pretrained.py). A stop abandons the step in flight; what
 was saved is the last completed step, and the resume takes the abandoned step again, so the
 resumed run's bits are the uninterrupted run's. The parts' errors become the run's here
-(errors.py): a NaN or infinite value, a checkpoint or data file failing while the run trains.
+(errors.py): a NaN or infinite value, a checkpoint or data file failing while the run trains, the
+device running out of memory (fits.py).
 """
 from __future__ import annotations
 
@@ -32,6 +33,7 @@ from ..weights.pretrained import export_mapping, export_params, initial_params, 
 from .batches import Batches
 from .checkpoint import Checkpoints
 from .checks import ValueChecks
+from .fits import is_out_of_memory, out_of_memory
 from .loop import Loop
 from .options import RunOptions
 from .report import Reporter
@@ -210,6 +212,18 @@ def _fit_saving(trainer: Trainer, store: Checkpoints, reporter: Reporter, state:
     return state, history
 
 
+def _out_of_memory(e: BaseException, trainer: Trainer, store: Checkpoints, first: int) -> RunError:
+    """The RunError of a step that ran out of device memory (fits.py `out_of_memory`): the step it was
+    in and the newest checkpoint saved, which `--resume` continues from."""
+    try:
+        store.wait()
+    except CheckpointError:
+        pass
+    done = trainer.completed
+    step = (done.step if done is not None else first) + 1
+    return out_of_memory(e, step, store.latest(), store.spec.dir)
+
+
 def _diverged(e: BadValue, trainer: Trainer, store: Checkpoints) -> BaseException:
     """The error a NaN or infinite value stops the run with, naming the last good checkpoint: a bad
     traced temperature stays a BadDraw (bad input, exit 2); any other is a RunError naming the cause
@@ -246,7 +260,12 @@ def train(program: ir.Program, options: RunOptions, on_trip=None) -> RunResult:
     start = RunStart(program, options)
     trainer = start.prepare(lambda: Trainer(program, options))
     trainer.on_trip = on_trip
-    store, state, reporter = start.begin(trainer)
+    try:
+        store, state, reporter = start.begin(trainer)
+    except jax.errors.JaxRuntimeError as e:   # the first state did not fit
+        if is_out_of_memory(e):
+            raise out_of_memory(e, None, None, "") from None
+        raise
     first = state.step
     try:
         t0 = time.perf_counter()
@@ -265,6 +284,10 @@ def train(program: ir.Program, options: RunOptions, on_trip=None) -> RunResult:
             raise RunError(str(e))
         except (LoaderError, TokenFileError) as e:   # a read that failed during the run (the file changed under it)
             raise RunError(str(e)) from None
+        except jax.errors.JaxRuntimeError as e:   # XLA out of memory where the plan said it would fit
+            if not is_out_of_memory(e):
+                raise
+            raise _out_of_memory(e, trainer, store, first) from None
         finally:
             if trainer.samples is not None:   # the rows of the completed steps, then the file closed
                 trainer.samples.close(trainer.completed.step if trainer.completed is not None else None)
