@@ -58,16 +58,13 @@ def test_the_largest_seed_is_one_jax_and_numpy_take():
         jax.random.key(MAX_SEED + 1)
 
 
-def test_run_refuses_parameters_that_could_never_fit(monkeypatch):
+def test_run_refuses_parameters_that_could_never_fit():
     pytest.importorskip("jax")
-    from sexpgpu_runtime.devices import device
+    from sexpgpu_runtime.devices.device import fit_verdict
     program = analyze(TINY.replace("(def dim 64)", "(def dim 2000000000)")).program
     assert program is not None
-    monkeypatch.setattr(device, "device_budget", lambda: (80 * 2**30, "H100 memory"))
-    why = device.never_fits(program, None, None)
+    why = fit_verdict(program, 80 * 2**30, "H100 memory")
     assert why is not None and why.startswith("the parameters and optimizer state take ")
     assert "more than the 80.0 GiB of H100 memory: the run could never fit" in why
-    # The tiny model fits, and a device that reports no limit (the CPU) refuses nothing.
-    assert device.never_fits(analyze(TINY).program, None, None) is None
-    monkeypatch.setattr(device, "device_budget", lambda: (None, "cpu backend reports no memory limit"))
-    assert device.never_fits(program, None, None) is None
+    # The tiny model fits (tests/test_memory_fit.py: the activations, the host memory, the run itself).
+    assert fit_verdict(analyze(TINY).program, 80 * 2**30, "H100 memory") is None
