@@ -48,6 +48,15 @@ def test_the_grpo_mutant_is_refused_in_one_line_naming_its_largest_tensor():
     assert why.endswith("`sexpgpu explain grpo.sx --memory-budget 16.0GiB`")
 
 
+def test_devices_sharing_one_memory_are_counted_together():
+    # the CPU devices of a mesh in one process share the host's memory: two halves of the records
+    program = program_of(HUGE.replace(":seed 0", ":seed 0 :devices 2"), "grpo.sx")
+    why = fit_verdict(program, 16 * GiB, "fake memory", 1, "cpu", donate=False, shared=2)
+    assert why is not None and why.startswith("the step needs about 160.6 GiB on its 2 devices together by the")
+    alone = fit_verdict(program, 16 * GiB, "fake memory", 1, "cpu", donate=False)
+    assert alone is not None and alone.startswith("the step needs about 80.3 GiB per device by the")
+
+
 def test_the_margin_refuses_only_a_plan_beyond_it():
     program = program_of(HUGE, "grpo.sx")
     peak = plan_peak(program)

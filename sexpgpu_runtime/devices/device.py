@@ -132,7 +132,7 @@ def fit_verdict(program: ir.Program, budget: int, where: str, stack: int = 1, ta
         return None
     phase = max(plan["phases"], key=lambda p: p["live"])["phase"]
     size, node = max((g.biggest for g in graphs.values() if g.biggest is not None), key=lambda b: b[0])
-    devices = f" on {shared} devices sharing it" if shared > 1 else (" per device" if n > 1 else "")
+    devices = f" on its {shared} devices together" if shared > 1 else (" per device" if n > 1 else "")
     return (f"the step needs about {fmt_bytes(need)}{devices} by the memory plan of `sexpgpu explain` (parameters, "
             f"optimizer state and the `{phase}` phase's activations), more than the {fmt_bytes(budget)} of {where}: "
             f"its largest tensor is {_tensor(program, node)} ({fmt_bytes(size)}); make the step smaller "
