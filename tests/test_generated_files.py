@@ -7,7 +7,7 @@ everyday `pytest` runs all of them here, so a stale file cannot land unnoticed:
 |---|---|
 | `vscode-extension/syntaxes/sexpgpu.tmLanguage.json` | `vscode-extension/scripts/gen-grammar.py` |
 | `docs/ops.md` | `scripts/gen_ops_doc.py` |
-| `docs/errors.md`'s **Message:** lines | `scripts/gen_error_messages.py` |
+| `docs/errors.md` | `scripts/gen_errors_doc.py` (from `sexpgpu_lang/diagnostic_docs/`) |
 | `sexpgpu_lang/_lexer_table.py` | `sexpgpu_lang.syntax.write_lexer_table` (tests/test_lexer_table.py compares it with lark's pattern too) |
 """
 from __future__ import annotations
@@ -22,7 +22,7 @@ from helpers import ROOT
 GENERATORS = {
     "vscode-extension/syntaxes/sexpgpu.tmLanguage.json": [sys.executable, "vscode-extension/scripts/gen-grammar.py", "--check"],
     "docs/ops.md": [sys.executable, "scripts/gen_ops_doc.py", "--check"],
-    "docs/errors.md": [sys.executable, "scripts/gen_error_messages.py", "--check"],
+    "docs/errors.md": [sys.executable, "scripts/gen_errors_doc.py", "--check"],
 }
 
 
