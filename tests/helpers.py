@@ -110,6 +110,15 @@ def cursor(old: str, new: str, text: str | None = None):
     return cursor_at(variant(old, new, text))
 
 
+def edited(*edits: tuple[str, str]) -> str:
+    """The fixture with each `(old, new)` edit applied once, in turn (asserting each `old` was
+    there): a whole run file that differs from tests/fixtures/tiny-generate.sx where a test says."""
+    text = fixture_text()
+    for old, new in edits:
+        text = variant(old, new, text)
+    return text
+
+
 def fixture_case(header: str, *edits: tuple[str, str]) -> str:
     """The fixture with its leading `;;` header replaced by `header` (whole lines) and each
     `(old, new)` edit applied once, as most `../shared/cases` files are written."""
