@@ -90,7 +90,8 @@ def message(code: str, example: Path) -> str | None:
 
 
 def link(path: Path) -> str:
-    return f"[{path.name}]({Path(os.path.relpath(path, PAGE.parent)).as_posix()})"
+    """A Markdown link to `path` from docs/."""
+    return f"[{path.name}]({Path(os.path.relpath(path, ROOT / 'docs')).as_posix()})"
 
 
 def section(rec: Record) -> list[str]:

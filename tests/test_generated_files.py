@@ -12,6 +12,7 @@ everyday `pytest` runs all of them here, so a stale file cannot land unnoticed:
 """
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import sys
 
@@ -59,3 +60,19 @@ def test_a_stale_grammar_is_caught(tmp_path):
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "stale" in proc.stdout + proc.stderr
+
+
+def test_a_stale_errors_page_is_caught(tmp_path, monkeypatch):
+    # The check must be able to fail: the committed page with one record's fix reworded by hand.
+    spec = importlib.util.spec_from_file_location("gen_errors_doc", ROOT / "scripts" / "gen_errors_doc.py")
+    gen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen)
+    page = tmp_path / "errors.md"
+    text = (ROOT / "docs" / "errors.md").read_text(encoding="utf-8")
+    monkeypatch.setattr(gen, "PAGE", page)
+    page.write_text(text, encoding="utf-8")
+    assert gen.main(["--check"]) == 0
+    edited = text.replace("**Fix:** delete the extra closer.", "**Fix:** delete the closer.", 1)
+    assert edited != text, "E-SYNTAX-002's fix no longer reads this way: update the test"
+    page.write_text(edited, encoding="utf-8")
+    assert gen.main(["--check"]) == 1
