@@ -1,7 +1,7 @@
 """Benchmark: fuzz the front end with 100,000 mutated run files and print how many failed (goal 0).
 
 Each input is one of our run files (`../shared/cases`, `examples/`,
-`tests/fixtures`, `tests/cases`) with one to four random edits
+`tests/fixtures`, `tests/cases`, the diagnostic records' examples) with one to four random edits
 (`tests/test_fuzz_front_end.py` `mutate`: deleted, duplicated and stray
 brackets, swapped tokens, truncations, random bytes and Unicode, deep
 nesting). Every input is analyzed; every `--query-every`-th also gets every

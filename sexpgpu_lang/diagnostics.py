@@ -2,7 +2,8 @@
 
 Every check in the front end reports through `Diagnostic`; `sexpgpu lint`,
 `sexpgpu run` and the language server only render these records. Each code
-has an entry (an example that triggers it and the fix) in `docs/errors.md`;
+has a record (when it fires, an example that triggers it, the fix) in
+`sexpgpu_lang/diagnostic_docs/`, from which `docs/errors.md` is generated;
 `doc_anchor(code)` gives its anchor there. The families and the codes fixed
 by the spec come from `docs/dev/design.md#generation` and docs/dev/design.md#diagnostics.
 
@@ -30,8 +31,9 @@ class Severity(enum.IntEnum):
         return self.name.lower()
 
 
-#: Every code the front end emits, with a one-line title. `docs/errors.md` has
-#: a section per code with the same title; a test keeps the two in step.
+#: Every code the front end emits, with a one-line title: the heading of its record in
+#: `sexpgpu_lang/diagnostic_docs/` and of its section in `docs/errors.md` (a test keeps
+#: every code with a record).
 CODES: dict[str, str] = {
     "E-SYNTAX-001": "unclosed bracket",
     "E-SYNTAX-002": "unexpected closing bracket",

@@ -45,7 +45,7 @@ SMALL = """\
 (run :loader train :steps 10 :optimizer (sgd :lr 0.1))
 """
 
-_MARK = re.compile(r"^(\s*);;(\s*)(\^+)\s+([A-Z]+-[A-Z]+-\d+)\s*$")
+_MARK = re.compile(r"^(\s*);;(\s*)(\^+)\s+([A-Z]+-[A-Z]+-\d+)(?:\s+\(from column (\d+)\))?\s*$")
 
 
 def check(source: str, path: str = "check.sx"):
@@ -54,7 +54,9 @@ def check(source: str, path: str = "check.sx"):
 
     A marker line `;; ^^^ CODE` points at the nearest line above it that is not a marker:
     the carets' columns are the range's columns on that line. A range that ends on a later
-    line is marked by one caret under its start. The test style of docs/dev/style.md (after
+    line is marked by one caret under its start. A range that starts in column 1 or 2, where
+    no caret can stand under it, is marked `;; ^^^ CODE (from column N)`: N is its 1-based
+    start column, the carets its length. The test style of docs/dev/style.md (after
     rust-analyzer's fixtures).
     """
     from sexpgpu_lang import analyze
@@ -64,7 +66,7 @@ def check(source: str, path: str = "check.sx"):
     for i, line in enumerate(lines):
         m = _MARK.match(line)
         if m and target is not None:
-            col = line.index("^")
+            col = int(m.group(5)) - 1 if m.group(5) else line.index("^")
             expected.append((m.group(4), target + 1, col + 1, col + 1 + len(m.group(3))))
         elif not m:
             target = i
@@ -76,6 +78,11 @@ def check(source: str, path: str = "check.sx"):
     assert sorted(got) == sorted(expected), "\n".join(
         [f"expected {sorted(expected)}", f"got      {sorted(got)}"] + [f"{d.code} {d.message}" for d in res.diagnostics])
     return res
+
+
+def unmarked(text: str) -> str:
+    """`text` without its `;; ^^^ CODE` marker lines (what `check` reads as expectations)."""
+    return "\n".join(line for line in text.split("\n") if not _MARK.match(line))
 
 
 def marked(text: str, snippet: str, code: str, within: str | None = None) -> str:
@@ -101,6 +108,15 @@ def cursor_at(text: str):
 def cursor(old: str, new: str, text: str | None = None):
     """`cursor_at` of the fixture (or `text`) with `old` replaced by `new`, which holds `$0`."""
     return cursor_at(variant(old, new, text))
+
+
+def edited(*edits: tuple[str, str]) -> str:
+    """The fixture with each `(old, new)` edit applied once, in turn (asserting each `old` was
+    there): a whole run file that differs from tests/fixtures/tiny-generate.sx where a test says."""
+    text = fixture_text()
+    for old, new in edits:
+        text = variant(old, new, text)
+    return text
 
 
 def fixture_case(header: str, *edits: tuple[str, str]) -> str:
@@ -203,9 +219,8 @@ def errors_doc_sections() -> dict[str, dict]:
 
 
 def linked_cases(body: str) -> list[Path]:
-    """The case files (under tests/cases or tests/cases-files) a docs/errors.md section links."""
-    return [(ERRORS_DOC.parent / link).resolve()
-            for link in re.findall(r"\]\((\.\./tests/cases(?:-files)?/[^)]+\.sx)\)", body)]
+    """The run files (a record's examples, tests/cases-files cases) a docs/errors.md section links."""
+    return [(ERRORS_DOC.parent / link).resolve() for link in re.findall(r"\]\((\.\./[^)]+\.sx)\)", body)]
 
 
 def program_of(text: str, path: str = "variant.sx"):

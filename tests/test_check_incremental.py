@@ -3,7 +3,7 @@
 Random sequences of edits (insertions, deletions, a `def`'s value changed,
 a model renamed, a bracket broken, a number changed, a name misspelt, an
 undo back to an earlier text) are applied to real run files (examples/,
-tests/cases/, the fixtures) and to files with many models written to
+tests/cases/, the fixtures, the diagnostic records' examples) and to files with many models written to
 exercise the cache (models that read `def`s, call `def`'d and
 standard-library functions, report metrics, misspell parameters, run under
 `:precision :bf16`). After every edit the file is checked twice: with the
@@ -28,7 +28,8 @@ from sexpgpu_lang.check import CheckCache, check
 from sexpgpu_lang.syntax import parse
 
 ROOT = Path(__file__).resolve().parents[1]
-SEED_DIRS = [ROOT / "examples", ROOT / "tests" / "cases", ROOT / "tests" / "fixtures"]
+SEED_DIRS = [ROOT / "examples", ROOT / "tests" / "cases", ROOT / "tests" / "fixtures",
+             *sorted(p for p in (ROOT / "sexpgpu_lang" / "diagnostic_docs").iterdir() if p.is_dir())]
 
 LAYER = """\
 ;; layer {k}

@@ -1,14 +1,16 @@
-"""docs/errors.md's examples are what is tested.
+"""The diagnostic records' examples are what is tested.
 
-For every `## CODE: title` section of docs/errors.md:
+For every record of `sexpgpu_lang.diagnostic_docs` (one per code):
 
-- each case file the section links (under **Case**) lints, in-process, to
-  that code, and to exactly the codes its `;; expect:` header names (a case
-  whose mistake also breaks something else says so in its header);
-- every line of the section's ```lisp snippets, with its `;` comment
-  dropped and whitespace normalised, appears in one of those linked cases
-  (an elision `...` in a snippet line stands for any text), so the example
-  the page shows is an excerpt of a file that really gives the code.
+- each of its marked examples (`CODE.sx`, `CODE.SLUG.sx`) gives exactly the
+  diagnostics its `;; ^^^ CODE` markers show (every severity; `tests/helpers.check`),
+  its own code among them;
+- each tests/cases-files case that expects the code lints, with the files read, to
+  exactly the codes its `;; expect:` header names;
+- every line of the record's ```lisp excerpts, with its `;` comment dropped and
+  whitespace normalised, appears in one of its examples (an elision `...` in an
+  excerpt line stands for any text), so the example the page shows is an excerpt of a
+  file that really gives the code.
 """
 from __future__ import annotations
 
@@ -18,12 +20,20 @@ from pathlib import Path
 import pytest
 
 from helpers import ERRORS_DOC as DOC
-from helpers import errors_doc_sections, expected_codes, linked_cases
+from helpers import ROOT, check, expected_codes, unmarked
 from sexpgpu_lang import Severity, analyze_file
+from sexpgpu_lang.diagnostic_docs import records
+
+RECORDS = records()
+FILE_CASES = ROOT / "tests" / "cases-files"
 
 
-def snippets(body: str) -> list[str]:
-    return re.findall(r"```lisp\n(.*?)```", body, flags=re.S)
+def file_cases(code: str) -> list[Path]:
+    return [p for p in sorted(FILE_CASES.glob("*.sx")) if code in expected_codes(p)]
+
+
+def snippets(text: str) -> list[str]:
+    return re.findall(r"```lisp\n(.*?)```", text, flags=re.S)
 
 
 def drop_comment(line: str) -> str:
@@ -48,43 +58,49 @@ def normalise(text: str) -> str:
 
 
 def line_pattern(line: str) -> re.Pattern:
-    """A snippet line as a pattern over normalised text: `...` is any text."""
+    """An excerpt line as a pattern over normalised text: `...` is any text."""
     parts = [re.escape(p.strip()) for p in normalise(line).split("...")]
     return re.compile(r".*?".join(p for p in parts))
 
 
 def codes_of(path: Path) -> list[str]:
-    """The codes of the errors and warnings a case gives, and of the information and hints its
-    header names (as tests/test_cases.py compares them)."""
-    res = analyze_file(str(path), read_files=path.parent.name == "cases-files")  # as `sexpgpu run` checks them
+    """The codes of the errors and warnings a file case gives with its files read (as `sexpgpu run`
+    checks it), and of the information and hints its header names (as tests/test_cases.py does)."""
+    res = analyze_file(str(path), read_files=True)
     named = expected_codes(path)
     return sorted(d.code for d in res.diagnostics if d.severity in (Severity.ERROR, Severity.WARNING) or d.code in named)
 
 
-SECTIONS = {code: section["body"] for code, section in errors_doc_sections().items()}
+EXAMPLES = [pytest.param(rec.code, p, id=p.name) for rec in RECORDS.values() for p in rec.examples]
 
 
-def test_the_page_has_sections():
-    assert len(SECTIONS) >= 30
+def test_the_records_have_examples():
+    assert len(EXAMPLES) >= len(RECORDS) - 10
 
 
-@pytest.mark.parametrize("code", sorted(SECTIONS))
-def test_linked_cases_give_exactly_the_code(code):
-    cases = linked_cases(SECTIONS[code])
-    assert cases, f"{code}: no linked case"
-    for case in cases:
+@pytest.mark.parametrize("code,path", EXAMPLES)
+def test_example_gives_exactly_its_markers(code, path):
+    text = path.read_text(encoding="utf-8")
+    res = check(text, str(path))
+    assert code in {d.code for d in res.diagnostics}, f"{path.name} does not give {code}"
+
+
+@pytest.mark.parametrize("code", sorted(c for c in RECORDS if file_cases(c)))
+def test_file_cases_give_exactly_their_header(code):
+    for case in file_cases(code):
         got = codes_of(case)
         assert code in got, f"{code}: {case.name} gives {got}, not {code}"
         assert set(got) == expected_codes(case), \
             f"{code}: {case.name} gives {got}, its header expects {sorted(expected_codes(case))}"
 
 
-@pytest.mark.parametrize("code", sorted(SECTIONS))
-def test_snippet_is_an_excerpt_of_a_linked_case(code):
-    body = SECTIONS[code]
-    texts = [normalise(c.read_text(encoding="utf-8")) for c in linked_cases(body)]
-    blocks = snippets(body)
-    assert blocks, f"{code}: no ```lisp snippet"
+@pytest.mark.parametrize("code", sorted(RECORDS))
+def test_excerpt_is_part_of_an_example(code):
+    rec = RECORDS[code]
+    files = [*rec.examples, *file_cases(code)]
+    texts = [normalise(unmarked(f.read_text(encoding="utf-8"))) for f in files]
+    blocks = snippets(rec.explanation + "\n" + rec.fix)
+    assert blocks, f"{code}: no ```lisp excerpt"
     missing = []
     for block in blocks:
         for line in block.splitlines():
@@ -94,11 +110,11 @@ def test_snippet_is_an_excerpt_of_a_linked_case(code):
             pat = line_pattern(code_part)
             if not any(pat.search(t) for t in texts):
                 missing.append(line.strip())
-    assert not missing, (f"{code}: these lines of the docs/errors.md snippet are in none of its linked cases "
-                         f"{[c.name for c in linked_cases(body)]}:\n  " + "\n  ".join(missing))
+    assert not missing, (f"{code}: these lines of the record's excerpts are in none of its examples "
+                         f"{[f.name for f in files]}:\n  " + "\n  ".join(missing))
 
 
-def test_every_section_shows_the_message_its_case_gives():
-    """Each section has its **Message:** line (tests/test_generated_files.py checks that each is
-    what linting its first case prints today; scripts/gen_error_messages.py --write rewrites them)."""
-    assert DOC.read_text(encoding="utf-8").count("**Message:**") == len(SECTIONS)
+def test_every_section_shows_the_message_its_example_gives():
+    """Each section has its **Message:** line (scripts/gen_errors_doc.py writes what linting its first
+    example prints today; tests/test_generated_files.py checks the page is its output)."""
+    assert DOC.read_text(encoding="utf-8").count("**Message:**") == len(RECORDS)

@@ -1,7 +1,7 @@
 """Fuzzing the front end: every text ends in diagnostics, never an exception.
 
 Inputs are the run files we have (`examples/`,
-`tests/fixtures`, `tests/cases`) mutated the ways half-typed text goes
+`tests/fixtures`, `tests/cases`, the diagnostic records' examples) mutated the ways half-typed text goes
 wrong (deleted, duplicated and stray brackets, swapped tokens, truncations,
 deleted and duplicated spans, random bytes and Unicode, deep nesting), plus
 hypothesis's own text and token soups. For each one, `analyze` returns
@@ -26,7 +26,8 @@ pytestmark = pytest.mark.slow
 
 
 ROOT = Path(__file__).resolve().parents[1]
-SEED_DIRS = [ROOT / "examples", ROOT / "tests" / "fixtures", ROOT / "tests" / "cases"]
+SEED_DIRS = [ROOT / "examples", ROOT / "tests" / "fixtures", ROOT / "tests" / "cases",
+             *sorted(p for p in (ROOT / "sexpgpu_lang" / "diagnostic_docs").iterdir() if p.is_dir())]
 
 
 @lru_cache(maxsize=1)

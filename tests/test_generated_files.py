@@ -7,11 +7,12 @@ everyday `pytest` runs all of them here, so a stale file cannot land unnoticed:
 |---|---|
 | `vscode-extension/syntaxes/sexpgpu.tmLanguage.json` | `vscode-extension/scripts/gen-grammar.py` |
 | `docs/ops.md` | `scripts/gen_ops_doc.py` |
-| `docs/errors.md`'s **Message:** lines | `scripts/gen_error_messages.py` |
+| `docs/errors.md` | `scripts/gen_errors_doc.py` (from `sexpgpu_lang/diagnostic_docs/`) |
 | `sexpgpu_lang/_lexer_table.py` | `sexpgpu_lang.syntax.write_lexer_table` (tests/test_lexer_table.py compares it with lark's pattern too) |
 """
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import sys
 
@@ -22,7 +23,7 @@ from helpers import ROOT
 GENERATORS = {
     "vscode-extension/syntaxes/sexpgpu.tmLanguage.json": [sys.executable, "vscode-extension/scripts/gen-grammar.py", "--check"],
     "docs/ops.md": [sys.executable, "scripts/gen_ops_doc.py", "--check"],
-    "docs/errors.md": [sys.executable, "scripts/gen_error_messages.py", "--check"],
+    "docs/errors.md": [sys.executable, "scripts/gen_errors_doc.py", "--check"],
 }
 
 
@@ -59,3 +60,19 @@ def test_a_stale_grammar_is_caught(tmp_path):
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "stale" in proc.stdout + proc.stderr
+
+
+def test_a_stale_errors_page_is_caught(tmp_path, monkeypatch):
+    # The check must be able to fail: the committed page with one record's fix reworded by hand.
+    spec = importlib.util.spec_from_file_location("gen_errors_doc", ROOT / "scripts" / "gen_errors_doc.py")
+    gen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen)
+    page = tmp_path / "errors.md"
+    text = (ROOT / "docs" / "errors.md").read_text(encoding="utf-8")
+    monkeypatch.setattr(gen, "PAGE", page)
+    page.write_text(text, encoding="utf-8")
+    assert gen.main(["--check"]) == 0
+    edited = text.replace("**Fix:** delete the extra closer.", "**Fix:** delete the closer.", 1)
+    assert edited != text, "E-SYNTAX-002's fix no longer reads this way: update the test"
+    page.write_text(edited, encoding="utf-8")
+    assert gen.main(["--check"]) == 1

@@ -199,7 +199,7 @@ def test_floats_keep_their_arithmetic():
 
 
 def test_head_width_in_a_model_shape():
-    src = (Path(__file__).parent / "cases" / "type-005-inexact-division.sx").read_text(encoding="utf-8")
+    src = (Path(__file__).parents[1] / "sexpgpu_lang" / "diagnostic_docs" / "types" / "E-TYPE-005.sx").read_text(encoding="utf-8")
     fixed = src.replace("(def heads 3)", "(def heads 4)")
     res = analyze(fixed, "fixed.sx")
     assert not [d for d in res.diagnostics if d.is_error], [d.message for d in res.diagnostics]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from helpers import cursor, variant
+from helpers import check, cursor, edited, variant
 from sexpgpu_lang import analyze, ide
 
 LOG = "     :log (:every 50))"
@@ -79,3 +79,12 @@ def test_rows_more_than_a_tensor_has():
     text = variant(":batch 64", ":batch 2")
     got = errors(with_samples("(:text [:sample] :rows 3)", text))
     assert got == [("E-SAMPLE-003", "`:rows 3` is more than the 2 rows of `:sample` ([2 8] i32)")], got
+
+
+def test_samples_show_the_generated_rows_as_text_and_the_accuracy_as_numbers():
+    """`:samples` shows the generated rows as text (prompt and completion) and the per-row accuracy
+    as numbers."""
+    check(edited(("     :log (:every 50))",
+                  """\
+     :log (:every 50)
+     :samples (:every 10 :rows 2 :text [:sample :label] :values [:correct :stride] :prompt 2))""")))

@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PRETRAINED = ROOT / "tests" / "cases" / "clean-pretrained-teacher.sx"
 NPZ = ROOT / "examples" / "sines-npz.sx"
 TEXT_BYTES = ROOT / "examples" / "stdlib-bytes.sx"
-MISSING_PRETRAINED = ROOT / "tests" / "cases-files" / "model-003-pretrained-missing.sx"
+MISSING_PRETRAINED = ROOT / "tests" / "cases-files" / "model-003-pretrained-unknown-file.sx"
 
 
 class FileSpy:
