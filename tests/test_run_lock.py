@@ -105,6 +105,7 @@ def test_a_lock_file_removed_under_a_waiting_opener_is_not_held_twice(tmp_path, 
 TEXT = variant(":steps 10", ":steps 4 :log (:every 1)", SMALL)
 
 
+@pytest.mark.slow
 def test_a_run_into_a_held_dir_writes_nothing_and_overwrite_clears_nothing(tmp_path):
     d = tmp_path / "run"
     train(program_of(TEXT, str(tmp_path / "a.sx")), RunOptions(steps=4, run_dir=d, quiet=True))
@@ -125,6 +126,7 @@ def test_a_run_into_a_held_dir_writes_nothing_and_overwrite_clears_nothing(tmp_p
     assert not (d / LOCK_NAME).exists()
 
 
+@pytest.mark.slow
 def test_a_run_that_fails_to_start_lets_the_dir_go_and_removes_what_it_made(tmp_path):
     bad = variant("(stride-rows :vocab vocab :seq seq)", '(npz "missing.npz")', TEXT)
     d = tmp_path / "new" / "run"
@@ -133,6 +135,7 @@ def test_a_run_that_fails_to_start_lets_the_dir_go_and_removes_what_it_made(tmp_
     assert not (tmp_path / "new").exists()       # the lock file went with the folders the run made
 
 
+@pytest.mark.slow
 def test_samples_and_plot_read_a_held_dir(tmp_path):
     d = tmp_path / "run"
     d.mkdir()

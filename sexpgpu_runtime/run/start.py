@@ -115,7 +115,7 @@ class RunStart:
             raise RunError(str(e))
         if spec.dir.exists():
             return
-        refuse_finished(None, self.metrics, self.options.run_dir, self.total)
+        refuse_finished(None, self.metrics, self.options.run_dir, self.total, spec.every, self.options.export)
         raise RunError(nothing_to_resume(spec.dir, self.metrics, every=spec.every))
 
     def begin(self, trainer) -> tuple[Checkpoints, RunState, Reporter]:
@@ -146,7 +146,7 @@ class RunStart:
         """A fresh state, or with `resume` the newest complete checkpoint's (saying which, in one line)."""
         options = self.options
         if options.resume:
-            refuse_finished(store, self.metrics, options.run_dir, trainer.steps)
+            refuse_finished(store, self.metrics, options.run_dir, trainer.steps, store.spec.every, options.export)
         self._claim(store)
         try:
             # The state's shapes and dtypes, traced without computing anything.
@@ -161,7 +161,7 @@ class RunStart:
                          else jax.tree_util.tree_map(lambda _: one, like))
                 like = jax.tree_util.tree_map(lambda x, w: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=w), like, where)
                 step, tree, records = store.restore(like)
-                self._say(resuming_line(step, trainer.steps, store.spec.dir, store.cut_short))
+                self._say(resuming_line(step, trainer.steps, store.spec.dir, store.cut_short, store.failed))
                 # A checkpoint holds no frozen parameters: they are drawn or read again, and only they.
                 frozen = frozen_params(self.program, self.program.run.seed)
                 return trainer.place(from_checkpoint(step, tree, records, frozen))
@@ -195,7 +195,8 @@ class RunStart:
                     raise RunError(f"{store.spec.dir} already holds checkpoints that cannot be read (newest: step "
                                    f"{store.latest()}); pass --overwrite to start over, or give another --run-dir")
             elif resume:
-                raise RunError(nothing_to_resume(store.spec.dir, self.metrics, store.cut_short, store.spec.every))
+                raise RunError(nothing_to_resume(store.spec.dir, self.metrics, store.cut_short, store.spec.every,
+                                                 store.failed))
             elif not overwrite and has_rows(self.metrics):
                 raise RunError(f"{self.options.run_dir} already holds the metrics.jsonl of an earlier run (and no "
                                "checkpoint to resume from); pass --overwrite to start over, or give another --run-dir")
