@@ -233,7 +233,7 @@ def _rows(d: Path) -> list[int]:
 
 
 def trial_concurrency(rng: random.Random, tmp: Path) -> tuple[bool, str]:
-    f, d, steps = run_file(tmp), tmp / "out", 40
+    f, d, steps = run_file(tmp), tmp / "out", 150   # (long enough that the second reaches the dir while it trains)
     base = SEXPGPU + ["run", str(f), "--steps", str(steps), "--run-dir", str(d), "--no-progress"]
     how = rng.choice(("at once", "second run", "resume", "overwrite"))
     first = subprocess.Popen(base, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=ROOT)
