@@ -32,7 +32,13 @@ remaining trials are skipped and the counts say how many ran):
   one hex digit of `identity`, `seed` null or text, `records` text, at
   random; an ill-typed one half the time with its digest written again for
   the edit, so only the validation can catch it); passes when `--resume` exits 0 from the
-  checkpoint before it, saying so, without a traceback.
+  checkpoint before it, saying so, without a traceback;
+- `concurrency`: two `sexpgpu run` of one file into one run dir started at
+  once, or a second run, a `--resume` or an `--overwrite` while the first
+  trains (at random); passes when one trains and the other exits 1 naming
+  the holder's pid (or, started at once and reaching the dir after the
+  first had finished, refused as an earlier run's), and metrics.jsonl holds
+  each step once.
 """
 from __future__ import annotations
 
@@ -218,6 +224,46 @@ def trial_special(rng: random.Random, tmp: Path) -> tuple[bool, str]:
     return ok, what + f": exit {r.returncode}" + ("" if ok else ": " + out.strip()[-300:])
 
 
+def _rows(d: Path) -> list[int]:
+    import json
+    try:
+        return [json.loads(line)["step"] for line in (d / "metrics.jsonl").read_text().splitlines()]
+    except (OSError, ValueError, KeyError):
+        return []
+
+
+def trial_concurrency(rng: random.Random, tmp: Path) -> tuple[bool, str]:
+    f, d, steps = run_file(tmp), tmp / "out", 150   # (long enough that the second reaches the dir while it trains)
+    base = SEXPGPU + ["run", str(f), "--steps", str(steps), "--run-dir", str(d), "--no-progress"]
+    how = rng.choice(("at once", "second run", "resume", "overwrite"))
+    first = subprocess.Popen(base, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    try:
+        if how == "at once":
+            other = subprocess.Popen(base, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+        else:
+            for line in first.stderr:
+                if line.startswith("step 3/"):
+                    break
+            extra = {"second run": [], "resume": ["--resume"], "overwrite": ["--overwrite"]}[how]
+            other = subprocess.Popen(base + extra, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+        errs = {p.pid: p.communicate(timeout=300)[1] for p in (other, first)}
+    finally:
+        first.kill()
+        if "other" in locals():
+            other.kill()
+    codes = sorted((p.returncode, p.pid) for p in (first, other))
+    what = f"{how}: exits {[c for c, _ in codes]}"
+    if [c for c, _ in codes] != [0, 1]:
+        return False, what
+    (_, winner), (_, loser) = codes
+    err = errs[loser]
+    refused = (f"is in use by another run: pid {winner} on host" in err
+               or (how == "at once" and "already holds checkpoints of this run" in err))
+    exact = _rows(d) == list(range(1, steps + 1))
+    ok = refused and exact and "Traceback" not in err + errs[winner]
+    return ok, what + ("" if ok else f", refused {refused}, rows exact {exact}: " + err.strip()[-200:])
+
+
 def _edit_meta(rng: random.Random, meta: dict) -> str:
     edit = rng.choice(("records+8", "records-4", "identity", "seed-null", "seed-text", "records-text"))
     if edit == "records+8":
@@ -262,7 +308,7 @@ def trial_meta(rng: random.Random, tmp: Path) -> tuple[bool, str]:
 
 
 TRIALS = {"lexer": trial_lexer, "nulrun": trial_nulrun, "ranges": trial_ranges, "signals": trial_signals, "kill": trial_kill,
-          "corrupt": trial_corrupt, "special": trial_special, "meta": trial_meta}
+          "corrupt": trial_corrupt, "special": trial_special, "meta": trial_meta, "concurrency": trial_concurrency}
 
 
 def main() -> None:

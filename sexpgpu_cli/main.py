@@ -443,6 +443,8 @@ def run(
         shown = "  ".join(f"{k} {v:.4g}" for k, v in last.items() if k != "step")
         done = f"trained {result.steps} steps" if not resume else f"trained steps {result.extra['start'] + 1}-{result.steps}"
         parts = [f"{done} in {result.seconds:.1f} s"]
+        if resume and result.extra["start"] >= result.steps:   # its last checkpoint was there, its export not
+            parts = [f"trained no step (the run had trained its {result.steps}); wrote the export {export}"]
         parts += [shown] if shown else []
         data = result.extra.get("data") or {}
         if data.get("batches"):   # the loader's own cost (read ahead on a thread) and what the loop waited for it

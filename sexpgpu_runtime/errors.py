@@ -4,7 +4,8 @@ The run's own errors, which `sexpgpu run` prints as one line:
 
 - `RunError`: a run that cannot go on for a reason the user can act on (exit 1); its subclasses
   `DataError` (a loader's data not as declared, found before anything trains: exit 2),
-  `OptionError` (a command-line option that cannot work: exit 2), `BadValue` (a NaN or infinite
+  `OptionError` (a command-line option that cannot work: exit 2), `RunDirInUse` (a run dir another
+  process holds: exit 1), `BadValue` (a NaN or infinite
   value at a step: exit 1) and `BadDraw` (a generator's traced temperature out of range: exit 2).
 - `RunStopped`: SIGINT or SIGTERM stopped the run after the last completed step was saved
   (exit 130 or 143; `Stopped` is the signal's arrival, where the loop looks); `RunFinished`: a `--resume` of a run that has trained its steps already,
@@ -35,6 +36,15 @@ class DataError(RunError):
 class OptionError(RunError):
     """A command-line option that cannot work (an `--export` path that cannot be written, say): found
     before anything runs; the command line exits 2 for it, as for any usage problem."""
+
+
+class RunDirInUse(RunError):
+    """A run dir another process holds (run/run_lock.py): refused before anything is written (exit
+    1, as for a run dir an earlier run used). `holder` names it: its pid, host, start time, command."""
+
+    def __init__(self, message: str, holder: str):
+        super().__init__(message)
+        self.holder = holder
 
 
 class SampleError(RunError):

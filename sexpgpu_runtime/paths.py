@@ -42,8 +42,8 @@ def not_a_dir_reason(path: Path) -> str | None:
 
 def make_writable_dir(path: Path, process: int) -> None:
     """Create the directory `path` (and its parents) and prove it writable, before anything trains:
-    a file `.write-test.<process>` is written in it and removed (one name per process, since several
-    processes may share the directory).
+    a file `.write-test.<process>.<pid>` is written in it and removed (one name per process, since
+    several processes may share the directory, and two runs may race to make it).
 
     Raises FileInTheWay when a file is where the directory must be, PathProblem when the OS refuses;
     the message of either is the reason alone (`it is a file, not a directory`, `Permission denied`),
@@ -55,7 +55,7 @@ def make_writable_dir(path: Path, process: int) -> None:
         raise FileInTheWay(why)
     try:
         path.mkdir(parents=True, exist_ok=True)
-        probe = path / f".write-test.{process}"
+        probe = path / f".write-test.{process}.{os.getpid()}"
         probe.write_text("ok")
         probe.unlink()
     except OSError as e:

@@ -63,6 +63,7 @@ DEFAULT_EVERY = 1000
 DEFAULT_KEEP = 3
 TMP_SUFFIX = ".orbax-checkpoint-tmp"   # orbax's name for a directory being written
 CORRUPT_SUFFIX = ".corrupt"           # a checkpoint that failed to read or verify, moved aside
+FAILED_NOTE = ".failed-writes.json"   # the checkpoints whose writes failed (a full disk), and why
 
 
 class _QuietOrbax(logging.Filter):
@@ -324,6 +325,36 @@ def remove_torn_writes(folder: Path) -> list[int]:
     return cut_short
 
 
+def read_failed_writes(folder: Path) -> dict[int, str]:
+    """The checkpoint writes that failed in `folder` (`note_failed_write`): step to reason, e.g.
+    `{9: "no space left on device"}`; empty when there is no note or it does not read."""
+    import json
+    try:
+        with open(folder / FAILED_NOTE, "rb") as fh:
+            got = json.loads(fh.read(65536))
+        return {int(k): str(v)[:200] for k, v in got.items()} if isinstance(got, dict) else {}
+    except (OSError, ValueError, TypeError):
+        return {}
+
+
+def note_failed_write(folder: Path, step: int, why: str) -> None:
+    """Add `step`'s failed write (and `why`) to `folder`'s note of them, best effort (a disk too full
+    for even this leaves the note as it was): a later resume says why the run stopped rather than
+    take the write for one a kill cut short."""
+    import json
+    notes = read_failed_writes(folder)
+    notes[int(step)] = why
+    tmp = folder / (FAILED_NOTE + ".tmp")
+    try:
+        tmp.write_text(json.dumps({str(k): v for k, v in sorted(notes.items())}))
+        os.replace(tmp, folder / FAILED_NOTE)
+    except OSError:
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass
+
+
 def move_aside(folder: Path, step: int) -> Path | None:
     """Move checkpoint `step` in `folder` to `<step>.corrupt` (process 0 alone; orbax reads only
     step-named directories); the new path, or None when it could not be moved."""
@@ -436,6 +467,8 @@ class Checkpoints:
         self.spec = spec
         self.provenance = Provenance(identity, file, spec.dir)   # who made the checkpoints; who resumes them
         self.cut_short: list[int] = []   # the steps whose writes a killed process left unfinished (removed)
+        self.failed: dict[int, str] = {}  # the steps whose writes failed (a full disk), and why (`FAILED_NOTE`)
+        self.pending: int | None = None   # the step of the write in flight
         self.dir = spec.dir.resolve()
         try:
             make_writable_dir(spec.dir, jax.process_index())
@@ -444,11 +477,20 @@ class Checkpoints:
         same_dir_everywhere(self.dir)
         if jax.process_index() == 0:
             self.cut_short = remove_torn_writes(self.dir)
-        options = ocp.CheckpointManagerOptions(max_to_keep=spec.keep, create=True, enable_async_checkpointing=True)
+        # The checkpoint's directories are made before `save` returns, not by a background thread
+        # whose failure (a full disk) would leave orbax's other threads waiting for its signal until
+        # a 300 s timeout, holding the process's exit for as long.
+        options = ocp.CheckpointManagerOptions(
+            max_to_keep=spec.keep, create=True, enable_async_checkpointing=True,
+            async_options=ocp.options.AsyncOptions(create_directories_asynchronously=False))
         try:
             self.manager = ocp.CheckpointManager(self.dir, options=options)
         except Exception as e:  # orbax raises its own and the OS's errors
             raise CheckpointError(f"cannot open checkpoints in {spec.dir}: {_reason(e)}")
+        latest = self.latest()
+        self.failed = {k: v for k, v in read_failed_writes(self.dir).items() if latest is None or k > latest}
+        # a failed write's note is not a kill's: those steps are told by why they failed
+        self.cut_short = [k for k in self.cut_short if k not in self.failed]
 
     # -- what is there --------------------------------------------------------------------------
     def steps(self) -> list[int]:
@@ -482,6 +524,8 @@ class Checkpoints:
                     pass
                 kept = self.latest()
             tail = f"; the newest complete checkpoint is step {kept}" if kept is not None else ""
+            if step is not None and jax.process_index() == 0:
+                note_failed_write(self.dir, step, f"not enough free space ({_mib(free)} free)")
             raise CheckpointError(f"not enough free space for {what} in {self.spec.dir}: "
                                   f"one needs about {_mib(need)}, {_mib(free)} free{tail}")
 
@@ -504,12 +548,17 @@ class Checkpoints:
                                                                  meta=ocp.args.JsonSave(meta)), force=True)
         except Exception as e:
             raise CheckpointError(self._write_failed(step, e))
+        self.pending = int(step)
 
     def delete_all(self) -> None:
-        """Delete every complete checkpoint (for a run started over with `--overwrite`)."""
+        """Delete every complete checkpoint (for a run started over with `--overwrite`), and the note
+        of failed writes."""
         try:
             for step in self.steps():
                 self.manager.delete(step)
+            if jax.process_index() == 0:
+                (self.dir / FAILED_NOTE).unlink(missing_ok=True)
+            self.failed = {}
         except Exception as e:
             raise CheckpointError(f"cannot remove the checkpoints in {self.spec.dir}: {_reason(e)}")
 
@@ -519,9 +568,35 @@ class Checkpoints:
             self.manager.wait_until_finished()
         except Exception as e:
             raise CheckpointError(self._write_failed(None, e))
+        self.pending = None
 
     def _write_failed(self, step: int | None, e: BaseException) -> str:
-        what = f"checkpoint step {step}" if step is not None else "a checkpoint"
+        """The message of a failed write, once its leftovers are gone: the write in flight is waited
+        for, the temporary directories of the failed writes removed (nothing torn is left, and the
+        space they held is free again), and each failed step noted with its reason
+        (`note_failed_write`), so a resume says why the run stopped. `step` is the save being
+        started (None: a wait); orbax reports a background write's failure at the next save or
+        wait, so the step named is the one whose write failed (`pending`) where there is one."""
+        try:
+            self.manager.wait_until_finished()
+        except Exception:
+            pass
+        failed = step
+        if self.pending is not None:
+            try:
+                done = self.pending in self.steps()
+            except Exception:
+                done = False
+            failed = step if done else self.pending
+        self.pending = None
+        what = f"checkpoint step {failed}" if failed is not None else "a checkpoint"
+        if jax.process_index() == 0:
+            try:
+                torn = remove_torn_writes(self.dir)
+            except OSError:
+                torn = []
+            for s in sorted(set(torn + ([failed] if failed is not None else []))):
+                note_failed_write(self.dir, s, _reason(e))
         try:
             kept = self.latest()
         except Exception:
@@ -610,11 +685,16 @@ class Checkpoints:
 
     def close(self) -> None:
         """Finish pending writes and release the manager's threads. Never raises: a failed write was
-        reported by `wait` (which every path that trains calls), and a torn write is absent, not corrupt."""
+        reported by `wait` (which every path that trains calls), and a torn write is absent, not corrupt;
+        one that fails here (the run stopped for another reason, a full disk at its metrics say)
+        has its leftovers removed and is noted all the same (`_write_failed`)."""
         try:
             self.manager.wait_until_finished()
-        except Exception:
-            pass
+        except Exception as e:
+            try:
+                self._write_failed(None, e)
+            except Exception:
+                pass
         try:
             self.manager.close()
         except Exception:

@@ -53,11 +53,39 @@ def _everywhere(value: int | None) -> int | None:
     return None if got < 0 else got
 
 
-def refuse_finished(store: Checkpoints | None, metrics: Path, run_dir: Path, total: int) -> None:
-    """RunFinished when the run in `run_dir` has trained `total` steps or more already: by its newest
-    checkpoint or by the last row of `metrics` (`store` None: no checkpoint dir, by the rows alone).
-    Nothing when the newest checkpoint is another run's (start.py then refuses it). Reads
-    only; writes nothing."""
+def export_written(export: Path, metrics: Path) -> bool:
+    """Whether `export` (a `--export` path: a safetensors file, or a directory in the Hugging Face
+    layout) holds an export written after the last row of `metrics`, as the export of the run's
+    last step is (it is written after its checkpoint, whose row comes first): an export is
+    published whole (a temporary file renamed), so one that is there is complete, and one older than
+    the rows is an earlier run's. False when it is absent."""
+    export = Path(export)
+    candidates = ([export / "model.safetensors", export / "model.safetensors.index.json"] if export.is_dir()
+                  else [export])
+    try:
+        rows = metrics.stat().st_mtime_ns
+    except OSError:
+        rows = None
+    for p in candidates:
+        try:
+            st = p.stat()
+        except OSError:
+            continue
+        if p.is_file() and (rows is None or st.st_mtime_ns >= rows):
+            return True
+    return False
+
+
+def refuse_finished(store: Checkpoints | None, metrics: Path, run_dir: Path, total: int,
+                    every: int | None = None, export: Path | None = None) -> None:
+    """RunFinished when the run in `run_dir` has trained `total` steps or more already and what it
+    leaves at its end is there: by its newest checkpoint or by the last row of `metrics` (`store`
+    None: no checkpoint dir, by the rows alone). A run with `:checkpoint` (`every`) has finished
+    only when its checkpoint of step `total` or later is complete, and one given `--export`
+    (`export`) only when that export was written (`export_written`): a run whose last checkpoint
+    or export could not be written (a full disk, a kill while writing) is resumed, to write them.
+    Nothing when the newest checkpoint is another run's (start.py then refuses it). Reads only;
+    writes nothing."""
     newest = store.newest_meta() if store is not None else None
     if newest is not None and not store.provenance.is_ours(newest[1]):
         return   # another run's dir, whatever its metrics say: start.py refuses it, naming both
@@ -66,6 +94,11 @@ def refuse_finished(store: Checkpoints | None, metrics: Path, run_dir: Path, tot
     done = max(s for s in (saved, logged, -1) if s is not None)
     if done < total:
         return
+    if every is not None and (saved is None or saved < total):
+        return   # its last checkpoint is missing: the resume trains from the newest one and writes it
+    if export is not None and saved is not None and not _everywhere(
+            int(export_written(export, metrics)) if jax.process_index() == 0 else None):
+        return   # its export is missing: the resume restores the last checkpoint and writes it
     if done == total:
         what = f"the run in {run_dir} finished at step {done} of {done}"
     else:
@@ -79,12 +112,19 @@ def refuse_finished(store: Checkpoints | None, metrics: Path, run_dir: Path, tot
     raise RunFinished(f"{what}: nothing to resume, nothing was changed; {how}", done, total)
 
 
-def resuming_line(step: int, total: int, ckpt_dir: Path, cut_short: list[int] = ()) -> str:
+def resuming_line(step: int, total: int, ckpt_dir: Path, cut_short: list[int] = (),
+                  failed: dict[int, str] | None = None) -> str:
     """`sexpgpu: resuming from step K of N (checkpoint DIR/K)`, and the newest step after K whose
-    checkpoint's write was cut short (`cut_short`: a process killed while writing it), if any."""
+    checkpoint's write failed (`failed`: step to reason, a full disk say) or was cut short
+    (`cut_short`: a process killed while writing it), if any."""
     later = [s for s in cut_short if s > step]
-    why = (f"; the checkpoint of step {max(later)} was cut short (its process was killed while writing it)"
-           if later else "")
+    failed_later = {s: why for s, why in (failed or {}).items() if s > step}
+    if failed_later and (not later or max(failed_later) >= max(later)):
+        last = max(failed_later)
+        why = f"; the checkpoint of step {last} could not be written ({failed_later[last]})"
+    else:
+        why = (f"; the checkpoint of step {max(later)} was cut short (its process was killed while writing it)"
+               if later else "")
     return f"sexpgpu: resuming from step {step} of {total} (checkpoint {ckpt_dir / str(step)}){why}"
 
 

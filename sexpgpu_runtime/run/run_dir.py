@@ -69,11 +69,21 @@ def open_checkpoints(program: ir.Program, options: RunOptions) -> Checkpoints:
         raise RunError(str(e))
 
 
-def nothing_to_resume(checkpoints: Path, metrics: Path, cut_short: list[int] = (), every: int | None = None) -> str:
+def nothing_to_resume(checkpoints: Path, metrics: Path, cut_short: list[int] = (), every: int | None = None,
+                      failed: dict[int, str] | None = None) -> str:
     """The message of a resume that finds no complete checkpoint in `checkpoints`; `cut_short`: the
-    steps whose writes were left unfinished (a process killed while writing, Checkpoints.cut_short).
-    With none left on disk (killed before orbax made its folder), a metrics.jsonl that logged a
-    step at or past `:checkpoint :every` (`every`) tells the same: that checkpoint was begun."""
+    steps whose writes were left unfinished (a process killed while writing, Checkpoints.cut_short);
+    `failed`: the steps whose writes failed, with why (a full disk: Checkpoints.failed), told as
+    such. With neither on disk (killed before orbax made its folder), a metrics.jsonl that logged
+    a step at or past `:checkpoint :every` (`every`) tells the same as a cut-short write: that
+    checkpoint was begun."""
+    if failed and (not cut_short or max(failed) >= max(cut_short)):
+        last = max(failed)
+        start = (f"pass --overwrite instead of --resume to start over at step 0 (metrics.jsonl holds the rows of "
+                 f"a run none of whose checkpoints was completed)" if has_rows(metrics)
+                 else "run without --resume to start at step 0")
+        return (f"nothing to resume: no complete checkpoint in {checkpoints} (the write of step {last} failed: "
+                f"{failed[last]}); {start}")
     if not cut_short and every:
         logged = last_logged_step(metrics)
         if logged is not None and logged >= every:

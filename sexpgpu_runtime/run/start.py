@@ -1,7 +1,9 @@
 """The start of a run: fresh, resumed (`--resume`) or started over (`--overwrite`), decided in one
 place before anything trains.
 
-`RunStart` refuses, before anything is created, options that cannot work and a resume with
+`RunStart` refuses, before anything is created, options that cannot work, a run dir another
+process holds (run_lock.py: the dir is held from here until `release`, so two runs never write
+one dir, and `--overwrite` never clears a dir another run is writing) and a resume with
 nothing to resume; makes the run dir and proves it writable, removing the folders it made when the
 trainer cannot be built (a missing data file, say); then claims the run dir, so that a fresh run
 never mixes its rows or checkpoints with an earlier run's: a dir an earlier run used is refused
@@ -21,13 +23,14 @@ import jax
 from sexpgpu_lang import ir
 
 from ..devices.sharding import run_devices
-from ..errors import CheckpointError, RunError
+from ..errors import CheckpointError, RunDirInUse, RunError
 from ..weights.pretrained import content_hashes, frozen_params
 from .checkpoint import Checkpoints, checkpoint_spec
 from .fits import refuse_never_fits
 from .options import RunOptions, check_options
 from .report import Reporter
 from .resume import dropped_line, missing_rows_line, refuse_finished, resuming_line
+from .run_lock import RunDirLock, hold_run_dir
 from .run_dir import (clear_run_dir, has_rows, nothing_to_resume, open_checkpoints, outermost_missing,
                       prepare_run_dir, remove_made)
 from .state import RunState, checkpoint_tree, from_checkpoint
@@ -35,12 +38,41 @@ from .state import RunState, checkpoint_tree, from_checkpoint
 
 class RunStart:
     """The start of one run of `program` with `options`: `prepare` (before the trainer is built),
-    then `begin` (the checkpoint store, the first state and the reporter)."""
+    then `begin` (the checkpoint store, the first state and the reporter); `release` once the run
+    has ended, however it ended (the run dir's lock, taken by `prepare`)."""
 
     def __init__(self, program: ir.Program, options: RunOptions):
         self.program, self.options = program, options
         self.total = options.steps or program.run.steps
         self.metrics = options.run_dir / "metrics.jsonl"
+        self.lock: RunDirLock | None = None
+
+    def release(self) -> None:
+        """Let the run dir go (its lock released, the lock file removed); never raises."""
+        if self.lock is not None:
+            self.lock.release()
+            self.lock = None
+
+    def _hold(self) -> None:
+        """Take the run dir's lock (process 0; its answer is every process's): RunDirInUse, naming
+        the holder, when another process holds it. The dir must exist."""
+        refused = None
+        if jax.process_index() == 0:
+            try:
+                self.lock = hold_run_dir(self.options.run_dir)
+            except RunDirInUse as e:
+                refused = e
+            except OSError as e:
+                raise RunError(f"cannot write to run dir {self.options.run_dir}: {e.strerror or e}")
+        if jax.process_count() > 1:
+            from jax.experimental import multihost_utils
+            import numpy as np
+            held = int(multihost_utils.broadcast_one_to_all(np.int32(refused is not None)))
+            if held and refused is None:
+                refused = RunDirInUse(f"{self.options.run_dir} is in use by another run (process 0 of this run "
+                                      "says so, naming it); nothing was written", "another run")
+        if refused is not None:
+            raise refused
 
     def _say(self, line: str, everywhere: bool = False) -> None:
         if not self.options.quiet and (everywhere or jax.process_index() == 0):
@@ -50,15 +82,27 @@ class RunStart:
         """Check the options, refuse a resume of nothing and a step that could never fit the device's
         memory (fits.py: explain's memory plan against the device's), make the run dir, then build the trainer
         (`make_trainer()`, which opens the loaders); if that fails, the folders made for the run dir
-        are removed again (where still empty). Returns the trainer."""
+        are removed again (where still empty). The run dir is held (its lock taken) from before
+        anything is read or written in it; on any failure here it is let go again. Returns the
+        trainer."""
         check_options(self.program, self.options)
-        self._refuse_resume_of_nothing()
-        refuse_never_fits(self.program, self.options)   # the memory plan against the device's, before allocating
-        made = outermost_missing(self.options.run_dir)
-        prepare_run_dir(self.options.run_dir)
+        try:
+            held = self.options.run_dir.is_dir()
+            if held:   # a second run is told before anything else
+                self._hold()
+            self._refuse_resume_of_nothing()
+            refuse_never_fits(self.program, self.options)   # the memory plan against the device's, before allocating
+            made = outermost_missing(self.options.run_dir)
+            prepare_run_dir(self.options.run_dir)
+            if not held:
+                self._hold()
+        except BaseException:
+            self.release()
+            raise
         try:
             return make_trainer()
         except BaseException:
+            self.release()
             remove_made(self.options.run_dir, made)
             raise
 
@@ -75,7 +119,7 @@ class RunStart:
             raise RunError(str(e))
         if spec.dir.exists():
             return
-        refuse_finished(None, self.metrics, self.options.run_dir, self.total)
+        refuse_finished(None, self.metrics, self.options.run_dir, self.total, spec.every, self.options.export)
         raise RunError(nothing_to_resume(spec.dir, self.metrics, every=spec.every))
 
     def begin(self, trainer) -> tuple[Checkpoints, RunState, Reporter]:
@@ -106,7 +150,7 @@ class RunStart:
         """A fresh state, or with `resume` the newest complete checkpoint's (saying which, in one line)."""
         options = self.options
         if options.resume:
-            refuse_finished(store, self.metrics, options.run_dir, trainer.steps)
+            refuse_finished(store, self.metrics, options.run_dir, trainer.steps, store.spec.every, options.export)
         self._claim(store)
         try:
             # The state's shapes and dtypes, traced without computing anything.
@@ -121,7 +165,7 @@ class RunStart:
                          else jax.tree_util.tree_map(lambda _: one, like))
                 like = jax.tree_util.tree_map(lambda x, w: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=w), like, where)
                 step, tree, records = store.restore(like)
-                self._say(resuming_line(step, trainer.steps, store.spec.dir, store.cut_short))
+                self._say(resuming_line(step, trainer.steps, store.spec.dir, store.cut_short, store.failed))
                 # A checkpoint holds no frozen parameters: they are drawn or read again, and only they.
                 frozen = frozen_params(self.program, self.program.run.seed)
                 return trainer.place(from_checkpoint(step, tree, records, frozen))
@@ -155,7 +199,8 @@ class RunStart:
                     raise RunError(f"{store.spec.dir} already holds checkpoints that cannot be read (newest: step "
                                    f"{store.latest()}); pass --overwrite to start over, or give another --run-dir")
             elif resume:
-                raise RunError(nothing_to_resume(store.spec.dir, self.metrics, store.cut_short, store.spec.every))
+                raise RunError(nothing_to_resume(store.spec.dir, self.metrics, store.cut_short, store.spec.every,
+                                                 store.failed))
             elif not overwrite and has_rows(self.metrics):
                 raise RunError(f"{self.options.run_dir} already holds the metrics.jsonl of an earlier run (and no "
                                "checkpoint to resume from); pass --overwrite to start over, or give another --run-dir")

@@ -255,9 +255,19 @@ def train(program: ir.Program, options: RunOptions, on_trip=None) -> RunResult:
     last good checkpoint); RunStopped when SIGINT or SIGTERM stopped it (after
     saving the last completed step); RunFinished, having changed nothing, when
     `options.resume` finds the run has trained its steps already. `on_trip(step,
-    trip)` is called before every trip of the generator.
+    trip)` is called before every trip of the generator. The run dir is held from before
+    anything is written in it until the export is written (run_lock.py): RunDirInUse, having
+    written nothing, when another process holds it.
     """
     start = RunStart(program, options)
+    try:
+        return _run(start, program, options, on_trip)
+    finally:
+        start.release()   # the run dir, held since `prepare`, let go however the run ended
+
+
+def _run(start: RunStart, program: ir.Program, options: RunOptions, on_trip) -> RunResult:
+    """`train`'s body, from `start` (whose run dir it holds) to the export."""
     trainer = start.prepare(lambda: Trainer(program, options))
     trainer.on_trip = on_trip
     try:
