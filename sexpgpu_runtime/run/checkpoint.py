@@ -504,30 +504,8 @@ class Checkpoints:
         return steps[-1] if steps else None
 
     def check_space(self, tree, step: int | None = None) -> None:
-        """Refuse when the disk cannot hold one more checkpoint of `tree` (its bytes and a margin).
-
-        Checked before training and before every save: orbax's writes, failing
-        half-way on a full disk, would print tracebacks from their threads.
-        """
-        need = int(tree_nbytes(tree) * 1.1) + 2**20
-        try:
-            free = shutil.disk_usage(self.dir).free
-        except OSError:
-            return
-        if free < need:
-            what = "checkpoints" if step is None else f"checkpoint step {step}"
-            kept = None
-            if step is not None:
-                try:
-                    self.manager.wait_until_finished()   # the write in flight may yet complete
-                except Exception:
-                    pass
-                kept = self.latest()
-            tail = f"; the newest complete checkpoint is step {kept}" if kept is not None else ""
-            if step is not None and jax.process_index() == 0:
-                note_failed_write(self.dir, step, f"not enough free space ({_mib(free)} free)")
-            raise CheckpointError(f"not enough free space for {what} in {self.spec.dir}: "
-                                  f"one needs about {_mib(need)}, {_mib(free)} free{tail}")
+        """Refuse when the disk cannot hold one more checkpoint of `tree` (`refuse_no_space`)."""
+        refuse_no_space(self, tree, step)
 
     # -- writing --------------------------------------------------------------------------------
     def save(self, step: int, tree, records: int) -> None:
@@ -571,38 +549,8 @@ class Checkpoints:
         self.pending = None
 
     def _write_failed(self, step: int | None, e: BaseException) -> str:
-        """The message of a failed write, once its leftovers are gone: the write in flight is waited
-        for, the temporary directories of the failed writes removed (nothing torn is left, and the
-        space they held is free again), and each failed step noted with its reason
-        (`note_failed_write`), so a resume says why the run stopped. `step` is the save being
-        started (None: a wait); orbax reports a background write's failure at the next save or
-        wait, so the step named is the one whose write failed (`pending`) where there is one."""
-        try:
-            self.manager.wait_until_finished()
-        except Exception:
-            pass
-        failed = step
-        if self.pending is not None:
-            try:
-                done = self.pending in self.steps()
-            except Exception:
-                done = False
-            failed = step if done else self.pending
-        self.pending = None
-        what = f"checkpoint step {failed}" if failed is not None else "a checkpoint"
-        if jax.process_index() == 0:
-            try:
-                torn = remove_torn_writes(self.dir)
-            except OSError:
-                torn = []
-            for s in sorted(set(torn + ([failed] if failed is not None else []))):
-                note_failed_write(self.dir, s, _reason(e))
-        try:
-            kept = self.latest()
-        except Exception:
-            kept = None
-        tail = f"; the newest complete checkpoint is step {kept}" if kept is not None else ""
-        return f"cannot write {what} to {self.spec.dir}: {_reason(e)}{tail}"
+        """The message of a failed write, once its leftovers are gone (`failed_write_message`)."""
+        return failed_write_message(self, step, e)
 
     # -- reading --------------------------------------------------------------------------------
     def meta(self, step: int) -> dict:
@@ -699,3 +647,65 @@ class Checkpoints:
             self.manager.close()
         except Exception:
             pass
+
+
+def refuse_no_space(store: Checkpoints, tree, step: int | None = None) -> None:
+    """CheckpointError when the disk of `store` cannot hold one more checkpoint of `tree` (its bytes and a margin).
+
+    Checked before training and before every save: orbax's writes, failing
+    half-way on a full disk, would print tracebacks from their threads.
+    """
+    need = int(tree_nbytes(tree) * 1.1) + 2**20
+    try:
+        free = shutil.disk_usage(store.dir).free
+    except OSError:
+        return
+    if free < need:
+        what = "checkpoints" if step is None else f"checkpoint step {step}"
+        kept = None
+        if step is not None:
+            try:
+                store.manager.wait_until_finished()   # the write in flight may yet complete
+            except Exception:
+                pass
+            kept = store.latest()
+        tail = f"; the newest complete checkpoint is step {kept}" if kept is not None else ""
+        if step is not None and jax.process_index() == 0:
+            note_failed_write(store.dir, step, f"not enough free space ({_mib(free)} free)")
+        raise CheckpointError(f"not enough free space for {what} in {store.spec.dir}: "
+                              f"one needs about {_mib(need)}, {_mib(free)} free{tail}")
+
+
+def failed_write_message(store: Checkpoints, step: int | None, e: BaseException) -> str:
+    """The message of a failed write of `store`, once its leftovers are gone: the write in flight is waited
+    for, the temporary directories of the failed writes removed (nothing torn is left, and the
+    space they held is free again), and each failed step noted with its reason
+    (`note_failed_write`), so a resume says why the run stopped. `step` is the save being
+    started (None: a wait); orbax reports a background write's failure at the next save or
+    wait, so the step named is the one whose write failed (`pending`) where there is one."""
+    try:
+        store.manager.wait_until_finished()
+    except Exception:
+        pass
+    failed = step
+    if store.pending is not None:
+        try:
+            done = store.pending in store.steps()
+        except Exception:
+            done = False
+        failed = step if done else store.pending
+    store.pending = None
+    what = f"checkpoint step {failed}" if failed is not None else "a checkpoint"
+    if jax.process_index() == 0:
+        try:
+            torn = remove_torn_writes(store.dir)
+        except OSError:
+            torn = []
+        for s in sorted(set(torn + ([failed] if failed is not None else []))):
+            note_failed_write(store.dir, s, _reason(e))
+    try:
+        kept = store.latest()
+    except Exception:
+        kept = None
+    tail = f"; the newest complete checkpoint is step {kept}" if kept is not None else ""
+    return f"cannot write {what} to {store.spec.dir}: {_reason(e)}{tail}"

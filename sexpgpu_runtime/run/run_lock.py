@@ -25,7 +25,11 @@ import sys
 import time
 from pathlib import Path
 
-from ..errors import RunDirInUse
+import jax
+import numpy as np
+from jax.experimental import multihost_utils
+
+from ..errors import RunDirInUse, RunError
 
 #: The lock file's name in the run dir.
 LOCK_NAME = ".sexpgpu-lock"
@@ -124,3 +128,27 @@ def hold_run_dir(run_dir: Path, command: list[str] | None = None) -> RunDirLock 
             pass   # (a full disk: the lock holds all the same; a refused run names "another process")
         return RunDirLock(path, fd)
     raise OSError(errno.EAGAIN, f"the lock file {path} kept being replaced")
+
+
+def hold_run_dir_everywhere(run_dir: Path) -> RunDirLock | None:
+    """`hold_run_dir` on process 0, its answer broadcast to every process of a multi-process run.
+
+    Raises RunDirInUse (naming the holder) on every process when another run holds `run_dir`,
+    and RunError when the lock file cannot be written. The dir must exist.
+    """
+    lock, refused = None, None
+    if jax.process_index() == 0:
+        try:
+            lock = hold_run_dir(run_dir)
+        except RunDirInUse as e:
+            refused = e
+        except OSError as e:
+            raise RunError(f"cannot write to run dir {run_dir}: {e.strerror or e}")
+    if jax.process_count() > 1:
+        held = int(multihost_utils.broadcast_one_to_all(np.int32(refused is not None)))
+        if held and refused is None:
+            refused = RunDirInUse(f"{run_dir} is in use by another run (process 0 of this run "
+                                  "says so, naming it); nothing was written", "another run")
+    if refused is not None:
+        raise refused
+    return lock

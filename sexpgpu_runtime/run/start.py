@@ -23,16 +23,23 @@ import jax
 from sexpgpu_lang import ir
 
 from ..devices.sharding import run_devices
-from ..errors import CheckpointError, RunDirInUse, RunError
+from ..errors import CheckpointError, RunError
 from ..weights.pretrained import content_hashes, frozen_params
 from .checkpoint import Checkpoints, checkpoint_spec
 from .fits import refuse_never_fits
 from .options import RunOptions, check_options
 from .report import Reporter
 from .resume import dropped_line, missing_rows_line, refuse_finished, resuming_line
-from .run_lock import RunDirLock, hold_run_dir
-from .run_dir import (clear_run_dir, has_rows, nothing_to_resume, open_checkpoints, outermost_missing,
-                      prepare_run_dir, remove_made)
+from .run_dir import (
+    clear_run_dir,
+    has_rows,
+    nothing_to_resume,
+    open_checkpoints,
+    outermost_missing,
+    prepare_run_dir,
+    remove_made,
+)
+from .run_lock import RunDirLock, hold_run_dir_everywhere
 from .state import RunState, checkpoint_tree, from_checkpoint
 
 
@@ -54,25 +61,9 @@ class RunStart:
             self.lock = None
 
     def _hold(self) -> None:
-        """Take the run dir's lock (process 0; its answer is every process's): RunDirInUse, naming
-        the holder, when another process holds it. The dir must exist."""
-        refused = None
-        if jax.process_index() == 0:
-            try:
-                self.lock = hold_run_dir(self.options.run_dir)
-            except RunDirInUse as e:
-                refused = e
-            except OSError as e:
-                raise RunError(f"cannot write to run dir {self.options.run_dir}: {e.strerror or e}")
-        if jax.process_count() > 1:
-            from jax.experimental import multihost_utils
-            import numpy as np
-            held = int(multihost_utils.broadcast_one_to_all(np.int32(refused is not None)))
-            if held and refused is None:
-                refused = RunDirInUse(f"{self.options.run_dir} is in use by another run (process 0 of this run "
-                                      "says so, naming it); nothing was written", "another run")
-        if refused is not None:
-            raise refused
+        """Take the run dir's lock (run_lock.hold_run_dir_everywhere): RunDirInUse, naming the
+        holder, when another process holds it. The dir must exist."""
+        self.lock = hold_run_dir_everywhere(self.options.run_dir)
 
     def _say(self, line: str, everywhere: bool = False) -> None:
         if not self.options.quiet and (everywhere or jax.process_index() == 0):
