@@ -84,11 +84,13 @@ class GetF(Expr):
 
 @dataclass(frozen=True, eq=False)
 class Apply(Expr):
-    """A call of a user `lambda`, inlined: bind `params` to `args`, evaluate `body`."""
+    """A call of a user `lambda`, inlined: bind `params` to `args`, evaluate `body`. `stdlib` names
+    the standard-library function called (its body's places are in prelude.sx), else None."""
 
     params: tuple[str, ...] = ()
     args: tuple[Expr, ...] = ()
     body: tuple[Expr, ...] = ()
+    stdlib: str | None = None
 
 
 @dataclass(frozen=True, eq=False)

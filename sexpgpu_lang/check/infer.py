@@ -740,7 +740,8 @@ def call_function(ctx: CheckContext, node: ListNode, b: Binding, scope: Scope) -
         if redirect:
             ctx.facts, ctx.redirect, ctx.redirect_args = saved_facts, None, {}
     _resite(ctx, fr.effects, node.span)
-    return ir.Apply(body.type, node.span, tuple(params), tuple(args), body.body if isinstance(body, ir.Seq) else (body,))
+    return ir.Apply(body.type, node.span, tuple(params), tuple(args), body.body if isinstance(body, ir.Seq) else (body,),
+                    stdlib=b.stdlib)
 
 
 #: The rule of each special form (`language.SPECIAL_FORMS`).
