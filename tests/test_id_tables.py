@@ -93,3 +93,34 @@ def test_a_token_file_whose_vocab_bounds_its_ids_inside_the_table_is_not_read_ag
     monkeypatch.setattr(id_tables, "first_outside", lambda *a: read.append(a))
     batches(text, tmp_path)
     assert read == []
+
+
+# -- a token file's dtype (W-LOADER-002's evidence, refused by the run) ---------------------------------
+
+
+@pytest.mark.parametrize("suffix", [".bin", ".npy"])
+def test_an_int32_file_read_as_uint16_is_refused_before_training_naming_the_dtype(tmp_path, suffix):
+    from sexpgpu_runtime.errors import DataError
+    ids = (np.arange(1, 2000) % 16).astype("<i4")
+    path = tmp_path / f"t{suffix}"
+    if suffix == ".npy":   # an int32 array viewed as uint16 and saved: the header says uint16
+        np.save(path, ids.view("<u2"))
+    else:
+        ids.tofile(path)
+    text = lm(f'(tokens "t{suffix}" :dtype :uint16 :seq 4)', "(:x [4] :i32 :y [4] :i32)",
+              "(mean (cross-entropy (model (field batch :x)) (field batch :y)))")
+    with pytest.raises(DataError) as e:
+        batches(text, tmp_path)
+    assert str(e.value) == (f"loader `train`: {path} read as `:uint16`: every other id of its first 3998 is 0, as "
+                            "when a file of 4-byte ids (`:int32`) is read as 2-byte ones: the run would train on "
+                            "those zeros; give the dtype the file was written with, likely `:dtype :int32`")
+
+
+def test_a_uint16_file_read_as_int32_is_refused_for_ids_past_the_vocabulary(tmp_path):
+    from sexpgpu_runtime.errors import DataError
+    (np.arange(1, 2001) % 16).astype("<u2").tofile(tmp_path / "t.bin")
+    text = lm('(tokens "t.bin" :dtype :int32 :seq 4 :vocab 16)', "(:x [4] :i32 :y [4] :i32)",
+              "(mean (cross-entropy (model (field batch :x)) (field batch :y)))")
+    with pytest.raises(DataError) as e:
+        batches(text, tmp_path)
+    assert "read as `:int32`: its first 1000 ids reach" in str(e.value) and "past `:vocab 16`" in str(e.value)
