@@ -115,12 +115,3 @@ def test_an_int32_file_read_as_uint16_is_refused_before_training_naming_the_dtyp
                             "when a file of 4-byte ids (`:int32`) is read as 2-byte ones: the run would train on "
                             "those zeros; give the dtype the file was written with, likely `:dtype :int32`")
 
-
-def test_a_uint16_file_read_as_int32_is_refused_for_ids_past_the_vocabulary(tmp_path):
-    from sexpgpu_runtime.errors import DataError
-    (np.arange(1, 2001) % 16).astype("<u2").tofile(tmp_path / "t.bin")
-    text = lm('(tokens "t.bin" :dtype :int32 :seq 4 :vocab 16)', "(:x [4] :i32 :y [4] :i32)",
-              "(mean (cross-entropy (model (field batch :x)) (field batch :y)))")
-    with pytest.raises(DataError) as e:
-        batches(text, tmp_path)
-    assert "read as `:int32`: its first 1000 ids reach" in str(e.value) and "past `:vocab 16`" in str(e.value)

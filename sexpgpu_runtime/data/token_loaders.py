@@ -9,7 +9,7 @@ integer dtype the file's ids widen to (`token_files.widens`), enough tokens
 for a batch; with `:vocab V` every id is checked to be below `V` before
 training, unless the file's dtype (or the tokenizer's vocabulary) already
 says so; a `tokens` file whose ids make its dtype implausible (W-LOADER-002's evidence: every
-other id 0, ids past `:vocab`) is refused, naming the likely dtype.
+other id 0) is refused, naming the likely dtype.
 """
 from __future__ import annotations
 
@@ -27,15 +27,16 @@ from .token_files import TokenStream, TokenWindows, first_outside, scan_ids, wid
 from .tokenize import cached_tokens
 
 
-def _plausible_dtype(stream: TokenStream, vocab: int | None) -> None:
+def _plausible_dtype(stream: TokenStream) -> None:
     """TokenFileError when the file's ids make its dtype implausible (W-LOADER-002's evidence, the
     checker's `token_dtype_evidence`: every other id of its start 0, as an int32 file read as
-    `:uint16` gives; ids past `:vocab`, as a narrower file read wide gives), with the fix."""
+    `:uint16` gives), with the fix. (Ids past `:vocab` are the scan's to name, id and position:
+    `scan_ids`.)"""
     try:
         st = os.stat(stream.path)
     except OSError:
         return
-    found = token_dtype_evidence(stream.path, st.st_mtime_ns, st.st_size, stream.dtype, vocab, stream.offset)
+    found = token_dtype_evidence(stream.path, st.st_mtime_ns, st.st_size, stream.dtype, None, stream.offset)
     if found is not None:
         message, fix = found
         raise TokenFileError(f"{stream.path} read as `:{stream.dtype}`: {message}; {fix}")
@@ -76,7 +77,7 @@ def token_windows(spec: LoaderIR, args: dict) -> TokenWindows:
                 raise LoaderError(f"{where} ({stream.path}): the file holds {stream.dtype} ids, which do not all fit "
                                   f"field `{name}`'s {dtype}; {fix}")
         if kind == "tokens":
-            _plausible_dtype(stream, vocab)
+            _plausible_dtype(stream)
         bound = min(known or 1 << 64, 1 << (8 * np.dtype(stream.dtype).itemsize))
         if vocab is not None and vocab < bound and kind == "tokens":   # the dtype cannot tell: scan the ids
             scan_ids(stream.path, stream.offset, stream.dtype, vocab)

@@ -34,7 +34,7 @@ from ..weights.params import merge
 LIKELY = {"/": "likely a division by 0", "log": "likely a log of 0 or of a negative",
           "sqrt": "likely a square root of a negative", "rsqrt": "likely the inverse root of 0 or of a negative",
           "pow": "likely 0 to a negative power, or an overflow", "exp": "likely an overflow: too large an exponent",
-          "cross-entropy": "likely a label outside 0 to V-1 (V the logits' last axis)"}
+          "cross-entropy": "likely a label outside 0 to V-1, V the logits' last axis"}
 
 
 @dataclass(frozen=True)
