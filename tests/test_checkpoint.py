@@ -303,9 +303,11 @@ def test_nan_loss_names_the_step_the_metric_and_the_last_good_checkpoint(tmp_pat
     with pytest.raises(RunError) as e:
         run(text, tmp_path, steps=12)
     ckpts = tmp_path / "checkpoints"
-    assert str(e.value) == ("step 7: `loss` is nan, so the run stopped; likely causes: too high a learning rate, "
-                            "a log of 0 or a division by 0, an index out of range (e.g. a label >= the number of "
-                            "classes), a NaN in a pretrained checkpoint's trainable tensors; the last good "
+    line = next(i for i, s in enumerate(text.splitlines(), 1) if "(log (- 6.0" in s)
+    col = text.splitlines()[line - 1].index("(log (- 6.0") + 1
+    assert str(e.value) == ("step 7: `loss` is nan, so the run stopped; the first value of that step that was not "
+                            f"finite: `log` at {tmp_path / 'run.sx'}:{line}:{col} (in `objective`) gave -inf from "
+                            "finite inputs (likely a log of 0 or of a negative); the last good "
                             f"checkpoint is step 6 in {ckpts}")
     assert sorted(int(p.name) for p in ckpts.iterdir() if p.name.isdigit()) == [4, 6]
 

@@ -207,14 +207,15 @@ def test_cross_entropy_of_a_label_out_of_range_is_nan():
 
 
 @pytest.mark.slow
-def test_a_label_out_of_range_stops_the_run_naming_the_likely_cause(tmp_path):
+def test_a_label_out_of_range_stops_the_run_naming_the_cross_entropy(tmp_path):
     from sexpgpu_runtime.errors import RunError
     text = variant(":label (mod (+ row stride) vocab)", ":label (+ (mod (+ row stride) vocab) 1)")   # 1 ... vocab
     with pytest.raises(RunError) as e:
         train_quiet(text, 3, tmp_path)
     msg = str(e.value)
-    assert msg.startswith("step 1: `loss` is nan, so the run stopped; likely causes:"), msg
-    assert "an index out of range (e.g. a label >= the number of classes)" in msg and "\n" not in msg
+    assert msg.startswith("step 1: `loss` is nan, so the run stopped; the first value of that step that was not "
+                          "finite: `cross-entropy` at "), msg
+    assert "gave nan from finite inputs (likely a label outside 0 to V-1" in msg and "\n" not in msg
 
 
 @pytest.mark.slow

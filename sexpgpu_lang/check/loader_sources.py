@@ -103,7 +103,7 @@ def _token_file_dtype(ctx: CheckContext, rel: str, dtype: str, vocab, at: Span) 
         st = os.stat(full)
     except OSError:
         return
-    found = _dtype_evidence(full, st.st_mtime_ns, st.st_size, dtype, vocab if isinstance(vocab, int) else None)
+    found = token_dtype_evidence(full, st.st_mtime_ns, st.st_size, dtype, vocab if isinstance(vocab, int) else None)
     if found is None:
         return
     message, fix = found
@@ -111,16 +111,23 @@ def _token_file_dtype(ctx: CheckContext, rel: str, dtype: str, vocab, at: Span) 
 
 
 @functools.lru_cache(maxsize=16)
-def _dtype_evidence(path: str, mtime_ns: int, size: int, dtype: str, vocab: int | None) -> tuple[str, str] | None:
-    """(what makes `dtype` implausible for the raw token file at `path`, the fix), or None.
-    `mtime_ns` and `size` key the cache: an edited file is read again."""
+def token_dtype_evidence(path: str, mtime_ns: int, size: int, dtype: str, vocab: int | None,
+                         offset: int = 0) -> tuple[str, str] | None:
+    """(what makes `dtype` implausible for the token file at `path`, its ids from byte `offset` (a
+    `.npy`'s header before them), the fix), or None: W-LOADER-002's evidence, which `sexpgpu run`
+    also refuses a file for before training (sexpgpu_runtime.data.token_loaders). `mtime_ns` and
+    `size` key the cache: an edited file is read again."""
     import sys
+    if dtype not in _ITEMSIZE:
+        return None
     width, fmt = _ITEMSIZE[dtype]
+    size -= offset
     if size % width:
         return (f"its {size} bytes are not a whole number of {width}-byte ids",
                 "give the `:dtype` the file was written with (nanoGPT's .bin files are `:uint16`)")
     try:
         with open(path, "rb") as fh:
+            fh.seek(offset)
             data = fh.read(min(size, SAMPLE_BYTES) // width * width)
     except OSError:
         return None

@@ -214,8 +214,10 @@ def _update_graph(program: ir.Program) -> GraphEstimate:
     per = _OPT_FLOPS.get(name, 12.0) + (2.0 if a.get("momentum") is not None else 0.0) + \
         (4.0 if a.get("clip") is not None else 0.0)
     g = GraphEstimate("update", 1)
-    g.flops = n * ((M > 1) + per)  # a scale by 1/M (none for one), the optimizer
-    g.args = tr + opt + tr
+    # a scale by 1/M (none for one), the optimizer, and the select that keeps the parameters once a
+    # loss was non-finite (its i64 step is the graph's last argument)
+    g.flops = n * ((M > 1) + per + 1)
+    g.args = tr + opt + tr + 8
     g.param_args = tr
     g.outputs = tr + opt
     # the scale reads the sum and writes it; then the optimizer's traffic

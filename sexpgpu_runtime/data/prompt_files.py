@@ -176,7 +176,8 @@ def _pad(ids: list[list[int]], width: int, pad: int, dtype: str, name: str, wher
     out = np.full((len(ids), width), pad, dtype=np.int64)
     for i, r in enumerate(ids):
         out[i, :kept[i]] = r[:width]
-    if out.size and (out.min() < 0 or out.max() > np.iinfo(np_dtype(dtype)).max):
+    # (a negative id, Hugging Face's -100 label, is refused where it reaches a table: run/id_tables.py)
+    if out.size and (out.min() < np.iinfo(np_dtype(dtype)).min or out.max() > np.iinfo(np_dtype(dtype)).max):
         raise LoaderError(f"{where}: column `{name}` has token ids that do not fit {dtype}; declare `:i64`")
     return out.astype(np_dtype(dtype)), kept
 

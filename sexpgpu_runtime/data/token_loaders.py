@@ -8,7 +8,8 @@ text once. Here the declaration is checked against the file: one field of
 integer dtype the file's ids widen to (`token_files.widens`), enough tokens
 for a batch; with `:vocab V` every id is checked to be below `V` before
 training, unless the file's dtype (or the tokenizer's vocabulary) already
-says so.
+says so; a `tokens` file whose ids make its dtype implausible (W-LOADER-002's evidence: every
+other id 0) is refused, naming the likely dtype.
 """
 from __future__ import annotations
 
@@ -17,12 +18,28 @@ import os
 
 import numpy as np
 
+from sexpgpu_lang.check.loader_sources import token_dtype_evidence
 from sexpgpu_lang.ir import LoaderIR
 
 from .files import resolve_path
 from ..errors import LoaderError, TokenFileError, TokenizeError
 from .token_files import TokenStream, TokenWindows, first_outside, scan_ids, widens
 from .tokenize import cached_tokens
+
+
+def _plausible_dtype(stream: TokenStream) -> None:
+    """TokenFileError when the file's ids make its dtype implausible (W-LOADER-002's evidence, the
+    checker's `token_dtype_evidence`: every other id of its start 0, as an int32 file read as
+    `:uint16` gives), with the fix. (Ids past `:vocab` are the scan's to name, id and position:
+    `scan_ids`.)"""
+    try:
+        st = os.stat(stream.path)
+    except OSError:
+        return
+    found = token_dtype_evidence(stream.path, st.st_mtime_ns, st.st_size, stream.dtype, None, stream.offset)
+    if found is not None:
+        message, fix = found
+        raise TokenFileError(f"{stream.path} read as `:{stream.dtype}`: {message}; {fix}")
 
 
 def token_windows(spec: LoaderIR, args: dict) -> TokenWindows:
@@ -59,6 +76,8 @@ def token_windows(spec: LoaderIR, args: dict) -> TokenWindows:
                        if dtype == "i32" and stream.dtype in ("uint32", "int64") else "declare it `:i32`")
                 raise LoaderError(f"{where} ({stream.path}): the file holds {stream.dtype} ids, which do not all fit "
                                   f"field `{name}`'s {dtype}; {fix}")
+        if kind == "tokens":
+            _plausible_dtype(stream)
         bound = min(known or 1 << 64, 1 << (8 * np.dtype(stream.dtype).itemsize))
         if vocab is not None and vocab < bound and kind == "tokens":   # the dtype cannot tell: scan the ids
             scan_ids(stream.path, stream.offset, stream.dtype, vocab)

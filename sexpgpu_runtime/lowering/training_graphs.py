@@ -9,7 +9,9 @@ copies' gradients into the sum, in microbatch order; after the last group, one u
 the sum and takes the optax step. So one gradient-sized buffer is held across groups however many
 microbatches there are, and the additions are `((g0 + g1) + g2) + ...`, those of summing the list
 of every gradient. The training graph also adds the counters to their totals and keeps the first
-non-finite loss (`tally`), so nothing is read back to the host.
+non-finite loss (`tally`), so nothing is read back to the host; from that step on the update keeps
+the parameters as they were (`_update`), so the run's last state still holds the parameters the bad
+step read, which the check of its intermediates re-runs it from (finite_check.py).
 """
 from __future__ import annotations
 
@@ -76,8 +78,9 @@ class TrainingGraphs:
 
     def no_bad(self) -> tuple:
         """The record the training graph keeps of the first non-finite loss (`tally`), before any
-        step: (i64 -1, f32 0), on the device (every device of the mesh)."""
-        bad = (jnp.asarray(-1, jnp.int64), jnp.asarray(0.0, jnp.float32))
+        step: (i64 -1, f32 0, i64 -1, the counters at 0), on the device (every device of the mesh)."""
+        bad = (jnp.asarray(-1, jnp.int64), jnp.asarray(0.0, jnp.float32), jnp.asarray(-1, jnp.int64),
+               self.zero_counters())
         return bad if self.dp is None else self.dp.put_replicated(bad)
 
 
@@ -132,7 +135,7 @@ class TrainingGraphs:
             g = [self.dp.constrain_state(x) for x in g]
         if bad is None:
             return l, g, m, d, dl
-        totals, bad = tally(base, dl, l, unpack_ctx(rows)["step"], bad)
+        totals, bad = tally(base, dl, l, unpack_ctx(rows)["step"], bad, rows[:, 1])
         return l, g, m, d, totals, bad
 
     def _grads_summing(self, trainable, frozen, batch, rows, base, bad, total):
@@ -152,7 +155,7 @@ class TrainingGraphs:
         total = _sum_into(total, g, frozenset(summed), ())
         if self.dp is not None and self.dp.fsdp:
             total = self.dp.constrain_state(total)
-        totals, bad = tally(base, [dl], [l], ctx["step"], bad)
+        totals, bad = tally(base, [dl], [l], ctx["step"], bad, rows[:1, 1])
         return [l], total, [m], [d], totals, bad
 
     def train_group(self, total, trainable, frozen, batch, rows, counters, bad):
@@ -171,12 +174,12 @@ class TrainingGraphs:
         `out_shardings` the parameters' and optimizer state's FSDP shardings."""
         jitted = []
 
-        def update(trainable, opt_state, total):
+        def update(trainable, opt_state, total, bad):
             if not jitted:
                 out = self.dp.state_shardings((trainable, opt_state))
                 jitted.append(jax.jit(self.tracer.counted("update", self._update), out_shardings=out,
                                       donate_argnums=(0, 1) if donate else ()))
-            return jitted[0](trainable, opt_state, total)
+            return jitted[0](trainable, opt_state, total, bad)
         return update
 
     @staticmethod
@@ -199,12 +202,17 @@ class TrainingGraphs:
             return self.accumulate_first(total, grads) if grads else total
         return self.accumulate(total, grads)
 
-    def _update(self, trainable, opt_state, total):
-        """Average the microbatches' summed gradient (`add_group`) and take one optax step."""
+    def _update(self, trainable, opt_state, total, bad_step):
+        """Average the microbatches' summed gradient (`add_group`) and take one optax step; once a
+        loss was non-finite (`bad_step`, the record's i64 step, `tally`, is 0 or more) the trainable
+        parameters stay as they were, so the state the run stops with holds those the first bad
+        step read (its intermediates are checked from them: finite_check.py)."""
         scale = 1.0 / self.layout.microbatches
         total = jax.tree_util.tree_map(lambda g: g * jnp.asarray(scale, g.dtype), total)
         updates, opt_state = self.opt.update(total, opt_state, trainable)
-        return optax.apply_updates(trainable, updates), opt_state
+        new = optax.apply_updates(trainable, updates)
+        keep = bad_step >= 0
+        return jax.tree_util.tree_map(lambda n, o: jnp.where(keep, o, n), new, trainable), opt_state
 
     # -- passes -------------------------------------------------------------------------------
     def _eval_fn(self, ps: ir.PassIR):
@@ -218,7 +226,7 @@ class TrainingGraphs:
 
 
 
-def tally(counters, deltas, losses, step, bad):
+def tally(counters, deltas, losses, step, bad, microbatches):
     """A group's bookkeeping, traced inside its training graph (nothing is read back to the host):
 
     * `counters` (name -> scalar total) plus each copy's `deltas` (a list of such dicts, in
@@ -226,18 +234,26 @@ def tally(counters, deltas, losses, step, bad):
       a delta XLA sees as a constant would be folded, `(t + c0) + c1` becoming `t + (c0 + c1)`,
       which rounds differently; so the totals are those of `counters[c] + delta[c]`, one add per
       copy, stacked or not, as when each add was its own call.
-    * `bad`, (i64 step, f32 value): the step (1-based, `step` the group's context `:step`, an
-      i64 scalar) and value of the first non-finite entry of `losses` (f32 scalars in
-      microbatch order), kept once set; step -1 while every loss so far was finite.
+    * `bad`, (i64 step, f32 value, i64 microbatch, counters): the step (1-based, `step` the
+      group's context `:step`, an i64 scalar), value and microbatch (`microbatches`, the copies'
+      context `:microbatch`, i64 [S]) of the first non-finite entry of `losses` (f32 scalars in
+      microbatch order), with the counter totals that microbatch started from, kept once set;
+      step -1 while every loss so far was finite. The check of the bad step's intermediates
+      re-runs that microbatch from them (finite_check.py).
     Returns (counters, bad).
     """
+    starts = []
     for d in jax.lax.optimization_barrier(list(deltas)):
+        starts.append(counters)
         counters = {c: counters[c] + d[c] for c in counters}
     vals = jnp.stack([jnp.asarray(v, jnp.float32) for v in losses])
     nonfinite = ~jnp.isfinite(vals)
+    first = jnp.argmax(nonfinite)
     hit = jnp.any(nonfinite) & (bad[0] < 0)
     done = step.astype(jnp.int64) + 1
-    return counters, (jnp.where(hit, done, bad[0]), jnp.where(hit, vals[jnp.argmax(nonfinite)], bad[1]))
+    began = {c: jnp.where(hit, jnp.stack([s[c] for s in starts])[first], bad[3][c]) for c in counters}
+    return counters, (jnp.where(hit, done, bad[0]), jnp.where(hit, vals[first], bad[1]),
+                      jnp.where(hit, jnp.asarray(microbatches)[first].astype(jnp.int64), bad[2]), began)
 
 
 

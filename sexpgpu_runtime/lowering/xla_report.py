@@ -128,7 +128,7 @@ def compile_graphs(program: ir.Program, stack: int) -> dict[str, dict]:
     base = {c: jax.ShapeDtypeStruct((), jdt(d)) for c, d in g.counter_types.items()}
     guard("train", g.grads, (trainable, frozen, tbatch, _rows(S), base))
     opt_state = jax.eval_shape(optimizer.init, trainable)
-    guard("update", g.update, (trainable, opt_state, trainable))
+    guard("update", g.update, (trainable, opt_state, trainable, jax.ShapeDtypeStruct((), jnp.int64)))
     for ps in program.passes:
         pb = _tree(program.loaders[ps.loader].batch_type(), 1)
         if ps.runs_generator and gen is not None:

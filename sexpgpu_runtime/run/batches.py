@@ -15,6 +15,7 @@ from sexpgpu_lang import ir
 from ..data.loaders import Loader
 from ..data.prefetch import Prefetch
 from ..errors import DataError, LoaderError
+from .id_tables import check_ids, index_limits
 
 
 def _stack(trees: list[dict]) -> dict:
@@ -23,8 +24,8 @@ def _stack(trees: list[dict]) -> dict:
 
 class Batches:
     """The loaders of one run (`loaders` by name for training, `pass_loaders` by pass) and the
-    batches of each step. DataError when a loader's data are not as declared, or a pass would read
-    more records than its loader holds. `layout` (graphs.Layout) and `dp` (a sharding.DataParallel, or
+    batches of each step. DataError when a loader's data are not as declared, give an id outside a
+    table it indexes (id_tables.py), or a pass would read more records than its loader holds. `layout` (graphs.Layout) and `dp` (a sharding.DataParallel, or
     None on one device) are the graphs', set once they are built; `feed` while the loop runs (prefetch.py)."""
 
     def __init__(self, program: ir.Program, layout=None, dp=None):
@@ -34,6 +35,9 @@ class Batches:
             stage_loaders = [name for name, _ in program.stages] or [run.loader]
             self.loaders = {name: Loader(program.loaders[name], run.seed) for name in dict.fromkeys(stage_loaders)}
             self.pass_loaders = {ps.name: Loader(program.loaders[ps.loader], run.seed) for ps in program.passes}
+            # the ids each loader gives against the tables they index, before training (id_tables.py)
+            opened = {**{ps.loader: self.pass_loaders[ps.name] for ps in program.passes}, **self.loaders}
+            check_ids(program, opened, index_limits(program))
         except LoaderError as e:
             raise DataError(str(e)) from None
         for ps in program.passes:

@@ -38,8 +38,8 @@ class ValueChecks:
     def check_losses(bad) -> None:
         """Raise BadValue naming the first step whose loss (any microbatch's, the first in microbatch
         order) was NaN or infinite. `bad` is the record the training graph keeps (training_graphs.tally):
-        (i64 step or -1, f32 value). Reading it waits for the device."""
-        step, value = jax.device_get(bad)
+        (i64 step or -1, f32 value, its microbatch, its counters). Reading it waits for the device."""
+        step, value = jax.device_get(bad[:2])
         if int(step) >= 0:
             raise BadValue(int(step), "`loss`", float(value))
 

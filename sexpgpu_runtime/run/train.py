@@ -19,12 +19,14 @@ from __future__ import annotations
 import time
 
 import jax
+import numpy as np
 
 from sexpgpu_lang import ir
 
 from ..devices.sharding import DataParallel
 from ..errors import (BadDraw, BadValue, CheckpointError, InternalTypeError, LoaderError, MeshError, OptionError,
                       RunError, RunStopped, Stopped, TokenFileError)
+from ..lowering.finite_check import first_nonfinite_op
 from ..lowering.graphs import Graphs
 from ..weights.optim import learning_rate, make_optimizer
 from ..weights.hf_export import write_config, write_tokenizer
@@ -74,7 +76,7 @@ class Trainer:
         self.stop: StopSignals | None = None
         self.checkpoint_every: int | None = None   # steps whose values are checked in full before a save
         self.completed: RunState | None = None
-        self.bad = None                # on the device: (first step with a non-finite loss, or -1; its value)
+        self.bad = None                # on the device: the first non-finite loss (training_graphs.tally), or None
         self.draw = None               # on the device: the first bad traced temperature (draw_check.py), or None
         self.samples: SampleLog | None = None   # `run`'s `:samples` (samples.py), set by `train`
 
@@ -139,7 +141,7 @@ class Trainer:
             metrics.append(m)
             diags.append(d)
         self.poll()
-        trainable, opt_state = g.update(state.trainable, state.opt_state, total)
+        trainable, opt_state = g.update(state.trainable, state.opt_state, total, bad[0])
         new = RunState(state.step + 1, trainable, state.frozen, opt_state, records, counters)
         self.bad, self.draw = bad, draw
         return new, {"losses": losses, "metrics": metrics, "diagnostics": diags}
@@ -171,6 +173,35 @@ class Trainer:
         """Train from `state` to `self.steps`, logging every `:log :every` steps, running passes
         (loop.py's `Loop`); returns the last state and the logged rows."""
         return Loop(self, reporter, after_step).run(state)
+
+    def nonfinite_origin(self):
+        """Where the first non-finite loss's microbatch first made a non-finite value (a
+        finite_check.Origin), or None: none kept, nothing non-finite op by op, or a multi-process run
+        (each process holds only its rows). Re-runs that microbatch from the last state, whose
+        parameters the update kept from the bad step on (training_graphs `_update`), its records
+        and context rows as the step read them, and the counter totals the record kept."""
+        done = self.completed
+        if self.bad is None or done is None or jax.process_count() > 1:
+            return None
+        step, _, micro, base = jax.device_get(self.bad)
+        step, micro = int(step), int(micro)
+        if step < 1 or micro < 0 or done.step < step - 1:
+            return None
+        batch_size, S = self.batches.batch_size, self.layout.stack
+        per_step = self.layout.groups * S * batch_size
+        start = done.records - (done.step - (step - 1)) * per_step   # the bad step's first record
+
+        def row(m: int):
+            records = start + m * batch_size
+            stage, _, within = self.batches.stage_at(records)
+            return records, np.array([(step - 1, m, records, stage, within, 0)], np.int64)   # CONTEXT_KEYS' order
+
+        records, rows = row(micro)
+        _, gen_rows = row(micro - micro % S)   # a stacked group's generator reads its first copy's context
+        batch = self.batches.training_batch(records)
+        return first_nonfinite_op(self.program, self.graphs.tracer, done.trainable, done.frozen, batch, gen_rows,
+                                  rows, {c: jax.numpy.asarray(v) for c, v in base.items()},
+                                  self.graphs.counter_types)
 
     def settle(self) -> None:
         """Raise BadValue if any completed step's loss was NaN or infinite, naming the first such step
@@ -242,9 +273,25 @@ def _diverged(e: BadValue, trainer: Trainer, store: Checkpoints) -> BaseExceptio
         nonfinite_param(program, done.trainable, "initial") if done.step == 0 else None)
     if cause is not None:
         return RunError(f"{e}, so the run stopped: {cause}; {where}")
+    origin = _origin(e, trainer)
+    if origin is not None:
+        return RunError(f"{e}, so the run stopped; the first value of that step that was not finite: "
+                        f"{origin.describe(program)}; {where}")
     return RunError(f"{e}, so the run stopped; likely causes: too high a learning rate, a log of 0 or a "
                     "division by 0, an index out of range (e.g. a label >= the number of classes), a NaN "
                     f"in a pretrained checkpoint's trainable tensors; {where}")
+
+
+def _origin(e: BadValue, trainer: Trainer):
+    """The check of the bad step's intermediates (`Trainer.nonfinite_origin`) for a non-finite loss
+    the training graph kept; None for another value (a row's metric, a parameter) or when the
+    re-run itself fails (the generic causes are said then)."""
+    if e.metric != "`loss`":
+        return None
+    try:
+        return trainer.nonfinite_origin()
+    except Exception:   # the diagnosis must never hide the error it explains
+        return None
 
 
 def train(program: ir.Program, options: RunOptions, on_trip=None) -> RunResult:
