@@ -136,5 +136,10 @@ class MeshError(Exception):
     a multi-process mesh that does not take the same number of devices from every process."""
 
 
+class LoopCostUnavailable(Exception):
+    """The installed jax/jaxlib lacks the private API that costs one computation of a compiled module
+    (`lowering/xla_loops.py`): `explain --xla` then counts each while loop once and says so."""
+
+
 class InternalTypeError(AssertionError):
     """JAX's result type differs from the registry rule's: a bug in sexpgpu, not in the run file."""
