@@ -95,8 +95,7 @@ def read_spec(ctx: CheckContext, node) -> tuple[str, dict | None, str, str | Non
 def plan(ctx: CheckContext, name: str, prefix: tuple[str, ...], names: dict | None, label: str, node):
     """Each parameter below `prefix` with its source and the file tensors it reads:
     [(param, relative path, source, [(tensor name, expected shape)])], or None after E-MODEL-006."""
-    params = [p for p in ctx.params if p.path[:len(prefix)] == prefix]
-    rels = {".".join(p.path[len(prefix):]): p for p in params}
+    rels = {".".join(p.path[len(prefix):]): p for p in own_params(ctx, prefix)}
     problems = []
     if names is not None:
         for key in names:
@@ -130,6 +129,15 @@ def plan(ctx: CheckContext, name: str, prefix: tuple[str, ...], names: dict | No
     return out
 
 
+def own_params(ctx: CheckContext, prefix: tuple[str, ...]) -> list:
+    """The parameters the checkpoint of the `:pretrained` model at `prefix` holds: those below it but
+    for a sub-model's that has a `:pretrained` of its own (read from that checkpoint)."""
+    inner = [path for model, path in ctx.reachable.items() if len(path) > len(prefix)
+             and path[:len(prefix)] == prefix and ctx.models[model]["pretrained"] is not None]
+    return [p for p in ctx.params if p.path[:len(prefix)] == prefix
+            and not any(p.path[:len(path)] == path for path in inner)]
+
+
 def check_pretrained(ctx: CheckContext) -> None:
     """Each reachable model's `:pretrained`: its value and mapping (always), and with `read_files`
     the checkpoint's headers against the parameters after the mapping (E-MODEL-003, W-MODEL-001).
@@ -153,7 +161,7 @@ def check_pretrained(ctx: CheckContext) -> None:
         label = spec[2] if spec is not None else ""
         seen = ctx.facts.checkpoints[name] = Checkpoint(
             name, rel, full, file_dtype, {r: (p.dtype, tuple(reads)) for p, r, _, reads in todo or ()},
-            tuple(".".join(p.path[len(prefix):]) for p in ctx.params if p.path[:len(prefix)] == prefix),
+            tuple(".".join(p.path[len(prefix):]) for p in own_params(ctx, prefix)),
             _owners(ctx, prefix))
         if todo is None:
             if ctx.read_files and os.path.exists(full):   # the tensor names, for completing the mapping
@@ -178,8 +186,7 @@ def check_pretrained(ctx: CheckContext) -> None:
 def _owners(ctx: CheckContext, prefix: tuple[str, ...]) -> dict[str, str]:
     """Each parameter path below `prefix` and the model whose `:params` names its leaf."""
     at = {path: model for model, path in ctx.reachable.items()}
-    return {".".join(p.path[len(prefix):]): at[p.path[:-1]] for p in ctx.params
-            if p.path[:len(prefix)] == prefix and p.path[:-1] in at}
+    return {".".join(p.path[len(prefix):]): at[p.path[:-1]] for p in own_params(ctx, prefix) if p.path[:-1] in at}
 
 
 def _written_path(node) -> str | None:
