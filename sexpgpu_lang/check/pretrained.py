@@ -176,7 +176,8 @@ def check_pretrained(ctx: CheckContext) -> None:
         if not ctx.read_files or (ctx.read_files == LOCAL and not os.path.exists(full)):
             ctx.pretrained_files.append(record)
             continue
-        if _compare(ctx, name, rel, full, base, todo, names is not None, file_dtype, node):
+        current = label.split("`")[1] if label.startswith("the mapping `") else None
+        if _compare(ctx, name, rel, full, base, todo, names is not None, file_dtype, node, current):
             ctx.pretrained_files.append(record)
             if label.startswith("the mapping `"):   # a standard-library mapping: its config.json compared
                 from .config import check_stated
@@ -249,25 +250,28 @@ def _dtype_summary(wrong: dict[tuple, list], file_dtype: str | None = None) -> s
             f"agreeing: {shown}")
 
 
-def _other_mapping(header: dict, todo) -> str | None:
+def _other_mapping(header: dict, current: str | None) -> str | None:
     """The help for a checkpoint that the mapping does not fit: the standard-library mapping whose
-    tensor names it holds (the most of them), or None."""
+    tensor names it holds (the most of them), or None: also when that is the mapping given
+    (`current`, a standard-library mapping's name), since then the names fit and what differs is
+    the model's `:params`, which the clauses say."""
     best, score = None, 0
     for name, names in stdlib_names().items():
         pats = {leaf(src)[1] for src in names.values()}
         hits = sum(1 for p in pats if (layer_name(p, 0) if LAYER in p else p) in header)
         if hits == len(pats) and hits > score:
             best, score = name, hits
-    if best is None:
+    if best is None or best == current:
         return None
     return (f"its tensors are named as the standard library's `{best}` mapping reads them: write `:names :{best}` "
             f"(and the model's `:params` for it: docs/checkpoints.md \"Name mappings\")")
 
 
 def _compare(ctx: CheckContext, name: str, rel: str, full: str, base: str, todo, mapped: bool, file_dtype,
-             node) -> bool:
+             node, current: str | None = None) -> bool:
     """E-MODEL-003 unless every tensor the plan reads is in the checkpoint with its shape and dtype;
-    W-MODEL-001 for the tensors nothing reads. Whether it fits."""
+    W-MODEL-001 for the tensors nothing reads. Whether it fits. `current`: the standard-library
+    mapping `:names` gives, if any."""
     from ..checkpoint_files import SourceError, tensors   # (json, struct): only when reading
     try:
         header = tensors(full)
@@ -328,7 +332,7 @@ def _compare(ctx: CheckContext, name: str, rel: str, full: str, base: str, todo,
             help_ = (f"to cast the file's {next(iter(casts))} tensors to the parameters' dtypes on load, write "
                      f"`:pretrained (:path \"{rel}\" :file-dtype :{next(iter(casts))} ...)`")
         if help_ is None and mapped:
-            help_ = _other_mapping(header, todo)
+            help_ = _other_mapping(header, current)
         ctx.err("E-MODEL-003", node.span, f"`{rel}`: " + "; ".join(wrong), help=help_)
         return False
     extra = sorted(set(header) - used)
