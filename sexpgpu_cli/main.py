@@ -3,7 +3,9 @@
 A thin shell: every check lives in sexpgpu_lang, every step in
 sexpgpu_runtime. `lint` and `lsp` never import JAX (the runtime is imported
 inside `run` and `explain --xla` only). Exit status: 0 clean, 1 when a file
-has errors (or a run fails), 2 for a usage or I/O problem, 130 or 143 when
+has errors (its diagnostics, its data not as declared, a run that fails), 2
+for a usage problem (an option, or a command-line file that cannot be read,
+as typer's own usage errors), 130 or 143 when
 SIGINT or SIGTERM stopped a run (after saving a checkpoint to resume from;
 also for one that arrived while the run was starting, and at once for a
 second signal): docs/cli.md lists them.
@@ -278,7 +280,7 @@ def lint(
     files: List[Path] = typer.Argument(..., metavar="FILE|DIR", help="Run files (.sx) to check; a directory stands for every *.sx below it."),
     format: Format = typer.Option(Format.text, "--format", "-f", help="text (compiler style), json (one array), or sarif (SARIF 2.1.0)."),
     output: Optional[Path] = typer.Option(None, "--output", "-o", metavar="FILE", help="Write the report to this file instead of standard output."),
-    read_files: bool = typer.Option(False, "--read-files", help="Also read each `:pretrained` file's header and compare it with `:params` (E-MODEL-003), and each loader's `:tokenizer` against `:vocab` (W-LOADER-001), as `run` does. Without it, lint opens no file but the run files."),
+    read_files: bool = typer.Option(False, "--read-files", help="Also read each `:pretrained` file's header and compare it with `:params` (E-MODEL-003), each loader's files as `run` reads them (a missing file, a tokenizer.json that is not one, a jsonl row it refuses: E-LOADER-001) and its `:tokenizer` against `:vocab` (W-LOADER-001), as `run` does. Without it, lint opens no file but the run files."),
 ):
     """Check run files and print their diagnostics.
 
@@ -367,7 +369,7 @@ def run(
             print(f"sexpgpu: error: {file} has {render.summary(n_err, n_warn)}; fix them before running", file=sys.stderr)
             raise typer.Exit(1)
         from sexpgpu_runtime.devices.sharding import initialize, parse_mesh  # JAX is imported only here
-        from sexpgpu_runtime.errors import BadDraw, DataError, MeshError, OptionError, RunError, RunFinished, RunStopped
+        from sexpgpu_runtime.errors import MeshError, OptionError, RunError, RunFinished, RunStopped
         from sexpgpu_runtime.devices.device import never_fits
         from sexpgpu_runtime.run.options import RunOptions, resume_command, shard_bytes
         from sexpgpu_runtime.run.train import train
@@ -404,9 +406,9 @@ def run(
         )
         try:
             result = train(res.program, opts)
-        except (OptionError, DataError, BadDraw) as e:   # a usage problem, a file not as declared, a bad traced setting
+        except OptionError as e:   # a usage problem: options that cannot work together or be written
             raise fail(str(e), 2, debug)
-        except RunError as e:
+        except RunError as e:   # a file not as declared (DataError), a bad traced setting (BadDraw), a failed run
             raise fail(str(e), 1, debug)
         except RunStopped as e:
             again = resume_command(file, run_dir=run_dir, steps=steps, diagnostics=diagnostics, mesh=mesh, fsdp=fsdp,
