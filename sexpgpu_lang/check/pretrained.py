@@ -94,12 +94,16 @@ def read_spec(ctx: CheckContext, node) -> tuple[str, dict | None, str, str | Non
 
 def plan(ctx: CheckContext, name: str, prefix: tuple[str, ...], names: dict | None, label: str, node):
     """Each parameter below `prefix` with its source and the file tensors it reads:
-    [(param, relative path, source, [(tensor name, expected shape)])], or None after E-MODEL-006."""
+    [(param, relative path, source, [(tensor name, expected shape)])], or None after E-MODEL-006, or None
+    unreported where a parameter below `prefix` did not check (reported where it is written: the
+    mapping names it, but its shape is not known)."""
     rels = {".".join(p.path[len(prefix):]): p for p in own_params(ctx, prefix)}
     problems = []
+    unknown = _unknown(ctx, prefix)
     if names is not None:
         for key in names:
-            if key not in rels:
+            if key not in rels and not any(u == "" or key == u or key.startswith(u + ".") for u in unknown):
+                # (a key of a parameter that did not check, reported where it is written, is no mistake here)
                 hint = near_miss(key, rels)
                 problems.append(f"{label} maps `{key}`, which is not a parameter of `{name}`"
                                 + (f" (did you mean `{hint}`?)" if hint else ""))
@@ -122,10 +126,26 @@ def plan(ctx: CheckContext, name: str, prefix: tuple[str, ...], names: dict | No
         pattern = leaf(src)[1]
         reads = [(layer_name(pattern, i), want) for i in range(p.layers)] if per_layer else [(pattern, want)]
         out.append((p, rel, src, reads))
+    if unknown and not problems:
+        return None
     if problems:
         ctx.err("E-MODEL-006", node.span, f"the `:pretrained` mapping of `{name}` does not fit its `:params`: "
                 + "; ".join(problems), help="map every parameter once, by the path below the model (`:h.wq`)")
         return None
+    return out
+
+
+def _unknown(ctx: CheckContext, prefix: tuple[str, ...]) -> list[str]:
+    """The parameter paths below `prefix` (joined with `.`; "" for all) that did not check, reported
+    where they are written: a failed parameter, or every parameter of a model whose `:params` failed."""
+    out = []
+    for model, path in ctx.reachable.items():
+        if path[:len(prefix)] != prefix:
+            continue
+        m, rel = ctx.models[model], ".".join(path[len(prefix):])
+        if not m["params_known"]:
+            out.append(rel)
+        out += [f"{rel}.{k}" if rel else k for k in m["failed"]]
     return out
 
 
