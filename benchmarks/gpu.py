@@ -1,4 +1,4 @@
-"""GPU section of BENCHMARKS.md (issue 9): bf16 MFU of a >= 100M-parameter training graph, and the trip loop.
+"""GPU section of BENCHMARKS.md: bf16 MFU of a >= 100M-parameter training graph, and the trip loop.
 
 One process, meant for one call of the `device` tool (benchmarks/gpu.sh runs it):
 

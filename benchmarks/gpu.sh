@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU section of BENCHMARKS.md (issue 9): the one command a session with a device machine runs.
+# GPU section of BENCHMARKS.md: the one command a session with a device machine runs.
 #
 # Through the `device` tool, in one call (about 4-6 minutes of device time, plus the machine's start):
 #

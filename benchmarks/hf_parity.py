@@ -178,8 +178,10 @@ ARGS)))
 
 (run :loader rows :steps 1 :seed 0 :optimizer (adam :lr 1e-3))
 """
-    return f";; tests/fixtures/hf/{family}: written by benchmarks/hf_parity.py; every size and setting from " \
-           f"its config.json\n\n" + head + layer + tail
+    from sexpgpu_lang.format import format_text   # as `sexpgpu fmt` lays it out
+    text = (f";; tests/fixtures/hf/{family}: written by benchmarks/hf_parity.py; every size and setting from "
+            f"its config.json\n\n" + head + layer + tail)
+    return format_text(text) or text
 
 
 def stack_call(stack: str) -> str:

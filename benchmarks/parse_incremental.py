@@ -1,16 +1,16 @@
-"""Benchmark: the parser before and after the incremental work, in one process.
+"""Benchmark: the incremental parser against a parser without caches, in one process.
 
-Loads the parser of an earlier commit (default 78a53e8, before the caches)
-from git into a temporary module, and times on generated run files
+Loads the reference parser from a commit whose parser has no caches (default
+78a53e8) from git into a temporary module, and times on generated run files
 (lsp_latency.generate) of 2,000 and 10,000 lines, CPU time, median of 5:
-the old parse; the new parse cold (caches cleared); the new parse after an
-edit in the last layer; and after an edit at the top that moves every form.
+the reference parse; this parser cold (caches cleared); after an edit in the
+last layer; and after an edit at the top that moves every form.
 
     .venv/bin/python benchmarks/parse_incremental.py [--before 78a53e8] [--check 3000]
 
 `--check N` first compares the two parsers on every run file of the
 repository and N random mutations of them (brackets, quotes, `\\n(`, BOMs,
-deletions), each parsed twice by the new parser (cold, then from its
+deletions), each parsed twice by this parser (cold, then from its
 caches): forms, spans, paths, diagnostics and comments must be identical.
 """
 from __future__ import annotations
@@ -96,7 +96,7 @@ def main() -> None:
     old = old_parser(a.before)
     if a.check:
         check(old, a.check)
-    print("lines  | before | after, cold | after, edit in last layer | after, edit at top (moves every form)   [CPU ms]")
+    print("lines  | reference | cold | edit in last layer | edit at top (moves every form)   [CPU ms]")
     for n in (2000, 10000):
         big = generate(n)
         k = big.rindex("(r (relu z))")

@@ -1,4 +1,4 @@
-"""Loading a >= 1 GB sharded Hugging Face checkpoint (issue 17): peak host memory and load time.
+"""Loading a >= 1 GB sharded Hugging Face checkpoint: peak host memory and load time.
 
 Writes a random GPT-2-architecture checkpoint in the HF layout (f32, HF's
 tensor names, shards of `--shard-mb` and `model.safetensors.index.json`)

@@ -1,19 +1,20 @@
-"""Reliability trials (issues 23 and 35): the faults a trial found, repeated, each printed as k/N passed.
+"""Reliability trials: faults that trials of the tool provoke, each repeated and printed as k/N passed.
 
     .venv/bin/python benchmarks/reliability.py                 # every trial, a few of each (~5-10 min on 2 cores)
-    .venv/bin/python benchmarks/reliability.py --trials 20     # the issue's counts
+    .venv/bin/python benchmarks/reliability.py --trials 20     # 20 of each
     .venv/bin/python benchmarks/reliability.py --only lexer,ranges --budget 120
 
 Trials (each bounded by timeouts; `--budget` seconds in all, after which the
 remaining trials are skipped and the counts say how many ran):
 
 - `lexer`: lint time of a 105 KB run file with 0 and with 1,000 NUL characters
-  (passes when the second is under 10x the first; it was 400x);
+  (passes when the second is under 10x the first);
 - `nulrun`: the front end's time per bad character on a run of 1,000 and of
   16,000 NULs in examples/gpt2.sx (passes when the second is under 3x the
-  first: linear; it was quadratic, 8,000 NULs 35 s);
-- `ranges`: the files of item 5 that linted clean and crashed `run` now lint
-  with an error each;
+  first: linear in the run's length);
+- `ranges`: the fixture with one integer past what its setting holds (a
+  seed of 2^63, `:microbatches` of 2^64, `:trips` of 2^31 - 1 ...): passes
+  when `lint` gives an error for it (`run` cannot take it);
 - `signals`: `sexpgpu run` gets SIGINT or SIGTERM at a random moment of its
   first seconds or its training (half the time a second one 2 ms later);
   passes when it exits 130, 143 or 0 within 120 s without a traceback, and

@@ -1,4 +1,4 @@
-"""Benchmarks of issue 9: every row measured against its reference in the same run.
+"""The main benchmarks: every row measured against its reference in the same run.
 
     .venv/bin/python benchmarks/run_all.py [--only lint,lint10k,lsp,step,trips,stack,compiles] [--quick]
 

@@ -3,7 +3,9 @@
 A thin shell: every check lives in sexpgpu_lang, every step in
 sexpgpu_runtime. `lint` and `lsp` never import JAX (the runtime is imported
 inside `run` and `explain --xla` only). Exit status: 0 clean, 1 when a file
-has errors (or a run fails), 2 for a usage or I/O problem, 130 or 143 when
+has errors (its diagnostics, its data not as declared, a run that fails), 2
+for a usage problem (an option, or a command-line file that cannot be read,
+as typer's own usage errors), 130 or 143 when
 SIGINT or SIGTERM stopped a run (after saving a checkpoint to resume from;
 also for one that arrived while the run was starting, and at once for a
 second signal): docs/cli.md lists them.
@@ -221,14 +223,19 @@ def load(path: Path, read_files: bool = False, build_ir: bool = True):
     from sexpgpu_lang import analyze_file
     try:
         return analyze_file(str(path), read_files, build_ir)
-    except FileNotFoundError:
-        raise fail(f"cannot read {path}: no such file")
-    except IsADirectoryError:
-        raise fail(f"cannot read {path}: it is a directory")
-    except UnicodeDecodeError as e:
-        raise fail(f"cannot read {path}: not UTF-8 text ({e.reason} at byte {e.start})")
-    except OSError as e:
-        raise fail(f"cannot read {path}: {e.strerror or e}")
+    except (OSError, UnicodeDecodeError) as e:
+        raise cannot_read(path, e)
+
+
+def cannot_read(path: Path, e: Exception) -> "typer.Exit":
+    """`fail`'s one line for a run file that cannot be read (`e`, an OSError or UnicodeDecodeError)."""
+    if isinstance(e, FileNotFoundError):
+        return fail(f"cannot read {path}: no such file")
+    if isinstance(e, IsADirectoryError):
+        return fail(f"cannot read {path}: it is a directory")
+    if isinstance(e, UnicodeDecodeError):
+        return fail(f"cannot read {path}: not UTF-8 text ({e.reason} at byte {e.start})")
+    return fail(f"cannot read {path}: {e.strerror or e}")
 
 
 def run_files(paths: List[Path]) -> List[tuple[Path, bool]]:
@@ -246,38 +253,13 @@ def run_files(paths: List[Path]) -> List[tuple[Path, bool]]:
     return out
 
 
-class NotUtf8:
-    """A file found under a DIR that is not UTF-8 text, as `lint` reports it: one E-SYNTAX-003
-    at the first byte that does not decode (its text shown with U+FFFD for such bytes), so the
-    other files are still checked. Has the fields of a check result that `lint` prints."""
-
-    has_errors = True
-
-    def __init__(self, path: Path, data: bytes, e: UnicodeDecodeError):
-        from sexpgpu_lang.diagnostics import error
-        from sexpgpu_lang.source import SourceText, Span
-        self.source = SourceText(data.decode("utf-8", errors="replace"), str(path))
-        at = len(data[:e.start].decode("utf-8"))
-        self.diagnostics = [error("E-SYNTAX-003", Span(at, at + 1),
-                                  f"this file is not UTF-8 text ({e.reason} at byte {e.start}); nothing in it was checked",
-                                  help="save the file as UTF-8")]
-
-
 def lint_one(path: Path, found: bool, read_files: bool):
-    """Check one file for `lint`; a file found under a DIR that is not UTF-8 is a `NotUtf8`
-    diagnostic rather than the end of the command (`load` for everything else)."""
-    if found:
-        try:
-            data = path.read_bytes()
-        except OSError:
-            return load(path, read_files, build_ir=False)   # (which words it)
-        try:
-            text = data.decode("utf-8")
-        except UnicodeDecodeError as e:
-            return NotUtf8(path, data, e)
-        from sexpgpu_lang import analyze
-        return analyze(text, str(path), read_files, False)
-    return load(path, read_files, build_ir=False)
+    """`lint`'s check of one file (sexpgpu_lang.lint); a file it cannot read is one line and exit 2."""
+    from sexpgpu_lang.lint import lint_file
+    try:
+        return lint_file(str(path), found, read_files)
+    except (OSError, UnicodeDecodeError) as e:
+        raise cannot_read(path, e)
 
 
 def print_text(results, file=None) -> tuple[int, int]:
@@ -298,7 +280,7 @@ def lint(
     files: List[Path] = typer.Argument(..., metavar="FILE|DIR", help="Run files (.sx) to check; a directory stands for every *.sx below it."),
     format: Format = typer.Option(Format.text, "--format", "-f", help="text (compiler style), json (one array), or sarif (SARIF 2.1.0)."),
     output: Optional[Path] = typer.Option(None, "--output", "-o", metavar="FILE", help="Write the report to this file instead of standard output."),
-    read_files: bool = typer.Option(False, "--read-files", help="Also read each `:pretrained` file's header and compare it with `:params` (E-MODEL-003), and each loader's `:tokenizer` against `:vocab` (W-LOADER-001), as `run` does. Without it, lint opens no file but the run files."),
+    read_files: bool = typer.Option(False, "--read-files", help="Also read each `:pretrained` file's header and compare it with `:params` (E-MODEL-003), each loader's files as `run` reads them (a missing file, a tokenizer.json that is not one, a jsonl row it refuses: E-LOADER-001) and its `:tokenizer` against `:vocab` (W-LOADER-001), as `run` does. Without it, lint opens no file but the run files."),
 ):
     """Check run files and print their diagnostics.
 
@@ -387,7 +369,7 @@ def run(
             print(f"sexpgpu: error: {file} has {render.summary(n_err, n_warn)}; fix them before running", file=sys.stderr)
             raise typer.Exit(1)
         from sexpgpu_runtime.devices.sharding import initialize, parse_mesh  # JAX is imported only here
-        from sexpgpu_runtime.errors import BadDraw, DataError, MeshError, OptionError, RunError, RunFinished, RunStopped
+        from sexpgpu_runtime.errors import MeshError, OptionError, RunError, RunFinished, RunStopped
         from sexpgpu_runtime.run.options import RunOptions, resume_command, shard_bytes
         from sexpgpu_runtime.run.train import train
         try:
@@ -420,9 +402,9 @@ def run(
         )
         try:
             result = train(res.program, opts)
-        except (OptionError, DataError, BadDraw) as e:   # a usage problem, a file not as declared, a bad traced setting
+        except OptionError as e:   # a usage problem: options that cannot work together or be written
             raise fail(str(e), 2, debug)
-        except RunError as e:
+        except RunError as e:   # a file not as declared (DataError), a bad traced setting (BadDraw), a failed run
             raise fail(str(e), 1, debug)
         except RunStopped as e:
             again = resume_command(file, run_dir=run_dir, steps=steps, diagnostics=diagnostics, mesh=mesh, fsdp=fsdp,
@@ -526,14 +508,11 @@ def explain(
         raise fail(f"unknown --target {target!r}; expected one of {', '.join(TARGETS)}")
     program = res.program
     if mesh is not None or fsdp is not None:
-        from sexpgpu_lang.mesh import parse_mesh, with_mesh
+        from sexpgpu_lang.mesh import explain_mesh
         try:
-            program = with_mesh(program, parse_mesh(mesh) if mesh is not None else None, fsdp)
+            program = explain_mesh(program, mesh, fsdp)
         except ValueError as e:
             raise fail(str(e))
-        if fsdp and (program.run.devices or 1) == 1:
-            raise fail("--fsdp splits the parameters over a mesh, and this run has none: give --mesh data=N "
-                       "(or `:devices N` in `run`)")
     if xla:
         from sexpgpu_runtime.devices.device import backend_target, device_budget  # JAX only here
         from sexpgpu_runtime.lowering.xla_report import xla_report

@@ -184,3 +184,56 @@ def loads_json(raw):
         if "digits" in str(e) or "int_max_str_digits" in str(e):
             raise JsonNumberTooLong("it holds an integer of more digits than Python reads (4,300 by default)") from None
         raise
+
+
+class BadJsonlRow(ValueError):
+    """A line of a .jsonl file that is not one JSON object, or not read: `line` (from 1), `col` (from 1,
+    in characters; None where no one column is at fault) and `detail`, the words after ``FILE:LINE[:COL]: ``
+    in the message (`where(path)` gives that place)."""
+
+    def __init__(self, line: int, col: int | None, detail: str):
+        self.line, self.col, self.detail = line, col, detail
+        super().__init__(f"{line}{f':{col}' if col is not None else ''}: {detail}")
+
+    def where(self, path: str) -> str:
+        """``PATH:LINE`` or ``PATH:LINE:COL``."""
+        return f"{path}:{self.line}" + (f":{self.col}" if self.col is not None else "")
+
+
+def jsonl_rows(fh):
+    """The rows of the .jsonl binary file object `fh` (one JSON object a line, UTF-8, a byte-order mark
+    allowed on the first line; blank lines skipped), each as (line number, the object). A line that is
+    not UTF-8, not JSON, nested too deeply, holding a number past Python's digit limit, not an object,
+    or longer than `JSONL_LINE_LIMIT` is BadJsonlRow at its line (and column) with the reason and the fix;
+    OSError passes through. The runtime's `jsonl` source and `lint --read-files` read through this."""
+    import json
+    try:
+        for line_no, raw in enumerate(read_lines_bounded(fh, JSONL_LINE_LIMIT), 1):
+            if line_no == 1 and raw.startswith(b"\xef\xbb\xbf"):
+                raw = raw[3:]
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                col = len(raw[:e.start].decode("utf-8")) + 1
+                raise BadJsonlRow(line_no, col, f"byte 0x{raw[e.start]:02x} is not UTF-8 text; a .jsonl file is "
+                                  "UTF-8 JSON, one object a line: write the row's text as UTF-8") from None
+            if not line.strip():
+                continue
+            try:
+                row = loads_json(line.rstrip("\r\n"))   # (with its newline, a row cut short fails at 2:1)
+            except json.JSONDecodeError as e:
+                raise BadJsonlRow(line_no, e.colno, f"not JSON ({e.msg}); each line of a .jsonl file is one "
+                                  "JSON object") from None
+            except JsonTooDeep as e:
+                raise BadJsonlRow(line_no, None, f"the row {str(e).removeprefix('it ')}; a row is one object of "
+                                  "text, numbers and lists of token ids") from None
+            except JsonNumberTooLong as e:
+                raise BadJsonlRow(line_no, None, f"the row {str(e).removeprefix('it ')}; no field holds such a "
+                                  "number: fix the row, or drop it") from None
+            if not isinstance(row, dict):
+                raise BadJsonlRow(line_no, None, f"a JSON {type(row).__name__}, not an object; each line of a "
+                                  ".jsonl file is one object like {\"prompt\": ...}")
+            yield line_no, row
+    except TooLarge as e:
+        raise BadJsonlRow(e.line, None, f"the line is longer than {size_words(e.limit)}, the most one row of a "
+                          ".jsonl file is read up to (is it one JSON object a line?); split the row, or drop it") from None

@@ -157,13 +157,28 @@ def _text(v) -> str:
     return json.dumps(v)
 
 
+#: The sizes each family's config always has: a config holding none of its `model_type`'s and all
+#: of another family's has the wrong `model_type` (one cause, not one missing key per setting).
+FAMILY_KEYS = {"gpt2": ("n_layer", "n_embd", "n_head"),
+               "llama": ("num_hidden_layers", "hidden_size", "num_attention_heads")}
+
+
 def family(config: dict) -> str:
-    """`gpt2` or `llama` for the config's `model_type`; ConfigError for another."""
+    """`gpt2` or `llama` for the config's `model_type`; ConfigError for another, and for a
+    `model_type` whose family's sizes (`FAMILY_KEYS`) the config lacks while it has another's."""
     mt = config.get("model_type")
     if mt not in FAMILIES:
         raise ConfigError("", f"`model_type` is {_text(mt)}, which the standard library does not read (it reads "
                           + ", ".join(f"`{t}`" for t in FAMILIES) + ")")
-    return FAMILIES[mt]
+    fam = FAMILIES[mt]
+    if not any(k in config for k in FAMILY_KEYS[fam]):
+        other = next((f for f, keys in FAMILY_KEYS.items() if f != fam and all(k in config for k in keys)), None)
+        if other is not None:
+            raise ConfigError("", f"`model_type` is {_text(mt)}, but the config has none of that family's sizes ("
+                              + ", ".join(f"`{k}`" for k in FAMILY_KEYS[fam]) + ") and has "
+                              + ", ".join(f"`{k}`" for k in FAMILY_KEYS[other])
+                              + f", which {other} configs have: is `model_type` {_text(other)}?")
+    return fam
 
 
 def _number(config: dict, key: str, integer: bool, default=None):

@@ -340,6 +340,12 @@ class PretrainedIR:
     model: str = ""                  # the `defmodel` whose `:pretrained` this is
     named: bool = False              # whether it has `:names` (else each parameter is the tensor of its path)
 
+    def fills(self, path: tuple[str, ...]) -> bool:
+        """Whether this checkpoint holds the parameter at `path`: one below `prefix` that `names` lists
+        (a `:pretrained` sub-model's parameters are read from its own checkpoint, not this one)."""
+        return tuple(path[:len(self.prefix)]) == self.prefix and \
+            ".".join(path[len(self.prefix):]) in {rel for rel, _ in self.names}
+
 
 @dataclass(frozen=True)
 class GenerateIR:

@@ -72,6 +72,17 @@ def with_mesh(program, devices: int | None, fsdp: bool | None = None):
     return program if run is program.run else replace(program, run=run)
 
 
+def explain_mesh(program, mesh: str | None, fsdp: bool | None):
+    """`program` as `sexpgpu explain --mesh MESH --fsdp/--no-fsdp` explains it (`with_mesh`; `mesh` the
+    `--mesh` text or None). ValueError (one line) for a bad `--mesh`, a batch that does not divide, or
+    `--fsdp` on a run with one device (nothing to split the parameters over)."""
+    program = with_mesh(program, parse_mesh(mesh) if mesh is not None else None, fsdp)
+    if fsdp and (program.run.devices or 1) == 1:
+        raise ValueError("--fsdp splits the parameters over a mesh, and this run has none: give --mesh data=N "
+                         "(or `:devices N` in `run`)")
+    return program
+
+
 def check_coordinator(address: str, where: str = "--coordinator") -> None:
     """A multi-process run's coordinator address, `HOST:PORT` (`[V6ADDR]:PORT` too) with PORT 1-65535,
     as `jax.distributed.initialize` needs it; ValueError with a one-line reason otherwise. `where`

@@ -279,7 +279,16 @@ def _recover(text: str, pos: int, line: int, column: int, tokens: list[Token],
     as the closing `"` (the token then carries that text), else skipped to the line's end."""
     if text[pos] != '"':
         # (a control character shows as `U+0000`: `diagnostics.quote_controls`)
-        diags.append(error("E-SYNTAX-003", Span(pos, pos + 1), f"unexpected character `{text[pos]}`"))
+        c, last = text[pos], diags[-1] if diags else None
+        if last is not None and last.span.end == pos and last.data.get("repeated") == c:
+            # A run of one bad character is one diagnostic over the run, with its count (as rustc's
+            # "character appears N more times"): 1,000 NULs are one cause, not 1,000 lines.
+            count = last.data["count"] + 1
+            diags[-1] = error("E-SYNTAX-003", Span(last.span.start, pos + 1),
+                              f"unexpected character `{c}` ({count:,} in a row)", data={"repeated": c, "count": count})
+        else:
+            diags.append(error("E-SYNTAX-003", Span(pos, pos + 1), f"unexpected character `{c}`",
+                               data={"repeated": c, "count": 1}))
         return pos + 1
     end = text.find("\n", pos)
     end = len(text) if end < 0 else end

@@ -3,10 +3,11 @@
 The run's own errors, which `sexpgpu run` prints as one line:
 
 - `RunError`: a run that cannot go on for a reason the user can act on (exit 1); its subclasses
-  `DataError` (a loader's data not as declared, found before anything trains: exit 2),
-  `OptionError` (a command-line option that cannot work: exit 2), `RunDirInUse` (a run dir another
-  process holds: exit 1), `BadValue` (a NaN or infinite
-  value at a step: exit 1) and `BadDraw` (a generator's traced temperature out of range: exit 2).
+  `DataError` (a loader's data not as declared, found before anything trains: exit 1),
+  `OptionError` (a command-line option that cannot work: exit 2, a usage error), `RunDirInUse` (a run
+  dir another process holds: exit 1), `BadValue` (a NaN
+  or infinite value at a step: exit 1) and `BadDraw` (a generator's traced temperature out of
+  range: exit 1).
 - `RunStopped`: SIGINT or SIGTERM stopped the run after the last completed step was saved
   (exit 130 or 143; `Stopped` is the signal's arrival, where the loop looks); `RunFinished`: a `--resume` of a run that has trained its steps already,
   which changes nothing (exit 0).
@@ -29,8 +30,8 @@ class RunError(Exception):
 
 class DataError(RunError):
     """A loader's data that cannot be read as declared (a missing or mis-typed file, a field the file
-    lacks, a token id outside `:vocab`), found before anything trains: the command line exits 2 for
-    it, as for any file that cannot be read (docs/cli.md)."""
+    lacks, a token id outside `:vocab`), found before anything trains: an error in what the file
+    names, so the command line exits 1 for it, as for the file's own errors (docs/cli.md)."""
 
 
 class OptionError(RunError):
@@ -62,8 +63,8 @@ class BadValue(RunError):
 
 class BadDraw(BadValue):
     """A generator's traced `categorical` temperature that was negative, infinite or NaN at a step
-    (sexpgpu_runtime.lowering.draw_check): a setting the file computes wrongly, so the command line exits 2
-    for it, as for bad input. `where` is the draw's file:line:col, `trip` its trip, `pass_name` the
+    (sexpgpu_runtime.lowering.draw_check): a setting the file computes wrongly, so the command line exits 1
+    for it, as for the file's own errors. `where` is the draw's file:line:col, `trip` its trip, `pass_name` the
     pass whose generator drew it (None: training); `saved` says which checkpoint is the last good one."""
 
     def __init__(self, step: int, where: str, trip: int, value: float, pass_name: str | None = None,
@@ -144,6 +145,11 @@ class FileInTheWay(PathProblem):
 class MeshError(Exception):
     """A mesh that cannot be built: more devices than JAX sees, a batch that does not divide,
     a multi-process mesh that does not take the same number of devices from every process."""
+
+
+class LoopCostUnavailable(Exception):
+    """The installed jax/jaxlib lacks the private API that costs one computation of a compiled module
+    (`lowering/xla_loops.py`): `explain --xla` then counts each while loop once and says so."""
 
 
 class InternalTypeError(AssertionError):

@@ -169,6 +169,6 @@ def test_a_nan_loss_keeps_the_last_good_checkpoint(tmp_path):
 def test_debug_shows_the_traceback(sines):
     (sines.parent / "data" / "sines-train.npz").write_bytes(b"not a zip")
     proc = sexpgpu("run", sines, "--steps", 2, "--run-dir", sines.parent / "run", "--debug")
-    assert proc.returncode == 2   # a data file not as declared, found before anything trained
+    assert proc.returncode == 1   # a data file not as declared, found before anything trained
     assert "Traceback (most recent call last)" in proc.stderr
     assert proc.stderr.strip().splitlines()[-1].startswith("sexpgpu: error: loader `train`")

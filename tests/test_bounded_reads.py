@@ -141,6 +141,8 @@ def test_a_tokenizer_past_its_bound_is_refused_naming_the_bound(tmp_path, monkey
     from sexpgpu_lang.check import loader_sources
     big = tmp_path / "tok.json"
     big.write_text(json.dumps({"model": {"vocab": {"a": 0}}, "pad": " " * 5000}))
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "a.txt").write_text("ab")   # (the case's glob matches a file)
     monkeypatch.setattr(loader_sources, "TOKENIZER_JSON_LIMIT", 4096)
     loader_sources.vocab_size.cache_clear()
     got = analyze(CASE.replace("data/tokenizer-24.json", str(big)), str(tmp_path / "run.sx"), read_files=True).diagnostics

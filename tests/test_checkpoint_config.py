@@ -236,3 +236,37 @@ def test_a_config_value_that_is_no_size_or_setting_is_one_refusal(project, key, 
     got = codes(analyze(text, str(root / "run.sx"), read_files=True))
     assert [c for c, _ in got] == ["E-CONFIG-002"], got
     assert said in got[0][1], got[0][1]
+
+
+@pytest.mark.parametrize("family,wrong", [("gpt2", "llama"), ("llama3", "gpt2"), ("qwen2", "gpt2")])
+def test_a_wrong_model_type_is_one_error_at_the_first_def_not_a_cascade(tmp_path, family, wrong):
+    """A checkpoint whose config.json says another family's `model_type`: every `checkpoint-config`
+    def would read a key the file lacks, and the `:pretrained` mapping would see no parameters; one
+    E-CONFIG-002 says the cause (no false E-MODEL-006, no E-CONFIG-002 per def)."""
+    from test_hf_parity import FIXTURES
+    shutil.copytree(FIXTURES / family, tmp_path / family)
+    config = json.loads((tmp_path / family / "config.json").read_text())
+    config["model_type"] = wrong
+    (tmp_path / family / "config.json").write_text(json.dumps(config))
+    text = (FIXTURES / f"{family}.sx").read_text()
+    for read_files in (False, True):
+        res = analyze(text, str(tmp_path / "run.sx"), read_files=read_files)
+        assert [d.code for d in res.diagnostics] == ["E-CONFIG-002"], [(d.code, d.message) for d in res.diagnostics]
+        d = res.diagnostics[0]
+        right = "gpt2" if family == "gpt2" else "llama"
+        assert f'`model_type` is "{wrong}", but the config has none of that family\'s sizes' in d.message
+        assert d.message.endswith(f'configs have: is `model_type` "{right}"?') and d.help == "fix `model_type` in the config.json"
+        assert text[d.span.start:d.span.end] == f'"{family}"' and res.source.line_col(d.span.start)[0] == 2
+
+
+def test_a_mapping_mistake_beside_a_parameter_that_did_not_check_is_still_said():
+    from helpers import SMALL
+    text = SMALL.replace("(model lm)", "") + ""
+    text = text.replace(":params (:embed (normal [vocab 32] :std 0.1)", ":params (:embed (normal [nothing 32] :std 0.1)")
+    text = text.replace("(defmodel lm", "(defmodel lm\n  :pretrained (:path \"x.safetensors\" :names (:embed \"e\" :outt \"o\"))", 1)
+    text += "(model lm)\n"
+    res = analyze(text, "run.sx")
+    got = {d.code: d.message for d in res.diagnostics}
+    assert "E-NAME-001" in got or any(c.startswith("E-") for c in got if c != "E-MODEL-006"), got
+    assert "maps `outt`, which is not a parameter of `lm` (did you mean `out`?)" in got["E-MODEL-006"], got
+    assert "`embed`" not in got["E-MODEL-006"]   # its shape did not check: said there, not here

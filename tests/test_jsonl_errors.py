@@ -64,7 +64,7 @@ def test_a_byte_order_mark_is_read_and_a_directory_is_one_line(tmp_path):
 
 
 @pytest.mark.slow
-def test_at_the_command_line_it_is_one_line_and_exit_2(tmp_path):
+def test_at_the_command_line_run_s_check_says_it_at_the_path_and_exits_1(tmp_path):
     (tmp_path / "p.jsonl").write_text('{"prompt": [1, 2, 3]}\n{"prompt": [4, 5\n')
     f = tmp_path / "r.sx"
     f.write_text("""(loader prompts
@@ -78,8 +78,9 @@ def test_at_the_command_line_it_is_one_line_and_exit_2(tmp_path):
 """)
     proc = subprocess.run([SEXPGPU, "run", str(f), "--run-dir", str(tmp_path / "run")],
                           capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
     col = column_of('{"prompt": [4, 5')
-    assert proc.stderr.strip().splitlines()[-1] == (
-        f"sexpgpu: error: loader `prompts`: {tmp_path / 'p.jsonl'}:2:{col}: not JSON "
-        "(Expecting ',' delimiter); each line of a .jsonl file is one JSON object")
+    assert proc.stdout.splitlines()[0] == (   # the runtime's reason, found by the check `run` starts with
+        f"{f}:2:18: error[E-LOADER-001]: `jsonl`'s file `p.jsonl` has a row `run` refuses: p.jsonl:2:{col}: not JSON "
+        "(Expecting ',' delimiter)")
+    assert proc.stderr.strip().splitlines()[-1] == f"sexpgpu: error: {f} has 1 error; fix them before running"

@@ -38,3 +38,22 @@ def test_a_named_non_utf8_file_is_still_an_io_error(tmp_path):
     p.write_bytes(b"\xff(run)")
     r = sx("lint", str(p))
     assert r.returncode == 2 and r.stderr.startswith(f"sexpgpu: error: cannot read {p}: not UTF-8 text")
+
+
+def test_lint_file_in_process(tmp_path):
+    """`sexpgpu_lang.lint.lint_file`, which `lint` calls for each file: a file under a DIR that is
+    not UTF-8 is one E-SYNTAX-003 (a `NotUtf8`); named itself it is the UnicodeDecodeError."""
+    import pytest
+    from sexpgpu_lang.lint import NotUtf8, lint_file
+    p = tmp_path / "bin.sx"
+    p.write_bytes(b"(def x 1)\n\xff(run)")
+    res = lint_file(str(p), True)
+    assert isinstance(res, NotUtf8) and res.has_errors
+    assert [(d.code, res.source.line_col(d.span.start)) for d in res.diagnostics] == [("E-SYNTAX-003", (1, 0))]
+    with pytest.raises(UnicodeDecodeError):
+        lint_file(str(p), False)
+    with pytest.raises(FileNotFoundError):
+        lint_file(str(tmp_path / "missing.sx"), True)
+    ok = tmp_path / "ok.sx"
+    ok.write_text("(def y 1)\n", encoding="utf-8")
+    assert [d.code for d in lint_file(str(ok), True).diagnostics] == [d.code for d in lint_file(str(ok), False).diagnostics] == ["E-FORM-001"]

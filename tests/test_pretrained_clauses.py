@@ -29,6 +29,9 @@ def test_a_tensor_read_by_one_parameter_keeps_its_clause(tmp_path):
     tensors = gpt2_tensors(np.random.default_rng(0))
     tensors["transformer.h.0.mlp.c_fc.weight"] = tensors["transformer.h.0.mlp.c_fc.weight"][:, :64]
     write_hf(tmp_path / "hf", tensors)
-    assert clauses(one_error(tmp_path).message) == [
+    d = one_error(tmp_path)
+    assert clauses(d.message) == [
         "tensor `transformer.h.0.mlp.c_fc.weight` is [32 64] bf16, parameter `h.w1` [2 32 128] f32 of `teacher` "
         "needs [32 128] bf16 from it"]
+    assert d.help is None   # not "write `:names :gpt2`": the file's names are the mapping's already
+

@@ -113,7 +113,7 @@ def run_with(tmp_path: Path, source: str, fields: str = "(:x [8] :i32)") -> str:
     path.write_text(RUN.replace("SOURCE", source).replace("FIELDS", fields))
     proc = subprocess.run([SEXPGPU, "run", str(path), "--run-dir", str(tmp_path / "run")],
                           capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
     errors = [line for line in proc.stderr.splitlines() if line.startswith("sexpgpu: error:")]
     assert len(errors) == 1, proc.stderr
     return errors[0]

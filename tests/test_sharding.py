@@ -254,6 +254,20 @@ def test_explain_with_fsdp_divides_the_parameters_and_optimizer_state_per_device
         with_mesh(program_of(fixture_text()), 5)
 
 
+def test_explain_mesh_is_the_command_line_s_mesh_and_refuses_fsdp_without_one():
+    from sexpgpu_lang.explain import explain
+    from sexpgpu_lang.mesh import explain_mesh
+    program = program_of(fixture_text())
+    assert explain_mesh(program, None, None) is program
+    assert explain(explain_mesh(program, "data=8", True))["mesh"]["shard_params"] == "fsdp"
+    assert explain_mesh(program, None, False).run.shard_params == "replicated"
+    with pytest.raises(ValueError, match=r"^--fsdp splits the parameters over a mesh, and this run has none"):
+        explain_mesh(program, None, True)
+    with pytest.raises(ValueError, match="--mesh data=N needs N >= 1"):
+        explain_mesh(program, "data=0", None)
+    assert explain_mesh(program_of(variant(":seed 0", ":devices 8 :seed 0")), None, True).run.devices == 8
+
+
 @pytest.mark.slow
 def test_sexpgpu_explain_takes_the_mesh_from_the_command_line():
     run = lambda *a: subprocess.run([sys.executable, "-m", "sexpgpu_cli.main", "explain",

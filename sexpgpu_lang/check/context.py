@@ -66,6 +66,7 @@ class CheckContext:
         self.trips: int | None = None   # the generator's `:trips`, where it is a valid integer
         self.state_type: PlistType | None = None   # the generator's state (`getf` on it reads a state key)
         self.pretrained_files: list = []   # ir.PretrainedIR, by check/pretrained.py
+        self.refused_configs: set = set()   # (config.json, why): a config whose family is refused, reported once
         self.stages: list[tuple[str, int | None]] = []
 
     def report(self, d: Diagnostic) -> None:

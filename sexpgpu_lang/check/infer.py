@@ -134,7 +134,10 @@ def _infer(ctx: CheckContext, node: Node, scope: Scope) -> ir.Expr:
         return ir.Const(ctx.err("E-FORM-002", node.span, "a plist literal like `(:a 1)` is data for settings; "
                                 "build a value with `(list :a 1)`"), node.span)
     if not isinstance(head, Sym):
-        infer(ctx, head, scope)
+        called = infer(ctx, head, scope)
+        if isinstance(called.type, ErrorType) and (isinstance(head, ErrorNode) or (
+                isinstance(head, ListNode) and head.items and not isinstance(head.items[0], Sym))):
+            return ir.Const(ERROR, node.span)   # `((( ...` : the innermost was reported, one cause
         return ir.Const(ctx.err("E-TYPE-004", head.span, "this cannot be called; a call starts with a name"), node.span)
     name = head.name
     ctx.facts.calls.setdefault((node.span.start, node.span.end), name)

@@ -10,9 +10,12 @@ anything but one or two integer fields of `[seq]` (E-FORM-002, E-TYPE-002). With
 machine), a `:tokenizer` whose tokenizer.json has more ids than `:vocab` (W-LOADER-001: read with
 json, the largest id of its model's vocabulary and its added tokens), a raw token file whose
 size or first ids make its `:dtype` implausible (W-LOADER-002), and a path or `:tokenizer` that
-is not a regular file (a FIFO, a device, a socket, a directory), or a tokenizer.json past its bound
-or nested too deeply (E-LOADER-001: looked at with `stat`, read only through bounded_read, so that a
-pipe or /dev/zero never blocks the check). What only the data files
+is not a regular file (a FIFO, a device, a socket, a directory), or a tokenizer.json that is empty,
+not JSON, not a tokenizer, past its bound or nested too deeply (E-LOADER-001: looked at with `stat`,
+read only through bounded_read, so that a pipe or /dev/zero never blocks the check); with
+`read_files` True (`run`, `lint --read-files`; not the server's "local"), also a path, tokenizer or
+glob that names no file and a `jsonl` row the runtime refuses (E-LOADER-001, read through
+bounded_read.jsonl_rows as the runtime reads it). What only the data files
 can tell (their dtype, their ids against `:vocab`, their columns) the runtime checks
 (sexpgpu_runtime/data/token_loaders.py, prompt_files.py).
 
@@ -76,8 +79,19 @@ def check_source(ctx: CheckContext, kind: str, args: dict, nodes: dict, fields, 
         for key in (_FIRST[kind], "tokenizer"):
             if key != "glob" and isinstance(args.get(key), str) and not _special_file(ctx, kind, key, args[key], nodes[key].span):
                 ok = False
-    if ok and ctx.read_files and isinstance(args.get("tokenizer"), str) and isinstance(args.get("vocab"), int):
-        _tokenizer_vocab(ctx, args["tokenizer"], args["vocab"], nodes["tokenizer"].span)
+    missing = set()   # each file is one cause: a glob that matches nothing leaves the tokenizer checked
+    if ok and ctx.read_files is True:   # (not the server's "local": a file may be on the machine that runs it)
+        missing = {key for key in (_FIRST[kind], "tokenizer") if isinstance(args.get(key), str)
+                   and not _missing_file(ctx, kind, key, args[key], nodes[key].span)}
+    checked = ok
+    ok = ok and not missing
+    if checked and ctx.read_files and isinstance(args.get("tokenizer"), str) and "tokenizer" not in missing:
+        vocab = args.get("vocab")
+        ok = _tokenizer_vocab(ctx, args["tokenizer"], vocab if isinstance(vocab, int) else None,
+                              nodes["tokenizer"].span) and ok
+    if checked and ctx.read_files is True and kind == "jsonl" and isinstance(args.get("path"), str) \
+            and "path" not in missing:
+        ok = _jsonl_rows(ctx, args["path"], nodes["path"].span) and ok
     if (ok and ctx.read_files and kind == "tokens" and isinstance(args.get("path"), str)
             and not args["path"].endswith(".npy") and args.get("dtype") in _ITEMSIZE):
         _token_file_dtype(ctx, args["path"], args["dtype"], args.get("vocab"), nodes["dtype"].span)
@@ -181,42 +195,125 @@ def _special_file(ctx: CheckContext, kind: str, key: str, rel: str, at: Span) ->
     return False
 
 
-def _tokenizer_vocab(ctx: CheckContext, rel: str, vocab: int, at: Span) -> None:
-    """W-LOADER-001 at `:tokenizer` when the tokenizer.json `rel` (relative to the run file) holds
-    more ids than `:vocab`: the text may then give ids the model's embedding lacks. A file that
-    is not there or not a tokenizer.json is left to the runtime's error."""
+def _missing_file(ctx: CheckContext, kind: str, key: str, rel: str, at: Span) -> bool:
+    """E-LOADER-001 at the path when the file (or, for `text-tokens`' glob, every match) a source names
+    is not there, which `run` refuses before training. False when reported; a path holding a `$VAR`
+    is left to the runtime (it says when one is not set)."""
+    full = _full_path(ctx, rel)
+    if full is None:
+        return True
+    if key == "glob":
+        import glob
+        if glob.glob(full, recursive=True):
+            return True
+        ctx.err("E-LOADER-001", at, f"`{kind}`'s glob `{rel}` matches no file ({full})",
+                help="fix the pattern (relative to the run file), or make the files")
+        return False
+    if os.path.lexists(full):
+        return True
+    if key == "tokenizer":
+        ctx.err("E-LOADER-001", at, f"`{kind}`'s tokenizer `{rel}` is not there ({full})",
+                help="make one with `sexpgpu tokenizer train`, or fix the path (relative to the run file)")
+    else:
+        ctx.err("E-LOADER-001", at, f"`{kind}`'s file `{rel}` is not there ({full})",
+                help="make it, or fix the path (relative to the run file)")
+    return False
+
+
+def _jsonl_rows(ctx: CheckContext, rel: str, at: Span) -> bool:
+    """E-LOADER-001 at the path when a row of the .jsonl file `rel` is one the runtime refuses (not
+    UTF-8, not JSON, nested too deeply, a number of too many digits, not an object, a line past its
+    bound: bounded_read.jsonl_rows, which the runtime reads through). False when reported; a file
+    that is not there or not a regular file is the other checks'."""
     full = _full_path(ctx, rel)
     try:
         st = os.stat(full) if full is not None else None
     except (OSError, ValueError):
-        return
+        return True
     if st is None or not stat.S_ISREG(st.st_mode):
-        return
+        return True
+    bad = _bad_row(full, st.st_mtime_ns, st.st_size)
+    if bad is None:
+        return True
+    where, detail = bad
+    reason, _, fix = detail.partition("; ")
+    ctx.err("E-LOADER-001", at, f"`jsonl`'s file `{rel}` has a row `run` refuses: {rel}:{where}: {reason}",
+            help=fix or None)
+    return False
+
+
+@functools.lru_cache(maxsize=16)
+def _bad_row(path: str, mtime_ns: int, size: int) -> tuple[str, str] | None:
+    """(LINE[:COL], the reason and fix) of the first row of the .jsonl file at `path` the runtime
+    refuses, or None. `mtime_ns` and `size` key the cache: an edited file is read again."""
+    from ..bounded_read import BadJsonlRow, jsonl_rows, open_regular
+    try:
+        with open_regular(path) as fh:
+            for _ in jsonl_rows(fh):
+                pass
+    except BadJsonlRow as e:
+        return e.where("")[1:], e.detail
+    except OSError:
+        return None
+    return None
+
+
+def _tokenizer_vocab(ctx: CheckContext, rel: str, vocab: int | None, at: Span) -> bool:
+    """E-LOADER-001 at `:tokenizer` when the tokenizer.json `rel` (relative to the run file) is one
+    the runtime refuses (empty, not JSON, not a tokenizer, past its bound, nested too deeply), and
+    W-LOADER-001 when it holds more ids than `:vocab` (given): the text may then give ids the
+    model's embedding lacks. False when an error is reported; a file that is not there is
+    `_missing_file`'s."""
+    full = _full_path(ctx, rel)
+    try:
+        st = os.stat(full) if full is not None else None
+    except (OSError, ValueError):
+        return True
+    if st is None or not stat.S_ISREG(st.st_mode):
+        return True
     size = vocab_size(full, st.st_mtime_ns, st.st_size)
     if isinstance(size, str):
         ctx.err("E-LOADER-001", at, f"tokenizer `{rel}` cannot be read: {size}",
                 help="give the tokenizer.json a model ships, or make one with `sexpgpu tokenizer train`")
-        return
-    if size is not None and size > vocab:
+        return False
+    if vocab is not None and size is not None and size > vocab:
         ctx.report(warning("W-LOADER-001", at, f"tokenizer `{rel}` has a vocabulary of {size} ids, more than "
                            f"`:vocab {vocab}`: its ids {vocab} to {size - 1} would be outside the model's vocabulary",
                            help=f"raise `:vocab` to {size} (and the model's vocabulary with it), or use the "
                                 "model's tokenizer"))
+    return True
 
 
 @functools.lru_cache(maxsize=16)
 def vocab_size(path: str, mtime_ns: int, size: int) -> int | str | None:
     """The number of ids of a Hugging Face tokenizer.json (its largest id plus one: the model's
     `vocab`, a dict of piece to id (BPE, WordPiece, WordLevel) or a list of [piece, score] pairs
-    (Unigram), and its `added_tokens`), None for a file that is not one, or why it cannot be read
-    at all, in words: not a regular file, larger than `TOKENIZER_JSON_LIMIT`, JSON nested too
-    deeply (bounded_read). `mtime_ns` and `size` key the cache: an edited file is read again."""
+    (Unigram), and its `added_tokens`), None where its ids cannot be told, or why the runtime refuses
+    it, in words: not a regular file, larger than `TOKENIZER_JSON_LIMIT`, JSON nested too deeply
+    (bounded_read), empty, not JSON (cut short), not an object with a `model` (as every
+    tokenizer.json has). `mtime_ns` and `size` key the cache: an edited file is read again."""
+    import json
     try:
-        data = loads_json(read_bounded(path, TOKENIZER_JSON_LIMIT, "a tokenizer.json").decode("utf-8"))
-    except (NotRegularFile, TooLarge, JsonTooDeep, JsonNumberTooLong) as e:
+        raw = read_bounded(path, TOKENIZER_JSON_LIMIT, "a tokenizer.json")
+    except (NotRegularFile, TooLarge) as e:
         return str(e)
-    except (OSError, ValueError):
+    except OSError:
         return None
+    if not raw.strip():
+        return "it is empty, not a Hugging Face tokenizer.json"
+    try:
+        data = loads_json(raw.decode("utf-8"))
+    except (JsonTooDeep, JsonNumberTooLong) as e:
+        return str(e)
+    except UnicodeDecodeError as e:
+        return f"it is not UTF-8 text (byte {e.start}), not a Hugging Face tokenizer.json"
+    except json.JSONDecodeError as e:
+        return (f"it is not JSON ({e.msg} at line {e.lineno} column {e.colno}: cut short?), not a Hugging Face "
+                "tokenizer.json")
+    except ValueError:
+        return None
+    if not isinstance(data, dict) or not isinstance(data.get("model"), dict):
+        return "it is JSON but not a Hugging Face tokenizer.json (it has no `model` object)"
     try:
         model_vocab = data["model"]["vocab"]
         ids = list(model_vocab.values()) if isinstance(model_vocab, dict) else [len(model_vocab) - 1]

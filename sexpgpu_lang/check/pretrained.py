@@ -94,13 +94,16 @@ def read_spec(ctx: CheckContext, node) -> tuple[str, dict | None, str, str | Non
 
 def plan(ctx: CheckContext, name: str, prefix: tuple[str, ...], names: dict | None, label: str, node):
     """Each parameter below `prefix` with its source and the file tensors it reads:
-    [(param, relative path, source, [(tensor name, expected shape)])], or None after E-MODEL-006."""
-    params = [p for p in ctx.params if p.path[:len(prefix)] == prefix]
-    rels = {".".join(p.path[len(prefix):]): p for p in params}
+    [(param, relative path, source, [(tensor name, expected shape)])], or None after E-MODEL-006, or None
+    unreported where a parameter below `prefix` did not check (reported where it is written: the
+    mapping names it, but its shape is not known)."""
+    rels = {".".join(p.path[len(prefix):]): p for p in own_params(ctx, prefix)}
     problems = []
+    unknown = _unknown(ctx, prefix)
     if names is not None:
         for key in names:
-            if key not in rels:
+            if key not in rels and not any(u == "" or key == u or key.startswith(u + ".") for u in unknown):
+                # (a key of a parameter that did not check, reported where it is written, is no mistake here)
                 hint = near_miss(key, rels)
                 problems.append(f"{label} maps `{key}`, which is not a parameter of `{name}`"
                                 + (f" (did you mean `{hint}`?)" if hint else ""))
@@ -123,11 +126,36 @@ def plan(ctx: CheckContext, name: str, prefix: tuple[str, ...], names: dict | No
         pattern = leaf(src)[1]
         reads = [(layer_name(pattern, i), want) for i in range(p.layers)] if per_layer else [(pattern, want)]
         out.append((p, rel, src, reads))
+    if unknown and not problems:
+        return None
     if problems:
         ctx.err("E-MODEL-006", node.span, f"the `:pretrained` mapping of `{name}` does not fit its `:params`: "
                 + "; ".join(problems), help="map every parameter once, by the path below the model (`:h.wq`)")
         return None
     return out
+
+
+def _unknown(ctx: CheckContext, prefix: tuple[str, ...]) -> list[str]:
+    """The parameter paths below `prefix` (joined with `.`; "" for all) that did not check, reported
+    where they are written: a failed parameter, or every parameter of a model whose `:params` failed."""
+    out = []
+    for model, path in ctx.reachable.items():
+        if path[:len(prefix)] != prefix:
+            continue
+        m, rel = ctx.models[model], ".".join(path[len(prefix):])
+        if not m["params_known"]:
+            out.append(rel)
+        out += [f"{rel}.{k}" if rel else k for k in m["failed"]]
+    return out
+
+
+def own_params(ctx: CheckContext, prefix: tuple[str, ...]) -> list:
+    """The parameters the checkpoint of the `:pretrained` model at `prefix` holds: those below it but
+    for a sub-model's that has a `:pretrained` of its own (read from that checkpoint)."""
+    inner = [path for model, path in ctx.reachable.items() if len(path) > len(prefix)
+             and path[:len(prefix)] == prefix and ctx.models[model]["pretrained"] is not None]
+    return [p for p in ctx.params if p.path[:len(prefix)] == prefix
+            and not any(p.path[:len(path)] == path for path in inner)]
 
 
 def check_pretrained(ctx: CheckContext) -> None:
@@ -153,7 +181,7 @@ def check_pretrained(ctx: CheckContext) -> None:
         label = spec[2] if spec is not None else ""
         seen = ctx.facts.checkpoints[name] = Checkpoint(
             name, rel, full, file_dtype, {r: (p.dtype, tuple(reads)) for p, r, _, reads in todo or ()},
-            tuple(".".join(p.path[len(prefix):]) for p in ctx.params if p.path[:len(prefix)] == prefix),
+            tuple(".".join(p.path[len(prefix):]) for p in own_params(ctx, prefix)),
             _owners(ctx, prefix))
         if todo is None:
             if ctx.read_files and os.path.exists(full):   # the tensor names, for completing the mapping
@@ -168,7 +196,8 @@ def check_pretrained(ctx: CheckContext) -> None:
         if not ctx.read_files or (ctx.read_files == LOCAL and not os.path.exists(full)):
             ctx.pretrained_files.append(record)
             continue
-        if _compare(ctx, name, rel, full, base, todo, names is not None, file_dtype, node):
+        current = label.split("`")[1] if label.startswith("the mapping `") else None
+        if _compare(ctx, name, rel, full, base, todo, names is not None, file_dtype, node, current):
             ctx.pretrained_files.append(record)
             if label.startswith("the mapping `"):   # a standard-library mapping: its config.json compared
                 from .config import check_stated
@@ -178,8 +207,7 @@ def check_pretrained(ctx: CheckContext) -> None:
 def _owners(ctx: CheckContext, prefix: tuple[str, ...]) -> dict[str, str]:
     """Each parameter path below `prefix` and the model whose `:params` names its leaf."""
     at = {path: model for model, path in ctx.reachable.items()}
-    return {".".join(p.path[len(prefix):]): at[p.path[:-1]] for p in ctx.params
-            if p.path[:len(prefix)] == prefix and p.path[:-1] in at}
+    return {".".join(p.path[len(prefix):]): at[p.path[:-1]] for p in own_params(ctx, prefix) if p.path[:-1] in at}
 
 
 def _written_path(node) -> str | None:
@@ -242,25 +270,28 @@ def _dtype_summary(wrong: dict[tuple, list], file_dtype: str | None = None) -> s
             f"agreeing: {shown}")
 
 
-def _other_mapping(header: dict, todo) -> str | None:
+def _other_mapping(header: dict, current: str | None) -> str | None:
     """The help for a checkpoint that the mapping does not fit: the standard-library mapping whose
-    tensor names it holds (the most of them), or None."""
+    tensor names it holds (the most of them), or None: also when that is the mapping given
+    (`current`, a standard-library mapping's name), since then the names fit and what differs is
+    the model's `:params`, which the clauses say."""
     best, score = None, 0
     for name, names in stdlib_names().items():
         pats = {leaf(src)[1] for src in names.values()}
         hits = sum(1 for p in pats if (layer_name(p, 0) if LAYER in p else p) in header)
         if hits == len(pats) and hits > score:
             best, score = name, hits
-    if best is None:
+    if best is None or best == current:
         return None
     return (f"its tensors are named as the standard library's `{best}` mapping reads them: write `:names :{best}` "
             f"(and the model's `:params` for it: docs/checkpoints.md \"Name mappings\")")
 
 
 def _compare(ctx: CheckContext, name: str, rel: str, full: str, base: str, todo, mapped: bool, file_dtype,
-             node) -> bool:
+             node, current: str | None = None) -> bool:
     """E-MODEL-003 unless every tensor the plan reads is in the checkpoint with its shape and dtype;
-    W-MODEL-001 for the tensors nothing reads. Whether it fits."""
+    W-MODEL-001 for the tensors nothing reads. Whether it fits. `current`: the standard-library
+    mapping `:names` gives, if any."""
     from ..checkpoint_files import SourceError, tensors   # (json, struct): only when reading
     try:
         header = tensors(full)
@@ -321,7 +352,7 @@ def _compare(ctx: CheckContext, name: str, rel: str, full: str, base: str, todo,
             help_ = (f"to cast the file's {next(iter(casts))} tensors to the parameters' dtypes on load, write "
                      f"`:pretrained (:path \"{rel}\" :file-dtype :{next(iter(casts))} ...)`")
         if help_ is None and mapped:
-            help_ = _other_mapping(header, todo)
+            help_ = _other_mapping(header, current)
         ctx.err("E-MODEL-003", node.span, f"`{rel}`: " + "; ".join(wrong), help=help_)
         return False
     extra = sorted(set(header) - used)

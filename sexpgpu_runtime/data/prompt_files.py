@@ -26,8 +26,7 @@ import re
 
 import numpy as np
 
-from sexpgpu_lang.bounded_read import (JSONL_LINE_LIMIT, JsonNumberTooLong, JsonTooDeep, NotRegularFile, TooLarge,
-                                       check_regular, loads_json, read_lines_bounded, size_words)
+from sexpgpu_lang.bounded_read import BadJsonlRow, NotRegularFile, check_regular, jsonl_rows
 from sexpgpu_lang.ir import LoaderIR
 
 from .files import first_nonfinite, np_dtype, open_data, resolve_path
@@ -192,32 +191,13 @@ def _jsonl(path: str, wanted: list[str], where: str, loader: str):
     lines: list[int] = []
     with open_data(path, where) as fh:
         try:
-            for line_no, raw in enumerate(read_lines_bounded(fh, JSONL_LINE_LIMIT), 1):
-                line = _decode(raw, line_no, path, loader)
-                if not line.strip():
-                    continue
-                try:
-                    row = loads_json(line.rstrip("\r\n"))   # (with its newline, a row cut short fails at 2:1)
-                except json.JSONDecodeError as e:
-                    raise LoaderError(f"{loader}: {path}:{line_no}:{e.colno}: not JSON ({e.msg}); each line of a "
-                                      ".jsonl file is one JSON object") from None
-                except JsonTooDeep as e:
-                    raise LoaderError(f"{loader}: {path}:{line_no}: the row {str(e).removeprefix('it ')}; a row is "
-                                      "one object of text, numbers and lists of token ids") from None
-                except JsonNumberTooLong as e:
-                    raise LoaderError(f"{loader}: {path}:{line_no}: the row {str(e).removeprefix('it ')}; no field "
-                                      "holds such a number: fix the row, or drop it") from None
-                if not isinstance(row, dict):
-                    raise LoaderError(f"{loader}: {path}:{line_no}: a JSON {type(row).__name__}, not an object; each "
-                                      "line of a .jsonl file is one object like {\"prompt\": ...}")
+            for line_no, row in jsonl_rows(fh):
                 names.update(dict.fromkeys(row))
                 lines.append(line_no)
                 for n in wanted:
                     columns[n].append(row.get(n))
-        except TooLarge as e:
-            raise LoaderError(f"{loader}: {path}:{e.line}: the line is longer than {size_words(e.limit)}, the most one "
-                              "row of a .jsonl file is read up to (is it one JSON object a line?); split the row, "
-                              "or drop it") from None
+        except BadJsonlRow as e:
+            raise LoaderError(f"{loader}: {e.where(path)}: {e.detail}") from None
         except OSError as e:
             raise LoaderError(f"{where}: cannot read {path}: {e.strerror or e}") from None
     for n, col in columns.items():
@@ -229,19 +209,6 @@ def _jsonl(path: str, wanted: list[str], where: str, loader: str):
         line_no = lines[row]
         return f"{loader}: {path}:{line_no}:{_value_column(path, line_no, name)}"
     return {n: c for n, c in columns.items() if n in names}, list(names), at
-
-
-def _decode(raw: bytes, line_no: int, path: str, loader: str) -> str:
-    """Line `line_no` of a .jsonl file as text (a byte-order mark dropped from the first); a byte that is
-    not UTF-8 is LoaderError at its line and column (the characters before it, plus one) and its value."""
-    if line_no == 1 and raw.startswith(b"\xef\xbb\xbf"):
-        raw = raw[3:]
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        col = len(raw[:e.start].decode("utf-8")) + 1
-        raise LoaderError(f"{loader}: {path}:{line_no}:{col}: byte 0x{raw[e.start]:02x} is not UTF-8 text; a .jsonl "
-                          "file is UTF-8 JSON, one object a line: write the row's text as UTF-8") from None
 
 
 def _value_column(path: str, line_no: int, name: str) -> int:

@@ -10,6 +10,16 @@ its entry computation, `hlo_module_from_text`, then
 `hlo_module_cost_analysis`) and adds the N - 1 runs the analysis left out,
 through nested loops too.
 
+The cost of one computation of a compiled module has no public API in JAX
+(`Compiled.cost_analysis()` and `Lowered.cost_analysis()` cost the whole
+module, each loop once; a scan's body traced and compiled alone through
+`jax.extend.core` costs a different module, so its figures are not XLA's).
+So this uses two private names, `jax._src.lib.xla_client` (for
+`hlo_module_cost_analysis`) and `jaxlib._hlo` (for `hlo_module_from_text`),
+with jax and jaxlib pinned in pyproject.toml to the versions it was tested
+with. Where they are missing or changed, `loop_costs` returns XLA's figures
+as they are, each loop counted once, and says so (`UNCOUNTED`), never fails.
+
 Units: FLOPs, transcendentals and bytes accessed per call of the graph.
 """
 from __future__ import annotations
@@ -17,11 +27,22 @@ from __future__ import annotations
 import re
 
 import jax
-from jax._src.lib import xla_client
-from jaxlib import _hlo
+
+from ..errors import LoopCostUnavailable
+
+try:   # private: see above
+    from jax._src.lib import xla_client
+    from jaxlib import _hlo
+except ImportError:   # (a jax or jaxlib outside the pinned range)
+    xla_client = _hlo = None
 
 #: The keys of XLA's cost analysis that a loop's trip count multiplies.
 KEYS = ("flops", "transcendentals", "bytes accessed")
+
+#: What `explain --xla` says when this jax cannot cost a loop's body alone.
+UNCOUNTED = (f"this jax/jaxlib ({jax.__version__}) lacks the private API that costs a while loop's body "
+             "alone, so XLA's FLOPs, transcendentals and bytes accessed count each loop (a repeated block's "
+             "scan) once, not once a trip; install the jax and jaxlib versions pyproject.toml pins")
 
 _HEADER = re.compile(r"^(ENTRY )?%?([\w.\-]+) \(")
 _WHILE = re.compile(r"\bwhile\(.*?\bbody=%?([\w.\-]+).*?\"known_trip_count\":\{\"n\":\"(\d+)\"")
@@ -56,16 +77,21 @@ def _cost_of(text: str, comp: str, client) -> dict:
             if m.group(2) == comp:
                 line = "ENTRY " + line
         lines.append(line)
-    cost = xla_client._xla.hlo_module_cost_analysis(client, _hlo.hlo_module_from_text("\n".join(lines)))
+    try:
+        cost = xla_client._xla.hlo_module_cost_analysis(client, _hlo.hlo_module_from_text("\n".join(lines)))
+    except (AttributeError, TypeError) as e:   # (xla_client or _hlo None, a name gone or its signature changed)
+        raise LoopCostUnavailable(str(e)) from None
     return {k: float(cost.get(k, 0.0)) for k in KEYS}
 
 
-def loop_costs(text: str, cost: dict, client=None) -> tuple[dict, list[dict]]:
+def loop_costs(text: str, cost: dict, client=None) -> tuple[dict, list[dict] | None]:
     """`cost` (XLA's analysis of the module `text`) with every while loop counted trip-count times.
 
     Returns the corrected `{flops, transcendentals, bytes accessed}` and the
     loops found, each `{body, trips, flops}` (the body's FLOPs per run, its own
-    loops counted). A module without a while loop is returned as it is.
+    loops counted). A module without a while loop is returned as it is. Where
+    the installed jax cannot cost a body alone (`LoopCostUnavailable`), `cost`
+    is returned as it is with None for the loops (`UNCOUNTED` says what that means).
     """
     base = {k: float(cost.get(k, 0.0)) for k in KEYS}
     if "while(" not in text:
@@ -98,4 +124,7 @@ def loop_costs(text: str, cost: dict, client=None) -> tuple[dict, list[dict]]:
 
     if entry is None:
         return base, []
-    return counted(entry), loops
+    try:
+        return counted(entry), loops
+    except LoopCostUnavailable:
+        return base, None

@@ -41,7 +41,7 @@ from ..dtypes import jdt
 from .graphs import Graphs
 from ..weights.optim import make_optimizer
 from ..weights.params import set_path
-from .xla_loops import loop_costs
+from .xla_loops import UNCOUNTED, loop_costs
 
 
 def _sds(t: TensorType, stack: int = 1):
@@ -87,7 +87,7 @@ def _read(lowered) -> dict:
             "bytes_accessed": float(cost.get("bytes accessed", 0.0)), "args": args_b, "outputs": outputs,
             "output_table": out_total - outputs, "output_leaves": leaves, "temps": temps, "alias": alias,
             "live": args_b + outputs + temps - alias, "compile_seconds": round(seconds, 3),
-            **({"loops": loops} if loops else {})}
+            **({"loops": loops} if loops else {}), **({"loops_uncounted": True} if loops is None else {})}
 
 
 def _guarded(fn, *args) -> dict:
@@ -176,6 +176,8 @@ def xla_report(program: ir.Program, report: dict) -> dict:
                f"live set {span('live')} (per graph ratios in --format json, `xla.graphs.*.ratio`)")
     notes = ["XLA's live set is arguments + outputs + temporaries - aliases; its outputs here leave out "
              "the tuple's table of pointers (8 bytes a leaf)"]
+    if any(x.get("loops_uncounted") for x in ok):
+        notes.append(UNCOUNTED)
     target = report["step"].get("target", "accelerator")
     if target != backend_target():
         notes.append(f"the estimate models the {target} target, not this backend's ({backend_target()}): "

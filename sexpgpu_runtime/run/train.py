@@ -257,7 +257,7 @@ def _out_of_memory(e: BaseException, trainer: Trainer, store: Checkpoints, first
 
 def _diverged(e: BadValue, trainer: Trainer, store: Checkpoints) -> BaseException:
     """The error a NaN or infinite value stops the run with, naming the last good checkpoint: a bad
-    traced temperature stays a BadDraw (bad input, exit 2); any other is a RunError naming the cause
+    traced temperature stays a BadDraw (an error of the file, not a divergence); any other is a RunError naming the cause
     (a non-finite frozen or initial parameter) or the likely ones."""
     try:
         store.wait()
@@ -266,7 +266,7 @@ def _diverged(e: BadValue, trainer: Trainer, store: Checkpoints) -> BaseExceptio
     good = store.latest()
     where = (f"the last good checkpoint is step {good} in {store.spec.dir}" if good is not None
              else "no checkpoint was saved")
-    if isinstance(e, BadDraw):   # a setting the file computes: bad input (exit 2), not a divergence
+    if isinstance(e, BadDraw):   # a setting the file computes wrongly, not a divergence
         return e.saved_at(where)
     program, done = trainer.program, trainer.completed
     cause = None if done is None else nonfinite_param(program, done.frozen) or (

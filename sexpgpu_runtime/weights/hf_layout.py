@@ -213,7 +213,7 @@ def load_mapped(spec: ir.PretrainedIR, params: tuple[ir.ParamIR, ...], trees: di
     reader = _Reader(found)
     groups: dict[tuple[str, int], list] = {}
     for p in params:
-        if p.path[:len(spec.prefix)] == spec.prefix:
+        if spec.fills(p.path):
             rel = ".".join(p.path[len(spec.prefix):])
             src = names[rel]
             groups.setdefault((leaf(src)[1], p.shape[0] if patterned(src) else 0), []).append((p, rel, src))

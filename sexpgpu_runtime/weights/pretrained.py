@@ -46,7 +46,7 @@ def frozen_params(program: ir.Program, seed: int) -> dict:
     frozen_only = tuple(p for p in program.params if p.frozen)
     _, frozen = init_params(frozen_only, seed, tuple(spec.prefix for spec in program.pretrained))
     for spec in program.pretrained:
-        if any(p.path[:len(spec.prefix)] == spec.prefix for p in frozen_only):
+        if any(spec.fills(p.path) for p in frozen_only):
             load_mapped(spec, frozen_only, {True: frozen})
     return frozen
 
@@ -63,7 +63,7 @@ def nonfinite_param(program: ir.Program, params: dict, kind: str = "frozen") -> 
         if first is None:
             continue
         at = f" at [{' '.join(map(str, first))}]" if first else ""
-        spec = next((spec for spec in program.pretrained if tuple(path[:len(spec.prefix)]) == spec.prefix), None)
+        spec = next((spec for spec in program.pretrained if spec.fills(path)), None)
         if spec is not None:
             src = dict(spec.names).get(".".join(path[len(spec.prefix):]))
             tensor = "" if src is None else f"tensor `{layer_name(leaf(src)[1], first[0]) if patterned(src) else leaf(src)[1]}` of "

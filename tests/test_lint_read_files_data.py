@@ -1,0 +1,106 @@
+"""`lint --read-files` (and `run`'s check, which reads the same) reports the loader files `run` would
+refuse: a data file or tokenizer that is not there, a glob that matches nothing, an empty or truncated
+tokenizer.json, a .jsonl row that is not read (a number of 5,000 digits, a row cut short), each one
+E-LOADER-001 at the path. The rows are read through the runtime's own reader
+(bounded_read.jsonl_rows), so the two say the same; the language server (`read_files="local"`)
+does not call a missing file an error (it may be on the machine that runs the file)."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from sexpgpu_lang import analyze
+from sexpgpu_lang.check.pretrained import LOCAL
+
+RUN = """\
+(loader prompts
+  :source SOURCE
+  :batch 1
+  :fields (:prompt [3] :i32))
+(defmodel m :params (:w (zeros [1])) :apply (lambda (self x) (* x (getf self :w))))
+(model m)
+(objective (lambda (batch ctx) (mean (model (cast (field batch :prompt) :f32)))))
+(run :loader prompts :steps 1)
+"""
+TOKENS = RUN.replace(":fields (:prompt [3] :i32)", ":fields (:prompt [3] :i32 :next [3] :i32)")
+TOKENIZER = '{"model": {"type": "WordLevel", "vocab": {"a": 0, "b": 1}, "unk_token": "a"}, "added_tokens": []}'
+
+
+def lint(tmp_path, source: str, read_files=True, text: str = RUN):
+    f = tmp_path / "r.sx"
+    f.write_text(text.replace("SOURCE", source), encoding="utf-8")
+    res = analyze(f.read_text(), str(f), read_files=read_files)
+    return [(d.code, res.source.slice(d.span), d.message, d.help) for d in res.diagnostics]
+
+
+def test_a_good_jsonl_and_tokenizer_are_clean(tmp_path):
+    (tmp_path / "p.jsonl").write_text('{"prompt": [1, 2, 3]}\n\n{"prompt": [4, 5, 6]}\n')
+    (tmp_path / "tok.json").write_text(TOKENIZER)
+    assert lint(tmp_path, '(jsonl "p.jsonl")') == []
+    assert lint(tmp_path, '(jsonl "p.jsonl" :tokenizer "tok.json" :pad 0)') == []
+
+
+def test_a_missing_jsonl_is_one_error_at_its_path(tmp_path):
+    got = lint(tmp_path, '(jsonl "p.jsonl")')
+    assert got == [("E-LOADER-001", '"p.jsonl"', f"`jsonl`'s file `p.jsonl` is not there ({tmp_path / 'p.jsonl'})",
+                    "make it, or fix the path (relative to the run file)")]
+    assert lint(tmp_path, '(jsonl "p.jsonl")', read_files=False) == []
+    assert lint(tmp_path, '(jsonl "p.jsonl")', read_files=LOCAL) == []
+
+
+def test_a_missing_token_file_tokenizer_or_an_empty_glob_is_one_error(tmp_path):
+    got = lint(tmp_path, '(tokens "train.bin" :dtype :uint16 :seq 3)', text=TOKENS)
+    assert [(c, at) for c, at, _, _ in got] == [("E-LOADER-001", '"train.bin"')]
+    got = lint(tmp_path, '(text-tokens "corpus/*.txt" :tokenizer "tok.json" :seq 3)', text=TOKENS)
+    assert [(c, at, m.split(" (")[0]) for c, at, m, _ in got] == [   # two files, two causes
+        ("E-LOADER-001", '"corpus/*.txt"', "`text-tokens`'s glob `corpus/*.txt` matches no file"),
+        ("E-LOADER-001", '"tok.json"', "`text-tokens`'s tokenizer `tok.json` is not there")]
+    (tmp_path / "corpus").mkdir()
+    (tmp_path / "corpus" / "a.txt").write_text("ab")
+    got = lint(tmp_path, '(text-tokens "corpus/*.txt" :tokenizer "tok.json" :seq 3)', text=TOKENS)
+    assert [(c, at, m.split(" (")[0]) for c, at, m, _ in got] == [
+        ("E-LOADER-001", '"tok.json"', "`text-tokens`'s tokenizer `tok.json` is not there")]
+
+
+@pytest.mark.parametrize("content,reason", [
+    ("", "it is empty, not a Hugging Face tokenizer.json"),
+    ("  \n", "it is empty, not a Hugging Face tokenizer.json"),
+    (TOKENIZER[:40], "it is not JSON (Expecting value at line 1 column 41: cut short?), not a Hugging Face tokenizer.json"),
+    ("[1, 2]", "it is JSON but not a Hugging Face tokenizer.json (it has no `model` object)"),
+], ids=["empty", "blank", "truncated", "not a tokenizer"])
+def test_a_tokenizer_run_refuses_is_one_error_with_or_without_vocab(tmp_path, content, reason):
+    (tmp_path / "p.jsonl").write_text('{"prompt": [1, 2, 3]}\n')
+    (tmp_path / "tok.json").write_text(content)
+    for source in ('(jsonl "p.jsonl" :tokenizer "tok.json" :pad 0)', '(jsonl "p.jsonl" :tokenizer "tok.json" :pad 0 :vocab 8)'):
+        got = lint(tmp_path, source)
+        assert [(c, at, m) for c, at, m, _ in got] == [("E-LOADER-001", '"tok.json"', f"tokenizer `tok.json` cannot be read: {reason}")]
+    assert lint(tmp_path, '(jsonl "p.jsonl" :tokenizer "tok.json" :pad 0)', read_files=LOCAL)[0][0] == "E-LOADER-001"
+
+
+def test_a_jsonl_row_run_refuses_is_one_error_saying_the_runtime_s_reason(tmp_path):
+    from sexpgpu_lang.bounded_read import BadJsonlRow, jsonl_rows, open_regular
+    p = tmp_path / "p.jsonl"
+    p.write_text('{"prompt": [1, 2, 3]}\n{"prompt": [1, 2, ' + "9" * 5000 + ']}\n{"prompt": [4, 5\n')
+    got = lint(tmp_path, '(jsonl "p.jsonl")')
+    assert got == [("E-LOADER-001", '"p.jsonl"', "`jsonl`'s file `p.jsonl` has a row `run` refuses: p.jsonl:2: the row "
+                    "holds an integer of more digits than Python reads (4,300 by default)",
+                    "no field holds such a number: fix the row, or drop it")]
+    with open_regular(str(p)) as fh, pytest.raises(BadJsonlRow) as e:   # what the runtime reads through
+        list(jsonl_rows(fh))
+    assert (e.value.line, e.value.col) == (2, None) and e.value.detail.startswith("the row holds an integer")
+    p.write_text('{"prompt": [1, 2, 3]}\n{"prompt": [4, 5\n')
+    assert [m for _, _, m, _ in lint(tmp_path, '(jsonl "p.jsonl")')] == [
+        "`jsonl`'s file `p.jsonl` has a row `run` refuses: p.jsonl:2:17: not JSON (Expecting ',' delimiter)"]
+    assert lint(tmp_path, '(jsonl "p.jsonl")', read_files=LOCAL) == []   # (the server does not read data rows)
+
+
+def test_sexpgpu_lint_read_files_exits_1_for_it(tmp_path):
+    f = tmp_path / "r.sx"
+    f.write_text(RUN.replace("SOURCE", '(jsonl "p.jsonl")'), encoding="utf-8")
+    lint_ = lambda *a: subprocess.run([sys.executable, "-m", "sexpgpu_cli.main", "lint", *a, str(f)],  # noqa: E731
+                                      capture_output=True, text=True, timeout=120)
+    r = lint_("--read-files")
+    assert r.returncode == 1 and "error[E-LOADER-001]: `jsonl`'s file `p.jsonl` is not there" in r.stdout, r.stdout
+    assert lint_().returncode == 0
