@@ -129,10 +129,10 @@ class Trainer:
                                                self._trip_hook(state.step), draw)
                 batch, draw = {**batch, **made}, g.draw
                 self.poll()
-            if group == 0 and self.samples is not None and self.samples.due(state.step + 1):
-                self.samples.take(state.step + 1, batch, self.layout.stack > 1)
             l, total, m, d, counters, bad = g.train_group(total, state.trainable, state.frozen, batch, rows,
                                                           counters, bad)
+            if group == 0 and self.samples is not None and self.samples.due(state.step + 1):
+                self.samples.take(state.step + 1, batch, self.layout.stack > 1, kept=g.training.last_kept)
             losses += l
             metrics.append(m)
             diags.append(d)
@@ -158,9 +158,9 @@ class Trainer:
                 batch = {**batch, **made}
                 if self.graphs.draw is not None:   # (the pass waits for its loss below anyway)
                     self.checks.check_records(None, self.graphs.draw, ps.name)
+            loss, metrics, *kept = fn(state.trainable, state.frozen, batch, rows, state.counters)
             if k == 0 and self.samples is not None:   # every pass's first rows
-                self.samples.take(state.step, batch, False, ps.name)
-            loss, metrics = fn(state.trainable, state.frozen, batch, rows, state.counters)
+                self.samples.take(state.step, batch, False, ps.name, kept=kept[0] if kept else None)
             for m, v in {"loss": float(loss), **{m: float(v) for m, v in metrics.items()}}.items():
                 sums[m] = sums.get(m, 0.0) + v
         return {f"{ps.name}/{m}": v / ps.batches for m, v in sums.items()}
