@@ -109,3 +109,11 @@ def test_a_phase_that_failed_to_check_gives_no_second_error_for_its_names():
     text = with_samples("(:values [:loss])").replace("(mean (cross-entropy logits", "(mean (cross-entropy logitz")
     got = errors(text)
     assert got and not any(c == "E-SAMPLE-001" for c, _ in got), got
+
+
+def test_a_computed_name_that_is_no_tensor_is_one_error():
+    text = with_samples("(:values [:pair])").replace("(loss (mean (cross-entropy logits (getf inputs :target)))))",
+                                                     "(loss (mean (cross-entropy logits (getf inputs :target))))\n"
+                                                     "         (pair (list :a logits)))")
+    got = errors(text)
+    assert [c for c, _ in got] == ["E-SAMPLE-003"] and "`:pair` is" in got[0][1] and "not a tensor" in got[0][1], got

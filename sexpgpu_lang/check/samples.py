@@ -9,7 +9,7 @@ gets its type noted for hover. It decides every E-SAMPLE code:
 
 - E-SAMPLE-001: a name none of those provides;
 - E-SAMPLE-002: a `:text` tensor that is not integer (a tokenizer decodes token ids);
-- E-SAMPLE-003: a setting that does not fit its tensor (`:text` not `[B]` or `[B T]`, a `:prompt`
+- E-SAMPLE-003: a setting that does not fit its tensor (a name bound to no tensor, `:text` not `[B]` or `[B T]`, a `:prompt`
   not shorter than a text row, `:rows` more than a tensor's rows, no name to show at all).
 
 The result is `ctx.run_ir` with an `ir.SamplesIR` (docs/metrics.md "Samples"). Imports nothing
@@ -23,7 +23,7 @@ import os
 from .. import ir
 from ..language import PLIST_KEYWORDS
 from ..syntax import Kw, ListNode, VecNode
-from ..types import TensorType, is_int
+from ..types import ErrorType, TensorType, is_int
 from .context import CheckContext, near_miss
 from .keywords import const_int, const_value, keyword_args
 
@@ -134,6 +134,9 @@ def top_samples(ctx: CheckContext, train: ir.LoaderIR | None, gen: ir.GenerateIR
                 continue
             ctx.note_type(kw, t)
             if not isinstance(t, TensorType):
+                if not isinstance(t, ErrorType):   # (a binding that failed to check is reported already)
+                    ctx.err("E-SAMPLE-003", kw.span, f"`:{kw.name}` is {t.show()}, not a tensor: `:samples` "
+                            "shows tensors", help="name a tensor, or bind one in the `let*`")
                 ok = False
                 continue
             if key == "text" and not is_int(t.dtype):
