@@ -42,12 +42,9 @@ class TrainingGraphs:
         self.layout = layout
         self.tracer = tracer
         self.counter_types = self._counter_types()
-        spec = program.run.samples
-        # `run`'s `:samples` names computed in the graph (ir.SamplesIR.computed): kept, their first rows, as
-        # one more entry of the loss's aux; none kept (no `:samples`, or only the batch's names): the
-        # graphs' outputs are as without `:samples`.
-        self.keep = () if spec is None else spec.computed
-        self.sample_rows = 0 if spec is None else spec.rows
+        # `:samples` names computed in the graph by where (ir.SamplesIR.computed), their first rows one more
+        # entry of the loss's aux; with none (no `:samples`, or only the batch's) the outputs are as without.
+        self.keep, self.sample_rows = _keep(program.run.samples)
         self.last_kept: dict = {}   # the kept values of the last `train_group` of a step's first group
         S = layout.stack
         dn = donate
@@ -92,10 +89,7 @@ class TrainingGraphs:
     def _loss(self, prepare: ir.Phase | None, objective: ir.Phase):
         """The loss of one microbatch: (loss, aux), aux (metrics, diagnostics, counter deltas), and with
         `:samples` names computed here the first rows of each as a fourth entry (name -> array)."""
-        counters = tuple(self.counter_types)
-        keep: dict[str, tuple[str, ...]] = {}
-        for n, where in self.keep:
-            keep[where] = keep.get(where, ()) + (n,)
+        counters, keep = tuple(self.counter_types), self.keep
 
         def loss(trainable, frozen, batch, ctx, base, sums=None, summed=None):
             params = merge(trainable, frozen)
@@ -113,10 +107,8 @@ class TrainingGraphs:
             check_result(objective.name, value, objective.out)
             if summed is not None:   # the paths whose backward scan added into their running sum
                 summed.extend(p for p in sums if p not in fx.sums)
-            aux = (fx.metrics, fx.diagnostics, deltas)
-            if self.keep:
-                aux += ({n: _first_rows(v, self.sample_rows) for n, v in fx.kept.items()},)
-            return value.astype(jnp.float32), aux
+            kept = ({n: _first_rows(v, self.sample_rows) for n, v in fx.kept.items()},) if keep else ()
+            return value.astype(jnp.float32), (fx.metrics, fx.diagnostics, deltas) + kept
 
         return loss
 
@@ -239,6 +231,14 @@ class TrainingGraphs:
         return evaluate
 
 
+
+
+def _keep(spec: ir.SamplesIR | None) -> tuple[dict[str, tuple[str, ...]], int]:
+    """What the training graph keeps for `spec`: {where: names} of its computed names (`inputs`,
+    `prepare`, `objective`; none empty), and the rows of each."""
+    if spec is None:
+        return {}, 0
+    return {w: spec.computed_in(w) for w in ("inputs", "prepare", "objective") if spec.computed_in(w)}, spec.rows
 
 
 def _first_rows(v, rows: int):
