@@ -254,3 +254,15 @@ def test_tensorboard_shows_each_sampled_step_as_a_table_of_its_rows(tmp_path):
     for step, table in texts["samples"].items():
         assert table == markdown_table([r for r in written if r["step"] == step and r["pass"] == "train"])
         assert table.count("\n") >= 3   # a header, its rule and the 3 rows
+
+
+def test_control_characters_a_model_wrote_are_shown_not_sent_to_the_terminal(tmp_path):
+    from sexpgpu_cli.samples import visible as cli_visible
+    from sexpgpu_lang.render import visible
+    from sexpgpu_runtime.run.samples import field_text
+    text = "a\x1b[31mb\x00c\r\nd\te\x7f"
+    assert visible(text) == cli_visible(text) == "a␛[31mb␀c␍\nd\te␡"
+    assert field_text({"prompt": "p\x1b", "completion": "\x07x"}) == "p␛▸␇x"
+    write(tmp_path, [{"step": 1, "pass": "train", "row": 0, "fields": {"t": "x\x1b[2Jy"}}])
+    r = cli(str(tmp_path))
+    assert r.returncode == 0 and "\x1b[2J" not in r.stdout and "x␛[2Jy" in r.stdout, r.stdout

@@ -34,6 +34,7 @@ import jax
 import numpy as np
 
 from sexpgpu_lang import ir
+from sexpgpu_lang.render import visible
 
 from ..data.files import resolve_path
 from ..data.tokenize import load_tokenizer
@@ -227,7 +228,7 @@ class SampleLog:
 
 def field_text(value) -> str:
     """A field's value as one line: a prompt and its completion with `▸` between, lists of numbers
-    short, newlines as `⏎`."""
+    short, newlines as `⏎`, other control characters as their pictures (render.visible)."""
     if isinstance(value, dict) and "completion" in value:
         text = f"{value['prompt']}▸{value['completion']}"
     elif isinstance(value, dict) and "first" in value:
@@ -239,7 +240,7 @@ def field_text(value) -> str:
         text = value
     else:
         text = _short(value)
-    return text.replace("\r\n", "⏎").replace("\n", "⏎").replace("\t", " ")
+    return visible(text.replace("\r\n", "⏎").replace("\n", "⏎").replace("\t", " "))
 
 
 def _flatten(v):
