@@ -9,7 +9,8 @@ a generator, 6 trips a step, logged every step so that every step's row is read)
 between the host starting step `--short` and step `--long - 1` (their generators' first trip), over
 the steps between: the host is then held back by the device (it waits for a step one or eight
 behind), so that is the device's pace, without compilation or start-up. The ratio is the median
-over the repeats of 1 ahead / 8 ahead. Target: at most 1.03. Prints each measurement and the ratio.
+over the repeats of 1 ahead / 8 ahead, of the wall time (the target: at most 1.03) and of the process's
+CPU time (every thread's). Prints each measurement and the ratios.
 
     .venv/bin/python benchmarks/live_output.py [--short 20 --long 420 --repeats 5]
 """
@@ -40,10 +41,11 @@ def run_file() -> str:
     return text[:start].rstrip("\n") + text[end:]
 
 
-def step_seconds(text: str, short: int, long: int, ahead: int) -> float:
+def step_seconds(text: str, short: int, long: int, ahead: int) -> tuple[float, float]:
     """The mean step time of one run of `long` steps with the loop `ahead` steps ahead, in a fresh run
     dir: the time between the host starting step `short` and step `long - 1` (its first trip), once
-    the host is held by the device (one or eight steps ahead), over the steps between."""
+    the host is held by the device (one or eight steps ahead), over the steps between: (wall seconds,
+    the process's CPU seconds, all threads)."""
     res = analyze(text, str(GRPO))
     assert res.program is not None, [d.message for d in res.diagnostics]
     loop.STEPS_AHEAD = ahead
@@ -51,10 +53,11 @@ def step_seconds(text: str, short: int, long: int, ahead: int) -> float:
 
     def on_trip(step: int, trip: int) -> None:
         if trip == 0 and step in (short, long - 1):
-            at[step] = time.perf_counter()
+            at[step] = (time.perf_counter(), time.process_time())
     with tempfile.TemporaryDirectory() as d:
         train(res.program, RunOptions(steps=long, run_dir=Path(d) / "run", quiet=True), on_trip=on_trip)
-    return (at[long - 1] - at[short]) / (long - 1 - short)
+    n = long - 1 - short
+    return (at[long - 1][0] - at[short][0]) / n, (at[long - 1][1] - at[short][1]) / n
 
 
 def main(argv=None) -> int:
@@ -64,16 +67,17 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=5)
     args = ap.parse_args(argv)
     text = run_file()
-    per_step: dict[int, list[float]] = {1: [], 8: []}
+    per_step: dict[int, list[tuple[float, float]]] = {1: [], 8: []}
     step_seconds(text, 1, 3, 1)   # warm-up: imports and the first compilations
     for r in range(args.repeats):
         for ahead in per_step:
             t = step_seconds(text, args.short, args.long, ahead)
             per_step[ahead].append(t)
-            print(f"repeat {r + 1} {ahead} ahead {t * 1e3:.3f} ms/step", flush=True)
-    ratios = [a / b for a, b in zip(per_step[1], per_step[8])]
-    ratio = statistics.median(ratios)
-    print(f"ratios {' '.join(f'{x:.3f}' for x in ratios)}; median 1 ahead / 8 ahead {ratio:.3f} (target <= 1.03)")
+            print(f"repeat {r + 1} {ahead} ahead {t[0] * 1e3:.3f} ms/step wall, {t[1] * 1e3:.3f} CPU", flush=True)
+    for i, what in ((0, "wall"), (1, "CPU")):
+        ratios = [a[i] / b[i] for a, b in zip(per_step[1], per_step[8])]
+        print(f"{what}: ratios {' '.join(f'{x:.3f}' for x in ratios)}; median 1 ahead / 8 ahead "
+              f"{statistics.median(ratios):.3f} (target <= 1.03)")
     return 0
 
 
