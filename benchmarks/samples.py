@@ -4,9 +4,10 @@ The same run file (examples/grpo.sx: a generator, 6 trips a step) is trained
 with `:samples (:every 10 :rows 4 :text [:answer] :values [:row-reward
 :advantage] :prompt 2)` (the batch's names), with `:log-p` of `objective`'s
 `let*` added to its `:values` (kept inside the training graph), and without
-`:samples`, in turn (each variant first, second and last as often), `--repeats` times each. The step time of one run is the
-time between the host starting step `--short` and step `--long - 1` (their
-generators' first trip), over the steps between: compilation and start-up
+`:samples`, in turn (each variant first, second and last as often),
+`--repeats` times each. The step time of one run is the time between the
+host starting step `--short` and step `--long - 1` (their generators' first
+trip), over the steps between: compilation and start-up
 are left out, and the host is then held back by the device (the loop waits
 for the step before), so that is the device's pace. The ratio of each
 variant is the median over the repeats of with / without, of the wall time
