@@ -36,15 +36,25 @@ def select(rows: list[dict], step: int | None, pass_name: str | None) -> list[di
     return sorted(chosen, key=lambda r: -r["step"])   # (sorted is stable: a step's rows keep their order)
 
 
+#: As sexpgpu_lang.render.visible (not imported: `sexpgpu samples` loads no checker): a control character
+#: but tab and newline as its picture, so a sampled ESC or NUL is shown, never sent to the terminal.
+_CONTROL_PICTURES = {c: 0x2400 + c for c in range(32) if c not in (9, 10)} | {127: 0x2421}
+
+
+def visible(text: str) -> str:
+    """`text` with its control characters (but tab and newline) as their pictures (`␛`, `␀`)."""
+    return text.translate(_CONTROL_PICTURES)
+
+
 def _cell(value):
     from rich.text import Text
     if isinstance(value, dict) and "completion" in value:
-        out = Text(str(value["prompt"]), style="dim")
+        out = Text(visible(str(value["prompt"])), style="dim")
         out.append("▸", style="dim")
-        out.append(str(value["completion"]), style="bold")
+        out.append(visible(str(value["completion"])), style="bold")
         return out
     if isinstance(value, str):
-        return Text(value)
+        return Text(visible(value))
     if isinstance(value, float):
         return Text(f"{value:.4g}")
     return Text(json.dumps(value))

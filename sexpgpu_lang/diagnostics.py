@@ -78,7 +78,7 @@ CODES: dict[str, str] = {
     "E-OPT-001": "an unknown learning-rate schedule",
     "E-OPT-002": "an optimizer or schedule setting out of range",
     "E-OPT-003": "a weight-decay mask that is not `:matrices`, `:all` or parameter keys",
-    "E-SAMPLE-001": "a `:samples` name the batch does not have",
+    "E-SAMPLE-001": "a `:samples` name nothing provides",
     "E-SAMPLE-002": "a `:samples` `:text` tensor that is not token ids",
     "E-SAMPLE-003": "a `:samples` setting that does not fit its tensor",
     "W-STACK-001": "a generator reads a per-microbatch context key: the run stays unstacked",

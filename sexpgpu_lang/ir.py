@@ -413,6 +413,23 @@ class SamplesIR:
     values: tuple[tuple[str, tuple[int, ...], str], ...]
     decode: tuple = ("ids",)
     prompt: int | None = None
+    #: The names computed in the training graph rather than read from the batch, each (name, where):
+    #: `inputs` an entry of what `prepare` returns, `prepare` or `objective` a name the phase's
+    #: top-level `let*` binds (its last binding, `top_bindings`). Every other name is the batch's.
+    computed: tuple[tuple[str, str], ...] = ()
+
+    def computed_in(self, where: str) -> tuple[str, ...]:
+        """The names of `computed` taken from `where` (`inputs`, `prepare` or `objective`)."""
+        return tuple(n for n, w in self.computed if w == where)
+
+
+def top_bindings(phase: Phase | None) -> dict[str, Expr]:
+    """The names the `let*` that is `phase`'s whole body binds, each to the expression of its last
+    binding (a name bound twice is its second value); {} when the body is not a `let*` (or no phase).
+    `run`'s `:samples` may show them (check/samples.py; the runtime keeps them in the training graph)."""
+    if phase is None or not isinstance(phase.body, Let):
+        return {}
+    return dict(zip(phase.body.names, phase.body.values))
 
 
 @dataclass(frozen=True)

@@ -86,13 +86,15 @@ PLIST_KEYWORDS: dict[str, dict[str, str]] = {
                 "tokenizer": "string"},
 }
 
-#: One-line docs of `:samples`' settings (docs/metrics.md "Samples"; check/samples.py checks them).
+#: One-line docs of `:samples`' settings (docs/metrics.md "Samples"; check/samples.py checks them). A
+#: name is the batch's (loader fields, generated names), an entry `prepare` returns, or a name the
+#: top-level `let*` of `prepare` or `objective` binds.
 SAMPLES_DOCS: dict[str, str] = {
     "every": "write the sampled rows every this many steps (and at step 1, the last step and every pass); 10",
     "rows": "how many rows of each named tensor, from the first; 4",
-    "text": "integer token tensors of the batch (`[B T]` or `[B]`) shown as text: decoded with `:tokenizer`, "
+    "text": "integer token tensors (`[B T]` or `[B]`) shown as text: decoded with `:tokenizer`, "
             "the training loader's tokenizer, as bytes for `text-bytes`, else as token ids",
-    "values": "tensors of the batch shown as numbers: `[B ...]` per row, a scalar `[]` beside every row",
+    "values": "tensors shown as numbers: `[B ...]` per row, a scalar `[]` beside every row",
     "prompt": "the first this many columns of each `:text` row are the prompt, the rest the completion",
     "tokenizer": "a tokenizer.json (relative to the run file) that decodes `:text`, instead of the loader's",
 }
@@ -132,7 +134,9 @@ KEYWORD_DOCS: dict[tuple[str, str], str] = {
                            "`:dots-saveable` or `:everything-saveable` (no remat)",
     ("repeat", "remat"): "the remat policy of each repeated layer (overrides the block's and the run's)",
     ("run", "samples"): "generated rows worth reading, as text: `(:every 10 :rows 4 :text [:answer] "
-                        ":values [:reward] :prompt 2)`, to samples.jsonl, the terminal and TensorBoard",
+                        ":values [:reward] :prompt 2)` (names of the batch, of what `prepare` returns or of "
+                        "the top-level `let*` of `prepare` or `objective`), to samples.jsonl, the terminal "
+                        "and TensorBoard",
     ("run", "remat"): "the default remat policy of every repeated layer: `:nothing-saveable`, `:dots-saveable`, "
                       "`:everything-saveable` (the default: no remat)",
     ("run", "loader"): "the training loader",

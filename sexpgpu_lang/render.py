@@ -22,6 +22,17 @@ _LOCAL_DOCS = pathlib.Path(__file__).resolve().parents[1] / "docs" / "errors.md"
 DOCS_URL = _LOCAL_DOCS.as_uri() if _LOCAL_DOCS.is_file() else "https://github.com/sexpgpu/sexpgpu/blob/main/docs/errors.md"
 
 
+#: C0 control characters but tab and newline, and DEL, each to its Unicode control picture (U+2400 ...).
+_CONTROL_PICTURES = {c: 0x2400 + c for c in range(32) if c not in (9, 10)} | {127: 0x2421}
+
+
+def visible(text: str) -> str:
+    """`text` safe to print on a terminal: each control character but tab and newline (an ESC that
+    would start an escape sequence, a NUL, a carriage return) as its control picture (`␛`, `␀`, `␍`).
+    For text a model wrote (`:samples` rows), shown by `sexpgpu run` and `sexpgpu samples`."""
+    return text.translate(_CONTROL_PICTURES)
+
+
 def position(src: SourceText, offset: int) -> tuple[int, int]:
     """1-based (line, column) of an offset."""
     line, col = src.line_col(offset)

@@ -96,6 +96,31 @@ def test_a_crash_and_a_resume_leave_samples_jsonl_as_the_uninterrupted_run_write
     assert len(keys) == len(set(keys)) and {s for s, _, _ in keys} == set(range(1, 13))
 
 
+@pytest.mark.slow
+def test_names_computed_in_prepare_and_objective_are_written_and_leave_the_training_bits_alone(tmp_path):
+    # `:target` is what prepare returns (the generator's label: (row + stride) mod 16 of the greedy rows),
+    # `:logits` and `:loss` what objective's let* binds; stacked, so the rows are the first copy's.
+    text = text_with("(:every 3 :rows 2 :values [:target :logits :loss :stride])")
+    program = program_of(text, str(tmp_path / "run.sx"))
+    run(text, tmp_path / "with", steps=4)
+    got = rows(tmp_path / "with")
+    first = Loader(program.loaders["train"], program.run.seed).batch(0)
+    want = greedy(program, first)
+    step1 = [r for r in got if r["step"] == 1]
+    assert [r["row"] for r in step1] == [0, 1]
+    for r in step1:
+        i = r["row"]
+        assert r["fields"]["target"] == ((want[i] + first["stride"][i, 0]) % 16).tolist()
+        assert r["fields"]["logits"]["shape"] == [8, 16] and len(r["fields"]["logits"]["first"]) == 64
+        assert isinstance(r["fields"]["loss"], float) and r["fields"]["loss"] > 0
+    assert step1[0]["fields"]["loss"] == step1[1]["fields"]["loss"]   # a scalar beside every row
+    assert {r["pass"] for r in got} == {"train", "held"} and set(got[-1]["fields"]) == {"target", "logits", "loss",
+                                                                                     "stride"}
+    run(text_with("(:every 3 :rows 2 :values [:stride])"), tmp_path / "without", steps=4)
+    metrics = [(tmp_path / d / "metrics.jsonl").read_text() for d in ("with", "without")]
+    assert metrics[0] == metrics[1]   # the same losses, bit for bit
+
+
 def test_a_run_without_samples_writes_no_file(tmp_path):
     run(variant("", ""), tmp_path, steps=2)
     assert not (tmp_path / "samples.jsonl").exists()
@@ -229,3 +254,15 @@ def test_tensorboard_shows_each_sampled_step_as_a_table_of_its_rows(tmp_path):
     for step, table in texts["samples"].items():
         assert table == markdown_table([r for r in written if r["step"] == step and r["pass"] == "train"])
         assert table.count("\n") >= 3   # a header, its rule and the 3 rows
+
+
+def test_control_characters_a_model_wrote_are_shown_not_sent_to_the_terminal(tmp_path):
+    from sexpgpu_cli.samples import visible as cli_visible
+    from sexpgpu_lang.render import visible
+    from sexpgpu_runtime.run.samples import field_text
+    text = "a\x1b[31mb\x00c\r\nd\te\x7f"
+    assert visible(text) == cli_visible(text) == "a␛[31mb␀c␍\nd\te␡"
+    assert field_text({"prompt": "p\x1b", "completion": "\x07x"}) == "p␛▸␇x"
+    write(tmp_path, [{"step": 1, "pass": "train", "row": 0, "fields": {"t": "x\x1b[2Jy"}}])
+    r = cli(str(tmp_path))
+    assert r.returncode == 0 and "\x1b[2J" not in r.stdout and "x␛[2Jy" in r.stdout, r.stdout

@@ -58,9 +58,10 @@ def test_hover_on_a_sampled_name_shows_its_shape_and_dtype():
 
 
 @pytest.mark.parametrize("samples, code, piece", [
-    ("(:text [:lable])", "E-SAMPLE-001", "the batch has no `:lable` to sample: neither loader `train` nor the "
-                                         "generator provides it; did you mean `:label`?"),
-    ("(:values [:nothing])", "E-SAMPLE-001", "the batch has no `:nothing`"),
+    ("(:text [:lable])", "E-SAMPLE-001", "no `:lable` to sample: neither loader `train`, the generator, what "
+                                         "`prepare` returns nor the top-level `let*` of `prepare` or `objective` "
+                                         "provides it; did you mean `:label`?"),
+    ("(:values [:nothing])", "E-SAMPLE-001", "no `:nothing` to sample"),
     ("(:text [:correct])", "E-SAMPLE-002", "`:correct` is [64 1] f32, not token ids"),
     ("(:text [:sample] :prompt 8)", "E-SAMPLE-003", "`:prompt 8` leaves no completion in `:sample`"),
     ("(:text [:sample] :rows 65)", "E-SAMPLE-003", "`:rows` of `:samples` must be at most 64"),
@@ -88,3 +89,40 @@ def test_samples_show_the_generated_rows_as_text_and_the_accuracy_as_numbers():
                   """\
      :log (:every 50)
      :samples (:every 10 :rows 2 :text [:sample :label] :values [:correct :stride] :prompt 2))""")))
+
+
+def test_names_computed_in_prepare_and_objective_are_known_with_their_types():
+    """An entry `prepare` returns (`:target`) and a name the top-level `let*` of `objective` binds
+    (`:logits`, `:loss`) may be shown; the IR says where each comes from, a batch name (`:correct`,
+    which `prepare` returns too) stays the batch's, and hover shows the computed one's type."""
+    text = with_samples("(:rows 2 :text [:target] :values [:correct :logits :loss])")
+    res = analyze(text, "case.sx")
+    assert res.program is not None, [d.message for d in res.diagnostics]
+    s = res.program.run.samples
+    assert s.text == (("target", (64, 8), "i32"),)
+    assert s.values == (("correct", (64, 1), "f32"), ("logits", (64, 8, 16), "f32"), ("loss", (), "f32"))
+    assert s.computed == (("target", "inputs"), ("logits", "objective"), ("loss", "objective"))
+    assert s.computed_in("objective") == ("logits", "loss")
+    ix, offset = cursor(":values [:correct :logits", ":values [:correct :log$0its", text)
+    assert ":logits [64 8 16] f32" in ide.hover(ix, offset).markdown
+
+
+def test_a_computed_float_in_text_and_a_name_no_phase_binds_are_each_one_error():
+    got = errors(with_samples("(:text [:logits])"))
+    assert [c for c, _ in got] == ["E-SAMPLE-002"] and "`:logits` is [64 8 16] f32, not token ids" in got[0][1]
+    got = errors(with_samples("(:values [:los])"))
+    assert [c for c, _ in got] == ["E-SAMPLE-001"] and "did you mean `:loss`?" in got[0][1], got
+
+
+def test_a_phase_that_failed_to_check_gives_no_second_error_for_its_names():
+    text = with_samples("(:values [:loss])").replace("(mean (cross-entropy logits", "(mean (cross-entropy logitz")
+    got = errors(text)
+    assert got and not any(c == "E-SAMPLE-001" for c, _ in got), got
+
+
+def test_a_computed_name_that_is_no_tensor_is_one_error():
+    text = with_samples("(:values [:pair])").replace("(loss (mean (cross-entropy logits (getf inputs :target)))))",
+                                                     "(loss (mean (cross-entropy logits (getf inputs :target))))\n"
+                                                     "         (pair (list :a logits)))")
+    got = errors(text)
+    assert [c for c, _ in got] == ["E-SAMPLE-003"] and "`:pair` is" in got[0][1] and "not a tensor" in got[0][1], got

@@ -363,7 +363,7 @@ def test_the_editor_completes_shard_params_and_its_values():
 def test_a_long_fsdp_run_on_eight_devices_keeps_few_steps_in_flight(tmp_path):
     # Logged every 50 steps, the loop queues many steps between reads; unbounded, XLA:CPU's eight
     # device threads deadlocked in an FSDP all-gather and aborted the run (SIGABRT) after about 60 s.
-    # The loop waits once MAX_STEPS_IN_FLIGHT_MESH steps are queued (sexpgpu_runtime/run/loop.py).
+    # The loop waits for the step before once a step is queued (STEPS_AHEAD, sexpgpu_runtime/run/loop.py).
     env = {**os.environ, "XLA_FLAGS": EIGHT_DEVICES, "JAX_PLATFORMS": "cpu"}
     r = subprocess.run([sys.executable, "-m", "sexpgpu_cli.main", "run", str(ROOT / "tests" / "fixtures" / "tiny-generate.sx"),
                         "--steps", "150", "--mesh", "data=8", "--fsdp", "--run-dir", str(tmp_path / "run")],

@@ -1,13 +1,15 @@
 """`run`'s `:samples`: the tensors of the batch worth reading as text, checked once the generator is.
 
-`top_samples(ctx, train, gen)` reads `(run ... :samples (:every 10 :rows 4 :text [:answer] :values
-[:reward] :prompt 2 :tokenizer "tokenizer.json"))` after `top_generate`, since the names it may
-show are the batch's as `prepare` sees it: the training loader's fields and the generator's names.
-Every name shown gets its type noted for hover. It decides every E-SAMPLE code:
+`top_samples(ctx, train, gen, prepare, objective)` reads `(run ... :samples (:every 10 :rows 4 :text
+[:answer] :values [:reward] :prompt 2 :tokenizer "tokenizer.json"))` after the phases are checked,
+since the names it may show are, in this order: the batch's as `prepare` sees it (the training
+loader's fields and the generator's names), then the entries `prepare` returns, then the names the
+top-level `let*` of `prepare` and then of `objective` binds (`ir.top_bindings`). Every name shown
+gets its type noted for hover. It decides every E-SAMPLE code:
 
-- E-SAMPLE-001: a name the batch does not have (neither the loader nor the generator provides it);
+- E-SAMPLE-001: a name none of those provides;
 - E-SAMPLE-002: a `:text` tensor that is not integer (a tokenizer decodes token ids);
-- E-SAMPLE-003: a setting that does not fit its tensor (`:text` not `[B]` or `[B T]`, a `:prompt`
+- E-SAMPLE-003: a setting that does not fit its tensor (a name bound to no tensor, `:text` not `[B]` or `[B T]`, a `:prompt`
   not shorter than a text row, `:rows` more than a tensor's rows, no name to show at all).
 
 The result is `ctx.run_ir` with an `ir.SamplesIR` (docs/metrics.md "Samples"). Imports nothing
@@ -21,7 +23,7 @@ import os
 from .. import ir
 from ..language import PLIST_KEYWORDS
 from ..syntax import Kw, ListNode, VecNode
-from ..types import TensorType, is_int
+from ..types import ErrorType, TensorType, is_int
 from .context import CheckContext, near_miss
 from .keywords import const_int, const_value, keyword_args
 
@@ -55,9 +57,31 @@ def decoding(train: ir.LoaderIR, written: str | None, run_path: str) -> tuple:
     return ("ids",)
 
 
-def top_samples(ctx: CheckContext, train: ir.LoaderIR | None, gen: ir.GenerateIR | None) -> None:
-    """Check `run`'s `:samples` against the batch (the training loader's fields and the generator's
-    names) and put its `ir.SamplesIR` into `ctx.run_ir`."""
+def sample_sources(train: ir.LoaderIR, gen: ir.GenerateIR | None, prepare: ir.Phase | None,
+                   objective: ir.Phase | None) -> dict[str, tuple[object, str]]:
+    """Every name `:samples` may show -> (its type, where it comes from: `batch`, `inputs` (an entry
+    `prepare` returns), `prepare` or `objective` (a name bound by the phase's top-level `let*`)); the
+    first source that has a name gives it (the batch, then `prepare`'s result, then the bindings)."""
+    out: dict[str, tuple[object, str]] = {}
+
+    def add(entries, where):
+        for n, t in entries:
+            out.setdefault(n, (t, where))
+    add(train.batch_type().entries, "batch")
+    if gen is not None:
+        add(gen.out.entries, "batch")
+    if prepare is not None and hasattr(prepare.out, "entries"):
+        add(prepare.out.entries, "inputs")
+    for where, ph in (("prepare", prepare), ("objective", objective)):
+        add(((n, e.type) for n, e in ir.top_bindings(ph).items()), where)
+    return out
+
+
+def top_samples(ctx: CheckContext, train: ir.LoaderIR | None, gen: ir.GenerateIR | None,
+                prepare: ir.Phase | None = None, objective: ir.Phase | None = None) -> None:
+    """Check `run`'s `:samples` against what it may show (`sample_sources`: the batch, what `prepare`
+    returns, the names the top-level `let*` of `prepare` and `objective` binds) and put its
+    `ir.SamplesIR` into `ctx.run_ir`."""
     forms = ctx.forms.get("run", [])
     if not forms or train is None:
         return
@@ -83,9 +107,9 @@ def top_samples(ctx: CheckContext, train: ir.LoaderIR | None, gen: ir.GenerateIR
                     "the path of a tokenizer.json")
         elif v is not None:
             written = v
-    batch = dict(train.batch_type().entries)
-    made = dict(gen.out.entries) if gen is not None else {}
-    known = {**batch, **made}
+    sources = sample_sources(train, gen, prepare, objective)
+    known = {n: t for n, (t, _) in sources.items()}
+    broken = any(ph is None and ctx.forms.get(name) for name, ph in (("prepare", prepare), ("objective", objective)))
     ok = every is not None and rows is not None and ("prompt" not in kws or prompt is not None)
     chosen: dict[str, list] = {"text": [], "values": []}
     for key in ("text", "values"):
@@ -93,18 +117,26 @@ def top_samples(ctx: CheckContext, train: ir.LoaderIR | None, gen: ir.GenerateIR
             continue
         for kw in _names(ctx, kws[key][1], f":{key}"):
             t = known.get(kw.name)
+            if t is None and broken:   # a phase that failed to check: its names are unknown, not missing
+                ok = False
+                continue
             if t is None:
                 hint = near_miss(kw.name, known)
                 ctx.err("E-SAMPLE-001", kw.span,
-                        f"the batch has no `:{kw.name}` to sample: neither loader `{train.name}` nor the "
-                        "generator provides it" + (f"; did you mean `:{hint}`?" if hint else ""),
-                        help="name a loader field or a name the generator's `:finish` returns: "
-                             + ", ".join(f"`:{n}`" for n in known),
+                        f"no `:{kw.name}` to sample: neither loader `{train.name}`, the generator, what "
+                        "`prepare` returns nor the top-level `let*` of `prepare` or `objective` provides it"
+                        + (f"; did you mean `:{hint}`?" if hint else ""),
+                        help="name a loader field, a name the generator's `:finish` returns, an entry "
+                             "`prepare` returns or a name the top-level `let*` of `prepare` or `objective` "
+                             "binds: " + ", ".join(f"`:{n}`" for n in known),
                         data={"replace": f":{hint}"} if hint else None)
                 ok = False
                 continue
             ctx.note_type(kw, t)
             if not isinstance(t, TensorType):
+                if not isinstance(t, ErrorType):   # (a binding that failed to check is reported already)
+                    ctx.err("E-SAMPLE-003", kw.span, f"`:{kw.name}` is {t.show()}, not a tensor: `:samples` "
+                            "shows tensors", help="name a tensor, or bind one in the `let*`")
                 ok = False
                 continue
             if key == "text" and not is_int(t.dtype):
@@ -137,6 +169,8 @@ def top_samples(ctx: CheckContext, train: ir.LoaderIR | None, gen: ir.GenerateIR
         ok = False
     if not ok or ctx.run_ir is None:
         return
+    computed = tuple((n, sources[n][1]) for key in ("text", "values") for n, _, _ in chosen[key]
+                     if sources[n][1] != "batch")
     spec = ir.SamplesIR(every, rows, tuple(chosen["text"]), tuple(chosen["values"]),
-                        decoding(train, written, ctx.src.path), prompt)
+                        decoding(train, written, ctx.src.path), prompt, computed)
     ctx.run_ir = dataclasses.replace(ctx.run_ir, samples=spec)

@@ -99,7 +99,7 @@ def _check_forms(ctx: CheckContext, build_ir: bool) -> CheckResult:
         gradient_free_params(ctx, objective, gen)
     passes = top_passes(ctx, train, gen)
     top_curriculum(ctx, train)
-    top_samples(ctx, train, gen)   # `run`'s `:samples`: names of the batch, so after the generator
+    top_samples(ctx, train, gen, prepare, objective)   # `run`'s `:samples`: names of the batch and phases
     missing_forms(ctx)
     ctx.diags.sort(key=lambda d: (d.span.start, d.code))
     built = None

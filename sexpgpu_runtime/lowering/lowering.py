@@ -376,6 +376,9 @@ class Effects:
     #: repeated block whose path is here adds its gradient into it (`accumulate.scan_summing`) and
     #: takes it out of here, so that `sums` ends holding the paths not summed so.
     sums: dict = field(default_factory=dict)
+    #: The values `run_phase` kept for `:samples` (name -> value): an entry a phase returned or a name
+    #: its top-level `let*` bound (`ir.top_bindings`), as `run_phase`'s `keep` asked.
+    kept: dict = field(default_factory=dict)
 
 
 #: The remat policies (`sexpgpu_lang.language.REMAT_POLICIES`) as `jax.checkpoint_policies`;
@@ -516,8 +519,20 @@ def _cast_floats(tree, dtype: str):
     return jax.tree_util.tree_map(cast, tree)
 
 
-def run_phase(phase: ir.Phase, args: list, params, fx: Effects):
-    """Trace one phase: bind its parameters to `args`, evaluate its body."""
+def run_phase(phase: ir.Phase, args: list, params, fx: Effects, keep: tuple[str, ...] = ()):
+    """Trace one phase: bind its parameters to `args`, evaluate its body. With `keep` (names the
+    `let*` that is the phase's whole body binds, `ir.top_bindings`), each one's last value is also
+    put in `fx.kept`; the values computed are the same (the `let*` evaluated binding by binding, as
+    `ir.Interpreter` does)."""
     env = {ir.Interpreter.PARAMS: params}
     env.update(zip(phase.params, args))
-    return evaluate(phase.body, env, fx)
+    body = phase.body
+    if not keep or not isinstance(body, ir.Let):
+        return evaluate(body, env, fx)
+    lowering = _Lowering(fx)
+    inner = dict(env)
+    for n, v in zip(body.names, body.values):
+        inner[n] = lowering.eval(v, inner)
+        if n in keep:
+            fx.kept[n] = inner[n]
+    return lowering.body(body.body, inner)

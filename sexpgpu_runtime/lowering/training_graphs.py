@@ -44,6 +44,10 @@ class TrainingGraphs:
         self.layout = layout
         self.tracer = tracer
         self.counter_types = self._counter_types()
+        # `:samples` names computed in the graph by where (ir.SamplesIR.computed), their first rows one more
+        # entry of the loss's aux; with none (no `:samples`, or only the batch's) the outputs are as without.
+        self.keep, self.sample_rows = _keep(program.run.samples)
+        self.last_kept: dict = {}   # the kept values of the last `train_group` of a step's first group
         S = layout.stack
         dn = donate
         counted = tracer.counted
@@ -86,22 +90,28 @@ class TrainingGraphs:
 
     # -- training -----------------------------------------------------------------------------
     def _loss(self, prepare: ir.Phase | None, objective: ir.Phase):
-        counters = tuple(self.counter_types)
+        """The loss of one microbatch: (loss, aux), aux (metrics, diagnostics, counter deltas), and with
+        `:samples` names computed here the first rows of each as a fourth entry (name -> array)."""
+        counters, keep = tuple(self.counter_types), self.keep
 
         def loss(trainable, frozen, batch, ctx, base, sums=None, summed=None):
             params = merge(trainable, frozen)
             fx = self.tracer.fx()
             if sums:   # running sums for repeated blocks' backward scans (`_grads_summing`)
                 fx.sums = dict(sums)
-            inputs = run_phase(prepare, [batch, ctx], params, fx) if prepare is not None else batch
+            inputs = (run_phase(prepare, [batch, ctx], params, fx, keep.get("prepare", ()))
+                      if prepare is not None else batch)
+            if prepare is not None and isinstance(inputs, dict):
+                fx.kept.update({n: inputs[n] for n in keep.get("inputs", ()) if n in inputs})
             deltas = {c: jnp.asarray(fx.counters.get(c, 0)).astype(jdt(self.counter_types[c])) for c in counters}
             octx = dict(ctx)
             octx.update({c: base[c] + deltas[c] for c in counters})
-            value = run_phase(objective, [inputs, octx], params, fx)
+            value = run_phase(objective, [inputs, octx], params, fx, keep.get("objective", ()))
             check_result(objective.name, value, objective.out)
             if summed is not None:   # the paths whose backward scan added into their running sum
                 summed.extend(p for p in sums if p not in fx.sums)
-            return value.astype(jnp.float32), (fx.metrics, fx.diagnostics, deltas)
+            kept = ({n: _first_rows(v, self.sample_rows) for n, v in fx.kept.items()},) if keep else ()
+            return value.astype(jnp.float32), (fx.metrics, fx.diagnostics, deltas) + kept
 
         return loss
 
@@ -114,29 +124,31 @@ class TrainingGraphs:
         S = self.layout.stack
         vg = jax.value_and_grad(self._loss(self.p.prepare, self.p.objective), has_aux=True)
         if S == 1:
-            (l, (m, d, dl)), g = vg(trainable, frozen, batches, unpack_ctx(rows), base)
-            return [l], [g], [m], [d], [dl]
-        out = []
+            (l, (m, d, dl, *kept)), g = vg(trainable, frozen, batches, unpack_ctx(rows), base)
+            return [l], [g], [m], [d], [dl], kept
+        out, first = [], []
         for i in range(S):
-            (l, (m, d, dl)), g = vg(trainable, frozen, copy_of(batches, i), unpack_ctx(rows, i), base)
+            (l, (m, d, dl, *kept)), g = vg(trainable, frozen, copy_of(batches, i), unpack_ctx(rows, i), base)
             out.append(lax.optimization_barrier((l, g, m, d, dl)))
             base = {c: base[c] + v for c, v in lax.optimization_barrier(dl).items()}
-        return tuple([o[k] for o in out] for k in range(5))
+            first = first or kept   # the first copy's rows
+        return tuple([o[k] for o in out] for k in range(5)) + (first,)
 
     def _grads(self, trainable, frozen, batches, rows, base, bad=None):
         """The training graph of one group: (losses, gradients, metrics, diagnostics, counter deltas), one
         entry per copy in microbatch order; `rows` are the group's context rows, [S 6] i64 (`unpack_ctx`).
         With `bad` (the trainer's record of the first non-finite loss, `no_bad`), the counter totals
         after the group and the updated record replace the deltas: (losses, gradients, metrics,
-        diagnostics, totals, bad); see `tally`."""
-        l, g, m, d, dl = self._group(trainable, frozen, batches, rows, base)
+        diagnostics, totals, bad); see `tally`. With `:samples` names computed in the graph (`keep`),
+        one more entry: the first copy's kept rows (name -> array)."""
+        l, g, m, d, dl, kept = self._group(trainable, frozen, batches, rows, base)
         if self.dp is not None and self.dp.fsdp:
             # Each gradient split as its parameter is: XLA reduce-scatters instead of all-reducing.
             g = [self.dp.constrain_state(x) for x in g]
         if bad is None:
-            return l, g, m, d, dl
+            return (l, g, m, d, dl) + tuple(kept)
         totals, bad = tally(base, dl, l, unpack_ctx(rows)["step"], bad, rows[:, 1])
-        return l, g, m, d, totals, bad
+        return (l, g, m, d, totals, bad) + tuple(kept)
 
     def _grads_summing(self, trainable, frozen, batch, rows, base, bad, total):
         """The training graph of an unstacked group after the step's first: as `_grads` with `bad`,
@@ -151,7 +163,7 @@ class TrainingGraphs:
         sums = {p: sub for p, sub in _subtrees(total, ()) if p}
         summed: list = []
         vg = jax.value_and_grad(loss, has_aux=True)
-        (l, (m, d, dl)), g = vg(trainable, frozen, batch, ctx, base, sums, summed)
+        (l, (m, d, dl, *_)), g = vg(trainable, frozen, batch, ctx, base, sums, summed)
         total = _sum_into(total, g, frozenset(summed), ())
         if self.dp is not None and self.dp.fsdp:
             total = self.dp.constrain_state(total)
@@ -163,10 +175,13 @@ class TrainingGraphs:
         for the step's first group): an unstacked later group's graph adds into the sum itself
         (`grads_summing`, traced as `train summing`), others return their gradients for `add_group`.
         Returns (losses, total, metrics, diagnostics, counter totals, bad) as `_grads` with `bad`
-        returns them, the new sum in the gradients' place. Nothing here waits for the device."""
+        returns them, the new sum in the gradients' place. Nothing here waits for the device. The step's
+        first group (`total` None) leaves its kept `:samples` rows in `last_kept` (on the device)."""
         if total is not None and self.layout.stack == 1:
             return self.grads_summing(trainable, frozen, batch, rows, counters, bad, total)
-        l, gs, m, d, counters, bad = self.grads(trainable, frozen, batch, rows, counters, bad)
+        l, gs, m, d, counters, bad, *kept = self.grads(trainable, frozen, batch, rows, counters, bad)
+        if total is None:
+            self.last_kept = kept[0] if kept else {}
         return l, self.add_group(total, gs), m, d, counters, bad
 
     def _sharded_update(self, donate: bool):
@@ -219,11 +234,25 @@ class TrainingGraphs:
         loss = self._loss(ps.prepare, ps.objective)
 
         def evaluate(trainable, frozen, batch, rows, base):
-            value, (metrics, diags, _) = loss(trainable, frozen, batch, unpack_ctx(rows), base)
-            return value, metrics
+            value, (metrics, diags, _, *kept) = loss(trainable, frozen, batch, unpack_ctx(rows), base)
+            return (value, metrics) + tuple(kept)   # with `keep`: the pass's kept rows third
         return evaluate
 
 
+
+
+def _keep(spec: ir.SamplesIR | None) -> tuple[dict[str, tuple[str, ...]], int]:
+    """What the training graph keeps for `spec`: {where: names} of its computed names (`inputs`,
+    `prepare`, `objective`; none empty), and the rows of each."""
+    if spec is None:
+        return {}, 0
+    return {w: spec.computed_in(w) for w in ("inputs", "prepare", "objective") if spec.computed_in(w)}, spec.rows
+
+
+def _first_rows(v, rows: int):
+    """The first `rows` entries of a kept value's first axis (a scalar as it is), as an array."""
+    v = jnp.asarray(v)
+    return v if v.ndim == 0 else v[:rows]
 
 
 def tally(counters, deltas, losses, step, bad, microbatches):

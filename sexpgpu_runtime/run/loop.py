@@ -1,16 +1,22 @@
-"""The step loop: a run's steps queued ahead of the device, its rows logged in step order, its
-passes run, every value checked, and the state after each completed step kept for a stop to save.
+"""The step loop: a run's steps queued one ahead of the device, each step's end shown as it
+comes, its rows logged in step order, its passes run, every value checked, and the state after each
+completed step kept for a stop to save.
 
 Every step's loss is checked for NaN and Inf on the device (the training graph keeps the first
-bad step: training_graphs.tally), so the host never waits for a step it queued. A logged step's
-row waits (`_write_rows`) until the device has reached that step, and is written then, in step
-order, while later steps are queued: logging does not drain the queue. At a pass, a checkpoint
-step, a stop and the end the loop waits: the rows before are written, then the record is read
-(`Trainer.settle`) before anything of that step is reported or saved.
+bad step: training_graphs.tally), so reading it back is never needed to go on. Once step N is
+queued, the loop waits for step N - `STEPS_AHEAD` to end (its record of the first bad loss, a
+scalar, is ready): the device always has the next step queued while the host waits, and the host
+is never more than `STEPS_AHEAD` steps past what the terminal shows, so a stop signal lands in the
+step after the one last shown (`_ended`). Each step is reported when it ends: the progress bar
+moves, the steady rate (report.Throughput) counts it, and a logged step's row is written then, in
+step order. At a pass, a checkpoint step, a stop and the end the loop waits for every queued step:
+the rows before are written, then the record is read (`Trainer.settle`) before anything of that
+step is reported or saved; the time a pass or a save takes is left out of the rate.
 """
 from __future__ import annotations
 
 import collections
+import time
 
 import jax
 import numpy as np
@@ -19,12 +25,13 @@ from ..errors import BadValue
 from .report import Reporter
 from .state import RunState
 
-#: How many steps the loop queues ahead of the device before it waits for the oldest, on one
-#: device: enough that the host never starves it (on a 2-core CPU a bound of 2 costs ~3% of the step
-#: against 4 or 8), and a bound on the batches waiting in the queue.
-MAX_STEPS_IN_FLIGHT = 8
-#: The same on a mesh: with many steps queued, XLA:CPU's device threads deadlocked in an FSDP all-gather.
-MAX_STEPS_IN_FLIGHT_MESH = 2
+#: How many steps past the last ended one the host may have queued: once step N is queued the loop
+#: waits for step N - STEPS_AHEAD to end. One keeps the device fed (the next step is queued while
+#: it runs the current one; benchmarks/live_output.py measures the step against 8 ahead) and each
+#: step's row and the progress bar at most one step late; it also bounds what waits in the queue
+#: (batches, and on a CPU mesh the collectives of many queued steps, which XLA:CPU's device threads
+#: deadlocked on in an FSDP all-gather).
+STEPS_AHEAD = 1
 
 
 def _mean_reports(groups: list[list[dict]]) -> dict[str, float]:
@@ -43,9 +50,12 @@ class Loop:
     or checkpoint step; else None). `trainer.completed` is kept at the last completed step."""
 
     def __init__(self, trainer, reporter: Reporter, after_step=None):
+        """`trainer` is a train.Trainer (its `step`, `bad`, `step_tokens`, `checks`, `settle`)."""
         self.trainer, self.reporter, self.after_step = trainer, reporter, after_step
         self.history: list[dict] = []
         self.waiting: collections.deque = collections.deque()   # (step, reports, bad, draw) of logged steps
+        self.in_flight: collections.deque = collections.deque()   # (step, bad, tokens) of steps not yet ended
+        self.last_ended = 0   # the last step reported ended (`_ended`)
 
     def run(self, state: RunState) -> tuple[RunState, list[dict]]:
         """Train from `state`; returns the last state and the logged rows. A NaN stops the run naming
@@ -77,12 +87,29 @@ class Loop:
         row.update(_mean_reports(reports["diagnostics"]))
         return row
 
+    def _ended(self, upto: int | None) -> None:
+        """Report the queued steps that have ended, in order: every one up to step `upto` waiting for it
+        (None: all of them), then any later one already ended; each moves the progress bar and the
+        rate (`Reporter.ended`) and then has its row written if it is logged (`_write_rows`)."""
+        while self.in_flight:
+            done, bad, tokens = self.in_flight[0]
+            if upto is None or done <= upto:
+                jax.block_until_ready(bad)
+            elif not bad[0].is_ready():
+                break
+            self.in_flight.popleft()
+            self.last_ended = done
+            self.reporter.ended(done, tokens)
+            self._write_rows(wait=False)
+
     def _write_rows(self, wait: bool) -> None:
-        """Write the rows of logged steps in order: each once the device has finished its step (`wait`:
-        all of them, waiting). A NaN loss up to that step, or in the row, raises BadValue; a bad traced
-        temperature of a generator up to that step, BadDraw."""
+        """Write the rows of logged steps in order: each once its step has ended (`wait`: all of them,
+        waiting for every queued step first). A NaN loss up to that step, or in the row, raises
+        BadValue; a bad traced temperature of a generator up to that step, BadDraw."""
+        if wait:
+            self._ended(None)
         checks = self.trainer.checks
-        while self.waiting and (wait or self.waiting[0][2][0].is_ready()):
+        while self.waiting and (wait or self.waiting[0][0] <= self.last_ended):
             done, reports, bad, draw = self.waiting.popleft()
             checks.check_records(bad, draw)
             row = self.report_row(done, reports)
@@ -94,21 +121,18 @@ class Loop:
         tr = self.trainer
         run = tr.program.run
         tr.completed = state
-        in_flight: collections.deque = collections.deque()
         while state.step < tr.steps:
             state, reports = tr.step(state)
             done = state.step
-            # A bounded number of steps queued ahead of the device: enough to keep it busy, and a bound on
-            # what waits in the queue (batches, and on a CPU mesh the collectives of many queued steps,
-            # which XLA:CPU's device threads can deadlock on).
-            in_flight.append(tr.bad)
-            if len(in_flight) > (MAX_STEPS_IN_FLIGHT if tr.dp is None else MAX_STEPS_IN_FLIGHT_MESH):
-                jax.block_until_ready(in_flight.popleft())
             log_now = done % run.log_every == 0 or done == tr.steps or done == 1
             save_now = tr.checkpoint_every is not None and (done % tr.checkpoint_every == 0 or done == tr.steps)
             passes_now = [ps for ps in tr.program.passes if done % ps.every == 0 or done == tr.steps]
             row = None
-            self.reporter.advance(done)
+            if log_now and not (save_now or passes_now):
+                self.waiting.append((done, reports, tr.bad, tr.draw))
+            self.in_flight.append((done, tr.bad, tr.step_tokens))
+            self._ended(done - STEPS_AHEAD)
+            paused = time.perf_counter()   # a pass or a save: left out of the steady rate
             if save_now or passes_now:
                 self._write_rows(wait=True)
                 tr.settle()
@@ -122,11 +146,10 @@ class Loop:
                     row = full
                     self.history.append(row)
                     self.reporter.log(row, done)
-            elif log_now:
-                self.waiting.append((done, reports, tr.bad, tr.draw))
-            self._write_rows(wait=False)
             if self.after_step is not None:
                 self.after_step(state, row)
+            if save_now or passes_now:
+                self.reporter.pause(time.perf_counter() - paused)
             tr.completed = state
             if tr.samples is not None:   # samples.py: the rows whose copy has landed
                 tr.samples.poll(state.step)

@@ -1,7 +1,10 @@
 """What a run shows and logs: the terminal (a rich progress bar, or plain lines), metrics.jsonl, TensorBoard.
 
-`Reporter` is handed one row per logged step by the loop (train.py) and
-knows nothing of how the row was computed; `keep_rows_up_to` trims the
+`Reporter` is told by the loop (loop.py) when each step ends (`ended`) and
+handed one row per logged step, and knows nothing of how the row was
+computed; `Throughput` is the steady rate it shows (steps/s and tokens/s,
+the first step's compilation and the passes' and saves' time left out);
+`keep_rows_up_to` trims the
 rows an interrupted process logged past its last checkpoint, so a resumed
 run has one row per step. Each metrics.jsonl row is written whole or not
 at all (`RowFile`): a full disk is one RunError and the file keeps only
@@ -16,9 +19,76 @@ import time
 from pathlib import Path
 
 import jax
+import numpy as np
 
 from ..errors import RunError
 from .tensorboard import TensorBoardLog
+
+#: The loader sources whose records are token rows: their steps count tokens (`batch_tokens`).
+TOKEN_SOURCES = frozenset({"stride-rows", "text-bytes", "tokens", "text-tokens", "jsonl", "parquet"})
+
+
+def batch_tokens(batch: dict, stacked: bool) -> int:
+    """The tokens of one batch of token rows: the entries of its largest integer field of a row per
+    record (`[B T]`, stacked `[S B T]`), so a window and its shifted target (`:tokens`, `:next`) count
+    once; 0 when it has none. Reads shapes and dtypes only (never waits for the device)."""
+    rank = 3 if stacked else 2
+    sizes = [int(np.prod(v.shape)) for v in batch.values()
+             if getattr(v, "ndim", 0) >= rank and np.issubdtype(np.dtype(v.dtype), np.integer)]
+    return max(sizes, default=0)
+
+
+class Throughput:
+    """The steady rate of a run: steps/s and tokens/s from the end of its first step (`start` + 1,
+    which holds the compilation) to the end of the last step reported, less the time `pause` was
+    told of (passes, checkpoint saves). `clock` gives seconds (`time.perf_counter`)."""
+
+    def __init__(self, start: int, clock=time.perf_counter):
+        self.start, self.clock = start, clock
+        self.since: float | None = None   # when the first step ended
+        self.steps = 0
+        self.tokens: int | None = 0
+        self.paused = 0.0
+        self.last: float | None = None
+
+    def ended(self, done: int, tokens: int | None = None) -> None:
+        """Step `done` ended now, its batches holding `tokens` tokens (None: not token rows)."""
+        now = self.clock()
+        if self.since is None:
+            self.since = now
+            return
+        self.steps += 1
+        self.tokens = None if tokens is None or self.tokens is None else self.tokens + tokens
+        self.last = now
+
+    def pause(self, seconds: float) -> None:
+        """Leave `seconds` (a pass, a save) out of the rate, once it is counting."""
+        if self.since is not None:
+            self.paused += seconds
+
+    def rates(self) -> tuple[float | None, float | None]:
+        """(steps/s, tokens/s): None until a step after the first has ended; tokens/s None without tokens."""
+        if not self.steps or self.last is None:
+            return None, None
+        seconds = max(self.last - self.since - self.paused, 1e-9)
+        return self.steps / seconds, (None if not self.tokens else self.tokens / seconds)
+
+
+def rate_text(steps: float | None, tokens: float | None) -> str:
+    """The steady rate as the terminal shows it: `31.9 steps/s  48.9k tokens/s`; `-` before it is known."""
+    if steps is None:
+        return "- steps/s"
+    text = f"{steps:.3g} steps/s" if steps < 100 else f"{steps:.0f} steps/s"
+    if tokens is not None:
+        text += f"  {_si(tokens)} tokens/s"
+    return text
+
+
+def _si(x: float) -> str:
+    for unit, scale in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if x >= scale:
+            return f"{x / scale:.3g}{unit}"
+    return f"{x:.3g}"
 
 
 class Reporter:
@@ -50,24 +120,26 @@ class Reporter:
         self.tb = None
         if tensorboard:
             self.tb = TensorBoardLog(run_dir, purge_step=start + 1 if append else None)
-        self.t0 = time.perf_counter()
+        self.throughput = Throughput(start)
         if progress and not quiet:
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
             self.bar = Progress(TextColumn(f"[bold]{name}"), BarColumn(), TextColumn("step"), MofNCompleteColumn(),
-                                TextColumn("loss {task.fields[loss]}"), TextColumn("{task.fields[rate]} steps/s"),
+                                TextColumn("loss {task.fields[loss]}"), TextColumn("{task.fields[rate]}"),
                                 TextColumn("ETA"), TimeRemainingColumn(), transient=False)
-            self.task = self.bar.add_task("train", total=total, completed=start, loss="-", rate="-")
+            self.task = self.bar.add_task("train", total=total, completed=start, loss="-", rate=rate_text(None, None))
             self.bar.start()
 
-    def _rate(self, done: int) -> float:
-        elapsed = time.perf_counter() - self.t0
-        return (done - self.start) / elapsed if elapsed > 0 else 0.0
-
-    def advance(self, done: int):
-        """A step was queued: move the bar only."""
-        self.done = done
+    def ended(self, done: int, tokens: int | None = None):
+        """Step `done` ended (its batches held `tokens` tokens, None: not token rows): the rate counts
+        it and the bar moves to it."""
+        self.done = max(self.done, done)
+        self.throughput.ended(done, tokens)
         if self.bar is not None:
-            self.bar.update(self.task, completed=done)
+            self.bar.update(self.task, completed=self.done, rate=rate_text(*self.throughput.rates()))
+
+    def pause(self, seconds: float):
+        """`seconds` spent on a pass or a save: left out of the steady rate."""
+        self.throughput.pause(seconds)
 
     def log(self, row: dict, done: int):
         """A logged step: one metrics.jsonl row, TensorBoard scalars, the bar or one plain line."""
@@ -78,13 +150,15 @@ class Reporter:
                 self.tb.log(row)
         except OSError as e:
             raise RunError(f"cannot write the metrics of step {row.get('step')} in {self.path.parent}: {e.strerror or e}")
-        rate = self._rate(done)
-        if self.bar is not None:   # the bar may be ahead of the row: rows are written once the device has the step
+        steps, tokens = self.throughput.rates()
+        if self.bar is not None:
             self.bar.update(self.task, completed=max(done, self.done), loss=f"{row.get('loss', float('nan')):.4f}",
-                            rate=f"{rate:.1f}")
+                            rate=rate_text(steps, tokens))
         elif not self.quiet:
             parts = [f"step {row['step']}/{self.total}"] + [f"{k} {v:.4g}" for k, v in row.items() if k != "step"]
-            print("  ".join(parts) + f"  {rate:.1f} steps/s", file=sys.stderr, flush=True)
+            if steps is not None:   # the steady rate, once a step after the first has ended
+                parts.append(rate_text(steps, tokens))
+            print("  ".join(parts), file=sys.stderr, flush=True)
 
     def close(self):
         """Stop the progress bar and close metrics.jsonl and TensorBoard's files (a RunError when

@@ -2,13 +2,16 @@
 terminal and TensorBoard (docs/metrics.md "Samples").
 
 The loop (train.py) hands `SampleLog.take` the batch of a sampled step (the training loader's
-fields and the generator's names, on the device) and of every evaluation pass. `take` gathers the
-first `:rows` rows of each named tensor in one small jitted call (on one device; a numpy batch is
-sliced on the host) and starts their copy to the host (`copy_to_host_async`); nothing waits. The
+fields and the generator's names, on the device) and of every evaluation pass, with the rows of the
+names computed in `prepare` or `objective` (gathered inside the training or pass graph itself:
+lowering/training_graphs.py `keep`). `take` gathers the first `:rows` rows of each named tensor of
+the batch in one small jitted call (on one device; a numpy batch is sliced on the host) and starts
+every copy to the host (`copy_to_host_async`); nothing waits. The
 rows are written by `poll` once their copy has landed and their step has completed (a stop
 abandons the step in flight, whose rows are then never written), by `flush` before a checkpoint
 (so a resume finds every row up to it) and by `close` at the end. The training graphs are the
-same with or without samples: gathering is its own call, after the generator's.
+same with or without samples of the batch's names: gathering is its own call, after the generator's;
+a name computed in `prepare` or `objective` adds its first rows to the training graph's outputs.
 
 Each written row: `{"step": 10, "pass": "train", "row": 0, "fields": {...}}` in
 `RUN_DIR/samples.jsonl`, one JSON object per row (`step` counts completed steps as in
@@ -31,6 +34,7 @@ import jax
 import numpy as np
 
 from sexpgpu_lang import ir
+from sexpgpu_lang.render import visible
 
 from ..data.files import resolve_path
 from ..data.tokenize import load_tokenizer
@@ -117,19 +121,26 @@ class SampleLog:
         return done == 1 or done % self.spec.every == 0 or done == self.total
 
     # -- gathering -------------------------------------------------------------------------------
-    def take(self, done: int, batch: dict, stacked: bool, pass_name: str = TRAIN) -> None:
+    def take(self, done: int, batch: dict, stacked: bool, pass_name: str = TRAIN, kept: dict | None = None) -> None:
         """Gather the first rows of each named tensor `batch` holds ([S B ...] when `stacked`: the first
-        copy's), start their copy to the host, and queue them for `poll`; never waits for the device."""
+        copy's), start their copy to the host with that of `kept` (the rows of the names computed in
+        `prepare` or `objective`, gathered in the training or pass graph already: TrainingGraphs.keep),
+        and queue them for `poll`; never waits for the device."""
         picked = {n: batch[n] for n in self.names if n in batch}
-        if not picked:
+        kept = {n: v for n, v in (kept or {}).items() if n in self.names and n not in picked}
+        if not picked and not kept:
             return
-        if all(isinstance(v, np.ndarray) for v in picked.values()):   # a batch still on the host
+        if not picked:
+            out = {}
+        elif all(isinstance(v, np.ndarray) for v in picked.values()):   # a batch still on the host
             rows = self.spec.rows
             out = {k: (v[0] if stacked else v) for k, v in picked.items()}
             out = {k: v if v.ndim == 0 else v[:rows] for k, v in out.items()}
         else:
-            out = (self._gather_copy0 if stacked else self._gather)(picked)
-            for v in out.values():
+            out = dict((self._gather_copy0 if stacked else self._gather)(picked))
+        out.update(kept)
+        for v in out.values():
+            if hasattr(v, "copy_to_host_async"):
                 v.copy_to_host_async()
         self.pending.append((done, pass_name, out))
 
@@ -217,7 +228,7 @@ class SampleLog:
 
 def field_text(value) -> str:
     """A field's value as one line: a prompt and its completion with `▸` between, lists of numbers
-    short, newlines as `⏎`."""
+    short, newlines as `⏎`, other control characters as their pictures (render.visible)."""
     if isinstance(value, dict) and "completion" in value:
         text = f"{value['prompt']}▸{value['completion']}"
     elif isinstance(value, dict) and "first" in value:
@@ -229,7 +240,7 @@ def field_text(value) -> str:
         text = value
     else:
         text = _short(value)
-    return text.replace("\r\n", "⏎").replace("\n", "⏎").replace("\t", " ")
+    return visible(text.replace("\r\n", "⏎").replace("\n", "⏎").replace("\t", " "))
 
 
 def _flatten(v):

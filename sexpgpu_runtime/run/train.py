@@ -38,7 +38,7 @@ from .checks import ValueChecks
 from .fits import is_out_of_memory, out_of_memory
 from .loop import Loop
 from .options import RunOptions
-from .report import Reporter
+from .report import TOKEN_SOURCES, Reporter, batch_tokens
 from .samples import SampleLog, open_samples
 from .signals import StopSignals
 from .start import RunStart
@@ -79,6 +79,10 @@ class Trainer:
         self.bad = None                # on the device: the first non-finite loss (training_graphs.tally), or None
         self.draw = None               # on the device: the first bad traced temperature (draw_check.py), or None
         self.samples: SampleLog | None = None   # `run`'s `:samples` (samples.py), set by `train`
+        # tokens/s (report.Throughput): the tokens of the last step's batches (report.batch_tokens), or
+        # None where the training loader's records are not token rows
+        self.counts_tokens = program.loaders[run.loader].source[0] in TOKEN_SOURCES
+        self.step_tokens: int | None = None
 
     def initial_state(self, load: bool = True) -> RunState:
         """Fresh parameters (pretrained ones loaded unless `load` is False: for shapes only), fresh
@@ -125,6 +129,7 @@ class Trainer:
         records, counters = state.records, state.counters
         bad = self.bad if self.bad is not None else g.no_bad()
         draw = self.draw
+        tokens = 0
         for group in range(self.layout.groups):
             self.poll()
             batch, rows, records = self.batches.next_group(state.step, group, records)
@@ -133,10 +138,12 @@ class Trainer:
                                                self._trip_hook(state.step), draw)
                 batch, draw = {**batch, **made}, g.draw
                 self.poll()
-            if group == 0 and self.samples is not None and self.samples.due(state.step + 1):
-                self.samples.take(state.step + 1, batch, self.layout.stack > 1)
+            if self.counts_tokens:   # the rows the training graph reads: the generated ones, where it runs
+                tokens += batch_tokens(batch, self.layout.stack > 1)
             l, total, m, d, counters, bad = g.train_group(total, state.trainable, state.frozen, batch, rows,
                                                           counters, bad)
+            if group == 0 and self.samples is not None and self.samples.due(state.step + 1):
+                self.samples.take(state.step + 1, batch, self.layout.stack > 1, kept=g.training.last_kept)
             losses += l
             metrics.append(m)
             diags.append(d)
@@ -144,6 +151,7 @@ class Trainer:
         trainable, opt_state = g.update(state.trainable, state.opt_state, total, bad[0])
         new = RunState(state.step + 1, trainable, state.frozen, opt_state, records, counters)
         self.bad, self.draw = bad, draw
+        self.step_tokens = tokens if self.counts_tokens else None
         return new, {"losses": losses, "metrics": metrics, "diagnostics": diags}
 
     def run_pass(self, ps: ir.PassIR, state: RunState) -> dict:
@@ -162,9 +170,9 @@ class Trainer:
                 batch = {**batch, **made}
                 if self.graphs.draw is not None:   # (the pass waits for its loss below anyway)
                     self.checks.check_records(None, self.graphs.draw, ps.name)
+            loss, metrics, *kept = fn(state.trainable, state.frozen, batch, rows, state.counters)
             if k == 0 and self.samples is not None:   # every pass's first rows
-                self.samples.take(state.step, batch, False, ps.name)
-            loss, metrics = fn(state.trainable, state.frozen, batch, rows, state.counters)
+                self.samples.take(state.step, batch, False, ps.name, kept=kept[0] if kept else None)
             for m, v in {"loss": float(loss), **{m: float(v) for m, v in metrics.items()}}.items():
                 sums[m] = sums.get(m, 0.0) + v
         return {f"{ps.name}/{m}": v / ps.batches for m, v in sums.items()}
