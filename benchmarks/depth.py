@@ -264,6 +264,7 @@ def _live(fn, args, donate=()) -> int:
 
 
 def step_peaks(microbatches: int) -> tuple[int, int]:
+    from sexpgpu_runtime.lowering.training_graphs import accumulate
     """XLA's peak of one step of the example at `:microbatches` (bytes): (with a separate add, with the
     running sum in the training graph)."""
     tr = trainer_for(llama_text(with_pass=False).replace(":seed 0", f":seed 0 :microbatches {microbatches}"))
@@ -277,7 +278,7 @@ def step_peaks(microbatches: int) -> tuple[int, int]:
     if microbatches == 1:
         return max(first, update), max(first, update)
     grads = [state.trainable]
-    separate = max(first, first + grad, opt + params + _live(g.training._accumulate, (state.trainable, grads), (0,)), update)
+    separate = max(first, first + grad, opt + params + _live(accumulate, (state.trainable, grads), (0,)), update)
     summing = max(first, opt + _live(g.training._grads_summing, args + (state.trainable,), (6,)), update)
     return separate, summing
 

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from helpers import program_of
+from sexpgpu_runtime.lowering.training_graphs import accumulate
 from sexpgpu_runtime.run.options import RunOptions
 from sexpgpu_runtime.run.train import Trainer
 from test_accumulation import bits, old_step
@@ -74,7 +75,7 @@ def test_a_later_microbatch_holds_no_second_gradient_buffer(tmp_path):
 
     first = live(g.training._grads, *args)
     summing = live(g.training._grads_summing, *args, state.trainable, donate=(6,))
-    separate = live(lambda *a: (lambda r: (r[0], g.training._accumulate(a[-1], r[1]), *r[2:]))(g.training._grads(*a[:-1])),
+    separate = live(lambda *a: (lambda r: (r[0], accumulate(a[-1], r[1]), *r[2:]))(g.training._grads(*a[:-1])),
                     *args, state.trainable, donate=(6,))
     assert abs(summing - (first + 0)) <= layer, (summing, first, layer)
     assert separate >= first + grad - layer, (separate, first, grad)

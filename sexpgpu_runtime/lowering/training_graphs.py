@@ -43,7 +43,7 @@ class TrainingGraphs:
         self.opt = optimizer
         self.layout = layout
         self.tracer = tracer
-        self.counter_types = self._counter_types()
+        self.counter_types = counter_types(program)
         # `:samples` names computed in the graph by where (ir.SamplesIR.computed), their first rows one more
         # entry of the loss's aux; with none (no `:samples`, or only the batch's) the outputs are as without.
         self.keep, self.sample_rows = _keep(program.run.samples)
@@ -63,18 +63,10 @@ class TrainingGraphs:
             out = {} if dp is None else {"out_shardings": dp.replicated}
             self.update = jax.jit(counted("update", self._update), donate_argnums=(0, 1) if dn else (), **out)
         # The running sum is donated to each add; the first group's first gradient starts it (no add of 0).
-        self.accumulate = jax.jit(counted("accumulate", self._accumulate), donate_argnums=(0,) if dn else ())
-        self.accumulate_first = jax.jit(counted("accumulate first", self._accumulate),
+        self.accumulate = jax.jit(counted("accumulate", accumulate), donate_argnums=(0,) if dn else ())
+        self.accumulate_first = jax.jit(counted("accumulate first", accumulate),
                                         donate_argnums=(0,) if dn else ())
         self.passes = {ps.name: jax.jit(counted(f"pass {ps.name}", self._eval_fn(ps))) for ps in program.passes}
-
-    def _counter_types(self) -> dict[str, str]:
-        ctx_t = self.p.objective.param_types[1]
-        out = {}
-        for c in self.p.counters:
-            t = ctx_t.get(c) if isinstance(ctx_t, PlistType) else None
-            out[c] = t.dtype if isinstance(t, TensorType) else "f32"
-        return out
 
     def zero_counters(self) -> dict:
         """Run-long counter totals at the start of a run."""
@@ -86,7 +78,6 @@ class TrainingGraphs:
         bad = (jnp.asarray(-1, jnp.int64), jnp.asarray(0.0, jnp.float32), jnp.asarray(-1, jnp.int64),
                self.zero_counters())
         return bad if self.dp is None else self.dp.put_replicated(bad)
-
 
     # -- training -----------------------------------------------------------------------------
     def _loss(self, prepare: ir.Phase | None, objective: ir.Phase):
@@ -156,7 +147,7 @@ class TrainingGraphs:
         produced, so that no second gradient-sized buffer is live: a repeated block's stacked
         parameters in its backward scan (`accumulate.scan_summing`, through `Effects.sums`), every
         other parameter's gradient as it comes (`accumulate.add_into`). Each add is `total + g`
-        elementwise, as `_accumulate` makes it (the bits of summing the list of gradients).
+        elementwise, as `accumulate` makes it (the bits of summing the list of gradients).
         Returns (losses, total, metrics, diagnostics, totals, bad), one copy's entries in lists."""
         ctx = unpack_ctx(rows)
         loss = self._loss(self.p.prepare, self.p.objective)
@@ -197,16 +188,6 @@ class TrainingGraphs:
             return jitted[0](trainable, opt_state, total, bad)
         return update
 
-    @staticmethod
-    def _accumulate(total, grads):
-        """`total` plus each gradient of `grads` (a list, in microbatch order), one add at a time:
-        `((total + g0) + g1) + ...`, every add elementwise in the gradient's dtype. Its own graph, apart
-        from the training graph, so that no add is fused into a matmul and a stacked and an unstacked run
-        add exactly the same arrays in the same order."""
-        for g in grads:
-            total = jax.tree_util.tree_map(jnp.add, total, g)
-        return total
-
     def add_group(self, total, grads: list):
         """The running sum after one group: `grads` (the group's gradients, in microbatch order) added
         to `total`, or, for the step's first group (`total` None), to its first gradient. One trace for
@@ -239,6 +220,26 @@ class TrainingGraphs:
         return evaluate
 
 
+
+
+def counter_types(program: ir.Program) -> dict[str, str]:
+    """The dtype of each counter of `program` (its type in the objective's context; f32 if none)."""
+    ctx_t = program.objective.param_types[1]
+    out = {}
+    for c in program.counters:
+        t = ctx_t.get(c) if isinstance(ctx_t, PlistType) else None
+        out[c] = t.dtype if isinstance(t, TensorType) else "f32"
+    return out
+
+
+def accumulate(total, grads):
+    """`total` plus each gradient of `grads` (a list, in microbatch order), one add at a time:
+    `((total + g0) + g1) + ...`, every add elementwise in the gradient's dtype. Its own graph, apart
+    from the training graph, so that no add is fused into a matmul and a stacked and an unstacked run
+    add exactly the same arrays in the same order."""
+    for g in grads:
+        total = jax.tree_util.tree_map(jnp.add, total, g)
+    return total
 
 
 def _keep(spec: ir.SamplesIR | None) -> tuple[dict[str, tuple[str, ...]], int]:
