@@ -264,9 +264,9 @@ def _live(fn, args, donate=()) -> int:
 
 
 def step_peaks(microbatches: int) -> tuple[int, int]:
-    from sexpgpu_runtime.lowering.training_graphs import accumulate
     """XLA's peak of one step of the example at `:microbatches` (bytes): (with a separate add, with the
     running sum in the training graph)."""
+    from sexpgpu_runtime.lowering.training_graphs import accumulate
     tr = trainer_for(llama_text(with_pass=False).replace(":seed 0", f":seed 0 :microbatches {microbatches}"))
     g, state = tr.graphs, tr.initial_state()
     batch, rows, _ = tr.batches.host_group(state.step, 0, 0)
