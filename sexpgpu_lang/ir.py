@@ -197,6 +197,10 @@ class Interpreter:
     #: The environment key of the root parameter tree that a model's `self` is cut from.
     PARAMS = "__params__"
 
+    #: While the body of a standard-library call is evaluated (the outermost one):
+    #: (the function's name, the call's span in the run file), where its ops are sited.
+    stdlib_site: tuple[str, Span] | None = None
+
     def __init__(self, selected: frozenset = frozenset(), in_generator: bool = False):
         self.selected = selected
         self.in_generator = in_generator
@@ -226,7 +230,13 @@ class Interpreter:
             inner = dict(env)
             for n, a in zip(e.params, e.args):
                 inner[n] = self.eval(a, env)
-            return self.body(e.body, inner)
+            if e.stdlib is None or self.stdlib_site is not None:
+                return self.body(e.body, inner)
+            self.stdlib_site = (e.stdlib, e.span)   # its body's spans are in prelude.sx: the call's is the place
+            try:
+                return self.body(e.body, inner)
+            finally:
+                self.stdlib_site = None
         if isinstance(e, Repeat):
             return self.repeat(e, env[self.PARAMS], [self.eval(a, env) for a in e.args])
         if isinstance(e, ModelCall):

@@ -99,7 +99,6 @@ class Trace(ir.Interpreter):
         self.region: tuple[int, str] | None = None   # the rematerialised call being traced
         self.scanning = False   # tracing the body of a scan without remat
         self.site: Span | None = None   # the op being traced: where the nodes made now come from (`Node.span`)
-        self.call_site: Span | None = None   # a standard-library call being traced: the site of its ops
 
     # -- nodes ---------------------------------------------------------------------------------
     def new(self, op: str, t: TensorType, inputs=(), cost=Cost(), per_copy=None, role="", static=None) -> Node:
@@ -173,17 +172,6 @@ class Trace(ir.Interpreter):
                 self.output(f"{name}:{i}", v)
 
     # -- the evaluator's hooks (ir.Interpreter walks the rest) -----------------------------------
-    def eval(self, e: ir.Expr, env: dict):
-        """`ir.Interpreter.eval`; the ops inside a standard-library call are sited at the call in the
-        run file (their own spans are in prelude.sx)."""
-        if isinstance(e, ir.Apply) and e.stdlib is not None and self.call_site is None:
-            self.call_site = e.span
-            try:
-                return super().eval(e, env)
-            finally:
-                self.call_site = None
-        return super().eval(e, env)
-
     def phase(self, phase: ir.Phase, args: list):
         """Evaluate one phase on `args`, `self` being the root of the parameter tree."""
         env = dict(zip(phase.params, args))
@@ -275,7 +263,7 @@ class Trace(ir.Interpreter):
         for v in kwargs:
             if isinstance(v, Node):
                 ins.append(v.id)
-        outer, self.site = self.site, self.call_site or e.span
+        outer, self.site = self.site, (self.stdlib_site[1] if self.stdlib_site else e.span)
         try:
             return self._op_nodes(e, ins, types)
         finally:

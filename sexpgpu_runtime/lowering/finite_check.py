@@ -99,19 +99,6 @@ class FiniteCheck(_Lowering):
     def __init__(self, fx, made: list, phase: str, trip: int | None = None):
         super().__init__(fx)
         self.made, self.phase, self.trip = made, phase, trip
-        self.site: tuple | None = None   # (function name, call span) of the standard-library call being run
-
-    def eval(self, e: ir.Expr, env: dict):
-        if isinstance(e, ir.Apply) and getattr(e, "stdlib", None) and self.site is None:
-            inner = dict(env)
-            for n, a in zip(e.params, e.args):
-                inner[n] = self.eval(a, env)
-            self.site = (e.stdlib, e.span)
-            try:
-                return self.body(e.body, inner)
-            finally:
-                self.site = None
-        return super().eval(e, env)
 
     def op(self, e: ir.Op, env: dict):
         args = [_materialise(a, self.eval(a, env)) for a in e.args]
@@ -120,7 +107,7 @@ class FiniteCheck(_Lowering):
         out = LOWERINGS[e.name](LowerCall(args, kwargs, static, e.type, self.fx))
         outs = _leaves(out)
         bad = next((b for b in map(_first_bad, outs) if b is not None), None)
-        self.made.append(_Made(e, self.site, self.phase, self.trip, outs, _leaves([args, kwargs]), bad))
+        self.made.append(_Made(e, self.stdlib_site, self.phase, self.trip, outs, _leaves([args, kwargs]), bad))
         return out
 
     def call(self, e: ir.ModelCall, params, args: list):

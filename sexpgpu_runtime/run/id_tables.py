@@ -76,19 +76,6 @@ class _Flow(ir.Interpreter):
     def __init__(self, limits: dict):
         super().__init__(frozenset(), False)
         self.limits = limits
-        self.site: tuple | None = None
-
-    def eval(self, e: ir.Expr, env: dict):
-        if isinstance(e, ir.Apply) and getattr(e, "stdlib", None) and self.site is None:
-            inner = dict(env)
-            for n, a in zip(e.params, e.args):
-                inner[n] = self.eval(a, env)
-            self.site = (e.stdlib, e.span)
-            try:
-                return self.body(e.body, inner)
-            finally:
-                self.site = None
-        return super().eval(e, env)
 
     def op(self, e: ir.Op, env: dict):
         args = [self.eval(a, env) for a in e.args]
@@ -98,7 +85,7 @@ class _Flow(ir.Interpreter):
             size = _axis(e)
             for field in _sources(args[INDEXED[e.name]]):
                 if size is not None and (field not in self.limits or size < self.limits[field].size):
-                    offset, stdlib = (e.span.start, None) if self.site is None else (self.site[1].start, self.site[0])
+                    offset, stdlib = (e.span.start, None) if self.stdlib_site is None else (self.stdlib_site[1].start, self.stdlib_site[0])
                     self.limits[field] = Limit(size, e.name, offset, stdlib)
         if e.name in _KEEPS_FIRST and args:
             return _sources(args[0])
