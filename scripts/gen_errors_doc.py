@@ -15,7 +15,6 @@ Imports sexpgpu_lang only (never JAX).
 """
 from __future__ import annotations
 
-import argparse
 import os
 import re
 import sys
@@ -23,10 +22,13 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from sexpgpu_lang import analyze_file  # noqa: E402
 from sexpgpu_lang.diagnostic_docs import FAMILIES, FIX, Record, family, records  # noqa: E402
 from sexpgpu_lang.diagnostics import doc_anchor  # noqa: E402
+
+from page_generator import page_main  # noqa: E402
 
 PAGE = ROOT / "docs" / "errors.md"
 FILE_CASES = ROOT / "tests" / "cases-files"
@@ -122,23 +124,8 @@ def render() -> str:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    mode = ap.add_mutually_exclusive_group()
-    mode.add_argument("--write", action="store_true", help="write docs/errors.md")
-    mode.add_argument("--check", action="store_true", help="exit 1 when docs/errors.md differs from the output")
-    a = ap.parse_args(argv)
-    text = render()
-    if a.write:
-        PAGE.write_text(text, encoding="utf-8")
-        return 0
-    if a.check:
-        current = PAGE.read_text(encoding="utf-8") if PAGE.exists() else ""
-        if current != text:
-            print(f"{PAGE} is stale: run python scripts/gen_errors_doc.py --write", file=sys.stderr)
-            return 1
-        return 0
-    sys.stdout.write(text)
-    return 0
+    """Print, `--write` or `--check` the page (page_generator.page_main)."""
+    return page_main(PAGE, render, "gen_errors_doc.py", __doc__.splitlines()[0], argv)
 
 
 if __name__ == "__main__":

@@ -14,16 +14,18 @@ Imports sexpgpu_lang only (never JAX).
 """
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from sexpgpu_lang.check import check_expression, stdlib_docs  # noqa: E402
 from sexpgpu_lang.language import SPECIAL_FORMS, TOP_FORMS  # noqa: E402
 from sexpgpu_lang.ops import EXAMPLE_ENV, INITIALIZERS, REGISTRY  # noqa: E402
+
+from page_generator import page_main  # noqa: E402
 
 PAGE = ROOT / "docs" / "ops.md"
 
@@ -122,23 +124,8 @@ def render() -> str:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    mode = ap.add_mutually_exclusive_group()
-    mode.add_argument("--write", action="store_true", help="write docs/ops.md")
-    mode.add_argument("--check", action="store_true", help="exit 1 when docs/ops.md differs from the output")
-    a = ap.parse_args(argv)
-    text = render()
-    if a.write:
-        PAGE.write_text(text, encoding="utf-8")
-        return 0
-    if a.check:
-        current = PAGE.read_text(encoding="utf-8") if PAGE.exists() else ""
-        if current != text:
-            print(f"{PAGE} is stale: run python scripts/gen_ops_doc.py --write", file=sys.stderr)
-            return 1
-        return 0
-    sys.stdout.write(text)
-    return 0
+    """Print, `--write` or `--check` the page (page_generator.page_main)."""
+    return page_main(PAGE, render, "gen_ops_doc.py", __doc__.splitlines()[0], argv)
 
 
 if __name__ == "__main__":
