@@ -220,18 +220,26 @@ def _missing_file(ctx: CheckContext, kind: str, key: str, rel: str, at: Span) ->
     return False
 
 
+def _regular_file(ctx: CheckContext, rel: str) -> tuple[str, os.stat_result] | None:
+    """(full path, its stat) of `rel` (relative to the run file) when it is a regular file here;
+    None otherwise (not there, not a regular file, no path: the other checks tell those)."""
+    full = _full_path(ctx, rel)
+    try:
+        st = os.stat(full) if full is not None else None
+    except (OSError, ValueError):
+        return None
+    return (full, st) if st is not None and stat.S_ISREG(st.st_mode) else None
+
+
 def _jsonl_rows(ctx: CheckContext, rel: str, at: Span) -> bool:
     """E-LOADER-001 at the path when a row of the .jsonl file `rel` is one the runtime refuses (not
     UTF-8, not JSON, nested too deeply, a number of too many digits, not an object, a line past its
     bound: bounded_read.jsonl_rows, which the runtime reads through). False when reported; a file
     that is not there or not a regular file is the other checks'."""
-    full = _full_path(ctx, rel)
-    try:
-        st = os.stat(full) if full is not None else None
-    except (OSError, ValueError):
+    found = _regular_file(ctx, rel)
+    if found is None:
         return True
-    if st is None or not stat.S_ISREG(st.st_mode):
-        return True
+    full, st = found
     bad = _bad_row(full, st.st_mtime_ns, st.st_size)
     if bad is None:
         return True
@@ -264,13 +272,10 @@ def _tokenizer_vocab(ctx: CheckContext, rel: str, vocab: int | None, at: Span) -
     W-LOADER-001 when it holds more ids than `:vocab` (given): the text may then give ids the
     model's embedding lacks. False when an error is reported; a file that is not there is
     `_missing_file`'s."""
-    full = _full_path(ctx, rel)
-    try:
-        st = os.stat(full) if full is not None else None
-    except (OSError, ValueError):
+    found = _regular_file(ctx, rel)
+    if found is None:
         return True
-    if st is None or not stat.S_ISREG(st.st_mode):
-        return True
+    full, st = found
     size = vocab_size(full, st.st_mtime_ns, st.st_size)
     if isinstance(size, str):
         ctx.err("E-LOADER-001", at, f"tokenizer `{rel}` cannot be read: {size}",
