@@ -4,13 +4,15 @@ to a small run file that gives the same diagnostics, and mark them again.
 
     python scripts/shrink_example.py PATH...          # print each shrunk file
     python scripts/shrink_example.py --write PATH...  # rewrite each file in place
+    python scripts/shrink_example.py --write --fix ':bias' ':b' PATH   # its twin, given
 
 A candidate is kept when the checker's diagnostics are the same as the original's as a
 multiset of (code, severity, the text of the range's first line, the message with its
 numbers blanked): the same mistakes at the same places, nothing new of any severity; when
 every line of the record's ```lisp excerpts still appears in one of its examples
 (tests/test_errors_examples.py); and, for an example that is tests/fixtures/tiny-generate.sx
-with a few lines edited, when its twin (the candidate with those lines put back) is clean.
+with a few lines edited (or given `--fix MISTAKE FIXED`), when its twin (the candidate with
+those lines put back) is clean.
 The twin keeps the rest of the file a sensible run: an early error (a syntax or form
 mistake) stops later checks, and without it a shrunk file could hide a second mistake.
 The passes, repeated until none removes anything:
@@ -385,9 +387,11 @@ def _header(text: str) -> tuple[str, str]:
 
 
 def shrink(path: Path, others: list[str] | None = None, patterns: list[re.Pattern] | None = None,
-           log=None) -> str:
+           log=None, fixes: list[tuple[str, str]] | None = None) -> str:
     """The shrunk, marked text of the example at `path`; `others` are the unmarked texts of the
-    record's other examples, `patterns` its excerpt lines (each must stay in one of them)."""
+    record's other examples, `patterns` its excerpt lines (each must stay in one of them).
+    `fixes` are (fixed text, mistaken text) pairs that make the twin of a file that is not a
+    fixture variant (each mistaken text must be in the file once)."""
     name = str(path)
     text = tidy(unmarked(path.read_text(encoding="utf-8")))
     want = signature(text, name)
@@ -395,7 +399,7 @@ def shrink(path: Path, others: list[str] | None = None, patterns: list[re.Patter
     # only the excerpt lines the examples hold now (others may be in a tests/cases-files case)
     patterns = [p for p in patterns or [] if any(p.search(t) for t in [*others_norm, _normalise(text)])]
 
-    hunks = mistakes(text)
+    hunks = fixes if fixes else mistakes(text)
     if hunks is not None and (twin(text, hunks) is None or signature(twin(text, hunks), name)):
         hunks = None                       # its twin is not clean: shrink by the diagnostics alone
 
@@ -433,6 +437,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("paths", nargs="+", type=Path)
     ap.add_argument("--write", action="store_true", help="rewrite each file in place")
     ap.add_argument("-v", action="store_true", help="print progress to stderr")
+    ap.add_argument("--fix", nargs=2, action="append", metavar=("MISTAKE", "FIXED"), default=[],
+                    help="the file's twin (the mistake undone) replaces MISTAKE by FIXED: for an "
+                         "example that is not a variant of tests/fixtures/tiny-generate.sx")
     args = ap.parse_args(argv)
     recs = {str(p.resolve()): rec for rec in records().values() for p in rec.examples}
     for path in args.paths:
@@ -441,7 +448,8 @@ def main(argv: list[str] | None = None) -> int:
         if rec is not None:
             others = [unmarked(p.read_text(encoding="utf-8")) for p in rec.examples if p.resolve() != path.resolve()]
             patterns = excerpt_patterns(rec.explanation + "\n" + rec.fix)
-        out = shrink(path, others, patterns, log=(lambda s: print(s, file=sys.stderr)) if args.v else None)
+        out = shrink(path, others, patterns, log=(lambda s: print(s, file=sys.stderr)) if args.v else None,
+                     fixes=[(fixed, mistake) for mistake, fixed in args.fix])
         if args.write:
             path.write_text(out, encoding="utf-8")
             print(f"{path}: {out.count(chr(10))} lines", file=sys.stderr)
