@@ -95,8 +95,9 @@ REWRITES: tuple[tuple[tuple[str | re.Pattern, str], ...], ...] = (
     ),
 )
 
-#: Keys whose pair is never removed (a loader's source reads better with its sizes).
-PROTECT = frozenset({":vocab", ":seq"})
+#: Keys whose pair is never removed: a loader source's sizes, and arguments whose default
+#: means something else (an axis, an initial scale), which would leave a wrong program.
+PROTECT = frozenset({":vocab", ":seq", ":axis", ":axes", ":keepdims", ":std"})
 
 
 def unmarked(text: str) -> str:
