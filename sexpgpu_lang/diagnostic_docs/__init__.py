@@ -14,7 +14,10 @@ Layout: one folder per family, in page order (`FAMILIES`). Each folder holds
   place: `;; ^^^ CODE` under the range, as in `tests/helpers.check` (a range
   starting in column 1 or 2 is `;; ^^^ CODE (from column N)`). An example
   names its files relative to itself (`config/checkpoints/` holds the
-  `config.json` files the config examples read).
+  `config.json` files the config examples read). An example is as small as
+  its mistake allows: `python scripts/shrink_example.py --write PATH` cuts
+  what the diagnostics do not need and writes the markers again (then read
+  it and edit it by hand).
 
 The title is the code's entry in `sexpgpu_lang.diagnostics.CODES`, and the
 codes of a family appear in the order of `CODES`. A code whose example needs
