@@ -91,6 +91,15 @@ def message(code: str, example: Path) -> str | None:
     return None
 
 
+def code_span(text: str) -> str:
+    """`text` as one Markdown code span that renders exactly as `text` (CommonMark): delimited by one
+    backtick more than its longest run of backticks, padded with a space (which the renderer strips)
+    where it begins or ends with a backtick, or with a space at both ends."""
+    fence = "`" * (max(map(len, re.findall(r"`+", text)), default=0) + 1)
+    pad = " " if text[:1] == "`" or text[-1:] == "`" or (text[:1] == " " and text[-1:] == " ") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
 def link(path: Path) -> str:
     """A Markdown link to `path` from docs/."""
     return f"[{path.name}]({Path(os.path.relpath(path, ROOT / 'docs')).as_posix()})"
@@ -102,7 +111,7 @@ def section(rec: Record) -> list[str]:
     files = examples(rec)
     msg = message(rec.code, files[0]) if files else None
     if msg:
-        out += ["**Message:** `" + msg.replace("`", "'") + "`", ""]
+        out += ["**Message:** " + code_span(msg), ""]
     if files:
         out += ["**Example:** " + ",\n".join(link(f) for f in files), ""]
     return out

@@ -118,3 +118,49 @@ def test_every_section_shows_the_message_its_example_gives():
     """Each section has its **Message:** line (scripts/gen_errors_doc.py writes what linting its first
     example prints today; tests/test_generated_files.py checks the page is its output)."""
     assert DOC.read_text(encoding="utf-8").count("**Message:**") == len(RECORDS)
+
+
+def code_span_text(span: str) -> str:
+    """What a Markdown code span renders as (CommonMark): the text between its backtick runs, less one
+    space at each end where it has one at both (and is not all spaces)."""
+    m = re.fullmatch(r"(`+)(.*?)\1", span, flags=re.S)
+    assert m and not m.group(2).startswith("`") and not m.group(2).endswith("`"), f"not one code span: {span}"
+    text = m.group(2)
+    if len(text) >= 2 and text[0] == text[-1] == " " and text.strip():
+        text = text[1:-1]
+    return text
+
+
+def page_messages() -> dict[str, str]:
+    """Each section's code and what its **Message:** line renders as."""
+    out = {}
+    for sec in re.split(r"^## ", DOC.read_text(encoding="utf-8"), flags=re.M)[1:]:
+        code = sec.split(":", 1)[0]
+        msg = re.search(r"^\*\*Message:\*\* (.*)$", sec, flags=re.M)
+        if msg:
+            out[code] = code_span_text(msg.group(1))
+    return out
+
+
+def test_code_span_text():
+    assert code_span_text("`a 'b'`") == "a 'b'"
+    assert code_span_text("``a `b` c``") == "a `b` c"
+    assert code_span_text("`` `b` ``") == "`b`"
+
+
+@pytest.mark.parametrize("code", sorted(RECORDS))
+def test_the_page_s_message_is_what_lint_prints(code, monkeypatch):
+    """The **Message:** line renders as exactly the first line `sexpgpu lint` prints for the code's first
+    example (run in its directory, with `--read-files` for a tests/cases-files case), backticks and all."""
+    from typer.testing import CliRunner
+    from sexpgpu_cli.main import app
+    files = [*RECORDS[code].examples, *file_cases(code)]
+    shown = page_messages().get(code)
+    if not files:
+        assert shown is None, f"{code}: a message with no example"
+        return
+    monkeypatch.chdir(files[0].parent)
+    r = CliRunner().invoke(app, ["lint", *(["--read-files"] if files[0].parent == FILE_CASES else []), files[0].name])
+    printed = [ln for ln in r.output.splitlines() if f"[{code}]: " in ln and ln.startswith(files[0].name + ":")]
+    assert printed, f"{code}: lint prints no line of it for {files[0].name}:\n{r.output}"
+    assert shown == printed[0], f"{code}: the page shows\n  {shown}\nlint prints\n  {printed[0]}"
