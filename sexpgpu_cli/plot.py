@@ -17,11 +17,12 @@ from .row_files import read_row_file
 
 
 class PlotError(Exception):
-    """A run dir that cannot be plotted (missing, empty, a corrupt metrics.jsonl), or an image that cannot be written."""
+    """A run dir that cannot be plotted (no metrics.jsonl, no metrics, a corrupt row): exit 1."""
 
 
 class PlotUsageError(PlotError):
-    """An output the command line asked for that cannot be made (a suffix matplotlib has no format for)."""
+    """A mistake on the command line (exit 2, docs/cli.md "Exit status"): a run dir that is not there, or an
+    output that cannot be made (a suffix matplotlib has no format for, a file that cannot be written)."""
 
 
 FIRST_FORMATS = ("png", "svg", "pdf")
@@ -81,7 +82,9 @@ def panels(names: list[str]) -> dict[str, list[str]]:
 def plot_run(run_dir: Path, output: Path | None = None) -> Path:
     """Write the image of a run dir's metrics (RUN_DIR/metrics.png unless `output`, whose suffix picks
     the format); return its path. PlotUsageError for an output suffix with no format, before anything
-    is read, and for a run dir that does not exist (a mistyped argument); PlotError for everything else."""
+    is read, for a run dir that does not exist (a mistyped argument) and for an image that cannot be
+    written (a directory not there, no permission, a format whose writer is missing); PlotError for what
+    the run dir holds (no metrics.jsonl, no metrics, a corrupt row)."""
     fmt = image_format(output) if output is not None else "png"
     path = run_dir if run_dir.is_file() else run_dir / "metrics.jsonl"
     if not run_dir.exists():
@@ -126,10 +129,10 @@ def plot_run(run_dir: Path, output: Path | None = None) -> Path:
     try:
         fig.savefig(out, format=fmt)
     except OSError as e:
-        raise PlotError(f"cannot write {out}: {e.strerror or e}")
+        raise PlotUsageError(f"cannot write {out}: {e.strerror or e}")
     except Exception as e:  # a format whose writer is missing here (.pgf without LaTeX, .avif without its plugin)
         reason = (str(e).strip().splitlines() or [type(e).__name__])[0]
-        raise PlotError(f"cannot write {out}: {reason}")
+        raise PlotUsageError(f"cannot write {out}: {reason}")
     finally:
         plt.close(fig)
     return out

@@ -526,7 +526,7 @@ def test_plot_output_format_comes_from_the_suffix(tmp_path):
     r = CliRunner().invoke(app, ["plot", str(tmp_path), "-o", str(tmp_path / "out.svg")])
     assert r.exit_code == 0 and (tmp_path / "out.svg").read_text().lstrip().startswith("<?xml")
     r = CliRunner().invoke(app, ["plot", str(tmp_path), "-o", str(tmp_path / "no-dir" / "out.png")])
-    assert r.exit_code == 1 and r.output.strip().endswith("No such file or directory")
+    assert r.exit_code == 2 and r.output.strip().endswith("No such file or directory")   # an output not writable
 
 
 @pytest.mark.parametrize("text, line", [("garbage\n", 1), ("garbage", 1), ('{"loss": 2.0}\n', 1),
