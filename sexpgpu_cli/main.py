@@ -464,9 +464,11 @@ def samples(
     pass_name: Optional[str] = typer.Option(None, "--pass", metavar="NAME", help="Only the rows of pass NAME (`train` for training)."),
 ):
     """Show the sampled rows in RUN_DIR/samples.jsonl as a table, newest first (sexpgpu_cli/samples.py)."""
-    from sexpgpu_cli.samples import SamplesError, show_samples
+    from sexpgpu_cli.samples import SamplesError, SamplesUsageError, show_samples
     try:
         show_samples(run_dir, step, pass_name)
+    except SamplesUsageError as e:
+        raise fail(str(e), 2)
     except SamplesError as e:
         raise fail(str(e), 1)
 

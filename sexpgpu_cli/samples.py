@@ -14,7 +14,12 @@ from .row_files import read_row_file
 
 
 class SamplesError(Exception):
-    """A run dir without readable samples (missing, no samples.jsonl, a corrupt row), or no row matching."""
+    """A run dir without readable samples (no samples.jsonl, a corrupt row), or no row matching: exit 1."""
+
+
+class SamplesUsageError(SamplesError):
+    """A run dir named on the command line that is not there (or is not a directory): exit 2, a mistake on
+    the command line (docs/cli.md "Exit status")."""
 
 
 def read_samples(path: Path) -> list[dict]:
@@ -62,11 +67,12 @@ def _cell(value):
 
 def show_samples(run_dir: Path, step: int | None = None, pass_name: str | None = None, console=None) -> int:
     """Print the table of RUN_DIR/samples.jsonl's rows (of `step`, of `pass_name`), newest first; return how
-    many rows it shows. SamplesError for a missing run dir or file, a corrupt row, or no row matching."""
+    many rows it shows. SamplesUsageError for a run dir that is not there (or not a directory);
+    SamplesError for a missing samples.jsonl, a corrupt row, or no row matching."""
     from rich.console import Console
     from rich.table import Table
     if not run_dir.is_dir():
-        raise SamplesError(f"no run dir {run_dir}" + (f" ({run_dir} is a file)" if run_dir.exists() else "")
+        raise SamplesUsageError(f"no run dir {run_dir}" + (f" ({run_dir} is a file)" if run_dir.exists() else "")
                            + "; `sexpgpu run FILE.sx` writes runs/<file stem>")
     path = run_dir / "samples.jsonl"
     if not path.exists():

@@ -80,3 +80,21 @@ def test_run_s_runtime_errors(files, tmp_path, monkeypatch):
         assert r.output.strip().splitlines()[-1] == f"sexpgpu: error: {error}"
     monkeypatch.setattr(train, "train", raising(DataError("x")))
     assert invoke("run", clean, "--max-shard-size", "lots").exit_code == 2
+
+
+def test_plot_and_samples(tmp_path):
+    """A run dir named on the command line that is not there, or a plot output that cannot be written: 2;
+    what the run dir holds (no metrics.jsonl or samples.jsonl, a corrupt row): 1."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    assert invoke("plot", tmp_path / "no-such-dir").exit_code == 2
+    assert invoke("samples", tmp_path / "no-such-dir").exit_code == 2
+    assert invoke("plot", run_dir).exit_code == 1                 # no metrics.jsonl in it
+    assert invoke("samples", run_dir).exit_code == 1              # no samples.jsonl in it
+    (run_dir / "metrics.jsonl").write_text('{"step": 1, "loss": 2.0}\n', encoding="utf-8")
+    (run_dir / "samples.jsonl").write_text("garbage\n", encoding="utf-8")
+    assert invoke("samples", run_dir).exit_code == 1              # a corrupt row
+    r = invoke("plot", run_dir, "-o", tmp_path / "no-such-dir" / "x.png")
+    assert r.exit_code == 2, r.output                             # an output that cannot be written
+    assert r.output.strip().startswith(f"sexpgpu: error: cannot write {tmp_path / 'no-such-dir' / 'x.png'}: ")
+    assert invoke("plot", run_dir, "-o", tmp_path / "x.png").exit_code == 0

@@ -220,7 +220,7 @@ def test_a_torn_last_line_is_skipped(tmp_path):
 def test_each_bad_run_dir_is_one_line(tmp_path, setup, message):
     setup(tmp_path)
     out = cli(str(tmp_path / "nope"), *(["--step", "9"] if "step 9" in message else []))
-    assert out.returncode == 1 and out.stdout == ""
+    assert out.returncode == (2 if message.startswith("no run dir") else 1) and out.stdout == ""
     assert len(out.stderr.splitlines()) == 1, out.stderr
     assert out.stderr.startswith("sexpgpu: error: " + message.format(d=tmp_path)), out.stderr
 
