@@ -67,7 +67,8 @@ def _params(program: ir.Program) -> tuple[dict, dict]:
 
 
 def _read(lowered) -> dict:
-    """Compile one lowered graph and read XLA's memory and cost analysis (bytes, FLOPs per call)."""
+    """Compile one lowered graph and read XLA's memory and cost analysis (bytes, FLOPs per call).
+    `bf16` (present only when true): the compiled module holds a bf16 value (an argument, a temporary)."""
     t0 = time.perf_counter()
     compiled = lowered.compile()
     seconds = time.perf_counter() - t0
@@ -75,7 +76,8 @@ def _read(lowered) -> dict:
     cost = compiled.cost_analysis()
     if isinstance(cost, (list, tuple)):
         cost = cost[0] if cost else {}
-    cost, loops = loop_costs(compiled.as_text(), cost or {})
+    text = compiled.as_text()
+    cost, loops = loop_costs(text, cost or {})
     leaves = len(jax.tree_util.tree_leaves(lowered.out_info))
     table = 8 * leaves if leaves > 1 else 0
     out_total = int(getattr(mem, "output_size_in_bytes", 0))
@@ -87,7 +89,8 @@ def _read(lowered) -> dict:
             "bytes_accessed": float(cost.get("bytes accessed", 0.0)), "args": args_b, "outputs": outputs,
             "output_table": out_total - outputs, "output_leaves": leaves, "temps": temps, "alias": alias,
             "live": args_b + outputs + temps - alias, "compile_seconds": round(seconds, 3),
-            **({"loops": loops} if loops else {}), **({"loops_uncounted": True} if loops is None else {})}
+            **({"loops": loops} if loops else {}), **({"loops_uncounted": True} if loops is None else {}),
+            **({"bf16": True} if "bf16[" in text else {})}   # a bf16 value anywhere in the compiled module
 
 
 def _guarded(fn, *args) -> dict:
@@ -166,6 +169,7 @@ def xla_report(program: ir.Program, report: dict) -> dict:
                       "temps": _ratio(e["live"]["temps"], x["temps"]), "args": _ratio(e["live"]["args"], x["args"]),
                       "outputs": _ratio(e["live"]["outputs"], x["outputs"])}
     dev = jax.devices()[0]
+    computes_bf16 = [x.pop("bf16", False) for x in graphs.values()]   # (a note below, not a graph's figure)
     ok = [x for x in graphs.values() if "error" not in x]
 
     def span(key):
@@ -182,7 +186,7 @@ def xla_report(program: ir.Program, report: dict) -> dict:
     if target != backend_target():
         notes.append(f"the estimate models the {target} target, not this backend's ({backend_target()}): "
                      f"live sets are not compared like with like (docs/explain.md)")
-    if dev.platform == "cpu":
+    if dev.platform == "cpu" and any(computes_bf16):   # only a file that computes in bf16 meets it
         notes.append("the CPU backend computes bf16 matmuls in f32, so under :bf16 its temporaries around a "
                      "matmul are up to twice the estimate's (docs/explain.md)")
     return {"backend": dev.platform, "device": dev.device_kind, "stack": S, "graphs": graphs,
