@@ -1,7 +1,7 @@
 """One exit-status rule for every command (docs/cli.md, "Exit status"): 1 for a mistake in a run file
 or in what it names (its diagnostics, `lint --read-files`' included; its data not as declared; a traced
 setting out of range; a run that fails), 2 for a mistake on the command line, as typer's own usage
-errors (an unknown option, a bad option value, a file named there that cannot be read), 0 for success.
+errors (an unknown option, a bad option value, a file or run dir named there that cannot be read, an output that cannot be written), 0 for success.
 In process (typer's CliRunner); `run`'s runtime is replaced by one raising each kind of error."""
 from __future__ import annotations
 
