@@ -328,7 +328,8 @@ class LoaderIR:
 
 @dataclass(frozen=True)
 class ParamIR:
-    """One parameter leaf: its path in the tree (model-relative keys), shape, dtype, initialiser, frozen flag."""
+    """One parameter leaf: its path in the tree (model-relative keys), shape, dtype, initialiser, frozen flag,
+    and where it is declared (`span`, None where unknown)."""
 
     path: tuple[str, ...]
     shape: tuple[int, ...]
@@ -337,6 +338,7 @@ class ParamIR:
     frozen: bool
     place: int
     layers: int = 0    # stacked by `(repeat block N)`: N, the leading axis of `shape` (0: not stacked)
+    span: Span | None = field(default=None, compare=False)   # its `:params` entry's value in the run file
 
 
 @dataclass(frozen=True)

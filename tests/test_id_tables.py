@@ -115,3 +115,19 @@ def test_an_int32_file_read_as_uint16_is_refused_before_training_naming_the_dtyp
                             "when a file of 4-byte ids (`:int32`) is read as 2-byte ones: the run would train on "
                             "those zeros; give the dtype the file was written with, likely `:dtype :int32`")
 
+
+
+@pytest.mark.parametrize("bad", [-100, -1])
+def test_a_negative_id_into_one_hot_is_told_to_be_masked_never_a_longer_table(tmp_path, bad):
+    from sexpgpu_runtime.errors import DataError
+    rows = [{"x": [1, 2, 3, 4], "y": [2, 3, 4, 5]}, {"x": [5, 6, 7, 8], "y": [bad, 3, 8, 9]}]
+    (tmp_path / "p.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    text = lm('(jsonl "p.jsonl")', "(:x [4] :i32 :y [4] :i32)",
+              "(mean (* (one-hot (field batch :y) 16) (model (field batch :x))))")
+    with pytest.raises(DataError) as e:
+        batches(text, tmp_path)
+    msg = str(e.value)
+    assert f"field `y` has token {bad} in record 1 (0-based), outside the 16 classes of `one-hot`" in msg
+    assert "or more long" not in msg and "the table" not in msg.split(";")[-1]
+    assert msg.endswith("give those positions an id 0 to 15, e.g. `(where (>= y 0) y 0)`, and mask their "
+                        "values out (multiply them by 0) where they reach the loss")

@@ -112,3 +112,20 @@ def test_a_set_variable_and_stdlib_expand(tmp_path, monkeypatch):
     monkeypatch.setenv("DATA_DIR", str(tmp_path))
     assert Loader(spec(("npz", {"path": "$DATA_DIR/d.npz"}), (("x", (3,), "f32"),)), 0).records == 4
     assert Loader(spec(("text-bytes", {"glob": "${STDLIB}/json/__init__.py", "seq": 8}), (("b", (8,), "i32"),)), 0).records > 4
+
+
+def test_a_fifo_or_a_device_a_glob_matches_is_named_for_what_it_is(tmp_path):
+    import os
+    os.mkfifo(tmp_path / "fifo.jsonl")
+    with pytest.raises(LoaderError) as e:
+        Loader(spec(("text-tokens", {"glob": "fifo.jsonl", "tokenizer": "tok.json", "seq": 8}),
+                    (("x", (8,), "i32"),), base=tmp_path), 0)
+    assert str(e.value).endswith(f": cannot read {tmp_path / 'fifo.jsonl'}: it is a named pipe (FIFO), not a "
+                                 "regular file; name regular files")
+    with pytest.raises(LoaderError, match=r": cannot read .*fifo.jsonl \(.*/\*.jsonl matches it\): it is a named pipe"):
+        Loader(spec(("text-bytes", {"glob": "*.jsonl", "seq": 8}), (("x", (8,), "i32"),), base=tmp_path), 0)
+    for source in (("text-tokens", {"glob": "/dev/zero", "tokenizer": "tok.json", "seq": 8}),
+                   ("text-bytes", {"glob": "/dev/zero", "seq": 8})):
+        with pytest.raises(LoaderError, match=r": cannot read /dev/zero: it is a character device, not a "
+                                              r"regular file; name regular files$"):
+            Loader(spec(source, (("x", (8,), "i32"),), base=tmp_path), 0)

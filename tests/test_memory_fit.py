@@ -165,3 +165,15 @@ def test_sexpgpu_run_refuses_the_mutant_in_one_line(tmp_path):
     assert lines[0].startswith(f"sexpgpu: error: the step needs about {need}"), lines[0]
     assert "of host memory available: its largest tensor is the `+` at " in lines[0]
     assert not (tmp_path / "run").exists()
+
+
+def test_parameters_too_big_alone_name_the_largest_with_its_place():
+    text = GRPO.replace("(def dim 64)", "(def dim 300000)")
+    why = fit_verdict(program_of(text, "grpo.sx"), 80 * GiB, "H100 memory", 1, "cpu", donate=False)
+    assert why is not None and "\n" not in why
+    assert why.startswith("the parameters and optimizer state take 1006.0 GiB per device, more than the 80.0 GiB "
+                          "of H100 memory: the run could never fit")
+    line = next(i for i, s in enumerate(text.splitlines(), 1) if ":hidden (normal [dim dim]" in s)
+    col = text.splitlines()[line - 1].index("(normal [dim dim]") + 1
+    assert (f"its largest parameter is `hidden` [300000 300000] f32 (335.3 GiB), declared at grpo.sx:{line}:{col}"
+            in why)

@@ -220,3 +220,16 @@ def test_a_parquet_row_of_the_wrong_kind_is_named_by_its_row(tmp_path):
         Loader(spec(("parquet", {"path": "r.parquet"}), (("reward", (), "f32"),), base=tmp_path), 0)
     assert "r.parquet): row 1 of column `reward`: `reward` is text (\"1\"), but field `reward` is declared `[] :f32`" \
         in str(e.value)
+
+
+def test_a_token_id_too_large_for_the_dtype_is_named_with_its_line(tmp_path):
+    (tmp_path / "big.jsonl").write_text('{"x":[1,2],"y":[1,2]}\n{"x":[1,2],"y":[1,1099511627776]}\n')
+    fields = (("x", (2,), "i32"), ("y", (2,), "i32"))
+    with pytest.raises(LoaderError) as e:
+        Loader(spec(("jsonl", {"path": "big.jsonl"}), fields, batch=2, base=tmp_path), 0)
+    assert str(e.value) == (f"loader `data`: {tmp_path / 'big.jsonl'}:2:16: `y` has token id 1099511627776, which "
+                            "does not fit i32 (-2147483648 to 2147483647); declare `:i64`, or fix the row")
+    (tmp_path / "huge.jsonl").write_text('{"y":[1,2]}\n{"y":[3,4]}\n{"y":[5,' + str(1 << 64) + ']}\n')
+    with pytest.raises(LoaderError, match=r"huge.jsonl:3:6: `y` has token id 18446744073709551616, which does not "
+                                          r"fit i64 .*; fix the row$"):
+        Loader(spec(("jsonl", {"path": "huge.jsonl"}), (("y", (2,), "i64"),), batch=2, base=tmp_path), 0)

@@ -260,7 +260,7 @@ def _visit(ctx: CheckContext, name: str, path: tuple[str, ...], frozen: bool, st
     stack.append(name)
     for key, (t, init, node) in m["params"].items():
         ctx.params.append(ir.ParamIR(path + (key,), lead + t.shape, t.dtype, init, frozen, place_hash(node.path),
-                                     under[1] if under is not None else 0))
+                                     under[1] if under is not None else 0, getattr(node, "span", None)))
     for key, sub in m["subs"].items():
         rep = m["repeats"].get(key)
         if rep is None:

@@ -12,7 +12,7 @@ import re
 
 import numpy as np
 
-from sexpgpu_lang.bounded_read import NotRegularFile, open_regular
+from sexpgpu_lang.bounded_read import NotRegularFile, describe_mode, open_regular
 from sexpgpu_lang.ir import LoaderIR
 
 from ..errors import LoaderError
@@ -88,3 +88,24 @@ def open_data(path: str, where: str):
         raise LoaderError(f"{where}: cannot read {path}: {e}; name a regular file") from None
     except OSError as e:
         raise LoaderError(f"{where}: cannot read {path}: {e.strerror or e}") from None
+
+
+def glob_files(pattern: str, where: str) -> list[str]:
+    """The regular files `pattern` matches (`**` recursive), sorted. None is LoaderError, `where`
+    (``loader `name` ``) first: naming what the first match is when something matches but is not a
+    regular file (a FIFO, /dev/zero, a directory: sexpgpu_lang.bounded_read's words), else saying
+    that no file matches."""
+    import glob as globlib
+    matches = sorted(globlib.glob(pattern, recursive=True))
+    files = [f for f in matches if os.path.isfile(f)]
+    if files:
+        return files
+    for f in matches:
+        try:
+            mode = os.stat(f).st_mode
+        except OSError:   # a dangling link: as if nothing matched
+            continue
+        which = "" if f == pattern else f" ({pattern} matches it)"
+        raise LoaderError(f"{where}: cannot read {f}{which}: it is {describe_mode(mode)}, not a regular file; "
+                          "name regular files")
+    raise LoaderError(f"{where}: no file matches {pattern}")

@@ -24,7 +24,6 @@ Sources (docs/dev/design.md#forms-and-the-context; docs/loaders.md):
 """
 from __future__ import annotations
 
-import glob as globlib
 import hashlib
 import os
 import zipfile
@@ -35,7 +34,7 @@ import numpy as np
 from sexpgpu_lang.ir import LoaderIR
 
 from ..errors import LoaderError
-from .files import first_nonfinite, is_text, np_dtype, open_data, resolve_path
+from .files import first_nonfinite, glob_files, is_text, np_dtype, open_data, resolve_path
 from .prompt_files import prompt_table
 from .token_files import permuted, widens
 from .token_loaders import token_windows
@@ -251,9 +250,7 @@ def _npz(spec: LoaderIR, args: dict) -> dict[str, np.ndarray]:
 
 def _text_bytes(spec: LoaderIR, args: dict) -> dict[str, np.ndarray]:
     pattern = resolve_path(spec, str(args.get("glob", "")))
-    files = sorted(f for f in globlib.glob(pattern, recursive=True) if os.path.isfile(f))
-    if not files:
-        raise LoaderError(f"loader `{spec.name}`: no file matches {pattern}")
+    files = glob_files(pattern, f"loader `{spec.name}`")
     if len(spec.fields) != 1:
         raise LoaderError(f"loader `{spec.name}`: text-bytes gives one field of byte windows; declare exactly one")
     name, shape, dtype = spec.fields[0]

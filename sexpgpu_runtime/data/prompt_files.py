@@ -75,7 +75,7 @@ def prompt_table(spec: LoaderIR, args: dict) -> dict[str, np.ndarray]:
             ids = [e.ids for e in tokenizer.encode_batch(_all(col, str, name, shape, at), add_special_tokens=False)]
         else:
             ids = _all(col, list, name, shape, at)
-        table[name], lengths[name] = _pad(ids, shape[0], pad, dtype, name, where)
+        table[name], lengths[name] = _pad(ids, shape[0], pad, dtype, name, at)
         real = np.arange(shape[0])[None, :] < lengths[name][:, None]   # the padding is not checked
         over = real & ((table[name] >= int(vocab)) | (table[name] < 0)) if vocab is not None else None
         if over is not None and over.any():
@@ -168,16 +168,32 @@ def _scalars(col: list, name: str, dtype: str, at) -> np.ndarray:
     return out
 
 
-def _pad(ids: list[list[int]], width: int, pad: int, dtype: str, name: str, where: str):
-    """([rows width] the ids padded with `pad` or cut to `width`, [rows] the real lengths)."""
+def _pad(ids: list[list[int]], width: int, pad: int, dtype: str, name: str, at):
+    """([rows width] the ids padded with `pad` or cut to `width`, [rows] the real lengths). An id that
+    does not fit `dtype` is LoaderError naming its row (`at(name, i)`: its file and line, or its row)
+    and the id."""
     lengths = np.fromiter((len(r) for r in ids), dtype=np.int64, count=len(ids))
     kept = np.minimum(lengths, width)
+    info = np.iinfo(np_dtype(dtype))
+
+    def refuse(i: int, bad: int):
+        fix = "declare `:i64`, or fix the row" if dtype != "i64" else "fix the row"
+        return LoaderError(f"{at(name, i)}: `{name}` has token id {bad}, which does not fit {dtype} "
+                           f"({info.min} to {info.max}); {fix}")
     out = np.full((len(ids), width), pad, dtype=np.int64)
     for i, r in enumerate(ids):
-        out[i, :kept[i]] = r[:width]
+        try:
+            out[i, :kept[i]] = r[:width]
+        except OverflowError:   # past i64 itself
+            raise refuse(i, next(t for t in r[:width] if not -(1 << 63) <= t < (1 << 63))) from None
     # (a negative id, Hugging Face's -100 label, is refused where it reaches a table: run/id_tables.py)
-    if out.size and (out.min() < np.iinfo(np_dtype(dtype)).min or out.max() > np.iinfo(np_dtype(dtype)).max):
-        raise LoaderError(f"{where}: column `{name}` has token ids that do not fit {dtype}; declare `:i64`")
+    outside = (out < info.min) | (out > info.max)
+    if outside.any() and not info.min <= pad <= info.max:
+        raise LoaderError(f"{at(name, 0).split(': ')[0]}: the padding id {pad} of `{name}` does not fit {dtype}; "
+                          "declare `:i64`")
+    if outside.any():
+        i = int(np.argmax(outside.any(axis=1)))
+        raise refuse(i, int(out[i][outside[i]][0]))
     return out.astype(np_dtype(dtype)), kept
 
 

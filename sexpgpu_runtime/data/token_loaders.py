@@ -13,7 +13,6 @@ other id 0) is refused, naming the likely dtype.
 """
 from __future__ import annotations
 
-import glob as globlib
 import os
 
 import numpy as np
@@ -21,7 +20,7 @@ import numpy as np
 from sexpgpu_lang.check.loader_sources import token_dtype_evidence
 from sexpgpu_lang.ir import LoaderIR
 
-from .files import resolve_path
+from .files import glob_files, resolve_path
 from ..errors import LoaderError, TokenFileError, TokenizeError
 from .token_files import TokenStream, TokenWindows, first_outside, scan_ids, widens
 from .tokenize import cached_tokens
@@ -64,9 +63,7 @@ def token_windows(spec: LoaderIR, args: dict) -> TokenWindows:
             known = None
         else:
             pattern = resolve_path(spec, str(args.get("glob", "")))
-            files = sorted(f for f in globlib.glob(pattern, recursive=True) if os.path.isfile(f))
-            if not files:
-                raise LoaderError(f"{where}: no file matches {pattern}")
+            files = glob_files(pattern, where)
             tokenizer = resolve_path(spec, str(args.get("tokenizer", "")))
             path, dtype, known = cached_tokens(files, tokenizer, args.get("separator"), spec.base_dir)
             stream = TokenStream(path, dtype)

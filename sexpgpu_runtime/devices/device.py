@@ -88,6 +88,20 @@ def memory_available() -> tuple[int | None, str]:
     return host, "host memory available"
 
 
+def _largest_param(program: ir.Program) -> str:
+    """The largest parameter of `program` in the words of the file: "`policy.embed` [300000 64] f32
+    (73.2 MiB), declared at grpo.sx:20:18" (its place where the IR has its span)."""
+    from sexpgpu_lang.explain import fmt_bytes
+    from sexpgpu_lang.types import TensorType
+    p = max(program.params, key=lambda q: TensorType(q.shape, q.dtype).nbytes)
+    t = TensorType(p.shape, p.dtype)
+    at = ""
+    if p.span is not None and program.path:
+        line, col = program.line_col(p.span.start)
+        at = f", declared at {program.path}:{line}:{col}"
+    return f"`{'.'.join(p.path)}` {t.show()} ({fmt_bytes(t.nbytes)}){at}"
+
+
 def _tensor(program: ir.Program, node) -> str:
     """One node of the estimate's trace in the words of the file: what it is, its place, shape and dtype."""
     t = node.type.show()
@@ -124,7 +138,8 @@ def fit_verdict(program: ir.Program, budget: int, where: str, stack: int = 1, ta
     resident = (param_bytes(program) + optimizer_bytes(program)) // (n if split else 1)
     if resident * shared > budget:
         return (f"the parameters and optimizer state take {fmt_bytes(resident)} per device, more than the "
-                f"{fmt_bytes(budget)} of {where}: the run could never fit (see `sexpgpu explain`)")
+                f"{fmt_bytes(budget)} of {where}: the run could never fit; its largest parameter is "
+                f"{_largest_param(program)} (see `sexpgpu explain`)")
     graphs = step_graphs(program, stack, target)
     plan = memory_plan(program, graphs, stack, donate)
     need = device_peak(program, plan, stack) * shared

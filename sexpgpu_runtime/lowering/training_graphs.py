@@ -48,6 +48,9 @@ class TrainingGraphs:
         # entry of the loss's aux; with none (no `:samples`, or only the batch's) the outputs are as without.
         self.keep, self.sample_rows = _keep(program.run.samples)
         self.last_kept: dict = {}   # the kept values of the last `train_group` of a step's first group
+        # The names of the metrics and diagnostics the training graph reports, in row order, set when it
+        # is traced: the record of the first non-finite one (`tally`) keeps its index into these.
+        self.report_names: tuple[str, ...] = ()
         S = layout.stack
         dn = donate
         counted = tracer.counted
@@ -73,10 +76,12 @@ class TrainingGraphs:
         return {c: jnp.zeros((), jdt(d)) for c, d in self.counter_types.items()}
 
     def no_bad(self) -> tuple:
-        """The record the training graph keeps of the first non-finite loss (`tally`), before any
-        step: (i64 -1, f32 0, i64 -1, the counters at 0), on the device (every device of the mesh)."""
+        """The record the training graph keeps of the first non-finite loss and of the first non-finite
+        metric or diagnostic (`tally`), before any step: (i64 -1, f32 0, i64 -1, the counters at 0,
+        (i64 -1, i64 -1, f32 0)), on the device (every device of the mesh)."""
         bad = (jnp.asarray(-1, jnp.int64), jnp.asarray(0.0, jnp.float32), jnp.asarray(-1, jnp.int64),
-               self.zero_counters())
+               self.zero_counters(),
+               (jnp.asarray(-1, jnp.int64), jnp.asarray(-1, jnp.int64), jnp.asarray(0.0, jnp.float32)))
         return bad if self.dp is None else self.dp.put_replicated(bad)
 
     # -- training -----------------------------------------------------------------------------
@@ -138,7 +143,7 @@ class TrainingGraphs:
             g = [self.dp.constrain_state(x) for x in g]
         if bad is None:
             return (l, g, m, d, dl) + tuple(kept)
-        totals, bad = tally(base, dl, l, unpack_ctx(rows)["step"], bad, rows[:, 1])
+        totals, bad = tally(base, dl, l, unpack_ctx(rows)["step"], bad, rows[:, 1], self._reports(m, d))
         return (l, g, m, d, totals, bad) + tuple(kept)
 
     def _grads_summing(self, trainable, frozen, batch, rows, base, bad, total):
@@ -158,8 +163,16 @@ class TrainingGraphs:
         total = _sum_into(total, g, frozenset(summed), ())
         if self.dp is not None and self.dp.fsdp:
             total = self.dp.constrain_state(total)
-        totals, bad = tally(base, [dl], [l], ctx["step"], bad, rows[:1, 1])
+        totals, bad = tally(base, [dl], [l], ctx["step"], bad, rows[:1, 1], self._reports([m], [d]))
         return [l], total, [m], [d], totals, bad
+
+    def _reports(self, metrics: list, diagnostics: list) -> list:
+        """Each copy's metrics then diagnostics as one list of scalars, in the order of `report_names`
+        (set here, at trace time: a name is listed once, metrics first, as a row lists them)."""
+        names = tuple(dict.fromkeys([k for m in metrics for k in m] + [k for d in diagnostics for k in d]))
+        self.report_names = names
+        both = [{**m, **d} for m, d in zip(metrics, diagnostics)]
+        return [[r.get(n, jnp.zeros((), jnp.float32)) for n in names] for r in both]
 
     def train_group(self, total, trainable, frozen, batch, rows, counters, bad):
         """One group's training graph and the running sum of the gradients after it (`total` None
@@ -256,7 +269,7 @@ def _first_rows(v, rows: int):
     return v if v.ndim == 0 else v[:rows]
 
 
-def tally(counters, deltas, losses, step, bad, microbatches):
+def tally(counters, deltas, losses, step, bad, microbatches, reports=()):
     """A group's bookkeeping, traced inside its training graph (nothing is read back to the host):
 
     * `counters` (name -> scalar total) plus each copy's `deltas` (a list of such dicts, in
@@ -270,6 +283,10 @@ def tally(counters, deltas, losses, step, bad, microbatches):
       microbatch order), with the counter totals that microbatch started from, kept once set;
       step -1 while every loss so far was finite. The check of the bad step's intermediates
       re-runs that microbatch from them (finite_check.py).
+    * `bad[4]`, (i64 step, i64 index, f32 value): the step, index (into each copy's list of
+      `reports`, the metrics and diagnostics as scalars, one list per copy in microbatch order) and
+      value of the first non-finite metric or diagnostic, kept once set; step -1 while all were
+      finite. So a value of a step that is not logged is caught too (checks.py `check_records`).
     Returns (counters, bad).
     """
     starts = []
@@ -282,8 +299,17 @@ def tally(counters, deltas, losses, step, bad, microbatches):
     hit = jnp.any(nonfinite) & (bad[0] < 0)
     done = step.astype(jnp.int64) + 1
     began = {c: jnp.where(hit, jnp.stack([s[c] for s in starts])[first], bad[3][c]) for c in counters}
+    metric = bad[4]
+    if reports and reports[0]:
+        rvals = jnp.stack([jnp.stack([jnp.asarray(v).astype(jnp.float32) for v in r]) for r in reports])  # [S R]
+        rbad = ~jnp.isfinite(rvals)
+        index = jnp.argmax(jnp.any(rbad, axis=0))          # the first name (row order) bad in any copy
+        copy = jnp.argmax(rbad[:, index])                   # its first copy, in microbatch order
+        mhit = jnp.any(rbad) & (metric[0] < 0)
+        metric = (jnp.where(mhit, done, metric[0]), jnp.where(mhit, index.astype(jnp.int64), metric[1]),
+                  jnp.where(mhit, rvals[copy, index], metric[2]))
     return counters, (jnp.where(hit, done, bad[0]), jnp.where(hit, vals[first], bad[1]),
-                      jnp.where(hit, jnp.asarray(microbatches)[first].astype(jnp.int64), bad[2]), began)
+                      jnp.where(hit, jnp.asarray(microbatches)[first].astype(jnp.int64), bad[2]), began, metric)
 
 
 

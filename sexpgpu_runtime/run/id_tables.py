@@ -170,10 +170,16 @@ def index_limits(program: ir.Program) -> dict[str, dict[str, Limit]]:
     return out
 
 
-def _fix(lim: Limit, value: int) -> str:
+def _fix(lim: Limit, value: int, field: str = "ids") -> str:
+    """The fix for `value` outside `lim`: a negative id is a position to leave out (no table is long
+    enough for it), a larger one wants ids inside the table or a longer one."""
     if value < 0 and lim.op == "cross-entropy":
         return ("`cross-entropy` has no ignored label (Hugging Face's -100 is read as a class): give the positions "
                 "to leave out any label in range and multiply their loss by 0 (a mask) before the mean")
+    if value < 0:   # no table is long enough for it: the position is one to leave out
+        return (f"a negative id (Hugging Face's -100 marks an ignored position) indexes nothing: give those "
+                f"positions an id 0 to {lim.size - 1}, e.g. `(where (>= {field} 0) {field} 0)`, and mask their "
+                "values out (multiply them by 0) where they reach the loss")
     return (f"make the data's ids 0 to {lim.size - 1} (tokenize with the model's tokenizer), or the table "
             f"{value + 1} or more long")
 
@@ -204,7 +210,7 @@ def check_ids(program: ir.Program, loaders: dict, limits: dict[str, dict[str, Li
                 value = int(arr.reshape(-1)[flat])
                 where = f"token {value} in record {record} (0-based)"
             raise LoaderError(f"{loader.where}: field `{field}` has {where}, outside {lim.describe(program)} "
-                              f"(ids 0 to {lim.size - 1}); {_fix(lim, value)}")
+                              f"(ids 0 to {lim.size - 1}); {_fix(lim, value, field)}")
 
 
 def _token_file(loader, field: str, lim: Limit):

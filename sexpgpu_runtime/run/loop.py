@@ -2,8 +2,9 @@
 comes, its rows logged in step order, its passes run, every value checked, and the state after each
 completed step kept for a stop to save.
 
-Every step's loss is checked for NaN and Inf on the device (the training graph keeps the first
-bad step: training_graphs.tally), so reading it back is never needed to go on. Once step N is
+Every step's loss, metrics and diagnostics are checked for NaN and Inf on the device (the training
+graph keeps the first bad step of each: training_graphs.tally), so reading them back is never needed
+to go on. Once step N is
 queued, the loop waits for step N - `STEPS_AHEAD` to end (its record of the first bad loss, a
 scalar, is ready): the device always has the next step queued while the host waits, and the host
 is never more than `STEPS_AHEAD` steps past what the terminal shows, so a stop signal lands in the

@@ -1,4 +1,6 @@
-"""A run dir held by one run at a time: an `fcntl.flock` on `RUN_DIR/.sexpgpu-lock`.
+"""A run dir held by one run at a time: an `fcntl.flock` on `RUN_DIR/.sexpgpu-lock`; a checkpoint
+dir outside the run dir (an absolute `:checkpoint (:dir ...)`, one that two run dirs may share) is
+held the same way, by its own `.sexpgpu-lock` (start.py).
 
 `hold_run_dir` takes the lock before the run writes anything in the dir (start.py): a second
 `sexpgpu run` of the dir, fresh, `--resume` or `--overwrite`, is refused with `RunDirInUse`,
@@ -80,19 +82,25 @@ class RunDirLock:
         self.fd = None
 
 
-def _refusal(run_dir: Path, fd: int) -> RunDirInUse:
+#: The last words of a refusal: another dir to give, by what the dir is.
+OTHER = {"run dir": "give another --run-dir", "checkpoint dir": "give another `:checkpoint (:dir ...)`"}
+
+
+def _refusal(run_dir: Path, fd: int, what: str = "run dir") -> RunDirInUse:
     try:
         text = os.pread(fd, 4096, 0).decode("utf-8", errors="replace")
     except OSError:
         text = ""
-    return RunDirInUse(f"{run_dir} is in use by another run: {describe_holder(text)}; nothing was written. "
+    name = f"{run_dir}" if what == "run dir" else f"the {what} {run_dir}"
+    return RunDirInUse(f"{name} is in use by another run: {describe_holder(text)}; nothing was written. "
                        "Wait for it to finish or stop it (a run that was killed frees the dir by itself), "
-                       "or give another --run-dir", describe_holder(text))
+                       f"or {OTHER[what]}", describe_holder(text))
 
 
-def hold_run_dir(run_dir: Path, command: list[str] | None = None) -> RunDirLock | None:
+def hold_run_dir(run_dir: Path, command: list[str] | None = None, what: str = "run dir") -> RunDirLock | None:
     """Take the lock on `run_dir` (which must exist), writing this process's `holder_record` in it
-    (`command`: the command line it names, default `sys.argv`).
+    (`command`: the command line it names, default `sys.argv`). `what` is the dir's role in the
+    refusal ("run dir", or "checkpoint dir" for a `:checkpoint :dir` outside the run dir).
 
     Raises RunDirInUse, having changed nothing, when another process holds it. None where the
     file system offers no locks (ENOLCK, EOPNOTSUPP): the run goes on unlocked. Any other
@@ -104,7 +112,7 @@ def hold_run_dir(run_dir: Path, command: list[str] | None = None) -> RunDirLock 
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            err = _refusal(run_dir, fd)
+            err = _refusal(run_dir, fd, what)
             os.close(fd)
             raise err
         except OSError as e:
@@ -130,8 +138,9 @@ def hold_run_dir(run_dir: Path, command: list[str] | None = None) -> RunDirLock 
     raise OSError(errno.EAGAIN, f"the lock file {path} kept being replaced")
 
 
-def hold_run_dir_everywhere(run_dir: Path) -> RunDirLock | None:
-    """`hold_run_dir` on process 0, its answer broadcast to every process of a multi-process run.
+def hold_run_dir_everywhere(run_dir: Path, what: str = "run dir") -> RunDirLock | None:
+    """`hold_run_dir` on process 0, its answer broadcast to every process of a multi-process run
+    (`what`: the dir's role, as `hold_run_dir` takes it).
 
     Raises RunDirInUse (naming the holder) on every process when another run holds `run_dir`,
     and RunError when the lock file cannot be written. The dir must exist.
@@ -139,11 +148,11 @@ def hold_run_dir_everywhere(run_dir: Path) -> RunDirLock | None:
     lock, refused = None, None
     if jax.process_index() == 0:
         try:
-            lock = hold_run_dir(run_dir)
+            lock = hold_run_dir(run_dir, what=what)
         except RunDirInUse as e:
             refused = e
         except OSError as e:
-            raise RunError(f"cannot write to run dir {run_dir}: {e.strerror or e}")
+            raise RunError(f"cannot write to {what} {run_dir}: {e.strerror or e}")
     if jax.process_count() > 1:
         held = int(multihost_utils.broadcast_one_to_all(np.int32(refused is not None)))
         if held and refused is None:

@@ -53,12 +53,39 @@ class RunStart:
         self.total = options.steps or program.run.steps
         self.metrics = options.run_dir / "metrics.jsonl"
         self.lock: RunDirLock | None = None
+        self.checkpoint_lock: RunDirLock | None = None   # a checkpoint dir outside the run dir (`_hold_checkpoints`)
 
     def release(self) -> None:
-        """Let the run dir go (its lock released, the lock file removed); never raises."""
-        if self.lock is not None:
-            self.lock.release()
-            self.lock = None
+        """Let the run dir and an outside checkpoint dir go (their locks released, the lock files
+        removed); never raises."""
+        for lock in (self.checkpoint_lock, self.lock):
+            if lock is not None:
+                lock.release()
+        self.lock = self.checkpoint_lock = None
+
+    def _hold_checkpoints(self) -> list:
+        """Take the lock of the checkpoint dir too where it lies outside the run dir (an absolute
+        `:checkpoint (:dir ...)` two run dirs may share): RunDirInUse naming the holder when another
+        run holds it. The dir is made first where missing; returns the folders made (for
+        run_dir.remove_made). Nothing for a dir inside the run dir (the run dir's lock holds it)."""
+        try:
+            spec = checkpoint_spec(self.program.run.checkpoint, self.options.run_dir)
+        except CheckpointError:
+            return []   # (said where the store is opened)
+        ck, run_dir = spec.dir.resolve(), self.options.run_dir.resolve()
+        if ck == run_dir or run_dir in ck.parents:
+            return []
+        made = outermost_missing(ck)
+        try:
+            ck.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise RunError(f"cannot write checkpoints to {spec.dir}: {e.strerror or e}")
+        try:
+            self.checkpoint_lock = hold_run_dir_everywhere(ck, "checkpoint dir")
+        except BaseException:
+            remove_made(ck, made)
+            raise
+        return [(ck, made)]
 
     def _hold(self) -> None:
         """Take the run dir's lock (run_lock.hold_run_dir_everywhere): RunDirInUse, naming the
@@ -77,6 +104,7 @@ class RunStart:
         anything is read or written in it; on any failure here it is let go again. Returns the
         trainer."""
         check_options(self.program, self.options)
+        made = None
         try:
             held = self.options.run_dir.is_dir()
             if held:   # a second run is told before anything else
@@ -87,14 +115,18 @@ class RunStart:
             prepare_run_dir(self.options.run_dir)
             if not held:
                 self._hold()
+            outside = self._hold_checkpoints()
         except BaseException:
             self.release()
+            remove_made(self.options.run_dir, made)   # (a checkpoint dir another run holds: nothing left made)
             raise
         try:
             return make_trainer()
         except BaseException:
             self.release()
             remove_made(self.options.run_dir, made)
+            for ck, ck_made in outside:
+                remove_made(ck, ck_made)
             raise
 
     def _refuse_resume_of_nothing(self) -> None:

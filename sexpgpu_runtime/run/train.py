@@ -71,7 +71,7 @@ class Trainer:
         self.graphs = Graphs(program, self.optimizer, selected, donate=jax.default_backend() != "cpu", dp=self.dp)
         self.layout = self.graphs.layout
         self.batches.layout, self.batches.dp = self.layout, self.dp
-        self.checks = ValueChecks(program, self.graphs.draw_sites)
+        self.checks = ValueChecks(program, self.graphs.draw_sites, lambda: self.graphs.training.report_names)
         self.on_trip = None            # called before every trip with (step, trip), before the stop check
         self.stop: StopSignals | None = None
         self.checkpoint_every: int | None = None   # steps whose values are checked in full before a save
@@ -191,7 +191,7 @@ class Trainer:
         done = self.completed
         if self.bad is None or done is None or jax.process_count() > 1:
             return None
-        step, _, micro, base = jax.device_get(self.bad)
+        step, _, micro, base = jax.device_get(self.bad[:4])
         step, micro = int(step), int(micro)
         if step < 1 or micro < 0 or done.step < step - 1:
             return None
