@@ -4,7 +4,7 @@ more times"; brackets nested past the limit, or a call whose head is a call whos
 name (`(((...)))`), are one diagnostic, not one per level."""
 from __future__ import annotations
 
-from helpers import SMALL
+from helpers import SMALL, check
 from sexpgpu_lang import analyze
 
 
@@ -37,3 +37,32 @@ def test_a_call_of_something_that_is_no_name_is_still_said_once_each():
     assert [(c, at) for c, at, _ in got] == [("E-TYPE-004", "1")]
     got = diags(SMALL + "(def x ((+ 1 2) 3))\n")   # a call that checks, not a name
     assert [(c, at) for c, at, _ in got] == [("E-TYPE-004", "(+ 1 2)")]
+
+
+def test_an_unbound_callee_of_a_call_is_one_diagnostic():
+    # `f` is not defined: that is the cause; the call of its (error) value is not E-TYPE-004 too.
+    check(SMALL + """\
+(def x ((f 1)))
+;;       ^ E-NAME-001
+(def y ((f ((g 2) (h 3))) 4))
+;;       ^ E-NAME-001
+;;           ^ E-NAME-001
+;;                 ^ E-NAME-001
+""")
+
+
+def test_nested_unbound_callees_are_one_diagnostic_each():
+    got = diags(SMALL + "(def x " + "((f " * 30 + ")" * 60 + ")\n")
+    assert [c for c, _, _ in got] == ["E-NAME-001"] * 30   # one per `f`, none per level
+
+
+def test_an_unclosed_list_of_lists_at_the_end_is_only_its_syntax_error():
+    # `((a` is a list: not E-FORM-004 ("a top-level form must be a list"), only never closed.
+    check(SMALL + """\
+((a
+;;^ E-SYNTAX-001 (from column 1)
+""")
+    check(SMALL + """\
+((((
+;;^ E-SYNTAX-001 (from column 1)
+""")

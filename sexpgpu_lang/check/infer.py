@@ -135,9 +135,12 @@ def _infer(ctx: CheckContext, node: Node, scope: Scope) -> ir.Expr:
                                 "build a value with `(list :a 1)`"), node.span)
     if not isinstance(head, Sym):
         called = infer(ctx, head, scope)
-        if isinstance(called.type, ErrorType) and (isinstance(head, ErrorNode) or (
-                isinstance(head, ListNode) and head.items and not isinstance(head.items[0], Sym))):
-            return ir.Const(ERROR, node.span)   # `((( ...` : the innermost was reported, one cause
+        if isinstance(called.type, ErrorType):
+            # `((f 1))` with `f` unbound, `((( ...`: what the callee's error was is reported
+            # where it is; one cause, one diagnostic (no E-TYPE-004 on top of it).
+            for a in node.items[1:]:
+                infer(ctx, a, scope)
+            return ir.Const(ERROR, node.span)
         return ir.Const(ctx.err("E-TYPE-004", head.span, "this cannot be called; a call starts with a name"), node.span)
     name = head.name
     ctx.facts.calls.setdefault((node.span.start, node.span.end), name)
