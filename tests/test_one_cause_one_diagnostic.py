@@ -4,7 +4,7 @@ more times"; brackets nested past the limit, or a call whose head is a call whos
 name (`(((...)))`), are one diagnostic, not one per level."""
 from __future__ import annotations
 
-from helpers import SMALL, check
+from helpers import ERRORS_DOC, SMALL, check
 from sexpgpu_lang import analyze
 
 
@@ -66,3 +66,21 @@ def test_an_unclosed_list_of_lists_at_the_end_is_only_its_syntax_error():
 ((((
 ;;^ E-SYNTAX-001 (from column 1)
 """)
+
+
+def test_an_undefined_name_is_reported_at_each_use_and_a_bad_def_once():
+    # docs/errors.md's preamble states both rules; this is its behaviour.
+    check(SMALL + """\
+(def dimm 64)
+(def a (+ dim 1))
+;;        ^^^ E-NAME-001
+(def b (* dim 2))
+;;        ^^^ E-NAME-001
+(def c (foo 1))
+;;      ^^^ E-NAME-001
+(def d (+ c 1))
+(def e (* c c))
+""")
+    preamble = " ".join(ERRORS_DOC.read_text().split("\n## ", 1)[0].split())
+    assert "A name that nothing defines is reported at each place that uses it" in preamble
+    assert "not reported again at every" not in preamble
