@@ -84,3 +84,26 @@ def test_an_undefined_name_is_reported_at_each_use_and_a_bad_def_once():
     preamble = " ".join(ERRORS_DOC.read_text().split("\n## ", 1)[0].split())
     assert "A name that nothing defines is reported at each place that uses it" in preamble
     assert "not reported again at every" not in preamble
+
+
+def test_one_bad_character_apart_is_capped_per_form():
+    # NULs apart: the first MAX_SAME_CHARACTER places one by one, the rest summed in one more at
+    # the first of them; the count starts again at the next form (a `(` in column 1).
+    from sexpgpu_lang.syntax import MAX_SAME_CHARACTER as N
+    line = "(def x 1 " + "\0 " * (N + 3) + ")"
+    marks = "".join(f";;{' ' * (7 + 2 * k)}^ E-SYNTAX-003\n" for k in range(N + 1))
+    check(SMALL + line + "\n" + marks + """\
+(def y 2 \0 \0 )
+;;       ^ E-SYNTAX-003
+;;         ^ E-SYNTAX-003
+""")
+    got = diags(SMALL + line + "\n")
+    assert [m for _, _, m in got] == ["unexpected character `U+0000`"] * N + [
+        "unexpected character `U+0000`, and 2 more after it before the next form"]
+    got = diags(SMALL + "\0 " * 1000 + "\n")
+    assert len(got) == N + 1 and got[-1][2] == "unexpected character `U+0000`, and 989 more after it before the next form"
+    # runs still count as one place each, and another character has its own count
+    got = diags(SMALL + "(def z 1 " + "\0\0 " * N + "\x01 \0\0\0 )\n")
+    assert [(at, m) for _, at, m in got][-3:] == [
+        ("\0\0", "unexpected character `U+0000` (2 in a row)"), ("\x01", "unexpected character `U+0001`"),
+        ("\0", "unexpected character `U+0000`, and 2 more after it before the next form")]
