@@ -54,9 +54,12 @@ diagnostic it gives marked under its range (`;; ^^^ CODE`), and a test
 checks that it gives exactly those.
 
 After an error, the checker gives the value at fault an error type, so one
-mistake is reported once: a misspelt name is not reported again at every
-place that uses it, and a `def` whose value is wrong does not make every use
-of its name unbound.
+mistake is reported once: a `def` whose value is wrong is reported at that
+value, not again where its name is used (nor is its name then unbound), and
+an operation given a value already reported says nothing more. A name that
+nothing defines is reported at each place that uses it, as rustc and
+rust-analyzer do: each use is its own place to fix (and each gets the quick
+fix to the nearest defined name).
 """
 
 _EXPECT = re.compile(r";;\s*expect:\s*(\S+)")

@@ -10,7 +10,8 @@ and recovery"):
   closed at the end of its top-level form; a stray closer is reported and
   dropped (E-SYNTAX-002); a closer of the other kind is reported
   (E-SYNTAX-004) and treated as the right one; a character that starts no
-  token is reported (E-SYNTAX-003) and skipped.
+  token is reported (E-SYNTAX-003) and skipped (a run of one such character
+  once; past `MAX_SAME_CHARACTER` places of one in a form, the rest once).
 
 Tokens come from the terminals of `grammar.lark`: lark's compiled lexer
 pattern, stored in `_lexer_table.py` so that a parse imports no lark (it is
@@ -214,6 +215,7 @@ def _lex(text: str, diags: list[Diagnostic], unterminated: set[int] | None = Non
     after each repair, so the work is linear in the text's length however many
     characters are bad (it used to lex the whole text again after each one)."""
     unterminated = set() if unterminated is None else unterminated
+    bad: dict = {}   # per bad character, in the current form: `_recover`'s count of its places
     patterns = _scanner()
     tokens: list[Token] = []
     comments: list[Span] = []
@@ -236,7 +238,7 @@ def _lex(text: str, diags: list[Diagnostic], unterminated: set[int] | None = Non
             if end == start:
                 break
             while pos < start:
-                pos = _recover(text, pos, line, pos - line_start + 1, tokens, diags, unterminated)
+                pos = _recover(text, pos, line, pos - line_start + 1, tokens, diags, unterminated, bad)
             if pos != start:
                 resumed = True
                 break
@@ -250,15 +252,17 @@ def _lex(text: str, diags: list[Diagnostic], unterminated: set[int] | None = Non
                 comments.append(Span(pos, end))
             else:
                 tokens.append(Token(kind, m.group(), pos, line, pos - line_start + 1, end))
+                if kind == "LPAR" and pos == line_start and bad:
+                    bad.clear()   # a `(` in column 1 starts a form (as `_balance` reads it)
             pos = end
         else:
             if len(patterns) == 1:
                 # No token starts anywhere in the rest of the text: every character left
                 # is bad (searching again after each would be quadratic).
                 while pos < n:
-                    pos = _recover(text, pos, line, pos - line_start + 1, tokens, diags, unterminated)
+                    pos = _recover(text, pos, line, pos - line_start + 1, tokens, diags, unterminated, bad)
         if pos < n and not resumed:
-            pos = _recover(text, pos, line, pos - line_start + 1, tokens, diags, unterminated)
+            pos = _recover(text, pos, line, pos - line_start + 1, tokens, diags, unterminated, bad)
     return _glued_numbers(tokens, diags), comments
 
 
@@ -271,22 +275,43 @@ def _match_first(patterns, text: str, pos: int):
     return None
 
 
+#: How many places (runs) of one bad character a form reports one by one; its further places
+#: are counted in one more diagnostic, at the first of them (1,000 NULs apart are not 1,000 lines).
+MAX_SAME_CHARACTER = 10
+
+
 def _recover(text: str, pos: int, line: int, column: int, tokens: list[Token],
-             diags: list[Diagnostic], unterminated: set[int]) -> int:
+             diags: list[Diagnostic], unterminated: set[int], bad: dict | None = None) -> int:
     """Report the character at `pos`, which starts no token, and return where lexing resumes.
 
+    A run of one bad character is one diagnostic; past MAX_SAME_CHARACTER places of one
+    character in a form (`bad` counts them; `_lex` empties it at each form), the rest are
+    summed in one diagnostic at the first of them ("and N more after it before the next form").
     An unterminated string is closed in place when its line's last character can be read
     as the closing `"` (the token then carries that text), else skipped to the line's end."""
     if text[pos] != '"':
         # (a control character shows as `U+0000`: `diagnostics.quote_controls`)
         c, last = text[pos], diags[-1] if diags else None
+        seen = None if bad is None else bad.setdefault(c, [0, None])
+        if seen is not None and seen[1] is not None:
+            i = seen[1]
+            more = diags[i].data["more"] + 1
+            diags[i] = error("E-SYNTAX-003", diags[i].span, f"unexpected character `{c}`, and {more:,} more after it "
+                             "before the next form", data={"repeated": c, "count": diags[i].data["count"], "more": more})
+            return pos + 1
         if last is not None and last.span.end == pos and last.data.get("repeated") == c:
             # A run of one bad character is one diagnostic over the run, with its count (as rustc's
             # "character appears N more times"): 1,000 NULs are one cause, not 1,000 lines.
             count = last.data["count"] + 1
             diags[-1] = error("E-SYNTAX-003", Span(last.span.start, pos + 1),
                               f"unexpected character `{c}` ({count:,} in a row)", data={"repeated": c, "count": count})
+        elif seen is not None and seen[0] >= MAX_SAME_CHARACTER:
+            seen[1] = len(diags)
+            diags.append(error("E-SYNTAX-003", Span(pos, pos + 1), f"unexpected character `{c}`",
+                               data={"repeated": c, "count": 1, "more": 0}))
         else:
+            if seen is not None:
+                seen[0] += 1
             diags.append(error("E-SYNTAX-003", Span(pos, pos + 1), f"unexpected character `{c}`",
                                data={"repeated": c, "count": 1}))
         return pos + 1

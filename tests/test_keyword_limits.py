@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from helpers import fixture_text
+from helpers import ROOT, SMALL, check, fixture_text
 from sexpgpu_lang import analyze
 from sexpgpu_lang.check.keywords import MAX_HOST_CALLS, MAX_SEED, MAX_SIZE
 
@@ -68,3 +68,37 @@ def test_run_refuses_parameters_that_could_never_fit():
     assert "more than the 80.0 GiB of H100 memory: the run could never fit" in why
     # The tiny model fits (tests/test_memory_fit.py: the activations, the host memory, the run itself).
     assert fit_verdict(analyze(TINY).program, 80 * 2**30, "H100 memory") is None
+
+
+def test_a_size_an_op_makes_past_32_bits_is_reported_where_it_is_made():
+    # Not only literal sizes: the shape every op infers (here 65536 * 65536 entries in one axis).
+    objective = "(objective (lambda (inputs ctx) (mean (cross-entropy (model (getf inputs :x)) (getf inputs :y)))))\n"
+    assert objective in SMALL
+    check(SMALL.replace(objective, "") + """\
+(def wide 65536)
+(objective (lambda (inputs ctx)
+  (+ (sum (reshape (zeros [wide wide]) [-1]))
+;;        ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^ E-SHAPE-004
+     (sum (reshape (zeros [wide 2]) [-1]))
+     (mean (cross-entropy (model (getf inputs :x)) (getf inputs :y))))))
+""")
+
+
+def test_a_folded_integer_def_past_i32_is_e_type_002():
+    # `(* prompts group)` with group 134217728 is 2**31: an i32 cannot hold it (one diagnostic,
+    # at the `def` that folds it; its uses are not reported again).
+    text = (ROOT / "examples" / "grpo.sx").read_text()
+    assert "(def group 8)" in text and "(def rows (* prompts group))" in text
+    res = analyze(text.replace("(def group 8)", "(def group 134217728)"), "grpo.sx")
+    got = [(d.code, res.source.text[d.span.start:d.span.end], d.message) for d in res.diagnostics]
+    assert got == [("E-TYPE-002", "(* prompts group)",
+                    "`*` gives 2147483648, which does not fit in i32, its dtype")]
+    check(SMALL + """\
+(def a 65536)
+(def big (* a a))
+;;       ^^^^^^^ E-TYPE-002
+(def fits (+ (* 32767 65536) 65535))
+(def lowest (* -32768 65536))
+(def low (- (* -32768 65536) 1))
+;;       ^^^^^^^^^^^^^^^^^^^^^^ E-TYPE-002
+""")

@@ -35,6 +35,13 @@ from .ranges import INDEXED, WINDOWED, check_index, check_window, trip_form, val
 from .trips import reads_varying, salt_across_trips
 from .scope import CTX_KEYS, Binding, BatchType, CtxType, Effect, Frame, Scope, stdlib_docs
 
+#: The largest size of one axis: XLA's dimensions are 32-bit integers (E-SHAPE-004), for a
+#: shape written as a literal (`keywords.shape_in_range`) as for one an op makes (`call_op`).
+MAX_SIZE = 2**31 - 1
+#: The integers a compile-time integer of each integer dtype holds (E-TYPE-002 past them: JAX
+#: refuses to make the constant, "Python integer ... out of bounds for int32").
+INT_RANGES = {"i32": (-2**31, 2**31 - 1), "i64": (-2**63, 2**63 - 1)}
+
 
 def lambda_params(ctx: CheckContext, node: Node, count: int | None, what: str) -> list[Sym] | None:
     """A lambda's parameter symbols (`count` of them when given), or None after reporting."""
@@ -135,9 +142,12 @@ def _infer(ctx: CheckContext, node: Node, scope: Scope) -> ir.Expr:
                                 "build a value with `(list :a 1)`"), node.span)
     if not isinstance(head, Sym):
         called = infer(ctx, head, scope)
-        if isinstance(called.type, ErrorType) and (isinstance(head, ErrorNode) or (
-                isinstance(head, ListNode) and head.items and not isinstance(head.items[0], Sym))):
-            return ir.Const(ERROR, node.span)   # `((( ...` : the innermost was reported, one cause
+        if isinstance(called.type, ErrorType):
+            # `((f 1))` with `f` unbound, `((( ...`: what the callee's error was is reported
+            # where it is; one cause, one diagnostic (no E-TYPE-004 on top of it).
+            for a in node.items[1:]:
+                infer(ctx, a, scope)
+            return ir.Const(ERROR, node.span)
         return ir.Const(ctx.err("E-TYPE-004", head.span, "this cannot be called; a call starts with a name"), node.span)
     name = head.name
     ctx.facts.calls.setdefault((node.span.start, node.span.end), name)
@@ -472,6 +482,17 @@ def call_op(ctx: CheckContext, node: ListNode, spec, scope: Scope) -> ir.Expr:
         if ctx.redirect is not None:
             message += _layer_argument(ctx, args, e.arg)
         return ir.Const(ctx.err(e.code, span, message, help=help_, related=related), node.span)
+    if isinstance(out, TensorType):
+        wide = next((d for d in out.shape if d > MAX_SIZE), None)
+        if wide is not None:
+            return ir.Const(ctx.err("E-SHAPE-004", node.span, f"`{spec.name}` makes {out.show()}: a size must be at most "
+                                    f"{MAX_SIZE} (XLA's sizes are 32-bit), got {wide}",
+                                    help="check the `def`s that give its sizes"), node.span)
+        lo_hi = INT_RANGES.get(out.dtype)
+        if lo_hi is not None and type(out.value) is int and not lo_hi[0] <= out.value <= lo_hi[1]:
+            return ir.Const(ctx.err("E-TYPE-002", node.span, f"`{spec.name}` gives {out.value}, which does not fit in "
+                                    f"{out.dtype}, its dtype", help="build it in i64, e.g. `(* (cast 65536 :i64) 65536)`, "
+                                    "or as a float"), node.span)
     static = dict(call.static)
     if spec.draw:
         static["place"] = place_hash(node.path)

@@ -20,7 +20,7 @@ from ..language import REMAT_POLICIES
 from ..syntax import Kw, ListNode, Node, Str, Sym
 from ..types import ERROR, ErrorType, KeywordType, ShapeType, StringType, TensorType, is_int, promote, scalar
 from .context import CheckContext, listed, near_miss
-from .infer import infer
+from .infer import MAX_SIZE, infer   # MAX_SIZE: also the largest step count (optax's `count` is i32)
 
 
 def keyword_args(ctx: CheckContext, node: ListNode, start: int, allowed, what: str) -> dict[str, tuple[Kw, Node]]:
@@ -89,9 +89,6 @@ def unknown_choice(ctx: CheckContext, node: Node, key: str, choices: tuple[str, 
             data={"replace": f":{hint}"} if hint else None)
 
 
-#: The largest size of one axis, and the largest step count: XLA's dimensions and the step
-#: counter optax keeps (`count`) are 32-bit integers.
-MAX_SIZE = 2**31 - 1
 #: The most calls one step makes from the host loop (`:trips` of the generator, `:microbatches`):
 #: each is a dispatch from Python (tens of microseconds at least), and the generator keeps one
 #: device array per trip, so a count beyond this could not finish a step in any useful time.

@@ -43,6 +43,8 @@ def _check_forms(ctx: CheckContext, build_ir: bool) -> CheckResult:
     for form in ctx.parsed.forms:
         if isinstance(form, ListNode) and not form.items and not form.closed:
             continue   # a lone `(`: its E-SYNTAX-001 says all there is to say
+        if isinstance(form, ListNode) and not form.closed and not form.head:
+            continue   # `((a` left unclosed: a list all the same; its E-SYNTAX-001 is the cause
         if not isinstance(form, ListNode) or not form.head:
             if not stray and isinstance(form, Sym) and form.name in TOP_FORMS:
                 ctx.lost_heads.add(form.name)
