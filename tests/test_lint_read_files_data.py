@@ -104,3 +104,80 @@ def test_sexpgpu_lint_read_files_exits_1_for_it(tmp_path):
     r = lint_("--read-files")
     assert r.returncode == 1 and "error[E-LOADER-001]: `jsonl`'s file `p.jsonl` is not there" in r.stdout, r.stdout
     assert lint_().returncode == 0
+
+
+# The rows `run` refuses for what they hold against the fields: lint says the runtime's own reason
+# (both check through sexpgpu_lang.prompt_rows.PromptRows), at the loader's path.
+SCALAR = RUN.replace(":fields (:prompt [3] :i32)", ":fields (:prompt [3] :i32 :r [] :f32)")
+
+
+def _runtime_reason(tmp_path, source_args: dict, fields) -> str:
+    """What `sexpgpu run`'s prompt_table refuses the .jsonl for, after ``FILE:LINE[:COL]: ``."""
+    from sexpgpu_lang.ir import LoaderIR
+    from sexpgpu_lang.source import Span
+    from sexpgpu_runtime.data.prompt_files import prompt_table
+    from sexpgpu_runtime.errors import LoaderError
+    spec = LoaderIR("prompts", ("jsonl", source_args), 1, fields, Span(0, 0), str(tmp_path))
+    with pytest.raises(LoaderError) as e:
+        prompt_table(spec, source_args)
+    return str(e.value)
+
+
+@pytest.mark.parametrize("bad,held", [
+    ("[1, 2.5]", "a number (2.5)"), ("[1, true]", "a boolean (true)"), ('[1, "2"]', 'text ("2")'),
+    ("[1, [2]]", "a list"), ("[1, null]", "NoneType"), ("[1, 1e999]", "a number (inf)"),
+], ids=["float", "bool", "text", "nested", "null", "1e999"])
+def test_a_token_list_holding_a_non_integer_is_run_s_error(tmp_path, bad, held):
+    (tmp_path / "p.jsonl").write_text('{"prompt": [1, 2, 3]}\n{"prompt": ' + bad + '}\n')
+    reason = (f"`prompt` is a list holding {held}, but field `prompt` is declared `[3]`, a list of integer token ids")
+    got = lint(tmp_path, '(jsonl "p.jsonl")')
+    assert got == [("E-LOADER-001", '"p.jsonl"', f"`jsonl`'s file `p.jsonl` has a row `run` refuses: p.jsonl:2:12: "
+                    f"{reason}", "fix the row, or store text in every row (with `:tokenizer`)")]
+    ran = _runtime_reason(tmp_path, {"path": "p.jsonl"}, (("prompt", (3,), "i32"),))
+    assert ran == f"loader `prompts`: {tmp_path / 'p.jsonl'}:2:12: {reason}; fix the row, or store text in every row (with `:tokenizer`)"
+    assert lint(tmp_path, '(jsonl "p.jsonl")', read_files=LOCAL) == []   # the server reads no data rows
+
+
+@pytest.mark.parametrize("value,said", [("1e999", "inf"), ("9" * 5000 + ".5", "inf"), ("-1e999", "-inf"),
+                                        ("1e300", "1e+300, which is inf in f32")],
+                         ids=["1e999", "5000 digits", "-1e999", "past f32"])
+def test_a_scalar_that_is_infinite_is_run_s_error(tmp_path, value, said):
+    (tmp_path / "p.jsonl").write_text('{"prompt": [1, 2, 3], "r": 1.0}\n{"prompt": [1, 2, 3], "r": ' + value + '}\n')
+    got = lint(tmp_path, '(jsonl "p.jsonl")', text=SCALAR)
+    fix = "a NaN or infinite input makes the losses that read it NaN: fix the row, or drop it"
+    assert got == [("E-LOADER-001", '"p.jsonl"', f"`jsonl`'s file `p.jsonl` has a row `run` refuses: p.jsonl:2:28: "
+                    f"`r` is {said}", fix)]
+    ran = _runtime_reason(tmp_path, {"path": "p.jsonl"}, (("prompt", (3,), "i32"), ("r", (), "f32")))
+    assert ran == f"loader `prompts`: {tmp_path / 'p.jsonl'}:2:28: `r` is {said}; {fix}"
+
+
+def test_an_empty_jsonl_has_no_field_as_run_says(tmp_path):
+    (tmp_path / "p.jsonl").write_text("")
+    got = lint(tmp_path, '(jsonl "p.jsonl")')
+    assert got == [("E-LOADER-001", '"p.jsonl"', "`jsonl`'s file `p.jsonl`: the data have no field `prompt` "
+                    "(they have nothing)", None)]
+    ran = _runtime_reason(tmp_path, {"path": "p.jsonl"}, (("prompt", (3,), "i32"),))
+    assert ran.endswith(": the data have no field `prompt` (they have nothing)")
+    (tmp_path / "p.jsonl").write_text('{"other": 1}\n')
+    assert [m for _, _, m, _ in lint(tmp_path, '(jsonl "p.jsonl")')] == [
+        "`jsonl`'s file `p.jsonl`: the data have no field `prompt` (they have other)"]
+
+
+def test_a_null_row_and_text_without_a_tokenizer_are_run_s_errors(tmp_path):
+    (tmp_path / "p.jsonl").write_text('{"prompt": [1, 2, 3]}\n{"prompt": null}\n')
+    assert lint(tmp_path, '(jsonl "p.jsonl")') == [("E-LOADER-001", '"p.jsonl"', "`jsonl`'s file `p.jsonl` has a row "
+                                                   "`run` refuses: p.jsonl:2: the row has no `prompt` (or it is null)",
+                                                   "give every row the field")]
+    (tmp_path / "p.jsonl").write_text('{"prompt": "ab"}\n')
+    assert [m for _, _, m, _ in lint(tmp_path, '(jsonl "p.jsonl")')] == [
+        "`jsonl`'s file `p.jsonl`: column `prompt` holds text"]
+    (tmp_path / "tok.json").write_text(TOKENIZER)
+    assert lint(tmp_path, '(jsonl "p.jsonl" :tokenizer "tok.json")') == []
+
+
+def test_an_edited_jsonl_is_read_again(tmp_path):
+    p = tmp_path / "p.jsonl"
+    p.write_text('{"prompt": [1, 2, 3]}\n')
+    assert lint(tmp_path, '(jsonl "p.jsonl")') == []
+    p.write_text('{"prompt": [1, 2, 3.5]}\n')
+    assert [c for c, _, _, _ in lint(tmp_path, '(jsonl "p.jsonl")')] == ["E-LOADER-001"]

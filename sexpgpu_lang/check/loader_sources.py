@@ -91,7 +91,7 @@ def check_source(ctx: CheckContext, kind: str, args: dict, nodes: dict, fields, 
                               nodes["tokenizer"].span) and ok
     if checked and ctx.read_files is True and kind == "jsonl" and isinstance(args.get("path"), str) \
             and "path" not in missing:
-        ok = _jsonl_rows(ctx, args["path"], nodes["path"].span) and ok
+        ok = _jsonl_rows(ctx, args["path"], nodes["path"].span, fields, bool(args.get("tokenizer"))) and ok
     if (ok and ctx.read_files and kind == "tokens" and isinstance(args.get("path"), str)
             and not args["path"].endswith(".npy") and args.get("dtype") in _ITEMSIZE):
         _token_file_dtype(ctx, args["path"], args["dtype"], args.get("vocab"), nodes["dtype"].span)
@@ -231,39 +231,64 @@ def _regular_file(ctx: CheckContext, rel: str) -> tuple[str, os.stat_result] | N
     return (full, st) if st is not None and stat.S_ISREG(st.st_mode) else None
 
 
-def _jsonl_rows(ctx: CheckContext, rel: str, at: Span) -> bool:
+def _jsonl_rows(ctx: CheckContext, rel: str, at: Span, fields=None, tokenizer: bool = False) -> bool:
     """E-LOADER-001 at the path when a row of the .jsonl file `rel` is one the runtime refuses (not
     UTF-8, not JSON, nested too deeply, a number of too many digits, not an object, a line past its
-    bound: bounded_read.jsonl_rows, which the runtime reads through). False when reported; a file
-    that is not there or not a regular file is the other checks'."""
+    bound: bounded_read.jsonl_rows, which the runtime reads through), or when with the loader's
+    `fields` its rows are ones the runtime refuses (a field no row has, a null, a token list holding
+    a non-integer, an infinite number: prompt_rows.PromptRows, which the runtime checks with). False
+    when reported; a file that is not there or not a regular file is the other checks'."""
     found = _regular_file(ctx, rel)
     if found is None:
         return True
     full, st = found
-    bad = _bad_row(full, st.st_mtime_ns, st.st_size)
+    key = tuple((n, tuple(s), d) for n, s, d in fields) if fields else None
+    bad = _bad_row(full, st.st_mtime_ns, st.st_size, key, tokenizer)
     if bad is None:
         return True
     where, detail = bad
     reason, _, fix = detail.partition("; ")
-    ctx.err("E-LOADER-001", at, f"`jsonl`'s file `{rel}` has a row `run` refuses: {rel}:{where}: {reason}",
-            help=fix or None)
+    if where is None:
+        ctx.err("E-LOADER-001", at, f"`jsonl`'s file `{rel}`: {reason}", help=fix or None)
+    else:
+        ctx.err("E-LOADER-001", at, f"`jsonl`'s file `{rel}` has a row `run` refuses: {rel}:{where}: {reason}",
+                help=fix or None)
     return False
 
 
 @functools.lru_cache(maxsize=16)
-def _bad_row(path: str, mtime_ns: int, size: int) -> tuple[str, str] | None:
-    """(LINE[:COL], the reason and fix) of the first row of the .jsonl file at `path` the runtime
-    refuses, or None. `mtime_ns` and `size` key the cache: an edited file is read again."""
-    from ..bounded_read import BadJsonlRow, jsonl_rows, open_regular
+def _bad_row(path: str, mtime_ns: int, size: int, fields=None, tokenizer: bool = False) -> tuple[str | None, str] | None:
+    """(LINE[:COL] or None for the whole file, the reason and fix) of the first thing in the .jsonl
+    file at `path` the runtime refuses, or None: a row it cannot read, or (with `fields`, the loader's
+    (name, shape, dtype) triples) rows that do not fit them. Rows are read one at a time (a line at
+    most JSONL_LINE_LIMIT) and not kept. `mtime_ns` and `size` key the cache: an edited file is read again."""
+    from ..bounded_read import JSONL_LINE_LIMIT, BadJsonlRow, jsonl_rows, open_regular, read_lines_bounded
+    from ..prompt_rows import PromptRows, value_column
+    check = PromptRows(fields, tokenizer) if fields else None
     try:
         with open_regular(path) as fh:
-            for _ in jsonl_rows(fh):
-                pass
+            for line_no, row in jsonl_rows(fh):
+                if check is not None:
+                    check.keys(row)
+                    check.row({n: row.get(n) for n in check.wanted}, line_no)
     except BadJsonlRow as e:
         return e.where("")[1:], e.detail
     except OSError:
         return None
-    return None
+    found = check.problem() if check is not None else None
+    if found is None:
+        return None
+    if found.row is None:
+        return None, found.reason
+    line_no = found.line
+    if not found.column:
+        return str(line_no), found.reason
+    try:
+        with open_regular(path) as fh:
+            col = value_column(read_lines_bounded(fh, JSONL_LINE_LIMIT), line_no, found.field)
+    except OSError:
+        col = 1
+    return f"{line_no}:{col}", found.reason
 
 
 def _tokenizer_vocab(ctx: CheckContext, rel: str, vocab: int | None, at: Span) -> bool:

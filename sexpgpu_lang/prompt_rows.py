@@ -1,0 +1,183 @@
+"""The checks of a prompt source's rows (`jsonl`, `parquet`) against the loader's fields, row by row.
+
+`sexpgpu run` (sexpgpu_runtime/data/prompt_files.py) and `lint --read-files`
+(check/loader_sources.py) both feed each row to a `PromptRows` and ask it for
+the first `problem()`, so the two refuse the same rows with the same words.
+It keeps a few values per field, not the rows: a file of any length is
+checked in bounded memory. What it checks, in the order the run reports:
+
+- a declared field no row has: "the data have no field `x` (they have ...)";
+- (`jsonl`) a row without a field others have, or holding null;
+- per field, in declaration order: a `[]` field's row that is not a number
+  (an integer for an integer dtype), then a NaN or infinite one (JSON's
+  `1e999`, a 5,000-digit float) or one too large for its float dtype; a
+  `[L]` field whose first row is text without `:tokenizer`, a later row
+  that is not text (or a lone surrogate); a `[L]` field of token-id lists
+  whose row is not a list, or a list holding anything but integers.
+
+Pure Python (json, re); never JAX, never numpy.
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+from typing import NamedTuple
+
+SUFFIXES = ("-length", "-mask")
+
+#: The smallest magnitude that rounds to infinity in each float dtype (round to nearest even).
+_OVERFLOW = {"f16": 65520.0, "bf16": 2.0 ** 128 - 2.0 ** 119, "f32": 2.0 ** 128 - 2.0 ** 103}
+
+
+def derived(name: str, declared) -> str | None:
+    """The token field that `name` is the `-length` or `-mask` of (a declared name), or None."""
+    for s in SUFFIXES:
+        if name.endswith(s) and name[:-len(s)] in declared:
+            return name[:-len(s)]
+    return None
+
+
+def kind_words(v) -> str:
+    """A JSON (or parquet) value's kind in plain words: text ("..."), a number (2.5), a list, ..."""
+    if isinstance(v, str):
+        return f"text ({json.dumps(v if len(v) <= 20 else v[:20] + '...')})"
+    if isinstance(v, bool):
+        return f"a boolean ({json.dumps(v)})"
+    if isinstance(v, (int, float)):
+        return f"a number ({v})"
+    if isinstance(v, list):
+        return "a list"
+    return "an object" if isinstance(v, dict) else type(v).__name__
+
+
+class RowProblem(NamedTuple):
+    """The first thing the run refuses: `field`, `row` (index from 0 among the rows, or None for the
+    whole file), `reason` (the words after ``FILE:LINE:COL: ``, reason and fix), `column` (whether
+    the place names the column of the field's value; else ``FILE:LINE: ``, or the loader alone),
+    `line` (the `line` given with that row, if any)."""
+    field: str
+    row: int | None
+    reason: str
+    column: bool
+    line: int | None = None
+
+
+class PromptRows:
+    """The rows of a prompt source checked against `fields` ((name, shape, dtype) triples; the
+    `-length`/`-mask` ones are derived, not read). `tokenizer`: whether the source has
+    `:tokenizer`; `nulls`: whether a missing or null value is its own error (`jsonl`).
+    Call `keys(names)` with each row's keys (or the file's columns), `row(values)` with each row's
+    values of `wanted` (None where missing), then `problem()`."""
+
+    def __init__(self, fields, tokenizer: bool, nulls: bool = True):
+        declared = {n for n, _, _ in fields}
+        self.fields = [(n, tuple(s), d) for n, s, d in fields if derived(n, declared) is None]
+        self.wanted = [n for n, _, _ in self.fields]
+        self.tokenizer, self.nulls = tokenizer, nulls
+        self.names: dict[str, None] = {}
+        self.rows = 0
+        self._null: dict[str, int] = {}
+        self._text: dict[str, bool] = {}
+        self._bad: dict[str, RowProblem] = {}
+        self._nonfinite: dict[str, RowProblem] = {}
+
+    def keys(self, names) -> None:
+        """Record keys (column names) the data have."""
+        self.names.update(dict.fromkeys(names))
+
+    def row(self, values: dict, line: int | None = None) -> None:
+        """Check one row: `values` maps each wanted field to its value (None where missing or null);
+        `line` (its line in the file) is given back with a problem found in it."""
+        i = self.rows
+        self.rows += 1
+        for name, shape, dtype in self.fields:
+            v = values.get(name)
+            if v is None and self.nulls:
+                self._null.setdefault(name, (i, line))
+                continue
+            if name in self._bad:
+                continue
+            if i == 0:
+                self._text[name] = isinstance(v, str)
+            bad = self._value(name, shape, dtype, v, i)
+            if bad is not None:
+                self._bad[name] = bad._replace(line=line)
+            if name in self._nonfinite and self._nonfinite[name].row == i:
+                self._nonfinite[name] = self._nonfinite[name]._replace(line=line)
+
+    def _value(self, name: str, shape: tuple, dtype: str, v, i: int) -> RowProblem | None:
+        decl = f"field `{name}` is declared `[{' '.join(map(str, shape))}]`"
+        if len(shape) == 0:
+            floats = dtype in _OVERFLOW
+            if not (isinstance(v, (int, float)) and not isinstance(v, bool) and (floats or not isinstance(v, float))):
+                want = "a number" if floats else "an integer"
+                return RowProblem(name, i, f"`{name}` is {kind_words(v)}, but field `{name}` is declared `[] :{dtype}` "
+                                  f"({want}); fix the row, or the declaration if every row is so", True)
+            if name not in self._nonfinite:
+                what = None
+                if isinstance(v, float) and not math.isfinite(v):
+                    what = f"{v}"
+                elif floats and abs(v) >= _OVERFLOW[dtype]:
+                    what = f"{v}, which is {'-' if v < 0 else ''}inf in {dtype}"
+                if what is not None:
+                    self._nonfinite[name] = RowProblem(name, i, f"`{name}` is {what}; a NaN or infinite input makes "
+                                                       "the losses that read it NaN: fix the row, or drop it", True)
+            return None
+        if len(shape) != 1:
+            return None   # the runtime names the shape; the checker already refuses it
+        if self._text.get(name):
+            if not self.tokenizer:
+                return RowProblem(name, None, f"column `{name}` holds text; give `:tokenizer \"tokenizer.json\"` "
+                                  "to tokenize it, or store token ids", False)
+            if not isinstance(v, str):
+                return RowProblem(name, i, f"`{name}` is {kind_words(v)}, but {decl} and the first row's `{name}` is "
+                                  "text; make the row's value text like the others", True)
+            try:
+                v.encode("utf-8")
+            except UnicodeEncodeError as e:   # JSON's "\ud800" alone: no text holds it, and no tokenizer takes it
+                return RowProblem(name, i, f"`{name}` holds a lone surrogate (\\u{ord(v[e.start]):04x} at character "
+                                  f"{e.start + 1}), which is not text; a \\uD800-\\uDFFF escape must be half of a "
+                                  "pair: fix the row, or drop it", True)
+            return None
+        if not isinstance(v, list):
+            what = "the first row's is a list of token ids" if i else "a sequence field takes text or a list of token ids"
+            return RowProblem(name, i, f"`{name}` is {kind_words(v)}, but {decl} ({what}); fix the row, or the "
+                              "declaration if every row is so", True)
+        bad = next((t for t in v if not isinstance(t, int) or isinstance(t, bool)), _NONE)
+        if bad is not _NONE:
+            return RowProblem(name, i, f"`{name}` is a list holding {kind_words(bad)}, but {decl}, a list of "
+                              "integer token ids; fix the row, or store text in every row (with `:tokenizer`)", True)
+        return None
+
+    def problem(self) -> RowProblem | None:
+        """The first thing the run refuses, in the run's order (module docstring), or None."""
+        for n in self.wanted:
+            if n not in self.names:
+                return RowProblem(n, None, f"the data have no field `{n}` (they have "
+                                  f"{', '.join(self.names) or 'nothing'})", False)
+        for n in self.wanted:
+            if n in self._null:
+                i, line = self._null[n]
+                return RowProblem(n, i, f"the row has no `{n}` (or it is null); give every row the field", False, line)
+        for n in self.wanted:
+            found = self._bad.get(n) or self._nonfinite.get(n)
+            if found is not None:
+                return found
+        return None
+
+
+_NONE = object()
+
+
+def value_column(lines, line_no: int, name: str) -> int:
+    """The column (from 1, in characters) where key `name`'s value starts on line `line_no` (from 1)
+    of `lines` (the file's lines as bytes, e.g. bounded_read.read_lines_bounded), or 1 where the key
+    is not found written plainly."""
+    for i, raw in enumerate(lines, 1):
+        if i == line_no:
+            text = raw.decode("utf-8", "replace")
+            text = text.lstrip("\ufeff") if i == 1 else text
+            m = re.search(re.escape(json.dumps(name)) + r"\s*:\s*", text)
+            return m.end() + 1 if m else 1
+    return 1
