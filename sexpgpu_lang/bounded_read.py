@@ -186,6 +186,52 @@ def loads_json(raw):
         raise
 
 
+#: The fix of a file that is not UTF-8 text: one with NUL bytes (True) is binary, else convert it.
+TEXT_FIX = {True: "a token file is read with `(tokens ...)`, else narrow the glob to text files",
+            False: "convert it to UTF-8, or narrow the glob to text files"}
+
+#: How many bytes `text_problem` decodes at a time.
+TEXT_CHUNK = 1 << 20
+
+
+def text_problem(chunks) -> str | None:
+    """Why the bytes of `chunks` (an iterable of bytes: a file read in pieces, or `[data]`) are not
+    UTF-8 text, in words for after "is not UTF-8 text (": "it holds NUL bytes: a binary file" (the
+    first reason, wherever the NUL is), "byte N is 0xXX" (the first byte that does not decode), or
+    None for text. Keeps one chunk at a time: a file of any size is looked at in bounded memory. The
+    runtime's `text-tokens` (tokenize.read_text) and `lint --read-files` say the same through it."""
+    import codecs
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    seen, bad = 0, None
+    for chunk in chunks:
+        if b"\0" in chunk:
+            return "it holds NUL bytes: a binary file"
+        if bad is None:
+            pending = len(decoder.getstate()[0])
+            try:
+                decoder.decode(chunk)
+            except UnicodeDecodeError as e:
+                at = seen - pending + e.start
+                bad = f"byte {at} is 0x{e.object[e.start]:02x}"
+        seen += len(chunk)
+    if bad is None:
+        try:
+            decoder.decode(b"", True)
+        except UnicodeDecodeError as e:
+            pending = len(e.object)
+            bad = f"byte {seen - pending + e.start} is 0x{e.object[e.start]:02x}"
+    return bad
+
+
+def file_chunks(fh, size: int = TEXT_CHUNK):
+    """The bytes of the binary file object `fh`, `size` at a time."""
+    while True:
+        chunk = fh.read(size)
+        if not chunk:
+            return
+        yield chunk
+
+
 class BadJsonlRow(ValueError):
     """A line of a .jsonl file that is not one JSON object, or not read: `line` (from 1), `col` (from 1,
     in characters; None where no one column is at fault) and `detail`, the words after ``FILE:LINE[:COL]: ``

@@ -181,3 +181,33 @@ def test_an_edited_jsonl_is_read_again(tmp_path):
     assert lint(tmp_path, '(jsonl "p.jsonl")') == []
     p.write_text('{"prompt": [1, 2, 3.5]}\n')
     assert [c for c, _, _, _ in lint(tmp_path, '(jsonl "p.jsonl")')] == ["E-LOADER-001"]
+
+
+@pytest.mark.parametrize("data,problem,fix", [
+    (b"ab\x00cd", "it holds NUL bytes: a binary file", "a token file is read with `(tokens ...)`, else narrow the glob to text files"),
+    (b"ab\xffcd", "byte 2 is 0xff", "convert it to UTF-8, or narrow the glob to text files"),
+    (b"ab\xc3", "byte 2 is 0xc3", "convert it to UTF-8, or narrow the glob to text files"),
+], ids=["NUL", "0xff", "cut short"])
+def test_a_text_tokens_file_that_is_not_utf8_is_run_s_error(tmp_path, data, problem, fix):
+    from sexpgpu_lang.bounded_read import file_chunks, text_problem
+    from sexpgpu_runtime.data.tokenize import read_text
+    from sexpgpu_runtime.errors import TokenizeError
+    (tmp_path / "tok.json").write_text(TOKENIZER)
+    (tmp_path / "corpus").mkdir()
+    (tmp_path / "corpus" / "a.txt").write_text("ab ab ab")
+    (tmp_path / "corpus" / "b.txt").write_bytes(data)
+    b = tmp_path / "corpus" / "b.txt"
+    got = lint(tmp_path, '(text-tokens "corpus/*.txt" :tokenizer "tok.json" :seq 3)', text=TOKENS)
+    assert got == [("E-LOADER-001", '"corpus/*.txt"', f"`text-tokens`'s glob `corpus/*.txt` matches {b}, which is "
+                    f"not UTF-8 text ({problem})", fix)]
+    with pytest.raises(TokenizeError) as e:   # what the run says
+        read_text(str(b))
+    assert str(e.value) == f"{b} is not UTF-8 text ({problem}); {fix}"
+    with open(b, "rb") as fh:   # a chunk at a time says the same as the whole
+        assert text_problem(file_chunks(fh, 1)) == problem
+    assert lint(tmp_path, '(text-tokens "corpus/*.txt" :tokenizer "tok.json" :seq 3)', text=TOKENS,
+                read_files=LOCAL) == []
+    b.write_text("é ab")
+    with open(b, "rb") as fh:   # a character split between chunks is text
+        assert text_problem(file_chunks(fh, 1)) is None
+    assert lint(tmp_path, '(text-tokens "corpus/*.txt" :tokenizer "tok.json" :seq 3)', text=TOKENS) == []

@@ -92,6 +92,9 @@ def check_source(ctx: CheckContext, kind: str, args: dict, nodes: dict, fields, 
     if checked and ctx.read_files is True and kind == "jsonl" and isinstance(args.get("path"), str) \
             and "path" not in missing:
         ok = _jsonl_rows(ctx, args["path"], nodes["path"].span, fields, bool(args.get("tokenizer"))) and ok
+    if checked and ctx.read_files is True and kind == "text-tokens" and isinstance(args.get("glob"), str) \
+            and "glob" not in missing:
+        ok = _text_files(ctx, args["glob"], nodes["glob"].span) and ok
     if (ok and ctx.read_files and kind == "tokens" and isinstance(args.get("path"), str)
             and not args["path"].endswith(".npy") and args.get("dtype") in _ITEMSIZE):
         _token_file_dtype(ctx, args["path"], args["dtype"], args.get("vocab"), nodes["dtype"].span)
@@ -289,6 +292,40 @@ def _bad_row(path: str, mtime_ns: int, size: int, fields=None, tokenizer: bool =
     except OSError:
         col = 1
     return f"{line_no}:{col}", found.reason
+
+
+def _text_files(ctx: CheckContext, rel: str, at: Span) -> bool:
+    """E-LOADER-001 at the glob when a file it matches (in the runtime's order: sorted, regular files)
+    is not UTF-8 text, with the runtime's reason (bounded_read.text_problem, which tokenize.read_text
+    says it through). Each file is read a chunk at a time, once per mtime and size. False when reported."""
+    import glob
+    from ..bounded_read import TEXT_FIX
+    full = _full_path(ctx, rel)
+    if full is None:
+        return True
+    for path in sorted(f for f in glob.glob(full, recursive=True) if os.path.isfile(f)):
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue
+        problem = _text_problem(path, st.st_mtime_ns, st.st_size)
+        if problem is not None:
+            ctx.err("E-LOADER-001", at, f"`text-tokens`'s glob `{rel}` matches {path}, which is not UTF-8 text "
+                    f"({problem})", help=TEXT_FIX[problem.startswith("it holds NUL")])
+            return False
+    return True
+
+
+@functools.lru_cache(maxsize=64)
+def _text_problem(path: str, mtime_ns: int, size: int) -> str | None:
+    """bounded_read.text_problem of the file at `path`, read a chunk at a time (None when it is text,
+    or cannot be read: the runtime says that). `mtime_ns` and `size` key the cache."""
+    from ..bounded_read import file_chunks, open_regular, text_problem
+    try:
+        with open_regular(path) as fh:
+            return text_problem(file_chunks(fh))
+    except OSError:
+        return None
 
 
 def _tokenizer_vocab(ctx: CheckContext, rel: str, vocab: int | None, at: Span) -> bool:
