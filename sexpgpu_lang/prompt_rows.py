@@ -51,6 +51,26 @@ def kind_words(v) -> str:
     return "an object" if isinstance(v, dict) else type(v).__name__
 
 
+def no_field(name: str, have) -> str:
+    """The run's words for data without a declared field `name`, naming the fields they `have` (in
+    the order given): "the data have no field `y` (they have x, z)", "(they have nothing)". The
+    prompt sources, `npz` (sexpgpu_runtime/data/loaders.py) and `lint --read-files` say it so."""
+    return f"the data have no field `{name}` (they have {', '.join(have) or 'nothing'})"
+
+
+def npz_fields(path: str) -> list[str] | None:
+    """The array names of the `.npz` at `path` (its zip members, `.npy` cut off, as numpy names them),
+    or None when it is not a zip file (the runtime says what it is) or cannot be read. Opened through
+    bounded_read.open_regular; only the zip's directory is read."""
+    import zipfile
+    from .bounded_read import open_regular
+    try:
+        with open_regular(path) as fh, zipfile.ZipFile(fh) as z:
+            return [n[:-4] if n.endswith(".npy") else n for n in z.namelist()]
+    except (OSError, zipfile.BadZipFile, ValueError, EOFError):
+        return None
+
+
 class RowProblem(NamedTuple):
     """The first thing the run refuses: `field`, `row` (index from 0 among the rows, or None for the
     whole file), `reason` (the words after ``FILE:LINE:COL: ``, reason and fix), `column` (whether
@@ -154,8 +174,7 @@ class PromptRows:
         """The first thing the run refuses, in the run's order (module docstring), or None."""
         for n in self.wanted:
             if n not in self.names:
-                return RowProblem(n, None, f"the data have no field `{n}` (they have "
-                                  f"{', '.join(self.names) or 'nothing'})", False)
+                return RowProblem(n, None, no_field(n, self.names), False)
         for n in self.wanted:
             if n in self._null:
                 i, line = self._null[n]

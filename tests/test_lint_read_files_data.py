@@ -211,3 +211,25 @@ def test_a_text_tokens_file_that_is_not_utf8_is_run_s_error(tmp_path, data, prob
     with open(b, "rb") as fh:   # a character split between chunks is text
         assert text_problem(file_chunks(fh, 1)) is None
     assert lint(tmp_path, '(text-tokens "corpus/*.txt" :tokenizer "tok.json" :seq 3)', text=TOKENS) == []
+
+
+def test_an_npz_without_a_declared_field_is_run_s_error(tmp_path):
+    import numpy as np
+    from sexpgpu_lang.ir import LoaderIR
+    from sexpgpu_lang.source import Span
+    from sexpgpu_runtime.data.loaders import load_table
+    from sexpgpu_runtime.errors import LoaderError
+    np.savez(tmp_path / "d.npz", y=np.zeros((2, 3), np.int32), x=np.zeros((2, 3), np.int32))
+    got = lint(tmp_path, '(npz "d.npz")')
+    assert got == [("E-LOADER-001", '"d.npz"', "`npz`'s file `d.npz`: the data have no field `prompt` (they have x, y)",
+                    "save the field with np.savez, or fix the loader's `:fields`")]
+    spec = LoaderIR("prompts", ("npz", {"path": "d.npz"}), 1, (("prompt", (3,), "i32"),), Span(0, 0), str(tmp_path))
+    with pytest.raises(LoaderError) as e:
+        load_table(spec, 0)
+    assert str(e.value) == f"loader `prompts` ({tmp_path / 'd.npz'}): the data have no field `prompt` (they have x, y)"
+    assert lint(tmp_path, '(npz "d.npz")', read_files=LOCAL) == []
+    assert lint(tmp_path, '(npz "d.npz")', read_files=False) == []
+    np.savez(tmp_path / "d.npz", prompt=np.zeros((2, 3), np.int32))
+    assert lint(tmp_path, '(npz "d.npz")') == []
+    (tmp_path / "d.npz").write_text("not a zip")   # what it is, the run says
+    assert lint(tmp_path, '(npz "d.npz")') == []

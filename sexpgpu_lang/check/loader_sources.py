@@ -43,6 +43,8 @@ def check_source(ctx: CheckContext, kind: str, args: dict, nodes: dict, fields, 
 
     `args` are the constant values, `nodes` their syntax nodes (for ranges), `fields` the
     loader's (name, shape, dtype) triples or None, `at` the source form's range."""
+    if kind == "npz":
+        return _npz_fields(ctx, args, nodes, fields)
     if kind not in _FIRST:
         return True
     ok = True
@@ -292,6 +294,38 @@ def _bad_row(path: str, mtime_ns: int, size: int, fields=None, tokenizer: bool =
     except OSError:
         col = 1
     return f"{line_no}:{col}", found.reason
+
+
+def _npz_fields(ctx: CheckContext, args: dict, nodes: dict, fields) -> bool:
+    """With `read_files` True (`run`, `lint --read-files`; not the server): E-LOADER-001 at the path
+    when the `.npz` lacks a declared field, in the run's words (prompt_rows.no_field; its arrays named
+    from the zip's directory, nothing else read). True otherwise: a file that is missing or not an
+    .npz is the runtime's to name."""
+    rel = args.get("path")
+    if ctx.read_files is not True or not isinstance(rel, str) or not fields:
+        return True
+    found = _regular_file(ctx, rel)
+    if found is None:
+        return True
+    full, st = found
+    have = _npz_names(full, st.st_mtime_ns, st.st_size)
+    if have is None:
+        return True
+    from ..prompt_rows import no_field
+    for name, _, _ in fields:
+        if name not in have:
+            ctx.err("E-LOADER-001", nodes["path"].span, f"`npz`'s file `{rel}`: {no_field(name, sorted(have))}",
+                    help="save the field with np.savez, or fix the loader's `:fields`")
+            return False
+    return True
+
+
+@functools.lru_cache(maxsize=16)
+def _npz_names(path: str, mtime_ns: int, size: int) -> tuple[str, ...] | None:
+    """prompt_rows.npz_fields of `path`, cached by `mtime_ns` and `size`."""
+    from ..prompt_rows import npz_fields
+    names = npz_fields(path)
+    return tuple(names) if names is not None else None
 
 
 def _text_files(ctx: CheckContext, rel: str, at: Span) -> bool:
