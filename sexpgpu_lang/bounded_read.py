@@ -232,6 +232,49 @@ def file_chunks(fh, size: int = TEXT_CHUNK):
         yield chunk
 
 
+#: The most bytes of a `.npy` header `npy_header` reads (numpy's own `max_header_size` is 10,000).
+NPY_HEADER_LIMIT = 1 << 16
+
+#: The token dtypes of `.npy` `descr`s (little-endian, or one byte).
+NPY_TOKEN_DESCR = {"|u1": "uint8", "<u2": "uint16", "<u4": "uint32", "<i4": "int32", "<i8": "int64"}
+
+
+def npy_header(path: str) -> dict | None:
+    """The header dict of the `.npy` file at `path` (`descr`, `fortran_order`, `shape`, as np.save
+    writes it), read through `open_regular`, at most NPY_HEADER_LIMIT bytes, parsed with
+    `ast.literal_eval`; None when it is not a `.npy` or its header cannot be read (the runtime says
+    what is wrong then)."""
+    import ast
+    import struct
+    try:
+        with open_regular(path) as fh:
+            head = fh.read(12)
+            if len(head) < 10 or not head.startswith(b"\x93NUMPY"):
+                return None
+            major = head[6]
+            if major == 1:
+                size, start = struct.unpack("<H", head[8:10])[0], 10
+            elif major in (2, 3) and len(head) == 12:
+                size, start = struct.unpack("<I", head[8:12])[0], 12
+            else:
+                return None
+            if size > NPY_HEADER_LIMIT:
+                return None
+            fh.seek(start)
+            raw = fh.read(size)
+        header = ast.literal_eval(raw.decode("utf-8" if major == 3 else "latin1"))
+    except (OSError, ValueError, SyntaxError, MemoryError, RecursionError):
+        return None
+    return header if isinstance(header, dict) else None
+
+
+def npy_dtype_mismatch(path: str, stored: str, declared: str) -> tuple[str, str]:
+    """(the reason, the fix) when a `.npy` token file's header says `stored` ids (a numpy dtype name)
+    but `:dtype` says `declared`: the runtime (token_files) and `lint --read-files` both say so."""
+    return (f"{path} holds {stored} ids (its header says so), but `:dtype` says {declared}",
+            f"write `:dtype :{stored}` or leave it out")
+
+
 class BadJsonlRow(ValueError):
     """A line of a .jsonl file that is not one JSON object, or not read: `line` (from 1), `col` (from 1,
     in characters; None where no one column is at fault) and `detail`, the words after ``FILE:LINE[:COL]: ``

@@ -233,3 +233,22 @@ def test_an_npz_without_a_declared_field_is_run_s_error(tmp_path):
     assert lint(tmp_path, '(npz "d.npz")') == []
     (tmp_path / "d.npz").write_text("not a zip")   # what it is, the run says
     assert lint(tmp_path, '(npz "d.npz")') == []
+
+
+@pytest.mark.parametrize("version", [(1, 0), (2, 0)])
+def test_an_npy_whose_header_disagrees_with_dtype_is_run_s_error(tmp_path, version):
+    import numpy as np
+    from sexpgpu_runtime.data.token_files import TokenStream
+    from sexpgpu_runtime.errors import TokenFileError
+    with open(tmp_path / "t.npy", "wb") as fh:
+        np.lib.format.write_array(fh, np.arange(64, dtype=np.uint32), version=version)
+    got = lint(tmp_path, '(tokens "t.npy" :dtype :uint16 :seq 3)', text=TOKENS)
+    assert got == [("E-LOADER-001", '"t.npy"', "`tokens`'s file `t.npy` holds uint32 ids (its header says so), but "
+                    "`:dtype` says uint16", "write `:dtype :uint32` or leave it out")]
+    with pytest.raises(TokenFileError) as e:   # what the run says
+        TokenStream(str(tmp_path / "t.npy"), "uint16")
+    assert str(e.value) == (f"{tmp_path / 't.npy'} holds uint32 ids (its header says so), but `:dtype` says uint16; "
+                            "write `:dtype :uint32` or leave it out")
+    assert lint(tmp_path, '(tokens "t.npy" :dtype :uint32 :seq 3)', text=TOKENS) == []
+    assert lint(tmp_path, '(tokens "t.npy" :seq 3)', text=TOKENS) == []
+    assert lint(tmp_path, '(tokens "t.npy" :dtype :uint16 :seq 3)', text=TOKENS, read_files=LOCAL) == []

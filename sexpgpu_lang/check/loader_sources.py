@@ -97,6 +97,9 @@ def check_source(ctx: CheckContext, kind: str, args: dict, nodes: dict, fields, 
     if checked and ctx.read_files is True and kind == "text-tokens" and isinstance(args.get("glob"), str) \
             and "glob" not in missing:
         ok = _text_files(ctx, args["glob"], nodes["glob"].span) and ok
+    if ok and ctx.read_files is True and kind == "tokens" and isinstance(args.get("path"), str) \
+            and args["path"].endswith(".npy") and args.get("dtype") in TOKEN_FILE_DTYPES:
+        ok = _npy_dtype(ctx, args["path"], args["dtype"], nodes["path"].span) and ok
     if (ok and ctx.read_files and kind == "tokens" and isinstance(args.get("path"), str)
             and not args["path"].endswith(".npy") and args.get("dtype") in _ITEMSIZE):
         _token_file_dtype(ctx, args["path"], args["dtype"], args.get("vocab"), nodes["dtype"].span)
@@ -294,6 +297,34 @@ def _bad_row(path: str, mtime_ns: int, size: int, fields=None, tokenizer: bool =
     except OSError:
         col = 1
     return f"{line_no}:{col}", found.reason
+
+
+def _npy_dtype(ctx: CheckContext, rel: str, dtype: str, at: Span) -> bool:
+    """E-LOADER-001 at the path when a `.npy` token file's header says other ids than `:dtype`, in the
+    run's words (bounded_read.npy_header and npy_dtype_mismatch: the header alone is read). A header
+    that is not a 1-D token array's, or not read, is the runtime's to name."""
+    from ..bounded_read import NPY_TOKEN_DESCR, npy_dtype_mismatch
+    found = _regular_file(ctx, rel)
+    if found is None:
+        return True
+    full, st = found
+    header = _npy_header(full, st.st_mtime_ns, st.st_size)
+    if header is None:
+        return True
+    stored = NPY_TOKEN_DESCR.get(header.get("descr"))
+    shape = header.get("shape")
+    if stored is None or stored == dtype or not isinstance(shape, tuple) or len(shape) != 1:
+        return True
+    reason, fix = npy_dtype_mismatch(f"`tokens`'s file `{rel}`", stored, dtype)
+    ctx.err("E-LOADER-001", at, reason, help=fix)
+    return False
+
+
+@functools.lru_cache(maxsize=16)
+def _npy_header(path: str, mtime_ns: int, size: int) -> dict | None:
+    """bounded_read.npy_header of `path`, cached by `mtime_ns` and `size`."""
+    from ..bounded_read import npy_header
+    return npy_header(path)
 
 
 def _npz_fields(ctx: CheckContext, args: dict, nodes: dict, fields) -> bool:
