@@ -26,6 +26,8 @@ RUN = """\
 """
 TOKENS = RUN.replace(":fields (:prompt [3] :i32)", ":fields (:prompt [3] :i32 :next [3] :i32)")
 TOKENIZER = '{"model": {"type": "WordLevel", "vocab": {"a": 0, "b": 1}, "unk_token": "a"}, "added_tokens": []}'
+WS_TOKENIZER = ('{"version": "1.0", "model": {"type": "WordLevel", "vocab": {"a": 0, "b": 1, "[UNK]": 2}, '
+                '"unk_token": "[UNK]"}, "pre_tokenizer": {"type": "Whitespace"}, "added_tokens": []}')
 
 
 def lint(tmp_path, source: str, read_files=True, text: str = RUN):
@@ -192,7 +194,7 @@ def test_a_text_tokens_file_that_is_not_utf8_is_run_s_error(tmp_path, data, prob
     from sexpgpu_lang.bounded_read import file_chunks, text_problem
     from sexpgpu_runtime.data.tokenize import read_text
     from sexpgpu_runtime.errors import TokenizeError
-    (tmp_path / "tok.json").write_text(TOKENIZER)
+    (tmp_path / "tok.json").write_text(WS_TOKENIZER)
     (tmp_path / "corpus").mkdir()
     (tmp_path / "corpus" / "a.txt").write_text("ab ab ab")
     (tmp_path / "corpus" / "b.txt").write_bytes(data)
@@ -252,3 +254,26 @@ def test_an_npy_whose_header_disagrees_with_dtype_is_run_s_error(tmp_path, versi
     assert lint(tmp_path, '(tokens "t.npy" :dtype :uint32 :seq 3)', text=TOKENS) == []
     assert lint(tmp_path, '(tokens "t.npy" :seq 3)', text=TOKENS) == []
     assert lint(tmp_path, '(tokens "t.npy" :dtype :uint16 :seq 3)', text=TOKENS, read_files=LOCAL) == []
+
+
+def test_a_text_tokens_corpus_shorter_than_one_window_is_run_s_error(tmp_path):
+    from sexpgpu_lang.ir import LoaderIR
+    from sexpgpu_lang.source import Span
+    from sexpgpu_runtime.data.token_loaders import token_windows
+    from sexpgpu_runtime.errors import LoaderError
+    (tmp_path / "tok.json").write_text(WS_TOKENIZER)
+    (tmp_path / "corpus").mkdir()
+    (tmp_path / "corpus" / "a.txt").write_text("a b")
+    src = '(text-tokens "corpus/*.txt" :tokenizer "tok.json" :seq 3)'
+    got = lint(tmp_path, src, text=TOKENS)   # 2 tokens; windows of 3 + 1 (a target field)
+    assert got == [("E-LOADER-001", '"corpus/*.txt"', "`text-tokens`'s glob `corpus/*.txt`: its text, tokenized, "
+                    "holds 2 tokens, fewer than one window of 4", "give it more text, or lower `:seq`")]
+    args = {"glob": "corpus/*.txt", "tokenizer": "tok.json", "seq": 3}
+    spec = LoaderIR("prompts", ("text-tokens", args), 1, (("prompt", (3,), "i32"), ("next", (3,), "i32")),
+                    Span(0, 0), str(tmp_path))
+    with pytest.raises(LoaderError) as e:   # what the run says
+        token_windows(spec, args)
+    assert str(e.value).endswith(": the file holds 2 tokens, fewer than one window of 4; give it more text, or lower `:seq`")
+    assert lint(tmp_path, src, text=TOKENS, read_files=LOCAL) == []
+    (tmp_path / "corpus" / "b.txt").write_text("b a b a")
+    assert lint(tmp_path, src, text=TOKENS) == []

@@ -97,6 +97,8 @@ def check_source(ctx: CheckContext, kind: str, args: dict, nodes: dict, fields, 
     if checked and ctx.read_files is True and kind == "text-tokens" and isinstance(args.get("glob"), str) \
             and "glob" not in missing:
         ok = _text_files(ctx, args["glob"], nodes["glob"].span) and ok
+        if ok and isinstance(args.get("tokenizer"), str) and "tokenizer" not in missing and fields:
+            _text_windows(ctx, args, fields, nodes["glob"].span)
     if ok and ctx.read_files is True and kind == "tokens" and isinstance(args.get("path"), str) \
             and args["path"].endswith(".npy") and args.get("dtype") in TOKEN_FILE_DTYPES:
         ok = _npy_dtype(ctx, args["path"], args["dtype"], nodes["path"].span) and ok
@@ -379,6 +381,54 @@ def _text_files(ctx: CheckContext, rel: str, at: Span) -> bool:
                     f"({problem})", help=TEXT_FIX[problem.startswith("it holds NUL")])
             return False
     return True
+
+
+def _text_windows(ctx: CheckContext, args: dict, fields, at: Span) -> None:
+    """E-LOADER-001 at the glob when the text its files hold, tokenized as the run does
+    (text_tokens.encoded), gives fewer tokens than one window, in the run's words
+    (text_tokens.fewer_than_a_window). Only a corpus of at most SHORT_TEXT_LIMIT bytes is tokenized
+    (in memory; nothing is written); a tokenizer or separator that does not load is the runtime's."""
+    import glob
+    from ..text_tokens import SHORT_TEXT_LIMIT, fewer_than_a_window
+    full, tok_path = _full_path(ctx, args["glob"]), _full_path(ctx, args["tokenizer"])
+    if full is None or tok_path is None:
+        return
+    try:
+        files = tuple((f, os.stat(f).st_mtime_ns, os.stat(f).st_size)
+                      for f in sorted(f for f in glob.glob(full, recursive=True) if os.path.isfile(f)))
+        st = os.stat(tok_path)
+    except OSError:
+        return
+    if not files or sum(size for _, _, size in files) > SHORT_TEXT_LIMIT:
+        return
+    sep = args.get("separator") if isinstance(args.get("separator"), str) else None
+    tokens = _token_count(files, tok_path, st.st_mtime_ns, st.st_size, sep)
+    seq = args.get("seq") if isinstance(args.get("seq"), int) else fields[0][1][0]
+    short = fewer_than_a_window(tokens, seq + (1 if len(fields) == 2 else 0)) if tokens is not None else None
+    if short is not None:
+        reason, fix = short
+        ctx.err("E-LOADER-001", at, f"`text-tokens`'s glob `{args['glob']}`: its text, tokenized, {reason}", help=fix)
+
+
+@functools.lru_cache(maxsize=16)
+def _token_count(files: tuple, tokenizer: str, mtime_ns: int, size: int, separator: str | None) -> int | None:
+    """How many ids the text `files` ((path, mtime_ns, size) each) give with the tokenizer.json at
+    `tokenizer` (by text_tokens.encoded), or None when the tokenizer or a file does not load."""
+    from ..bounded_read import TOKENIZER_JSON_LIMIT, file_chunks, open_regular
+    from ..text_tokens import encoded
+    try:
+        from tokenizers import Tokenizer
+        tok = Tokenizer.from_str(read_bounded(tokenizer, TOKENIZER_JSON_LIMIT, "a tokenizer.json").decode("utf-8"))
+        sep = tok.token_to_id(separator) if separator is not None else None
+        if separator is not None and sep is None:
+            return None
+        texts = []
+        for path, _, _ in files:
+            with open_regular(path) as fh:
+                texts.append(b"".join(file_chunks(fh)).decode("utf-8"))
+        return sum(len(ids) for ids in encoded(tok, texts, sep))
+    except Exception:   # tokenizers raises a bare Exception; the runtime names what is wrong
+        return None
 
 
 @functools.lru_cache(maxsize=64)

@@ -25,6 +25,7 @@ import sys
 import numpy as np
 
 from ..errors import TokenizeError
+from sexpgpu_lang.text_tokens import encoded
 from sexpgpu_lang.bounded_read import (TEXT_FIX, TOKENIZER_JSON_LIMIT, NotRegularFile, loads_json, open_regular,
                                        read_bounded, text_problem)
 
@@ -152,8 +153,7 @@ def _write_tokens(tok, files: list[str], sep: int | None, dtype: str, tmp: str) 
                     chunk.append(text)
                     size += len(text)
                 if chunk and (f is None or size >= ENCODE_CHUNK):
-                    for enc in tok.encode_batch(chunk, add_special_tokens=False):
-                        ids = enc.ids + ([sep] if sep is not None else [])
+                    for ids in encoded(tok, chunk, sep):
                         out.write(np.asarray(ids, dtype=dtype).tobytes())
                     chunk, size = [], 0
     except BaseException:
