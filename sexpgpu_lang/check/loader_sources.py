@@ -14,8 +14,11 @@ is not a regular file (a FIFO, a device, a socket, a directory), or a tokenizer.
 not JSON, not a tokenizer, past its bound or nested too deeply (E-LOADER-001: looked at with `stat`,
 read only through bounded_read, so that a pipe or /dev/zero never blocks the check); with
 `read_files` True (`run`, `lint --read-files`; not the server's "local"), also a path, tokenizer or
-glob that names no file and a `jsonl` row the runtime refuses (E-LOADER-001, read through
-bounded_read.jsonl_rows as the runtime reads it). What only the data files
+glob that names no file, a `jsonl` row the runtime refuses (read through bounded_read.jsonl_rows
+and checked against the fields with prompt_rows.PromptRows, as the runtime does), a `text-tokens`
+file that is not UTF-8 (bounded_read.text_problem) or a small corpus shorter than one window
+(text_tokens), an `npz` without a declared field and a `.npy` whose header is not `:dtype`
+(E-LOADER-001, each in the runtime's words, from the check it uses). What only the data files
 can tell (their dtype, their ids against `:vocab`, their columns) the runtime checks
 (sexpgpu_runtime/data/token_loaders.py, prompt_files.py).
 
