@@ -13,7 +13,9 @@ checked in bounded memory. What it checks, in the order the run reports:
   `1e999`, a 5,000-digit float) or one too large for its float dtype; a
   `[L]` field whose first row is text without `:tokenizer`, a later row
   that is not text (or a lone surrogate); a `[L]` field of token-id lists
-  whose row is not a list, or a list holding anything but integers.
+  whose row is not a list, or a list holding anything but integers, then
+  ids (of those kept: the first `L`) that do not fit its dtype, then (with
+  `:vocab`) one outside the vocabulary.
 
 Pure Python (json, re); never JAX, never numpy.
 """
@@ -90,17 +92,18 @@ class PromptRows:
     Call `keys(names)` with each row's keys (or the file's columns), `row(values)` with each row's
     values of `wanted` (None where missing), then `problem()`."""
 
-    def __init__(self, fields, tokenizer: bool, nulls: bool = True):
+    def __init__(self, fields, tokenizer: bool, nulls: bool = True, vocab: int | None = None):
         declared = {n for n, _, _ in fields}
         self.fields = [(n, tuple(s), d) for n, s, d in fields if derived(n, declared) is None]
         self.wanted = [n for n, _, _ in self.fields]
-        self.tokenizer, self.nulls = tokenizer, nulls
+        self.tokenizer, self.nulls, self.vocab = tokenizer, nulls, vocab
         self.names: dict[str, None] = {}
         self.rows = 0
         self._null: dict[str, int] = {}
         self._text: dict[str, bool] = {}
         self._bad: dict[str, RowProblem] = {}
-        self._nonfinite: dict[str, RowProblem] = {}
+        self._nonfinite: dict[str, RowProblem] = {}   # (and a token list's id that does not fit its dtype)
+        self._outside: dict[str, RowProblem] = {}
 
     def keys(self, names) -> None:
         """Record keys (column names) the data have."""
@@ -123,8 +126,9 @@ class PromptRows:
             bad = self._value(name, shape, dtype, v, i)
             if bad is not None:
                 self._bad[name] = bad._replace(line=line)
-            if name in self._nonfinite and self._nonfinite[name].row == i:
-                self._nonfinite[name] = self._nonfinite[name]._replace(line=line)
+            for later in (self._nonfinite, self._outside):
+                if name in later and later[name].row == i:
+                    later[name] = later[name]._replace(line=line)
 
     def _value(self, name: str, shape: tuple, dtype: str, v, i: int) -> RowProblem | None:
         decl = f"field `{name}` is declared `[{' '.join(map(str, shape))}]`"
@@ -168,6 +172,17 @@ class PromptRows:
         if bad is not _NONE:
             return RowProblem(name, i, f"`{name}` is a list holding {kind_words(bad)}, but {decl}, a list of "
                               "integer token ids; fix the row, or store text in every row (with `:tokenizer`)", True)
+        kept = v[:shape[0]]   # (the ids past the cut are dropped, never checked)
+        low, high = _INT_RANGE.get(dtype, _INT_RANGE["i64"])
+        if name not in self._nonfinite and any(t < low or t > high for t in kept):
+            self._nonfinite[name] = RowProblem(name, None, f"column `{name}` has token ids that do not fit {dtype}; "
+                                               "declare `:i64`", False)
+        if self.vocab is not None and name not in self._outside:
+            out = next((t for t in kept if t >= self.vocab or t < 0), None)
+            if out is not None:
+                self._outside[name] = RowProblem(name, i, f"`{name}` has token {out}, outside `:vocab {self.vocab}`; "
+                                                 "raise `:vocab` to the model's vocabulary, or tokenize with its "
+                                                 "tokenizer", True)
         return None
 
     def problem(self) -> RowProblem | None:
@@ -180,13 +195,16 @@ class PromptRows:
                 i, line = self._null[n]
                 return RowProblem(n, i, f"the row has no `{n}` (or it is null); give every row the field", False, line)
         for n in self.wanted:
-            found = self._bad.get(n) or self._nonfinite.get(n)
+            found = self._bad.get(n) or self._nonfinite.get(n) or self._outside.get(n)
             if found is not None:
                 return found
         return None
 
 
 _NONE = object()
+
+#: The ids each integer dtype holds.
+_INT_RANGE = {"i32": (-(1 << 31), (1 << 31) - 1), "i64": (-(1 << 63), (1 << 63) - 1)}
 
 
 def value_column(lines, line_no: int, name: str) -> int:

@@ -277,3 +277,21 @@ def test_a_text_tokens_corpus_shorter_than_one_window_is_run_s_error(tmp_path):
     assert lint(tmp_path, src, text=TOKENS, read_files=LOCAL) == []
     (tmp_path / "corpus" / "b.txt").write_text("b a b a")
     assert lint(tmp_path, src, text=TOKENS) == []
+
+
+def test_a_token_list_outside_vocab_or_its_dtype_is_run_s_error(tmp_path):
+    fields = (("prompt", (3,), "i32"),)
+    (tmp_path / "p.jsonl").write_text('{"prompt": [1, 2, 3]}\n{"prompt": [1, 9, 3, 99]}\n')
+    src = '(jsonl "p.jsonl" :vocab 8)'
+    reason = "`prompt` has token 9, outside `:vocab 8`"
+    fix = "raise `:vocab` to the model's vocabulary, or tokenize with its tokenizer"
+    assert lint(tmp_path, src) == [("E-LOADER-001", '"p.jsonl"', f"`jsonl`'s file `p.jsonl` has a row `run` refuses: "
+                                    f"p.jsonl:2:12: {reason}", fix)]
+    ran = _runtime_reason(tmp_path, {"path": "p.jsonl", "vocab": 8}, fields)
+    assert ran == f"loader `prompts`: {tmp_path / 'p.jsonl'}:2:12: {reason}; {fix}"
+    assert lint(tmp_path, '(jsonl "p.jsonl" :vocab 10)') == []   # (99 is past the cut to [3])
+    (tmp_path / "p.jsonl").write_text('{"prompt": [1, 2, 3]}\n{"prompt": [1, 4294967296, 3]}\n')
+    assert [m for _, _, m, _ in lint(tmp_path, '(jsonl "p.jsonl")')] == [
+        "`jsonl`'s file `p.jsonl`: column `prompt` has token ids that do not fit i32"]
+    assert _runtime_reason(tmp_path, {"path": "p.jsonl"}, fields).endswith(
+        ": column `prompt` has token ids that do not fit i32; declare `:i64`")

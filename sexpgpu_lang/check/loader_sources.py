@@ -96,7 +96,8 @@ def check_source(ctx: CheckContext, kind: str, args: dict, nodes: dict, fields, 
                               nodes["tokenizer"].span) and ok
     if checked and ctx.read_files is True and kind == "jsonl" and isinstance(args.get("path"), str) \
             and "path" not in missing:
-        ok = _jsonl_rows(ctx, args["path"], nodes["path"].span, fields, bool(args.get("tokenizer"))) and ok
+        vocab = args.get("vocab") if isinstance(args.get("vocab"), int) else None
+        ok = _jsonl_rows(ctx, args["path"], nodes["path"].span, fields, bool(args.get("tokenizer")), vocab) and ok
     if checked and ctx.read_files is True and kind == "text-tokens" and isinstance(args.get("glob"), str) \
             and "glob" not in missing:
         ok = _text_files(ctx, args["glob"], nodes["glob"].span) and ok
@@ -244,7 +245,8 @@ def _regular_file(ctx: CheckContext, rel: str) -> tuple[str, os.stat_result] | N
     return (full, st) if st is not None and stat.S_ISREG(st.st_mode) else None
 
 
-def _jsonl_rows(ctx: CheckContext, rel: str, at: Span, fields=None, tokenizer: bool = False) -> bool:
+def _jsonl_rows(ctx: CheckContext, rel: str, at: Span, fields=None, tokenizer: bool = False,
+                vocab: int | None = None) -> bool:
     """E-LOADER-001 at the path when a row of the .jsonl file `rel` is one the runtime refuses (not
     UTF-8, not JSON, nested too deeply, a number of too many digits, not an object, a line past its
     bound: bounded_read.jsonl_rows, which the runtime reads through), or when with the loader's
@@ -256,7 +258,7 @@ def _jsonl_rows(ctx: CheckContext, rel: str, at: Span, fields=None, tokenizer: b
         return True
     full, st = found
     key = tuple((n, tuple(s), d) for n, s, d in fields) if fields else None
-    bad = _bad_row(full, st.st_mtime_ns, st.st_size, key, tokenizer)
+    bad = _bad_row(full, st.st_mtime_ns, st.st_size, key, tokenizer, vocab)
     if bad is None:
         return True
     where, detail = bad
@@ -270,14 +272,15 @@ def _jsonl_rows(ctx: CheckContext, rel: str, at: Span, fields=None, tokenizer: b
 
 
 @functools.lru_cache(maxsize=16)
-def _bad_row(path: str, mtime_ns: int, size: int, fields=None, tokenizer: bool = False) -> tuple[str | None, str] | None:
+def _bad_row(path: str, mtime_ns: int, size: int, fields=None, tokenizer: bool = False,
+             vocab: int | None = None) -> tuple[str | None, str] | None:
     """(LINE[:COL] or None for the whole file, the reason and fix) of the first thing in the .jsonl
     file at `path` the runtime refuses, or None: a row it cannot read, or (with `fields`, the loader's
     (name, shape, dtype) triples) rows that do not fit them. Rows are read one at a time (a line at
     most JSONL_LINE_LIMIT) and not kept. `mtime_ns` and `size` key the cache: an edited file is read again."""
     from ..bounded_read import JSONL_LINE_LIMIT, BadJsonlRow, jsonl_rows, open_regular, read_lines_bounded
     from ..prompt_rows import PromptRows, value_column
-    check = PromptRows(fields, tokenizer) if fields else None
+    check = PromptRows(fields, tokenizer, vocab=vocab) if fields else None
     try:
         with open_regular(path) as fh:
             for line_no, row in jsonl_rows(fh):

@@ -44,7 +44,9 @@ def prompt_table(spec: LoaderIR, args: dict) -> dict[str, np.ndarray]:
     wanted = [n for n, _, _ in spec.fields if not _derived(n, declared)]
     columns, names, at = (_jsonl(path, wanted, where, f"loader `{spec.name}`") if kind == "jsonl"
                           else _parquet(path, wanted, where))
-    check = PromptRows(spec.fields, bool(args.get("tokenizer")), nulls=kind == "jsonl")
+    vocab = args.get("vocab")
+    check = PromptRows(spec.fields, bool(args.get("tokenizer")), nulls=kind == "jsonl",
+                       vocab=int(vocab) if vocab is not None else None)
     check.keys(names)
     present = [n for n in wanted if n in columns]
     for i in range(len(columns[present[0]]) if present else 0):
@@ -54,7 +56,7 @@ def prompt_table(spec: LoaderIR, args: dict) -> dict[str, np.ndarray]:
         place = where if bad.row is None else at(bad.field, bad.row, bad.column)
         raise LoaderError(f"{place}: {bad.reason}")
     pad = int(args.get("pad") or 0)
-    vocab = args.get("vocab")
+    vocab = args.get("vocab")   # (token lists were checked against it: PromptRows; this is for tokenized text)
     tokenizer = None
     table: dict[str, np.ndarray] = {}
     lengths: dict[str, np.ndarray] = {}
