@@ -30,6 +30,10 @@ one line. The limits are the module's constants (docs/runtime.md lists them):
 | a safetensors index | `INDEX_JSON_LIMIT`, 64 MiB | an index of thousands of tensors is a few MB |
 | a checkpoint's config.json | `CONFIG_JSON_LIMIT`, 16 MiB | a few KB in practice |
 | a jsonl line | `JSONL_LINE_LIMIT`, 64 MiB | one prompt (or document) a line |
+| a `.npy` header (`npy_header`, `lint --read-files`) | `NPY_HEADER_LIMIT`, 64 KiB | numpy's own reader stops at 10,000 bytes |
+
+`text_problem` looks at a text file a chunk (`TEXT_CHUNK`, 1 MiB) at a time, so
+any size is checked in bounded memory.
 
 Pure Python (os, stat, json); never JAX.
 """
