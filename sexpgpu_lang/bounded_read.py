@@ -33,7 +33,8 @@ one line. The limits are the module's constants (docs/runtime.md lists them):
 | a `.npy` header (`npy_header`, `lint --read-files`) | `NPY_HEADER_LIMIT`, 64 KiB | numpy's own reader stops at 10,000 bytes |
 
 `text_problem` looks at a text file a chunk (`TEXT_CHUNK`, 1 MiB) at a time, so
-any size is checked in bounded memory.
+any size is checked in bounded memory; `lint --read-files` looks at the first
+`TEXT_CHECK_LIMIT` (256 MiB) of each file (`sexpgpu run` reads it all).
 
 Pure Python (os, stat, json); never JAX.
 """
@@ -194,16 +195,20 @@ def loads_json(raw):
 TEXT_FIX = {True: "a token file is read with `(tokens ...)`, else narrow the glob to text files",
             False: "convert it to UTF-8, or narrow the glob to text files"}
 
+#: How many bytes of each text file `lint --read-files` looks at for `text_problem`.
+TEXT_CHECK_LIMIT = 256 << 20
+
 #: How many bytes `text_problem` decodes at a time.
 TEXT_CHUNK = 1 << 20
 
 
-def text_problem(chunks) -> str | None:
+def text_problem(chunks, final: bool = True) -> str | None:
     """Why the bytes of `chunks` (an iterable of bytes: a file read in pieces, or `[data]`) are not
     UTF-8 text, in words for after "is not UTF-8 text (": "it holds NUL bytes: a binary file" (the
     first reason, wherever the NUL is), "byte N is 0xXX" (the first byte that does not decode), or
     None for text. Keeps one chunk at a time: a file of any size is looked at in bounded memory. The
-    runtime's `text-tokens` (tokenize.read_text) and `lint --read-files` say the same through it."""
+    runtime's `text-tokens` (tokenize.read_text) and `lint --read-files` say the same through it.
+    `final` False: the chunks are only the file's start (a character cut at their end is not a fault)."""
     import codecs
     decoder = codecs.getincrementaldecoder("utf-8")()
     seen, bad = 0, None
@@ -218,7 +223,7 @@ def text_problem(chunks) -> str | None:
                 at = seen - pending + e.start
                 bad = f"byte {at} is 0x{e.object[e.start]:02x}"
         seen += len(chunk)
-    if bad is None:
+    if bad is None and final:
         try:
             decoder.decode(b"", True)
         except UnicodeDecodeError as e:
@@ -227,12 +232,15 @@ def text_problem(chunks) -> str | None:
     return bad
 
 
-def file_chunks(fh, size: int = TEXT_CHUNK):
-    """The bytes of the binary file object `fh`, `size` at a time."""
-    while True:
-        chunk = fh.read(size)
+def file_chunks(fh, size: int = TEXT_CHUNK, limit: int | None = None):
+    """The bytes of the binary file object `fh`, `size` at a time; with `limit`, its first `limit` bytes only."""
+    left = limit
+    while left is None or left > 0:
+        chunk = fh.read(size if left is None else min(size, left))
         if not chunk:
             return
+        if left is not None:
+            left -= len(chunk)
         yield chunk
 
 

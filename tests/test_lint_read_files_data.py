@@ -212,6 +212,10 @@ def test_a_text_tokens_file_that_is_not_utf8_is_run_s_error(tmp_path, data, prob
     b.write_text("é ab")
     with open(b, "rb") as fh:   # a character split between chunks is text
         assert text_problem(file_chunks(fh, 1)) is None
+    with open(b, "rb") as fh:   # the start of a file, cut inside a character, is not called cut short
+        assert text_problem(file_chunks(fh, 1, limit=1), final=False) is None
+    with open(b, "rb") as fh:
+        assert text_problem(file_chunks(fh, 1, limit=1)) == "byte 0 is 0xc3"
     assert lint(tmp_path, '(text-tokens "corpus/*.txt" :tokenizer "tok.json" :seq 3)', text=TOKENS) == []
 
 

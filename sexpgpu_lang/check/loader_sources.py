@@ -370,7 +370,8 @@ def _npz_names(path: str, mtime_ns: int, size: int) -> tuple[str, ...] | None:
 def _text_files(ctx: CheckContext, rel: str, at: Span) -> bool:
     """E-LOADER-001 at the glob when a file it matches (in the runtime's order: sorted, regular files)
     is not UTF-8 text, with the runtime's reason (bounded_read.text_problem, which tokenize.read_text
-    says it through). Each file is read a chunk at a time, once per mtime and size. False when reported."""
+    says it through). Each file is read a chunk at a time, its first TEXT_CHECK_LIMIT bytes, once per
+    mtime and size. False when reported."""
     import glob
     from ..bounded_read import TEXT_FIX
     full = _full_path(ctx, rel)
@@ -441,10 +442,10 @@ def _token_count(files: tuple, tokenizer: str, mtime_ns: int, size: int, separat
 def _text_problem(path: str, mtime_ns: int, size: int) -> str | None:
     """bounded_read.text_problem of the file at `path`, read a chunk at a time (None when it is text,
     or cannot be read: the runtime says that). `mtime_ns` and `size` key the cache."""
-    from ..bounded_read import file_chunks, open_regular, text_problem
+    from ..bounded_read import TEXT_CHECK_LIMIT, file_chunks, open_regular, text_problem
     try:
         with open_regular(path) as fh:
-            return text_problem(file_chunks(fh))
+            return text_problem(file_chunks(fh, limit=TEXT_CHECK_LIMIT), final=size <= TEXT_CHECK_LIMIT)
     except OSError:
         return None
 
