@@ -30,6 +30,11 @@ one line. The limits are the module's constants (docs/runtime.md lists them):
 | a safetensors index | `INDEX_JSON_LIMIT`, 64 MiB | an index of thousands of tensors is a few MB |
 | a checkpoint's config.json | `CONFIG_JSON_LIMIT`, 16 MiB | a few KB in practice |
 | a jsonl line | `JSONL_LINE_LIMIT`, 64 MiB | one prompt (or document) a line |
+| a `.npy` header (`npy_header`, `lint --read-files`) | `NPY_HEADER_LIMIT`, 64 KiB | numpy's own reader stops at 10,000 bytes |
+
+`text_problem` looks at a text file a chunk (`TEXT_CHUNK`, 1 MiB) at a time, so
+any size is checked in bounded memory; `lint --read-files` looks at the first
+`TEXT_CHECK_LIMIT` (256 MiB) of each file (`sexpgpu run` reads it all).
 
 Pure Python (os, stat, json); never JAX.
 """
@@ -184,6 +189,102 @@ def loads_json(raw):
         if "digits" in str(e) or "int_max_str_digits" in str(e):
             raise JsonNumberTooLong("it holds an integer of more digits than Python reads (4,300 by default)") from None
         raise
+
+
+#: The fix of a file that is not UTF-8 text: one with NUL bytes (True) is binary, else convert it.
+TEXT_FIX = {True: "a token file is read with `(tokens ...)`, else narrow the glob to text files",
+            False: "convert it to UTF-8, or narrow the glob to text files"}
+
+#: How many bytes of each text file `lint --read-files` looks at for `text_problem`.
+TEXT_CHECK_LIMIT = 256 << 20
+
+#: How many bytes `text_problem` decodes at a time.
+TEXT_CHUNK = 1 << 20
+
+
+def text_problem(chunks, final: bool = True) -> str | None:
+    """Why the bytes of `chunks` (an iterable of bytes: a file read in pieces, or `[data]`) are not
+    UTF-8 text, in words for after "is not UTF-8 text (": "it holds NUL bytes: a binary file" (the
+    first reason, wherever the NUL is), "byte N is 0xXX" (the first byte that does not decode), or
+    None for text. Keeps one chunk at a time: a file of any size is looked at in bounded memory. The
+    runtime's `text-tokens` (tokenize.read_text) and `lint --read-files` say the same through it.
+    `final` False: the chunks are only the file's start (a character cut at their end is not a fault)."""
+    import codecs
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    seen, bad = 0, None
+    for chunk in chunks:
+        if b"\0" in chunk:
+            return "it holds NUL bytes: a binary file"
+        if bad is None:
+            pending = len(decoder.getstate()[0])
+            try:
+                decoder.decode(chunk)
+            except UnicodeDecodeError as e:
+                at = seen - pending + e.start
+                bad = f"byte {at} is 0x{e.object[e.start]:02x}"
+        seen += len(chunk)
+    if bad is None and final:
+        try:
+            decoder.decode(b"", True)
+        except UnicodeDecodeError as e:
+            pending = len(e.object)
+            bad = f"byte {seen - pending + e.start} is 0x{e.object[e.start]:02x}"
+    return bad
+
+
+def file_chunks(fh, size: int = TEXT_CHUNK, limit: int | None = None):
+    """The bytes of the binary file object `fh`, `size` at a time; with `limit`, its first `limit` bytes only."""
+    left = limit
+    while left is None or left > 0:
+        chunk = fh.read(size if left is None else min(size, left))
+        if not chunk:
+            return
+        if left is not None:
+            left -= len(chunk)
+        yield chunk
+
+
+#: The most bytes of a `.npy` header `npy_header` reads (numpy's own `max_header_size` is 10,000).
+NPY_HEADER_LIMIT = 1 << 16
+
+#: The token dtypes of `.npy` `descr`s (little-endian, or one byte).
+NPY_TOKEN_DESCR = {"|u1": "uint8", "<u2": "uint16", "<u4": "uint32", "<i4": "int32", "<i8": "int64"}
+
+
+def npy_header(path: str) -> dict | None:
+    """The header dict of the `.npy` file at `path` (`descr`, `fortran_order`, `shape`, as np.save
+    writes it), read through `open_regular`, at most NPY_HEADER_LIMIT bytes, parsed with
+    `ast.literal_eval`; None when it is not a `.npy` or its header cannot be read (the runtime says
+    what is wrong then)."""
+    import ast
+    import struct
+    try:
+        with open_regular(path) as fh:
+            head = fh.read(12)
+            if len(head) < 10 or not head.startswith(b"\x93NUMPY"):
+                return None
+            major = head[6]
+            if major == 1:
+                size, start = struct.unpack("<H", head[8:10])[0], 10
+            elif major in (2, 3) and len(head) == 12:
+                size, start = struct.unpack("<I", head[8:12])[0], 12
+            else:
+                return None
+            if size > NPY_HEADER_LIMIT:
+                return None
+            fh.seek(start)
+            raw = fh.read(size)
+        header = ast.literal_eval(raw.decode("utf-8" if major == 3 else "latin1"))
+    except (OSError, ValueError, SyntaxError, MemoryError, RecursionError):
+        return None
+    return header if isinstance(header, dict) else None
+
+
+def npy_dtype_mismatch(path: str, stored: str, declared: str) -> tuple[str, str]:
+    """(the reason, the fix) when a `.npy` token file's header says `stored` ids (a numpy dtype name)
+    but `:dtype` says `declared`: the runtime (token_files) and `lint --read-files` both say so."""
+    return (f"{path} holds {stored} ids (its header says so), but `:dtype` says {declared}",
+            f"write `:dtype :{stored}` or leave it out")
 
 
 class BadJsonlRow(ValueError):

@@ -26,6 +26,8 @@ RUN = """\
 """
 TOKENS = RUN.replace(":fields (:prompt [3] :i32)", ":fields (:prompt [3] :i32 :next [3] :i32)")
 TOKENIZER = '{"model": {"type": "WordLevel", "vocab": {"a": 0, "b": 1}, "unk_token": "a"}, "added_tokens": []}'
+WS_TOKENIZER = ('{"version": "1.0", "model": {"type": "WordLevel", "vocab": {"a": 0, "b": 1, "[UNK]": 2}, '
+                '"unk_token": "[UNK]"}, "pre_tokenizer": {"type": "Whitespace"}, "added_tokens": []}')
 
 
 def lint(tmp_path, source: str, read_files=True, text: str = RUN):
@@ -104,3 +106,196 @@ def test_sexpgpu_lint_read_files_exits_1_for_it(tmp_path):
     r = lint_("--read-files")
     assert r.returncode == 1 and "error[E-LOADER-001]: `jsonl`'s file `p.jsonl` is not there" in r.stdout, r.stdout
     assert lint_().returncode == 0
+
+
+# The rows `run` refuses for what they hold against the fields: lint says the runtime's own reason
+# (both check through sexpgpu_lang.prompt_rows.PromptRows), at the loader's path.
+SCALAR = RUN.replace(":fields (:prompt [3] :i32)", ":fields (:prompt [3] :i32 :r [] :f32)")
+
+
+def _runtime_reason(tmp_path, source_args: dict, fields) -> str:
+    """What `sexpgpu run`'s prompt_table refuses the .jsonl for, after ``FILE:LINE[:COL]: ``."""
+    from sexpgpu_lang.ir import LoaderIR
+    from sexpgpu_lang.source import Span
+    from sexpgpu_runtime.data.prompt_files import prompt_table
+    from sexpgpu_runtime.errors import LoaderError
+    spec = LoaderIR("prompts", ("jsonl", source_args), 1, fields, Span(0, 0), str(tmp_path))
+    with pytest.raises(LoaderError) as e:
+        prompt_table(spec, source_args)
+    return str(e.value)
+
+
+@pytest.mark.parametrize("bad,held", [
+    ("[1, 2.5]", "a number (2.5)"), ("[1, true]", "a boolean (true)"), ('[1, "2"]', 'text ("2")'),
+    ("[1, [2]]", "a list"), ("[1, null]", "NoneType"), ("[1, 1e999]", "a number (inf)"),
+], ids=["float", "bool", "text", "nested", "null", "1e999"])
+def test_a_token_list_holding_a_non_integer_is_run_s_error(tmp_path, bad, held):
+    (tmp_path / "p.jsonl").write_text('{"prompt": [1, 2, 3]}\n{"prompt": ' + bad + '}\n')
+    reason = (f"`prompt` is a list holding {held}, but field `prompt` is declared `[3]`, a list of integer token ids")
+    got = lint(tmp_path, '(jsonl "p.jsonl")')
+    assert got == [("E-LOADER-001", '"p.jsonl"', f"`jsonl`'s file `p.jsonl` has a row `run` refuses: p.jsonl:2:12: "
+                    f"{reason}", "fix the row, or store text in every row (with `:tokenizer`)")]
+    ran = _runtime_reason(tmp_path, {"path": "p.jsonl"}, (("prompt", (3,), "i32"),))
+    assert ran == f"loader `prompts`: {tmp_path / 'p.jsonl'}:2:12: {reason}; fix the row, or store text in every row (with `:tokenizer`)"
+    assert lint(tmp_path, '(jsonl "p.jsonl")', read_files=LOCAL) == []   # the server reads no data rows
+
+
+@pytest.mark.parametrize("value,said", [("1e999", "inf"), ("9" * 5000 + ".5", "inf"), ("-1e999", "-inf"),
+                                        ("1e300", "1e+300, which is inf in f32")],
+                         ids=["1e999", "5000 digits", "-1e999", "past f32"])
+def test_a_scalar_that_is_infinite_is_run_s_error(tmp_path, value, said):
+    (tmp_path / "p.jsonl").write_text('{"prompt": [1, 2, 3], "r": 1.0}\n{"prompt": [1, 2, 3], "r": ' + value + '}\n')
+    got = lint(tmp_path, '(jsonl "p.jsonl")', text=SCALAR)
+    fix = "a NaN or infinite input makes the losses that read it NaN: fix the row, or drop it"
+    assert got == [("E-LOADER-001", '"p.jsonl"', f"`jsonl`'s file `p.jsonl` has a row `run` refuses: p.jsonl:2:28: "
+                    f"`r` is {said}", fix)]
+    ran = _runtime_reason(tmp_path, {"path": "p.jsonl"}, (("prompt", (3,), "i32"), ("r", (), "f32")))
+    assert ran == f"loader `prompts`: {tmp_path / 'p.jsonl'}:2:28: `r` is {said}; {fix}"
+
+
+def test_an_empty_jsonl_has_no_field_as_run_says(tmp_path):
+    (tmp_path / "p.jsonl").write_text("")
+    got = lint(tmp_path, '(jsonl "p.jsonl")')
+    assert got == [("E-LOADER-001", '"p.jsonl"', "`jsonl`'s file `p.jsonl`: the data have no field `prompt` "
+                    "(they have nothing)", None)]
+    ran = _runtime_reason(tmp_path, {"path": "p.jsonl"}, (("prompt", (3,), "i32"),))
+    assert ran.endswith(": the data have no field `prompt` (they have nothing)")
+    (tmp_path / "p.jsonl").write_text('{"other": 1}\n')
+    assert [m for _, _, m, _ in lint(tmp_path, '(jsonl "p.jsonl")')] == [
+        "`jsonl`'s file `p.jsonl`: the data have no field `prompt` (they have other)"]
+
+
+def test_a_null_row_and_text_without_a_tokenizer_are_run_s_errors(tmp_path):
+    (tmp_path / "p.jsonl").write_text('{"prompt": [1, 2, 3]}\n{"prompt": null}\n')
+    assert lint(tmp_path, '(jsonl "p.jsonl")') == [("E-LOADER-001", '"p.jsonl"', "`jsonl`'s file `p.jsonl` has a row "
+                                                   "`run` refuses: p.jsonl:2: the row has no `prompt` (or it is null)",
+                                                   "give every row the field")]
+    (tmp_path / "p.jsonl").write_text('{"prompt": "ab"}\n')
+    assert [m for _, _, m, _ in lint(tmp_path, '(jsonl "p.jsonl")')] == [
+        "`jsonl`'s file `p.jsonl`: column `prompt` holds text"]
+    (tmp_path / "tok.json").write_text(TOKENIZER)
+    assert lint(tmp_path, '(jsonl "p.jsonl" :tokenizer "tok.json")') == []
+
+
+def test_an_edited_jsonl_is_read_again(tmp_path):
+    p = tmp_path / "p.jsonl"
+    p.write_text('{"prompt": [1, 2, 3]}\n')
+    assert lint(tmp_path, '(jsonl "p.jsonl")') == []
+    p.write_text('{"prompt": [1, 2, 3.5]}\n')
+    assert [c for c, _, _, _ in lint(tmp_path, '(jsonl "p.jsonl")')] == ["E-LOADER-001"]
+
+
+@pytest.mark.parametrize("data,problem,fix", [
+    (b"ab\x00cd", "it holds NUL bytes: a binary file", "a token file is read with `(tokens ...)`, else narrow the glob to text files"),
+    (b"ab\xffcd", "byte 2 is 0xff", "convert it to UTF-8, or narrow the glob to text files"),
+    (b"ab\xc3", "byte 2 is 0xc3", "convert it to UTF-8, or narrow the glob to text files"),
+], ids=["NUL", "0xff", "cut short"])
+def test_a_text_tokens_file_that_is_not_utf8_is_run_s_error(tmp_path, data, problem, fix):
+    from sexpgpu_lang.bounded_read import file_chunks, text_problem
+    from sexpgpu_runtime.data.tokenize import read_text
+    from sexpgpu_runtime.errors import TokenizeError
+    (tmp_path / "tok.json").write_text(WS_TOKENIZER)
+    (tmp_path / "corpus").mkdir()
+    (tmp_path / "corpus" / "a.txt").write_text("ab ab ab")
+    (tmp_path / "corpus" / "b.txt").write_bytes(data)
+    b = tmp_path / "corpus" / "b.txt"
+    got = lint(tmp_path, '(text-tokens "corpus/*.txt" :tokenizer "tok.json" :seq 3)', text=TOKENS)
+    assert got == [("E-LOADER-001", '"corpus/*.txt"', f"`text-tokens`'s glob `corpus/*.txt` matches {b}, which is "
+                    f"not UTF-8 text ({problem})", fix)]
+    with pytest.raises(TokenizeError) as e:   # what the run says
+        read_text(str(b))
+    assert str(e.value) == f"{b} is not UTF-8 text ({problem}); {fix}"
+    with open(b, "rb") as fh:   # a chunk at a time says the same as the whole
+        assert text_problem(file_chunks(fh, 1)) == problem
+    assert lint(tmp_path, '(text-tokens "corpus/*.txt" :tokenizer "tok.json" :seq 3)', text=TOKENS,
+                read_files=LOCAL) == []
+    b.write_text("é ab")
+    with open(b, "rb") as fh:   # a character split between chunks is text
+        assert text_problem(file_chunks(fh, 1)) is None
+    with open(b, "rb") as fh:   # the start of a file, cut inside a character, is not called cut short
+        assert text_problem(file_chunks(fh, 1, limit=1), final=False) is None
+    with open(b, "rb") as fh:
+        assert text_problem(file_chunks(fh, 1, limit=1)) == "byte 0 is 0xc3"
+    assert lint(tmp_path, '(text-tokens "corpus/*.txt" :tokenizer "tok.json" :seq 3)', text=TOKENS) == []
+
+
+def test_an_npz_without_a_declared_field_is_run_s_error(tmp_path):
+    import numpy as np
+    from sexpgpu_lang.ir import LoaderIR
+    from sexpgpu_lang.source import Span
+    from sexpgpu_runtime.data.loaders import load_table
+    from sexpgpu_runtime.errors import LoaderError
+    np.savez(tmp_path / "d.npz", y=np.zeros((2, 3), np.int32), x=np.zeros((2, 3), np.int32))
+    got = lint(tmp_path, '(npz "d.npz")')
+    assert got == [("E-LOADER-001", '"d.npz"', "`npz`'s file `d.npz`: the data have no field `prompt` (they have x, y)",
+                    "save the field with np.savez, or fix the loader's `:fields`")]
+    spec = LoaderIR("prompts", ("npz", {"path": "d.npz"}), 1, (("prompt", (3,), "i32"),), Span(0, 0), str(tmp_path))
+    with pytest.raises(LoaderError) as e:
+        load_table(spec, 0)
+    assert str(e.value) == f"loader `prompts` ({tmp_path / 'd.npz'}): the data have no field `prompt` (they have x, y)"
+    assert lint(tmp_path, '(npz "d.npz")', read_files=LOCAL) == []
+    assert lint(tmp_path, '(npz "d.npz")', read_files=False) == []
+    np.savez(tmp_path / "d.npz", prompt=np.zeros((2, 3), np.int32))
+    assert lint(tmp_path, '(npz "d.npz")') == []
+    (tmp_path / "d.npz").write_text("not a zip")   # what it is, the run says
+    assert lint(tmp_path, '(npz "d.npz")') == []
+
+
+@pytest.mark.parametrize("version", [(1, 0), (2, 0)])
+def test_an_npy_whose_header_disagrees_with_dtype_is_run_s_error(tmp_path, version):
+    import numpy as np
+    from sexpgpu_runtime.data.token_files import TokenStream
+    from sexpgpu_runtime.errors import TokenFileError
+    with open(tmp_path / "t.npy", "wb") as fh:
+        np.lib.format.write_array(fh, np.arange(64, dtype=np.uint32), version=version)
+    got = lint(tmp_path, '(tokens "t.npy" :dtype :uint16 :seq 3)', text=TOKENS)
+    assert got == [("E-LOADER-001", '"t.npy"', "`tokens`'s file `t.npy` holds uint32 ids (its header says so), but "
+                    "`:dtype` says uint16", "write `:dtype :uint32` or leave it out")]
+    with pytest.raises(TokenFileError) as e:   # what the run says
+        TokenStream(str(tmp_path / "t.npy"), "uint16")
+    assert str(e.value) == (f"{tmp_path / 't.npy'} holds uint32 ids (its header says so), but `:dtype` says uint16; "
+                            "write `:dtype :uint32` or leave it out")
+    assert lint(tmp_path, '(tokens "t.npy" :dtype :uint32 :seq 3)', text=TOKENS) == []
+    assert lint(tmp_path, '(tokens "t.npy" :seq 3)', text=TOKENS) == []
+    assert lint(tmp_path, '(tokens "t.npy" :dtype :uint16 :seq 3)', text=TOKENS, read_files=LOCAL) == []
+
+
+def test_a_text_tokens_corpus_shorter_than_one_window_is_run_s_error(tmp_path):
+    from sexpgpu_lang.ir import LoaderIR
+    from sexpgpu_lang.source import Span
+    from sexpgpu_runtime.data.token_loaders import token_windows
+    from sexpgpu_runtime.errors import LoaderError
+    (tmp_path / "tok.json").write_text(WS_TOKENIZER)
+    (tmp_path / "corpus").mkdir()
+    (tmp_path / "corpus" / "a.txt").write_text("a b")
+    src = '(text-tokens "corpus/*.txt" :tokenizer "tok.json" :seq 3)'
+    got = lint(tmp_path, src, text=TOKENS)   # 2 tokens; windows of 3 + 1 (a target field)
+    assert got == [("E-LOADER-001", '"corpus/*.txt"', "`text-tokens`'s glob `corpus/*.txt`: its text, tokenized, "
+                    "holds 2 tokens, fewer than one window of 4", "give it more text, or lower `:seq`")]
+    args = {"glob": "corpus/*.txt", "tokenizer": "tok.json", "seq": 3}
+    spec = LoaderIR("prompts", ("text-tokens", args), 1, (("prompt", (3,), "i32"), ("next", (3,), "i32")),
+                    Span(0, 0), str(tmp_path))
+    with pytest.raises(LoaderError) as e:   # what the run says
+        token_windows(spec, args)
+    assert str(e.value).endswith(": the file holds 2 tokens, fewer than one window of 4; give it more text, or lower `:seq`")
+    assert lint(tmp_path, src, text=TOKENS, read_files=LOCAL) == []
+    (tmp_path / "corpus" / "b.txt").write_text("b a b a")
+    assert lint(tmp_path, src, text=TOKENS) == []
+
+
+def test_a_token_list_outside_vocab_or_its_dtype_is_run_s_error(tmp_path):
+    fields = (("prompt", (3,), "i32"),)
+    (tmp_path / "p.jsonl").write_text('{"prompt": [1, 2, 3]}\n{"prompt": [1, 9, 3, 99]}\n')
+    src = '(jsonl "p.jsonl" :vocab 8)'
+    reason = "`prompt` has token 9, outside `:vocab 8`"
+    fix = "raise `:vocab` to the model's vocabulary, or tokenize with its tokenizer"
+    assert lint(tmp_path, src) == [("E-LOADER-001", '"p.jsonl"', f"`jsonl`'s file `p.jsonl` has a row `run` refuses: "
+                                    f"p.jsonl:2:12: {reason}", fix)]
+    ran = _runtime_reason(tmp_path, {"path": "p.jsonl", "vocab": 8}, fields)
+    assert ran == f"loader `prompts`: {tmp_path / 'p.jsonl'}:2:12: {reason}; {fix}"
+    assert lint(tmp_path, '(jsonl "p.jsonl" :vocab 10)') == []   # (99 is past the cut to [3])
+    (tmp_path / "p.jsonl").write_text('{"prompt": [1, 2, 3]}\n{"prompt": [1, 4294967296, 3]}\n')
+    assert [m for _, _, m, _ in lint(tmp_path, '(jsonl "p.jsonl")')] == [
+        "`jsonl`'s file `p.jsonl`: column `prompt` has token ids that do not fit i32"]
+    assert _runtime_reason(tmp_path, {"path": "p.jsonl"}, fields).endswith(
+        ": column `prompt` has token ids that do not fit i32; declare `:i64`")

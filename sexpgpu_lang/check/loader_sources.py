@@ -14,8 +14,11 @@ is not a regular file (a FIFO, a device, a socket, a directory), or a tokenizer.
 not JSON, not a tokenizer, past its bound or nested too deeply (E-LOADER-001: looked at with `stat`,
 read only through bounded_read, so that a pipe or /dev/zero never blocks the check); with
 `read_files` True (`run`, `lint --read-files`; not the server's "local"), also a path, tokenizer or
-glob that names no file and a `jsonl` row the runtime refuses (E-LOADER-001, read through
-bounded_read.jsonl_rows as the runtime reads it). What only the data files
+glob that names no file, a `jsonl` row the runtime refuses (read through bounded_read.jsonl_rows
+and checked against the fields with prompt_rows.PromptRows, as the runtime does), a `text-tokens`
+file that is not UTF-8 (bounded_read.text_problem) or a small corpus shorter than one window
+(text_tokens), an `npz` without a declared field and a `.npy` whose header is not `:dtype`
+(E-LOADER-001, each in the runtime's words, from the check it uses). What only the data files
 can tell (their dtype, their ids against `:vocab`, their columns) the runtime checks
 (sexpgpu_runtime/data/token_loaders.py, prompt_files.py).
 
@@ -43,6 +46,8 @@ def check_source(ctx: CheckContext, kind: str, args: dict, nodes: dict, fields, 
 
     `args` are the constant values, `nodes` their syntax nodes (for ranges), `fields` the
     loader's (name, shape, dtype) triples or None, `at` the source form's range."""
+    if kind == "npz":
+        return _npz_fields(ctx, args, nodes, fields)
     if kind not in _FIRST:
         return True
     ok = True
@@ -91,7 +96,16 @@ def check_source(ctx: CheckContext, kind: str, args: dict, nodes: dict, fields, 
                               nodes["tokenizer"].span) and ok
     if checked and ctx.read_files is True and kind == "jsonl" and isinstance(args.get("path"), str) \
             and "path" not in missing:
-        ok = _jsonl_rows(ctx, args["path"], nodes["path"].span) and ok
+        vocab = args.get("vocab") if isinstance(args.get("vocab"), int) else None
+        ok = _jsonl_rows(ctx, args["path"], nodes["path"].span, fields, bool(args.get("tokenizer")), vocab) and ok
+    if checked and ctx.read_files is True and kind == "text-tokens" and isinstance(args.get("glob"), str) \
+            and "glob" not in missing:
+        ok = _text_files(ctx, args["glob"], nodes["glob"].span) and ok
+        if ok and isinstance(args.get("tokenizer"), str) and "tokenizer" not in missing and fields:
+            _text_windows(ctx, args, fields, nodes["glob"].span)
+    if ok and ctx.read_files is True and kind == "tokens" and isinstance(args.get("path"), str) \
+            and args["path"].endswith(".npy") and args.get("dtype") in TOKEN_FILE_DTYPES:
+        ok = _npy_dtype(ctx, args["path"], args["dtype"], nodes["path"].span) and ok
     if (ok and ctx.read_files and kind == "tokens" and isinstance(args.get("path"), str)
             and not args["path"].endswith(".npy") and args.get("dtype") in _ITEMSIZE):
         _token_file_dtype(ctx, args["path"], args["dtype"], args.get("vocab"), nodes["dtype"].span)
@@ -231,39 +245,209 @@ def _regular_file(ctx: CheckContext, rel: str) -> tuple[str, os.stat_result] | N
     return (full, st) if st is not None and stat.S_ISREG(st.st_mode) else None
 
 
-def _jsonl_rows(ctx: CheckContext, rel: str, at: Span) -> bool:
+def _jsonl_rows(ctx: CheckContext, rel: str, at: Span, fields=None, tokenizer: bool = False,
+                vocab: int | None = None) -> bool:
     """E-LOADER-001 at the path when a row of the .jsonl file `rel` is one the runtime refuses (not
     UTF-8, not JSON, nested too deeply, a number of too many digits, not an object, a line past its
-    bound: bounded_read.jsonl_rows, which the runtime reads through). False when reported; a file
-    that is not there or not a regular file is the other checks'."""
+    bound: bounded_read.jsonl_rows, which the runtime reads through), or when with the loader's
+    `fields` its rows are ones the runtime refuses (a field no row has, a null, a token list holding
+    a non-integer, an infinite number: prompt_rows.PromptRows, which the runtime checks with). False
+    when reported; a file that is not there or not a regular file is the other checks'."""
     found = _regular_file(ctx, rel)
     if found is None:
         return True
     full, st = found
-    bad = _bad_row(full, st.st_mtime_ns, st.st_size)
+    key = tuple((n, tuple(s), d) for n, s, d in fields) if fields else None
+    bad = _bad_row(full, st.st_mtime_ns, st.st_size, key, tokenizer, vocab)
     if bad is None:
         return True
     where, detail = bad
     reason, _, fix = detail.partition("; ")
-    ctx.err("E-LOADER-001", at, f"`jsonl`'s file `{rel}` has a row `run` refuses: {rel}:{where}: {reason}",
-            help=fix or None)
+    if where is None:
+        ctx.err("E-LOADER-001", at, f"`jsonl`'s file `{rel}`: {reason}", help=fix or None)
+    else:
+        ctx.err("E-LOADER-001", at, f"`jsonl`'s file `{rel}` has a row `run` refuses: {rel}:{where}: {reason}",
+                help=fix or None)
     return False
 
 
 @functools.lru_cache(maxsize=16)
-def _bad_row(path: str, mtime_ns: int, size: int) -> tuple[str, str] | None:
-    """(LINE[:COL], the reason and fix) of the first row of the .jsonl file at `path` the runtime
-    refuses, or None. `mtime_ns` and `size` key the cache: an edited file is read again."""
-    from ..bounded_read import BadJsonlRow, jsonl_rows, open_regular
+def _bad_row(path: str, mtime_ns: int, size: int, fields=None, tokenizer: bool = False,
+             vocab: int | None = None) -> tuple[str | None, str] | None:
+    """(LINE[:COL] or None for the whole file, the reason and fix) of the first thing in the .jsonl
+    file at `path` the runtime refuses, or None: a row it cannot read, or (with `fields`, the loader's
+    (name, shape, dtype) triples) rows that do not fit them. Rows are read one at a time (a line at
+    most JSONL_LINE_LIMIT) and not kept. `mtime_ns` and `size` key the cache: an edited file is read again."""
+    from ..bounded_read import JSONL_LINE_LIMIT, BadJsonlRow, jsonl_rows, open_regular, read_lines_bounded
+    from ..prompt_rows import PromptRows, value_column
+    check = PromptRows(fields, tokenizer, vocab=vocab) if fields else None
     try:
         with open_regular(path) as fh:
-            for _ in jsonl_rows(fh):
-                pass
+            for line_no, row in jsonl_rows(fh):
+                if check is not None:
+                    check.keys(row)
+                    check.row({n: row.get(n) for n in check.wanted}, line_no)
     except BadJsonlRow as e:
         return e.where("")[1:], e.detail
     except OSError:
         return None
-    return None
+    found = check.problem() if check is not None else None
+    if found is None:
+        return None
+    if found.row is None:
+        return None, found.reason
+    line_no = found.line
+    if not found.column:
+        return str(line_no), found.reason
+    try:
+        with open_regular(path) as fh:
+            col = value_column(read_lines_bounded(fh, JSONL_LINE_LIMIT), line_no, found.field)
+    except OSError:
+        col = 1
+    return f"{line_no}:{col}", found.reason
+
+
+def _npy_dtype(ctx: CheckContext, rel: str, dtype: str, at: Span) -> bool:
+    """E-LOADER-001 at the path when a `.npy` token file's header says other ids than `:dtype`, in the
+    run's words (bounded_read.npy_header and npy_dtype_mismatch: the header alone is read). A header
+    that is not a 1-D token array's, or not read, is the runtime's to name."""
+    from ..bounded_read import NPY_TOKEN_DESCR, npy_dtype_mismatch
+    found = _regular_file(ctx, rel)
+    if found is None:
+        return True
+    full, st = found
+    header = _npy_header(full, st.st_mtime_ns, st.st_size)
+    if header is None:
+        return True
+    stored = NPY_TOKEN_DESCR.get(header.get("descr"))
+    shape = header.get("shape")
+    if stored is None or stored == dtype or not isinstance(shape, tuple) or len(shape) != 1:
+        return True
+    reason, fix = npy_dtype_mismatch(f"`tokens`'s file `{rel}`", stored, dtype)
+    ctx.err("E-LOADER-001", at, reason, help=fix)
+    return False
+
+
+@functools.lru_cache(maxsize=16)
+def _npy_header(path: str, mtime_ns: int, size: int) -> dict | None:
+    """bounded_read.npy_header of `path`, cached by `mtime_ns` and `size`."""
+    from ..bounded_read import npy_header
+    return npy_header(path)
+
+
+def _npz_fields(ctx: CheckContext, args: dict, nodes: dict, fields) -> bool:
+    """With `read_files` True (`run`, `lint --read-files`; not the server): E-LOADER-001 at the path
+    when the `.npz` lacks a declared field, in the run's words (prompt_rows.no_field; its arrays named
+    from the zip's directory, nothing else read). True otherwise: a file that is missing or not an
+    .npz is the runtime's to name."""
+    rel = args.get("path")
+    if ctx.read_files is not True or not isinstance(rel, str) or not fields:
+        return True
+    found = _regular_file(ctx, rel)
+    if found is None:
+        return True
+    full, st = found
+    have = _npz_names(full, st.st_mtime_ns, st.st_size)
+    if have is None:
+        return True
+    from ..prompt_rows import no_field
+    for name, _, _ in fields:
+        if name not in have:
+            ctx.err("E-LOADER-001", nodes["path"].span, f"`npz`'s file `{rel}`: {no_field(name, sorted(have))}",
+                    help="save the field with np.savez, or fix the loader's `:fields`")
+            return False
+    return True
+
+
+@functools.lru_cache(maxsize=16)
+def _npz_names(path: str, mtime_ns: int, size: int) -> tuple[str, ...] | None:
+    """prompt_rows.npz_fields of `path`, cached by `mtime_ns` and `size`."""
+    from ..prompt_rows import npz_fields
+    names = npz_fields(path)
+    return tuple(names) if names is not None else None
+
+
+def _text_files(ctx: CheckContext, rel: str, at: Span) -> bool:
+    """E-LOADER-001 at the glob when a file it matches (in the runtime's order: sorted, regular files)
+    is not UTF-8 text, with the runtime's reason (bounded_read.text_problem, which tokenize.read_text
+    says it through). Each file is read a chunk at a time, its first TEXT_CHECK_LIMIT bytes, once per
+    mtime and size. False when reported."""
+    import glob
+    from ..bounded_read import TEXT_FIX
+    full = _full_path(ctx, rel)
+    if full is None:
+        return True
+    for path in sorted(f for f in glob.glob(full, recursive=True) if os.path.isfile(f)):
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue
+        problem = _text_problem(path, st.st_mtime_ns, st.st_size)
+        if problem is not None:
+            ctx.err("E-LOADER-001", at, f"`text-tokens`'s glob `{rel}` matches {path}, which is not UTF-8 text "
+                    f"({problem})", help=TEXT_FIX[problem.startswith("it holds NUL")])
+            return False
+    return True
+
+
+def _text_windows(ctx: CheckContext, args: dict, fields, at: Span) -> None:
+    """E-LOADER-001 at the glob when the text its files hold, tokenized as the run does
+    (text_tokens.encoded), gives fewer tokens than one window, in the run's words
+    (text_tokens.fewer_than_a_window). Only a corpus of at most SHORT_TEXT_LIMIT bytes is tokenized
+    (in memory; nothing is written); a tokenizer or separator that does not load is the runtime's."""
+    import glob
+    from ..text_tokens import SHORT_TEXT_LIMIT, fewer_than_a_window
+    full, tok_path = _full_path(ctx, args["glob"]), _full_path(ctx, args["tokenizer"])
+    if full is None or tok_path is None:
+        return
+    try:
+        files = tuple((f, os.stat(f).st_mtime_ns, os.stat(f).st_size)
+                      for f in sorted(f for f in glob.glob(full, recursive=True) if os.path.isfile(f)))
+        st = os.stat(tok_path)
+    except OSError:
+        return
+    if not files or sum(size for _, _, size in files) > SHORT_TEXT_LIMIT:
+        return
+    sep = args.get("separator") if isinstance(args.get("separator"), str) else None
+    tokens = _token_count(files, tok_path, st.st_mtime_ns, st.st_size, sep)
+    seq = args.get("seq") if isinstance(args.get("seq"), int) else fields[0][1][0]
+    short = fewer_than_a_window(tokens, seq + (1 if len(fields) == 2 else 0)) if tokens is not None else None
+    if short is not None:
+        reason, fix = short
+        ctx.err("E-LOADER-001", at, f"`text-tokens`'s glob `{args['glob']}`: its text, tokenized, {reason}", help=fix)
+
+
+@functools.lru_cache(maxsize=16)
+def _token_count(files: tuple, tokenizer: str, mtime_ns: int, size: int, separator: str | None) -> int | None:
+    """How many ids the text `files` ((path, mtime_ns, size) each) give with the tokenizer.json at
+    `tokenizer` (by text_tokens.encoded), or None when the tokenizer or a file does not load."""
+    from ..bounded_read import TOKENIZER_JSON_LIMIT, file_chunks, open_regular
+    from ..text_tokens import encoded
+    try:
+        from tokenizers import Tokenizer
+        tok = Tokenizer.from_str(read_bounded(tokenizer, TOKENIZER_JSON_LIMIT, "a tokenizer.json").decode("utf-8"))
+        sep = tok.token_to_id(separator) if separator is not None else None
+        if separator is not None and sep is None:
+            return None
+        texts = []
+        for path, _, _ in files:
+            with open_regular(path) as fh:
+                texts.append(b"".join(file_chunks(fh)).decode("utf-8"))
+        return sum(len(ids) for ids in encoded(tok, texts, sep))
+    except Exception:   # tokenizers raises a bare Exception; the runtime names what is wrong
+        return None
+
+
+@functools.lru_cache(maxsize=64)
+def _text_problem(path: str, mtime_ns: int, size: int) -> str | None:
+    """bounded_read.text_problem of the file at `path`, read a chunk at a time (None when it is text,
+    or cannot be read: the runtime says that). `mtime_ns` and `size` key the cache."""
+    from ..bounded_read import TEXT_CHECK_LIMIT, file_chunks, open_regular, text_problem
+    try:
+        with open_regular(path) as fh:
+            return text_problem(file_chunks(fh, limit=TEXT_CHECK_LIMIT), final=size <= TEXT_CHECK_LIMIT)
+    except OSError:
+        return None
 
 
 def _tokenizer_vocab(ctx: CheckContext, rel: str, vocab: int | None, at: Span) -> bool:

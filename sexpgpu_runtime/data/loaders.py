@@ -32,6 +32,7 @@ from tokenize import TokenError
 import numpy as np
 
 from sexpgpu_lang.ir import LoaderIR
+from sexpgpu_lang.prompt_rows import no_field
 
 from ..errors import LoaderError
 from .files import first_nonfinite, glob_files, is_text, np_dtype, open_data, resolve_path
@@ -228,8 +229,7 @@ def _npz(spec: LoaderIR, args: dict) -> dict[str, np.ndarray]:
             files = list(data.files)
             for n, _, _ in spec.fields:
                 if n not in files:
-                    raise LoaderError(f"{_source_name(spec)}: the data have no field `{n}` (they have "
-                                      f"{', '.join(sorted(files)) or 'nothing'})")
+                    raise LoaderError(f"{_source_name(spec)}: {no_field(n, sorted(files))}")
             out = {}
             for k in files:
                 if _field(spec, k) is None:

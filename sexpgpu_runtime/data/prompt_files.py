@@ -20,20 +20,19 @@ against what the field declares, and the fix.
 """
 from __future__ import annotations
 
-import json
 import math
-import re
 
 import numpy as np
 
-from sexpgpu_lang.bounded_read import BadJsonlRow, NotRegularFile, check_regular, jsonl_rows
+from sexpgpu_lang.bounded_read import (JSONL_LINE_LIMIT, BadJsonlRow, NotRegularFile, check_regular, jsonl_rows,
+                                       read_lines_bounded)
+from sexpgpu_lang.prompt_rows import PromptRows, derived, value_column
 from sexpgpu_lang.ir import LoaderIR
 
 from .files import first_nonfinite, np_dtype, open_data, resolve_path
 from ..errors import LoaderError, TokenizeError
 from .tokenize import load_tokenizer
 
-SUFFIXES = ("-length", "-mask")
 
 
 def prompt_table(spec: LoaderIR, args: dict) -> dict[str, np.ndarray]:
@@ -42,14 +41,22 @@ def prompt_table(spec: LoaderIR, args: dict) -> dict[str, np.ndarray]:
     path = resolve_path(spec, str(args.get("path", "")))
     where = f"loader `{spec.name}` ({path})"
     declared = {n for n, _, _ in spec.fields}
-    wanted = [n for n in declared if not _derived(n, declared)]
+    wanted = [n for n, _, _ in spec.fields if not _derived(n, declared)]
     columns, names, at = (_jsonl(path, wanted, where, f"loader `{spec.name}`") if kind == "jsonl"
                           else _parquet(path, wanted, where))
-    for n in wanted:
-        if n not in columns:
-            raise LoaderError(f"{where}: the data have no field `{n}` (they have {', '.join(names) or 'nothing'})")
-    pad = int(args.get("pad") or 0)
     vocab = args.get("vocab")
+    check = PromptRows(spec.fields, bool(args.get("tokenizer")), nulls=kind == "jsonl",
+                       vocab=int(vocab) if vocab is not None else None)
+    check.keys(names)
+    present = [n for n in wanted if n in columns]
+    for i in range(len(columns[present[0]]) if present else 0):
+        check.row({n: columns[n][i] for n in present})
+    bad = check.problem()
+    if bad is not None:
+        place = where if bad.row is None else at(bad.field, bad.row, bad.column)
+        raise LoaderError(f"{place}: {bad.reason}")
+    pad = int(args.get("pad") or 0)
+    vocab = args.get("vocab")   # (token lists were checked against it: PromptRows; this is for tokenized text)
     tokenizer = None
     table: dict[str, np.ndarray] = {}
     lengths: dict[str, np.ndarray] = {}
@@ -65,16 +72,13 @@ def prompt_table(spec: LoaderIR, args: dict) -> dict[str, np.ndarray]:
                               "or a sequence of tokens `[L]`")
         if col and isinstance(col[0], str):
             if tokenizer is None:
-                if not args.get("tokenizer"):
-                    raise LoaderError(f"{where}: column `{name}` holds text; give `:tokenizer \"tokenizer.json\"` "
-                                      "to tokenize it, or store token ids")
                 try:
                     tokenizer = load_tokenizer(resolve_path(spec, str(args["tokenizer"])))
                 except TokenizeError as e:
                     raise LoaderError(f"loader `{spec.name}`: {e}") from None
-            ids = [e.ids for e in tokenizer.encode_batch(_all(col, str, name, shape, at), add_special_tokens=False)]
+            ids = [e.ids for e in tokenizer.encode_batch(col, add_special_tokens=False)]
         else:
-            ids = _all(col, list, name, shape, at)
+            ids = col   # (text or integer lists in every row: PromptRows checked)
         table[name], lengths[name] = _pad(ids, shape[0], pad, dtype, name, at)
         real = np.arange(shape[0])[None, :] < lengths[name][:, None]   # the padding is not checked
         over = real & ((table[name] >= int(vocab)) | (table[name] < 0)) if vocab is not None else None
@@ -99,63 +103,14 @@ def prompt_table(spec: LoaderIR, args: dict) -> dict[str, np.ndarray]:
 
 
 def _derived(name: str, declared: set[str]) -> str | None:
-    """The token field that `name` is the length or mask of, or None."""
-    for s in SUFFIXES:
-        if name.endswith(s) and name[:-len(s)] in declared:
-            return name[:-len(s)]
-    return None
-
-
-def _kind(v) -> str:
-    """A JSON (or parquet) value's kind in plain words: text, a number, a list, ..."""
-    if isinstance(v, str):
-        return f"text ({json.dumps(v if len(v) <= 20 else v[:20] + '...')})"
-    if isinstance(v, bool):
-        return f"a boolean ({json.dumps(v)})"
-    if isinstance(v, (int, float)):
-        return f"a number ({v})"
-    if isinstance(v, list):
-        return "a list"
-    return "an object" if isinstance(v, dict) else type(v).__name__
-
-
-def _all(col: list, kind: type, name: str, shape: tuple, at) -> list:
-    """`col` itself when every row is text (`kind` str) or a list of integer token ids (`kind` list);
-    else LoaderError at the first other row (`at(name, i)` names its file and line, or its row)."""
-    decl = f"field `{name}` is declared `[{' '.join(map(str, shape))}]`"
-    for i, v in enumerate(col):
-        if kind is str and not isinstance(v, str):
-            raise LoaderError(f"{at(name, i)}: `{name}` is {_kind(v)}, but {decl} and the first row's `{name}` is "
-                              "text; make the row's value text like the others")
-        if kind is str:
-            try:
-                v.encode("utf-8")
-            except UnicodeEncodeError as e:   # JSON's "\ud800" alone: no text holds it, and no tokenizer takes it
-                raise LoaderError(f"{at(name, i)}: `{name}` holds a lone surrogate (\\u{ord(v[e.start]):04x} at "
-                                  f"character {e.start + 1}), which is not text; a \\uD800-\\uDFFF escape must be "
-                                  "half of a pair: fix the row, or drop it") from None
-        if kind is list:
-            if not isinstance(v, list):
-                what = "the first row's is a list of token ids" if i else "a sequence field takes text or a list of token ids"
-                raise LoaderError(f"{at(name, i)}: `{name}` is {_kind(v)}, but {decl} ({what}); fix the row, or the "
-                                  "declaration if every row is so")
-            bad = next((t for t in v if not isinstance(t, int) or isinstance(t, bool)), None)
-            if bad is not None:
-                raise LoaderError(f"{at(name, i)}: `{name}` is a list holding {_kind(bad)}, but {decl}, a list of "
-                                  "integer token ids; fix the row, or store text in every row (with `:tokenizer`)")
-    return col
+    """The token field that `name` is the length or mask of, or None (sexpgpu_lang.prompt_rows.derived)."""
+    return derived(name, declared)
 
 
 def _scalars(col: list, name: str, dtype: str, at) -> np.ndarray:
-    """[rows] the numbers of `col` in `dtype`; a row that is not a number (or a fraction for an
-    integer dtype) is LoaderError naming the row (`at(name, i)`) and both sides."""
-    floats = dtype in ("f16", "bf16", "f32")
-    for i, v in enumerate(col):
-        number = isinstance(v, (int, float)) and not isinstance(v, bool) and (floats or not isinstance(v, float))
-        if not number:
-            want = "a number" if floats else "an integer"
-            raise LoaderError(f"{at(name, i)}: `{name}` is {_kind(v)}, but field `{name}` is declared `[] :{dtype}` "
-                              f"({want}); fix the row, or the declaration if every row is so")
+    """[rows] the numbers of `col` (every one a number: PromptRows checked) in `dtype`; a NaN or
+    infinite one is LoaderError naming the row (`at(name, i)`): PromptRows names those first, this is
+    the cast's own check."""
     with np.errstate(over="ignore"):   # a number too large for `dtype` becomes inf, named below
         out = np.asarray(col).astype(np_dtype(dtype))
     first = first_nonfinite(out)
@@ -216,27 +171,14 @@ def _jsonl(path: str, wanted: list[str], where: str, loader: str):
             raise LoaderError(f"{loader}: {e.where(path)}: {e.detail}") from None
         except OSError as e:
             raise LoaderError(f"{where}: cannot read {path}: {e.strerror or e}") from None
-    for n, col in columns.items():
-        if n in names and None in col:
-            raise LoaderError(f"{loader}: {path}:{lines[col.index(None)]}: the row has no `{n}` (or it is null); give "
-                              "every row the field")
 
-    def at(name: str, row: int) -> str:
+    def at(name: str, row: int, column: bool = True) -> str:
         line_no = lines[row]
-        return f"{loader}: {path}:{line_no}:{_value_column(path, line_no, name)}"
+        if not column:
+            return f"{loader}: {path}:{line_no}"
+        with open_data(path, loader) as fh:   # (read again: only for an error)
+            return f"{loader}: {path}:{line_no}:{value_column(read_lines_bounded(fh, JSONL_LINE_LIMIT), line_no, name)}"
     return {n: c for n, c in columns.items() if n in names}, list(names), at
-
-
-def _value_column(path: str, line_no: int, name: str) -> int:
-    """The column (from 1, in characters) where key `name`'s value starts on line `line_no` of `path`
-    (read again: only for an error), or 1 where the key is not found written plainly."""
-    with open(path, "rb") as fh:
-        for i, raw in enumerate(fh, 1):
-            if i == line_no:
-                text = raw.decode("utf-8").lstrip("\ufeff") if i == 1 else raw.decode("utf-8")
-                m = re.search(re.escape(json.dumps(name)) + r"\s*:\s*", text)
-                return m.end() + 1 if m else 1
-    return 1
 
 
 def _parquet(path: str, wanted: list[str], where: str):
@@ -257,4 +199,4 @@ def _parquet(path: str, wanted: list[str], where: str):
         raise LoaderError(f"{where}: {path} is not a readable parquet file ({str(e).splitlines()[0]}); write it with "
                           "pyarrow.parquet.write_table") from None
     return ({n: table.column(n).to_pylist() for n in present}, list(schema.names),
-            lambda name, row: f"{where}: row {row + 1} of column `{name}`")
+            lambda name, row, column=True: f"{where}: row {row + 1} of column `{name}`")

@@ -32,7 +32,7 @@ from tokenize import TokenError
 
 import numpy as np
 
-from sexpgpu_lang.bounded_read import NotRegularFile, open_regular
+from sexpgpu_lang.bounded_read import NotRegularFile, npy_dtype_mismatch, open_regular
 
 from sexpgpu_lang.language import TOKEN_FILE_DTYPES
 
@@ -124,8 +124,7 @@ class TokenStream:
             raise TokenFileError(f"{path} holds an array of shape [{' '.join(map(str, shape))}]; a token stream is "
                                  "one-dimensional: save `a.reshape(-1)`, or read records already cut with `(npz ...)`")
         if dtype is not None and dtype != name:
-            raise TokenFileError(f"{path} holds {name} ids (its header says so), but `:dtype` says {dtype}; "
-                                 f"write `:dtype :{name}` or leave it out")
+            raise TokenFileError("; ".join(npy_dtype_mismatch(path, name, dtype)))
         return offset, name
 
     def __len__(self) -> int:

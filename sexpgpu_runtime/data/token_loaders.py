@@ -19,6 +19,7 @@ import numpy as np
 
 from sexpgpu_lang.check.loader_sources import token_dtype_evidence
 from sexpgpu_lang.ir import LoaderIR
+from sexpgpu_lang.text_tokens import fewer_than_a_window
 
 from .files import glob_files, resolve_path
 from ..errors import LoaderError, TokenFileError, TokenizeError
@@ -89,7 +90,7 @@ def token_windows(spec: LoaderIR, args: dict) -> TokenWindows:
         raise LoaderError(f"{where}: {e}") from None
     stride = int(args.get("stride") or seq)
     windows = TokenWindows(stream, spec.fields, seq, stride)
-    if windows.records == 0:
-        raise LoaderError(f"{where} ({stream.path}): the file holds {len(stream)} tokens, fewer than one window of "
-                          f"{windows.span}; give it more text, or lower `:seq`")
+    short = fewer_than_a_window(len(stream), windows.span)
+    if short is not None:
+        raise LoaderError(f"{where} ({stream.path}): the file {'; '.join(short)}")
     return windows

@@ -25,7 +25,9 @@ import sys
 import numpy as np
 
 from ..errors import TokenizeError
-from sexpgpu_lang.bounded_read import TOKENIZER_JSON_LIMIT, NotRegularFile, loads_json, open_regular, read_bounded
+from sexpgpu_lang.text_tokens import encoded
+from sexpgpu_lang.bounded_read import (TEXT_FIX, TOKENIZER_JSON_LIMIT, NotRegularFile, loads_json, open_regular,
+                                       read_bounded, text_problem)
 
 #: The directory beside the run file where tokenized text is kept.
 CACHE_DIR = ".sexpgpu-cache"
@@ -69,14 +71,10 @@ def read_text(path: str) -> str:
             data = fh.read()
     except NotRegularFile as e:
         raise TokenizeError(f"cannot read {path}: {e}; narrow the glob to regular text files") from None
-    if b"\0" in data:
-        raise TokenizeError(f"{path} is not UTF-8 text (it holds NUL bytes: a binary file); a token file is read "
-                            "with `(tokens ...)`, else narrow the glob to text files")
-    try:
+    problem = text_problem([data])
+    if problem is None:
         return data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise TokenizeError(f"{path} is not UTF-8 text (byte {e.start} is 0x{data[e.start]:02x}); convert it to "
-                            "UTF-8, or narrow the glob to text files") from None
+    raise TokenizeError(f"{path} is not UTF-8 text ({problem}); {TEXT_FIX[problem.startswith('it holds NUL')]}")
 
 
 def cache_key(files: list[str], tokenizer_path: str, separator: str | None) -> str:
@@ -155,8 +153,7 @@ def _write_tokens(tok, files: list[str], sep: int | None, dtype: str, tmp: str) 
                     chunk.append(text)
                     size += len(text)
                 if chunk and (f is None or size >= ENCODE_CHUNK):
-                    for enc in tok.encode_batch(chunk, add_special_tokens=False):
-                        ids = enc.ids + ([sep] if sep is not None else [])
+                    for ids in encoded(tok, chunk, sep):
                         out.write(np.asarray(ids, dtype=dtype).tobytes())
                     chunk, size = [], 0
     except BaseException:

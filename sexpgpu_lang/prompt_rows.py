@@ -1,0 +1,220 @@
+"""The checks of a prompt source's rows (`jsonl`, `parquet`) against the loader's fields, row by row.
+
+`sexpgpu run` (sexpgpu_runtime/data/prompt_files.py) and `lint --read-files`
+(check/loader_sources.py) both feed each row to a `PromptRows` and ask it for
+the first `problem()`, so the two refuse the same rows with the same words.
+It keeps a few values per field, not the rows: a file of any length is
+checked in bounded memory. What it checks, in the order the run reports:
+
+- a declared field no row has: "the data have no field `x` (they have ...)";
+- (`jsonl`) a row without a field others have, or holding null;
+- per field, in declaration order: a `[]` field's row that is not a number
+  (an integer for an integer dtype), then a NaN or infinite one (JSON's
+  `1e999`, a 5,000-digit float) or one too large for its float dtype; a
+  `[L]` field whose first row is text without `:tokenizer`, a later row
+  that is not text (or a lone surrogate); a `[L]` field of token-id lists
+  whose row is not a list, or a list holding anything but integers, then
+  ids (of those kept: the first `L`) that do not fit its dtype, then (with
+  `:vocab`) one outside the vocabulary.
+
+Pure Python (json, re); never JAX, never numpy.
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+from typing import NamedTuple
+
+SUFFIXES = ("-length", "-mask")
+
+#: The smallest magnitude that rounds to infinity in each float dtype (round to nearest even).
+_OVERFLOW = {"f16": 65520.0, "bf16": 2.0 ** 128 - 2.0 ** 119, "f32": 2.0 ** 128 - 2.0 ** 103}
+
+
+def derived(name: str, declared) -> str | None:
+    """The token field that `name` is the `-length` or `-mask` of (a declared name), or None."""
+    for s in SUFFIXES:
+        if name.endswith(s) and name[:-len(s)] in declared:
+            return name[:-len(s)]
+    return None
+
+
+def kind_words(v) -> str:
+    """A JSON (or parquet) value's kind in plain words: text ("..."), a number (2.5), a list, ..."""
+    if isinstance(v, str):
+        return f"text ({json.dumps(v if len(v) <= 20 else v[:20] + '...')})"
+    if isinstance(v, bool):
+        return f"a boolean ({json.dumps(v)})"
+    if isinstance(v, (int, float)):
+        return f"a number ({v})"
+    if isinstance(v, list):
+        return "a list"
+    return "an object" if isinstance(v, dict) else type(v).__name__
+
+
+def no_field(name: str, have) -> str:
+    """The run's words for data without a declared field `name`, naming the fields they `have` (in
+    the order given): "the data have no field `y` (they have x, z)", "(they have nothing)". The
+    prompt sources, `npz` (sexpgpu_runtime/data/loaders.py) and `lint --read-files` say it so."""
+    return f"the data have no field `{name}` (they have {', '.join(have) or 'nothing'})"
+
+
+def npz_fields(path: str) -> list[str] | None:
+    """The array names of the `.npz` at `path` (its zip members, `.npy` cut off, as numpy names them),
+    or None when it is not a zip file (the runtime says what it is) or cannot be read. Opened through
+    bounded_read.open_regular; only the zip's directory is read."""
+    import zipfile
+    from .bounded_read import open_regular
+    try:
+        with open_regular(path) as fh, zipfile.ZipFile(fh) as z:
+            return [n[:-4] if n.endswith(".npy") else n for n in z.namelist()]
+    except (OSError, zipfile.BadZipFile, ValueError, EOFError):
+        return None
+
+
+class RowProblem(NamedTuple):
+    """The first thing the run refuses: `field`, `row` (index from 0 among the rows, or None for the
+    whole file), `reason` (the words after ``FILE:LINE:COL: ``, reason and fix), `column` (whether
+    the place names the column of the field's value; else ``FILE:LINE: ``, or the loader alone),
+    `line` (the `line` given with that row, if any)."""
+    field: str
+    row: int | None
+    reason: str
+    column: bool
+    line: int | None = None
+
+
+class PromptRows:
+    """The rows of a prompt source checked against `fields` ((name, shape, dtype) triples; the
+    `-length`/`-mask` ones are derived, not read). `tokenizer`: whether the source has
+    `:tokenizer`; `nulls`: whether a missing or null value is its own error (`jsonl`).
+    Call `keys(names)` with each row's keys (or the file's columns), `row(values)` with each row's
+    values of `wanted` (None where missing), then `problem()`."""
+
+    def __init__(self, fields, tokenizer: bool, nulls: bool = True, vocab: int | None = None):
+        declared = {n for n, _, _ in fields}
+        self.fields = [(n, tuple(s), d) for n, s, d in fields if derived(n, declared) is None]
+        self.wanted = [n for n, _, _ in self.fields]
+        self.tokenizer, self.nulls, self.vocab = tokenizer, nulls, vocab
+        self.names: dict[str, None] = {}
+        self.rows = 0
+        self._null: dict[str, int] = {}
+        self._text: dict[str, bool] = {}
+        self._bad: dict[str, RowProblem] = {}
+        self._nonfinite: dict[str, RowProblem] = {}   # (and a token list's id that does not fit its dtype)
+        self._outside: dict[str, RowProblem] = {}
+
+    def keys(self, names) -> None:
+        """Record keys (column names) the data have."""
+        self.names.update(dict.fromkeys(names))
+
+    def row(self, values: dict, line: int | None = None) -> None:
+        """Check one row: `values` maps each wanted field to its value (None where missing or null);
+        `line` (its line in the file) is given back with a problem found in it."""
+        i = self.rows
+        self.rows += 1
+        for name, shape, dtype in self.fields:
+            v = values.get(name)
+            if v is None and self.nulls:
+                self._null.setdefault(name, (i, line))
+                continue
+            if name in self._bad:
+                continue
+            if i == 0:
+                self._text[name] = isinstance(v, str)
+            bad = self._value(name, shape, dtype, v, i)
+            if bad is not None:
+                self._bad[name] = bad._replace(line=line)
+            for later in (self._nonfinite, self._outside):
+                if name in later and later[name].row == i:
+                    later[name] = later[name]._replace(line=line)
+
+    def _value(self, name: str, shape: tuple, dtype: str, v, i: int) -> RowProblem | None:
+        decl = f"field `{name}` is declared `[{' '.join(map(str, shape))}]`"
+        if len(shape) == 0:
+            floats = dtype in _OVERFLOW
+            if not (isinstance(v, (int, float)) and not isinstance(v, bool) and (floats or not isinstance(v, float))):
+                want = "a number" if floats else "an integer"
+                return RowProblem(name, i, f"`{name}` is {kind_words(v)}, but field `{name}` is declared `[] :{dtype}` "
+                                  f"({want}); fix the row, or the declaration if every row is so", True)
+            if name not in self._nonfinite:
+                what = None
+                if isinstance(v, float) and not math.isfinite(v):
+                    what = f"{v}"
+                elif floats and abs(v) >= _OVERFLOW[dtype]:
+                    what = f"{v}, which is {'-' if v < 0 else ''}inf in {dtype}"
+                if what is not None:
+                    self._nonfinite[name] = RowProblem(name, i, f"`{name}` is {what}; a NaN or infinite input makes "
+                                                       "the losses that read it NaN: fix the row, or drop it", True)
+            return None
+        if len(shape) != 1:
+            return None   # the runtime names the shape; the checker already refuses it
+        if self._text.get(name):
+            if not self.tokenizer:
+                return RowProblem(name, None, f"column `{name}` holds text; give `:tokenizer \"tokenizer.json\"` "
+                                  "to tokenize it, or store token ids", False)
+            if not isinstance(v, str):
+                return RowProblem(name, i, f"`{name}` is {kind_words(v)}, but {decl} and the first row's `{name}` is "
+                                  "text; make the row's value text like the others", True)
+            try:
+                v.encode("utf-8")
+            except UnicodeEncodeError as e:   # JSON's "\ud800" alone: no text holds it, and no tokenizer takes it
+                return RowProblem(name, i, f"`{name}` holds a lone surrogate (\\u{ord(v[e.start]):04x} at character "
+                                  f"{e.start + 1}), which is not text; a \\uD800-\\uDFFF escape must be half of a "
+                                  "pair: fix the row, or drop it", True)
+            return None
+        if not isinstance(v, list):
+            what = "the first row's is a list of token ids" if i else "a sequence field takes text or a list of token ids"
+            return RowProblem(name, i, f"`{name}` is {kind_words(v)}, but {decl} ({what}); fix the row, or the "
+                              "declaration if every row is so", True)
+        bad = next((t for t in v if not isinstance(t, int) or isinstance(t, bool)), _NONE)
+        if bad is not _NONE:
+            return RowProblem(name, i, f"`{name}` is a list holding {kind_words(bad)}, but {decl}, a list of "
+                              "integer token ids; fix the row, or store text in every row (with `:tokenizer`)", True)
+        kept = v[:shape[0]]   # (the ids past the cut are dropped, never checked)
+        low, high = _INT_RANGE.get(dtype, _INT_RANGE["i64"])
+        if name not in self._nonfinite and any(t < low or t > high for t in kept):
+            self._nonfinite[name] = RowProblem(name, None, f"column `{name}` has token ids that do not fit {dtype}; "
+                                               "declare `:i64`", False)
+        if self.vocab is not None and name not in self._outside:
+            out = next((t for t in kept if t >= self.vocab or t < 0), None)
+            if out is not None:
+                self._outside[name] = RowProblem(name, i, f"`{name}` has token {out}, outside `:vocab {self.vocab}`; "
+                                                 "raise `:vocab` to the model's vocabulary, or tokenize with its "
+                                                 "tokenizer", True)
+        return None
+
+    def problem(self) -> RowProblem | None:
+        """The first thing the run refuses, in the run's order (module docstring), or None."""
+        for n in self.wanted:
+            if n not in self.names:
+                return RowProblem(n, None, no_field(n, self.names), False)
+        for n in self.wanted:
+            if n in self._null:
+                i, line = self._null[n]
+                return RowProblem(n, i, f"the row has no `{n}` (or it is null); give every row the field", False, line)
+        for n in self.wanted:
+            found = self._bad.get(n) or self._nonfinite.get(n) or self._outside.get(n)
+            if found is not None:
+                return found
+        return None
+
+
+_NONE = object()
+
+#: The ids each integer dtype holds.
+_INT_RANGE = {"i32": (-(1 << 31), (1 << 31) - 1), "i64": (-(1 << 63), (1 << 63) - 1)}
+
+
+def value_column(lines, line_no: int, name: str) -> int:
+    """The column (from 1, in characters) where key `name`'s value starts on line `line_no` (from 1)
+    of `lines` (the file's lines as bytes, e.g. bounded_read.read_lines_bounded), or 1 where the key
+    is not found written plainly."""
+    for i, raw in enumerate(lines, 1):
+        if i == line_no:
+            text = raw.decode("utf-8", "replace")
+            text = text.lstrip("\ufeff") if i == 1 else text
+            m = re.search(re.escape(json.dumps(name)) + r"\s*:\s*", text)
+            return m.end() + 1 if m else 1
+    return 1
