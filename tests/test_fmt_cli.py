@@ -1,4 +1,4 @@
-"""`sexpgpu fmt FILE|DIR... [--check] [--diff]` (issue 21): the server's formatter on the
+"""`sexpgpu fmt FILE|DIR... [--check] [--diff]`: the server's formatter on the
 command line, run as a program on copies of every example and case file."""
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from sexpgpu_lang.source import SourceText
 from sexpgpu_lang.syntax import parse
 
 SEXPGPU = [sexpgpu_program()] if sexpgpu_program() else [sys.executable, "-c", "from sexpgpu_cli.main import main; main()"]
-SOURCES = ("examples", "tests/cases", "tests/cases-files", "tests/fixtures")
+SOURCES = ("examples", "tests/cases", "tests/cases-files", "tests/fixtures", "sexpgpu_lang/diagnostic_docs")
 
 
 def sx(*args, cwd=None):

@@ -388,10 +388,11 @@ COSTS: dict[str, OpCost] = {
 }
 
 #: The node kinds the symbolic trace adds beside registry ops: its inputs (`arg`, `param`, and the
-#: gradients the training graph returns, `grad`), never computed in the graph, and `relayout`, the
-#: transposing copy before or after an einsum's dot (`einsum_layout`).
+#: gradients the training graph returns, `grad`), never computed in the graph; `sample`, the first
+#: rows of a `:samples` name the training graph returns (a slice, a copy of a few rows); and
+#: `relayout`, the transposing copy before or after an einsum's dot (`einsum_layout`).
 TRACE_COSTS: dict[str, OpCost] = {
-    "arg": OpCost(_ew(0.0)), "param": OpCost(_ew(0.0)), "grad": OpCost(_ew(0.0)),
+    "arg": OpCost(_ew(0.0)), "param": OpCost(_ew(0.0)), "grad": OpCost(_ew(0.0)), "sample": OpCost(_ew(0.0)),
     "relayout": _layout(duplicable=False),
 }
 

@@ -170,6 +170,7 @@ def _train_graph(program: ir.Program, stack: int, target: str = "accelerator") -
             t = TensorType(p.shape, p.dtype)
             tr.output("grad:" + "/".join(p.path), tr.new("grad", t, per_copy=True))
             grads.append(("/".join(p.path), t))
+    _kept_samples(tr, program.run.samples, program.prepare, program.objective)
     g = estimate_graph("train", tr, stack, loss, target)
     batch_t = program.loaders[program.run.loader].batch_type()
     if gen is not None:
@@ -179,10 +180,35 @@ def _train_graph(program: ir.Program, stack: int, target: str = "accelerator") -
     return g
 
 
+def _kept_samples(tr, spec: ir.SamplesIR | None, prepare: ir.Phase | None, objective: ir.Phase) -> None:
+    """The graph's outputs of `:samples` names computed in `prepare` or `objective`
+    (`SamplesIR.computed`): the first `:rows` rows of each, of the first copy only, for the names
+    these phases give (an entry `prepare` returns, a name the top-level `let*` binds), as the
+    runtime keeps them (lowering.run_phase)."""
+    if spec is None:
+        return
+    given = {"inputs": set(dict(prepare.out.entries)) if prepare is not None and isinstance(prepare.out, PlistType)
+             else set(),
+             "prepare": _top_names(prepare), "objective": _top_names(objective)}
+    types = {n: (shape, dtype) for n, shape, dtype in spec.text + spec.values}
+    for name, where in spec.computed:
+        if name not in given[where]:
+            continue
+        shape, dtype = types[name]
+        rows = tuple(shape) if not shape else (min(spec.rows, shape[0]),) + tuple(shape[1:])
+        tr.output("sample:" + name, tr.new("sample", TensorType(rows, dtype), per_copy=False))
+
+
+def _top_names(phase: ir.Phase | None) -> set[str]:
+    """The names the top-level `let*` of `phase` binds (none without one)."""
+    return set(phase.body.names) if phase is not None and isinstance(phase.body, ir.Let) else set()
+
+
 def _pass_graph(program: ir.Program, ps: ir.PassIR, target: str = "accelerator") -> GraphEstimate:
     runs_gen = ps.runs_generator and program.generate is not None
     tr, _ = trace_loss(program, ps.prepare, ps.objective, ps.loader, runs_gen)
     tr.outputs = [(n, i) for n, i in tr.outputs if n == "loss" or n.startswith("metric:")]  # what a pass returns
+    _kept_samples(tr, program.run.samples, ps.prepare, ps.objective)
     g = estimate_graph(f"pass {ps.name}", tr, 1, target=target)
     batch_t = program.loaders[ps.loader].batch_type()
     if runs_gen:

@@ -99,8 +99,9 @@ def _backward_flops(n: Node, nodes: list[Node], grad: list[bool]) -> float:
     return cost_of(n.op).grad_flops(n.cost.flops, n.type.size, [nodes[i].type.size for i in gins])
 
 
-#: Values not computed in the graph: arguments, parameters, and the gradients the training graph returns.
-_INPUTS = ("arg", "param", "grad")
+#: Values not computed in the graph: arguments, parameters, the gradients the training graph returns,
+#: and the few rows of `:samples` names it returns.
+_INPUTS = ("arg", "param", "grad", "sample")
 
 
 def recomputed(n: Node) -> bool:

@@ -107,12 +107,12 @@ class Trace(ir.Interpreter):
         pc = any(self.nodes[i].per_copy for i in ins) if per_copy is None else per_copy
         t = t.strong() if isinstance(t, TensorType) else t
         key = None
-        if op not in ("arg", "param", "grad"):
+        if op not in ("arg", "param", "grad", "sample"):
             key = (op, t, ins, pc, repr(sorted((static or {}).items())))
             if key in self.cse:
                 return self.cse[key]
         n = Node(len(self.nodes), op, t, ins, cost, pc, role, static or {}, self.region,
-                 self.scanning and self.region is None, None if op in ("arg", "param", "grad") else self.site)
+                 self.scanning and self.region is None, None if op in ("arg", "param", "grad", "sample") else self.site)
         self.nodes.append(n)
         if key is not None:
             self.cse[key] = n

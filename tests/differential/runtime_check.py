@@ -123,7 +123,7 @@ def phase_runtime(program) -> str | None:
                 return f"train: gradient {got}"
             name = "update"
             opt_state = jax.eval_shape(g.training.opt.init, trainable)
-            g.update.lower(trainable, opt_state, trainable)   # the microbatches' summed gradient
+            g.update.lower(trainable, opt_state, trainable, jax.ShapeDtypeStruct((), jnp.int64))   # the summed gradient; no bad step
     except Exception as exc:  # noqa: BLE001 - an accepted file the runtime cannot lower is a disagreement
         return f"{name}: {first_line(exc)}"
     return None
