@@ -174,9 +174,11 @@ class PromptRows:
                               "integer token ids; fix the row, or store text in every row (with `:tokenizer`)", True)
         kept = v[:shape[0]]   # (the ids past the cut are dropped, never checked)
         low, high = _INT_RANGE.get(dtype, _INT_RANGE["i64"])
-        if name not in self._nonfinite and any(t < low or t > high for t in kept):
-            self._nonfinite[name] = RowProblem(name, None, f"column `{name}` has token ids that do not fit {dtype}; "
-                                               "declare `:i64`", False)
+        big = next((t for t in kept if t < low or t > high), None) if name not in self._nonfinite else None
+        if big is not None:
+            fix = "declare `:i64`, or fix the row" if dtype != "i64" else "fix the row"
+            self._nonfinite[name] = RowProblem(name, i, f"`{name}` has token id {big}, which does not fit {dtype} "
+                                               f"({low} to {high}); {fix}", True)
         if self.vocab is not None and name not in self._outside:
             out = next((t for t in kept if t >= self.vocab or t < 0), None)
             if out is not None:

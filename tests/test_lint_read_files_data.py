@@ -295,7 +295,8 @@ def test_a_token_list_outside_vocab_or_its_dtype_is_run_s_error(tmp_path):
     assert ran == f"loader `prompts`: {tmp_path / 'p.jsonl'}:2:12: {reason}; {fix}"
     assert lint(tmp_path, '(jsonl "p.jsonl" :vocab 10)') == []   # (99 is past the cut to [3])
     (tmp_path / "p.jsonl").write_text('{"prompt": [1, 2, 3]}\n{"prompt": [1, 4294967296, 3]}\n')
+    reason = "`prompt` has token id 4294967296, which does not fit i32 (-2147483648 to 2147483647)"
     assert [m for _, _, m, _ in lint(tmp_path, '(jsonl "p.jsonl")')] == [
-        "`jsonl`'s file `p.jsonl`: column `prompt` has token ids that do not fit i32"]
-    assert _runtime_reason(tmp_path, {"path": "p.jsonl"}, fields).endswith(
-        ": column `prompt` has token ids that do not fit i32; declare `:i64`")
+        f"`jsonl`'s file `p.jsonl` has a row `run` refuses: p.jsonl:2:12: {reason}"]
+    assert _runtime_reason(tmp_path, {"path": "p.jsonl"}, fields) == (
+        f"loader `prompts`: {tmp_path / 'p.jsonl'}:2:12: {reason}; declare `:i64`, or fix the row")
