@@ -43,7 +43,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from sexpgpu_lang import analyze  # noqa: E402
-from sexpgpu_lang.diagnostic_docs import records  # noqa: E402
+from sexpgpu_lang.diagnostic_docs import drop_comment, excerpt_lines, normalise, records  # noqa: E402
 
 _MARK = re.compile(r"^(\s*);;(\s*)(\^+)\s+([A-Z]+-[A-Z]+-\d+)(?:\s+\(from column (\d+)\))?\s*$")
 
@@ -107,37 +107,9 @@ def unmarked(text: str) -> str:
 
 # ---- the record's excerpts (as tests/test_errors_examples.py reads them) ----
 
-def _drop_comment(line: str) -> str:
-    in_string = False
-    i = 0
-    while i < len(line):
-        c = line[i]
-        if in_string and c == "\\":
-            i += 2
-            continue
-        if c == '"':
-            in_string = not in_string
-        elif c == ";" and not in_string:
-            return line[:i]
-        i += 1
-    return line
-
-
-def _normalise(text: str) -> str:
-    return " ".join(text.split())
-
-
 def excerpt_patterns(explanation: str) -> list[re.Pattern]:
-    """One pattern per code line of the ```lisp excerpts (`...` is any text)."""
-    out = []
-    for block in re.findall(r"```lisp\n(.*?)```", explanation, flags=re.S):
-        for line in block.splitlines():
-            code = _drop_comment(line)
-            if not code.strip() or _normalise(code) == "...":
-                continue
-            parts = [re.escape(p.strip()) for p in _normalise(code).split("...")]
-            out.append(re.compile(r".*?".join(parts)))
-    return out
+    """One pattern per code line of the ```lisp excerpts (`...` is any text): diagnostic_docs.excerpt_lines."""
+    return [pat for _, pat in excerpt_lines(explanation)]
 
 
 # ---- diagnostics ----
@@ -232,7 +204,7 @@ def _in_comment(text: str, pos: int) -> bool:
     """Whether offset `pos` is inside a `;` comment (of its line)."""
     line_start = text.rfind("\n", 0, pos) + 1
     prefix = text[line_start:pos + 1]
-    return _drop_comment(prefix) != prefix
+    return drop_comment(prefix) != prefix
 
 
 def _cut(text: str, start: int, end: int) -> str:
@@ -295,7 +267,7 @@ def _removable(text: str, node: Node):
 
 
 def _balanced(line: str) -> bool:
-    code = _drop_comment(line)
+    code = drop_comment(line)
     return read_forms(code) is not None and bool(code.strip())
 
 
@@ -396,9 +368,9 @@ def shrink(path: Path, others: list[str] | None = None, patterns: list[re.Patter
     name = str(path)
     text = tidy(unmarked(path.read_text(encoding="utf-8")))
     want = signature(text, name)
-    others_norm = [_normalise(t) for t in (others or [])]
+    others_norm = [normalise(t) for t in (others or [])]
     # only the excerpt lines the examples hold now (others may be in a tests/cases-files case)
-    patterns = [p for p in patterns or [] if any(p.search(t) for t in [*others_norm, _normalise(text)])]
+    patterns = [p for p in patterns or [] if any(p.search(t) for t in [*others_norm, normalise(text)])]
 
     hunks = fixes if fixes else mistakes(text)
     if hunks is not None and (twin(text, hunks) is None or signature(twin(text, hunks), name)):
@@ -410,7 +382,7 @@ def shrink(path: Path, others: list[str] | None = None, patterns: list[re.Patter
             if fixed is None or signature(fixed, name):
                 return False
         if patterns:
-            texts = [*others_norm, _normalise(candidate)]
+            texts = [*others_norm, normalise(candidate)]
             if not all(any(p.search(t) for t in texts) for p in patterns):
                 return False
         return signature(candidate, name) == want

@@ -22,7 +22,7 @@ import pytest
 from helpers import ERRORS_DOC as DOC
 from helpers import ROOT, check, expected_codes, unmarked
 from sexpgpu_lang import Severity, analyze_file
-from sexpgpu_lang.diagnostic_docs import records
+from sexpgpu_lang.diagnostic_docs import excerpt_lines, normalise, records
 
 RECORDS = records()
 FILE_CASES = ROOT / "tests" / "cases-files"
@@ -34,33 +34,6 @@ def file_cases(code: str) -> list[Path]:
 
 def snippets(text: str) -> list[str]:
     return re.findall(r"```lisp\n(.*?)```", text, flags=re.S)
-
-
-def drop_comment(line: str) -> str:
-    """The line without its `;` comment (a `;` inside a string stays)."""
-    in_string = False
-    i = 0
-    while i < len(line):
-        c = line[i]
-        if in_string and c == "\\":
-            i += 2
-            continue
-        if c == '"':
-            in_string = not in_string
-        elif c == ";" and not in_string:
-            return line[:i]
-        i += 1
-    return line
-
-
-def normalise(text: str) -> str:
-    return " ".join(text.split())
-
-
-def line_pattern(line: str) -> re.Pattern:
-    """An excerpt line as a pattern over normalised text: `...` is any text."""
-    parts = [re.escape(p.strip()) for p in normalise(line).split("...")]
-    return re.compile(r".*?".join(p for p in parts))
 
 
 def codes_of(path: Path) -> list[str]:
@@ -101,15 +74,8 @@ def test_excerpt_is_part_of_an_example(code):
     texts = [normalise(unmarked(f.read_text(encoding="utf-8"))) for f in files]
     blocks = snippets(rec.explanation + "\n" + rec.fix)
     assert blocks, f"{code}: no ```lisp excerpt"
-    missing = []
-    for block in blocks:
-        for line in block.splitlines():
-            code_part = drop_comment(line)
-            if not code_part.strip() or normalise(code_part) == "...":
-                continue
-            pat = line_pattern(code_part)
-            if not any(pat.search(t) for t in texts):
-                missing.append(line.strip())
+    missing = [line for line, pat in excerpt_lines(rec.explanation + "\n" + rec.fix)
+               if not any(pat.search(t) for t in texts)]
     assert not missing, (f"{code}: these lines of the record's excerpts are in none of its examples "
                          f"{[f.name for f in files]}:\n  " + "\n  ".join(missing))
 

@@ -37,6 +37,7 @@ Reads files only; imports nothing of the checker, never JAX.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -112,4 +113,41 @@ def records() -> dict[str, Record]:
             if rec.code in out:
                 raise ValueError(f"{rec.code} has records in {out[rec.code].family}/ and {name}/")
             out[rec.code] = rec
+    return out
+
+
+def drop_comment(line: str) -> str:
+    """The line of run-file text without its `;` comment (a `;` inside a string stays)."""
+    in_string = False
+    i = 0
+    while i < len(line):
+        c = line[i]
+        if in_string and c == "\\":
+            i += 2
+            continue
+        if c == '"':
+            in_string = not in_string
+        elif c == ";" and not in_string:
+            return line[:i]
+        i += 1
+    return line
+
+
+def normalise(text: str) -> str:
+    """`text` with every run of whitespace one space (how excerpts are matched against examples)."""
+    return " ".join(text.split())
+
+
+def excerpt_lines(markdown: str) -> list[tuple[str, re.Pattern]]:
+    """Each code line of the ```lisp excerpts in `markdown` (a record's prose), stripped, with its
+    pattern over `normalise`d text (`...` is any text); comment-only and `...` lines left out. Every
+    such line must appear in one of the record's examples (tests/test_errors_examples.py)."""
+    out = []
+    for block in re.findall(r"```lisp\n(.*?)```", markdown, flags=re.S):
+        for line in block.splitlines():
+            code = drop_comment(line)
+            if not code.strip() or normalise(code) == "...":
+                continue
+            parts = [re.escape(p.strip()) for p in normalise(code).split("...")]
+            out.append((line.strip(), re.compile(r".*?".join(parts))))
     return out
