@@ -19,16 +19,13 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from sexpgpu_lang import analyze  # noqa: E402
 from sexpgpu_runtime.run import loop  # noqa: E402
-from sexpgpu_runtime.run.train import RunOptions, train  # noqa: E402
+from samples import step_seconds as run_steps  # noqa: E402
 
 GRPO = ROOT / "examples" / "grpo.sx"
 
@@ -42,22 +39,11 @@ def run_file() -> str:
 
 
 def step_seconds(text: str, short: int, long: int, ahead: int) -> tuple[float, float]:
-    """The mean step time of one run of `long` steps with the loop `ahead` steps ahead, in a fresh run
-    dir: the time between the host starting step `short` and step `long - 1` (its first trip), once
-    the host is held by the device (one or eight steps ahead), over the steps between: (wall seconds,
-    the process's CPU seconds, all threads)."""
-    res = analyze(text, str(GRPO))
-    assert res.program is not None, [d.message for d in res.diagnostics]
+    """The mean step time of one run of `long` steps with the loop `ahead` steps ahead (samples.py's
+    `step_seconds`: from the host starting step `short` to it starting step `long - 1`, once the host
+    is held by the device): (wall seconds, the process's CPU seconds, all threads)."""
     loop.STEPS_AHEAD = ahead
-    at: dict[int, float] = {}
-
-    def on_trip(step: int, trip: int) -> None:
-        if trip == 0 and step in (short, long - 1):
-            at[step] = (time.perf_counter(), time.process_time())
-    with tempfile.TemporaryDirectory() as d:
-        train(res.program, RunOptions(steps=long, run_dir=Path(d) / "run", quiet=True), on_trip=on_trip)
-    n = long - 1 - short
-    return (at[long - 1][0] - at[short][0]) / n, (at[long - 1][1] - at[short][1]) / n
+    return run_steps(text, short, long)
 
 
 def main(argv=None) -> int:
