@@ -50,6 +50,8 @@ def kind_words(v) -> str:
         return f"a number ({v})"
     if isinstance(v, list):
         return "a list"
+    if v is None:
+        return "null"
     return "an object" if isinstance(v, dict) else type(v).__name__
 
 
@@ -147,6 +149,8 @@ class PromptRows:
                 if what is not None:
                     self._nonfinite[name] = RowProblem(name, i, f"`{name}` is {what}; a NaN or infinite input makes "
                                                        "the losses that read it NaN: fix the row, or drop it", True)
+                elif not floats and not _fits(v, dtype):
+                    self._nonfinite[name] = RowProblem(name, i, _too_big(name, "is", v, dtype), True)
             return None
         if len(shape) != 1:
             return None   # the runtime names the shape; the checker already refuses it
@@ -173,12 +177,9 @@ class PromptRows:
             return RowProblem(name, i, f"`{name}` is a list holding {kind_words(bad)}, but {decl}, a list of "
                               "integer token ids; fix the row, or store text in every row (with `:tokenizer`)", True)
         kept = v[:shape[0]]   # (the ids past the cut are dropped, never checked)
-        low, high = _INT_RANGE.get(dtype, _INT_RANGE["i64"])
-        big = next((t for t in kept if t < low or t > high), None) if name not in self._nonfinite else None
+        big = next((t for t in kept if not _fits(t, dtype)), None) if name not in self._nonfinite else None
         if big is not None:
-            fix = "declare `:i64`, or fix the row" if dtype != "i64" else "fix the row"
-            self._nonfinite[name] = RowProblem(name, i, f"`{name}` has token id {big}, which does not fit {dtype} "
-                                               f"({low} to {high}); {fix}", True)
+            self._nonfinite[name] = RowProblem(name, i, _too_big(name, "has token id", big, dtype), True)
         if self.vocab is not None and name not in self._outside:
             out = next((t for t in kept if t >= self.vocab or t < 0), None)
             if out is not None:
@@ -207,6 +208,20 @@ _NONE = object()
 
 #: The ids each integer dtype holds.
 _INT_RANGE = {"i32": (-(1 << 31), (1 << 31) - 1), "i64": (-(1 << 63), (1 << 63) - 1)}
+
+
+def _fits(v: int, dtype: str) -> bool:
+    """Whether the integer `v` fits the integer dtype `dtype` (i32, else i64)."""
+    low, high = _INT_RANGE.get(dtype, _INT_RANGE["i64"])
+    return low <= v <= high
+
+
+def _too_big(name: str, verb: str, v: int, dtype: str) -> str:
+    """The reason and fix for an integer `v` of field `name` past its dtype: `:i64` is offered only
+    where the value fits it (the runtime would otherwise wrap it round, silently)."""
+    low, high = _INT_RANGE.get(dtype, _INT_RANGE["i64"])
+    fix = "declare `:i64`, or fix the row" if dtype != "i64" and _fits(v, "i64") else "fix the row"
+    return f"`{name}` {verb} {v}, which does not fit {dtype} ({low} to {high}); {fix}"
 
 
 def value_column(lines, line_no: int, name: str) -> int:

@@ -127,7 +127,7 @@ def _runtime_reason(tmp_path, source_args: dict, fields) -> str:
 
 @pytest.mark.parametrize("bad,held", [
     ("[1, 2.5]", "a number (2.5)"), ("[1, true]", "a boolean (true)"), ('[1, "2"]', 'text ("2")'),
-    ("[1, [2]]", "a list"), ("[1, null]", "NoneType"), ("[1, 1e999]", "a number (inf)"),
+    ("[1, [2]]", "a list"), ("[1, null]", "null"), ("[1, 1e999]", "a number (inf)"),
 ], ids=["float", "bool", "text", "nested", "null", "1e999"])
 def test_a_token_list_holding_a_non_integer_is_run_s_error(tmp_path, bad, held):
     (tmp_path / "p.jsonl").write_text('{"prompt": [1, 2, 3]}\n{"prompt": ' + bad + '}\n')
@@ -300,3 +300,19 @@ def test_a_token_list_outside_vocab_or_its_dtype_is_run_s_error(tmp_path):
         f"`jsonl`'s file `p.jsonl` has a row `run` refuses: p.jsonl:2:12: {reason}"]
     assert _runtime_reason(tmp_path, {"path": "p.jsonl"}, fields) == (
         f"loader `prompts`: {tmp_path / 'p.jsonl'}:2:12: {reason}; declare `:i64`, or fix the row")
+
+
+@pytest.mark.parametrize("value,fix", [("2147483648", "declare `:i64`, or fix the row"),
+                                       ("-9223372036854775809", "fix the row")],
+                         ids=["past i32", "past i64"])
+def test_a_scalar_integer_past_its_dtype_is_run_s_error_not_wrapped(tmp_path, value, fix):
+    """An integer `[] :i32` value past i32 is refused (it would wrap round to another number, silently);
+    `:i64` is offered only for a value that fits it."""
+    (tmp_path / "p.jsonl").write_text('{"prompt": [1, 2, 3], "n": 3}\n{"prompt": [1, 2, 3], "n": ' + value + '}\n')
+    text = RUN.replace(":fields (:prompt [3] :i32)", ":fields (:prompt [3] :i32 :n [] :i32)")
+    reason = f"`n` is {value}, which does not fit i32 (-2147483648 to 2147483647); {fix}"
+    got = lint(tmp_path, '(jsonl "p.jsonl")', text=text)
+    assert [(c, m) for c, _, m, _ in got] == [
+        ("E-LOADER-001", f"`jsonl`'s file `p.jsonl` has a row `run` refuses: p.jsonl:2:28: {reason.split('; ')[0]}")]
+    ran = _runtime_reason(tmp_path, {"path": "p.jsonl"}, (("prompt", (3,), "i32"), ("n", (), "i32")))
+    assert ran == f"loader `prompts`: {tmp_path / 'p.jsonl'}:2:28: {reason}"
