@@ -192,6 +192,19 @@ app = typer.Typer(
 )
 
 
+def _print_version(value: bool) -> None:
+    """`sexpgpu --version`: the version, then exit (as `sexpgpu version`)."""
+    if value:
+        print(f"sexpgpu {VERSION}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(show_version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+                                             help="Print the version and exit.")):
+    """Check, explain and run SexpGPU run files; serve them to editors."""
+
+
 class Format(str, Enum):
     """`lint`'s report formats."""
 
@@ -463,7 +476,7 @@ def samples(
     step: Optional[int] = typer.Option(None, "--step", metavar="N", help="Only the rows of step N."),
     pass_name: Optional[str] = typer.Option(None, "--pass", metavar="NAME", help="Only the rows of pass NAME (`train` for training)."),
 ):
-    """Show the sampled rows in RUN_DIR/samples.jsonl as a table, newest first (sexpgpu_cli/samples.py)."""
+    """Show the sampled rows in RUN_DIR/samples.jsonl as a table, newest first."""
     from sexpgpu_cli.samples import SamplesError, SamplesUsageError, show_samples
     try:
         show_samples(run_dir, step, pass_name)

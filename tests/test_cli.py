@@ -152,6 +152,19 @@ def test_help_shows_metavars_and_flags_without_a_type(command, usage):
         assert not any(w.startswith("<") for w in line.split()[1:4]), line
 
 
+def test_version_is_an_option_and_a_command():
+    for args in (("--version",), ("version",)):
+        r = sx(*args)
+        assert r.returncode == 0 and r.stdout.strip() == "sexpgpu 0.1.0", (args, r.stdout, r.stderr)
+    assert "--version" in help_of()
+
+
+@pytest.mark.parametrize("command", [(), ("samples",), ("plot",), ("run",), ("lint",), ("tokenizer",)])
+def test_help_names_no_source_file(command):
+    text = help_of(*command)
+    assert ".py" not in text and "sexpgpu_" not in text, text
+
+
 def test_explain_offers_exactly_the_formats_it_prints():
     assert "<text|json>" in help_of("explain") and "sarif" not in help_of("explain")
     r = sx("explain", "--format", "sarif", str(FIXTURE))
