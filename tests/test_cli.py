@@ -217,6 +217,10 @@ def test_run_refuses_options_that_cannot_work_before_training(tmp_path):
 def test_run_into_an_earlier_runs_dir_needs_overwrite(tmp_path):
     d = str(tmp_path / "out")
     assert sx("run", str(FIXTURE), "--steps", "1", "--run-dir", d, "--no-progress").returncode == 0
+    r = sx("run", str(FIXTURE), "--steps", "1", "--run-dir", d, "--no-progress")   # the same command again
+    assert r.returncode == 0 and r.stderr.strip().splitlines() == [
+        f"sexpgpu: the run in {d} finished at step 1 of 1: nothing was changed; its metrics are in "
+        f"{d}/metrics.jsonl. Pass --overwrite to train it again"], r.stderr
     r = sx("run", str(FIXTURE), "--steps", "2", "--run-dir", d, "--no-progress")
     assert r.returncode == 1 and r.stderr.strip().splitlines() == [
         f"sexpgpu: error: {d} already holds the metrics.jsonl of an earlier run (and no checkpoint to resume from); "

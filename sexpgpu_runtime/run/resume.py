@@ -77,7 +77,7 @@ def export_written(export: Path, metrics: Path) -> bool:
 
 
 def refuse_finished(store: Checkpoints | None, metrics: Path, run_dir: Path, total: int,
-                    every: int | None = None, export: Path | None = None) -> None:
+                    every: int | None = None, export: Path | None = None, again: bool = False) -> None:
     """RunFinished when the run in `run_dir` has trained `total` steps or more already and what it
     leaves at its end is there: by its newest checkpoint or by the last row of `metrics` (`store`
     None: no checkpoint dir, by the rows alone). A run with `:checkpoint` (`every`) has finished
@@ -85,7 +85,10 @@ def refuse_finished(store: Checkpoints | None, metrics: Path, run_dir: Path, tot
     (`export`) only when that export was written (`export_written`): a run whose last checkpoint
     or export could not be written (a full disk, a kill while writing) is resumed, to write them.
     Nothing when the newest checkpoint is another run's (start.py then refuses it). Reads only;
-    writes nothing."""
+    writes nothing.
+
+    `again`: the run was started again without `--resume` or `--overwrite` (a second `sexpgpu run
+    FILE`): the same decision, in words that say where the results are and how to train again."""
     newest = store.newest_meta() if store is not None else None
     if newest is not None and not store.provenance.is_ours(newest[1]):
         return   # another run's dir, whatever its metrics say: start.py refuses it, naming both
@@ -109,6 +112,13 @@ def refuse_finished(store: Checkpoints | None, metrics: Path, run_dir: Path, tot
         how = f"to train it longer, resume with `--steps N` above {done}"
         if saved < done:
             how += f" (it trains again from checkpoint step {saved}, the newest: the run saved none at step {done})"
+    if again:
+        where = f"its metrics are in {metrics}" + ("" if saved is None else f", its checkpoints in {store.spec.dir}")
+        if export is not None:
+            where += f", its export in {export}"
+        longer = "" if saved is None else f", or `--resume --steps N` above {done} to train it longer"
+        raise RunFinished(f"{what}: nothing was changed; {where}. Pass --overwrite to train it again{longer}",
+                          done, total)
     raise RunFinished(f"{what}: nothing to resume, nothing was changed; {how}", done, total)
 
 

@@ -172,8 +172,9 @@ class RunStart:
     def _first_state(self, trainer, store: Checkpoints) -> RunState:
         """A fresh state, or with `resume` the newest complete checkpoint's (saying which, in one line)."""
         options = self.options
-        if options.resume:
-            refuse_finished(store, self.metrics, options.run_dir, trainer.steps, store.spec.every, options.export)
+        if not options.overwrite:   # (a second plain `sexpgpu run FILE` of a finished run says where it is)
+            refuse_finished(store, self.metrics, options.run_dir, trainer.steps, store.spec.every, options.export,
+                            again=not options.resume)
         self._claim(store)
         try:
             # The state's shapes and dtypes, traced without computing anything.
