@@ -72,7 +72,7 @@ def test_the_first_steps_rows_are_the_greedy_completions_of_the_initial_model(tm
 
 
 @pytest.mark.slow
-def test_a_crash_and_a_resume_leave_samples_jsonl_as_the_uninterrupted_run_writes_it(tmp_path):
+def test_a_crash_and_a_resume_leave_samples_jsonl_as_the_uninterrupted_run_writes_it(tmp_path, capsys):
     # Unstacked, two groups a step: the crash comes in step 11's second group, after its rows were
     # gathered; they are never written, and the resume from step 8 writes 9-12 again, once.
     text = text_with("(:every 1 :rows 2 :text [:sample] :values [:correct] :prompt 2)",
@@ -90,10 +90,23 @@ def test_a_crash_and_a_resume_leave_samples_jsonl_as_the_uninterrupted_run_write
     with pytest.raises((KeyboardInterrupt, RunError)):
         run(text, part, steps=12, on_trip=crash)
     assert max(r["step"] for r in rows(part)) == 10
-    run(text, part, steps=12, resume=True)
+    capsys.readouterr()
+    train(program_of(text, str(part / "run.sx")),
+          RunOptions(steps=12, run_dir=part, quiet=False, progress=False, resume=True))
+    err = capsys.readouterr().err.splitlines()
+    assert (f"sexpgpu: dropped 4 rows of {part / 'samples.jsonl'} (steps 9-10), logged after checkpoint step 8 by "
+            "the earlier run; they are sampled again") in err, err   # (two rows a step)
     assert rows(part) == rows(full)
     keys = [(r["step"], r["pass"], r["row"]) for r in rows(full)]
     assert len(keys) == len(set(keys)) and {s for s, _, _ in keys} == set(range(1, 13))
+
+
+@pytest.mark.slow
+def test_overwrite_removes_samples_jsonl_and_nothing_else(tmp_path):
+    run(text_with(), tmp_path, steps=3)
+    (tmp_path / "notes.txt").write_text("mine")
+    run(variant(":stack 2", ":stack 2"), tmp_path, steps=2, overwrite=True)   # without `:samples`: no stale rows
+    assert not (tmp_path / "samples.jsonl").exists() and (tmp_path / "notes.txt").read_text() == "mine"
 
 
 @pytest.mark.slow

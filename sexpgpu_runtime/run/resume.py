@@ -138,11 +138,13 @@ def resuming_line(step: int, total: int, ckpt_dir: Path, cut_short: list[int] = 
     return f"sexpgpu: resuming from step {step} of {total} (checkpoint {ckpt_dir / str(step)}){why}"
 
 
-def dropped_line(dropped: list[int], step: int, metrics: Path) -> str:
-    """The line saying which metrics.jsonl rows a resume from checkpoint `step` dropped (`dropped`: their steps)."""
+def dropped_line(dropped: list[int], step: int, path: Path, again: str = "trained and logged again") -> str:
+    """The line saying which rows of `path` (metrics.jsonl, or samples.jsonl with `again` "sampled
+    again") a resume from checkpoint `step` dropped (`dropped`: their steps)."""
     span = f"step {dropped[0]}" if len(dropped) == 1 else f"steps {dropped[0]}-{dropped[-1]}"
-    return (f"sexpgpu: dropped {len(dropped)} row{'s' if len(dropped) != 1 else ''} of {metrics} ({span}), logged "
-            f"after checkpoint step {step} by the earlier run; they are trained and logged again")
+    rows, they = ("row", "it is") if len(dropped) == 1 else ("rows", "they are")
+    return (f"sexpgpu: dropped {len(dropped)} {rows} of {path} ({span}), logged after checkpoint step {step} by the "
+            f"earlier run; {they} {again}")
 
 
 def missing_rows_line(metrics: Path, step: int) -> str | None:

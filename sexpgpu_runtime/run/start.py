@@ -96,6 +96,10 @@ class RunStart:
         if not self.options.quiet and (everywhere or jax.process_index() == 0):
             print(line, file=sys.stderr, flush=True)
 
+    def say_dropped(self, dropped: list[int], step: int, path: Path, again: str = "trained and logged again") -> None:
+        """The one line of a resume that dropped rows past checkpoint `step` from `path` (resume.dropped_line)."""
+        self._say(dropped_line(dropped, step, path, again), everywhere=True)
+
     def prepare(self, make_trainer):
         """Check the options, refuse a resume of nothing and a step that could never fit the device's
         memory (fits.py: explain's memory plan against the device's), make the run dir, then build the trainer
@@ -163,7 +167,7 @@ class RunStart:
                                 Path(self.program.path).stem, start=state.step, append=options.resume,
                                 tensorboard=bool(self.program.run.log.get("tensorboard")))
             if reporter.dropped:
-                self._say(dropped_line(reporter.dropped, state.step, reporter.path), everywhere=True)
+                self.say_dropped(reporter.dropped, state.step, reporter.path)
         except BaseException:
             store.close()
             raise
