@@ -177,6 +177,18 @@ def test_the_terminal_line_and_the_tensorboard_table():
                                                   "| 0 | 3 4▸5 6⏎7 | 0.5 | [1 2 3] |"]
 
 
+def test_a_terminal_line_cuts_the_text_and_never_the_values():
+    row = {"step": 10, "pass": "train", "row": 0,
+           "fields": {"answer": {"prompt": "p" * 60, "completion": "c" * 200}, "reward": 0.25, "v": [1, 2, 3]}}
+    whole = row_line(row)
+    assert whole.endswith("  reward 0.25  v [1 2 3]") and "c" * 200 in whole
+    line = row_line(row, 80)
+    assert len(line) <= 80 and line.startswith("step 10 train #0  answer pppp")
+    assert line.endswith("…  reward 0.25  v [1 2 3]"), line
+    values_only = {"step": 1, "pass": "train", "row": 0, "fields": {"reward": 0.5, "v": list(range(20))}}
+    assert row_line(values_only, 10) == row_line(values_only)   # values are never cut
+
+
 @pytest.mark.slow
 def test_plain_output_shows_each_row_on_its_own_line_at_the_interval(tmp_path):
     sx = tmp_path / "t.sx"
@@ -186,7 +198,9 @@ def test_plain_output_shows_each_row_on_its_own_line_at_the_interval(tmp_path):
     assert out.returncode == 0, out.stderr
     lines = [ln for ln in out.stderr.splitlines() if ln.startswith("step ") and " #" in ln]
     assert [ln.split()[1] for ln in lines] == ["1", "1", "2", "2", "3", "3", "3", "3"]
-    assert all(len(ln) <= 40 for ln in lines) and lines[0].startswith("step 1 train #0  sample ")
+    # without a terminal each row is whole, whatever COLUMNS says (a log keeps every value)
+    assert lines[0].startswith("step 1 train #0  sample ") and any(len(ln) > 40 for ln in lines)
+    assert all("…" not in ln for ln in lines), lines
 
 
 # -- sexpgpu samples ------------------------------------------------------------------------------
