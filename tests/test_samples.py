@@ -266,7 +266,7 @@ def tensorboard_texts(run_dir: Path) -> dict[str, dict[int, str]]:
             i += 12 + n + 4
             for v in ev.summary.value:
                 if v.HasField("tensor") and v.tensor.string_val:
-                    out.setdefault(v.tag.split("/text_summary")[0], {})[ev.step] = v.tensor.string_val[0].decode()
+                    out.setdefault(v.tag, {})[ev.step] = v.tensor.string_val[0].decode()
     return out
 
 
@@ -276,9 +276,11 @@ def test_tensorboard_shows_each_sampled_step_as_a_table_of_its_rows(tmp_path):
     run(text, tmp_path, steps=4)
     texts = tensorboard_texts(tmp_path)
     written = rows(tmp_path)
-    assert sorted(texts["samples"]) == sorted({r["step"] for r in written if r["pass"] == "train"}) == [1, 3, 4]
-    assert sorted(texts["held/samples"]) == [4]
-    for step, table in texts["samples"].items():
+    # the tags docs/metrics.md names: tensorboardX's add_text adds `/text_summary` to the tag given
+    assert set(texts) == {"samples/text_summary", "held/samples/text_summary"}
+    assert sorted(texts["samples/text_summary"]) == sorted({r["step"] for r in written if r["pass"] == "train"}) == [1, 3, 4]
+    assert sorted(texts["held/samples/text_summary"]) == [4]
+    for step, table in texts["samples/text_summary"].items():
         assert table == markdown_table([r for r in written if r["step"] == step and r["pass"] == "train"])
         assert table.count("\n") >= 3   # a header, its rule and the 3 rows
 
@@ -293,3 +295,13 @@ def test_control_characters_a_model_wrote_are_shown_not_sent_to_the_terminal(tmp
     write(tmp_path, [{"step": 1, "pass": "train", "row": 0, "fields": {"t": "x\x1b[2Jy"}}])
     r = cli(str(tmp_path))
     assert r.returncode == 0 and "\x1b[2J" not in r.stdout and "x␛[2Jy" in r.stdout, r.stdout
+
+
+def test_tensorboard_is_an_extra_the_docs_name():
+    """`tensorboard --logdir runs` needs TensorBoard, which the base install does not bring: the
+    `tensorboard` extra does, and the README and docs/metrics.md say how to install it."""
+    import tomllib
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert any(r.startswith("tensorboard") for r in extras["tensorboard"])
+    for page in (ROOT / "README.md", ROOT / "docs" / "metrics.md"):
+        assert "pip install -e '.[tensorboard]'" in page.read_text(), page
