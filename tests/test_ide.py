@@ -75,6 +75,8 @@ def apply(text: str, edits) -> str:
     # a learning-rate schedule: its settings and doc (language.SCHEDULE_DOCS)
     (":optimizer (adam :lr 3e-3)", ":optimizer (adam :lr (warmup-cos$0ine-decay :peak-value 3e-3 :warmup-steps 10 :decay-steps 100))",
      ["(warmup-cosine-decay :init-value ... :peak-value ...", "learning-rate schedule: linear from `:init-value`"]),
+    # every keyword of `run` has its doc (`:log` had none)
+    ("     :log (:every 50))", "     :l$0og (:every 50))", ["what each logged step writes"]),
     # a weak literal: what its `*` means (issue 21)
     ("(at (+ (cast trip :i32) 2))", "(at (+ (cast trip :i32) $02))", ["[] i32*", "`*`: weakly typed"]),
 ])
@@ -311,6 +313,29 @@ def test_signature_help(old, new, label, active):
     assert sig.active is not None
     s, e = sig.params[sig.active]
     assert sig.label[s:e] == active
+
+
+@pytest.mark.parametrize("new, active", [
+    ("     :log $0(:every 50))", ":log (:every 50)"),
+    ("     :log (:every 50) $0)", None),   # after the last keyword's value: nothing is being written
+    ("     :log (:every 50) :samples $0)", ":samples (...)"),
+    ("     :log (:every 50) :checkpoint $0)", ":checkpoint (:every n)"),
+])
+def test_runs_signature_has_every_keyword_and_marks_the_one_written(new, active):
+    ix, offset = cursor("     :log (:every 50))", new)
+    sig = ide.signature_help(ix, offset)
+    from sexpgpu_lang.language import RUN_KEYS
+    assert sig is not None and sig.label.startswith("(run :loader l ")
+    assert all(f" :{k} " in sig.label for k in RUN_KEYS), sig.label
+    if active is None:
+        return
+    s, e = sig.params[sig.active]
+    assert sig.label[s:e] == active
+
+
+def test_every_run_keyword_has_a_doc():
+    from sexpgpu_lang.language import KEYWORD_DOCS, RUN_KEYS
+    assert [k for k in RUN_KEYS if ("run", k) not in KEYWORD_DOCS] == []
 
 
 def test_no_signature_outside_calls():

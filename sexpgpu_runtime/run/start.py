@@ -165,7 +165,8 @@ class RunStart:
                 self._say(lost)
             reporter = Reporter(options.run_dir, trainer.steps, options.progress, options.quiet,
                                 Path(self.program.path).stem, start=state.step, append=options.resume,
-                                tensorboard=bool(self.program.run.log.get("tensorboard")))
+                                tensorboard=bool(self.program.run.log.get("tensorboard")),
+                                shown=self.program.run.log.get("show") or ("loss",))
             if reporter.dropped:
                 self.say_dropped(reporter.dropped, state.step, reporter.path)
         except BaseException:
