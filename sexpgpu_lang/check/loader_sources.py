@@ -64,6 +64,12 @@ def check_source(ctx: CheckContext, kind: str, args: dict, nodes: dict, fields, 
         if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < least):
             ctx.err("E-FORM-002", nodes[key].span, f"`:{key}` of `{kind}` must be an integer of {least} or more, got {v}")
             ok = False
+    pad, vocab = args.get("pad"), args.get("vocab")
+    if ok and all(isinstance(v, int) and not isinstance(v, bool) for v in (pad, vocab)) and pad >= vocab:
+        ctx.err("E-FORM-002", nodes["pad"].span, f"`:pad {pad}` of `{kind}` is not a token id of `:vocab {vocab}` "
+                f"(ids 0 to {vocab - 1}): padded positions are looked up in the embedding like any token",
+                help=f"pad with an id below {vocab}, such as the tokenizer's end-of-text or padding token")
+        ok = False
     if args.get("dtype") is not None and args["dtype"] not in TOKEN_FILE_DTYPES:
         hint = near_miss(str(args["dtype"]), TOKEN_FILE_DTYPES)
         ctx.err("E-FORM-002", nodes["dtype"].span, "`:dtype` of a token file must be one of "
