@@ -54,6 +54,7 @@ CODES: dict[str, str] = {
     "E-TYPE-003": "not a compile-time constant",
     "E-TYPE-004": "not callable",
     "E-TYPE-005": "a division of integers that is not exact",
+    "E-TYPE-006": "a division by a constant zero",
     "E-SHAPE-001": "shapes do not broadcast",
     "E-SHAPE-002": "matmul inner sizes differ",
     "E-SHAPE-003": "axis out of range",
