@@ -305,3 +305,36 @@ def test_tensorboard_is_an_extra_the_docs_name():
     assert any(r.startswith("tensorboard") for r in extras["tensorboard"])
     for page in (ROOT / "README.md", ROOT / "docs" / "metrics.md"):
         assert "pip install -e '.[tensorboard]'" in page.read_text(), page
+
+
+def word_tokenizer(path: Path, words: int) -> None:
+    """A WordLevel tokenizer.json of `words` ids at `path`."""
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+    Tokenizer(WordLevel({f"w{i}": i for i in range(words)}, unk_token="w0")).save(str(path))
+
+
+def samples_diagnostics(tmp_path: Path, tokenizer: str) -> list[tuple[str, str]]:
+    from sexpgpu_lang import analyze
+    text = text_with(f'(:text [:sample] :tokenizer "{tokenizer}")')
+    res = analyze(text, str(tmp_path / "run.sx"), read_files=True)
+    return [(d.code, d.message) for d in res.diagnostics]
+
+
+def test_lint_read_files_checks_the_samples_tokenizer_as_run_reads_it(tmp_path):
+    """`:samples :tokenizer` at `lint --read-files`: what `run` refuses (missing, a FIFO, /dev/zero,
+    not JSON, a symlink loop) is E-LOADER-001 at it; a vocabulary other than the training loader's
+    (`stride-rows :vocab 16`) is W-SAMPLE-001; the model's size is clean."""
+    word_tokenizer(tmp_path / "same.json", 16)
+    assert samples_diagnostics(tmp_path, "same.json") == []
+    word_tokenizer(tmp_path / "other.json", 40)
+    (code, message), = samples_diagnostics(tmp_path, "other.json")
+    assert code == "W-SAMPLE-001" and "has 40 ids, but loader `train`'s rows hold 16" in message
+    os.mkfifo(tmp_path / "fifo.json")
+    (tmp_path / "bad.json").write_text("{not json")
+    os.symlink(tmp_path / "loop.json", tmp_path / "loop.json")
+    for name, words in [("missing.json", "is not there"), ("fifo.json", "not a regular file"),
+                        ("/dev/zero", "not a regular file"), ("bad.json", "cannot be read"),
+                        ("loop.json", "leads back to itself")]:
+        (code, message), = samples_diagnostics(tmp_path, name)
+        assert code == "E-LOADER-001" and message.startswith("`:samples`'s tokenizer") and words in message, message

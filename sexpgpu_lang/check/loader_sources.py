@@ -26,6 +26,7 @@ Imports nothing outside `sexpgpu_lang`; never JAX.
 """
 from __future__ import annotations
 
+import errno
 import functools
 import os
 import stat
@@ -202,13 +203,19 @@ def _special_file(ctx: CheckContext, kind: str, key: str, rel: str, at: Span) ->
     full = _full_path(ctx, rel)
     if full is None:
         return True
+    what = "tokenizer" if key == "tokenizer" else "file"
     try:
         st = os.stat(full)
-    except (OSError, ValueError):
+    except OSError as e:
+        if e.errno == errno.ELOOP:   # (the runtime's open fails the same way)
+            ctx.err("E-LOADER-001", at, f"`{kind}`'s {what} `{rel}` is a symbolic link that leads back to itself "
+                    "(a loop); nothing can be read from it", help="point the link at the real file")
+            return False
+        return True
+    except ValueError:
         return True
     if stat.S_ISREG(st.st_mode):
         return True
-    what = "tokenizer" if key == "tokenizer" else "file"
     ctx.err("E-LOADER-001", at, f"`{kind}`'s {what} `{rel}` is {describe_mode(st.st_mode)}, not a regular file; "
             "nothing is read from it", help="name a regular file (a pipe or a device would never end, or never "
             "start, being read)")
@@ -238,6 +245,43 @@ def _missing_file(ctx: CheckContext, kind: str, key: str, rel: str, at: Span) ->
         ctx.err("E-LOADER-001", at, f"`{kind}`'s file `{rel}` is not there ({full})",
                 help="make it, or fix the path (relative to the run file)")
     return False
+
+
+def tokenizer_file(ctx: CheckContext, kind: str, rel: str, at: Span) -> int | None | bool:
+    """A tokenizer.json a file names (`rel`, relative to the run file, at `at`; `kind` says whose:
+    a source's name or `:samples`) checked as `run` reads it: E-LOADER-001 when it is not a regular
+    file (a FIFO, a device, a directory, a symlink loop), not there (`read_files` True only) or not
+    a tokenizer `run` can read (`vocab_size`'s reasons). Returns False when reported, else its
+    number of ids (None when they cannot be told, or nothing was read: no `read_files`)."""
+    if not ctx.read_files:
+        return None
+    if not _special_file(ctx, kind, "tokenizer", rel, at):
+        return False
+    if ctx.read_files is True and not _missing_file(ctx, kind, "tokenizer", rel, at):
+        return False
+    found = _regular_file(ctx, rel)
+    if found is None:
+        return None
+    size = vocab_size(found[0], found[1].st_mtime_ns, found[1].st_size)
+    if isinstance(size, str):
+        ctx.err("E-LOADER-001", at, f"`{kind}`'s tokenizer `{rel}` cannot be read: {size}",
+                help="give the tokenizer.json a model ships, or make one with `sexpgpu tokenizer train`")
+        return False
+    return size
+
+
+def loader_vocab(ctx: CheckContext, loader) -> int | None:
+    """The number of token ids a loader's rows hold (`ir.LoaderIR`): its tokenizer's, read quietly
+    (its own check reports a bad one), else its `:vocab`; None when neither tells."""
+    args = loader.source[1]
+    rel = args.get("tokenizer")
+    found = _regular_file(ctx, rel) if isinstance(rel, str) and ctx.read_files else None
+    if found is not None:
+        size = vocab_size(found[0], found[1].st_mtime_ns, found[1].st_size)
+        if isinstance(size, int):
+            return size
+    vocab = args.get("vocab")
+    return vocab if isinstance(vocab, int) and not isinstance(vocab, bool) else None
 
 
 def _regular_file(ctx: CheckContext, rel: str) -> tuple[str, os.stat_result] | None:

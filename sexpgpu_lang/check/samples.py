@@ -21,11 +21,13 @@ import dataclasses
 import os
 
 from .. import ir
+from ..diagnostics import warning
 from ..language import PLIST_KEYWORDS
 from ..syntax import Kw, ListNode, VecNode
 from ..types import ErrorType, TensorType, is_int
 from .context import CheckContext, near_miss
 from .keywords import const_int, const_value, keyword_args
+from .loader_sources import loader_vocab, tokenizer_file
 
 #: The defaults of `:every` and `:rows`.
 DEFAULT_EVERY, DEFAULT_ROWS = 10, 4
@@ -107,6 +109,7 @@ def top_samples(ctx: CheckContext, train: ir.LoaderIR | None, gen: ir.GenerateIR
                     "the path of a tokenizer.json")
         elif v is not None:
             written = v
+            samples_tokenizer(ctx, v, kws["tokenizer"][1].span, train)
     sources = sample_sources(train, gen, prepare, objective)
     known = {n: t for n, (t, _) in sources.items()}
     broken = any(ph is None and ctx.forms.get(name) for name, ph in (("prepare", prepare), ("objective", objective)))
@@ -174,3 +177,19 @@ def top_samples(ctx: CheckContext, train: ir.LoaderIR | None, gen: ir.GenerateIR
     spec = ir.SamplesIR(every, rows, tuple(chosen["text"]), tuple(chosen["values"]),
                         decoding(train, written, ctx.src.path), prompt, computed)
     ctx.run_ir = dataclasses.replace(ctx.run_ir, samples=spec)
+
+
+def samples_tokenizer(ctx: CheckContext, rel: str, at, train: ir.LoaderIR) -> None:
+    """`:samples :tokenizer` (with `read_files`): read as `run` reads it (E-LOADER-001, through the
+    loaders' own check), and W-SAMPLE-001 when its vocabulary differs from the ids the training
+    loader's rows hold (its tokenizer's, or its `:vocab`): the rows would be decoded through
+    another table."""
+    size = tokenizer_file(ctx, ":samples", rel, at)
+    if not isinstance(size, int) or isinstance(size, bool):
+        return
+    model = loader_vocab(ctx, train)
+    if model is not None and model != size:
+        ctx.report(warning("W-SAMPLE-001", at, f"`:samples` tokenizer `{rel}` has {size} ids, but loader "
+                           f"`{train.name}`'s rows hold {model}: the sampled rows would be decoded through "
+                           "another vocabulary", help="give `:samples` the tokenizer the training data was "
+                           "tokenized with, or leave `:tokenizer` out to use the loader's"))
