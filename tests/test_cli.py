@@ -248,3 +248,15 @@ def test_a_byte_order_mark_and_control_characters(tmp_path):
     p.write_text(FIXTURE.read_text().replace("(def seq 8)", "(def seq 8)\x01"))
     r = sx("lint", "--format", "json", str(p))
     assert [d["message"] for d in json.loads(r.stdout)] == ["unexpected character `U+0001`"]
+
+
+def test_lint_counts_notes_apart_from_problems(tmp_path):
+    """Information (W-RAND-003) is printed and counted as a note, not hidden under "no problems"."""
+    f = tmp_path / "notes.sx"
+    f.write_text(FIXTURE.read_text().replace("(argmax (model row))", "(categorical (model row) :salt (getf ctx :step))"))
+    r = sx("lint", str(f))
+    assert r.returncode == 0 and "information[W-RAND-003]" in r.stdout, r.stdout
+    assert r.stderr.strip() == "1 file checked: no problems, 1 note"
+    from sexpgpu_lang.render import summary
+    assert (summary(0, 0), summary(1, 2, 3), summary(0, 1, 1)) == ("no problems", "1 error, 2 warnings, 3 notes",
+                                                                   "1 warning, 1 note")
