@@ -27,7 +27,7 @@ from ..types import (DTYPES, dtype_hint, ERROR, NIL, ErrorType, FunctionType, Ke
 from . import incremental
 from .context import CheckContext, generator_param, near_miss
 from .contracts import batch_field
-from .entries import entry_call
+from .entries import called_here, entry_call
 from .facts import Definition, Facts
 from .identity import place_hash
 from .stdlib_args import check_stdlib_call
@@ -612,7 +612,9 @@ def call_model(ctx: CheckContext, node: ListNode, name: str, scope: Scope) -> ir
     if name in ctx.active:
         return ir.Const(ctx.err("E-MODEL-002", node.span, f"model `{name}` calls itself"), node.span)
     if key not in ctx.memo:
+        before = len(ctx.diags)
         ctx.memo[key] = model_body(ctx, name, lam, params, arg_types, m["form"], ranges)
+        called_here(ctx, before, node, name, entry, arg_types)
     body, effects = ctx.memo[key]
     _resite(ctx, effects, node.span)
     out = body.type
