@@ -515,3 +515,30 @@ def test_binary_text():
         ide.completions(ix, offset)
         ide.signature_help(ix, offset)
     assert ide.semantic_tokens(ix) is not None
+
+
+SAMPLES_RUN = ("     :log (:every 50))", "     :log (:every 50)\n     :samples (:text [:sample] :values [:correct]))")
+
+
+@pytest.mark.parametrize("where", ["(list :sample$0 row", ":samples (:text [:sam$0ple]"])
+def test_a_generated_name_renamed_from_anywhere_renames_its_samples_entry(where):
+    """Renaming `:sample` (made by `:finish`) edits `:samples (:text [:sample])` too, so the file stays
+    clean (it was E-SAMPLE-001); from inside `:samples`, prepareRename, references and highlights
+    find the name."""
+    text = variant(*SAMPLES_RUN)
+    plain = where.replace("$0", "")
+    ix, offset = cursor_at(text.replace(plain, where, 1))
+    assert ide.prepare_rename(ix, offset) is not None
+    edits = ide.rename(ix, offset, ":draft")
+    assert len(edits) == 4   # `:finish` makes it, `prepare` reads it twice, `:samples` shows it
+    check(apply(ix.text, edits))
+    refs = [text_of(ix, r.span) for r in ide.references(ix, offset)]
+    assert refs.count(":sample") == 4
+    assert len(ide.highlights(ix, offset)) == 4
+
+
+def test_completion_in_samples_offers_what_may_be_shown():
+    ix, offset = cursor_at(variant(*SAMPLES_RUN).replace(":values [:correct]", ":values [:correct :$0]"))
+    found = {c.text: c.detail for c in ide.completions(ix, offset).items}
+    assert found[":sample"].startswith("[64 8] i32 of the batch") and ":row" in found and ":input" in found
+    assert ":correct" not in found   # already shown

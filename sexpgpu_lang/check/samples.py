@@ -34,6 +34,10 @@ DEFAULT_EVERY, DEFAULT_ROWS = 10, 4
 #: The most rows a `:samples` may ask for: each is a line in the terminal and a row in samples.jsonl.
 MAX_ROWS = 64
 
+#: How completion describes where a `:samples` name comes from (`sample_sources`' places).
+_SOURCE_WORDS = {"batch": "of the batch", "inputs": "that `prepare` returns", "prepare": "bound in `prepare`",
+                 "objective": "bound in `objective`"}
+
 #: Loader sources whose `:tokenizer` decodes the run's token rows.
 TOKENIZED_SOURCES = ("text-tokens", "jsonl", "parquet")
 
@@ -96,6 +100,8 @@ def top_samples(ctx: CheckContext, train: ir.LoaderIR | None, gen: ir.GenerateIR
     if not isinstance(node, ListNode) or (node.items and not isinstance(node.items[0], Kw)):
         ctx.err("E-FORM-002", node.span, "`:samples` takes a plist like `(:every 10 :rows 4 :text [:answer])`")
         return
+    sources = sample_sources(train, gen, prepare, objective)
+    ctx.facts.sample_names = {n: f"{t.show()} {_SOURCE_WORDS[where]}" for n, (t, where) in sources.items()}
     kws = keyword_args(ctx, node, 0, tuple(PLIST_KEYWORDS["samples"]), ":samples")
     every = const_int(ctx, kws["every"][1], "`:every` of `:samples`", 1) if "every" in kws else DEFAULT_EVERY
     rows = (const_int(ctx, kws["rows"][1], "`:rows` of `:samples`", 1, code="E-SAMPLE-003", maximum=MAX_ROWS,
@@ -110,7 +116,6 @@ def top_samples(ctx: CheckContext, train: ir.LoaderIR | None, gen: ir.GenerateIR
         elif v is not None:
             written = v
             samples_tokenizer(ctx, v, kws["tokenizer"][1].span, train)
-    sources = sample_sources(train, gen, prepare, objective)
     known = {n: t for n, (t, _) in sources.items()}
     broken = any(ph is None and ctx.forms.get(name) for name, ph in (("prepare", prepare), ("objective", objective)))
     ok = every is not None and rows is not None and ("prompt" not in kws or prompt is not None)
@@ -136,6 +141,8 @@ def top_samples(ctx: CheckContext, train: ir.LoaderIR | None, gen: ir.GenerateIR
                 ok = False
                 continue
             ctx.note_type(kw, t)
+            if sources[kw.name][1] == "batch" and kw.name in ctx.facts.generated:   # a use: rename, references
+                ctx.facts.uses.append((kw.span, ctx.facts.generated[kw.name]))
             if not isinstance(t, TensorType):
                 if not isinstance(t, ErrorType):   # (a binding that failed to check is reported already)
                     ctx.err("E-SAMPLE-003", kw.span, f"`:{kw.name}` is {t.show()}, not a tensor: `:samples` "
