@@ -43,10 +43,14 @@ _FIRST = {"tokens": "path", "text-tokens": "glob", "jsonl": "path", "parquet": "
 
 
 def check_source(ctx: CheckContext, kind: str, args: dict, nodes: dict, fields, at: Span) -> bool:
-    """Report what is wrong with a token or prompt source; True when nothing is (other kinds: True).
+    """Report what is wrong with a token or prompt source; True when its form is right (other kinds:
+    True), so the loader is typed and the phases that read it are checked.
 
     `args` are the constant values, `nodes` their syntax nodes (for ranges), `fields` the
-    loader's (name, shape, dtype) triples or None, `at` the source form's range."""
+    loader's (name, shape, dtype) triples or None, `at` the source form's range. What its files
+    hold (with `read_files`: a missing file, a row `run` refuses) is reported as well, but leaves
+    the result True: the loader's fields are what the file declares, and a mistake elsewhere in
+    the file (E-GEN-003, E-CONTRACT-005) is still found."""
     if kind == "npz":
         return _npz_fields(ctx, args, nodes, fields)
     if kind not in _FIRST:
@@ -87,6 +91,7 @@ def check_source(ctx: CheckContext, kind: str, args: dict, nodes: dict, fields, 
         ok = False
     if kind in TOKEN_SOURCES and fields is not None:
         ok = _token_fields(ctx, kind, args, fields, at) and ok
+    form_ok = ok
     if ok and ctx.read_files:
         for key in (_FIRST[kind], "tokenizer"):
             if key != "glob" and isinstance(args.get(key), str) and not _special_file(ctx, kind, key, args[key], nodes[key].span):
@@ -116,7 +121,7 @@ def check_source(ctx: CheckContext, kind: str, args: dict, nodes: dict, fields, 
     if (ok and ctx.read_files and kind == "tokens" and isinstance(args.get("path"), str)
             and not args["path"].endswith(".npy") and args.get("dtype") in _ITEMSIZE):
         _token_file_dtype(ctx, args["path"], args["dtype"], args.get("vocab"), nodes["dtype"].span)
-    return ok
+    return form_ok
 
 
 #: The bytes of each on-disk token dtype, and its `memoryview` format.
