@@ -23,7 +23,7 @@ import os
 
 from .. import ir
 from ..diagnostics import Related
-from ..hf_config import KEYS, ConfigError, Setting, read, refusals, settings
+from ..hf_config import KEYS, MAPPING_FAMILIES, ConfigError, Setting, read, refusals, settings
 from ..syntax import Kw, ListNode, Num, Str, Sym, walk
 from ..types import ERROR, scalar
 from .context import CheckContext, near_miss
@@ -224,27 +224,13 @@ def _sizes(ctx: CheckContext, prefix: tuple[str, ...], mapping: str) -> dict:
         if -len(shape) <= axis < len(shape):
             out[key] = (shape[axis], f"parameter `{rel}` [{' '.join(map(str, p.shape))}]", defs.get(rel.split(".")[-1]))
 
+    fam = MAPPING_FAMILIES[mapping][0]
     out: dict = {}
-    if mapping == "gpt2":
-        at("wte", 0, "vocab", out)
-        at("wte", 1, "width", out)
-        at("wpe", 0, "positions", out)
-        at("h.wq", 1, "heads", out)
-        at("h.wq", 2, "head-width", out)
-        at("h.w1", 1, "hidden", out)
-        p = params.get("h.wq")
-        if p is not None and p.layers:
-            out["layers"] = (p.layers, "the `repeat` of `h`", defs.get("h"))
-    else:
-        at("embed", 0, "vocab", out)
-        at("embed", 1, "width", out)
-        at("layers.wq", 1, "heads", out)
-        at("layers.wq", 2, "head-width", out)
-        at("layers.wk", 1, "kv-heads", out)
-        at("layers.w-gate", 1, "hidden", out)
-        p = params.get("layers.wq")
-        if p is not None and p.layers:
-            out["layers"] = (p.layers, "the `repeat` of `layers`", defs.get("layers"))
+    for rel, axis, key in fam.params:
+        at(rel, axis, key, out)
+    p = next((params.get(rel) for rel, _, _ in fam.params if rel.startswith(fam.stack + ".")), None)
+    if p is not None and p.layers:
+        out["layers"] = (p.layers, f"the `repeat` of `{fam.stack}`", defs.get(fam.stack))
     return out
 
 
