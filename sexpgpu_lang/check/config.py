@@ -41,15 +41,30 @@ def _shown(ctx: CheckContext, file: str, rel: str) -> str:
     return file if os.path.isabs(rel) else os.path.relpath(file, _base(ctx))
 
 
+def _path_value(ctx: CheckContext, node) -> str | None:
+    """A checkpoint's path: a string, or the name of a global `def` of one; None for anything else."""
+    if isinstance(node, Str):
+        return node.value
+    if isinstance(node, Sym):
+        b = ctx.globals.names.get(node.name)
+        t = getattr(b, "type", None)
+        if b is not None and isinstance(getattr(t, "value", None), str):
+            if b.definition is not None:
+                ctx.facts.uses.append((node.span, b.definition))
+            return t.value
+    return None
+
+
 def config_def(ctx: CheckContext, node: ListNode) -> tuple[ir.Expr, str]:
     """`(checkpoint-config "dir" :key)` as a `def`'s value: (the constant, the line hover adds), or an
     ERROR constant after reporting why not."""
     items = node.items
-    if len(items) != 3 or not isinstance(items[1], Str) or not isinstance(items[2], Kw):
-        ctx.err("E-FORM-002", node.span, f"`{FORM}` takes a checkpoint's path and a key: "
-                f"`({FORM} \"checkpoints/llama\" :layers)`")
+    rel = _path_value(ctx, items[1]) if len(items) == 3 and isinstance(items[2], Kw) else None
+    if rel is None:
+        ctx.err("E-FORM-002", node.span, f"`{FORM}` takes a checkpoint's path (a string, or a `def` of one) and a "
+                f"key: `({FORM} \"checkpoints/llama\" :layers)`")
         return ir.Const(ERROR, node.span), ""
-    rel, key = items[1].value, items[2]
+    key = items[2]
     if key.name not in KEYS:
         hint = near_miss(key.name, KEYS)
         ctx.err("E-CONFIG-003", key.span, f"`{FORM}` has no key `:{key.name}`; it reads "

@@ -54,6 +54,7 @@ class OneForm:
     mapping: str
     text: str
     span: Span   # the `:pretrained` value's range: every node of the expansion has it
+    value_type: object = None   # the type the check gave the `:pretrained` value itself (hover on it)
 
 
 def is_one_form(f: ListNode) -> bool:
@@ -201,10 +202,12 @@ def expand(ctx: CheckContext, f: ListNode) -> list[ListNode] | None:
     own = tuple(x for kw, v in pairs if kw.name != "pretrained" for x in (kw, v))
     model = dataclasses.replace(model, span=f.span, items=(f.items[0], name) + model.items[2:] + own)
     block = dataclasses.replace(block, span=f.span)
+    from ..format import format_text   # (shown as `sexpgpu fmt` lays it out)
+    shown_text = text if not own else _with_own(ctx, text, own)
     ctx.facts.one_forms[name.name] = OneForm(
         name.name, fam, str(config.get("model_type")), rel, shown,
         tuple((k, s.value, s.key, s.text) for k, s in got.items() if isinstance(s, Setting)), mapping,
-        text if not own else _with_own(ctx, text, own), span)
+        format_text(shown_text) or shown_text, span, ctx.facts.types.get((span.start, span.end)))
     return [block, model]
 
 
@@ -245,7 +248,10 @@ def strip_facts(ctx: CheckContext) -> None:
     keep = [d for d in facts.definitions if d.span not in spans]
     gone = {id(d) for d in facts.definitions if d.span in spans}
     facts.definitions[:] = keep
-    facts.uses[:] = [(s, d) for s, d in facts.uses if s not in spans and id(d) not in gone]
+    facts.uses[:] = [(s, d) for s, d in facts.uses if id(d) not in gone]
     for k in keys:
         facts.types.pop(k, None)
         facts.calls.pop(k, None)
+    for o in facts.one_forms.values():
+        if o.value_type is not None:
+            facts.types[(o.span.start, o.span.end)] = o.value_type
