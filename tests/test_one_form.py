@@ -109,8 +109,8 @@ def test_a_student_made_from_a_checkpoint_trains(tmp_path):
     start, _ = initial_params(program_of(text, str(tmp_path / "run.sx")), 0)
     res = train_quiet(text, 2, tmp_path)
     assert len(res.history) >= 1 and all(np.isfinite(h["loss"]) for h in res.history if "loss" in h)
-    key = next(k for k in start if k.endswith("layers.wq"))
-    assert key in res.trainable and not np.array_equal(np.asarray(res.trainable[key]), np.asarray(start[key]))
+    before, after = np.asarray(start["layers"]["wq"]), np.asarray(res.trainable["layers"]["wq"])
+    assert before.shape == after.shape == (2, 32, 4, 8) and not np.array_equal(before, after)
 
 
 def test_hover_on_the_one_form_shows_the_family_each_setting_and_where_it_came_from_and_the_expansion():
@@ -187,3 +187,19 @@ def test_checkpoint_config_takes_a_def_d_path():
 """
     res = check(text)
     assert res.program is not None and res.program.run.steps == 2
+
+
+def test_docs_show_what_the_one_form_of_the_llama3_fixture_makes_and_the_lines_each_form_takes():
+    """docs/checkpoints.md "The model from a checkpoint": the expansion as hover shows it, and the
+    written-out fixture's line count."""
+    text = (FIXTURES / "llama3.sx").read_text()
+    start, end = text.index("(defmodel layer"), text.index("(model teacher)")
+    one = text[:start] + '(defmodel teacher :pretrained "llama3" :frozen true)\n\n' + text[end:]
+    res = analyze(one, str(FIXTURES / "one-form.sx"))
+    doc = (Path(__file__).parents[1] / "docs" / "checkpoints.md").read_text()
+    assert res.facts.one_forms["teacher"].text.strip() in doc
+    lines = text.splitlines()
+    code = [line for line in lines if line.strip() and not line.lstrip().startswith(";;")]
+    defs = [line for line in code if "(checkpoint-config" in line]
+    model = [line for line in text[start:end].splitlines() if line.strip() and not line.lstrip().startswith(";;")]
+    assert f"it takes {len(defs) + len(model)} lines: {len(defs)}" in " ".join(doc.split())

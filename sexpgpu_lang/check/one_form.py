@@ -84,6 +84,7 @@ def written_out(name: str, fam: Family, values: dict[str, object], rel: str, map
     params = fill(fam.model_params) + ("" if tied or not fam.untied_out else "\n           " + fill(fam.untied_out))
     out = fill(fam.out.replace("{head}", fields["head"]))
     embed = fill(fam.embed)
+    args = " ".join(fill(fam.block_args).split())   # (one line: the layout breaks it where `sexpgpu fmt` does)
     path = '"' + rel.replace("\\", "\\\\").replace('"', '\\"') + '"'
     return f"""(defmodel {layer}
   :params ({fill(fam.layer_params)})
@@ -91,8 +92,7 @@ def written_out(name: str, fam: Family, values: dict[str, object], rel: str, map
            (let* ((ks (getf c :k))
                   (vs (getf c :v))
                   (n (axis-size ks 0))
-                  (out ({fam.block} (getf c :h) pos (take ks 0 :axis 0) (take vs 0 :axis 0)
-                  {fill(fam.block_args)})))
+                  (out ({fam.block} (getf c :h) pos (take ks 0 :axis 0) (take vs 0 :axis 0) {args})))
              (list :h (getf out :h)
                    :k (concat [(slice ks :axis 0 :start 1 :end n) (expand-dims (getf out :k) :axis 0)] :axis 0)
                    :v (concat [(slice vs :axis 0 :start 1 :end n) (expand-dims (getf out :v) :axis 0)] :axis 0)))))
