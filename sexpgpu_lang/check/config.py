@@ -23,7 +23,7 @@ import os
 
 from .. import ir
 from ..diagnostics import Related
-from ..hf_config import KEYS, MAPPING_FAMILIES, ConfigError, Setting, read, refusals, settings
+from ..hf_config import KEYS, MAPPING_FAMILIES, RECORDS, ConfigError, Setting, family, read, refusals, settings
 from ..syntax import Kw, ListNode, Num, Str, Sym, walk
 from ..types import ERROR, scalar
 from .context import CheckContext, near_miss
@@ -101,6 +101,42 @@ def config_def(ctx: CheckContext, node: ListNode) -> tuple[ir.Expr, str]:
     v = s.value
     t = scalar("bool", v) if isinstance(v, bool) else scalar("i32" if isinstance(v, int) else "f32", v, weak=True)
     return ir.Const(t, node.span, v), f"from {shown}: `{s.key}` {s.text}"
+
+
+def model_config(ctx: CheckContext, model: str, rel: str, where) -> tuple | None:
+    """What the one form `(defmodel MODEL :pretrained REL)` is made from (check/one_form.py): (the
+    config's path as shown, the config, its family's record, its settings, the family's mapping
+    for its output), or None after reporting at `where` why not: E-CONFIG-001 for a config that
+    cannot be read (no `config.json` in the directory), E-CONFIG-002 for a `model_type` of no
+    family, a setting that cannot be read, or a refusal (hf_config.refusals), all causes in one."""
+    full = rel if os.path.isabs(rel) else os.path.join(_base(ctx), rel)
+    try:
+        file, config = read(full)
+    except ConfigError as e:
+        ctx.err("E-CONFIG-001", where.span, f"`{model}` is made from the config of `{rel}`, and "
+                f"`{_shown(ctx, e.file, rel)}` cannot be read: {e}",
+                help="point at the checkpoint's directory, which holds the `config.json` that `save_pretrained` "
+                     "writes (the path is relative to the run file)")
+        return None
+    shown = _shown(ctx, file, rel)
+    try:
+        fam = family(config)
+        got = settings(config)
+    except ConfigError as e:
+        ctx.err("E-CONFIG-002", where.span, f"`{shown}`: {e}",
+                help="point at a checkpoint of a family the standard library reads ("
+                     + ", ".join(f.title for f in RECORDS.values()) + "), or write the model out")
+        return None
+    mapping = fam.mapping(bool(got["tied"].value))
+    why = [str(e) for e in got.values() if isinstance(e, ConfigError)] + refusals(config, mapping)
+    if mapping is None:
+        why.append(f"`tie_word_embeddings` is {got['tied'].text}, and the standard library has no "
+                   f"{'tied' if got['tied'].value else 'untied'} {fam.title} mapping")
+    if why:
+        ctx.err("E-CONFIG-002", where.span, f"`{shown}`: " + "; ".join(dict.fromkeys(why)),
+                help="fix the checkpoint's `config.json`, or write the model out (docs/checkpoints.md)")
+        return None
+    return shown, config, fam, got, mapping
 
 
 # --------------------------------------------------------------------------- stated values

@@ -23,13 +23,12 @@ E-CONFIG-002: a family or setting the standard library does not compute. Never J
 from __future__ import annotations
 
 import dataclasses
-import os
 
-from ..hf_config import ConfigError, Family, RECORDS, Setting, family, read, refusals, settings
+from ..hf_config import Family, Setting
 from ..source import SourceText, Span
 from ..syntax import Kw, ListNode, Node, Str, Sym, parse
 from ..types import ERROR
-from .config import _base, _shown
+from .config import model_config
 from .context import CheckContext
 from .keywords import const_value
 
@@ -164,34 +163,11 @@ def expand(ctx: CheckContext, f: ListNode) -> list[ListNode] | None:
     rel, where, dtype = _path(ctx, value)
     if rel is None:
         return None
-    full = rel if os.path.isabs(rel) else os.path.join(_base(ctx), rel)
-    try:
-        file, config = read(full)
-    except ConfigError as e:
-        ctx.err("E-CONFIG-001", where.span, f"`{name.name}` is made from the config of `{rel}`, and "
-                f"`{_shown(ctx, e.file, rel)}` cannot be read: {e}",
-                help="point at the checkpoint's directory, which holds the `config.json` that `save_pretrained` "
-                     "writes (the path is relative to the run file)")
+    made = model_config(ctx, name.name, rel, where)
+    if made is None:
         return None
-    shown = _shown(ctx, file, rel)
-    try:
-        fam = family(config)
-        got = settings(config)
-    except ConfigError as e:
-        ctx.err("E-CONFIG-002", where.span, f"`{shown}`: {e}",
-                help="point at a checkpoint of a family the standard library reads ("
-                     + ", ".join(f.title for f in RECORDS.values()) + "), or write the model out")
-        return None
+    shown, config, fam, got, mapping = made
     tied = bool(got["tied"].value)
-    mapping = fam.mapping(tied)
-    why = [str(e) for e in got.values() if isinstance(e, ConfigError)] + refusals(config, mapping)
-    if mapping is None:
-        why.append(f"`tie_word_embeddings` is {got['tied'].text}, and the standard library has no untied "
-                   f"{fam.title} mapping")
-    if why:
-        ctx.err("E-CONFIG-002", where.span, f"`{shown}`: " + "; ".join(dict.fromkeys(why)),
-                help="fix the checkpoint's `config.json`, or write the model out (docs/checkpoints.md)")
-        return None
     values = {k: s.value for k, s in got.items() if isinstance(s, Setting) and k != "tied"}
     text = written_out(name.name, fam, values, rel, mapping, tied, dtype.name if isinstance(dtype, Kw) else None)
     parsed = parse(SourceText(text, f"<{name.name} from {rel}>"))
