@@ -24,6 +24,16 @@ until the file changes (the language server checks a file on every edit);
 | `:rope-factor`, `:rope-low-freq-factor`, `:rope-high-freq-factor`, `:rope-original-positions` | (none) | `rope_scaling`'s, as `rope-inv-freq` takes them |
 | `:tied` | `tie_word_embeddings` (true) | `tie_word_embeddings` (false) |
 
+Every family is one record, `Family` in `RECORDS` (GPT-2; Llama and Mistral;
+Qwen2): its `model_type`s, its keys (`Key`: the config key and default of
+each setting), its tied default, its refused settings, its mappings, where
+its sizes are in a model's parameters, the block and templates of the one
+form (check/one_form.py) and its export's architecture and settings. The
+settings, the refusals, the comparisons of a model with its config
+(check/config.py), the one form and `export_config` read the record and
+nothing else; adding a family is one record (and its block, mappings and
+parity fixture).
+
 Each value is `Setting(value, key, text)`: the number, the config key it
 came from (`rope_scaling.factor`), and its JSON text for messages. A field
 the standard library's blocks do not compute (a `model_type` of another

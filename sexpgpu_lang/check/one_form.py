@@ -184,6 +184,7 @@ def expand(ctx: CheckContext, f: ListNode) -> list[ListNode] | None:
         name.name, fam, str(config.get("model_type")), rel, shown,
         tuple((k, s.value, s.key, s.text) for k, s in got.items() if isinstance(s, Setting)), mapping,
         format_text(shown_text) or shown_text, span, ctx.facts.types.get((span.start, span.end)))
+    ctx.expanded.update((id(block), id(model)))
     return [block, model]
 
 
