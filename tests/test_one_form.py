@@ -203,3 +203,30 @@ def test_docs_show_what_the_one_form_of_the_llama3_fixture_makes_and_the_lines_e
     defs = [line for line in code if "(checkpoint-config" in line]
     model = [line for line in text[start:end].splitlines() if line.strip() and not line.lstrip().startswith(";;")]
     assert f"it takes {len(defs) + len(model)} lines: {len(defs)}" in " ".join(doc.split())
+
+
+def test_the_one_form_takes_a_plist_with_file_dtype_and_refuses_a_mapping_of_its_own():
+    ok = one_form_text("llama2", extra="").replace(":pretrained ckpt", ":pretrained (:path ckpt :file-dtype :f32)")
+    res = analyze(ok, str(FIXTURES / "one-form.sx"), read_files=True)
+    assert [d.code for d in res.diagnostics] == []
+    assert ':pretrained (:path "' in res.facts.one_forms["teacher"].text
+    assert ":names :llama :file-dtype :f32)" in res.facts.one_forms["teacher"].text
+    bad = one_form_text("llama2", extra="").replace(":pretrained ckpt", ":pretrained (:path ckpt :names :llama)")
+    res = analyze(bad, str(FIXTURES / "one-form.sx"))
+    (d,) = [d for d in res.diagnostics if d.is_error]
+    assert d.code == "E-FORM-002" and "`:names` is the family's own mapping" in d.help
+    other = one_form_text("llama2", extra=" :remat :dots-saveable :lr 3")
+    (d,) = [d for d in analyze(other, str(FIXTURES / "one-form.sx")).diagnostics if d.is_error]
+    assert d.code == "E-FORM-002" and other[d.span.start:d.span.end] == ":lr"
+
+
+def test_a_setting_the_standard_library_does_not_compute_is_one_error_at_the_path(tmp_path):
+    import shutil
+    shutil.copytree(FIXTURES / "llama2", tmp_path / "ck")
+    cfg = json.loads((tmp_path / "ck" / "config.json").read_text())
+    (tmp_path / "ck" / "config.json").write_text(json.dumps({**cfg, "hidden_act": "gelu", "mlp_bias": True}))
+    text = one_form_text("llama2").replace(f'"{FIXTURES / "llama2"}"', f'"{tmp_path / "ck"}"')
+    res = analyze(text, str(tmp_path / "run.sx"), read_files=True)
+    (d,) = res.diagnostics
+    assert d.code == "E-CONFIG-002" and text[d.span.start:d.span.end] == "ckpt"
+    assert '`hidden_act` is "gelu"' in d.message and "`mlp_bias` is true" in d.message
