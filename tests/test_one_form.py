@@ -127,6 +127,8 @@ def test_hover_on_the_one_form_shows_the_family_each_setting_and_where_it_came_f
     assert ":frozen true" in shown and ":entries (:decode" in shown
     on_path = hover(ix, text.index("(defmodel teacher :pretrained ckpt") + len("(defmodel teacher :pretrained c"))
     assert "ckpt: string" in on_path.markdown   # the def it names, as anywhere else
+    at_call = hover(ix, text.index("(teacher :decode") + len("(teacher :d"))
+    assert "(teacher :decode ids pos k v)" in at_call.markdown and "entry point" in at_call.markdown
 
 
 def test_completion_offers_the_one_form_model_s_entries():
