@@ -65,7 +65,6 @@ def test_every_fixture_family_in_the_one_form_matches_transformers_and_the_writt
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_the_one_form_checks_clean_with_the_headers_read_and_is_the_written_out_parameters(family):
-    from sexpgpu_lang import analyze_file   # noqa: F401  (the same check `run` makes, headers read)
     res = analyze(one_form_text(family), str(FIXTURES / "one-form.sx"), read_files=True)
     assert [d.code for d in res.diagnostics] == []
     written = analyze((FIXTURES / f"{family}.sx").read_text(), str(FIXTURES / f"{family}.sx"))

@@ -26,7 +26,7 @@ import dataclasses
 
 from ..hf_config import Family, Setting
 from ..source import SourceText, Span
-from ..syntax import Kw, ListNode, Node, Str, Sym, parse
+from ..syntax import Kw, ListNode, Node, Sym, parse
 from ..types import ERROR
 from .config import model_config
 from .context import CheckContext
