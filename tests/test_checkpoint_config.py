@@ -270,3 +270,22 @@ def test_a_mapping_mistake_beside_a_parameter_that_did_not_check_is_still_said()
     assert "E-NAME-001" in got or any(c.startswith("E-") for c in got if c != "E-MODEL-006"), got
     assert "maps `outt`, which is not a parameter of `lm` (did you mean `out`?)" in got["E-MODEL-006"], got
     assert "`embed`" not in got["E-MODEL-006"]   # its shape did not check: said there, not here
+
+
+def test_a_stated_size_is_reported_at_the_parameter_of_the_model_that_reads_the_checkpoint(tmp_path):
+    """Two models with a `:wq`: the teacher's (read from the checkpoint, 8 heads where config.json has 4)
+    and a student's after it. E-CONFIG-004 stands at the teacher block's `:wq`, not at the last `:wq`
+    of the file."""
+    shutil.copytree(CASES / "data" / "llama3-tiny", tmp_path / "data" / "llama3-tiny")
+    text = (CASES / "config-004-stated-heads.sx").read_text()
+    text = text.replace("(model llama3)", """(defmodel pair
+  :params (:teacher llama3 :wq (normal [width heads head-width] :std 0.02))
+  :apply (lambda (self x) (+ (llama3 x) (sum (getf self :wq)))))
+
+(model pair)""")
+    text = text.replace("(model (getf inputs :x))", "(pair (getf inputs :x))")
+    f = tmp_path / "pair.sx"
+    f.write_text(text)
+    res = analyze(text, str(f), read_files=True)
+    found = [(d.code, res.source.line_col(d.span.start)[0] + 1) for d in res.diagnostics]
+    assert sorted(found) == [("E-CONFIG-004", 21), ("E-CONFIG-004", 22)], [(d.code, d.message) for d in res.diagnostics]
