@@ -289,3 +289,15 @@ def test_a_stated_size_is_reported_at_the_parameter_of_the_model_that_reads_the_
     res = analyze(text, str(f), read_files=True)
     found = [(d.code, res.source.line_col(d.span.start)[0] + 1) for d in res.diagnostics]
     assert sorted(found) == [("E-CONFIG-004", 21), ("E-CONFIG-004", 22)], [(d.code, d.message) for d in res.diagnostics]
+
+
+def test_a_checkpoint_dir_without_config_json_is_only_that(tmp_path):
+    """`checkpoint-config` of a directory without config.json (its shards there): E-CONFIG-001 alone,
+    no E-CONFIG-004 or W-MODEL-001 from the values it could not give (a `repeat` of 1 layer)."""
+    hf = Path(__file__).parent / "fixtures" / "hf"
+    shutil.copytree(hf / "llama3", tmp_path / "llama3")
+    (tmp_path / "llama3" / "config.json").unlink()
+    f = tmp_path / "llama3.sx"
+    f.write_text((hf / "llama3.sx").read_text())
+    res = analyze(f.read_text(), str(f), read_files=True)
+    assert {d.code for d in res.diagnostics} == {"E-CONFIG-001"}, [(d.code, d.message) for d in res.diagnostics]
