@@ -301,3 +301,18 @@ def test_a_checkpoint_dir_without_config_json_is_only_that(tmp_path):
     f.write_text((hf / "llama3.sx").read_text())
     res = analyze(f.read_text(), str(f), read_files=True)
     assert {d.code for d in res.diagnostics} == {"E-CONFIG-001"}, [(d.code, d.message) for d in res.diagnostics]
+
+
+def test_a_teacher_deeper_than_its_checkpoint_is_one_short_line(tmp_path):
+    """A `repeat` of 3 over a 2-layer checkpoint: one E-MODEL-003 clause saying both depths (not one
+    clause per missing tensor), its help binding the count with `checkpoint-config`."""
+    hf = Path(__file__).parent / "fixtures" / "hf"
+    shutil.copytree(hf / "llama3", tmp_path / "llama3")
+    f = tmp_path / "deep.sx"
+    f.write_text((hf / "llama3.sx").read_text().replace('(def layers (checkpoint-config "llama3" :layers))',
+                                                        "(def layers 3)"))
+    res = analyze(f.read_text(), str(f), read_files=True)
+    (d,) = [d for d in res.diagnostics if d.code == "E-MODEL-003"]
+    assert d.message == ("`llama3`: the checkpoint has 2 layers, and the `repeat` makes 3: layer 2 has no tensors "
+                         "in it")
+    assert '(checkpoint-config "llama3" :layers)' in d.help
