@@ -316,3 +316,25 @@ def test_a_teacher_deeper_than_its_checkpoint_is_one_short_line(tmp_path):
     assert d.message == ("`llama3`: the checkpoint has 2 layers, and the `repeat` makes 3: layer 2 has no tensors "
                          "in it")
     assert '(checkpoint-config "llama3" :layers)' in d.help
+
+
+@pytest.mark.parametrize("value, message", [
+    (None, "it has no `num_hidden_layers` (a count of 1 or more), which the model's sizes are read from"),
+    ("2", '`num_hidden_layers` is "2", not a count of 1 or more'),
+])
+def test_a_missing_or_mistyped_config_key_is_one_error_in_plain_words(tmp_path, value, message):
+    """A key config.json lacks is said to be missing (not "null"); a layer count written as a string
+    is one E-CONFIG-002, without a W-MODEL-001 from a `repeat` of the unknown count."""
+    hf = Path(__file__).parent / "fixtures" / "hf"
+    shutil.copytree(hf / "llama3", tmp_path / "llama3")
+    config = json.loads((tmp_path / "llama3" / "config.json").read_text())
+    if value is None:
+        del config["num_hidden_layers"]
+    else:
+        config["num_hidden_layers"] = value
+    (tmp_path / "llama3" / "config.json").write_text(json.dumps(config))
+    f = tmp_path / "llama3.sx"
+    f.write_text((hf / "llama3.sx").read_text())
+    res = analyze(f.read_text(), str(f), read_files=True)
+    assert [(d.code, d.message) for d in res.diagnostics] == [
+        ("E-CONFIG-002", f"`llama3/config.json`: {message}")]
