@@ -23,6 +23,7 @@ import os
 
 from .. import ir
 from ..diagnostics import Related
+from ..hf_cache import NotCached, as_written, locate
 from ..hf_config import KEYS, ConfigError, Setting, read, refusals, settings
 from ..syntax import Kw, ListNode, Num, Str, Sym, walk
 from ..types import ERROR, scalar
@@ -38,7 +39,7 @@ def _base(ctx: CheckContext) -> str:
 
 def _shown(ctx: CheckContext, file: str, rel: str) -> str:
     """A config file's path as the run file gives its checkpoint: relative to the run file where that is."""
-    return file if os.path.isabs(rel) else os.path.relpath(file, _base(ctx))
+    return as_written(file, rel, _base(ctx))
 
 
 def config_def(ctx: CheckContext, node: ListNode) -> tuple[ir.Expr, str]:
@@ -56,13 +57,17 @@ def config_def(ctx: CheckContext, node: ListNode) -> tuple[ir.Expr, str]:
                 + ", ".join(f"`:{k}`" for k in KEYS) + (f"; did you mean `:{hint}`?" if hint else ""),
                 data={"replace": f":{hint}"} if hint else None)
         return ir.Const(ERROR, node.span), ""
-    full = rel if os.path.isabs(rel) else os.path.join(_base(ctx), rel)
     try:
-        file, config = read(full)
-    except ConfigError as e:
-        ctx.err("E-CONFIG-001", items[1].span, f"cannot read the config of `{rel}`, `{_shown(ctx, e.file, rel)}`: {e}",
-                help="point at the checkpoint's directory, which holds the `config.json` that `save_pretrained` "
-                     "writes (the path is relative to the run file)")
+        file, config = read(locate(rel, _base(ctx)))
+    except (ConfigError, NotCached) as e:
+        why = (f"cannot read the config of `{rel}`, `{_shown(ctx, e.file, rel)}`: {e}" if isinstance(e, ConfigError)
+               else f"cannot read the config of `{rel}`: {e}")
+        if ("read", why) not in ctx.refused_configs:   # one cause, said once: at the first `def` reading it
+            ctx.refused_configs.add(("read", why))
+            ctx.err("E-CONFIG-001", items[1].span, why,
+                    help="point at the checkpoint's directory, which holds the `config.json` that `save_pretrained` "
+                         "writes (the path is relative to the run file), or at a model id in the local Hugging Face "
+                         "cache (`\"org/name\"`)")
         return ir.Const(ERROR, node.span), ""
     shown = _shown(ctx, file, rel)
     try:
@@ -80,8 +85,10 @@ def config_def(ctx: CheckContext, node: ListNode) -> tuple[ir.Expr, str]:
                 f"`:{key.name}` ({KEYS[key.name]})", help="remove this `def`; that family has no such setting")
         return ir.Const(ERROR, node.span), ""
     if isinstance(s, ConfigError):
-        ctx.err("E-CONFIG-002", items[1].span, f"`{shown}`: {s}",
-                help="fix the config, or state the value with `def`")
+        if (file, str(s)) not in ctx.refused_configs:   # (`rope_scaling` of an unknown type: four keys, one cause)
+            ctx.refused_configs.add((file, str(s)))
+            ctx.err("E-CONFIG-002", items[1].span, f"`{shown}`: {s}",
+                    help="fix the config, or state the value with `def`")
         return ir.Const(ERROR, node.span), ""
     v = s.value
     t = scalar("bool", v) if isinstance(v, bool) else scalar("i32" if isinstance(v, int) else "f32", v, weak=True)

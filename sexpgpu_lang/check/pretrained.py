@@ -24,6 +24,7 @@ import os
 
 from .. import ir
 from ..diagnostics import warning
+from ..hf_cache import NotCached, as_written, locate
 from ..name_mapping import LAYER, MappingError, layer_name, leaf, parse_names, patterned, source_shape, stdlib_names
 from ..syntax import Kw, ListNode, Str
 from ..types import DTYPES
@@ -174,7 +175,11 @@ def check_pretrained(ctx: CheckContext) -> None:
         if rel is None:
             continue
         base = os.path.dirname(os.path.abspath(ctx.src.path)) if not ctx.src.path.startswith("<") else "."
-        full = rel if os.path.isabs(rel) else os.path.join(base, rel)
+        uncached = None
+        try:
+            full = locate(rel, base)
+        except NotCached as e:
+            full, uncached = os.path.join(base, rel), e
         todo = plan(ctx, name, prefix, spec[1], spec[2], node) if spec is not None else None
         file_dtype = spec[3] if spec is not None else None
         names = spec[1] if spec is not None else None
@@ -190,6 +195,10 @@ def check_pretrained(ctx: CheckContext) -> None:
                     seen.header = tensors(full)
                 except SourceError:
                     pass
+            continue
+        if uncached is not None:   # said where the files are read (`run`, `lint --read-files`): the editor's
+            if ctx.read_files is True:   # machine may not be the one that runs it
+                ctx.err("E-MODEL-003", node.span, f"cannot use `{rel}`: {uncached}")
             continue
         record = ir.PretrainedIR(prefix, full, tuple((r, src) for _, r, src, _ in todo), file_dtype, name,
                                  names is not None)
@@ -296,7 +305,7 @@ def _compare(ctx: CheckContext, name: str, rel: str, full: str, base: str, todo,
     try:
         header = tensors(full)
     except SourceError as e:
-        shown = e.file if os.path.isabs(rel) else os.path.relpath(e.file, base)   # as the run file gives the path
+        shown = as_written(e.file, rel, base)   # as the run file gives the path
         why = str(e) if e.file == full else f"`{shown}` " + str(e).removeprefix("it ")
         missing = str(e).startswith("no such file")
         if missing and not os.path.isabs(rel):
