@@ -167,6 +167,8 @@ def family(config: dict) -> str:
     """`gpt2` or `llama` for the config's `model_type`; ConfigError for another, and for a
     `model_type` whose family's sizes (`FAMILY_KEYS`) the config lacks while it has another's."""
     mt = config.get("model_type")
+    if not isinstance(mt, str) and mt is not None:   # (a list or an object: a value of the wrong JSON type)
+        raise ConfigError("", f"`model_type` is {_text(mt)}, not a string naming the family (like \"llama\")")
     if mt not in FAMILIES:
         raise ConfigError("", f"`model_type` is {_text(mt)}, which the standard library does not read (it reads "
                           + ", ".join(f"`{t}`" for t in FAMILIES) + ")")

@@ -270,3 +270,43 @@ def test_a_mapping_mistake_beside_a_parameter_that_did_not_check_is_still_said()
     assert "E-NAME-001" in got or any(c.startswith("E-") for c in got if c != "E-MODEL-006"), got
     assert "maps `outt`, which is not a parameter of `lm` (did you mean `out`?)" in got["E-MODEL-006"], got
     assert "`embed`" not in got["E-MODEL-006"]   # its shape did not check: said there, not here
+
+
+@pytest.mark.parametrize("value", [[1], {"name": "llama"}, 7])
+def test_a_model_type_of_the_wrong_json_type_is_one_line_in_lint_explain_and_the_server(tmp_path, value):
+    """A `model_type` that is no string: one E-CONFIG-002 naming the key and its value, never a traceback
+    (in `lint`, `lint --read-files`, the server's check and its hovers, and `explain`)."""
+    from typer.testing import CliRunner
+    from sexpgpu_cli.main import app
+    from test_hf_parity import FIXTURES
+    shutil.copytree(FIXTURES / "llama3", tmp_path / "llama3")
+    config = json.loads((tmp_path / "llama3" / "config.json").read_text())
+    (tmp_path / "llama3" / "config.json").write_text(json.dumps({**config, "model_type": value}))
+    text = (FIXTURES / "llama3.sx").read_text()
+    (tmp_path / "run.sx").write_text(text)
+    for read_files in (False, True, "local"):
+        res = analyze(text, str(tmp_path / "run.sx"), read_files=read_files)
+        got = [(d.code, d.message) for d in res.diagnostics]
+        assert [c for c, _ in got] == ["E-CONFIG-002"], got
+        assert f"`model_type` is {json.dumps(value)}, not a string naming the family" in got[0][1]
+        index = ide.Index(res)
+        for at in range(0, len(text), 50):
+            ide.hover(index, at)
+    for args in (["lint", str(tmp_path / "run.sx")], ["lint", "--read-files", str(tmp_path / "run.sx")],
+                 ["explain", str(tmp_path / "run.sx")]):
+        r = CliRunner().invoke(app, args, env={"COLUMNS": "400", "NO_COLOR": "1"})
+        assert r.exception is None or isinstance(r.exception, SystemExit), (args, r.exception)
+        assert "Traceback" not in r.output and r.output.count("E-CONFIG-002") == 1, (args, r.output)
+
+
+def test_one_unreadable_config_is_one_e_config_001_not_one_per_def(tmp_path):
+    """Every `checkpoint-config` of a broken config.json has one cause: one E-CONFIG-001, at the first."""
+    from test_hf_parity import FIXTURES
+    (tmp_path / "llama3").mkdir()
+    (tmp_path / "llama3" / "config.json").write_text("{not json")
+    text = (FIXTURES / "llama3.sx").read_text()
+    assert text.count("(checkpoint-config") >= 13
+    res = analyze(text, str(tmp_path / "run.sx"))
+    got = [d for d in res.diagnostics if d.is_error]
+    assert [d.code for d in got] == ["E-CONFIG-001"], [(d.code, d.message) for d in got]
+    assert res.source.line_col(got[0].span.start)[0] == 2 and "it is not JSON" in got[0].message
