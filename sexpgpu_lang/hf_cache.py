@@ -5,8 +5,9 @@ path) by a path relative to the run file, an absolute path, or a model id
 (docs/checkpoints.md "The Hugging Face cache"). The rule that tells them
 apart (`model_id`): a string is a model id when it is `org/name` (exactly
 one `/`, each part letters, digits, `-`, `_` and `.`, starting with a
-letter or digit, no `--` or `..`) and no file or directory of that name
-is beside the run file. A path that exists always wins, so a checkpoint
+letter or digit, no `--` or `..`, not ending in `.safetensors` or
+`.json`, the files `:pretrained` takes) and no file or directory of that
+name is beside the run file. A path that exists always wins, so a checkpoint
 kept at `org/name` beside the run file still loads from there.
 
 `locate(written, base)` gives the path to read: a model id is resolved in
@@ -42,7 +43,8 @@ class NotCached(Exception):
 def model_id(written: str, base: str) -> bool:
     """Whether `written` (a checkpoint's path as the run file gives it) is a model id: `org/name` (the rule
     above) that is no existing path relative to `base`, the run file's directory."""
-    if os.path.isabs(written) or not _MODEL_ID.fullmatch(written) or "--" in written or ".." in written:
+    if os.path.isabs(written) or not _MODEL_ID.fullmatch(written) or "--" in written or ".." in written \
+            or written.endswith((".safetensors", ".json")):
         return False
     try:
         return not os.path.lexists(os.path.join(base, written))
@@ -62,9 +64,10 @@ def cache_dir() -> tuple[str, str]:
     return str(constants.HF_HUB_CACHE), why
 
 
-def resolve(repo_id: str) -> str:
+def resolve(repo_id: str, path: str | None = None) -> str:
     """The snapshot directory of `repo_id` (`org/name`) that `refs/main` names in the local cache.
-    NotCached, naming the cache directory, when the cache has no checkpoint of that id. Never downloads."""
+    NotCached, naming the cache directory (and `path`, where the id was also read as a path and
+    nothing is there), when the cache has no checkpoint of that id. Never downloads."""
     from huggingface_hub import try_to_load_from_cache
     where, why = cache_dir()
     for name in _LOOKED_FOR:
@@ -74,16 +77,17 @@ def resolve(repo_id: str) -> str:
             got = None
         if isinstance(got, str):
             return os.path.dirname(got)
-    raise NotCached(f"the model id `{repo_id}` is not in the local Hugging Face cache: looked for its "
-                    f"`refs/main` snapshot in {where} ({why}); download it first (`hf download {repo_id}`), "
-                    "or give the checkpoint's directory")
+    said = f"no such file or directory {path}, and " if path is not None else ""
+    raise NotCached(f"{said}the model id `{repo_id}` is not in the local Hugging Face cache: looked for its "
+                    f"`refs/main` snapshot in {where} ({why}); download it first (`hf download {repo_id}`)"
+                    + (", or fix the path" if path is not None else ""))
 
 
 def locate(written: str, base: str) -> str:
     """The path to read for a checkpoint written `written` in a run file in directory `base`: the snapshot
     directory of a cached model id, else the path (relative ones joined to `base`). NotCached."""
     if model_id(written, base):
-        return resolve(written)
+        return resolve(written, os.path.join(base, written))
     return written if os.path.isabs(written) else os.path.join(base, written)
 
 

@@ -113,12 +113,17 @@ def test_a_changed_config_is_read_again(project):
     assert "`rope_theta` 10000.0" in ide.hover(ide.Index(res), at).markdown
 
 
-def test_stated_values_checked_only_where_the_checkpoint_is_read(project):
+def test_stated_values_are_checked_by_plain_lint_as_by_the_editor(project):
+    """config.json is small and read bounded: plain `lint` compares it as the editor and `--read-files` do."""
     root, text = project
+    for read_files in (False, "local", True):
+        got = codes(analyze(text, str(root / "run.sx"), read_files=read_files))
+        assert [c for c, _ in got] == ["E-CONFIG-004"], (read_files, got)
+        assert "`rope_theta` 500000.0" in got[0][1] and "`llama-block` here uses 1e-06, 10000 and no scaling" in got[0][1]
+    (root / "data" / "llama3-tiny" / "model.safetensors").unlink()   # the tensors are not needed for it
+    assert [c for c, _ in codes(analyze(text, str(root / "run.sx")))] == ["E-CONFIG-004"]
+    (root / "data" / "llama3-tiny" / "config.json").unlink()   # nor is a checkpoint without a config compared
     assert codes(analyze(text, str(root / "run.sx"))) == []
-    got = codes(analyze(text, str(root / "run.sx"), read_files="local"))
-    assert [c for c, _ in got] == ["E-CONFIG-004"]
-    assert "`rope_theta` 500000.0" in got[0][1] and "`llama-block` here uses 1e-06, 10000 and no scaling" in got[0][1]
 
 
 def test_a_stated_value_that_agrees_is_clean_and_one_that_does_not_names_the_key(project):
@@ -146,8 +151,8 @@ def test_the_mapping_must_be_for_the_config(project):
 def test_checkpoint_config_outside_a_def_is_a_form_error(project):
     root, text = project
     text = text.replace("(iota [seq])", "(iota [(checkpoint-config \"data/llama3-tiny\" :positions)])")
-    got = codes(analyze(text, str(root / "run.sx")))
-    assert got[0][0] == "E-FORM-002" and "is a `def`'s value" in got[0][1]
+    got = dict(codes(analyze(text, str(root / "run.sx"))))
+    assert "is a `def`'s value" in got["E-FORM-002"], got
 
 
 def test_gpt2_has_no_rope_base(tmp_path):

@@ -66,7 +66,7 @@ def test_the_rule_that_tells_a_model_id_from_a_path(tmp_path):
     assert model_id("Qwen/Qwen2.5-0.5B", str(tmp_path))
     (tmp_path / "Qwen" / "Qwen2.5-0.5B").mkdir(parents=True)
     assert not model_id("Qwen/Qwen2.5-0.5B", str(tmp_path))   # a path that exists wins
-    for path in ("gpt2", "./org/name", "org/name/sub", "/abs/name", "org/../name", "org--x/name", "-org/name"):
+    for path in ("gpt2", "./org/name", "org/name/sub", "/abs/name", "org/../name", "org--x/name", "-org/name", "data/teacher.safetensors", "ck/model.safetensors.index.json"):
         assert not model_id(path, str(tmp_path)), path
 
 

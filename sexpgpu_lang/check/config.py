@@ -8,9 +8,10 @@ compute (an unknown `model_type` or `rope_scaling` type, another
 activation); E-CONFIG-003: a key `checkpoint-config` does not know, or one
 the family has not (GPT-2's `:rope-base`).
 
-`check_stated` runs where the checker reads a `:pretrained` checkpoint
-(`lint --read-files`, `run`, the language server for a local checkpoint)
-with a standard-library mapping: the model's sizes from its parameters'
+`check_stated` runs in every check of a `:pretrained` model read through a
+standard-library mapping (plain `lint` too: a config.json is small and read
+bounded; only the tensors' headers wait for `read_files`), unless the
+headers were read and do not fit: the model's sizes from its parameters'
 shapes, and the rotary base, rope scaling and epsilon of the standard
 library's blocks it calls, against the config; a difference is
 E-CONFIG-004 naming the key, its value and the place, with the fix; the

@@ -16,7 +16,10 @@ parameter, a parameter without an entry, a `{i}` on a parameter no
 `read_files`, the headers are compared too (E-MODEL-003, one diagnostic
 listing every tensor that differs, naming the tensor and the parameter;
 W-MODEL-001 for tensors nothing reads); with `read_files` `LOCAL` (the
-language server) only where the checkpoint is on this machine. Never JAX.
+language server) only where the checkpoint is on this machine. The
+checkpoint's `config.json` is compared with the model in every check
+(check/config.py). A model id names a checkpoint in the local Hugging Face
+cache (hf_cache.py). Never JAX.
 """
 from __future__ import annotations
 
@@ -202,15 +205,16 @@ def check_pretrained(ctx: CheckContext) -> None:
             continue
         record = ir.PretrainedIR(prefix, full, tuple((r, src) for _, r, src, _ in todo), file_dtype, name,
                                  names is not None)
+        current = label.split("`")[1] if label.startswith("the mapping `") else None
         if not ctx.read_files or (ctx.read_files == LOCAL and not os.path.exists(full)):
             ctx.pretrained_files.append(record)
-            continue
-        current = label.split("`")[1] if label.startswith("the mapping `") else None
-        if _compare(ctx, name, rel, full, base, todo, names is not None, file_dtype, node, current):
+        elif _compare(ctx, name, rel, full, base, todo, names is not None, file_dtype, node, current):
             ctx.pretrained_files.append(record)
-            if label.startswith("the mapping `"):   # a standard-library mapping: its config.json compared
-                from .config import check_stated
-                check_stated(ctx, name, prefix, label.split("`")[1], rel, full, node)
+        else:
+            continue   # (the tensors do not fit: said once, the config not compared after it)
+        if current is not None:   # a standard-library mapping: its config.json (small, read bounded) compared
+            from .config import check_stated   # in every check, as the tensors' shapes are only with read_files
+            check_stated(ctx, name, prefix, current, rel, full, node)
 
 
 def _owners(ctx: CheckContext, prefix: tuple[str, ...]) -> dict[str, str]:
