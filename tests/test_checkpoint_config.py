@@ -315,3 +315,72 @@ def test_one_unreadable_config_is_one_e_config_001_not_one_per_def(tmp_path):
     got = [d for d in res.diagnostics if d.is_error]
     assert [d.code for d in got] == ["E-CONFIG-001"], [(d.code, d.message) for d in got]
     assert res.source.line_col(got[0].span.start)[0] == 2 and "it is not JSON" in got[0].message
+
+
+FREQ = ("(rope-inv-freq head-width rope-base rope-factor rope-low-freq-factor\n"
+        "                                                               rope-high-freq-factor rope-original-positions)")
+
+
+@pytest.fixture
+def llama3(tmp_path):
+    """The Llama 3 parity fixture's run file (every setting from its config.json) beside its checkpoint."""
+    from test_hf_parity import FIXTURES
+    shutil.copytree(FIXTURES / "llama3", tmp_path / "llama3")
+    text = (FIXTURES / "llama3.sx").read_text()
+    assert FREQ in text and "eps (getf self :attn-norm)" in text
+    return tmp_path / "run.sx", text
+
+
+def let_bound(text: str, freq: str) -> str:
+    """The layer's frequencies bound in its `let*` to `freqs` as `freq`, the block given the name."""
+    text = text.replace(FREQ, "freqs")
+    return text.replace("(let* ((ks (getf c :k))", f"(let* ((freqs {freq})\n                  (ks (getf c :k))", 1)
+
+
+def all_codes(res):
+    return [(d.code, d.message) for d in res.diagnostics]
+
+
+def test_frequencies_bound_in_a_let_are_compared(llama3):
+    """The issue's silent case: a Llama 3 teacher whose `rope-inv-freq` is bound in a `let*` with Llama 2's
+    base was 3.82 off in logits with lint clean; it is E-CONFIG-004 at the base, in plain lint too."""
+    path, text = llama3
+    right = let_bound(text, "(rope-inv-freq head-width 500000.0 8.0 1.0 4.0 16)")
+    for read_files in (False, True):
+        assert all_codes(analyze(right, str(path), read_files=read_files)) == []
+    wrong = let_bound(text, "(rope-inv-freq head-width 10000.0 8.0 1.0 4.0 16)")
+    for read_files in (False, True):
+        got = all_codes(analyze(wrong, str(path), read_files=read_files))
+        assert got == [("E-CONFIG-004", "`llama3/config.json` has `rope_parameters.rope_theta` 500000.0, and "
+                        "`llama-block-freq-cached` here uses 10000.0")], got
+    renamed = let_bound(text, "(rope-inv-freq head-width 10000.0 8.0 1.0 4.0 16)").replace(
+        "(let* ((freqs", "(let* ((f0", 1).replace("(ks (getf c :k))", "(freqs f0)\n (ks (getf c :k))", 1)
+    assert [c for c, _ in all_codes(analyze(renamed, str(path)))] == ["E-CONFIG-004"]   # a name of a name
+
+
+@pytest.mark.parametrize("eps, want", [
+    ("(* 10.0 1e-6)", []),                                   # computed in place, the config's value
+    ("(let* ((e (/ 1.0 100000.0))) e)", []),
+    ("(* 2.0 eps)", ["E-CONFIG-004"]),                         # computed, and not the config's
+    ("(+ eps (* 0.0 (mean (getf self :attn-norm))))", ["W-CONFIG-001"]),   # known only when it runs
+])
+def test_a_computed_epsilon_is_folded_or_said_to_be_uncompared(llama3, eps, want):
+    path, text = llama3
+    text = text.replace("eps (getf self :attn-norm)", f"{eps} (getf self :attn-norm)", 1)
+    got = all_codes(analyze(text, str(path)))
+    assert [c for c, _ in got] == want, got
+    if want == ["W-CONFIG-001"]:
+        assert got[0][1] == ("`llama-block-freq-cached` here takes the epsilon `(+ eps (* 0.0 (mean (getf self "
+                             ":attn-norm))))`, which the checker cannot know before the run, so `rms_norm_eps` of "
+                             "`llama3/config.json` is not compared with it")
+    if want == ["E-CONFIG-004"]:
+        assert "`rms_norm_eps` 1e-05" in got[0][1] and "here uses 2e-05" in got[0][1]
+
+
+def test_frequencies_not_from_rope_inv_freq_are_said_to_be_uncompared(llama3):
+    path, text = llama3
+    text = text.replace(FREQ, f"(* 1.0 {FREQ})")
+    got = all_codes(analyze(text, str(path)))
+    assert [c for c, _ in got] == ["W-CONFIG-001"], got
+    assert got[0][1].startswith("`llama-block-freq-cached` here takes the rotary frequencies `(* 1.0 (rope-inv-freq")
+    assert got[0][1].endswith("so `rope_parameters` of `llama3/config.json` is not compared with it"), got[0][1]

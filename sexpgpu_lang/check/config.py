@@ -23,11 +23,11 @@ import math
 import os
 
 from .. import ir
-from ..diagnostics import Related
+from ..diagnostics import Related, warning
 from ..hf_cache import NotCached, as_written, locate
 from ..hf_config import KEYS, ConfigError, Setting, read, refusals, settings
 from ..syntax import Kw, ListNode, Num, Str, Sym, walk
-from ..types import ERROR, scalar
+from ..types import ERROR, TensorType, scalar
 from .context import CheckContext, near_miss
 
 #: The form's name.
@@ -127,7 +127,9 @@ _ROPE_ARGS = ("rope-base", "rope-factor", "rope-low-freq-factor", "rope-high-fre
 
 
 def _constant(ctx: CheckContext, node):
-    """The number `node` is where it is a literal or a global `def`'s constant; else None (unchecked)."""
+    """The number `node` is when the file is checked: a literal, a global `def`'s constant, or what the
+    checker folded at the node (a `let*`-bound name, arithmetic of constants: `(* 2 5e5)`); else None
+    (not known until the run: a function's argument, a traced value)."""
     if isinstance(node, Num):
         return node.value
     if isinstance(node, Sym):
@@ -135,6 +137,34 @@ def _constant(ctx: CheckContext, node):
         if b is not None and isinstance(b.ir, ir.Const) and isinstance(b.ir.value, (int, float)) \
                 and not isinstance(b.ir.value, bool):
             return b.ir.value
+    t = ctx.facts.types.get((node.span.start, node.span.end)) if node is not None else None
+    if isinstance(t, TensorType) and t.shape == () and isinstance(t.value, (int, float)) \
+            and not isinstance(t.value, bool):
+        return t.value
+    return None
+
+
+def _let_bound(lam: ListNode) -> dict[str, list]:
+    """Each name a `let*` inside `lam` binds, with the expressions bound to it (several where it is
+    bound more than once: then none is taken as its value)."""
+    out: dict[str, list] = {}
+    for n in walk(lam):
+        if isinstance(n, ListNode) and n.head == "let*" and len(n.items) > 1 and isinstance(n.items[1], ListNode):
+            for b in n.items[1].items:
+                if isinstance(b, ListNode) and len(b.items) == 2 and isinstance(b.items[0], Sym):
+                    out.setdefault(b.items[0].name, []).append(b.items[1])
+    return out
+
+
+def _freq_call(arg, bound: dict[str, list]):
+    """The `(rope-inv-freq ...)` call that gives a block's frequencies `arg`: written in place, or bound
+    once to the name `arg` by a `let*` of the same lambda (followed through names bound to names); else None."""
+    seen = set()
+    while isinstance(arg, Sym) and arg.name not in seen and len(bound.get(arg.name, ())) == 1:
+        seen.add(arg.name)
+        arg = bound[arg.name][0]
+    if isinstance(arg, ListNode) and arg.head == "rope-inv-freq" and len(arg.items) == 7:
+        return arg
     return None
 
 
@@ -169,8 +199,16 @@ def _longest_sequence(ctx: CheckContext) -> int | None:
     return max(lengths) if lengths else None
 
 
+def compare_configs(ctx: CheckContext, gen: ir.GenerateIR | None) -> None:
+    """`check_stated` for each `:pretrained` model that check/pretrained.py found read through a
+    standard-library mapping, once the phases are checked: the values the models' bodies compute are
+    folded then (`ctx.facts.types`), and the generator's trips are known (`gen`)."""
+    for name, prefix, mapping, rel, full, node in ctx.stated_configs:
+        check_stated(ctx, name, prefix, mapping, rel, full, node, gen)
+
+
 def check_stated(ctx: CheckContext, model: str, prefix: tuple[str, ...], mapping: str, rel: str, full: str,
-                 node) -> None:
+                 node, gen: ir.GenerateIR | None = None) -> None:
     """Compare a `:pretrained` model read through the standard-library `mapping` with its checkpoint's
     `config.json`, where there is one (a checkpoint without a config is not compared): the refusals
     (E-CONFIG-002), the sizes its parameters have, and the settings its standard-library calls fix or
@@ -212,10 +250,11 @@ def check_stated(ctx: CheckContext, model: str, prefix: tuple[str, ...], mapping
                     help=f"make it {s.value}, or bind it: `(def NAME ({FORM} \"{rel}\" :{key}))`",
                     related=[Related(node.span, "the checkpoint is read here")])
     for lam in _applies(ctx, prefix):
+        bound = _let_bound(lam)
         for call in walk(lam):
             if isinstance(call, ListNode) and isinstance(call.head, str) and call.head in _CALLS \
                     and ctx.globals.names.get(call.head) is None:
-                _check_call(ctx, call, got, shown, rel, node)
+                _check_call(ctx, call, got, shown, rel, node, bound)
 
 
 def _sizes(ctx: CheckContext, prefix: tuple[str, ...], mapping: str) -> dict:
@@ -256,15 +295,27 @@ def _sizes(ctx: CheckContext, prefix: tuple[str, ...], mapping: str) -> dict:
     return out
 
 
-def _check_call(ctx: CheckContext, call: ListNode, got: dict, shown: str, rel: str, node) -> None:
+#: What each setting a call takes is, in a W-CONFIG-001 message.
+_WORDS = {"eps": "the epsilon", "rope-base": "the rotary base", "rope-factor": "the rope scaling factor",
+          "rope-low-freq-factor": "the low-frequency factor", "rope-high-freq-factor": "the high-frequency factor",
+          "rope-original-positions": "the original positions", "inv-freq": "the rotary frequencies"}
+
+
+def _check_call(ctx: CheckContext, call: ListNode, got: dict, shown: str, rel: str, node,
+                bound: dict[str, list] | None = None) -> None:
     """E-CONFIG-004 (one per call, every difference named) for the settings a standard-library call fixes
-    or is given that differ from the config's."""
+    or is given that differ from the config's; W-CONFIG-001 (one per call) naming each setting it is
+    given whose value is not known when the file is checked, so that it cannot be compared. `bound`:
+    the names the enclosing lambda's `let*`s bind (a `rope-inv-freq` bound to a name is followed)."""
     spec = _CALLS[call.head]
     found: list[tuple[str, str, object, str]] = []   # (config key, its text, the value used, the fix)
+    unknown: list[tuple[str, object, list[str]]] = []   # (the setting, the node giving it, the config keys)
 
     def differs(key, value, where, fix) -> bool:
         s = got.get(key)
-        if isinstance(s, Setting) and value is not None and not _same(value, s.value):
+        if isinstance(s, Setting) and value is None:
+            unknown.append((key, where, [f"`{s.key}`"]))
+        elif isinstance(s, Setting) and not _same(value, s.value):
             found.append((f"`{s.key}` {s.text}", _num(value), where, fix(s)))
             return True
         return False
@@ -282,20 +333,28 @@ def _check_call(ctx: CheckContext, call: ListNode, got: dict, shown: str, rel: s
     if "inv-freq" in spec:
         base = spec.get("rope-base")
         if base is not None or spec["inv-freq"] is None:   # a fixed base, no scaling
-            where = call if isinstance(base, tuple) else call.items[base] if base < len(call.items) else call
-            value = base[1] if isinstance(base, tuple) else _constant(ctx, where)
             fix = (f"call `{_with_freq(call.head)}` with `(rope-inv-freq head-width ...)`, which takes the base "
                    "and the scaling")
-            differs("rope-base", value, where, lambda s: fix)
+            if isinstance(base, tuple):
+                differs("rope-base", base[1], call, lambda s: fix)
+            elif isinstance(base, int) and base < len(call.items):
+                differs("rope-base", _constant(ctx, call.items[base]), call.items[base], lambda s: fix)
             f = got.get("rope-factor")
             if isinstance(f, Setting) and not _same(f.value, 1.0):
                 found.append((f"`{f.key.split('.')[0]}` with `factor` {f.text}", "no scaling", call, fix))
-        else:
-            idx = spec["inv-freq"]
-            arg = call.items[idx] if idx < len(call.items) else None
-            if isinstance(arg, ListNode) and arg.head == "rope-inv-freq" and len(arg.items) == 7:
-                for key, a in zip(_ROPE_ARGS, arg.items[2:]):
+        elif spec["inv-freq"] < len(call.items):
+            arg = call.items[spec["inv-freq"]]
+            freq = _freq_call(arg, bound or {})
+            if freq is not None:
+                for key, a in zip(_ROPE_ARGS, freq.items[2:]):
                     differs(key, _constant(ctx, a), a, lambda s, k=key: f"make it {_num(s.value)}, or {bind(k)}")
+            else:
+                keys = [f"`{got[k].key.split('.')[0]}`" for k in ("rope-base", "rope-factor")
+                        if isinstance(got.get(k), Setting)]
+                if keys:
+                    unknown.append(("inv-freq", arg, list(dict.fromkeys(keys))))
+    if unknown:
+        _uncompared(ctx, call, unknown, shown, rel, node)
     if not found:
         return
     where = found[0][2] if len(found) == 1 else call
@@ -311,6 +370,26 @@ def _check_call(ctx: CheckContext, call: ListNode, got: dict, shown: str, rel: s
     ctx.err("E-CONFIG-004", where.span, f"`{shown}` has {_listed([k for k, _, _, _ in found])}, and `{call.head}` "
             f"here uses {_listed([u for _, u, _, _ in found])}", help=help_,
             related=[Related(node.span, "the checkpoint is read here")])
+
+
+def _uncompared(ctx: CheckContext, call: ListNode, unknown: list, shown: str, rel: str, node) -> None:
+    """W-CONFIG-001: the settings a standard-library call is given whose values the checker cannot know
+    (a function's argument, a traced value, frequencies not from a `rope-inv-freq` in the same lambda),
+    named with the config keys they are not compared with."""
+    def text(n) -> str:
+        t = " ".join(ctx.src.text[n.span.start:n.span.end].split())
+        return t if len(t) <= 60 else t[:57] + "..."
+
+    what = _listed([f"{_WORDS[k]} `{text(n)}`" for k, n, _ in unknown])
+    keys = list(dict.fromkeys(k for _, _, ks in unknown for k in ks))
+    ctx.report(warning("W-CONFIG-001", unknown[0][1].span,
+                       f"`{call.head}` here takes {what}, which the checker cannot know before the run, so "
+                       f"{_listed(keys)} of `{shown}` {'is' if len(keys) == 1 else 'are'} not compared with "
+                       f"{'it' if len(unknown) == 1 else 'them'}",
+                       help=f"give {'it' if len(unknown) == 1 else 'them'} as a number, a `def` or a `let*` of "
+                            f"numbers, or bind each with `({FORM} \"{rel}\" :key)`; the frequencies as a "
+                            "`(rope-inv-freq head-width ...)` in the same lambda",
+                       related=[Related(node.span, "the checkpoint is read here")]))
 
 
 def _listed(items: list[str]) -> str:
@@ -335,6 +414,7 @@ def stated_settings(ctx: CheckContext, prefix: tuple[str, ...] = ()) -> tuple[tu
     key: what an export's config.json says for a model trained from scratch."""
     out: dict[str, object] = {}
     for lam in _applies(ctx, prefix):
+        bound = _let_bound(lam)
         for call in walk(lam):
             if not (isinstance(call, ListNode) and isinstance(call.head, str) and call.head in _CALLS
                     and ctx.globals.names.get(call.head) is None):
@@ -349,8 +429,8 @@ def stated_settings(ctx: CheckContext, prefix: tuple[str, ...] = ()) -> tuple[tu
             if "inv-freq" in spec and spec["inv-freq"] is None:
                 out.setdefault("rope-factor", 1.0)
             idx = spec.get("inv-freq")
-            arg = call.items[idx] if isinstance(idx, int) and idx < len(call.items) else None
-            if isinstance(arg, ListNode) and arg.head == "rope-inv-freq" and len(arg.items) == 7:
+            arg = _freq_call(call.items[idx], bound) if isinstance(idx, int) and idx < len(call.items) else None
+            if arg is not None:
                 for key, a in zip(_ROPE_ARGS, arg.items[2:]):
                     v = _constant(ctx, a)
                     if v is not None:

@@ -213,8 +213,8 @@ def check_pretrained(ctx: CheckContext) -> None:
         else:
             continue   # (the tensors do not fit: said once, the config not compared after it)
         if current is not None:   # a standard-library mapping: its config.json (small, read bounded) compared
-            from .config import check_stated   # in every check, as the tensors' shapes are only with read_files
-            check_stated(ctx, name, prefix, current, rel, full, node)
+            # in every check, as the tensors' shapes are only with read_files; after the phases (compare_configs)
+            ctx.stated_configs.append((name, prefix, current, rel, full, node))
 
 
 def _owners(ctx: CheckContext, prefix: tuple[str, ...]) -> dict[str, str]:
