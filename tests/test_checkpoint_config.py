@@ -384,3 +384,73 @@ def test_frequencies_not_from_rope_inv_freq_are_said_to_be_uncompared(llama3):
     assert [c for c, _ in got] == ["W-CONFIG-001"], got
     assert got[0][1].startswith("`llama-block-freq-cached` here takes the rotary frequencies `(* 1.0 (rope-inv-freq")
     assert got[0][1].endswith("so `rope_parameters` of `llama3/config.json` is not compared with it"), got[0][1]
+
+
+GENERATOR = """
+(defgenerate :trips TRIPS
+  :init (lambda (batch ctx) INIT)
+  :step (lambda (state trip ctx) (list :row (getf state :row) :last (getf state :last)))
+  :finish (lambda (state ctx) (list :sample (getf state :row)
+                                    :sample-logits (model (cast (slice (getf state :row) :axis 1 :start 0 :end seq) :i32)))))
+"""
+ROWS = "(list :row (concat [(field batch :row) (field batch :row)] :axis 1) :last (zeros [2 4]))"
+NO_ROW = "(list :row (cast (field batch :row) :f32) :last (zeros [2 4]))"
+
+
+@pytest.fixture
+def mistral(tmp_path):
+    """The Mistral parity fixture (its rows: 8 tokens) with a generator that runs the teacher, and a
+    writer of its config.json's window and positions."""
+    from test_hf_parity import FIXTURES
+    shutil.copytree(FIXTURES / "mistral", tmp_path / "mistral")
+    path = tmp_path / "mistral" / "config.json"
+    config = json.loads(path.read_text())
+
+    def text(trips, init):
+        gen = GENERATOR.replace("TRIPS", str(trips)).replace("INIT", init)
+        return (FIXTURES / "mistral.sx").read_text().replace("(prepare (lambda", gen + "\n(prepare (lambda", 1)
+
+    def configure(window, positions):
+        path.write_text(json.dumps({**config, "sliding_window": window, "max_position_embeddings": positions}))
+    return tmp_path / "run.sx", text, configure
+
+
+@pytest.mark.parametrize("trips, init, window, said", [
+    (4, ROWS, 12, "the generator makes rows of 16 positions (`:row`, 4 trips), which `teacher` reads"),
+    (4, ROWS, 16, None),
+    (20, NO_ROW, 16, "the generator runs 20 trips, a position each, which `teacher` reads"),   # the trips counted
+    (16, NO_ROW, 16, None),
+])
+def test_a_generator_past_mistral_s_window_is_refused(mistral, trips, init, window, said):
+    """The loader's rows (8 tokens) fit the window; the generator's positions are counted too."""
+    path, text, configure = mistral
+    configure(window, 64)
+    got = all_codes(analyze(text(trips, init), str(path)))
+    if said is None:
+        assert got == [], got
+    else:
+        assert [c for c, _ in got] == ["E-CONFIG-002"] and f"`sliding_window` is {window}, and {said}" in got[0][1], got
+
+
+@pytest.mark.parametrize("positions, said", [
+    (10, "`mistral/config.json` has `max_position_embeddings` 10, and the generator makes rows of 16 positions "
+         "(`:row`, 4 trips): `teacher` reads 16 positions, past the 10 it was trained on"),
+    (6, "`mistral/config.json` has `max_position_embeddings` 6, and the generator makes rows of 16 positions "
+        "(`:row`, 4 trips): `teacher` reads 16 positions, past the 6 it was trained on"),
+    (16, None),
+])
+def test_positions_past_max_position_embeddings_are_a_warning(mistral, positions, said):
+    path, text, configure = mistral
+    configure(None, positions)
+    got = all_codes(analyze(text(4, ROWS), str(path)))
+    assert got == ([("W-CONFIG-002", said)] if said else []), got
+
+
+def test_loader_rows_past_max_position_embeddings_are_a_warning(mistral):
+    from test_hf_parity import FIXTURES
+    path, _, configure = mistral
+    configure(None, 6)
+    got = all_codes(analyze((FIXTURES / "mistral.sx").read_text(), str(path)))
+    assert got == [("W-CONFIG-002", "`mistral/config.json` has `max_position_embeddings` 6, and this file's loaders "
+                    "give rows of 8 tokens (the model reads 7): `teacher` reads 7 positions, past the 6 it was "
+                    "trained on")], got

@@ -27,7 +27,7 @@ from ..diagnostics import Related, warning
 from ..hf_cache import NotCached, as_written, locate
 from ..hf_config import KEYS, ConfigError, Setting, read, refusals, settings
 from ..syntax import Kw, ListNode, Num, Str, Sym, walk
-from ..types import ERROR, TensorType, scalar
+from ..types import ERROR, TensorType, is_int, scalar
 from .context import CheckContext, near_miss
 
 #: The form's name.
@@ -207,6 +207,28 @@ def compare_configs(ctx: CheckContext, gen: ir.GenerateIR | None) -> None:
         check_stated(ctx, name, prefix, mapping, rel, full, node, gen)
 
 
+def _generated_positions(ctx: CheckContext, gen: ir.GenerateIR | None, prefix: tuple[str, ...]) -> tuple[int, str] | None:
+    """(the most positions the generator makes, the words saying how) where `defgenerate` runs the model at
+    `prefix` (it names that model, or one holding it but the root): the longest row of token ids its state holds (an
+    integer entry [batch positions]), or where it holds none (a cache and the last token), a position a
+    trip (its `:trips`). None else."""
+    if gen is None or not gen.trips:
+        return None
+    # (the root model holds every model, and often never calls the teacher it holds: it counts, as `model`,
+    # only where it is the pretrained model itself)
+    holders = {name for name, path in ctx.reachable.items() if prefix[:len(path)] == path and (path or not prefix)}
+    if prefix == ():
+        holders.add("model")
+    if not any(isinstance(n, Sym) and n.name in holders for f in ctx.forms.get("defgenerate", []) for n in walk(f)):
+        return None
+    rows = [(t.shape[-1], k) for k, t in gen.state.entries
+            if isinstance(t, TensorType) and t.rank >= 2 and is_int(t.dtype)]
+    if rows:   # (the trips write into the rows: they cannot pass their positions)
+        n, key = max(rows)
+        return n, f"makes rows of {n} positions (`:{key}`, {gen.trips} trips)"
+    return gen.trips, f"runs {gen.trips} trips, a position each"
+
+
 def check_stated(ctx: CheckContext, model: str, prefix: tuple[str, ...], mapping: str, rel: str, full: str,
                  node, gen: ir.GenerateIR | None = None) -> None:
     """Compare a `:pretrained` model read through the standard-library `mapping` with its checkpoint's
@@ -227,14 +249,36 @@ def check_stated(ctx: CheckContext, model: str, prefix: tuple[str, ...], mapping
                 help="load a checkpoint the mapping is for, or write the model and its mapping yourself")
         return
     window, longest = config.get("sliding_window"), _longest_sequence(ctx)
-    if config.get("model_type") == "mistral" and isinstance(window, int) and not isinstance(window, bool) \
-            and longest is not None and longest - 1 > window:
-        ctx.err("E-CONFIG-002", node.span, f"`{shown}`: `sliding_window` is {window}, and this file's loaders give "
-                f"rows of {longest} tokens; the standard library's attention is the full causal one, which is "
-                "Mistral's only up to the window",
-                help=f"cut the rows to at most {window + 1} tokens (`:seq`: the model reads {window}, the last is "
-                     "a target), or write windowed attention yourself")
-        return
+    generated = _generated_positions(ctx, gen, prefix)
+    if config.get("model_type") == "mistral" and isinstance(window, int) and not isinstance(window, bool):
+        if longest is not None and longest - 1 > window:
+            ctx.err("E-CONFIG-002", node.span, f"`{shown}`: `sliding_window` is {window}, and this file's loaders "
+                    f"give rows of {longest} tokens; the standard library's attention is the full causal one, which "
+                    "is Mistral's only up to the window",
+                    help=f"cut the rows to at most {window + 1} tokens (`:seq`: the model reads {window}, the last is "
+                         "a target), or write windowed attention yourself")
+            return
+        if generated is not None and generated[0] > window:
+            ctx.err("E-CONFIG-002", node.span, f"`{shown}`: `sliding_window` is {window}, and the generator "
+                    f"{generated[1]}, which `{model}` reads; the standard library's attention is the full causal "
+                    "one, which is Mistral's only up to the window",
+                    help=f"generate at most {window} positions (fewer `:trips`, shorter rows), or write windowed "
+                         "attention yourself")
+            return
+    got = settings(config)
+    most = got.get("positions")
+    if isinstance(most, Setting) and most.key == "max_position_embeddings":
+        past = [(n, f"this file's loaders give rows of {longest} tokens (the model reads {n})")
+                for n in ([longest - 1] if longest is not None else []) if n > most.value]
+        past += [g for g in ([generated] if generated is not None else []) if g[0] > most.value]
+        if past:
+            n, words = max(past)
+            ctx.report(warning("W-CONFIG-002", node.span,
+                               f"`{shown}` has `max_position_embeddings` {most.value}, and "
+                               + (words if words.startswith("this file") else f"the generator {words}")
+                               + f": `{model}` reads {n} positions, past the {most.value} it was trained on",
+                               help=f"keep the rows to {most.value} positions, or use a checkpoint trained on "
+                                    "longer sequences"))
     got = settings(config)
     unread = [str(e) for e in got.values() if isinstance(e, ConfigError)]
     if unread:
