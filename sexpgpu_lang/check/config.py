@@ -430,10 +430,23 @@ def _uncompared(ctx: CheckContext, call: ListNode, unknown: list, shown: str, re
                        f"`{call.head}` here takes {what}, which the checker cannot know before the run, so "
                        f"{_listed(keys)} of `{shown}` {'is' if len(keys) == 1 else 'are'} not compared with "
                        f"{'it' if len(unknown) == 1 else 'them'}",
-                       help=f"give {'it' if len(unknown) == 1 else 'them'} as a number, a `def` or a `let*` of "
-                            f"numbers, or bind each with `({FORM} \"{rel}\" :key)`; the frequencies as a "
-                            "`(rope-inv-freq head-width ...)` in the same lambda",
+                       help=_uncompared_help(unknown, rel),
                        related=[Related(node.span, "the checkpoint is read here")]))
+
+
+def _uncompared_help(unknown: list, rel: str) -> str:
+    """How to give each setting of `unknown` so that it is compared: the settings as numbers or bound from
+    the config, the frequencies as a `rope-inv-freq` in the same lambda."""
+    keys = [k for k, _, _ in unknown if k != "inv-freq"]
+    out = []
+    if keys:
+        out.append("give " + ("it" if len(keys) == 1 else "them") + " as a number, a `def` or a `let*` of numbers, "
+                   "or bind " + ("it" if len(keys) == 1 else "each") + " from the config: "
+                   + ", ".join(f"`(def {k} ({FORM} \"{rel}\" :{k}))`" for k in keys))
+    if len(keys) < len(unknown):
+        out.append("write the frequencies as `(rope-inv-freq head-width base factor low high original)` in the "
+                   "call or in a `let*` of the same lambda")
+    return "; ".join(out)
 
 
 def _listed(items: list[str]) -> str:
