@@ -93,14 +93,20 @@ def locate(written: str, base: str) -> str:
 
 def snapshot_repo(directory: str) -> str | None:
     """The real path of the cache's folder of one model (`models--org--name`) when `directory` is inside one
-    of its snapshots (`<folder>/snapshots/<revision>/...`), else None."""
-    parts = os.path.abspath(directory).split(os.sep)
-    for i in range(len(parts) - 2, 0, -1):
-        if parts[i] == "snapshots" and parts[i - 1].startswith(("models--", "datasets--", "spaces--")):
-            try:
-                return os.path.realpath(os.sep.join(parts[:i]) or os.sep)
-            except (OSError, ValueError):
-                return None
+    of its snapshots (`<folder>/snapshots/<revision>/...`), as written or once its links are resolved (a
+    link beside the run file to a snapshot), else None."""
+    try:
+        paths = (os.path.abspath(directory), os.path.realpath(directory))
+    except (OSError, ValueError):
+        return None
+    for path in paths:
+        parts = path.split(os.sep)
+        for i in range(len(parts) - 2, 0, -1):
+            if parts[i] == "snapshots" and parts[i - 1].startswith("models--"):
+                try:
+                    return os.path.realpath(os.sep.join(parts[:i]) or os.sep)
+                except (OSError, ValueError):
+                    return None
     return None
 
 

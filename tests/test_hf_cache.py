@@ -110,6 +110,15 @@ def test_a_cached_checkpoint_loads_the_same_weights_as_its_directory(cache):
     assert all(np.array_equal(flat[0][k], flat[1][k]) for k in flat[0])
 
 
+def test_a_link_beside_the_run_file_to_a_snapshot_loads(cache):
+    """`ln -s ~/.cache/huggingface/hub/models--org--name/snapshots/REV teacher`: the shards' links resolve
+    into the model's blobs, inside its folder of the cache."""
+    root, snap, work = cache
+    os.symlink(snap, work / "teacher")
+    res = analyze(llama3_reading("teacher"), str(work / "run.sx"), read_files=True)
+    assert errors(res) == []
+
+
 def test_a_model_id_not_in_the_cache_is_one_line_naming_where_it_looked(cache):
     root, snap, work = cache
     text = llama3_reading("tiny-org/absent")
