@@ -454,3 +454,16 @@ def test_loader_rows_past_max_position_embeddings_are_a_warning(mistral):
     assert got == [("W-CONFIG-002", "`mistral/config.json` has `max_position_embeddings` 6, and this file's loaders "
                     "give rows of 8 tokens (the model reads 7): `teacher` reads 7 positions, past the 6 it was "
                     "trained on")], got
+
+
+@pytest.mark.parametrize("config, code", [("{not json", "E-CONFIG-001"),
+                                          ('{"model_type": ["llama"]}', "E-CONFIG-002")])
+def test_a_bad_config_read_by_a_def_and_by_pretrained_is_said_once(project, config, code):
+    """Sizes stated by hand, the epsilon bound from the config: the `def` and the `:pretrained` both read
+    the one bad config.json, which is one diagnostic, at the `def`."""
+    root, text = project
+    (root / "data" / "llama3-tiny" / "config.json").write_text(config)
+    text = text.replace("(def seq 8)", '(def seq 8)\n(def eps (checkpoint-config "data/llama3-tiny" :eps))')
+    for read_files in (False, True):
+        got = codes(analyze(text, str(root / "run.sx"), read_files=read_files))
+        assert [c for c, _ in got] == [code], (read_files, got)

@@ -63,8 +63,9 @@ def config_def(ctx: CheckContext, node: ListNode) -> tuple[ir.Expr, str]:
     except (ConfigError, NotCached) as e:
         why = (f"cannot read the config of `{rel}`, `{_shown(ctx, e.file, rel)}`: {e}" if isinstance(e, ConfigError)
                else f"cannot read the config of `{rel}`: {e}")
-        if ("read", why) not in ctx.refused_configs:   # one cause, said once: at the first `def` reading it
-            ctx.refused_configs.add(("read", why))
+        key = ("read", e.file, str(e)) if isinstance(e, ConfigError) else ("id", rel)
+        if key not in ctx.refused_configs:   # one cause, said once: at the first `def` reading it
+            ctx.refused_configs.add(key)
             ctx.err("E-CONFIG-001", items[1].span, why,
                     help="point at the checkpoint's directory, which holds the `config.json` that `save_pretrained` "
                          "writes (the path is relative to the run file), or at a model id in the local Hugging Face "
@@ -238,12 +239,14 @@ def check_stated(ctx: CheckContext, model: str, prefix: tuple[str, ...], mapping
     try:
         file, config = read(full)
     except ConfigError as e:
-        if not str(e).startswith("no such file"):
+        if not str(e).startswith("no such file") and ("read", e.file, str(e)) not in ctx.refused_configs:
             ctx.err("E-CONFIG-001", node.span, f"cannot read the config of `{rel}`, `{_shown(ctx, e.file, rel)}`: {e}",
                     help="fix or remove the checkpoint's `config.json`")
         return
     shown = _shown(ctx, file, rel)
     refused = refusals(config, mapping)
+    if refused and all((file, r) in ctx.refused_configs for r in refused):
+        return   # said at the `checkpoint-config` that read it first: one cause, once
     if refused:
         ctx.err("E-CONFIG-002", node.span, f"`{shown}`: " + "; ".join(refused),
                 help="load a checkpoint the mapping is for, or write the model and its mapping yourself")
