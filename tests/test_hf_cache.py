@@ -83,12 +83,25 @@ def test_a_cached_checkpoint_checks_clean_by_model_id_and_by_snapshot_path(cache
     assert res.program.pretrained[0].path == str(snap)
 
 
-def test_a_cached_checkpoint_loads_the_same_weights_as_its_directory(cache):
-    """The runtime's load (`sexpgpu run`'s `initial_params`) through the model id: the fixture's weights."""
+def test_the_editor_s_hover_names_the_snapshot_a_model_id_resolved_to(cache):
+    from sexpgpu_lang import ide
+    root, snap, work = cache
+    text = llama3_reading("tiny-org/llama3")
+    res = analyze(text, str(work / "run.sx"), read_files="local")
+    at = text.index(':path "tiny-org/llama3"') + len(':path "t')
+    shown = ide.hover(ide.Index(res), at).markdown
+    assert f"checkpoint `tiny-org/llama3` (the Hugging Face cache's snapshot {snap}): " in shown, shown
+    assert "`model-00001-of-00003.safetensors`" in shown, shown
+
+
+@pytest.mark.parametrize("by", ["model id", "snapshot path"])
+def test_a_cached_checkpoint_loads_the_same_weights_as_its_directory(cache, by):
+    """The runtime's load (`sexpgpu run`'s `initial_params`) by model id and by snapshot path: the
+    fixture's weights, bit for bit."""
     from sexpgpu_lang import analyze_file
     from sexpgpu_runtime.weights.pretrained import initial_params
     root, snap, work = cache
-    (work / "run.sx").write_text(llama3_reading("tiny-org/llama3"))
+    (work / "run.sx").write_text(llama3_reading("tiny-org/llama3" if by == "model id" else str(snap)))
     shutil.copy(FIXTURES / "llama3.sx", work / "direct.sx")
     shutil.copytree(FIXTURES / "llama3", work / "llama3")
     got = {}
