@@ -71,6 +71,7 @@ class CheckContext:
         # the phases are checked (the values folded in the models' bodies are known then): check/config.py
         self.stated_configs: list = []
         self.stages: list[tuple[str, int | None]] = []
+        self.expanded: set[int] = set()   # the `defmodel` forms a one form expanded into (by id: check/one_form.py)
 
     def report(self, d: Diagnostic) -> None:
         """Record a diagnostic once per (code, range); inside a standard-library layer, at the user's call."""
