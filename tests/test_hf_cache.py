@@ -180,3 +180,30 @@ def test_lint_reads_the_cache_hf_hub_cache_names(cache):
                          text=True, timeout=120)
     assert bad.returncode != 0 and "E-CONFIG-001" in bad.stdout and str(work / "empty") in bad.stdout, bad.stdout
     assert "Traceback" not in bad.stdout + bad.stderr
+
+
+def one_form_reading(where: str) -> str:
+    """The Llama 3 fixture in the one form (`(defmodel teacher :pretrained ckpt)`), `ckpt` bound to `where`."""
+    from test_one_form import one_form_text
+    return one_form_text("llama3").replace(f'(def ckpt "{FIXTURES / "llama3"}")', f"(def ckpt {json.dumps(where)})", 1)
+
+
+def test_the_one_form_reads_a_model_id(cache):
+    """`(defmodel teacher :pretrained "org/name")`: made from the cached config.json, its weights the cache's."""
+    from sexpgpu_runtime.weights.pretrained import initial_params
+    root, snap, work = cache
+    text = one_form_reading("tiny-org/llama3")
+    assert '(def ckpt "tiny-org/llama3")' in text
+    for read_files in (True, "local", False):
+        assert errors(analyze(text, str(work / "run.sx"), read_files=read_files)) == [], read_files
+    res = analyze(text, str(work / "run.sx"), read_files=True)
+    assert res.program.pretrained[0].path == str(snap)
+    _, frozen = initial_params(res.program, 0)
+    assert frozen
+
+
+def test_a_one_form_model_id_not_in_the_cache_is_one_error(cache):
+    """The id read by the `checkpoint-config` defs and by the one form: one cause, one E-CONFIG-001."""
+    root, snap, work = cache
+    got = errors(analyze(one_form_reading("tiny-org/absent"), str(work / "run.sx"), read_files=True))
+    assert [c for c, _ in got] == ["E-CONFIG-001"] and "is not in the local Hugging Face cache" in got[0][1], got

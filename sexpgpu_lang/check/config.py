@@ -121,12 +121,18 @@ def model_config(ctx: CheckContext, model: str, rel: str, where) -> tuple | None
     try:
         file, config = read(locate(rel, _base(ctx)))
     except NotCached as e:
+        if ("id", rel) in ctx.refused_configs:   # said at a `checkpoint-config` of the same id: one cause, once
+            return None
+        ctx.refused_configs.add(("id", rel))
         ctx.err("E-CONFIG-001", where.span, f"`{model}` is made from the config of `{rel}`: {e}",
                 help="point at the checkpoint's directory, which holds the `config.json` that `save_pretrained` "
                      "writes (the path is relative to the run file), or at a model id in the local Hugging Face "
                      "cache (`\"org/name\"`)")
         return None
     except ConfigError as e:
+        if ("read", e.file, str(e)) in ctx.refused_configs:
+            return None
+        ctx.refused_configs.add(("read", e.file, str(e)))
         ctx.err("E-CONFIG-001", where.span, f"`{model}` is made from the config of `{rel}`, and "
                 f"`{_shown(ctx, e.file, rel)}` cannot be read: {e}",
                 help="point at the checkpoint's directory, which holds the `config.json` that `save_pretrained` "
