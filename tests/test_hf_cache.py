@@ -207,3 +207,23 @@ def test_a_one_form_model_id_not_in_the_cache_is_one_error(cache):
     root, snap, work = cache
     got = errors(analyze(one_form_reading("tiny-org/absent"), str(work / "run.sx"), read_files=True))
     assert [c for c, _ in got] == ["E-CONFIG-001"] and "is not in the local Hugging Face cache" in got[0][1], got
+
+
+@pytest.mark.slow
+def test_sexpgpu_run_trains_a_student_made_from_a_cached_model_id(cache):
+    """`sexpgpu run` in a fresh process, offline, the cache from `HF_HUB_CACHE`: a trainable one-form model
+    from `tiny-org/llama3`, two steps, exported in the Hugging Face layout with the cached config's settings."""
+    root, snap, work = cache
+    from test_one_form import one_form_text
+    text = one_form_text("llama3", "").replace(f'(def ckpt "{FIXTURES / "llama3"}")', '(def ckpt "tiny-org/llama3")')
+    (work / "run.sx").write_text(text)
+    env = {**os.environ, "HF_HUB_CACHE": str(root), "HF_HUB_OFFLINE": "1"}
+    exe = Path(sys.executable).parent / "sexpgpu"
+    r = subprocess.run([str(exe), "run", str(work / "run.sx"), "--steps", "2", "--run-dir", str(work / "runs"),
+                        "--export", str(work / "out"), "--export-names", "llama"], env=env, capture_output=True,
+                       text=True, timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    rows = [json.loads(line) for line in (work / "runs" / "metrics.jsonl").read_text().splitlines()]
+    assert [row["step"] for row in rows if "loss" in row][-1] == 2
+    exported = json.loads((work / "out" / "config.json").read_text())
+    assert exported["rope_parameters"]["rope_theta"] == 500000.0 or exported.get("rope_theta") == 500000.0
