@@ -68,7 +68,12 @@ def resolve(repo_id: str, path: str | None = None) -> str:
     """The snapshot directory of `repo_id` (`org/name`) that `refs/main` names in the local cache.
     NotCached, naming the cache directory (and `path`, where the id was also read as a path and
     nothing is there), when the cache has no checkpoint of that id. Never downloads."""
-    from huggingface_hub import try_to_load_from_cache
+    try:
+        from huggingface_hub import try_to_load_from_cache
+    except ImportError:   # (a dependency: an environment without it says so in one line)
+        raise NotCached(f"`{repo_id}` reads as a model id of the Hugging Face cache, and huggingface_hub is not "
+                        "installed (`pip install huggingface_hub`)" + (f"; no such file or directory {path}"
+                                                                       if path is not None else "")) from None
     where, why = cache_dir()
     for name in _LOOKED_FOR:
         try:
