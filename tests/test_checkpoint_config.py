@@ -467,3 +467,15 @@ def test_a_bad_config_read_by_a_def_and_by_pretrained_is_said_once(project, conf
     for read_files in (False, True):
         got = codes(analyze(text, str(root / "run.sx"), read_files=read_files))
         assert [c for c, _ in got] == [code], (read_files, got)
+
+
+@pytest.mark.parametrize("case", ["config-004-stated-heads.sx", "config-004-stated-rope.sx"])
+def test_plain_lint_reports_what_lint_read_files_does(case):
+    """The cases' contradictions with config.json (sizes and settings) need no tensor: plain `lint` gives
+    every one `--read-files` gives, at the same places."""
+    text = (CASES / case).read_text()
+    plain = analyze(text, str(CASES / case))
+    read = analyze(text, str(CASES / case), read_files=True)
+    assert [(d.code, d.span, d.message) for d in plain.diagnostics] == \
+        [(d.code, d.span, d.message) for d in read.diagnostics]
+    assert plain.diagnostics and all(d.code == "E-CONFIG-004" for d in plain.diagnostics)
