@@ -166,8 +166,8 @@ def test_a_shard_linked_outside_the_model_s_folder_of_the_cache_is_refused(cache
     assert [c for c, _ in got] == ["E-MODEL-003"] and "outside the cache's folder of that model" in got[0][1], got
 
 
-def test_lint_reads_the_cache_hf_hub_cache_names(cache):
-    """`sexpgpu lint --read-files` in a fresh process: the cache from `HF_HUB_CACHE`, offline."""
+def test_lint_reads_the_cache_hf_hub_cache_or_hf_home_names(cache):
+    """`sexpgpu lint --read-files` in a fresh process: the cache from `HF_HUB_CACHE` (or `HF_HOME`), offline."""
     root, snap, work = cache
     (work / "run.sx").write_text(llama3_reading("tiny-org/llama3"))
     env = {**os.environ, "HF_HUB_CACHE": str(root), "HF_HUB_OFFLINE": "1"}
@@ -180,6 +180,13 @@ def test_lint_reads_the_cache_hf_hub_cache_names(cache):
                          text=True, timeout=120)
     assert bad.returncode != 0 and "E-CONFIG-001" in bad.stdout and str(work / "empty") in bad.stdout, bad.stdout
     assert "Traceback" not in bad.stdout + bad.stderr
+    home = work / "hf-home"   # `HF_HOME` alone: its hub/ is the cache
+    shutil.copytree(root, home / "hub", symlinks=True)
+    env = {k: v for k, v in env.items() if k != "HF_HUB_CACHE"}
+    env["HF_HOME"] = str(home)
+    ok = subprocess.run([str(exe), "lint", "--read-files", str(work / "run.sx")], env=env, capture_output=True,
+                        text=True, timeout=120)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
 
 
 def one_form_reading(where: str) -> str:
