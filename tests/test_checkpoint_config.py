@@ -479,3 +479,22 @@ def test_plain_lint_reports_what_lint_read_files_does(case):
     assert [(d.code, d.span, d.message) for d in plain.diagnostics] == \
         [(d.code, d.span, d.message) for d in read.diagnostics]
     assert plain.diagnostics and all(d.code == "E-CONFIG-004" for d in plain.diagnostics)
+
+
+@pytest.mark.parametrize("helper, call, want", [
+    ("(lambda (x w) (rms-norm-eps x w 1e-5))", "(my-norm (getf c :h) (getf self :norm))", []),
+    ("(lambda (x w) (rms-norm-eps x w 1e-6))", "(my-norm (getf c :h) (getf self :norm))", ["E-CONFIG-004"]),
+    ("(lambda (x w e) (rms-norm-eps x w e))", "(my-norm (getf c :h) (getf self :norm) 2e-5)", ["W-CONFIG-001"]),
+])
+def test_a_block_in_a_function_of_the_file_s_own_is_compared_or_said_uncompared(llama3, helper, call, want):
+    """The final norm written through a function `(def my-norm (lambda ...))`: its literal epsilon is
+    compared; one it takes as an argument (each call may give another) is W-CONFIG-001, not silence."""
+    path, text = llama3
+    text = text.replace("(defmodel layer", f"(def my-norm {helper})\n\n(defmodel layer", 1)
+    old = "(rms-norm-eps (getf c :h) (getf self :norm) eps)"
+    assert text.count(old) == 2
+    text = text.replace(old, call)
+    got = all_codes(analyze(text, str(path)))
+    assert [c for c, _ in got] == want, got
+    if want == ["W-CONFIG-001"]:
+        assert "the epsilon `e`, which the checker cannot know in the body of the function `my-norm`" in got[0][1]

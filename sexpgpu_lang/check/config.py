@@ -189,10 +189,11 @@ _CALLS: dict[str, dict[str, object]] = {
 _ROPE_ARGS = ("rope-base", "rope-factor", "rope-low-freq-factor", "rope-high-freq-factor", "rope-original-positions")
 
 
-def _constant(ctx: CheckContext, node):
-    """The number `node` is when the file is checked: a literal, a global `def`'s constant, or what the
-    checker folded at the node (a `let*`-bound name, arithmetic of constants: `(* 2 5e5)`); else None
-    (not known until the run: a function's argument, a traced value)."""
+def _constant(ctx: CheckContext, node, folded: bool = True):
+    """The number `node` is when the file is checked: a literal, a global `def`'s constant, or (`folded`)
+    what the checker folded at the node (a `let*`-bound name, arithmetic of constants: `(* 2 5e5)`); else
+    None (not known until the run: a function's argument, a traced value). Not `folded` in a function's
+    body, which the checker folds anew at each call: what it holds there is the last call's."""
     if isinstance(node, Num):
         return node.value
     if isinstance(node, Sym):
@@ -200,7 +201,7 @@ def _constant(ctx: CheckContext, node):
         if b is not None and isinstance(b.ir, ir.Const) and isinstance(b.ir.value, (int, float)) \
                 and not isinstance(b.ir.value, bool):
             return b.ir.value
-    t = ctx.facts.types.get((node.span.start, node.span.end)) if node is not None else None
+    t = ctx.facts.types.get((node.span.start, node.span.end)) if node is not None and folded else None
     if isinstance(t, TensorType) and t.shape == () and isinstance(t.value, (int, float)) \
             and not isinstance(t.value, bool):
         return t.value
@@ -247,6 +248,27 @@ def _applies(ctx: CheckContext, prefix: tuple[str, ...]) -> list[ListNode]:
                 lam = entry[0] if isinstance(entry, tuple) else entry
                 if isinstance(lam, ListNode):
                     out.append(lam)
+    return out
+
+
+def _bodies(ctx: CheckContext, prefix: tuple[str, ...]) -> list[tuple[ListNode, str | None]]:
+    """The lambdas whose standard-library calls make the pretrained model at `prefix`: its (and its
+    sub-models') `:apply` and entries (None), and the bodies of the functions of the file's own
+    (`(def NAME (lambda ...))`) they call, directly or through each other (the function's name)."""
+    functions = {}
+    for f in ctx.forms.get("def", []):
+        if len(f.items) == 3 and isinstance(f.items[1], Sym) and isinstance(f.items[2], ListNode) \
+                and f.items[2].head == "lambda":
+            functions.setdefault(f.items[1].name, f.items[2])
+    out: list[tuple[ListNode, str | None]] = [(lam, None) for lam in _applies(ctx, prefix)]
+    seen: set[str] = set()
+    i = 0
+    while i < len(out):
+        for n in walk(out[i][0]):
+            if isinstance(n, ListNode) and n.head in functions and n.head not in seen:
+                seen.add(n.head)
+                out.append((functions[n.head], n.head))
+        i += 1
     return out
 
 
@@ -357,12 +379,12 @@ def check_stated(ctx: CheckContext, model: str, prefix: tuple[str, ...], mapping
                     f"`{shown}` has `{s.key}` {s.text}, and {where} of `{model}` makes it {value}",
                     help=f"make it {s.value}, or bind it: `(def NAME ({FORM} \"{rel}\" :{key}))`",
                     related=[Related(node.span, "the checkpoint is read here")])
-    for lam in _applies(ctx, prefix):
+    for lam, via in _bodies(ctx, prefix):
         bound = _let_bound(lam)
         for call in walk(lam):
             if isinstance(call, ListNode) and isinstance(call.head, str) and call.head in _CALLS \
                     and ctx.globals.names.get(call.head) is None:
-                _check_call(ctx, call, got, shown, rel, node, bound)
+                _check_call(ctx, call, got, shown, rel, node, bound, via)
 
 
 def _sizes(ctx: CheckContext, prefix: tuple[str, ...], mapping: str) -> dict:
@@ -396,12 +418,14 @@ _WORDS = {"eps": "the epsilon", "rope-base": "the rotary base", "rope-factor": "
 
 
 def _check_call(ctx: CheckContext, call: ListNode, got: dict, shown: str, rel: str, node,
-                bound: dict[str, list] | None = None) -> None:
+                bound: dict[str, list] | None = None, via: str | None = None) -> None:
     """E-CONFIG-004 (one per call, every difference named) for the settings a standard-library call fixes
     or is given that differ from the config's; W-CONFIG-001 (one per call) naming each setting it is
     given whose value is not known when the file is checked, so that it cannot be compared. `bound`:
-    the names the enclosing lambda's `let*`s bind (a `rope-inv-freq` bound to a name is followed)."""
+    the names the enclosing lambda's `let*`s bind (a `rope-inv-freq` bound to a name is followed); `via`:
+    the function of the file's own whose body holds the call (only literals and `def`s are known there)."""
     spec = _CALLS[call.head]
+    folded = via is None
     found: list[tuple[str, str, object, str]] = []   # (config key, its text, the value used, the fix)
     unknown: list[tuple[str, object, list[str]]] = []   # (the setting, the node giving it, the config keys)
 
@@ -422,7 +446,7 @@ def _check_call(ctx: CheckContext, call: ListNode, got: dict, shown: str, rel: s
         differs("eps", eps[1], call, lambda s: f"call `{_with_eps(call.head)}`, which takes the epsilon "
                 f"({_num(s.value)})")
     elif isinstance(eps, int) and eps < len(call.items):
-        differs("eps", _constant(ctx, call.items[eps]), call.items[eps],
+        differs("eps", _constant(ctx, call.items[eps], folded), call.items[eps],
                 lambda s: f"make it {_num(s.value)}, or {bind('eps')}")
     if "inv-freq" in spec:
         base = spec.get("rope-base")
@@ -432,7 +456,7 @@ def _check_call(ctx: CheckContext, call: ListNode, got: dict, shown: str, rel: s
             if isinstance(base, tuple):
                 differs("rope-base", base[1], call, lambda s: fix)
             elif isinstance(base, int) and base < len(call.items):
-                differs("rope-base", _constant(ctx, call.items[base]), call.items[base], lambda s: fix)
+                differs("rope-base", _constant(ctx, call.items[base], folded), call.items[base], lambda s: fix)
             f = got.get("rope-factor")
             if isinstance(f, Setting) and not _same(f.value, 1.0):
                 found.append((f"`{f.key.split('.')[0]}` with `factor` {f.text}", "no scaling", call, fix))
@@ -441,14 +465,15 @@ def _check_call(ctx: CheckContext, call: ListNode, got: dict, shown: str, rel: s
             freq = _freq_call(arg, bound or {})
             if freq is not None:
                 for key, a in zip(_ROPE_ARGS, freq.items[2:]):
-                    differs(key, _constant(ctx, a), a, lambda s, k=key: f"make it {_num(s.value)}, or {bind(k)}")
+                    differs(key, _constant(ctx, a, folded), a,
+                            lambda s, k=key: f"make it {_num(s.value)}, or {bind(k)}")
             else:
                 keys = [f"`{got[k].key.split('.')[0]}`" for k in ("rope-base", "rope-factor")
                         if isinstance(got.get(k), Setting)]
                 if keys:
                     unknown.append(("inv-freq", arg, list(dict.fromkeys(keys))))
     if unknown:
-        _uncompared(ctx, call, unknown, shown, rel, node)
+        _uncompared(ctx, call, unknown, shown, rel, node, via)
     if not found:
         return
     where = found[0][2] if len(found) == 1 else call
@@ -466,7 +491,8 @@ def _check_call(ctx: CheckContext, call: ListNode, got: dict, shown: str, rel: s
             related=[Related(node.span, "the checkpoint is read here")])
 
 
-def _uncompared(ctx: CheckContext, call: ListNode, unknown: list, shown: str, rel: str, node) -> None:
+def _uncompared(ctx: CheckContext, call: ListNode, unknown: list, shown: str, rel: str, node,
+                via: str | None = None) -> None:
     """W-CONFIG-001: the settings a standard-library call is given whose values the checker cannot know
     (a function's argument, a traced value, frequencies not from a `rope-inv-freq` in the same lambda),
     named with the config keys they are not compared with."""
@@ -477,7 +503,9 @@ def _uncompared(ctx: CheckContext, call: ListNode, unknown: list, shown: str, re
     what = _listed([f"{_WORDS[k]} `{text(n)}`" for k, n, _ in unknown])
     keys = list(dict.fromkeys(k for _, _, ks in unknown for k in ks))
     ctx.report(warning("W-CONFIG-001", unknown[0][1].span,
-                       f"`{call.head}` here takes {what}, which the checker cannot know before the run, so "
+                       f"`{call.head}` here takes {what}, which the checker cannot know "
+                       + (f"in the body of the function `{via}` (each call may give another)" if via else
+                          "before the run") + ", so "
                        f"{_listed(keys)} of `{shown}` {'is' if len(keys) == 1 else 'are'} not compared with "
                        f"{'it' if len(unknown) == 1 else 'them'}",
                        help=_uncompared_help(unknown, rel),
