@@ -277,6 +277,73 @@ def test_a_mapping_mistake_beside_a_parameter_that_did_not_check_is_still_said()
     assert "`embed`" not in got["E-MODEL-006"]   # its shape did not check: said there, not here
 
 
+def test_a_stated_size_is_reported_at_the_parameter_of_the_model_that_reads_the_checkpoint(tmp_path):
+    """Two models with a `:wq`: the teacher's (read from the checkpoint, 8 heads where config.json has 4)
+    and a student's after it. E-CONFIG-004 stands at the teacher block's `:wq`, not at the last `:wq`
+    of the file."""
+    shutil.copytree(CASES / "data" / "llama3-tiny", tmp_path / "data" / "llama3-tiny")
+    text = (CASES / "config-004-stated-heads.sx").read_text()
+    text = text.replace("(model llama3)", """(defmodel pair
+  :params (:teacher llama3 :wq (normal [width heads head-width] :std 0.02))
+  :apply (lambda (self x) (+ (llama3 x) (sum (getf self :wq)))))
+
+(model pair)""")
+    text = text.replace("(model (getf inputs :x))", "(pair (getf inputs :x))")
+    f = tmp_path / "pair.sx"
+    f.write_text(text)
+    res = analyze(text, str(f), read_files=True)
+    found = [(d.code, res.source.line_col(d.span.start)[0] + 1) for d in res.diagnostics]
+    assert sorted(found) == [("E-CONFIG-004", 21), ("E-CONFIG-004", 22)], [(d.code, d.message) for d in res.diagnostics]
+
+
+def test_a_checkpoint_dir_without_config_json_is_only_that(tmp_path):
+    """`checkpoint-config` of a directory without config.json (its shards there): E-CONFIG-001 alone,
+    no E-CONFIG-004 or W-MODEL-001 from the values it could not give (a `repeat` of 1 layer)."""
+    hf = Path(__file__).parent / "fixtures" / "hf"
+    shutil.copytree(hf / "llama3", tmp_path / "llama3")
+    (tmp_path / "llama3" / "config.json").unlink()
+    f = tmp_path / "llama3.sx"
+    f.write_text((hf / "llama3.sx").read_text())
+    res = analyze(f.read_text(), str(f), read_files=True)
+    assert {d.code for d in res.diagnostics} == {"E-CONFIG-001"}, [(d.code, d.message) for d in res.diagnostics]
+
+
+def test_a_teacher_deeper_than_its_checkpoint_is_one_short_line(tmp_path):
+    """A `repeat` of 3 over a 2-layer checkpoint: one E-MODEL-003 clause saying both depths (not one
+    clause per missing tensor), its help binding the count with `checkpoint-config`."""
+    hf = Path(__file__).parent / "fixtures" / "hf"
+    shutil.copytree(hf / "llama3", tmp_path / "llama3")
+    f = tmp_path / "deep.sx"
+    f.write_text((hf / "llama3.sx").read_text().replace('(def layers (checkpoint-config "llama3" :layers))',
+                                                        "(def layers 3)"))
+    res = analyze(f.read_text(), str(f), read_files=True)
+    (d,) = [d for d in res.diagnostics if d.code == "E-MODEL-003"]
+    assert d.message == ("`llama3`: the checkpoint has 2 layers, and the `repeat` makes 3: layer 2 has no tensors "
+                         "in it")
+    assert '(checkpoint-config "llama3" :layers)' in d.help
+
+
+@pytest.mark.parametrize("value, message", [
+    (None, "it has no `num_hidden_layers` (a count of 1 or more), which the model's sizes are read from"),
+    ("2", '`num_hidden_layers` is "2", not a count of 1 or more'),
+])
+def test_a_missing_or_mistyped_config_key_is_one_error_in_plain_words(tmp_path, value, message):
+    """A key config.json lacks is said to be missing (not "null"); a layer count written as a string
+    is one E-CONFIG-002, without a W-MODEL-001 from a `repeat` of the unknown count."""
+    hf = Path(__file__).parent / "fixtures" / "hf"
+    shutil.copytree(hf / "llama3", tmp_path / "llama3")
+    config = json.loads((tmp_path / "llama3" / "config.json").read_text())
+    if value is None:
+        del config["num_hidden_layers"]
+    else:
+        config["num_hidden_layers"] = value
+    (tmp_path / "llama3" / "config.json").write_text(json.dumps(config))
+    f = tmp_path / "llama3.sx"
+    f.write_text((hf / "llama3.sx").read_text())
+    res = analyze(f.read_text(), str(f), read_files=True)
+    assert [(d.code, d.message) for d in res.diagnostics] == [
+        ("E-CONFIG-002", f"`llama3/config.json`: {message}")]
+
 @pytest.mark.parametrize("value", [[1], {"name": "llama"}, 7])
 def test_a_model_type_of_the_wrong_json_type_is_one_line_in_lint_explain_and_the_server(tmp_path, value):
     """A `model_type` that is no string: one E-CONFIG-002 naming the key and its value, never a traceback

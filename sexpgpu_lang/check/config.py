@@ -391,7 +391,9 @@ def _sizes(ctx: CheckContext, prefix: tuple[str, ...], mapping: str) -> dict:
     """Each size key -> (the value the model's parameters make, the parameter that shows it, its
     definition or None)."""
     params = {".".join(p.path[len(prefix):]): p for p in ctx.params if p.path[:len(prefix)] == prefix}
-    defs = {d.name: d for d in ctx.facts.definitions if d.kind == "param"}
+    # each parameter's own `:params` entry (by its value's range: two models may both have a `:wq`)
+    by_value = {d.form_span: d for d in ctx.facts.definitions if d.kind == "param"}
+    owner = next((n for n, path in ctx.reachable.items() if tuple(path) == tuple(prefix)), None)
 
     def at(rel, axis, key, out):
         p = params.get(rel)
@@ -399,7 +401,7 @@ def _sizes(ctx: CheckContext, prefix: tuple[str, ...], mapping: str) -> dict:
             return
         shape = p.shape[1:] if p.layers else p.shape
         if -len(shape) <= axis < len(shape):
-            out[key] = (shape[axis], f"parameter `{rel}` [{' '.join(map(str, p.shape))}]", defs.get(rel.split(".")[-1]))
+            out[key] = (shape[axis], f"parameter `{rel}` [{' '.join(map(str, p.shape))}]", by_value.get(p.span))
 
     fam = MAPPING_FAMILIES[mapping][0]
     out: dict = {}
@@ -407,7 +409,8 @@ def _sizes(ctx: CheckContext, prefix: tuple[str, ...], mapping: str) -> dict:
         at(rel, axis, key, out)
     p = next((params.get(rel) for rel, _, _ in fam.params if rel.startswith(fam.stack + ".")), None)
     if p is not None and p.layers:
-        out["layers"] = (p.layers, f"the `repeat` of `{fam.stack}`", defs.get(fam.stack))
+        rep = ctx.models.get(owner, {}).get("repeats", {}).get(fam.stack) if owner is not None else None
+        out["layers"] = (p.layers, f"the `repeat` of `{fam.stack}`", by_value.get(rep[2].span) if rep else None)
     return out
 
 

@@ -286,6 +286,33 @@ def _dtype_summary(wrong: dict[tuple, list], file_dtype: str | None = None) -> s
             f"agreeing: {shown}")
 
 
+def _depth_summary(todo, header: dict, wrong: dict, rel: str) -> tuple[str, str] | None:
+    """(clause, help) for a checkpoint with fewer layers than the run's `repeat`: every stacked
+    parameter's layers 0 to K-1 are in the file and none after, and nothing else is wrong. One line
+    saying both depths, rather than one clause per missing tensor. None otherwise."""
+    if not wrong or not all(key[0] == "missing" for key in wrong):
+        return None
+    depths, runs = set(), set()
+    for p, _, _, reads in todo:
+        if len(reads) < 2:
+            continue
+        present = [i for i, (t, _) in enumerate(reads) if t in header]
+        if not present or present != list(range(len(present))):
+            return None
+        depths.add(len(present))
+        runs.add(len(reads))
+    if len(depths) != 1 or len(runs) != 1 or depths == runs:
+        return None
+    (k,), (n,) = depths, runs
+    if k > n or len(wrong) != sum(len(reads) - k for _, _, _, reads in todo if len(reads) > 1):
+        return None
+    gone = f"layer {k} has" if n - k == 1 else f"layers {k} to {n - 1} have"
+    return (f"the checkpoint has {k} layer{'s' if k != 1 else ''}, and the `repeat` makes {n}: {gone} no tensors "
+            "in it",
+            f"repeat the block {k} times, or bind the count from the checkpoint: "
+            f"`(def layers (checkpoint-config \"{rel}\" :layers))`")
+
+
 def _other_mapping(header: dict, current: str | None) -> str | None:
     """The help for a checkpoint that the mapping does not fit: the standard-library mapping whose
     tensor names it holds (the most of them), or None: also when that is the mapping given
@@ -350,6 +377,9 @@ def _compare(ctx: CheckContext, name: str, rel: str, full: str, base: str, todo,
                 casts.add(got[1])
             wrong.setdefault(("shape", tname, got[0], got[1], shape, dtype, depth), []).append((prel, p))
     summary = _dtype_summary(wrong, file_dtype)
+    depth = _depth_summary(todo, header, wrong, rel)
+    if depth is not None:
+        summary, fix = depth
     if mapped and wrong and all(k[0] in ("missing", "pattern") for k in wrong) and len(wrong) == len(
             {leaf(src)[1] for _, _, src, _ in todo}) and len(wrong) > 3:
         # nothing the mapping reads is there: another family's checkpoint, not a few missing tensors
