@@ -199,6 +199,9 @@ def test_lint_explain_and_the_editor_never_import_it(tmp_path):
     for args in (["lint", str(run_file)], ["lint", "--read-files", str(run_file)], ["explain", str(run_file)]):
         r = CliRunner().invoke(app, args)
         assert r.exit_code == 0, (args, r.output)
+        if args[0] == "explain":
+            assert ("reward: `score` of arith_reward.py, Python on the host after `generate.finish`, 1 call per "
+                    "step (one per microbatch) · decodes :row · makes :reward [16] f32") in r.output, r.output
     res = analyze(run_file.read_text(), str(run_file), read_files="local")   # as the language server checks
     assert res.program is not None and not res.has_errors
     idx = ide.index(res)
