@@ -59,11 +59,12 @@ def check_reward(ctx: CheckContext, node: Node, train: ir.LoaderIR,
         return None, DEFAULT_NAME, ERROR
     kws = keyword_args(ctx, node, 0, tuple(PLIST_KEYWORDS["reward"]), ":reward")
     ok = True
-    for need in ("python", "function", "text"):
-        if need not in kws:
-            ctx.err("E-FORM-005", node.span, f"`:reward` needs `:{need}`",
-                    help="e.g. `(:python \"reward.py\" :function \"score\" :text :answer :prompt 4)`")
-            ok = False
+    missing = [f"`:{k}`" for k in ("python", "function", "text") if k not in kws]
+    if missing:   # one diagnostic (they would share the range)
+        said = missing[0] if len(missing) == 1 else ", ".join(missing[:-1]) + " and " + missing[-1]
+        ctx.err("E-FORM-005", node.span, f"`:reward` needs {said}",
+                help="e.g. `(:python \"reward.py\" :function \"score\" :text :answer :prompt 4)`")
+        ok = False
     strings = {}
     for key in ("python", "function", "tokenizer"):
         if key in kws:
