@@ -383,3 +383,17 @@ def test_data_parallel_calls_it_with_every_row_of_the_microbatch(tmp_path):
     for a, b in zip(out[1], out[2]):
         assert a["reward"] == b["reward"]
         np.testing.assert_allclose(a["loss"], b["loss"], rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.slow
+def test_an_evaluation_pass_that_runs_the_generator_calls_it_too(tmp_path):
+    d = src_dir(tmp_path)
+    held = ('(loader held\n  :source (npz "data/sums.npz")\n  :batch prompts\n  :fields (:prompt [prompt] :i32))\n\n'
+            '(pass check :loader held :every 2 :batches 1)\n\n(run :loader train')
+    out = train_small(tmp_path, tmp_path / "run", 2, small_text(**{"(run :loader train": held}))
+    got = calls(d)
+    assert len(got) == 3 and all(len(c["prompts"]) == 16 for c in got)   # steps 1 and 2, then the pass
+    assert 0.0 <= out.history[-1]["check/reward"] <= 1.0
+    every = {"".join("0123456789+="[i] for i in row) for row in np.load(DATA / "sums.npz")["prompt"]}
+    pass_prompts = got[2]["prompts"]   # 4 prompts of the pass's loader, each answered 4 times
+    assert set(pass_prompts) <= every and all(pass_prompts[i] == pass_prompts[i - i % 4] for i in range(16))
