@@ -94,7 +94,11 @@ def test_a_reward_read_as_another_name_hovers_as_generated(tmp_path):
     assert res.program.generate.out.get("score").show() == "[16] f32"
     idx = ide.index(res)
     hover = ide.hover(idx, text.index("(field batch :score)") + len("(field batch :"))
-    assert hover is not None and "[16] f32" in hover.markdown, hover
+    assert hover is not None and "[16] f32" in hover.markdown and "the Python function `score`" in hover.markdown
+    at = text.index(":name :score") + len(":name :")
+    assert [t.span.start for t in ide.definition(idx, text.index("(field batch :score)") + 14)] == [at - 1]
+    with pytest.raises(ide.RenameError):   # (without `:name` the name is `defgenerate`'s `:reward` keyword)
+        ide.rename(idx, text.index("(field batch :score)") + 14, "points")
 
 
 def test_missing_file_function_and_a_near_miss(tmp_path):

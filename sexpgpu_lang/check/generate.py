@@ -131,8 +131,9 @@ def top_generate(ctx: CheckContext, train: ir.LoaderIR | None):
 
 def reward_names(ctx: CheckContext, pair: tuple[Kw, Node], name: str, reward: ir.RewardIR | None,
                  train: ir.LoaderIR, out: PlistType) -> None:
-    """The rewards' batch name (`:reward`'s `:name`): defined for hover and go to definition where it is
-    written (the `:reward` keyword without `:name`), and E-GEN-003 when it is a loader's field."""
+    """The rewards' batch name (`:reward`'s `:name`): defined (kind `reward`: hover and go to definition,
+    never renamed, since without `:name` it is written as `defgenerate`'s `:reward` keyword) where it is
+    written, and E-GEN-003 when it is a loader's field."""
     kw, node = pair
     span = kw.span
     if isinstance(node, ListNode):
@@ -141,7 +142,7 @@ def reward_names(ctx: CheckContext, pair: tuple[Kw, Node], name: str, reward: ir
                 span = node.items[i + 1].span
     by = f" (the Python function `{reward.function}`, called by `sexpgpu run` after `:finish`)" if reward else ""
     ctx.facts.generated[name] = ctx.facts.define(
-        Definition(name, "generated", span, node.span, f"generated :{name} {out.get(name)}{by}"))
+        Definition(name, "reward", span, node.span, f"generated :{name} {out.get(name)}{by}"))
     for ld in [train] + [ctx.loaders[l] for l in _pass_loaders(ctx) if l in ctx.loaders]:
         if any(n == name for n, _, _ in ld.fields):
             ctx.err("E-GEN-003", span, f"the generated name `:{name}` is a field of loader `{ld.name}`",
