@@ -401,3 +401,13 @@ def test_an_evaluation_pass_that_runs_the_generator_calls_it_too(tmp_path):
     every = {"".join("0123456789+="[i] for i in row) for row in np.load(DATA / "sums.npz")["prompt"]}
     pass_prompts = got[2]["prompts"]   # 4 prompts of the pass's loader, each answered 4 times
     assert set(pass_prompts) <= every and all(pass_prompts[i] == pass_prompts[i - i % 4] for i in range(16))
+
+
+def test_a_run_of_several_processes_is_refused(tmp_path, monkeypatch):
+    from sexpgpu_runtime.errors import RewardError
+    from sexpgpu_runtime.run import rewards
+    monkeypatch.setattr(rewards.jax, "process_count", lambda: 2)
+    with pytest.raises(RewardError) as e:
+        reward_of(tmp_path, LOGGING)
+    assert "this run has 2 processes: run it in one" in str(e.value)
+    assert not (tmp_path / "src" / "calls.jsonl").exists()
