@@ -290,6 +290,9 @@ def test_an_import_that_fails_is_one_line_naming_the_file_and_its_line(tmp_path)
         reward_of(tmp_path, "import os\nx = 1 / 0\ndef score(prompts, completions):\n    return []\n")
     assert "raised ZeroDivisionError: division by zero (arith_reward.py:2) while it was imported" in str(e.value)
     with pytest.raises(RewardError) as e:
+        reward_of(tmp_path, BOOBY_TRAP)   # (`raise SystemExit` at import: the run says so, and does not exit)
+    assert "raised SystemExit: imported (arith_reward.py:4) while it was imported" in str(e.value)
+    with pytest.raises(RewardError) as e:
         reward_of(tmp_path, "score = 3\n")
     assert "defines no function `score` (it is int)" in str(e.value)
 

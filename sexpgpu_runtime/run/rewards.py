@@ -53,7 +53,7 @@ def load_function(spec: ir.RewardIR):
     except FileNotFoundError:
         raise RewardError(f"{where} is not there any more; give the path of a Python file, relative to the "
                           "run file") from None
-    except Exception as e:   # the user's code: one line, never a traceback
+    except (Exception, SystemExit) as e:   # the user's code: one line, never a traceback (nor its exit)
         raise RewardError(f"{where} raised {_exception(e, spec.path)} while it was imported") from None
     fn = getattr(module, spec.function, None)
     if not callable(fn):
@@ -128,7 +128,7 @@ class PythonReward:
         self.calls += 1
         try:
             got = self.fn(**kwargs)
-        except Exception as e:   # the user's code: one line naming the row, never a traceback
+        except (Exception, SystemExit) as e:   # the user's code: one line naming the row, never a traceback
             row = self._raising_row(kwargs)
             at = f" at row {row}" if row is not None else " (no single row raises it alone)"
             raise RewardError(f"{self.spec.where}: {self.describe()} raised {_exception(e, self.spec.path)}"
@@ -142,7 +142,7 @@ class PythonReward:
             one = {k: v[i:i + 1] for k, v in kwargs.items()}
             try:
                 self.fn(**one)
-            except Exception:
+            except (Exception, SystemExit):
                 return i
         return None
 
