@@ -276,7 +276,7 @@ def _check_file(ctx: CheckContext, kws: dict, path: str, function: str, fields: 
             ctx.err("E-REWARD-003", kws["function"][1].span,
                     f"`{function}` ({os.path.basename(path)}:{fn.lineno}) cannot take the call "
                     f"`{function}({', '.join(f'{k}=...' for k in (*CALL_KEYWORDS, *fields))})`: {why}",
-                    help=f"give it the parameters `prompts, completions"
+                    help="give it the parameters `prompts, completions"
                          + "".join(f", {k}" for k in fields) + "`, or `**kwargs` for those it does not read")
             return False
         if isinstance(fn, ast.AsyncFunctionDef):
