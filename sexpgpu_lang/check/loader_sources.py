@@ -42,7 +42,7 @@ TOKEN_SOURCES = ("tokens", "text-tokens")
 _FIRST = {"tokens": "path", "text-tokens": "glob", "jsonl": "path", "parquet": "path"}
 
 
-def check_source(ctx: CheckContext, kind: str, args: dict, nodes: dict, fields, at: Span) -> bool:
+def check_source(ctx: CheckContext, kind: str, args: dict, nodes: dict, fields, at: Span, batch: int | None = None) -> bool:
     """Report what is wrong with a token or prompt source; True when its form is right (other kinds:
     True), so the loader is typed and the phases that read it are checked.
 
@@ -114,7 +114,7 @@ def check_source(ctx: CheckContext, kind: str, args: dict, nodes: dict, fields, 
             and "glob" not in missing:
         ok = _text_files(ctx, args["glob"], nodes["glob"].span) and ok
         if ok and isinstance(args.get("tokenizer"), str) and "tokenizer" not in missing and fields:
-            _text_windows(ctx, args, fields, nodes["glob"].span)
+            _text_windows(ctx, args, fields, nodes["glob"].span, batch)
     if ok and ctx.read_files is True and kind == "tokens" and isinstance(args.get("path"), str) \
             and args["path"].endswith(".npy") and args.get("dtype") in TOKEN_FILE_DTYPES:
         ok = _npy_dtype(ctx, args["path"], args["dtype"], nodes["path"].span) and ok
@@ -445,13 +445,13 @@ def _text_files(ctx: CheckContext, rel: str, at: Span) -> bool:
     return True
 
 
-def _text_windows(ctx: CheckContext, args: dict, fields, at: Span) -> None:
+def _text_windows(ctx: CheckContext, args: dict, fields, at: Span, batch: int | None = None) -> None:
     """E-LOADER-001 at the glob when the text its files hold, tokenized as the run does
-    (text_tokens.encoded), gives fewer tokens than one window, in the run's words
-    (text_tokens.fewer_than_a_window). Only a corpus of at most SHORT_TEXT_LIMIT bytes is tokenized
+    (text_tokens.encoded), gives fewer tokens than one window, or fewer windows than one `batch`,
+    in the run's words (text_tokens.fewer_than_a_window, fewer_than_a_batch). Only a corpus of at most SHORT_TEXT_LIMIT bytes is tokenized
     (in memory; nothing is written); a tokenizer or separator that does not load is the runtime's."""
     import glob
-    from ..text_tokens import SHORT_TEXT_LIMIT, fewer_than_a_window
+    from ..text_tokens import SHORT_TEXT_LIMIT, fewer_than_a_batch, fewer_than_a_window, window_count
     full, tok_path = _full_path(ctx, args["glob"]), _full_path(ctx, args["tokenizer"])
     if full is None or tok_path is None:
         return
@@ -466,7 +466,11 @@ def _text_windows(ctx: CheckContext, args: dict, fields, at: Span) -> None:
     sep = args.get("separator") if isinstance(args.get("separator"), str) else None
     tokens = _token_count(files, tok_path, st.st_mtime_ns, st.st_size, sep)
     seq = args.get("seq") if isinstance(args.get("seq"), int) else fields[0][1][0]
-    short = fewer_than_a_window(tokens, seq + (1 if len(fields) == 2 else 0)) if tokens is not None else None
+    span = seq + (1 if len(fields) == 2 else 0)
+    short = fewer_than_a_window(tokens, span) if tokens is not None else None
+    stride = args.get("stride") if isinstance(args.get("stride"), int) else seq
+    if short is None and tokens is not None and isinstance(batch, int):
+        short = fewer_than_a_batch(window_count(tokens, span, stride), batch, "window")
     if short is not None:
         reason, fix = short
         ctx.err("E-LOADER-001", at, f"`text-tokens`'s glob `{args['glob']}`: its text, tokenized, {reason}", help=fix)

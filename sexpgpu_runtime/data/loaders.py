@@ -39,6 +39,7 @@ from .files import first_nonfinite, glob_files, is_text, np_dtype, open_data, re
 from .prompt_files import prompt_table
 from .token_files import permuted, widens
 from .token_loaders import token_windows
+from sexpgpu_lang.text_tokens import fewer_than_a_batch
 
 def _seed_words(seed: int, name: str, *rest: int) -> list[int]:
     h = int.from_bytes(hashlib.blake2s(name.encode(), digest_size=4).digest(), "little")
@@ -75,12 +76,9 @@ class Loader:
         self.where = _source_name(spec)
         self.source = open_records(spec, seed)
         self.records = self.source.records
-        if self.records < spec.batch:
-            # An epoch shorter than a batch would repeat records within every batch.
-            unit = "window" if self.source.permuted else "record"
-            raise LoaderError(f"{self.where} has {self.records} {unit}{'s' if self.records != 1 else ''}, "
-                              f"fewer than one batch of {spec.batch}; give it at least {spec.batch} {unit}s, "
-                              "or lower `:batch`" + (" or `:seq`" if self.source.permuted else ""))
+        short = fewer_than_a_batch(self.records, spec.batch, "window" if self.source.permuted else "record")
+        if short is not None:   # an epoch shorter than a batch would repeat records within every batch
+            raise LoaderError(f"{self.where} {short[0]}; {short[1]}")
         self._perms: dict[int, np.ndarray] = {}
 
     def _perm(self, epoch: int) -> np.ndarray:

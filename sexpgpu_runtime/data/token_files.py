@@ -37,6 +37,7 @@ from sexpgpu_lang.bounded_read import NotRegularFile, npy_dtype_mismatch, open_r
 from sexpgpu_lang.language import TOKEN_FILE_DTYPES
 
 from ..errors import TokenFileError
+from sexpgpu_lang.text_tokens import window_count
 
 #: The integer dtypes a token file may hold on disk (numpy's names, as nanoGPT's `np.uint16`).
 DISK_DTYPES = TOKEN_FILE_DTYPES
@@ -263,7 +264,7 @@ class TokenWindows:
         self.seq = seq
         self.span = seq + (1 if len(fields) == 2 else 0)
         self.stride = stride
-        self.records = (len(stream) - self.span) // stride + 1 if len(stream) >= self.span else 0
+        self.records = window_count(len(stream), self.span, stride)
 
     def take(self, idx: np.ndarray) -> dict[str, np.ndarray]:
         """The windows at record indices `idx`, one array per field."""
