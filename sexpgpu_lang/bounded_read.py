@@ -54,6 +54,21 @@ JSONL_LINE_LIMIT = 64 << 20
 PYTHON_SOURCE_LIMIT = 16 << 20
 
 
+def no_regular_match(pattern: str, matches: list[str]) -> str | None:
+    """Why a glob `pattern` whose `matches` (sorted) hold no regular file gives nothing to read: the first
+    match that is something else (a FIFO, /dev/zero through a link, a directory), in words, or None when
+    nothing (not a dangling link) matches. The one check `run` (sexpgpu_runtime/data/files.glob_files)
+    and `lint --read-files` (check/loader_sources.py) both make; only `stat` is used, which never blocks."""
+    for f in matches:
+        try:
+            mode = os.stat(f).st_mode
+        except OSError:   # a dangling link: as if nothing matched
+            continue
+        which = "" if f == pattern else f" ({pattern} matches it)"
+        return f"cannot read {f}{which}: it is {describe_mode(mode)}, not a regular file; name regular files"
+    return None
+
+
 def describe_mode(mode: int) -> str:
     """What a file of `st_mode` `mode` is, in words: "a named pipe (FIFO)", "a character device", ..."""
     if stat.S_ISFIFO(mode):

@@ -53,6 +53,9 @@ def check_source(ctx: CheckContext, kind: str, args: dict, nodes: dict, fields, 
     the file (E-GEN-003, E-CONTRACT-005) is still found."""
     if kind == "npz":
         return _npz_fields(ctx, args, nodes, fields)
+    if kind == "text-bytes":
+        _text_bytes(ctx, args, nodes, fields, batch)
+        return True
     if kind not in _FIRST:
         return True
     ok = True
@@ -236,8 +239,15 @@ def _missing_file(ctx: CheckContext, kind: str, key: str, rel: str, at: Span) ->
         return True
     if key == "glob":
         import glob
-        if glob.glob(full, recursive=True):
+        from ..bounded_read import no_regular_match
+        matches = sorted(glob.glob(full, recursive=True))
+        if any(os.path.isfile(f) for f in matches):
             return True
+        why = no_regular_match(full, matches)   # (the runtime's words: data/files.glob_files)
+        if why is not None:
+            ctx.err("E-LOADER-001", at, f"`{kind}`'s glob `{rel}`: {why.split('; ')[0]}",
+                    help="name regular files (a pipe or a device would never end, or never start, being read)")
+            return False
         ctx.err("E-LOADER-001", at, f"`{kind}`'s glob `{rel}` matches no file ({full})",
                 help="fix the pattern (relative to the run file), or make the files")
         return False
@@ -445,6 +455,38 @@ def _text_files(ctx: CheckContext, rel: str, at: Span) -> bool:
     return True
 
 
+def _text_bytes(ctx: CheckContext, args: dict, nodes: dict, fields, batch: int | None) -> None:
+    """With `read_files` True, `text-bytes`' glob checked as `run` reads it (data/loaders.py): E-LOADER-001
+    when it matches no file, or only what is not a regular file (`_missing_file`), or its files hold
+    fewer bytes than one window or fewer windows than one `batch` (text_tokens.fewer_than_a_batch);
+    sizes by `stat`, nothing read."""
+    import glob
+    from ..text_tokens import fewer_than_a_batch, window_count
+    rel = args.get("glob")
+    if ctx.read_files is not True or not isinstance(rel, str) or "glob" not in nodes:
+        return
+    at = nodes["glob"].span
+    if not _missing_file(ctx, "text-bytes", "glob", rel, at):
+        return
+    full = _full_path(ctx, rel)
+    seq = args.get("seq") if isinstance(args.get("seq"), int) else (
+        fields[0][1][0] if fields and len(fields) == 1 and len(fields[0][1]) == 1 else None)
+    if full is None or seq is None:
+        return
+    stride = args.get("stride") if isinstance(args.get("stride"), int) else seq
+    try:
+        total = sum(os.stat(f).st_size for f in glob.glob(full, recursive=True) if os.path.isfile(f))
+    except OSError:
+        return
+    if total < seq:
+        ctx.err("E-LOADER-001", at, f"`text-bytes`'s glob `{rel}`: the files matching it hold {total} bytes, fewer "
+                f"than one window of {seq}", help="give it more text, or lower `:seq`")
+        return
+    short = fewer_than_a_batch(window_count(total, seq, stride), batch, "window") if isinstance(batch, int) else None
+    if short is not None:
+        ctx.err("E-LOADER-001", at, f"`text-bytes`'s glob `{rel}` {short[0]}", help=short[1])
+
+
 def _text_windows(ctx: CheckContext, args: dict, fields, at: Span, batch: int | None = None) -> None:
     """E-LOADER-001 at the glob when the text its files hold, tokenized as the run does
     (text_tokens.encoded), gives fewer tokens than one window, or fewer windows than one `batch`,
@@ -537,7 +579,7 @@ def vocab_size(path: str, mtime_ns: int, size: int) -> int | str | None:
     """The number of ids of a Hugging Face tokenizer.json (its largest id plus one: the model's
     `vocab`, a dict of piece to id (BPE, WordPiece, WordLevel) or a list of [piece, score] pairs
     (Unigram), and its `added_tokens`), None where its ids cannot be told, or why the runtime refuses
-    it, in words: not a regular file, larger than `TOKENIZER_JSON_LIMIT`, JSON nested too deeply
+    it, in words: the OS's reason a read fails, not a regular file, larger than `TOKENIZER_JSON_LIMIT`, JSON nested too deeply
     (bounded_read), empty, not JSON (cut short), not an object with a `model` (as every
     tokenizer.json has). `mtime_ns` and `size` key the cache: an edited file is read again."""
     import json
@@ -545,8 +587,8 @@ def vocab_size(path: str, mtime_ns: int, size: int) -> int | str | None:
         raw = read_bounded(path, TOKENIZER_JSON_LIMIT, "a tokenizer.json")
     except (NotRegularFile, TooLarge) as e:
         return str(e)
-    except OSError:
-        return None
+    except OSError as e:   # (/proc/self/mem: a regular file by `stat`, whose read fails, as it does in `run`)
+        return e.strerror or str(e)
     if not raw.strip():
         return "it is empty, not a Hugging Face tokenizer.json"
     try:

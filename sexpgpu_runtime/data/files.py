@@ -12,7 +12,7 @@ import re
 
 import numpy as np
 
-from sexpgpu_lang.bounded_read import NotRegularFile, describe_mode, open_regular
+from sexpgpu_lang.bounded_read import NotRegularFile, describe_mode, no_regular_match, open_regular
 from sexpgpu_lang.ir import LoaderIR
 
 from ..errors import LoaderError
@@ -100,12 +100,7 @@ def glob_files(pattern: str, where: str) -> list[str]:
     files = [f for f in matches if os.path.isfile(f)]
     if files:
         return files
-    for f in matches:
-        try:
-            mode = os.stat(f).st_mode
-        except OSError:   # a dangling link: as if nothing matched
-            continue
-        which = "" if f == pattern else f" ({pattern} matches it)"
-        raise LoaderError(f"{where}: cannot read {f}{which}: it is {describe_mode(mode)}, not a regular file; "
-                          "name regular files")
+    why = no_regular_match(pattern, matches)
+    if why is not None:
+        raise LoaderError(f"{where}: {why}")
     raise LoaderError(f"{where}: no file matches {pattern}")
