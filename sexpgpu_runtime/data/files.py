@@ -12,7 +12,7 @@ import re
 
 import numpy as np
 
-from sexpgpu_lang.bounded_read import NotRegularFile, describe_mode, no_regular_match, open_regular
+from sexpgpu_lang.bounded_read import NotRegularFile, no_regular_match, open_regular
 from sexpgpu_lang.ir import LoaderIR
 
 from ..errors import LoaderError
