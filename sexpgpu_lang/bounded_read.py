@@ -54,6 +54,21 @@ JSONL_LINE_LIMIT = 64 << 20
 PYTHON_SOURCE_LIMIT = 16 << 20
 
 
+def is_text(data: bytes) -> bool:
+    """Whether `data` (a file, or its first bytes) reads as UTF-8 text: no NUL byte, and valid
+    UTF-8 but for a character the cut at the end may have split."""
+    if b"\0" in data:
+        return False
+    for cut in range(4):
+        try:
+            data[:len(data) - cut].decode("utf-8")
+            return True
+        except UnicodeDecodeError as e:
+            if e.start < len(data) - 4:
+                return False
+    return False
+
+
 def no_regular_match(pattern: str, matches: list[str]) -> str | None:
     """Why a glob `pattern` whose `matches` (sorted) hold no regular file gives nothing to read: the first
     match that is something else (a FIFO, /dev/zero through a link, a directory), in words, or None when

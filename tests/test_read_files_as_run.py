@@ -3,7 +3,8 @@
 Each hostile input (a symlink loop for a tokenizer, a jsonl file, a token file, a `:samples
 :tokenizer` or a `:pretrained` checkpoint; a glob matching only a FIFO or /dev/zero; a
 `:samples :tokenizer` that is a FIFO, /dev/zero, missing or nested too deeply; a tokenizer at
-/proc/self/mem; a corpus of fewer windows than one batch) is given to both. The fast tier
+/proc/self/mem; a corpus of fewer windows than one batch; an `npz` that is not one, or whose
+array has another record shape or dtype than declared) is given to both. The fast tier
 compares the checker's diagnostic (`analyze(..., read_files=True)`, and the language server's
 "local") with the runtime's own refusal when the file is opened as the run opens it
 (data/loaders.Loader, the checker's file checks left out); the slow tier runs `sexpgpu lint
@@ -36,6 +37,12 @@ def setup(tmp_path: Path) -> None:
     os.mkfifo(tmp_path / "pipes" / "a.txt")
     (tmp_path / "zeros").mkdir()
     os.symlink("/dev/zero", tmp_path / "zeros" / "a.txt")
+    import numpy as np
+    np.save(tmp_path / "one.npy", np.zeros(64, np.int32))
+    (tmp_path / "notes.npz").write_text("some notes, not arrays\n")
+    (tmp_path / "raw.npz").write_bytes(bytes(range(1, 200)))
+    np.savez(tmp_path / "shape.npz", tokens=np.zeros((10, 9), np.int32), next=np.zeros((10, 8), np.int32))
+    np.savez_compressed(tmp_path / "dtype.npz", tokens=np.zeros((10, 8), np.float64), next=np.zeros((10, 8), np.int32))
 
 
 def samples(tok: str) -> dict:
@@ -63,6 +70,12 @@ CASES = {
     "samples-tokenizer-missing": (samples("missing.json"), "`missing.json` is not there", False),
     "samples-tokenizer-deep": (samples("data/tokenizer-deep.json"), "nests deeper than JSON is read here", False),
     "samples-tokenizer-loop": (samples("loop.json"), LOOP, False),
+    "npz-a-npy": ({SOURCE: '(npz "one.npy")'}, "one.npy is a .npy file (one array, no field names), not an .npz", True),
+    "npz-text": ({SOURCE: '(npz "notes.npz")'}, "notes.npz is a text file, not an .npz", True),
+    "npz-no-zip": ({SOURCE: '(npz "raw.npz")'}, "raw.npz is not an .npz (no zip header)", True),
+    "npz-record-shape": ({SOURCE: '(npz "shape.npz")'},
+                         "field `tokens` has records of shape [9], the declaration says [8]", True),
+    "npz-dtype": ({SOURCE: '(npz "dtype.npz")'}, "field `tokens` has dtype float64, the declaration says i32", True),
     "pretrained-loop": ({"(defmodel lm\n": '(defmodel lm\n  :pretrained "loop.safetensors"\n'},
                         "cannot use `loop.safetensors`: Too many levels of symbolic links", False),
 }

@@ -403,8 +403,10 @@ def _npy_header(path: str, mtime_ns: int, size: int) -> dict | None:
 def _npz_fields(ctx: CheckContext, args: dict, nodes: dict, fields) -> bool:
     """With `read_files` True (`run`, `lint --read-files`; not the server): E-LOADER-001 at the path
     when the `.npz` lacks a declared field, in the run's words (prompt_rows.no_field; its arrays named
-    from the zip's directory, nothing else read). True otherwise: a file that is missing or not an
-    .npz is the runtime's to name."""
+    from the zip's directory), holds one whose records are not of the declared shape and dtype
+    (prompt_rows.record_mismatch, on the members' `.npy` headers alone), or is not an .npz at all (empty, a `.npy`, text, no
+    zip header: prompt_rows.not_an_npz, its first bytes read). True otherwise: a missing file is the
+    runtime's to name."""
     rel = args.get("path")
     if ctx.read_files is not True or not isinstance(rel, str) or not fields:
         return True
@@ -414,14 +416,46 @@ def _npz_fields(ctx: CheckContext, args: dict, nodes: dict, fields) -> bool:
     full, st = found
     have = _npz_names(full, st.st_mtime_ns, st.st_size)
     if have is None:
+        why = _not_an_npz(full, st.st_mtime_ns, st.st_size, rel)
+        if why is not None:
+            ctx.err("E-LOADER-001", nodes["path"].span, f"`npz`'s file `{rel}`: {why.split('; ')[0]}",
+                    help=why.split("; ", 1)[1] if "; " in why else None)
+            return False
         return True
-    from ..prompt_rows import no_field
+    from ..prompt_rows import no_field, record_mismatch
     for name, _, _ in fields:
         if name not in have:
             ctx.err("E-LOADER-001", nodes["path"].span, f"`npz`'s file `{rel}`: {no_field(name, sorted(have))}",
                     help="save the field with np.savez, or fix the loader's `:fields`")
             return False
+    headers = _npz_headers(full, st.st_mtime_ns, st.st_size) or {}
+    for name, shape, dtype in fields:
+        why = record_mismatch(name, *headers[name], shape, dtype) if name in headers else None
+        if why is not None:
+            ctx.err("E-LOADER-001", nodes["path"].span, f"`npz`'s file `{rel}`: {why}",
+                    help="save the array with the declared record shape and dtype, or fix the loader's `:fields`")
+            return False
     return True
+
+
+@functools.lru_cache(maxsize=16)
+def _npz_headers(path: str, mtime_ns: int, size: int) -> dict | None:
+    """prompt_rows.npz_headers of `path`, cached by `mtime_ns` and `size`."""
+    from ..prompt_rows import npz_headers
+    return npz_headers(path)
+
+
+@functools.lru_cache(maxsize=16)
+def _not_an_npz(path: str, mtime_ns: int, size: int, rel: str) -> str | None:
+    """prompt_rows.not_an_npz of the first 4096 bytes of `path` (None when they cannot be read)."""
+    from ..bounded_read import open_regular
+    from ..prompt_rows import not_an_npz
+    try:
+        with open_regular(path) as fh:
+            head = fh.read(4096)
+    except OSError:
+        return None
+    return not_an_npz(head, path, rel)
 
 
 @functools.lru_cache(maxsize=16)

@@ -38,21 +38,6 @@ def first_nonfinite(arr: np.ndarray) -> tuple[int, ...] | None:
     return tuple(int(i) for i in np.argwhere(bad)[0]) if bad.any() else None
 
 
-def is_text(data: bytes) -> bool:
-    """Whether `data` (a file, or its first bytes) reads as UTF-8 text: no NUL byte, and valid
-    UTF-8 but for a character the cut at the end may have split."""
-    if b"\0" in data:
-        return False
-    for cut in range(4):
-        try:
-            data[:len(data) - cut].decode("utf-8")
-            return True
-        except UnicodeDecodeError as e:
-            if e.start < len(data) - 4:
-                return False
-    return False
-
-
 _VAR = re.compile(r"\$(?:(\w+)|\{([^}]*)\})")
 
 
