@@ -312,6 +312,25 @@ def npy_header(path: str) -> dict | None:
     return header if isinstance(header, dict) else None
 
 
+#: `.npy` header `descr` codes (past the byte-order character) as numpy names them.
+NPY_DESCR_NAMES = {"b1": "bool", "u1": "uint8", "i1": "int8", "u2": "uint16", "i2": "int16", "u4": "uint32",
+                   "i4": "int32", "u8": "uint64", "i8": "int64", "f2": "float16", "f4": "float32", "f8": "float64"}
+
+
+def npy_token_problem(path: str, stored: str, shape: tuple, disk_dtypes: tuple) -> tuple[str, str] | None:
+    """(the reason, the fix) when a `.npy` file read as a token stream holds what is not one: values
+    other than little-endian integer ids of `disk_dtypes` (`stored`: the numpy name, or the `descr` such
+    as `>u2` for a big-endian array), or an array of more than one axis (`shape`); None otherwise. The
+    one check the runtime (data/token_files) and `lint --read-files` make."""
+    if stored not in disk_dtypes:
+        return (f"{path} holds {stored} values; a token file holds little-endian integer ids "
+                f"({', '.join(disk_dtypes)})", "convert it with `a.astype(np.uint16)` or `np.uint32`")
+    if len(shape) != 1:
+        return (f"{path} holds an array of shape [{' '.join(map(str, shape))}]; a token stream is one-dimensional",
+                "save `a.reshape(-1)`, or read records already cut with `(npz ...)`")
+    return None
+
+
 def npy_dtype_mismatch(path: str, stored: str, declared: str) -> tuple[str, str]:
     """(the reason, the fix) when a `.npy` token file's header says `stored` ids (a numpy dtype name)
     but `:dtype` says `declared`: the runtime (token_files) and `lint --read-files` both say so."""

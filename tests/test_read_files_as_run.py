@@ -4,7 +4,8 @@ Each hostile input (a symlink loop for a tokenizer, a jsonl file, a token file, 
 :tokenizer` or a `:pretrained` checkpoint; a glob matching only a FIFO or /dev/zero; a
 `:samples :tokenizer` that is a FIFO, /dev/zero, missing or nested too deeply; a tokenizer at
 /proc/self/mem; a corpus of fewer windows than one batch; an `npz` that is not one, or whose
-array has another record shape or dtype than declared) is given to both. The fast tier
+array has another record shape or dtype than declared; a `.npy` token file of two axes, or of floats)
+is given to both. The fast tier
 compares the checker's diagnostic (`analyze(..., read_files=True)`, and the language server's
 "local") with the runtime's own refusal when the file is opened as the run opens it
 (data/loaders.Loader, the checker's file checks left out); the slow tier runs `sexpgpu lint
@@ -41,6 +42,8 @@ def setup(tmp_path: Path) -> None:
     np.save(tmp_path / "one.npy", np.zeros(64, np.int32))
     (tmp_path / "notes.npz").write_text("some notes, not arrays\n")
     (tmp_path / "raw.npz").write_bytes(bytes(range(1, 200)))
+    np.save(tmp_path / "two.npy", np.zeros((4, 16), np.uint16))
+    np.save(tmp_path / "float.npy", np.zeros(64, np.float32))
     np.savez(tmp_path / "shape.npz", tokens=np.zeros((10, 9), np.int32), next=np.zeros((10, 8), np.int32))
     np.savez_compressed(tmp_path / "dtype.npz", tokens=np.zeros((10, 8), np.float64), next=np.zeros((10, 8), np.int32))
 
@@ -76,6 +79,10 @@ CASES = {
     "npz-record-shape": ({SOURCE: '(npz "shape.npz")'},
                          "field `tokens` has records of shape [9], the declaration says [8]", True),
     "npz-dtype": ({SOURCE: '(npz "dtype.npz")'}, "field `tokens` has dtype float64, the declaration says i32", True),
+    "npy-2-d": ({SOURCE: '(tokens "two.npy" :seq seq)'},
+                "two.npy` holds an array of shape [4 16]; a token stream is one-dimensional", False),
+    "npy-float": ({SOURCE: '(tokens "float.npy" :seq seq)'}, "float.npy` holds float32 values; a token file holds "
+                  "little-endian integer ids", False),
     "pretrained-loop": ({"(defmodel lm\n": '(defmodel lm\n  :pretrained "loop.safetensors"\n'},
                         "cannot use `loop.safetensors`: Too many levels of symbolic links", False),
 }

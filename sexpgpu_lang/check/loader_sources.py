@@ -119,8 +119,8 @@ def check_source(ctx: CheckContext, kind: str, args: dict, nodes: dict, fields, 
         if ok and isinstance(args.get("tokenizer"), str) and "tokenizer" not in missing and fields:
             _text_windows(ctx, args, fields, nodes["glob"].span, batch)
     if ok and ctx.read_files is True and kind == "tokens" and isinstance(args.get("path"), str) \
-            and args["path"].endswith(".npy") and args.get("dtype") in TOKEN_FILE_DTYPES:
-        ok = _npy_dtype(ctx, args["path"], args["dtype"], nodes["path"].span) and ok
+            and args["path"].endswith(".npy") and args.get("dtype") in TOKEN_FILE_DTYPES + (None,):
+        ok = _npy_dtype(ctx, args["path"], args.get("dtype"), nodes["path"].span) and ok
     if (ok and ctx.read_files and kind == "tokens" and isinstance(args.get("path"), str)
             and not args["path"].endswith(".npy") and args.get("dtype") in _ITEMSIZE):
         _token_file_dtype(ctx, args["path"], args["dtype"], args.get("vocab"), nodes["dtype"].span)
@@ -372,11 +372,12 @@ def _bad_row(path: str, mtime_ns: int, size: int, fields=None, tokenizer: bool =
     return f"{line_no}:{col}", found.reason
 
 
-def _npy_dtype(ctx: CheckContext, rel: str, dtype: str, at: Span) -> bool:
-    """E-LOADER-001 at the path when a `.npy` token file's header says other ids than `:dtype`, in the
-    run's words (bounded_read.npy_header and npy_dtype_mismatch: the header alone is read). A header
-    that is not a 1-D token array's, or not read, is the runtime's to name."""
-    from ..bounded_read import NPY_TOKEN_DESCR, npy_dtype_mismatch
+def _npy_dtype(ctx: CheckContext, rel: str, dtype: str | None, at: Span) -> bool:
+    """E-LOADER-001 at the path when a `.npy` token file's header says values that are not token ids
+    (a float, a big-endian array) or more than one axis (bounded_read.npy_token_problem), or other ids
+    than `:dtype` (npy_dtype_mismatch), in the run's words: the header alone is read. A header not
+    read is the runtime's to name."""
+    from ..bounded_read import NPY_DESCR_NAMES, NPY_TOKEN_DESCR, npy_dtype_mismatch, npy_token_problem
     found = _regular_file(ctx, rel)
     if found is None:
         return True
@@ -384,9 +385,16 @@ def _npy_dtype(ctx: CheckContext, rel: str, dtype: str, at: Span) -> bool:
     header = _npy_header(full, st.st_mtime_ns, st.st_size)
     if header is None:
         return True
-    stored = NPY_TOKEN_DESCR.get(header.get("descr"))
-    shape = header.get("shape")
-    if stored is None or stored == dtype or not isinstance(shape, tuple) or len(shape) != 1:
+    descr, shape = header.get("descr"), header.get("shape")
+    if not isinstance(descr, str) or descr[1:] not in NPY_DESCR_NAMES or not isinstance(shape, tuple):
+        return True
+    problem = npy_token_problem(f"`tokens`'s file `{rel}`", descr if descr[0] == ">" and descr[1:] not in ("u1", "i1", "b1")
+                                else NPY_DESCR_NAMES[descr[1:]], shape, TOKEN_FILE_DTYPES)
+    if problem is not None:
+        ctx.err("E-LOADER-001", at, problem[0], help=problem[1])
+        return False
+    stored = NPY_TOKEN_DESCR.get(descr)
+    if stored is None or dtype is None or stored == dtype:
         return True
     reason, fix = npy_dtype_mismatch(f"`tokens`'s file `{rel}`", stored, dtype)
     ctx.err("E-LOADER-001", at, reason, help=fix)
