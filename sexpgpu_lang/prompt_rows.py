@@ -151,6 +151,13 @@ def npz_fields(path: str) -> list[str] | None:
         return None
 
 
+def outside_vocab(name: str, token: int, vocab: int) -> str:
+    """The reason and fix when field `name` of a row holds (or its text tokenizes to) `token`, outside
+    `:vocab`: the words of `run` (data/prompt_files.py) and of `lint --read-files`."""
+    return (f"`{name}` has token {token}, outside `:vocab {vocab}`; raise `:vocab` to the model's vocabulary, or "
+            "tokenize with its tokenizer")
+
+
 class RowProblem(NamedTuple):
     """The first thing the run refuses: `field`, `row` (index from 0 among the rows, or None for the
     whole file), `reason` (the words after ``FILE:LINE:COL: ``, reason and fix), `column` (whether
@@ -259,9 +266,7 @@ class PromptRows:
         if self.vocab is not None and name not in self._outside:
             out = next((t for t in kept if t >= self.vocab or t < 0), None)
             if out is not None:
-                self._outside[name] = RowProblem(name, i, f"`{name}` has token {out}, outside `:vocab {self.vocab}`; "
-                                                 "raise `:vocab` to the model's vocabulary, or tokenize with its "
-                                                 "tokenizer", True)
+                self._outside[name] = RowProblem(name, i, outside_vocab(name, out, self.vocab), True)
         return None
 
     def problem(self) -> RowProblem | None:

@@ -4,7 +4,8 @@ Each hostile input (a symlink loop for a tokenizer, a jsonl file, a token file, 
 :tokenizer` or a `:pretrained` checkpoint; a glob matching only a FIFO or /dev/zero; a
 `:samples :tokenizer` that is a FIFO, /dev/zero, missing or nested too deeply; a tokenizer at
 /proc/self/mem; a corpus of fewer windows than one batch; an `npz` that is not one, or whose
-array has another record shape or dtype than declared; a `.npy` token file of two axes, or of floats)
+array has another record shape or dtype than declared; a `.npy` token file of two axes, or of floats; `jsonl`
+text whose ids, tokenized, fall outside `:vocab`)
 is given to both. The fast tier
 compares the checker's diagnostic (`analyze(..., read_files=True)`, and the language server's
 "local") with the runtime's own refusal when the file is opened as the run opens it
@@ -42,6 +43,7 @@ def setup(tmp_path: Path) -> None:
     np.save(tmp_path / "one.npy", np.zeros(64, np.int32))
     (tmp_path / "notes.npz").write_text("some notes, not arrays\n")
     (tmp_path / "raw.npz").write_bytes(bytes(range(1, 200)))
+    (tmp_path / "hi.jsonl").write_text('{"prompt": "w0 w1 w22 w3"}\n' * 4)
     np.save(tmp_path / "two.npy", np.zeros((4, 16), np.uint16))
     np.save(tmp_path / "float.npy", np.zeros(64, np.float32))
     np.savez(tmp_path / "shape.npz", tokens=np.zeros((10, 9), np.int32), next=np.zeros((10, 8), np.int32))
@@ -83,6 +85,11 @@ CASES = {
                 "two.npy` holds an array of shape [4 16]; a token stream is one-dimensional", False),
     "npy-float": ({SOURCE: '(tokens "float.npy" :seq seq)'}, "float.npy` holds float32 values; a token file holds "
                   "little-endian integer ids", False),
+    "jsonl-text-outside-vocab": ({"(def vocab 32)": "(def vocab 16)",
+                                  SOURCE: '(jsonl "hi.jsonl" :tokenizer "data/tokenizer-24.json" :vocab vocab)',
+                                  ":fields (:tokens [seq] :i32 :next [seq] :i32)": ":fields (:prompt [seq] :i32)",
+                                  "(field batch :tokens)) (field batch :next)": "(field batch :prompt)) (field batch :prompt)"},
+                                 "hi.jsonl:1:12: `prompt` has token 23, outside `:vocab 16`", True),
     "pretrained-loop": ({"(defmodel lm\n": '(defmodel lm\n  :pretrained "loop.safetensors"\n'},
                         "cannot use `loop.safetensors`: Too many levels of symbolic links", False),
 }

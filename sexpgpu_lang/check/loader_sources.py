@@ -113,6 +113,8 @@ def check_source(ctx: CheckContext, kind: str, args: dict, nodes: dict, fields, 
             and "path" not in missing:
         vocab = args.get("vocab") if isinstance(args.get("vocab"), int) else None
         ok = _jsonl_rows(ctx, args["path"], nodes["path"].span, fields, bool(args.get("tokenizer")), vocab) and ok
+        if ok and vocab is not None and isinstance(args.get("tokenizer"), str) and "tokenizer" not in missing:
+            ok = _jsonl_text_ids(ctx, args["path"], args["tokenizer"], fields, vocab, nodes["path"].span) and ok
     if checked and ctx.read_files is True and kind == "text-tokens" and isinstance(args.get("glob"), str) \
             and "glob" not in missing:
         ok = _text_files(ctx, args["glob"], nodes["glob"].span) and ok
@@ -370,6 +372,63 @@ def _bad_row(path: str, mtime_ns: int, size: int, fields=None, tokenizer: bool =
     except OSError:
         col = 1
     return f"{line_no}:{col}", found.reason
+
+
+def _jsonl_text_ids(ctx: CheckContext, rel: str, tok_rel: str, fields, vocab: int, at: Span) -> bool:
+    """E-LOADER-001 at the path when a `jsonl` row's text, tokenized as the run tokenizes it (the
+    tokenizer's ids without its special tokens, cut to the field's length), holds an id outside
+    `:vocab`, in the run's words (prompt_rows.outside_vocab) at the row's line and the value's column.
+    Only where the tokenizer has more ids than `:vocab` (else none can be outside), and only the first
+    SHORT_TEXT_LIMIT bytes of the file's rows are tokenized. False when reported."""
+    found, tok = _regular_file(ctx, rel), _regular_file(ctx, tok_rel)
+    if found is None or tok is None or not fields:
+        return True
+    size = vocab_size(tok[0], tok[1].st_mtime_ns, tok[1].st_size)
+    if not isinstance(size, int) or size <= vocab:
+        return True
+    key = tuple((n, tuple(s), d) for n, s, d in fields)
+    bad = _text_id_outside(found[0], found[1].st_mtime_ns, found[1].st_size, tok[0], tok[1].st_mtime_ns, key, vocab)
+    if bad is None:
+        return True
+    where, reason = bad
+    text, _, fix = reason.partition("; ")
+    ctx.err("E-LOADER-001", at, f"`jsonl`'s file `{rel}` has a row `run` refuses: {rel}:{where}: {text}", help=fix or None)
+    return False
+
+
+@functools.lru_cache(maxsize=16)
+def _text_id_outside(path: str, mtime_ns: int, size: int, tokenizer: str, tok_mtime_ns: int, fields: tuple,
+                     vocab: int) -> tuple[str, str] | None:
+    """(LINE:COL, reason and fix) of the first text value of a `[L]` field in the .jsonl at `path` whose
+    ids (by `tokenizer`, cut to L) hold one outside `vocab`; None when there is none in the rows read."""
+    from ..bounded_read import JSONL_LINE_LIMIT, BadJsonlRow, jsonl_rows, open_regular, read_lines_bounded
+    from ..prompt_rows import outside_vocab, value_column
+    from ..text_tokens import SHORT_TEXT_LIMIT
+    try:
+        from tokenizers import Tokenizer
+        tok = Tokenizer.from_str(read_bounded(tokenizer, TOKENIZER_JSON_LIMIT, "a tokenizer.json").decode("utf-8"))
+    except Exception:   # tokenizers raises a bare Exception; the tokenizer's own check names what is wrong
+        return None
+    lengths = {n: s[0] for n, s, _ in fields if len(s) == 1}
+    read = 0
+    try:
+        with open_regular(path) as fh:
+            for line_no, row in jsonl_rows(fh):
+                for name, length in lengths.items():
+                    v = row.get(name)
+                    if not isinstance(v, str):
+                        continue
+                    read += len(v)
+                    out = next((t for t in tok.encode(v, add_special_tokens=False).ids[:length] if t >= vocab), None)
+                    if out is not None:
+                        with open_regular(path) as again:
+                            col = value_column(read_lines_bounded(again, JSONL_LINE_LIMIT), line_no, name)
+                        return f"{line_no}:{col}", outside_vocab(name, out, vocab)
+                if read > SHORT_TEXT_LIMIT:
+                    return None
+    except (BadJsonlRow, OSError, UnicodeError):
+        return None
+    return None
 
 
 def _npy_dtype(ctx: CheckContext, rel: str, dtype: str | None, at: Span) -> bool:
