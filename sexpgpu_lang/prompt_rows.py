@@ -151,6 +151,13 @@ def npz_fields(path: str) -> list[str] | None:
         return None
 
 
+def unreadable_parquet(path: str, error: Exception) -> str:
+    """The reason and fix when pyarrow cannot read the parquet file at `path` (`error`, its first line
+    said): the words of `run` (data/prompt_files.py) and of `lint --read-files`."""
+    return (f"{path} is not a readable parquet file ({(str(error).splitlines() or [''])[0]}); write it with "
+            "pyarrow.parquet.write_table")
+
+
 def outside_vocab(name: str, token: int, vocab: int) -> str:
     """The reason and fix when field `name` of a row holds (or its text tokenizes to) `token`, outside
     `:vocab`: the words of `run` (data/prompt_files.py) and of `lint --read-files`."""

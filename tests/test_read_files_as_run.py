@@ -5,7 +5,8 @@ Each hostile input (a symlink loop for a tokenizer, a jsonl file, a token file, 
 `:samples :tokenizer` that is a FIFO, /dev/zero, missing or nested too deeply; a tokenizer at
 /proc/self/mem; a corpus of fewer windows than one batch; an `npz` that is not one, or whose
 array has another record shape or dtype than declared; a `.npy` token file of two axes, or of floats; `jsonl`
-text whose ids, tokenized, fall outside `:vocab`)
+text whose ids, tokenized, fall outside `:vocab`; a parquet file that is not one, or whose rows
+`run` refuses)
 is given to both. The fast tier
 compares the checker's diagnostic (`analyze(..., read_files=True)`, and the language server's
 "local") with the runtime's own refusal when the file is opened as the run opens it
@@ -44,6 +45,11 @@ def setup(tmp_path: Path) -> None:
     (tmp_path / "notes.npz").write_text("some notes, not arrays\n")
     (tmp_path / "raw.npz").write_bytes(bytes(range(1, 200)))
     (tmp_path / "hi.jsonl").write_text('{"prompt": "w0 w1 w22 w3"}\n' * 4)
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    pq.write_table(pa.table({"prompt": [[1, 2, 3], [4, 5, None]]}), tmp_path / "null.parquet")
+    pq.write_table(pa.table({"prompt": [[1, 2, 3], [4, 5, 99]]}), tmp_path / "ids.parquet")
+    (tmp_path / "junk.parquet").write_text("junk")
     np.save(tmp_path / "two.npy", np.zeros((4, 16), np.uint16))
     np.save(tmp_path / "float.npy", np.zeros(64, np.float32))
     np.savez(tmp_path / "shape.npz", tokens=np.zeros((10, 9), np.int32), next=np.zeros((10, 8), np.int32))
@@ -54,6 +60,8 @@ def samples(tok: str) -> dict:
     return {"(run :loader train": f'(run :samples (:every 1 :text [:tokens] :tokenizer "{tok}") :loader train'}
 
 
+PROMPTS = {":fields (:tokens [seq] :i32 :next [seq] :i32)": ":fields (:prompt [seq] :i32)",
+           "(field batch :tokens)) (field batch :next)": "(field batch :prompt)) (field batch :prompt)"}
 LOOP = "is a symbolic link that leads back to itself (a loop)"
 #: name -> (the edits to BASE, the words both say, whether the runtime's loader says them too)
 CASES = {
@@ -90,6 +98,12 @@ CASES = {
                                   ":fields (:tokens [seq] :i32 :next [seq] :i32)": ":fields (:prompt [seq] :i32)",
                                   "(field batch :tokens)) (field batch :next)": "(field batch :prompt)) (field batch :prompt)"},
                                  "hi.jsonl:1:12: `prompt` has token 23, outside `:vocab 16`", True),
+    "parquet-null-id": (PROMPTS | {SOURCE: '(parquet "null.parquet" :vocab vocab)'},
+                        "row 2 of column `prompt`: `prompt` is a list holding null", True),
+    "parquet-id-outside-vocab": (PROMPTS | {SOURCE: '(parquet "ids.parquet" :vocab vocab)'},
+                                 "row 2 of column `prompt`: `prompt` has token 99, outside `:vocab 32`", True),
+    "parquet-not-parquet": (PROMPTS | {SOURCE: '(parquet "junk.parquet" :vocab vocab)'},
+                            "junk.parquet is not a readable parquet file", True),
     "pretrained-loop": ({"(defmodel lm\n": '(defmodel lm\n  :pretrained "loop.safetensors"\n'},
                         "cannot use `loop.safetensors`: Too many levels of symbolic links", False),
 }

@@ -115,6 +115,10 @@ def check_source(ctx: CheckContext, kind: str, args: dict, nodes: dict, fields, 
         ok = _jsonl_rows(ctx, args["path"], nodes["path"].span, fields, bool(args.get("tokenizer")), vocab) and ok
         if ok and vocab is not None and isinstance(args.get("tokenizer"), str) and "tokenizer" not in missing:
             ok = _jsonl_text_ids(ctx, args["path"], args["tokenizer"], fields, vocab, nodes["path"].span) and ok
+    if checked and ctx.read_files is True and kind == "parquet" and isinstance(args.get("path"), str) \
+            and "path" not in missing and fields:
+        vocab = args.get("vocab") if isinstance(args.get("vocab"), int) else None
+        ok = _parquet_rows(ctx, args["path"], nodes["path"].span, fields, bool(args.get("tokenizer")), vocab) and ok
     if checked and ctx.read_files is True and kind == "text-tokens" and isinstance(args.get("glob"), str) \
             and "glob" not in missing:
         ok = _text_files(ctx, args["glob"], nodes["glob"].span) and ok
@@ -372,6 +376,57 @@ def _bad_row(path: str, mtime_ns: int, size: int, fields=None, tokenizer: bool =
     except OSError:
         col = 1
     return f"{line_no}:{col}", found.reason
+
+
+#: The largest parquet file whose rows `lint --read-files` checks (pyarrow reads the declared columns whole).
+PARQUET_CHECK_LIMIT = 16 << 20
+
+
+def _parquet_rows(ctx: CheckContext, rel: str, at: Span, fields, tokenizer: bool, vocab: int | None) -> bool:
+    """E-LOADER-001 at the path when the parquet file `rel` is not one pyarrow reads, or lacks a declared
+    column, or a row of its declared columns is one the runtime refuses (prompt_rows.PromptRows, the
+    check the runtime makes, in its words: ``row N of column `name` ``). The rows of a file above
+    PARQUET_CHECK_LIMIT bytes are left to the run. False when reported."""
+    found = _regular_file(ctx, rel)
+    if found is None:
+        return True
+    full, st = found
+    key = tuple((n, tuple(s), d) for n, s, d in fields)
+    bad = _bad_parquet(full, st.st_mtime_ns, st.st_size, key, tokenizer, vocab)
+    if bad is None:
+        return True
+    reason, _, fix = bad.partition("; ")
+    ctx.err("E-LOADER-001", at, f"`parquet`'s file `{rel}`: {reason}", help=fix or None)
+    return False
+
+
+@functools.lru_cache(maxsize=16)
+def _bad_parquet(path: str, mtime_ns: int, size: int, fields: tuple, tokenizer: bool, vocab: int | None) -> str | None:
+    """What the runtime refuses in the parquet file at `path` (reason; fix), or None (see `_parquet_rows`)."""
+    from ..prompt_rows import PromptRows, derived, unreadable_parquet
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError:
+        return None
+    declared = {n for n, _, _ in fields}
+    wanted = [n for n, _, _ in fields if not derived(n, declared)]
+    check = PromptRows(fields, tokenizer, nulls=False, vocab=vocab)
+    try:
+        schema = pq.read_schema(path)
+        check.keys(schema.names)
+        present = [n for n in wanted if n in schema.names]
+        if size <= PARQUET_CHECK_LIMIT and present:
+            table = pq.read_table(path, columns=present)
+            columns = {n: table.column(n).to_pylist() for n in present}
+            for i in range(len(columns[present[0]])):
+                check.row({n: columns[n][i] for n in present})
+    except (pa.ArrowException, OSError) as e:
+        return unreadable_parquet(path, e)
+    bad = check.problem()
+    if bad is None:
+        return None
+    return bad.reason if bad.row is None else f"row {bad.row + 1} of column `{bad.field}`: {bad.reason}"
 
 
 def _jsonl_text_ids(ctx: CheckContext, rel: str, tok_rel: str, fields, vocab: int, at: Span) -> bool:
