@@ -7,8 +7,11 @@ arithmetic like any other). `check_stdlib_call` checks what each function's
 comment says it takes, at the argument that breaks it, before the body is
 inlined:
 
-- positions integer: `rotary`'s and `llama-block`'s `positions`, the cached
-  layers' `pos` (an integer scalar) (E-TYPE-002, E-SHAPE-005);
+- positions integer: `rotary`'s and `llama-block`'s `positions` ([T] or
+  [B T], against x's T and B), the cached layers' `pos` (an integer scalar,
+  or [B] against x's, q's or the cache's batch) (E-TYPE-002, E-SHAPE-005);
+- a padding mask [B T] bool or integer: `padded-positions`' and
+  `left-padded-start`'s `mask` (E-TYPE-002, E-SHAPE-005);
 - rotary's head width even: `rotary`'s x [B T N H], `llama-block`'s and
   `llama-block-cached`'s wq [D N H] (E-SHAPE-004);
 - a cache in its layout and long enough: `llama-block-cached`'s and
@@ -36,13 +39,27 @@ from .ranges import DECLARED, hi_occurs
 #: against the ids), "cache" ([B S K H] with wk's K and H, and x's T positions fitting S).
 RULES: dict[str, dict[str, str]] = {
     "rotary": {"x": "heads", "positions": "positions"},
+    "rotary-freq": {"x": "heads", "positions": "positions"},
     "llama-block": {"positions": "positions", "wq": "heads"},
+    "llama-block-freq": {"positions": "positions", "wq": "heads"},
+    "qwen2-block": {"positions": "positions", "wq": "heads"},
     "llama-block-cached": {"pos": "pos", "wq": "heads", "k-cache": "cache", "v-cache": "cache"},
+    "llama-block-freq-cached": {"pos": "pos", "wq": "heads"},
+    "qwen2-block-cached": {"pos": "pos", "wq": "heads"},
+    "gpt2-block-cached": {"pos": "pos"},
     "transformer-block-cached": {"pos": "pos", "k-cache": "cache", "v-cache": "cache"},
     "cache-write": {"pos": "pos"},
     "cached-attention": {"pos": "pos"},
+    "learned-positions": {"pos": "pos"},
+    "row-positions": {"pos": "pos"},
+    "padded-positions": {"mask": "mask"},
+    "left-padded-start": {"mask": "mask"},
+    "padded-causal-mask": {"positions": "positions"},
     "embedding": {"table": "table"},
 }
+
+#: the argument whose axis 0 is the batch a `[B]` pos must match, by function
+_BATCH_OF = {"cache-write": "cache", "cached-attention": "q"}
 
 
 def check_stdlib_call(ctx: CheckContext, fn: str, params: list[str], args: list[ir.Expr],
@@ -65,9 +82,11 @@ def check_stdlib_call(ctx: CheckContext, fn: str, params: list[str], args: list[
                     help=f"positions count tokens: cast them, `(cast {p} :i32)`, or build them with `iota` "
                          f"(an integer); a {t.dtype} position rotates or writes by a fraction, silently")
             return False
-        if rule == "pos" and t.shape != ():
-            ctx.err("E-SHAPE-005", a.span, f"`{fn}`'s `{p}` is the first new position, an integer scalar; got "
-                    f"{t.show()}", help="give the position of the first new token, e.g. `(- at 1)`")
+        if rule == "pos" and not _pos_fits(ctx, fn, p, a, by_name):
+            return False
+        if rule == "positions" and not _positions_fit(ctx, fn, p, a, by_name):
+            return False
+        if rule == "mask" and not _mask_fits(ctx, fn, p, a):
             return False
         if rule == "heads" and t.shape and t.shape[-1] % 2:
             what = "x [B T N H]" if p == "x" else "wq [D N H]"
@@ -89,6 +108,56 @@ def check_stdlib_call(ctx: CheckContext, fn: str, params: list[str], args: list[
                              f"the right way round, the ids need {r[1] + 1} rows: make the table and the ids' "
                              "vocabulary one size")
                 return False
+    return True
+
+
+def _batch(fn: str, by_name: dict) -> int | None:
+    """The batch size B of `fn`'s call: axis 0 of x, q or the cache, where it is known."""
+    a = by_name.get(_BATCH_OF.get(fn, "x"))
+    t = a.type if isinstance(a, ir.Expr) else None
+    return t.shape[0] if isinstance(t, TensorType) and t.shape else None
+
+
+def _pos_fits(ctx: CheckContext, fn: str, p: str, a: ir.Expr, by_name: dict) -> bool:
+    """`pos`, the position of the first new column: an integer scalar or [B] (one per row, B the
+    call's batch); anything else is E-SHAPE-005 at the argument."""
+    t, b = a.type, _batch(fn, by_name)
+    if t.shape == () or (len(t.shape) == 1 and (b is None or t.shape[0] in (b, 1))):
+        return True
+    per_row = f"[{b}]" if b is not None else "[B]"
+    ctx.err("E-SHAPE-005", a.span, f"`{fn}`'s `{p}` is the position of the first new column: an integer scalar, "
+            f"or {per_row} one per row; got {t.show()}",
+            help="give each row's position of its first new token (a left-padded prompt's is its length minus "
+                 "the prompt's width: `left-padded-start`); per-token positions [B T] go to `rotary`")
+    return False
+
+
+def _positions_fit(ctx: CheckContext, fn: str, p: str, a: ir.Expr, by_name: dict) -> bool:
+    """`positions` of x [B T ...]: [T] or [B T] (B may be 1); E-SHAPE-005 at the argument."""
+    t, x = a.type, by_name.get("x")
+    xt = x.type if isinstance(x, ir.Expr) else None
+    if not (isinstance(xt, TensorType) and len(xt.shape) >= 2):
+        return True
+    b, n = xt.shape[0], xt.shape[1]
+    if t.shape in ((n,), (b, n), (1, n)):
+        return True
+    ctx.err("E-SHAPE-005", a.span, f"`{fn}`'s `{p}` must be [{n}] or [{b} {n}] (one per token of x "
+            f"{xt.show()}, per row or for every row); got {t.show()}",
+            help="`(iota [T])` for a row from position 0, `(padded-positions mask)` for a padded batch")
+    return False
+
+
+def _mask_fits(ctx: CheckContext, fn: str, p: str, a: ir.Expr) -> bool:
+    """A padding mask: [B T], bool or integer (1 at the real tokens); E-TYPE-002 or E-SHAPE-005."""
+    t = a.type
+    if t.dtype != "bool" and not is_int(t.dtype):
+        ctx.err("E-TYPE-002", a.span, f"`{fn}`'s `{p}` is a padding mask, bool or integer (true or 1 at the real "
+                f"tokens); got {t.show()}", help="a loader's `NAME-mask` field is one; or compare: `(!= ids pad)`")
+        return False
+    if len(t.shape) != 2:
+        ctx.err("E-SHAPE-005", a.span, f"`{fn}`'s `{p}` is a padding mask [B T], one entry per token of each row; "
+                f"got {t.show()}", help="give the mask of the whole batch, [B T]")
+        return False
     return True
 
 
