@@ -10,6 +10,10 @@ inlined:
 - positions integer: `rotary`'s and `llama-block`'s `positions` ([T] or
   [B T], against x's T and B), the cached layers' `pos` (an integer scalar,
   or [B] against x's, q's or the cache's batch) (E-TYPE-002, E-SHAPE-005);
+- end-of-sequence ids: `eos-hit`'s and `stop-rows`' `eos` an integer id or
+  a vector of them (`(stack [2 7])`; a bare `[2 7]` is a shape), and an id
+  past the tokens' vocabulary (the ids `argmax` over V logits can give, or a
+  loader's `:vocab`) one line: it could never stop a row (E-SHAPE-005);
 - a padding mask [B T] bool or integer: `padded-positions`' and
   `left-padded-start`'s `mask` (E-TYPE-002, E-SHAPE-005);
 - rotary's head width even: `rotary`'s x [B T N H], `llama-block`'s and
@@ -30,7 +34,7 @@ from __future__ import annotations
 from typing import Callable
 
 from .. import ir
-from ..types import TensorType, is_int
+from ..types import ShapeType, TensorType, is_int
 from .context import CheckContext
 from .ranges import DECLARED, hi_occurs
 
@@ -55,6 +59,8 @@ RULES: dict[str, dict[str, str]] = {
     "padded-positions": {"mask": "mask"},
     "left-padded-start": {"mask": "mask"},
     "padded-causal-mask": {"positions": "positions"},
+    "eos-hit": {"eos": "eos"},
+    "stop-rows": {"eos": "eos"},
     "embedding": {"table": "table"},
 }
 
@@ -74,6 +80,8 @@ def check_stdlib_call(ctx: CheckContext, fn: str, params: list[str], args: list[
     for p, rule in rules.items():
         a = by_name.get(p)
         t = a.type if a is not None else None
+        if rule == "eos" and a is not None and not _eos_fits(ctx, fn, p, a, by_name, ranges):
+            return False
         if not isinstance(t, TensorType):
             continue
         if rule in ("positions", "pos") and not is_int(t.dtype):
@@ -109,6 +117,43 @@ def check_stdlib_call(ctx: CheckContext, fn: str, params: list[str], args: list[
                              "vocabulary one size")
                 return False
     return True
+
+
+def _eos_fits(ctx: CheckContext, fn: str, p: str, a: ir.Expr, by_name: dict, ranges) -> bool:
+    """End-of-sequence ids: an integer id or vector of ids (E-TYPE-001, E-TYPE-002), none past the
+    ids the tokens can hold (`ranges` of `tokens`/`token`: `argmax` over V logits, a loader's
+    `:vocab`), which is E-SHAPE-005 at the id, in one line."""
+    t = a.type
+    if isinstance(t, ShapeType):
+        ctx.err("E-TYPE-001", a.span, f"`{fn}`'s `{p}` takes the end-of-sequence ids as a tensor, got "
+                f"{t.show()}", help=f"write the ids as a vector: `(stack {t.show().split(' shape')[0]})`")
+        return False
+    if not isinstance(t, TensorType):
+        return True
+    if not is_int(t.dtype) or len(t.shape) > 1:
+        ctx.err("E-TYPE-002", a.span, f"`{fn}`'s `{p}` is an end-of-sequence id or a vector of ids (integers), "
+                f"got {t.show()}", help="give the tokenizer's or config.json's `eos_token_id`")
+        return False
+    ids = _constant_ids(a)
+    tok = by_name.get("tokens", by_name.get("token"))
+    r = ranges(tok) if isinstance(tok, ir.Expr) else None
+    if ids and isinstance(r, tuple):
+        past = [i for i in ids if i > r[1] or i < 0]
+        if past:
+            ctx.err("E-SHAPE-005", a.span, f"end-of-sequence id {past[0]} is past the vocabulary: the tokens are 0 "
+                    f"to {r[1]}, so it would never stop a row",
+                    help=f"give an id below {r[1] + 1} (the checkpoint's `eos_token_id`, or the tokenizer's)")
+            return False
+    return True
+
+
+def _constant_ids(e: ir.Expr) -> list[int]:
+    """The ids of a constant integer, or of `(stack [i j ...])`; [] when they are computed."""
+    if isinstance(e.type, TensorType) and isinstance(e.type.value, int) and not isinstance(e.type.value, bool):
+        return [e.type.value]
+    if isinstance(e, ir.Op) and e.name == "stack" and len(e.args) == 1 and isinstance(e.args[0].type, ShapeType):
+        return list(e.args[0].type.dims)
+    return []
 
 
 def _batch(fn: str, by_name: dict) -> int | None:
