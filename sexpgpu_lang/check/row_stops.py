@@ -21,7 +21,7 @@ Imports nothing outside `sexpgpu_lang`; never JAX.
 from __future__ import annotations
 
 from .. import ir
-from ..types import PlistType, TensorType
+from ..types import ErrorType, PlistType, TensorType
 
 
 def per_row_flags(until: ir.Phase, state: PlistType) -> set[str]:
@@ -54,8 +54,8 @@ def unguarded_writes(step: ir.Phase, finish: ir.Phase | None, until: ir.Phase,
     plist, env = found
     out = []
     for key, value in zip(plist.keys, plist.values):
-        if key in flags or key not in reaching:
-            continue
+        if key in flags or key not in reaching or isinstance(value.type, ErrorType):
+            continue      # (an error in it is reported already: one cause, one diagnostic)
         if isinstance(value, ir.GetF) and value.key == key and _is_state(value.obj, env):
             continue      # passed through unchanged
         if not _reads(value, env, flags):

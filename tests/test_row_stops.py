@@ -1,0 +1,149 @@
+"""Stops per row (prelude.sx `stop-rows`, `all-stopped`, `completion-length`; docs/stdlib.md "Stops per
+row"): a generator that writes each row's completion until its end-of-sequence id, freezes it, and
+gives the completion mask and length as generated fields; `:until (all-stopped done)` ends the trips
+early with the parameters bit for bit those of every trip; the completion-masked loss; W-GEN-002 for
+a `:step` that writes past a row's stop; `:samples` showing a prompt without its padding and a
+completion up to its stop."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from helpers import check, marked, program_of, variant
+
+#: tiny-generate's student, its completion kept per row: a row stops at an id in EOS (every id under
+#: 12: most rows stop at their first trips), frozen after; the training reads the completion's mask.
+STOPS = variant("""  :init (lambda (batch ctx)
+          (list :row (field batch :row)
+                :stride (field batch :stride)))""", """  :init (lambda (batch ctx)
+          (list :row (field batch :row)
+                :stride (field batch :stride)
+                :completion (zeros [64 6] :dtype :i32)
+                :mask (< (zeros [64 6] :dtype :i32) 0)
+                :done (< (take (field batch :stride) 0 :axis 1) 0)))""")
+STOPS = variant("""                 (guess (sum (where (= column (- at 1)) (argmax (model row)) 0)
+                             :axes [1]
+                             :keepdims true)))
+            (list :row (where (= column at) guess row)
+                  :stride (getf state :stride))))""", """                 (guess (sum (where (= column (- at 1)) (argmax (model row)) 0)
+                             :axes [1]
+                             :keepdims true))
+                 (s (stop-rows (getf state :completion) (getf state :mask) (getf state :done)
+                               (squeeze guess :axes [1]) trip (iota [12]) 0)))
+            (list :row (where (and (= column at) (expand-dims (not (getf state :done)) :axis -1)) guess row)
+                  :stride (getf state :stride)
+                  :completion (getf s :completion)
+                  :mask (getf s :mask)
+                  :done (getf s :done))))""", STOPS)
+STOPS = variant("""              (list :sample row
+                    :label (mod (+ row stride) vocab)""", """              (list :sample row
+                    :completion (getf state :completion)
+                    :completion-mask (getf state :mask)
+                    :completion-length (completion-length (getf state :mask))
+                    :label (mod (+ row stride) vocab)""", STOPS)
+STOPS = variant("""        :correct (field batch :correct))))""", """        :correct (field batch :correct)
+        :weight (cast (field batch :completion-length) :f32))))""", STOPS)
+STOPS = variant("""         (loss (mean (cross-entropy logits (getf inputs :target)))))""",
+                """         (loss (+ (mean (cross-entropy logits (getf inputs :target)))
+                  (* 0.01 (mean (getf inputs :weight))))))""", STOPS)
+UNTIL = variant("  :finish (lambda (state ctx)", """  :until (lambda (state ctx) (all-stopped (getf state :done)))
+  :finish (lambda (state ctx)""", STOPS)
+
+
+def test_stop_rows_with_until_is_clean():
+    check(UNTIL)
+
+
+def test_a_step_writing_past_a_row_s_stop_is_a_warning_at_the_write():
+    unguarded = "(where (= column at) guess row)"
+    text = variant("(where (and (= column at) (expand-dims (not (getf state :done)) :axis -1)) guess row)",
+                   unguarded, UNTIL)
+    [d] = check(marked(text, unguarded, "W-GEN-002")).diagnostics
+    assert "`:row` without reading `:done`" in d.message and d.help and "stop-rows" in d.help
+    # without `:until` there is no early exit to change the result: no warning
+    check(variant("  :until (lambda (state ctx) (all-stopped (getf state :done)))\n", "", text))
+    # an entry `:finish` does not read (a cache) may change after a row's stop
+    cache = variant(":done (< (take (field batch :stride) 0 :axis 1) 0)))",
+                    ":done (< (take (field batch :stride) 0 :axis 1) 0)\n"
+                    "                :cache (zeros [64 seq] :dtype :i32)))", UNTIL)
+    cache = variant(":done (getf s :done))))", ":done (getf s :done)\n                  :cache (+ (getf state :cache) 1))))",
+                    cache)
+    check(cache)
+
+
+def test_a_scalar_until_flag_is_not_judged():
+    """The `freeze` pattern's flag is a bool scalar: not a per-row stop; W-GEN-002 is for the per-row one."""
+    text = variant("  :until (lambda (state ctx) (all-stopped (getf state :done)))",
+                   "  :until (lambda (state ctx) (> (sum (cast (getf state :row) :i32)) 0))", UNTIL)
+    check(text)
+
+
+def test_the_completion_fields_are_generated_with_their_types():
+    gen = program_of(UNTIL).generate
+    out = dict(gen.out.entries)
+    assert out["completion"].show() == "[64 6] i32" and out["completion-mask"].show() == "[64 6] bool"
+    assert out["completion-length"].show() == "[64] i32"
+
+
+def test_an_eos_id_past_the_vocabulary_is_one_line():
+    text = variant("(squeeze guess :axes [1]) trip (iota [12]) 0)", "(argmax (take (model row) 1 :axis 1)) trip 40 0)",
+                   UNTIL)   # the tokens an argmax over the 16 logits gives
+    [d] = [d for d in check(marked(text, "40", "E-SHAPE-005", within="(stop-rows")).diagnostics]
+    assert d.message == "end-of-sequence id 40 is past the vocabulary: the tokens are 0 to 15, so it would never stop a row"
+
+
+def trained(text, steps, run_dir):
+    from sexpgpu_runtime.run.train import RunOptions, train
+    seen = []
+    result = train(program_of(text, str(run_dir / "run.sx")), RunOptions(steps=steps, run_dir=run_dir, quiet=True),
+                   on_trip=lambda step, trip: seen.append((step, trip)))
+    return result, seen
+
+
+def flat(tree):
+    import jax
+    return {jax.tree_util.keystr(p): np.asarray(v) for p, v in jax.tree_util.tree_leaves_with_path(tree)}
+
+
+@pytest.mark.slow
+def test_until_all_stopped_ends_early_and_equals_every_trip_bit_for_bit(tmp_path):
+    samples = "     :samples (:every 1 :rows 4 :text [:completion] :values [:completion-length])\n"
+    full, every = trained(variant("     :log (:every 50))", "     :log (:every 50)\n" + samples[:-1] + ")", STOPS),
+                          2, tmp_path / "full")
+    early, few = trained(variant("     :log (:every 50))", "     :log (:every 50)\n" + samples[:-1] + ")", UNTIL),
+                         2, tmp_path / "early")
+    assert len(every) == 2 * 6 and len(few) < len(every)
+    a, b = flat(full.trainable), flat(early.trainable)
+    for k in a:
+        np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+    rows = [json.loads(line) for line in (tmp_path / "early" / "samples.jsonl").read_text().splitlines()]
+    assert rows == [json.loads(line) for line in (tmp_path / "full" / "samples.jsonl").read_text().splitlines()]
+    # each row's completion is shown up to its stop (its mask): as many ids as its length, the last an EOS
+    for r in rows:
+        ids = [int(i) for i in r["fields"]["completion"].split()]
+        assert len(ids) == r["fields"]["completion-length"] >= 1
+        assert ids[-1] < 12 and all(i >= 12 for i in ids[:-1]) or (len(ids) == 6 and all(i >= 12 for i in ids))
+
+
+def test_samples_show_a_prompt_without_its_padding_and_a_completion_up_to_its_stop(tmp_path):
+    from sexpgpu_runtime.run.samples import SampleLog
+    text = variant("     :log (:every 50))", "     :log (:every 50)\n"
+                   "     :samples (:every 1 :rows 2 :text [:completion :sample] :prompt 2))", UNTIL)
+    program = program_of(text, str(tmp_path / "run.sx"))
+    assert program.run.samples.masks == (("completion", "completion-mask"),)
+    log = SampleLog(program, tmp_path, 10, 0, False, None)
+    arrays = {"completion": np.array([[13, 14, 3, 0, 0, 0], [15, 15, 15, 15, 15, 15]]),
+              "completion-mask": np.array([[1, 1, 1, 0, 0, 0], [1, 1, 1, 1, 1, 1]], bool),
+              "sample": np.array([[1, 2, 3, 4, 5, 6, 7, 8], [0, 0, 1, 2, 3, 4, 5, 6]])}
+    got = [r["fields"] for r in log.rows_of(1, "train", arrays)]
+    assert got[0]["completion"] == {"prompt": "13 14", "completion": "3"}
+    assert got[1]["completion"] == {"prompt": "15 15", "completion": "15 15 15 15"}
+    assert got[0]["sample"] == {"prompt": "1 2", "completion": "3 4 5 6 7 8"}     # no mask: the whole row
+    # a left-padded prompt with its loader's mask
+    log.masks = {"sample": "sample-mask"}
+    arrays["sample-mask"] = np.array([[1] * 8, [0, 0, 1, 1, 1, 1, 0, 0]], bool)
+    got = [r["fields"] for r in log.rows_of(1, "train", arrays)]
+    assert got[1]["sample"] == {"prompt": "", "completion": "1 2 3 4"}
+    log.close(None)
