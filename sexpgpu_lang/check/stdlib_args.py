@@ -14,8 +14,9 @@ inlined:
   a vector of them (`(stack [2 7])`; a bare `[2 7]` is a shape), and an id
   past the tokens' vocabulary (the ids `argmax` over V logits can give, or a
   loader's `:vocab`) one line: it could never stop a row (E-SHAPE-005);
-- a padding mask [B T] bool or integer: `padded-positions`' and
-  `left-padded-start`'s `mask` (E-TYPE-002, E-SHAPE-005);
+- a padding or completion mask [B T] bool or integer: `padded-positions`',
+  `left-padded-start`'s, `stop-rows`' and the completion losses' `mask`
+  (E-TYPE-002, E-SHAPE-005);
 - rotary's head width even: `rotary`'s x [B T N H], `llama-block`'s and
   `llama-block-cached`'s wq [D N H] (E-SHAPE-004);
 - a cache in its layout and long enough: `llama-block-cached`'s and
@@ -59,8 +60,11 @@ RULES: dict[str, dict[str, str]] = {
     "padded-positions": {"mask": "mask"},
     "left-padded-start": {"mask": "mask"},
     "padded-causal-mask": {"positions": "positions"},
+    "completion-cross-entropy": {"mask": "mask"},
+    "completion-log-prob": {"mask": "mask"},
+    "row-completion-mask": {"mask": "mask"},
+    "stop-rows": {"mask": "mask", "eos": "eos"},
     "eos-hit": {"eos": "eos"},
-    "stop-rows": {"eos": "eos"},
     "embedding": {"table": "table"},
 }
 
@@ -193,14 +197,15 @@ def _positions_fit(ctx: CheckContext, fn: str, p: str, a: ir.Expr, by_name: dict
 
 
 def _mask_fits(ctx: CheckContext, fn: str, p: str, a: ir.Expr) -> bool:
-    """A padding mask: [B T], bool or integer (1 at the real tokens); E-TYPE-002 or E-SHAPE-005."""
+    """A padding or completion mask: [B T], bool or integer (1 at the tokens it keeps); E-TYPE-002 or
+    E-SHAPE-005."""
     t = a.type
     if t.dtype != "bool" and not is_int(t.dtype):
-        ctx.err("E-TYPE-002", a.span, f"`{fn}`'s `{p}` is a padding mask, bool or integer (true or 1 at the real "
-                f"tokens); got {t.show()}", help="a loader's `NAME-mask` field is one; or compare: `(!= ids pad)`")
+        ctx.err("E-TYPE-002", a.span, f"`{fn}`'s `{p}` is a mask, bool or integer (true or 1 at the tokens it "
+                f"keeps); got {t.show()}", help="a loader's `NAME-mask` field is one; or compare: `(!= ids pad)`")
         return False
     if len(t.shape) != 2:
-        ctx.err("E-SHAPE-005", a.span, f"`{fn}`'s `{p}` is a padding mask [B T], one entry per token of each row; "
+        ctx.err("E-SHAPE-005", a.span, f"`{fn}`'s `{p}` is a mask [B T], one entry per token of each row; "
                 f"got {t.show()}", help="give the mask of the whole batch, [B T]")
         return False
     return True
