@@ -36,6 +36,7 @@ from typing import Callable
 
 from .. import ir
 from ..types import ShapeType, TensorType, is_int
+from ..diagnostics import warning
 from .context import CheckContext
 from .ranges import DECLARED, hi_occurs
 
@@ -73,14 +74,19 @@ _BATCH_OF = {"cache-write": "cache", "cached-attention": "q"}
 
 
 def check_stdlib_call(ctx: CheckContext, fn: str, params: list[str], args: list[ir.Expr],
-                      ranges: Callable[[ir.Expr], object]) -> bool:
+                      ranges: Callable[[ir.Expr], object],
+                      forms: Callable[[ir.Expr], object] | None = None, span=None) -> bool:
     """Check the arguments `args` of standard-library function `fn` (its parameters `params`)
-    against `RULES`; `ranges(e)` gives an argument's `ranges.value_range`. Reports the first
-    that breaks one (at that argument) and returns False; True when all hold."""
+    against `RULES`; `ranges(e)` gives an argument's `ranges.value_range`, `forms(e)` its
+    `ranges.trip_form`. Reports the first that breaks one (at that argument) and returns False;
+    True when all hold. A cached layer's `pos` that provably writes past its cache on a trip is
+    W-SHAPE-002 at the call (`span`), which still holds."""
     rules = RULES.get(fn)
     if not rules:
         return True
     by_name = dict(zip(params, args))
+    if forms is not None and span is not None and "pos" in by_name:
+        _writes_past_cache(ctx, fn, by_name, ranges, forms, span)
     for p, rule in rules.items():
         a = by_name.get(p)
         t = a.type if a is not None else None
@@ -158,6 +164,41 @@ def _constant_ids(e: ir.Expr) -> list[int]:
     if isinstance(e, ir.Op) and e.name == "stack" and len(e.args) == 1 and isinstance(e.args[0].type, ShapeType):
         return list(e.args[0].type.dims)
     return []
+
+
+def _writes_past_cache(ctx: CheckContext, fn: str, by_name: dict, ranges, forms, span) -> None:
+    """W-SHAPE-002 at the call: the cache [B S ...] of `fn` is written at pos ... pos+T-1 (T the new
+    entries' or x's axis 1), and on a trip of `:step` (pos's trip form) or anywhere (its range) that
+    passes S - 1; `cache-write` drops such an entry (JAX's at[...].set), so the row loses it."""
+    cache = by_name.get("cache", by_name.get("k-cache"))
+    new = by_name.get("new", by_name.get("x", by_name.get("q")))
+    pos = by_name["pos"]
+    if not all(isinstance(a, ir.Expr) and isinstance(a.type, TensorType) for a in (cache, new, pos)) \
+            or len(cache.type.shape) != 4 or len(new.type.shape) < 2 or pos.type.value is not None:
+        return
+    n, size = cache.type.shape[1], new.type.shape[1]
+    last = n - size
+    form, r, trips = forms(pos), ranges(pos), ctx.trips
+    where = ""
+    if isinstance(form, tuple) and form[0] > 0 and trips:
+        a, b = form
+        bad = [t for t in range(trips) if a * t + b > last]
+        if not bad:
+            return
+        first, v = bad[0], a * bad[0] + b
+        where = f" on trip {first} (of trips 0 to {trips - 1}): this position is {v} there"
+        fix = (f"with `:trips {first}` every trip fits; or make the cache longer" if first > 0
+               else "make the cache longer")
+        who = f"trip {first}" if first == trips - 1 else f"trips {first} to {trips - 1}"
+    elif isinstance(r, tuple) and r[0] > last:
+        where, fix, who = f": this position is {r[0]} or more", "make the cache longer", "it"
+    else:
+        return
+    ctx.report(warning("W-SHAPE-002", span, f"`{fn}` writes past the end of axis 1 of the cache "
+                       f"{cache.type.show()}{where}, and {size} new position{'s fit' if size > 1 else ' fits'} only "
+                       f"at positions 0 to {last}",
+                       help=f"an entry past the cache is dropped (JAX's at[...].set), so {who} write nothing "
+                            f"and no later query sees them; {fix}"))
 
 
 def _batch(fn: str, by_name: dict) -> int | None:
