@@ -98,10 +98,13 @@ def test_a_left_padded_batch_decodes_each_row_as_if_alone(block, weights, kv):
         assert np.all(out["k"][b, n + TRIPS:] == 0)
 
 
-@pytest.mark.parametrize("block", ["llama-block", "qwen2-block"])
+@pytest.mark.parametrize("block", ["llama-block", "qwen2-block", "gpt2-block-padded"])
 def test_the_uncached_blocks_leave_padding_out(block):
     ws = llama_weights()
-    if block == "qwen2-block":
+    if block == "gpt2-block-padded":
+        ws = gpt2_weights()
+        call = f"(gpt2-block-padded x positions {GPT2})"
+    elif block == "qwen2-block":
         rng = np.random.default_rng(3)
         ws.update({"bq": rng.standard_normal((N, H)).astype(np.float32),
                    "bk": rng.standard_normal((K, H)).astype(np.float32),
@@ -118,6 +121,10 @@ def test_the_uncached_blocks_leave_padding_out(block):
     for b, n in enumerate(LENGTHS):
         alone = compiled(call, {**ws, "x": real[b][None, :n], "positions": np.arange(n, dtype=np.int32)})()
         np.testing.assert_allclose(got[b, P - n:], alone[0], rtol=1e-5, atol=1e-5)
+    if block == "gpt2-block-padded":   # every row full: gpt2-block-eps's outputs
+        full = compiled(f"(gpt2-block-eps x {GPT2})", {**ws, "x": x})()
+        same = compiled(call, {**ws, "x": x, "positions": np.arange(P, dtype=np.int32)})()
+        np.testing.assert_allclose(same, full, rtol=1e-5, atol=1e-5)
 
 
 def test_padded_positions_of_a_right_padded_mask_count_from_the_first_token():
@@ -162,3 +169,14 @@ def test_the_checker_reports_a_pos_positions_or_mask_of_the_wrong_shape_or_dtype
     assert (code, at) == ("E-SHAPE-005", "m") and "[B T]" in msg
     [(code, at, msg)] = _diag(f"(llama-block y q {LLAMA})", {**w, "y": ((2, 5, 16), "f32"), "q": ((2, 4), "i32")})
     assert (code, at) == ("E-SHAPE-005", "q") and "[5] or [2 5]" in msg
+
+
+def test_transformer_block_padded_is_transformer_block_on_each_row_s_real_tokens():
+    ws = {k: v for k, v in gpt2_weights().items() if k not in ("eps", "bq", "bk", "bv", "bo")}
+    names = "ln1-gain ln1-bias wq wk wv wo ln2-gain ln2-bias w1 b1 w2 b2"
+    real, x, mask = rows()
+    positions = compiled("(padded-positions mask)", {"mask": mask})()
+    got = compiled(f"(transformer-block-padded x positions {names})", {**ws, "x": x, "positions": positions})()
+    for b, n in enumerate(LENGTHS):
+        alone = compiled(f"(transformer-block x {names})", {**ws, "x": real[b][None, :n]})()
+        np.testing.assert_allclose(got[b, P - n:], alone[0], rtol=1e-5, atol=1e-5)

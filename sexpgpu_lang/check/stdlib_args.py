@@ -61,6 +61,8 @@ RULES: dict[str, dict[str, str]] = {
     "padded-positions": {"mask": "mask"},
     "left-padded-start": {"mask": "mask"},
     "padded-causal-mask": {"positions": "positions"},
+    "gpt2-block-padded": {"positions": "positions"},
+    "transformer-block-padded": {"positions": "positions"},
     "completion-cross-entropy": {"mask": "mask"},
     "completion-log-prob": {"mask": "mask"},
     "row-completion-mask": {"mask": "mask"},
