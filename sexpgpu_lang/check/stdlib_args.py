@@ -40,9 +40,10 @@ from ..diagnostics import warning
 from .context import CheckContext
 from .ranges import DECLARED, hi_occurs
 
-#: function -> {parameter: what it must be}: "positions" (an integer tensor), "pos" (an integer
-#: scalar), "heads" (the last axis even: a tensor of heads of width H), "table" ([V D], checked
-#: against the ids), "cache" ([B S K H] with wk's K and H, and x's T positions fitting S).
+#: function -> {parameter: what it must be}: "positions" (an integer tensor, [T] or [B T] of x), "pos"
+#: (an integer scalar or [B]), "heads" (the last axis even: a tensor of heads of width H), "table"
+#: ([V D], checked against the ids), "cache" ([B S K H] with wk's K and H, and x's T positions
+#: fitting S), "mask" ([B T], bool or integer), "eos" (an id or a vector of ids, within the tokens').
 RULES: dict[str, dict[str, str]] = {
     "rotary": {"x": "heads", "positions": "positions"},
     "rotary-freq": {"x": "heads", "positions": "positions"},
@@ -87,7 +88,9 @@ def check_stdlib_call(ctx: CheckContext, fn: str, params: list[str], args: list[
     if not rules:
         return True
     by_name = dict(zip(params, args))
-    if forms is not None and span is not None and "pos" in by_name:
+    pos = by_name.get("pos")
+    if forms is not None and span is not None and isinstance(pos, ir.Expr) and isinstance(pos.type, TensorType) \
+            and is_int(pos.type.dtype):
         _writes_past_cache(ctx, fn, by_name, ranges, forms, span)
     for p, rule in rules.items():
         a = by_name.get(p)
@@ -152,7 +155,8 @@ def _eos_fits(ctx: CheckContext, fn: str, p: str, a: ir.Expr, by_name: dict, ran
     if ids and isinstance(r, tuple):
         past = [i for i in ids if i > r[1] or i < 0]
         if past:
-            ctx.err("E-SHAPE-005", a.span, f"end-of-sequence id {past[0]} is past the vocabulary: the tokens are 0 "
+            where = "past the vocabulary" if past[0] > r[1] else "negative"
+            ctx.err("E-SHAPE-005", a.span, f"end-of-sequence id {past[0]} is {where}: the tokens are 0 "
                     f"to {r[1]}, so it would never stop a row",
                     help=f"give an id below {r[1] + 1} (the checkpoint's `eos_token_id`, or the tokenizer's)")
             return False
