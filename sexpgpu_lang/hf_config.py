@@ -326,7 +326,7 @@ RECORDS: dict[str, Family] = {f.name: f for f in (
                   (getf self :w1) (getf self :b1) (getf self :w2) (getf self :b2)""",
         model_params=""":wte (normal [{vocab} {width}] :std 0.02) :wpe (normal [{positions} {width}] :std 0.02)
            :h (repeat {layer} {layers}) :lnf-gain (ones [{width}]) :lnf-bias (zeros [{width}])""",
-        embed="(+ (embedding (getf self :wte) ids) (dynamic-slice (getf self :wpe) [pos 0] [(axis-size ids 1) {width}]))",
+        embed="(+ (embedding (getf self :wte) ids) (learned-positions (getf self :wpe) pos (axis-size ids 1)))",
         out="(matmul (layer-norm-eps (getf c :h) (getf self :lnf-gain) (getf self :lnf-bias) {eps}) {head})",
         tied_out="(transpose (getf self :wte))", untied_out=""),
     Family(
