@@ -7,6 +7,7 @@ completion up to its stop."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -176,3 +177,33 @@ def test_the_completion_losses_count_the_mask_s_tokens_only():
     # no token at all: 0, not a division by zero
     env["m"] = np.zeros((2, 4), bool)
     assert run("(completion-cross-entropy l y m)") == 0.0
+
+
+HF = Path(__file__).parent / "fixtures" / "hf"
+
+
+def _padded_with_config_eos(family: str) -> str:
+    """The padded parity fixture of `family` stopping at its checkpoint's own end-of-sequence ids."""
+    text = (HF / f"{family}-padded.sx").read_text()
+    text = variant("(eos (take (field batch :eos) 0))", "(eos (stack eos-ids))", text)
+    return f'(def eos-ids (checkpoint-config "{family}" :eos))\n' + text
+
+
+def errors_of(text: str) -> list:
+    from sexpgpu_lang import analyze
+    return [d for d in analyze(text, str(HF / "check.sx"), read_files=True).diagnostics if d.is_error]
+
+
+def test_checkpoint_config_gives_the_end_of_sequence_ids_and_one_past_the_vocabulary_is_one_line():
+    # Llama 3's generation_config.json says 2: a vector of one id, clean
+    assert errors_of(_padded_with_config_eos("llama3")) == []
+    # GPT-2's is 50256, past its 96 tokens: one error, at the ids, naming them
+    text = _padded_with_config_eos("gpt2")
+    errors = errors_of(text)
+    assert {d.message for d in errors} == {"end-of-sequence id 50256 is past the vocabulary: the tokens are 0 to 95, "
+                                           "so it would never stop a row"}
+    assert all(text[d.span.start:d.span.end] == "eos" for d in errors)
+    # a bare vector is a shape, not a tensor: said at the argument, with the fix
+    text = variant("(eos (stack eos-ids))", "(eos eos-ids)", _padded_with_config_eos("llama3"))
+    errors = errors_of(text)
+    assert errors and errors[0].code == "E-TYPE-001" and "(stack eos)" in errors[0].help

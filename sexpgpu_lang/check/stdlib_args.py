@@ -38,7 +38,7 @@ from .. import ir
 from ..types import ShapeType, TensorType, is_int
 from ..diagnostics import warning
 from .context import CheckContext
-from .ranges import DECLARED, hi_occurs
+from .ranges import DECLARED, hi_occurs, lo_occurs
 
 #: function -> {parameter: what it must be}: "positions" (an integer tensor, [T] or [B T] of x), "pos"
 #: (an integer scalar or [B]), "heads" (the last axis even: a tensor of heads of width H), "table"
@@ -140,8 +140,10 @@ def _eos_fits(ctx: CheckContext, fn: str, p: str, a: ir.Expr, by_name: dict, ran
     `:vocab`), which is E-SHAPE-005 at the id, in one line."""
     t = a.type
     if isinstance(t, ShapeType):
-        ctx.err("E-TYPE-001", a.span, f"`{fn}`'s `{p}` takes the end-of-sequence ids as a tensor, got "
-                f"{t.show()}", help=f"write the ids as a vector: `(stack {t.show().split(' shape')[0]})`")
+        dims = t.show().removesuffix(" shape")
+        written = ctx.src.text[a.span.start:a.span.end]
+        ctx.err("E-TYPE-001", a.span, f"`{fn}`'s `{p}` takes the end-of-sequence ids as a tensor, got the shape "
+                f"{dims}", help=f"make the ids a vector tensor: `(stack {written if written.isprintable() and '(' not in written else dims})`")
         return False
     if not isinstance(t, TensorType):
         return True
@@ -150,6 +152,10 @@ def _eos_fits(ctx: CheckContext, fn: str, p: str, a: ir.Expr, by_name: dict, ran
                 f"got {t.show()}", help="give the tokenizer's or config.json's `eos_token_id`")
         return False
     ids = _constant_ids(a)
+    if not ids:   # a name bound to constant ids: their ends, where they provably occur
+        known = ranges(a)
+        ids = ([known[1]] if hi_occurs(known) else []) + ([known[0]] if known[0] < 0 and lo_occurs(known) else []) \
+            if isinstance(known, tuple) else []
     tok = by_name.get("tokens", by_name.get("token"))
     r = ranges(tok) if isinstance(tok, ir.Expr) else None
     if ids and isinstance(r, tuple):
