@@ -207,3 +207,87 @@ def test_checkpoint_config_gives_the_end_of_sequence_ids_and_one_past_the_vocabu
     text = variant("(eos (stack eos-ids))", "(eos eos-ids)", _padded_with_config_eos("llama3"))
     errors = errors_of(text)
     assert errors and errors[0].code == "E-TYPE-001" and "(stack eos)" in errors[0].help
+
+
+#: A generator over the Qwen2 parity checkpoint (made from it in one form, frozen): the left-padded
+#: prompts prefilled at each row's `left-padded-start` in `:init`, then a trip per token with the
+#: caches in the state, each row at its own position, stopping at the batch's end-of-sequence id; a
+#: small student trains on the completions through their mask.
+GENERATE = """(def vocab (checkpoint-config "qwen2" :vocab))
+(def kv-heads (checkpoint-config "qwen2" :kv-heads))
+(def head-width (checkpoint-config "qwen2" :head-width))
+(def layers (checkpoint-config "qwen2" :layers))
+(def seq 8)
+
+(loader prompts
+  :source (npz "qwen2-prompts.npz")
+  :batch 4
+  :fields (:prompt [4] :i32 :prompt-mask [4] :bool :eos [] :i32))
+
+(defmodel teacher :pretrained "qwen2" :frozen true)
+
+(defmodel student
+  :params (:embed (normal [vocab 16] :std 0.1) :out (normal [16 vocab] :std 0.1) :teacher teacher)
+  :apply (lambda (self ids) (matmul (embedding (getf self :embed) ids) (getf self :out))))
+
+(model student)
+
+(defgenerate :trips 4
+  :init (lambda (batch ctx)
+          (let* ((prompt (field batch :prompt))
+                 (start (left-padded-start (field batch :prompt-mask)))
+                 (empty (zeros [layers 4 seq kv-heads head-width]))
+                 (o (teacher :decode prompt start empty empty)))
+            (list :completion (zeros [4 4] :dtype :i32)
+                  :mask (< (zeros [4 4] :dtype :i32) 0)
+                  :done (< start -100)
+                  :token (argmax (take (getf o :logits) 3 :axis 1))
+                  :length (+ start 4)
+                  :eos (field batch :eos)
+                  :k (getf o :k)
+                  :v (getf o :v))))
+  :step (lambda (state trip ctx)
+          (let* ((s (stop-rows (getf state :completion) (getf state :mask) (getf state :done)
+                               (getf state :token) trip (take (getf state :eos) 0) 0))
+                 (o (teacher :decode (expand-dims (getf s :token) :axis 1) (+ (getf state :length) (cast trip :i32))
+                             (getf state :k) (getf state :v))))
+            (list :completion (getf s :completion)
+                  :mask (getf s :mask)
+                  :done (getf s :done)
+                  :token (argmax (take (getf o :logits) 0 :axis 1))
+                  :length (getf state :length)
+                  :eos (getf state :eos)
+                  :k (getf o :k)
+                  :v (getf o :v))))
+  :until (lambda (state ctx) (all-stopped (getf state :done)))
+  :finish (lambda (state ctx)
+            (list :completion (getf state :completion)
+                  :completion-mask (getf state :mask)
+                  :completion-length (completion-length (getf state :mask)))))
+
+(prepare (lambda (batch ctx)
+  (list :completion (field batch :completion) :mask (field batch :completion-mask))))
+
+(objective (lambda (inputs ctx)
+  (completion-cross-entropy (model (getf inputs :completion)) (getf inputs :completion) (getf inputs :mask))))
+
+(run :loader prompts :steps 1 :seed 0 :optimizer (adam :lr 1e-3)
+     :samples (:every 1 :rows 4 :text [:completion] :values [:completion-length]))
+"""
+
+
+@pytest.mark.slow
+def test_a_generator_decodes_left_padded_prompts_per_row_with_caches_as_generate_does(tmp_path):
+    from sexpgpu_lang import analyze
+    from sexpgpu_runtime.run.train import RunOptions, train
+    want = np.load(HF / "qwen2-padded.npz")
+    path = HF / "generate-check.sx"            # (never written: the paths resolve beside the fixtures)
+    res = analyze(GENERATE, str(path), read_files=True)
+    assert not res.diagnostics, [d.message for d in res.diagnostics]
+    train(res.program, RunOptions(steps=1, run_dir=tmp_path, quiet=True))
+    rows = [json.loads(line)["fields"] for line in (tmp_path / "samples.jsonl").read_text().splitlines()]
+    # the loader's first batch is a permutation of the fixture's rows: match each by its completion length
+    stops = np.minimum(want["stops"] + 1, 4)
+    got = sorted((r["completion-length"], r["completion"]) for r in rows)
+    expected = sorted((int(n), " ".join(str(int(i)) for i in c[:n])) for c, n in zip(want["completion"], stops))
+    assert got == expected
