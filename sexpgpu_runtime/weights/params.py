@@ -57,9 +57,23 @@ def init_params(params: tuple[ParamIR, ...], seed: int, skip: tuple[tuple[str, .
     trainable: dict = {}
     frozen: dict = {}
     for p in params:
-        filled = any(p.path[:len(s)] == s for s in skip)
+        filled = p.copy_of is not None or any(p.path[:len(s)] == s for s in skip)
         set_path(frozen if p.frozen else trainable, p.path, None if filled else init_leaf(p, seed_key))
     return trainable, frozen
+
+
+def fill_copies(params: tuple[ParamIR, ...], sources: dict, frozen: dict) -> None:
+    """Give each `:copy` leaf of `params` (`p.copy_of`, left None by `init_params`) its own buffer
+    holding the starting value of its source leaf, found in `sources` (the tree, trainable or
+    frozen, that holds the sources' starting values): a reference model is the student before its
+    first update, drawn or loaded. Its own buffer, so that donating the trainable tree to an
+    update leaves it as it is."""
+    for p in params:
+        if p.copy_of is not None:
+            value = sources
+            for k in p.copy_of:
+                value = value[k]
+            set_path(frozen, p.path, jnp.copy(value))
 
 
 def merge(a: dict, b: dict) -> dict:
