@@ -16,7 +16,6 @@ Imports nothing outside `sexpgpu_lang`; never JAX.
 """
 from __future__ import annotations
 
-import dataclasses
 
 from .. import ir
 from ..diagnostics import Related
@@ -33,6 +32,7 @@ from .entries import entry_call
 from .facts import Definition, Facts
 from .identity import place_hash
 from .stdlib_args import check_stdlib_call
+from .copies import call_copy
 from .ranges import INDEXED, WINDOWED, check_index, check_window, trip_form, value_range
 from .trips import reads_varying, salt_across_trips
 from .scope import CTX_KEYS, Binding, BatchType, CtxType, Effect, Frame, Scope, stdlib_docs
@@ -575,7 +575,7 @@ def call_model(ctx: CheckContext, node: ListNode, name: str, scope: Scope) -> ir
     ctx.tracker.model_called()
     m = ctx.models.get(name)
     if m is not None and m.get("copy_of") is not None:
-        return call_copy(ctx, node, name, m, scope)
+        return call_copy(ctx, node, name, m, scope)   # copies.py
     lam, arg_nodes, entry = entry_call(ctx, node, name, m) if m is not None else (None, node.items[1:], "apply")
     args = [infer(ctx, a, scope) for a in arg_nodes]
     if m is None or (lam is None and entry != "apply"):
@@ -629,29 +629,6 @@ def call_model(ctx: CheckContext, node: ListNode, name: str, scope: Scope) -> ir
         return call_repeat(ctx, node, name, lam, params, args, arg_types, body, effects, items, compute)
     return ir.ModelCall(out, node.span, name, ctx.reachable[name], params[0], tuple(params[1:]), tuple(args),
                         items, compute, m["remat"])
-
-
-def call_copy(ctx: CheckContext, node: ListNode, name: str, m: dict, scope: Scope) -> ir.Expr:
-    """A call of a `:copy` model: its source's call (its `:apply` or entry, checked as the source's),
-    on the copy's parameters (`ir.rebased`): the source's own and its trainable sub-models' places
-    moved below the copy's; frozen sub-models shared. E-MODEL-001 when the source is not reachable."""
-    src = m["copy_of"]
-    if ctx.root_model is not None and name not in ctx.reachable:
-        for a in node.items[1:]:
-            infer(ctx, a, scope)
-        if src in ctx.reachable:   # the copy could not be placed: said at its `:copy`
-            return ir.Const(ERROR, node.span)
-        return ir.Const(ctx.err("E-MODEL-001", node.span,
-                                f"`{name}` is a copy of `{src}`, which `model` (`{ctx.root_model}`) cannot reach "
-                                "through `:params`, so there are no parameters to copy",
-                                related=[Related(m["def"].span, f"`{name}` is defined here")],
-                                help=f"copy the model `model` trains (`:copy {ctx.root_model}`), or reach `{src}` "
-                                     "from it"), node.span)
-    e = call_model(ctx, node, src, scope)
-    if not isinstance(e, ir.ModelCall) or src in ctx.frozen_models:
-        return e   # an error, or a copy of a frozen model: the same parameters
-    return ir.rebased(dataclasses.replace(e, model=name), ctx.reachable[src], ctx.reachable[name],
-                      frozenset(ctx.frozen_models - {name}))
 
 
 def call_repeat(ctx: CheckContext, node: ListNode, name: str, lam: ListNode, params: list[str], args: list,
