@@ -149,6 +149,13 @@ def test_generalized_jsd_at_the_ends_has_a_finite_gradient():
         assert np.abs(g).sum() > 0
 
 
+def test_repeat_rows_repeats_each_row_in_place():
+    x = inputs()
+    typ, got, _ = run("(repeat-rows tok 3)", tok=x["tok"])
+    assert typ.show() == f"[{B * 3} {T}] i32"
+    np.testing.assert_array_equal(got, np.repeat(x["tok"], 3, axis=0))
+
+
 def test_group_advantages_centre_and_scale_each_group():
     x = inputs()
     _, got, _ = run("(group-advantages r 4)", r=x["r"])
@@ -294,7 +301,8 @@ ENV = {"lg": TensorType((2, 3, 5), "f32"), "lg4": TensorType((2, 4, 5), "f32"), 
     ("(token-log-probs lg lp m)", "E-TYPE-002", "lp", "`tokens` are token ids, integers; got [2 3] f32"),
     ("(token-mean lp mi)", "E-TYPE-002", "mi", "`mask` is the completion mask, bool or float"),
     ("(group-advantages r 3)", "E-SHAPE-005", "3", "groups the 4 rows by 3, which does not divide them"),
-    ("(group-advantages r lp)", "E-TYPE-003", "lp", "`group` is the group size, a constant integer"),
+    ("(group-advantages r lp)", "E-TYPE-003", "lp", "`group` is a count of rows, a constant integer"),
+    ("(repeat-rows tok 0)", "E-TYPE-003", "0", "`n` is a count of rows, a constant integer of 1 or more"),
     ("(grpo-loss lp lp adv3 0.2 0.2 m)", "E-SHAPE-005", "adv3", "`advantages` is [3] f32, but it takes a value per row [B] for the 2 rows"),
     ("(kl-k3 lp1 lp m)", "E-SHAPE-005", "lp1", "`log-p` is [2 1 3] f32, but it takes a value per token [B T]"),
 ])

@@ -55,6 +55,7 @@ RULES: dict[str, dict[str, str]] = {
 #: integer dividing the rows; each B and T is the mask's (the rows' `b` where there is no mask).
 _POLICY = {"log-p": "bt", "old-log-p": "bt", "advantages": "b", "mask": "mask"}
 LAYOUTS: dict[str, dict[str, str]] = {
+    "repeat-rows": {"x": "bt", "n": "group"},
     "token-mean": {"x": "bt", "mask": "mask"},
     "sequence-mean": {"x": "bt", "mask": "mask"},
     "constant-mean": {"x": "bt", "mask": "mask"},
@@ -171,7 +172,7 @@ def _layouts_fit(ctx: CheckContext, fn: str, by_name: dict) -> bool:
         rank = {"mask": 2, "bt": 2, "btv": 3, "b": 1, "tokens": 2}.get(rule)
         if rule == "group":
             if t.shape != () or not isinstance(t.value, int) or isinstance(t.value, bool) or t.value < 1:
-                ctx.err("E-TYPE-003", a.span, f"`{fn}`'s `{p}` is the group size, a constant integer of 1 or "
+                ctx.err("E-TYPE-003", a.span, f"`{fn}`'s `{p}` is a count of rows, a constant integer of 1 or "
                         f"more; got {t.show()}", help="give the number of answers per prompt, e.g. `(def group 8)`")
                 return False
             if rows is not None and rows % t.value:
