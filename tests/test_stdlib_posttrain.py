@@ -156,6 +156,16 @@ def test_repeat_rows_repeats_each_row_in_place():
     np.testing.assert_array_equal(got, np.repeat(x["tok"], 3, axis=0))
 
 
+def test_top_k_rows_keeps_the_best_scored_rows_best_first():
+    x = inputs()
+    scores = np.array([0.3, 2.0, -1.0, 0.9], np.float32)
+    typ, got, _ = run("(top-k-rows s scores 2)", s=x["s"], scores=scores)
+    assert typ.show() == f"[2 {T} {V}] f32"
+    np.testing.assert_array_equal(got, x["s"][[1, 3]])
+    e, diags = check_expression("(top-k-rows s scores 5)", {"s": TensorType((B, T, V), "f32"), "scores": TensorType((B,), "f32")})
+    assert [d.code for d in diags] == ["E-TYPE-003"] and "from 1 to 4" in diags[0].message
+
+
 def test_group_advantages_centre_and_scale_each_group():
     x = inputs()
     _, got, _ = run("(group-advantages r 4)", r=x["r"])

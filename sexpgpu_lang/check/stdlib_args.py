@@ -56,6 +56,7 @@ RULES: dict[str, dict[str, str]] = {
 _POLICY = {"log-p": "bt", "old-log-p": "bt", "advantages": "b", "mask": "mask"}
 LAYOUTS: dict[str, dict[str, str]] = {
     "repeat-rows": {"x": "bt", "n": "group"},
+    "top-k-rows": {"scores": "b", "k": "group"},
     "token-mean": {"x": "bt", "mask": "mask"},
     "sequence-mean": {"x": "bt", "mask": "mask"},
     "constant-mean": {"x": "bt", "mask": "mask"},
@@ -167,6 +168,8 @@ def _layouts_fit(ctx: CheckContext, fn: str, by_name: dict) -> bool:
     bt = mask.type.shape if mask is not None and len(mask.type.shape) == 2 else None
     rows = bt[0] if bt is not None else next((a.type.shape[0] for p, a in typed.items()
                                                if rules[p] == "b" and len(a.type.shape) == 1), None)
+    if fn == "top-k-rows":
+        return _top_k_rows_fit(ctx, by_name)
     for p, a in typed.items():
         rule, t = rules[p], a.type
         rank = {"mask": 2, "bt": 2, "btv": 3, "b": 1, "tokens": 2}.get(rule)
@@ -201,4 +204,22 @@ def _layouts_fit(ctx: CheckContext, fn: str, by_name: dict) -> bool:
                          "(the logits at column t score the token at column t)" if rule != "b" else
                          "give one value per row (reduce over the columns first)")
             return False
+    return True
+
+
+def _top_k_rows_fit(ctx: CheckContext, by_name: dict) -> bool:
+    """`top-k-rows`' scores [B] for x's B rows and k a constant from 1 to B (E-SHAPE-005, E-TYPE-003)."""
+    x, scores, k = by_name["x"], by_name["scores"], by_name["k"]
+    if not all(isinstance(a.type, TensorType) for a in (x, scores, k)):
+        return True
+    if len(scores.type.shape) != 1 or not x.type.shape or scores.type.shape[0] != x.type.shape[0]:
+        ctx.err("E-SHAPE-005", scores.span, f"`top-k-rows`' `scores` is {scores.type.show()}, but it takes one score "
+                f"per row of x {x.type.show()}", help="reduce the scores to one per row first, e.g. `(mean s :axes [1])`")
+        return False
+    kt = k.type
+    if kt.shape != () or not isinstance(kt.value, int) or isinstance(kt.value, bool) or not 1 <= kt.value <= x.type.shape[0]:
+        ctx.err("E-TYPE-003", k.span, f"`top-k-rows`' `k` is how many rows to keep, a constant integer from 1 to "
+                f"{x.type.shape[0]}; got {kt.show() if not isinstance(kt.value, int) else kt.value}",
+                help="keep at most the rows there are")
+        return False
     return True
