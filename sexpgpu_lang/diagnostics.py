@@ -95,6 +95,8 @@ CODES: dict[str, str] = {
     "E-CONFIG-002": "a `config.json` setting the standard library does not compute",
     "E-CONFIG-003": "a `checkpoint-config` key that the config has not",
     "E-CONFIG-004": "a stated value that differs from the checkpoint's `config.json`",
+    "W-CONFIG-001": "a setting whose value the checker cannot compare with the checkpoint's `config.json`",
+    "W-CONFIG-002": "positions past the checkpoint's `max_position_embeddings`",
     "W-MODEL-001": "a `:pretrained` file has tensors `:params` does not name",
     "W-MODEL-002": "a trainable parameter that gets no gradient from the loss",
     "W-OPT-001": "a warmup longer than the run",

@@ -371,6 +371,8 @@ def family(config: dict) -> Family:
     """The record of the config's `model_type` (`MODEL_TYPES`); ConfigError for another, and for a
     `model_type` whose family's sizes (`Family.sizes`) the config lacks while it has another's."""
     mt = config.get("model_type")
+    if not isinstance(mt, str) and mt is not None:   # (a list or an object: a value of the wrong JSON type)
+        raise ConfigError("", f"`model_type` is {_text(mt)}, not a string naming the family (like \"llama\")")
     fam = MODEL_TYPES.get(mt) if isinstance(mt, str) else None
     if fam is None:
         raise ConfigError("", f"`model_type` is {_text(mt)}, which the standard library does not read (it reads "

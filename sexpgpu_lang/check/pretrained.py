@@ -16,7 +16,10 @@ parameter, a parameter without an entry, a `{i}` on a parameter no
 `read_files`, the headers are compared too (E-MODEL-003, one diagnostic
 listing every tensor that differs, naming the tensor and the parameter;
 W-MODEL-001 for tensors nothing reads); with `read_files` `LOCAL` (the
-language server) only where the checkpoint is on this machine. Never JAX.
+language server) only where the checkpoint is on this machine. The
+checkpoint's `config.json` is compared with the model in every check
+(check/config.py). A model id names a checkpoint in the local Hugging Face
+cache (hf_cache.py). Never JAX.
 """
 from __future__ import annotations
 
@@ -24,6 +27,7 @@ import os
 
 from .. import ir
 from ..diagnostics import warning
+from ..hf_cache import NotCached, as_written, locate
 from ..name_mapping import LAYER, MappingError, layer_name, leaf, parse_names, patterned, source_shape, stdlib_names
 from ..syntax import Kw, ListNode, Str
 from ..types import DTYPES
@@ -178,7 +182,11 @@ def check_pretrained(ctx: CheckContext) -> None:
         if rel is None:
             continue
         base = os.path.dirname(os.path.abspath(ctx.src.path)) if not ctx.src.path.startswith("<") else "."
-        full = rel if os.path.isabs(rel) else os.path.join(base, rel)
+        uncached = None
+        try:
+            full = locate(rel, base)
+        except NotCached as e:
+            full, uncached = os.path.join(base, rel), e
         todo = plan(ctx, name, prefix, spec[1], spec[2], node) if spec is not None else None
         file_dtype = spec[3] if spec is not None else None
         names = spec[1] if spec is not None else None
@@ -195,17 +203,22 @@ def check_pretrained(ctx: CheckContext) -> None:
                 except SourceError:
                     pass
             continue
+        if uncached is not None:   # said where the files are read (`run`, `lint --read-files`): the editor's
+            if ctx.read_files is True:   # machine may not be the one that runs it
+                ctx.err("E-MODEL-003", node.span, f"cannot use `{rel}`: {uncached}")
+            continue
         record = ir.PretrainedIR(prefix, full, tuple((r, src) for _, r, src, _ in todo), file_dtype, name,
                                  names is not None)
+        current = label.split("`")[1] if label.startswith("the mapping `") else None
         if not ctx.read_files or (ctx.read_files == LOCAL and not os.path.exists(full)):
             ctx.pretrained_files.append(record)
-            continue
-        current = label.split("`")[1] if label.startswith("the mapping `") else None
-        if _compare(ctx, name, rel, full, base, todo, names is not None, file_dtype, node, current):
+        elif _compare(ctx, name, rel, full, base, todo, names is not None, file_dtype, node, current):
             ctx.pretrained_files.append(record)
-            if label.startswith("the mapping `"):   # a standard-library mapping: its config.json compared
-                from .config import check_stated
-                check_stated(ctx, name, prefix, label.split("`")[1], rel, full, node)
+        else:
+            continue   # (the tensors do not fit: said once, the config not compared after it)
+        if current is not None:   # a standard-library mapping: its config.json (small, read bounded) compared
+            # in every check, as the tensors' shapes are only with read_files; after the phases (compare_configs)
+            ctx.stated_configs.append((name, prefix, current, rel, full, node))
 
 
 def _owners(ctx: CheckContext, prefix: tuple[str, ...]) -> dict[str, str]:
@@ -300,7 +313,7 @@ def _compare(ctx: CheckContext, name: str, rel: str, full: str, base: str, todo,
     try:
         header = tensors(full)
     except SourceError as e:
-        shown = e.file if os.path.isabs(rel) else os.path.relpath(e.file, base)   # as the run file gives the path
+        shown = as_written(e.file, rel, base)   # as the run file gives the path
         why = str(e) if e.file == full else f"`{shown}` " + str(e).removeprefix("it ")
         missing = str(e).startswith("no such file")
         if missing and not os.path.isabs(rel):
