@@ -592,3 +592,17 @@ def test_e_config_004_has_a_quick_fix_that_makes_the_file_clean(tmp_path):
             break
     assert [(d.code, d.message) for d in ix.result.diagnostics] == []
     assert '(def eps (checkpoint-config "llama3" :eps))' in text and "(rope-inv-freq head-width 500000.0" in text
+
+
+def test_hover_on_a_checkpoint_config_path_and_key_and_on_a_pretrained_repeat():
+    """Hover on `"llama3"` and `:layers` inside `(checkpoint-config ...)` says what the def binds and
+    from which key; hover on a `:pretrained` model's `(repeat ...)` entry lists each stacked
+    parameter's checkpoint tensors."""
+    hf = Path(__file__).parent / "fixtures" / "hf"
+    text = (hf / "llama3.sx").read_text()
+    ix = ide.index(analyze(text, str(hf / "llama3.sx"), read_files=True))
+    for needle in ('"llama3" :layers', ':layers))'):
+        shown = ide.hover(ix, text.index(needle) + 2).markdown
+        assert "from llama3/config.json: `num_hidden_layers` 2" in shown, shown
+    shown = ide.hover(ix, text.index(":layers (repeat") + 2).markdown
+    assert "- `layers.wq`: `model.layers.0.self_attn.q_proj.weight` [32 32] f32, and 1 more, one a layer" in shown, shown
