@@ -109,7 +109,7 @@ def test_the_uncached_blocks_leave_padding_out(block):
         ws.update({"bq": rng.standard_normal((N, H)).astype(np.float32),
                    "bk": rng.standard_normal((K, H)).astype(np.float32),
                    "bv": rng.standard_normal((K, H)).astype(np.float32)})
-        call = ("(qwen2-block x positions (rope-inv-freq 8 10000.0 1.0 1.0 1.0 0) 1e-6 attn-norm wq bq wk bk wv bv "
+        call = ("(qwen2-block x positions (rope-inv-freq 8 10000.0 1.0 1.0 4.0 0) 1e-6 attn-norm wq bq wk bk wv bv "
                 "wo mlp-norm w-gate w-up w-down)")
     else:
         call = f"(llama-block x positions {LLAMA})"
