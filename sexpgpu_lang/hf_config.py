@@ -463,7 +463,7 @@ def eos_ids(path: str, config: dict) -> Setting | ConfigError:
     ids = got if isinstance(got, list) else [got]
     if got is None or not ids or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
         return ConfigError("", f"`eos_token_id` is {_text(got)} in {where}, not an id or a list of ids")
-    return Setting(tuple(ids), f"{where} eos_token_id", _text(got))
+    return Setting(tuple(ids), "eos_token_id", _text(got) + ("" if where == CONFIG else f" (in {where}, which wins)"))
 
 
 def settings(config: dict) -> dict[str, Setting | ConfigError]:
