@@ -34,7 +34,7 @@ import numpy as np
 import jax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from sexpgpu_lang.mesh import AXIS, fsdp_dim, parse_mesh  # noqa: F401  (parse_mesh: the CLI's import)
+from sexpgpu_lang.mesh import AXIS, MODEL_AXIS, param_dims, parse_mesh  # noqa: F401  (parse_mesh: the CLI's import)
 
 from ..errors import MeshError
 
@@ -114,28 +114,48 @@ def _devices(devs: list) -> str:
     return f"{len(devs)} {platforms} device{'s' if len(devs) != 1 else ''}" + (f" ({kinds})" if kinds else "")
 
 
+def _leaf_name(path) -> str:
+    """The last dictionary key on a tree path (a parameter's name), "" when there is none."""
+    for k in reversed(path):
+        key = getattr(k, "key", None)
+        if isinstance(key, str):
+            return key
+    return ""
+
+
 class DataParallel:
     """The mesh of a data-parallel run and the shardings of what goes into its graphs.
 
     `fsdp`: split the parameters and the optimizer state along `data` (else replicated).
     """
 
-    def __init__(self, devices: int, fsdp: bool = False):
-        self.devices = devices
+    def __init__(self, devices: int, fsdp: bool = False, model: int = 1, overrides: dict | None = None):
+        self.devices = devices   # the `data` axis
+        self.model = model       # the `model` (tensor-parallel) axis
         self.fsdp = fsdp
-        self.mesh = Mesh(np.array(mesh_devices(devices)), (AXIS,))
+        self.overrides = dict(overrides or {})
+        self.mesh = Mesh(np.array(mesh_devices(devices * model)).reshape(devices, model), (AXIS, MODEL_AXIS))
         self.replicated = NamedSharding(self.mesh, P())
         self.batch = NamedSharding(self.mesh, P(AXIS))
         self.stacked_batch = NamedSharding(self.mesh, P(None, AXIS))
 
     @staticmethod
-    def of(program, devices: int | None, fsdp: bool | None = None) -> "DataParallel | None":
+    def of(program, devices: int | None, fsdp: bool | None = None, model: int | None = None) -> "DataParallel | None":
         """The run's mesh: `devices` (the command line's `--mesh`), else the file's `:devices`, else every
         device (as many as divide every loader's `:batch`, and a multiple of the process count). `fsdp`
         (`--fsdp`) overrides the file's `:shard-params`. None when that is one device: a one-device run
         uses no mesh at all. MeshError when the mesh cannot be built."""
         n = devices if devices is not None else getattr(program.run, "devices", None)
         procs = jax.process_count()
+        m = model if model is not None else getattr(program.run, "model_parallel", 1) or 1
+        if model is not None:
+            from sexpgpu_lang.mesh import check_model_axis
+            try:
+                check_model_axis(program, m)
+            except ValueError as e:
+                raise MeshError(str(e)) from None
+        if n is None and m > 1:
+            n = 1
         if n is None:
             # Every device, or as many as split every batch evenly (6 GPUs and `:batch 64`: 4 of them).
             batches = [ld.batch for ld in program.loaders.values()]
@@ -144,11 +164,12 @@ class DataParallel:
                 raise MeshError(f"no mesh over the {procs} processes divides every loader's `:batch` "
                                 f"({', '.join(map(str, batches))}); make each `:batch` a multiple of {procs}")
             n = max(fits)
-        if n == 1 and procs == 1:
+        if n == 1 and m == 1 and procs == 1:
             return None
         if fsdp is None:
             fsdp = getattr(program.run, "shard_params", "replicated") == "fsdp"
-        dp = DataParallel(n, fsdp)
+        from sexpgpu_lang.mesh import shard_overrides
+        dp = DataParallel(n, fsdp, m, shard_overrides(program))
         dp.check_batches(program)
         return dp
 
@@ -163,22 +184,32 @@ class DataParallel:
     def describe(self) -> str:
         """One line: the mesh's axis, size and devices."""
         how = "parameters split (FSDP)" if self.fsdp else "parameters replicated"
+        if self.model > 1:
+            how = f"parameters split by heads, MLP width and vocabulary along model={self.model}" + (
+                ", and FSDP along data" if self.fsdp else "")
         procs = jax.process_count()
+        axes = f"data={self.devices}" + (f",model={self.model}" if self.model > 1 else "")
         return (f"{_devices(list(self.mesh.devices.flat))} of the {len(jax.devices())} JAX sees"
-                + (f" in {procs} processes" if procs > 1 else "") + f"; mesh data={self.devices}, {how}")
+                + (f" in {procs} processes" if procs > 1 else "") + f"; mesh {axes}, {how}")
 
     # -- the state: parameters, optimizer state, counters ---------------------------------------
-    def state_sharding(self, shape: tuple[int, ...]) -> NamedSharding:
-        """Where an array of the state lives: replicated, or under FSDP split along its largest axis
-        the mesh size divides (replicated when none does, and for scalars)."""
-        d = fsdp_dim(tuple(shape), self.devices) if self.fsdp else None
-        if d is None:
+    def state_sharding(self, shape: tuple[int, ...], name: str = "") -> NamedSharding:
+        """Where an array of the state named `name` (its last key in the tree: `wq`, `w-up`; "" for none)
+        lives: along `model` the axis its structure says (sexpgpu_lang.mesh.model_dim: heads, MLP width,
+        vocabulary), under FSDP along `data` its largest other axis the data size divides; replicated
+        otherwise, and for scalars."""
+        d, m = param_dims(name, tuple(shape), self.devices, self.model, self.fsdp, self.overrides)
+        if d is None and m is None:
             return self.replicated
-        return NamedSharding(self.mesh, P(*([None] * d), AXIS))
+        last = max(x for x in (d, m) if x is not None)
+        return NamedSharding(self.mesh, P(*[AXIS if i == d else MODEL_AXIS if i == m else None
+                                            for i in range(last + 1)]))
 
     def state_shardings(self, tree):
-        """A tree of `state_sharding`s, one per leaf of `tree` (arrays or `jax.ShapeDtypeStruct`s)."""
-        return jax.tree_util.tree_map(lambda x: self.state_sharding(tuple(getattr(x, "shape", ()))), tree)
+        """A tree of `state_sharding`s, one per leaf of `tree` (arrays or `jax.ShapeDtypeStruct`s), each
+        by its shape and the last name on its path (an optimizer's moments are split as their parameter)."""
+        return jax.tree_util.tree_map_with_path(
+            lambda path, x: self.state_sharding(tuple(getattr(x, "shape", ())), _leaf_name(path)), tree)
 
     def put_state(self, tree):
         """Parameters, optimizer state, counters onto the mesh (every process passes the same values)."""
@@ -187,7 +218,7 @@ class DataParallel:
     def constrain_state(self, tree):
         """Inside a traced function: pin each leaf (a gradient, say) to its state sharding, so under FSDP
         XLA reduce-scatters a gradient rather than all-reducing it."""
-        return jax.tree_util.tree_map(lambda x: jax.lax.with_sharding_constraint(x, self.state_sharding(x.shape)), tree)
+        return jax.tree_util.tree_map(jax.lax.with_sharding_constraint, tree, self.state_shardings(tree))
 
     def put_replicated(self, tree):
         """Contexts and other small values: the whole value on every device."""
