@@ -67,10 +67,11 @@ def model_split(name: str, shape: tuple[int, ...], override: dict | None = None)
     """The axis (counted from the front) of a parameter named `name` (its last key) of `shape` that the
     `model` axis would split, and what it is (`heads`, `kv-heads`, `hidden`, `vocab`, or `given` for the
     file's override); None when the parameter is whole on every device by its name. `override`: the
-    file's `:shard` plist (name -> axis number, or None to replicate), which wins over the names."""
+    file's `:shard` plist (name -> axis counted from the last, -1 the last, or None to replicate; the
+    checker turns the file's axis of the declared shape into it), which wins over the names."""
     if override and name in override:
-        d = override[name]
-        return None if d is None or not len(shape) else (d % len(shape), "given")
+        d = override[name]   # counted from the last axis (negative), as the checker stores it
+        return None if d is None or -d > len(shape) else (len(shape) + d, "given")
     rule = MODEL_SPLITS.get(name)
     if rule is None or len(shape) < -rule[0]:
         return None

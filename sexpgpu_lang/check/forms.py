@@ -17,7 +17,8 @@ from ..diagnostics import Related
 from ..language import (DEFAULT_OPTIMIZER, FORM_KEYWORDS, KEYWORD_VALUES, PLIST_KEYWORDS, RESERVED_NAMES, RUN_KEYS,
                         SOURCES, SPECIAL_FORMS)
 from ..ops import REGISTRY
-from ..syntax import Kw, ListNode, Node, Sym, VecNode
+from ..mesh import undivided
+from ..syntax import Kw, ListNode, Node, Num, Sym, VecNode
 from ..types import (DTYPES, dtype_hint, ERROR, ErrorType, FunctionType, KeywordType, LoaderType, ShapeType,
                      StringType, TensorType, Type)
 from .config import FORM as CONFIG_FORM, config_def
@@ -224,6 +225,7 @@ def top_run(ctx: CheckContext) -> None:
     shard_params = const_keyword(
         ctx, kws, "shard-params", KEYWORD_VALUES["shard-params"],
         help="`:fsdp` splits every parameter and its optimizer state along the mesh's `data` axis")
+    model_parallel, shard = model_axis(ctx, kws)
     opt = run_optimizer(ctx, kws["optimizer"][1], steps) if "optimizer" in kws else \
         (DEFAULT_OPTIMIZER[0], dict(DEFAULT_OPTIMIZER[1]))
     log = config_plist(ctx, kws["log"][1], PLIST_KEYWORDS["log"], ":log") if "log" in kws else {}
@@ -240,7 +242,61 @@ def top_run(ctx: CheckContext) -> None:
         return
     ctx.run_ir = ir.RunIR(cfg["loader"], steps, mb, stack, stack_auto, seed, precision, opt,
                           int(log.get("every") or 50), log, ckpt, diag_sel, devices,
-                          shard_params=shard_params)
+                          shard_params=shard_params, model_parallel=model_parallel, shard=shard)
+
+
+def model_axis(ctx: CheckContext, kws: dict) -> tuple[int, tuple[tuple[str, int | None], ...]]:
+    """`run`'s `:model-parallel M` (the mesh's tensor-parallel axis, 1 without) and `:shard (:name axis ...)`
+    (a parameter name's axis for `model` to split, or `:replicated`: mesh.model_split's overrides). E-FORM-002
+    at a parameter whose heads or MLP width M does not divide (sexpgpu_lang.mesh.undivided), at a bad
+    `:shard` entry, and at an override's axis the parameter does not have."""
+    model = 1
+    if "model-parallel" in kws:
+        model = const_int(ctx, kws["model-parallel"][1], "`:model-parallel`", 1) or 1
+    shard: dict[str, int | None] = {}
+    at: dict[str, Node] = {}
+    if "shard" in kws:
+        sn = kws["shard"][1]
+        items = sn.items if isinstance(sn, ListNode) else None
+        if items is None or len(items) % 2 or not all(isinstance(k, Kw) for k in items[::2]):
+            ctx.err("E-FORM-002", sn.span, "`:shard` takes a plist of parameter names and axes, like "
+                    "`(:wq 2 :wk :replicated)`")
+            items = ()
+        for k, v in zip(items[::2], items[1::2]):
+            at[k.name] = v
+            if isinstance(v, Kw) and v.name == "replicated":
+                shard[k.name] = None
+            elif isinstance(v, Num) and not v.is_float and v.value >= 0:
+                shard[k.name] = int(v.value)
+            else:
+                ctx.err("E-FORM-002", v.span, f"`:shard`'s `:{k.name}` takes an axis number (0 the first) or "
+                        "`:replicated`")
+    where = kws["model-parallel"][1] if "model-parallel" in kws else None
+    given = dict(shard)
+    for p in ctx.params:   # the file's axis (of the shape `:params` declares) counted from the last
+        declared = len(p.shape) - (1 if p.layers else 0)
+        if p.path[-1] in given and given[p.path[-1]] is not None and shard[p.path[-1]] == given[p.path[-1]]:
+            if given[p.path[-1]] >= declared:
+                ctx.err("E-FORM-002", at[p.path[-1]].span, f"`:shard` splits `{p.path[-1]}` along axis "
+                        f"{given[p.path[-1]]}, and `{'.'.join(p.path)}` has {declared} axes")
+                shard[p.path[-1]] = None
+            else:
+                shard[p.path[-1]] = given[p.path[-1]] - declared
+    for p in ctx.params:
+        name, span = p.path[-1], p.span or (where.span if where is not None else None)
+        why = undivided(name, tuple(p.shape), model, shard)
+        if why and span is not None:
+            ctx.err("E-FORM-002", span, f"{why}, parameter `{'.'.join(p.path)}`: each device of the `model` axis "
+                    "takes an equal share of it",
+                    help=f"make `:model-parallel` divide {p.shape[undivided_axis(name, p.shape, shard)]}, or keep "
+                         f"`{name}` whole with `:shard (:{name} :replicated)` in `run`")
+    return model, tuple(shard.items())
+
+
+def undivided_axis(name: str, shape: tuple[int, ...], shard: dict) -> int:
+    """The axis mesh.model_split names for a parameter (for a message)."""
+    from ..mesh import model_split
+    return model_split(name, tuple(shape), shard)[0]
 
 
 def top_curriculum(ctx: CheckContext, train):
