@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from helpers import ROOT
+from helpers import ROOT, program_of
 
 EIGHT = "--xla_force_host_platform_device_count=8"
 FIXTURE = ROOT / "tests" / "fixtures" / "hf" / "llama3.sx"
@@ -98,3 +98,95 @@ def test_a_teacher_split_2_4_and_8_ways_gives_one_device_s_logits_and_greedy_tok
     assert four["shard"]["w-up"] == [2, 32, 16] and four["shard"]["w-down"] == [2, 16, 32]
     assert four["specs"]["attn-norm"] == "P()"
     assert four["embed"] == "P('model',)" and four["lm_head"] == "P(None, 'model')"
+
+
+@pytest.mark.slow
+def test_training_on_data_x_model_gives_one_device_s_losses_and_resumes_on_another_mesh(tmp_path):
+    """The teacher trained (its `objective`) 2 steps on data=2 x model=4 with FSDP along data, saved, and
+    resumed on model=8: the 4 steps log one device's losses. The checkpoint holds no mesh: it is restored
+    split as the resuming run splits it."""
+    run = tmp_path / "tp.sx"
+    run.write_text(teacher_text().replace("(run :loader rows :steps 1",
+                                          "(run :loader rows :steps 4 :log (:every 1) :checkpoint (:every 2)"))
+    env = {**os.environ, "XLA_FLAGS": EIGHT, "JAX_PLATFORMS": "cpu"}
+    base = [sys.executable, "-m", "sexpgpu_cli.main", "run", str(run), "--no-progress"]
+    one, split = ["--run-dir", str(tmp_path / "one")], ["--run-dir", str(tmp_path / "split")]
+    for args in (["--steps", "4", "--mesh", "data=1"] + one,
+                 ["--steps", "2", "--mesh", "data=2,model=4", "--fsdp"] + split,
+                 ["--steps", "4", "--mesh", "model=8", "--resume"] + split):
+        r = subprocess.run(base + args, env=env, capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr[-2000:]
+    assert "mesh data=1,model=8, parameters split by heads, MLP width and vocabulary along model=8" in r.stderr
+    rows = lambda d: [json.loads(l) for l in (tmp_path / d / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows("split")] == [r["step"] for r in rows("one")] == [1, 2, 3, 4]
+    np.testing.assert_allclose([r["loss"] for r in rows("split")], [r["loss"] for r in rows("one")], rtol=1e-5)
+
+
+def test_the_split_of_each_parameter_comes_from_its_name_and_shape():
+    from sexpgpu_lang.mesh import model_dim, param_dims, spec_text, undivided
+    # a repeated block's leading layer axis does not move the split
+    assert model_dim("wq", (32, 8, 4), 4) == 1 and model_dim("wq", (2, 32, 8, 4), 4) == 2
+    assert model_dim("wo", (2, 8, 4, 32), 8) == 1 and model_dim("w-down", (64, 32), 4) == 0
+    assert model_dim("w-up", (32, 64), 4) == 1 and model_dim("b1", (64,), 4) == 0
+    assert model_dim("embed", (96, 32), 4) == 0 and model_dim("lm-head", (32, 96), 4) == 1
+    assert model_dim("attn-norm", (32,), 4) is None and model_dim("wq", (32, 8, 4), 1) is None
+    # fewer KV heads than the axis: replicated (MaxText), not an error; a vocabulary too (GPT-2's 50257)
+    assert model_dim("wk", (32, 2, 4), 4) is None and undivided("wk", (32, 2, 4), 4) is None
+    assert model_dim("wte", (50257, 768), 2) is None and undivided("wte", (50257, 768), 2) is None
+    # query heads or an MLP width the axis does not divide: the checker refuses
+    assert "does not divide `wq`'s heads (4" in undivided("wq", (32, 4, 8), 8)
+    assert "does not divide `w-gate`'s hidden (48" in undivided("w-gate", (32, 48), 32)
+    # the file's override (counted from the last axis) wins; FSDP takes another axis than model's
+    assert model_dim("wq", (32, 8, 4), 4, {"wq": None}) is None and model_dim("norm", (32,), 4, {"norm": -1}) == 0
+    assert param_dims("wq", (32, 8, 4), 2, 4, True) == (0, 1) and spec_text((0, 1)) == "P('data', 'model')"
+
+
+def test_the_checker_knows_the_model_axis():
+    from sexpgpu_lang import analyze
+    clean = teacher_text().replace("(run :loader rows", "(run :loader rows :model-parallel 8")
+    assert not [d for d in analyze(clean, "x.sx").diagnostics if d.is_error]
+    assert program_of(clean).run.model_parallel == 8
+    bad = teacher_text(heads=4).replace("(run :loader rows", "(run :loader rows :model-parallel 8")
+    errs = [d for d in analyze(bad, "x.sx").diagnostics if d.is_error]
+    # at each parameter whose heads 8 does not divide, in its `:params` entry
+    assert [(d.code, bad[d.span.start:d.span.end]) for d in errs] == [
+        ("E-FORM-002", "(normal [width heads head-width] :std 0.02)"),
+        ("E-FORM-002", "(normal [heads head-width width] :std 0.02)")]
+    assert errs[0].message == ("the `model` axis of 8 devices does not divide `wq`'s heads (4, axis 2 of [2, 32, 4, 4]), "
+                               "parameter `layers.wq`: each device of the `model` axis takes an equal share of it")
+    assert "keep `wq` whole with `:shard (:wq :replicated)`" in errs[0].help
+    kept = bad.replace(":model-parallel 8", ":model-parallel 8 :shard (:wq :replicated :wo :replicated)")
+    assert not [d for d in analyze(kept, "x.sx").diagnostics if d.is_error]
+    assert program_of(kept).run.shard == (("wq", None), ("wo", None))
+    wrong = bad.replace(":model-parallel 8", ":model-parallel 4 :shard (:wo 5)")
+    errs = [d for d in analyze(wrong, "x.sx").diagnostics if d.is_error]
+    assert [d.message for d in errs] == ["`:shard` splits `wo` along axis 5, and `layers.wo` has 3 axes"]
+    assert wrong[errs[0].span.start:errs[0].span.end] == "5"
+
+
+def test_explain_prints_each_parameter_s_sharding_and_memory_per_device_under_tp_fsdp_and_both():
+    from sexpgpu_lang.explain import explain, to_text
+    from sexpgpu_lang.mesh import explain_mesh
+    program = program_of(teacher_text())
+    whole = explain(program)["memory"]
+    tp = explain(explain_mesh(program, "model=4", None))
+    both = explain(explain_mesh(program, "data=2,model=4", True))
+    fsdp = explain(explain_mesh(program, "data=2", True))
+    assert tp["mesh"]["param_shardings"]["layers.wq"] == "P(None, None, 'model')"
+    assert tp["mesh"]["param_shardings"]["layers.wk"] == "P()"          # 2 KV heads over 4: replicated
+    assert tp["mesh"]["param_shardings"]["embed"] == "P('model')"
+    assert both["mesh"]["param_shardings"]["layers.wq"] == "P(None, 'data', 'model')"
+    assert fsdp["mesh"]["param_shardings"]["layers.wq"] == "P(None, 'data')"
+    # per device: the split parameters are 1/4 (1/8 with FSDP along data too), the replicated whole
+    from sexpgpu_lang.types import TensorType
+    nbytes = {".".join(p.path): TensorType(p.shape, p.dtype).nbytes for p in program.params}
+    kept = sum(b // 4 if tp["mesh"]["param_shardings"][k] != "P()" else b for k, b in nbytes.items())
+    assert tp["mesh"]["params_per_device"] == kept < whole["params"]
+    assert both["mesh"]["params_per_device"] < tp["mesh"]["params_per_device"]
+    assert fsdp["mesh"]["params_per_device"] == whole["params"] // 2
+    text = to_text(both)
+    assert "memory per device (1 of data=2,model=4): params" in text
+    assert "mesh: data=2,model=4 · records per device: `rows` 1" in text
+    assert "7 of 12 split along model=4 by heads, MLP width or vocabulary; FSDP: 12 of 12 split" in text
+    with pytest.raises(ValueError, match="does not divide `wq`'s heads"):
+        explain_mesh(program_of(teacher_text(heads=4)), "model=8", None)
