@@ -192,6 +192,12 @@ class DataParallel:
         return (f"{_devices(list(self.mesh.devices.flat))} of the {len(jax.devices())} JAX sees"
                 + (f" in {procs} processes" if procs > 1 else "") + f"; mesh {axes}, {how}")
 
+    @property
+    def splits_state(self) -> bool:
+        """Whether any parameter may be split (FSDP along `data`, or a `model` axis): the update graph's
+        outputs and the gradients are then pinned to the state's shardings, not replicated."""
+        return self.fsdp or self.model > 1
+
     # -- the state: parameters, optimizer state, counters ---------------------------------------
     def state_sharding(self, shape: tuple[int, ...], name: str = "") -> NamedSharding:
         """Where an array of the state named `name` (its last key in the tree: `wq`, `w-up`; "" for none)
