@@ -64,15 +64,15 @@ UNDIVIDED = {"heads": "error", "hidden": "error", "kv-heads": "replicate", "voca
 
 
 def model_split(name: str, shape: tuple[int, ...], override: dict | None = None) -> tuple[int, str] | None:
-    """The axis (counted from the front) of a parameter named `name` (its last key) of `shape` that the
-    `model` axis would split, and what it is (`heads`, `kv-heads`, `hidden`, `vocab`, or `given` for the
-    file's override); None when the parameter is whole on every device by its name. `override`: the
-    file's `:shard` plist (name -> axis counted from the last, -1 the last, or None to replicate; the
-    checker turns the file's axis of the declared shape into it), which wins over the names."""
+    """The axis (counted from the front) of a parameter `name` (its dotted path, `teacher.layers.wq`, or
+    its last name) of `shape` that the `model` axis would split, and what it is (`heads`, `kv-heads`,
+    `hidden`, `vocab`, or `given` for the file's override); None when the parameter is whole on every
+    device. `override`: the file's `:shard`, as the checker resolves it per parameter (dotted path -> the
+    axis counted from the last, -1 the last, or None to replicate), which wins over the names."""
     if override and name in override:
-        d = override[name]   # counted from the last axis (negative), as the checker stores it
+        d = override[name]
         return None if d is None or -d > len(shape) else (len(shape) + d, "given")
-    rule = MODEL_SPLITS.get(name)
+    rule = MODEL_SPLITS.get(name.rsplit(".", 1)[-1])
     if rule is None or len(shape) < -rule[0]:
         return None
     return len(shape) + rule[0], rule[1]
@@ -100,7 +100,7 @@ def undivided(name: str, shape: tuple[int, ...], model: int, override: dict | No
     d, what = split
     if UNDIVIDED.get(what, "error") == "replicate":
         return None
-    return (f"the `model` axis of {model} devices does not divide `{name}`'s {what} ({shape[d]}, axis {d} of "
+    return (f"the `model` axis of {model} devices does not divide `{name.rsplit('.', 1)[-1]}`'s {what} ({shape[d]}, axis {d} of "
             f"{list(shape)})")
 
 
@@ -185,13 +185,14 @@ def check_model_axis(program, model: int) -> None:
     """ValueError (one line) naming the first parameter whose heads or MLP width a `model` axis of `model`
     devices does not divide."""
     for path, shape in param_shapes(program):
-        why = undivided(path[-1], shape, model, shard_overrides(program))
+        why = undivided(".".join(path), shape, model, shard_overrides(program))
         if why:
             raise ValueError(f"{why}, parameter `{'.'.join(path)}`; pick a model axis that divides it")
 
 
 def shard_overrides(program) -> dict:
-    """The run file's `(run ... :shard (:name axis ...))` overrides of `model_split` (name -> axis or None)."""
+    """The run file's `(run ... :shard (:name axis ...))` resolved per parameter, `model_split`'s overrides
+    (dotted path -> axis counted from the last, or None: replicated)."""
     return dict(getattr(program.run, "shard", None) or {})
 
 

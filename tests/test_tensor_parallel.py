@@ -7,32 +7,18 @@ caches through the stacked layers) at 8 query heads over 2 KV heads, random weig
 ways along `model` its logits and its greedy tokens (decoded with the caches) are one device's."""
 import json
 import os
-import re
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 import numpy as np
 import pytest
+import re
 
+from benchmarks.tensor_parallel import teacher_text
 from helpers import ROOT, program_of
 
 EIGHT = "--xla_force_host_platform_device_count=8"
-FIXTURE = ROOT / "tests" / "fixtures" / "hf" / "llama3.sx"
-SIZES = {"layers": 2, "width": 32, "heads": 8, "kv-heads": 2, "head-width": 4, "hidden": 64, "vocab": 96,
-         "eps": 1e-5, "rope-base": 500000.0, "rope-factor": 8.0, "rope-low-freq-factor": 1.0,
-         "rope-high-freq-factor": 4.0, "rope-original-positions": 16}
-
-
-def teacher_text(**sizes) -> str:
-    """The llama3 fixture's run file with its sizes written out (8 query heads over 2 KV heads) and its
-    weights drawn from the seed rather than read."""
-    text = FIXTURE.read_text()
-    for key, value in {**SIZES, **sizes}.items():
-        text, n = re.subn(rf'\(def {key} \(checkpoint-config "llama3" :{key}\)\)', f"(def {key} {value})", text)
-        assert n == 1, key
-    return text.replace('\n  :pretrained (:path "llama3" :names :llama))', ")")
 
 
 TEACHER_CHILD = textwrap.dedent(r'''
@@ -66,6 +52,12 @@ TEACHER_CHILD = textwrap.dedent(r'''
                      "shard": {k: list(v.addressable_shards[0].data.shape) for k, v in layers.items()},
                      "embed": str(getattr(placed["embed"].sharding, "spec", "")),
                      "lm_head": str(getattr(placed["lm-head"].sharding, "spec", ""))}
+    # one decoding trip (benchmarks/tensor_parallel.py's `prepare`): the caches it returns split by KV heads
+    _, trip, tr, fr = sexpgpu_forward(__import__("pathlib").Path(sys.argv[2]))
+    dp = DataParallel(1, model=2)
+    got = jax.jit(lambda b, p: run_phase(trip.prepare, [b, ctx], p, Effects(jax.random.key(0))))(
+        dp.put_replicated(batch), dp.put_state({**tr, **fr}))
+    out["cache"] = {"k": str(got["k"].sharding.spec), "k_shard": list(got["k"].addressable_shards[0].data.shape)}
     print(json.dumps(out))
 ''')
 
@@ -80,9 +72,10 @@ def child(script: str, *args: str, timeout: int = 300) -> dict:
 
 @pytest.mark.slow
 def test_a_teacher_split_2_4_and_8_ways_gives_one_device_s_logits_and_greedy_tokens(tmp_path):
-    run = tmp_path / "teacher.sx"
+    run, trip = tmp_path / "teacher.sx", tmp_path / "trip.sx"
     run.write_text(teacher_text())
-    out = child(TEACHER_CHILD, str(run))
+    trip.write_text(teacher_text(one_trip=True))
+    out = child(TEACHER_CHILD, str(run), str(trip))
     one = out["1"]
     for ways in ("2", "4", "8"):
         got = out[ways]
@@ -98,6 +91,8 @@ def test_a_teacher_split_2_4_and_8_ways_gives_one_device_s_logits_and_greedy_tok
     assert four["shard"]["w-up"] == [2, 32, 16] and four["shard"]["w-down"] == [2, 16, 32]
     assert four["specs"]["attn-norm"] == "P()"
     assert four["embed"] == "P('model',)" and four["lm_head"] == "P(None, 'model')"
+    # the KV caches [layers B S K H] come out split by heads, as the weights that wrote them
+    assert out["cache"]["k"] == "P(None, None, None, 'model')" and out["cache"]["k_shard"] == [2, 2, 8, 1, 4]
 
 
 @pytest.mark.slow
@@ -137,7 +132,8 @@ def test_the_split_of_each_parameter_comes_from_its_name_and_shape():
     assert "does not divide `wq`'s heads (4" in undivided("wq", (32, 4, 8), 8)
     assert "does not divide `w-gate`'s hidden (48" in undivided("w-gate", (32, 48), 32)
     # the file's override (counted from the last axis) wins; FSDP takes another axis than model's
-    assert model_dim("wq", (32, 8, 4), 4, {"wq": None}) is None and model_dim("norm", (32,), 4, {"norm": -1}) == 0
+    assert model_dim("t.wq", (32, 8, 4), 4, {"t.wq": None}) is None and model_dim("norm", (32,), 4, {"norm": -1}) == 0
+    assert model_dim("teacher.layers.w-up", (2, 32, 64), 4) == 2
     assert param_dims("wq", (32, 8, 4), 2, 4, True) == (0, 1) and spec_text((0, 1)) == "P('data', 'model')"
 
 
@@ -157,11 +153,17 @@ def test_the_checker_knows_the_model_axis():
     assert "keep `wq` whole with `:shard (:wq :replicated)`" in errs[0].help
     kept = bad.replace(":model-parallel 8", ":model-parallel 8 :shard (:wq :replicated :wo :replicated)")
     assert not [d for d in analyze(kept, "x.sx").diagnostics if d.is_error]
-    assert program_of(kept).run.shard == (("wq", None), ("wo", None))
+    assert program_of(kept).run.shard == (("layers.wq", None), ("layers.wo", None))
     wrong = bad.replace(":model-parallel 8", ":model-parallel 4 :shard (:wo 5)")
     errs = [d for d in analyze(wrong, "x.sx").diagnostics if d.is_error]
-    assert [d.message for d in errs] == ["`:shard` splits `wo` along axis 5, and `layers.wo` has 3 axes"]
+    assert [d.message for d in errs] == ["`:shard` splits `layers.wo` along axis 5, and it has 3 axes"]
     assert wrong[errs[0].span.start:errs[0].span.end] == "5"
+    # a model's name covers its parameters, a deeper key wins: the whole teacher whole, its `wq` by heads;
+    # an axis of the declared shape (the layer axis of a repeated block not counted)
+    deeper = clean.replace(":model-parallel 8", ":model-parallel 8 :shard (:teacher :replicated :wq :auto :w-up 0)")
+    run = program_of(deeper).run
+    assert dict(run.shard)["layers.wo"] is None and "layers.wq" not in dict(run.shard)
+    assert dict(run.shard)["layers.w-up"] == -2 and len(run.shard) == 11
 
 
 def test_explain_prints_each_parameter_s_sharding_and_memory_per_device_under_tp_fsdp_and_both():
@@ -190,3 +192,54 @@ def test_explain_prints_each_parameter_s_sharding_and_memory_per_device_under_tp
     assert "7 of 12 split along model=4 by heads, MLP width or vocabulary; FSDP: 12 of 12 split" in text
     with pytest.raises(ValueError, match="does not divide `wq`'s heads"):
         explain_mesh(program_of(teacher_text(heads=4)), "model=8", None)
+
+
+@pytest.mark.slow
+def test_explain_xla_counts_each_graph_s_collectives_from_the_compiled_hlo(tmp_path):
+    """`explain --xla` on a mesh compiles each graph with the run's shardings: under tensor parallelism the
+    training graph all-reduces activations and gathers no parameter; under FSDP it all-gathers them."""
+    run = tmp_path / "t.sx"
+    run.write_text(teacher_text())
+    env = {**os.environ, "XLA_FLAGS": EIGHT, "JAX_PLATFORMS": "cpu"}
+
+    def explain(*args):
+        r = subprocess.run([sys.executable, "-m", "sexpgpu_cli.main", "explain", str(run), "--xla", *args],
+                           env=env, capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr[-2000:]
+        return r.stdout
+    tp = json.loads(explain("--mesh", "model=4", "--format", "json"))["xla"]
+    fsdp = json.loads(explain("--mesh", "data=2", "--fsdp", "--format", "json"))["xla"]
+    train = tp["graphs"]["train"]["collectives"]
+    assert train["all-reduce"]["count"] > 0 and "all-gather" not in train
+    assert tp["graphs"]["train"]["collective_bytes_per_step"] == sum(v["bytes"] for v in train.values())
+    assert "all-gather" in fsdp["graphs"]["train"]["collectives"]
+    text = explain("--mesh", "data=2,model=4", "--fsdp")
+    assert re.search(r"comm all-gather ×\d+ [\d.]+ \w?i?B, all-reduce ×\d+ [\d.]+ \w?i?B per call · .* per step", text)
+    assert "collectives move" in text
+
+
+@pytest.mark.slow
+def test_two_processes_train_on_data_x_model_as_one(tmp_path):
+    """Two processes of two CPU devices each, a mesh data=2 x model=2 (each process one row of the mesh,
+    its two devices the model axis), log one process's losses."""
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    run = tmp_path / "t.sx"
+    run.write_text(teacher_text().replace("(run :loader rows :steps 1", "(run :loader rows :steps 2 :log (:every 1)"))
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
+    base = [sys.executable, "-m", "sexpgpu_cli.main", "run", str(run), "--no-progress"]
+    procs = [subprocess.Popen(base + ["--run-dir", str(tmp_path / "two"), "--mesh", "data=2,model=2",
+                                      "--coordinator", f"127.0.0.1:{port}", "--num-processes", "2", "--process-id", str(i)],
+                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(2)]
+    one = subprocess.run(base + ["--run-dir", str(tmp_path / "one"), "--mesh", "data=1"], env=env,
+                         capture_output=True, text=True, timeout=300)
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert one.returncode == 0, one.stderr[-2000:]
+    for p, (_, err) in zip(procs, outs):
+        assert p.returncode == 0, err[-2000:]
+    assert "4 cpu devices of the 4 JAX sees in 2 processes; mesh data=2,model=2" in outs[0][1]
+    rows = lambda d: [json.loads(l) for l in (tmp_path / d / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows("two")] == [1, 2]
+    np.testing.assert_allclose([r["loss"] for r in rows("two")], [r["loss"] for r in rows("one")], rtol=1e-5)

@@ -40,7 +40,7 @@ def mesh_report(program: ir.Program, plan: dict, stack: int = 1) -> dict | None:
         out["memory_per_device"] = _memory_per_device(plan, n, plan["params"], 1.0, out["peak_per_device"])
         return out
     over = shard_overrides(program)
-    dims = {p.path: param_dims(p.path[-1], tuple(p.shape), n, model, fsdp, over) for p in program.params}
+    dims = {p.path: param_dims(".".join(p.path), tuple(p.shape), n, model, fsdp, over) for p in program.params}
 
     def mine(p, gathered: bool = False) -> int:   # bytes of one parameter a device holds (or gathers)
         d, m = dims[p.path]

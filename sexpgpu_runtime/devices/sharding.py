@@ -115,12 +115,9 @@ def _devices(devs: list) -> str:
 
 
 def _leaf_name(path) -> str:
-    """The last dictionary key on a tree path (a parameter's name), "" when there is none."""
-    for k in reversed(path):
-        key = getattr(k, "key", None)
-        if isinstance(key, str):
-            return key
-    return ""
+    """The dictionary keys on a tree path, dotted (a parameter's path, `teacher.layers.wq`; an optimizer
+    moment's is its parameter's), "" when there is none."""
+    return ".".join(k.key for k in path if isinstance(getattr(k, "key", None), str))
 
 
 class DataParallel:
@@ -200,10 +197,12 @@ class DataParallel:
 
     # -- the state: parameters, optimizer state, counters ---------------------------------------
     def state_sharding(self, shape: tuple[int, ...], name: str = "") -> NamedSharding:
-        """Where an array of the state named `name` (its last key in the tree: `wq`, `w-up`; "" for none)
+        """Where an array of the state named `name` (its dotted path in the tree: `teacher.layers.wq`)
         lives: along `model` the axis its structure says (sexpgpu_lang.mesh.model_dim: heads, MLP width,
         vocabulary), under FSDP along `data` its largest other axis the data size divides; replicated
         otherwise, and for scalars."""
+        if name not in self.overrides:   # (an optimizer's or checkpoint's tree wraps the parameters' paths)
+            name = next((k for k in self.overrides if name.endswith("." + k)), name)
         d, m = param_dims(name, tuple(shape), self.devices, self.model, self.fsdp, self.overrides)
         if d is None and m is None:
             return self.replicated
