@@ -243,3 +243,23 @@ def test_two_processes_train_on_data_x_model_as_one(tmp_path):
     rows = lambda d: [json.loads(l) for l in (tmp_path / d / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows("two")] == [1, 2]
     np.testing.assert_allclose([r["loss"] for r in rows("two")], [r["loss"] for r in rows("one")], rtol=1e-5)
+
+
+def test_docs_distillation_run_splits_the_teacher_4_ways_and_keeps_the_student_whole():
+    """docs/sharding.md's example: examples/distill.sx on data=2 x model=4, `:shard (:student :replicated
+    :teacher :auto)`; without the override the student's 2 heads are refused."""
+    from sexpgpu_lang import analyze
+    from sexpgpu_lang.explain import explain, to_text
+    text = (ROOT / "examples" / "distill.sx").read_text()
+    bare = text.replace("(run ", "(run :devices 2 :model-parallel 4 ", 1)
+    errs = [d for d in analyze(bare, "examples/distill.sx").diagnostics if d.code == "E-FORM-002"]
+    assert [bare[d.span.start:d.span.end].split()[0] for d in errs] == ["(normal", "(normal"]
+    assert "does not divide `wq`'s heads (2" in errs[0].message
+    split = text.replace("(run ", "(run :devices 2 :model-parallel 4 :shard (:student :replicated :teacher :auto) ", 1)
+    report = explain(program_of(split, "examples/distill.sx"))
+    specs = report["mesh"]["param_shardings"]
+    assert (specs["teacher.wq"], specs["teacher.wo"], specs["teacher.w1"], specs["teacher.embed"]) == (
+        "P(None, 'model')", "P('model')", "P(None, 'model')", "P('model')")
+    assert all(v == "P()" for k, v in specs.items() if not k.startswith("teacher."))
+    assert "mesh: data=2,model=4 · records per device: `stdlib` 16" in to_text(report)
+    assert "params 9 of 34 split along model=4 by heads, MLP width or vocabulary" in to_text(report)

@@ -61,7 +61,7 @@ class TrainingGraphs:
         # the gradients inside the training graph, whose batch was split along the mesh's `data` axis),
         # or under FSDP or along `model` split as sharding.DataParallel.state_sharding says.
         if dp is not None and dp.splits_state:
-            self.update = self._sharded_update(dn)
+            self.update = sharded_update(self, dn)
         else:
             out = {} if dp is None else {"out_shardings": dp.replicated}
             self.update = jax.jit(counted("update", self._update), donate_argnums=(0, 1) if dn else (), **out)
@@ -187,24 +187,6 @@ class TrainingGraphs:
         if total is None:
             self.last_kept = kept[0] if kept else {}
         return l, self.add_group(total, gs), m, d, counters, bad
-
-    def _sharded_update(self, donate: bool):
-        """The update graph when the state is split (FSDP, the `model` axis): jitted at its first call (or
-        `lower`), when the state's tree is known, with `out_shardings` the parameters' and optimizer
-        state's shardings."""
-        jitted = []
-
-        def graph(trainable, opt_state):
-            if not jitted:
-                out = self.dp.state_shardings((trainable, opt_state))
-                jitted.append(jax.jit(self.tracer.counted("update", self._update), out_shardings=out,
-                                      donate_argnums=(0, 1) if donate else ()))
-            return jitted[0]
-
-        def update(trainable, opt_state, total, bad):
-            return graph(trainable, opt_state)(trainable, opt_state, total, bad)
-        update.lower = lambda trainable, opt_state, *rest: graph(trainable, opt_state).lower(trainable, opt_state, *rest)
-        return update
 
     def add_group(self, total, grads: list):
         """The running sum after one group: `grads` (the group's gradients, in microbatch order) added
@@ -335,3 +317,21 @@ def _sum_into(total, g, summed: frozenset, path: tuple):
         return {k: _sum_into(v, g[k], summed, path + (k,)) for k, v in total.items()}
     return add_into(total, g)
 
+
+def sharded_update(graphs: "TrainingGraphs", donate: bool):
+    """The update graph when the state is split (FSDP, the `model` axis): jitted at its first call (or
+    `lower`), when the state's tree is known, with `out_shardings` the parameters' and optimizer
+    state's shardings (sharding.DataParallel.state_shardings)."""
+    jitted = []
+
+    def graph(trainable, opt_state):
+        if not jitted:
+            out = graphs.dp.state_shardings((trainable, opt_state))
+            jitted.append(jax.jit(graphs.tracer.counted("update", graphs._update), out_shardings=out,
+                                  donate_argnums=(0, 1) if donate else ()))
+        return jitted[0]
+
+    def update(trainable, opt_state, total, bad):
+        return graph(trainable, opt_state)(trainable, opt_state, total, bad)
+    update.lower = lambda trainable, opt_state, *rest: graph(trainable, opt_state).lower(trainable, opt_state, *rest)
+    return update
