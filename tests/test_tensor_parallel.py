@@ -58,6 +58,12 @@ TEACHER_CHILD = textwrap.dedent(r'''
     got = jax.jit(lambda b, p: run_phase(trip.prepare, [b, ctx], p, Effects(jax.random.key(0))))(
         dp.put_replicated(batch), dp.put_state({**tr, **fr}))
     out["cache"] = {"k": str(got["k"].sharding.spec), "k_shard": list(got["k"].addressable_shards[0].data.shape)}
+    # a generator's state [B S K H] (batch first) constrained per record keeps its split by heads
+    dp2 = DataParallel(2, model=2)
+    cache = jax.device_put(np.zeros((4, 8, 2, 4), np.float32),
+                           jax.sharding.NamedSharding(dp2.mesh, jax.sharding.PartitionSpec("data", None, "model")))
+    kept = jax.jit(lambda c: dp2.constrain_records({"k": c * 2}, 4))(cache)["k"]
+    out["cache"]["state"] = list(kept.addressable_shards[0].data.shape)
     print(json.dumps(out))
 ''')
 
@@ -93,6 +99,7 @@ def test_a_teacher_split_2_4_and_8_ways_gives_one_device_s_logits_and_greedy_tok
     assert four["embed"] == "P('model',)" and four["lm_head"] == "P(None, 'model')"
     # the KV caches [layers B S K H] come out split by heads, as the weights that wrote them
     assert out["cache"]["k"] == "P(None, None, None, 'model')" and out["cache"]["k_shard"] == [2, 2, 8, 1, 4]
+    assert out["cache"]["state"] == [2, 8, 1, 4]
 
 
 @pytest.mark.slow

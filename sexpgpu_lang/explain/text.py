@@ -185,6 +185,8 @@ def _graph_body(g: dict, pad: str, x: dict | None, mesh: dict | None = None) -> 
         out.append(pad + f"  xla  {fmt_flops(x['flops'])} · {fmt_bytes(x['bytes_accessed'])} accessed · live "
                          f"{fmt_bytes(x['live'])} (args {fmt_bytes(x['args'])}, out {fmt_bytes(x['outputs'])}, "
                          f"temps {fmt_bytes(x['temps'])})")
+        if x.get("split_outputs"):
+            out.append(pad + "  split " + ", ".join(f"{k} {v}" for k, v in x["split_outputs"].items()))
         if x.get("collectives"):
             kinds = ", ".join(f"{k} ×{v['count']} {fmt_bytes(v['bytes'])}" for k, v in x["collectives"].items())
             step = x.get("collective_bytes_per_step")

@@ -266,9 +266,14 @@ class DataParallel:
 
     def constrain_records(self, tree, batch: int):
         """Inside a traced (per-copy) function: keep every per-record value (first axis == batch)
-        split along `data`; under stacking each copy's state is constrained, the stack axis unsplit."""
+        split along `data`; under stacking each copy's state is constrained, the stack axis unsplit. With a
+        `model` axis its other axes are left unconstrained (XLA keeps a KV cache split by heads)."""
         def one(x):
             if getattr(x, "ndim", 0) >= 1 and x.shape[0] == batch:
-                return jax.lax.with_sharding_constraint(x, self.batch)
+                if self.model == 1:
+                    return jax.lax.with_sharding_constraint(x, self.batch)
+                # along `model` left to XLA: a cache a split `wk` wrote stays split by heads
+                rest = [P.UNCONSTRAINED] * (x.ndim - 1)
+                return jax.lax.with_sharding_constraint(x, NamedSharding(self.mesh, P(AXIS, *rest)))
             return x
         return jax.tree_util.tree_map(one, tree)

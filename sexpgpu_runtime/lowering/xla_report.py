@@ -86,13 +86,30 @@ def _read(lowered) -> dict:
     temps = int(getattr(mem, "temp_size_in_bytes", 0))
     alias = int(getattr(mem, "alias_size_in_bytes", 0))
     outputs = max(out_total - table, 0)
-    return {"flops": float(cost.get("flops", 0.0)), "transcendentals": float(cost.get("transcendentals", 0.0)),
+    split = _split_outputs(compiled)
+    return {**({"split_outputs": split} if split else {}), "flops": float(cost.get("flops", 0.0)), "transcendentals": float(cost.get("transcendentals", 0.0)),
             "bytes_accessed": float(cost.get("bytes accessed", 0.0)), "args": args_b, "outputs": outputs,
             "output_table": out_total - outputs, "output_leaves": leaves, "temps": temps, "alias": alias,
             "live": args_b + outputs + temps - alias, "compile_seconds": round(seconds, 3),
             **({"loops": loops} if loops else {}), **({"loops_uncounted": True} if loops is None else {}),
             **({"collectives": found} if (found := collectives(text)) else {}),
             **({"bf16": True} if "bf16[" in text else {})}   # a bf16 value anywhere in the compiled module
+
+
+def _split_outputs(compiled) -> dict[str, str]:
+    """Each output of a compiled graph that is not whole on every device, by its dotted path, and its
+    PartitionSpec as text (a generator state's KV caches split by heads: `P(None, None, None, 'model')`)."""
+    try:
+        shardings = compiled.output_shardings
+    except Exception:   # (a backend that does not say)
+        return {}
+    out = {}
+    for path, sh in jax.tree_util.tree_flatten_with_path(shardings)[0]:
+        spec = getattr(sh, "spec", None)
+        if spec is not None and any(a is not None for a in spec):
+            name = ".".join(str(getattr(k, "key", getattr(k, "idx", k))) for k in path)
+            out[name] = "P(" + ", ".join(repr(a) for a in spec) + ")"
+    return out
 
 
 def _guarded(fn, *args) -> dict:
