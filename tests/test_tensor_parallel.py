@@ -220,6 +220,8 @@ def test_explain_xla_counts_each_graph_s_collectives_from_the_compiled_hlo(tmp_p
     assert train["all-reduce"]["count"] > 0 and "all-gather" not in train
     assert tp["graphs"]["train"]["collective_bytes_per_step"] == sum(v["bytes"] for v in train.values())
     assert "all-gather" in fsdp["graphs"]["train"]["collectives"]
+    # the training graph's gradients come out split as their parameters: `wq`'s by heads
+    assert "P(None, None, 'model')" in tp["graphs"]["train"]["split_outputs"].values()
     text = explain("--mesh", "data=2,model=4", "--fsdp")
     assert re.search(r"comm all-gather ×\d+ [\d.]+ \w?i?B, all-reduce ×\d+ [\d.]+ \w?i?B per call · .* per step", text)
     assert "collectives move" in text
