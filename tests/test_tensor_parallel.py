@@ -273,3 +273,28 @@ def test_docs_distillation_run_splits_the_teacher_4_ways_and_keeps_the_student_w
     assert all(v == "P()" for k, v in specs.items() if not k.startswith("teacher."))
     assert "mesh: data=2,model=4 · records per device: `stdlib` 16" in to_text(report)
     assert "params 9 of 34 split along model=4 by heads, MLP width or vocabulary" in to_text(report)
+
+
+def test_the_one_form_teacher_from_a_checkpoint_carries_the_split():
+    """`(defmodel teacher :pretrained "llama3" :frozen true)` expands to the family's block (hf_config.py),
+    whose parameters the `model` axis splits by name; a head count it does not divide is refused at the
+    one form's `:pretrained` value."""
+    from sexpgpu_lang import analyze
+    from sexpgpu_lang.explain import explain
+    fixtures = ROOT / "tests" / "fixtures" / "hf"
+    text = (fixtures / "llama3.sx").read_text()
+    start, end = text.index("(defmodel layer"), text.index("(model teacher)")
+    one = text[:start] + '(defmodel teacher :pretrained "llama3" :frozen true)\n\n' + text[end:]
+    one = one.replace("(model teacher)", "(defmodel student :params (:w (zeros [2]) :teacher teacher) :apply (lambda (self ids) "
+                                         "(* (sum (getf self :w)) (teacher ids))))\n(model student)")
+    four = one.replace("(run :loader rows", "(run :loader rows :model-parallel 4")
+    res = analyze(four, str(fixtures / "one-form.sx"), read_files=True)
+    assert not [d for d in res.diagnostics if d.is_error], [d.message for d in res.diagnostics]
+    specs = explain(res.program)["mesh"]["param_shardings"]
+    teacher = {k: v for k, v in specs.items() if "wq" in k or "wk" in k or "w-up" in k or "lm-head" in k}
+    assert set(teacher.values()) == {"P(None, None, 'model')", "P()", "P(None, 'model')"}
+    assert [v for k, v in teacher.items() if k.endswith(".wk")] == ["P()"]   # 2 KV heads over 4: replicated
+    eight = one.replace("(run :loader rows", "(run :loader rows :model-parallel 8")
+    errs = [d for d in analyze(eight, str(fixtures / "one-form.sx"), read_files=True).diagnostics if d.is_error]
+    assert errs and all(d.code == "E-FORM-002" and eight[d.span.start:d.span.end] == '"llama3"' for d in errs)
+    assert "does not divide `wq`'s heads (4" in errs[0].message
