@@ -7,13 +7,13 @@ caches through the stacked layers) at 8 query heads over 2 KV heads, random weig
 ways along `model` its logits and its greedy tokens (decoded with the caches) are one device's."""
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
 
 import numpy as np
 import pytest
-import re
 
 from benchmarks.tensor_parallel import teacher_text
 from helpers import ROOT, program_of
