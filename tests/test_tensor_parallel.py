@@ -298,3 +298,17 @@ def test_the_one_form_teacher_from_a_checkpoint_carries_the_split():
     errs = [d for d in analyze(eight, str(fixtures / "one-form.sx"), read_files=True).diagnostics if d.is_error]
     assert errs and all(d.code == "E-FORM-002" and eight[d.span.start:d.span.end] == '"llama3"' for d in errs)
     assert "does not divide `wq`'s heads (4" in errs[0].message
+
+
+@pytest.mark.slow
+def test_a_model_axis_that_does_not_divide_the_heads_is_one_line_before_anything_runs(tmp_path):
+    run = tmp_path / "h4.sx"
+    run.write_text(teacher_text(heads=4))
+    env = {**os.environ, "XLA_FLAGS": EIGHT, "JAX_PLATFORMS": "cpu"}
+    r = subprocess.run([sys.executable, "-m", "sexpgpu_cli.main", "run", str(run), "--mesh", "model=8",
+                        "--run-dir", str(tmp_path / "r"), "--no-progress"], env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 2 and r.stderr.strip() == (
+        "sexpgpu: error: the `model` axis of 8 devices does not divide `wq`'s heads (4, axis 2 of [2, 32, 4, 4]), "
+        "parameter `layers.wq`; pick a model axis that divides it")
+    assert not (tmp_path / "r" / "metrics.jsonl").exists()
