@@ -111,6 +111,9 @@ class ModelCall(Expr):
     body: tuple[Expr, ...] = ()
     compute_dtype: str | None = None
     remat: str | None = None
+    #: LoRA: each adapted parameter's key and scale; the body sees `KEY + scale * (KEY.lora-a @ KEY.lora-b)`
+    #: reshaped to KEY's shape (check/lora.py)
+    adapters: tuple[tuple[str, float], ...] = ()
 
 
 @dataclass(frozen=True, eq=False)
@@ -342,6 +345,25 @@ class ParamIR:
 
 
 @dataclass(frozen=True)
+class AdapterIR:
+    """One LoRA adapter (check/lora.py): the base parameter's `path`, its input axes past a repeat's
+    (`in_axes`: the leading axes flattened into `lora-a`'s `[in r]`), the `:lora` model's path
+    (`model`, for naming it below its checkpoint), rank, alpha and rslora."""
+
+    path: tuple[str, ...]
+    in_axes: int
+    model: tuple[str, ...]
+    rank: int
+    alpha: float
+    rslora: bool = False
+
+    @property
+    def scale(self) -> float:
+        """`alpha / r`, or `alpha / sqrt(r)` with rslora (peft's)."""
+        return self.alpha / (self.rank ** 0.5 if self.rslora else self.rank)
+
+
+@dataclass(frozen=True)
 class PretrainedIR:
     """A `:pretrained` model: where its parameters' values are and how the checkpoint's names map to them."""
 
@@ -466,6 +488,7 @@ class Program:
     pretrained: tuple[PretrainedIR, ...] = ()
     source_text: str = ""
     identity_apart_from_steps: str = ""   # identity(parsed, apart_from_steps=True): the file but for `:steps`
+    adapters: tuple[AdapterIR, ...] = ()   # the LoRA adapters (`:lora`), in parameter order
     settings: tuple[tuple[str, object], ...] = ()   # the root model's norm epsilon, rotary base and scaling, as
     #                                       its standard-library calls state them (check/config.py): an export's config
 

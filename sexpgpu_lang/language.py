@@ -58,7 +58,7 @@ RUN_KEYS: tuple[str, ...] = ("loader", "steps", "microbatches", "stack", "precis
 #: The keywords each keyword-taking form accepts (`stage` is the form inside `curriculum`).
 FORM_KEYWORDS: dict[str, tuple[str, ...]] = {
     "loader": ("source", "batch", "fields"),
-    "defmodel": ("params", "apply", "frozen", "pretrained", "remat", "entries"),
+    "defmodel": ("params", "apply", "frozen", "pretrained", "remat", "entries", "lora"),
     "repeat": ("remat",),
     "defgenerate": ("trips", "init", "step", "finish", "until"),
     "run": RUN_KEYS,
@@ -130,6 +130,8 @@ KEYWORD_DOCS: dict[tuple[str, str], str] = {
     ("defmodel", "frozen"): "`true`: the parameters are never updated",
     ("defmodel", "pretrained"): "where the parameters are loaded from: a safetensors file, a Hugging Face directory or "
                                 "its index; or `(:path \"dir\" :names :gpt2 :file-dtype :bf16)`",
+    ("defmodel", "lora"): "LoRA adapters on named projections, the base frozen: `(:targets [:wq :wv] :rank 8 "
+                          ":alpha 16 :dropout 0.0 :rslora false)`",
     ("defmodel", "remat"): "recompute this model's activations in the backward pass: `:nothing-saveable`, "
                            "`:dots-saveable` or `:everything-saveable` (no remat)",
     ("repeat", "remat"): "the remat policy of each repeated layer (overrides the block's and the run's)",

@@ -31,6 +31,7 @@ from .facts import Definition
 from .forms import define_global
 from .identity import place_hash
 from .infer import infer, lambda_params
+from .lora import add_adapters, read_lora
 from .pretrained import check_pretrained
 from .keywords import MAX_LAYERS, const_int, const_value, keyword_args, remat_policy, shape_in_range
 from .scope import Binding
@@ -41,7 +42,7 @@ def new_state() -> dict:
     no `:apply`; `params_known` is False once `:params` is missing or malformed, and `failed`
     holds the parameters that were reported (reading one is ERROR, not reported again)."""
     return {"params": {}, "param_defs": {}, "subs": {}, "repeats": {}, "failed": set(), "params_known": True,
-            "apply": None, "frozen": False, "pretrained": None, "remat": None, "entries": {}}
+            "apply": None, "frozen": False, "pretrained": None, "remat": None, "entries": {}, "lora": None}
 
 
 def declare_model(ctx: CheckContext, f: ListNode):
@@ -117,6 +118,8 @@ def _build_model(ctx: CheckContext, f: ListNode, name: str, kws: dict) -> dict:
         m["pretrained"] = kws["pretrained"][1]   # read by check/pretrained.py once the parameters are known
     if "remat" in kws:
         m["remat"] = remat_policy(ctx, kws["remat"][1])
+    if "lora" in kws:
+        m["lora"] = read_lora(ctx, kws["lora"][1])
     if "params" in kws:
         pnode = kws["params"][1]
         if not isinstance(pnode, ListNode) or (pnode.items and not isinstance(pnode.items[0], Kw)):
@@ -235,6 +238,7 @@ def collect_params(ctx: CheckContext) -> None:
         return
     _visit(ctx, ctx.root_model, (), False, [], None)
     check_pretrained(ctx)
+    add_adapters(ctx)
 
 
 def _visit(ctx: CheckContext, name: str, path: tuple[str, ...], frozen: bool, stack: list[str],
@@ -352,7 +356,7 @@ def gradient_reads(e: ir.Expr, gradient_only: bool = True) -> set[tuple[str, ...
     `stop-gradient`, a report's value, or a value of integer or bool dtype (`argmax`, a
     comparison, a cast to an integer)."""
     found: set[tuple[str, ...]] = set()
-    stack: list[tuple[ir.Expr, tuple[str, tuple[str, ...]] | None]] = [(e, None)]
+    stack: list[tuple[ir.Expr, tuple[str, tuple[str, ...], dict] | None]] = [(e, None)]
     while stack:
         n, here = stack.pop()
         if gradient_only:
@@ -362,10 +366,12 @@ def gradient_reads(e: ir.Expr, gradient_only: bool = True) -> set[tuple[str, ...
                 continue
         if isinstance(n, ir.GetF) and here is not None and isinstance(n.obj, ir.Var) and n.obj.name == here[0]:
             found.add(here[1] + (n.key,))
+            if n.key in here[2]:   # a LoRA target: its adapters are read with it
+                found |= {here[1] + (n.key + ".lora-a",), here[1] + (n.key + ".lora-b",)}
             continue
         if isinstance(n, ir.ModelCall):
             stack.extend((a, here) for a in n.args)
-            stack.extend((b, (n.self_name, n.path)) for b in n.body)
+            stack.extend((b, (n.self_name, n.path, dict(n.adapters))) for b in n.body)
             continue
         stack.extend((c, here) for c in ir.children(n))
     return found
