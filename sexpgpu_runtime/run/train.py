@@ -364,7 +364,7 @@ def _run(start: RunStart, program: ir.Program, options: RunOptions, on_trip) -> 
     if options.export is not None:
         export_params(options.export, state.trainable, state.frozen, options.export_frozen,
                       export_mapping(program, options.export_names)[0] if options.export_names else None,
-                      options.max_shard_bytes)
+                      options.max_shard_bytes, program, options.export_adapter)
         if options.export_names and jax.process_index() == 0:   # config.json and the tokenizer beside the shards
             write_config(program, options.export, options.export_names)
             write_tokenizer(program, options.export)

@@ -24,6 +24,7 @@ from sexpgpu_lang.name_mapping import layer_name, leaf, patterned
 from .hf_layout import export_mapped, load_mapped
 from ..data.files import first_nonfinite
 from ..errors import RunError
+from .lora import export_adapter, merged
 from .params import flatten, init_params
 from ..paths import publish
 
@@ -131,11 +132,15 @@ def _gathered(trainable: dict, frozen: dict):
 
 
 def export_params(path: Path, trainable: dict, frozen: dict, include_frozen: bool = False,
-                  names: dict | None = None, max_shard_bytes: int = 5 * 10**9) -> None:
+                  names: dict | None = None, max_shard_bytes: int = 5 * 10**9, program: ir.Program | None = None,
+                  adapter: bool = False) -> None:
     """Write the trainable parameters (and the frozen ones too with `include_frozen`) to a
     .safetensors file, each named by its path below the root model joined with `.`; or, with a
     mapping `names` (parameter path -> source), into the directory `path` in the Hugging Face
-    layout (hf_layout.export_mapped: shards above `max_shard_bytes`, an index).
+    layout (hf_layout.export_mapped: shards above `max_shard_bytes`, an index). Where `program` has
+    LoRA adapters, that layout holds the merged model (each adapter folded into its frozen base,
+    lora.merged), and with `adapter` the directory gets the adapters alone in PEFT's layout
+    (lora.export_adapter).
 
     A file is written beside `path` under a temporary name, then renamed into place with the
     permissions a new file gets (safetensors alone makes it 0600), so a failed write never
@@ -146,8 +151,15 @@ def export_params(path: Path, trainable: dict, frozen: dict, include_frozen: boo
     if got is None:
         return
     trainable, frozen = got
-    leaves = {**flatten(trainable), **(flatten(frozen) if include_frozen else {})}
+    lora = program is not None and bool(program.adapters)
+    leaves = {**flatten(trainable), **(flatten(frozen) if include_frozen or (lora and names is not None) else {})}
     tensors = {".".join(k): np.asarray(v) for k, v in leaves.items()}
+    if adapter:   # `--export-adapter`: PEFT's layout
+        export_adapter(program, path, {".".join(k): np.asarray(v) for k, v in {**flatten(trainable),
+                                                                                 **flatten(frozen)}.items()})
+        return
+    if lora and names is not None:   # the merged model: each adapter folded into its frozen base
+        tensors = merged(program, tensors)
     if names is not None:
         missing = sorted(set(names) - set(tensors))
         if missing:
