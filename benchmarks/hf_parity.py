@@ -224,13 +224,14 @@ def sexpgpu_forward(run: Path):
     from sexpgpu_lang import analyze_file
     from sexpgpu_runtime.lowering.context import make_ctx
     from sexpgpu_runtime.lowering.lowering import Effects, run_phase
+    from sexpgpu_runtime.weights.params import merge
     from sexpgpu_runtime.weights.pretrained import initial_params
     res = analyze_file(str(run), read_files=True)
     if res.program is None or [d for d in res.diagnostics if d.is_error]:
         raise SystemExit(f"{run}: " + "; ".join(f"{d.code} {d.message}" for d in res.diagnostics))
     p = res.program
     trainable, frozen = initial_params(p, 0)
-    params = {**trainable, **frozen}
+    params = merge(trainable, frozen)   # (a `:lora` model has both below one path)
     ctx = {k: jnp.asarray(v) for k, v in make_ctx(0, 0, 0).items()}
 
     prepare = jax.jit(lambda batch, params: run_phase(p.prepare, [batch, ctx], params, Effects(jax.random.key(0))))

@@ -356,6 +356,7 @@ class AdapterIR:
     rank: int
     alpha: float
     rslora: bool = False
+    pretrained: str | None = None   # `:lora`'s `:pretrained`: a directory in PEFT's layout they start from
 
     @property
     def scale(self) -> float:

@@ -16,7 +16,9 @@ models below it (the base) is frozen:
 splits the input into heads (`(split-heads ... :axis 0)`: Llama's `wo` `[N H D]`); `out` the
 product of the rest. Under a `(repeat block N)` both are stacked `[N ...]`. A model call then
 sees `KEY` as `KEY + scale * reshape(lora-a @ lora-b)` (`ir.ModelCall.adapters`), `scale` being
-`alpha / r` (`alpha / sqrt(r)` with `:rslora true`, as peft's `use_rslora`).
+`alpha / r` (`alpha / sqrt(r)` with `:rslora true`, as peft's `use_rslora`). With `:pretrained
+"dir"` the adapters start from a directory in PEFT's layout (`adapter_model.safetensors`, read by
+the runtime: sexpgpu_runtime/weights/lora.py) instead of their initialisation.
 
 E-MODEL-008: a target no parameter has, a rank past the matrix (`r > min(in, out)`), a
 `:dropout` other than 0 (the adapters are applied to the weight, where dropout on the input
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 
 from .. import ir
 from ..syntax import Kw, ListNode, Node, VecNode
@@ -34,7 +37,7 @@ from .identity import place_hash
 from .keywords import const_value, keyword_args
 
 #: The keys of `:lora`'s plist.
-LORA_KEYS = ("targets", "rank", "alpha", "dropout", "rslora")
+LORA_KEYS = ("targets", "rank", "alpha", "dropout", "rslora", "pretrained")
 #: The suffixes of the two adapter parameters beside their base's key.
 A_SUFFIX, B_SUFFIX = ".lora-a", ".lora-b"
 
@@ -50,6 +53,7 @@ class LoraSetting:
     rslora: bool
     node: Node
     rank_node: Node
+    pretrained: str | None = None   # a directory in PEFT's layout the adapters start from (absolute)
 
     @property
     def scale(self) -> float:
@@ -93,7 +97,16 @@ def read_lora(ctx: CheckContext, node: Node) -> LoraSetting | None:
         if not isinstance(rslora, bool):
             ctx.err("E-MODEL-008", kws["rslora"][1].span, "`:rslora` is `true` or `false`")
             return None
-    return LoraSetting(tuple(targets), rank, alpha, dropout, rslora, node, rank_node)
+    pretrained = None
+    if "pretrained" in kws:
+        rel = const_value(ctx, kws["pretrained"][1])
+        if not isinstance(rel, str):
+            ctx.err("E-MODEL-008", kws["pretrained"][1].span, "`:pretrained` of `:lora` is the directory of an "
+                    "adapter in PEFT's layout: a string, or a `def` of one")
+            return None
+        base = os.path.dirname(os.path.abspath(ctx.src.path)) if not ctx.src.path.startswith("<") else "."
+        pretrained = rel if os.path.isabs(rel) else os.path.join(base, rel)
+    return LoraSetting(tuple(targets), rank, alpha, dropout, rslora, node, rank_node, pretrained)
 
 
 def _shown(v) -> str:

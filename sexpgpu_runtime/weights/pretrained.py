@@ -12,10 +12,12 @@ import train.py.
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from pathlib import Path
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from sexpgpu_lang import ir
@@ -23,9 +25,10 @@ from sexpgpu_lang.name_mapping import layer_name, leaf, patterned
 
 from .hf_layout import export_mapped, load_mapped
 from ..data.files import first_nonfinite
+from ..dtypes import jdt
 from ..errors import RunError
-from .lora import export_adapter, merged
-from .params import flatten, init_params
+from .lora import export_adapter, load_adapter, merged
+from .params import flatten, init_params, set_path
 from ..paths import publish
 
 
@@ -49,6 +52,7 @@ def frozen_params(program: ir.Program, seed: int) -> dict:
     for spec in program.pretrained:
         if any(spec.fills(p.path) for p in frozen_only):
             load_mapped(spec, frozen_only, {True: frozen})
+    load_adapters(program, {True: frozen}, frozen_only=True)
     return frozen
 
 
@@ -84,6 +88,26 @@ def load_pretrained(program: ir.Program, trainable: dict, frozen: dict) -> None:
     """
     for spec in program.pretrained:
         load_mapped(spec, program.params, {False: trainable, True: frozen})
+    load_adapters(program, {False: trainable, True: frozen})
+
+
+def load_adapters(program: ir.Program, trees: dict[bool, dict], frozen_only: bool = False) -> None:
+    """The LoRA adapters whose `:lora` has `:pretrained` (a directory in PEFT's layout) read into
+    `trees[p.frozen]` at their places (only the frozen ones with `frozen_only`), replacing their
+    initial values. RunError naming the file and the tensor (lora.load_adapter)."""
+    from ..errors import CheckpointError
+    by_name = {".".join(p.path): p for p in program.params}
+    for directory in dict.fromkeys(ad.pretrained for ad in program.adapters if ad.pretrained):
+        try:
+            values = load_adapter(dataclasses.replace(
+                program, adapters=tuple(ad for ad in program.adapters if ad.pretrained == directory)), directory)
+        except CheckpointError as e:
+            raise RunError(str(e))
+        for name, value in values.items():
+            p = by_name[name]
+            if frozen_only and not p.frozen:
+                continue
+            set_path(trees[p.frozen], p.path, jnp.asarray(value, dtype=jdt(p.dtype)))
 
 
 def export_mapping(program: ir.Program, name: str) -> tuple[dict[str, tuple], str] | None:
