@@ -119,7 +119,7 @@ def main(argv=None) -> int:
               f"(peft's own merge {rel_theirs:.2e})  {'ok' if ok else 'FAIL'}")
         if args.write:
             shutil.rmtree(FIXTURES / "adapter", ignore_errors=True)
-            shutil.copytree(tmp / "adapter", FIXTURES / "adapter")
+            shutil.copytree(tmp / "adapter", FIXTURES / "adapter", ignore=shutil.ignore_patterns("README.md"))
             np.savez_compressed(FIXTURES / "lora.npz", ids=ids, logits=logits.astype(np.float32), greedy=greedy,
                                 base_logits=base_logits.astype(np.float32))
             (FIXTURES / "layout.json").write_text(json.dumps(layout(tmp / "adapter"), indent=2) + "\n")

@@ -10,7 +10,7 @@ The IR is plain data: no lark, no JAX.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from .source import Span
@@ -174,6 +174,25 @@ def walk(e: Expr):
         n = stack.pop()
         yield n
         stack.extend(reversed(children(n)))
+
+
+def without_adapters(e: Expr) -> Expr:
+    """`e` with no LoRA adapter applied in any model call in it (`ModelCall.adapters` emptied): a
+    `:base` model's call is its source's on the frozen base alone (check/lora.py)."""
+    changes = {}
+    if isinstance(e, ModelCall) and e.adapters:
+        changes["adapters"] = ()
+    for f in fields(e):
+        v = getattr(e, f.name)
+        if isinstance(v, Expr):
+            new = without_adapters(v)
+            if new is not v:
+                changes[f.name] = new
+        elif isinstance(v, tuple) and v and all(isinstance(x, Expr) for x in v):
+            new = tuple(without_adapters(x) for x in v)
+            if any(a is not b for a, b in zip(new, v)):
+                changes[f.name] = new
+    return replace(e, **changes) if changes else e
 
 
 class Interpreter:

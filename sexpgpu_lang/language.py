@@ -58,7 +58,7 @@ RUN_KEYS: tuple[str, ...] = ("loader", "steps", "microbatches", "stack", "precis
 #: The keywords each keyword-taking form accepts (`stage` is the form inside `curriculum`).
 FORM_KEYWORDS: dict[str, tuple[str, ...]] = {
     "loader": ("source", "batch", "fields"),
-    "defmodel": ("params", "apply", "frozen", "pretrained", "remat", "entries", "lora"),
+    "defmodel": ("params", "apply", "frozen", "pretrained", "remat", "entries", "lora", "base"),
     "repeat": ("remat",),
     "defgenerate": ("trips", "init", "step", "finish", "until"),
     "run": RUN_KEYS,
@@ -132,6 +132,8 @@ KEYWORD_DOCS: dict[tuple[str, str], str] = {
                                 "its index; or `(:path \"dir\" :names :gpt2 :file-dtype :bf16)`",
     ("defmodel", "lora"): "LoRA adapters on named projections, the base frozen: `(:targets [:wq :wv] :rank 8 "
                           ":alpha 16 :dropout 0.0 :rslora false)`",
+    ("defmodel", "base"): "`(defmodel ref :base student)`: `student` without its LoRA adapters, on its frozen base "
+                          "(a reference model with no parameters of its own)",
     ("defmodel", "remat"): "recompute this model's activations in the backward pass: `:nothing-saveable`, "
                            "`:dots-saveable` or `:everything-saveable` (no remat)",
     ("repeat", "remat"): "the remat policy of each repeated layer (overrides the block's and the run's)",

@@ -572,6 +572,9 @@ def call_model(ctx: CheckContext, node: ListNode, name: str, scope: Scope) -> ir
     names, `entries.entry_call`) checked for these argument types."""
     ctx.tracker.model_called()
     m = ctx.models.get(name)
+    if m is not None and m.get("base_of") is not None:
+        from .lora import call_base   # (lora.call_base calls this for the source)
+        return call_base(ctx, node, name, m, scope)
     lam, arg_nodes, entry = entry_call(ctx, node, name, m) if m is not None else (None, node.items[1:], "apply")
     args = [infer(ctx, a, scope) for a in arg_nodes]
     if m is None or (lam is None and entry != "apply"):

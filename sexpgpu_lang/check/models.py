@@ -31,7 +31,7 @@ from .facts import Definition
 from .forms import define_global
 from .identity import place_hash
 from .infer import infer, lambda_params
-from .lora import add_adapters, read_lora
+from .lora import add_adapters, read_base, read_lora
 from .pretrained import check_pretrained
 from .keywords import MAX_LAYERS, const_int, const_value, keyword_args, remat_policy, shape_in_range
 from .scope import Binding
@@ -42,7 +42,8 @@ def new_state() -> dict:
     no `:apply`; `params_known` is False once `:params` is missing or malformed, and `failed`
     holds the parameters that were reported (reading one is ERROR, not reported again)."""
     return {"params": {}, "param_defs": {}, "subs": {}, "repeats": {}, "failed": set(), "params_known": True,
-            "apply": None, "frozen": False, "pretrained": None, "remat": None, "entries": {}, "lora": None}
+            "apply": None, "frozen": False, "pretrained": None, "remat": None, "entries": {}, "lora": None,
+            "base_of": None}
 
 
 def declare_model(ctx: CheckContext, f: ListNode):
@@ -107,6 +108,10 @@ def build_model(ctx: CheckContext, f: ListNode):
 def _build_model(ctx: CheckContext, f: ListNode, name: str, kws: dict) -> dict:
     """The state of model `name` (`new_state`) built from its `defmodel` form `f` and its keywords."""
     m = new_state()
+    if "base" in kws:
+        m["base_of"] = read_base(ctx, f, name, kws)
+        m["params_known"] = m["base_of"] is not None
+        return m
     if "params" not in kws:
         ctx.err("E-FORM-005", f.items[1].span, f"`defmodel {name}` needs `:params`")
         m["params_known"] = False
