@@ -3,6 +3,7 @@ transformers itself, against sexpgpu's run files that take every size and settin
 
     python -m benchmarks.hf_parity                # compare, print the figures
     python -m benchmarks.hf_parity --write        # and (re)write tests/fixtures/hf/
+    python -m benchmarks.hf_parity --lora         # LoRA adapters against peft (benchmarks/peft_parity.py)
 
 Needs the `reference` extra (`pip install -e '.[reference]'`: torch and transformers); nothing
 downloads: each model is built from a config object with random weights. For each family (GPT-2;
@@ -262,7 +263,11 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--write", action="store_true", help="(re)write tests/fixtures/hf/")
     ap.add_argument("--families", nargs="*", default=list(FAMILIES))
+    ap.add_argument("--lora", action="store_true", help="LoRA against peft instead (benchmarks/peft_parity.py)")
     args = ap.parse_args(argv)
+    if args.lora:
+        from benchmarks.peft_parity import main as lora_main
+        return lora_main(["--write"] if args.write else [])
     import torch
     import transformers
     from sexpgpu_runtime.weights.hf_export import write_config
