@@ -98,6 +98,24 @@ def peft_tensors(program: ir.Program, flat: dict[str, np.ndarray]) -> dict[str, 
     return out
 
 
+def target_modules(program: ir.Program, adapted: set[str]) -> list[str]:
+    """PEFT's `target_modules` for the modules `adapted` (patterns): each module's last name (`q_proj`), or
+    as many of its last names as keep it from naming a module of the checkpoint that is not adapted
+    (GPT-2's `attn.c_proj` where `mlp.c_proj` is not), since peft adapts every module whose name ends
+    with an entry."""
+    others = {leaf(src)[1][:-len(".weight")] for spec in program.pretrained for _, src in spec.names
+              if leaf(src)[1].endswith(".weight")} - adapted
+    out = set()
+    for m in adapted:
+        parts = m.split(".")
+        for n in range(1, len(parts) + 1):
+            suffix = ".".join(parts[-n:])
+            if not any(o == suffix or o.endswith("." + suffix) for o in others):
+                break
+        out.add(suffix)
+    return sorted(out)
+
+
 def peft_config(program: ir.Program) -> dict:
     """adapter_config.json's keys (PEFT's `LoraConfig`) for the run's adapters, all of one `:lora`."""
     modules, fan_in_fan_out = adapter_modules(program)
@@ -109,7 +127,7 @@ def peft_config(program: ir.Program) -> dict:
     return {"peft_type": "LORA", "task_type": "CAUSAL_LM", "base_model_name_or_path": base,
             "r": rank, "lora_alpha": alpha, "lora_dropout": 0.0, "bias": "none", "use_rslora": rslora,
             "fan_in_fan_out": fan_in_fan_out, "init_lora_weights": True, "inference_mode": True,
-            "target_modules": sorted({m.rsplit(".", 1)[-1] for m in modules.values()}),
+            "target_modules": target_modules(program, set(modules.values())),
             "modules_to_save": None, "layers_to_transform": None, "layers_pattern": None,
             "rank_pattern": {}, "alpha_pattern": {}, "use_dora": False}
 
