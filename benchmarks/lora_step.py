@@ -6,14 +6,15 @@ model.safetensors, the names `save_pretrained` gives), and the one-form model of
 two run files that differ only in `:lora (:targets [:wq :wk :wv :wo :w-gate :w-up :w-down] :rank 8
 :alpha 16)`: every parameter trained with adam, or the adapters alone on the frozen base.
 
-Step time: each variant trained `--long` and `--short` steps (fresh run dirs; the runs alternate,
-`--repeats` times), the step time is (t_long - t_short) / (long - short), so loading, compilation and
-start-up cancel; the figure is the median over the repeats, and the ratio LoRA / full is printed.
+Step time: each variant trained `--long` steps in a fresh run dir (the runs alternate, `--repeats`
+times), timed by the host from step `--short` to step `--long - 1` (a one-trip generator that copies
+the batch gives the loop its `on_trip` clock, the same in both), so loading, compilation and start-up
+are left out; wall and CPU time, the median over the repeats, and the ratio LoRA / full.
 Memory: the memory plan `sexpgpu explain` prints (parameters, optimizer state, the training graph's
 peak: sexpgpu_lang.explain), and XLA's own analysis of the compiled training graph (arguments,
 temporaries, outputs: sexpgpu_runtime.lowering.xla_report.compile_graphs), with the ratios.
 
-    .venv/bin/python benchmarks/lora_step.py [--short 3 --long 13 --repeats 3 --batch 8 --seq 128]
+    .venv/bin/python benchmarks/lora_step.py [--short 3 --long 23 --repeats 3 --batch 8 --seq 128]
 """
 from __future__ import annotations
 
@@ -69,6 +70,9 @@ def run_text(ckpt: Path, lora: bool, batch: int, seq: int) -> str:
   :batch {batch}
   :fields (:row [{seq}] :i32 :stride [1] :i32))
 (defmodel student :pretrained ckpt{setting})
+(defgenerate :trips 1   ; (the step's clock: the host calls `on_trip` before each step's trip)
+  :init (lambda (batch ctx) (list :t (field batch :row)))
+  :step (lambda (state trip ctx) state))
 (model student)
 (objective (lambda (inputs ctx)
   (mean (cross-entropy (model (field inputs :row)) (field inputs :row)))))
@@ -76,15 +80,21 @@ def run_text(ckpt: Path, lora: bool, batch: int, seq: int) -> str:
 """
 
 
-def run_seconds(program, steps: int) -> tuple[float, float]:
-    """The training time of one run of `steps` steps in a fresh run dir: (wall seconds of the step loop,
-    `RunResult.seconds`, the first step's compilation included; the process's CPU seconds, every
-    thread's, of the whole run: less moved by other jobs on a shared machine)."""
+def step_seconds(program, short: int, long: int) -> tuple[float, float]:
+    """The mean step time of one run of `long` steps in a fresh run dir, from the host starting step
+    `short` to it starting step `long - 1` (the generator's one trip; compilation and start-up left
+    out, and the host held back by the device, so that is the device's pace): (wall seconds, the
+    process's CPU seconds, every thread's: less moved by other jobs on a shared machine)."""
     from sexpgpu_runtime.run.train import RunOptions, train
+    at: dict[int, tuple[float, float]] = {}
+
+    def on_trip(step: int, trip: int) -> None:
+        if trip == 0 and step in (short, long - 1):
+            at[step] = (time.perf_counter(), time.process_time())
     with tempfile.TemporaryDirectory() as d:
-        cpu = time.process_time()
-        wall = train(program, RunOptions(steps=steps, run_dir=Path(d) / "run", quiet=True)).seconds
-        return wall, time.process_time() - cpu
+        train(program, RunOptions(steps=long, run_dir=Path(d) / "run", quiet=True), on_trip=on_trip)
+    n = long - 1 - short
+    return (at[long - 1][0] - at[short][0]) / n, (at[long - 1][1] - at[short][1]) / n
 
 
 def memory(program) -> dict:
@@ -106,7 +116,7 @@ def mib(n: float) -> str:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--short", type=int, default=3)
-    ap.add_argument("--long", type=int, default=13)
+    ap.add_argument("--long", type=int, default=23)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--seq", type=int, default=128)
@@ -131,12 +141,11 @@ def main(argv=None) -> int:
             print(f"{name:4s} params {mib(m['params'])} (trainable {mib(m['trainable'])}), optimizer "
                   f"{mib(m['optimizer'])}, plan peak {mib(m['plan_peak'])}; XLA train graph {mib(m['xla_train'])} "
                   f"(temps {mib(m['xla_temps'])})", flush=True)
-        run_seconds(programs["lora"], 1)   # warm-up: imports
+        step_seconds(programs["lora"], 1, 3)   # warm-up: imports
         per_step: dict[str, list[tuple[float, float]]] = {"full": [], "lora": []}
         for r in range(args.repeats):
             for name in (("full", "lora") if r % 2 == 0 else ("lora", "full")):
-                long, short = run_seconds(programs[name], args.long), run_seconds(programs[name], args.short)
-                t = tuple((a - b) / (args.long - args.short) for a, b in zip(long, short))
+                t = step_seconds(programs[name], args.short, args.long)
                 per_step[name].append(t)
                 print(f"repeat {r + 1} {name:4s} {t[0] * 1e3:.1f} ms/step wall, {t[1] * 1e3:.1f} CPU", flush=True)
         print(f"device {jax.devices()[0].device_kind}; model width {args.width}, {args.layers} layers, batch "

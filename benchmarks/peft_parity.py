@@ -17,7 +17,9 @@ downloads. It
 3. exports sexpgpu's adapters in PEFT's layout (`--export-adapter`) and loads the directory with
    `PeftModel.from_pretrained(base, DIR)`, whose logits must match again; and the merged model
    (`--export-names`) with `AutoModelForCausalLM.from_pretrained`, against peft's
-   `merge_and_unload`.
+   `merge_and_unload`;
+4. on the GPT-2 fixture (Conv1D's `[in out]`: `fan_in_fan_out`), adapters on `:wo`, `:w1`, `:w2`
+   drawn by sexpgpu, exported, and read back by sexpgpu and by peft: the same logits.
 
 With `--write`, tests/fixtures/lora/ gets the adapter, lora.npz (the ids, peft's logits, greedy tokens
 and the base's logits) and layout.json (peft's tensor names and shapes and its adapter_config.json):
@@ -78,6 +80,39 @@ def layout(directory: Path) -> dict:
             "config": json.loads((directory / "adapter_config.json").read_text())}
 
 
+def gpt2_conv1d(tmp: Path) -> float:
+    """GPT-2's Conv1D modules (`fan_in_fan_out`): adapters on `:wo`, `:w1`, `:w2` of the GPT-2 fixture
+    checkpoint (tests/fixtures/hf/gpt2), `lora_B` drawn non-zero, exported in PEFT's layout, read back
+    by sexpgpu (`:lora`'s `:pretrained`) and by peft (`PeftModel.from_pretrained`): the largest
+    difference of the logits, relative to the largest."""
+    import peft
+    import torch
+    import transformers
+    import jax.numpy as jnp
+    from benchmarks.hf_parity import FIXTURES as HF, relative, sexpgpu_forward
+    from sexpgpu_runtime.weights.pretrained import export_params
+    text = (HF / "gpt2.sx").read_text()
+    text = text[:text.index("(defmodel layer")] + "(defmodel teacher :pretrained ckpt LORA)\n\n" + \
+        text[text.index("(model teacher)"):]
+    text = f"(def ckpt {json.dumps(str(HF / 'gpt2'))})\n" + text.replace('(checkpoint-config "gpt2"', "(checkpoint-config ckpt")
+    lora = ":lora (:targets [:wo :w1 :w2] :rank 4 :alpha 8)"
+    (tmp / "gpt2-lora.sx").write_text(text.replace("LORA", lora))
+    _, program, trainable, frozen = sexpgpu_forward(tmp / "gpt2-lora.sx")
+    rng = np.random.default_rng(2)
+    for k, v in trainable["h"].items():
+        if k.endswith(".lora-b"):
+            trainable["h"][k] = jnp.asarray(0.2 * rng.standard_normal(v.shape), jnp.float32)
+    export_params(tmp / "gpt2-adapter", trainable, frozen, program=program, adapter=True)
+    (tmp / "gpt2-again.sx").write_text(text.replace("LORA", lora[:-1] + f" :pretrained {json.dumps(str(tmp / 'gpt2-adapter'))})"))
+    forward = sexpgpu_forward(tmp / "gpt2-again.sx")[0]
+    ids = np.random.default_rng(1).integers(0, 96, size=(2, 8)).astype(np.int32)
+    base = transformers.AutoModelForCausalLM.from_pretrained(HF / "gpt2", torch_dtype=torch.float32).eval()
+    model = peft.PeftModel.from_pretrained(base, tmp / "gpt2-adapter").eval()
+    with torch.no_grad():
+        theirs = model(torch.as_tensor(ids, dtype=torch.long)).logits.numpy()
+    return relative(forward(ids), theirs)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--write", action="store_true", help="(re)write tests/fixtures/lora/")
@@ -113,10 +148,12 @@ def main(argv=None) -> int:
             rel_merged = relative(merged(torch.as_tensor(ids, dtype=torch.long)).logits.numpy(), got)
             theirs = model.merge_and_unload()(torch.as_tensor(ids, dtype=torch.long)).logits.numpy()
         rel_theirs = relative(theirs, logits)
-        ok = rel <= 1e-5 and same and rel_back <= 1e-5 and rel_merged <= 1e-5
+        rel_gpt2 = gpt2_conv1d(tmp)
+        ok = rel <= 1e-5 and same and rel_back <= 1e-5 and rel_merged <= 1e-5 and rel_gpt2 <= 1e-5
         print(f"lora llama3: logits rel {rel:.2e} (adapters move them {relative(base_logits, logits):.2e})  greedy "
               f"{same}  PEFT export reloaded by peft rel {rel_back:.2e}  merged export rel {rel_merged:.2e} "
-              f"(peft's own merge {rel_theirs:.2e})  {'ok' if ok else 'FAIL'}")
+              f"(peft's own merge {rel_theirs:.2e}); GPT-2's Conv1D adapters read by peft rel {rel_gpt2:.2e}  "
+              f"{'ok' if ok else 'FAIL'}")
         if args.write:
             shutil.rmtree(FIXTURES / "adapter", ignore_errors=True)
             shutil.copytree(tmp / "adapter", FIXTURES / "adapter", ignore=shutil.ignore_patterns("README.md"))
