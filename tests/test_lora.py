@@ -276,3 +276,15 @@ def test_a_lora_run_trains_the_adapters_alone_exports_them_and_a_run_starts_from
     wq = np.asarray(res2.frozen["layers"]["wq"][0]).reshape(32, 32)
     a, b = np.asarray(res2.trainable["layers"]["wq.lora-a"][0]), np.asarray(res2.trainable["layers"]["wq.lora-b"][0])
     np.testing.assert_allclose(merged["model.layers.0.self_attn.q_proj.weight"], (wq + 2.0 * a @ b).T, rtol=1e-6, atol=1e-7)
+
+
+def test_adapters_of_two_models_train_and_a_parameter_adapted_twice_is_refused():
+    text = small(":lora (:targets [:out] :rank 2)").replace(
+        "(defmodel block\n  :params (:wq (normal [dim 4 8] :std 0.1) :gain (ones [dim]))",
+        "(defmodel block\n  :lora (:targets [:wq] :rank 2)\n  :params (:wq (normal [dim 4 8] :std 0.1) :gain (ones [dim]))")
+    p = program_of(text)
+    assert {".".join(q.path) for q in p.params if not q.frozen} == {
+        "out.lora-a", "out.lora-b", "blocks.wq.lora-a", "blocks.wq.lora-b"}
+    twice = text.replace(":lora (:targets [:out] :rank 2)", ":lora (:targets [:out :wq] :rank 2)")
+    res = analyze(twice, "check.sx")
+    assert [d.code for d in res.diagnostics] == ["E-MODEL-008"] and "has adapters already" in res.diagnostics[0].message

@@ -141,6 +141,7 @@ def add_adapters(ctx: CheckContext) -> None:
     """The adapters of every reachable model with `:lora` (module docstring): the base frozen,
     `KEY.lora-a` and `KEY.lora-b` added to `ctx.params`, each adapted model's keys and scale in
     `ctx.adapters` (read where its calls are made, `infer.call_model`)."""
+    trains = {p.path: not p.frozen for p in ctx.params}   # before any base is frozen: the adapters' state
     for name, prefix in ctx.reachable.items():
         lora: LoraSetting | None = ctx.models[name].get("lora")
         if lora is None:
@@ -149,13 +150,19 @@ def add_adapters(ctx: CheckContext) -> None:
         found: set[str] = set()
         out: list[ir.ParamIR] = []
         for p in ctx.params:
-            if p.path[:len(prefix)] != prefix:
+            if p.path[:len(prefix)] != prefix or p.path[-1].endswith((A_SUFFIX, B_SUFFIX)):
                 out.append(p)
                 continue
             if p.path[-1] not in wanted:
                 out.append(dataclasses.replace(p, frozen=True))   # the base is frozen whole
                 continue
             found.add(p.path[-1])
+            if any(q.path == p.path[:-1] + (p.path[-1] + A_SUFFIX,) for q in ctx.params):
+                ctx.err("E-MODEL-008", _target_node(lora, p.path[-1]).span,
+                        f"`:{p.path[-1]}` of `{_owner(ctx, p.path[:-1])}` has adapters already, from the `:lora` of a "
+                        "model above or below it", help="give each parameter's adapters in one `:lora`")
+                out.append(p)
+                continue
             lead = p.shape[:1] if p.layers else ()
             dims = p.shape[len(lead):]
             k = min(in_axes(ctx, p), len(dims) - 1) if len(dims) > 1 else 0
@@ -177,10 +184,11 @@ def add_adapters(ctx: CheckContext) -> None:
             bound = 1.0 / math.sqrt(fan_in)
             key = p.path[-1]
             out.append(ir.ParamIR(p.path[:-1] + (key + A_SUFFIX,), lead + (fan_in, lora.rank), p.dtype,
-                                  ("uniform", {"min": -bound, "max": bound}), p.frozen,
+                                  ("uniform", {"min": -bound, "max": bound}), not trains[p.path],
                                   place_hash((p.place, "lora-a")), p.layers, p.span))
             out.append(ir.ParamIR(p.path[:-1] + (key + B_SUFFIX,), lead + (lora.rank, fan_out), p.dtype,
-                                  ("zeros", {}), p.frozen, place_hash((p.place, "lora-b")), p.layers, p.span))
+                                  ("zeros", {}), not trains[p.path], place_hash((p.place, "lora-b")), p.layers,
+                                  p.span))
             ctx.adapters.setdefault(owner, {})[key] = lora.scale
             ctx.lora_params.append((p.path, k, lora, name))
         ctx.params[:] = out
