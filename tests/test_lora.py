@@ -288,3 +288,11 @@ def test_adapters_of_two_models_train_and_a_parameter_adapted_twice_is_refused()
     twice = text.replace(":lora (:targets [:out] :rank 2)", ":lora (:targets [:out :wq] :rank 2)")
     res = analyze(twice, "check.sx")
     assert [d.code for d in res.diagnostics] == ["E-MODEL-008"] and "has adapters already" in res.diagnostics[0].message
+
+
+def test_an_adapter_directory_without_its_config_is_said_at_the_path_when_files_are_read():
+    text = fixture_text().replace(json.dumps(str(LORA / "adapter")), json.dumps(str(LORA)))
+    res = analyze(text, str(LORA / "x.sx"), read_files=True)
+    assert [d.code for d in res.diagnostics] == ["E-MODEL-008"]
+    assert "holds no adapter_config.json" in res.diagnostics[0].message
+    assert analyze(text, str(LORA / "x.sx")).diagnostics == []   # (not read: nothing said)

@@ -108,6 +108,11 @@ def read_lora(ctx: CheckContext, node: Node) -> LoraSetting | None:
             return None
         base = os.path.dirname(os.path.abspath(ctx.src.path)) if not ctx.src.path.startswith("<") else "."
         pretrained = rel if os.path.isabs(rel) else os.path.join(base, rel)
+        if ctx.read_files is True and not os.path.isfile(os.path.join(pretrained, "adapter_config.json")):
+            ctx.err("E-MODEL-008", kws["pretrained"][1].span, f"`{rel}` holds no adapter_config.json: `:pretrained` "
+                    "of `:lora` is a directory in PEFT's layout", help="give the directory `sexpgpu run "
+                    "--export-adapter` or peft's `save_pretrained` wrote")
+            return None
     return LoraSetting(tuple(targets), rank, alpha, dropout, rslora, node, rank_node, pretrained)
 
 
