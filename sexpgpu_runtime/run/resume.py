@@ -55,13 +55,13 @@ def _everywhere(value: int | None) -> int | None:
 
 def export_written(export: Path, metrics: Path) -> bool:
     """Whether `export` (a `--export` path: a safetensors file, or a directory in the Hugging Face
-    layout) holds an export written after the last row of `metrics`, as the export of the run's
+    layout or PEFT's, `--export-adapter`) holds an export written after the last row of `metrics`, as the export of the run's
     last step is (it is written after its checkpoint, whose row comes first): an export is
     published whole (a temporary file renamed), so one that is there is complete, and one older than
     the rows is an earlier run's. False when it is absent."""
     export = Path(export)
-    candidates = ([export / "model.safetensors", export / "model.safetensors.index.json"] if export.is_dir()
-                  else [export])
+    candidates = ([export / "model.safetensors", export / "model.safetensors.index.json",
+                   export / "adapter_config.json"] if export.is_dir() else [export])
     try:
         rows = metrics.stat().st_mtime_ns
     except OSError:
