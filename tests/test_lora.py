@@ -3,7 +3,7 @@ docs/checkpoints.md "LoRA adapters"): the adapters typed beside their targets an
 a one-form model and on a written-out one; E-MODEL-008; the memory plan counting the adapters'
 optimizer state alone; against peft (tests/fixtures/lora, written by benchmarks/peft_parity.py with
 peft and transformers, checked here without them): the logits and greedy tokens of the base with
-peft's adapter, the generator decoding with the adapters, the `:base` reference equal to the base,
+peft's adapter, the generator decoding with the adapters, a `:copy` reference equal to the base,
 the export's names, shapes and adapter_config.json equal to peft's, the merged export equal to the
 unmerged model; a run that trains the adapters alone and exports them."""
 from __future__ import annotations
@@ -110,11 +110,18 @@ def test_a_target_that_does_not_exist_and_a_rank_past_the_matrix_are_said_at_the
     check(small(":lora (:targets [:wq] :rank 0)", "0"))
 
 
-def test_the_base_of_a_model_without_lora_is_refused():
-    text = small("").replace("(model student)", "(model student)\n(defmodel ref :base student)\n;;                  ^^^^^^^ E-MODEL-008")
-    text = text.replace("(mean (cross-entropy (model (field batch :row)) (field batch :row)))",
-                        "(+ (mean (ref (field batch :row))) (mean (cross-entropy (model (field batch :row)) (field batch :row))))")
-    check(text)
+def test_a_copy_of_a_lora_model_is_its_base_with_no_parameters_and_a_copy_of_another_model_is_a_copy():
+    call = ("(mean (cross-entropy (model (field batch :row)) (field batch :row)))",
+            "(+ (mean (ref (field batch :row))) (mean (cross-entropy (model (field batch :row)) (field batch :row))))")
+    lora = program_of(small(":lora (:targets [:wq] :rank 2)").replace("(model student)", "(model student)\n(defmodel ref :copy student)")
+                      .replace(*call))
+    assert not any(q.path[0] == "ref" for q in lora.params)
+    calls = [e for e in __import__("sexpgpu_lang.ir", fromlist=["walk"]).walk(lora.objective.body)
+             if type(e).__name__ in ("ModelCall", "Repeat")]
+    assert any(c.model == "ref" and not c.adapters for c in calls)
+    assert any(c.adapters == (("wq", 1.0),) for c in calls)   # the student's own call: alpha 2 / r 2
+    plain = program_of(small("").replace("(model student)", "(model student)\n(defmodel ref :copy student)").replace(*call))
+    assert any(q.path[0] == "ref" for q in plain.params)   # (main's `:copy`: a copy of the parameters)
 
 
 def test_full_fine_tuning_would_not_fit_where_the_lora_run_does():
@@ -143,14 +150,14 @@ def test_the_base_with_peft_s_adapter_gives_peft_s_logits_and_greedy_tokens_and_
     from benchmarks.hf_parity import relative
     want = np.load(LORA / "lora.npz")
     run = tmp_path / "run.sx"
-    run.write_text(fixture_text(extra="\n(defmodel ref :base student)").replace(
+    run.write_text(fixture_text(extra="\n(defmodel ref :copy student)").replace(
         ":logits (student row)", ":logits (student row) :base (ref row)"))
     forward, program, trainable, frozen = parity(run)
     assert relative(forward(want["ids"]), want["logits"]) <= 1e-5
     assert relative(want["base_logits"], want["logits"]) > 0.1   # the adapters matter
     assert np.array_equal(forward(want["ids"], "greedy"), want["greedy"])   # `:decode` with caches, adapters applied
     assert relative(forward(want["ids"], "base"), want["base_logits"]) <= 1e-5   # the reference: no adapter
-    assert len(program.params) == len(program_of(fixture_text(), str(run)).params)   # `:base` has no parameter
+    assert len(program.params) == len(program_of(fixture_text(), str(run)).params)   # the copy has no parameter
 
 
 def test_the_generator_decodes_with_the_adapters(parity, tmp_path):

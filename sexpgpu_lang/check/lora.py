@@ -31,9 +31,7 @@ import math
 import os
 
 from .. import ir
-from ..diagnostics import Related
-from ..syntax import Kw, ListNode, Node, Sym, VecNode
-from ..types import ModelType
+from ..syntax import Kw, ListNode, Node, VecNode
 from .context import CheckContext, near_miss
 from .identity import place_hash
 from .keywords import const_value, keyword_args
@@ -208,38 +206,12 @@ def add_adapters(ctx: CheckContext) -> None:
                         data={"replace": ":" + hint} if hint else None)
 
 
-def read_base(ctx: CheckContext, f: ListNode, name: str, kws: dict) -> str | None:
-    """`(defmodel NAME :base MODEL)`: MODEL's name, or None after E-MODEL-008 (a `:base` with other
-    keywords, or not naming a model)."""
-    node = kws["base"][1]
-    others = [k for k in kws if k != "base"]
-    if others:
-        ctx.err("E-MODEL-008", kws[others[0]][0].span, f"`:{others[0]}` beside `:base`: the base of a LoRA model "
-                "takes everything from it", help=f"write `(defmodel {name} :base MODEL)` alone")
-        return None
-    b = ctx.globals.lookup(node.name) if isinstance(node, Sym) else None
-    if b is None or not isinstance(b.type, ModelType):
-        hint = near_miss(node.name, ctx.models) if isinstance(node, Sym) else None
-        ctx.err("E-NAME-001", node.span, "`:base` names a model with `:lora`" + (f"; did you mean `{hint}`?" if hint else ""))
-        return None
-    ctx.facts.uses.append((node.span, b.definition))
-    return node.name
-
-
-def call_base(ctx: CheckContext, node: ListNode, name: str, m: dict, scope) -> ir.Expr:
-    """A call of a `:base` model: its source's call (its `:apply` or entry, checked as the source's)
-    with no adapter applied (`ir.without_adapters`): the source's frozen base, read in place, so
-    the reference costs no parameter of its own. E-MODEL-008 when the source has no `:lora`."""
-    from .infer import call_model, infer
-    src = m["base_of"]
-    if ctx.models.get(src, {}).get("lora") is None:
-        for a in node.items[1:]:
-            infer(ctx, a, scope)
-        return ir.Const(ctx.err("E-MODEL-008", m["kws"]["base"][1].span,
-                                f"`{src}` has no `:lora`, so its base is itself and `{name}` would train with it",
-                                related=[Related(node.span, f"`{name}` is called here")],
-                                help=f"give `{src}` `:lora`, or a reference its own parameters "
-                                     f"(a frozen `defmodel` of the same checkpoint)"), node.span)
+def call_base(ctx: CheckContext, node: ListNode, name: str, src: str, scope) -> ir.Expr:
+    """A call of `(defmodel ref :copy student)` where `student` has `:lora`: `student`'s call (its
+    `:apply` or entry, checked as its own) with no adapter applied (`ir.without_adapters`), on its
+    frozen base read in place: the reference of a LoRA run is the model before its adapters, as
+    TRL's for a PEFT model (the adapters disabled), and it costs no parameter of its own."""
+    from .infer import call_model
     e = call_model(ctx, node, src, scope)
     return ir.without_adapters(dataclasses.replace(e, model=name) if isinstance(e, ir.ModelCall) else e)
 

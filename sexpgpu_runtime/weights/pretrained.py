@@ -28,7 +28,7 @@ from ..data.files import first_nonfinite
 from ..dtypes import jdt
 from ..errors import RunError
 from .lora import export_adapter, load_adapter, merged
-from .params import flatten, init_params, set_path
+from .params import fill_copies, flatten, init_params, merge, set_path
 from ..paths import publish
 
 
@@ -39,6 +39,7 @@ def initial_params(program: ir.Program, seed: int) -> tuple[dict, dict]:
     `:pretrained` (each leaf's key is its own place's). RunError as `load_pretrained`."""
     trainable, frozen = init_params(program.params, seed, tuple(spec.prefix for spec in program.pretrained))
     load_pretrained(program, trainable, frozen)
+    fill_copies(program.params, trainable, frozen)
     return trainable, frozen
 
 
@@ -46,13 +47,17 @@ def frozen_params(program: ir.Program, seed: int) -> dict:
     """The frozen parameters alone, with the bits `initial_params` gives them: what a resume adds to
     a checkpoint, which holds none (checkpoint.py). Nothing trainable is drawn or read, so a resume
     holds the checkpoint's state and the frozen parameters, never a second copy of the trainable
-    ones. A `:pretrained` model without frozen parameters is not opened. RunError as `load_pretrained`."""
-    frozen_only = tuple(p for p in program.params if p.frozen)
-    _, frozen = init_params(frozen_only, seed, tuple(spec.prefix for spec in program.pretrained))
+    ones. A `:pretrained` model without frozen parameters is not opened. A `:copy` model's
+    parameters are the starting values of the trainable ones it copies: those are drawn or read
+    again, copied, and dropped. RunError as `load_pretrained`."""
+    copied = {p.copy_of for p in program.params if p.copy_of is not None}
+    needed = tuple(p for p in program.params if p.frozen or p.path in copied)
+    starts, frozen = init_params(needed, seed, tuple(spec.prefix for spec in program.pretrained))
     for spec in program.pretrained:
-        if any(spec.fills(p.path) for p in frozen_only):
-            load_mapped(spec, frozen_only, {True: frozen})
+        if any(spec.fills(p.path) for p in needed):
+            load_mapped(spec, needed, {False: starts, True: frozen})
     load_adapters(program, {True: frozen}, frozen_only=True)
+    fill_copies(needed, merge(starts, frozen), frozen)
     return frozen
 
 
