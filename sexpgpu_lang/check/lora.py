@@ -20,9 +20,14 @@ sees `KEY` as `KEY + scale * reshape(lora-a @ lora-b)` (`ir.ModelCall.adapters`)
 "dir"` the adapters start from a directory in PEFT's layout (`adapter_model.safetensors`, read by
 the runtime: sexpgpu_runtime/weights/lora.py) instead of their initialisation.
 
+A `:copy` of a model with `:lora` is its base (`call_base`): its calls with no adapter applied, on
+the frozen base in place, with no parameters of its own.
+
 E-MODEL-008: a target no parameter has, a rank past the matrix (`r > min(in, out)`), a
 `:dropout` other than 0 (the adapters are applied to the weight, where dropout on the input
-cannot be), a setting out of its range. Imports nothing outside `sexpgpu_lang`; never JAX.
+cannot be), a target adapted by two `:lora`s, a setting out of its range, and with the files
+read a `:pretrained` directory without adapter_config.json. Imports nothing outside
+`sexpgpu_lang`; never JAX.
 """
 from __future__ import annotations
 
