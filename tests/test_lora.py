@@ -303,3 +303,15 @@ def test_an_adapter_directory_without_its_config_is_said_at_the_path_when_files_
     assert [d.code for d in res.diagnostics] == ["E-MODEL-008"]
     assert "holds no adapter_config.json" in res.diagnostics[0].message
     assert analyze(text, str(LORA / "x.sx")).diagnostics == []   # (not read: nothing said)
+
+
+def test_a_run_records_the_adapter_files_it_starts_from_for_its_resume():
+    """The identity a resume compares (checkpoint.py `Provenance`): the adapter's two files beside the
+    checkpoint's, by their SHA-256."""
+    import hashlib
+    from sexpgpu_runtime.weights.pretrained import content_hashes
+    got = content_hashes(program_of(fixture_text(), str(LORA / "x.sx")))
+    for name in ("adapter_model.safetensors", "adapter_config.json"):
+        path = LORA / "adapter" / name
+        assert got[str(path)] == hashlib.sha256(path.read_bytes()).hexdigest()
+    assert any(k.startswith(str(LLAMA3)) for k in got)

@@ -129,14 +129,20 @@ def export_mapping(program: ir.Program, name: str) -> tuple[dict[str, tuple], st
 
 
 def content_hashes(program: ir.Program) -> dict[str, str]:
-    """The SHA-256 of every file each `:pretrained` checkpoint reads (index and shards), by path."""
+    """The SHA-256 of every file each `:pretrained` checkpoint reads (index and shards), and each
+    adapter directory of `:lora`'s `:pretrained` (adapter_model.safetensors, adapter_config.json), by path."""
     from sexpgpu_lang.checkpoint_files import SourceError, files
     out = {}
-    for spec in program.pretrained:
-        try:
-            paths = files(spec.path)
-        except SourceError as e:
-            raise RunError(f"cannot use {spec.path}: " + (f"{e.file}: " if e.file != spec.path else "") + str(e))
+    adapters = [str(Path(d) / name) for d in dict.fromkeys(ad.pretrained for ad in program.adapters if ad.pretrained)
+                for name in ("adapter_model.safetensors", "adapter_config.json")]
+    for spec in [*program.pretrained, *adapters]:
+        if isinstance(spec, str):
+            paths = [spec]
+        else:
+            try:
+                paths = files(spec.path)
+            except SourceError as e:
+                raise RunError(f"cannot use {spec.path}: " + (f"{e.file}: " if e.file != spec.path else "") + str(e))
         for path in paths:
             h = hashlib.sha256()
             try:
