@@ -3,6 +3,7 @@ transformers itself, against sexpgpu's run files that take every size and settin
 
     python -m benchmarks.hf_parity                # compare, print the figures
     python -m benchmarks.hf_parity --write        # and (re)write tests/fixtures/hf/
+    python -m benchmarks.hf_parity --lora         # LoRA adapters against peft (benchmarks/peft_parity.py)
 
 Needs the `reference` extra (`pip install -e '.[reference]'`: torch and transformers); nothing
 downloads: each model is built from a config object with random weights. For each family (GPT-2;
@@ -346,8 +347,9 @@ def compiled_prepare(run: Path):
 def sexpgpu_batch(run: Path):
     """The run file `run`'s `prepare`, compiled: a function of a batch (field name -> array) to what it returns."""
     import jax.numpy as jnp
+    from sexpgpu_runtime.weights.params import merge
     prepare, _, trainable, frozen = compiled_prepare(run)
-    params = {**trainable, **frozen}
+    params = merge(trainable, frozen)
     return lambda batch: {k: np.asarray(v) for k, v in prepare({k: jnp.asarray(v) for k, v in batch.items()},
                                                                 params).items()}
 
@@ -361,8 +363,9 @@ def padded_batch(want) -> dict:
 def sexpgpu_forward(run: Path):
     """(a function of ids [B SEQ] -> logits, the program, its parameters) for the run file `run`."""
     import jax.numpy as jnp
+    from sexpgpu_runtime.weights.params import merge
     prepare, p, trainable, frozen = compiled_prepare(run)
-    params = {**trainable, **frozen}
+    params = merge(trainable, frozen)   # (a `:lora` model has both below one path)
 
     def forward(ids, key: str = "logits"):
         """The run file's `prepare` on rows `ids`: its `:logits` (or `key`: `:greedy`, decoded with the caches)."""
@@ -390,7 +393,11 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--write", action="store_true", help="(re)write tests/fixtures/hf/")
     ap.add_argument("--families", nargs="*", default=list(FAMILIES))
+    ap.add_argument("--lora", action="store_true", help="LoRA against peft instead (benchmarks/peft_parity.py)")
     args = ap.parse_args(argv)
+    if args.lora:
+        from benchmarks.peft_parity import main as lora_main
+        return lora_main(["--write"] if args.write else [])
     import torch
     import transformers
     from sexpgpu_runtime.weights.hf_export import write_config
