@@ -9,17 +9,17 @@ until the file changes (the language server checks a file on every edit);
 `settings(config)` gives each setting a run file binds with
 `(checkpoint-config "dir" :key)`, under one name for every family:
 
-| key | GPT-2 (`gpt2`) | Llama, Mistral, Qwen2 |
+| key | GPT-2 (`gpt2`) | Llama, Mistral, Qwen2, Qwen3, OLMo 2 |
 |---|---|---|
 | `:layers` | `n_layer` | `num_hidden_layers` |
 | `:width` | `n_embd` | `hidden_size` |
 | `:heads` | `n_head` | `num_attention_heads` |
 | `:kv-heads` | `n_head` | `num_key_value_heads` (else the heads) |
-| `:head-width` | `n_embd / n_head` | `head_dim` (else width / heads) |
+| `:head-width` | `n_embd / n_head` | `head_dim` (else width / heads; Qwen3's absent `head_dim` is 128) |
 | `:hidden` | `n_inner` (else 4 x width) | `intermediate_size` |
 | `:vocab` | `vocab_size` | `vocab_size` |
 | `:positions` | `n_positions` | `max_position_embeddings` |
-| `:eps` | `layer_norm_epsilon` | `rms_norm_eps` |
+| `:eps` | `layer_norm_epsilon` | `rms_norm_eps` (absent: 1e-6; OLMo 2's 1e-5) |
 | `:rope-base` | (none) | `rope_theta` |
 | `:rope-factor`, `:rope-low-freq-factor`, `:rope-high-freq-factor`, `:rope-original-positions` | (none) | `rope_scaling`'s, as `rope-inv-freq` takes them |
 | `:tied` | `tie_word_embeddings` (true) | `tie_word_embeddings` (false) |
@@ -29,7 +29,7 @@ came from (`rope_scaling.factor`), and its JSON text for messages. A field
 the standard library's blocks do not compute (a `model_type` of another
 family, an unknown `rope_scaling` type, an activation other than the
 block's, attention or MLP biases Llama's mapping does not read, Qwen2's
-sliding window) is a refusal: `refusals(config, mapping)` lists them,
+sliding window, Qwen3's and OLMo 2's `attention_bias`) is a refusal: `refusals(config, mapping)` lists them,
 each one line naming the key, its value and the way out. Pure Python;
 never JAX.
 """
@@ -51,6 +51,42 @@ MAPPINGS: dict[str, tuple[tuple[str, ...], bool]] = {
     "qwen2": (("qwen2",), False),
     "qwen2-tied": (("qwen2",), True),
 }
+
+
+@dataclass(frozen=True)
+class LlamaLike:
+    """A family read with Llama's config keys whose transformers config class differs from Llama's:
+    everything about it in one place (FAMILIES, MAPPINGS, ARCHITECTURES, `settings` and
+    `export_config` take it from here; check/config.py its blocks' settings)."""
+
+    model_type: str
+    architecture: str       # the model class an export's config.json names
+    mappings: dict          # each standard-library mapping (hf_names.sx) -> whether it ties the output
+    block: str              # the prelude's block (and `BLOCK-cached`), Llama's argument order to `eps`
+    defaults: dict          # a config key absent from config.json -> its config class's default
+    export: dict            # the keys an export's config.json made from a run file alone adds to Llama's
+
+
+#: Qwen3 (q/k rms-norms over each head's width, `head_dim` its own: 128 where absent) and OLMo 2
+#: (q/k rms-norms over the whole projection, norms after attention and the MLP, epsilon 1e-5).
+LLAMA_LIKE = {
+    "qwen3": LlamaLike("qwen3", "Qwen3ForCausalLM", {"qwen3": False, "qwen3-tied": True}, "qwen3-block",
+                       {"head_dim": 128, "rms_norm_eps": 1e-6},
+                       {"attention_bias": False, "use_sliding_window": False}),
+    "olmo2": LlamaLike("olmo2", "Olmo2ForCausalLM", {"olmo2": False}, "olmo2-block",
+                       {"rms_norm_eps": 1e-5}, {"attention_bias": False}),
+}
+
+
+def defaults_of(model_type) -> dict:
+    """The defaults of `model_type`'s config class that differ from Llama's (config key -> value)."""
+    return LLAMA_LIKE[model_type].defaults if isinstance(model_type, str) and model_type in LLAMA_LIKE else {}
+
+
+for _f in LLAMA_LIKE.values():
+    FAMILIES[_f.model_type] = "llama"
+    MAPPINGS.update({m: ((_f.model_type,), tied) for m, tied in _f.mappings.items()})
+
 #: Each family's activation (`activation_function`, `hidden_act`) that its block computes.
 ACTIVATIONS = {"gpt2": ("activation_function", ("gelu_new", "gelu_pytorch_tanh")),
                "llama": ("hidden_act", ("silu",))}
@@ -275,7 +311,11 @@ def settings(config: dict) -> dict[str, Setting | ConfigError]:
         out["kv-heads"] = Setting(out["heads"].value, "num_attention_heads", _text(out["heads"].value))
     else:
         put("kv-heads", "num_key_value_heads")
-    if config.get("head_dim") is None and isinstance(out.get("width"), Setting) and isinstance(out.get("heads"), Setting):
+    defaults = defaults_of(config.get("model_type"))
+    if "head_dim" not in config and "head_dim" in defaults:   # Qwen3's: its own, whatever the width
+        hd = defaults["head_dim"]
+        out["head-width"] = Setting(hd, "head_dim", f"absent ({config['model_type']}'s default {hd})")
+    elif config.get("head_dim") is None and isinstance(out.get("width"), Setting) and isinstance(out.get("heads"), Setting):
         w, h = out["width"].value, out["heads"].value
         out["head-width"] = (Setting(w // h, "hidden_size", f"{w} / num_attention_heads {h}") if h and w % h == 0
                              else ConfigError("", f"`hidden_size` {w} is not a multiple of `num_attention_heads` {h}"))
@@ -284,7 +324,7 @@ def settings(config: dict) -> dict[str, Setting | ConfigError]:
     put("hidden", "intermediate_size")
     put("vocab", "vocab_size")
     put("positions", "max_position_embeddings")
-    put("eps", "rms_norm_eps", integer=False, default=1e-6)
+    put("eps", "rms_norm_eps", integer=False, default=defaults.get("rms_norm_eps", 1e-6))
     params = config.get("rope_parameters")
     if config.get("rope_theta") is None and isinstance(params, dict) and "rope_theta" in params:
         try:   # transformers 5 keeps the base in `rope_parameters`
@@ -354,6 +394,7 @@ def refusals(config: dict, mapping: str | None = None) -> list[str]:
 ARCHITECTURES = {"gpt2": ("GPT2LMHeadModel", "gpt2"), "llama": ("LlamaForCausalLM", "llama"),
                  "llama-tied": ("LlamaForCausalLM", "llama"), "qwen2": ("Qwen2ForCausalLM", "qwen2"),
                  "qwen2-tied": ("Qwen2ForCausalLM", "qwen2")}
+ARCHITECTURES.update({m: (f.architecture, f.model_type) for f in LLAMA_LIKE.values() for m in f.mappings})
 
 
 def sizes(mapping: str, shapes: dict[str, tuple[int, ...]]) -> dict[str, int]:
@@ -403,13 +444,16 @@ def export_config(mapping: str, shapes: dict[str, tuple[int, ...]], stated: dict
         if model_type == "qwen2":
             base.pop("attention_bias")
             base["use_sliding_window"] = False
+        if model_type in LLAMA_LIKE:
+            base.update(LLAMA_LIKE[model_type].export)
     if source is not None:
         out = dict(source)
         out.update(made)
         # the source's way of writing a default stays where the value is the default's
         if source.get("n_inner", 0) is None and got["hidden"] == 4 * got["width"]:
             out["n_inner"] = None
-        if source.get("head_dim") is None and got["head-width"] * got["heads"] == got["width"]:
+        if source.get("head_dim") is None and got["head-width"] * got["heads"] == got["width"] \
+                and "head_dim" not in defaults_of(model_type):
             if "head_dim" in source:
                 out["head_dim"] = None
             else:

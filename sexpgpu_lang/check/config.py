@@ -23,7 +23,7 @@ import os
 
 from .. import ir
 from ..diagnostics import Related
-from ..hf_config import KEYS, ConfigError, Setting, read, refusals, settings
+from ..hf_config import KEYS, LLAMA_LIKE, ConfigError, Setting, read, refusals, settings
 from ..syntax import Kw, ListNode, Num, Str, Sym, walk
 from ..types import ERROR, scalar
 from .context import CheckContext, near_miss
@@ -71,7 +71,7 @@ def config_def(ctx: CheckContext, node: ListNode) -> tuple[ir.Expr, str]:
         if (file, str(e)) not in ctx.refused_configs:   # one cause, said once: at the first `def` reading it
             ctx.refused_configs.add((file, str(e)))
             ctx.err("E-CONFIG-002", items[1].span, f"`{shown}`: {e}",
-                    help="point at a GPT-2, Llama, Mistral or Qwen2 checkpoint, or state the values with `def`"
+                    help="point at a GPT-2, Llama, Mistral, Qwen2, Qwen3 or OLMo 2 checkpoint, or state the values with `def`"
                     if "none of that family's sizes" not in str(e) else "fix `model_type` in the config.json")
         return ir.Const(ERROR, node.span), ""
     s = got.get(key.name)
@@ -113,7 +113,10 @@ _CALLS: dict[str, dict[str, object]] = {
     "llama-block-freq-cached": {"inv-freq": 5, "eps": 6},
     "qwen2-block": {"inv-freq": 3, "eps": 4},
     "qwen2-block-cached": {"inv-freq": 5, "eps": 6},
+    "rms-norm-heads": {"eps": 3},
 }
+_CALLS.update({b: spec for f in LLAMA_LIKE.values()
+               for b, spec in ((f.block, {"inv-freq": 3, "eps": 4}), (f"{f.block}-cached", {"inv-freq": 5, "eps": 6}))})
 #: `rope-inv-freq`'s arguments after the head width, as config keys.
 _ROPE_ARGS = ("rope-base", "rope-factor", "rope-low-freq-factor", "rope-high-freq-factor", "rope-original-positions")
 
