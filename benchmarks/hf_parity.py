@@ -7,8 +7,10 @@ transformers itself, against sexpgpu's run files that take every size and settin
 Needs the `reference` extra (`pip install -e '.[reference]'`: torch and transformers); nothing
 downloads: each model is built from a config object with random weights. For each family (GPT-2;
 Llama 2; Llama 3 with rope_theta 5e5, rms_norm_eps 1e-5, grouped-query heads and `llama3` rope
-scaling; Mistral; Qwen2 with its q/k/v biases and a tied output; Llama with a tied output and
-`linear` rope scaling) it
+scaling; Mistral; Qwen2 with its q/k/v biases and a tied output; Qwen3 with its per-head q/k norms
+and a `head_dim` that is not width / heads, untied and tied; OLMo 2 with its q/k norms over the
+whole projection and its norms after attention and the MLP; Llama with a tied output and `linear`
+rope scaling) it
 
 1. saves the model with `save_pretrained`, sharded (an index and several shards);
 2. writes a run file that states no size or setting by hand (`checkpoint-config` binds them) and
