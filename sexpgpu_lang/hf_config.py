@@ -28,10 +28,10 @@ Each value is `Setting(value, key, text)`: the number, the config key it
 came from (`rope_scaling.factor`), and its JSON text for messages. A field
 the standard library's blocks do not compute (a `model_type` of another
 family, an unknown `rope_scaling` type, an activation other than the
-block's, attention or MLP biases Llama's mapping does not read, Qwen2's
-sliding window, Qwen3's and OLMo 2's `attention_bias`) is a refusal: `refusals(config, mapping)` lists them,
-each one line naming the key, its value and the way out. Pure Python;
-never JAX.
+block's, attention or MLP biases Llama's, Qwen3's and OLMo 2's mappings
+do not read, Qwen2's and Qwen3's sliding window) is a refusal:
+`refusals(config, mapping)` lists them, each one line naming the key, its
+value and the way out. Pure Python; never JAX.
 """
 from __future__ import annotations
 

@@ -71,7 +71,8 @@ def config_def(ctx: CheckContext, node: ListNode) -> tuple[ir.Expr, str]:
         if (file, str(e)) not in ctx.refused_configs:   # one cause, said once: at the first `def` reading it
             ctx.refused_configs.add((file, str(e)))
             ctx.err("E-CONFIG-002", items[1].span, f"`{shown}`: {e}",
-                    help="point at a GPT-2, Llama, Mistral, Qwen2, Qwen3 or OLMo 2 checkpoint, or state the values with `def`"
+                    help="point at a GPT-2, Llama, Mistral, Qwen2, Qwen3 or OLMo 2 checkpoint, or state the values "
+                         "with `def`"
                     if "none of that family's sizes" not in str(e) else "fix `model_type` in the config.json")
         return ir.Const(ERROR, node.span), ""
     s = got.get(key.name)
