@@ -23,7 +23,7 @@ rope scaling) it
    and one made from the run file's values alone, as for a model trained from scratch) and loads the
    directory with `AutoModelForCausalLM.from_pretrained`, whose logits must match again.
 
-5. for GPT-2, Llama 3 and Qwen2, decodes a batch of prompts of different lengths, left-padded, with
+5. for GPT-2, Llama 3, Qwen2, Qwen3 and OLMo 2, decodes a batch of prompts of different lengths, left-padded, with
    an attention mask and an end-of-sequence id (chosen so that the rows stop at different trips),
    by `generate` with its cache and without, against `<family>-padded.sx`: the standard library's
    per-row positions (`left-padded-start`, `pos` [B]) and stops (`stop-rows`), with the caches and
@@ -218,7 +218,7 @@ ARGS)))
 
 #: The left-padded batch: prompts of these lengths, left-padded to PROMPT with PAD, decoded greedily
 #: for NEW tokens each, every row stopping at its end-of-sequence id (`padded.npz`).
-PADDED_FAMILIES = ("gpt2", "llama3", "qwen2")
+PADDED_FAMILIES = ("gpt2", "llama3", "qwen2", "qwen3", "olmo2")
 LENGTHS, NEW, PAD = (4, 1, 3, 2), SEQ - PROMPT, 0
 PADDED_LOADER = f"""(loader prompts
   :source (npz "FAMILY-prompts.npz")
