@@ -235,9 +235,14 @@ def _missing_file(ctx: CheckContext, kind: str, key: str, rel: str, at: Span) ->
     if full is None:
         return True
     if key == "glob":
-        import glob
-        if glob.glob(full, recursive=True):
-            return True
+        from ..bounded_read import glob_bounded
+        try:
+            if glob_bounded(full):
+                return True
+        except OSError as e:   # GlobTooLarge: the limit, in one line (the runtime's words)
+            ctx.err("E-LOADER-001", at, f"`{kind}`'s glob `{rel}`: {e.strerror}",
+                    help="a glob names the data's own files, within the limits docs/runtime.md lists")
+            return False
         ctx.err("E-LOADER-001", at, f"`{kind}`'s glob `{rel}` matches no file ({full})",
                 help="fix the pattern (relative to the run file), or make the files")
         return False
@@ -427,12 +432,15 @@ def _text_files(ctx: CheckContext, rel: str, at: Span) -> bool:
     is not UTF-8 text, with the runtime's reason (bounded_read.text_problem, which tokenize.read_text
     says it through). Each file is read a chunk at a time, its first TEXT_CHECK_LIMIT bytes, once per
     mtime and size. False when reported."""
-    import glob
-    from ..bounded_read import TEXT_FIX
+    from ..bounded_read import TEXT_FIX, glob_bounded
     full = _full_path(ctx, rel)
     if full is None:
         return True
-    for path in sorted(f for f in glob.glob(full, recursive=True) if os.path.isfile(f)):
+    try:
+        matches = glob_bounded(full)
+    except OSError:   # said by _missing_file
+        return False
+    for path in (f for f in matches if os.path.isfile(f)):
         try:
             st = os.stat(path)
         except OSError:
@@ -450,14 +458,14 @@ def _text_windows(ctx: CheckContext, args: dict, fields, at: Span) -> None:
     (text_tokens.encoded), gives fewer tokens than one window, in the run's words
     (text_tokens.fewer_than_a_window). Only a corpus of at most SHORT_TEXT_LIMIT bytes is tokenized
     (in memory; nothing is written); a tokenizer or separator that does not load is the runtime's."""
-    import glob
+    from ..bounded_read import glob_bounded
     from ..text_tokens import SHORT_TEXT_LIMIT, fewer_than_a_window
     full, tok_path = _full_path(ctx, args["glob"]), _full_path(ctx, args["tokenizer"])
     if full is None or tok_path is None:
         return
     try:
         files = tuple((f, os.stat(f).st_mtime_ns, os.stat(f).st_size)
-                      for f in sorted(f for f in glob.glob(full, recursive=True) if os.path.isfile(f)))
+                      for f in glob_bounded(full) if os.path.isfile(f))
         st = os.stat(tok_path)
     except OSError:
         return
