@@ -41,6 +41,7 @@ CODES: dict[str, str] = {
     "E-SYNTAX-003": "bad token",
     "E-SYNTAX-004": "mismatched bracket",
     "E-SYNTAX-005": "nesting too deep",
+    "E-SYNTAX-006": "too many tokens",
     "E-NAME-001": "unbound name",
     "E-NAME-002": "duplicate definition",
     "E-NAME-003": "unknown keyword argument",
