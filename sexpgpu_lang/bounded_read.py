@@ -104,6 +104,10 @@ class JsonNumberTooLong(ValueError):
     """A JSON integer has more digits than Python converts (its int-string limit)."""
 
 
+class JsonTooLarge(ValueError):
+    """A JSON document that would take more memory parsed than its budget (`loads_json`)."""
+
+
 def size_words(n: int) -> str:
     """A byte count in words: "512 bytes", "3.0 MiB", "1.5 GiB"."""
     if n < 1 << 20:
@@ -175,11 +179,35 @@ def read_lines_bounded(fh, limit: int):
         yield line
 
 
-def loads_json(raw):
-    """`json.loads(raw)`, with JsonTooDeep for a document that nests too deeply (Python's parser
-    raises RecursionError) and JsonNumberTooLong for an integer past Python's digit limit (it
-    raises a bare ValueError); json.JSONDecodeError and UnicodeDecodeError pass through."""
+JSON_MEMORY_BUDGET = 256 << 20
+"""The most memory one JSON document may take parsed, as `json_memory` estimates it before parsing:
+the byte bounds above say how much is read, this how much that becomes (Python's objects take 2 to
+25 bytes a byte of JSON: `[{},{},...]` the most)."""
+
+
+def json_memory(raw) -> int:
+    """An upper estimate of the bytes `json.loads(raw)` takes, from counts of its structural
+    characters (C loops; nothing parsed): each element (a comma) a pointer and a number, each
+    string a str object, each key a dict slot, each object a dict and each array a list, plus
+    twice the text. Measured at 0.9 to 4 times the parse's peak (tracemalloc) on documents of
+    each kind (numbers, strings, keys, empty objects, tokenizer vocabularies and merges)."""
+    q, c, o, a, k = ('"', ",", "{", "[", ":") if isinstance(raw, str) else (b'"', b",", b"{", b"[", b":")
+    return (2 * len(raw) + 64 * raw.count(c) + 30 * raw.count(q) + 100 * raw.count(k)
+            + 200 * raw.count(o) + 60 * raw.count(a))
+
+
+def loads_json(raw, budget: int = JSON_MEMORY_BUDGET):
+    """`json.loads(raw)`, with JsonTooLarge for a document `json_memory` says would take more than
+    `budget` bytes parsed (nothing is parsed then), JsonTooDeep for a document that nests too
+    deeply (Python's parser raises RecursionError) and JsonNumberTooLong for an integer past
+    Python's digit limit (it raises a bare ValueError); json.JSONDecodeError and
+    UnicodeDecodeError pass through."""
     import json
+    need = json_memory(raw)
+    if need > budget:
+        raise JsonTooLarge(f"it would take about {size_words(need)} of memory parsed ({size_words(len(raw))} of "
+                           f"JSON), more than the {size_words(budget)} one JSON file is read into "
+                           "(JSON_MEMORY_BUDGET)")
     try:
         return json.loads(raw)
     except RecursionError:

@@ -27,7 +27,8 @@ from __future__ import annotations
 import json
 import os
 
-from .bounded_read import INDEX_JSON_LIMIT, JsonNumberTooLong, JsonTooDeep, NotRegularFile, loads_json, read_bounded
+from .bounded_read import (INDEX_JSON_LIMIT, JsonNumberTooLong, JsonTooDeep, JsonTooLarge, NotRegularFile, loads_json,
+                           read_bounded)
 from .hf_cache import snapshot_repo
 from .safetensors_header import HeaderError, read_header
 
@@ -115,6 +116,8 @@ def _weight_map(index: str) -> dict[str, str]:
         raise SourceError(index, f"it is not a safetensors index ({e})")
     except JsonNumberTooLong as e:
         raise SourceError(index, f"it is not a safetensors index ({e})")
+    except JsonTooLarge as e:
+        raise SourceError(index, str(e))
     except FileNotFoundError:
         raise SourceError(index, "no such file")
     except OSError as e:

@@ -102,7 +102,7 @@ def config_path(path: str) -> str:
 
 def _load(path: str) -> dict:
     import json   # (only where a config is read: `sexpgpu lint` of a file without one imports no json)
-    from .bounded_read import CONFIG_JSON_LIMIT, JsonNumberTooLong, JsonTooDeep, loads_json, read_bounded
+    from .bounded_read import CONFIG_JSON_LIMIT, JsonNumberTooLong, JsonTooDeep, JsonTooLarge, loads_json, read_bounded
     try:   # (a regular file only, and bounded: a pipe or a device could wait forever, or never end)
         data = loads_json(read_bounded(path, CONFIG_JSON_LIMIT, "a config.json").decode("utf-8"))
     except FileNotFoundError:
@@ -111,6 +111,8 @@ def _load(path: str) -> dict:
         raise ConfigError(path, e.strerror or str(e))
     except (JsonTooDeep, JsonNumberTooLong) as e:
         raise ConfigError(path, f"it is not a config ({e})")
+    except JsonTooLarge as e:
+        raise ConfigError(path, str(e))
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise ConfigError(path, f"it is not JSON: {e}")
     except ValueError:

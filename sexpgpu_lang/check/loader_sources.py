@@ -31,8 +31,8 @@ import functools
 import os
 import stat
 
-from ..bounded_read import (TOKENIZER_JSON_LIMIT, JsonNumberTooLong, JsonTooDeep, NotRegularFile, TooLarge,
-                            describe_mode, loads_json, read_bounded)
+from ..bounded_read import (TOKENIZER_JSON_LIMIT, JsonNumberTooLong, JsonTooDeep, JsonTooLarge, NotRegularFile,
+                            TooLarge, describe_mode, loads_json, read_bounded)
 from ..diagnostics import warning
 from ..language import TOKEN_FILE_DTYPES
 from ..source import Span
@@ -555,7 +555,7 @@ def vocab_size(path: str, mtime_ns: int, size: int) -> int | str | None:
         return "it is empty, not a Hugging Face tokenizer.json"
     try:
         data = loads_json(raw.decode("utf-8"))
-    except (JsonTooDeep, JsonNumberTooLong) as e:
+    except (JsonTooDeep, JsonNumberTooLong, JsonTooLarge) as e:
         return str(e)
     except UnicodeDecodeError as e:
         return f"it is not UTF-8 text (byte {e.start}), not a Hugging Face tokenizer.json"
