@@ -50,6 +50,8 @@ SAFETENSORS_HEADER_LIMIT = 100_000_000
 INDEX_JSON_LIMIT = 64 << 20
 CONFIG_JSON_LIMIT = 16 << 20
 JSONL_LINE_LIMIT = 64 << 20
+#: The largest run file `analyze_file` reads (lint, explain, run): docs/runtime.md's budget is stated up to it.
+RUN_FILE_LIMIT = 64 << 20
 #: The largest Python file a `:reward` may name that the checker reads (and parses with `ast`, never imports).
 PYTHON_SOURCE_LIMIT = 16 << 20
 
@@ -395,15 +397,17 @@ def _skipped(directory: str) -> bool:
     return any(real == s or real.startswith(s + "/") for s in GLOB_SKIPPED)
 
 
-def glob_bounded(pattern: str, walk_limit: int = GLOB_WALK_LIMIT, match_limit: int = GLOB_MATCH_LIMIT) -> list[str]:
+def glob_bounded(pattern: str, walk_limit: int | None = None, match_limit: int | None = None) -> list[str]:
     """The paths `pattern` matches, sorted, as `glob.glob(pattern, recursive=True)` gives them (`*`,
     `?`, `[...]` within a name, `**` any number of directories, names starting with `.` matched
     only by a pattern starting with `.`), with bounds: at most `walk_limit` directory entries looked
-    at and `match_limit` paths matched, else GlobTooLarge (an OSError naming the limit); a wildcard
+    at and `match_limit` paths matched (GLOB_WALK_LIMIT and GLOB_MATCH_LIMIT by default), else GlobTooLarge (an OSError naming the limit); a wildcard
     never enters /proc, /sys or /dev (GLOB_SKIPPED), and `**` never enters a directory twice on one
     descent (a symlink loop). `sexpgpu run`, `lint --read-files` and `sexpgpu tokenizer train`
     expand globs through it."""
     import fnmatch
+    walk_limit = GLOB_WALK_LIMIT if walk_limit is None else walk_limit
+    match_limit = GLOB_MATCH_LIMIT if match_limit is None else match_limit
     walked = 0
 
     def listing(directory: str):

@@ -43,6 +43,11 @@ _READ: dict[str, tuple[tuple[int, int, int, int], object, Exception | None]] = {
 _KEEP = 512
 
 
+def forget() -> None:
+    """Drop every kept header and index (the language server, when its last document closes)."""
+    _READ.clear()
+
+
 class SourceError(Exception):
     """The checkpoint cannot be used: `file` is the file to blame, and the message (which names the
     tensor where one is to blame) says why."""

@@ -128,7 +128,7 @@ def quote_controls(text: str) -> str:
 QUOTE_LIMIT = 120
 """The most characters of one value quoted in a message (between backticks or double quotes); a
 longer one keeps its first and last characters around an ellipsis (`clip`)."""
-MESSAGE_LIMIT = 1_000
+MESSAGE_LIMIT = 4_000
 """The most characters of a message, help or related message: past it the middle is cut to an
 ellipsis (a type of 40,000 entries, a list of names), so an editor never shows a megabyte."""
 

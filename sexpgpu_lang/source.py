@@ -18,7 +18,7 @@ from itertools import accumulate, repeat
 from operator import add
 
 _LINE_BREAK = re.compile(r"\r\n?|\n")
-_CHUNK = 1 << 20
+_CHUNK = 1 << 16
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -50,10 +50,10 @@ class SourceText:
     path: str = "<input>"
 
     def __post_init__(self) -> None:
-        # An array of 8-byte offsets (a list of ints takes 36 bytes a line: 32 million lines of
-        # a 64 MB file took 1.5 GB), built a chunk of the text at a time.
+        # An array of 4-byte offsets (8 past 2 GiB; a list of ints takes 36 bytes a line: 32 million
+        # lines of a 64 MB file took 1.5 GB), built a chunk of the text at a time.
         text = self.text
-        starts = array("q", [0])
+        starts = array("i" if len(text) < 1 << 31 else "q", [0])
         if "\r" in text:
             starts.extend(m.end() for m in _LINE_BREAK.finditer(text))
         else:   # the usual case: C loops over each chunk's lines' lengths

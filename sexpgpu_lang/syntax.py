@@ -703,6 +703,12 @@ _BUILT: dict[str, tuple] = {}
 _PLACED: dict[tuple[str, int], tuple] = {}
 
 
+def forget() -> None:
+    """Drop the parse caches (the language server, when its last document closes)."""
+    for cache in (_LEXED, _BUILT, _PLACED):
+        cache.clear()
+
+
 def _remember(cache: dict, key, value):
     if len(cache) >= _CACHE_MAX:
         cache.clear()

@@ -592,3 +592,10 @@ def _token_fields(ctx: CheckContext, kind: str, args: dict, fields, at: Span) ->
                     help="declare it `:i32`")
             return False
     return True
+
+
+def forget() -> None:
+    """Drop what was kept of the files sources name (the language server, when its last document closes)."""
+    for f in list(globals().values()):
+        if callable(getattr(f, "cache_clear", None)) and getattr(f, "__module__", None) == __name__:
+            f.cache_clear()
