@@ -554,7 +554,7 @@ def vocab_size(path: str, mtime_ns: int, size: int) -> int | str | None:
     if not raw.strip():
         return "it is empty, not a Hugging Face tokenizer.json"
     try:
-        data = loads_json(raw.decode("utf-8"))
+        data = loads_json(raw)   # (bytes: the memory estimate comes before any copy; json decodes UTF-8)
     except (JsonTooDeep, JsonNumberTooLong, JsonTooLarge) as e:
         return str(e)
     except UnicodeDecodeError as e:
