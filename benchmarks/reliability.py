@@ -39,8 +39,8 @@ remaining trials are skipped and the counts say how many ran):
   40,000-element vector given to `sum`, a config.json with a 1e6-character
   `model_type` or of 15.9 MB of empty objects, a 200 MB tokenizer.json, a
   glob over `/`) under `lint`, `lint --read-files` and `explain`; passes
-  when each stays under 1 GiB resident and 10 s of CPU (the child's, from
-  wait4: the machine is shared), without a traceback, and a file past a
+  when each stays under 1 GiB resident and 10 s of CPU (the command's, from
+  GNU time: the machine is shared), without a traceback, and a file past a
   limit is a line naming it (`--trials 12` runs each once);
 - `concurrency`: two `sexpgpu run` of one file into one run dir started at
   once, or a second run, a `--resume` or an `--overwrite` while the first
@@ -303,8 +303,7 @@ _hostile_next = [0]
 def trial_hostile(rng: random.Random, tmp: Path) -> tuple[bool, str]:
     """The next hostile file (in turn) under each of `lint`, `lint --read-files` and `explain`: passes
     when each stays under 1 GiB resident and 10 s of CPU, without a traceback, saying the limit's
-    words (for a file past a limit) in a line. CPU time and peak RSS are the child's (wait4)."""
-    import os
+    words (for a file past a limit) in a line. CPU time and peak RSS are the child's (GNU time)."""
     cases = _hostile_cases()
     name = list(cases)[_hostile_next[0] % len(cases)]
     _hostile_next[0] += 1
@@ -312,10 +311,13 @@ def trial_hostile(rng: random.Random, tmp: Path) -> tuple[bool, str]:
     f = write(tmp)
     notes, ok = [], True
     for command in HOSTILE_COMMANDS:
-        p = subprocess.Popen(SEXPGPU + [*command, str(f)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=tmp)
-        out = p.stdout.read().decode("utf-8", "replace")
-        _, status, use = os.wait4(p.pid, 0)
-        cpu, rss = use.ru_utime + use.ru_stime, use.ru_maxrss / 1024
+        # Through GNU time, a small process: a child forked from this one (which wrote the file) would
+        # report this one's resident memory as its own peak (Linux keeps the forked copy's at exec).
+        p = subprocess.run(["/usr/bin/time", "-o", str(tmp / "usage"), "-f", "%U %S %M", *SEXPGPU, *command, str(f)],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=tmp)
+        out = p.stdout.decode("utf-8", "replace")
+        user, system, kib = (tmp / "usage").read_text().split()[-3:]
+        cpu, rss = float(user) + float(system), int(kib) / 1024
         # a file the run file names is read by `lint --read-files`; the others need not say its words
         said = words is None or words in out or (name in READ_CASES and command != ("lint", "--read-files"))
         good = rss < 1024 and cpu < 10 and "Traceback" not in out and said and max(map(len, out.splitlines() or [""])) < 5_000

@@ -20,7 +20,6 @@ from __future__ import annotations
 import glob
 import json
 import os
-import resource
 import subprocess
 import sys
 import tracemalloc
@@ -244,7 +243,8 @@ def test_a_vector_broken_by_hand_keeps_its_breaks():
 
 # -- the budget, on whole commands (slow: 64 MB files) ----------------------------------------------
 def child_maxrss_mib(args: list[str]) -> tuple[int, str]:
-    """Run `args`; its exit status and peak resident memory (MiB, from wait4's rusage)."""
+    """Run `args`; its peak resident memory (MiB, from wait4's rusage) and output. An upper bound:
+    Linux counts the forked copy of this process (pytest) in the child's peak."""
     p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=ROOT)
     out = p.stdout.read().decode("utf-8", "replace")
     _, status, usage = os.wait4(p.pid, 0)
