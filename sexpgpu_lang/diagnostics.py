@@ -132,7 +132,7 @@ MESSAGE_LIMIT = 4_000
 """The most characters of a message, help or related message: past it the middle is cut to an
 ellipsis (a type of 40,000 entries, a list of names), so an editor never shows a megabyte."""
 
-_QUOTED = re.compile(r"`[^`\n]{%d,}`|\"(?:[^\"\\\n]|\\.){%d,}\"" % (QUOTE_LIMIT + 1, QUOTE_LIMIT + 1))
+_DOUBLE_QUOTED = re.compile(r'"[^"\\\n]*(?:\\.[^"\\\n]*)*"')   # (unrolled: no regex state a character)
 
 
 def clip(text: str, limit: int = QUOTE_LIMIT) -> str:
@@ -150,7 +150,13 @@ def bounded(text: str) -> str:
     and related message goes through it (`Diagnostic`, `Related`), after `quote_controls`."""
     if len(text) <= QUOTE_LIMIT:
         return text
-    text = _QUOTED.sub(lambda m: m.group(0)[0] + clip(m.group(0)[1:-1]) + m.group(0)[-1], text)
+
+    def quoted(m) -> str:
+        return m.group(0) if len(m.group(0)) <= QUOTE_LIMIT + 2 else '"' + clip(m.group(0)[1:-1]) + '"'
+
+    # Between backticks: the odd parts of a split on them (so a closing backtick never opens a quote).
+    parts = text.split("`")
+    text = "`".join(clip(part) if i % 2 else _DOUBLE_QUOTED.sub(quoted, part) for i, part in enumerate(parts))
     return clip(text, MESSAGE_LIMIT)
 
 

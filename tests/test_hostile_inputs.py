@@ -202,8 +202,10 @@ def test_kept_configs_are_bounded_in_memory_and_dropped_on_the_last_close(tmp_pa
 
 # -- 5. quoted values ------------------------------------------------------------------------------
 def test_a_quoted_value_is_clipped_with_an_ellipsis():
-    d = error("E-TYPE-001", Span(0, 1), f'`model_type` is "{"x" * 1_000_000}", which the standard library does not read')
-    assert len(d.message) < 2 * QUOTE_LIMIT and "…" in d.message and d.message.endswith("does not read")
+    d = error("E-TYPE-001", Span(0, 1), f'`model_type` is "{"x" * 1_000_000}", which the standard library does not read '
+                                       '(it reads `gpt2`)')
+    assert len(d.message) < 2 * QUOTE_LIMIT and "x…x" in d.message and d.message.endswith('", which the standard '
+                                                                                          "library does not read (it reads `gpt2`)")
     d = error("E-TYPE-001", Span(0, 1), "got `" + "y" * 5_000 + "`", help="z" * 100_000)
     assert "…" in d.message and len(d.message) < 2 * QUOTE_LIMIT and len(d.help) <= MESSAGE_LIMIT
 
@@ -222,7 +224,8 @@ def test_a_long_model_type_is_clipped_in_its_diagnostic(tmp_path):
     res = analyze(FIXTURE + '\n(def h (checkpoint-config "ck" :width))\n', str(tmp_path / "r.sx"), read_files=True)
     said = [d for d in res.diagnostics if d.severity == Severity.ERROR]
     assert said and all(len(d.message) <= MESSAGE_LIMIT for d in said)
-    assert any("model_type" in d.message and "…" in d.message for d in said), [d.message[:200] for d in said]
+    assert any(d.message.startswith("`ck/config.json`: `model_type` is \"qqq") and "q…q" in d.message
+               and "\", which the standard library does not read" in d.message for d in said), [d.message[:200] for d in said]
 
 
 # -- 6. the formatter fills a literal vector --------------------------------------------------------
