@@ -10,7 +10,7 @@ The IR is plain data: no lark, no JAX.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from .source import Span
@@ -111,6 +111,9 @@ class ModelCall(Expr):
     body: tuple[Expr, ...] = ()
     compute_dtype: str | None = None
     remat: str | None = None
+    #: LoRA: each adapted parameter's key and scale; the body sees `KEY + scale * (KEY.lora-a @ KEY.lora-b)`
+    #: reshaped to KEY's shape (check/lora.py)
+    adapters: tuple[tuple[str, float], ...] = ()
 
 
 @dataclass(frozen=True, eq=False)
@@ -171,6 +174,41 @@ def walk(e: Expr):
         n = stack.pop()
         yield n
         stack.extend(reversed(children(n)))
+
+
+def without_adapters(e: Expr) -> Expr:
+    """`e` with no LoRA adapter applied in any model call in it (`ModelCall.adapters` emptied): a
+    `:copy` of a LoRA model's call is its source's on the frozen base alone (check/lora.py `call_base`)."""
+    changes = {}
+    if isinstance(e, ModelCall) and e.adapters:
+        changes["adapters"] = ()
+    for f in fields(e):
+        v = getattr(e, f.name)
+        if isinstance(v, Expr):
+            new = without_adapters(v)
+            if new is not v:
+                changes[f.name] = new
+        elif isinstance(v, tuple) and v and all(isinstance(x, Expr) for x in v):
+            new = tuple(without_adapters(x) for x in v)
+            if any(a is not b for a, b in zip(new, v)):
+                changes[f.name] = new
+    return replace(e, **changes) if changes else e
+
+
+def rebased(e: Expr, base: tuple[str, ...], dest: tuple[str, ...], shared: frozenset[str]) -> Expr:
+    """`e` with every model call at or below `base` in the parameter tree (but those of the models in
+    `shared`) moved to the same place below `dest`: a `:copy` model's call is its source's body on
+    the copy's parameters (check/models.py `place_copies`)."""
+    changes = {}
+    if isinstance(e, ModelCall) and e.model not in shared and tuple(e.path[:len(base)]) == tuple(base):
+        changes["path"] = tuple(dest) + tuple(e.path[len(base):])
+    for f in fields(e):
+        v = getattr(e, f.name)
+        if isinstance(v, Expr):
+            changes[f.name] = rebased(v, base, dest, shared)
+        elif isinstance(v, tuple) and v and all(isinstance(x, Expr) for x in v):
+            changes[f.name] = tuple(rebased(x, base, dest, shared) for x in v)
+    return replace(e, **changes) if changes else e
 
 
 class Interpreter:
@@ -339,6 +377,27 @@ class ParamIR:
     place: int
     layers: int = 0    # stacked by `(repeat block N)`: N, the leading axis of `shape` (0: not stacked)
     span: Span | None = field(default=None, compare=False)   # its `:params` entry's value in the run file
+    copy_of: tuple[str, ...] | None = None   # a `:copy` model's leaf: the path of the leaf whose starting value it holds
+
+
+@dataclass(frozen=True)
+class AdapterIR:
+    """One LoRA adapter (check/lora.py): the base parameter's `path`, its input axes past a repeat's
+    (`in_axes`: the leading axes flattened into `lora-a`'s `[in r]`), the `:lora` model's path
+    (`model`, for naming it below its checkpoint), rank, alpha and rslora."""
+
+    path: tuple[str, ...]
+    in_axes: int
+    model: tuple[str, ...]
+    rank: int
+    alpha: float
+    rslora: bool = False
+    pretrained: str | None = None   # `:lora`'s `:pretrained`: a directory in PEFT's layout they start from
+
+    @property
+    def scale(self) -> float:
+        """`alpha / r`, or `alpha / sqrt(r)` with rslora (peft's)."""
+        return self.alpha / (self.rank ** 0.5 if self.rslora else self.rank)
 
 
 @dataclass(frozen=True)
@@ -452,7 +511,7 @@ class SamplesIR:
     the batch axis first); `decode` is how `text` rows become text: ("tokenizer", path, base_dir) a
     tokenizer.json (`path` as written, relative to `base_dir`; `$STDLIB` and `~` expand), ("bytes",)
     UTF-8 bytes, or ("ids",) the ids joined by spaces. `prompt`: the columns of each text row that are
-    the prompt (None: the row is not split)."""
+    the prompt (None: the row is not split). `masks`: the text names shown through a `NAME-mask`."""
 
     every: int
     rows: int
@@ -464,6 +523,10 @@ class SamplesIR:
     #: `inputs` an entry of what `prepare` returns, `prepare` or `objective` a name the phase's
     #: top-level `let*` binds (its last binding, `top_bindings`). Every other name is the batch's.
     computed: tuple[tuple[str, str], ...] = ()
+    #: Each `:text` name shown through its mask, (name, mask name): `NAME-mask` of NAME's shape (a
+    #: loader's padding mask, a generator's completion mask), gathered beside it; only the ids where
+    #: it is true (1) are shown, so a padded prompt shows no padding and a completion ends at its stop.
+    masks: tuple[tuple[str, str], ...] = ()
 
     def computed_in(self, where: str) -> tuple[str, ...]:
         """The names of `computed` taken from `where` (`inputs`, `prepare` or `objective`)."""
@@ -501,6 +564,7 @@ class Program:
     pretrained: tuple[PretrainedIR, ...] = ()
     source_text: str = ""
     identity_apart_from_steps: str = ""   # identity(parsed, apart_from_steps=True): the file but for `:steps`
+    adapters: tuple[AdapterIR, ...] = ()   # the LoRA adapters (`:lora`), in parameter order
     settings: tuple[tuple[str, object], ...] = ()   # the root model's norm epsilon, rotary base and scaling, as
     #                                       its standard-library calls state them (check/config.py): an export's config
 

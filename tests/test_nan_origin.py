@@ -98,7 +98,7 @@ GRPO_NO_EPS = ("(reshape (/ centred (+ spread 1e-4)) [rows 1])", "(reshape (/ ce
 def test_grpo_dividing_by_a_group_spread_of_zero_names_the_division(tmp_path):
     from pathlib import Path
     from sexpgpu_runtime.errors import RunError
-    text = (Path(__file__).parent.parent / "examples" / "grpo.sx").read_text()
+    text = (Path(__file__).parent / "fixtures" / "grpo-by-hand.sx").read_text()
     text = variant(*GRPO_NO_EPS, text)
     # every answer scores alike from step 3 on (the reward is 0 before it): each group's spread is 0 there
     text = variant("(reward (/ (sum (cast right :f32) :axes [1]) (- seq 2)))",

@@ -25,9 +25,10 @@ import os
 from .. import ir
 from ..diagnostics import Related, warning
 from ..hf_cache import NotCached, as_written, locate
-from ..hf_config import KEYS, MAPPING_FAMILIES, RECORDS, ConfigError, Setting, family, read, refusals, settings
+from ..hf_config import (KEYS, MAPPING_FAMILIES, RECORDS, ConfigError, Setting, eos_ids, family, read, refusals,
+                         settings)
 from ..syntax import Kw, ListNode, Num, Str, Sym, walk
-from ..types import ERROR, TensorType, is_int, scalar
+from ..types import ERROR, ShapeType, TensorType, is_int, scalar
 from .context import CheckContext, near_miss
 
 #: The form's name.
@@ -96,7 +97,7 @@ def config_def(ctx: CheckContext, node: ListNode) -> tuple[ir.Expr, str]:
                     help="point at a GPT-2, Llama, Mistral or Qwen2 checkpoint, or state the values with `def`"
                     if "none of that family's sizes" not in str(e) else "fix `model_type` in the config.json")
         return ir.Const(ERROR, node.span), ""
-    s = got.get(key.name)
+    s = got.get(key.name) if key.name != "eos" else eos_ids(file, config)
     if s is None:
         ctx.err("E-CONFIG-003", key.span, f"`{shown}` is a {config.get('model_type')} config, which has no "
                 f"`:{key.name}` ({KEYS[key.name]})", help="remove this `def`; that family has no such setting")
@@ -108,6 +109,8 @@ def config_def(ctx: CheckContext, node: ListNode) -> tuple[ir.Expr, str]:
                     help="fix the config, or state the value with `def`")
         return ir.Const(ERROR, node.span), ""
     v = s.value
+    if isinstance(v, tuple):   # the end-of-sequence ids: a vector, as `[2 7]` is (`(stack eos)` makes it a tensor)
+        return ir.Const(ShapeType(v), node.span, v), f"from {shown}: `{s.key}` {s.text}"
     t = scalar("bool", v) if isinstance(v, bool) else scalar("i32" if isinstance(v, int) else "f32", v, weak=True)
     return ir.Const(t, node.span, v), f"from {shown}: `{s.key}` {s.text}"
 
@@ -431,6 +434,7 @@ def _check_call(ctx: CheckContext, call: ListNode, got: dict, shown: str, rel: s
     folded = via is None
     found: list[tuple[str, str, object, str]] = []   # (config key, its text, the value used, the fix)
     unknown: list[tuple[str, object, list[str]]] = []   # (the setting, the node giving it, the config keys)
+    edits: list[tuple[int, int, str]] = []   # the quick fix: each differing setting given the config's value
 
     def differs(key, value, where, fix) -> bool:
         s = got.get(key)
@@ -438,6 +442,9 @@ def _check_call(ctx: CheckContext, call: ListNode, got: dict, shown: str, rel: s
             unknown.append((key, where, [f"`{s.key}`"]))
         elif isinstance(s, Setting) and not _same(value, s.value):
             found.append((f"`{s.key}` {s.text}", _num(value), where, fix(s)))
+            edit = _config_edit(ctx, where, key, s, rel, bound or {})
+            if edit is not None:
+                edits.append(edit)
             return True
         return False
 
@@ -491,7 +498,24 @@ def _check_call(ctx: CheckContext, call: ListNode, got: dict, shown: str, rel: s
                      f"attn-norm ...)`, or bind each setting with `{FORM}`")
     ctx.err("E-CONFIG-004", where.span, f"`{shown}` has {_listed([k for k, _, _, _ in found])}, and `{call.head}` "
             f"here uses {_listed([u for _, u, _, _ in found])}", help=help_,
-            related=[Related(node.span, "the checkpoint is read here")])
+            related=[Related(node.span, "the checkpoint is read here")],
+            data={"config_edits": list(dict.fromkeys(edits))} if edits else None)
+
+
+def _config_edit(ctx: CheckContext, where, key: str, s: Setting, rel: str, bound: dict) -> tuple | None:
+    """E-CONFIG-004's quick fix for one setting: a number written at the call becomes the config's
+    value; a name of a top-level `def` whose value is a number is bound with `checkpoint-config`
+    instead. (start, end, new text), or None where the fix is not mechanical (a `let*` name, an
+    expression, a function's argument)."""
+    if isinstance(where, Num):
+        return (where.span.start, where.span.end, _num(s.value))
+    if isinstance(where, Sym) and where.name not in bound:
+        for f in ctx.forms.get("def", []):
+            if len(f.items) == 3 and isinstance(f.items[1], Sym) and f.items[1].name == where.name \
+                    and isinstance(f.items[2], Num):
+                value = f.items[2]
+                return (value.span.start, value.span.end, f'({FORM} "{rel}" :{key})')
+    return None
 
 
 def _uncompared(ctx: CheckContext, call: ListNode, unknown: list, shown: str, rel: str, node,

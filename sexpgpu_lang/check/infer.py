@@ -16,6 +16,7 @@ Imports nothing outside `sexpgpu_lang`; never JAX.
 """
 from __future__ import annotations
 
+
 from .. import ir
 from ..diagnostics import Related
 from ..language import SPECIAL_FORMS, TOP_FORMS
@@ -32,6 +33,7 @@ from .entries import called_here, entry_call
 from .facts import Definition, Facts
 from .identity import place_hash
 from .stdlib_args import check_stdlib_call
+from .copies import call_copy
 from .ranges import INDEXED, WINDOWED, check_index, check_window, trip_form, value_range, zero_divisor
 from .trips import reads_varying, salt_across_trips
 from .scope import CTX_KEYS, Binding, BatchType, CtxType, Effect, Frame, Scope, stdlib_docs
@@ -576,6 +578,8 @@ def call_model(ctx: CheckContext, node: ListNode, name: str, scope: Scope) -> ir
     names, `entries.entry_call`) checked for these argument types."""
     ctx.tracker.model_called()
     m = ctx.models.get(name)
+    if m is not None and m.get("copy_of") is not None:
+        return call_copy(ctx, node, name, m, scope)   # copies.py
     lam, arg_nodes, entry = entry_call(ctx, node, name, m) if m is not None else (None, node.items[1:], "apply")
     args = [infer(ctx, a, scope) for a in arg_nodes]
     if m is None or (lam is None and entry != "apply"):
@@ -630,7 +634,7 @@ def call_model(ctx: CheckContext, node: ListNode, name: str, scope: Scope) -> ir
     if name in ctx.repeats:
         return call_repeat(ctx, node, name, lam, params, args, arg_types, body, effects, items, compute)
     return ir.ModelCall(out, node.span, name, ctx.reachable[name], params[0], tuple(params[1:]), tuple(args),
-                        items, compute, m["remat"])
+                        items, compute, m["remat"], tuple(ctx.adapters.get(name, {}).items()))
 
 
 def call_repeat(ctx: CheckContext, node: ListNode, name: str, lam: ListNode, params: list[str], args: list,
@@ -665,7 +669,7 @@ def call_repeat(ctx: CheckContext, node: ListNode, name: str, lam: ListNode, par
                                      "project back to the input width or `cast` to its dtype"), node.span)
     policy = remat if remat is not None else ctx.models[name]["remat"] or ctx.remat
     return ir.Repeat(out, node.span, name, ctx.reachable[name], params[0], tuple(params[1:]), tuple(args), items,
-                     compute, policy, count)
+                     compute, policy, tuple(ctx.adapters.get(name, {}).items()), count)
 
 
 def _holds_error(t: Type) -> bool:
@@ -740,7 +744,8 @@ def call_function(ctx: CheckContext, node: ListNode, b: Binding, scope: Scope) -
     if len(ctx.active) > 32:
         return ir.Const(ctx.err("E-FORM-002", node.span, "functions call each other too deeply (recursion is not supported)"), node.span)
     if b.stdlib is not None and not check_stdlib_call(ctx, b.stdlib, params, args,
-                                                      lambda a: value_range(a, range_lookup(scope))):
+                                                      lambda a: value_range(a, range_lookup(scope)),
+                                                      lambda a: trip_form(a, form_lookup(scope)), node.span):
         return ir.Const(ERROR, node.span)
     redirect = b.stdlib is not None and ctx.redirect is None
     if redirect:

@@ -11,7 +11,8 @@ A `defmodel` with `:pretrained` and neither `:params`, `:apply` nor `:entries` i
 - `NAME`: the embedding, `(repeat NAME.layer L)`, the final norm and the output (tied or not, as
   `tie_word_embeddings` says); `:apply (lambda (self ids) ...)` ids [B T] -> logits [B T V] (at
   position 0, with caches of length T); `:entries (:decode (lambda (self ids pos k v) ...))` the new
-  tokens ids [B T] at `pos` (an integer scalar) with the caches k and v [L B S K H] ->
+  tokens ids [B T] at `pos` (an integer scalar, or [B] one per row: docs/stdlib.md "Per-row positions
+  and padding") with the caches k and v [L B S K H] ->
   `(:logits [B T V] :k :v)`; `:pretrained (:path P :names :MAPPING)` with the family's mapping;
 
 every size and setting a number from the config. That text is parsed and checked as the user's
@@ -33,7 +34,7 @@ from .context import CheckContext
 from .keywords import const_value
 
 #: The keywords the one form takes besides `:pretrained`.
-ONE_FORM_KEYS = ("pretrained", "frozen", "remat")
+ONE_FORM_KEYS = ("pretrained", "frozen", "remat", "lora")
 #: The keywords that make a `defmodel` a written-out model.
 WRITTEN_OUT = ("params", "apply", "entries")
 
@@ -152,8 +153,8 @@ def expand(ctx: CheckContext, f: ListNode) -> list[ListNode] | None:
     pairs = list(zip(f.items[2::2], f.items[3::2]))
     for kw, _ in pairs:
         if not isinstance(kw, Kw) or kw.name not in ONE_FORM_KEYS:
-            ctx.err("E-FORM-002", kw.span, "a model made from its checkpoint takes `:pretrained`, `:frozen` and "
-                    "`:remat`", help="write the model out to change its parts (docs/checkpoints.md)")
+            ctx.err("E-FORM-002", kw.span, "a model made from its checkpoint takes `:pretrained`, `:frozen`, "
+                    "`:remat` and `:lora`", help="write the model out to change its parts (docs/checkpoints.md)")
             return None
     if len(f.items) % 2:
         ctx.err("E-FORM-002", f.items[-1].span, f"`:{getattr(f.items[-1], 'name', '')}` has no value")

@@ -179,7 +179,8 @@ LOWERINGS["reshape"] = lambda call: jnp.reshape(call.args[0], call.static["shape
 LOWERINGS["transpose"] = lambda call: jnp.transpose(call.args[0], call.static["perm"])
 LOWERINGS["concat"] = lambda call: jnp.concatenate([_as(a, call.static["dtype"]) for a in call.args[0]], axis=call.static["axis"])
 LOWERINGS["stack"] = lambda call: jnp.stack([_as(a, call.static["dtype"]) for a in call.args[0]], axis=call.static["axis"])
-LOWERINGS["expand-dims"] = lambda call: jnp.expand_dims(call.args[0], call.static["axis"])
+# a Python scalar (a weakly typed literal, e.g. a position 0) takes the rule's dtype, not x64's i64
+LOWERINGS["expand-dims"] = lambda call: jnp.expand_dims(_as(call.args[0], call.out.dtype), call.static["axis"])
 LOWERINGS["squeeze"] = lambda call: jnp.squeeze(call.args[0], axis=call.static["axes"])
 LOWERINGS["broadcast-to"] = lambda call: jnp.broadcast_to(call.args[0], call.static["shape"])
 LOWERINGS["slice"] = lambda call: lax.slice_in_dim(call.args[0], call.static["start"], call.static["end"], axis=call.static["axis"])
@@ -417,6 +418,8 @@ class _Lowering(ir.Interpreter):
     def model_self(self, e: ir.ModelCall, params, args: list):
         for k in e.path:
             params = params[k]
+        if e.adapters:
+            params = adapted(params, e.adapters)
         if e.compute_dtype:
             params = _cast_floats(params, e.compute_dtype)
             args = [_cast_floats(a, e.compute_dtype) for a in args]
@@ -487,6 +490,19 @@ def evaluate(e: ir.Expr, env: dict, fx: Effects):
     """Evaluate (trace) one IR expression with JAX. `env` maps binding names to values (and
     `ir.Interpreter.PARAMS` to the parameter tree, where `e` calls a model)."""
     return _Lowering(fx).eval(e, env)
+
+
+def adapted(me: dict, adapters) -> dict:
+    """A model's parameters with each LoRA target `KEY` read as `KEY + scale * (A @ B)`, A and B its
+    adapters `KEY.lora-a` `[in r]` and `KEY.lora-b` `[r out]` (check/lora.py), the product reshaped
+    to KEY's shape and cast to its dtype: the adapters merged into the weight for this call (the
+    base itself is not changed). The gradient reaches A and B through the product."""
+    out = dict(me)
+    for key, scale in adapters:
+        w, a, b = me[key], me[key + ".lora-a"], me[key + ".lora-b"]
+        delta = jnp.matmul(a, b, preferred_element_type=jnp.float32) * jnp.float32(scale)
+        out[key] = w + delta.reshape(w.shape).astype(w.dtype)
+    return out
 
 
 def _nest(path: tuple, sub) -> dict:
