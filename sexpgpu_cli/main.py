@@ -568,7 +568,10 @@ def tokenizer_train(
 ):
     """Train a byte-level BPE tokenizer (Hugging Face `tokenizers`' trainer) on text files; write its tokenizer.json."""
     from sexpgpu_cli.tokenizer import TokenizeError, expand, train_bpe  # tokenizers, not JAX
-    files = [f for pattern in corpus for f in expand(pattern)]
+    try:
+        files = [f for pattern in corpus for f in expand(pattern)]
+    except OSError as e:   # a glob past bounded_read's limits
+        raise fail(e.strerror or str(e))
     if not files:
         raise fail(f"no file matches {' '.join(corpus)}; give text files or a quoted glob")
     try:
