@@ -428,7 +428,8 @@ class RewardIR:
     tensor of the batch decoded to the `prompts` (its first `prompt` columns) and `completions` (the rest)
     the function receives, as `decode` says (`SamplesIR.decode`); `fields` the batch's tensors it also
     receives as NumPy arrays, each (batch name, Python keyword). `where` is `FILE:LINE:COL` of `:reward`
-    in the run file, for the run's messages."""
+    in the run file, for the run's messages. `mask` (`TEXT-mask`, as `:samples` reads it): the prompt
+    without its padding, the completion up to its stop."""
 
     path: str
     function: str
@@ -439,6 +440,7 @@ class RewardIR:
     decode: tuple
     fields: tuple[tuple[str, str], ...] = ()
     where: str = ""
+    mask: str | None = None   # the batch's `TEXT-mask` of `text`'s shape: only the ids where it holds are decoded
 
 
 @dataclass(frozen=True)
