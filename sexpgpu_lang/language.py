@@ -182,8 +182,8 @@ SOURCES: dict[str, tuple[str, ...]] = {
     "text-bytes": ("glob", "seq", "stride"),
     "tokens": ("path", "dtype", "seq", "stride", "vocab"),
     "text-tokens": ("glob", "tokenizer", "seq", "stride", "separator", "vocab"),
-    "jsonl": ("path", "tokenizer", "pad", "vocab"),
-    "parquet": ("path", "tokenizer", "pad", "vocab"),
+    "jsonl": ("path", "tokenizer", "pad", "pad-side", "truncate", "vocab"),
+    "parquet": ("path", "tokenizer", "pad", "pad-side", "truncate", "vocab"),
 }
 
 #: The integer dtypes a token file may hold on disk (numpy's names; sexpgpu_runtime/data/token_files.py).

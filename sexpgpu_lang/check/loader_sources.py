@@ -34,6 +34,7 @@ from ..bounded_read import (TOKENIZER_JSON_LIMIT, JsonNumberTooLong, JsonTooDeep
                             describe_mode, loads_json, read_bounded)
 from ..diagnostics import warning
 from ..language import TOKEN_FILE_DTYPES
+from ..prompt_rows import PAD_SIDES, TRUNCATE_SIDES, Layout
 from ..source import Span
 from .context import CheckContext, near_miss
 
@@ -63,6 +64,12 @@ def check_source(ctx: CheckContext, kind: str, args: dict, nodes: dict, fields, 
         least = 0 if key == "pad" else 1
         if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < least):
             ctx.err("E-FORM-002", nodes[key].span, f"`:{key}` of `{kind}` must be an integer of {least} or more, got {v}")
+            ok = False
+    for key, sides in (("pad-side", PAD_SIDES), ("truncate", TRUNCATE_SIDES)):
+        if key in args and args[key] is not None and args[key] not in sides:
+            ctx.err("E-FORM-002", nodes[key].span, f"`:{key}` of `{kind}` is " + " or ".join(f"`:{s}`" for s in sides)
+                    + f", got {args[key]!r}", help="`:pad-side :left` lays prompts out for generation (their ends "
+                    "line up); `:truncate :left` keeps a long row's last tokens")
             ok = False
     if args.get("dtype") is not None and args["dtype"] not in TOKEN_FILE_DTYPES:
         hint = near_miss(str(args["dtype"]), TOKEN_FILE_DTYPES)
@@ -97,7 +104,9 @@ def check_source(ctx: CheckContext, kind: str, args: dict, nodes: dict, fields, 
     if checked and ctx.read_files is True and kind == "jsonl" and isinstance(args.get("path"), str) \
             and "path" not in missing:
         vocab = args.get("vocab") if isinstance(args.get("vocab"), int) else None
-        ok = _jsonl_rows(ctx, args["path"], nodes["path"].span, fields, bool(args.get("tokenizer")), vocab) and ok
+        tokenizer = args.get("tokenizer") if isinstance(args.get("tokenizer"), str) else None
+        layout = Layout(args.get("pad-side") or "right", args.get("truncate"))
+        ok = _jsonl_rows(ctx, args["path"], nodes["path"].span, fields, tokenizer, vocab, layout) and ok
     if checked and ctx.read_files is True and kind == "text-tokens" and isinstance(args.get("glob"), str) \
             and "glob" not in missing:
         ok = _text_files(ctx, args["glob"], nodes["glob"].span) and ok
@@ -245,20 +254,25 @@ def _regular_file(ctx: CheckContext, rel: str) -> tuple[str, os.stat_result] | N
     return (full, st) if st is not None and stat.S_ISREG(st.st_mode) else None
 
 
-def _jsonl_rows(ctx: CheckContext, rel: str, at: Span, fields=None, tokenizer: bool = False,
-                vocab: int | None = None) -> bool:
+def _jsonl_rows(ctx: CheckContext, rel: str, at: Span, fields=None, tokenizer: str | None = None,
+                vocab: int | None = None, layout: Layout = Layout()) -> bool:
     """E-LOADER-001 at the path when a row of the .jsonl file `rel` is one the runtime refuses (not
     UTF-8, not JSON, nested too deeply, a number of too many digits, not an object, a line past its
     bound: bounded_read.jsonl_rows, which the runtime reads through), or when with the loader's
     `fields` its rows are ones the runtime refuses (a field no row has, a null, a token list holding
-    a non-integer, an infinite number: prompt_rows.PromptRows, which the runtime checks with). False
-    when reported; a file that is not there or not a regular file is the other checks'."""
+    a non-integer, an infinite number, chat messages the template fails on, a row longer than its
+    left-padded field: prompt_rows.PromptRows, which the runtime checks with, encoding text and chat
+    rows with the `tokenizer` (its path, relative to the run file) as the runtime does:
+    prompt_encoder.PromptEncoder). False when reported; a file that is not there or not a regular
+    file is the other checks'."""
     found = _regular_file(ctx, rel)
     if found is None:
         return True
     full, st = found
     key = tuple((n, tuple(s), d) for n, s, d in fields) if fields else None
-    bad = _bad_row(full, st.st_mtime_ns, st.st_size, key, tokenizer, vocab)
+    tok = _regular_file(ctx, tokenizer) if tokenizer is not None else None
+    tok_key = (tok[0], tok[1].st_mtime_ns, tok[1].st_size, _template_stamp(tok[0])) if tok is not None else None
+    bad = _bad_row(full, st.st_mtime_ns, st.st_size, key, tokenizer is not None, vocab, layout, tok_key)
     if bad is None:
         return True
     where, detail = bad
@@ -271,16 +285,46 @@ def _jsonl_rows(ctx: CheckContext, rel: str, at: Span, fields=None, tokenizer: b
     return False
 
 
+def _template_stamp(tokenizer_path: str) -> tuple:
+    """The (mtime_ns, size) of the files beside a tokenizer.json its chat template is read from: an
+    edited template is read again."""
+    folder = os.path.dirname(tokenizer_path)
+    out = []
+    for name in ("tokenizer_config.json", "chat_template.jinja", "special_tokens_map.json"):
+        try:
+            st = os.stat(os.path.join(folder, name))
+            out.append((st.st_mtime_ns, st.st_size))
+        except OSError:
+            out.append(None)
+    return tuple(out)
+
+
+def _encoder(tok_key):
+    """prompt_encoder.PromptEncoder of the tokenizer.json `tok_key[0]`, or None when it does not load
+    (the tokenizer's own check names that)."""
+    if tok_key is None:
+        return None
+    from ..prompt_encoder import PromptEncoder
+    try:
+        from tokenizers import Tokenizer
+        raw = read_bounded(tok_key[0], TOKENIZER_JSON_LIMIT, "a tokenizer.json").decode("utf-8")
+        return PromptEncoder(Tokenizer.from_str(raw), tok_key[0]).ids
+    except Exception:   # tokenizers raises a bare Exception; the runtime names what is wrong
+        return None
+
+
 @functools.lru_cache(maxsize=16)
 def _bad_row(path: str, mtime_ns: int, size: int, fields=None, tokenizer: bool = False,
-             vocab: int | None = None) -> tuple[str | None, str] | None:
+             vocab: int | None = None, layout: Layout = Layout(), tok_key=None) -> tuple[str | None, str] | None:
     """(LINE[:COL] or None for the whole file, the reason and fix) of the first thing in the .jsonl
     file at `path` the runtime refuses, or None: a row it cannot read, or (with `fields`, the loader's
-    (name, shape, dtype) triples) rows that do not fit them. Rows are read one at a time (a line at
-    most JSONL_LINE_LIMIT) and not kept. `mtime_ns` and `size` key the cache: an edited file is read again."""
+    (name, shape, dtype) triples) rows that do not fit them, text and chat rows encoded with the
+    tokenizer `tok_key` names ((path, mtime_ns, size, its template's stamp), or None). Rows are read
+    one at a time (a line at most JSONL_LINE_LIMIT) and not kept. `mtime_ns` and `size` key the
+    cache: an edited file is read again."""
     from ..bounded_read import JSONL_LINE_LIMIT, BadJsonlRow, jsonl_rows, open_regular, read_lines_bounded
     from ..prompt_rows import PromptRows, value_column
-    check = PromptRows(fields, tokenizer, vocab=vocab) if fields else None
+    check = PromptRows(fields, tokenizer, vocab=vocab, layout=layout, encode=_encoder(tok_key)) if fields else None
     try:
         with open_regular(path) as fh:
             for line_no, row in jsonl_rows(fh):
