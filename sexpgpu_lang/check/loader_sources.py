@@ -68,7 +68,7 @@ def check_source(ctx: CheckContext, kind: str, args: dict, nodes: dict, fields, 
     for key, sides in (("pad-side", PAD_SIDES), ("truncate", TRUNCATE_SIDES)):
         if key in args and args[key] is not None and args[key] not in sides:
             ctx.err("E-FORM-002", nodes[key].span, f"`:{key}` of `{kind}` is " + " or ".join(f"`:{s}`" for s in sides)
-                    + f", got {args[key]!r}", help="`:pad-side :left` lays prompts out for generation (their ends "
+                    + f", got {_shown(args[key])}", help="`:pad-side :left` lays prompts out for generation (their ends "
                     "line up); `:truncate :left` keeps a long row's last tokens")
             ok = False
     if args.get("dtype") is not None and args["dtype"] not in TOKEN_FILE_DTYPES:
@@ -119,6 +119,11 @@ def check_source(ctx: CheckContext, kind: str, args: dict, nodes: dict, fields, 
             and not args["path"].endswith(".npy") and args.get("dtype") in _ITEMSIZE):
         _token_file_dtype(ctx, args["path"], args["dtype"], args.get("vocab"), nodes["dtype"].span)
     return ok
+
+
+def _shown(value) -> str:
+    """A source argument's value as the file wrote it: a keyword's name as `:name`."""
+    return f"`:{value}`" if isinstance(value, str) else f"`{value}`"
 
 
 #: The bytes of each on-disk token dtype, and its `memoryview` format.
