@@ -39,10 +39,6 @@ from typing import NamedTuple
 
 SUFFIXES = ("-length", "-mask", "-positions")
 
-#: The ways a prompt source lays a row out in its `[L]` fields: `:pad-side` and `:truncate`.
-PAD_SIDES = ("right", "left")
-TRUNCATE_SIDES = ("left", "right")
-
 
 class Layout(NamedTuple):
     """How a prompt source lays out a `[L]` field's row: `pad_side` ("right": the ids, then the padding;

@@ -33,8 +33,7 @@ import stat
 from ..bounded_read import (TOKENIZER_JSON_LIMIT, JsonNumberTooLong, JsonTooDeep, NotRegularFile, TooLarge,
                             describe_mode, loads_json, read_bounded)
 from ..diagnostics import warning
-from ..language import TOKEN_FILE_DTYPES
-from ..prompt_rows import PAD_SIDES, TRUNCATE_SIDES, Layout
+from ..language import PAD_SIDES, TOKEN_FILE_DTYPES, TRUNCATE_SIDES
 from ..source import Span
 from .context import CheckContext, near_miss
 
@@ -105,6 +104,7 @@ def check_source(ctx: CheckContext, kind: str, args: dict, nodes: dict, fields, 
             and "path" not in missing:
         vocab = args.get("vocab") if isinstance(args.get("vocab"), int) else None
         tokenizer = args.get("tokenizer") if isinstance(args.get("tokenizer"), str) else None
+        from ..prompt_rows import Layout   # (not at start-up: it imports json)
         layout = Layout(args.get("pad-side") or "right", args.get("truncate"))
         ok = _jsonl_rows(ctx, args["path"], nodes["path"].span, fields, tokenizer, vocab, layout) and ok
     if checked and ctx.read_files is True and kind == "text-tokens" and isinstance(args.get("glob"), str) \
@@ -260,7 +260,7 @@ def _regular_file(ctx: CheckContext, rel: str) -> tuple[str, os.stat_result] | N
 
 
 def _jsonl_rows(ctx: CheckContext, rel: str, at: Span, fields=None, tokenizer: str | None = None,
-                vocab: int | None = None, layout: Layout = Layout()) -> bool:
+                vocab: int | None = None, layout=None) -> bool:
     """E-LOADER-001 at the path when a row of the .jsonl file `rel` is one the runtime refuses (not
     UTF-8, not JSON, nested too deeply, a number of too many digits, not an object, a line past its
     bound: bounded_read.jsonl_rows, which the runtime reads through), or when with the loader's
@@ -268,7 +268,7 @@ def _jsonl_rows(ctx: CheckContext, rel: str, at: Span, fields=None, tokenizer: s
     a non-integer, an infinite number, chat messages the template fails on, a row longer than its
     left-padded field: prompt_rows.PromptRows, which the runtime checks with, encoding text and chat
     rows with the `tokenizer` (its path, relative to the run file) as the runtime does:
-    prompt_encoder.PromptEncoder). False when reported; a file that is not there or not a regular
+    prompt_encoder.PromptEncoder, laid out as `layout` says: prompt_rows.Layout, None for the default). False when reported; a file that is not there or not a regular
     file is the other checks'."""
     found = _regular_file(ctx, rel)
     if found is None:
@@ -320,7 +320,7 @@ def _encoder(tok_key):
 
 @functools.lru_cache(maxsize=16)
 def _bad_row(path: str, mtime_ns: int, size: int, fields=None, tokenizer: bool = False,
-             vocab: int | None = None, layout: Layout = Layout(), tok_key=None) -> tuple[str | None, str] | None:
+             vocab: int | None = None, layout=None, tok_key=None) -> tuple[str | None, str] | None:
     """(LINE[:COL] or None for the whole file, the reason and fix) of the first thing in the .jsonl
     file at `path` the runtime refuses, or None: a row it cannot read, or (with `fields`, the loader's
     (name, shape, dtype) triples) rows that do not fit them, text and chat rows encoded with the
@@ -328,8 +328,9 @@ def _bad_row(path: str, mtime_ns: int, size: int, fields=None, tokenizer: bool =
     one at a time (a line at most JSONL_LINE_LIMIT) and not kept. `mtime_ns` and `size` key the
     cache: an edited file is read again."""
     from ..bounded_read import JSONL_LINE_LIMIT, BadJsonlRow, jsonl_rows, open_regular, read_lines_bounded
-    from ..prompt_rows import PromptRows, value_column
-    check = PromptRows(fields, tokenizer, vocab=vocab, layout=layout, encode=_encoder(tok_key)) if fields else None
+    from ..prompt_rows import Layout, PromptRows, value_column
+    check = (PromptRows(fields, tokenizer, vocab=vocab, layout=layout or Layout(), encode=_encoder(tok_key))
+             if fields else None)
     try:
         with open_regular(path) as fh:
             for line_no, row in jsonl_rows(fh):
