@@ -77,14 +77,20 @@ def test_chat_prompt_ids_equal_transformers_apply_chat_template(name):
     assert len({len(ids) for ids in EXPECTED[name]["ids"]}) == len(CONVERSATIONS)   # every length differs
 
 
-def test_a_chat_column_is_left_padded_with_lengths_positions_and_an_attention_mask(tmp_path):
+@pytest.mark.parametrize("kind", ["jsonl", "parquet"])
+def test_a_chat_column_is_left_padded_with_lengths_positions_and_an_attention_mask(tmp_path, kind):
     chat_dir(tmp_path, "llama3")
-    shutil.copy(CHAT / "conversations.jsonl", tmp_path / "c.jsonl")
+    if kind == "jsonl":
+        shutil.copy(CHAT / "conversations.jsonl", tmp_path / "c.jsonl")
+    else:   # a list<struct<role, content, ...>> column: a message's absent keys read as null, and are dropped
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+        pq.write_table(pa.Table.from_pylist([{"prompt": c} for c in CONVERSATIONS]), str(tmp_path / "c.parquet"))
     width = 100
     fields = (("prompt", (width,), "i32"), ("prompt-length", (), "i32"), ("prompt-mask", (width,), "bool"),
               ("prompt-positions", (width,), "i32"))
-    t = table(tmp_path, ("jsonl", {"path": "c.jsonl", "tokenizer": "tok/tokenizer.json", "pad": 7,
-                                   "pad-side": "left"}), fields)
+    t = table(tmp_path, (kind, {"path": f"c.{kind}", "tokenizer": "tok/tokenizer.json", "pad": 7,
+                                "pad-side": "left"}), fields)
     for i, ids in enumerate(EXPECTED["llama3"]["ids"]):
         n = len(ids)
         assert t["prompt"][i].tolist() == [7] * (width - n) + ids        # the prompt's end at the last column
