@@ -96,7 +96,7 @@ def test_a_chat_column_is_left_padded_with_lengths_positions_and_an_attention_ma
         assert t["prompt"][i].tolist() == [7] * (width - n) + ids        # the prompt's end at the last column
         assert t["prompt-length"][i] == n
         assert t["prompt-mask"][i].tolist() == [False] * (width - n) + [True] * n
-        assert t["prompt-positions"][i].tolist() == [0] * (width - n) + list(range(n))   # from the first real token
+        assert t["prompt-positions"][i].tolist() == [-1] * (width - n) + list(range(n))   # -1: padding
     assert t["prompt-mask"].dtype == np.bool_ and t["prompt-positions"].dtype == np.int32
 
 
@@ -105,7 +105,7 @@ def test_right_padding_gives_positions_from_the_first_column(tmp_path):
     fields = (("prompt", (4,), "i32"), ("prompt-positions", (4,), "i32"), ("prompt-mask", (4,), "i32"))
     t = table(tmp_path, ("jsonl", {"path": "p.jsonl", "pad": 9}), fields)
     assert t["prompt"].tolist() == [[5, 6, 7, 9], [1, 9, 9, 9]]
-    assert t["prompt-positions"].tolist() == [[0, 1, 2, 0], [0, 0, 0, 0]]
+    assert t["prompt-positions"].tolist() == [[0, 1, 2, -1], [0, -1, -1, -1]]
     assert t["prompt-mask"].tolist() == [[1, 1, 1, 0], [1, 0, 0, 0]]
 
 

@@ -8,7 +8,13 @@ A declared field takes the column of its name:
 - `[]` from a column of numbers (a label, a reward);
 - `NAME-length` (`[]`, an integer dtype) is the number of real tokens of the
   declared field `NAME` (after the cut), `NAME-mask` (`[L]`) is 1 (true)
-  at each of them and 0 at the padding.
+  at each of them and 0 at the padding, `NAME-positions` (`[L]`, an integer
+  dtype) each real token's position from the row's first real token, -1 at
+  the padding (the standard library's per-row positions: negative is padding).
+With `:pad-side :left` the padding comes before the ids; a row longer than
+`L` is then refused unless `:truncate` says which end to cut
+(prompt_rows.Layout). A column of chat messages is rendered through the
+tokenizer's chat template and tokenized (sexpgpu_lang/prompt_encoder.py).
 A file with `prompt` and `answer` columns so gives the split as two fields
 (`:prompt [P] :i32 :answer [A] :i32`, with their lengths or masks).
 
@@ -101,7 +107,7 @@ def prompt_table(spec: LoaderIR, args: dict) -> dict[str, np.ndarray]:
         start = width - n if layout.pad_side == "left" else np.zeros_like(n)   # each row's first real column
         column = np.arange(width)[None, :] - start[:, None]
         real = (column >= 0) & (column < n[:, None])
-        table[name] = (real if name.endswith("-mask") else np.where(real, column, 0)).astype(np_dtype(dtype))
+        table[name] = (real if name.endswith("-mask") else np.where(real, column, -1)).astype(np_dtype(dtype))
     return table
 
 
