@@ -15,7 +15,8 @@ not JSON, not a tokenizer, past its bound or nested too deeply (E-LOADER-001: lo
 read only through bounded_read, so that a pipe or /dev/zero never blocks the check); with
 `read_files` True (`run`, `lint --read-files`; not the server's "local"), also a path, tokenizer or
 glob that names no file, a `jsonl` row the runtime refuses (read through bounded_read.jsonl_rows
-and checked against the fields with prompt_rows.PromptRows, as the runtime does), a `text-tokens`
+and checked against the fields with prompt_rows.PromptRows, as the runtime does; text and chat rows
+rendered and tokenized as the runtime does, prompt_encoder.PromptEncoder), a `parquet` row so, a `text-tokens`
 file that is not UTF-8 (bounded_read.text_problem) or a small corpus shorter than one window
 (text_tokens), an `npz` without a declared field and a `.npy` whose header is not `:dtype`
 (E-LOADER-001, each in the runtime's words, from the check it uses). What only the data files
@@ -100,13 +101,13 @@ def check_source(ctx: CheckContext, kind: str, args: dict, nodes: dict, fields, 
         vocab = args.get("vocab")
         ok = _tokenizer_vocab(ctx, args["tokenizer"], vocab if isinstance(vocab, int) else None,
                               nodes["tokenizer"].span) and ok
-    if checked and ctx.read_files is True and kind == "jsonl" and isinstance(args.get("path"), str) \
+    if checked and ctx.read_files is True and kind in ("jsonl", "parquet") and isinstance(args.get("path"), str) \
             and "path" not in missing:
         vocab = args.get("vocab") if isinstance(args.get("vocab"), int) else None
         tokenizer = args.get("tokenizer") if isinstance(args.get("tokenizer"), str) else None
         from ..prompt_rows import Layout   # (not at start-up: it imports json)
         layout = Layout(args.get("pad-side") or "right", args.get("truncate"))
-        ok = _jsonl_rows(ctx, args["path"], nodes["path"].span, fields, tokenizer, vocab, layout) and ok
+        ok = _jsonl_rows(ctx, args["path"], nodes["path"].span, fields, tokenizer, vocab, layout, kind) and ok
     if checked and ctx.read_files is True and kind == "text-tokens" and isinstance(args.get("glob"), str) \
             and "glob" not in missing:
         ok = _text_files(ctx, args["glob"], nodes["glob"].span) and ok
@@ -260,8 +261,9 @@ def _regular_file(ctx: CheckContext, rel: str) -> tuple[str, os.stat_result] | N
 
 
 def _jsonl_rows(ctx: CheckContext, rel: str, at: Span, fields=None, tokenizer: str | None = None,
-                vocab: int | None = None, layout=None) -> bool:
-    """E-LOADER-001 at the path when a row of the .jsonl file `rel` is one the runtime refuses (not
+                vocab: int | None = None, layout=None, kind: str = "jsonl") -> bool:
+    """E-LOADER-001 at the path when a row of the .jsonl (or, `kind` "parquet", parquet: `_parquet_row`)
+    file `rel` is one the runtime refuses (not
     UTF-8, not JSON, nested too deeply, a number of too many digits, not an object, a line past its
     bound: bounded_read.jsonl_rows, which the runtime reads through), or when with the loader's
     `fields` its rows are ones the runtime refuses (a field no row has, a null, a token list holding
@@ -277,17 +279,53 @@ def _jsonl_rows(ctx: CheckContext, rel: str, at: Span, fields=None, tokenizer: s
     key = tuple((n, tuple(s), d) for n, s, d in fields) if fields else None
     tok = _regular_file(ctx, tokenizer) if tokenizer is not None else None
     tok_key = (tok[0], tok[1].st_mtime_ns, tok[1].st_size, _template_stamp(tok[0])) if tok is not None else None
-    bad = _bad_row(full, st.st_mtime_ns, st.st_size, key, tokenizer is not None, vocab, layout, tok_key)
+    if kind == "parquet" and not key:
+        return True
+    read = _bad_row if kind == "jsonl" else _parquet_row
+    bad = read(full, st.st_mtime_ns, st.st_size, key, tokenizer is not None, vocab, layout, tok_key)
     if bad is None:
         return True
     where, detail = bad
     reason, _, fix = detail.partition("; ")
     if where is None:
-        ctx.err("E-LOADER-001", at, f"`jsonl`'s file `{rel}`: {reason}", help=fix or None)
+        ctx.err("E-LOADER-001", at, f"`{kind}`'s file `{rel}`: {reason}", help=fix or None)
+    elif kind == "parquet":
+        ctx.err("E-LOADER-001", at, f"`parquet`'s file `{rel}` has a row `run` refuses: {where}: {reason}",
+                help=fix or None)
     else:
         ctx.err("E-LOADER-001", at, f"`jsonl`'s file `{rel}` has a row `run` refuses: {rel}:{where}: {reason}",
                 help=fix or None)
     return False
+
+
+@functools.lru_cache(maxsize=16)
+def _parquet_row(path: str, mtime_ns: int, size: int, fields, tokenizer: bool = False, vocab: int | None = None,
+                 layout=None, tok_key=None) -> tuple[str | None, str] | None:
+    """(``row N of column `x` `` or None for the whole file, the reason and fix) of the first row of the
+    parquet file at `path` the runtime refuses against `fields`, as `_bad_row` for a .jsonl (the columns
+    the fields name read with pyarrow, as the runtime reads them), or None; a file pyarrow cannot read
+    is the runtime's to name."""
+    from ..prompt_rows import Layout, PromptRows
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError:
+        return None
+    try:
+        names = pq.read_schema(path).names
+        check = PromptRows(fields, tokenizer, nulls=False, vocab=vocab, layout=layout or Layout(),
+                           encode=_encoder(tok_key))
+        table = pq.read_table(path, columns=[n for n in check.wanted if n in names])
+    except (OSError, ValueError, pa.ArrowException):
+        return None
+    check.keys(names)
+    columns = {n: table.column(n).to_pylist() for n in table.column_names}
+    for i in range(table.num_rows):
+        check.row({n: c[i] for n, c in columns.items()})
+    found = check.problem()
+    if found is None:
+        return None
+    return (None if found.row is None else f"row {found.row + 1} of column `{found.field}`"), found.reason
 
 
 def _template_stamp(tokenizer_path: str) -> tuple:
