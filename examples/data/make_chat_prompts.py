@@ -10,7 +10,8 @@ them on the left (`:pad-side :left`).
 - `bytes-chat/`: a byte-level tokenizer whose ids are the bytes' values
   (0-255, as `text-bytes` reads them: code-lm's vocabulary), and a template
   that writes a conversation as Python comments and prompts with `def `;
-  `code-prompts.jsonl` asks for small functions (distill.sx).
+  `code-prompts.jsonl` asks for small functions (distill.sx), and
+  `code-prompts-held-out.jsonl` holds other draws of them (its held-out pass).
 - `hex-chat/`: the 16 hex digits (ids 0-15), a user turn token `<u>` (16)
   and `<pad>` (17), and a template that writes each user turn as `<u>` and
   its digits;
@@ -111,5 +112,7 @@ if __name__ == "__main__":
     rng = np.random.default_rng(0)
     write(HERE / "bytes-chat", byte_tokenizer(), CODE_TEMPLATE)
     write(HERE / "hex-chat", hex_tokenizer(), HEX_TEMPLATE, pad_token="<pad>")
-    for name, rows in (("code-prompts.jsonl", code_prompts(256, rng)), ("count-prompts.jsonl", count_prompts(256, rng))):
+    made = (("code-prompts.jsonl", code_prompts(256, rng)), ("count-prompts.jsonl", count_prompts(256, rng)),
+            ("code-prompts-held-out.jsonl", code_prompts(64, rng)))
+    for name, rows in made:
         (HERE / name).write_text("".join(json.dumps(r) + "\n" for r in rows))
