@@ -54,6 +54,7 @@ CODES: dict[str, str] = {
     "E-TYPE-003": "not a compile-time constant",
     "E-TYPE-004": "not callable",
     "E-TYPE-005": "a division of integers that is not exact",
+    "E-TYPE-006": "a division by a constant zero",
     "E-SHAPE-001": "shapes do not broadcast",
     "E-SHAPE-002": "matmul inner sizes differ",
     "E-SHAPE-003": "axis out of range",
@@ -97,6 +98,7 @@ CODES: dict[str, str] = {
     "W-MODEL-002": "a trainable parameter that gets no gradient from the loss",
     "W-OPT-001": "a warmup longer than the run",
     "W-LOADER-001": "a tokenizer with more ids than the loader's `:vocab`",
+    "W-SAMPLE-001": "a `:samples` `:tokenizer` whose vocabulary is not the training loader's",
     "W-LOADER-002": "a token file whose size or ids make its `:dtype` implausible",
     "E-LOADER-001": "a loader's file that is not there, not a regular file, or not readable as its source reads it",
 }

@@ -24,7 +24,7 @@ TOP_FORMS: dict[str, tuple[str, str]] = {
     "prepare": ("(prepare (lambda (batch ctx) ...))", "batch to the plist objective reads; declares counters"),
     "objective": ("(objective (lambda (inputs ctx) ...))", "inputs to a float scalar loss"),
     "pass": ("(pass name :loader l :every n :batches k :prepare f)", "an evaluation pass: prepare and objective, no gradient"),
-    "run": ("(run :loader l :steps n :microbatches m :stack s :precision :f32 :seed 0 :optimizer (...))", "the run's settings"),
+    "run": ("", "the run's settings"),   # the signature: made from RUN_KEYS below (RUN_PLACEHOLDERS)
     "curriculum": ("(curriculum (stage :loader l :records n) ...)", "switch the training loader as records are consumed"),
 }
 
@@ -55,6 +55,14 @@ SPECIAL_FORMS: dict[str, tuple[str, str]] = {
 RUN_KEYS: tuple[str, ...] = ("loader", "steps", "microbatches", "stack", "precision", "seed", "optimizer", "log",
                              "checkpoint", "diagnostics", "devices", "shard-params", "remat", "samples")
 
+#: Each of `run`'s keywords with the value its signature shows (signature help marks the one being written).
+RUN_PLACEHOLDERS: dict[str, str] = {
+    "loader": "l", "steps": "n", "microbatches": "m", "stack": "s", "precision": ":f32", "seed": "0",
+    "optimizer": "(...)", "log": "(:every 50)", "checkpoint": "(:every n)", "diagnostics": "[..]", "devices": "n",
+    "shard-params": ":fsdp", "remat": ":policy", "samples": "(...)",
+}
+TOP_FORMS["run"] = ("(run " + " ".join(f":{k} {RUN_PLACEHOLDERS[k]}" for k in RUN_KEYS) + ")", TOP_FORMS["run"][1])
+
 #: The keywords each keyword-taking form accepts (`stage` is the form inside `curriculum`).
 FORM_KEYWORDS: dict[str, tuple[str, ...]] = {
     "loader": ("source", "batch", "fields"),
@@ -78,9 +86,9 @@ INITIALIZER_KEYWORDS: dict[str, tuple[str, ...]] = {
 }
 
 #: Data plists that are the value of a `run` setting: each key and the kind of its value,
-#: `count` (an integer of 1 or more), `bool` or `string`.
+#: `count` (an integer of 1 or more), `bool`, `string` or `names` (a vector of keywords).
 PLIST_KEYWORDS: dict[str, dict[str, str]] = {
-    "log": {"every": "count", "tensorboard": "bool"},
+    "log": {"every": "count", "tensorboard": "bool", "show": "names"},
     "checkpoint": {"every": "count", "dir": "string", "keep": "count"},
     "samples": {"every": "count", "rows": "count", "text": "names", "values": "names", "prompt": "count",
                 "tokenizer": "string"},
@@ -139,6 +147,11 @@ KEYWORD_DOCS: dict[tuple[str, str], str] = {
                         "and TensorBoard",
     ("run", "remat"): "the default remat policy of every repeated layer: `:nothing-saveable`, `:dots-saveable`, "
                       "`:everything-saveable` (the default: no remat)",
+    ("run", "log"): "what each logged step writes: `(:every 50 :tensorboard true :show [:loss :reward])`: a row "
+                    "of metrics.jsonl every `:every` steps (and the last), TensorBoard scalars, the metrics the "
+                    "progress bar shows",
+    ("run", "checkpoint"): "orbax checkpoints: `(:every 100 :dir \"runs/x\" :keep 3)`, resumed with `--resume`",
+    ("run", "diagnostics"): "the `diagnostic` names to compute and log, like `[:grad-norm]`",
     ("run", "loader"): "the training loader",
     ("run", "steps"): "optimizer steps",
     ("run", "microbatches"): "microbatches per step; their gradients are summed into one buffer as they are made",
@@ -260,7 +273,16 @@ SCHEDULE_SETTING_DOCS: dict[str, str] = {
 #: parameter keys is the third way to write it.
 DECAY_MASKS: tuple[str, ...] = ("matrices", "all")
 
+#: One-line docs of `:log`'s settings (docs/metrics.md).
+LOG_DOCS: dict[str, str] = {
+    "every": "write a metrics.jsonl row every this many steps (and at the last); 50",
+    "tensorboard": "`true`: the rows also go to TensorBoard event files in the run dir",
+    "show": "the metrics the progress bar shows, like `[:loss :reward]` (`:loss`, `:lr` or a `metric` "
+            "`objective` reports); `[:loss]`",
+}
+
 # Hover and completion read every keyword's doc from KEYWORD_DOCS, keyed by the form it is written in.
+KEYWORD_DOCS.update({("log", k): doc for k, doc in LOG_DOCS.items()})
 KEYWORD_DOCS.update({("samples", k): doc for k, doc in SAMPLES_DOCS.items()})
 KEYWORD_DOCS.update({(o, k): OPTIMIZER_DOCS[k] for o, keys in OPTIMIZERS.items() for k in keys})
 KEYWORD_DOCS.update({(sch, k): SCHEDULE_SETTING_DOCS[k] for sch, keys in SCHEDULES.items() for k in keys})

@@ -91,7 +91,7 @@ class RunStopped(Exception):
 
 
 class RunFinished(Exception):
-    """`--resume` of a run that has trained its steps already (`step`, the last it trained, at least
+    """`--resume` (or a plain second `sexpgpu run`) of a run that has trained its steps already (`step`, the last it trained, at least
     `total`, the steps asked for): nothing was read or written; the message says how to train longer."""
 
     def __init__(self, message: str, step: int, total: int):

@@ -18,7 +18,7 @@ from ..language import FORM_KEYWORDS, PER_MICROBATCH_KEYS, PER_MICROBATCH_KEYS_C
 from ..source import Span
 from ..syntax import Kw, ListNode, Node, Sym, plist_pairs, result_node
 from ..types import ERROR, ErrorType, PlistType, TensorType, same_tensor, scalar
-from .context import CheckContext, entry_span, near_miss, result_span
+from .context import CheckContext, generator_param, entry_span, near_miss, result_span
 from .contracts import counter_in_generator
 from .facts import Definition
 from .infer import ctx_type, infer, phase
@@ -300,6 +300,15 @@ def per_microbatch_keys(ctx: CheckContext) -> tuple[str, ...]:
     return PER_MICROBATCH_KEYS_CURRICULUM if ctx.forms.get("curriculum") else PER_MICROBATCH_KEYS
 
 
+def unsalted_fix(ctx: CheckContext, phase: str) -> str:
+    """The salt W-RAND-001 suggests in generator phase `phase` (`generate.init`, `.step`, `.finish`):
+    new bits every step, and in `:step` every trip too (the step alone would draw the same bits at
+    every trip: W-RAND-003), named by the file's own trip parameter."""
+    if phase.split(".")[-1] == "step":
+        return f"(+ (* (getf ctx :step) 65536) {generator_param(ctx, 'step', 1, 'trip')})"
+    return "(getf ctx :step)"
+
+
 def generator_effects(ctx: CheckContext, frame: Frame):
     """E-GEN-004, E-CONTRACT-010 (`contracts`), W-RAND-001 and W-STACK-001 from what a generator phase does."""
     stacks = ctx.run_ir is not None and (ctx.run_ir.stack > 1 or ctx.run_ir.stack_auto)
@@ -316,7 +325,7 @@ def generator_effects(ctx: CheckContext, frame: Frame):
         elif e.kind == "draw" and not e.salted:
             ctx.report(warning("W-RAND-001", e.site, f"an unsalted draw inside {where} draws the same bits "
                                "at every step and microbatch", related=rel,
-                               help="salt it, e.g. `:salt (getf ctx :step)`"))
+                               help=f"salt it, e.g. `:salt {unsalted_fix(ctx, frame.phase)}`"))
         elif e.kind == "ctx" and e.name in per_microbatch_keys(ctx) and stacks:
             moves = ("can move between the microbatches of a group (a curriculum stage can end inside one)"
                      if e.name == "stage" else "moves between microbatches")

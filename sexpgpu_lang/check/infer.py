@@ -27,11 +27,11 @@ from ..types import (DTYPES, dtype_hint, ERROR, NIL, ErrorType, FunctionType, Ke
 from . import incremental
 from .context import CheckContext, generator_param, near_miss
 from .contracts import batch_field
-from .entries import entry_call
+from .entries import called_here, entry_call
 from .facts import Definition, Facts
 from .identity import place_hash
 from .stdlib_args import check_stdlib_call
-from .ranges import INDEXED, WINDOWED, check_index, check_window, trip_form, value_range
+from .ranges import INDEXED, WINDOWED, check_index, check_window, trip_form, value_range, zero_divisor
 from .trips import reads_varying, salt_across_trips
 from .scope import CTX_KEYS, Binding, BatchType, CtxType, Effect, Frame, Scope, stdlib_docs
 
@@ -493,6 +493,9 @@ def call_op(ctx: CheckContext, node: ListNode, spec, scope: Scope) -> ir.Expr:
             return ir.Const(ctx.err("E-TYPE-002", node.span, f"`{spec.name}` gives {out.value}, which does not fit in "
                                     f"{out.dtype}, its dtype", help="build it in i64, e.g. `(* (cast 65536 :i64) 65536)`, "
                                     "or as a float"), node.span)
+    zero = zero_divisor(ctx, spec.name, pos, args)
+    if zero is not None:
+        return ir.Const(zero, node.span)
     static = dict(call.static)
     if spec.draw:
         static["place"] = place_hash(node.path)
@@ -609,7 +612,9 @@ def call_model(ctx: CheckContext, node: ListNode, name: str, scope: Scope) -> ir
     if name in ctx.active:
         return ir.Const(ctx.err("E-MODEL-002", node.span, f"model `{name}` calls itself"), node.span)
     if key not in ctx.memo:
+        before = len(ctx.diags)
         ctx.memo[key] = model_body(ctx, name, lam, params, arg_types, m["form"], ranges)
+        called_here(ctx, before, node, name, entry, arg_types)
     body, effects = ctx.memo[key]
     _resite(ctx, effects, node.span)
     out = body.type

@@ -216,14 +216,13 @@ class SampleLog:
         """The rows as one short line each: under the progress bar, or printed after the plain lines."""
         if self.reporter is None or getattr(self.reporter, "quiet", True):
             return
-        width = shutil.get_terminal_size((100, 24)).columns
-        lines = [row_line(r) for r in rows]
         if getattr(self.reporter, "bar", None) is not None:
-            self.lines = lines
+            width = shutil.get_terminal_size((100, 24)).columns
+            self.lines = [row_line(r, width) for r in rows]
             self.reporter.bar.refresh()
-        else:
-            for line in lines:
-                print(cut(line, width), file=sys.stderr, flush=True)
+        else:   # plain lines (a pipe, a log): each row whole
+            for r in rows:
+                print(row_line(r), file=sys.stderr, flush=True)
 
 
 def field_text(value) -> str:
@@ -255,11 +254,32 @@ def _short(v) -> str:
     return f"{v:.4g}" if isinstance(v, float) else str(v)
 
 
-def row_line(row: dict) -> str:
-    """One samples.jsonl row as the terminal's line: `step 10 train #0  answer 3 4▸5 6 7  reward 0.5`."""
-    parts = [f"step {row['step']} {row['pass']} #{row['row']}"]
-    parts += [f"{k} {field_text(v)}" for k, v in row.get("fields", {}).items()]
-    return "  ".join(parts)
+def row_line(row: dict, width: int | None = None) -> str:
+    """One samples.jsonl row as the terminal's line: `step 10 train #0  answer 3 4▸5 6 7  reward 0.5`.
+
+    With `width` (a terminal's columns) a line that would be longer has its text fields (decoded
+    text, a prompt and its completion) cut, each to an equal share of the room the rest leaves
+    (at least `MIN_TEXT` characters), an ellipsis ending each cut one; the step, the row and every
+    value are never cut, so a line may still pass `width` when the values alone do."""
+    head = f"step {row['step']} {row['pass']} #{row['row']}"
+    fields = [(k, field_text(v), _is_text(v)) for k, v in row.get("fields", {}).items()]
+    line = "  ".join([head] + [f"{k} {t}" for k, t, _ in fields])
+    texts = [i for i, (_, _, is_text) in enumerate(fields) if is_text]
+    if width is None or len(line) <= width or not texts:
+        return line
+    fixed = len(line) - sum(len(fields[i][1]) for i in texts)
+    share = max((width - fixed) // len(texts), MIN_TEXT)
+    fields = [(k, cut(t, share) if is_text else t, is_text) for k, t, is_text in fields]
+    return "  ".join([head] + [f"{k} {t}" for k, t, _ in fields])
+
+
+#: The fewest characters a cut text field keeps on a terminal line (`row_line`).
+MIN_TEXT = 12
+
+
+def _is_text(value) -> bool:
+    """Whether a samples.jsonl field is decoded text (`:text`): a string, or a prompt and completion."""
+    return isinstance(value, str) or (isinstance(value, dict) and "completion" in value)
 
 
 def cut(line: str, width: int) -> str:

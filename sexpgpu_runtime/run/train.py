@@ -336,6 +336,8 @@ def _run(start: RunStart, program: ir.Program, options: RunOptions, on_trip) -> 
         t0 = time.perf_counter()
         try:
             trainer.samples = open_samples(program, options, trainer.steps, first, reporter)
+            if trainer.samples is not None and trainer.samples.dropped:
+                start.say_dropped(trainer.samples.dropped, first, trainer.samples.path, "sampled again")
             state, history = _fit_saving(trainer, store, reporter, state)
         except InternalTypeError as e:
             line, col = program.line_col(getattr(e, "offset", 0))
