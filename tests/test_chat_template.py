@@ -211,3 +211,26 @@ def test_pad_side_and_truncate_take_left_or_right():
     assert res.diagnostics[0].message == "`:pad-side` of `jsonl` is `:right` or `:left`, got `:middle`"
     check(RUN.replace("SOURCE", '(parquet "p.parquet" :truncate 3)\n'
                       '                                      ;; ^ E-FORM-002').replace("WIDTH", "4"))
+
+
+@pytest.mark.slow
+def test_sexpgpu_run_refuses_a_failing_chat_row_before_training(tmp_path):
+    import subprocess
+    import sys
+    chat_dir(tmp_path, "llama3")
+    rows = [CONVERSATIONS[0], [{"role": "assistant", "content": "I start."}]]
+    (tmp_path / "c.jsonl").write_text("".join(json.dumps({"prompt": r}) + "\n" for r in rows))
+    run = tmp_path / "r.sx"
+    run.write_text(RUN.replace("SOURCE", '(jsonl "c.jsonl" :tokenizer "tok/tokenizer.json" :pad-side :left)')
+                   .replace("WIDTH", "64"), encoding="utf-8")
+    exe = str(Path(sys.executable).with_name("sexpgpu"))
+    proc = subprocess.run([exe, "run", str(run), "--run-dir", str(tmp_path / "run")], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    lines = proc.stdout.strip().splitlines()   # run checks the file with its data first, as lint --read-files does
+    assert lines[0] == (f"{run}:2:18: error[E-LOADER-001]: `jsonl`'s file `c.jsonl` has a row `run` refuses: "
+                        "c.jsonl:2:12: `prompt`'s messages do not render through the chat template: "
+                        f"{EXPECTED['llama3']['refused']}")
+    assert "  = help: fix the row, or the template" in lines
+    assert proc.stderr.strip() == f"sexpgpu: error: {run} has 1 error; fix them before running"
+    assert not (tmp_path / "run" / "metrics.jsonl").exists()
