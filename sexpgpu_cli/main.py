@@ -396,6 +396,10 @@ def run(
         import jax
         if res.diagnostics and jax.process_index() == 0:
             print_text([res], sys.stderr)   # what `lint` says of the file (its warnings), before training
+        from sexpgpu_runtime.run.rewards import reward_note
+        note = reward_note(res.program)
+        if note is not None and jax.process_index() == 0:   # the user's Python this run imports, said first
+            print(f"sexpgpu: {note}", file=sys.stderr)
 
         try:
             shard_bytes(max_shard_size)

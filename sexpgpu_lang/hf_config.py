@@ -371,6 +371,8 @@ def family(config: dict) -> Family:
     """The record of the config's `model_type` (`MODEL_TYPES`); ConfigError for another, and for a
     `model_type` whose family's sizes (`Family.sizes`) the config lacks while it has another's."""
     mt = config.get("model_type")
+    if not isinstance(mt, str) and mt is not None:   # (a list or an object: a value of the wrong JSON type)
+        raise ConfigError("", f"`model_type` is {_text(mt)}, not a string naming the family (like \"llama\")")
     fam = MODEL_TYPES.get(mt) if isinstance(mt, str) else None
     if fam is None:
         raise ConfigError("", f"`model_type` is {_text(mt)}, which the standard library does not read (it reads "
@@ -393,8 +395,10 @@ def _number(config: dict, key: str, integer: bool, default=None):
     v = config.get(key, default)
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0 \
             or (integer and not float(v).is_integer()):
-        raise ConfigError("", f"`{key}` is {_text(config.get(key))}, not "
-                          + ("a count of 1 or more" if integer else "a finite number above 0"))
+        want = "a count of 1 or more" if integer else "a finite number above 0"
+        if key not in config:
+            raise ConfigError("", f"it has no `{key}` ({want}), which the model's sizes are read from")
+        raise ConfigError("", f"`{key}` is {_text(config.get(key))}, not {want}")
     return int(v) if integer else v
 
 
@@ -501,8 +505,8 @@ def refusals(config: dict, mapping: str | None = None) -> list[str]:
                        + (f"; use `:names :{fit}`" if fit else ""))
         elif tie != tied:
             other = fam.mapping(tie)
-            out.append(f"`tie_word_embeddings` is {_text(tie)}, and the mapping `{mapping}` is for an "
-                       f"{'untied' if not tied else 'tied'} output"
+            out.append(f"`tie_word_embeddings` is {_text(tie)}, and the mapping `{mapping}` is for "
+                       f"{'an untied' if not tied else 'a tied'} output"
                        + (f"; use `:names :{other}`" if other else "")
                        + (" (and an output tied to the embedding, `(matmul h (transpose embed))`)" if tie else
                           " (and a `:lm-head` parameter)"))

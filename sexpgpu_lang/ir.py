@@ -360,8 +360,34 @@ class PretrainedIR:
 
 
 @dataclass(frozen=True)
+class RewardIR:
+    """`defgenerate`'s `:reward` (check/reward.py, docs/language.md "Rewards in Python"): a Python function
+    that `sexpgpu run` calls on the host after `generate.finish`, once per microbatch, whose result joins
+    the batch as `name`, `[rows] f32`.
+
+    `path` is the Python file (absolute), `function` the name it defines; `text` the integer `[rows T]`
+    tensor of the batch decoded to the `prompts` (its first `prompt` columns) and `completions` (the rest)
+    the function receives, as `decode` says (`SamplesIR.decode`); `fields` the batch's tensors it also
+    receives as NumPy arrays, each (batch name, Python keyword). `where` is `FILE:LINE:COL` of `:reward`
+    in the run file, for the run's messages."""
+
+    path: str
+    function: str
+    name: str
+    rows: int
+    text: str
+    prompt: int
+    decode: tuple
+    fields: tuple[tuple[str, str], ...] = ()
+    where: str = ""
+
+
+@dataclass(frozen=True)
 class GenerateIR:
-    """`defgenerate`: the trips and its three phases (finish may be None), and its `:until` (or None)."""
+    """`defgenerate`: the trips and its three phases (finish may be None), and its `:until` (or None).
+
+    `out` is everything that joins the batch: what `:finish` returns (or the last state) and, with a
+    `:reward` (`reward`), its `[rows] f32` entry last; `finish_out` is the part the device makes."""
 
     trips: int
     init: Phase
@@ -372,6 +398,15 @@ class GenerateIR:
     ctx_keys: frozenset[str]
     #: `:until`: the state after a trip and the context to a bool scalar, or None (every trip runs)
     until: Phase | None = None
+    #: `:reward`: the Python function `sexpgpu run` calls after `:finish`, or None
+    reward: RewardIR | None = None
+
+    @property
+    def finish_out(self) -> PlistType:
+        """What `generate.finish` returns on the device: `out` without the reward's entry."""
+        if self.reward is None:
+            return self.out
+        return PlistType(tuple((k, t) for k, t in self.out.entries if k != self.reward.name))
 
 
 @dataclass(frozen=True)

@@ -68,7 +68,7 @@ FORM_KEYWORDS: dict[str, tuple[str, ...]] = {
     "loader": ("source", "batch", "fields"),
     "defmodel": ("params", "apply", "frozen", "pretrained", "remat", "entries"),
     "repeat": ("remat",),
-    "defgenerate": ("trips", "init", "step", "finish", "until"),
+    "defgenerate": ("trips", "init", "step", "finish", "until", "reward"),
     "run": RUN_KEYS,
     "pass": ("loader", "every", "batches", "prepare"),
     "stage": ("loader", "records"),
@@ -92,6 +92,22 @@ PLIST_KEYWORDS: dict[str, dict[str, str]] = {
     "checkpoint": {"every": "count", "dir": "string", "keep": "count"},
     "samples": {"every": "count", "rows": "count", "text": "names", "values": "names", "prompt": "count",
                 "tokenizer": "string"},
+    "reward": {"python": "string", "function": "string", "text": "name", "prompt": "count", "fields": "names",
+               "name": "name", "tokenizer": "string"},
+}
+
+#: One-line docs of `defgenerate`'s `:reward` settings (docs/language.md "Rewards in Python";
+#: check/reward.py checks them). The function is called on the host by `sexpgpu run` only.
+REWARD_DOCS: dict[str, str] = {
+    "python": "the Python file (relative to the run file) that defines the reward function; "
+              "`lint`, `explain` and the editor read it without importing it",
+    "function": "the name of the function, called as `f(prompts=[...], completions=[...], **fields)` "
+                "and returning one float per row",
+    "text": "the integer `[B T]` batch tensor decoded to the prompts and completions",
+    "prompt": "the first this many columns of each `:text` row are the prompt, the rest the completion; 0",
+    "fields": "batch tensors the function also receives, as NumPy arrays `[B ...]` (`-` in a name is `_`)",
+    "name": "the batch name the rewards join as, `[B] f32`, read in `prepare` with `field`; `:reward`",
+    "tokenizer": "a tokenizer.json (relative to the run file) that decodes `:text`, instead of the loader's",
 }
 
 #: One-line docs of `:samples`' settings (docs/metrics.md "Samples"; check/samples.py checks them). A
@@ -125,6 +141,9 @@ KEYWORD_DOCS: dict[tuple[str, str], str] = {
     ("defgenerate", "step"): "the state, the trip (`[] i64`) and the context to the next state, "
                              "with the keys, shapes and dtypes `:init` made",
     ("defgenerate", "finish"): "optional: the last state and the context, once, to any plist of tensors",
+    ("defgenerate", "reward"): "optional: a Python function of the decoded rows, called by `sexpgpu run` after "
+                               "`:finish`; its `[B] f32` result joins the batch: `(:python \"reward.py\" "
+                               ":function \"score\" :text :answer :prompt 4)`",
     ("defgenerate", "until"): "optional: the state after a trip and the context to a bool scalar; once it holds, "
                               "the trips may end early (`:trips` stays the upper bound)",
     ("loader", "source"): "where records come from: `(stride-rows ...)`, `(npz ...)`, `(text-bytes ...)`, "
@@ -284,6 +303,7 @@ LOG_DOCS: dict[str, str] = {
 # Hover and completion read every keyword's doc from KEYWORD_DOCS, keyed by the form it is written in.
 KEYWORD_DOCS.update({("log", k): doc for k, doc in LOG_DOCS.items()})
 KEYWORD_DOCS.update({("samples", k): doc for k, doc in SAMPLES_DOCS.items()})
+KEYWORD_DOCS.update({("reward", k): doc for k, doc in REWARD_DOCS.items()})
 KEYWORD_DOCS.update({(o, k): OPTIMIZER_DOCS[k] for o, keys in OPTIMIZERS.items() for k in keys})
 KEYWORD_DOCS.update({(sch, k): SCHEDULE_SETTING_DOCS[k] for sch, keys in SCHEDULES.items() for k in keys})
 #: The optimizer of a `run` without `:optimizer`.

@@ -20,3 +20,20 @@ def test_the_reward_rises(tmp_path):
     out = train(res.program, RunOptions(steps=60, run_dir=tmp_path, quiet=True))
     rewards = [row["reward"] for row in out.history]
     assert rewards[0] < 0.1 and max(rewards[-2:]) > 0.2, rewards
+
+
+ARITH = GRPO.parent / "grpo-arith.sx"
+
+
+def test_the_python_reward_rises(tmp_path):
+    """examples/grpo-arith.sx: the reward `score` in arith_reward.py computes on the decoded text rises
+    from chance (about 0.1: each of the answer's two characters right one time in twelve) within 150 steps."""
+    res = analyze_file(str(ARITH), read_files=True)
+    assert [d for d in res.diagnostics if d.severity <= 2] == []
+    assert res.program.generate.reward.function == "score"
+    text = ARITH.read_text(encoding="utf-8").replace(":log (:every 50)", ":log (:every 10)")
+    from sexpgpu_lang import analyze
+    program = analyze(text, str(ARITH), read_files=True).program
+    out = train(program, RunOptions(steps=150, run_dir=tmp_path, quiet=True))
+    rewards = [row["reward"] for row in out.history]
+    assert rewards[0] < 0.15 and sum(rewards[-3:]) / 3 > 0.4, rewards

@@ -147,10 +147,9 @@ def test_a_missing_tokenizer_is_one_error_naming_it(tmp_path):
 
 
 def test_the_decoders():
-    from sexpgpu_lang.ir import SamplesIR
-    from sexpgpu_runtime.run.samples import _decoder
-    assert _decoder(SamplesIR(1, 1, (), (), ("bytes",)), "")(list(b"def f():\n")) == "def f():\n"
-    assert _decoder(SamplesIR(1, 1, (), (), ("ids",)), "")([3, 4, 15]) == "3 4 15"
+    from sexpgpu_runtime.run.samples import decoder
+    assert decoder(("bytes",), "")(list(b"def f():\n")) == "def f():\n"
+    assert decoder(("ids",), "")([3, 4, 15]) == "3 4 15"
 
 
 def test_a_tokenizer_json_decodes_token_rows(tmp_path):
@@ -158,13 +157,12 @@ def test_a_tokenizer_json_decodes_token_rows(tmp_path):
     from tokenizers.models import WordLevel
     from tokenizers.pre_tokenizers import WhitespaceSplit
     from tokenizers.decoders import WordPiece
-    from sexpgpu_lang.ir import SamplesIR
-    from sexpgpu_runtime.run.samples import _decoder
+    from sexpgpu_runtime.run.samples import decoder
     tok = Tokenizer(WordLevel({"the": 0, "cat": 1, "sat": 2, "[UNK]": 3}, unk_token="[UNK]"))
     tok.pre_tokenizer = WhitespaceSplit()
     tok.decoder = WordPiece()
     tok.save(str(tmp_path / "tok.json"))
-    decode = _decoder(SamplesIR(1, 1, (), (), ("tokenizer", "tok.json", str(tmp_path))), "")
+    decode = decoder(("tokenizer", "tok.json", str(tmp_path)), "")
     assert decode([0, 1, 2]) == "the cat sat"
 
 

@@ -20,7 +20,8 @@ from ..types import Type
 
 @dataclass
 class Definition:
-    """A named thing the file defines: `kind` is def, loader, model, param, binding, state-key, generated, ..."""
+    """A named thing the file defines: `kind` is def, loader, model, param, binding, state-key, generated,
+    reward (the batch name of `:reward`'s rewards), ..."""
 
     name: str
     kind: str

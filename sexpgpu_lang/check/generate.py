@@ -24,6 +24,7 @@ from .facts import Definition
 from .infer import ctx_type, infer, phase
 from .keywords import MAX_HOST_CALLS, keyword_args
 from .ranges import loader_ranges
+from .reward import check_reward
 from .scope import BatchType, Frame
 
 
@@ -119,7 +120,35 @@ def top_generate(ctx: CheckContext, train: ir.LoaderIR | None):
     if step is None:
         return None
     out = PlistType(tuple((k, t.strong() if isinstance(t, TensorType) else t) for k, t in out.entries))
-    return ir.GenerateIR(trips or 0, init, step, finish, state, out, frozenset(ctx_keys), until)
+    reward = None
+    if "reward" in kws:
+        reward, name, t = check_reward(ctx, kws["reward"][1], train, out)
+        if name is not None and name not in out.keys:   # (what reads it is checked even after an error)
+            out = PlistType(out.entries + ((name, t),))
+            reward_names(ctx, kws["reward"], name, reward, train, out)
+    return ir.GenerateIR(trips or 0, init, step, finish, state, out, frozenset(ctx_keys), until, reward)
+
+
+def reward_names(ctx: CheckContext, pair: tuple[Kw, Node], name: str, reward: ir.RewardIR | None,
+                 train: ir.LoaderIR, out: PlistType) -> None:
+    """The rewards' batch name (`:reward`'s `:name`): defined (kind `reward`: hover and go to definition,
+    never renamed, since without `:name` it is written as `defgenerate`'s `:reward` keyword) where it is
+    written, and E-GEN-003 when it is a loader's field."""
+    kw, node = pair
+    span = kw.span
+    if isinstance(node, ListNode):
+        for i, it in enumerate(node.items[:-1]):
+            if isinstance(it, Kw) and it.name == "name":
+                span = node.items[i + 1].span
+    by = f" (the Python function `{reward.function}`, called by `sexpgpu run` after `:finish`)" if reward else ""
+    ctx.facts.generated[name] = ctx.facts.define(
+        Definition(name, "reward", span, node.span, f"generated :{name} {out.get(name)}{by}"))
+    for ld in [train] + [ctx.loaders[l] for l in _pass_loaders(ctx) if l in ctx.loaders]:
+        if any(n == name for n, _, _ in ld.fields):
+            ctx.err("E-GEN-003", span, f"the generated name `:{name}` is a field of loader `{ld.name}`",
+                    help=f"name the rewards otherwise, e.g. `:name :{name}-python`",
+                    related=[Related(ld.span, f"loader `{ld.name}` declares `:{name}`")])
+            break
 
 
 def check_until(ctx: CheckContext, node: Node, state: PlistType, frame: Frame) -> ir.Phase | None:

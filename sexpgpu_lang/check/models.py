@@ -154,6 +154,7 @@ def repeat_entry(ctx: CheckContext, m: dict, model_name: str, kw: Kw, v: ListNod
                       why=" (`explain` traces every layer)")
     if count is None:
         count = 1   # reported: check the rest as one layer, so the block's calls are not reported again
+        m["failed"].add(kw.name)   # its layers unknown: a checkpoint is not compared with one layer
     remat = None
     for k, (_, vv) in keyword_args(ctx, v, 3, FORM_KEYWORDS["repeat"], "repeat").items():
         remat = remat_policy(ctx, vv)

@@ -120,8 +120,10 @@ def _in_params(ix: Index, node: Node) -> bool:
 
 def _hover_keyword(ix: Index, node: Kw, parent: Node | None, t: Type | None) -> HoverInfo | None:
     d = ix.definition_at(node.span.start)
-    if d is not None and d.kind in ("param", "state-key", "generated", "field", "entry"):
+    if d is not None and d.kind in ("param", "state-key", "generated", "reward", "field", "entry"):
         doc = {"state-key": "state key, made by `:init`", "generated": "generated name, made by `:finish`",
+               "reward": "generated name: the rewards of the Python function `:reward` names, which `sexpgpu run` "
+                         "calls on the host after `:finish` (never imported by the editor)",
                "param": "model parameter", "field": "loader field",
                "entry": "model entry point, over the model's parameters"}[d.kind]
         loaded = param_lines(ix, d) if d.kind == "param" else None

@@ -47,13 +47,14 @@ MAX_NUMBERS = 64
 TRAIN = "train"
 
 
-def _decoder(spec: ir.SamplesIR, where: str):
-    """ids (a list of ints) -> text, as `spec.decode` says (ir.SamplesIR)."""
-    kind = spec.decode[0]
+def decoder(decode: tuple, where: str):
+    """ids (a list of ints) -> text, as `decode` says (`ir.SamplesIR.decode`, `ir.RewardIR.decode`): a
+    tokenizer (SampleError naming `where` when it cannot be read), UTF-8 bytes, or the ids joined by spaces."""
+    kind = decode[0]
     if kind == "bytes":
         return lambda ids: bytes(int(i) & 0xFF for i in ids).decode("utf-8", errors="replace")
     if kind == "tokenizer":
-        _, written, base = spec.decode
+        _, written, base = decode
         holder = ir.LoaderIR("samples", ("samples", {}), 1, (), None, base_dir=base)
         try:
             tok = load_tokenizer(resolve_path(holder, written))
@@ -96,7 +97,7 @@ class SampleLog:
         self.text = {n for n, _, _ in spec.text}
         self.total = total
         self.path = run_dir / "samples.jsonl"
-        self.decode = _decoder(spec, f"{program.path}: `:samples`")
+        self.decode = decoder(spec.decode, f"{program.path}: `:samples`")
         self.pending: collections.deque = collections.deque()   # (step, pass, {name: device array})
         self.dropped: list[int] = []
         try:
