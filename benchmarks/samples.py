@@ -1,8 +1,9 @@
 """Benchmark: the cost of `run`'s `:samples` (every 10 steps) as a ratio of the step time, in one process.
 
-The same run file (examples/grpo.sx: a generator, 6 trips a step) is trained
+The same run file (tests/fixtures/grpo-by-hand.sx, examples/grpo.sx as it was written by
+hand: a generator, 6 trips a step) is trained
 with `:samples (:every 10 :rows 4 :text [:answer] :values [:row-reward
-:advantage] :prompt prompt)` (the batch's names), with `:log-p` of `objective`'s
+:advantage] :prompt 2)` (the batch's names), with `:log-p` of `objective`'s
 `let*` added to its `:values` (kept inside the training graph), and without
 `:samples`, in turn (each variant first, second and last as often),
 `--repeats` times each. The step time of one run is the time between the
@@ -35,7 +36,7 @@ sys.path.insert(0, str(ROOT))
 from sexpgpu_lang import analyze  # noqa: E402
 from sexpgpu_runtime.run.train import RunOptions, train  # noqa: E402
 
-GRPO = ROOT / "examples" / "grpo.sx"
+GRPO = ROOT / "tests" / "fixtures" / "grpo-by-hand.sx"   # examples/grpo.sx as written by hand
 
 
 def variants() -> dict[str, str]:
@@ -47,7 +48,7 @@ def variants() -> dict[str, str]:
     without = text[:start].rstrip("\n") + text[end:]
 
     def with_(values: str) -> str:
-        return text[:start] + f"     :samples (:every 10 :rows 4 :text [:answer] :values [{values}] :prompt prompt)" + text[end:]
+        return text[:start] + f"     :samples (:every 10 :rows 4 :text [:answer] :values [{values}] :prompt 2)" + text[end:]
     return {"batch": with_(":row-reward :advantage"), "objective": with_(":row-reward :advantage :log-p"),
             "without": without}
 
@@ -77,7 +78,7 @@ def host_seconds(text: str, n: int = 200) -> float:
     import jax.numpy as jnp
     from sexpgpu_runtime.run.samples import SampleLog
     res = analyze(text, str(GRPO))
-    batch = {"answer": jnp.zeros((128, 12), jnp.int32), "row-reward": jnp.zeros((128, 1)),
+    batch = {"answer": jnp.zeros((128, 8), jnp.int32), "row-reward": jnp.zeros((128, 1)),
              "advantage": jnp.zeros((128, 1))}
     with tempfile.TemporaryDirectory() as d:
         log = SampleLog(res.program, Path(d), n + 10, 0, False, None)

@@ -76,6 +76,7 @@ CODES: dict[str, str] = {
     "E-MODEL-004": "a repeated block's carry changes type between layers",
     "E-MODEL-005": "a repeat that cannot be stacked",
     "E-MODEL-006": "a `:pretrained` name mapping that does not fit `:params`",
+    "E-MODEL-007": "a `:copy` model that cannot copy its source",
     "E-OPT-001": "an unknown learning-rate schedule",
     "E-OPT-002": "an optimizer or schedule setting out of range",
     "E-OPT-003": "a weight-decay mask that is not `:matrices`, `:all` or parameter keys",

@@ -10,7 +10,7 @@ The IR is plain data: no lark, no JAX.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from .source import Span
@@ -171,6 +171,22 @@ def walk(e: Expr):
         n = stack.pop()
         yield n
         stack.extend(reversed(children(n)))
+
+
+def rebased(e: Expr, base: tuple[str, ...], dest: tuple[str, ...], shared: frozenset[str]) -> Expr:
+    """`e` with every model call at or below `base` in the parameter tree (but those of the models in
+    `shared`) moved to the same place below `dest`: a `:copy` model's call is its source's body on
+    the copy's parameters (check/models.py `place_copies`)."""
+    changes = {}
+    if isinstance(e, ModelCall) and e.model not in shared and tuple(e.path[:len(base)]) == tuple(base):
+        changes["path"] = tuple(dest) + tuple(e.path[len(base):])
+    for f in fields(e):
+        v = getattr(e, f.name)
+        if isinstance(v, Expr):
+            changes[f.name] = rebased(v, base, dest, shared)
+        elif isinstance(v, tuple) and v and all(isinstance(x, Expr) for x in v):
+            changes[f.name] = tuple(rebased(x, base, dest, shared) for x in v)
+    return replace(e, **changes) if changes else e
 
 
 class Interpreter:
@@ -339,6 +355,7 @@ class ParamIR:
     place: int
     layers: int = 0    # stacked by `(repeat block N)`: N, the leading axis of `shape` (0: not stacked)
     span: Span | None = field(default=None, compare=False)   # its `:params` entry's value in the run file
+    copy_of: tuple[str, ...] | None = None   # a `:copy` model's leaf: the path of the leaf whose starting value it holds
 
 
 @dataclass(frozen=True)

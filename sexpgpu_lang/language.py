@@ -66,7 +66,7 @@ TOP_FORMS["run"] = ("(run " + " ".join(f":{k} {RUN_PLACEHOLDERS[k]}" for k in RU
 #: The keywords each keyword-taking form accepts (`stage` is the form inside `curriculum`).
 FORM_KEYWORDS: dict[str, tuple[str, ...]] = {
     "loader": ("source", "batch", "fields"),
-    "defmodel": ("params", "apply", "frozen", "pretrained", "remat", "entries"),
+    "defmodel": ("params", "apply", "frozen", "pretrained", "remat", "entries", "copy"),
     "repeat": ("remat",),
     "defgenerate": ("trips", "init", "step", "finish", "until", "reward"),
     "run": RUN_KEYS,
@@ -155,6 +155,8 @@ KEYWORD_DOCS: dict[tuple[str, str], str] = {
     ("defmodel", "entries"): "more functions over the same parameters: `(:decode (lambda (self tok cache pos) ...))`, "
                              "called `(name :decode tok cache pos)`",
     ("defmodel", "frozen"): "`true`: the parameters are never updated",
+    ("defmodel", "copy"): "`student`: a frozen copy of that model's starting parameters (drawn or loaded), its "
+                          "`:apply` and entries: a reference model; no `:params` or `:apply` of its own",
     ("defmodel", "pretrained"): "where the parameters are loaded from: a safetensors file, a Hugging Face directory or "
                                 "its index; or `(:path \"dir\" :names :gpt2 :file-dtype :bf16)`",
     ("defmodel", "remat"): "recompute this model's activations in the backward pass: `:nothing-saveable`, "

@@ -565,3 +565,44 @@ def test_a_block_in_a_function_of_the_file_s_own_is_compared_or_said_uncompared(
     assert [c for c, _ in got] == want, got
     if want == ["W-CONFIG-001"]:
         assert "the epsilon `e`, which the checker cannot know in the body of the function `my-norm`" in got[0][1]
+
+
+def test_e_config_004_has_a_quick_fix_that_makes_the_file_clean(tmp_path):
+    """The mechanical help as a quick fix: a number written at the call becomes config.json's value,
+    a `def` the call names is bound with `checkpoint-config`; applied, the file checks clean."""
+    hf = Path(__file__).parent / "fixtures" / "hf"
+    shutil.copytree(hf / "llama3", tmp_path / "llama3")
+    text = (hf / "llama3.sx").read_text()
+    text = text.replace('(def eps (checkpoint-config "llama3" :eps))', "(def eps 1e-6)")
+    text = text.replace("(rope-inv-freq head-width rope-base", "(rope-inv-freq head-width 10000.0", 1)
+    f = tmp_path / "llama3.sx"
+    f.write_text(text)
+    res = analyze(text, str(f))
+    ix = ide.index(res)
+    diags = [d for d in res.diagnostics if d.code == "E-CONFIG-004"]
+    assert diags, [(d.code, d.message) for d in res.diagnostics]
+    for _ in range(len(diags)):
+        d = next(d for d in ix.result.diagnostics if d.code == "E-CONFIG-004")
+        (fix,) = [x for x in ide.quick_fixes(ix, d.span) if x.title == "use the checkpoint's config.json values"]
+        for e in sorted(fix.edits, key=lambda e: -e.span.start):
+            text = text[:e.span.start] + e.text + text[e.span.end:]
+        f.write_text(text)
+        ix = ide.index(analyze(text, str(f)))
+        if not any(d.code == "E-CONFIG-004" for d in ix.result.diagnostics):
+            break
+    assert [(d.code, d.message) for d in ix.result.diagnostics] == []
+    assert '(def eps (checkpoint-config "llama3" :eps))' in text and "(rope-inv-freq head-width 500000.0" in text
+
+
+def test_hover_on_a_checkpoint_config_path_and_key_and_on_a_pretrained_repeat():
+    """Hover on `"llama3"` and `:layers` inside `(checkpoint-config ...)` says what the def binds and
+    from which key; hover on a `:pretrained` model's `(repeat ...)` entry lists each stacked
+    parameter's checkpoint tensors."""
+    hf = Path(__file__).parent / "fixtures" / "hf"
+    text = (hf / "llama3.sx").read_text()
+    ix = ide.index(analyze(text, str(hf / "llama3.sx"), read_files=True))
+    for needle in ('"llama3" :layers', ':layers))'):
+        shown = ide.hover(ix, text.index(needle) + 2).markdown
+        assert "from llama3/config.json: `num_hidden_layers` 2" in shown, shown
+    shown = ide.hover(ix, text.index(":layers (repeat") + 2).markdown
+    assert "- `layers.wq`: `model.layers.0.self_attn.q_proj.weight` [32 32] f32, and 1 more, one a layer" in shown, shown

@@ -98,14 +98,11 @@ GRPO_NO_EPS = ("(reshape (/ centred (+ spread 1e-4)) [rows 1])", "(reshape (/ ce
 def test_grpo_dividing_by_a_group_spread_of_zero_names_the_division(tmp_path):
     from pathlib import Path
     from sexpgpu_runtime.errors import RunError
-    examples = Path(__file__).parent.parent / "examples"
-    text = (examples / "grpo.sx").read_text().replace('"data/', f'"{examples}/data/')   # run from tmp_path
+    text = (Path(__file__).parent / "fixtures" / "grpo-by-hand.sx").read_text()
     text = variant(*GRPO_NO_EPS, text)
-    # the reward is each answer's row number in steps 1 and 2 (no group's spread is 0), and 0 from step 3 on:
-    # every answer scores alike there, and each group's spread is 0
-    text = variant("(reward (/ (sum (cast right :f32) :axes [1]) (- seq prompt)))",
-                   "(reward (* (cast (< (getf ctx :step) 2) :f32) (+ (cast (iota [rows]) :f32) "
-                   "(* 0.0 (sum (cast right :f32) :axes [1])))))",
+    # every answer scores alike from step 3 on (the reward is 0 before it): each group's spread is 0 there
+    text = variant("(reward (/ (sum (cast right :f32) :axes [1]) (- seq 2)))",
+                   "(reward (* (cast (< (getf ctx :step) 2) :f32) (/ (sum (cast right :f32) :axes [1]) (- seq 2))))",
                    text)
     with pytest.raises(RunError) as e:
         train_quiet(text, 5, tmp_path)

@@ -431,6 +431,7 @@ def _check_call(ctx: CheckContext, call: ListNode, got: dict, shown: str, rel: s
     folded = via is None
     found: list[tuple[str, str, object, str]] = []   # (config key, its text, the value used, the fix)
     unknown: list[tuple[str, object, list[str]]] = []   # (the setting, the node giving it, the config keys)
+    edits: list[tuple[int, int, str]] = []   # the quick fix: each differing setting given the config's value
 
     def differs(key, value, where, fix) -> bool:
         s = got.get(key)
@@ -438,6 +439,9 @@ def _check_call(ctx: CheckContext, call: ListNode, got: dict, shown: str, rel: s
             unknown.append((key, where, [f"`{s.key}`"]))
         elif isinstance(s, Setting) and not _same(value, s.value):
             found.append((f"`{s.key}` {s.text}", _num(value), where, fix(s)))
+            edit = _config_edit(ctx, where, key, s, rel, bound or {})
+            if edit is not None:
+                edits.append(edit)
             return True
         return False
 
@@ -491,7 +495,24 @@ def _check_call(ctx: CheckContext, call: ListNode, got: dict, shown: str, rel: s
                      f"attn-norm ...)`, or bind each setting with `{FORM}`")
     ctx.err("E-CONFIG-004", where.span, f"`{shown}` has {_listed([k for k, _, _, _ in found])}, and `{call.head}` "
             f"here uses {_listed([u for _, u, _, _ in found])}", help=help_,
-            related=[Related(node.span, "the checkpoint is read here")])
+            related=[Related(node.span, "the checkpoint is read here")],
+            data={"config_edits": list(dict.fromkeys(edits))} if edits else None)
+
+
+def _config_edit(ctx: CheckContext, where, key: str, s: Setting, rel: str, bound: dict) -> tuple | None:
+    """E-CONFIG-004's quick fix for one setting: a number written at the call becomes the config's
+    value; a name of a top-level `def` whose value is a number is bound with `checkpoint-config`
+    instead. (start, end, new text), or None where the fix is not mechanical (a `let*` name, an
+    expression, a function's argument)."""
+    if isinstance(where, Num):
+        return (where.span.start, where.span.end, _num(s.value))
+    if isinstance(where, Sym) and where.name not in bound:
+        for f in ctx.forms.get("def", []):
+            if len(f.items) == 3 and isinstance(f.items[1], Sym) and f.items[1].name == where.name \
+                    and isinstance(f.items[2], Num):
+                value = f.items[2]
+                return (value.span.start, value.span.end, f'({FORM} "{rel}" :{key})')
+    return None
 
 
 def _uncompared(ctx: CheckContext, call: ListNode, unknown: list, shown: str, rel: str, node,

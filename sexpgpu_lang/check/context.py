@@ -55,6 +55,7 @@ class CheckContext:
         self.repeats: dict[str, tuple] = {}   # a repeated block: (count, remat policy, its `repeat` entry)
         self.stacked: dict[str, tuple] = {}   # a model under a repeat: (block, count, the `repeat` entry)
         self.params: list[ir.ParamIR] = []
+        self.frozen_models: set[str] = set()   # the reachable models whose parameters are frozen
         self.precision = "f32"
         self.remat: str | None = None   # `(run ... :remat p)`: the default policy of every repeated block
         self.frame = Frame("top")

@@ -16,6 +16,7 @@ Imports nothing outside `sexpgpu_lang`; never JAX.
 """
 from __future__ import annotations
 
+
 from .. import ir
 from ..diagnostics import Related
 from ..language import SPECIAL_FORMS, TOP_FORMS
@@ -31,6 +32,7 @@ from .entries import called_here, entry_call
 from .facts import Definition, Facts
 from .identity import place_hash
 from .stdlib_args import check_stdlib_call
+from .copies import call_copy
 from .ranges import INDEXED, WINDOWED, check_index, check_window, trip_form, value_range, zero_divisor
 from .trips import reads_varying, salt_across_trips
 from .scope import CTX_KEYS, Binding, BatchType, CtxType, Effect, Frame, Scope, stdlib_docs
@@ -575,6 +577,8 @@ def call_model(ctx: CheckContext, node: ListNode, name: str, scope: Scope) -> ir
     names, `entries.entry_call`) checked for these argument types."""
     ctx.tracker.model_called()
     m = ctx.models.get(name)
+    if m is not None and m.get("copy_of") is not None:
+        return call_copy(ctx, node, name, m, scope)   # copies.py
     lam, arg_nodes, entry = entry_call(ctx, node, name, m) if m is not None else (None, node.items[1:], "apply")
     args = [infer(ctx, a, scope) for a in arg_nodes]
     if m is None or (lam is None and entry != "apply"):

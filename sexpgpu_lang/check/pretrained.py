@@ -158,10 +158,11 @@ def _unknown(ctx: CheckContext, prefix: tuple[str, ...]) -> list[str]:
 
 def own_params(ctx: CheckContext, prefix: tuple[str, ...]) -> list:
     """The parameters the checkpoint of the `:pretrained` model at `prefix` holds: those below it but
-    for a sub-model's that has a `:pretrained` of its own (read from that checkpoint)."""
+    for a sub-model's that has a `:pretrained` of its own (read from that checkpoint), and a `:copy`
+    model's (the root's checkpoint fills the copy's source; the runtime copies it)."""
     inner = [path for model, path in ctx.reachable.items() if len(path) > len(prefix)
              and path[:len(prefix)] == prefix and ctx.models[model]["pretrained"] is not None]
-    return [p for p in ctx.params if p.path[:len(prefix)] == prefix
+    return [p for p in ctx.params if p.path[:len(prefix)] == prefix and p.copy_of is None
             and not any(p.path[:len(path)] == path for path in inner)]
 
 

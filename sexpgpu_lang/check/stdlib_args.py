@@ -16,7 +16,13 @@ inlined:
   positions against the cache's length (E-SHAPE-005);
 - an embedding table the right way round: `embedding`'s table [V D] when
   its ids provably reach past V but not past D (a loader's `:vocab`,
-  `ranges`) is transposed (E-SHAPE-005).
+  `ranges`) is transposed (E-SHAPE-005);
+- the post-training functions' tensors in their layouts: the completion
+  mask [B T] bool or float (E-TYPE-002, E-SHAPE-005), per-token values
+  [B T] and logits [B T V] on the mask's [B T], per-row values (rewards,
+  advantages) [B] (E-SHAPE-005), `token-log-probs`' tokens integer, and a
+  group size a constant integer that divides the rows (E-TYPE-003,
+  E-SHAPE-005).
 
 A call that fails one is reported once, there, and typed ERROR: nothing in
 its body is reported after it. Imports nothing outside `sexpgpu_lang`;
@@ -27,7 +33,7 @@ from __future__ import annotations
 from typing import Callable
 
 from .. import ir
-from ..types import TensorType, is_int
+from ..types import TensorType, is_float, is_int
 from .context import CheckContext
 from .ranges import DECLARED, hi_occurs
 
@@ -44,12 +50,42 @@ RULES: dict[str, dict[str, str]] = {
     "embedding": {"table": "table"},
 }
 
+#: The post-training functions' tensors: "mask" [B T] bool or float, "bt" a value per token [B T],
+#: "btv" logits [B T V], "b" a value per row [B], "tokens" [B T] integer, "group" a constant
+#: integer dividing the rows; each B and T is the mask's (the rows' `b` where there is no mask).
+_POLICY = {"log-p": "bt", "old-log-p": "bt", "advantages": "b", "mask": "mask"}
+LAYOUTS: dict[str, dict[str, str]] = {
+    "repeat-rows": {"x": "bt", "n": "group"},
+    "top-k-rows": {"scores": "b", "k": "group"},
+    "token-mean": {"x": "bt", "mask": "mask"},
+    "sequence-mean": {"x": "bt", "mask": "mask"},
+    "constant-mean": {"x": "bt", "mask": "mask"},
+    "token-log-probs": {"logits": "btv", "tokens": "tokens", "mask": "mask"},
+    "token-entropy": {"logits": "btv", "mask": "mask"},
+    "forward-kl": {"student-logits": "btv", "teacher-logits": "btv", "mask": "mask"},
+    "reverse-kl": {"student-logits": "btv", "teacher-logits": "btv", "mask": "mask"},
+    "generalized-jsd": {"student-logits": "btv", "teacher-logits": "btv", "mask": "mask"},
+    "group-advantages": {"rewards": "b", "group": "group"},
+    "group-advantages-unscaled": {"rewards": "b", "group": "group"},
+    "clipped-surrogate": _POLICY,
+    "grpo-loss": _POLICY,
+    "bnpo-loss": _POLICY,
+    "dr-grpo-loss": _POLICY,
+    "kl-k1": {"log-p": "bt", "ref-log-p": "bt", "mask": "mask"},
+    "kl-k2": {"log-p": "bt", "ref-log-p": "bt", "mask": "mask"},
+    "kl-k3": {"log-p": "bt", "ref-log-p": "bt", "mask": "mask"},
+    "completion-metrics": {"logits": "btv", "mask": "mask"},
+    "grpo-metrics": {"rewards": "b", "logits": "btv", "ref-log-p": "bt", **_POLICY},
+}
+
 
 def check_stdlib_call(ctx: CheckContext, fn: str, params: list[str], args: list[ir.Expr],
                       ranges: Callable[[ir.Expr], object]) -> bool:
     """Check the arguments `args` of standard-library function `fn` (its parameters `params`)
     against `RULES`; `ranges(e)` gives an argument's `ranges.value_range`. Reports the first
     that breaks one (at that argument) and returns False; True when all hold."""
+    if fn in LAYOUTS:
+        return _layouts_fit(ctx, fn, dict(zip(params, args)))
     rules = RULES.get(fn)
     if not rules:
         return True
@@ -115,5 +151,75 @@ def _cache_fits(ctx: CheckContext, fn: str, p: str, cache: ir.Expr, by_name: dic
                 f"`{p}`, which holds {t.shape[1]} ({t.show()})",
                 help="make the cache at least as long as the prompt and every position decoded after it, or "
                      "prefill fewer positions")
+        return False
+    return True
+
+
+_LAYOUT_WORDS = {"mask": "the completion mask [B T]", "bt": "a value per token [B T]", "btv": "logits [B T V]",
+                 "b": "a value per row [B]", "tokens": "token ids [B T]"}
+
+
+def _layouts_fit(ctx: CheckContext, fn: str, by_name: dict) -> bool:
+    """A post-training function's arguments in `LAYOUTS[fn]`'s layouts, B and T the mask's (or the
+    first per-row value's B): the first that breaks one reported at it, False; True when all fit."""
+    rules = LAYOUTS[fn]
+    typed = {p: a for p, a in by_name.items() if p in rules and isinstance(a.type, TensorType)}
+    mask = typed.get("mask")
+    bt = mask.type.shape if mask is not None and len(mask.type.shape) == 2 else None
+    rows = bt[0] if bt is not None else next((a.type.shape[0] for p, a in typed.items()
+                                               if rules[p] == "b" and len(a.type.shape) == 1), None)
+    if fn == "top-k-rows":
+        return _top_k_rows_fit(ctx, by_name)
+    for p, a in typed.items():
+        rule, t = rules[p], a.type
+        rank = {"mask": 2, "bt": 2, "btv": 3, "b": 1, "tokens": 2}.get(rule)
+        if rule == "group":
+            if t.shape != () or not isinstance(t.value, int) or isinstance(t.value, bool) or t.value < 1:
+                ctx.err("E-TYPE-003", a.span, f"`{fn}`'s `{p}` is a count of rows, a constant integer of 1 or "
+                        f"more; got {t.show()}", help="give the number of answers per prompt, e.g. `(def group 8)`")
+                return False
+            if rows is not None and rows % t.value:
+                ctx.err("E-SHAPE-005", a.span, f"`{fn}` groups the {rows} rows by {t.value}, which does not divide "
+                        f"them", help=f"make the rows a multiple of the group: prompts times {t.value}")
+                return False
+            continue
+        if rule == "mask" and not (t.dtype == "bool" or is_float(t.dtype)):
+            ctx.err("E-TYPE-002", a.span, f"`{fn}`'s `{p}` is the completion mask, bool or float; got {t.show()}",
+                    help=f"compare to make it bool, e.g. `(> {p} 0)`, or `(cast {p} :f32)`")
+            return False
+        if rule == "tokens" and not is_int(t.dtype):
+            ctx.err("E-TYPE-002", a.span, f"`{fn}`'s `{p}` are token ids, integers; got {t.show()}",
+                    help="pass the sampled tokens (an integer tensor), not their logits or probabilities")
+            return False
+        want = None
+        if len(t.shape) != rank:
+            want = _LAYOUT_WORDS[rule]
+        elif rule in ("bt", "btv", "tokens") and bt is not None and t.shape[:2] != bt:
+            want = f"{_LAYOUT_WORDS[rule]} on the mask's [{bt[0]} {bt[1]}]"
+        elif rule == "b" and rows is not None and t.shape[0] != rows:
+            want = f"{_LAYOUT_WORDS[rule]} for the {rows} rows"
+        if want is not None:
+            ctx.err("E-SHAPE-005", a.span, f"`{fn}`'s `{p}` is {t.show()}, but it takes {want}",
+                    help="the completion's columns line up with the mask's: slice or shift the tensor to them "
+                         "(the logits at column t score the token at column t)" if rule != "b" else
+                         "give one value per row (reduce over the columns first)")
+            return False
+    return True
+
+
+def _top_k_rows_fit(ctx: CheckContext, by_name: dict) -> bool:
+    """`top-k-rows`' scores [B] for x's B rows and k a constant from 1 to B (E-SHAPE-005, E-TYPE-003)."""
+    x, scores, k = by_name["x"], by_name["scores"], by_name["k"]
+    if not all(isinstance(a.type, TensorType) for a in (x, scores, k)):
+        return True
+    if len(scores.type.shape) != 1 or not x.type.shape or scores.type.shape[0] != x.type.shape[0]:
+        ctx.err("E-SHAPE-005", scores.span, f"`top-k-rows`' `scores` is {scores.type.show()}, but it takes one score "
+                f"per row of x {x.type.show()}", help="reduce the scores to one per row first, e.g. `(mean s :axes [1])`")
+        return False
+    kt = k.type
+    if kt.shape != () or not isinstance(kt.value, int) or isinstance(kt.value, bool) or not 1 <= kt.value <= x.type.shape[0]:
+        ctx.err("E-TYPE-003", k.span, f"`top-k-rows`' `k` is how many rows to keep, a constant integer from 1 to "
+                f"{x.type.shape[0]}; got {kt.show() if not isinstance(kt.value, int) else kt.value}",
+                help="keep at most the rows there are")
         return False
     return True

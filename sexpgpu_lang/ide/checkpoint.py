@@ -63,6 +63,14 @@ def param_lines(ix: Index, d: Definition) -> str | None:
                 line = _reads_of(c, rel)
                 if line is not None:
                     out.append(f"from {_where(c)}: {line}" + (f" (as `{c.model}`'s `{rel}`)" if rel != d.name else ""))
+    if not out:   # a repeated block or a sub-model (`:layers (repeat layer 2)`): the tensors of each parameter below it
+        for c in ix.facts.checkpoints.values():
+            if c.model != model:
+                continue
+            below = [(rel, _reads_of(c, rel)) for rel in c.reads if rel.startswith(d.name + ".")]
+            lines = [f"- `{rel}`: {line}" for rel, line in below if line is not None]
+            if lines:
+                out.append(f"from {_where(c)}:\n" + "\n".join(lines))
     return "\n\n".join(out) or None
 
 
