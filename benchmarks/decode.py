@@ -222,7 +222,7 @@ def main():
     with tempfile.TemporaryDirectory() as d:
         tc, gc, sc = trainer_of(run_file(True, **sizes), Path(d) / "c")
         tr, gr, sr = trainer_of(run_file(False, **sizes), Path(d) / "r")
-        batch, rows, _ = tc.host_group(0, 0, 0)
+        batch, rows, _ = tc.batches.host_group(0, 0, 0)
         params = {**sc.trainable, **sc.frozen}
 
         # one trip: sexpgpu's generate.step against the hand-written step, on the same state

@@ -92,6 +92,7 @@ CODES: dict[str, str] = {
     "W-RAND-002": "an unsalted draw in `prepare` or `objective`",
     "W-RAND-003": "a salt that is the same at every trip of `:step`",
     "W-GEN-001": "an `f32` state entry under `:precision :bf16`",
+    "W-GEN-002": "`:until` ends on a per-row stop, but `:step` writes past a row's stop",
     "W-SHAPE-001": "an index or label provably outside the axis it indexes",
     "W-SHAPE-002": "a read or write whose start provably leaves its axis",
     "E-RAND-001": "a sampling setting out of range (`:temperature`, `:top-k`, `:top-p`)",

@@ -469,7 +469,7 @@ class SamplesIR:
     the batch axis first); `decode` is how `text` rows become text: ("tokenizer", path, base_dir) a
     tokenizer.json (`path` as written, relative to `base_dir`; `$STDLIB` and `~` expand), ("bytes",)
     UTF-8 bytes, or ("ids",) the ids joined by spaces. `prompt`: the columns of each text row that are
-    the prompt (None: the row is not split)."""
+    the prompt (None: the row is not split). `masks`: the text names shown through a `NAME-mask`."""
 
     every: int
     rows: int
@@ -481,6 +481,10 @@ class SamplesIR:
     #: `inputs` an entry of what `prepare` returns, `prepare` or `objective` a name the phase's
     #: top-level `let*` binds (its last binding, `top_bindings`). Every other name is the batch's.
     computed: tuple[tuple[str, str], ...] = ()
+    #: Each `:text` name shown through its mask, (name, mask name): `NAME-mask` of NAME's shape (a
+    #: loader's padding mask, a generator's completion mask), gathered beside it; only the ids where
+    #: it is true (1) are shown, so a padded prompt shows no padding and a completion ends at its stop.
+    masks: tuple[tuple[str, str], ...] = ()
 
     def computed_in(self, where: str) -> tuple[str, ...]:
         """The names of `computed` taken from `where` (`inputs`, `prepare` or `objective`)."""

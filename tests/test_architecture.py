@@ -167,3 +167,16 @@ def test_no_code_or_doc_cites_a_file_outside_the_repository():
     cited = [f"{p.relative_to(ROOT)}: {name}" for p in places for name in OUTSIDE
              if name in p.read_text(encoding="utf-8", errors="replace") and p.name != Path(__file__).name]
     assert cited == [], "cite docs/dev/design.md or docs/dev/style.md instead:\n" + "\n".join(cited)
+
+
+def test_a_context_row_is_spelled_in_one_place():
+    """The order of a context row's values is `lowering/context.context_row`'s alone: no other module
+    builds a row tuple by position."""
+    spelled = [str(m) for m in product_modules() if m.parts[0] == "sexpgpu_runtime"
+               and m.as_posix() != "sexpgpu_runtime/lowering/context.py"
+               and re.search(r"np\.array\(\[\(step", (ROOT / m).read_text(encoding="utf-8"))]
+    assert spelled == []
+    from sexpgpu_lang.language import CONTEXT_KEYS
+    from sexpgpu_runtime.lowering.context import context_row, make_ctx
+    assert list(make_ctx(3, 1, 64, 2, 16, 1)) == [k for k, _ in CONTEXT_KEYS]
+    assert context_row(3, 1, 64) == (3, 1, 64, 0, 64, 0)

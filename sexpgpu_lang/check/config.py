@@ -25,9 +25,10 @@ import os
 from .. import ir
 from ..diagnostics import Related, warning
 from ..hf_cache import NotCached, as_written, locate
-from ..hf_config import KEYS, MAPPING_FAMILIES, RECORDS, ConfigError, Setting, family, read, refusals, settings
+from ..hf_config import (KEYS, MAPPING_FAMILIES, RECORDS, ConfigError, Setting, eos_ids, family, read, refusals,
+                         settings)
 from ..syntax import Kw, ListNode, Num, Str, Sym, walk
-from ..types import ERROR, TensorType, is_int, scalar
+from ..types import ERROR, ShapeType, TensorType, is_int, scalar
 from .context import CheckContext, near_miss
 
 #: The form's name.
@@ -96,7 +97,7 @@ def config_def(ctx: CheckContext, node: ListNode) -> tuple[ir.Expr, str]:
                     help="point at a GPT-2, Llama, Mistral or Qwen2 checkpoint, or state the values with `def`"
                     if "none of that family's sizes" not in str(e) else "fix `model_type` in the config.json")
         return ir.Const(ERROR, node.span), ""
-    s = got.get(key.name)
+    s = got.get(key.name) if key.name != "eos" else eos_ids(file, config)
     if s is None:
         ctx.err("E-CONFIG-003", key.span, f"`{shown}` is a {config.get('model_type')} config, which has no "
                 f"`:{key.name}` ({KEYS[key.name]})", help="remove this `def`; that family has no such setting")
@@ -108,6 +109,8 @@ def config_def(ctx: CheckContext, node: ListNode) -> tuple[ir.Expr, str]:
                     help="fix the config, or state the value with `def`")
         return ir.Const(ERROR, node.span), ""
     v = s.value
+    if isinstance(v, tuple):   # the end-of-sequence ids: a vector, as `[2 7]` is (`(stack eos)` makes it a tensor)
+        return ir.Const(ShapeType(v), node.span, v), f"from {shown}: `{s.key}` {s.text}"
     t = scalar("bool", v) if isinstance(v, bool) else scalar("i32" if isinstance(v, int) else "f32", v, weak=True)
     return ir.Const(t, node.span, v), f"from {shown}: `{s.key}` {s.text}"
 

@@ -6,7 +6,8 @@ makes), each returning a plist of tensors (E-GEN-001); the check across
 trips (E-GEN-002: `:step` returns exactly the keys, shapes and dtypes
 `:init` made); generated names that are loader fields (E-GEN-003); what a
 generator may not do (E-GEN-004 a metric; a counter is E-CONTRACT-010, in
-`contracts`); `:trips` (E-GEN-005); `:until` (E-GEN-006).
+`contracts`); `:trips` (E-GEN-005); `:until` (E-GEN-006), and a `:step` that
+writes past the per-row stop `:until` ends on (W-GEN-002, found by `row_stops`).
 
 Imports nothing outside `sexpgpu_lang`; never JAX.
 """
@@ -25,6 +26,7 @@ from .infer import ctx_type, infer, phase
 from .keywords import MAX_HOST_CALLS, keyword_args
 from .ranges import loader_ranges
 from .reward import check_reward
+from .row_stops import unguarded_writes
 from .scope import BatchType, Frame
 
 
@@ -113,6 +115,8 @@ def top_generate(ctx: CheckContext, train: ir.LoaderIR | None):
         until_frame = generator_frame(ctx, "generate.until")
         until = check_until(ctx, kws["until"][1], state, until_frame)
         frames.append(until_frame)
+        if until is not None and step is not None:
+            writes_past_stops(ctx, step, finish, until, state)
     ctx_keys = set()
     for fr in frames:
         generator_effects(ctx, fr)
@@ -162,6 +166,21 @@ def check_until(ctx: CheckContext, node: Node, state: PlistType, frame: Frame) -
                 help="reduce the rows' flags to one, e.g. `(= (sum (cast done :i32)) rows)` for \"every row is done\"")
         return None
     return ph
+
+
+def writes_past_stops(ctx: CheckContext, step: ir.Phase, finish: ir.Phase | None, until: ir.Phase,
+                      state: PlistType) -> None:
+    """W-GEN-002 (a warning): `:until` ends the trips on a per-row stop flag, but `:step` writes an
+    entry that reaches the generated fields without reading that flag (`row_stops`), so a stopped
+    row keeps changing and an early exit changes the result."""
+    flags, writes = unguarded_writes(step, finish, until, state)
+    flag = " or ".join(f"`:{k}`" for k in sorted(flags))
+    for key, value in writes:
+        ctx.report(warning("W-GEN-002", value.span,
+                           f"`:step` writes `:{key}` without reading {flag}, the per-row stop `:until` ends on: a "
+                           f"stopped row's `:{key}` keeps changing, so the trips an early exit skips would change it",
+                           help=f"write it only in the rows not yet stopped, e.g. `(where (expand-dims done :axis -1) "
+                                f"(getf state :{key}) new)`, or keep the completion with `stop-rows`"))
 
 
 def f32_state_under_bf16(ctx: CheckContext, state: PlistType, made: dict[str, Node]) -> None:

@@ -743,7 +743,8 @@ def call_function(ctx: CheckContext, node: ListNode, b: Binding, scope: Scope) -
     if len(ctx.active) > 32:
         return ir.Const(ctx.err("E-FORM-002", node.span, "functions call each other too deeply (recursion is not supported)"), node.span)
     if b.stdlib is not None and not check_stdlib_call(ctx, b.stdlib, params, args,
-                                                      lambda a: value_range(a, range_lookup(scope))):
+                                                      lambda a: value_range(a, range_lookup(scope)),
+                                                      lambda a: trip_form(a, form_lookup(scope)), node.span):
         return ir.Const(ERROR, node.span)
     redirect = b.stdlib is not None and ctx.redirect is None
     if redirect:

@@ -37,7 +37,7 @@ from typing import Callable
 from .. import ir
 from ..diagnostics import warning
 from ..syntax import Num, Sym
-from ..types import ERROR, TensorType, is_int
+from ..types import ERROR, ShapeType, TensorType, is_int
 from .context import CheckContext
 
 #: (a, b): the value is a * trip + b at every trip of `:step`.
@@ -82,6 +82,9 @@ def value_range(e: ir.Expr, lookup: Callable[[str], Range | None], env: dict | N
         return (int(v), int(v), True) if isinstance(v, (int, bool)) else None
     if not isinstance(e, ir.Op):
         return None
+    if e.name == "stack" and len(e.args) == 1 and isinstance(e.args[0].type, ShapeType) and e.args[0].type.dims:
+        dims = e.args[0].type.dims   # a vector of constants, `(stack [2 7])`: its ends occur
+        return (min(dims), max(dims), True)
     args = [r if isinstance(r := value_range(a, lookup, env), tuple) else None for a in e.args]
     return _op_range(e, args)
 

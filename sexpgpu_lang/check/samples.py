@@ -179,11 +179,26 @@ def top_samples(ctx: CheckContext, train: ir.LoaderIR | None, gen: ir.GenerateIR
         ok = False
     if not ok or ctx.run_ir is None:
         return
+    masks = text_masks(chosen["text"], known)
     computed = tuple((n, sources[n][1]) for key in ("text", "values") for n, _, _ in chosen[key]
                      if sources[n][1] != "batch")
+    computed += tuple((m, sources[m][1]) for _, m in masks if sources[m][1] != "batch" and
+                      (m, sources[m][1]) not in computed)
     spec = ir.SamplesIR(every, rows, tuple(chosen["text"]), tuple(chosen["values"]),
-                        decoding(train, written, ctx.src.path), prompt, computed)
+                        decoding(train, written, ctx.src.path), prompt, computed, masks)
     ctx.run_ir = dataclasses.replace(ctx.run_ir, samples=spec)
+
+
+def text_masks(text: list, known: dict) -> tuple[tuple[str, str], ...]:
+    """(name, `name-mask`) for each `:text` tensor [B T] whose `NAME-mask` is provided with its shape,
+    bool or integer: a loader's padding mask (`prompt-mask`) or a generator's completion mask
+    (`completion-mask`); the samples then show only the ids where it is true."""
+    out = []
+    for name, shape, _ in text:
+        m = known.get(f"{name}-mask")
+        if len(shape) == 2 and isinstance(m, TensorType) and m.shape == shape and (m.dtype == "bool" or is_int(m.dtype)):
+            out.append((name, f"{name}-mask"))
+    return tuple(out)
 
 
 def samples_tokenizer(ctx: CheckContext, rel: str, at, train: ir.LoaderIR) -> None:

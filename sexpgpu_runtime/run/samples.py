@@ -16,7 +16,9 @@ a name computed in `prepare` or `objective` adds its first rows to the training 
 Each written row: `{"step": 10, "pass": "train", "row": 0, "fields": {...}}` in
 `RUN_DIR/samples.jsonl`, one JSON object per row (`step` counts completed steps as in
 metrics.jsonl; `pass` is `train` or the evaluation pass's name). A `:text` field is a string, or
-`{"prompt": ..., "completion": ...}` with `:prompt`; a `:values` field a number or a list
+`{"prompt": ..., "completion": ...}` with `:prompt` (a text field whose `NAME-mask` the batch holds,
+of its shape, shows only the ids where the mask holds: a prompt without its padding, a completion
+up to its stop); a `:values` field a number or a list
 (`{"shape": [...], "first": [...]}` past `MAX_NUMBERS` numbers). A resumed run drops the rows past
 its checkpoint first, as metrics.jsonl does (`report.keep_rows_up_to`), so each step's rows are
 there once.
@@ -95,6 +97,8 @@ class SampleLog:
         self.spec = spec = program.run.samples
         self.names = [n for n, _, _ in spec.text] + [n for n, _, _ in spec.values]
         self.text = {n for n, _, _ in spec.text}
+        self.masks = dict(spec.masks)     # a text name -> its mask's name, gathered beside it
+        self.gathered = self.names + [m for m in self.masks.values() if m not in self.names]
         self.total = total
         self.path = run_dir / "samples.jsonl"
         self.decode = decoder(spec.decode, f"{program.path}: `:samples`")
@@ -127,8 +131,8 @@ class SampleLog:
         copy's), start their copy to the host with that of `kept` (the rows of the names computed in
         `prepare` or `objective`, gathered in the training or pass graph already: TrainingGraphs.keep),
         and queue them for `poll`; never waits for the device."""
-        picked = {n: batch[n] for n in self.names if n in batch}
-        kept = {n: v for n, v in (kept or {}).items() if n in self.names and n not in picked}
+        picked = {n: batch[n] for n in self.gathered if n in batch}
+        kept = {n: v for n, v in (kept or {}).items() if n in self.gathered and n not in picked}
         if not picked and not kept:
             return
         if not picked:
@@ -188,16 +192,22 @@ class SampleLog:
                 if a.ndim > 0 and i >= a.shape[0]:
                     continue
                 a = a if a.ndim == 0 else a[i]
-                fields[name] = self._text(a) if name in self.text else _values(a)
+                mask = host.get(self.masks.get(name, ""))
+                mask = mask[i] if mask is not None and mask.ndim == 2 and i < mask.shape[0] else None
+                fields[name] = self._text(a, mask) if name in self.text else _values(a)
             out.append({"step": done, "pass": pass_name, "row": i, "fields": fields})
         return out
 
-    def _text(self, a: np.ndarray):
+    def _text(self, a: np.ndarray, mask: np.ndarray | None = None):
+        """A row of ids as text; with its `NAME-mask`, only the ids where the mask holds (no padding,
+        nothing past a completion's stop); split at `:prompt` into prompt and completion."""
         ids = a.reshape(-1).tolist()
+        keep = [True] * len(ids) if mask is None else [bool(m) for m in np.asarray(mask).reshape(-1)]
         p = self.spec.prompt
         if p is None or a.ndim == 0:
-            return self.decode(ids)
-        return {"prompt": self.decode(ids[:p]), "completion": self.decode(ids[p:])}
+            return self.decode([i for i, k in zip(ids, keep) if k])
+        return {"prompt": self.decode([i for i, k in zip(ids[:p], keep[:p]) if k]),
+                "completion": self.decode([i for i, k in zip(ids[p:], keep[p:]) if k])}
 
     def _write(self, done: int, pass_name: str, arrays: dict) -> None:
         rows = self.rows_of(done, pass_name, jax.device_get(arrays))

@@ -26,6 +26,7 @@ from sexpgpu_lang import ir
 from ..devices.sharding import DataParallel
 from ..errors import (BadDraw, BadValue, CheckpointError, InternalTypeError, LoaderError, MeshError, OptionError,
                       RunError, RunStopped, Stopped, TokenFileError)
+from ..lowering.context import context_row
 from ..lowering.finite_check import first_nonfinite_op
 from ..lowering.graphs import Graphs
 from ..weights.optim import learning_rate, make_optimizer
@@ -210,7 +211,7 @@ class Trainer:
         def row(m: int):
             records = start + m * batch_size
             stage, _, within = self.batches.stage_at(records)
-            return records, np.array([(step - 1, m, records, stage, within, 0)], np.int64)   # CONTEXT_KEYS' order
+            return records, np.array([context_row(step - 1, m, records, stage, within)], np.int64)
 
         records, rows = row(micro)
         _, gen_rows = row(micro - micro % S)   # a stacked group's generator reads its first copy's context
