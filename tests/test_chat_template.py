@@ -257,3 +257,35 @@ def test_the_loader_s_positions_and_start_are_the_standard_library_s_from_its_ma
     assert t["prompt-positions"].tolist() == stdlib("(padded-positions mask)").tolist()
     if side == "left":
         assert (t["prompt-length"] - 5).tolist() == stdlib("(left-padded-start mask)").tolist() == [0, -4, -2, -5]
+
+
+@pytest.mark.slow
+def test_the_whole_path_of_docs_stdlib_checks_and_trains(tmp_path):
+    # docs/stdlib.md "From a prompt file to a completion", with its `def`s, examples/distill.sx's student as
+    # the model and the examples' chat prompts: lint clean, and two steps on the completion it decodes
+    from helpers import train_quiet
+    from sexpgpu_lang import analyze
+    root = Path(__file__).resolve().parents[1]
+    doc = (root / "docs" / "stdlib.md").read_text(encoding="utf-8")
+    section = doc[doc.index("### From a prompt file to a completion"):]
+    code = section[section.index("```lisp") + 7:section.index("```", section.index("```lisp") + 7)]
+    data = root / "examples" / "data"
+    code = (code.replace('"data/chat.jsonl"', f'"{data / "code-prompts.jsonl"}"')
+            .replace('"tok/tokenizer.json"', f'"{data / "bytes-chat" / "tokenizer.json"}"').replace(":batch 8", ":batch B"))
+    distill = (root / "examples" / "distill.sx").read_text(encoding="utf-8")
+    student = distill[distill.index("(defmodel student"):distill.index("(model student)")].replace(
+        "\n           :teacher code-lm", "")
+    defs = ("(def seq 64) (def head-width 16) (def small 32) (def small-heads 2) (def small-hidden 64)\n"
+            "(def B 32) (def P 48) (def C 16) (def S seq) (def K small-heads) (def H head-width) (def eos 10)\n")
+    tail = """(model student)
+(prepare (lambda (b ctx) (list :c (field b :completion) :m (field b :completion-mask))))
+(objective (lambda (in ctx)
+  (let* ((logits (model (concat [(zeros [B (- seq C)] :dtype :i32) (getf in :c)] :axis 1))))
+    (completion-cross-entropy (slice logits :axis 1 :start (- seq C) :end seq) (getf in :c) (getf in :m)))))
+(run :loader prompts :steps 2)
+"""
+    text = defs + code + "\n" + student + tail
+    res = analyze(text, str(tmp_path / "run.sx"), read_files=True)
+    assert [d.message for d in res.diagnostics if d.severity <= 2] == []
+    out = train_quiet(text, 2, tmp_path)
+    assert [row["step"] for row in out.history][-1] == 2
