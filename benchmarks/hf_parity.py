@@ -323,8 +323,10 @@ def padded_generate(model, vocab: int) -> dict:
     return out
 
 
-def sexpgpu_batch(run: Path):
-    """The run file `run`'s `prepare`, compiled: a function of a batch (field name -> array) to what it returns."""
+def compiled_prepare(run: Path):
+    """The run file `run` checked with its files read, and its `prepare` compiled at the seed's
+    parameters: (prepare(batch, params), the program, trainable, frozen). SystemExit naming the
+    diagnostics of a file that does not check."""
     import jax
     import jax.numpy as jnp
     from sexpgpu_lang import analyze_file
@@ -336,9 +338,16 @@ def sexpgpu_batch(run: Path):
         raise SystemExit(f"{run}: " + "; ".join(f"{d.code} {d.message}" for d in res.diagnostics))
     p = res.program
     trainable, frozen = initial_params(p, 0)
-    params = {**trainable, **frozen}
     ctx = {k: jnp.asarray(v) for k, v in make_ctx(0, 0, 0).items()}
     prepare = jax.jit(lambda batch, params: run_phase(p.prepare, [batch, ctx], params, Effects(jax.random.key(0))))
+    return prepare, p, trainable, frozen
+
+
+def sexpgpu_batch(run: Path):
+    """The run file `run`'s `prepare`, compiled: a function of a batch (field name -> array) to what it returns."""
+    import jax.numpy as jnp
+    prepare, _, trainable, frozen = compiled_prepare(run)
+    params = {**trainable, **frozen}
     return lambda batch: {k: np.asarray(v) for k, v in prepare({k: jnp.asarray(v) for k, v in batch.items()},
                                                                 params).items()}
 
@@ -351,21 +360,9 @@ def padded_batch(want) -> dict:
 
 def sexpgpu_forward(run: Path):
     """(a function of ids [B SEQ] -> logits, the program, its parameters) for the run file `run`."""
-    import jax
     import jax.numpy as jnp
-    from sexpgpu_lang import analyze_file
-    from sexpgpu_runtime.lowering.context import make_ctx
-    from sexpgpu_runtime.lowering.lowering import Effects, run_phase
-    from sexpgpu_runtime.weights.pretrained import initial_params
-    res = analyze_file(str(run), read_files=True)
-    if res.program is None or [d for d in res.diagnostics if d.is_error]:
-        raise SystemExit(f"{run}: " + "; ".join(f"{d.code} {d.message}" for d in res.diagnostics))
-    p = res.program
-    trainable, frozen = initial_params(p, 0)
+    prepare, p, trainable, frozen = compiled_prepare(run)
     params = {**trainable, **frozen}
-    ctx = {k: jnp.asarray(v) for k, v in make_ctx(0, 0, 0).items()}
-
-    prepare = jax.jit(lambda batch, params: run_phase(p.prepare, [batch, ctx], params, Effects(jax.random.key(0))))
 
     def forward(ids, key: str = "logits"):
         """The run file's `prepare` on rows `ids`: its `:logits` (or `key`: `:greedy`, decoded with the caches)."""

@@ -139,8 +139,8 @@ def test_a_prompt_longer_than_a_left_padded_field_is_refused_naming_the_row_and_
     else:
         got = lint(tmp_path, '(parquet "p.parquet" :pad-side :left)', width=4)
         r, _, fix = reason.partition("; ")
-        assert got == [("E-LOADER-001", '"p.parquet"', f"`parquet`'s file `p.parquet` has a row `run` refuses: "
-                        f"row 2 of column `prompt`: {r}", fix)]
+        assert got == [("E-LOADER-001", '"p.parquet"', f"`parquet`'s file `p.parquet`: row 2 of column `prompt`: {r}",
+                        fix)]
 
 
 def test_a_long_chat_prompt_is_refused_by_lint_and_run_alike(tmp_path):

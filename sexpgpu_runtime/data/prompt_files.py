@@ -33,7 +33,7 @@ import numpy as np
 from sexpgpu_lang.bounded_read import (JSONL_LINE_LIMIT, BadJsonlRow, NotRegularFile, check_regular, jsonl_rows,
                                        read_lines_bounded)
 from sexpgpu_lang.prompt_encoder import PromptEncoder
-from sexpgpu_lang.prompt_rows import Layout, PromptRows, derived, value_column
+from sexpgpu_lang.prompt_rows import Layout, PromptRows, derived, unreadable_parquet, value_column
 from sexpgpu_lang.ir import LoaderIR
 
 from .files import first_nonfinite, np_dtype, open_data, resolve_path
@@ -210,7 +210,6 @@ def _parquet(path: str, wanted: list[str], where: str):
     except NotRegularFile as e:
         raise LoaderError(f"{where}: cannot read {path}: {e}; name a regular file") from None
     except (pa.ArrowException, OSError) as e:
-        raise LoaderError(f"{where}: {path} is not a readable parquet file ({str(e).splitlines()[0]}); write it with "
-                          "pyarrow.parquet.write_table") from None
+        raise LoaderError(f"{where}: {unreadable_parquet(path, e)}") from None
     return ({n: table.column(n).to_pylist() for n in present}, list(schema.names),
             lambda name, row, column=True: f"{where}: row {row + 1} of column `{name}`")

@@ -16,6 +16,7 @@ from sexpgpu_lang import ir
 from sexpgpu_lang.bounded_read import open_regular
 from sexpgpu_lang.name_mapping import stdlib_names
 
+from ..weights.export_files import MANIFEST, holds_export
 from ..weights.pretrained import export_mapping
 from ..paths import check_output_file
 from ..errors import OptionError, PathProblem, RunError
@@ -52,11 +53,10 @@ def check_options(program: ir.Program, options: RunOptions) -> None:
     if options.export_frozen and options.export is None:
         raise OptionError("--export-frozen says what --export writes; give --export PATH too")
     if options.export_names is not None and options.export is not None:
-        if options.export.is_dir() and any(options.export.iterdir()) and not any(
-                (options.export / n).is_file() for n in ("model.safetensors", "model.safetensors.index.json")):
+        if options.export.is_dir() and any(options.export.iterdir()) and not holds_export(options.export):
             raise OptionError(f"cannot write {options.export}: it is a directory that holds no export (no "
-                              "model.safetensors or index), and an export replaces what is there; give a new or an "
-                              "earlier export's directory")
+                              f"{MANIFEST}, model.safetensors or index), and an export writes its files there; give "
+                              "a new or an earlier export's directory")
     if options.export_names is not None:
         found = export_mapping(program, options.export_names)
         if found is None:

@@ -136,11 +136,15 @@ def _gathered(trainable: dict, frozen: dict):
 
 
 def export_params(path: Path, trainable: dict, frozen: dict, include_frozen: bool = False,
-                  names: dict | None = None, max_shard_bytes: int = 5 * 10**9) -> None:
+                  names: dict | None = None, max_shard_bytes: int = 5 * 10**9, extra: list = (),
+                  run: str | None = None) -> str | None:
     """Write the trainable parameters (and the frozen ones too with `include_frozen`) to a
     .safetensors file, each named by its path below the root model joined with `.`; or, with a
     mapping `names` (parameter path -> source), into the directory `path` in the Hugging Face
-    layout (hf_layout.export_mapped: shards above `max_shard_bytes`, an index).
+    layout (hf_layout.export_mapped: shards above `max_shard_bytes`, an index), with the files of
+    `extra` ((name, writer) pairs: hf_export.export_extras) as one export of the run `run`
+    (export_files.write_export: finished or saying so, an earlier export replaced file by file).
+    Returns the line naming the files such a directory held that the export left, or None.
 
     A file is written beside `path` under a temporary name, then renamed into place with the
     permissions a new file gets (safetensors alone makes it 0600), so a failed write never
@@ -149,7 +153,7 @@ def export_params(path: Path, trainable: dict, frozen: dict, include_frozen: boo
     from safetensors.numpy import save_file
     got = _gathered(trainable, frozen)
     if got is None:
-        return
+        return None
     trainable, frozen = got
     leaves = {**flatten(trainable), **(flatten(frozen) if include_frozen else {})}
     tensors = {".".join(k): np.asarray(v) for k, v in leaves.items()}
@@ -159,8 +163,8 @@ def export_params(path: Path, trainable: dict, frozen: dict, include_frozen: boo
             raise RunError(f"cannot write {path} through the mapping: parameter `{missing[0]}` is "
                            + ("frozen (pass --export-frozen)" if missing[0] in {".".join(k) for k in flatten(frozen)}
                               else "not a parameter of the model"))
-        export_mapped(path, names, {k: v for k, v in tensors.items() if k in names}, max_shard_bytes)
-        return
+        return export_mapped(path, names, {k: v for k, v in tensors.items() if k in names}, max_shard_bytes,
+                             extra, run).left_line()
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp")
     try:
@@ -169,3 +173,4 @@ def export_params(path: Path, trainable: dict, frozen: dict, include_frozen: boo
     except Exception as e:  # safetensors raises its own error types besides OSError
         tmp.unlink(missing_ok=True)
         raise RunError(f"cannot write {path}: {e.strerror if isinstance(e, OSError) and e.strerror else e}")
+    return None
