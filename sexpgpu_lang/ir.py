@@ -500,6 +500,8 @@ class RunIR:
     diagnostics: tuple[str, ...] = ()
     devices: int | None = None     # `:devices N`: the data-parallel mesh size (None: every device)
     shard_params: str = "replicated"   # `:shard-params`: "replicated" or "fsdp" (docs/sharding.md)
+    model_parallel: int = 1   # `:model-parallel M`: the tensor-parallel `model` axis of the mesh (docs/sharding.md)
+    shard: tuple[tuple[str, int | None], ...] = ()   # `:shard (:name axis ...)`: mesh.model_split's overrides
     samples: SamplesIR | None = None   # `:samples`: the rows written to samples.jsonl (docs/metrics.md)
 
 

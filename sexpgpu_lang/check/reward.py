@@ -42,6 +42,11 @@ _PARSED: dict[tuple, tuple[dict[str, ast.AST | None] | None, str | None]] = {}
 _PARSED_MAX = 64
 
 
+def forget() -> None:
+    """Drop every kept reward file (the language server, when its last document closes)."""
+    _PARSED.clear()
+
+
 def keyword_name(name: str) -> str:
     """The Python keyword a batch name is passed as: `-` becomes `_` (`:row-reward` is `row_reward`)."""
     return name.replace("-", "_")
