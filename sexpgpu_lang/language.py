@@ -53,20 +53,21 @@ SPECIAL_FORMS: dict[str, tuple[str, str]] = {
 
 #: The keywords of `run`, in the order its signature shows them.
 RUN_KEYS: tuple[str, ...] = ("loader", "steps", "microbatches", "stack", "precision", "seed", "optimizer", "log",
-                             "checkpoint", "diagnostics", "devices", "shard-params", "remat", "samples")
+                             "checkpoint", "diagnostics", "devices", "model-parallel", "shard-params", "shard", "remat",
+                             "samples")
 
 #: Each of `run`'s keywords with the value its signature shows (signature help marks the one being written).
 RUN_PLACEHOLDERS: dict[str, str] = {
     "loader": "l", "steps": "n", "microbatches": "m", "stack": "s", "precision": ":f32", "seed": "0",
     "optimizer": "(...)", "log": "(:every 50)", "checkpoint": "(:every n)", "diagnostics": "[..]", "devices": "n",
-    "shard-params": ":fsdp", "remat": ":policy", "samples": "(...)",
+    "shard-params": ":fsdp", "model-parallel": "m", "shard": "(...)", "remat": ":policy", "samples": "(...)",
 }
 TOP_FORMS["run"] = ("(run " + " ".join(f":{k} {RUN_PLACEHOLDERS[k]}" for k in RUN_KEYS) + ")", TOP_FORMS["run"][1])
 
 #: The keywords each keyword-taking form accepts (`stage` is the form inside `curriculum`).
 FORM_KEYWORDS: dict[str, tuple[str, ...]] = {
     "loader": ("source", "batch", "fields", "like"),
-    "defmodel": ("params", "apply", "frozen", "pretrained", "remat", "entries", "copy"),
+    "defmodel": ("params", "apply", "frozen", "pretrained", "remat", "entries", "copy", "lora"),
     "repeat": ("remat",),
     "defgenerate": ("trips", "init", "step", "finish", "until", "reward"),
     "run": RUN_KEYS,
@@ -161,6 +162,8 @@ KEYWORD_DOCS: dict[tuple[str, str], str] = {
                           "`:apply` and entries: a reference model; no `:params` or `:apply` of its own",
     ("defmodel", "pretrained"): "where the parameters are loaded from: a safetensors file, a Hugging Face directory or "
                                 "its index; or `(:path \"dir\" :names :gpt2 :file-dtype :bf16)`",
+    ("defmodel", "lora"): "LoRA adapters on named projections, the base frozen: `(:targets [:wq :wv] :rank 8 "
+                          ":alpha 16 :dropout 0.0 :rslora false)`",
     ("defmodel", "remat"): "recompute this model's activations in the backward pass: `:nothing-saveable`, "
                            "`:dots-saveable` or `:everything-saveable` (no remat)",
     ("repeat", "remat"): "the remat policy of each repeated layer (overrides the block's and the run's)",
@@ -184,6 +187,9 @@ KEYWORD_DOCS: dict[tuple[str, str], str] = {
     ("run", "optimizer"): "`(adam :lr ...)`, `(adamw ...)`, `(sgd ...)`, `(lion ...)`; `:lr` a number or a "
                           "schedule like `(warmup-cosine-decay ...)`",
     ("run", "devices"): "data parallel over this many devices; divides every loader's `:batch`",
+    ("run", "model-parallel"): "tensor parallel over this many devices (the mesh's `model` axis): attention split "
+                               "by heads, the MLP by its hidden width, embeddings and output by vocabulary",
+    ("run", "shard"): "overrides of the `model` axis' split, per parameter name: `(:wq 2 :w-up :replicated)`",
     ("run", "shard-params"): "`:replicated` (every device holds every parameter) or `:fsdp` (each split over the mesh)",
     ("pass", "loader"): "the loader the pass reads",
     ("pass", "every"): "run the pass every this many steps",
@@ -218,9 +224,13 @@ SOURCES: dict[str, tuple[str, ...]] = {
     "text-bytes": ("glob", "seq", "stride"),
     "tokens": ("path", "dtype", "seq", "stride", "vocab"),
     "text-tokens": ("glob", "tokenizer", "seq", "stride", "separator", "vocab"),
-    "jsonl": ("path", "tokenizer", "pad", "vocab"),
-    "parquet": ("path", "tokenizer", "pad", "vocab"),
+    "jsonl": ("path", "tokenizer", "pad", "pad-side", "truncate", "vocab"),
+    "parquet": ("path", "tokenizer", "pad", "pad-side", "truncate", "vocab"),
 }
+
+#: The values of a prompt source's `:pad-side` (the default first) and `:truncate` (sexpgpu_lang/prompt_rows.Layout).
+PAD_SIDES: tuple[str, ...] = ("right", "left")
+TRUNCATE_SIDES: tuple[str, ...] = ("left", "right")
 
 #: The integer dtypes a token file may hold on disk (numpy's names; sexpgpu_runtime/data/token_files.py).
 TOKEN_FILE_DTYPES: tuple[str, ...] = ("uint8", "uint16", "uint32", "int32", "int64")

@@ -63,6 +63,10 @@ RULES: dict[str, dict[str, str]] = {
     "llama-block-cached": {"pos": "pos", "wq": "heads", "k-cache": "cache", "v-cache": "cache"},
     "llama-block-freq-cached": {"pos": "pos", "wq": "heads"},
     "qwen2-block-cached": {"pos": "pos", "wq": "heads"},
+    "qwen3-block": {"positions": "positions", "wq": "heads"},
+    "qwen3-block-cached": {"pos": "pos", "wq": "heads"},
+    "olmo2-block": {"positions": "positions", "wq": "heads"},
+    "olmo2-block-cached": {"pos": "pos", "wq": "heads"},
     "gpt2-block-cached": {"pos": "pos"},
     "transformer-block-cached": {"pos": "pos", "k-cache": "cache", "v-cache": "cache"},
     "cache-write": {"pos": "pos"},
@@ -186,7 +190,7 @@ def check_stdlib_call(ctx: CheckContext, fn: str, params: list[str], args: list[
 
 def _eos_fits(ctx: CheckContext, fn: str, p: str, a: ir.Expr, by_name: dict, ranges) -> bool:
     """End-of-sequence ids: an integer id or vector of ids (E-TYPE-001, E-TYPE-002), none past the
-    ids the tokens can hold (`ranges` of `tokens`/`token`: `argmax` over V logits, a loader's
+    ids the tokens can hold (`ranges` of `tokens`/`token`: `argmax` or `categorical` over V logits, a loader's
     `:vocab`), which is E-SHAPE-005 at the id, in one line."""
     t = a.type
     if isinstance(t, ShapeType):
