@@ -105,7 +105,8 @@ def config_def(ctx: CheckContext, node: ListNode) -> tuple[ir.Expr, str]:
     if isinstance(s, ConfigError):
         if (file, str(s)) not in ctx.refused_configs:   # (`rope_scaling` of an unknown type: four keys, one cause)
             ctx.refused_configs.add((file, str(s)))
-            ctx.err("E-CONFIG-002", items[1].span, f"`{shown}`: {s}",
+            held = _shown(ctx, s.file, rel) if s.file else shown   # (the file that holds it: generation_config.json's)
+            ctx.err("E-CONFIG-002", items[1].span, f"`{held}`: {s}",
                     help="fix the config, or state the value with `def`")
         return ir.Const(ERROR, node.span), ""
     v = s.value
