@@ -127,7 +127,7 @@ def link_problem(path: str) -> str | None:
             return None
         repo = snapshot_repo(os.path.dirname(os.path.abspath(path)))
         real = os.path.realpath(path)
-        if os.path.islink(path) and not os.path.exists(path):
+        if os.path.islink(path) and not os.path.exists(path) and _target_missing(path):
             again = f"; download the model again (`hf download {repo_id_of(repo)}`)" if repo is not None else \
                 "; restore the file it links to, or fix the link"
             return f"it is a link to {real}, which is missing{again}"
@@ -138,6 +138,17 @@ def link_problem(path: str) -> str | None:
     except (OSError, ValueError):
         return None
     return None
+
+
+def _target_missing(link: str) -> bool:
+    """Whether the link `link` leads to no file (not a loop of links, whose read says so itself)."""
+    try:
+        os.stat(link)
+    except FileNotFoundError:
+        return True
+    except (OSError, ValueError):
+        return False
+    return False
 
 
 def locate(written: str, base: str) -> str:
