@@ -34,7 +34,7 @@ from .context import CheckContext, near_miss
 from .keywords import const_value
 
 #: The keywords the one form takes besides `:pretrained`.
-ONE_FORM_KEYS = ("pretrained", "frozen", "remat")
+ONE_FORM_KEYS = ("pretrained", "frozen", "remat", "lora")
 #: The keywords that make a `defmodel` a written-out model.
 WRITTEN_OUT = ("params", "apply", "entries")
 
@@ -169,8 +169,8 @@ def expand(ctx: CheckContext, f: ListNode) -> list[ListNode] | None:
     for kw, _ in pairs:
         if not isinstance(kw, Kw) or kw.name not in ONE_FORM_KEYS:
             hint = near_miss(kw.name, ONE_FORM_KEYS) if isinstance(kw, Kw) else None
-            ctx.err("E-FORM-002", kw.span, "a model made from its checkpoint takes `:pretrained`, `:frozen` and "
-                    "`:remat`" + (f"; did you mean `:{hint}`?" if hint else ""),
+            ctx.err("E-FORM-002", kw.span, "a model made from its checkpoint takes `:pretrained`, `:frozen`, "
+                    "`:remat` and `:lora`" + (f"; did you mean `:{hint}`?" if hint else ""),
                     help="write the model out to change its parts (docs/checkpoints.md)",
                     data={"replace": f":{hint}"} if hint else None)
             return None

@@ -55,7 +55,7 @@ def _everywhere(value: int | None) -> int | None:
 
 def export_written(export: Path, metrics: Path) -> bool:
     """Whether `export` (a `--export` path: a safetensors file, or a directory in the Hugging Face
-    layout) holds the complete export of the run's last step, written after the last row of `metrics`
+    layout or PEFT's, `--export-adapter`) holds the complete export of the run's last step, written after the last row of `metrics`
     (the export is written after its checkpoint, whose row comes first; one older than the rows is an
     earlier run's). A file is published whole (a temporary file renamed), so one that is there is
     complete; a directory is complete when its manifest says so and every file it lists is there

@@ -379,7 +379,7 @@ def _run(start: RunStart, program: ir.Program, options: RunOptions, on_trip) -> 
                              export_mapping(program, options.export_names)[0] if mapped else None,
                              options.max_shard_bytes,
                              export_extras(program, options.export_names) if mapped and jax.process_index() == 0 else (),
-                             str(options.run_dir.resolve()))
+                             str(options.run_dir.resolve()), program, options.export_adapter)
         if left is not None:
             start.say(left)
     feed = trainer.batches.feed

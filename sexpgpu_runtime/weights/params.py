@@ -51,7 +51,8 @@ def set_path(tree: dict, path: tuple, value) -> None:
 def init_params(params: tuple[ParamIR, ...], seed: int, skip: tuple[tuple[str, ...], ...] = ()) -> tuple[dict, dict]:
     """(trainable, frozen) trees of freshly initialised parameters. The leaves below a path in
     `skip` (the `:pretrained` models', which a checkpoint fills: pretrained.initial_params) are
-    not drawn: their places hold None, for hf_layout.load_mapped to fill. Each leaf's key is its
+    not drawn: their places hold None, for hf_layout.load_mapped to fill; but a LoRA adapter's
+    (`KEY.lora-a`, `KEY.lora-b`), which no checkpoint of the base holds, is. Each leaf's key is its
     own place's, so skipping some leaves leaves the others' bits as they are. A `:copy` leaf is its
     drawn source's value in a buffer of its own, or None where a checkpoint fills the source
     (`fill_copies` copies it once it is read)."""
@@ -59,7 +60,8 @@ def init_params(params: tuple[ParamIR, ...], seed: int, skip: tuple[tuple[str, .
     trainable: dict = {}
     frozen: dict = {}
     for p in params:
-        filled = p.copy_of is not None or any(p.path[:len(s)] == s for s in skip)
+        filled = p.copy_of is not None or (any(p.path[:len(s)] == s for s in skip)
+                                           and not p.path[-1].endswith((".lora-a", ".lora-b")))
         set_path(frozen if p.frozen else trainable, p.path, None if filled else init_leaf(p, seed_key))
     fill_copies(params, merge(trainable, frozen), frozen)
     return trainable, frozen
