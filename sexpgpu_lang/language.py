@@ -222,9 +222,13 @@ SOURCES: dict[str, tuple[str, ...]] = {
     "text-bytes": ("glob", "seq", "stride"),
     "tokens": ("path", "dtype", "seq", "stride", "vocab"),
     "text-tokens": ("glob", "tokenizer", "seq", "stride", "separator", "vocab"),
-    "jsonl": ("path", "tokenizer", "pad", "vocab"),
-    "parquet": ("path", "tokenizer", "pad", "vocab"),
+    "jsonl": ("path", "tokenizer", "pad", "pad-side", "truncate", "vocab"),
+    "parquet": ("path", "tokenizer", "pad", "pad-side", "truncate", "vocab"),
 }
+
+#: The values of a prompt source's `:pad-side` (the default first) and `:truncate` (sexpgpu_lang/prompt_rows.Layout).
+PAD_SIDES: tuple[str, ...] = ("right", "left")
+TRUNCATE_SIDES: tuple[str, ...] = ("left", "right")
 
 #: The integer dtypes a token file may hold on disk (numpy's names; sexpgpu_runtime/data/token_files.py).
 TOKEN_FILE_DTYPES: tuple[str, ...] = ("uint8", "uint16", "uint32", "int32", "int64")

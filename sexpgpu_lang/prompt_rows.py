@@ -8,14 +8,25 @@ checked in bounded memory. What it checks, in the order the run reports:
 
 - a declared field no row has: "the data have no field `x` (they have ...)";
 - (`jsonl`) a row without a field others have, or holding null;
+- a `[L]` field of chat messages whose tokenizer has no chat template, or
+  one that does not compile (chat_template.NoChatTemplate);
 - per field, in declaration order: a `[]` field's row that is not a number
   (an integer for an integer dtype), then a NaN or infinite one (JSON's
   `1e999`, a 5,000-digit float) or one too large for its float dtype; a
-  `[L]` field whose first row is text without `:tokenizer`, a later row
-  that is not text (or a lone surrogate); a `[L]` field of token-id lists
-  whose row is not a list, or a list holding anything but integers, then
-  ids (of those kept: the first `L`) that do not fit its dtype, then (with
+  `[L]` field whose first row is text (or chat messages) without
+  `:tokenizer`, a later row that is not text (or a lone surrogate), not a
+  list of message objects, or messages the chat template fails on (the
+  template's own error); a `[L]` field of token-id lists whose row is not a
+  list, or a list holding anything but integers; then a row longer than
+  `L` tokens where the source pads on the left without `:truncate`
+  (`Layout.refuses_long`); then ids (of those kept: the first `L`, or the
+  last with `:truncate :left`) that do not fit its dtype, then (with
   `:vocab`) one outside the vocabulary.
+
+The ids of a text or chat row are known only with the tokenizer: the
+caller gives `PromptRows` an `encode` (prompt_encoder.PromptEncoder, which
+renders a chat row through its template and tokenizes it); without one
+those rows' lengths and ids are not checked.
 
 Pure Python (json, re); never JAX, never numpy.
 """
@@ -26,14 +37,35 @@ import math
 import re
 from typing import NamedTuple
 
-SUFFIXES = ("-length", "-mask")
+SUFFIXES = ("-length", "-mask", "-positions")
+
+
+class Layout(NamedTuple):
+    """How a prompt source lays out a `[L]` field's row: `pad_side` ("right": the ids, then the padding;
+    "left": the padding, then the ids, as generation wants them) and `truncate` (None, "left": keep
+    the last `L` ids, "right": keep the first `L`). A row longer than `L` with `truncate` None keeps
+    its first `L` when padded on the right, and is refused when padded on the left (its generation
+    would start from a cut prompt)."""
+    pad_side: str = "right"
+    truncate: str | None = None
+
+    @property
+    def refuses_long(self) -> bool:
+        """Whether a row longer than its field is refused rather than cut."""
+        return self.truncate is None and self.pad_side == "left"
+
+    def kept(self, ids: list, width: int) -> list:
+        """The ids of a row that its `[width]` field keeps."""
+        if len(ids) <= width:
+            return ids
+        return ids[len(ids) - width:] if self.truncate == "left" else ids[:width]
 
 #: The smallest magnitude that rounds to infinity in each float dtype (round to nearest even).
 _OVERFLOW = {"f16": 65520.0, "bf16": 2.0 ** 128 - 2.0 ** 119, "f32": 2.0 ** 128 - 2.0 ** 103}
 
 
 def derived(name: str, declared) -> str | None:
-    """The token field that `name` is the `-length` or `-mask` of (a declared name), or None."""
+    """The token field that `name` is the `-length`, `-mask` or `-positions` of (a declared name), or None."""
     for s in SUFFIXES:
         if name.endswith(s) and name[:-len(s)] in declared:
             return name[:-len(s)]
@@ -179,21 +211,27 @@ class RowProblem(NamedTuple):
 
 class PromptRows:
     """The rows of a prompt source checked against `fields` ((name, shape, dtype) triples; the
-    `-length`/`-mask` ones are derived, not read). `tokenizer`: whether the source has
-    `:tokenizer`; `nulls`: whether a missing or null value is its own error (`jsonl`).
+    `-length`/`-mask`/`-positions` ones are derived, not read). `tokenizer`: whether the source has
+    `:tokenizer`; `nulls`: whether a missing or null value is its own error (`jsonl`); `layout`: its
+    `:pad-side` and `:truncate` (Layout); `encode`: text or chat messages to ids (`encode(value, kind, field)`,
+    kind "text" or "chat": prompt_encoder.PromptEncoder.ids), or None to leave those rows' ids unchecked.
     Call `keys(names)` with each row's keys (or the file's columns), `row(values)` with each row's
     values of `wanted` (None where missing), then `problem()`."""
 
-    def __init__(self, fields, tokenizer: bool, nulls: bool = True, vocab: int | None = None):
+    def __init__(self, fields, tokenizer: bool, nulls: bool = True, vocab: int | None = None,
+                 layout: Layout = Layout(), encode=None):
         declared = {n for n, _, _ in fields}
         self.fields = [(n, tuple(s), d) for n, s, d in fields if derived(n, declared) is None]
         self.wanted = [n for n, _, _ in self.fields]
         self.tokenizer, self.nulls, self.vocab = tokenizer, nulls, vocab
+        self.layout, self.encode = layout, encode
         self.names: dict[str, None] = {}
         self.rows = 0
+        self.kinds: dict[str, str] = {}   # each `[L]` field's rows: "text", "chat" or "ids" (its first row's)
         self._null: dict[str, int] = {}
-        self._text: dict[str, bool] = {}
+        self._file: dict[str, RowProblem] = {}   # a chat template that is not there, or does not compile
         self._bad: dict[str, RowProblem] = {}
+        self._long: dict[str, RowProblem] = {}
         self._nonfinite: dict[str, RowProblem] = {}   # (and a token list's id that does not fit its dtype)
         self._outside: dict[str, RowProblem] = {}
 
@@ -211,52 +249,44 @@ class PromptRows:
             if v is None and self.nulls:
                 self._null.setdefault(name, (i, line))
                 continue
-            if name in self._bad:
+            if name in self._bad or name in self._file:
                 continue
             if i == 0:
-                self._text[name] = isinstance(v, str)
+                self.kinds[name] = row_kind(v)
             bad = self._value(name, shape, dtype, v, i)
             if bad is not None:
                 self._bad[name] = bad._replace(line=line)
-            for later in (self._nonfinite, self._outside):
+            for later in (self._long, self._nonfinite, self._outside):
                 if name in later and later[name].row == i:
                     later[name] = later[name]._replace(line=line)
 
     def _value(self, name: str, shape: tuple, dtype: str, v, i: int) -> RowProblem | None:
         decl = f"field `{name}` is declared `[{' '.join(map(str, shape))}]`"
         if len(shape) == 0:
-            floats = dtype in _OVERFLOW
-            if not (isinstance(v, (int, float)) and not isinstance(v, bool) and (floats or not isinstance(v, float))):
-                want = "a number" if floats else "an integer"
-                return RowProblem(name, i, f"`{name}` is {kind_words(v)}, but field `{name}` is declared `[] :{dtype}` "
-                                  f"({want}); fix the row, or the declaration if every row is so", True)
-            if name not in self._nonfinite:
-                what = None
-                if isinstance(v, float) and not math.isfinite(v):
-                    what = f"{v}"
-                elif floats and abs(v) >= _OVERFLOW[dtype]:
-                    what = f"{v}, which is {'-' if v < 0 else ''}inf in {dtype}"
-                if what is not None:
-                    self._nonfinite[name] = RowProblem(name, i, f"`{name}` is {what}; a NaN or infinite input makes "
-                                                       "the losses that read it NaN: fix the row, or drop it", True)
-                elif not floats and not _fits(v, dtype):
-                    self._nonfinite[name] = RowProblem(name, i, _too_big(name, "is", v, dtype), True)
-            return None
+            return self._scalar(name, dtype, v, i)
         if len(shape) != 1:
             return None   # the runtime names the shape; the checker already refuses it
-        if self._text.get(name):
+        kind = self.kinds.get(name)
+        if kind in ("text", "chat"):
             if not self.tokenizer:
-                return RowProblem(name, None, f"column `{name}` holds text; give `:tokenizer \"tokenizer.json\"` "
-                                  "to tokenize it, or store token ids", False)
-            if not isinstance(v, str):
-                return RowProblem(name, i, f"`{name}` is {kind_words(v)}, but {decl} and the first row's `{name}` is "
-                                  "text; make the row's value text like the others", True)
+                what = "text" if kind == "text" else "chat messages"
+                fix = ("to tokenize it" if kind == "text" else "(with the model's tokenizer_config.json beside it, "
+                       "for its chat template) to render and tokenize them")
+                return RowProblem(name, None, f"column `{name}` holds {what}; give `:tokenizer \"tokenizer.json\"` "
+                                  f"{fix}, or store token ids", False)
+            bad = _text_row(name, decl, v, i) if kind == "text" else _chat_row(name, decl, v, i)
+            if bad is not None or self.encode is None:
+                return bad
+            from .chat_template import NoChatTemplate, RenderError
             try:
-                v.encode("utf-8")
-            except UnicodeEncodeError as e:   # JSON's "\ud800" alone: no text holds it, and no tokenizer takes it
-                return RowProblem(name, i, f"`{name}` holds a lone surrogate (\\u{ord(v[e.start]):04x} at character "
-                                  f"{e.start + 1}), which is not text; a \\uD800-\\uDFFF escape must be half of a "
-                                  "pair: fix the row, or drop it", True)
+                ids = self.encode(v, kind, name)
+            except NoChatTemplate as e:
+                self._file[name] = RowProblem(name, None, f"column `{name}` holds chat messages, but {e}", False)
+                return None
+            except RenderError as e:
+                return RowProblem(name, i, f"`{name}`'s messages do not render through the chat template: {e}; fix "
+                                  "the row, or the template", True)
+            self._ids(name, shape[0], dtype, ids, i, "tokens")
             return None
         if not isinstance(v, list):
             what = "the first row's is a list of token ids" if i else "a sequence field takes text or a list of token ids"
@@ -266,7 +296,15 @@ class PromptRows:
         if bad is not _NONE:
             return RowProblem(name, i, f"`{name}` is a list holding {kind_words(bad)}, but {decl}, a list of "
                               "integer token ids; fix the row, or store text in every row (with `:tokenizer`)", True)
-        kept = v[:shape[0]]   # (the ids past the cut are dropped, never checked)
+        self._ids(name, shape[0], dtype, v, i, "token ids")
+        return None
+
+    def _ids(self, name: str, width: int, dtype: str, ids: list, i: int, what: str) -> None:
+        """Check row `i`'s ids of `[width]` field `name`: its length against the layout, then the ids it
+        keeps against `dtype` and `:vocab` (the ids past the cut are dropped, never checked)."""
+        if len(ids) > width and self.layout.refuses_long and name not in self._long:
+            self._long[name] = RowProblem(name, i, long_row(name, len(ids), width, what), True)
+        kept = self.layout.kept(ids, width)
         big = next((t for t in kept if not _fits(t, dtype)), None) if name not in self._nonfinite else None
         if big is not None:
             self._nonfinite[name] = RowProblem(name, i, _too_big(name, "has token id", big, dtype), True)
@@ -274,6 +312,24 @@ class PromptRows:
             out = next((t for t in kept if t >= self.vocab or t < 0), None)
             if out is not None:
                 self._outside[name] = RowProblem(name, i, outside_vocab(name, out, self.vocab), True)
+
+    def _scalar(self, name: str, dtype: str, v, i: int) -> RowProblem | None:
+        floats = dtype in _OVERFLOW
+        if not (isinstance(v, (int, float)) and not isinstance(v, bool) and (floats or not isinstance(v, float))):
+            want = "a number" if floats else "an integer"
+            return RowProblem(name, i, f"`{name}` is {kind_words(v)}, but field `{name}` is declared `[] :{dtype}` "
+                              f"({want}); fix the row, or the declaration if every row is so", True)
+        if name not in self._nonfinite:
+            what = None
+            if isinstance(v, float) and not math.isfinite(v):
+                what = f"{v}"
+            elif floats and abs(v) >= _OVERFLOW[dtype]:
+                what = f"{v}, which is {'-' if v < 0 else ''}inf in {dtype}"
+            if what is not None:
+                self._nonfinite[name] = RowProblem(name, i, f"`{name}` is {what}; a NaN or infinite input makes "
+                                                   "the losses that read it NaN: fix the row, or drop it", True)
+            elif not floats and not _fits(v, dtype):
+                self._nonfinite[name] = RowProblem(name, i, _too_big(name, "is", v, dtype), True)
         return None
 
     def problem(self) -> RowProblem | None:
@@ -286,10 +342,57 @@ class PromptRows:
                 i, line = self._null[n]
                 return RowProblem(n, i, f"the row has no `{n}` (or it is null); give every row the field", False, line)
         for n in self.wanted:
-            found = self._bad.get(n) or self._nonfinite.get(n) or self._outside.get(n)
+            if n in self._file:
+                return self._file[n]
+        for n in self.wanted:
+            found = self._bad.get(n) or self._long.get(n) or self._nonfinite.get(n) or self._outside.get(n)
             if found is not None:
                 return found
         return None
+
+
+def row_kind(v) -> str:
+    """What a `[L]` field's first row holds: "text", "chat" (a list of message objects) or "ids"."""
+    if isinstance(v, str):
+        return "text"
+    if isinstance(v, list) and v and isinstance(v[0], dict):
+        return "chat"
+    return "ids"
+
+
+def long_row(name: str, length: int, width: int, what: str = "tokens") -> str:
+    """The reason and fix for a row of `length` ids in a `[width]` field padded on the left."""
+    return (f"`{name}` is {length} {what}, more than the {width} of field `{name}` (`:pad-side :left` keeps every "
+            f"prompt whole); widen the field to `[{length}]`, or give `:truncate :left` to keep each row's last "
+            f"{width} (`:truncate :right`: its first)")
+
+
+def _text_row(name: str, decl: str, v, i: int) -> RowProblem | None:
+    """A later row of a text column that is not text, or not UTF-8 encodable; else None."""
+    if not isinstance(v, str):
+        return RowProblem(name, i, f"`{name}` is {kind_words(v)}, but {decl} and the first row's `{name}` is "
+                          "text; make the row's value text like the others", True)
+    try:
+        v.encode("utf-8")
+    except UnicodeEncodeError as e:   # JSON's "\ud800" alone: no text holds it, and no tokenizer takes it
+        return RowProblem(name, i, f"`{name}` holds a lone surrogate (\\u{ord(v[e.start]):04x} at character "
+                          f"{e.start + 1}), which is not text; a \\uD800-\\uDFFF escape must be half of a "
+                          "pair: fix the row, or drop it", True)
+    return None
+
+
+def _chat_row(name: str, decl: str, v, i: int) -> RowProblem | None:
+    """A row of a chat column that is not a non-empty list of message objects, each with a text `role`."""
+    if not isinstance(v, list) or not v:
+        return RowProblem(name, i, f"`{name}` is {'an empty list' if v == [] else kind_words(v)}, but {decl} and the "
+                          f"first row's `{name}` is chat messages; make it a list of {{\"role\": ..., \"content\": "
+                          "...}} objects like the others", True)
+    for k, m in enumerate(v):
+        if not isinstance(m, dict) or not isinstance(m.get("role"), str):
+            what = kind_words(m) if not isinstance(m, dict) else "an object without a text `role`"
+            return RowProblem(name, i, f"`{name}`'s message {k + 1} is {what}; each message is an object "
+                              "{\"role\": \"user\", \"content\": \"...\"}: fix the row", True)
+    return None
 
 
 _NONE = object()

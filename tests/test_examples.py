@@ -59,7 +59,8 @@ def gpt2_teacher(tmp_path_factory):
 def runnable(path: Path, tmp_path: Path, request) -> Path:
     """The example itself, or a copy (in tmp_path): for distill.sx and distill-gpt2.sx one whose teacher
     is the fixture's, for the SMALLER ones one with those `def`s replaced (in a copy, the `data/` paths,
-    relative to the run file, made absolute: the tokenizers of gpt2.sx, llama.sx and distill-gpt2.sx)."""
+    relative to the run file, made absolute: the tokenizers of gpt2.sx, llama.sx and distill-gpt2.sx,
+    distill.sx's prompts and tokenizer)."""
     if path.name in SMALLER:
         text = path.read_text(encoding="utf-8")
         for name, value in SMALLER[path.name].items():
@@ -91,7 +92,8 @@ def runnable(path: Path, tmp_path: Path, request) -> Path:
     text = path.read_text(encoding="utf-8")
     assert text.count(':pretrained "code-lm.safetensors"') == 1
     copy = tmp_path / "distill.sx"
-    copy.write_text(text.replace('"code-lm.safetensors"', f'"{teacher}"'), encoding="utf-8")
+    text = text.replace('"code-lm.safetensors"', f'"{teacher}"').replace('"data/', f'"{EXAMPLES_DIR / "data"}/')
+    copy.write_text(text, encoding="utf-8")
     return copy
 
 

@@ -15,7 +15,8 @@ not JSON, not a tokenizer, past its bound or nested too deeply (E-LOADER-001: lo
 read only through bounded_read, so that a pipe or /dev/zero never blocks the check); with
 `read_files` True (`run`, `lint --read-files`; not the server's "local"), also a path, tokenizer or
 glob that names no file, a `jsonl` row the runtime refuses (read through bounded_read.jsonl_rows
-and checked against the fields with prompt_rows.PromptRows, as the runtime does), a `text-tokens`
+and checked against the fields with prompt_rows.PromptRows, as the runtime does; text and chat rows
+rendered and tokenized as the runtime does, prompt_encoder.PromptEncoder), a `parquet` row so, a `text-tokens`
 file that is not UTF-8 (bounded_read.text_problem) or a small corpus shorter than one window
 (text_tokens), an `npz` without a declared field and a `.npy` whose header is not `:dtype`
 (E-LOADER-001, each in the runtime's words, from the check it uses). What only the data files
@@ -34,7 +35,7 @@ import stat
 from ..bounded_read import (TOKENIZER_JSON_LIMIT, JsonNumberTooLong, JsonTooDeep, JsonTooLarge, NotRegularFile,
                             TooLarge, describe_mode, loads_json, read_bounded)
 from ..diagnostics import warning
-from ..language import TOKEN_FILE_DTYPES
+from ..language import PAD_SIDES, TOKEN_FILE_DTYPES, TRUNCATE_SIDES
 from ..source import Span
 from .context import CheckContext, near_miss
 
@@ -71,6 +72,12 @@ def check_source(ctx: CheckContext, kind: str, args: dict, nodes: dict, fields, 
         least = 0 if key == "pad" else 1
         if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < least):
             ctx.err("E-FORM-002", nodes[key].span, f"`:{key}` of `{kind}` must be an integer of {least} or more, got {v}")
+            ok = False
+    for key, sides in (("pad-side", PAD_SIDES), ("truncate", TRUNCATE_SIDES)):
+        if key in args and args[key] is not None and args[key] not in sides:
+            ctx.err("E-FORM-002", nodes[key].span, f"`:{key}` of `{kind}` is " + " or ".join(f"`:{s}`" for s in sides)
+                    + f", got {_shown(args[key])}", help="`:pad-side :left` lays prompts out for generation (their ends "
+                    "line up); `:truncate :left` keeps a long row's last tokens")
             ok = False
     pad, vocab = args.get("pad"), args.get("vocab")
     if ok and all(isinstance(v, int) and not isinstance(v, bool) for v in (pad, vocab)) and pad >= vocab:
@@ -112,13 +119,19 @@ def check_source(ctx: CheckContext, kind: str, args: dict, nodes: dict, fields, 
     if checked and ctx.read_files is True and kind == "jsonl" and isinstance(args.get("path"), str) \
             and "path" not in missing:
         vocab = args.get("vocab") if isinstance(args.get("vocab"), int) else None
-        ok = _jsonl_rows(ctx, args["path"], nodes["path"].span, fields, bool(args.get("tokenizer")), vocab) and ok
+        tokenizer = args.get("tokenizer") if isinstance(args.get("tokenizer"), str) else None
+        from ..prompt_rows import Layout   # (not at start-up: it imports json)
+        layout = Layout(args.get("pad-side") or "right", args.get("truncate"))
+        ok = _jsonl_rows(ctx, args["path"], nodes["path"].span, fields, tokenizer, vocab, layout) and ok
         if ok and vocab is not None and isinstance(args.get("tokenizer"), str) and "tokenizer" not in missing:
             ok = _jsonl_text_ids(ctx, args["path"], args["tokenizer"], fields, vocab, nodes["path"].span) and ok
     if checked and ctx.read_files is True and kind == "parquet" and isinstance(args.get("path"), str) \
             and "path" not in missing and fields:
         vocab = args.get("vocab") if isinstance(args.get("vocab"), int) else None
-        ok = _parquet_rows(ctx, args["path"], nodes["path"].span, fields, bool(args.get("tokenizer")), vocab) and ok
+        tokenizer = args.get("tokenizer") if isinstance(args.get("tokenizer"), str) else None
+        from ..prompt_rows import Layout
+        layout = Layout(args.get("pad-side") or "right", args.get("truncate"))
+        ok = _parquet_rows(ctx, args["path"], nodes["path"].span, fields, tokenizer, vocab, layout) and ok
     if checked and ctx.read_files is True and kind == "text-tokens" and isinstance(args.get("glob"), str) \
             and "glob" not in missing:
         ok = _text_files(ctx, args["glob"], nodes["glob"].span) and ok
@@ -131,6 +144,11 @@ def check_source(ctx: CheckContext, kind: str, args: dict, nodes: dict, fields, 
             and not args["path"].endswith(".npy") and args.get("dtype") in _ITEMSIZE):
         _token_file_dtype(ctx, args["path"], args["dtype"], args.get("vocab"), nodes["dtype"].span)
     return form_ok
+
+
+def _shown(value) -> str:
+    """A source argument's value as the file wrote it: a keyword's name as `:name`."""
+    return f"`:{value}`" if isinstance(value, str) else f"`{value}`"
 
 
 #: The bytes of each on-disk token dtype, and its `memoryview` format.
@@ -320,20 +338,25 @@ def _regular_file(ctx: CheckContext, rel: str) -> tuple[str, os.stat_result] | N
     return (full, st) if st is not None and stat.S_ISREG(st.st_mode) else None
 
 
-def _jsonl_rows(ctx: CheckContext, rel: str, at: Span, fields=None, tokenizer: bool = False,
-                vocab: int | None = None) -> bool:
+def _jsonl_rows(ctx: CheckContext, rel: str, at: Span, fields=None, tokenizer: str | None = None,
+                vocab: int | None = None, layout=None) -> bool:
     """E-LOADER-001 at the path when a row of the .jsonl file `rel` is one the runtime refuses (not
     UTF-8, not JSON, nested too deeply, a number of too many digits, not an object, a line past its
     bound: bounded_read.jsonl_rows, which the runtime reads through), or when with the loader's
     `fields` its rows are ones the runtime refuses (a field no row has, a null, a token list holding
-    a non-integer, an infinite number: prompt_rows.PromptRows, which the runtime checks with). False
-    when reported; a file that is not there or not a regular file is the other checks'."""
+    a non-integer, an infinite number, chat messages the template fails on, a row longer than its
+    left-padded field: prompt_rows.PromptRows, which the runtime checks with, encoding text and chat
+    rows with the `tokenizer` (its path, relative to the run file) as the runtime does:
+    prompt_encoder.PromptEncoder, laid out as `layout` says: prompt_rows.Layout, None for the default). False when reported; a file that is not there or not a regular
+    file is the other checks'."""
     found = _regular_file(ctx, rel)
     if found is None:
         return True
     full, st = found
     key = tuple((n, tuple(s), d) for n, s, d in fields) if fields else None
-    bad = _bad_row(full, st.st_mtime_ns, st.st_size, key, tokenizer, vocab)
+    tok = _regular_file(ctx, tokenizer) if tokenizer is not None else None
+    tok_key = (tok[0], tok[1].st_mtime_ns, tok[1].st_size, _template_stamp(tok[0])) if tok is not None else None
+    bad = _bad_row(full, st.st_mtime_ns, st.st_size, key, tokenizer is not None, vocab, layout, tok_key)
     if bad is None:
         return True
     where, detail = bad
@@ -346,16 +369,47 @@ def _jsonl_rows(ctx: CheckContext, rel: str, at: Span, fields=None, tokenizer: b
     return False
 
 
+def _template_stamp(tokenizer_path: str) -> tuple:
+    """The (mtime_ns, size) of the files beside a tokenizer.json its chat template is read from: an
+    edited template is read again."""
+    folder = os.path.dirname(tokenizer_path)
+    out = []
+    for name in ("tokenizer_config.json", "chat_template.jinja", "special_tokens_map.json"):
+        try:
+            st = os.stat(os.path.join(folder, name))
+            out.append((st.st_mtime_ns, st.st_size))
+        except OSError:
+            out.append(None)
+    return tuple(out)
+
+
+def _encoder(tok_key):
+    """prompt_encoder.PromptEncoder of the tokenizer.json `tok_key[0]`, or None when it does not load
+    (the tokenizer's own check names that)."""
+    if tok_key is None:
+        return None
+    from ..prompt_encoder import PromptEncoder
+    try:
+        from tokenizers import Tokenizer
+        raw = read_bounded(tok_key[0], TOKENIZER_JSON_LIMIT, "a tokenizer.json").decode("utf-8")
+        return PromptEncoder(Tokenizer.from_str(raw), tok_key[0]).ids
+    except Exception:   # tokenizers raises a bare Exception; the runtime names what is wrong
+        return None
+
+
 @functools.lru_cache(maxsize=16)
 def _bad_row(path: str, mtime_ns: int, size: int, fields=None, tokenizer: bool = False,
-             vocab: int | None = None) -> tuple[str | None, str] | None:
+             vocab: int | None = None, layout=None, tok_key=None) -> tuple[str | None, str] | None:
     """(LINE[:COL] or None for the whole file, the reason and fix) of the first thing in the .jsonl
     file at `path` the runtime refuses, or None: a row it cannot read, or (with `fields`, the loader's
-    (name, shape, dtype) triples) rows that do not fit them. Rows are read one at a time (a line at
-    most JSONL_LINE_LIMIT) and not kept. `mtime_ns` and `size` key the cache: an edited file is read again."""
+    (name, shape, dtype) triples) rows that do not fit them, text and chat rows encoded with the
+    tokenizer `tok_key` names ((path, mtime_ns, size, its template's stamp), or None). Rows are read
+    one at a time (a line at most JSONL_LINE_LIMIT) and not kept. `mtime_ns` and `size` key the
+    cache: an edited file is read again."""
     from ..bounded_read import JSONL_LINE_LIMIT, BadJsonlRow, jsonl_rows, open_regular, read_lines_bounded
-    from ..prompt_rows import PromptRows, value_column
-    check = PromptRows(fields, tokenizer, vocab=vocab) if fields else None
+    from ..prompt_rows import Layout, PromptRows, value_column
+    check = (PromptRows(fields, tokenizer, vocab=vocab, layout=layout or Layout(), encode=_encoder(tok_key))
+             if fields else None)
     try:
         with open_regular(path) as fh:
             for line_no, row in jsonl_rows(fh):
@@ -386,17 +440,21 @@ def _bad_row(path: str, mtime_ns: int, size: int, fields=None, tokenizer: bool =
 PARQUET_CHECK_LIMIT = 16 << 20
 
 
-def _parquet_rows(ctx: CheckContext, rel: str, at: Span, fields, tokenizer: bool, vocab: int | None) -> bool:
+def _parquet_rows(ctx: CheckContext, rel: str, at: Span, fields, tokenizer: str | None, vocab: int | None,
+                  layout=None) -> bool:
     """E-LOADER-001 at the path when the parquet file `rel` is not one pyarrow reads, or lacks a declared
     column, or a row of its declared columns is one the runtime refuses (prompt_rows.PromptRows, the
-    check the runtime makes, in its words: ``row N of column `name` ``). The rows of a file above
+    check the runtime makes, in its words: ``row N of column `name` ``; text and chat rows encoded with
+    the `tokenizer` as the runtime does, laid out as `layout` says). The rows of a file above
     PARQUET_CHECK_LIMIT bytes are left to the run. False when reported."""
     found = _regular_file(ctx, rel)
     if found is None:
         return True
     full, st = found
     key = tuple((n, tuple(s), d) for n, s, d in fields)
-    bad = _bad_parquet(full, st.st_mtime_ns, st.st_size, key, tokenizer, vocab)
+    tok = _regular_file(ctx, tokenizer) if tokenizer is not None else None
+    tok_key = (tok[0], tok[1].st_mtime_ns, tok[1].st_size, _template_stamp(tok[0])) if tok is not None else None
+    bad = _bad_parquet(full, st.st_mtime_ns, st.st_size, key, tokenizer is not None, vocab, layout, tok_key)
     if bad is None:
         return True
     reason, _, fix = bad.partition("; ")
@@ -405,9 +463,10 @@ def _parquet_rows(ctx: CheckContext, rel: str, at: Span, fields, tokenizer: bool
 
 
 @functools.lru_cache(maxsize=16)
-def _bad_parquet(path: str, mtime_ns: int, size: int, fields: tuple, tokenizer: bool, vocab: int | None) -> str | None:
+def _bad_parquet(path: str, mtime_ns: int, size: int, fields: tuple, tokenizer: bool, vocab: int | None,
+                 layout=None, tok_key=None) -> str | None:
     """What the runtime refuses in the parquet file at `path` (reason; fix), or None (see `_parquet_rows`)."""
-    from ..prompt_rows import PromptRows, derived, unreadable_parquet
+    from ..prompt_rows import Layout, PromptRows, derived, unreadable_parquet
     try:
         import pyarrow as pa
         import pyarrow.parquet as pq
@@ -415,7 +474,8 @@ def _bad_parquet(path: str, mtime_ns: int, size: int, fields: tuple, tokenizer: 
         return None
     declared = {n for n, _, _ in fields}
     wanted = [n for n, _, _ in fields if not derived(n, declared)]
-    check = PromptRows(fields, tokenizer, nulls=False, vocab=vocab)
+    check = PromptRows(fields, tokenizer, nulls=False, vocab=vocab, layout=layout or Layout(),
+                       encode=_encoder(tok_key))
     try:
         schema = pq.read_schema(path)
         check.keys(schema.names)

@@ -8,7 +8,13 @@ A declared field takes the column of its name:
 - `[]` from a column of numbers (a label, a reward);
 - `NAME-length` (`[]`, an integer dtype) is the number of real tokens of the
   declared field `NAME` (after the cut), `NAME-mask` (`[L]`) is 1 (true)
-  at each of them and 0 at the padding.
+  at each of them and 0 at the padding, `NAME-positions` (`[L]`, an integer
+  dtype) each real token's position from the row's first real token, -1 at
+  the padding (the standard library's per-row positions: negative is padding).
+With `:pad-side :left` the padding comes before the ids; a row longer than
+`L` is then refused unless `:truncate` says which end to cut
+(prompt_rows.Layout). A column of chat messages is rendered through the
+tokenizer's chat template and tokenized (sexpgpu_lang/prompt_encoder.py).
 A file with `prompt` and `answer` columns so gives the split as two fields
 (`:prompt [P] :i32 :answer [A] :i32`, with their lengths or masks).
 
@@ -26,7 +32,8 @@ import numpy as np
 
 from sexpgpu_lang.bounded_read import (JSONL_LINE_LIMIT, BadJsonlRow, NotRegularFile, check_regular, jsonl_rows,
                                        read_lines_bounded)
-from sexpgpu_lang.prompt_rows import PromptRows, derived, outside_vocab, unreadable_parquet, value_column
+from sexpgpu_lang.prompt_encoder import PromptEncoder
+from sexpgpu_lang.prompt_rows import Layout, PromptRows, derived, unreadable_parquet, value_column
 from sexpgpu_lang.ir import LoaderIR
 
 from .files import first_nonfinite, np_dtype, open_data, resolve_path
@@ -45,8 +52,22 @@ def prompt_table(spec: LoaderIR, args: dict) -> dict[str, np.ndarray]:
     columns, names, at = (_jsonl(path, wanted, where, f"loader `{spec.name}`") if kind == "jsonl"
                           else _parquet(path, wanted, where))
     vocab = args.get("vocab")
+    layout = Layout(str(args.get("pad-side") or "right"), args.get("truncate"))
+    encoded: dict[str, list] = {}
+    encoder: list[PromptEncoder] = []
+
+    def encode(value, row_kind: str, field: str) -> list[int]:
+        if not encoder:   # the tokenizer is loaded at the first text or chat row
+            tok_path = resolve_path(spec, str(args["tokenizer"]))
+            try:
+                tokenizer = load_tokenizer(tok_path)
+            except TokenizeError as e:
+                raise LoaderError(f"loader `{spec.name}`: {e}") from None
+            encoder.append(PromptEncoder(tokenizer, tok_path, kept=lambda f, ids: encoded.setdefault(f, []).append(ids)))
+        return encoder[0].ids(value, row_kind, field)
+
     check = PromptRows(spec.fields, bool(args.get("tokenizer")), nulls=kind == "jsonl",
-                       vocab=int(vocab) if vocab is not None else None)
+                       vocab=int(vocab) if vocab is not None else None, layout=layout, encode=encode)
     check.keys(names)
     present = [n for n in wanted if n in columns]
     for i in range(len(columns[present[0]]) if present else 0):
@@ -56,8 +77,6 @@ def prompt_table(spec: LoaderIR, args: dict) -> dict[str, np.ndarray]:
         place = where if bad.row is None else at(bad.field, bad.row, bad.column)
         raise LoaderError(f"{place}: {bad.reason}")
     pad = int(args.get("pad") or 0)
-    vocab = args.get("vocab")   # (token lists were checked against it: PromptRows; this is for tokenized text)
-    tokenizer = None
     table: dict[str, np.ndarray] = {}
     lengths: dict[str, np.ndarray] = {}
     for name, shape, dtype in spec.fields:
@@ -70,21 +89,9 @@ def prompt_table(spec: LoaderIR, args: dict) -> dict[str, np.ndarray]:
         if len(shape) != 1:
             raise LoaderError(f"{where}: field `{name}` is [{' '.join(map(str, shape))}]; a column gives a scalar `[]` "
                               "or a sequence of tokens `[L]`")
-        if col and isinstance(col[0], str):
-            if tokenizer is None:
-                try:
-                    tokenizer = load_tokenizer(resolve_path(spec, str(args["tokenizer"])))
-                except TokenizeError as e:
-                    raise LoaderError(f"loader `{spec.name}`: {e}") from None
-            ids = [e.ids for e in tokenizer.encode_batch(col, add_special_tokens=False)]
-        else:
-            ids = col   # (text or integer lists in every row: PromptRows checked)
-        table[name], lengths[name] = _pad(ids, shape[0], pad, dtype, name, at)
-        real = np.arange(shape[0])[None, :] < lengths[name][:, None]   # the padding is not checked
-        over = real & ((table[name] >= int(vocab)) | (table[name] < 0)) if vocab is not None else None
-        if over is not None and over.any():
-            row = int(np.argmax(over.any(axis=1)))
-            raise LoaderError(f"{at(name, row)}: {outside_vocab(name, int(table[name][row][over[row]][0]), int(vocab))}")
+        # text and chat rows: their ids as PromptRows encoded them (and checked them against `:vocab`)
+        ids = encoded.get(name, []) if check.kinds.get(name) in ("text", "chat") else col
+        table[name], lengths[name] = _pad(ids, shape[0], pad, dtype, name, at, layout)
     for name, shape, dtype in spec.fields:
         base = _derived(name, declared)
         if base is None:
@@ -95,9 +102,12 @@ def prompt_table(spec: LoaderIR, args: dict) -> dict[str, np.ndarray]:
                               f"`:{base} [L] :i32`")
         if name.endswith("-length"):
             table[name] = n.astype(np_dtype(dtype))
-        else:
-            width = table[base].shape[1]
-            table[name] = (np.arange(width)[None, :] < n[:, None]).astype(np_dtype(dtype))
+            continue
+        width = table[base].shape[1]
+        start = width - n if layout.pad_side == "left" else np.zeros_like(n)   # each row's first real column
+        column = np.arange(width)[None, :] - start[:, None]
+        real = (column >= 0) & (column < n[:, None])
+        table[name] = (real if name.endswith("-mask") else np.where(real, column, -1)).astype(np_dtype(dtype))
     return table
 
 
@@ -122,12 +132,13 @@ def _scalars(col: list, name: str, dtype: str, at) -> np.ndarray:
     return out
 
 
-def _pad(ids: list[list[int]], width: int, pad: int, dtype: str, name: str, at):
-    """([rows width] the ids padded with `pad` or cut to `width`, [rows] the real lengths). An id that
-    does not fit `dtype` is LoaderError naming its row (`at(name, i)`: its file and line, or its row)
-    and the id."""
+def _pad(ids: list[list[int]], width: int, pad: int, dtype: str, name: str, at, layout: Layout = Layout()):
+    """([rows width] the ids padded with `pad` on `layout`'s side, or cut where it says, [rows] the real
+    lengths). An id that does not fit `dtype` is LoaderError naming its row (`at(name, i)`: its file
+    and line, or its row) and the id."""
     lengths = np.fromiter((len(r) for r in ids), dtype=np.int64, count=len(ids))
     kept = np.minimum(lengths, width)
+    left = layout.pad_side == "left"
     info = np.iinfo(np_dtype(dtype))
 
     def refuse(i: int, bad: int):
@@ -136,10 +147,14 @@ def _pad(ids: list[list[int]], width: int, pad: int, dtype: str, name: str, at):
                            f"({info.min} to {info.max}); {fix}")
     out = np.full((len(ids), width), pad, dtype=np.int64)
     for i, r in enumerate(ids):
+        row = layout.kept(r, width)
         try:
-            out[i, :kept[i]] = r[:width]
+            if left:
+                out[i, width - kept[i]:] = row
+            else:
+                out[i, :kept[i]] = row
         except OverflowError:   # past i64 itself
-            raise refuse(i, next(t for t in r[:width] if not -(1 << 63) <= t < (1 << 63))) from None
+            raise refuse(i, next(t for t in row if not -(1 << 63) <= t < (1 << 63))) from None
     # (a negative id, Hugging Face's -100 label, is refused where it reaches a table: run/id_tables.py)
     outside = (out < info.min) | (out > info.max)
     if outside.any() and not info.min <= pad <= info.max:
