@@ -41,6 +41,8 @@ class RunOptions:
     overwrite: bool = False
     devices: int | None = None     # `--mesh data=N`: the data axis size (else the file's `:devices`, else every device)
     fsdp: bool | None = None       # `--fsdp`/`--no-fsdp`: split parameters and optimizer state (else `:shard-params`)
+    trip_loop: str | None = None   # the generator's trip loop, "compiled" or "host" (generator_graphs.TRIP_LOOPS);
+    #                                None: compiled, or host when `train` is given an `on_trip` hook
 
 
 def check_options(program: ir.Program, options: RunOptions) -> None:

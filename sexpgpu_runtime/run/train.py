@@ -16,6 +16,7 @@ device running out of memory (fits.py).
 """
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import jax
@@ -68,12 +69,15 @@ class Trainer:
             self.dp = DataParallel.of(program, options.devices, options.fsdp)
         except MeshError as e:
             raise (OptionError if options.devices is not None else RunError)(str(e))
-        self.graphs = Graphs(program, self.optimizer, selected, donate=jax.default_backend() != "cpu", dp=self.dp)
+        self.trip_loop = options.trip_loop or "compiled"
+        self.graphs = Graphs(program, self.optimizer, selected, donate=jax.default_backend() != "cpu", dp=self.dp,
+                             trip_loop=self.trip_loop)
         self.layout = self.graphs.layout
         self.batches.layout, self.batches.dp = self.layout, self.dp
         self.checks = ValueChecks(program, self.graphs.draw_sites, lambda: self.graphs.training.report_names)
         self.on_trip = None            # called before every trip with (step, trip), before the stop check
         self.stop: StopSignals | None = None
+        self.committed = -1            # the last step (0-based) whose update is queued: past abandoning (`_commit`)
         self.checkpoint_every: int | None = None   # steps whose values are checked in full before a save
         self.completed: RunState | None = None
         self.bad = None                # on the device: the first non-finite loss (training_graphs.tally), or None
@@ -103,16 +107,46 @@ class Trainer:
         return RunState(state.step, trainable, frozen, opt_state, state.records, counters)
 
     def poll(self) -> None:
-        """Raise `Stopped` if a stop signal has arrived (a phase boundary: nothing half-done is kept)."""
+        """Raise `Stopped` if a stop signal has arrived (a phase boundary: nothing half-done is kept), or
+        what `on_trip` raised inside a compiled trip loop (generator_graphs.TripWatch)."""
+        watch = self._watch()
+        if watch is not None and watch.error is not None:
+            error, watch.error = watch.error, None
+            raise error
         if self.stop is not None:
             self.stop.check()
 
+    def _watch(self):
+        gen = self.graphs.generator
+        return gen.watch if gen is not None else None
+
+    def _commit(self, step: int) -> None:
+        """The last look before step `step`'s update is queued (`poll`); from here the step is past
+        abandoning. Under the compiled trip loops' lock, so that a loop of this step that saw a stop
+        (`_trip_hook`) has it raised here, and one that did not runs all its trips."""
+        watch = self._watch()
+        if watch is None:
+            self.poll()
+            return
+        with watch.lock:
+            self.poll()
+            self.committed = step
+
     def _trip_hook(self, step: int):
+        """What runs before every trip of step `step`: `on_trip(step, trip)`, then the look for a stop.
+        The host loop raises `Stopped`; the compiled loop's look (on the host, from the loop's
+        callback) answers whether the trip runs: no once a signal has arrived and the step is not
+        yet committed (`_commit` then raises it), so a loop ended early is never trained on."""
         def before_trip(trip: int):
             if self.on_trip is not None:
                 self.on_trip(step, trip)
             self.poll()
-        return before_trip
+
+        def look(trip: int) -> bool:
+            if self.on_trip is not None:
+                self.on_trip(step, trip)
+            return not (self.stop is not None and self.stop.received is not None and self.committed < step)
+        return look if self.trip_loop == "compiled" else before_trip
 
     def step(self, state: RunState) -> tuple[RunState, dict]:
         """Run one training step; return the new state and its reports (device values).
@@ -147,7 +181,7 @@ class Trainer:
             losses += l
             metrics.append(m)
             diags.append(d)
-        self.poll()
+        self._commit(state.step)
         trainable, opt_state = g.update(state.trainable, state.opt_state, total, bad[0])
         new = RunState(state.step + 1, trainable, state.frozen, opt_state, records, counters)
         self.bad, self.draw = bad, draw
@@ -314,6 +348,8 @@ def train(program: ir.Program, options: RunOptions, on_trip=None) -> RunResult:
     anything is written in it until the export is written (run_lock.py): RunDirInUse, having
     written nothing, when another process holds it.
     """
+    if on_trip is not None and options.trip_loop is None:   # a hook that raises to stop: the host loop
+        options = dataclasses.replace(options, trip_loop="host")
     start = RunStart(program, options)
     try:
         return _run(start, program, options, on_trip)
