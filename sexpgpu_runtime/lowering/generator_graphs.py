@@ -107,12 +107,17 @@ class GeneratorGraphs:
         donated = (2,)
         # generate.init also returns the group's batch and context rows: on one device they arrive as
         # numpy, and this call's copies on the device are what the group's later calls read.
-        self.gen_init_1 = jax.jit(counted("generate.init", self._start(init)))
+        # On one device its outputs are committed to it, as the state and the later trips' outputs are:
+        # otherwise a pass-through of the batch (an uncommitted input) comes back uncommitted, and the
+        # host loop's second trip, its state committed, would compile the trip graph again.
+        placed = {} if dp is not None else {"out_shardings": jax.sharding.SingleDeviceSharding(jax.devices()[0])}
+        self.gen_init_1 = jax.jit(counted("generate.init", self._start(init)), **placed)
         self.gen_step_1 = jax.jit(counted("generate.step", checked(step)), donate_argnums=donated)
         self.gen_finish_1 = jax.jit(counted("generate.finish", finish))
         if S > 1:
             # each phase once per copy, the batch and the state stacked, the rest shared (stacking.py).
-            self.gen_init = jax.jit(counted("generate.init stacked", self._start(over_copies(init, S, (2,)))))
+            self.gen_init = jax.jit(counted("generate.init stacked", self._start(over_copies(init, S, (2,)))),
+                                    **placed)
             stacked_step = over_copies(step, S, (2,))
             if gen.until is not None:   # the group's trips end once every copy's `:until` holds
                 stacked_step = self._all_done(stacked_step)

@@ -98,10 +98,16 @@ class Trainer:
         return self.place(RunState(0, trainable, frozen, self.optimizer.init(trainable), 0, self.graphs.zero_counters()))
 
     def place(self, state: RunState) -> RunState:
-        """On a mesh, the parameters, optimizer state and counters replicated on every device (or, under
-        FSDP, split along the mesh: sharding.DataParallel.state_sharding)."""
+        """The parameters, optimizer state and counters placed as every step's graphs take them: on one
+        device committed to it (as a checkpoint restores them and as the graphs' outputs are), so a
+        fresh run and a resume pass their graphs arguments placed alike and each graph compiles once;
+        on a mesh replicated on every device (or, under FSDP, split along the mesh:
+        sharding.DataParallel.state_sharding)."""
         if self.dp is None:
-            return state
+            device = jax.devices()[0]
+            trainable, frozen, opt_state, counters = jax.device_put(
+                (state.trainable, state.frozen, state.opt_state, state.counters), device)
+            return RunState(state.step, trainable, frozen, opt_state, state.records, counters)
         trainable, frozen, opt_state, counters = self.dp.put_state(
             (state.trainable, state.frozen, state.opt_state, state.counters))
         return RunState(state.step, trainable, frozen, opt_state, state.records, counters)
