@@ -43,6 +43,7 @@ class RunOptions:
     fsdp: bool | None = None       # `--fsdp`/`--no-fsdp`: split parameters and optimizer state (else `:shard-params`)
     trip_loop: str | None = None   # the generator's trip loop, "compiled" or "host" (generator_graphs.TRIP_LOOPS);
     #                                None: compiled, or host when `train` is given an `on_trip` hook
+    compile_cache: str | None = None   # `--compile-cache DIR|off`: JAX's persistent cache (compile_cache.py)
 
 
 def check_options(program: ir.Program, options: RunOptions) -> None:

@@ -36,6 +36,7 @@ from ..weights.pretrained import export_mapping, export_params, initial_params, 
 from .batches import Batches
 from .checkpoint import Checkpoints
 from .checks import ValueChecks
+from .compile_cache import configure as configure_compile_cache
 from .fits import is_out_of_memory, out_of_memory
 from .loop import Loop
 from .options import RunOptions
@@ -354,6 +355,7 @@ def train(program: ir.Program, options: RunOptions, on_trip=None) -> RunResult:
     anything is written in it until the export is written (run_lock.py): RunDirInUse, having
     written nothing, when another process holds it.
     """
+    configure_compile_cache(options.compile_cache)   # before anything compiles
     if on_trip is not None and options.trip_loop is None:   # a hook that raises to stop: the host loop
         options = dataclasses.replace(options, trip_loop="host")
     start = RunStart(program, options)
