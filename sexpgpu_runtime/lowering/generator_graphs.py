@@ -83,6 +83,36 @@ class TripWatch:
             return np.False_
 
 
+def compiled_loop(step, trips: int, until: bool, sites: bool, watch: TripWatch):
+    """`step` (the trip graph, as jitted for the host loop) run `trips` times in one `lax.while_loop`:
+    (trainable, frozen, state, rows[, draw]) -> (state, trips run[, draw]). Before trip 0 and after
+    each trip an ordered `io_callback` asks `watch` whether the next trip runs; the loop ends at
+    `trips`, at a no, or (`until`) once the flag `step` returns beside the state holds, read on the
+    device after every trip. `sites`: `step` takes and returns the traced temperatures' record."""
+    yes = jax.ShapeDtypeStruct((), jnp.bool_)
+
+    def loop(trainable, frozen, state, rows, *draw):
+        def cond(c):
+            t, _, _, done, go = c
+            return (t < trips) & go & ~done
+
+        def body(c):
+            t, st, dr, done, _ = c
+            out = step(trainable, frozen, st, t, rows, *dr)
+            if sites:
+                out, dr = out[0], (out[1],)
+            if until:
+                out, done = out
+            return t + 1, out, dr, done, io_callback(watch.next, yes, ordered=True)
+
+        go = io_callback(watch.first, yes, ordered=True)
+        start = (jnp.zeros((), jnp.int64), state, draw, jnp.zeros((), jnp.bool_), go)
+        t, st, dr, _, _ = lax.while_loop(cond, body, start)
+        return (st, t) + tuple(dr)
+    loop.__name__ = "generate_trips"
+    return loop
+
+
 class GeneratorGraphs:
     """The jitted generator phases of one run (`gen_init`, `gen_step`, `gen_finish` for a group of
     `layout.stack` copies; the `_1` graphs for one batch), built once; `generate` runs them."""
@@ -159,35 +189,9 @@ class GeneratorGraphs:
         return step
 
     def _looped(self, step):
-        """`step` (the trip graph, as jitted for the host loop) run `:trips` times in one
-        `lax.while_loop`: (trainable, frozen, state, rows[, draw]) -> (state, trips run[, draw]).
-
-        Before trip 0 and after each trip an ordered `io_callback` asks the host's `TripWatch`
-        whether the next trip runs; the loop ends at `:trips`, at a no, or (with `:until`) once
-        the flag holds, read on the device after every trip."""
-        trips, until, sites = self.p.generate.trips, self.p.generate.until is not None, bool(self.draw_sites)
-        watch, yes = self.watch, jax.ShapeDtypeStruct((), jnp.bool_)
-
-        def loop(trainable, frozen, state, rows, *draw):
-            def cond(c):
-                t, _, _, done, go = c
-                return (t < trips) & go & ~done
-
-            def body(c):
-                t, st, dr, done, _ = c
-                out = step(trainable, frozen, st, t, rows, *dr)
-                if sites:
-                    out, dr = out[0], (out[1],)
-                if until:
-                    out, done = out
-                return t + 1, out, dr, done, io_callback(watch.next, yes, ordered=True)
-
-            go = io_callback(watch.first, yes, ordered=True)
-            start = (jnp.zeros((), jnp.int64), state, draw, jnp.zeros((), jnp.bool_), go)
-            t, st, dr, _, _ = lax.while_loop(cond, body, start)
-            return (st, t) + tuple(dr)
-        loop.__name__ = "generate_trips"
-        return loop
+        """`step` (the trip graph) as one `lax.while_loop` over the trips (`compiled_loop`)."""
+        return compiled_loop(step, self.p.generate.trips, self.p.generate.until is not None, bool(self.draw_sites),
+                             self.watch)
 
     def _draw_checked(self, step):
         """The trip graph of a generator with traced temperatures (`draw_sites`): `step`'s output and

@@ -16,6 +16,7 @@ device running out of memory (fits.py).
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import time
 
@@ -99,11 +100,9 @@ class Trainer:
         return self.place(RunState(0, trainable, frozen, self.optimizer.init(trainable), 0, self.graphs.zero_counters()))
 
     def place(self, state: RunState) -> RunState:
-        """The parameters, optimizer state and counters placed as every step's graphs take them: on one
-        device committed to it (as a checkpoint restores them and as the graphs' outputs are), so a
-        fresh run and a resume pass their graphs arguments placed alike and each graph compiles once;
-        on a mesh replicated on every device (or, under FSDP, split along the mesh:
-        sharding.DataParallel.state_sharding)."""
+        """The parameters, optimizer state and counters committed to the one device (as a restore and the
+        graphs' outputs are: a fresh run and a resume compile each graph once), or on a mesh replicated
+        (under FSDP split along it: sharding.DataParallel.state_sharding)."""
         if self.dp is None:
             device = jax.devices()[0]
             trainable, frozen, opt_state, counters = jax.device_put(
@@ -116,34 +115,25 @@ class Trainer:
     def poll(self) -> None:
         """Raise `Stopped` if a stop signal has arrived (a phase boundary: nothing half-done is kept), or
         what `on_trip` raised inside a compiled trip loop (generator_graphs.TripWatch)."""
-        watch = self._watch()
+        watch = self.graphs.generator.watch if self.graphs.generator is not None else None
         if watch is not None and watch.error is not None:
             error, watch.error = watch.error, None
             raise error
         if self.stop is not None:
             self.stop.check()
 
-    def _watch(self):
-        gen = self.graphs.generator
-        return gen.watch if gen is not None else None
-
     def _commit(self, step: int) -> None:
-        """The last look before step `step`'s update is queued (`poll`); from here the step is past
-        abandoning. Under the compiled trip loops' lock, so that a loop of this step that saw a stop
-        (`_trip_hook`) has it raised here, and one that did not runs all its trips."""
-        watch = self._watch()
-        if watch is None:
-            self.poll()
-            return
-        with watch.lock:
+        """The last look before step `step`'s update is queued, under the compiled loops' lock: a loop of
+        this step that saw a stop (`_trip_hook`) has it raised here; one that did not runs every trip."""
+        gen = self.graphs.generator
+        with gen.watch.lock if gen is not None else contextlib.nullcontext():
             self.poll()
             self.committed = step
 
     def _trip_hook(self, step: int):
-        """What runs before every trip of step `step`: `on_trip(step, trip)`, then the look for a stop.
-        The host loop raises `Stopped`; the compiled loop's look (on the host, from the loop's
-        callback) answers whether the trip runs: no once a signal has arrived and the step is not
-        yet committed (`_commit` then raises it), so a loop ended early is never trained on."""
+        """Before every trip of step `step`: `on_trip(step, trip)`, then the look for a stop: the host loop
+        raises `Stopped`; the compiled loop's (from its callback) answers no once a signal came and the
+        step is not committed (`_commit` then raises it), so a loop cut short is never trained on."""
         def before_trip(trip: int):
             if self.on_trip is not None:
                 self.on_trip(step, trip)
