@@ -1,5 +1,6 @@
 """The generator's two trip loops (generator_graphs.TRIP_LOOPS): the compiled loop (one
-`lax.while_loop` per group, the host asked before every trip) trains the host loop's bits, stacked,
+`lax.while_loop` per group, the host asked before every trip) trains the host loop's (the
+default's) bits, stacked,
 unstacked, with `:until` and with a traced temperature; a stop seen inside a compiled loop abandons
 the step in flight and the resume is bit-exact; the `TripWatch` maps each callback to its loop
 and trip."""
@@ -92,7 +93,8 @@ def test_a_no_ends_the_compiled_loop_before_that_trip(tmp_path):
     from sexpgpu_runtime.run.train import Trainer
     from helpers import FIXTURE
     text = variant(":stack 2", ":stack 1", Path(FIXTURE).read_text())
-    tr = Trainer(program_of(text, str(tmp_path / "run.sx")), RunOptions(run_dir=tmp_path, quiet=True))
+    tr = Trainer(program_of(text, str(tmp_path / "run.sx")), RunOptions(run_dir=tmp_path, quiet=True,
+                                                                        trip_loop="compiled"))
     g, st = tr.graphs, tr.initial_state()
     batch, rows_, _ = tr.batches.host_group(0, 0, 0)
     looked = []

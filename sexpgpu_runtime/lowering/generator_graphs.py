@@ -1,11 +1,11 @@
 """The generator's graphs: `generate.init`, `generate.step` and `generate.finish`, each jitted once per
 run, and the trip loop that runs `generate.step` `:trips` times.
 
-The trip loop is one of two (`TRIP_LOOPS`, docs/runtime.md "The trip loop"): `compiled`, the
-default, runs every trip of a group in one call, a `lax.while_loop` whose body is the trip graph
-and which, before every trip after the first, asks the host (an ordered `io_callback`, `TripWatch`)
-whether to go on; `host` calls the jitted trip graph once per trip from a Python loop, the trip an
-i64 device array, so it never retraces. The state is donated to either on every backend. The
+The trip loop is one of two (`TRIP_LOOPS`, docs/runtime.md "The trip loop"): `host`, the default,
+calls the jitted trip graph once per trip from a Python loop, the trip an i64 device array, so it
+never retraces; `compiled` runs every trip of a group in one call, a `lax.while_loop` whose body is
+the trip graph and which, before every trip, asks the host (an ordered `io_callback`, `TripWatch`)
+whether to go on. The state is donated to either on every backend. The
 bits are the same. A stacked group runs each
 phase's unstacked body once per copy (stacking.py `over_copies`), the batch and the state stacked
 and the rest shared. With traced `categorical` temperatures (draw_check.py) the trip graph also
@@ -118,7 +118,7 @@ class GeneratorGraphs:
     `layout.stack` copies; the `_1` graphs for one batch), built once; `generate` runs them."""
 
     def __init__(self, program: ir.Program, layout, tracer: Tracer, donate: bool = False, dp=None,
-                 trip_loop: str = "compiled"):
+                 trip_loop: str = "host"):
         self.p = program
         self.trip_loop = trip_loop   # one of TRIP_LOOPS
         self.watch = TripWatch(program.generate.trips)
@@ -258,8 +258,8 @@ class GeneratorGraphs:
         return batch, rows, finish(trainable, frozen, state, rows)
 
     def trips(self, trainable, frozen, state, rows, stacked: bool, on_trip=None, draw=None):
-        """The trip loop. Compiled (`trip_loop`, the default): one call of the group's compiled loop
-        (`_compiled_trips`), `on_trip(t) -> bool` asked on the host before every trip. Host: for each
+        """The trip loop. Compiled (`trip_loop`): one call of the group's compiled loop (`_compiled_trips`),
+        `on_trip(t) -> bool` asked on the host before every trip. Host (the default): for each
         trip t, `on_trip(t)` (the trainer's stop check, raising to stop) and one call of the
         jitted `generate.step` (stacked or not) with the trip as an i64 device array, the state staying on
         the device. Returns the state after the last trip (the generator's state keys, device arrays).

@@ -79,7 +79,7 @@ class Graphs:
     """
 
     def __init__(self, program: ir.Program, optimizer: optax.GradientTransformation,
-                 selected: frozenset = frozenset(), donate: bool = False, dp=None, trip_loop: str = "compiled"):
+                 selected: frozenset = frozenset(), donate: bool = False, dp=None, trip_loop: str = "host"):
         self.p = program
         self.dp = dp   # a sharding.DataParallel, or None on one device (then nothing below changes)
         self.layout = layout_of(program, dp)

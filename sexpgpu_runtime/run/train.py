@@ -17,7 +17,6 @@ device running out of memory (fits.py).
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import time
 
 import jax
@@ -71,7 +70,7 @@ class Trainer:
             self.dp = DataParallel.of(program, options.devices, options.fsdp)
         except MeshError as e:
             raise (OptionError if options.devices is not None else RunError)(str(e))
-        self.trip_loop = options.trip_loop or "compiled"
+        self.trip_loop = options.trip_loop or "host"
         self.graphs = Graphs(program, self.optimizer, selected, donate=jax.default_backend() != "cpu", dp=self.dp,
                              trip_loop=self.trip_loop)
         self.layout = self.graphs.layout
@@ -341,13 +340,12 @@ def train(program: ir.Program, options: RunOptions, on_trip=None) -> RunResult:
     last good checkpoint); RunStopped when SIGINT or SIGTERM stopped it (after
     saving the last completed step); RunFinished, having changed nothing, when
     `options.resume` finds the run has trained its steps already. `on_trip(step,
-    trip)` is called before every trip of the generator. The run dir is held from before
+    trip)` is called before every trip of the generator (with `options.trip_loop` "compiled", on the
+    host from the loop's callback, what it raises raised at the host's next look). The run dir is held from before
     anything is written in it until the export is written (run_lock.py): RunDirInUse, having
     written nothing, when another process holds it.
     """
     configure_compile_cache(options.compile_cache)   # before anything compiles
-    if on_trip is not None and options.trip_loop is None:   # a hook that raises to stop: the host loop
-        options = dataclasses.replace(options, trip_loop="host")
     start = RunStart(program, options)
     try:
         return _run(start, program, options, on_trip)
