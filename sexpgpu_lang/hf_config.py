@@ -24,6 +24,16 @@ until the file changes (the language server checks a file on every edit);
 | `:rope-factor`, `:rope-low-freq-factor`, `:rope-high-freq-factor`, `:rope-original-positions` | (none) | `rope_scaling`'s, as `rope-inv-freq` takes them |
 | `:tied` | `tie_word_embeddings` (true) | `tie_word_embeddings` (false) |
 
+Every family is one record, `Family` in `RECORDS` (GPT-2; Llama and Mistral;
+Qwen2): its `model_type`s, its keys (`Key`: the config key and default of
+each setting), its tied default, its refused settings, its mappings, where
+its sizes are in a model's parameters, the block and templates of the one
+form (check/one_form.py) and its export's architecture and settings. The
+settings, the refusals, the comparisons of a model with its config
+(check/config.py), the one form and `export_config` read the record and
+nothing else; adding a family is one record (and its block, mappings and
+parity fixture).
+
 Each value is `Setting(value, key, text)`: the number, the config key it
 came from (`rope_scaling.factor`), and its JSON text for messages. A field
 the standard library's blocks do not compute (a `model_type` of another
@@ -41,19 +51,6 @@ from dataclasses import dataclass
 #: The file's name beside a checkpoint's weights.
 CONFIG = "config.json"
 
-#: The `model_type`s read, by family: GPT-2's settings, or Llama's (Mistral and Qwen2 share its keys).
-FAMILIES = {"gpt2": "gpt2", "llama": "llama", "mistral": "llama", "qwen2": "llama"}
-#: The `model_type`s each standard-library mapping is for, and whether it ties the output to the embedding.
-MAPPINGS: dict[str, tuple[tuple[str, ...], bool]] = {
-    "gpt2": (("gpt2",), True),
-    "llama": (("llama", "mistral"), False),
-    "llama-tied": (("llama", "mistral"), True),
-    "qwen2": (("qwen2",), False),
-    "qwen2-tied": (("qwen2",), True),
-}
-#: Each family's activation (`activation_function`, `hidden_act`) that its block computes.
-ACTIVATIONS = {"gpt2": ("activation_function", ("gelu_new", "gelu_pytorch_tanh")),
-               "llama": ("hidden_act", ("silu",))}
 #: The keys `checkpoint-config` takes, one line each (hover and completion).
 KEYS: dict[str, str] = {
     "layers": "the number of layers",
@@ -157,27 +154,234 @@ def _text(v) -> str:
     return json.dumps(v)
 
 
-#: The sizes each family's config always has: a config holding none of its `model_type`'s and all
-#: of another family's has the wrong `model_type` (one cause, not one missing key per setting).
-FAMILY_KEYS = {"gpt2": ("n_layer", "n_embd", "n_head"),
-               "llama": ("num_hidden_layers", "hidden_size", "num_attention_heads")}
+@dataclass(frozen=True)
+class Key:
+    """One setting of a family's config: the run file's name for it (`KEYS`), the config key it is read
+    from (None: always derived), whether it is a count, its default where the key is absent, and
+    `absent(config, out)`: the Setting (or ConfigError) where the key is absent or null and there is
+    no default (`head-width` from width / heads)."""
+
+    name: str
+    config: str | None
+    integer: bool = True
+    default: object = None
+    absent: object = None
 
 
-def family(config: dict) -> str:
-    """`gpt2` or `llama` for the config's `model_type`; ConfigError for another, and for a
-    `model_type` whose family's sizes (`FAMILY_KEYS`) the config lacks while it has another's."""
+def _ratio(config: dict, out: dict, a: str, b: str, ka: str, kb: str):
+    if not (isinstance(out.get(a), Setting) and isinstance(out.get(b), Setting)):
+        return None
+    w, h = out[a].value, out[b].value
+    return (Setting(w // h, ka, f"{w} / {kb} {h}") if h and w % h == 0 else
+            ConfigError("", f"`{ka}` {w} is not a multiple of `{kb}` {h}"))
+
+
+def _same_as(name: str, key: str):
+    return lambda config, out: (Setting(out[name].value, key, _text(out[name].value))
+                                if isinstance(out.get(name), Setting) else None)
+
+
+@dataclass(frozen=True)
+class Family:
+    """One family of checkpoints the standard library reads: the one record the settings, the
+    refusals, the comparisons of a model with its config.json, the one-form model
+    (check/one_form.py) and an export's config.json read. Adding a family is one record here, its
+    block in prelude.sx if new, its mappings in hf_names.sx and a parity fixture.
+
+    - `model_types`: the config's `model_type`s it reads; `title` for messages.
+    - `sizes`: config keys every config of the family has (a config with none of them and all of
+      another family's has the wrong `model_type`).
+    - `keys`: each setting (`Key`), in `KEYS` order; `rope`: whether the rotary base and
+      `rope_scaling` are read (`rope-base`, `ROPE_KEYS`).
+    - `tied`: `tie_word_embeddings`' default; `mappings`: the standard-library mapping (hf_names.sx)
+      for an untied (False) and a tied (True) output.
+    - `activation`: the config key and the values the family's block computes (the first is the
+      block's); `refused`: config keys whose true value the blocks do not compute, each with the
+      reason and the way out.
+    - `params`: (parameter path below the model, axis, size key): where the model's sizes are in its
+      parameters' shapes (a path below `stack`, the repeated block's key, without its layer axis).
+    - `architecture`: the export's model class; `export`: the settings an export's config.json
+      states besides the sizes (`stated` the model's settings: `eps`, `rope-base`, rope scaling).
+    - `block`: the cached block (prelude.sx) the one-form model calls, and the templates of the
+      one form's parameters (check/one_form.py reads them)."""
+
+    name: str
+    model_types: tuple[str, ...]
+    title: str
+    sizes: tuple[str, ...]
+    keys: tuple[Key, ...]
+    rope: bool
+    tied: bool
+    mappings: dict
+    activation: tuple[str, tuple[str, ...]]
+    refused: tuple[tuple[str, str], ...]
+    stack: str
+    params: tuple[tuple[str, int, str], ...]
+    architecture: str
+    export: object
+    block: str
+    layer_params: str
+    block_args: str
+    model_params: str
+    embed: str
+    out: str
+    tied_out: str
+    untied_out: str
+
+    def mapping(self, tied: bool) -> str | None:
+        """The standard-library mapping for this family with an output tied (or not) to the embedding."""
+        return self.mappings.get(bool(tied))
+
+
+_LLAMA_KEYS = (
+    Key("layers", "num_hidden_layers"), Key("width", "hidden_size"), Key("heads", "num_attention_heads"),
+    Key("kv-heads", "num_key_value_heads", absent=_same_as("heads", "num_attention_heads")),
+    Key("head-width", "head_dim", absent=lambda c, o: _ratio(c, o, "width", "heads", "hidden_size",
+                                                              "num_attention_heads")),
+    Key("hidden", "intermediate_size"), Key("vocab", "vocab_size"), Key("positions", "max_position_embeddings"),
+    Key("eps", "rms_norm_eps", integer=False, default=1e-6))
+_LLAMA_PARAMS = (("embed", 0, "vocab"), ("embed", 1, "width"), ("layers.wq", 1, "heads"),
+                 ("layers.wq", 2, "head-width"), ("layers.wk", 1, "kv-heads"), ("layers.w-gate", 1, "hidden"))
+
+
+def _llama_export(stated: dict, tied: bool) -> dict:
+    base = {"hidden_act": "silu", "rms_norm_eps": float(stated.get("eps", 1e-6)),
+            "rope_theta": float(stated.get("rope-base", 10000.0)), "max_position_embeddings": 2048,
+            "tie_word_embeddings": tied, "attention_bias": False}
+    factor = float(stated.get("rope-factor", 1.0))
+    if factor != 1.0:
+        original = int(stated.get("rope-original-positions", 0))
+        base["rope_scaling"] = ({"rope_type": "linear", "factor": factor} if original == 0 else
+                                {"rope_type": "llama3", "factor": factor,
+                                 "low_freq_factor": float(stated.get("rope-low-freq-factor", 1.0)),
+                                 "high_freq_factor": float(stated.get("rope-high-freq-factor", 4.0)),
+                                 "original_max_position_embeddings": original})
+        if original:
+            base["max_position_embeddings"] = max(2048, int(original * factor))
+    return base
+
+
+def _qwen2_export(stated: dict, tied: bool) -> dict:
+    base = _llama_export(stated, tied)
+    base.pop("attention_bias")
+    base["use_sliding_window"] = False
+    return base
+
+
+def _gpt2_export(stated: dict, tied: bool) -> dict:
+    return {"activation_function": "gelu_new", "layer_norm_epsilon": float(stated.get("eps", 1e-5)),
+            "tie_word_embeddings": True}
+
+
+# The one form's templates: `{width}`-style fields are the settings' values (check/one_form.py).
+_LLAMA_LAYER = """:attn-norm (ones [{width}])
+           :wq (normal [{width} {heads} {head-width}] :std 0.02)
+           :wk (normal [{width} {kv-heads} {head-width}] :std 0.02)
+           :wv (normal [{width} {kv-heads} {head-width}] :std 0.02){biases}
+           :wo (normal [{heads} {head-width} {width}] :std 0.02) :mlp-norm (ones [{width}])
+           :w-gate (normal [{width} {hidden}] :std 0.02) :w-up (normal [{width} {hidden}] :std 0.02)
+           :w-down (normal [{hidden} {width}] :std 0.02)"""
+_LLAMA_ARGS = """(rope-inv-freq {head-width} {rope-base} {rope-factor} {rope-low-freq-factor}
+                                 {rope-high-freq-factor} {rope-original-positions})
+                  {eps} (getf self :attn-norm) {qkv}
+                  (getf self :wo) (getf self :mlp-norm) (getf self :w-gate) (getf self :w-up)
+                  (getf self :w-down)"""
+_LLAMA_MODEL = ":embed (normal [{vocab} {width}] :std 0.02) :layers (repeat {layer} {layers}) :norm (ones [{width}])"
+_LLAMA_OUT = "(matmul (rms-norm-eps (getf c :h) (getf self :norm) {eps}) {head})"
+_QKV = "(getf self :wq) (getf self :wk) (getf self :wv)"
+_QKV_BIASED = "(getf self :wq) (getf self :bq) (getf self :wk) (getf self :bk) (getf self :wv) (getf self :bv)"
+_BIASES = """
+           :bq (zeros [{heads} {head-width}]) :bk (zeros [{kv-heads} {head-width}])
+           :bv (zeros [{kv-heads} {head-width}])"""
+
+#: The families, by record name.
+RECORDS: dict[str, Family] = {f.name: f for f in (
+    Family(
+        name="gpt2", model_types=("gpt2",), title="GPT-2", sizes=("n_layer", "n_embd", "n_head"),
+        keys=(Key("layers", "n_layer"), Key("width", "n_embd"), Key("heads", "n_head"), Key("kv-heads", "n_head"),
+              Key("head-width", None, absent=lambda c, o: _ratio(c, o, "width", "heads", "n_embd", "n_head")),
+              Key("hidden", "n_inner", absent=lambda c, o: (
+                  Setting(4 * o["width"].value, "n_inner", f"null (4 x n_embd {o['width'].value})")
+                  if isinstance(o.get("width"), Setting) else None)),
+              Key("vocab", "vocab_size"), Key("positions", "n_positions"),
+              Key("eps", "layer_norm_epsilon", integer=False, default=1e-5)),
+        rope=False, tied=True, mappings={True: "gpt2"},
+        activation=("activation_function", ("gelu_new", "gelu_pytorch_tanh")), refused=(), stack="h",
+        params=(("wte", 0, "vocab"), ("wte", 1, "width"), ("wpe", 0, "positions"), ("h.wq", 1, "heads"),
+                ("h.wq", 2, "head-width"), ("h.w1", 1, "hidden")),
+        architecture="GPT2LMHeadModel", export=_gpt2_export, block="gpt2-block-cached",
+        layer_params="""\
+:ln1-gain (ones [{width}]) :ln1-bias (zeros [{width}])
+           :wq (normal [{width} {heads} {head-width}] :std 0.02) :bq (zeros [{heads} {head-width}])
+           :wk (normal [{width} {heads} {head-width}] :std 0.02) :bk (zeros [{heads} {head-width}])
+           :wv (normal [{width} {heads} {head-width}] :std 0.02) :bv (zeros [{heads} {head-width}])
+           :wo (normal [{heads} {head-width} {width}] :std 0.02) :bo (zeros [{width}])
+           :ln2-gain (ones [{width}]) :ln2-bias (zeros [{width}])
+           :w1 (normal [{width} {hidden}] :std 0.02) :b1 (zeros [{hidden}])
+           :w2 (normal [{hidden} {width}] :std 0.02) :b2 (zeros [{width}])""",
+        block_args="""{eps} (getf self :ln1-gain) (getf self :ln1-bias)
+                  (getf self :wq) (getf self :bq) (getf self :wk) (getf self :bk)
+                  (getf self :wv) (getf self :bv) (getf self :wo) (getf self :bo)
+                  (getf self :ln2-gain) (getf self :ln2-bias)
+                  (getf self :w1) (getf self :b1) (getf self :w2) (getf self :b2)""",
+        model_params=""":wte (normal [{vocab} {width}] :std 0.02) :wpe (normal [{positions} {width}] :std 0.02)
+           :h (repeat {layer} {layers}) :lnf-gain (ones [{width}]) :lnf-bias (zeros [{width}])""",
+        embed="(+ (embedding (getf self :wte) ids) (dynamic-slice (getf self :wpe) [pos 0] [(axis-size ids 1) {width}]))",
+        out="(matmul (layer-norm-eps (getf c :h) (getf self :lnf-gain) (getf self :lnf-bias) {eps}) {head})",
+        tied_out="(transpose (getf self :wte))", untied_out=""),
+    Family(
+        name="llama", model_types=("llama", "mistral"), title="Llama",
+        sizes=("num_hidden_layers", "hidden_size", "num_attention_heads"), keys=_LLAMA_KEYS, rope=True, tied=False,
+        mappings={False: "llama", True: "llama-tied"}, activation=("hidden_act", ("silu",)),
+        refused=(("attention_bias", "which the mapping `{mapping}` does not read; write a mapping of your own "
+                  "with the biases"),
+                 ("mlp_bias", "which the mapping `{mapping}` does not read; write a mapping of your own with the "
+                  "biases"),
+                 ("use_sliding_window", "and the standard library's attention is not windowed")),
+        stack="layers", params=_LLAMA_PARAMS, architecture="LlamaForCausalLM", export=_llama_export,
+        block="llama-block-freq-cached", layer_params=_LLAMA_LAYER.replace("{biases}", ""),
+        block_args=_LLAMA_ARGS.replace("{qkv}", _QKV), model_params=_LLAMA_MODEL,
+        embed="(embedding (getf self :embed) ids)", out=_LLAMA_OUT,
+        tied_out="(transpose (getf self :embed))", untied_out=":lm-head (normal [{width} {vocab}] :std 0.02)"),
+    Family(
+        name="qwen2", model_types=("qwen2",), title="Qwen2",
+        sizes=("num_hidden_layers", "hidden_size", "num_attention_heads"), keys=_LLAMA_KEYS, rope=True, tied=False,
+        mappings={False: "qwen2", True: "qwen2-tied"}, activation=("hidden_act", ("silu",)),
+        refused=(("mlp_bias", "which the mapping `{mapping}` does not read; write a mapping of your own with the "
+                  "biases"),
+                 ("use_sliding_window", "and the standard library's attention is not windowed")),
+        stack="layers", params=_LLAMA_PARAMS, architecture="Qwen2ForCausalLM", export=_qwen2_export,
+        block="qwen2-block-cached", layer_params=_LLAMA_LAYER.replace("{biases}", _BIASES),
+        block_args=_LLAMA_ARGS.replace("{qkv}", _QKV_BIASED), model_params=_LLAMA_MODEL,
+        embed="(embedding (getf self :embed) ids)", out=_LLAMA_OUT,
+        tied_out="(transpose (getf self :embed))", untied_out=":lm-head (normal [{width} {vocab}] :std 0.02)"),
+)}
+
+#: Each `model_type` read, and its family's record.
+MODEL_TYPES: dict[str, Family] = {t: f for f in RECORDS.values() for t in f.model_types}
+#: Each standard-library mapping: its family's record and whether its output is tied to the embedding.
+MAPPING_FAMILIES: dict[str, tuple[Family, bool]] = {m: (f, t) for f in RECORDS.values() for t, m in f.mappings.items()}
+#: The `model_type`s each standard-library mapping is for, and whether it ties the output to the embedding.
+MAPPINGS: dict[str, tuple[tuple[str, ...], bool]] = {m: (f.model_types, t) for m, (f, t) in MAPPING_FAMILIES.items()}
+#: Each standard-library mapping's model class and `model_type`, for an export's config.json.
+ARCHITECTURES = {m: (f.architecture, f.model_types[0]) for m, (f, _) in MAPPING_FAMILIES.items()}
+
+
+def family(config: dict) -> Family:
+    """The record of the config's `model_type` (`MODEL_TYPES`); ConfigError for another, and for a
+    `model_type` whose family's sizes (`Family.sizes`) the config lacks while it has another's."""
     mt = config.get("model_type")
-    if mt not in FAMILIES:
+    fam = MODEL_TYPES.get(mt) if isinstance(mt, str) else None
+    if fam is None:
         raise ConfigError("", f"`model_type` is {_text(mt)}, which the standard library does not read (it reads "
-                          + ", ".join(f"`{t}`" for t in FAMILIES) + ")")
-    fam = FAMILIES[mt]
-    if not any(k in config for k in FAMILY_KEYS[fam]):
-        other = next((f for f, keys in FAMILY_KEYS.items() if f != fam and all(k in config for k in keys)), None)
+                          + ", ".join(f"`{t}`" for t in MODEL_TYPES) + ")")
+    if not any(k in config for k in fam.sizes):
+        other = next((f for f in RECORDS.values() if f.sizes != fam.sizes and all(k in config for k in f.sizes)), None)
         if other is not None:
             raise ConfigError("", f"`model_type` is {_text(mt)}, but the config has none of that family's sizes ("
-                              + ", ".join(f"`{k}`" for k in FAMILY_KEYS[fam]) + ") and has "
-                              + ", ".join(f"`{k}`" for k in FAMILY_KEYS[other])
-                              + f", which {other} configs have: is `model_type` {_text(other)}?")
+                              + ", ".join(f"`{k}`" for k in fam.sizes) + ") and has "
+                              + ", ".join(f"`{k}`" for k in other.sizes)
+                              + f", which {other.name} configs have: is `model_type` {_text(other.model_types[0])}?")
     return fam
 
 
@@ -235,114 +439,82 @@ def rope(config: dict) -> dict[str, Setting]:
 
 
 def settings(config: dict) -> dict[str, Setting | ConfigError]:
-    """Each key of `KEYS` the config's family has, with its setting, or the ConfigError that says why
-    it cannot be read (a missing or non-integer field, an unknown `rope_scaling` type). ConfigError
-    for a `model_type` of no family read here."""
+    """Each key of `KEYS` the config's family has (`Family.keys`, and the rotary ones where it reads
+    them), with its setting, or the ConfigError that says why it cannot be read (a missing or
+    non-integer field, an unknown `rope_scaling` type). ConfigError for a `model_type` of no family
+    read here."""
     fam = family(config)
     out: dict[str, Setting | ConfigError] = {}
-
-    def put(name, key, integer=True, default=None, value=None):
+    for k in fam.keys:
         try:
-            v = value if value is not None else _number(config, key, integer, default)
-            out[name] = Setting(v, key, _text(config.get(key, v)))
+            if k.config is None or (config.get(k.config) is None and k.default is None and k.absent is not None):
+                got = k.absent(config, out)
+                if got is not None:
+                    out[k.name] = got
+                continue
+            v = _number(config, k.config, k.integer, k.default)
+            out[k.name] = Setting(v, k.config, _text(config.get(k.config, v)))
         except ConfigError as e:
-            out[name] = e
-
-    if fam == "gpt2":
-        put("layers", "n_layer")
-        put("width", "n_embd")
-        put("heads", "n_head")
-        put("kv-heads", "n_head")
-        put("vocab", "vocab_size")
-        put("positions", "n_positions")
-        put("eps", "layer_norm_epsilon", integer=False, default=1e-5)
-        if isinstance(out.get("width"), Setting) and isinstance(out.get("heads"), Setting):
-            w, h = out["width"].value, out["heads"].value
-            out["head-width"] = (Setting(w // h, "n_embd", f"{w} / n_head {h}") if h and w % h == 0 else
-                                 ConfigError("", f"`n_embd` {w} is not a multiple of `n_head` {h}"))
-            inner = config.get("n_inner")
-            if inner is None:
-                out["hidden"] = Setting(4 * w, "n_inner", f"null (4 x n_embd {w})")
-            else:
-                put("hidden", "n_inner")
-        tie = config.get("tie_word_embeddings", True)
-        out["tied"] = Setting(bool(tie), "tie_word_embeddings", _text(tie))
-        return out
-    put("layers", "num_hidden_layers")
-    put("width", "hidden_size")
-    put("heads", "num_attention_heads")
-    if config.get("num_key_value_heads") is None and isinstance(out.get("heads"), Setting):
-        out["kv-heads"] = Setting(out["heads"].value, "num_attention_heads", _text(out["heads"].value))
-    else:
-        put("kv-heads", "num_key_value_heads")
-    if config.get("head_dim") is None and isinstance(out.get("width"), Setting) and isinstance(out.get("heads"), Setting):
-        w, h = out["width"].value, out["heads"].value
-        out["head-width"] = (Setting(w // h, "hidden_size", f"{w} / num_attention_heads {h}") if h and w % h == 0
-                             else ConfigError("", f"`hidden_size` {w} is not a multiple of `num_attention_heads` {h}"))
-    else:
-        put("head-width", "head_dim")
-    put("hidden", "intermediate_size")
-    put("vocab", "vocab_size")
-    put("positions", "max_position_embeddings")
-    put("eps", "rms_norm_eps", integer=False, default=1e-6)
-    params = config.get("rope_parameters")
-    if config.get("rope_theta") is None and isinstance(params, dict) and "rope_theta" in params:
-        try:   # transformers 5 keeps the base in `rope_parameters`
-            out["rope-base"] = Setting(_number(params, "rope_theta", False), "rope_parameters.rope_theta",
-                                       _text(params["rope_theta"]))
+            out[k.name] = e
+    if fam.rope:
+        params = config.get("rope_parameters")
+        if config.get("rope_theta") is None and isinstance(params, dict) and "rope_theta" in params:
+            try:   # transformers 5 keeps the base in `rope_parameters`
+                out["rope-base"] = Setting(_number(params, "rope_theta", False), "rope_parameters.rope_theta",
+                                           _text(params["rope_theta"]))
+            except ConfigError as e:
+                out["rope-base"] = ConfigError("", f"`rope_parameters.{str(e).removeprefix('`')}")
+        else:
+            try:
+                v = _number(config, "rope_theta", False, 10000.0)
+                out["rope-base"] = Setting(v, "rope_theta", _text(config.get("rope_theta", v)))
+            except ConfigError as e:
+                out["rope-base"] = e
+        try:
+            out.update(rope(config))
         except ConfigError as e:
-            out["rope-base"] = ConfigError("", f"`rope_parameters.{str(e).removeprefix('`')}")
-    else:
-        put("rope-base", "rope_theta", integer=False, default=10000.0)
-    try:
-        out.update(rope(config))
-    except ConfigError as e:
-        for k in ROPE_KEYS:
-            out[k] = e
-    tie = config.get("tie_word_embeddings", False)
+            for k in ROPE_KEYS:
+                out[k] = e
+    tie = config.get("tie_word_embeddings", fam.tied)
     out["tied"] = Setting(bool(tie), "tie_word_embeddings", _text(tie))
-    return out
+    return {k: out[k] for k in KEYS if k in out}
 
 
 def refusals(config: dict, mapping: str | None = None) -> list[str]:
     """Why the standard library's blocks (and the mapping `mapping`, when given) would not compute what
     the checkpoint was trained with: one line per field, naming it, its value and the way out; empty
-    when nothing is refused."""
+    when nothing is refused. Read from the family's record (`Family.activation`, `Family.refused`,
+    `Family.mappings`)."""
     try:
         fam = family(config)
     except ConfigError as e:
         return [str(e)]
     out = []
     mt = config.get("model_type")
+    tie = bool(config.get("tie_word_embeddings", fam.tied))
     if mapping in MAPPINGS:
         types, tied = MAPPINGS[mapping]
         if mt not in types:
-            fit = [m for m, (ts, t) in MAPPINGS.items() if mt in ts and t == bool(
-                config.get("tie_word_embeddings", fam == "gpt2"))]
+            fit = fam.mapping(tie)
             out.append(f"`model_type` is {_text(mt)}, which the mapping `{mapping}` is not for (it is for "
                        + ", ".join(f"`{t}`" for t in types) + ")"
-                       + (f"; use `:names :{fit[0]}`" if fit else ""))
-        else:
-            tie = bool(config.get("tie_word_embeddings", fam == "gpt2"))
-            if tie != tied:
-                other = [m for m, (ts, t) in MAPPINGS.items() if mt in ts and t == tie]
-                out.append(f"`tie_word_embeddings` is {_text(tie)}, and the mapping `{mapping}` is for an "
-                           f"{'untied' if not tied else 'tied'} output"
-                           + (f"; use `:names :{other[0]}`" if other else "")
-                           + (" (and an output tied to the embedding, `(matmul h (transpose embed))`)" if tie else
-                              " (and a `:lm-head` parameter)"))
-    key, acts = ACTIVATIONS[fam]
+                       + (f"; use `:names :{fit}`" if fit else ""))
+        elif tie != tied:
+            other = fam.mapping(tie)
+            out.append(f"`tie_word_embeddings` is {_text(tie)}, and the mapping `{mapping}` is for an "
+                       f"{'untied' if not tied else 'tied'} output"
+                       + (f"; use `:names :{other}`" if other else "")
+                       + (" (and an output tied to the embedding, `(matmul h (transpose embed))`)" if tie else
+                          " (and a `:lm-head` parameter)"))
+    key, acts = fam.activation
     act = config.get(key, acts[0])
     if act not in acts:
-        out.append(f"`{key}` is {_text(act)}, and the standard library's {'GPT-2' if fam == 'gpt2' else 'SwiGLU'} "
-                   f"MLP computes `{acts[0]}`; write the block yourself with that activation")
-    if fam == "llama":
-        for flag in ("attention_bias", "mlp_bias"):
-            if config.get(flag) and not (flag == "attention_bias" and mt == "qwen2"):
-                out.append(f"`{flag}` is true, which the mapping `{mapping or 'llama'}` does not read; write a "
-                           "mapping of your own with the biases")
-        if config.get("use_sliding_window"):
-            out.append("`use_sliding_window` is true, and the standard library's attention is not windowed")
+        out.append(f"`{key}` is {_text(act)}, and the standard library's {fam.title} block "
+                   f"computes `{acts[0]}`; write the block yourself with that activation")
+    for flag, why in fam.refused:
+        if config.get(flag):
+            out.append(f"`{flag}` is true, " + why.format(mapping=mapping or fam.mapping(False)))
+    if fam.rope:
         try:
             rope(config)
         except ConfigError as e:
@@ -350,22 +522,16 @@ def refusals(config: dict, mapping: str | None = None) -> list[str]:
     return out
 
 
-#: Each standard-library mapping's model class and `model_type`, for an export's config.json.
-ARCHITECTURES = {"gpt2": ("GPT2LMHeadModel", "gpt2"), "llama": ("LlamaForCausalLM", "llama"),
-                 "llama-tied": ("LlamaForCausalLM", "llama"), "qwen2": ("Qwen2ForCausalLM", "qwen2"),
-                 "qwen2-tied": ("Qwen2ForCausalLM", "qwen2")}
-
-
 def sizes(mapping: str, shapes: dict[str, tuple[int, ...]]) -> dict[str, int]:
     """The sizes a model read or written through the standard-library `mapping` has, from its parameters'
-    shapes (path below the model -> shape, stacked ones with their layer axis first)."""
-    if mapping == "gpt2":
-        n, d, h, k = shapes["h.wq"]
-        return {"layers": n, "width": d, "heads": h, "kv-heads": h, "head-width": k, "hidden": shapes["h.w1"][-1],
-                "vocab": shapes["wte"][0], "positions": shapes["wpe"][0]}
-    n, d, h, k = shapes["layers.wq"]
-    return {"layers": n, "width": d, "heads": h, "kv-heads": shapes["layers.wk"][2], "head-width": k,
-            "hidden": shapes["layers.w-gate"][-1], "vocab": shapes["embed"][0]}
+    shapes (path below the model -> shape, stacked ones with their layer axis first): `Family.params`."""
+    fam = MAPPING_FAMILIES[mapping][0]
+    out = {"layers": shapes[next(rel for rel, _, _ in fam.params if rel.startswith(fam.stack + "."))][0]}
+    for rel, axis, key in fam.params:
+        shape = shapes[rel][1:] if rel.startswith(fam.stack + ".") else shapes[rel]
+        out.setdefault(key, shape[axis])
+    out.setdefault("kv-heads", out["heads"])
+    return out
 
 
 def export_config(mapping: str, shapes: dict[str, tuple[int, ...]], stated: dict[str, object],
@@ -373,36 +539,11 @@ def export_config(mapping: str, shapes: dict[str, tuple[int, ...]], stated: dict
     """The config.json of a model exported through the standard-library `mapping`: the `source`
     checkpoint's config (the model was loaded from it) with the model's sizes, else one made from the
     sizes and the settings its standard-library calls state (`stated`: `eps`, `rope-base`, the
-    `rope-inv-freq` scaling numbers), the rest transformers' defaults. `dtype` is `torch_dtype`."""
-    arch, model_type = ARCHITECTURES[mapping]
+    `rope-inv-freq` scaling numbers; `Family.export`), the rest transformers' defaults. `dtype` is
+    `torch_dtype`."""
+    fam, tied = MAPPING_FAMILIES[mapping]
     got = sizes(mapping, shapes)
-    tied = MAPPINGS[mapping][1]
-    if mapping == "gpt2":
-        made = {"n_layer": got["layers"], "n_embd": got["width"], "n_head": got["heads"],
-                "n_inner": got["hidden"], "vocab_size": got["vocab"], "n_positions": got["positions"]}
-        base = {"architectures": [arch], "model_type": model_type, "activation_function": "gelu_new",
-                "layer_norm_epsilon": float(stated.get("eps", 1e-5)), "n_ctx": got["positions"],
-                "tie_word_embeddings": True}
-    else:
-        made = {"num_hidden_layers": got["layers"], "hidden_size": got["width"],
-                "num_attention_heads": got["heads"], "num_key_value_heads": got["kv-heads"],
-                "head_dim": got["head-width"], "intermediate_size": got["hidden"], "vocab_size": got["vocab"]}
-        base = {"architectures": [arch], "model_type": model_type, "hidden_act": "silu",
-                "rms_norm_eps": float(stated.get("eps", 1e-6)), "rope_theta": float(stated.get("rope-base", 10000.0)),
-                "max_position_embeddings": 2048, "tie_word_embeddings": tied, "attention_bias": False}
-        factor = float(stated.get("rope-factor", 1.0))
-        if factor != 1.0:
-            original = int(stated.get("rope-original-positions", 0))
-            base["rope_scaling"] = ({"rope_type": "linear", "factor": factor} if original == 0 else
-                                    {"rope_type": "llama3", "factor": factor,
-                                     "low_freq_factor": float(stated.get("rope-low-freq-factor", 1.0)),
-                                     "high_freq_factor": float(stated.get("rope-high-freq-factor", 4.0)),
-                                     "original_max_position_embeddings": original})
-            if original:
-                base["max_position_embeddings"] = max(2048, int(original * factor))
-        if model_type == "qwen2":
-            base.pop("attention_bias")
-            base["use_sliding_window"] = False
+    made = {k.config: got[k.name] for k in fam.keys if k.config and k.name in got}
     if source is not None:
         out = dict(source)
         out.update(made)
@@ -414,8 +555,11 @@ def export_config(mapping: str, shapes: dict[str, tuple[int, ...]], stated: dict
                 out["head_dim"] = None
             else:
                 out.pop("head_dim", None)
-        out.setdefault("architectures", [arch])
+        out.setdefault("architectures", [fam.architecture])
     else:
-        out = {**base, **made}
+        out = {"architectures": [fam.architecture], "model_type": fam.model_types[0], **fam.export(stated, tied),
+               **made}
+        if "n_positions" in made:
+            out["n_ctx"] = made["n_positions"]
     out["torch_dtype"] = dtype
     return out

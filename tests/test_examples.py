@@ -72,9 +72,10 @@ def runnable(path: Path, tmp_path: Path, request) -> Path:
         return copy
     if path.name == "distill-gpt2.sx":
         text = path.read_text(encoding="utf-8")
-        assert text.count(':path "gpt2-teacher"') == 1
+        assert text.count(':pretrained "gpt2-teacher"') == 1
         copy = tmp_path / path.name
-        text = text.replace('"gpt2-teacher"', f'"{request.getfixturevalue("gpt2_teacher")[1]}"')
+        text = text.replace(':pretrained "gpt2-teacher"',
+                            f':pretrained "{request.getfixturevalue("gpt2_teacher")[1]}"')
         copy.write_text(text.replace('"data/', f'"{EXAMPLES_DIR / "data"}/'), encoding="utf-8")
         return copy
     if path.name != "distill.sx":

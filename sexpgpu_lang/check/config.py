@@ -23,7 +23,7 @@ import os
 
 from .. import ir
 from ..diagnostics import Related
-from ..hf_config import KEYS, ConfigError, Setting, read, refusals, settings
+from ..hf_config import KEYS, MAPPING_FAMILIES, RECORDS, ConfigError, Setting, family, read, refusals, settings
 from ..syntax import Kw, ListNode, Num, Str, Sym, walk
 from ..types import ERROR, scalar
 from .context import CheckContext, near_miss
@@ -41,15 +41,30 @@ def _shown(ctx: CheckContext, file: str, rel: str) -> str:
     return file if os.path.isabs(rel) else os.path.relpath(file, _base(ctx))
 
 
+def _path_value(ctx: CheckContext, node) -> str | None:
+    """A checkpoint's path: a string, or the name of a global `def` of one; None for anything else."""
+    if isinstance(node, Str):
+        return node.value
+    if isinstance(node, Sym):
+        b = ctx.globals.names.get(node.name)
+        t = getattr(b, "type", None)
+        if b is not None and isinstance(getattr(t, "value", None), str):
+            if b.definition is not None:
+                ctx.facts.uses.append((node.span, b.definition))
+            return t.value
+    return None
+
+
 def config_def(ctx: CheckContext, node: ListNode) -> tuple[ir.Expr, str]:
     """`(checkpoint-config "dir" :key)` as a `def`'s value: (the constant, the line hover adds), or an
     ERROR constant after reporting why not."""
     items = node.items
-    if len(items) != 3 or not isinstance(items[1], Str) or not isinstance(items[2], Kw):
-        ctx.err("E-FORM-002", node.span, f"`{FORM}` takes a checkpoint's path and a key: "
-                f"`({FORM} \"checkpoints/llama\" :layers)`")
+    rel = _path_value(ctx, items[1]) if len(items) == 3 and isinstance(items[2], Kw) else None
+    if rel is None:
+        ctx.err("E-FORM-002", node.span, f"`{FORM}` takes a checkpoint's path (a string, or a `def` of one) and a "
+                f"key: `({FORM} \"checkpoints/llama\" :layers)`")
         return ir.Const(ERROR, node.span), ""
-    rel, key = items[1].value, items[2]
+    key = items[2]
     if key.name not in KEYS:
         hint = near_miss(key.name, KEYS)
         ctx.err("E-CONFIG-003", key.span, f"`{FORM}` has no key `:{key.name}`; it reads "
@@ -86,6 +101,42 @@ def config_def(ctx: CheckContext, node: ListNode) -> tuple[ir.Expr, str]:
     v = s.value
     t = scalar("bool", v) if isinstance(v, bool) else scalar("i32" if isinstance(v, int) else "f32", v, weak=True)
     return ir.Const(t, node.span, v), f"from {shown}: `{s.key}` {s.text}"
+
+
+def model_config(ctx: CheckContext, model: str, rel: str, where) -> tuple | None:
+    """What the one form `(defmodel MODEL :pretrained REL)` is made from (check/one_form.py): (the
+    config's path as shown, the config, its family's record, its settings, the family's mapping
+    for its output), or None after reporting at `where` why not: E-CONFIG-001 for a config that
+    cannot be read (no `config.json` in the directory), E-CONFIG-002 for a `model_type` of no
+    family, a setting that cannot be read, or a refusal (hf_config.refusals), all causes in one."""
+    full = rel if os.path.isabs(rel) else os.path.join(_base(ctx), rel)
+    try:
+        file, config = read(full)
+    except ConfigError as e:
+        ctx.err("E-CONFIG-001", where.span, f"`{model}` is made from the config of `{rel}`, and "
+                f"`{_shown(ctx, e.file, rel)}` cannot be read: {e}",
+                help="point at the checkpoint's directory, which holds the `config.json` that `save_pretrained` "
+                     "writes (the path is relative to the run file)")
+        return None
+    shown = _shown(ctx, file, rel)
+    try:
+        fam = family(config)
+        got = settings(config)
+    except ConfigError as e:
+        ctx.err("E-CONFIG-002", where.span, f"`{shown}`: {e}",
+                help="point at a checkpoint of a family the standard library reads ("
+                     + ", ".join(f.title for f in RECORDS.values()) + "), or write the model out")
+        return None
+    mapping = fam.mapping(bool(got["tied"].value))
+    why = [str(e) for e in got.values() if isinstance(e, ConfigError)] + refusals(config, mapping)
+    if mapping is None:
+        why.append(f"`tie_word_embeddings` is {got['tied'].text}, and the standard library has no "
+                   f"{'tied' if got['tied'].value else 'untied'} {fam.title} mapping")
+    if why:
+        ctx.err("E-CONFIG-002", where.span, f"`{shown}`: " + "; ".join(dict.fromkeys(why)),
+                help="fix the checkpoint's `config.json`, or write the model out (docs/checkpoints.md)")
+        return None
+    return shown, config, fam, got, mapping
 
 
 # --------------------------------------------------------------------------- stated values
@@ -224,27 +275,13 @@ def _sizes(ctx: CheckContext, prefix: tuple[str, ...], mapping: str) -> dict:
         if -len(shape) <= axis < len(shape):
             out[key] = (shape[axis], f"parameter `{rel}` [{' '.join(map(str, p.shape))}]", defs.get(rel.split(".")[-1]))
 
+    fam = MAPPING_FAMILIES[mapping][0]
     out: dict = {}
-    if mapping == "gpt2":
-        at("wte", 0, "vocab", out)
-        at("wte", 1, "width", out)
-        at("wpe", 0, "positions", out)
-        at("h.wq", 1, "heads", out)
-        at("h.wq", 2, "head-width", out)
-        at("h.w1", 1, "hidden", out)
-        p = params.get("h.wq")
-        if p is not None and p.layers:
-            out["layers"] = (p.layers, "the `repeat` of `h`", defs.get("h"))
-    else:
-        at("embed", 0, "vocab", out)
-        at("embed", 1, "width", out)
-        at("layers.wq", 1, "heads", out)
-        at("layers.wq", 2, "head-width", out)
-        at("layers.wk", 1, "kv-heads", out)
-        at("layers.w-gate", 1, "hidden", out)
-        p = params.get("layers.wq")
-        if p is not None and p.layers:
-            out["layers"] = (p.layers, "the `repeat` of `layers`", defs.get("layers"))
+    for rel, axis, key in fam.params:
+        at(rel, axis, key, out)
+    p = next((params.get(rel) for rel, _, _ in fam.params if rel.startswith(fam.stack + ".")), None)
+    if p is not None and p.layers:
+        out["layers"] = (p.layers, f"the `repeat` of `{fam.stack}`", defs.get(fam.stack))
     return out
 
 

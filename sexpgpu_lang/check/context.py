@@ -68,6 +68,7 @@ class CheckContext:
         self.pretrained_files: list = []   # ir.PretrainedIR, by check/pretrained.py
         self.refused_configs: set = set()   # (config.json, why): a config whose family is refused, reported once
         self.stages: list[tuple[str, int | None]] = []
+        self.expanded: set[int] = set()   # the `defmodel` forms a one form expanded into (by id: check/one_form.py)
 
     def report(self, d: Diagnostic) -> None:
         """Record a diagnostic once per (code, range); inside a standard-library layer, at the user's call."""

@@ -43,6 +43,7 @@ def read_entries(ctx: CheckContext, name: str, node: Node) -> dict[str, tuple[Li
                                         f"({name} :{key} {' '.join(p.name for p in params[1:])})".replace(" )", ")")
                                         + f"  ; (lambda ({shown}) ...)"))
         out[key] = (lam, d)
+        ctx.facts.entries.setdefault(name, {})[key] = d.detail
     return out
 
 

@@ -63,6 +63,9 @@ class Facts:
     counters: tuple[str, ...] = ()
     phases: dict[str, Span] = field(default_factory=dict)   # phase name -> lambda range
     checkpoints: dict[str, Checkpoint] = field(default_factory=dict)   # model name -> its `:pretrained`
+    # a model made from its checkpoint in one form -> check/one_form.OneForm (its family, settings, expansion)
+    one_forms: dict[str, object] = field(default_factory=dict)
+    entries: dict[str, dict[str, str]] = field(default_factory=dict)   # model name -> entry key -> its call
 
     def define(self, d: Definition) -> Definition:
         """Record a definition and return it."""

@@ -93,9 +93,10 @@ def build_model(ctx: CheckContext, f: ListNode):
     m = ctx.models.get(name)
     if m is None or m["form"] is not f:
         return
-    if ctx.cache is None or "entries" in m["kws"] or "pretrained" in m["kws"]:
+    if ctx.cache is None or "entries" in m["kws"] or "pretrained" in m["kws"] or id(f) in ctx.expanded:
         # (a model with entry points or a checkpoint holds nodes and definitions the cache does not
-        # yet re-place after an edit: built afresh)
+        # yet re-place after an edit: built afresh; so is one a one form expanded into, whose text
+        # is not the file's and changes with its config.json)
         m.update(_build_model(ctx, f, name, m["kws"]))
     else:
         key = ("build", ctx.src.text[f.span.start:f.span.end], f.path)

@@ -62,8 +62,11 @@ def read_spec(ctx: CheckContext, node) -> tuple[str, dict | None, str, str | Non
             return None
         kws[k.name] = items[i + 1]
     path = kws.get("path")
-    if not isinstance(path, Str):
-        ctx.err("E-FORM-002", node.span, "`:pretrained` needs `:path \"file, directory or index\"`")
+    rel = path.value if isinstance(path, Str) else const_value(ctx, path) if path is not None else None
+    if not isinstance(rel, str):
+        if path is None or rel is not None:
+            ctx.err("E-FORM-002", node.span, "`:pretrained` needs `:path \"file, directory or index\"` (a string, "
+                    "or a `def` of one)")
         return None
     dtype = kws.get("file-dtype")
     if dtype is not None and not (isinstance(dtype, Kw) and dtype.name in DTYPES):
@@ -89,7 +92,7 @@ def read_spec(ctx: CheckContext, node) -> tuple[str, dict | None, str, str | Non
         ctx.err("E-MODEL-006", given.span, "`:names` is a standard-library mapping (`:gpt2`, `:llama`) or a plist "
                 "`(:param \"tensor name\" ...)`")
         return None
-    return path.value, names, label, dtype.name if dtype is not None else None
+    return rel, names, label, dtype.name if dtype is not None else None
 
 
 def plan(ctx: CheckContext, name: str, prefix: tuple[str, ...], names: dict | None, label: str, node):

@@ -20,6 +20,7 @@ from .facts import CheckResult
 from .forms import top_curriculum, top_def, top_loader, top_run
 from .generate import top_generate
 from .models import build_model, collect_params, declare_model, gradient_free_params, top_model_binding
+from .one_form import expand_one_forms, strip_facts
 from .phases import top_passes, top_train
 from .program import program
 from .samples import top_samples
@@ -82,6 +83,7 @@ def _check_forms(ctx: CheckContext, build_ir: bool) -> CheckResult:
         top_def(ctx, f)
     for f in ctx.forms.get("loader", []):
         top_loader(ctx, f)
+    expand_one_forms(ctx)   # `(defmodel NAME :pretrained "dir")`: the written-out model its family's record makes
     for f in ctx.forms.get("defmodel", []):
         declare_model(ctx, f)
     top_model_binding(ctx)
@@ -103,6 +105,7 @@ def _check_forms(ctx: CheckContext, build_ir: bool) -> CheckResult:
     top_curriculum(ctx, train)
     top_samples(ctx, train, gen, prepare, objective)   # `run`'s `:samples`: names of the batch and phases
     missing_forms(ctx)
+    strip_facts(ctx)
     ctx.diags.sort(key=lambda d: (d.span.start, d.code))
     built = None
     if build_ir and not any(d.is_error for d in ctx.diags) and objective is not None and ctx.run_ir and train:

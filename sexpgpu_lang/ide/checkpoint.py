@@ -105,6 +105,9 @@ def checkpoint_hover(ix: Index, node: Node) -> str | None:
         return None
     if isinstance(node, Str) and (_pretrained_value(ix, node) or (_pretrained_value(ix, parent)
                                                                    and _after(parent, node) == "path")):
+        if model in ix.facts.one_forms:
+            from .describe import one_form_text
+            return _files(c) + "\n\n" + one_form_text(ix.facts.one_forms[model])
         return _files(c)
     mapping, op = parent, None
     if parent.head is not None and not isinstance(parent.items[0], Kw):   # `(transpose "t")`

@@ -71,6 +71,9 @@ def _complete(ix: Index, frames: list[Frame], prefix: str, offset: int) -> list[
     if head == "cast" and len(args) == 2 or head in ("zeros", "ones") and len(args) == 2 \
             or head == "full" and len(args) == 3:
         return [_kw(d, "enumMember", "dtype") for d in DTYPES]
+    entries = ix.facts.entries.get(head)
+    if entries and len(args) == 1 and prefix.startswith(":"):   # `(teacher :|`: its entry points
+        return [_kw(key, "method", call, f"entry point of model `{head}`") for key, call in entries.items()]
     keywords = _form_keywords(ix, frames, k, head)
     if prefix.startswith(":") or (keywords and not prefix and _expects_key(head, args, keywords)):
         out = [_kw(w, "property", f"keyword of `{head}`", KEYWORD_DOCS.get((head, w), "")) for w in keywords

@@ -42,6 +42,8 @@ def model_params(ix: Index, model: str) -> list[str]:
 def describe(ix: Index, d: Definition, t: Type | None) -> str:
     """Hover text for a name with its definition."""
     if d.kind == "model":
+        if d.name in ix.facts.one_forms:
+            return one_form_text(ix.facts.one_forms[d.name])
         params = model_params(ix, d.name)
         return code_block(f"(defmodel {d.name}" + "".join(f"\n  {p}" for p in params) + ")") + "\n\nmodel"
     if d.kind == "model-binding":
@@ -55,3 +57,15 @@ def describe(ix: Index, d: Definition, t: Type | None) -> str:
     if d.kind == "def" and "\n" in d.detail:   # bound by `checkpoint-config`: where the value came from
         what += ", " + d.detail.split("\n", 1)[1]
     return code_block(f"{d.name}: {shown}") + f"\n\n{what}"
+
+
+def one_form_text(o) -> str:
+    """Hover text for a model made from its checkpoint in one form (check/one_form.OneForm): its
+    family, each size and setting with the config.json key it came from, its entries, and the
+    written-out model it is."""
+    rows = "\n".join(f"| `:{k}` | {v} | `{key}` |" for k, v, key, _ in o.settings)
+    return (f"model `{o.model}`: a {o.family.title} causal LM (`model_type` `{o.model_type}`) made from "
+            f"`{o.config}`, read through the mapping `{o.mapping}`\n\n| setting | value | from |\n|---|---|---|\n"
+            f"{rows}\n\n`({o.model} ids)`: ids [B T] -> logits [B T V]; `({o.model} :decode ids pos k v)`: the "
+            f"new tokens at `pos` with the caches k, v [layers B S kv-heads head-width] -> `(:logits :k :v)`\n\n"
+            "the written-out model it is:\n\n" + code_block(o.text.rstrip()))

@@ -129,6 +129,10 @@ def _hover_keyword(ix: Index, node: Kw, parent: Node | None, t: Type | None) -> 
     shown = checkpoint_hover(ix, node)
     if shown is not None:
         return HoverInfo(node.span, shown)
+    entries = ix.facts.entries.get(parent.head) if isinstance(parent, ListNode) and parent.head else None
+    if entries and node.name in entries and len(parent.items) > 1 and parent.items[1] is node:
+        # an entry of a model made in one form (its definition is in the expansion, not the file)
+        return HoverInfo(node.span, code_block(entries[node.name]) + "\n\nmodel entry point, over the model's parameters")
     if isinstance(parent, ListNode):
         head = parent.head
         idx = next((i for i, it in enumerate(parent.items) if it is node), -1)
