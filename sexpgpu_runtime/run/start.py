@@ -24,6 +24,7 @@ from sexpgpu_lang import ir
 
 from ..devices.sharding import run_devices
 from ..errors import CheckpointError, RunError
+from ..weights.params import param_shapes
 from ..weights.pretrained import content_hashes, frozen_params
 from .checkpoint import Checkpoints, checkpoint_spec
 from .fits import refuse_never_fits
@@ -177,7 +178,10 @@ class RunStart:
         self._claim(store)
         try:
             # The state's shapes and dtypes, traced without computing anything.
-            like = jax.eval_shape(lambda: checkpoint_tree(trainer.initial_state(load=False)))
+            # (from the declared shapes: drawing the parameters, even abstractly, costs the start-up time)
+            shapes, frozen_shapes = param_shapes(self.program.params)
+            like = jax.eval_shape(lambda t: checkpoint_tree(RunState(
+                0, t, frozen_shapes, trainer.optimizer.init(t), 0, trainer.graphs.zero_counters())), shapes)
             store.check_space(like)
             if options.resume:
                 # Restore onto this run's devices (the mesh's, replicated, or the one device), whatever

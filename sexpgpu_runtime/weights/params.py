@@ -62,6 +62,16 @@ def init_params(params: tuple[ParamIR, ...], seed: int, skip: tuple[tuple[str, .
     return trainable, frozen
 
 
+def param_shapes(params: tuple[ParamIR, ...]) -> tuple[dict, dict]:
+    """(trainable, frozen) trees shaped as `init_params` makes them, each leaf a `jax.ShapeDtypeStruct`
+    of its declared shape and dtype: nothing drawn or traced (the state's shapes before a restore)."""
+    trainable: dict = {}
+    frozen: dict = {}
+    for p in params:
+        set_path(frozen if p.frozen else trainable, p.path, jax.ShapeDtypeStruct(tuple(p.shape), jdt(p.dtype)))
+    return trainable, frozen
+
+
 def merge(a: dict, b: dict) -> dict:
     """The union of two nested dicts with disjoint leaves (trainable and frozen)."""
     out = dict(a)
