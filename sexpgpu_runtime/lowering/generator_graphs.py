@@ -5,10 +5,9 @@ The trip loop is one of two (`TRIP_LOOPS`, docs/runtime.md "The trip loop"): `ho
 calls the jitted trip graph once per trip from a Python loop, the trip an i64 device array, so it
 never retraces; `compiled` runs every trip of a group in one call, a `lax.while_loop` whose body is
 the trip graph and which, before every trip, asks the host (an ordered `io_callback`, `TripWatch`)
-whether to go on. The state is donated to either on every backend. The
-bits are the same. A stacked group runs each
-phase's unstacked body once per copy (stacking.py `over_copies`), the batch and the state stacked
-and the rest shared. With traced `categorical` temperatures (draw_check.py) the trip graph also
+whether to go on. Both donate the state on every backend and make the same bits. A stacked group
+runs each phase's unstacked body once per copy (stacking.py `over_copies`), the batch and the state
+stacked and the rest shared. With traced `categorical` temperatures (draw_check.py) the trip graph also
 carries the record of the first bad one.
 """
 from __future__ import annotations
@@ -117,8 +116,7 @@ class GeneratorGraphs:
     """The jitted generator phases of one run (`gen_init`, `gen_step`, `gen_finish` for a group of
     `layout.stack` copies; the `_1` graphs for one batch), built once; `generate` runs them."""
 
-    def __init__(self, program: ir.Program, layout, tracer: Tracer, donate: bool = False, dp=None,
-                 trip_loop: str = "host"):
+    def __init__(self, program: ir.Program, layout, tracer: Tracer, dp=None, trip_loop: str = "host"):
         self.p = program
         self.trip_loop = trip_loop   # one of TRIP_LOOPS
         self.watch = TripWatch(program.generate.trips)

@@ -85,8 +85,7 @@ class Graphs:
         self.layout = layout_of(program, dp)
         self.tracer = Tracer(program.run.seed, selected)
         self.traces = self.tracer.traces
-        gen = None if program.generate is None else GeneratorGraphs(program, self.layout, self.tracer, donate, dp,
-                                                                               trip_loop)
+        gen = None if program.generate is None else GeneratorGraphs(program, self.layout, self.tracer, dp, trip_loop)
         self.generator = gen
         if gen is not None:
             self.gen_init, self.gen_step, self.gen_finish = gen.gen_init, gen.gen_step, gen.gen_finish
