@@ -21,8 +21,14 @@ scaling; Mistral; Qwen2 with its q/k/v biases and a tied output; Llama with a ti
    and one made from the run file's values alone, as for a model trained from scratch) and loads the
    directory with `AutoModelForCausalLM.from_pretrained`, whose logits must match again.
 
+5. for GPT-2, Llama 3 and Qwen2, decodes a batch of prompts of different lengths, left-padded, with
+   an attention mask and an end-of-sequence id (chosen so that the rows stop at different trips),
+   by `generate` with its cache and without, against `<family>-padded.sx`: the standard library's
+   per-row positions (`left-padded-start`, `pos` [B]) and stops (`stop-rows`), with the caches and
+   over the whole row each step.
+
 With `--write`, tests/fixtures/hf/<family>/ gets the checkpoint, <family>.sx and expected.npz (the
-ids, transformers' logits and greedy tokens): tests/test_hf_parity.py checks them on every run of
+ids, transformers' logits and greedy tokens), and the padded batch's files (`<family>-padded.*`): tests/test_hf_parity.py checks them on every run of
 the suite without transformers.
 """
 from __future__ import annotations
@@ -72,12 +78,14 @@ _BINDS = ("layers", "width", "heads", "kv-heads", "head-width", "hidden", "vocab
 _ROPE = ("eps", "rope-base", "rope-factor", "rope-low-freq-factor", "rope-high-freq-factor", "rope-original-positions")
 
 
-def run_file(family: str, mapping: str) -> str:
-    """The run file of `family`'s fixture: every size and setting bound from `family/config.json`."""
+def run_file(family: str, mapping: str, padded: bool = False) -> str:
+    """The run file of `family`'s fixture: every size and setting bound from `family/config.json`.
+    With `padded`, the run file of the left-padded batch (`padded_tail`) instead of the rows'."""
     ck = f'"{family}"'
     binds = list(_BINDS) + (["positions", "eps"] if mapping == "gpt2" else list(_ROPE))
     head = "".join(f"(def {k} (checkpoint-config {ck} :{k}))\n" for k in binds)
-    head += (f"(def seq {SEQ})   ; the rows' length (the data's, not the model's)\n\n"
+    head += f"(def seq {SEQ})   ; the rows' length (the data's, not the model's)\n\n"
+    head += (PADDED_LOADER.replace("FAMILY", family) if padded else
              "(loader rows\n  :source (stride-rows :vocab vocab :seq seq)\n  :batch 2\n"
              "  :fields (:row [seq] :i32 :stride [1] :i32))\n\n")
     g = lambda shape: f"(normal [{shape}] :std 0.02)"  # noqa: E731
@@ -95,7 +103,7 @@ ARGS)))
                    :v (concat [(slice vs :axis 0 :start 1 :end n) (expand-dims (getf out :v) :axis 0)] :axis 0)))))
 """
     if mapping == "gpt2":
-        kv, stack, embed = "heads", "h", "(+ (embedding (getf self :wte) ids) (dynamic-slice (getf self :wpe) [pos 0] [(axis-size ids 1) width]))"
+        kv, stack, embed = "heads", "h", "(+ (embedding (getf self :wte) ids) (learned-positions (getf self :wpe) pos (axis-size ids 1)))"
         out = "(matmul (layer-norm-eps (getf c :h) (getf self :lnf-gain) (getf self :lnf-bias) eps) (transpose (getf self :wte)))"
         layer = f"""(defmodel layer
   :params (:ln1-gain (ones [width]) :ln1-bias (zeros [width])
@@ -112,7 +120,7 @@ ARGS)))
                          (getf self :w1) (getf self :b1) (getf self :w2) (getf self :b2)""")
         params = f""":wte {g("vocab width")} :wpe {g("positions width")} :h (repeat layer layers)
            :lnf-gain (ones [width]) :lnf-bias (zeros [width])"""
-        note = ";; rows shorter than the position table read its first rows (`dynamic-slice` at pos)\n"
+        note = ";; each row reads the position table's rows at its own positions (`learned-positions`)\n"
     else:
         qwen = mapping.startswith("qwen2")
         tied = mapping.endswith("-tied")
@@ -178,10 +186,77 @@ ARGS)))
 
 (run :loader rows :steps 1 :seed 0 :optimizer (adam :lr 1e-3))
 """
+    if padded:
+        tail = padded_tail(kv)
     from sexpgpu_lang.format import format_text   # as `sexpgpu fmt` lays it out
     text = (f";; tests/fixtures/hf/{family}: written by benchmarks/hf_parity.py; every size and setting from "
             f"its config.json\n\n" + head + layer + tail)
     return format_text(text) or text
+
+
+#: The left-padded batch: prompts of these lengths, left-padded to PROMPT with PAD, decoded greedily
+#: for NEW tokens each, every row stopping at its end-of-sequence id (`padded.npz`).
+PADDED_FAMILIES = ("gpt2", "llama3", "qwen2")
+LENGTHS, NEW, PAD = (4, 1, 3, 2), SEQ - PROMPT, 0
+PADDED_LOADER = f"""(loader prompts
+  :source (npz "FAMILY-prompts.npz")
+  :batch {len(LENGTHS)}
+  :fields (:prompt [{PROMPT}] :i32 :prompt-mask [{PROMPT}] :bool :eos [] :i32))
+
+"""
+
+
+def padded_tail(kv: str) -> str:
+    """The `prepare` of the padded run file: the left-padded prompts decoded greedily with the caches
+    (`:decode` at each row's `left-padded-start`, then at each row's own position) and without (the
+    whole row so far each step, empty caches), each row stopping at the batch's `:eos` (`stop-rows`),
+    as a generator's trips would, unrolled."""
+    def decode(cached: bool) -> list[str]:
+        lines, tag = [], "c" if cached else "u"
+        lines.append(f"         ({tag}s0 (list :completion none :mask never :done (< length 0)))")
+        for t in range(NEW):
+            prev = f"{tag}s{t}"
+            if cached:
+                if t == 0:
+                    lines.append(f"         ({tag}o0 (teacher :decode prompt start empty empty))")
+                    logits = f"(take (getf {tag}o0 :logits) {PROMPT - 1} :axis 1)"
+                else:
+                    ids = f"(expand-dims (getf {prev} :token) :axis 1)"
+                    lines.append(f"         ({tag}o{t} (teacher :decode {ids} (+ length {t - 1}) (getf {tag}o{t - 1} :k) "
+                                 f"(getf {tag}o{t - 1} :v)))")
+                    logits = f"(take (getf {tag}o{t} :logits) 0 :axis 1)"
+            else:
+                row = f"(concat [prompt (getf {prev} :completion)] :axis 1)"
+                lines.append(f"         ({tag}o{t} (teacher :decode {row} start empty empty))")
+                logits = f"(take (getf {tag}o{t} :logits) {PROMPT - 1 + t} :axis 1)"
+            lines.append(f"         ({tag}s{t + 1} (stop-rows (getf {prev} :completion) (getf {prev} :mask) "
+                         f"(getf {prev} :done) (argmax {logits}) {t} eos {PAD}))")
+        return lines
+    steps = decode(True) + decode(False)
+    return f"""
+(model teacher)
+
+;; the left-padded prompts decoded greedily, each row stopping at `eos`: with the caches (the prefill at
+;; each row's first column's position, negative at its padding, then each row at its own position) and
+;; without (the whole row so far at every step), as a generator's trips would, unrolled
+(prepare (lambda (batch ctx)
+  (let* ((prompt (field batch :prompt))
+         (start (left-padded-start (field batch :prompt-mask)))
+         (length (+ start {PROMPT}))
+         (eos (take (field batch :eos) 0))
+         (empty (zeros [layers (axis-size prompt 0) seq {kv} head-width]))
+         (none (zeros [(axis-size prompt 0) {NEW}] :dtype :i32))
+         (never (< none 0))
+{chr(10).join(steps)})
+    (list :greedy (getf cs{NEW} :completion) :greedy-uncached (getf us{NEW} :completion)
+          :completion-mask (getf cs{NEW} :mask) :completion-length (completion-length (getf cs{NEW} :mask))
+          :prompt prompt))))
+
+(objective (lambda (inputs ctx)
+  (mean (cross-entropy (model (getf inputs :prompt)) (getf inputs :prompt)))))
+
+(run :loader prompts :steps 1 :seed 0 :optimizer (adam :lr 1e-3))
+"""
 
 
 def stack_call(stack: str) -> str:
@@ -215,6 +290,63 @@ def build(family: str, directory: Path):
                                  do_sample=False, use_cache=cache, pad_token_id=0)
             greedy[cache] = out.numpy().astype(np.int32)
     return model, ids, logits, greedy
+
+
+def padded_generate(model, vocab: int) -> dict:
+    """transformers' greedy `generate` of left-padded prompts of LENGTHS (an attention mask, PAD at the
+    padding) for NEW tokens, with an end-of-sequence id chosen so that the rows stop at different
+    trips: the prompts, their mask, the id, and the completions [B NEW] (PAD after a row's stop)
+    with the cache and without."""
+    import torch
+    rng = np.random.default_rng(5)
+    prompt = np.full((len(LENGTHS), PROMPT), PAD, np.int32)
+    mask = np.zeros((len(LENGTHS), PROMPT), bool)
+    for b, n in enumerate(LENGTHS):
+        prompt[b, PROMPT - n:] = rng.integers(1, vocab, n)
+        mask[b, PROMPT - n:] = True
+
+    def gen(eos: int, cache: bool) -> np.ndarray:
+        with torch.no_grad():
+            out = model.generate(torch.as_tensor(prompt, dtype=torch.long),
+                                 attention_mask=torch.as_tensor(mask, dtype=torch.long), max_new_tokens=NEW,
+                                 do_sample=False, use_cache=cache, pad_token_id=PAD, eos_token_id=eos)
+        done = out.numpy()[:, PROMPT:].astype(np.int32)   # shorter when every row stopped early
+        return np.pad(done, ((0, 0), (0, NEW - done.shape[1])), constant_values=PAD)
+
+    free = gen(vocab, True)   # an id no token reaches: no row stops
+
+    def stops(eos: int) -> tuple:
+        return tuple(int(np.argmax(r == eos)) if (r == eos).any() else NEW for r in free)
+    eos = max(sorted({int(t) for t in free.ravel()} - {PAD}), key=lambda e: (len(set(stops(e))), sum(s < NEW for s in stops(e))))
+    out = {"prompt": prompt, "prompt_mask": mask, "eos": np.int32(eos), "completion": gen(eos, True),
+           "completion_uncached": gen(eos, False), "stops": np.asarray(stops(eos), np.int32)}
+    return out
+
+
+def sexpgpu_batch(run: Path):
+    """The run file `run`'s `prepare`, compiled: a function of a batch (field name -> array) to what it returns."""
+    import jax
+    import jax.numpy as jnp
+    from sexpgpu_lang import analyze_file
+    from sexpgpu_runtime.lowering.context import make_ctx
+    from sexpgpu_runtime.lowering.lowering import Effects, run_phase
+    from sexpgpu_runtime.weights.pretrained import initial_params
+    res = analyze_file(str(run), read_files=True)
+    if res.program is None or [d for d in res.diagnostics if d.is_error]:
+        raise SystemExit(f"{run}: " + "; ".join(f"{d.code} {d.message}" for d in res.diagnostics))
+    p = res.program
+    trainable, frozen = initial_params(p, 0)
+    params = {**trainable, **frozen}
+    ctx = {k: jnp.asarray(v) for k, v in make_ctx(0, 0, 0).items()}
+    prepare = jax.jit(lambda batch, params: run_phase(p.prepare, [batch, ctx], params, Effects(jax.random.key(0))))
+    return lambda batch: {k: np.asarray(v) for k, v in prepare({k: jnp.asarray(v) for k, v in batch.items()},
+                                                                params).items()}
+
+
+def padded_batch(want) -> dict:
+    """The loader's batch of a `<family>-padded.npz`: the prompts, their mask and the id per row."""
+    n = len(want["prompt"])
+    return {"prompt": want["prompt"], "prompt-mask": want["prompt_mask"], "eos": np.full((n,), want["eos"], np.int32)}
 
 
 def sexpgpu_forward(run: Path):
@@ -296,6 +428,23 @@ def main(argv=None) -> int:
             failed |= not ok
             print(f"{family:11s} logits rel {rel:.2e}  greedy cached {same[True]} uncached {same[False]}  "
                   f"export reloaded rel {rel_back:.2e} (config made from the file: {rel_made:.2e})  {'ok' if ok else 'FAIL'}")
+            if family in PADDED_FAMILIES:
+                padded = padded_generate(model, FAMILIES[family][1]["vocab_size"])
+                batch = padded_batch(padded)
+                np.savez(root / f"{family}-prompts.npz", **batch)
+                (root / f"{family}-padded.sx").write_text(run_file(family, mapping, padded=True))
+                got = sexpgpu_batch(root / f"{family}-padded.sx")(batch)
+                rows_ok = bool(np.array_equal(padded["completion"], padded["completion_uncached"])
+                               and np.array_equal(got["greedy"], padded["completion"])
+                               and np.array_equal(got["greedy-uncached"], padded["completion"])
+                               and np.array_equal(got["completion-length"], np.minimum(padded["stops"] + 1, NEW)))
+                failed |= not rows_ok
+                print(f"{family:11s} left-padded lengths {LENGTHS}, eos {int(padded['eos'])}, rows stop at trips "
+                      f"{padded['stops'].tolist()}: cached and uncached tokens {'equal' if rows_ok else 'DIFFER'}")
+                if args.write:
+                    for name in (f"{family}-prompts.npz", f"{family}-padded.sx"):
+                        shutil.copy(root / name, FIXTURES / name)
+                    np.savez_compressed(FIXTURES / f"{family}-padded.npz", **padded)
             if args.write:
                 target = FIXTURES / family
                 shutil.rmtree(target, ignore_errors=True)
@@ -308,7 +457,11 @@ def main(argv=None) -> int:
             "Written by `python -m benchmarks.hf_parity --write` (transformers "
             f"{transformers.__version__}, torch {torch.__version__.split('+')[0]}): each family's random checkpoint as "
             "`save_pretrained` saved it (sharded), the run file that reads it stating no number by hand, and "
-            "`<family>.npz` (the ids, transformers' logits and greedy tokens, cached and uncached). "
+            "`<family>.npz` (the ids, transformers' logits and greedy tokens, cached and uncached); for "
+            f"{', '.join(PADDED_FAMILIES)}, `<family>-padded.npz` (left-padded prompts of lengths {LENGTHS}, their "
+            "mask, an end-of-sequence id, `generate`'s completions with an attention mask, cached and uncached, and "
+            "the trip each row stops at), `<family>-prompts.npz` (the batch its loader reads) and "
+            "`<family>-padded.sx` (the run file decoding it per row). "
             "tests/test_hf_parity.py checks them.\n")
     return 1 if failed else 0
 

@@ -3,7 +3,8 @@ against the loop eight steps ahead, as a ratio, in one process.
 
 The loop (sexpgpu_runtime/run/loop.py) queues step N, then waits for step N - `STEPS_AHEAD` to end,
 so that each metrics row and the progress bar come at most one step late; eight ahead, rows come in
-bursts up to eight steps late. The same run file (examples/grpo.sx: a generator, 6 trips a step,
+bursts up to eight steps late. The same run file (tests/fixtures/grpo-by-hand.sx, examples/grpo.sx as it was written by
+hand: a generator, 6 trips a step,
 logged every step so that every step's row is read) is trained with `STEPS_AHEAD` 1 and 8,
 alternately (each first as often), `--repeats` times each. The step time of one run is the time
 between the host starting step `--short` and step `--long - 1` (their generators' first trip), over
@@ -27,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 from sexpgpu_runtime.run import loop  # noqa: E402
 from samples import step_seconds as run_steps  # noqa: E402
 
-GRPO = ROOT / "examples" / "grpo.sx"
+GRPO = ROOT / "tests" / "fixtures" / "grpo-by-hand.sx"   # examples/grpo.sx as written by hand
 
 
 def run_file() -> str:

@@ -1,6 +1,7 @@
 """Benchmark: the cost of `run`'s `:samples` (every 10 steps) as a ratio of the step time, in one process.
 
-The same run file (examples/grpo.sx: a generator, 6 trips a step) is trained
+The same run file (tests/fixtures/grpo-by-hand.sx, examples/grpo.sx as it was written by
+hand: a generator, 6 trips a step) is trained
 with `:samples (:every 10 :rows 4 :text [:answer] :values [:row-reward
 :advantage] :prompt 2)` (the batch's names), with `:log-p` of `objective`'s
 `let*` added to its `:values` (kept inside the training graph), and without
@@ -35,7 +36,7 @@ sys.path.insert(0, str(ROOT))
 from sexpgpu_lang import analyze  # noqa: E402
 from sexpgpu_runtime.run.train import RunOptions, train  # noqa: E402
 
-GRPO = ROOT / "examples" / "grpo.sx"
+GRPO = ROOT / "tests" / "fixtures" / "grpo-by-hand.sx"   # examples/grpo.sx as written by hand
 
 
 def variants() -> dict[str, str]:

@@ -37,6 +37,14 @@ class Refused(JsonRpcException):
         super().__init__(message, code=int(types.LSPErrorCodes.RequestFailed))
 
 
+class InvalidParams(JsonRpcException):
+    """A request whose params did not parse, answered with JSON-RPC's -32602 ("Invalid params") under
+    its id; logged as one line, like a refusal."""
+
+    def __init__(self, message: str):
+        super().__init__(message, code=-32602)
+
+
 #: pygls's log lines (their format strings) about ordinary protocol events.
 _ORDINARY = ("Cancel notification for unknown message id", "Ignoring notification for unknown method")
 #: pygls's log line (with a traceback) for a message whose params do not parse.
@@ -49,8 +57,9 @@ class ProtocolLogFilter(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         exc = record.exc_info[1] if record.exc_info else None
-        if isinstance(exc, Refused):
-            record.msg, record.args, record.exc_info, record.exc_text = "request refused: %s", (exc.message,), None, None
+        if isinstance(exc, (Refused, InvalidParams)):
+            what = "request refused: %s" if isinstance(exc, Refused) else "invalid params: %s"
+            record.msg, record.args, record.exc_info, record.exc_text = what, (exc.message,), None, None
         elif isinstance(record.msg, str) and record.msg.startswith(_UNPARSED):
             # The client's mistake, answered with -32602 (a request) or dropped: one line, no traceback.
             record.msg, record.args = "a message from the client did not parse (a request is answered -32602)", ()

@@ -32,14 +32,15 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from lsprotocol import types
-from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams
+from pygls.exceptions import JsonRpcException
 from pygls.lsp.server import LanguageServer
+from pygls.protocol import JsonRPCRequestMessage
 from pygls.protocol.language_server import LanguageServerProtocol, lsp_method
 
 from .config import ServerConfig
 from .convert import UTF16, to_lsp_diagnostics
 from .documents import Analysis, DocumentStore
-from .guard import quiet_protocol_log, report
+from .guard import InvalidParams, quiet_protocol_log, report
 
 VERSION = "0.1.0"
 
@@ -65,6 +66,10 @@ def _reason(exc: BaseException) -> str:
         return str(cause) or type(cause).__name__
 
 
+#: The method an unparsed request is dispatched as (`SexpProtocol.structure_message`): never sent by a client.
+INVALID_PARAMS = "sexpgpu/invalidParams"
+
+
 class SexpProtocol(LanguageServerProtocol):
     """pygls's protocol, except that text-document sync is left to the server's
     `DocumentStore`: pygls's workspace splits lines with `str.splitlines`,
@@ -78,16 +83,16 @@ class SexpProtocol(LanguageServerProtocol):
             return super().structure_message(data)
         except JsonRpcException as exc:
             if "method" in data and isinstance(data.get("id"), (int, str)) and not isinstance(data["id"], bool):
-                return UnparsedRequest(data["id"], str(data["method"]), _reason(exc))
+                # a request of our own method, whose handler answers -32602 under the request's id
+                unparsed = UnparsedRequest(data["id"], str(data["method"]), _reason(exc))
+                return JsonRPCRequestMessage(id=data["id"], method=INVALID_PARAMS, params=unparsed, jsonrpc="2.0")
             raise
 
-    def handle_message(self, message):
-        """pygls's dispatch, after answering an `UnparsedRequest` with -32602."""
-        if isinstance(message, UnparsedRequest):
-            error = JsonRpcInvalidParams(f"invalid params for {message.method}: {message.reason}")
-            self._send_response(message.id, error=error.to_response_error())
-            return
-        super().handle_message(message)
+    @lsp_method(INVALID_PARAMS)
+    def sexpgpu_invalid_params(self, params: UnparsedRequest):
+        """A request whose params did not parse: JSON-RPC's -32602 under its id, raised from a handler
+        so that pygls answers it through its public path (a request's error is no window message)."""
+        raise InvalidParams(f"invalid params for {params.method}: {params.reason}")
 
     def _user(self, method: str, params):
         if (handler := self.fm.features.get(method)) is not None:

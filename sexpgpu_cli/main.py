@@ -192,6 +192,19 @@ app = typer.Typer(
 )
 
 
+def _print_version(value: bool) -> None:
+    """`sexpgpu --version`: the version, then exit (as `sexpgpu version`)."""
+    if value:
+        print(f"sexpgpu {VERSION}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(show_version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+                                             help="Print the version and exit.")):
+    """Check, explain and run SexpGPU run files; serve them to editors."""
+
+
 class Format(str, Enum):
     """`lint`'s report formats."""
 
@@ -262,17 +275,19 @@ def lint_one(path: Path, found: bool, read_files: bool):
         raise cannot_read(path, e)
 
 
-def print_text(results, file=None) -> tuple[int, int]:
-    """Print diagnostics compiler-style (to `file`, default stdout); return (errors, warnings)."""
+def print_text(results, file=None) -> tuple[int, int, int]:
+    """Print diagnostics compiler-style (to `file`, default stdout); return (errors, warnings, notes:
+    information and hints)."""
     from sexpgpu_lang import render
-    n_err = n_warn = 0
+    n_err = n_warn = n_note = 0
     for res in results:
         for d in res.diagnostics:
             print(render.to_text(res.source, d), file=file)
             print(file=file)
             n_err += d.is_error
             n_warn += d.severity == 2
-    return n_err, n_warn
+            n_note += d.severity > 2
+    return n_err, n_warn, n_note
 
 
 @app.command(cls=Command)
@@ -308,12 +323,12 @@ def lint(
         if output:
             try:
                 with output.open("w", encoding="utf-8") as fh:
-                    n_err, n_warn = print_text(results, fh)
+                    n_err, n_warn, n_note = print_text(results, fh)
             except OSError as e:
                 raise fail(f"cannot write {output}: {e.strerror or e}")
         else:
-            n_err, n_warn = print_text(results)
-        print(f"{len(results)} file{'s' if len(results) != 1 else ''} checked: {render.summary(n_err, n_warn)}",
+            n_err, n_warn, n_note = print_text(results)
+        print(f"{len(results)} file{'s' if len(results) != 1 else ''} checked: {render.summary(n_err, n_warn, n_note)}",
               file=sys.stderr)
     else:
         pairs = [(r.source, r.diagnostics) for r in results]
@@ -367,7 +382,7 @@ def run(
         from sexpgpu_lang import render
         res = load(file, read_files=True)   # E-MODEL-003 (a `:pretrained` file that does not fit) stops it here
         if res.has_errors:
-            n_err, n_warn = print_text([res])
+            n_err, n_warn, _ = print_text([res])
             print(f"sexpgpu: error: {file} has {render.summary(n_err, n_warn)}; fix them before running", file=sys.stderr)
             raise typer.Exit(1)
         from sexpgpu_runtime.devices.sharding import initialize, parse_mesh  # JAX is imported only here
@@ -383,6 +398,10 @@ def run(
         import jax
         if res.diagnostics and jax.process_index() == 0:
             print_text([res], sys.stderr)   # what `lint` says of the file (its warnings), before training
+        from sexpgpu_runtime.run.rewards import reward_note
+        note = reward_note(res.program)
+        if note is not None and jax.process_index() == 0:   # the user's Python this run imports, said first
+            print(f"sexpgpu: {note}", file=sys.stderr)
 
         try:
             shard_bytes(max_shard_size)
@@ -467,7 +486,7 @@ def samples(
     step: Optional[int] = typer.Option(None, "--step", metavar="N", help="Only the rows of step N."),
     pass_name: Optional[str] = typer.Option(None, "--pass", metavar="NAME", help="Only the rows of pass NAME (`train` for training)."),
 ):
-    """Show the sampled rows in RUN_DIR/samples.jsonl as a table, newest first (sexpgpu_cli/samples.py)."""
+    """Show the sampled rows in RUN_DIR/samples.jsonl as a table, newest first."""
     from sexpgpu_cli.samples import SamplesError, SamplesUsageError, show_samples
     try:
         show_samples(run_dir, step, pass_name)
@@ -507,7 +526,7 @@ def explain(
             raise fail(str(e))
     res = load(file)
     if res.has_errors:
-        n_err, n_warn = print_text([res])
+        n_err, n_warn, _ = print_text([res])
         raise fail(f"{file} has {render.summary(n_err, n_warn)}; fix them first", 1)
     from sexpgpu_lang.explain import TARGETS, explain as build, to_text
     if target is not None and target not in TARGETS:

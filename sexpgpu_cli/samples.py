@@ -1,6 +1,6 @@
 """`sexpgpu samples RUN_DIR [--step N] [--pass NAME]`: the rows of RUN_DIR/samples.jsonl as a table, newest first.
 
-samples.jsonl is what `run`'s `:samples` writes (sexpgpu_runtime/samples.py, docs/metrics.md
+samples.jsonl is what `run`'s `:samples` writes (sexpgpu_runtime/run/samples.py, docs/metrics.md
 "Samples"): one JSON object per row, `{"step": 10, "pass": "train", "row": 0, "fields": {...}}`.
 A `:text` field with a prompt shows the prompt dim, `▸`, then the completion bold. Reads only the file;
 imports rich and never JAX or sexpgpu_runtime.

@@ -50,6 +50,8 @@ SAFETENSORS_HEADER_LIMIT = 100_000_000
 INDEX_JSON_LIMIT = 64 << 20
 CONFIG_JSON_LIMIT = 16 << 20
 JSONL_LINE_LIMIT = 64 << 20
+#: The largest Python file a `:reward` may name that the checker reads (and parses with `ast`, never imports).
+PYTHON_SOURCE_LIMIT = 16 << 20
 
 
 def describe_mode(mode: int) -> str:

@@ -8,6 +8,11 @@
   `weight_map` gives each tensor's shard, a file beside it);
 - the index file itself.
 
+A snapshot of the Hugging Face cache (`models--org--name/snapshots/<rev>/`)
+is such a directory, its files symbolic links into `../../blobs/`: a
+shard's real file may be anywhere inside that model's folder of the cache,
+never outside it (hf_cache.snapshot_repo).
+
 `tensors` reads the headers only (safetensors_header.read_header) and
 returns each tensor's shape, dtype and file; SourceError says what is
 wrong in one line naming the file and, where one is to blame, the tensor:
@@ -23,6 +28,7 @@ import json
 import os
 
 from .bounded_read import INDEX_JSON_LIMIT, JsonNumberTooLong, JsonTooDeep, NotRegularFile, loads_json, read_bounded
+from .hf_cache import snapshot_repo
 from .safetensors_header import HeaderError, read_header
 
 #: Hugging Face's names for a checkpoint in one file and for the index of a sharded one.
@@ -134,8 +140,10 @@ def _indexed(index: str) -> dict[str, tuple[tuple[int, ...], str, str]]:
         if full not in headers:
             outside = _outside(base, shard, full)
             if outside is not None:
-                raise SourceError(index, f"it places tensor `{name}` in `{shard}`, {outside}; a shard is a file "
-                                  "in the index's own directory (or below it): fix the index's `weight_map`")
+                fix = ("a cached snapshot's shard is a link into its model's `blobs/`: download the model again"
+                       if snapshot_repo(base) is not None else "a shard is a file in the index's own directory "
+                       "(or below it): fix the index's `weight_map`")
+                raise SourceError(index, f"it places tensor `{name}` in `{shard}`, {outside}; {fix}")
             if os.path.exists(full) and not os.path.isfile(full):
                 raise SourceError(index, f"it places tensor `{name}` in `{shard}`, which {NotRegularFile(full, os.stat(full).st_mode).strerror.removeprefix('it ')}")
             if not os.path.isfile(full):
@@ -154,7 +162,8 @@ def _indexed(index: str) -> dict[str, tuple[tuple[int, ...], str, str]]:
 def _outside(base: str, shard: str, full: str) -> str | None:
     """Why the shard `shard` of an index in directory `base` (`full`: joined) is not inside that
     directory, or None when it is: an absolute path, or one that resolves (`..`, symbolic links
-    followed, a loop included) to a file elsewhere. A shard outside would read any file on the
+    followed, a loop included) to a file elsewhere; in a snapshot of the Hugging Face cache, one whose
+    real file is outside that model's folder of the cache (its `blobs/` are inside). A shard outside would read any file on the
     machine (`../../etc/passwd`) as tensors, and train on another checkpoint's weights."""
     if os.path.isabs(shard):
         return "an absolute path, outside the checkpoint's directory"
@@ -163,6 +172,11 @@ def _outside(base: str, shard: str, full: str) -> str | None:
         real = os.path.realpath(full)
     except (OSError, ValueError):
         return "a path that cannot be resolved"
-    if os.path.commonpath([root, real]) != root:
-        return f"which resolves to {real}, outside the checkpoint's directory {root}"
-    return None
+    if os.path.commonpath([root, real]) == root:
+        return None
+    repo = snapshot_repo(base)   # a snapshot of the Hugging Face cache: its files are links into the model's blobs
+    if repo is not None:
+        if os.path.commonpath([repo, real]) == repo:
+            return None
+        return f"which resolves to {real}, outside the cache's folder of that model {repo}"
+    return f"which resolves to {real}, outside the checkpoint's directory {root}"

@@ -68,6 +68,8 @@ KEYS: dict[str, str] = {
     "rope-high-freq-factor": "Llama 3's `high_freq_factor` (4 where unscaled)",
     "rope-original-positions": "Llama 3's `original_max_position_embeddings` (0: every frequency scaled alike)",
     "tied": "whether the output is tied to the embedding",
+    "eos": "the end-of-sequence ids, `eos_token_id` (generation_config.json's where it has one), as a "
+           "vector: `(stack eos)` is the `eos` of `stop-rows`",
 }
 ROPE_KEYS = ("rope-factor", "rope-low-freq-factor", "rope-high-freq-factor", "rope-original-positions")
 
@@ -326,7 +328,7 @@ RECORDS: dict[str, Family] = {f.name: f for f in (
                   (getf self :w1) (getf self :b1) (getf self :w2) (getf self :b2)""",
         model_params=""":wte (normal [{vocab} {width}] :std 0.02) :wpe (normal [{positions} {width}] :std 0.02)
            :h (repeat {layer} {layers}) :lnf-gain (ones [{width}]) :lnf-bias (zeros [{width}])""",
-        embed="(+ (embedding (getf self :wte) ids) (dynamic-slice (getf self :wpe) [pos 0] [(axis-size ids 1) {width}]))",
+        embed="(+ (embedding (getf self :wte) ids) (learned-positions (getf self :wpe) pos (axis-size ids 1)))",
         out="(matmul (layer-norm-eps (getf c :h) (getf self :lnf-gain) (getf self :lnf-bias) {eps}) {head})",
         tied_out="(transpose (getf self :wte))", untied_out=""),
     Family(
@@ -371,6 +373,8 @@ def family(config: dict) -> Family:
     """The record of the config's `model_type` (`MODEL_TYPES`); ConfigError for another, and for a
     `model_type` whose family's sizes (`Family.sizes`) the config lacks while it has another's."""
     mt = config.get("model_type")
+    if not isinstance(mt, str) and mt is not None:   # (a list or an object: a value of the wrong JSON type)
+        raise ConfigError("", f"`model_type` is {_text(mt)}, not a string naming the family (like \"llama\")")
     fam = MODEL_TYPES.get(mt) if isinstance(mt, str) else None
     if fam is None:
         raise ConfigError("", f"`model_type` is {_text(mt)}, which the standard library does not read (it reads "
@@ -393,8 +397,10 @@ def _number(config: dict, key: str, integer: bool, default=None):
     v = config.get(key, default)
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0 \
             or (integer and not float(v).is_integer()):
-        raise ConfigError("", f"`{key}` is {_text(config.get(key))}, not "
-                          + ("a count of 1 or more" if integer else "a finite number above 0"))
+        want = "a count of 1 or more" if integer else "a finite number above 0"
+        if key not in config:
+            raise ConfigError("", f"it has no `{key}` ({want}), which the model's sizes are read from")
+        raise ConfigError("", f"`{key}` is {_text(config.get(key))}, not {want}")
     return int(v) if integer else v
 
 
@@ -436,6 +442,28 @@ def rope(config: dict) -> dict[str, Setting]:
         return out
     raise ConfigError("", f"`{where}` has type {_text(kind)}, which the standard library does not compute "
                       "(it computes `linear` and `llama3`); write the frequencies yourself, or use another checkpoint")
+
+
+def eos_ids(path: str, config: dict) -> Setting | ConfigError:
+    """The end-of-sequence ids of the checkpoint whose config.json is `path` (`config` its contents):
+    `generation_config.json`'s `eos_token_id` beside it where it has one (what transformers' `generate`
+    stops at), else config.json's; one id or a list, as a tuple of ids. Not a setting the model is read
+    with (`settings` leaves it out, so a checkpoint with none still loads): `checkpoint-config :eos`."""
+    import json
+    from .bounded_read import CONFIG_JSON_LIMIT, loads_json, read_bounded
+    where, got = CONFIG, config.get("eos_token_id")
+    gen = os.path.join(os.path.dirname(path), "generation_config.json")
+    if os.path.isfile(gen):
+        try:
+            data = loads_json(read_bounded(gen, CONFIG_JSON_LIMIT, "a generation_config.json").decode("utf-8"))
+        except (OSError, ValueError, json.JSONDecodeError) as e:
+            return ConfigError(gen, f"cannot read generation_config.json: {e}")
+        if isinstance(data, dict) and data.get("eos_token_id") is not None:
+            where, got = "generation_config.json", data["eos_token_id"]
+    ids = got if isinstance(got, list) else [got]
+    if got is None or not ids or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
+        return ConfigError("", f"`eos_token_id` is {_text(got)} in {where}, not an id or a list of ids")
+    return Setting(tuple(ids), "eos_token_id", _text(got) + ("" if where == CONFIG else f" (in {where}, which wins)"))
 
 
 def settings(config: dict) -> dict[str, Setting | ConfigError]:
@@ -501,8 +529,8 @@ def refusals(config: dict, mapping: str | None = None) -> list[str]:
                        + (f"; use `:names :{fit}`" if fit else ""))
         elif tie != tied:
             other = fam.mapping(tie)
-            out.append(f"`tie_word_embeddings` is {_text(tie)}, and the mapping `{mapping}` is for an "
-                       f"{'untied' if not tied else 'tied'} output"
+            out.append(f"`tie_word_embeddings` is {_text(tie)}, and the mapping `{mapping}` is for "
+                       f"{'an untied' if not tied else 'a tied'} output"
                        + (f"; use `:names :{other}`" if other else "")
                        + (" (and an output tied to the embedding, `(matmul h (transpose embed))`)" if tie else
                           " (and a `:lm-head` parameter)"))

@@ -10,7 +10,7 @@ The IR is plain data: no lark, no JAX.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from .source import Span
@@ -171,6 +171,22 @@ def walk(e: Expr):
         n = stack.pop()
         yield n
         stack.extend(reversed(children(n)))
+
+
+def rebased(e: Expr, base: tuple[str, ...], dest: tuple[str, ...], shared: frozenset[str]) -> Expr:
+    """`e` with every model call at or below `base` in the parameter tree (but those of the models in
+    `shared`) moved to the same place below `dest`: a `:copy` model's call is its source's body on
+    the copy's parameters (check/models.py `place_copies`)."""
+    changes = {}
+    if isinstance(e, ModelCall) and e.model not in shared and tuple(e.path[:len(base)]) == tuple(base):
+        changes["path"] = tuple(dest) + tuple(e.path[len(base):])
+    for f in fields(e):
+        v = getattr(e, f.name)
+        if isinstance(v, Expr):
+            changes[f.name] = rebased(v, base, dest, shared)
+        elif isinstance(v, tuple) and v and all(isinstance(x, Expr) for x in v):
+            changes[f.name] = tuple(rebased(x, base, dest, shared) for x in v)
+    return replace(e, **changes) if changes else e
 
 
 class Interpreter:
@@ -339,6 +355,7 @@ class ParamIR:
     place: int
     layers: int = 0    # stacked by `(repeat block N)`: N, the leading axis of `shape` (0: not stacked)
     span: Span | None = field(default=None, compare=False)   # its `:params` entry's value in the run file
+    copy_of: tuple[str, ...] | None = None   # a `:copy` model's leaf: the path of the leaf whose starting value it holds
 
 
 @dataclass(frozen=True)
@@ -360,8 +377,34 @@ class PretrainedIR:
 
 
 @dataclass(frozen=True)
+class RewardIR:
+    """`defgenerate`'s `:reward` (check/reward.py, docs/language.md "Rewards in Python"): a Python function
+    that `sexpgpu run` calls on the host after `generate.finish`, once per microbatch, whose result joins
+    the batch as `name`, `[rows] f32`.
+
+    `path` is the Python file (absolute), `function` the name it defines; `text` the integer `[rows T]`
+    tensor of the batch decoded to the `prompts` (its first `prompt` columns) and `completions` (the rest)
+    the function receives, as `decode` says (`SamplesIR.decode`); `fields` the batch's tensors it also
+    receives as NumPy arrays, each (batch name, Python keyword). `where` is `FILE:LINE:COL` of `:reward`
+    in the run file, for the run's messages."""
+
+    path: str
+    function: str
+    name: str
+    rows: int
+    text: str
+    prompt: int
+    decode: tuple
+    fields: tuple[tuple[str, str], ...] = ()
+    where: str = ""
+
+
+@dataclass(frozen=True)
 class GenerateIR:
-    """`defgenerate`: the trips and its three phases (finish may be None), and its `:until` (or None)."""
+    """`defgenerate`: the trips and its three phases (finish may be None), and its `:until` (or None).
+
+    `out` is everything that joins the batch: what `:finish` returns (or the last state) and, with a
+    `:reward` (`reward`), its `[rows] f32` entry last; `finish_out` is the part the device makes."""
 
     trips: int
     init: Phase
@@ -372,6 +415,15 @@ class GenerateIR:
     ctx_keys: frozenset[str]
     #: `:until`: the state after a trip and the context to a bool scalar, or None (every trip runs)
     until: Phase | None = None
+    #: `:reward`: the Python function `sexpgpu run` calls after `:finish`, or None
+    reward: RewardIR | None = None
+
+    @property
+    def finish_out(self) -> PlistType:
+        """What `generate.finish` returns on the device: `out` without the reward's entry."""
+        if self.reward is None:
+            return self.out
+        return PlistType(tuple((k, t) for k, t in self.out.entries if k != self.reward.name))
 
 
 @dataclass(frozen=True)
@@ -417,7 +469,7 @@ class SamplesIR:
     the batch axis first); `decode` is how `text` rows become text: ("tokenizer", path, base_dir) a
     tokenizer.json (`path` as written, relative to `base_dir`; `$STDLIB` and `~` expand), ("bytes",)
     UTF-8 bytes, or ("ids",) the ids joined by spaces. `prompt`: the columns of each text row that are
-    the prompt (None: the row is not split)."""
+    the prompt (None: the row is not split). `masks`: the text names shown through a `NAME-mask`."""
 
     every: int
     rows: int
@@ -429,6 +481,10 @@ class SamplesIR:
     #: `inputs` an entry of what `prepare` returns, `prepare` or `objective` a name the phase's
     #: top-level `let*` binds (its last binding, `top_bindings`). Every other name is the batch's.
     computed: tuple[tuple[str, str], ...] = ()
+    #: Each `:text` name shown through its mask, (name, mask name): `NAME-mask` of NAME's shape (a
+    #: loader's padding mask, a generator's completion mask), gathered beside it; only the ids where
+    #: it is true (1) are shown, so a padded prompt shows no padding and a completion ends at its stop.
+    masks: tuple[tuple[str, str], ...] = ()
 
     def computed_in(self, where: str) -> tuple[str, ...]:
         """The names of `computed` taken from `where` (`inputs`, `prepare` or `objective`)."""

@@ -24,7 +24,7 @@ TOP_FORMS: dict[str, tuple[str, str]] = {
     "prepare": ("(prepare (lambda (batch ctx) ...))", "batch to the plist objective reads; declares counters"),
     "objective": ("(objective (lambda (inputs ctx) ...))", "inputs to a float scalar loss"),
     "pass": ("(pass name :loader l :every n :batches k :prepare f)", "an evaluation pass: prepare and objective, no gradient"),
-    "run": ("(run :loader l :steps n :microbatches m :stack s :precision :f32 :seed 0 :optimizer (...))", "the run's settings"),
+    "run": ("", "the run's settings"),   # the signature: made from RUN_KEYS below (RUN_PLACEHOLDERS)
     "curriculum": ("(curriculum (stage :loader l :records n) ...)", "switch the training loader as records are consumed"),
 }
 
@@ -55,12 +55,20 @@ SPECIAL_FORMS: dict[str, tuple[str, str]] = {
 RUN_KEYS: tuple[str, ...] = ("loader", "steps", "microbatches", "stack", "precision", "seed", "optimizer", "log",
                              "checkpoint", "diagnostics", "devices", "shard-params", "remat", "samples")
 
+#: Each of `run`'s keywords with the value its signature shows (signature help marks the one being written).
+RUN_PLACEHOLDERS: dict[str, str] = {
+    "loader": "l", "steps": "n", "microbatches": "m", "stack": "s", "precision": ":f32", "seed": "0",
+    "optimizer": "(...)", "log": "(:every 50)", "checkpoint": "(:every n)", "diagnostics": "[..]", "devices": "n",
+    "shard-params": ":fsdp", "remat": ":policy", "samples": "(...)",
+}
+TOP_FORMS["run"] = ("(run " + " ".join(f":{k} {RUN_PLACEHOLDERS[k]}" for k in RUN_KEYS) + ")", TOP_FORMS["run"][1])
+
 #: The keywords each keyword-taking form accepts (`stage` is the form inside `curriculum`).
 FORM_KEYWORDS: dict[str, tuple[str, ...]] = {
     "loader": ("source", "batch", "fields"),
-    "defmodel": ("params", "apply", "frozen", "pretrained", "remat", "entries"),
+    "defmodel": ("params", "apply", "frozen", "pretrained", "remat", "entries", "copy"),
     "repeat": ("remat",),
-    "defgenerate": ("trips", "init", "step", "finish", "until"),
+    "defgenerate": ("trips", "init", "step", "finish", "until", "reward"),
     "run": RUN_KEYS,
     "pass": ("loader", "every", "batches", "prepare"),
     "stage": ("loader", "records"),
@@ -78,12 +86,28 @@ INITIALIZER_KEYWORDS: dict[str, tuple[str, ...]] = {
 }
 
 #: Data plists that are the value of a `run` setting: each key and the kind of its value,
-#: `count` (an integer of 1 or more), `bool` or `string`.
+#: `count` (an integer of 1 or more), `bool`, `string` or `names` (a vector of keywords).
 PLIST_KEYWORDS: dict[str, dict[str, str]] = {
-    "log": {"every": "count", "tensorboard": "bool"},
+    "log": {"every": "count", "tensorboard": "bool", "show": "names"},
     "checkpoint": {"every": "count", "dir": "string", "keep": "count"},
     "samples": {"every": "count", "rows": "count", "text": "names", "values": "names", "prompt": "count",
                 "tokenizer": "string"},
+    "reward": {"python": "string", "function": "string", "text": "name", "prompt": "count", "fields": "names",
+               "name": "name", "tokenizer": "string"},
+}
+
+#: One-line docs of `defgenerate`'s `:reward` settings (docs/language.md "Rewards in Python";
+#: check/reward.py checks them). The function is called on the host by `sexpgpu run` only.
+REWARD_DOCS: dict[str, str] = {
+    "python": "the Python file (relative to the run file) that defines the reward function; "
+              "`lint`, `explain` and the editor read it without importing it",
+    "function": "the name of the function, called as `f(prompts=[...], completions=[...], **fields)` "
+                "and returning one float per row",
+    "text": "the integer `[B T]` batch tensor decoded to the prompts and completions",
+    "prompt": "the first this many columns of each `:text` row are the prompt, the rest the completion; 0",
+    "fields": "batch tensors the function also receives, as NumPy arrays `[B ...]` (`-` in a name is `_`)",
+    "name": "the batch name the rewards join as, `[B] f32`, read in `prepare` with `field`; `:reward`",
+    "tokenizer": "a tokenizer.json (relative to the run file) that decodes `:text`, instead of the loader's",
 }
 
 #: One-line docs of `:samples`' settings (docs/metrics.md "Samples"; check/samples.py checks them). A
@@ -117,6 +141,9 @@ KEYWORD_DOCS: dict[tuple[str, str], str] = {
     ("defgenerate", "step"): "the state, the trip (`[] i64`) and the context to the next state, "
                              "with the keys, shapes and dtypes `:init` made",
     ("defgenerate", "finish"): "optional: the last state and the context, once, to any plist of tensors",
+    ("defgenerate", "reward"): "optional: a Python function of the decoded rows, called by `sexpgpu run` after "
+                               "`:finish`; its `[B] f32` result joins the batch: `(:python \"reward.py\" "
+                               ":function \"score\" :text :answer :prompt 4)`",
     ("defgenerate", "until"): "optional: the state after a trip and the context to a bool scalar; once it holds, "
                               "the trips may end early (`:trips` stays the upper bound)",
     ("loader", "source"): "where records come from: `(stride-rows ...)`, `(npz ...)`, `(text-bytes ...)`, "
@@ -128,6 +155,8 @@ KEYWORD_DOCS: dict[tuple[str, str], str] = {
     ("defmodel", "entries"): "more functions over the same parameters: `(:decode (lambda (self tok cache pos) ...))`, "
                              "called `(name :decode tok cache pos)`",
     ("defmodel", "frozen"): "`true`: the parameters are never updated",
+    ("defmodel", "copy"): "`student`: a frozen copy of that model's starting parameters (drawn or loaded), its "
+                          "`:apply` and entries: a reference model; no `:params` or `:apply` of its own",
     ("defmodel", "pretrained"): "where the parameters are loaded from: a safetensors file, a Hugging Face directory or "
                                 "its index; or `(:path \"dir\" :names :gpt2 :file-dtype :bf16)`",
     ("defmodel", "remat"): "recompute this model's activations in the backward pass: `:nothing-saveable`, "
@@ -139,6 +168,11 @@ KEYWORD_DOCS: dict[tuple[str, str], str] = {
                         "and TensorBoard",
     ("run", "remat"): "the default remat policy of every repeated layer: `:nothing-saveable`, `:dots-saveable`, "
                       "`:everything-saveable` (the default: no remat)",
+    ("run", "log"): "what each logged step writes: `(:every 50 :tensorboard true :show [:loss :reward])`: a row "
+                    "of metrics.jsonl every `:every` steps (and the last), TensorBoard scalars, the metrics the "
+                    "progress bar shows",
+    ("run", "checkpoint"): "orbax checkpoints: `(:every 100 :dir \"runs/x\" :keep 3)`, resumed with `--resume`",
+    ("run", "diagnostics"): "the `diagnostic` names to compute and log, like `[:grad-norm]`",
     ("run", "loader"): "the training loader",
     ("run", "steps"): "optimizer steps",
     ("run", "microbatches"): "microbatches per step; their gradients are summed into one buffer as they are made",
@@ -256,8 +290,18 @@ SCHEDULE_SETTING_DOCS: dict[str, str] = {
 #: parameter keys is the third way to write it.
 DECAY_MASKS: tuple[str, ...] = ("matrices", "all")
 
+#: One-line docs of `:log`'s settings (docs/metrics.md).
+LOG_DOCS: dict[str, str] = {
+    "every": "write a metrics.jsonl row every this many steps (and at the last); 50",
+    "tensorboard": "`true`: the rows also go to TensorBoard event files in the run dir",
+    "show": "the metrics the progress bar shows, like `[:loss :reward]` (`:loss`, `:lr` or a `metric` "
+            "`objective` reports); `[:loss]`",
+}
+
 # Hover and completion read every keyword's doc from KEYWORD_DOCS, keyed by the form it is written in.
+KEYWORD_DOCS.update({("log", k): doc for k, doc in LOG_DOCS.items()})
 KEYWORD_DOCS.update({("samples", k): doc for k, doc in SAMPLES_DOCS.items()})
+KEYWORD_DOCS.update({("reward", k): doc for k, doc in REWARD_DOCS.items()})
 KEYWORD_DOCS.update({(o, k): OPTIMIZER_DOCS[k] for o, keys in OPTIMIZERS.items() for k in keys})
 KEYWORD_DOCS.update({(sch, k): SCHEDULE_SETTING_DOCS[k] for sch, keys in SCHEDULES.items() for k in keys})
 #: The optimizer of a `run` without `:optimizer`.

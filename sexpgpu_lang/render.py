@@ -95,15 +95,17 @@ def _snippet(src: SourceText, span: Span) -> list[str]:
 SNIPPET_WIDTH = 160
 
 
-def summary(n_errors: int, n_warnings: int) -> str:
-    """`2 errors, 1 warning` (or `no problems`)."""
-    if not n_errors and not n_warnings:
-        return "no problems"
+def summary(n_errors: int, n_warnings: int, n_notes: int = 0) -> str:
+    """`2 errors, 1 warning`, `no problems, 1 note` (information or hints only) or `no problems`."""
     parts = []
     if n_errors:
         parts.append(f"{n_errors} error" + ("s" if n_errors != 1 else ""))
     if n_warnings:
         parts.append(f"{n_warnings} warning" + ("s" if n_warnings != 1 else ""))
+    if not parts:
+        parts.append("no problems")
+    if n_notes:
+        parts.append(f"{n_notes} note" + ("s" if n_notes != 1 else ""))
     return ", ".join(parts)
 
 

@@ -5,7 +5,8 @@ The run's own errors, which `sexpgpu run` prints as one line:
 - `RunError`: a run that cannot go on for a reason the user can act on (exit 1); its subclasses
   `DataError` (a loader's data not as declared, found before anything trains: exit 1),
   `OptionError` (a command-line option that cannot work: exit 2, a usage error), `RunDirInUse` (a run
-  dir another process holds: exit 1), `BadValue` (a NaN
+  dir another process holds: exit 1), `RewardError` (a `:reward` Python function that cannot be
+  imported, raised, or returned anything but a finite float per row: exit 1), `BadValue` (a NaN
   or infinite value at a step: exit 1) and `BadDraw` (a generator's traced temperature out of
   range: exit 1).
 - `RunStopped`: SIGINT or SIGTERM stopped the run after the last completed step was saved
@@ -53,6 +54,11 @@ class SampleError(RunError):
     (run/samples.py)."""
 
 
+class RewardError(RunError):
+    """`defgenerate`'s `:reward` (run/rewards.py): its Python file that cannot be imported, a function
+    that raised (named with the row and the step), or rewards that are not one finite float per row."""
+
+
 class BadValue(RunError):
     """A loss, metric or parameter that is NaN or infinite at a step; `metric` is as shown (`` `loss` ``)."""
 
@@ -91,7 +97,7 @@ class RunStopped(Exception):
 
 
 class RunFinished(Exception):
-    """`--resume` of a run that has trained its steps already (`step`, the last it trained, at least
+    """`--resume` (or a plain second `sexpgpu run`) of a run that has trained its steps already (`step`, the last it trained, at least
     `total`, the steps asked for): nothing was read or written; the message says how to train longer."""
 
     def __init__(self, message: str, step: int, total: int):

@@ -48,7 +48,7 @@ SMALL = """\
 _MARK = re.compile(r"^(\s*);;(\s*)(\^+)\s+([A-Z]+-[A-Z]+-\d+)(?:\s+\(from column (\d+)\))?\s*$")
 
 
-def check(source: str, path: str = "check.sx"):
+def check(source: str, path: str = "check.sx", read_files: bool | str = False):
     """Assert that the diagnostics of `source` (every severity) are exactly those its markers
     show, as a multiset of (code, range); return the `CheckResult` for further assertions.
 
@@ -57,7 +57,7 @@ def check(source: str, path: str = "check.sx"):
     line is marked by one caret under its start. A range that starts in column 1 or 2, where
     no caret can stand under it, is marked `;; ^^^ CODE (from column N)`: N is its 1-based
     start column, the carets its length. The test style of docs/dev/style.md (after
-    rust-analyzer's fixtures).
+    rust-analyzer's fixtures). `read_files` is `analyze`'s (the files the run file names read).
     """
     from sexpgpu_lang import analyze
     lines = source.split("\n")
@@ -70,7 +70,7 @@ def check(source: str, path: str = "check.sx"):
             expected.append((m.group(4), target + 1, col + 1, col + 1 + len(m.group(3))))
         elif not m:
             target = i
-    res = analyze(source, path)
+    res = analyze(source, path, read_files)
     got = []
     for d in res.diagnostics:
         (l0, c0), (l1, c1) = res.source.line_col(d.span.start), res.source.line_col(d.span.end)

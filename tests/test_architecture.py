@@ -112,6 +112,37 @@ def test_no_private_module_of_a_dependency_is_imported():
     assert found == PRIVATE_IMPORTS_LEFT, found ^ PRIVATE_IMPORTS_LEFT
 
 
+#: Private attributes of a dependency still used, each with why: the same computation of a compiled
+#: module as `PRIVATE_IMPORTS_LEFT` (xla_loops.py, guarded and pinned).
+PRIVATE_ATTRIBUTES_LEFT = {("sexpgpu_runtime/lowering/xla_loops.py", "xla_client._xla")}
+
+
+def test_no_private_attribute_of_a_dependency_is_used():
+    """`x._name` where no product module defines `_name` (a function, class, attribute it assigns,
+    name or parameter): a dependency's private attribute (`self._send_response` in a subclass of
+    pygls's protocol was one). A standard-library module's (`os._exit`, documented) is allowed."""
+    trees = {m: ast.parse((ROOT / m).read_text(encoding="utf-8")) for m in product_modules()}
+    ours = set()
+    for tree in trees.values():
+        for n in ast.walk(tree):
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                ours.add(n.name)
+            elif isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Store):
+                ours.add(n.attr)
+            elif isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
+                ours.add(n.id)
+            elif isinstance(n, ast.arg):
+                ours.add(n.arg)
+    found = set()
+    for m, tree in trees.items():
+        for n in ast.walk(tree):
+            if (isinstance(n, ast.Attribute) and n.attr.startswith("_") and not n.attr.startswith("__")
+                    and n.attr not in ours
+                    and not (isinstance(n.value, ast.Name) and n.value.id in sys.stdlib_module_names)):
+                found.add((m.as_posix(), ast.unparse(n)))
+    assert found == PRIVATE_ATTRIBUTES_LEFT, found ^ PRIVATE_ATTRIBUTES_LEFT
+
+
 def test_a_dependency_whose_private_module_is_imported_has_an_upper_bound_the_installed_one_meets():
     import tomllib
     from importlib.metadata import version
@@ -136,3 +167,16 @@ def test_no_code_or_doc_cites_a_file_outside_the_repository():
     cited = [f"{p.relative_to(ROOT)}: {name}" for p in places for name in OUTSIDE
              if name in p.read_text(encoding="utf-8", errors="replace") and p.name != Path(__file__).name]
     assert cited == [], "cite docs/dev/design.md or docs/dev/style.md instead:\n" + "\n".join(cited)
+
+
+def test_a_context_row_is_spelled_in_one_place():
+    """The order of a context row's values is `lowering/context.context_row`'s alone: no other module
+    builds a row tuple by position."""
+    spelled = [str(m) for m in product_modules() if m.parts[0] == "sexpgpu_runtime"
+               and m.as_posix() != "sexpgpu_runtime/lowering/context.py"
+               and re.search(r"np\.array\(\[\(step", (ROOT / m).read_text(encoding="utf-8"))]
+    assert spelled == []
+    from sexpgpu_lang.language import CONTEXT_KEYS
+    from sexpgpu_runtime.lowering.context import context_row, make_ctx
+    assert list(make_ctx(3, 1, 64, 2, 16, 1)) == [k for k, _ in CONTEXT_KEYS]
+    assert context_row(3, 1, 64) == (3, 1, 64, 0, 64, 0)

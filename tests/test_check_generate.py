@@ -3,7 +3,9 @@ changes of a state entry between trips are E-GEN-002 and which are not, as inlin
 (the fixture, tests/fixtures/tiny-generate.sx, with one edit; every diagnostic marked)."""
 from __future__ import annotations
 
-from helpers import check, edited
+import pytest
+
+from helpers import check, edited, variant
 
 
 def test_an_index_state_plus_an_i64_changes_dtype():
@@ -101,3 +103,34 @@ def test_a_microbatch_salt_in_an_unstacked_run_is_only_information():
 ;;                                                                                     ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^ W-RAND-003"""),
                  (":stack 2",
                   ":stack 1")))
+
+
+def _apply_salt_advice(text: str, code: str) -> str:
+    """`text` with the `:salt ...` that `code`'s help suggests added to the draw it is reported at."""
+    import re
+    from sexpgpu_lang import analyze
+    d = next(d for d in analyze(text).diagnostics if d.code == code)
+    salt = re.search(r"`(:salt .+?)`", d.help).group(1)
+    end = d.span.end - 1                      # the draw's closing paren
+    assert text[end] == ")"
+    return text[:end] + " " + salt + text[end:]
+
+
+@pytest.mark.parametrize("old, new, code", [
+    # a draw straight in `:step` (the advice must not be a salt W-RAND-003 then finds the same every trip)
+    ("(argmax (model row))", "(categorical (model row))", "W-RAND-001"),
+    # in `:finish`
+    ("(column (iota [1 seq] :axis 1))\n                   (truth",
+     "(column (iota [1 seq] :axis 1))\n                   (noise (uniform [4]))\n                   (truth", "W-RAND-001"),
+    # in `prepare`
+    ("(list :input (field batch :sample)", "(list :noise (uniform [4])\n        :input (field batch :sample)",
+     "W-RAND-002"),
+])
+def test_salt_advice_applied_leaves_no_diagnostic(old, new, code):
+    """Advice never makes a file worse: the suggested salt, applied, leaves the file with no
+    diagnostic of any severity (it was W-RAND-003 in `:step`, and sampling wrote one token a trip)."""
+    from sexpgpu_lang import analyze
+    text = variant(old, new)
+    assert [d.code for d in analyze(text).diagnostics] == [code]
+    fixed = _apply_salt_advice(text, code)
+    assert [(d.code, d.message) for d in analyze(fixed).diagnostics] == []

@@ -76,3 +76,18 @@ def test_a_uniform_draw_salted_by_the_step():
     """A uniform draw in :init salted by the step; ties broken by noise."""
     check(edited((":stride (field batch :stride)))",
                   ":stride (+ (field batch :stride) (cast (< (uniform [64 1] :salt (getf ctx :step)) 0.0) :i32))))")))
+
+
+def test_a_division_by_a_constant_zero_is_reported_at_the_divisor():
+    """E-TYPE-006: a `def` that is 0, a literal 0.0, constants that fold to 0; a divisor that is
+    not a constant, or a constant that is not zero, is clean."""
+    check(edited(("(def vocab 16)", "(def vocab 16)\n(def cold 0.0)"),
+                 ("(let* ((logits (model (getf inputs :input)))", """(let* ((logits (/ (model (getf inputs :input)) cold))
+;;                                               ^^^^ E-TYPE-006""")))
+    check(edited(("                   :label (mod (+ row stride) vocab)", """\
+                   :label (mod (+ row stride) (- vocab 16))
+;;                                             ^^^^^^^^^^^^ E-TYPE-006""")))
+    check(edited(("(let* ((logits (model (getf inputs :input)))", """(let* ((logits (/ (model (getf inputs :input)) 0.0))
+;;                                               ^^^ E-TYPE-006""")))
+    check(edited(("(let* ((logits (model (getf inputs :input)))",
+                  "(let* ((logits (/ (model (getf inputs :input)) (+ 0.5 0.5)))")))

@@ -174,9 +174,24 @@ def test_samples_keep_the_identity(full):
 
 
 @pytest.mark.slow
-def test_fresh_run_into_a_dir_with_checkpoints_is_refused(full):
+def test_fresh_run_into_a_dir_with_checkpoints_is_refused(full, tmp_path):
+    run(TEXT, tmp_path, steps=7)                         # unfinished: resume it, or start over
     with pytest.raises(RunError, match="already holds checkpoints of this run .*--resume"):
+        run(TEXT, tmp_path, steps=STEPS)
+
+
+@pytest.mark.slow
+def test_fresh_run_of_a_finished_run_says_where_it_is_and_changes_nothing(full):
+    """A second plain `sexpgpu run FILE` of a finished run (the README's command run twice) is
+    RunFinished, exit 0, naming its metrics and checkpoints and how to train again."""
+    before = sorted((p.relative_to(full[1]), p.stat().st_mtime_ns) for p in full[1].rglob("*") if p.is_file())
+    with pytest.raises(RunFinished) as e:
         run(TEXT, full[1])
+    assert str(e.value) == (f"the run in {full[1]} finished at step {STEPS} of {STEPS}: nothing was changed; its "
+                            f"metrics are in {full[1] / 'metrics.jsonl'}, its checkpoints in {full[1] / 'checkpoints'}. "
+                            f"Pass --overwrite to train it again, or `--resume --steps N` above {STEPS} to train it "
+                            "longer")
+    assert sorted((p.relative_to(full[1]), p.stat().st_mtime_ns) for p in full[1].rglob("*") if p.is_file()) == before
 
 
 def test_resume_without_a_checkpoint_says_so(tmp_path):
@@ -487,7 +502,7 @@ def test_an_empty_metrics_jsonl_is_no_earlier_run(tmp_path):
 def test_overwrite_starts_over_removing_checkpoints_metrics_and_events(full, tmp_path):
     full_result, full_dir = full
     run(TEXT, tmp_path, steps=9)                        # checkpoints 7 and 9, 9 rows, events to step 9
-    with pytest.raises(RunError, match=r"already holds checkpoints of this run .*--resume.*--overwrite"):
+    with pytest.raises(RunFinished, match=r"has trained 9 steps, more than the 3 asked for: nothing was changed"):
         run(TEXT, tmp_path, steps=3)
     (tmp_path / "notes.txt").write_text("mine")
     again = run(TEXT, tmp_path, steps=STEPS, overwrite=True)

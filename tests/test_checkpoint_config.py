@@ -113,12 +113,17 @@ def test_a_changed_config_is_read_again(project):
     assert "`rope_theta` 10000.0" in ide.hover(ide.Index(res), at).markdown
 
 
-def test_stated_values_checked_only_where_the_checkpoint_is_read(project):
+def test_stated_values_are_checked_by_plain_lint_as_by_the_editor(project):
+    """config.json is small and read bounded: plain `lint` compares it as the editor and `--read-files` do."""
     root, text = project
+    for read_files in (False, "local", True):
+        got = codes(analyze(text, str(root / "run.sx"), read_files=read_files))
+        assert [c for c, _ in got] == ["E-CONFIG-004"], (read_files, got)
+        assert "`rope_theta` 500000.0" in got[0][1] and "`llama-block` here uses 1e-06, 10000 and no scaling" in got[0][1]
+    (root / "data" / "llama3-tiny" / "model.safetensors").unlink()   # the tensors are not needed for it
+    assert [c for c, _ in codes(analyze(text, str(root / "run.sx")))] == ["E-CONFIG-004"]
+    (root / "data" / "llama3-tiny" / "config.json").unlink()   # nor is a checkpoint without a config compared
     assert codes(analyze(text, str(root / "run.sx"))) == []
-    got = codes(analyze(text, str(root / "run.sx"), read_files="local"))
-    assert [c for c, _ in got] == ["E-CONFIG-004"]
-    assert "`rope_theta` 500000.0" in got[0][1] and "`llama-block` here uses 1e-06, 10000 and no scaling" in got[0][1]
 
 
 def test_a_stated_value_that_agrees_is_clean_and_one_that_does_not_names_the_key(project):
@@ -146,8 +151,8 @@ def test_the_mapping_must_be_for_the_config(project):
 def test_checkpoint_config_outside_a_def_is_a_form_error(project):
     root, text = project
     text = text.replace("(iota [seq])", "(iota [(checkpoint-config \"data/llama3-tiny\" :positions)])")
-    got = codes(analyze(text, str(root / "run.sx")))
-    assert got[0][0] == "E-FORM-002" and "is a `def`'s value" in got[0][1]
+    got = dict(codes(analyze(text, str(root / "run.sx"))))
+    assert "is a `def`'s value" in got["E-FORM-002"], got
 
 
 def test_gpt2_has_no_rope_base(tmp_path):
@@ -270,3 +275,334 @@ def test_a_mapping_mistake_beside_a_parameter_that_did_not_check_is_still_said()
     assert "E-NAME-001" in got or any(c.startswith("E-") for c in got if c != "E-MODEL-006"), got
     assert "maps `outt`, which is not a parameter of `lm` (did you mean `out`?)" in got["E-MODEL-006"], got
     assert "`embed`" not in got["E-MODEL-006"]   # its shape did not check: said there, not here
+
+
+def test_a_stated_size_is_reported_at_the_parameter_of_the_model_that_reads_the_checkpoint(tmp_path):
+    """Two models with a `:wq`: the teacher's (read from the checkpoint, 8 heads where config.json has 4)
+    and a student's after it. E-CONFIG-004 stands at the teacher block's `:wq`, not at the last `:wq`
+    of the file."""
+    shutil.copytree(CASES / "data" / "llama3-tiny", tmp_path / "data" / "llama3-tiny")
+    text = (CASES / "config-004-stated-heads.sx").read_text()
+    text = text.replace("(model llama3)", """(defmodel pair
+  :params (:teacher llama3 :wq (normal [width heads head-width] :std 0.02))
+  :apply (lambda (self x) (+ (llama3 x) (sum (getf self :wq)))))
+
+(model pair)""")
+    text = text.replace("(model (getf inputs :x))", "(pair (getf inputs :x))")
+    f = tmp_path / "pair.sx"
+    f.write_text(text)
+    res = analyze(text, str(f), read_files=True)
+    found = [(d.code, res.source.line_col(d.span.start)[0] + 1) for d in res.diagnostics]
+    assert sorted(found) == [("E-CONFIG-004", 21), ("E-CONFIG-004", 22)], [(d.code, d.message) for d in res.diagnostics]
+
+
+def test_a_checkpoint_dir_without_config_json_is_only_that(tmp_path):
+    """`checkpoint-config` of a directory without config.json (its shards there): E-CONFIG-001 alone,
+    no E-CONFIG-004 or W-MODEL-001 from the values it could not give (a `repeat` of 1 layer)."""
+    hf = Path(__file__).parent / "fixtures" / "hf"
+    shutil.copytree(hf / "llama3", tmp_path / "llama3")
+    (tmp_path / "llama3" / "config.json").unlink()
+    f = tmp_path / "llama3.sx"
+    f.write_text((hf / "llama3.sx").read_text())
+    res = analyze(f.read_text(), str(f), read_files=True)
+    assert {d.code for d in res.diagnostics} == {"E-CONFIG-001"}, [(d.code, d.message) for d in res.diagnostics]
+
+
+def test_a_teacher_deeper_than_its_checkpoint_is_one_short_line(tmp_path):
+    """A `repeat` of 3 over a 2-layer checkpoint: one E-MODEL-003 clause saying both depths (not one
+    clause per missing tensor), its help binding the count with `checkpoint-config`."""
+    hf = Path(__file__).parent / "fixtures" / "hf"
+    shutil.copytree(hf / "llama3", tmp_path / "llama3")
+    f = tmp_path / "deep.sx"
+    f.write_text((hf / "llama3.sx").read_text().replace('(def layers (checkpoint-config "llama3" :layers))',
+                                                        "(def layers 3)"))
+    res = analyze(f.read_text(), str(f), read_files=True)
+    (d,) = [d for d in res.diagnostics if d.code == "E-MODEL-003"]
+    assert d.message == ("`llama3`: the checkpoint has 2 layers, and the `repeat` makes 3: layer 2 has no tensors "
+                         "in it")
+    assert '(checkpoint-config "llama3" :layers)' in d.help
+
+
+@pytest.mark.parametrize("value, message", [
+    (None, "it has no `num_hidden_layers` (a count of 1 or more), which the model's sizes are read from"),
+    ("2", '`num_hidden_layers` is "2", not a count of 1 or more'),
+])
+def test_a_missing_or_mistyped_config_key_is_one_error_in_plain_words(tmp_path, value, message):
+    """A key config.json lacks is said to be missing (not "null"); a layer count written as a string
+    is one E-CONFIG-002, without a W-MODEL-001 from a `repeat` of the unknown count."""
+    hf = Path(__file__).parent / "fixtures" / "hf"
+    shutil.copytree(hf / "llama3", tmp_path / "llama3")
+    config = json.loads((tmp_path / "llama3" / "config.json").read_text())
+    if value is None:
+        del config["num_hidden_layers"]
+    else:
+        config["num_hidden_layers"] = value
+    (tmp_path / "llama3" / "config.json").write_text(json.dumps(config))
+    f = tmp_path / "llama3.sx"
+    f.write_text((hf / "llama3.sx").read_text())
+    res = analyze(f.read_text(), str(f), read_files=True)
+    assert [(d.code, d.message) for d in res.diagnostics] == [
+        ("E-CONFIG-002", f"`llama3/config.json`: {message}")]
+
+@pytest.mark.parametrize("value", [[1], {"name": "llama"}, 7])
+def test_a_model_type_of_the_wrong_json_type_is_one_line_in_lint_explain_and_the_server(tmp_path, value):
+    """A `model_type` that is no string: one E-CONFIG-002 naming the key and its value, never a traceback
+    (in `lint`, `lint --read-files`, the server's check and its hovers, and `explain`)."""
+    from typer.testing import CliRunner
+    from sexpgpu_cli.main import app
+    from test_hf_parity import FIXTURES
+    shutil.copytree(FIXTURES / "llama3", tmp_path / "llama3")
+    config = json.loads((tmp_path / "llama3" / "config.json").read_text())
+    (tmp_path / "llama3" / "config.json").write_text(json.dumps({**config, "model_type": value}))
+    text = (FIXTURES / "llama3.sx").read_text()
+    (tmp_path / "run.sx").write_text(text)
+    for read_files in (False, True, "local"):
+        res = analyze(text, str(tmp_path / "run.sx"), read_files=read_files)
+        got = [(d.code, d.message) for d in res.diagnostics]
+        assert [c for c, _ in got] == ["E-CONFIG-002"], got
+        assert f"`model_type` is {json.dumps(value)}, not a string naming the family" in got[0][1]
+        index = ide.Index(res)
+        for at in range(0, len(text), 50):
+            ide.hover(index, at)
+    for args in (["lint", str(tmp_path / "run.sx")], ["lint", "--read-files", str(tmp_path / "run.sx")],
+                 ["explain", str(tmp_path / "run.sx")]):
+        r = CliRunner().invoke(app, args, env={"COLUMNS": "400", "NO_COLOR": "1"})
+        assert r.exception is None or isinstance(r.exception, SystemExit), (args, r.exception)
+        assert "Traceback" not in r.output and r.output.count("E-CONFIG-002") == 1, (args, r.output)
+
+
+def test_one_unreadable_config_is_one_e_config_001_not_one_per_def(tmp_path):
+    """Every `checkpoint-config` of a broken config.json has one cause: one E-CONFIG-001, at the first."""
+    from test_hf_parity import FIXTURES
+    (tmp_path / "llama3").mkdir()
+    (tmp_path / "llama3" / "config.json").write_text("{not json")
+    text = (FIXTURES / "llama3.sx").read_text()
+    assert text.count("(checkpoint-config") >= 13
+    res = analyze(text, str(tmp_path / "run.sx"))
+    got = [d for d in res.diagnostics if d.is_error]
+    assert [d.code for d in got] == ["E-CONFIG-001"], [(d.code, d.message) for d in got]
+    assert res.source.line_col(got[0].span.start)[0] == 2 and "it is not JSON" in got[0].message
+
+
+FREQ = ("(rope-inv-freq head-width rope-base rope-factor rope-low-freq-factor\n"
+        "                                                               rope-high-freq-factor rope-original-positions)")
+
+
+@pytest.fixture
+def llama3(tmp_path):
+    """The Llama 3 parity fixture's run file (every setting from its config.json) beside its checkpoint."""
+    from test_hf_parity import FIXTURES
+    shutil.copytree(FIXTURES / "llama3", tmp_path / "llama3")
+    text = (FIXTURES / "llama3.sx").read_text()
+    assert FREQ in text and "eps (getf self :attn-norm)" in text
+    return tmp_path / "run.sx", text
+
+
+def let_bound(text: str, freq: str) -> str:
+    """The layer's frequencies bound in its `let*` to `freqs` as `freq`, the block given the name."""
+    text = text.replace(FREQ, "freqs")
+    return text.replace("(let* ((ks (getf c :k))", f"(let* ((freqs {freq})\n                  (ks (getf c :k))", 1)
+
+
+def all_codes(res):
+    return [(d.code, d.message) for d in res.diagnostics]
+
+
+def test_frequencies_bound_in_a_let_are_compared(llama3):
+    """The issue's silent case: a Llama 3 teacher whose `rope-inv-freq` is bound in a `let*` with Llama 2's
+    base was 3.82 off in logits with lint clean; it is E-CONFIG-004 at the base, in plain lint too."""
+    path, text = llama3
+    right = let_bound(text, "(rope-inv-freq head-width 500000.0 8.0 1.0 4.0 16)")
+    for read_files in (False, True):
+        assert all_codes(analyze(right, str(path), read_files=read_files)) == []
+    wrong = let_bound(text, "(rope-inv-freq head-width 10000.0 8.0 1.0 4.0 16)")
+    for read_files in (False, True):
+        got = all_codes(analyze(wrong, str(path), read_files=read_files))
+        assert got == [("E-CONFIG-004", "`llama3/config.json` has `rope_parameters.rope_theta` 500000.0, and "
+                        "`llama-block-freq-cached` here uses 10000.0")], got
+    renamed = let_bound(text, "(rope-inv-freq head-width 10000.0 8.0 1.0 4.0 16)").replace(
+        "(let* ((freqs", "(let* ((f0", 1).replace("(ks (getf c :k))", "(freqs f0)\n (ks (getf c :k))", 1)
+    assert [c for c, _ in all_codes(analyze(renamed, str(path)))] == ["E-CONFIG-004"]   # a name of a name
+
+
+@pytest.mark.parametrize("eps, want", [
+    ("(* 10.0 1e-6)", []),                                   # computed in place, the config's value
+    ("(let* ((e (/ 1.0 100000.0))) e)", []),
+    ("(* 2.0 eps)", ["E-CONFIG-004"]),                         # computed, and not the config's
+    ("(+ eps (* 0.0 (mean (getf self :attn-norm))))", ["W-CONFIG-001"]),   # known only when it runs
+])
+def test_a_computed_epsilon_is_folded_or_said_to_be_uncompared(llama3, eps, want):
+    path, text = llama3
+    text = text.replace("eps (getf self :attn-norm)", f"{eps} (getf self :attn-norm)", 1)
+    got = all_codes(analyze(text, str(path)))
+    assert [c for c, _ in got] == want, got
+    if want == ["W-CONFIG-001"]:
+        assert got[0][1] == ("`llama-block-freq-cached` here takes the epsilon `(+ eps (* 0.0 (mean (getf self "
+                             ":attn-norm))))`, which the checker cannot know before the run, so `rms_norm_eps` of "
+                             "`llama3/config.json` is not compared with it")
+    if want == ["E-CONFIG-004"]:
+        assert "`rms_norm_eps` 1e-05" in got[0][1] and "here uses 2e-05" in got[0][1]
+
+
+def test_frequencies_not_from_rope_inv_freq_are_said_to_be_uncompared(llama3):
+    path, text = llama3
+    text = text.replace(FREQ, f"(* 1.0 {FREQ})")
+    got = all_codes(analyze(text, str(path)))
+    assert [c for c, _ in got] == ["W-CONFIG-001"], got
+    assert got[0][1].startswith("`llama-block-freq-cached` here takes the rotary frequencies `(* 1.0 (rope-inv-freq")
+    assert got[0][1].endswith("so `rope_parameters` of `llama3/config.json` is not compared with it"), got[0][1]
+
+
+GENERATOR = """
+(defgenerate :trips TRIPS
+  :init (lambda (batch ctx) INIT)
+  :step (lambda (state trip ctx) (list :row (getf state :row) :last (getf state :last)))
+  :finish (lambda (state ctx) (list :sample (getf state :row)
+                                    :sample-logits (model (cast (slice (getf state :row) :axis 1 :start 0 :end seq) :i32)))))
+"""
+ROWS = "(list :row (concat [(field batch :row) (field batch :row)] :axis 1) :last (zeros [2 4]))"
+NO_ROW = "(list :row (cast (field batch :row) :f32) :last (zeros [2 4]))"
+
+
+@pytest.fixture
+def mistral(tmp_path):
+    """The Mistral parity fixture (its rows: 8 tokens) with a generator that runs the teacher, and a
+    writer of its config.json's window and positions."""
+    from test_hf_parity import FIXTURES
+    shutil.copytree(FIXTURES / "mistral", tmp_path / "mistral")
+    path = tmp_path / "mistral" / "config.json"
+    config = json.loads(path.read_text())
+
+    def text(trips, init):
+        gen = GENERATOR.replace("TRIPS", str(trips)).replace("INIT", init)
+        return (FIXTURES / "mistral.sx").read_text().replace("(prepare (lambda", gen + "\n(prepare (lambda", 1)
+
+    def configure(window, positions):
+        path.write_text(json.dumps({**config, "sliding_window": window, "max_position_embeddings": positions}))
+    return tmp_path / "run.sx", text, configure
+
+
+@pytest.mark.parametrize("trips, init, window, said", [
+    (4, ROWS, 12, "the generator makes rows of 16 positions (`:row`, 4 trips), which `teacher` reads"),
+    (4, ROWS, 16, None),
+    (20, NO_ROW, 16, "the generator runs 20 trips, a position each, which `teacher` reads"),   # the trips counted
+    (16, NO_ROW, 16, None),
+])
+def test_a_generator_past_mistral_s_window_is_refused(mistral, trips, init, window, said):
+    """The loader's rows (8 tokens) fit the window; the generator's positions are counted too."""
+    path, text, configure = mistral
+    configure(window, 64)
+    got = all_codes(analyze(text(trips, init), str(path)))
+    if said is None:
+        assert got == [], got
+    else:
+        assert [c for c, _ in got] == ["E-CONFIG-002"] and f"`sliding_window` is {window}, and {said}" in got[0][1], got
+
+
+@pytest.mark.parametrize("positions, said", [
+    (10, "`mistral/config.json` has `max_position_embeddings` 10, and the generator makes rows of 16 positions "
+         "(`:row`, 4 trips): `teacher` reads 16 positions, past the 10 it was trained on"),
+    (6, "`mistral/config.json` has `max_position_embeddings` 6, and the generator makes rows of 16 positions "
+        "(`:row`, 4 trips): `teacher` reads 16 positions, past the 6 it was trained on"),
+    (16, None),
+])
+def test_positions_past_max_position_embeddings_are_a_warning(mistral, positions, said):
+    path, text, configure = mistral
+    configure(None, positions)
+    got = all_codes(analyze(text(4, ROWS), str(path)))
+    assert got == ([("W-CONFIG-002", said)] if said else []), got
+
+
+def test_loader_rows_past_max_position_embeddings_are_a_warning(mistral):
+    from test_hf_parity import FIXTURES
+    path, _, configure = mistral
+    configure(None, 6)
+    got = all_codes(analyze((FIXTURES / "mistral.sx").read_text(), str(path)))
+    assert got == [("W-CONFIG-002", "`mistral/config.json` has `max_position_embeddings` 6, and this file's loaders "
+                    "give rows of 8 tokens (the model reads 7): `teacher` reads 7 positions, past the 6 it was "
+                    "trained on")], got
+
+
+@pytest.mark.parametrize("config, code", [("{not json", "E-CONFIG-001"),
+                                          ('{"model_type": ["llama"]}', "E-CONFIG-002")])
+def test_a_bad_config_read_by_a_def_and_by_pretrained_is_said_once(project, config, code):
+    """Sizes stated by hand, the epsilon bound from the config: the `def` and the `:pretrained` both read
+    the one bad config.json, which is one diagnostic, at the `def`."""
+    root, text = project
+    (root / "data" / "llama3-tiny" / "config.json").write_text(config)
+    text = text.replace("(def seq 8)", '(def seq 8)\n(def eps (checkpoint-config "data/llama3-tiny" :eps))')
+    for read_files in (False, True):
+        got = codes(analyze(text, str(root / "run.sx"), read_files=read_files))
+        assert [c for c, _ in got] == [code], (read_files, got)
+
+
+@pytest.mark.parametrize("case", ["config-004-stated-heads.sx", "config-004-stated-rope.sx"])
+def test_plain_lint_reports_what_lint_read_files_does(case):
+    """The cases' contradictions with config.json (sizes and settings) need no tensor: plain `lint` gives
+    every one `--read-files` gives, at the same places."""
+    text = (CASES / case).read_text()
+    plain = analyze(text, str(CASES / case))
+    read = analyze(text, str(CASES / case), read_files=True)
+    assert [(d.code, d.span, d.message) for d in plain.diagnostics] == \
+        [(d.code, d.span, d.message) for d in read.diagnostics]
+    assert plain.diagnostics and all(d.code == "E-CONFIG-004" for d in plain.diagnostics)
+
+
+@pytest.mark.parametrize("helper, call, want", [
+    ("(lambda (x w) (rms-norm-eps x w 1e-5))", "(my-norm (getf c :h) (getf self :norm))", []),
+    ("(lambda (x w) (rms-norm-eps x w 1e-6))", "(my-norm (getf c :h) (getf self :norm))", ["E-CONFIG-004"]),
+    ("(lambda (x w e) (rms-norm-eps x w e))", "(my-norm (getf c :h) (getf self :norm) 2e-5)", ["W-CONFIG-001"]),
+])
+def test_a_block_in_a_function_of_the_file_s_own_is_compared_or_said_uncompared(llama3, helper, call, want):
+    """The final norm written through a function `(def my-norm (lambda ...))`: its literal epsilon is
+    compared; one it takes as an argument (each call may give another) is W-CONFIG-001, not silence."""
+    path, text = llama3
+    text = text.replace("(defmodel layer", f"(def my-norm {helper})\n\n(defmodel layer", 1)
+    old = "(rms-norm-eps (getf c :h) (getf self :norm) eps)"
+    assert text.count(old) == 2
+    text = text.replace(old, call)
+    got = all_codes(analyze(text, str(path)))
+    assert [c for c, _ in got] == want, got
+    if want == ["W-CONFIG-001"]:
+        assert "the epsilon `e`, which the checker cannot know in the body of the function `my-norm`" in got[0][1]
+
+
+def test_e_config_004_has_a_quick_fix_that_makes_the_file_clean(tmp_path):
+    """The mechanical help as a quick fix: a number written at the call becomes config.json's value,
+    a `def` the call names is bound with `checkpoint-config`; applied, the file checks clean."""
+    hf = Path(__file__).parent / "fixtures" / "hf"
+    shutil.copytree(hf / "llama3", tmp_path / "llama3")
+    text = (hf / "llama3.sx").read_text()
+    text = text.replace('(def eps (checkpoint-config "llama3" :eps))', "(def eps 1e-6)")
+    text = text.replace("(rope-inv-freq head-width rope-base", "(rope-inv-freq head-width 10000.0", 1)
+    f = tmp_path / "llama3.sx"
+    f.write_text(text)
+    res = analyze(text, str(f))
+    ix = ide.index(res)
+    diags = [d for d in res.diagnostics if d.code == "E-CONFIG-004"]
+    assert diags, [(d.code, d.message) for d in res.diagnostics]
+    for _ in range(len(diags)):
+        d = next(d for d in ix.result.diagnostics if d.code == "E-CONFIG-004")
+        (fix,) = [x for x in ide.quick_fixes(ix, d.span) if x.title == "use the checkpoint's config.json values"]
+        for e in sorted(fix.edits, key=lambda e: -e.span.start):
+            text = text[:e.span.start] + e.text + text[e.span.end:]
+        f.write_text(text)
+        ix = ide.index(analyze(text, str(f)))
+        if not any(d.code == "E-CONFIG-004" for d in ix.result.diagnostics):
+            break
+    assert [(d.code, d.message) for d in ix.result.diagnostics] == []
+    assert '(def eps (checkpoint-config "llama3" :eps))' in text and "(rope-inv-freq head-width 500000.0" in text
+
+
+def test_hover_on_a_checkpoint_config_path_and_key_and_on_a_pretrained_repeat():
+    """Hover on `"llama3"` and `:layers` inside `(checkpoint-config ...)` says what the def binds and
+    from which key; hover on a `:pretrained` model's `(repeat ...)` entry lists each stacked
+    parameter's checkpoint tensors."""
+    hf = Path(__file__).parent / "fixtures" / "hf"
+    text = (hf / "llama3.sx").read_text()
+    ix = ide.index(analyze(text, str(hf / "llama3.sx"), read_files=True))
+    for needle in ('"llama3" :layers', ':layers))'):
+        shown = ide.hover(ix, text.index(needle) + 2).markdown
+        assert "from llama3/config.json: `num_hidden_layers` 2" in shown, shown
+    shown = ide.hover(ix, text.index(":layers (repeat") + 2).markdown
+    assert "- `layers.wq`: `model.layers.0.self_attn.q_proj.weight` [32 32] f32, and 1 more, one a layer" in shown, shown

@@ -90,3 +90,16 @@ def test_with_no_failure_every_step_and_the_cases_run(tmp_path):
     proc = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
     assert proc.returncode == 0, proc.stderr
     assert log.read_text().split() == [*map(str, range(len(ci_steps()))), "cases"]
+
+
+@pytest.mark.parametrize("editor", ["nvim", "emacs"])
+def test_an_editor_install_step_fails_when_the_editor_binary_fails(tmp_path, editor):
+    """The install scripts' version line is no pipe (`x --version | head` under /bin/sh hides x's
+    status): an editor binary on PATH that fails makes the step fail, so CI stops there."""
+    fake = tmp_path / editor
+    fake.write_text("#!/bin/sh\necho broken >&2\nexit 3\n")
+    fake.chmod(0o755)
+    script = ROOT / "tests" / editor / "install.sh"
+    r = subprocess.run(["sh", str(script)], capture_output=True, text=True,
+                       env={"PATH": f"{tmp_path}:/usr/bin:/bin"})
+    assert r.returncode != 0, (r.stdout, r.stderr)

@@ -152,6 +152,19 @@ def test_help_shows_metavars_and_flags_without_a_type(command, usage):
         assert not any(w.startswith("<") for w in line.split()[1:4]), line
 
 
+def test_version_is_an_option_and_a_command():
+    for args in (("--version",), ("version",)):
+        r = sx(*args)
+        assert r.returncode == 0 and r.stdout.strip() == "sexpgpu 0.1.0", (args, r.stdout, r.stderr)
+    assert "--version" in help_of()
+
+
+@pytest.mark.parametrize("command", [(), ("samples",), ("plot",), ("run",), ("lint",), ("tokenizer",)])
+def test_help_names_no_source_file(command):
+    text = help_of(*command)
+    assert ".py" not in text and "sexpgpu_" not in text, text
+
+
 def test_explain_offers_exactly_the_formats_it_prints():
     assert "<text|json>" in help_of("explain") and "sarif" not in help_of("explain")
     r = sx("explain", "--format", "sarif", str(FIXTURE))
@@ -204,6 +217,10 @@ def test_run_refuses_options_that_cannot_work_before_training(tmp_path):
 def test_run_into_an_earlier_runs_dir_needs_overwrite(tmp_path):
     d = str(tmp_path / "out")
     assert sx("run", str(FIXTURE), "--steps", "1", "--run-dir", d, "--no-progress").returncode == 0
+    r = sx("run", str(FIXTURE), "--steps", "1", "--run-dir", d, "--no-progress")   # the same command again
+    assert r.returncode == 0 and r.stderr.strip().splitlines() == [
+        f"sexpgpu: the run in {d} finished at step 1 of 1: nothing was changed; its metrics are in "
+        f"{d}/metrics.jsonl. Pass --overwrite to train it again"], r.stderr
     r = sx("run", str(FIXTURE), "--steps", "2", "--run-dir", d, "--no-progress")
     assert r.returncode == 1 and r.stderr.strip().splitlines() == [
         f"sexpgpu: error: {d} already holds the metrics.jsonl of an earlier run (and no checkpoint to resume from); "
@@ -231,3 +248,15 @@ def test_a_byte_order_mark_and_control_characters(tmp_path):
     p.write_text(FIXTURE.read_text().replace("(def seq 8)", "(def seq 8)\x01"))
     r = sx("lint", "--format", "json", str(p))
     assert [d["message"] for d in json.loads(r.stdout)] == ["unexpected character `U+0001`"]
+
+
+def test_lint_counts_notes_apart_from_problems(tmp_path):
+    """Information (W-RAND-003) is printed and counted as a note, not hidden under "no problems"."""
+    f = tmp_path / "notes.sx"
+    f.write_text(FIXTURE.read_text().replace("(argmax (model row))", "(categorical (model row) :salt (getf ctx :step))"))
+    r = sx("lint", str(f))
+    assert r.returncode == 0 and "information[W-RAND-003]" in r.stdout, r.stdout
+    assert r.stderr.strip() == "1 file checked: no problems, 1 note"
+    from sexpgpu_lang.render import summary
+    assert (summary(0, 0), summary(1, 2, 3), summary(0, 1, 1)) == ("no problems", "1 error, 2 warnings, 3 notes",
+                                                                   "1 warning, 1 note")

@@ -30,6 +30,15 @@ def test_lint_imports_no_pydantic_lark_json_or_server():
     assert not mods & {"pydantic", "pydantic_core", "lark", "json", "rich", "lsprotocol", "pygls", "jax", "numpy"}
 
 
+def test_lint_imports_huggingface_hub_only_for_a_model_id(tmp_path):
+    """The Hugging Face cache is looked in (sexpgpu_lang/hf_cache.py) only where a path is a model id."""
+    assert "huggingface_hub" not in imported_by("lint", str(FIXTURE))
+    text = FIXTURE.read_text()
+    assert "(model " in text
+    (tmp_path / "run.sx").write_text(text + '\n(def layers (checkpoint-config "some-org/some-model" :layers))\n')
+    assert "huggingface_hub" in imported_by("lint", str(tmp_path / "run.sx"))
+
+
 def test_json_format_imports_json_only_then():
     assert "json" in imported_by("lint", "--format", "json", str(FIXTURE))
 

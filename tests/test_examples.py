@@ -100,7 +100,7 @@ def test_example_is_clean_and_loss_falls(path, tmp_path, request):
     assert all(n == 1 for n in out.traces.values()), out.traces
     first, last = out.history[0], out.history[-1]
     assert first["step"] == 1
-    if path.name == "grpo.sx":   # a policy-gradient loss need not fall: tests/test_grpo.py checks the reward
+    if path.name in ("grpo.sx", "grpo-arith.sx"):   # a policy-gradient loss need not fall: tests/test_grpo.py checks the reward
         return
     assert last["loss"] < first["loss"], f"{path.name}: loss {first['loss']} at step 1, {last['loss']} at {STEPS}"
 

@@ -349,12 +349,13 @@ def test_the_cpu_target_holds_the_select_a_library_reduction_reads():
 
 
 def test_outputs_buffers_hold_temporaries_until_the_outputs_are_computed():
-    # distill's :finish returns the teacher's softmax and log-softmax (2 MiB each), computed last: until
-    # then XLA packs the attention's and the MLP's temporaries into their buffers, so the temporaries
-    # counted beside the outputs are well under the peak of temporaries alone
+    # distill's :finish returns the teacher's logits (2 MiB), computed last: until then XLA packs the
+    # attention's and the MLP's temporaries into its buffer, so the temporaries counted beside the
+    # outputs are well under the peak of temporaries alone (the attention's scores and the MLP's
+    # hidden layer, each 2 MiB or more, are not counted twice)
     g = step_graphs(_example("distill.sx"), 1)["generate.finish"]
-    assert g.outputs >= 2 * 32 * 64 * 256 * 4
-    assert g.temps <= 2 * 32 * 64 * 256 * 4 + 1024 ** 2 // 2
+    assert g.outputs >= 32 * 64 * 256 * 4
+    assert g.temps <= 32 * 64 * 256 * 4 + 1024 ** 2 // 2
 
 
 def test_cli_target():

@@ -24,11 +24,17 @@ def test_a_file_that_is_not_an_export_is_refused(tmp_path):
     assert notes.read_text() == "my notes\n"
 
 
-def test_an_earlier_export_and_a_new_path_are_written(tmp_path):
+def test_an_earlier_export_and_a_new_path_are_accepted_and_left_as_they_are(tmp_path):
+    """Checking the options accepts both targets and writes nothing: the earlier export keeps its
+    bytes (the run replaces it only when it exports) and the new path is not made."""
     earlier = tmp_path / "earlier.safetensors"
     save_file({"embed": np.zeros((2, 2), np.float32)}, str(earlier))
-    check_options(program_of(SMALL), options(tmp_path, earlier))
-    check_options(program_of(SMALL), options(tmp_path, tmp_path / "new.safetensors"))
+    before = earlier.read_bytes()
+    assert check_options(program_of(SMALL), options(tmp_path, earlier)) is None
+    assert earlier.read_bytes() == before
+    new = tmp_path / "new.safetensors"
+    assert check_options(program_of(SMALL), options(tmp_path, new)) is None
+    assert not new.exists() and not (tmp_path / "run").exists()
 
 
 def test_a_directory_that_holds_no_export_is_refused_in_the_hf_layout(tmp_path):

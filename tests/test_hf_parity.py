@@ -17,7 +17,8 @@ import pytest
 
 import functools
 
-from benchmarks.hf_parity import FAMILIES, SEQ, greedy_of, relative, run_file
+from benchmarks.hf_parity import (FAMILIES, NEW, PADDED_FAMILIES, SEQ, greedy_of, padded_batch, relative, run_file,
+                                  sexpgpu_batch)
 from benchmarks.hf_parity import sexpgpu_forward as _forward
 
 FIXTURES = Path(__file__).parent / "fixtures" / "hf"
@@ -93,3 +94,28 @@ def test_a_config_made_from_the_file_alone_has_its_settings(family, tmp_path):
     keys = set(source) - {"positions"} if mapping != "gpt2" else set(source)
     assert {k: made[k].value for k in keys} == {k: source[k].value for k in keys}
     assert SEQ <= made["positions"].value
+
+
+@pytest.mark.parametrize("family", PADDED_FAMILIES)
+def test_a_left_padded_batch_decodes_as_generate_does_each_row_stopping_at_its_eos(family):
+    """transformers' `generate` of prompts of different lengths, left-padded, with an attention mask and
+    an end-of-sequence id: sexpgpu's per-row positions and stops give its tokens, with the caches and
+    over the whole row each step, and each row's completion length ends at its own stop."""
+    want = np.load(FIXTURES / f"{family}-padded.npz")
+    assert (FIXTURES / f"{family}-padded.sx").read_text() == run_file(family, FAMILIES[family][2], padded=True)
+    batch = padded_batch(want)
+    saved = np.load(FIXTURES / f"{family}-prompts.npz")
+    assert all(np.array_equal(saved[k], v) for k, v in batch.items())
+    lengths = want["prompt_mask"].sum(1)
+    assert len(set(lengths.tolist())) > 1 and not want["prompt_mask"][:, -1].__invert__().any()   # left-padded
+    stops = want["stops"]
+    assert len(set(stops.tolist())) > 1 and (stops < NEW).any()     # the rows stop at different trips
+    assert np.array_equal(want["completion"], want["completion_uncached"])
+    got = sexpgpu_batch(FIXTURES / f"{family}-padded.sx")(batch)
+    assert np.array_equal(got["greedy"], want["completion"])
+    assert np.array_equal(got["greedy-uncached"], want["completion"])
+    assert np.array_equal(got["completion-length"], np.minimum(stops + 1, NEW))
+    assert np.array_equal(got["completion-mask"], np.arange(NEW)[None] < np.minimum(stops + 1, NEW)[:, None])
+    for b, s in enumerate(stops):      # the stopped row's end-of-sequence token, then nothing
+        if s < NEW:
+            assert got["greedy"][b, s] == want["eos"] and not got["greedy"][b, s + 1:].any()

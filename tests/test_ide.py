@@ -75,6 +75,8 @@ def apply(text: str, edits) -> str:
     # a learning-rate schedule: its settings and doc (language.SCHEDULE_DOCS)
     (":optimizer (adam :lr 3e-3)", ":optimizer (adam :lr (warmup-cos$0ine-decay :peak-value 3e-3 :warmup-steps 10 :decay-steps 100))",
      ["(warmup-cosine-decay :init-value ... :peak-value ...", "learning-rate schedule: linear from `:init-value`"]),
+    # every keyword of `run` has its doc (`:log` had none)
+    ("     :log (:every 50))", "     :l$0og (:every 50))", ["what each logged step writes"]),
     # a weak literal: what its `*` means (issue 21)
     ("(at (+ (cast trip :i32) 2))", "(at (+ (cast trip :i32) $02))", ["[] i32*", "`*`: weakly typed"]),
 ])
@@ -313,6 +315,29 @@ def test_signature_help(old, new, label, active):
     assert sig.label[s:e] == active
 
 
+@pytest.mark.parametrize("new, active", [
+    ("     :log $0(:every 50))", ":log (:every 50)"),
+    ("     :log (:every 50) $0)", None),   # after the last keyword's value: nothing is being written
+    ("     :log (:every 50) :samples $0)", ":samples (...)"),
+    ("     :log (:every 50) :checkpoint $0)", ":checkpoint (:every n)"),
+])
+def test_runs_signature_has_every_keyword_and_marks_the_one_written(new, active):
+    ix, offset = cursor("     :log (:every 50))", new)
+    sig = ide.signature_help(ix, offset)
+    from sexpgpu_lang.language import RUN_KEYS
+    assert sig is not None and sig.label.startswith("(run :loader l ")
+    assert all(f" :{k} " in sig.label for k in RUN_KEYS), sig.label
+    if active is None:
+        return
+    s, e = sig.params[sig.active]
+    assert sig.label[s:e] == active
+
+
+def test_every_run_keyword_has_a_doc():
+    from sexpgpu_lang.language import KEYWORD_DOCS, RUN_KEYS
+    assert [k for k in RUN_KEYS if ("run", k) not in KEYWORD_DOCS] == []
+
+
 def test_no_signature_outside_calls():
     ix, offset = cursor_at("$0" + fixture_text())
     assert ide.signature_help(ix, offset) is None
@@ -490,3 +515,30 @@ def test_binary_text():
         ide.completions(ix, offset)
         ide.signature_help(ix, offset)
     assert ide.semantic_tokens(ix) is not None
+
+
+SAMPLES_RUN = ("     :log (:every 50))", "     :log (:every 50)\n     :samples (:text [:sample] :values [:correct]))")
+
+
+@pytest.mark.parametrize("where", ["(list :sample$0 row", ":samples (:text [:sam$0ple]"])
+def test_a_generated_name_renamed_from_anywhere_renames_its_samples_entry(where):
+    """Renaming `:sample` (made by `:finish`) edits `:samples (:text [:sample])` too, so the file stays
+    clean (it was E-SAMPLE-001); from inside `:samples`, prepareRename, references and highlights
+    find the name."""
+    text = variant(*SAMPLES_RUN)
+    plain = where.replace("$0", "")
+    ix, offset = cursor_at(text.replace(plain, where, 1))
+    assert ide.prepare_rename(ix, offset) is not None
+    edits = ide.rename(ix, offset, ":draft")
+    assert len(edits) == 4   # `:finish` makes it, `prepare` reads it twice, `:samples` shows it
+    check(apply(ix.text, edits))
+    refs = [text_of(ix, r.span) for r in ide.references(ix, offset)]
+    assert refs.count(":sample") == 4
+    assert len(ide.highlights(ix, offset)) == 4
+
+
+def test_completion_in_samples_offers_what_may_be_shown():
+    ix, offset = cursor_at(variant(*SAMPLES_RUN).replace(":values [:correct]", ":values [:correct :$0]"))
+    found = {c.text: c.detail for c in ide.completions(ix, offset).items}
+    assert found[":sample"].startswith("[64 8] i32 of the batch") and ":row" in found and ":input" in found
+    assert ":correct" not in found   # already shown

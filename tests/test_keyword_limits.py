@@ -87,9 +87,11 @@ def test_a_size_an_op_makes_past_32_bits_is_reported_where_it_is_made():
 def test_a_folded_integer_def_past_i32_is_e_type_002():
     # `(* prompts group)` with group 134217728 is 2**31: an i32 cannot hold it (one diagnostic,
     # at the `def` that folds it; its uses are not reported again).
-    text = (ROOT / "examples" / "grpo.sx").read_text()
-    assert "(def group 8)" in text and "(def rows (* prompts group))" in text
-    res = analyze(text.replace("(def group 8)", "(def group 134217728)"), "grpo.sx")
+    text = SMALL.replace("(def seq 8)\n", "(def seq 8)\n(def prompts 16)\n(def group 134217728)\n"
+                         "(def rows (* prompts group))\n")
+    text = text.replace("(objective (lambda (inputs ctx) (mean", "(objective (lambda (inputs ctx) (+ (cast rows :f32) (mean")
+    text = text.replace("(getf inputs :y)))))", "(getf inputs :y))))))")
+    res = analyze(text, "grpo.sx")
     got = [(d.code, res.source.text[d.span.start:d.span.end], d.message) for d in res.diagnostics]
     assert got == [("E-TYPE-002", "(* prompts group)",
                     "`*` gives 2147483648, which does not fit in i32, its dtype")]

@@ -3,7 +3,8 @@ and the checker's modules and the language's schema stay small.
 
 Covered: every E-GEN-001..005 is given as the code of a diagnostic (a string literal passed to a
 call) in `sexpgpu_lang/check/generate.py` only, and every E-CONTRACT code of `diagnostics.CODES`
-in `sexpgpu_lang/check/contracts.py` only, every E-SAMPLE code in `check/samples.py` only (a code compared or listed elsewhere, as
+in `sexpgpu_lang/check/contracts.py` only, every E-SAMPLE code in `check/samples.py` only, every E-REWARD
+code in `check/reward.py` only (a code compared or listed elsewhere, as
 `diagnostics.CODES` and the quick fixes do, decides nothing); every special form of
 `language.SPECIAL_FORMS` has one rule in `check/infer.py`; and each module of `sexpgpu_lang/check/`
 and `sexpgpu_lang/language.py` has at most 800 lines (the other modules of `sexpgpu_lang` are
@@ -21,7 +22,7 @@ from sexpgpu_lang.language import SPECIAL_FORMS
 
 ROOT = Path(__file__).resolve().parents[1]
 LANG = ROOT / "sexpgpu_lang"
-CODE = re.compile(r"E-(GEN|CONTRACT|SAMPLE)-\d{3}\Z")
+CODE = re.compile(r"E-(GEN|CONTRACT|SAMPLE|REWARD)-\d{3}\Z")
 MAX_LINES = 800
 
 
@@ -59,6 +60,13 @@ def test_each_samples_code_is_decided_in_samples_only():
                                                                              "E-SAMPLE-003"}
     for code, where in codes.items():
         assert where == {"check/samples.py"}, (code, where)
+
+
+def test_each_reward_code_is_decided_in_reward_only():
+    codes = {c: where for c, where in decided_codes().items() if c.startswith("E-REWARD-")}
+    assert set(codes) == {c for c in CODES if c.startswith("E-REWARD-")} == {f"E-REWARD-00{n}" for n in range(1, 5)}
+    for code, where in codes.items():
+        assert where == {"check/reward.py"}, (code, where)
 
 
 def test_every_special_form_has_one_rule():

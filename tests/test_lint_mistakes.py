@@ -112,7 +112,8 @@ def test_a_start_through_a_function_and_the_standard_library():
     src = (generator(8, body).replace("(list :tokens (field batch :row))",
                                       "(list :tokens (field batch :row) :cache (zeros [4 seq 2 4]))"))
     [d] = analyze(src, "case.sx").diagnostics
-    assert d.code == "W-SHAPE-002" and "this start is 8 there" in d.message
+    assert d.code == "W-SHAPE-002" and "on trip 6 (of trips 0 to 7): this position is 8 there" in d.message
+    assert "is dropped" in d.help and "with `:trips 6` every trip fits" in d.help
     assert src[d.span.start:d.span.end].startswith("(cache-write")
 
 

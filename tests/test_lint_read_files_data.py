@@ -316,3 +316,23 @@ def test_a_scalar_integer_past_its_dtype_is_run_s_error_not_wrapped(tmp_path, va
         ("E-LOADER-001", f"`jsonl`'s file `p.jsonl` has a row `run` refuses: p.jsonl:2:28: {reason.split('; ')[0]}")]
     ran = _runtime_reason(tmp_path, {"path": "p.jsonl"}, (("prompt", (3,), "i32"), ("n", (), "i32")))
     assert ran == f"loader `prompts`: {tmp_path / 'p.jsonl'}:2:28: {reason}"
+
+
+def test_a_pass_loaders_bad_data_hides_none_of_the_files_other_mistakes(tmp_path):
+    """A pass's jsonl that lacks a declared column is E-LOADER-001, and the file's own mistakes are
+    still found beside it: the generated `:label` is a field of that loader (E-GEN-003), and the
+    pass, whose loader the generator does not run on, reads the generated `:sample`
+    (E-CONTRACT-005). The loader's fields are what the file declares, whatever its data holds."""
+    from helpers import fixture_text
+    (tmp_path / "held.jsonl").write_text('{"row": [1, 2, 3, 4, 5, 6, 7, 8]}\n')
+    text = fixture_text() + """
+(loader held
+  :source (jsonl "held.jsonl" :vocab vocab)
+  :batch 1
+  :fields (:row [8] :i32 :label [8] :i32))
+(pass held-eval :loader held :every 10)
+"""
+    f = tmp_path / "r.sx"
+    f.write_text(text)
+    codes = sorted(d.code for d in analyze(text, str(f), read_files=True).diagnostics)
+    assert codes == ["E-CONTRACT-005", "E-GEN-003", "E-LOADER-001"], codes

@@ -179,3 +179,14 @@ def test_a_real_run_shows_each_step_before_the_host_is_two_steps_past_it(tmp_pat
     train(program_of(text, str(tmp_path / "run.sx")),
           RunOptions(steps=30, run_dir=tmp_path / "run", progress=False), on_trip=on_trip)
     assert all(shown_at[k] >= k - 2 for k in range(3, 31)), shown_at
+
+
+def test_the_bar_shows_the_metrics_the_file_names(tmp_path):
+    """`:log (:show [:loss :reward])`: the progress bar's text holds each named metric of the row."""
+    rep = Reporter(tmp_path, total=3, progress=True, quiet=False, name="t", shown=("loss", "reward"))
+    try:
+        assert rep.bar.tasks[0].fields["shown"] == "loss -  reward -"
+        rep.log({"step": 1, "loss": 2.0, "lr": 0.1, "reward": 0.25}, 1)
+        assert rep.bar.tasks[0].fields["shown"] == "loss 2.0000  reward 0.2500"
+    finally:
+        rep.close()

@@ -53,3 +53,21 @@ async def test_gpt2_with_8000_nuls_gets_its_diagnostics(client: LanguageClient, 
     assert (nuls[0].range.end.character - nuls[0].range.start.character == 8000
             or nuls[0].range.end.line > nuls[0].range.start.line)   # the whole run
     doc.close()
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_a_reward_s_python_file_is_read_never_imported(client: LanguageClient, tmp_path):
+    """`:reward`'s file is parsed with `ast` (a misspelt function is E-REWARD-002) and never imported:
+    its import would write IMPORTED beside it (tests/test_rewards.py checks lint and explain)."""
+    from test_rewards import BOOBY_TRAP, small_text
+    (tmp_path / "arith_reward.py").write_text(BOOBY_TRAP)
+    text = small_text(**{':function "score"': ':function "scor"'})
+    doc = Doc(client, (tmp_path / "run.sx").as_uri(), text)
+    got = (await published(client, doc.uri, 1)).diagnostics
+    assert [(d.code, d.message.split("\nhelp: ")[0]) for d in got] == [
+        ("E-REWARD-002", "arith_reward.py defines no top-level `scor`; did you mean `score`?")]
+    hover = await client.text_document_hover_async(types.HoverParams(text_document=doc.id,
+                                                                     position=doc.at("(field batch :reward)", 15)))
+    assert hover is not None and "reward" in str(hover.contents)
+    assert not (tmp_path / "IMPORTED").exists()
+    doc.close()

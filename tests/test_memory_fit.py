@@ -23,7 +23,7 @@ from sexpgpu_runtime.errors import RunError  # noqa: E402
 from sexpgpu_runtime.run import fits  # noqa: E402
 from sexpgpu_runtime.run.train import RunOptions, train  # noqa: E402
 
-GRPO = (ROOT / "examples" / "grpo.sx").read_text()
+GRPO = (ROOT / "tests" / "fixtures" / "grpo-by-hand.sx").read_text()   # examples/grpo.sx as written by hand
 #: The tester's mutant: every prompt answered 1048577 times (about 160 GiB by the memory plan,
 #: 130 GiB by XLA's own analysis of the compiled training graph on the CPU).
 HUGE = GRPO.replace("(def group 8)", "(def group 1048577)")

@@ -22,10 +22,10 @@ FIXTURES = Path(__file__).parent / "fixtures" / "hf"
 FAMILIES = ("gpt2", "llama2", "llama3", "mistral", "qwen2", "llama-tied")
 
 
-def one_form_text(family: str, extra: str = " :frozen true") -> str:
-    """The fixture's run file with its written-out `layer` and `teacher` replaced by the one form, the
-    checkpoint named by its absolute path (the file is checked from anywhere)."""
-    text = (FIXTURES / f"{family}.sx").read_text()
+def one_form_text(family: str, extra: str = " :frozen true", fixture: str | None = None) -> str:
+    """The fixture's run file (`fixture`, default the family's) with its written-out `layer` and `teacher`
+    replaced by the one form, the checkpoint named by its absolute path (the file is checked from anywhere)."""
+    text = (FIXTURES / f"{fixture or family}.sx").read_text()
     start, end = text.index("(defmodel layer"), text.index("(model teacher)")
     text = text[:start] + f'(defmodel teacher :pretrained ckpt{extra})\n\n' + text[end:]
     return f'(def ckpt "{FIXTURES / family}")\n' + text.replace(f'(checkpoint-config "{family}"', "(checkpoint-config ckpt")
@@ -231,3 +231,19 @@ def test_a_setting_the_standard_library_does_not_compute_is_one_error_at_the_pat
     (d,) = res.diagnostics
     assert d.code == "E-CONFIG-002" and text[d.span.start:d.span.end] == "ckpt"
     assert '`hidden_act` is "gelu"' in d.message and "`mlp_bias` is true" in d.message
+
+
+@pytest.mark.parametrize("family", [pytest.param(f, marks=[] if f == "qwen2" else [pytest.mark.slow])
+                                    for f in ("gpt2", "llama3", "qwen2")])
+def test_the_one_form_decodes_a_left_padded_batch_per_row_as_generate_does(family, tmp_path):
+    """`:decode` with `pos` [B] (each row's own position) through the one form's cached blocks: the
+    padded fixture's prompts (benchmarks/hf_parity.py) give transformers' tokens, each row stopping at
+    its end-of-sequence id, with the caches and without."""
+    from benchmarks.hf_parity import padded_batch, sexpgpu_batch
+    want = np.load(FIXTURES / f"{family}-padded.npz")
+    run = tmp_path / f"{family}-padded.sx"
+    run.write_text(one_form_text(family, fixture=f"{family}-padded").replace(
+        '(npz "', f'(npz "{FIXTURES}/'))
+    got = sexpgpu_batch(run)(padded_batch(want))
+    assert np.array_equal(got["greedy"], want["completion"])
+    assert np.array_equal(got["greedy-uncached"], want["completion"])

@@ -48,7 +48,7 @@ def test_a_resume_past_a_truncated_checkpoint_prints_one_warning_and_nothing_els
         f"sexpgpu: resuming from step 5 of 11 (checkpoint {ckpt / '5'})"], proc.stderr
     assert ours[3].startswith("sexpgpu: training on "), proc.stderr
     assert ours[4:] == [f"sexpgpu: dropped 1 row of {run_dir / 'metrics.jsonl'} (step 10), logged after checkpoint "
-                        "step 5 by the earlier run; they are trained and logged again"], proc.stderr
+                        "step 5 by the earlier run; it is trained and logged again"], proc.stderr
     others = [line for line in lines if not line.startswith(("sexpgpu: ", "step ", "trained "))]
     assert others == [], proc.stderr
     assert (ckpt / "10.corrupt").is_dir() and sorted(p.name for p in ckpt.iterdir() if p.name.isdigit()) == ["10", "11", "5"]

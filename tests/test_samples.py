@@ -72,7 +72,7 @@ def test_the_first_steps_rows_are_the_greedy_completions_of_the_initial_model(tm
 
 
 @pytest.mark.slow
-def test_a_crash_and_a_resume_leave_samples_jsonl_as_the_uninterrupted_run_writes_it(tmp_path):
+def test_a_crash_and_a_resume_leave_samples_jsonl_as_the_uninterrupted_run_writes_it(tmp_path, capsys):
     # Unstacked, two groups a step: the crash comes in step 11's second group, after its rows were
     # gathered; they are never written, and the resume from step 8 writes 9-12 again, once.
     text = text_with("(:every 1 :rows 2 :text [:sample] :values [:correct] :prompt 2)",
@@ -90,10 +90,23 @@ def test_a_crash_and_a_resume_leave_samples_jsonl_as_the_uninterrupted_run_write
     with pytest.raises((KeyboardInterrupt, RunError)):
         run(text, part, steps=12, on_trip=crash)
     assert max(r["step"] for r in rows(part)) == 10
-    run(text, part, steps=12, resume=True)
+    capsys.readouterr()
+    train(program_of(text, str(part / "run.sx")),
+          RunOptions(steps=12, run_dir=part, quiet=False, progress=False, resume=True))
+    err = capsys.readouterr().err.splitlines()
+    assert (f"sexpgpu: dropped 4 rows of {part / 'samples.jsonl'} (steps 9-10), logged after checkpoint step 8 by "
+            "the earlier run; they are sampled again") in err, err   # (two rows a step)
     assert rows(part) == rows(full)
     keys = [(r["step"], r["pass"], r["row"]) for r in rows(full)]
     assert len(keys) == len(set(keys)) and {s for s, _, _ in keys} == set(range(1, 13))
+
+
+@pytest.mark.slow
+def test_overwrite_removes_samples_jsonl_and_nothing_else(tmp_path):
+    run(text_with(), tmp_path, steps=3)
+    (tmp_path / "notes.txt").write_text("mine")
+    run(variant(":stack 2", ":stack 2"), tmp_path, steps=2, overwrite=True)   # without `:samples`: no stale rows
+    assert not (tmp_path / "samples.jsonl").exists() and (tmp_path / "notes.txt").read_text() == "mine"
 
 
 @pytest.mark.slow
@@ -134,10 +147,9 @@ def test_a_missing_tokenizer_is_one_error_naming_it(tmp_path):
 
 
 def test_the_decoders():
-    from sexpgpu_lang.ir import SamplesIR
-    from sexpgpu_runtime.run.samples import _decoder
-    assert _decoder(SamplesIR(1, 1, (), (), ("bytes",)), "")(list(b"def f():\n")) == "def f():\n"
-    assert _decoder(SamplesIR(1, 1, (), (), ("ids",)), "")([3, 4, 15]) == "3 4 15"
+    from sexpgpu_runtime.run.samples import decoder
+    assert decoder(("bytes",), "")(list(b"def f():\n")) == "def f():\n"
+    assert decoder(("ids",), "")([3, 4, 15]) == "3 4 15"
 
 
 def test_a_tokenizer_json_decodes_token_rows(tmp_path):
@@ -145,13 +157,12 @@ def test_a_tokenizer_json_decodes_token_rows(tmp_path):
     from tokenizers.models import WordLevel
     from tokenizers.pre_tokenizers import WhitespaceSplit
     from tokenizers.decoders import WordPiece
-    from sexpgpu_lang.ir import SamplesIR
-    from sexpgpu_runtime.run.samples import _decoder
+    from sexpgpu_runtime.run.samples import decoder
     tok = Tokenizer(WordLevel({"the": 0, "cat": 1, "sat": 2, "[UNK]": 3}, unk_token="[UNK]"))
     tok.pre_tokenizer = WhitespaceSplit()
     tok.decoder = WordPiece()
     tok.save(str(tmp_path / "tok.json"))
-    decode = _decoder(SamplesIR(1, 1, (), (), ("tokenizer", "tok.json", str(tmp_path))), "")
+    decode = decoder(("tokenizer", "tok.json", str(tmp_path)), "")
     assert decode([0, 1, 2]) == "the cat sat"
 
 
@@ -164,6 +175,18 @@ def test_the_terminal_line_and_the_tensorboard_table():
                                                   "| 0 | 3 4▸5 6⏎7 | 0.5 | [1 2 3] |"]
 
 
+def test_a_terminal_line_cuts_the_text_and_never_the_values():
+    row = {"step": 10, "pass": "train", "row": 0,
+           "fields": {"answer": {"prompt": "p" * 60, "completion": "c" * 200}, "reward": 0.25, "v": [1, 2, 3]}}
+    whole = row_line(row)
+    assert whole.endswith("  reward 0.25  v [1 2 3]") and "c" * 200 in whole
+    line = row_line(row, 80)
+    assert len(line) <= 80 and line.startswith("step 10 train #0  answer pppp")
+    assert line.endswith("…  reward 0.25  v [1 2 3]"), line
+    values_only = {"step": 1, "pass": "train", "row": 0, "fields": {"reward": 0.5, "v": list(range(20))}}
+    assert row_line(values_only, 10) == row_line(values_only)   # values are never cut
+
+
 @pytest.mark.slow
 def test_plain_output_shows_each_row_on_its_own_line_at_the_interval(tmp_path):
     sx = tmp_path / "t.sx"
@@ -173,7 +196,9 @@ def test_plain_output_shows_each_row_on_its_own_line_at_the_interval(tmp_path):
     assert out.returncode == 0, out.stderr
     lines = [ln for ln in out.stderr.splitlines() if ln.startswith("step ") and " #" in ln]
     assert [ln.split()[1] for ln in lines] == ["1", "1", "2", "2", "3", "3", "3", "3"]
-    assert all(len(ln) <= 40 for ln in lines) and lines[0].startswith("step 1 train #0  sample ")
+    # without a terminal each row is whole, whatever COLUMNS says (a log keeps every value)
+    assert lines[0].startswith("step 1 train #0  sample ") and any(len(ln) > 40 for ln in lines)
+    assert all("…" not in ln for ln in lines), lines
 
 
 # -- sexpgpu samples ------------------------------------------------------------------------------
@@ -239,7 +264,7 @@ def tensorboard_texts(run_dir: Path) -> dict[str, dict[int, str]]:
             i += 12 + n + 4
             for v in ev.summary.value:
                 if v.HasField("tensor") and v.tensor.string_val:
-                    out.setdefault(v.tag.split("/text_summary")[0], {})[ev.step] = v.tensor.string_val[0].decode()
+                    out.setdefault(v.tag, {})[ev.step] = v.tensor.string_val[0].decode()
     return out
 
 
@@ -249,9 +274,11 @@ def test_tensorboard_shows_each_sampled_step_as_a_table_of_its_rows(tmp_path):
     run(text, tmp_path, steps=4)
     texts = tensorboard_texts(tmp_path)
     written = rows(tmp_path)
-    assert sorted(texts["samples"]) == sorted({r["step"] for r in written if r["pass"] == "train"}) == [1, 3, 4]
-    assert sorted(texts["held/samples"]) == [4]
-    for step, table in texts["samples"].items():
+    # the tags docs/metrics.md names: tensorboardX's add_text adds `/text_summary` to the tag given
+    assert set(texts) == {"samples/text_summary", "held/samples/text_summary"}
+    assert sorted(texts["samples/text_summary"]) == sorted({r["step"] for r in written if r["pass"] == "train"}) == [1, 3, 4]
+    assert sorted(texts["held/samples/text_summary"]) == [4]
+    for step, table in texts["samples/text_summary"].items():
         assert table == markdown_table([r for r in written if r["step"] == step and r["pass"] == "train"])
         assert table.count("\n") >= 3   # a header, its rule and the 3 rows
 
@@ -266,3 +293,46 @@ def test_control_characters_a_model_wrote_are_shown_not_sent_to_the_terminal(tmp
     write(tmp_path, [{"step": 1, "pass": "train", "row": 0, "fields": {"t": "x\x1b[2Jy"}}])
     r = cli(str(tmp_path))
     assert r.returncode == 0 and "\x1b[2J" not in r.stdout and "x␛[2Jy" in r.stdout, r.stdout
+
+
+def test_tensorboard_is_an_extra_the_docs_name():
+    """`tensorboard --logdir runs` needs TensorBoard, which the base install does not bring: the
+    `tensorboard` extra does, and the README and docs/metrics.md say how to install it."""
+    import tomllib
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert any(r.startswith("tensorboard") for r in extras["tensorboard"])
+    for page in (ROOT / "README.md", ROOT / "docs" / "metrics.md"):
+        assert "pip install -e '.[tensorboard]'" in page.read_text(), page
+
+
+def word_tokenizer(path: Path, words: int) -> None:
+    """A WordLevel tokenizer.json of `words` ids at `path`."""
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+    Tokenizer(WordLevel({f"w{i}": i for i in range(words)}, unk_token="w0")).save(str(path))
+
+
+def samples_diagnostics(tmp_path: Path, tokenizer: str) -> list[tuple[str, str]]:
+    from sexpgpu_lang import analyze
+    text = text_with(f'(:text [:sample] :tokenizer "{tokenizer}")')
+    res = analyze(text, str(tmp_path / "run.sx"), read_files=True)
+    return [(d.code, d.message) for d in res.diagnostics]
+
+
+def test_lint_read_files_checks_the_samples_tokenizer_as_run_reads_it(tmp_path):
+    """`:samples :tokenizer` at `lint --read-files`: what `run` refuses (missing, a FIFO, /dev/zero,
+    not JSON, a symlink loop) is E-LOADER-001 at it; a vocabulary other than the training loader's
+    (`stride-rows :vocab 16`) is W-SAMPLE-001; the model's size is clean."""
+    word_tokenizer(tmp_path / "same.json", 16)
+    assert samples_diagnostics(tmp_path, "same.json") == []
+    word_tokenizer(tmp_path / "other.json", 40)
+    (code, message), = samples_diagnostics(tmp_path, "other.json")
+    assert code == "W-SAMPLE-001" and "has 40 ids, but loader `train`'s rows hold 16" in message
+    os.mkfifo(tmp_path / "fifo.json")
+    (tmp_path / "bad.json").write_text("{not json")
+    os.symlink(tmp_path / "loop.json", tmp_path / "loop.json")
+    for name, words in [("missing.json", "is not there"), ("fifo.json", "not a regular file"),
+                        ("/dev/zero", "not a regular file"), ("bad.json", "cannot be read"),
+                        ("loop.json", "leads back to itself")]:
+        (code, message), = samples_diagnostics(tmp_path, name)
+        assert code == "E-LOADER-001" and message.startswith("`:samples`'s tokenizer") and words in message, message

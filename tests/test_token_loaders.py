@@ -270,6 +270,15 @@ def test_the_checker_reads_token_sources():
   :source (jsonl "p.jsonl" :tokenizer "tok.json" :pad 0)
   :batch 4
   :fields (:prompt [8] :i32 :prompt-length [] :i32))
+(loader past
+  :source (jsonl "p.jsonl" :tokenizer "tok.json" :vocab 96 :pad 100)
+;;                                                              ^^^ E-FORM-002
+  :batch 4
+  :fields (:prompt [8] :i32))
+(loader last
+  :source (jsonl "p.jsonl" :tokenizer "tok.json" :vocab 96 :pad 95)
+  :batch 4
+  :fields (:prompt [8] :i32))
 (defmodel m :params (:w (zeros [8])) :apply (lambda (self x) (* x (getf self :w))))
 (model m)
 (objective (lambda (batch ctx) (mean (model (cast (field batch :x) :f32)))))

@@ -55,6 +55,7 @@ class CheckContext:
         self.repeats: dict[str, tuple] = {}   # a repeated block: (count, remat policy, its `repeat` entry)
         self.stacked: dict[str, tuple] = {}   # a model under a repeat: (block, count, the `repeat` entry)
         self.params: list[ir.ParamIR] = []
+        self.frozen_models: set[str] = set()   # the reachable models whose parameters are frozen
         self.precision = "f32"
         self.remat: str | None = None   # `(run ... :remat p)`: the default policy of every repeated block
         self.frame = Frame("top")
@@ -67,6 +68,9 @@ class CheckContext:
         self.state_type: PlistType | None = None   # the generator's state (`getf` on it reads a state key)
         self.pretrained_files: list = []   # ir.PretrainedIR, by check/pretrained.py
         self.refused_configs: set = set()   # (config.json, why): a config whose family is refused, reported once
+        # each `:pretrained` model read through a standard-library mapping, compared with its config.json once
+        # the phases are checked (the values folded in the models' bodies are known then): check/config.py
+        self.stated_configs: list = []
         self.stages: list[tuple[str, int | None]] = []
         self.expanded: set[int] = set()   # the `defmodel` forms a one form expanded into (by id: check/one_form.py)
 

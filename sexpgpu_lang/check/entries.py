@@ -13,6 +13,9 @@ Imports nothing outside `sexpgpu_lang`; never JAX.
 """
 from __future__ import annotations
 
+import dataclasses
+
+from ..diagnostics import Related
 from ..syntax import Kw, ListNode, Node
 from .context import CheckContext, near_miss
 from .facts import Definition
@@ -66,3 +69,15 @@ def entry_call(ctx: CheckContext, node: ListNode, name: str, m: dict) -> tuple[L
         ctx.facts.uses.append((kw.span, d))
         return lam, tuple(items[1:]), kw.name
     return m["apply"], tuple(items), "apply"
+
+
+def called_here(ctx: CheckContext, before: int, call: ListNode, name: str, entry: str, arg_types: list) -> None:
+    """Each error the body of model `name`'s `entry` (`apply` or an `:entries` key) gave for these
+    argument types (the diagnostics from `before` on) gets the call that passed them as a related
+    place, `(name :entry ...)` with each argument's type: the mistake may be the caller's."""
+    shown = f"`({name}{'' if entry == 'apply' else ' :' + entry} ...)` is called here with " + \
+        ", ".join(t.show() for t in arg_types)
+    for i in range(before, len(ctx.diags)):
+        d = ctx.diags[i]
+        if d.is_error and not any(r.span == call.span for r in d.related):
+            ctx.diags[i] = dataclasses.replace(d, related=d.related + (Related(call.span, shown),))

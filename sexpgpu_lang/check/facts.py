@@ -20,7 +20,8 @@ from ..types import Type
 
 @dataclass
 class Definition:
-    """A named thing the file defines: `kind` is def, loader, model, param, binding, state-key, generated, ..."""
+    """A named thing the file defines: `kind` is def, loader, model, param, binding, state-key, generated,
+    reward (the batch name of `:reward`'s rewards), ..."""
 
     name: str
     kind: str
@@ -63,6 +64,7 @@ class Facts:
     counters: tuple[str, ...] = ()
     phases: dict[str, Span] = field(default_factory=dict)   # phase name -> lambda range
     checkpoints: dict[str, Checkpoint] = field(default_factory=dict)   # model name -> its `:pretrained`
+    sample_names: dict[str, str] = field(default_factory=dict)   # what `:samples` may show -> its type and source
     # a model made from its checkpoint in one form -> check/one_form.OneForm (its family, settings, expansion)
     one_forms: dict[str, object] = field(default_factory=dict)
     entries: dict[str, dict[str, str]] = field(default_factory=dict)   # model name -> entry key -> its call

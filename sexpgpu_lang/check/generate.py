@@ -6,7 +6,8 @@ makes), each returning a plist of tensors (E-GEN-001); the check across
 trips (E-GEN-002: `:step` returns exactly the keys, shapes and dtypes
 `:init` made); generated names that are loader fields (E-GEN-003); what a
 generator may not do (E-GEN-004 a metric; a counter is E-CONTRACT-010, in
-`contracts`); `:trips` (E-GEN-005); `:until` (E-GEN-006).
+`contracts`); `:trips` (E-GEN-005); `:until` (E-GEN-006), and a `:step` that
+writes past the per-row stop `:until` ends on (W-GEN-002, found by `row_stops`).
 
 Imports nothing outside `sexpgpu_lang`; never JAX.
 """
@@ -18,12 +19,14 @@ from ..language import FORM_KEYWORDS, PER_MICROBATCH_KEYS, PER_MICROBATCH_KEYS_C
 from ..source import Span
 from ..syntax import Kw, ListNode, Node, Sym, plist_pairs, result_node
 from ..types import ERROR, ErrorType, PlistType, TensorType, same_tensor, scalar
-from .context import CheckContext, entry_span, near_miss, result_span
+from .context import CheckContext, generator_param, entry_span, near_miss, result_span
 from .contracts import counter_in_generator
 from .facts import Definition
 from .infer import ctx_type, infer, phase
 from .keywords import MAX_HOST_CALLS, keyword_args
 from .ranges import loader_ranges
+from .reward import check_reward
+from .row_stops import unguarded_writes
 from .scope import BatchType, Frame
 
 
@@ -112,6 +115,8 @@ def top_generate(ctx: CheckContext, train: ir.LoaderIR | None):
         until_frame = generator_frame(ctx, "generate.until")
         until = check_until(ctx, kws["until"][1], state, until_frame)
         frames.append(until_frame)
+        if until is not None and step is not None:
+            writes_past_stops(ctx, step, finish, until, state)
     ctx_keys = set()
     for fr in frames:
         generator_effects(ctx, fr)
@@ -119,7 +124,35 @@ def top_generate(ctx: CheckContext, train: ir.LoaderIR | None):
     if step is None:
         return None
     out = PlistType(tuple((k, t.strong() if isinstance(t, TensorType) else t) for k, t in out.entries))
-    return ir.GenerateIR(trips or 0, init, step, finish, state, out, frozenset(ctx_keys), until)
+    reward = None
+    if "reward" in kws:
+        reward, name, t = check_reward(ctx, kws["reward"][1], train, out)
+        if name is not None and name not in out.keys:   # (what reads it is checked even after an error)
+            out = PlistType(out.entries + ((name, t),))
+            reward_names(ctx, kws["reward"], name, reward, train, out)
+    return ir.GenerateIR(trips or 0, init, step, finish, state, out, frozenset(ctx_keys), until, reward)
+
+
+def reward_names(ctx: CheckContext, pair: tuple[Kw, Node], name: str, reward: ir.RewardIR | None,
+                 train: ir.LoaderIR, out: PlistType) -> None:
+    """The rewards' batch name (`:reward`'s `:name`): defined (kind `reward`: hover and go to definition,
+    never renamed, since without `:name` it is written as `defgenerate`'s `:reward` keyword) where it is
+    written, and E-GEN-003 when it is a loader's field."""
+    kw, node = pair
+    span = kw.span
+    if isinstance(node, ListNode):
+        for i, it in enumerate(node.items[:-1]):
+            if isinstance(it, Kw) and it.name == "name":
+                span = node.items[i + 1].span
+    by = f" (the Python function `{reward.function}`, called by `sexpgpu run` after `:finish`)" if reward else ""
+    ctx.facts.generated[name] = ctx.facts.define(
+        Definition(name, "reward", span, node.span, f"generated :{name} {out.get(name)}{by}"))
+    for ld in [train] + [ctx.loaders[l] for l in _pass_loaders(ctx) if l in ctx.loaders]:
+        if any(n == name for n, _, _ in ld.fields):
+            ctx.err("E-GEN-003", span, f"the generated name `:{name}` is a field of loader `{ld.name}`",
+                    help=f"name the rewards otherwise, e.g. `:name :{name}-python`",
+                    related=[Related(ld.span, f"loader `{ld.name}` declares `:{name}`")])
+            break
 
 
 def check_until(ctx: CheckContext, node: Node, state: PlistType, frame: Frame) -> ir.Phase | None:
@@ -133,6 +166,21 @@ def check_until(ctx: CheckContext, node: Node, state: PlistType, frame: Frame) -
                 help="reduce the rows' flags to one, e.g. `(= (sum (cast done :i32)) rows)` for \"every row is done\"")
         return None
     return ph
+
+
+def writes_past_stops(ctx: CheckContext, step: ir.Phase, finish: ir.Phase | None, until: ir.Phase,
+                      state: PlistType) -> None:
+    """W-GEN-002 (a warning): `:until` ends the trips on a per-row stop flag, but `:step` writes an
+    entry that reaches the generated fields without reading that flag (`row_stops`), so a stopped
+    row keeps changing and an early exit changes the result."""
+    flags, writes = unguarded_writes(step, finish, until, state)
+    flag = " or ".join(f"`:{k}`" for k in sorted(flags))
+    for key, value in writes:
+        ctx.report(warning("W-GEN-002", value.span,
+                           f"`:step` writes `:{key}` without reading {flag}, the per-row stop `:until` ends on: a "
+                           f"stopped row's `:{key}` keeps changing, so the trips an early exit skips would change it",
+                           help=f"write it only in the rows not yet stopped, e.g. `(where (expand-dims done :axis -1) "
+                                f"(getf state :{key}) new)`, or keep the completion with `stop-rows`"))
 
 
 def f32_state_under_bf16(ctx: CheckContext, state: PlistType, made: dict[str, Node]) -> None:
@@ -300,6 +348,15 @@ def per_microbatch_keys(ctx: CheckContext) -> tuple[str, ...]:
     return PER_MICROBATCH_KEYS_CURRICULUM if ctx.forms.get("curriculum") else PER_MICROBATCH_KEYS
 
 
+def unsalted_fix(ctx: CheckContext, phase: str) -> str:
+    """The salt W-RAND-001 suggests in generator phase `phase` (`generate.init`, `.step`, `.finish`):
+    new bits every step, and in `:step` every trip too (the step alone would draw the same bits at
+    every trip: W-RAND-003), named by the file's own trip parameter."""
+    if phase.split(".")[-1] == "step":
+        return f"(+ (* (getf ctx :step) 65536) {generator_param(ctx, 'step', 1, 'trip')})"
+    return "(getf ctx :step)"
+
+
 def generator_effects(ctx: CheckContext, frame: Frame):
     """E-GEN-004, E-CONTRACT-010 (`contracts`), W-RAND-001 and W-STACK-001 from what a generator phase does."""
     stacks = ctx.run_ir is not None and (ctx.run_ir.stack > 1 or ctx.run_ir.stack_auto)
@@ -316,7 +373,7 @@ def generator_effects(ctx: CheckContext, frame: Frame):
         elif e.kind == "draw" and not e.salted:
             ctx.report(warning("W-RAND-001", e.site, f"an unsalted draw inside {where} draws the same bits "
                                "at every step and microbatch", related=rel,
-                               help="salt it, e.g. `:salt (getf ctx :step)`"))
+                               help=f"salt it, e.g. `:salt {unsalted_fix(ctx, frame.phase)}`"))
         elif e.kind == "ctx" and e.name in per_microbatch_keys(ctx) and stacks:
             moves = ("can move between the microbatches of a group (a curriculum stage can end inside one)"
                      if e.name == "stage" else "moves between microbatches")

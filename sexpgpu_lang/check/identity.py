@@ -21,11 +21,13 @@ from ..syntax import Kw, ListNode, Num, ParseResult, Str, Sym, VecNode
 #: `run` settings that change what a run shows, not what it trains: left out of every identity, so
 #: a resume may add or change them (`:samples`, the rows written to samples.jsonl).
 SHOWN_ONLY = ("samples",)
+#: The same inside `run`'s `:log`: `:show`, the metrics the progress bar shows.
+SHOWN_ONLY_LOG = ("show",)
 
 
 def identity(parsed: ParseResult, apart_from_steps: bool = False) -> str:
     """A hash of the file's forms, not its comments or layout (a checkpoint's identity with the seed).
-    The `run` form's `SHOWN_ONLY` settings are left out. With `apart_from_steps`, its `:steps` and
+    The `run` form's `SHOWN_ONLY` settings (and `SHOWN_ONLY_LOG` inside its `:log`) are left out. With `apart_from_steps`, its `:steps` and
     its value are left out too: two files with this hash equal differ in `:steps` at most (what a
     resume's message says, checkpoint.py)."""
     def canon(n):
@@ -45,12 +47,24 @@ def identity(parsed: ParseResult, apart_from_steps: bool = False) -> str:
 
     left_out = SHOWN_ONLY + (("steps",) if apart_from_steps else ())
 
+    def canon_log(plist: ListNode) -> str:
+        items = plist.items
+        skip = {j for i, item in enumerate(items[:-1]) if isinstance(item, Kw) and item.name in SHOWN_ONLY_LOG
+                for j in (i, i + 1)}
+        return "(" + " ".join(canon(item) for i, item in enumerate(items) if i not in skip) + ")"
+
     def top(form):
         if isinstance(form, ListNode) and form.items and isinstance(form.items[0], Sym) and form.items[0].name == "run":
             items = form.items
             keys = [i for i, item in enumerate(items[:-1]) if isinstance(item, Kw) and item.name in left_out]
             skip = {j for i in keys for j in (i, i + 1)}
-            return "(" + " ".join(canon(item) for i, item in enumerate(items) if i not in skip) + ")"
+            shown = []
+            for i, item in enumerate(items):
+                if i in skip:
+                    continue
+                after_log = i > 0 and isinstance(items[i - 1], Kw) and items[i - 1].name == "log"
+                shown.append(canon_log(item) if after_log and isinstance(item, ListNode) else canon(item))
+            return "(" + " ".join(shown) + ")"
         return canon(form)
     import hashlib
     text = "\n".join(top(f) for f in parsed.forms)

@@ -16,6 +16,7 @@ Imports nothing outside `sexpgpu_lang`; never JAX.
 """
 from __future__ import annotations
 
+
 from .. import ir
 from ..diagnostics import Related
 from ..language import SPECIAL_FORMS, TOP_FORMS
@@ -27,11 +28,12 @@ from ..types import (DTYPES, dtype_hint, ERROR, NIL, ErrorType, FunctionType, Ke
 from . import incremental
 from .context import CheckContext, generator_param, near_miss
 from .contracts import batch_field
-from .entries import entry_call
+from .entries import called_here, entry_call
 from .facts import Definition, Facts
 from .identity import place_hash
 from .stdlib_args import check_stdlib_call
-from .ranges import INDEXED, WINDOWED, check_index, check_window, trip_form, value_range
+from .copies import call_copy
+from .ranges import INDEXED, WINDOWED, check_index, check_window, trip_form, value_range, zero_divisor
 from .trips import reads_varying, salt_across_trips
 from .scope import CTX_KEYS, Binding, BatchType, CtxType, Effect, Frame, Scope, stdlib_docs
 
@@ -493,6 +495,9 @@ def call_op(ctx: CheckContext, node: ListNode, spec, scope: Scope) -> ir.Expr:
             return ir.Const(ctx.err("E-TYPE-002", node.span, f"`{spec.name}` gives {out.value}, which does not fit in "
                                     f"{out.dtype}, its dtype", help="build it in i64, e.g. `(* (cast 65536 :i64) 65536)`, "
                                     "or as a float"), node.span)
+    zero = zero_divisor(ctx, spec.name, pos, args)
+    if zero is not None:
+        return ir.Const(zero, node.span)
     static = dict(call.static)
     if spec.draw:
         static["place"] = place_hash(node.path)
@@ -572,6 +577,8 @@ def call_model(ctx: CheckContext, node: ListNode, name: str, scope: Scope) -> ir
     names, `entries.entry_call`) checked for these argument types."""
     ctx.tracker.model_called()
     m = ctx.models.get(name)
+    if m is not None and m.get("copy_of") is not None:
+        return call_copy(ctx, node, name, m, scope)   # copies.py
     lam, arg_nodes, entry = entry_call(ctx, node, name, m) if m is not None else (None, node.items[1:], "apply")
     args = [infer(ctx, a, scope) for a in arg_nodes]
     if m is None or (lam is None and entry != "apply"):
@@ -609,7 +616,9 @@ def call_model(ctx: CheckContext, node: ListNode, name: str, scope: Scope) -> ir
     if name in ctx.active:
         return ir.Const(ctx.err("E-MODEL-002", node.span, f"model `{name}` calls itself"), node.span)
     if key not in ctx.memo:
+        before = len(ctx.diags)
         ctx.memo[key] = model_body(ctx, name, lam, params, arg_types, m["form"], ranges)
+        called_here(ctx, before, node, name, entry, arg_types)
     body, effects = ctx.memo[key]
     _resite(ctx, effects, node.span)
     out = body.type
@@ -734,7 +743,8 @@ def call_function(ctx: CheckContext, node: ListNode, b: Binding, scope: Scope) -
     if len(ctx.active) > 32:
         return ir.Const(ctx.err("E-FORM-002", node.span, "functions call each other too deeply (recursion is not supported)"), node.span)
     if b.stdlib is not None and not check_stdlib_call(ctx, b.stdlib, params, args,
-                                                      lambda a: value_range(a, range_lookup(scope))):
+                                                      lambda a: value_range(a, range_lookup(scope)),
+                                                      lambda a: trip_form(a, form_lookup(scope)), node.span):
         return ir.Const(ERROR, node.span)
     redirect = b.stdlib is not None and ctx.redirect is None
     if redirect:

@@ -17,7 +17,7 @@ import math
 
 from .. import ir
 from ..language import REMAT_POLICIES
-from ..syntax import Kw, ListNode, Node, Str, Sym
+from ..syntax import Kw, ListNode, Node, Str, Sym, VecNode
 from ..types import ERROR, ErrorType, KeywordType, ShapeType, StringType, TensorType, is_int, promote, scalar
 from .context import CheckContext, listed, near_miss
 from .infer import MAX_SIZE, infer   # MAX_SIZE: also the largest step count (optax's `count` is i32)
@@ -152,8 +152,8 @@ def const_value(ctx: CheckContext, node: Node):
 
 def config_plist(ctx: CheckContext, node: Node, kinds: dict[str, str], what: str) -> dict:
     """A data plist like `(:every 50 :tensorboard true)`. `kinds` maps each allowed key to
-    `count` (an integer of 1 or more), `bool` or `string`; a value of another kind is
-    E-TYPE-003 and left out."""
+    `count` (an integer of 1 or more), `bool`, `string` or `names` (a vector of keywords, given
+    as a tuple of names); a value of another kind is E-TYPE-003 and left out."""
     if not isinstance(node, ListNode) or (node.items and not isinstance(node.items[0], Kw)):
         ctx.err("E-FORM-002", node.span, f"`{what}` takes a plist like `(:every 50)`")
         return {}
@@ -161,6 +161,12 @@ def config_plist(ctx: CheckContext, node: Node, kinds: dict[str, str], what: str
     for k, (kw, v) in keyword_args(ctx, node, 0, tuple(kinds), what).items():
         if kinds[k] == "count":
             val = const_int(ctx, v, f"`:{k}` of `{what}`", 1)
+        elif kinds[k] == "names":
+            val = None
+            if isinstance(v, VecNode) and all(isinstance(i, Kw) for i in v.items):
+                val = tuple(i.name for i in v.items)
+            else:
+                ctx.err("E-TYPE-003", v.span, f"`:{k}` of `{what}` takes a vector of names like `[:loss :reward]`")
         else:
             val = const_value(ctx, v)
             ok = isinstance(val, bool) if kinds[k] == "bool" else isinstance(val, str)

@@ -26,6 +26,7 @@ Imports nothing outside `sexpgpu_lang`; never JAX.
 """
 from __future__ import annotations
 
+import errno
 import functools
 import os
 import stat
@@ -42,10 +43,14 @@ _FIRST = {"tokens": "path", "text-tokens": "glob", "jsonl": "path", "parquet": "
 
 
 def check_source(ctx: CheckContext, kind: str, args: dict, nodes: dict, fields, at: Span) -> bool:
-    """Report what is wrong with a token or prompt source; True when nothing is (other kinds: True).
+    """Report what is wrong with a token or prompt source; True when its form is right (other kinds:
+    True), so the loader is typed and the phases that read it are checked.
 
     `args` are the constant values, `nodes` their syntax nodes (for ranges), `fields` the
-    loader's (name, shape, dtype) triples or None, `at` the source form's range."""
+    loader's (name, shape, dtype) triples or None, `at` the source form's range. What its files
+    hold (with `read_files`: a missing file, a row `run` refuses) is reported as well, but leaves
+    the result True: the loader's fields are what the file declares, and a mistake elsewhere in
+    the file (E-GEN-003, E-CONTRACT-005) is still found."""
     if kind == "npz":
         return _npz_fields(ctx, args, nodes, fields)
     if kind not in _FIRST:
@@ -64,6 +69,12 @@ def check_source(ctx: CheckContext, kind: str, args: dict, nodes: dict, fields, 
         if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < least):
             ctx.err("E-FORM-002", nodes[key].span, f"`:{key}` of `{kind}` must be an integer of {least} or more, got {v}")
             ok = False
+    pad, vocab = args.get("pad"), args.get("vocab")
+    if ok and all(isinstance(v, int) and not isinstance(v, bool) for v in (pad, vocab)) and pad >= vocab:
+        ctx.err("E-FORM-002", nodes["pad"].span, f"`:pad {pad}` of `{kind}` is not a token id of `:vocab {vocab}` "
+                f"(ids 0 to {vocab - 1}): padded positions are looked up in the embedding like any token",
+                help=f"pad with an id below {vocab}, such as the tokenizer's end-of-text or padding token")
+        ok = False
     if args.get("dtype") is not None and args["dtype"] not in TOKEN_FILE_DTYPES:
         hint = near_miss(str(args["dtype"]), TOKEN_FILE_DTYPES)
         ctx.err("E-FORM-002", nodes["dtype"].span, "`:dtype` of a token file must be one of "
@@ -80,6 +91,7 @@ def check_source(ctx: CheckContext, kind: str, args: dict, nodes: dict, fields, 
         ok = False
     if kind in TOKEN_SOURCES and fields is not None:
         ok = _token_fields(ctx, kind, args, fields, at) and ok
+    form_ok = ok
     if ok and ctx.read_files:
         for key in (_FIRST[kind], "tokenizer"):
             if key != "glob" and isinstance(args.get(key), str) and not _special_file(ctx, kind, key, args[key], nodes[key].span):
@@ -109,7 +121,7 @@ def check_source(ctx: CheckContext, kind: str, args: dict, nodes: dict, fields, 
     if (ok and ctx.read_files and kind == "tokens" and isinstance(args.get("path"), str)
             and not args["path"].endswith(".npy") and args.get("dtype") in _ITEMSIZE):
         _token_file_dtype(ctx, args["path"], args["dtype"], args.get("vocab"), nodes["dtype"].span)
-    return ok
+    return form_ok
 
 
 #: The bytes of each on-disk token dtype, and its `memoryview` format.
@@ -196,13 +208,19 @@ def _special_file(ctx: CheckContext, kind: str, key: str, rel: str, at: Span) ->
     full = _full_path(ctx, rel)
     if full is None:
         return True
+    what = "tokenizer" if key == "tokenizer" else "file"
     try:
         st = os.stat(full)
-    except (OSError, ValueError):
+    except OSError as e:
+        if e.errno == errno.ELOOP:   # (the runtime's open fails the same way)
+            ctx.err("E-LOADER-001", at, f"`{kind}`'s {what} `{rel}` is a symbolic link that leads back to itself "
+                    "(a loop); nothing can be read from it", help="point the link at the real file")
+            return False
+        return True
+    except ValueError:
         return True
     if stat.S_ISREG(st.st_mode):
         return True
-    what = "tokenizer" if key == "tokenizer" else "file"
     ctx.err("E-LOADER-001", at, f"`{kind}`'s {what} `{rel}` is {describe_mode(st.st_mode)}, not a regular file; "
             "nothing is read from it", help="name a regular file (a pipe or a device would never end, or never "
             "start, being read)")
@@ -232,6 +250,43 @@ def _missing_file(ctx: CheckContext, kind: str, key: str, rel: str, at: Span) ->
         ctx.err("E-LOADER-001", at, f"`{kind}`'s file `{rel}` is not there ({full})",
                 help="make it, or fix the path (relative to the run file)")
     return False
+
+
+def tokenizer_file(ctx: CheckContext, kind: str, rel: str, at: Span) -> int | None | bool:
+    """A tokenizer.json a file names (`rel`, relative to the run file, at `at`; `kind` says whose:
+    a source's name or `:samples`) checked as `run` reads it: E-LOADER-001 when it is not a regular
+    file (a FIFO, a device, a directory, a symlink loop), not there (`read_files` True only) or not
+    a tokenizer `run` can read (`vocab_size`'s reasons). Returns False when reported, else its
+    number of ids (None when they cannot be told, or nothing was read: no `read_files`)."""
+    if not ctx.read_files:
+        return None
+    if not _special_file(ctx, kind, "tokenizer", rel, at):
+        return False
+    if ctx.read_files is True and not _missing_file(ctx, kind, "tokenizer", rel, at):
+        return False
+    found = _regular_file(ctx, rel)
+    if found is None:
+        return None
+    size = vocab_size(found[0], found[1].st_mtime_ns, found[1].st_size)
+    if isinstance(size, str):
+        ctx.err("E-LOADER-001", at, f"`{kind}`'s tokenizer `{rel}` cannot be read: {size}",
+                help="give the tokenizer.json a model ships, or make one with `sexpgpu tokenizer train`")
+        return False
+    return size
+
+
+def loader_vocab(ctx: CheckContext, loader) -> int | None:
+    """The number of token ids a loader's rows hold (`ir.LoaderIR`): its tokenizer's, read quietly
+    (its own check reports a bad one), else its `:vocab`; None when neither tells."""
+    args = loader.source[1]
+    rel = args.get("tokenizer")
+    found = _regular_file(ctx, rel) if isinstance(rel, str) and ctx.read_files else None
+    if found is not None:
+        size = vocab_size(found[0], found[1].st_mtime_ns, found[1].st_size)
+        if isinstance(size, int):
+            return size
+    vocab = args.get("vocab")
+    return vocab if isinstance(vocab, int) and not isinstance(vocab, bool) else None
 
 
 def _regular_file(ctx: CheckContext, rel: str) -> tuple[str, os.stat_result] | None:

@@ -18,6 +18,8 @@ Imports nothing outside `sexpgpu_lang`; never JAX.
 """
 from __future__ import annotations
 
+import dataclasses
+
 from .. import ir
 from ..diagnostics import Related, warning
 from ..language import FORM_KEYWORDS, INITIALIZER_KEYWORDS
@@ -41,7 +43,8 @@ def new_state() -> dict:
     no `:apply`; `params_known` is False once `:params` is missing or malformed, and `failed`
     holds the parameters that were reported (reading one is ERROR, not reported again)."""
     return {"params": {}, "param_defs": {}, "subs": {}, "repeats": {}, "failed": set(), "params_known": True,
-            "apply": None, "frozen": False, "pretrained": None, "remat": None, "entries": {}}
+            "apply": None, "frozen": False, "pretrained": None, "remat": None, "entries": {}, "copy_of": None,
+            "copy_node": None}
 
 
 def declare_model(ctx: CheckContext, f: ListNode):
@@ -93,10 +96,11 @@ def build_model(ctx: CheckContext, f: ListNode):
     m = ctx.models.get(name)
     if m is None or m["form"] is not f:
         return
-    if ctx.cache is None or "entries" in m["kws"] or "pretrained" in m["kws"] or id(f) in ctx.expanded:
-        # (a model with entry points or a checkpoint holds nodes and definitions the cache does not
-        # yet re-place after an edit: built afresh; so is one a one form expanded into, whose text
-        # is not the file's and changes with its config.json)
+    if (ctx.cache is None or "entries" in m["kws"] or "pretrained" in m["kws"] or "copy" in m["kws"]
+            or id(f) in ctx.expanded):
+        # (a model with entry points, a checkpoint or a `:copy` holds nodes and definitions the cache
+        # does not yet re-place after an edit: built afresh; so is one a one form expanded into, whose
+        # text is not the file's and changes with its config.json)
         m.update(_build_model(ctx, f, name, m["kws"]))
     else:
         key = ("build", ctx.src.text[f.span.start:f.span.end], f.path)
@@ -106,6 +110,8 @@ def build_model(ctx: CheckContext, f: ListNode):
 def _build_model(ctx: CheckContext, f: ListNode, name: str, kws: dict) -> dict:
     """The state of model `name` (`new_state`) built from its `defmodel` form `f` and its keywords."""
     m = new_state()
+    if "copy" in kws:
+        return _build_copy(ctx, f, name, kws, m)
     if "params" not in kws:
         ctx.err("E-FORM-005", f.items[1].span, f"`defmodel {name}` needs `:params`")
         m["params_known"] = False
@@ -140,6 +146,63 @@ def _build_model(ctx: CheckContext, f: ListNode, name: str, kws: dict) -> dict:
     return m
 
 
+def _build_copy(ctx: CheckContext, f: ListNode, name: str, kws: dict, m: dict) -> dict:
+    """`(defmodel ref :copy student)`: a frozen copy of `student`'s starting parameters, with its
+    `:apply` and entries (placed by `place_copies`). E-MODEL-007 for a keyword a copy takes from
+    its source, or `:frozen false`."""
+    m["frozen"] = True   # (its parameters are its source's, known where the source's are)
+    kw, v = kws["copy"]
+    for other in ("params", "apply", "entries", "pretrained", "remat"):
+        if other in kws:
+            ctx.err("E-MODEL-007", kws[other][0].span, f"`{name}` is a `:copy`: it takes its parameters, `:apply` and "
+                    f"entries from the model it copies, so it has no `:{other}` of its own",
+                    help=f"drop `:{other}`, or drop `:copy` and write the model out")
+    if "frozen" in kws and const_value(ctx, kws["frozen"][1]) is False:
+        ctx.err("E-MODEL-007", kws["frozen"][1].span, f"`{name}` is a `:copy`, and a copy is frozen: it holds the "
+                "starting parameters of the model it copies, never updated",
+                help="drop `:frozen false`; to train a second model from the same start, write it out with its own "
+                     "`:params`")
+    if not isinstance(v, Sym):
+        ctx.err("E-FORM-002", v.span, "`:copy` takes a model's name: `(defmodel ref :copy student)`")
+        return m
+    if _model_named(ctx, v) is not None:
+        ctx.facts.uses.append((v.span, ctx.globals.lookup(v.name).definition))
+        m["copy_of"], m["copy_node"] = v.name, v
+        ctx.models[name]["def"].detail = f"model {name}: a frozen copy of `{v.name}`'s starting parameters"
+    return m
+
+
+def place_copies(ctx: CheckContext) -> None:
+    """Give each `:copy` model whose source `model` reaches its own parameters, at `(name,)` in the
+    tree: one frozen leaf per trainable leaf of the source (its starting value, `ParamIR.copy_of`);
+    the source's frozen sub-models are shared, not copied. E-MODEL-007 for a copy of a copy, of a
+    repeated block's layer, or whose name the root model's `:params` already uses."""
+    root = ctx.models.get(ctx.root_model) if ctx.root_model else None
+    if root is None:
+        return
+    taken = set(root["params"]) | set(root["subs"])
+    for name, m in ctx.models.items():
+        src, node = m.get("copy_of"), m.get("copy_node")
+        if src is None or src not in ctx.reachable:
+            continue   # not reached: a call of the copy says so (E-MODEL-001)
+        sm = ctx.models[src]
+        problem = (f"`{src}` is itself a copy (of `{sm['copy_of']}`)" if sm.get("copy_of") else
+                   f"`{src}` is a layer of the repeated block `{ctx.stacked[src][0]}`" if src in ctx.stacked else
+                   f"the root model `{ctx.root_model}` has a parameter `:{name}`, the place the copy's go"
+                   if name in taken else None)
+        if problem is not None:
+            fix = (f"copy `{sm['copy_of']}`" if sm.get("copy_of") else
+                   "copy the model whose `:params` hold the repeat" if src in ctx.stacked else
+                   f"rename the copy (`(defmodel {name}-ref :copy {src})`)")
+            ctx.err("E-MODEL-007", node.span, f"`{name}` cannot copy `{src}`: {problem}", help=fix)
+            continue
+        base = ctx.reachable[src]
+        for p in [p for p in ctx.params if p.path[:len(base)] == base and not p.frozen]:
+            ctx.params.append(dataclasses.replace(p, path=(name,) + p.path[len(base):], frozen=True, copy_of=p.path))
+        ctx.reachable[name] = (name,)
+        ctx.frozen_models.add(name)
+
+
 def repeat_entry(ctx: CheckContext, m: dict, model_name: str, kw: Kw, v: ListNode) -> None:
     """`:key (repeat block N :remat policy)`: N copies of sub-model `block`, their parameters
     stacked on a leading `[N ...]` axis (E-MODEL-005 for an N that is not a constant of 1 or more)."""
@@ -154,6 +217,7 @@ def repeat_entry(ctx: CheckContext, m: dict, model_name: str, kw: Kw, v: ListNod
                       why=" (`explain` traces every layer)")
     if count is None:
         count = 1   # reported: check the rest as one layer, so the block's calls are not reported again
+        m["failed"].add(kw.name)   # its layers unknown: a checkpoint is not compared with one layer
     remat = None
     for k, (_, vv) in keyword_args(ctx, v, 3, FORM_KEYWORDS["repeat"], "repeat").items():
         remat = remat_policy(ctx, vv)
@@ -187,6 +251,11 @@ def model_param(ctx: CheckContext, m: dict, model_name: str, kw: Kw, v: Node) ->
         if b is None:
             return
         ctx.facts.uses.append((v.span, b.definition))
+        if "copy" in ctx.models.get(v.name, {}).get("kws", {}):
+            ctx.err("E-MODEL-007", v.span, f"`{v.name}` is a `:copy`: it has its own place in the run, not inside "
+                    f"another model's `:params`", help=f"drop `:{kw.name} {v.name}`; call `({v.name} ...)` where it "
+                    "is needed")
+            return
         m["subs"][kw.name] = v.name
         ctx.facts.define(Definition(kw.name, "param", kw.span, v.span, f"sub-model {v.name}"))
         return
@@ -234,6 +303,7 @@ def collect_params(ctx: CheckContext) -> None:
     if ctx.root_model is None:
         return
     _visit(ctx, ctx.root_model, (), False, [], None)
+    place_copies(ctx)
     check_pretrained(ctx)
 
 
@@ -257,6 +327,8 @@ def _visit(ctx: CheckContext, name: str, path: tuple[str, ...], frozen: bool, st
     if under is not None:
         ctx.stacked[name] = under
     frozen = frozen or m["frozen"]
+    if frozen:
+        ctx.frozen_models.add(name)
     lead = (under[1],) if under is not None else ()
     stack.append(name)
     for key, (t, init, node) in m["params"].items():

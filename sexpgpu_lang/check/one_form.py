@@ -11,7 +11,8 @@ A `defmodel` with `:pretrained` and neither `:params`, `:apply` nor `:entries` i
 - `NAME`: the embedding, `(repeat NAME.layer L)`, the final norm and the output (tied or not, as
   `tie_word_embeddings` says); `:apply (lambda (self ids) ...)` ids [B T] -> logits [B T V] (at
   position 0, with caches of length T); `:entries (:decode (lambda (self ids pos k v) ...))` the new
-  tokens ids [B T] at `pos` (an integer scalar) with the caches k and v [L B S K H] ->
+  tokens ids [B T] at `pos` (an integer scalar, or [B] one per row: docs/stdlib.md "Per-row positions
+  and padding") with the caches k and v [L B S K H] ->
   `(:logits [B T V] :k :v)`; `:pretrained (:path P :names :MAPPING)` with the family's mapping;
 
 every size and setting a number from the config. That text is parsed and checked as the user's

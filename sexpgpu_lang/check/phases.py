@@ -10,13 +10,14 @@ from __future__ import annotations
 
 from .. import ir
 from ..language import FORM_KEYWORDS
-from ..syntax import Node, Sym
+from ..syntax import Kw, ListNode, Node, Sym, VecNode, keyword_value
 from ..types import ErrorType, LoaderType, Type
-from .context import CheckContext
+from .context import CheckContext, near_miss
 from .contracts import counters_effects, objective_result
 from .facts import Definition
 from .infer import ctx_type, infer, phase
 from .keywords import const_int, keyword_args
+from .program import all_reports
 from .ranges import loader_ranges, value_range
 from .scope import BatchType, Frame
 
@@ -132,3 +133,24 @@ def top_passes(ctx: CheckContext, train: ir.LoaderIR | None, gen: ir.GenerateIR 
             continue
         out.append(ir.PassIR(name, loader.name, every, batches, runs_gen, prepare, objective, f.span))
     return tuple(out)
+
+
+#: The row keys every logged step has besides the file's metrics (docs/metrics.md).
+BUILTIN_ROW_KEYS = ("loss", "lr")
+
+
+def shown_metrics(ctx: CheckContext, objective: ir.Phase | None) -> None:
+    """`:log (:show [...])` against the metrics a logged row has (`loss`, `lr` and each `metric`
+    `objective` reports, models included): E-NAME-004 at a name no row has, with the nearest one."""
+    runs = ctx.forms.get("run")
+    log = keyword_value(runs[0], "log", 1) if runs else None
+    show = keyword_value(log, "show", 0) if isinstance(log, ListNode) else None
+    if objective is None or not isinstance(show, VecNode):
+        return
+    known = tuple(dict.fromkeys(BUILTIN_ROW_KEYS + all_reports(objective.body, "metric")))
+    for item in show.items:
+        if isinstance(item, Kw) and item.name not in known:
+            hint = near_miss(item.name, known)
+            ctx.err("E-NAME-004", item.span, f"no logged row has `:{item.name}`: the rows have "
+                    + ", ".join(f"`:{k}`" for k in known) + (f"; did you mean `:{hint}`?" if hint else ""),
+                    help="name `:loss`, `:lr` or a `(metric :name ...)` that `objective` reports")

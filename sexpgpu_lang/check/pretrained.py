@@ -16,7 +16,10 @@ parameter, a parameter without an entry, a `{i}` on a parameter no
 `read_files`, the headers are compared too (E-MODEL-003, one diagnostic
 listing every tensor that differs, naming the tensor and the parameter;
 W-MODEL-001 for tensors nothing reads); with `read_files` `LOCAL` (the
-language server) only where the checkpoint is on this machine. Never JAX.
+language server) only where the checkpoint is on this machine. The
+checkpoint's `config.json` is compared with the model in every check
+(check/config.py). A model id names a checkpoint in the local Hugging Face
+cache (hf_cache.py). Never JAX.
 """
 from __future__ import annotations
 
@@ -24,6 +27,7 @@ import os
 
 from .. import ir
 from ..diagnostics import warning
+from ..hf_cache import NotCached, as_written, locate
 from ..name_mapping import LAYER, MappingError, layer_name, leaf, parse_names, patterned, source_shape, stdlib_names
 from ..syntax import Kw, ListNode, Str
 from ..types import DTYPES
@@ -154,10 +158,11 @@ def _unknown(ctx: CheckContext, prefix: tuple[str, ...]) -> list[str]:
 
 def own_params(ctx: CheckContext, prefix: tuple[str, ...]) -> list:
     """The parameters the checkpoint of the `:pretrained` model at `prefix` holds: those below it but
-    for a sub-model's that has a `:pretrained` of its own (read from that checkpoint)."""
+    for a sub-model's that has a `:pretrained` of its own (read from that checkpoint), and a `:copy`
+    model's (the root's checkpoint fills the copy's source; the runtime copies it)."""
     inner = [path for model, path in ctx.reachable.items() if len(path) > len(prefix)
              and path[:len(prefix)] == prefix and ctx.models[model]["pretrained"] is not None]
-    return [p for p in ctx.params if p.path[:len(prefix)] == prefix
+    return [p for p in ctx.params if p.path[:len(prefix)] == prefix and p.copy_of is None
             and not any(p.path[:len(path)] == path for path in inner)]
 
 
@@ -177,7 +182,11 @@ def check_pretrained(ctx: CheckContext) -> None:
         if rel is None:
             continue
         base = os.path.dirname(os.path.abspath(ctx.src.path)) if not ctx.src.path.startswith("<") else "."
-        full = rel if os.path.isabs(rel) else os.path.join(base, rel)
+        uncached = None
+        try:
+            full = locate(rel, base)
+        except NotCached as e:
+            full, uncached = os.path.join(base, rel), e
         todo = plan(ctx, name, prefix, spec[1], spec[2], node) if spec is not None else None
         file_dtype = spec[3] if spec is not None else None
         names = spec[1] if spec is not None else None
@@ -194,17 +203,22 @@ def check_pretrained(ctx: CheckContext) -> None:
                 except SourceError:
                     pass
             continue
+        if uncached is not None:   # said where the files are read (`run`, `lint --read-files`): the editor's
+            if ctx.read_files is True:   # machine may not be the one that runs it
+                ctx.err("E-MODEL-003", node.span, f"cannot use `{rel}`: {uncached}")
+            continue
         record = ir.PretrainedIR(prefix, full, tuple((r, src) for _, r, src, _ in todo), file_dtype, name,
                                  names is not None)
+        current = label.split("`")[1] if label.startswith("the mapping `") else None
         if not ctx.read_files or (ctx.read_files == LOCAL and not os.path.exists(full)):
             ctx.pretrained_files.append(record)
-            continue
-        current = label.split("`")[1] if label.startswith("the mapping `") else None
-        if _compare(ctx, name, rel, full, base, todo, names is not None, file_dtype, node, current):
+        elif _compare(ctx, name, rel, full, base, todo, names is not None, file_dtype, node, current):
             ctx.pretrained_files.append(record)
-            if label.startswith("the mapping `"):   # a standard-library mapping: its config.json compared
-                from .config import check_stated
-                check_stated(ctx, name, prefix, label.split("`")[1], rel, full, node)
+        else:
+            continue   # (the tensors do not fit: said once, the config not compared after it)
+        if current is not None:   # a standard-library mapping: its config.json (small, read bounded) compared
+            # in every check, as the tensors' shapes are only with read_files; after the phases (compare_configs)
+            ctx.stated_configs.append((name, prefix, current, rel, full, node))
 
 
 def _owners(ctx: CheckContext, prefix: tuple[str, ...]) -> dict[str, str]:
@@ -273,6 +287,33 @@ def _dtype_summary(wrong: dict[tuple, list], file_dtype: str | None = None) -> s
             f"agreeing: {shown}")
 
 
+def _depth_summary(todo, header: dict, wrong: dict, rel: str) -> tuple[str, str] | None:
+    """(clause, help) for a checkpoint with fewer layers than the run's `repeat`: every stacked
+    parameter's layers 0 to K-1 are in the file and none after, and nothing else is wrong. One line
+    saying both depths, rather than one clause per missing tensor. None otherwise."""
+    if not wrong or not all(key[0] == "missing" for key in wrong):
+        return None
+    depths, runs = set(), set()
+    for p, _, _, reads in todo:
+        if len(reads) < 2:
+            continue
+        present = [i for i, (t, _) in enumerate(reads) if t in header]
+        if not present or present != list(range(len(present))):
+            return None
+        depths.add(len(present))
+        runs.add(len(reads))
+    if len(depths) != 1 or len(runs) != 1 or depths == runs:
+        return None
+    (k,), (n,) = depths, runs
+    if k > n or len(wrong) != sum(len(reads) - k for _, _, _, reads in todo if len(reads) > 1):
+        return None
+    gone = f"layer {k} has" if n - k == 1 else f"layers {k} to {n - 1} have"
+    return (f"the checkpoint has {k} layer{'s' if k != 1 else ''}, and the `repeat` makes {n}: {gone} no tensors "
+            "in it",
+            f"repeat the block {k} times, or bind the count from the checkpoint: "
+            f"`(def layers (checkpoint-config \"{rel}\" :layers))`")
+
+
 def _other_mapping(header: dict, current: str | None) -> str | None:
     """The help for a checkpoint that the mapping does not fit: the standard-library mapping whose
     tensor names it holds (the most of them), or None: also when that is the mapping given
@@ -299,7 +340,7 @@ def _compare(ctx: CheckContext, name: str, rel: str, full: str, base: str, todo,
     try:
         header = tensors(full)
     except SourceError as e:
-        shown = e.file if os.path.isabs(rel) else os.path.relpath(e.file, base)   # as the run file gives the path
+        shown = as_written(e.file, rel, base)   # as the run file gives the path
         why = str(e) if e.file == full else f"`{shown}` " + str(e).removeprefix("it ")
         missing = str(e).startswith("no such file")
         if missing and not os.path.isabs(rel):
@@ -337,6 +378,9 @@ def _compare(ctx: CheckContext, name: str, rel: str, full: str, base: str, todo,
                 casts.add(got[1])
             wrong.setdefault(("shape", tname, got[0], got[1], shape, dtype, depth), []).append((prel, p))
     summary = _dtype_summary(wrong, file_dtype)
+    depth = _depth_summary(todo, header, wrong, rel)
+    if depth is not None:
+        summary, fix = depth
     if mapped and wrong and all(k[0] in ("missing", "pattern") for k in wrong) and len(wrong) == len(
             {leaf(src)[1] for _, _, src, _ in todo}) and len(wrong) > 3:
         # nothing the mapping reads is there: another family's checkpoint, not a few missing tensors

@@ -18,12 +18,12 @@ def program(ctx: CheckContext, gen: ir.GenerateIR | None, prepare: ir.Phase | No
     stackable = not (gen is not None and gen.ctx_keys & set(per_microbatch_keys(ctx)))
     return ir.Program(ctx.src.path, dict(ctx.loaders), tuple(ctx.params), ctx.root_model, gen, prepare,
                       objective, passes, ctx.run_ir, identity(ctx.parsed), stackable,
-                      _all_reports(objective.body, "metric"), _all_reports(objective.body, "diagnostic"),
+                      all_reports(objective.body, "metric"), all_reports(objective.body, "diagnostic"),
                       ctx.counter_names, tuple(ctx.stages), tuple(ctx.pretrained_files), ctx.src.text,
                       identity(ctx.parsed, apart_from_steps=True), stated_settings(ctx))
 
 
-def _all_reports(e: ir.Expr, kind: str) -> tuple[str, ...]:
+def all_reports(e: ir.Expr, kind: str) -> tuple[str, ...]:
     """The names of every report of `kind` in an IR tree (models included), each once: the last in
     evaluation order first, a report before the reports inside its value (the order `sexpgpu run`
     lists them in)."""

@@ -25,6 +25,9 @@ proves it. JAX moves such a start back inside the axis (an `at-set` drops
 the update), so every late trip reads or overwrites the axis's last
 window, silently.
 
+`zero_divisor` reports a `/` or `mod` whose divisor is a constant zero (E-TYPE-006): a literal,
+a `def`, or constants that fold to 0.
+
 Imports nothing outside `sexpgpu_lang`; never JAX.
 """
 from __future__ import annotations
@@ -33,7 +36,8 @@ from typing import Callable
 
 from .. import ir
 from ..diagnostics import warning
-from ..types import TensorType, is_int
+from ..syntax import Num, Sym
+from ..types import ERROR, ShapeType, TensorType, is_int
 from .context import CheckContext
 
 #: (a, b): the value is a * trip + b at every trip of `:step`.
@@ -78,6 +82,9 @@ def value_range(e: ir.Expr, lookup: Callable[[str], Range | None], env: dict | N
         return (int(v), int(v), True) if isinstance(v, (int, bool)) else None
     if not isinstance(e, ir.Op):
         return None
+    if e.name == "stack" and len(e.args) == 1 and isinstance(e.args[0].type, ShapeType) and e.args[0].type.dims:
+        dims = e.args[0].type.dims   # a vector of constants, `(stack [2 7])`: its ends occur
+        return (min(dims), max(dims), True)
     args = [r if isinstance(r := value_range(a, lookup, env), tuple) else None for a in e.args]
     return _op_range(e, args)
 
@@ -361,3 +368,22 @@ def _bad_trips(a: int, b: int, lo_ok: int, hi_ok: int, trips: int) -> list[int]:
         mid = (lo + hi) // 2
         lo, hi = (lo, mid) if side(mid) == end else (mid + 1, hi)
     return [lo, trips - 1]
+
+
+#: The ops whose second operand divides (E-TYPE-006 when it is a constant zero).
+DIVIDING = ("/", "mod")
+
+
+def zero_divisor(ctx: CheckContext, op: str, nodes: list, args: list):
+    """E-TYPE-006 at the divisor of a `/` or `mod` (`op`; `nodes` the call's positional syntax
+    nodes, `args` their typed IR) that is a constant zero, returning ERROR; None otherwise."""
+    divisor = args[1].type if op in DIVIDING and len(args) == 2 else None
+    if type(divisor) is not TensorType or type(divisor.value) not in (int, float) or divisor.value != 0:
+        return None
+    at = nodes[1]
+    what = (f"`{at.name}`, which is 0" if isinstance(at, Sym) else f"`{at.value!r}`" if isinstance(at, Num)
+            else "an expression that is always 0")
+    ctx.err("E-TYPE-006", at.span, f"`{op}` by {what}: every element becomes "
+            + ("inf or NaN" if op == "/" else "NaN (or 0 for integers)"),
+            help="divide by a value that is not zero; a temperature is a positive number (greedy choice is `argmax`)")
+    return ERROR

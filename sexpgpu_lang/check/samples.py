@@ -21,16 +21,22 @@ import dataclasses
 import os
 
 from .. import ir
+from ..diagnostics import warning
 from ..language import PLIST_KEYWORDS
 from ..syntax import Kw, ListNode, VecNode
 from ..types import ErrorType, TensorType, is_int
 from .context import CheckContext, near_miss
 from .keywords import const_int, const_value, keyword_args
+from .loader_sources import loader_vocab, tokenizer_file
 
 #: The defaults of `:every` and `:rows`.
 DEFAULT_EVERY, DEFAULT_ROWS = 10, 4
 #: The most rows a `:samples` may ask for: each is a line in the terminal and a row in samples.jsonl.
 MAX_ROWS = 64
+
+#: How completion describes where a `:samples` name comes from (`sample_sources`' places).
+_SOURCE_WORDS = {"batch": "of the batch", "inputs": "that `prepare` returns", "prepare": "bound in `prepare`",
+                 "objective": "bound in `objective`"}
 
 #: Loader sources whose `:tokenizer` decodes the run's token rows.
 TOKENIZED_SOURCES = ("text-tokens", "jsonl", "parquet")
@@ -94,6 +100,8 @@ def top_samples(ctx: CheckContext, train: ir.LoaderIR | None, gen: ir.GenerateIR
     if not isinstance(node, ListNode) or (node.items and not isinstance(node.items[0], Kw)):
         ctx.err("E-FORM-002", node.span, "`:samples` takes a plist like `(:every 10 :rows 4 :text [:answer])`")
         return
+    sources = sample_sources(train, gen, prepare, objective)
+    ctx.facts.sample_names = {n: f"{t.show()} {_SOURCE_WORDS[where]}" for n, (t, where) in sources.items()}
     kws = keyword_args(ctx, node, 0, tuple(PLIST_KEYWORDS["samples"]), ":samples")
     every = const_int(ctx, kws["every"][1], "`:every` of `:samples`", 1) if "every" in kws else DEFAULT_EVERY
     rows = (const_int(ctx, kws["rows"][1], "`:rows` of `:samples`", 1, code="E-SAMPLE-003", maximum=MAX_ROWS,
@@ -107,7 +115,7 @@ def top_samples(ctx: CheckContext, train: ir.LoaderIR | None, gen: ir.GenerateIR
                     "the path of a tokenizer.json")
         elif v is not None:
             written = v
-    sources = sample_sources(train, gen, prepare, objective)
+            samples_tokenizer(ctx, v, kws["tokenizer"][1].span, train)
     known = {n: t for n, (t, _) in sources.items()}
     broken = any(ph is None and ctx.forms.get(name) for name, ph in (("prepare", prepare), ("objective", objective)))
     ok = every is not None and rows is not None and ("prompt" not in kws or prompt is not None)
@@ -133,6 +141,8 @@ def top_samples(ctx: CheckContext, train: ir.LoaderIR | None, gen: ir.GenerateIR
                 ok = False
                 continue
             ctx.note_type(kw, t)
+            if sources[kw.name][1] == "batch" and kw.name in ctx.facts.generated:   # a use: rename, references
+                ctx.facts.uses.append((kw.span, ctx.facts.generated[kw.name]))
             if not isinstance(t, TensorType):
                 if not isinstance(t, ErrorType):   # (a binding that failed to check is reported already)
                     ctx.err("E-SAMPLE-003", kw.span, f"`:{kw.name}` is {t.show()}, not a tensor: `:samples` "
@@ -169,8 +179,39 @@ def top_samples(ctx: CheckContext, train: ir.LoaderIR | None, gen: ir.GenerateIR
         ok = False
     if not ok or ctx.run_ir is None:
         return
+    masks = text_masks(chosen["text"], known)
     computed = tuple((n, sources[n][1]) for key in ("text", "values") for n, _, _ in chosen[key]
                      if sources[n][1] != "batch")
+    computed += tuple((m, sources[m][1]) for _, m in masks if sources[m][1] != "batch" and
+                      (m, sources[m][1]) not in computed)
     spec = ir.SamplesIR(every, rows, tuple(chosen["text"]), tuple(chosen["values"]),
-                        decoding(train, written, ctx.src.path), prompt, computed)
+                        decoding(train, written, ctx.src.path), prompt, computed, masks)
     ctx.run_ir = dataclasses.replace(ctx.run_ir, samples=spec)
+
+
+def text_masks(text: list, known: dict) -> tuple[tuple[str, str], ...]:
+    """(name, `name-mask`) for each `:text` tensor [B T] whose `NAME-mask` is provided with its shape,
+    bool or integer: a loader's padding mask (`prompt-mask`) or a generator's completion mask
+    (`completion-mask`); the samples then show only the ids where it is true."""
+    out = []
+    for name, shape, _ in text:
+        m = known.get(f"{name}-mask")
+        if len(shape) == 2 and isinstance(m, TensorType) and m.shape == shape and (m.dtype == "bool" or is_int(m.dtype)):
+            out.append((name, f"{name}-mask"))
+    return tuple(out)
+
+
+def samples_tokenizer(ctx: CheckContext, rel: str, at, train: ir.LoaderIR) -> None:
+    """`:samples :tokenizer` (with `read_files`): read as `run` reads it (E-LOADER-001, through the
+    loaders' own check), and W-SAMPLE-001 when its vocabulary differs from the ids the training
+    loader's rows hold (its tokenizer's, or its `:vocab`): the rows would be decoded through
+    another table."""
+    size = tokenizer_file(ctx, ":samples", rel, at)
+    if not isinstance(size, int) or isinstance(size, bool):
+        return
+    model = loader_vocab(ctx, train)
+    if model is not None and model != size:
+        ctx.report(warning("W-SAMPLE-001", at, f"`:samples` tokenizer `{rel}` has {size} ids, but loader "
+                           f"`{train.name}`'s rows hold {model}: the sampled rows would be decoded through "
+                           "another vocabulary", help="give `:samples` the tokenizer the training data was "
+                           "tokenized with, or leave `:tokenizer` out to use the loader's"))

@@ -18,10 +18,11 @@ from ..syntax import Kw, ListNode, Sym, walk
 from .context import CheckContext, listed, near_miss
 from .facts import CheckResult
 from .forms import top_curriculum, top_def, top_loader, top_run
+from .config import compare_configs
 from .generate import top_generate
 from .models import build_model, collect_params, declare_model, gradient_free_params, top_model_binding
 from .one_form import expand_one_forms, strip_facts
-from .phases import top_passes, top_train
+from .phases import shown_metrics, top_passes, top_train
 from .program import program
 from .samples import top_samples
 
@@ -102,8 +103,10 @@ def _check_forms(ctx: CheckContext, build_ir: bool) -> CheckResult:
     if objective is not None and not any(d.is_error for d in ctx.diags):
         gradient_free_params(ctx, objective, gen)
     passes = top_passes(ctx, train, gen)
+    shown_metrics(ctx, objective)   # `:log (:show [...])`: metrics `objective` reports
     top_curriculum(ctx, train)
     top_samples(ctx, train, gen, prepare, objective)   # `run`'s `:samples`: names of the batch and phases
+    compare_configs(ctx, gen)   # each `:pretrained` model against its config.json, its bodies' values folded
     missing_forms(ctx)
     strip_facts(ctx)
     ctx.diags.sort(key=lambda d: (d.span.start, d.code))

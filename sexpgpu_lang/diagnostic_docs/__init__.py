@@ -48,7 +48,7 @@ HERE = Path(__file__).resolve().parent
 #: The families' folders, in page order; each is also the family's anchor on the page.
 FAMILIES: tuple[str, ...] = (
     "syntax", "names", "forms", "types", "shapes", "generation", "contract", "models",
-    "config", "optimizer", "sampling", "samples", "loaders", "warnings",
+    "config", "optimizer", "sampling", "samples", "reward", "loaders", "warnings",
 )
 
 FIX = "**Fix:**"

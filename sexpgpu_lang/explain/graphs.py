@@ -156,7 +156,7 @@ def _generator_graphs(program: ir.Program, stack: int, prefix: str = "",
     out[g.name] = g
     g = estimate_graph(prefix + "generate.finish", trace_generate(program, "finish"), stack, target=target, loop=True)
     g.input_list = [_io("state", gen.state, stack), _ctx_io(stack), _params_io(g)]
-    g.output_list = [_io("made", gen.out, stack)]
+    g.output_list = [_io("made", gen.finish_out, stack)]
     out[g.name] = g
     return out
 

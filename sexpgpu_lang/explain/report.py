@@ -5,6 +5,8 @@ Imports only the standard library and sexpgpu_lang; never JAX.
 """
 from __future__ import annotations
 
+import os
+
 from .. import ir
 from .graphs import layout_stack, plist_bytes, step_graphs
 from .memory import DEFAULT_BUDGET, choose_stack, memory_plan
@@ -94,7 +96,11 @@ def explain(program: ir.Program, budget: int | None = None, budget_source: str |
                       "state": gen.state.show(), "state_bytes": plist_bytes(gen.state),
                       "state_bytes_stacked": plist_bytes(gen.state) * S,
                       "made": gen.out.show(), "made_bytes": plist_bytes(gen.out),
-                      "flops_per_step": rows[0]["flops_per_step"], "live": plan["generation"]}
+                      "flops_per_step": rows[0]["flops_per_step"], "live": plan["generation"],
+                      "reward": None if gen.reward is None else {
+                          "function": gen.reward.function, "file": os.path.basename(gen.reward.path),
+                          "name": gen.reward.name, "rows": gen.reward.rows, "text": gen.reward.text,
+                          "calls_per_step": M}}
     per_step = [r for r in rows if r["calls_per_step"] is not None]
     memory = {k: plan[k] for k in ("params", "trainable", "frozen", "optimizer", "gradients_held",
                                    "generation", "train", "update", "passes", "peak", "donate")}

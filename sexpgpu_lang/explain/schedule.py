@@ -73,13 +73,14 @@ def _live_nodes(nodes: list[Node], outputs: list[tuple[str, int]]) -> list[bool]
 
 
 def _grad_nodes(nodes: list[Node], live: list[bool], loss: int) -> list[bool]:
-    """Nodes on a path from a trainable parameter to the loss, through differentiable float ops."""
+    """Nodes on a path from a trainable parameter to the loss, through differentiable float ops (a
+    frozen parameter, a `:copy` model's or a frozen teacher's called in the loss, starts none)."""
     from_param = [False] * len(nodes)
     for n in nodes:
         if not live[n.id] or not is_float(n.type.dtype):
             continue
         if n.op == "param":
-            from_param[n.id] = True
+            from_param[n.id] = n.role != "frozen"
         elif n.op not in ("arg", "param") and cost_of(n.op).differentiable:
             from_param[n.id] = any(from_param[i] for i in n.inputs)
     to_loss = [False] * len(nodes)

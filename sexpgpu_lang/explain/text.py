@@ -99,6 +99,11 @@ def to_text(report: dict) -> str:
             state += f" ×{gen['degree']} stacked = {fmt_bytes(gen['state_bytes_stacked'])}"
         lines.append(f"generation: {_plural(gen['trips'], 'trip')} · {gen['graphs']} graphs · "
                      f"{gen['calls_per_step']} calls per step · {state} · made {fmt_bytes(gen['made_bytes'])} per copy")
+        rw = gen.get("reward")
+        if rw is not None:   # the user's Python, never imported here: `sexpgpu run` calls it on the host
+            lines.append(f"reward: `{rw['function']}` of {rw['file']}, Python on the host after `generate.finish`, "
+                         f"{_plural(rw['calls_per_step'], 'call')} per step (one per microbatch) · decodes "
+                         f":{rw['text']} · makes :{rw['name']} [{rw['rows']}] f32 (not imported by explain)")
     mem = report["memory"]
 
     def memory_parts(m: dict) -> str:

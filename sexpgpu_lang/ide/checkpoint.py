@@ -63,6 +63,14 @@ def param_lines(ix: Index, d: Definition) -> str | None:
                 line = _reads_of(c, rel)
                 if line is not None:
                     out.append(f"from {_where(c)}: {line}" + (f" (as `{c.model}`'s `{rel}`)" if rel != d.name else ""))
+    if not out:   # a repeated block or a sub-model (`:layers (repeat layer 2)`): the tensors of each parameter below it
+        for c in ix.facts.checkpoints.values():
+            if c.model != model:
+                continue
+            below = [(rel, _reads_of(c, rel)) for rel in c.reads if rel.startswith(d.name + ".")]
+            lines = [f"- `{rel}`: {line}" for rel, line in below if line is not None]
+            if lines:
+                out.append(f"from {_where(c)}:\n" + "\n".join(lines))
     return "\n\n".join(out) or None
 
 
@@ -135,11 +143,19 @@ def _matches(source: str, tensor: str) -> bool:
     return mid.isdigit()
 
 
+def _cached(c: Checkpoint) -> bool:
+    """Whether `c`'s path is a model id the Hugging Face cache resolved (to a snapshot elsewhere)."""
+    return not os.path.isabs(c.rel) and not c.path.endswith(c.rel)
+
+
 def _short(c: Checkpoint, file: str) -> str:
-    """A file as the run file would name it (relative to it, where the path was)."""
+    """A file as the run file would name it (relative to it, where the path was; to the snapshot, for a
+    model id)."""
     if os.path.isabs(c.rel):
         return file
-    base = c.path[:len(c.path) - len(c.rel)] if c.path.endswith(c.rel) else ""
+    if _cached(c):
+        return os.path.relpath(file, c.path) if file.startswith(c.path + os.sep) else file
+    base = c.path[:len(c.path) - len(c.rel)]
     return os.path.relpath(file, base) if base else file
 
 
@@ -148,5 +164,6 @@ def _files(c: Checkpoint) -> str:
         return f"checkpoint `{c.rel}` ({c.path}): its headers not read (not on this machine)"
     files = sorted({f for _, _, f in c.header.values()})
     shown = ", ".join(f"`{_short(c, f)}`" for f in files)
-    return (f"checkpoint `{c.rel}`: {len(c.header)} tensor{'s' if len(c.header) != 1 else ''} "
+    where = f" (the Hugging Face cache's snapshot {c.path})" if _cached(c) else ""
+    return (f"checkpoint `{c.rel}`{where}: {len(c.header)} tensor{'s' if len(c.header) != 1 else ''} "
             f"in {len(files)} file{'s' if len(files) != 1 else ''}: {shown}")

@@ -50,6 +50,9 @@ def _complete(ix: Index, frames: list[Frame], prefix: str, offset: int) -> list[
     fr = frames[k]
     args = fr.items
     key = key_before(frames, k)
+    if fr.bracket == "[" and k >= 1 and key in ("text", "values") and key_before(frames, k - 1) == "samples":
+        used = {a.text[1:] for a in args if a.text.startswith(":")}
+        return [_kw(n, "field", d) for n, d in ix.facts.sample_names.items() if n not in used]
     if fr.bracket == "[":
         return [] if prefix.startswith(":") else _values(ix, offset)
     mapping = _pretrained_completions(ix, frames, k, args, prefix)

@@ -48,7 +48,7 @@ def describe(ix: Index, d: Definition, t: Type | None) -> str:
         return code_block(f"(defmodel {d.name}" + "".join(f"\n  {p}" for p in params) + ")") + "\n\nmodel"
     if d.kind == "model-binding":
         return code_block(d.detail) + "\n\n" + TOP_FORMS["model"][1]
-    if d.kind in ("param", "state-key", "generated", "field", "loader"):
+    if d.kind in ("param", "state-key", "generated", "reward", "field", "loader"):
         return code_block(d.detail)
     if d.kind == "function":
         return code_block(f"{d.name}: {d.detail}") + "\n\nfunction"

@@ -24,6 +24,9 @@ def quick_fixes(ix: Index, span: Span) -> list[Fix]:
     * E-GEN-002 on a dtype: remove the entry's own `cast` when what it casts
       has the dtype `:init` made, else wrap the entry in `(cast ... :dtype)`
       with that dtype; E-GEN-002 for a dropped key: return it unchanged;
+    * E-CONFIG-004 on a call's settings: each number written at the call
+      becomes config.json's value, each top-level `def` it names is bound with
+      `checkpoint-config` (`data["config_edits"]`);
     * E-CONTRACT-010: move the counter into `prepare` (making one if the
       file has none);
     * E-GEN-004: return the value from the generator (in the state, or as a
@@ -56,6 +59,9 @@ def _fixes_for(ix: Index, d: Diagnostic) -> list[Fix]:
         state = param_name(ix.phase_node("generate.step"), 0, "state")
         if res is not None:
             out.append(Fix(f"return `:{key}` unchanged", d, (_append_entry(ix, res, key, f"(getf {state} :{key})"),)))
+    if d.code == "E-CONFIG-004" and data.get("config_edits"):
+        edits = tuple(Edit(Span(a, b), text) for a, b, text in sorted(data["config_edits"], key=lambda e: -e[0]))
+        out.append(Fix("use the checkpoint's config.json values", d, edits, True))
     if d.code == "E-CONTRACT-010":
         fix = _move_counter(ix, d)
         if fix is not None:

@@ -50,6 +50,10 @@ def _hover(ix: Index, offset: int) -> HoverInfo | None:
         if t is not None:
             return HoverInfo(node.span, code_block(f"{node.name}: {show_type(t)}"))
         return None
+    if isinstance(node, (Kw, Str)) and isinstance(parent, ListNode) and parent.head == "checkpoint-config":
+        shown = _config_read(ix, parent, offset)   # its path or key: what the `def` binds, and from where
+        if shown is not None:
+            return HoverInfo(node.span, shown)
     if isinstance(node, Kw):
         return _hover_keyword(ix, node, parent, t)
     if isinstance(node, Str) and (shown := checkpoint_hover(ix, node)) is not None:
@@ -61,6 +65,17 @@ def _hover(ix: Index, offset: int) -> HoverInfo | None:
     if t is not None:
         return HoverInfo(node.span, code_block(show_type(t)))
     return None
+
+
+def _config_read(ix: Index, call: ListNode, offset: int) -> str | None:
+    """Hover on the path or key of `(def NAME (checkpoint-config "dir" :key))`: the `def`'s own hover
+    (its value, the config.json key and file it came from), or None outside such a `def`."""
+    form = ix.parent(call)
+    if not (isinstance(form, ListNode) and form.head == "def" and len(form.items) == 3
+            and isinstance(form.items[1], Sym) and form.items[2] is call):
+        return None
+    d = ix.definition_at(form.items[1].span.start)
+    return describe(ix, d, ix.type_at(form.items[1])) if d is not None else None
 
 
 def _hover_call(ix: Index, call: ListNode, head: Node) -> str:
@@ -120,8 +135,10 @@ def _in_params(ix: Index, node: Node) -> bool:
 
 def _hover_keyword(ix: Index, node: Kw, parent: Node | None, t: Type | None) -> HoverInfo | None:
     d = ix.definition_at(node.span.start)
-    if d is not None and d.kind in ("param", "state-key", "generated", "field", "entry"):
+    if d is not None and d.kind in ("param", "state-key", "generated", "reward", "field", "entry"):
         doc = {"state-key": "state key, made by `:init`", "generated": "generated name, made by `:finish`",
+               "reward": "generated name: the rewards of the Python function `:reward` names, which `sexpgpu run` "
+                         "calls on the host after `:finish` (never imported by the editor)",
                "param": "model parameter", "field": "loader field",
                "entry": "model entry point, over the model's parameters"}[d.kind]
         loaded = param_lines(ix, d) if d.kind == "param" else None

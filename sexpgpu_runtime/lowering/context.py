@@ -22,12 +22,20 @@ from .lowering import Effects
 _CTX_FIELDS = tuple((k, np.dtype(JAX_DTYPES[d])) for k, d in CONTEXT_KEYS)
 
 
+def context_row(step: int, microbatch: int, records: int, stage: int = 0, stage_records: int | None = None,
+                pass_number: int = 0) -> tuple[int, ...]:
+    """One microbatch's context row, its values in `language.CONTEXT_KEYS`' order (the one place that
+    order is spelled): the rows a graph takes are `np.array([context_row(...), ...], np.int64)`, [S 6].
+    `stage_records` defaults to `records` (no curriculum); `pass_number` is `:pass`: 0 in training, k
+    for the file's k-th evaluation pass."""
+    return (step, microbatch, records, stage, records if stage_records is None else stage_records, pass_number)
+
+
 def make_ctx(step: int, microbatch: int, records: int, stage: int = 0, stage_records: int | None = None,
              pass_number: int = 0) -> dict:
     """The context scalars of one microbatch, keyed and typed as `language.CONTEXT_KEYS` says (`:step`
-    i64, `:microbatch` i32, ...): the values of one context row, unpacked.
-    `pass_number` is `:pass`: 0 in training, k for the file's k-th evaluation pass."""
-    values = (step, microbatch, records, stage, records if stage_records is None else stage_records, pass_number)
+    i64, `:microbatch` i32, ...): the values of one context row (`context_row`), unpacked."""
+    values = context_row(step, microbatch, records, stage, stage_records, pass_number)
     return {k: dt.type(v) for (k, dt), v in zip(_CTX_FIELDS, values, strict=True)}
 
 

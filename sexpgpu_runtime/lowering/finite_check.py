@@ -149,12 +149,14 @@ def _origin(made: list[_Made], loss) -> _Made | None:
 
 
 def first_nonfinite_op(program: ir.Program, tracer: Tracer, trainable, frozen, batch: dict, gen_rows,
-                       rows, base: dict, counter_types: dict) -> Origin | None:
+                       rows, base: dict, counter_types: dict, joined=None) -> Origin | None:
     """Re-run one microbatch op by op and say where its values first went non-finite (`Origin`), or
     None when every value was finite. `batch` is the loader's batch (numpy), `gen_rows` the context
     row the generator read ([1 6] i64: a stacked group's first copy's), `rows` the microbatch's own
     ([1 6] i64), `base` the counter totals it started from, `counter_types` their dtypes (name ->
-    dtype name). Deterministic: the same state, batch and draws as the training graph's."""
+    dtype name), `joined` the batch after the generator to the batch with what the host adds (the
+    `:reward` rewards: run/rewards.py), or None. Deterministic: the same state, batch and draws as the
+    training graph's."""
     params = merge(trainable, frozen)
     made: list[_Made] = []
     batch = {k: jnp.asarray(v) for k, v in batch.items()}
@@ -168,6 +170,8 @@ def first_nonfinite_op(program: ir.Program, tracer: Tracer, trainable, frozen, b
             state = {k: out[k] for k in gen.state.keys}
         out = _phase(gen.finish, [state, gctx], params, tracer.fx(True), made) if gen.finish is not None else state
         batch = {**batch, **out}
+        if joined is not None:
+            batch = joined(batch)
     ctx = unpack_ctx(jnp.asarray(rows))
     fx = tracer.fx()
     inputs = _phase(program.prepare, [batch, ctx], params, fx, made) if program.prepare is not None else batch

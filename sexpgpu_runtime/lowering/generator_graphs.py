@@ -231,7 +231,7 @@ class GeneratorGraphs:
             if gen.finish is None:
                 return state
             out = run_phase(gen.finish, [state, unpack_ctx(rows)], merge(trainable, frozen), fx(True))
-            check_result("generate.finish", out, gen.out)
+            check_result("generate.finish", out, gen.finish_out)
             return self._records(out)
 
         return init, (step_until if gen.until is not None else step), finish

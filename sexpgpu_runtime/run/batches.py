@@ -15,6 +15,7 @@ from sexpgpu_lang import ir
 from ..data.loaders import Loader
 from ..data.prefetch import Prefetch
 from ..errors import DataError, LoaderError
+from ..lowering.context import context_row
 from .id_tables import check_ids, index_limits
 
 
@@ -83,7 +84,7 @@ class Batches:
         for i in range(self.layout.stack):
             stage, name, within = self.stage_at(records)
             batches.append(self.feed.take(records) if self.feed is not None else self.training_batch(records))
-            rows.append((step, group * self.layout.stack + i, records, stage, within, 0))   # CONTEXT_KEYS' order
+            rows.append(context_row(step, group * self.layout.stack + i, records, stage, within))
             records += self.batch_size
         batch = _stack(batches) if self.layout.stack > 1 else batches[0]
         return batch, np.array(rows, np.int64), records
@@ -104,7 +105,7 @@ class Batches:
         loader = self.pass_loaders[ps.name]
         stage, _, within = self.stage_at(records)
         number = 1 + [p.name for p in self.program.passes].index(ps.name)   # `:pass`
-        pass_rows = np.array([(step, 0, records, stage, within, number)], np.int64)   # as `host_group`'s
+        pass_rows = np.array([context_row(step, 0, records, stage, within, number)], np.int64)
         for k in range(ps.batches):
             batch, rows = self.read(loader, k * loader.spec.batch), pass_rows
             if self.dp is not None:

@@ -99,10 +99,11 @@ class Reporter:
     an interrupted process logged past `start`, and purges them from
     TensorBoard, so each step has one row. In a multi-process run process 0
     alone writes and prints (the losses are global, every process has them).
+    The progress bar shows the row's `shown` metrics (`:log (:show [...])`; `loss` by default).
     """
 
     def __init__(self, run_dir: Path, total: int, progress: bool, quiet: bool, name: str, start: int = 0,
-                 append: bool = False, tensorboard: bool = False):
+                 append: bool = False, tensorboard: bool = False, shown: tuple[str, ...] = ("loss",)):
         self.path = run_dir / "metrics.jsonl"
         self.fh = None
         self.dropped: list[int] = []   # the steps of the rows a resume dropped (`keep_rows_up_to`)
@@ -116,6 +117,7 @@ class Reporter:
         except OSError as e:
             raise RunError(f"cannot write {self.path}: {e.strerror or e}")
         self.total, self.quiet, self.start, self.done = total, quiet, start, start
+        self.shown = tuple(shown)
         self.bar = None
         self.tb = None
         if tensorboard:
@@ -124,9 +126,10 @@ class Reporter:
         if progress and not quiet:
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
             self.bar = Progress(TextColumn(f"[bold]{name}"), BarColumn(), TextColumn("step"), MofNCompleteColumn(),
-                                TextColumn("loss {task.fields[loss]}"), TextColumn("{task.fields[rate]}"),
+                                TextColumn("{task.fields[shown]}"), TextColumn("{task.fields[rate]}"),
                                 TextColumn("ETA"), TimeRemainingColumn(), transient=False)
-            self.task = self.bar.add_task("train", total=total, completed=start, loss="-", rate=rate_text(None, None))
+            self.task = self.bar.add_task("train", total=total, completed=start, shown=self.shown_text({}),
+                                          rate=rate_text(None, None))
             self.bar.start()
 
     def ended(self, done: int, tokens: int | None = None):
@@ -152,13 +155,18 @@ class Reporter:
             raise RunError(f"cannot write the metrics of step {row.get('step')} in {self.path.parent}: {e.strerror or e}")
         steps, tokens = self.throughput.rates()
         if self.bar is not None:
-            self.bar.update(self.task, completed=max(done, self.done), loss=f"{row.get('loss', float('nan')):.4f}",
+            self.bar.update(self.task, completed=max(done, self.done), shown=self.shown_text(row),
                             rate=rate_text(steps, tokens))
         elif not self.quiet:
             parts = [f"step {row['step']}/{self.total}"] + [f"{k} {v:.4g}" for k, v in row.items() if k != "step"]
             if steps is not None:   # the steady rate, once a step after the first has ended
                 parts.append(rate_text(steps, tokens))
             print("  ".join(parts), file=sys.stderr, flush=True)
+
+    def shown_text(self, row: dict) -> str:
+        """The bar's metrics: `loss 2.3456  reward 0.5`, each of `shown` from `row` (`-` before it has one)."""
+        return "  ".join(f"{k} {row[k]:.4f}" if isinstance(row.get(k), (int, float)) else f"{k} -"
+                         for k in self.shown)
 
     def close(self):
         """Stop the progress bar and close metrics.jsonl and TensorBoard's files (a RunError when

@@ -77,7 +77,7 @@ def export_written(export: Path, metrics: Path) -> bool:
 
 
 def refuse_finished(store: Checkpoints | None, metrics: Path, run_dir: Path, total: int,
-                    every: int | None = None, export: Path | None = None) -> None:
+                    every: int | None = None, export: Path | None = None, again: bool = False) -> None:
     """RunFinished when the run in `run_dir` has trained `total` steps or more already and what it
     leaves at its end is there: by its newest checkpoint or by the last row of `metrics` (`store`
     None: no checkpoint dir, by the rows alone). A run with `:checkpoint` (`every`) has finished
@@ -85,7 +85,10 @@ def refuse_finished(store: Checkpoints | None, metrics: Path, run_dir: Path, tot
     (`export`) only when that export was written (`export_written`): a run whose last checkpoint
     or export could not be written (a full disk, a kill while writing) is resumed, to write them.
     Nothing when the newest checkpoint is another run's (start.py then refuses it). Reads only;
-    writes nothing."""
+    writes nothing.
+
+    `again`: the run was started again without `--resume` or `--overwrite` (a second `sexpgpu run
+    FILE`): the same decision, in words that say where the results are and how to train again."""
     newest = store.newest_meta() if store is not None else None
     if newest is not None and not store.provenance.is_ours(newest[1]):
         return   # another run's dir, whatever its metrics say: start.py refuses it, naming both
@@ -109,6 +112,13 @@ def refuse_finished(store: Checkpoints | None, metrics: Path, run_dir: Path, tot
         how = f"to train it longer, resume with `--steps N` above {done}"
         if saved < done:
             how += f" (it trains again from checkpoint step {saved}, the newest: the run saved none at step {done})"
+    if again:
+        where = f"its metrics are in {metrics}" + ("" if saved is None else f", its checkpoints in {store.spec.dir}")
+        if export is not None:
+            where += f", its export in {export}"
+        longer = "" if saved is None else f", or `--resume --steps N` above {done} to train it longer"
+        raise RunFinished(f"{what}: nothing was changed; {where}. Pass --overwrite to train it again{longer}",
+                          done, total)
     raise RunFinished(f"{what}: nothing to resume, nothing was changed; {how}", done, total)
 
 
@@ -128,11 +138,13 @@ def resuming_line(step: int, total: int, ckpt_dir: Path, cut_short: list[int] = 
     return f"sexpgpu: resuming from step {step} of {total} (checkpoint {ckpt_dir / str(step)}){why}"
 
 
-def dropped_line(dropped: list[int], step: int, metrics: Path) -> str:
-    """The line saying which metrics.jsonl rows a resume from checkpoint `step` dropped (`dropped`: their steps)."""
+def dropped_line(dropped: list[int], step: int, path: Path, again: str = "trained and logged again") -> str:
+    """The line saying which rows of `path` (metrics.jsonl, or samples.jsonl with `again` "sampled
+    again") a resume from checkpoint `step` dropped (`dropped`: their steps)."""
     span = f"step {dropped[0]}" if len(dropped) == 1 else f"steps {dropped[0]}-{dropped[-1]}"
-    return (f"sexpgpu: dropped {len(dropped)} row{'s' if len(dropped) != 1 else ''} of {metrics} ({span}), logged "
-            f"after checkpoint step {step} by the earlier run; they are trained and logged again")
+    rows, they = ("row", "it is") if len(dropped) == 1 else ("rows", "they are")
+    return (f"sexpgpu: dropped {len(dropped)} {rows} of {path} ({span}), logged after checkpoint step {step} by the "
+            f"earlier run; {they} {again}")
 
 
 def missing_rows_line(metrics: Path, step: int) -> str | None:

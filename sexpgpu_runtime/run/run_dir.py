@@ -107,12 +107,13 @@ def has_rows(metrics: Path) -> bool:
 
 def clear_run_dir(run_dir: Path, store: Checkpoints) -> None:
     """What `--overwrite` removes before a fresh start: every checkpoint in the checkpoint dir,
-    metrics.jsonl (and a torn rewrite of it), and the TensorBoard event files in the run dir.
-    Nothing else in either dir is touched."""
+    metrics.jsonl (and a torn rewrite of it), samples.jsonl, and the TensorBoard event files in the
+    run dir. Nothing else in either dir is touched."""
     store.delete_all()
     if jax.process_index() != 0:   # process 0 writes the metrics (Reporter) and removes them
         return
-    for p in [run_dir / "metrics.jsonl", run_dir / "metrics.jsonl.tmp", *run_dir.glob("events.out.tfevents.*")]:
+    for p in [run_dir / "metrics.jsonl", run_dir / "metrics.jsonl.tmp", run_dir / "samples.jsonl",
+              *run_dir.glob("events.out.tfevents.*")]:
         try:
             p.unlink(missing_ok=True)
         except OSError as e:

@@ -16,7 +16,9 @@ a name computed in `prepare` or `objective` adds its first rows to the training 
 Each written row: `{"step": 10, "pass": "train", "row": 0, "fields": {...}}` in
 `RUN_DIR/samples.jsonl`, one JSON object per row (`step` counts completed steps as in
 metrics.jsonl; `pass` is `train` or the evaluation pass's name). A `:text` field is a string, or
-`{"prompt": ..., "completion": ...}` with `:prompt`; a `:values` field a number or a list
+`{"prompt": ..., "completion": ...}` with `:prompt` (a text field whose `NAME-mask` the batch holds,
+of its shape, shows only the ids where the mask holds: a prompt without its padding, a completion
+up to its stop); a `:values` field a number or a list
 (`{"shape": [...], "first": [...]}` past `MAX_NUMBERS` numbers). A resumed run drops the rows past
 its checkpoint first, as metrics.jsonl does (`report.keep_rows_up_to`), so each step's rows are
 there once.
@@ -47,13 +49,14 @@ MAX_NUMBERS = 64
 TRAIN = "train"
 
 
-def _decoder(spec: ir.SamplesIR, where: str):
-    """ids (a list of ints) -> text, as `spec.decode` says (ir.SamplesIR)."""
-    kind = spec.decode[0]
+def decoder(decode: tuple, where: str):
+    """ids (a list of ints) -> text, as `decode` says (`ir.SamplesIR.decode`, `ir.RewardIR.decode`): a
+    tokenizer (SampleError naming `where` when it cannot be read), UTF-8 bytes, or the ids joined by spaces."""
+    kind = decode[0]
     if kind == "bytes":
         return lambda ids: bytes(int(i) & 0xFF for i in ids).decode("utf-8", errors="replace")
     if kind == "tokenizer":
-        _, written, base = spec.decode
+        _, written, base = decode
         holder = ir.LoaderIR("samples", ("samples", {}), 1, (), None, base_dir=base)
         try:
             tok = load_tokenizer(resolve_path(holder, written))
@@ -94,9 +97,11 @@ class SampleLog:
         self.spec = spec = program.run.samples
         self.names = [n for n, _, _ in spec.text] + [n for n, _, _ in spec.values]
         self.text = {n for n, _, _ in spec.text}
+        self.masks = dict(spec.masks)     # a text name -> its mask's name, gathered beside it
+        self.gathered = self.names + [m for m in self.masks.values() if m not in self.names]
         self.total = total
         self.path = run_dir / "samples.jsonl"
-        self.decode = _decoder(spec, f"{program.path}: `:samples`")
+        self.decode = decoder(spec.decode, f"{program.path}: `:samples`")
         self.pending: collections.deque = collections.deque()   # (step, pass, {name: device array})
         self.dropped: list[int] = []
         try:
@@ -126,8 +131,8 @@ class SampleLog:
         copy's), start their copy to the host with that of `kept` (the rows of the names computed in
         `prepare` or `objective`, gathered in the training or pass graph already: TrainingGraphs.keep),
         and queue them for `poll`; never waits for the device."""
-        picked = {n: batch[n] for n in self.names if n in batch}
-        kept = {n: v for n, v in (kept or {}).items() if n in self.names and n not in picked}
+        picked = {n: batch[n] for n in self.gathered if n in batch}
+        kept = {n: v for n, v in (kept or {}).items() if n in self.gathered and n not in picked}
         if not picked and not kept:
             return
         if not picked:
@@ -187,16 +192,22 @@ class SampleLog:
                 if a.ndim > 0 and i >= a.shape[0]:
                     continue
                 a = a if a.ndim == 0 else a[i]
-                fields[name] = self._text(a) if name in self.text else _values(a)
+                mask = host.get(self.masks.get(name, ""))
+                mask = mask[i] if mask is not None and mask.ndim == 2 and i < mask.shape[0] else None
+                fields[name] = self._text(a, mask) if name in self.text else _values(a)
             out.append({"step": done, "pass": pass_name, "row": i, "fields": fields})
         return out
 
-    def _text(self, a: np.ndarray):
+    def _text(self, a: np.ndarray, mask: np.ndarray | None = None):
+        """A row of ids as text; with its `NAME-mask`, only the ids where the mask holds (no padding,
+        nothing past a completion's stop); split at `:prompt` into prompt and completion."""
         ids = a.reshape(-1).tolist()
+        keep = [True] * len(ids) if mask is None else [bool(m) for m in np.asarray(mask).reshape(-1)]
         p = self.spec.prompt
         if p is None or a.ndim == 0:
-            return self.decode(ids)
-        return {"prompt": self.decode(ids[:p]), "completion": self.decode(ids[p:])}
+            return self.decode([i for i, k in zip(ids, keep) if k])
+        return {"prompt": self.decode([i for i, k in zip(ids[:p], keep[:p]) if k]),
+                "completion": self.decode([i for i, k in zip(ids[p:], keep[p:]) if k])}
 
     def _write(self, done: int, pass_name: str, arrays: dict) -> None:
         rows = self.rows_of(done, pass_name, jax.device_get(arrays))
@@ -216,14 +227,13 @@ class SampleLog:
         """The rows as one short line each: under the progress bar, or printed after the plain lines."""
         if self.reporter is None or getattr(self.reporter, "quiet", True):
             return
-        width = shutil.get_terminal_size((100, 24)).columns
-        lines = [row_line(r) for r in rows]
         if getattr(self.reporter, "bar", None) is not None:
-            self.lines = lines
+            width = shutil.get_terminal_size((100, 24)).columns
+            self.lines = [row_line(r, width) for r in rows]
             self.reporter.bar.refresh()
-        else:
-            for line in lines:
-                print(cut(line, width), file=sys.stderr, flush=True)
+        else:   # plain lines (a pipe, a log): each row whole
+            for r in rows:
+                print(row_line(r), file=sys.stderr, flush=True)
 
 
 def field_text(value) -> str:
@@ -255,11 +265,32 @@ def _short(v) -> str:
     return f"{v:.4g}" if isinstance(v, float) else str(v)
 
 
-def row_line(row: dict) -> str:
-    """One samples.jsonl row as the terminal's line: `step 10 train #0  answer 3 4▸5 6 7  reward 0.5`."""
-    parts = [f"step {row['step']} {row['pass']} #{row['row']}"]
-    parts += [f"{k} {field_text(v)}" for k, v in row.get("fields", {}).items()]
-    return "  ".join(parts)
+def row_line(row: dict, width: int | None = None) -> str:
+    """One samples.jsonl row as the terminal's line: `step 10 train #0  answer 3 4▸5 6 7  reward 0.5`.
+
+    With `width` (a terminal's columns) a line that would be longer has its text fields (decoded
+    text, a prompt and its completion) cut, each to an equal share of the room the rest leaves
+    (at least `MIN_TEXT` characters), an ellipsis ending each cut one; the step, the row and every
+    value are never cut, so a line may still pass `width` when the values alone do."""
+    head = f"step {row['step']} {row['pass']} #{row['row']}"
+    fields = [(k, field_text(v), _is_text(v)) for k, v in row.get("fields", {}).items()]
+    line = "  ".join([head] + [f"{k} {t}" for k, t, _ in fields])
+    texts = [i for i, (_, _, is_text) in enumerate(fields) if is_text]
+    if width is None or len(line) <= width or not texts:
+        return line
+    fixed = len(line) - sum(len(fields[i][1]) for i in texts)
+    share = max((width - fixed) // len(texts), MIN_TEXT)
+    fields = [(k, cut(t, share) if is_text else t, is_text) for k, t, is_text in fields]
+    return "  ".join([head] + [f"{k} {t}" for k, t, _ in fields])
+
+
+#: The fewest characters a cut text field keeps on a terminal line (`row_line`).
+MIN_TEXT = 12
+
+
+def _is_text(value) -> bool:
+    """Whether a samples.jsonl field is decoded text (`:text`): a string, or a prompt and completion."""
+    return isinstance(value, str) or (isinstance(value, dict) and "completion" in value)
 
 
 def cut(line: str, width: int) -> str:

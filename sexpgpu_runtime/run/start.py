@@ -97,6 +97,10 @@ class RunStart:
         if not self.options.quiet and (everywhere or jax.process_index() == 0):
             print(line, file=sys.stderr, flush=True)
 
+    def say_dropped(self, dropped: list[int], step: int, path: Path, again: str = "trained and logged again") -> None:
+        """The one line of a resume that dropped rows past checkpoint `step` from `path` (resume.dropped_line)."""
+        self._say(dropped_line(dropped, step, path, again), everywhere=True)
+
     def prepare(self, make_trainer):
         """Check the options, refuse a resume of nothing and a step that could never fit the device's
         memory (fits.py: explain's memory plan against the device's), make the run dir, then build the trainer
@@ -162,9 +166,10 @@ class RunStart:
                 self._say(lost)
             reporter = Reporter(options.run_dir, trainer.steps, options.progress, options.quiet,
                                 Path(self.program.path).stem, start=state.step, append=options.resume,
-                                tensorboard=bool(self.program.run.log.get("tensorboard")))
+                                tensorboard=bool(self.program.run.log.get("tensorboard")),
+                                shown=self.program.run.log.get("show") or ("loss",))
             if reporter.dropped:
-                self._say(dropped_line(reporter.dropped, state.step, reporter.path), everywhere=True)
+                self.say_dropped(reporter.dropped, state.step, reporter.path)
         except BaseException:
             store.close()
             raise
@@ -173,8 +178,9 @@ class RunStart:
     def _first_state(self, trainer, store: Checkpoints) -> RunState:
         """A fresh state, or with `resume` the newest complete checkpoint's (saying which, in one line)."""
         options = self.options
-        if options.resume:
-            refuse_finished(store, self.metrics, options.run_dir, trainer.steps, store.spec.every, options.export)
+        if not options.overwrite:   # (a second plain `sexpgpu run FILE` of a finished run says where it is)
+            refuse_finished(store, self.metrics, options.run_dir, trainer.steps, store.spec.every, options.export,
+                            again=not options.resume)
         self._claim(store)
         try:
             # The state's shapes and dtypes, traced without computing anything.

@@ -27,6 +27,7 @@ from sexpgpu_lang import ir
 from ..devices.sharding import DataParallel
 from ..errors import (BadDraw, BadValue, CheckpointError, InternalTypeError, LoaderError, MeshError, OptionError,
                       RunError, RunStopped, Stopped, TokenFileError)
+from ..lowering.context import context_row
 from ..lowering.finite_check import first_nonfinite_op
 from ..lowering.graphs import Graphs
 from ..weights.optim import learning_rate, make_optimizer
@@ -41,6 +42,7 @@ from .fits import is_out_of_memory, out_of_memory
 from .loop import Loop
 from .options import RunOptions
 from .report import TOKEN_SOURCES, Reporter, batch_tokens
+from .rewards import PythonReward
 from .samples import SampleLog, open_samples
 from .signals import StopSignals
 from .start import RunStart
@@ -88,6 +90,9 @@ class Trainer:
         # None where the training loader's records are not token rows
         self.counts_tokens = program.loaders[run.loader].source[0] in TOKEN_SOURCES
         self.step_tokens: int | None = None
+        # `defgenerate`'s `:reward`: the Python function called after the generator (rewards.py), imported here
+        gen = program.generate
+        self.reward = PythonReward(gen.reward, self.dp) if gen is not None and gen.reward is not None else None
 
     def initial_state(self, load: bool = True) -> RunState:
         """Fresh parameters (pretrained ones loaded unless `load` is False: for shapes only), fresh
@@ -167,6 +172,8 @@ class Trainer:
                 batch, rows, made = g.generate(state.trainable, state.frozen, batch, rows, self.layout.stack > 1,
                                                self._trip_hook(state.step), draw)
                 batch, draw = {**batch, **made}, g.draw
+                if self.reward is not None:   # on the host, between `generate.finish` and the training graph
+                    batch = self.reward.join(batch, state.step + 1, group * self.layout.stack, self.layout.stack > 1)
                 self.poll()
             if self.counts_tokens:   # the rows the training graph reads: the generated ones, where it runs
                 tokens += batch_tokens(batch, self.layout.stack > 1)
@@ -198,6 +205,8 @@ class Trainer:
             if ps.runs_generator:
                 batch, rows, made = self.graphs.generate(state.trainable, state.frozen, batch, rows, stacked=False)
                 batch = {**batch, **made}
+                if self.reward is not None:
+                    batch = self.reward.join(batch, state.step, 0, False, ps.name)
                 if self.graphs.draw is not None:   # (the pass waits for its loss below anyway)
                     self.checks.check_records(None, self.graphs.draw, ps.name)
             loss, metrics, *kept = fn(state.trainable, state.frozen, batch, rows, state.counters)
@@ -232,14 +241,15 @@ class Trainer:
         def row(m: int):
             records = start + m * batch_size
             stage, _, within = self.batches.stage_at(records)
-            return records, np.array([(step - 1, m, records, stage, within, 0)], np.int64)   # CONTEXT_KEYS' order
+            return records, np.array([context_row(step - 1, m, records, stage, within)], np.int64)
 
         records, rows = row(micro)
         _, gen_rows = row(micro - micro % S)   # a stacked group's generator reads its first copy's context
         batch = self.batches.training_batch(records)
+        joined = None if self.reward is None else (lambda b: self.reward.join(b, step, micro, False))
         return first_nonfinite_op(self.program, self.graphs.tracer, done.trainable, done.frozen, batch, gen_rows,
                                   rows, {c: jax.numpy.asarray(v) for c, v in base.items()},
-                                  self.graphs.counter_types)
+                                  self.graphs.counter_types, joined)
 
     def settle(self) -> None:
         """Raise BadValue if any completed step's loss was NaN or infinite, naming the first such step
@@ -368,6 +378,8 @@ def _run(start: RunStart, program: ir.Program, options: RunOptions, on_trip) -> 
         t0 = time.perf_counter()
         try:
             trainer.samples = open_samples(program, options, trainer.steps, first, reporter)
+            if trainer.samples is not None and trainer.samples.dropped:
+                start.say_dropped(trainer.samples.dropped, first, trainer.samples.path, "sampled again")
             state, history = _fit_saving(trainer, store, reporter, state)
         except InternalTypeError as e:
             line, col = program.line_col(getattr(e, "offset", 0))

@@ -59,8 +59,10 @@ def init_params(params: tuple[ParamIR, ...], seed: int, skip: tuple[tuple[str, .
     """(trainable, frozen) trees of freshly initialised parameters. The leaves below a path in
     `skip` (the `:pretrained` models', which a checkpoint fills: pretrained.initial_params) are
     not drawn: their places hold None, for hf_layout.load_mapped to fill. Each leaf's key is its
-    own place's, so skipping some leaves leaves the others' bits as they are."""
-    drawn = [p for p in params if not any(p.path[:len(s)] == s for s in skip)]
+    own place's, so skipping some leaves leaves the others' bits as they are. A `:copy` leaf is its
+    drawn source's value in a buffer of its own, or None where a checkpoint fills the source
+    (`fill_copies` copies it once it is read)."""
+    drawn = [p for p in params if p.copy_of is None and not any(p.path[:len(s)] == s for s in skip)]
     # One graph draws them all (one compile, kept by the persistent cache), not one per op and shape.
     values = jax.jit(lambda: [init_leaf(p, jax.random.key(seed)) for p in drawn])() if drawn else []
     trainable: dict = {}
@@ -69,6 +71,7 @@ def init_params(params: tuple[ParamIR, ...], seed: int, skip: tuple[tuple[str, .
         set_path(frozen if p.frozen else trainable, p.path, None)
     for p, v in zip(drawn, values, strict=True):
         set_path(frozen if p.frozen else trainable, p.path, v)
+    fill_copies(params, merge(trainable, frozen), frozen)
     return trainable, frozen
 
 
@@ -80,6 +83,24 @@ def param_shapes(params: tuple[ParamIR, ...]) -> tuple[dict, dict]:
     for p in params:
         set_path(frozen if p.frozen else trainable, p.path, jax.ShapeDtypeStruct(tuple(p.shape), jdt(p.dtype)))
     return trainable, frozen
+
+
+def fill_copies(params: tuple[ParamIR, ...], sources: dict, frozen: dict) -> None:
+    """Give each `:copy` leaf of `params` (`p.copy_of`) that is still None its own buffer holding
+    the starting value of its source leaf, found in `sources` (the tree, trainable or frozen, that
+    holds the sources' starting values), where that is known (not None): a reference model is the
+    student before its first update, drawn or loaded. Its own buffer, so that donating the
+    trainable tree to an update leaves it as it is."""
+    for p in params:
+        if p.copy_of is None:
+            continue
+        node, value = frozen, sources
+        for k in p.path[:-1]:
+            node = node.get(k, {}) if isinstance(node, dict) else {}
+        for k in p.copy_of:
+            value = value.get(k) if isinstance(value, dict) else None
+        if node.get(p.path[-1]) is None and value is not None:
+            set_path(frozen, p.path, jnp.copy(value))
 
 
 def merge(a: dict, b: dict) -> dict:

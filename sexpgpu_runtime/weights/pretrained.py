@@ -24,7 +24,7 @@ from sexpgpu_lang.name_mapping import layer_name, leaf, patterned
 from .hf_layout import export_mapped, load_mapped
 from ..data.files import first_nonfinite
 from ..errors import RunError
-from .params import flatten, init_params
+from .params import fill_copies, flatten, init_params, merge
 from ..paths import publish
 
 
@@ -35,6 +35,7 @@ def initial_params(program: ir.Program, seed: int) -> tuple[dict, dict]:
     `:pretrained` (each leaf's key is its own place's). RunError as `load_pretrained`."""
     trainable, frozen = init_params(program.params, seed, tuple(spec.prefix for spec in program.pretrained))
     load_pretrained(program, trainable, frozen)
+    fill_copies(program.params, trainable, frozen)
     return trainable, frozen
 
 
@@ -42,12 +43,16 @@ def frozen_params(program: ir.Program, seed: int) -> dict:
     """The frozen parameters alone, with the bits `initial_params` gives them: what a resume adds to
     a checkpoint, which holds none (checkpoint.py). Nothing trainable is drawn or read, so a resume
     holds the checkpoint's state and the frozen parameters, never a second copy of the trainable
-    ones. A `:pretrained` model without frozen parameters is not opened. RunError as `load_pretrained`."""
-    frozen_only = tuple(p for p in program.params if p.frozen)
-    _, frozen = init_params(frozen_only, seed, tuple(spec.prefix for spec in program.pretrained))
+    ones. A `:pretrained` model without frozen parameters is not opened. A `:copy` model's
+    parameters are the starting values of the trainable ones it copies: those are drawn or read
+    again, copied, and dropped. RunError as `load_pretrained`."""
+    copied = {p.copy_of for p in program.params if p.copy_of is not None}
+    needed = tuple(p for p in program.params if p.frozen or p.path in copied)
+    starts, frozen = init_params(needed, seed, tuple(spec.prefix for spec in program.pretrained))
     for spec in program.pretrained:
-        if any(spec.fills(p.path) for p in frozen_only):
-            load_mapped(spec, frozen_only, {True: frozen})
+        if any(spec.fills(p.path) for p in needed):
+            load_mapped(spec, needed, {False: starts, True: frozen})
+    fill_copies(needed, merge(starts, frozen), frozen)
     return frozen
 
 

@@ -100,6 +100,9 @@ STRICT = [
     Rule("i32-literals", "E-TYPE-002", r"does not fit in i32, the dtype of an integer literal",
          "an integer literal is an i32 in the language; JAX wraps a bigger one silently when it meets an i32 "
          "(`x + 2147483648` is `x - 2147483648`) and makes an i64 of it alone", "(+ i 2147483648)", "i:[2]i32"),
+    Rule("no-constant-zero-divisor", "E-TYPE-006", r"by .*: every element becomes",
+         "`jnp.true_divide(x, 0.0)` gives inf and NaN and `jnp.mod(x, 0)` NaN or 0; a divisor the file makes a "
+         "constant zero (a temperature of 0.0) is a mistake found before anything runs", "(/ x 0.0)", "x:[4]f32"),
     Rule("signature-keywords", "E-NAME-003", r"has no keyword",
          "an op takes the keywords its signature lists, even where the JAX function behind it takes more "
          "(`jnp.sum(x, axis=0)`: the language spells it `:axes`, and says so)", "(sum x :axis 0)", "x:[2 3]f32"),

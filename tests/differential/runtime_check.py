@@ -72,13 +72,13 @@ def phase_runtime(program) -> str | None:
     drawn = (draw_like(),) if g.draw_sites else ()   # a checked trip's record of its temperatures
     graphs = [("generate.init", g.gen_init_1, (trainable, frozen, batch, _rows(1)), gen.state, 0),
               ("generate.step", g.gen_step_1, (trainable, frozen, state, trip, _rows(1)) + drawn, gen.state, 0),
-              ("generate.finish", g.gen_finish_1, (trainable, frozen, state, _rows(1)), gen.out, 0)]
+              ("generate.finish", g.gen_finish_1, (trainable, frozen, state, _rows(1)), gen.finish_out, 0)]
     S = g.layout.stack    # a run that stacks S microbatches vmaps every phase: each copy has the checker's types
     if S > 1:
         sb, ss = _tree(program.loaders[program.run.loader].batch_type(), S), _tree(gen.state, S)
         graphs += [("generate.init stacked", g.gen_init, (trainable, frozen, sb, _rows(S)), gen.state, S),
                    ("generate.step stacked", g.gen_step, (trainable, frozen, ss, trip, _rows(S)) + drawn, gen.state, S),
-                   ("generate.finish stacked", g.gen_finish, (trainable, frozen, ss, _rows(S)), gen.out, S)]
+                   ("generate.finish stacked", g.gen_finish, (trainable, frozen, ss, _rows(S)), gen.finish_out, S)]
     name = "?"
     try:
         with warnings.catch_warnings():

