@@ -49,6 +49,16 @@ from .start import RunStart
 from .state import RunResult, RunState, checkpoint_tree
 
 
+def placed(state: RunState, dp: DataParallel | None) -> RunState:
+    """The parameters, optimizer state and counters committed to the one device (as a restore and the
+    graphs' outputs are: a fresh run and a resume compile each graph once), or on the mesh `dp`
+    replicated (under FSDP split along it: sharding.DataParallel.state_sharding)."""
+    parts = (state.trainable, state.frozen, state.opt_state, state.counters)
+    trainable, frozen, opt_state, counters = (jax.device_put(parts, jax.devices()[0]) if dp is None
+                                              else dp.put_state(parts))
+    return RunState(state.step, trainable, frozen, opt_state, state.records, counters)
+
+
 class Trainer:
     """One run of a checked program: its batches, graphs, optimizer, the step and the passes.
 
@@ -104,17 +114,8 @@ class Trainer:
         return self.place(RunState(0, trainable, frozen, self.optimizer.init(trainable), 0, self.graphs.zero_counters()))
 
     def place(self, state: RunState) -> RunState:
-        """The parameters, optimizer state and counters committed to the one device (as a restore and the
-        graphs' outputs are: a fresh run and a resume compile each graph once), or on a mesh replicated
-        (under FSDP split along it: sharding.DataParallel.state_sharding)."""
-        if self.dp is None:
-            device = jax.devices()[0]
-            trainable, frozen, opt_state, counters = jax.device_put(
-                (state.trainable, state.frozen, state.opt_state, state.counters), device)
-            return RunState(state.step, trainable, frozen, opt_state, state.records, counters)
-        trainable, frozen, opt_state, counters = self.dp.put_state(
-            (state.trainable, state.frozen, state.opt_state, state.counters))
-        return RunState(state.step, trainable, frozen, opt_state, state.records, counters)
+        """`state` placed as every step's graphs take it (`placed`)."""
+        return placed(state, self.dp)
 
     def poll(self) -> None:
         """Raise `Stopped` if a stop signal has arrived (a phase boundary: nothing half-done is kept), or
