@@ -3,12 +3,15 @@ transformers itself, against sexpgpu's run files that take every size and settin
 
     python -m benchmarks.hf_parity                # compare, print the figures
     python -m benchmarks.hf_parity --write        # and (re)write tests/fixtures/hf/
+    python -m benchmarks.hf_parity --lora         # LoRA adapters against peft (benchmarks/peft_parity.py)
 
 Needs the `reference` extra (`pip install -e '.[reference]'`: torch and transformers); nothing
 downloads: each model is built from a config object with random weights. For each family (GPT-2;
 Llama 2; Llama 3 with rope_theta 5e5, rms_norm_eps 1e-5, grouped-query heads and `llama3` rope
-scaling; Mistral; Qwen2 with its q/k/v biases and a tied output; Llama with a tied output and
-`linear` rope scaling) it
+scaling; Mistral; Qwen2 with its q/k/v biases and a tied output; Qwen3 with its per-head q/k norms
+and a `head_dim` that is not width / heads, untied and tied; OLMo 2 with its q/k norms over the
+whole projection and its norms after attention and the MLP; Llama with a tied output and `linear`
+rope scaling) it
 
 1. saves the model with `save_pretrained`, sharded (an index and several shards);
 2. writes a run file that states no size or setting by hand (`checkpoint-config` binds them) and
@@ -21,7 +24,7 @@ scaling; Mistral; Qwen2 with its q/k/v biases and a tied output; Llama with a ti
    and one made from the run file's values alone, as for a model trained from scratch) and loads the
    directory with `AutoModelForCausalLM.from_pretrained`, whose logits must match again.
 
-5. for GPT-2, Llama 3 and Qwen2, decodes a batch of prompts of different lengths, left-padded, with
+5. for GPT-2, Llama 3, Qwen2, Qwen3 and OLMo 2, decodes a batch of prompts of different lengths, left-padded, with
    an attention mask and an end-of-sequence id (chosen so that the rows stop at different trips),
    by `generate` with its cache and without, against `<family>-padded.sx`: the standard library's
    per-row positions (`left-padded-start`, `pos` [B]) and stops (`stop-rows`), with the caches and
@@ -67,6 +70,16 @@ FAMILIES = {
                                   intermediate_size=64, vocab_size=96, max_position_embeddings=64, rms_norm_eps=1e-6,
                                   rope_theta=1000000.0, tie_word_embeddings=True, use_sliding_window=False),
               "qwen2-tied"),
+    "qwen3": ("Qwen3Config", dict(num_hidden_layers=2, hidden_size=32, num_attention_heads=4, num_key_value_heads=2,
+                                  head_dim=16, intermediate_size=64, vocab_size=96, max_position_embeddings=64,
+                                  rms_norm_eps=1e-6, rope_theta=1000000.0, tie_word_embeddings=False), "qwen3"),
+    "qwen3-tied": ("Qwen3Config", dict(num_hidden_layers=2, hidden_size=32, num_attention_heads=4,
+                                       num_key_value_heads=4, head_dim=12, intermediate_size=48, vocab_size=96,
+                                       max_position_embeddings=64, rms_norm_eps=1e-6, rope_theta=1000000.0,
+                                       tie_word_embeddings=True), "qwen3-tied"),
+    "olmo2": ("Olmo2Config", dict(num_hidden_layers=2, hidden_size=32, num_attention_heads=4, num_key_value_heads=2,
+                                  intermediate_size=64, vocab_size=96, max_position_embeddings=64, rms_norm_eps=1e-6,
+                                  rope_theta=500000.0, tie_word_embeddings=False, eos_token_id=None), "olmo2"),
     "llama-tied": ("LlamaConfig", dict(num_hidden_layers=2, hidden_size=32, num_attention_heads=4,
                                        num_key_value_heads=1, intermediate_size=48, vocab_size=96,
                                        max_position_embeddings=64, rms_norm_eps=1e-5, rope_theta=10000.0,
@@ -122,27 +135,37 @@ ARGS)))
            :lnf-gain (ones [width]) :lnf-bias (zeros [width])"""
         note = ";; each row reads the position table's rows at its own positions (`learned-positions`)\n"
     else:
-        qwen = mapping.startswith("qwen2")
+        family_of = mapping.removesuffix("-tied")
         tied = mapping.endswith("-tied")
-        biases = (" :bq (zeros [heads head-width])\n           :bk (zeros [kv-heads head-width])"
-                  " :bv (zeros [kv-heads head-width])\n" if qwen else "")
-        block = "qwen2-block-cached" if qwen else "llama-block-freq-cached"
-        args = ("(getf self :wq) (getf self :bq) (getf self :wk) (getf self :bk) (getf self :wv) (getf self :bv)"
-                if qwen else "(getf self :wq) (getf self :wk) (getf self :wv)")
+        # each block's parameters after :wq [D N H], :wk and :wv [D K H], in the block's argument order
+        extra = {"qwen2": ":bq (zeros [heads head-width])\n           :bk (zeros [kv-heads head-width])"
+                          " :bv (zeros [kv-heads head-width])\n",
+                 "qwen3": ":q-norm (ones [head-width]) :k-norm (ones [head-width])\n",
+                 "olmo2": ":q-norm (ones [heads head-width]) :k-norm (ones [kv-heads head-width])\n"}.get(family_of, "")
+        block = {"qwen2": "qwen2-block-cached", "qwen3": "qwen3-block-cached",
+                 "olmo2": "olmo2-block-cached"}.get(family_of, "llama-block-freq-cached")
+        args = {"qwen2": "(getf self :attn-norm) (getf self :wq) (getf self :bq) (getf self :wk) (getf self :bk) "
+                         "(getf self :wv) (getf self :bv)",
+                "qwen3": "(getf self :attn-norm) (getf self :wq) (getf self :wk) (getf self :wv) (getf self :q-norm) "
+                         "(getf self :k-norm)",
+                "olmo2": "(getf self :wq) (getf self :wk) (getf self :wv) (getf self :q-norm) (getf self :k-norm)"}.get(
+            family_of, "(getf self :attn-norm) (getf self :wq) (getf self :wk) (getf self :wv)")
+        olmo = family_of == "olmo2"   # norms after attention and the MLP, none before
         kv, stack, embed = "kv-heads", "layers", "(embedding (getf self :embed) ids)"
         lm = "(transpose (getf self :embed))" if tied else "(getf self :lm-head)"
         out = f"(matmul (rms-norm-eps (getf c :h) (getf self :norm) eps) {lm})"
         layer = f"""(defmodel layer
-  :params (:attn-norm (ones [width])
+  :params ({"" if olmo else ":attn-norm (ones [width])"}
            :wq {g("width heads head-width")}
            :wk {g("width kv-heads head-width")} :wv {g("width kv-heads head-width")}
-{biases}           :wo {g("heads head-width width")} :mlp-norm (ones [width])
-           :w-gate {g("width hidden")} :w-up {g("width hidden")} :w-down {g("hidden width")})
+           {extra}           :wo {g("heads head-width width")} {":post-attn-norm" if olmo else ":mlp-norm"} (ones [width])
+           :w-gate {g("width hidden")} :w-up {g("width hidden")} :w-down {g("hidden width")}{
+               " :post-mlp-norm (ones [width])" if olmo else ""})
 """ + carry.replace("BLOCK", block).replace("ARGS", f"""                         (rope-inv-freq head-width rope-base rope-factor rope-low-freq-factor
                                         rope-high-freq-factor rope-original-positions)
-                         eps (getf self :attn-norm) {args}
-                         (getf self :wo) (getf self :mlp-norm) (getf self :w-gate) (getf self :w-up)
-                         (getf self :w-down)""")
+                         eps {args}
+                         (getf self :wo) {"(getf self :post-attn-norm)" if olmo else "(getf self :mlp-norm)"} (getf self :w-gate) (getf self :w-up)
+                         (getf self :w-down){" (getf self :post-mlp-norm)" if olmo else ""}""")
         params = f""":embed {g("vocab width")} :layers (repeat layer layers) :norm (ones [width])""" + (
             "" if tied else f"\n           :lm-head {g('width vocab')}")
         note = ""
@@ -196,7 +219,7 @@ ARGS)))
 
 #: The left-padded batch: prompts of these lengths, left-padded to PROMPT with PAD, decoded greedily
 #: for NEW tokens each, every row stopping at its end-of-sequence id (`padded.npz`).
-PADDED_FAMILIES = ("gpt2", "llama3", "qwen2")
+PADDED_FAMILIES = ("gpt2", "llama3", "qwen2", "qwen3", "olmo2")
 LENGTHS, NEW, PAD = (4, 1, 3, 2), SEQ - PROMPT, 0
 PADDED_LOADER = f"""(loader prompts
   :source (npz "FAMILY-prompts.npz")
@@ -323,8 +346,10 @@ def padded_generate(model, vocab: int) -> dict:
     return out
 
 
-def sexpgpu_batch(run: Path):
-    """The run file `run`'s `prepare`, compiled: a function of a batch (field name -> array) to what it returns."""
+def compiled_prepare(run: Path):
+    """The run file `run` checked with its files read, and its `prepare` compiled at the seed's
+    parameters: (prepare(batch, params), the program, trainable, frozen). SystemExit naming the
+    diagnostics of a file that does not check."""
     import jax
     import jax.numpy as jnp
     from sexpgpu_lang import analyze_file
@@ -336,9 +361,17 @@ def sexpgpu_batch(run: Path):
         raise SystemExit(f"{run}: " + "; ".join(f"{d.code} {d.message}" for d in res.diagnostics))
     p = res.program
     trainable, frozen = initial_params(p, 0)
-    params = {**trainable, **frozen}
     ctx = {k: jnp.asarray(v) for k, v in make_ctx(0, 0, 0).items()}
     prepare = jax.jit(lambda batch, params: run_phase(p.prepare, [batch, ctx], params, Effects(jax.random.key(0))))
+    return prepare, p, trainable, frozen
+
+
+def sexpgpu_batch(run: Path):
+    """The run file `run`'s `prepare`, compiled: a function of a batch (field name -> array) to what it returns."""
+    import jax.numpy as jnp
+    from sexpgpu_runtime.weights.params import merge
+    prepare, _, trainable, frozen = compiled_prepare(run)
+    params = merge(trainable, frozen)
     return lambda batch: {k: np.asarray(v) for k, v in prepare({k: jnp.asarray(v) for k, v in batch.items()},
                                                                 params).items()}
 
@@ -351,21 +384,10 @@ def padded_batch(want) -> dict:
 
 def sexpgpu_forward(run: Path):
     """(a function of ids [B SEQ] -> logits, the program, its parameters) for the run file `run`."""
-    import jax
     import jax.numpy as jnp
-    from sexpgpu_lang import analyze_file
-    from sexpgpu_runtime.lowering.context import make_ctx
-    from sexpgpu_runtime.lowering.lowering import Effects, run_phase
-    from sexpgpu_runtime.weights.pretrained import initial_params
-    res = analyze_file(str(run), read_files=True)
-    if res.program is None or [d for d in res.diagnostics if d.is_error]:
-        raise SystemExit(f"{run}: " + "; ".join(f"{d.code} {d.message}" for d in res.diagnostics))
-    p = res.program
-    trainable, frozen = initial_params(p, 0)
-    params = {**trainable, **frozen}
-    ctx = {k: jnp.asarray(v) for k, v in make_ctx(0, 0, 0).items()}
-
-    prepare = jax.jit(lambda batch, params: run_phase(p.prepare, [batch, ctx], params, Effects(jax.random.key(0))))
+    from sexpgpu_runtime.weights.params import merge
+    prepare, p, trainable, frozen = compiled_prepare(run)
+    params = merge(trainable, frozen)   # (a `:lora` model has both below one path)
 
     def forward(ids, key: str = "logits"):
         """The run file's `prepare` on rows `ids`: its `:logits` (or `key`: `:greedy`, decoded with the caches)."""
@@ -393,7 +415,11 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--write", action="store_true", help="(re)write tests/fixtures/hf/")
     ap.add_argument("--families", nargs="*", default=list(FAMILIES))
+    ap.add_argument("--lora", action="store_true", help="LoRA against peft instead (benchmarks/peft_parity.py)")
     args = ap.parse_args(argv)
+    if args.lora:
+        from benchmarks.peft_parity import main as lora_main
+        return lora_main(["--write"] if args.write else [])
     import torch
     import transformers
     from sexpgpu_runtime.weights.hf_export import write_config

@@ -54,6 +54,36 @@ JSONL_LINE_LIMIT = 64 << 20
 PYTHON_SOURCE_LIMIT = 16 << 20
 
 
+def is_text(data: bytes) -> bool:
+    """Whether `data` (a file, or its first bytes) reads as UTF-8 text: no NUL byte, and valid
+    UTF-8 but for a character the cut at the end may have split."""
+    if b"\0" in data:
+        return False
+    for cut in range(4):
+        try:
+            data[:len(data) - cut].decode("utf-8")
+            return True
+        except UnicodeDecodeError as e:
+            if e.start < len(data) - 4:
+                return False
+    return False
+
+
+def no_regular_match(pattern: str, matches: list[str]) -> str | None:
+    """Why a glob `pattern` whose `matches` (sorted) hold no regular file gives nothing to read: the first
+    match that is something else (a FIFO, /dev/zero through a link, a directory), in words, or None when
+    nothing (not a dangling link) matches. The one check `run` (sexpgpu_runtime/data/files.glob_files)
+    and `lint --read-files` (check/loader_sources.py) both make; only `stat` is used, which never blocks."""
+    for f in matches:
+        try:
+            mode = os.stat(f).st_mode
+        except OSError:   # a dangling link: as if nothing matched
+            continue
+        which = "" if f == pattern else f" ({pattern} matches it)"
+        return f"cannot read {f}{which}: it is {describe_mode(mode)}, not a regular file; name regular files"
+    return None
+
+
 def describe_mode(mode: int) -> str:
     """What a file of `st_mode` `mode` is, in words: "a named pipe (FIFO)", "a character device", ..."""
     if stat.S_ISFIFO(mode):
@@ -280,6 +310,25 @@ def npy_header(path: str) -> dict | None:
     except (OSError, ValueError, SyntaxError, MemoryError, RecursionError):
         return None
     return header if isinstance(header, dict) else None
+
+
+#: `.npy` header `descr` codes (past the byte-order character) as numpy names them.
+NPY_DESCR_NAMES = {"b1": "bool", "u1": "uint8", "i1": "int8", "u2": "uint16", "i2": "int16", "u4": "uint32",
+                   "i4": "int32", "u8": "uint64", "i8": "int64", "f2": "float16", "f4": "float32", "f8": "float64"}
+
+
+def npy_token_problem(path: str, stored: str, shape: tuple, disk_dtypes: tuple) -> tuple[str, str] | None:
+    """(the reason, the fix) when a `.npy` file read as a token stream holds what is not one: values
+    other than little-endian integer ids of `disk_dtypes` (`stored`: the numpy name, or the `descr` such
+    as `>u2` for a big-endian array), or an array of more than one axis (`shape`); None otherwise. The
+    one check the runtime (data/token_files) and `lint --read-files` make."""
+    if stored not in disk_dtypes:
+        return (f"{path} holds {stored} values; a token file holds little-endian integer ids "
+                f"({', '.join(disk_dtypes)})", "convert it with `a.astype(np.uint16)` or `np.uint32`")
+    if len(shape) != 1:
+        return (f"{path} holds an array of shape [{' '.join(map(str, shape))}]; a token stream is one-dimensional",
+                "save `a.reshape(-1)`, or read records already cut with `(npz ...)`")
+    return None
 
 
 def npy_dtype_mismatch(path: str, stored: str, declared: str) -> tuple[str, str]:

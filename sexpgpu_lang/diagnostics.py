@@ -77,6 +77,7 @@ CODES: dict[str, str] = {
     "E-MODEL-005": "a repeat that cannot be stacked",
     "E-MODEL-006": "a `:pretrained` name mapping that does not fit `:params`",
     "E-MODEL-007": "a `:copy` model that cannot copy its source",
+    "E-MODEL-008": "a `:lora` setting that does not fit the model: no such target, a rank past the matrix",
     "E-OPT-001": "an unknown learning-rate schedule",
     "E-OPT-002": "an optimizer or schedule setting out of range",
     "E-OPT-003": "a weight-decay mask that is not `:matrices`, `:all` or parameter keys",

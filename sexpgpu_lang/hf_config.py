@@ -9,23 +9,23 @@ until the file changes (the language server checks a file on every edit);
 `settings(config)` gives each setting a run file binds with
 `(checkpoint-config "dir" :key)`, under one name for every family:
 
-| key | GPT-2 (`gpt2`) | Llama, Mistral, Qwen2 |
+| key | GPT-2 (`gpt2`) | Llama, Mistral, Qwen2, Qwen3, OLMo 2 |
 |---|---|---|
 | `:layers` | `n_layer` | `num_hidden_layers` |
 | `:width` | `n_embd` | `hidden_size` |
 | `:heads` | `n_head` | `num_attention_heads` |
 | `:kv-heads` | `n_head` | `num_key_value_heads` (else the heads) |
-| `:head-width` | `n_embd / n_head` | `head_dim` (else width / heads) |
+| `:head-width` | `n_embd / n_head` | `head_dim` (else width / heads; Qwen3's absent `head_dim` is 128) |
 | `:hidden` | `n_inner` (else 4 x width) | `intermediate_size` |
 | `:vocab` | `vocab_size` | `vocab_size` |
 | `:positions` | `n_positions` | `max_position_embeddings` |
-| `:eps` | `layer_norm_epsilon` | `rms_norm_eps` |
+| `:eps` | `layer_norm_epsilon` | `rms_norm_eps` (absent: 1e-6; OLMo 2's 1e-5) |
 | `:rope-base` | (none) | `rope_theta` |
 | `:rope-factor`, `:rope-low-freq-factor`, `:rope-high-freq-factor`, `:rope-original-positions` | (none) | `rope_scaling`'s, as `rope-inv-freq` takes them |
 | `:tied` | `tie_word_embeddings` (true) | `tie_word_embeddings` (false) |
 
 Every family is one record, `Family` in `RECORDS` (GPT-2; Llama and Mistral;
-Qwen2): its `model_type`s, its keys (`Key`: the config key and default of
+Qwen2; Qwen3; OLMo 2): its `model_type`s, its keys (`Key`: the config key and default of
 each setting), its tied default, its refused settings, its mappings, where
 its sizes are in a model's parameters, the block and templates of the one
 form (check/one_form.py) and its export's architecture and settings. The
@@ -38,8 +38,8 @@ Each value is `Setting(value, key, text)`: the number, the config key it
 came from (`rope_scaling.factor`), and its JSON text for messages. A field
 the standard library's blocks do not compute (a `model_type` of another
 family, an unknown `rope_scaling` type, an activation other than the
-block's, attention or MLP biases Llama's mapping does not read, Qwen2's
-sliding window) is a refusal: `refusals(config, mapping)` lists them,
+block's, attention or MLP biases Llama's, Qwen3's and OLMo 2's mappings do
+not read, Qwen2's and Qwen3's sliding window) is a refusal: `refusals(config, mapping)` lists them,
 each one line naming the key, its value and the way out. Pure Python;
 never JAX.
 """
@@ -270,6 +270,14 @@ def _qwen2_export(stated: dict, tied: bool) -> dict:
     return base
 
 
+def _qwen3_export(stated: dict, tied: bool) -> dict:
+    return {**_llama_export(stated, tied), "use_sliding_window": False}
+
+
+def _olmo2_export(stated: dict, tied: bool) -> dict:
+    return {**_llama_export(stated, tied), "rms_norm_eps": float(stated.get("eps", 1e-5))}
+
+
 def _gpt2_export(stated: dict, tied: bool) -> dict:
     return {"activation_function": "gelu_new", "layer_norm_epsilon": float(stated.get("eps", 1e-5)),
             "tie_word_embeddings": True}
@@ -295,6 +303,32 @@ _QKV_BIASED = "(getf self :wq) (getf self :bq) (getf self :wk) (getf self :bk) (
 _BIASES = """
            :bq (zeros [{heads} {head-width}]) :bk (zeros [{kv-heads} {head-width}])
            :bv (zeros [{kv-heads} {head-width}])"""
+_BIASES_REFUSED = (("attention_bias", "which the mapping `{mapping}` does not read; write a mapping of your own with "
+                    "the biases"),
+                   ("mlp_bias", "which the mapping `{mapping}` does not read; write a mapping of your own with the "
+                    "biases"))
+# Qwen3: each head's queries and keys rms-normed over the head's width (one gain [H] for every head);
+# `head_dim` its own, 128 where the config has none (Qwen3Config's default), whatever the width.
+_QWEN3_KEYS = tuple(Key("head-width", "head_dim", default=128) if k.name == "head-width" else k for k in _LLAMA_KEYS)
+_QK_NORMS = """
+           :q-norm (ones [{head-width}]) :k-norm (ones [{head-width}])"""
+_QKV_NORMED = "(getf self :wq) (getf self :wk) (getf self :wv) (getf self :q-norm) (getf self :k-norm)"
+# OLMo 2: no norm before attention or the MLP; the query and key norms over the whole projection
+# ([N H], [K H]); norms after attention and the MLP, before each residual; epsilon 1e-5 where absent.
+_OLMO2_KEYS = tuple(Key("eps", "rms_norm_eps", integer=False, default=1e-5) if k.name == "eps" else k
+                    for k in _LLAMA_KEYS)
+_OLMO2_LAYER = """:wq (normal [{width} {heads} {head-width}] :std 0.02)
+           :wk (normal [{width} {kv-heads} {head-width}] :std 0.02)
+           :wv (normal [{width} {kv-heads} {head-width}] :std 0.02)
+           :q-norm (ones [{heads} {head-width}]) :k-norm (ones [{kv-heads} {head-width}])
+           :wo (normal [{heads} {head-width} {width}] :std 0.02) :post-attn-norm (ones [{width}])
+           :w-gate (normal [{width} {hidden}] :std 0.02) :w-up (normal [{width} {hidden}] :std 0.02)
+           :w-down (normal [{hidden} {width}] :std 0.02) :post-mlp-norm (ones [{width}])"""
+_OLMO2_ARGS = """(rope-inv-freq {head-width} {rope-base} {rope-factor} {rope-low-freq-factor}
+                                 {rope-high-freq-factor} {rope-original-positions})
+                  {eps} (getf self :wq) (getf self :wk) (getf self :wv) (getf self :q-norm) (getf self :k-norm)
+                  (getf self :wo) (getf self :post-attn-norm) (getf self :w-gate) (getf self :w-up)
+                  (getf self :w-down) (getf self :post-mlp-norm)"""
 
 #: The families, by record name.
 RECORDS: dict[str, Family] = {f.name: f for f in (
@@ -355,6 +389,24 @@ RECORDS: dict[str, Family] = {f.name: f for f in (
         stack="layers", params=_LLAMA_PARAMS, architecture="Qwen2ForCausalLM", export=_qwen2_export,
         block="qwen2-block-cached", layer_params=_LLAMA_LAYER.replace("{biases}", _BIASES),
         block_args=_LLAMA_ARGS.replace("{qkv}", _QKV_BIASED), model_params=_LLAMA_MODEL,
+        embed="(embedding (getf self :embed) ids)", out=_LLAMA_OUT,
+        tied_out="(transpose (getf self :embed))", untied_out=":lm-head (normal [{width} {vocab}] :std 0.02)"),
+    Family(
+        name="qwen3", model_types=("qwen3",), title="Qwen3",
+        sizes=("num_hidden_layers", "hidden_size", "num_attention_heads"), keys=_QWEN3_KEYS, rope=True, tied=False,
+        mappings={False: "qwen3", True: "qwen3-tied"}, activation=("hidden_act", ("silu",)),
+        refused=_BIASES_REFUSED + (("use_sliding_window", "and the standard library's attention is not windowed"),),
+        stack="layers", params=_LLAMA_PARAMS, architecture="Qwen3ForCausalLM", export=_qwen3_export,
+        block="qwen3-block-cached", layer_params=_LLAMA_LAYER.replace("{biases}", _QK_NORMS),
+        block_args=_LLAMA_ARGS.replace("{qkv}", _QKV_NORMED), model_params=_LLAMA_MODEL,
+        embed="(embedding (getf self :embed) ids)", out=_LLAMA_OUT,
+        tied_out="(transpose (getf self :embed))", untied_out=":lm-head (normal [{width} {vocab}] :std 0.02)"),
+    Family(
+        name="olmo2", model_types=("olmo2",), title="OLMo 2",
+        sizes=("num_hidden_layers", "hidden_size", "num_attention_heads"), keys=_OLMO2_KEYS, rope=True, tied=False,
+        mappings={False: "olmo2"}, activation=("hidden_act", ("silu",)), refused=_BIASES_REFUSED,
+        stack="layers", params=_LLAMA_PARAMS, architecture="Olmo2ForCausalLM", export=_olmo2_export,
+        block="olmo2-block-cached", layer_params=_OLMO2_LAYER, block_args=_OLMO2_ARGS, model_params=_LLAMA_MODEL,
         embed="(embedding (getf self :embed) ids)", out=_LLAMA_OUT,
         tied_out="(transpose (getf self :embed))", untied_out=":lm-head (normal [{width} {vocab}] :std 0.02)"),
 )}
@@ -578,7 +630,8 @@ def export_config(mapping: str, shapes: dict[str, tuple[int, ...]], stated: dict
         # the source's way of writing a default stays where the value is the default's
         if source.get("n_inner", 0) is None and got["hidden"] == 4 * got["width"]:
             out["n_inner"] = None
-        if source.get("head_dim") is None and got["head-width"] * got["heads"] == got["width"]:
+        own_head_dim = any(k.name == "head-width" and k.default is not None for k in fam.keys)   # Qwen3's 128
+        if source.get("head_dim") is None and got["head-width"] * got["heads"] == got["width"] and not own_head_dim:
             if "head_dim" in source:
                 out["head_dim"] = None
             else:

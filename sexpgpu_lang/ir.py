@@ -111,6 +111,9 @@ class ModelCall(Expr):
     body: tuple[Expr, ...] = ()
     compute_dtype: str | None = None
     remat: str | None = None
+    #: LoRA: each adapted parameter's key and scale; the body sees `KEY + scale * (KEY.lora-a @ KEY.lora-b)`
+    #: reshaped to KEY's shape (check/lora.py)
+    adapters: tuple[tuple[str, float], ...] = ()
 
 
 @dataclass(frozen=True, eq=False)
@@ -171,6 +174,25 @@ def walk(e: Expr):
         n = stack.pop()
         yield n
         stack.extend(reversed(children(n)))
+
+
+def without_adapters(e: Expr) -> Expr:
+    """`e` with no LoRA adapter applied in any model call in it (`ModelCall.adapters` emptied): a
+    `:copy` of a LoRA model's call is its source's on the frozen base alone (check/lora.py `call_base`)."""
+    changes = {}
+    if isinstance(e, ModelCall) and e.adapters:
+        changes["adapters"] = ()
+    for f in fields(e):
+        v = getattr(e, f.name)
+        if isinstance(v, Expr):
+            new = without_adapters(v)
+            if new is not v:
+                changes[f.name] = new
+        elif isinstance(v, tuple) and v and all(isinstance(x, Expr) for x in v):
+            new = tuple(without_adapters(x) for x in v)
+            if any(a is not b for a, b in zip(new, v)):
+                changes[f.name] = new
+    return replace(e, **changes) if changes else e
 
 
 def rebased(e: Expr, base: tuple[str, ...], dest: tuple[str, ...], shared: frozenset[str]) -> Expr:
@@ -359,6 +381,26 @@ class ParamIR:
 
 
 @dataclass(frozen=True)
+class AdapterIR:
+    """One LoRA adapter (check/lora.py): the base parameter's `path`, its input axes past a repeat's
+    (`in_axes`: the leading axes flattened into `lora-a`'s `[in r]`), the `:lora` model's path
+    (`model`, for naming it below its checkpoint), rank, alpha and rslora."""
+
+    path: tuple[str, ...]
+    in_axes: int
+    model: tuple[str, ...]
+    rank: int
+    alpha: float
+    rslora: bool = False
+    pretrained: str | None = None   # `:lora`'s `:pretrained`: a directory in PEFT's layout they start from
+
+    @property
+    def scale(self) -> float:
+        """`alpha / r`, or `alpha / sqrt(r)` with rslora (peft's)."""
+        return self.alpha / (self.rank ** 0.5 if self.rslora else self.rank)
+
+
+@dataclass(frozen=True)
 class PretrainedIR:
     """A `:pretrained` model: where its parameters' values are and how the checkpoint's names map to them."""
 
@@ -522,6 +564,7 @@ class Program:
     pretrained: tuple[PretrainedIR, ...] = ()
     source_text: str = ""
     identity_apart_from_steps: str = ""   # identity(parsed, apart_from_steps=True): the file but for `:steps`
+    adapters: tuple[AdapterIR, ...] = ()   # the LoRA adapters (`:lora`), in parameter order
     settings: tuple[tuple[str, object], ...] = ()   # the root model's norm epsilon, rotary base and scaling, as
     #                                       its standard-library calls state them (check/config.py): an export's config
 

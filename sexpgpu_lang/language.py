@@ -66,7 +66,7 @@ TOP_FORMS["run"] = ("(run " + " ".join(f":{k} {RUN_PLACEHOLDERS[k]}" for k in RU
 #: The keywords each keyword-taking form accepts (`stage` is the form inside `curriculum`).
 FORM_KEYWORDS: dict[str, tuple[str, ...]] = {
     "loader": ("source", "batch", "fields"),
-    "defmodel": ("params", "apply", "frozen", "pretrained", "remat", "entries", "copy"),
+    "defmodel": ("params", "apply", "frozen", "pretrained", "remat", "entries", "copy", "lora"),
     "repeat": ("remat",),
     "defgenerate": ("trips", "init", "step", "finish", "until", "reward"),
     "run": RUN_KEYS,
@@ -159,6 +159,8 @@ KEYWORD_DOCS: dict[tuple[str, str], str] = {
                           "`:apply` and entries: a reference model; no `:params` or `:apply` of its own",
     ("defmodel", "pretrained"): "where the parameters are loaded from: a safetensors file, a Hugging Face directory or "
                                 "its index; or `(:path \"dir\" :names :gpt2 :file-dtype :bf16)`",
+    ("defmodel", "lora"): "LoRA adapters on named projections, the base frozen: `(:targets [:wq :wv] :rank 8 "
+                          ":alpha 16 :dropout 0.0 :rslora false)`",
     ("defmodel", "remat"): "recompute this model's activations in the backward pass: `:nothing-saveable`, "
                            "`:dots-saveable` or `:everything-saveable` (no remat)",
     ("repeat", "remat"): "the remat policy of each repeated layer (overrides the block's and the run's)",

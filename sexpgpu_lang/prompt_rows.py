@@ -62,6 +62,82 @@ def no_field(name: str, have) -> str:
     return f"the data have no field `{name}` (they have {', '.join(have) or 'nothing'})"
 
 
+def not_an_npz(head: bytes, path: str, rel: str) -> str | None:
+    """Why the file at `path` (`rel` as the run file writes it) is not an `.npz`, from its first bytes
+    `head` (4096 are enough), with the source that reads what it is (the reason, then the fix); None
+    when it starts as a zip file does. The one check `run` (sexpgpu_runtime/data/loaders.py) and
+    `lint --read-files` (check/loader_sources.py) make."""
+    from .bounded_read import is_text
+    if not head:
+        return f"{path} is empty; write its fields with np.savez"
+    if head.startswith(b"\x93NUMPY"):
+        return (f"{path} is a .npy file (one array, no field names), not an .npz; read a token stream with "
+                f"`(tokens \"{rel}\" :seq S)`, or save named fields with np.savez")
+    if head.startswith(b"PK"):
+        return None
+    if is_text(head):
+        return (f"{path} is a text file, not an .npz; read text with `(text-tokens ...)` or `(text-bytes ...)`, or "
+                "save arrays with np.savez")
+    return (f"{path} is not an .npz (no zip header); a raw token file such as nanoGPT's .bin is read with "
+            f"`(tokens \"{rel}\" :dtype :uint16 :seq S)`")
+
+
+#: Integer dtypes (numpy names) whose every value a declared integer dtype holds (numpy's safe casting):
+#: an array stored so is widened as it is read (nanoGPT's uint16 ids into `:i32`).
+SAFE_WIDENING = {"i32": ("int8", "int16", "int32", "uint8", "uint16"),
+                 "i64": ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32")}
+#: A declared dtype's numpy name.
+NUMPY_NAMES = {"i32": "int32", "i64": "int64", "f32": "float32", "f16": "float16", "bf16": "bfloat16", "bool": "bool"}
+
+
+def record_mismatch(name: str, records: tuple, stored: str, shape: tuple, dtype: str) -> str | None:
+    """Why a field `name` declared `shape` (per record) `dtype` cannot be read from an array whose records
+    are `records` (its shape past the first axis) of numpy dtype `stored`; None when it can (the same,
+    or an integer dtype that widens: SAFE_WIDENING). The one check `run` (data/loaders.py, on the
+    arrays) and `lint --read-files` (on an `.npz`'s headers) make."""
+    if tuple(records) != tuple(shape):
+        return (f"field `{name}` has records of shape [{' '.join(map(str, records))}], the declaration says "
+                f"[{' '.join(map(str, shape))}]")
+    if stored != NUMPY_NAMES.get(dtype, dtype) and stored not in SAFE_WIDENING.get(dtype, ()):
+        return f"field `{name}` has dtype {stored}, the declaration says {dtype}"
+    return None
+
+
+def npz_headers(path: str) -> dict[str, tuple[tuple, str]] | None:
+    """Each array of the `.npz` at `path`: (its shape, its numpy dtype name), from the `.npy` header of
+    its zip member alone (nothing else is read; a compressed member is inflated as far as its header);
+    None when it is not a zip file, a member's header cannot be read, or a dtype is not a plain one."""
+    import ast
+    import struct
+    import zipfile
+    from .bounded_read import NPY_HEADER_LIMIT, open_regular
+    names = {"b1": "bool", "u1": "uint8", "i1": "int8", "u2": "uint16", "i2": "int16", "u4": "uint32",
+             "i4": "int32", "u8": "uint64", "i8": "int64", "f2": "float16", "f4": "float32", "f8": "float64"}
+    out = {}
+    try:
+        with open_regular(path) as fh, zipfile.ZipFile(fh) as z:
+            for member in z.namelist():
+                with z.open(member) as m:
+                    head = m.read(12)
+                    if len(head) < 10 or not head.startswith(b"\x93NUMPY"):
+                        return None
+                    major = head[6]
+                    size, start = (struct.unpack("<H", head[8:10])[0], 10) if major == 1 else \
+                        (struct.unpack("<I", head[8:12])[0], 12)
+                    if size > NPY_HEADER_LIMIT:
+                        return None
+                    raw = head[start:] + m.read(size - (len(head) - start))
+                header = ast.literal_eval(raw.decode("utf-8" if major == 3 else "latin1"))
+                descr, shape = header.get("descr"), header.get("shape")
+                if not isinstance(descr, str) or descr[1:] not in names or not isinstance(shape, tuple) or not shape:
+                    return None
+                out[member[:-4] if member.endswith(".npy") else member] = (tuple(shape[1:]), names[descr[1:]])
+    except (OSError, zipfile.BadZipFile, ValueError, EOFError, SyntaxError, MemoryError, RecursionError,
+            AttributeError, struct.error):
+        return None
+    return out
+
+
 def npz_fields(path: str) -> list[str] | None:
     """The array names of the `.npz` at `path` (its zip members, `.npy` cut off, as numpy names them),
     or None when it is not a zip file (the runtime says what it is) or cannot be read. Opened through
@@ -73,6 +149,20 @@ def npz_fields(path: str) -> list[str] | None:
             return [n[:-4] if n.endswith(".npy") else n for n in z.namelist()]
     except (OSError, zipfile.BadZipFile, ValueError, EOFError):
         return None
+
+
+def unreadable_parquet(path: str, error: Exception) -> str:
+    """The reason and fix when pyarrow cannot read the parquet file at `path` (`error`, its first line
+    said): the words of `run` (data/prompt_files.py) and of `lint --read-files`."""
+    return (f"{path} is not a readable parquet file ({(str(error).splitlines() or [''])[0]}); write it with "
+            "pyarrow.parquet.write_table")
+
+
+def outside_vocab(name: str, token: int, vocab: int) -> str:
+    """The reason and fix when field `name` of a row holds (or its text tokenizes to) `token`, outside
+    `:vocab`: the words of `run` (data/prompt_files.py) and of `lint --read-files`."""
+    return (f"`{name}` has token {token}, outside `:vocab {vocab}`; raise `:vocab` to the model's vocabulary, or "
+            "tokenize with its tokenizer")
 
 
 class RowProblem(NamedTuple):
@@ -183,9 +273,7 @@ class PromptRows:
         if self.vocab is not None and name not in self._outside:
             out = next((t for t in kept if t >= self.vocab or t < 0), None)
             if out is not None:
-                self._outside[name] = RowProblem(name, i, f"`{name}` has token {out}, outside `:vocab {self.vocab}`; "
-                                                 "raise `:vocab` to the model's vocabulary, or tokenize with its "
-                                                 "tokenizer", True)
+                self._outside[name] = RowProblem(name, i, outside_vocab(name, out, self.vocab), True)
         return None
 
     def problem(self) -> RowProblem | None:

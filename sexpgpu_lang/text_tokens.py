@@ -19,6 +19,22 @@ def encoded(tok, texts: list[str], sep: int | None):
         yield enc.ids + ([sep] if sep is not None else [])
 
 
+def window_count(tokens: int, span: int, stride: int) -> int:
+    """How many windows of `span` ids, one every `stride` ids, `tokens` ids hold (a token source's records)."""
+    return (tokens - span) // stride + 1 if tokens >= span else 0
+
+
+def fewer_than_a_batch(records: int, batch: int, unit: str) -> tuple[str, str] | None:
+    """(the reason, the fix) when a loader's `records` (`unit`: "window" for a token source, else
+    "record") are fewer than one `:batch`: an epoch shorter than a batch would repeat records within
+    every batch, which `run` refuses (sexpgpu_runtime/data/loaders.py) and `lint --read-files`
+    with it; else None."""
+    if records >= batch:
+        return None
+    return (f"has {records} {unit}{'s' if records != 1 else ''}, fewer than one batch of {batch}",
+            f"give it at least {batch} {unit}s, or lower `:batch`" + (" or `:seq`" if unit == "window" else ""))
+
+
 def fewer_than_a_window(tokens: int, span: int) -> tuple[str, str] | None:
     """(the reason, the fix) when `tokens` ids give no window of `span` (`:seq`, or `:seq + 1` with a
     target field), else None."""

@@ -46,7 +46,29 @@ def test_defaults_and_the_other_rope_types():
     assert "rope-base" not in s
 
 
+def test_qwen3_and_olmo2_take_their_config_class_s_defaults():
+    """Qwen3Config's `head_dim` is 128 where config.json has none, whatever the width (Qwen3 sizes its heads
+    on their own); Olmo2Config's `rms_norm_eps` is 1e-5; the rest are Llama's keys."""
+    sizes = {"num_hidden_layers": 2, "hidden_size": 32, "num_attention_heads": 4, "intermediate_size": 64,
+             "vocab_size": 96, "max_position_embeddings": 64}
+    s = settings({"model_type": "qwen3", **sizes})
+    assert (s["head-width"].value, s["eps"].value, s["kv-heads"].value, s["tied"].value) == (128, 1e-6, 4, False)
+    assert s["head-width"].key == "head_dim" and "128" in s["head-width"].text
+    assert settings({"model_type": "qwen3", **sizes, "head_dim": 16})["head-width"].value == 16
+    s = settings({"model_type": "olmo2", **sizes})
+    assert (s["head-width"].value, s["eps"].value) == (8, 1e-5)
+    assert settings({"model_type": "olmo2", **sizes, "rms_norm_eps": 1e-6})["eps"].value == 1e-6
+    assert settings({"model_type": "llama", **sizes})["eps"].value == 1e-6   # Llama's own default unchanged
+
+
 @pytest.mark.parametrize("config,mapping,piece", [
+    ({"model_type": "qwen3"}, "qwen2", "use `:names :qwen3`"),
+    ({"model_type": "qwen3", "tie_word_embeddings": True}, "qwen3", "use `:names :qwen3-tied`"),
+    ({"model_type": "qwen3", "attention_bias": True}, "qwen3", "`attention_bias` is true"),
+    ({"model_type": "qwen3", "use_sliding_window": True}, "qwen3", "`use_sliding_window` is true"),
+    ({"model_type": "olmo2"}, "llama", "use `:names :olmo2`"),
+    ({"model_type": "olmo2", "tie_word_embeddings": True}, "olmo2", "the mapping `olmo2` is for an untied output"),
+    ({"model_type": "olmo2", "attention_bias": True}, "olmo2", "`attention_bias` is true"),
     ({"model_type": "qwen2"}, "llama", "use `:names :qwen2`"),
     ({"model_type": "llama", "tie_word_embeddings": True}, "llama", "use `:names :llama-tied`"),
     ({"model_type": "qwen2", "tie_word_embeddings": True}, "qwen2", "use `:names :qwen2-tied`"),
@@ -65,6 +87,9 @@ def test_nothing_refused_for_the_families_read():
     assert refusals(LLAMA3, "llama") == []
     assert refusals({"model_type": "mistral", "sliding_window": 4096}, "llama") == []
     assert refusals({"model_type": "qwen2", "tie_word_embeddings": True}, "qwen2-tied") == []
+    assert refusals({"model_type": "qwen3", "head_dim": 128, "use_sliding_window": False}, "qwen3") == []
+    assert refusals({"model_type": "qwen3", "tie_word_embeddings": True}, "qwen3-tied") == []
+    assert refusals({"model_type": "olmo2", "attention_bias": False}, "olmo2") == []
     assert refusals({"model_type": "gpt2", "activation_function": "gelu_new"}, "gpt2") == []
 
 
@@ -275,6 +300,37 @@ def test_a_mapping_mistake_beside_a_parameter_that_did_not_check_is_still_said()
     assert "E-NAME-001" in got or any(c.startswith("E-") for c in got if c != "E-MODEL-006"), got
     assert "maps `outt`, which is not a parameter of `lm` (did you mean `out`?)" in got["E-MODEL-006"], got
     assert "`embed`" not in got["E-MODEL-006"]   # its shape did not check: said there, not here
+
+
+@pytest.mark.parametrize("family", ["qwen3", "qwen3-tied", "olmo2"])
+def test_a_qwen3_or_olmo2_block_stated_against_its_config_is_compared(tmp_path, family):
+    """The parity fixture's run file checks clean; an epsilon stated in the block's call that is not the
+    config's is E-CONFIG-004 at that call, naming `rms_norm_eps`."""
+    from test_hf_parity import FIXTURES
+    shutil.copytree(FIXTURES / family, tmp_path / family)
+    text = (FIXTURES / f"{family}.sx").read_text()
+    assert codes(analyze(text, str(tmp_path / "run.sx"), read_files=True)) == []
+    block = "olmo2-block-cached" if family == "olmo2" else "qwen3-block-cached"
+    stated = text.replace("eps (getf self :", "1e-3 (getf self :", 1)
+    assert stated != text and block in text
+    got = codes(analyze(stated, str(tmp_path / "run.sx"), read_files=True))
+    assert [c for c, _ in got] == ["E-CONFIG-004"], got
+    assert f"has `rms_norm_eps` 1e-06, and `{block}` here uses 0.001" in got[0][1], got
+
+
+def test_a_qwen3_head_width_of_width_over_heads_is_not_its_head_dim(tmp_path):
+    """Qwen3's heads are `head_dim` wide (16 in the fixture), not width / heads (8): a file that says so
+    is refused where the checkpoint is read, naming the projection's shape and the parameter's."""
+    from test_hf_parity import FIXTURES
+    shutil.copytree(FIXTURES / "qwen3", tmp_path / "qwen3")
+    text = (FIXTURES / "qwen3.sx").read_text().replace(
+        '(def head-width (checkpoint-config "qwen3" :head-width))', "(def head-width (/ width heads))")
+    got = codes(analyze(text, str(tmp_path / "run.sx"), read_files=True))
+    assert [c for c, _ in got] == ["E-MODEL-003"], got
+    assert "tensor `model.layers.0.self_attn.q_proj.weight` is [64 32] f32, parameter `layers.wq` [2 32 4 8]" \
+        in got[0][1], got
+    fixed = text.replace("(def head-width (/ width heads))", "(def head-width 16)")
+    assert codes(analyze(fixed, str(tmp_path / "run.sx"), read_files=True)) == []
 
 
 def test_a_stated_size_is_reported_at_the_parameter_of_the_model_that_reads_the_checkpoint(tmp_path):

@@ -70,6 +70,13 @@ def runnable(path: Path, tmp_path: Path, request) -> Path:
         copy = tmp_path / path.name
         copy.write_text(text, encoding="utf-8")
         return copy
+    if path.name == "lora.sx":   # the checkpoint is gpt2-teacher's export, as for distill-gpt2.sx
+        text = path.read_text(encoding="utf-8")
+        assert text.count('(def ckpt "gpt2-teacher")') == 1
+        copy = tmp_path / path.name
+        text = text.replace('(def ckpt "gpt2-teacher")', f'(def ckpt "{request.getfixturevalue("gpt2_teacher")[1]}")')
+        copy.write_text(text.replace('"data/', f'"{EXAMPLES_DIR / "data"}/'), encoding="utf-8")
+        return copy
     if path.name == "distill-gpt2.sx":
         text = path.read_text(encoding="utf-8")
         assert text.count(':pretrained "gpt2-teacher"') == 1
@@ -103,6 +110,43 @@ def test_example_is_clean_and_loss_falls(path, tmp_path, request):
     if path.name in ("grpo.sx", "grpo-arith.sx"):   # a policy-gradient loss need not fall: tests/test_grpo.py checks the reward
         return
     assert last["loss"] < first["loss"], f"{path.name}: loss {first['loss']} at step 1, {last['loss']} at {STEPS}"
+
+
+def test_lora_example_trains_the_adapters_alone_and_exports_them_in_peft_s_layout(tmp_path, request):
+    """examples/lora.sx fine-tunes gpt2-teacher's export; `--export-adapter` writes PEFT's layout, as
+    tests/fixtures/lora/layout.json records peft's (its names' form, `[r in]` and `[out r]`, its
+    config's keys), here for GPT-2's Conv1D modules; a run starts from it again."""
+    import json
+    import numpy as np
+    from safetensors.numpy import load_file
+    from sexpgpu_runtime.weights.pretrained import initial_params
+    path = runnable(EXAMPLES_DIR / "lora.sx", tmp_path, request)
+    res = analyze_file(str(path), read_files=True)
+    out = train(res.program, RunOptions(steps=3, run_dir=tmp_path / "run", quiet=True, export=tmp_path / "adapter",
+                                        export_adapter=True))
+    assert set(out.trainable) == {"h"} and set(out.trainable["h"]) == {
+        f"{t}.lora-{ab}" for t in ("wo", "w1", "w2") for ab in "ab"}
+    recorded = json.loads((Path(__file__).parent / "fixtures" / "lora" / "layout.json").read_text())
+    config = json.loads((tmp_path / "adapter" / "adapter_config.json").read_text())
+    assert set(config) <= set(recorded["config"])
+    assert {k: config[k] for k in ("peft_type", "bias", "task_type", "lora_dropout")} == \
+        {k: recorded["config"][k] for k in ("peft_type", "bias", "task_type", "lora_dropout")}
+    assert config["r"] == 8 and config["lora_alpha"] == 16 and config["fan_in_fan_out"] is True
+    assert config["target_modules"] == ["c_fc", "c_proj"]   # both c_proj modules are adapted
+    tensors = load_file(str(tmp_path / "adapter" / "adapter_model.safetensors"))
+    assert {k: list(v.shape) for k, v in tensors.items()} == {
+        f"base_model.model.transformer.h.{i}.{m}.lora_{ab}.weight": shape
+        for i in range(2) for m, fan_in, fan_out in (("attn.c_proj", 64, 64), ("mlp.c_fc", 64, 256),
+                                                     ("mlp.c_proj", 256, 64))
+        for ab, shape in (("A", [8, fan_in]), ("B", [fan_out, 8]))}
+    # peft's names for the Llama fixture have the same form: base_model.model.<module>.lora_A.weight [r in]
+    assert all(k.startswith("base_model.model.model.layers.") and k.endswith((".lora_A.weight", ".lora_B.weight"))
+               for k in recorded["tensors"])
+    again = path.read_text().replace(":alpha 16)", f':alpha 16 :pretrained "{tmp_path / "adapter"}")')
+    (tmp_path / "again.sx").write_text(again)
+    start, _ = initial_params(analyze_file(str(tmp_path / "again.sx"), read_files=True).program, 0)
+    for k, v in out.trainable["h"].items():
+        assert np.array_equal(np.asarray(start["h"][k]), np.asarray(v)), k
 
 
 def test_distill_teacher_matches_code_lm():

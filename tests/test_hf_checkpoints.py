@@ -599,7 +599,7 @@ def test_export_names_is_checked_before_training(tmp_path):
     write_hf(tmp_path / "hf", gpt2_tensors(np.random.default_rng(0)))
     p = program(run_file("gpt2", '(:path "hf" :names :gpt2 :file-dtype :bf16)'), tmp_path / "run.sx")
     with pytest.raises(OptionError, match=r"^--export-names: no standard-library mapping `gtp2`; they are `gpt2`, `llama`, `llama-tied`, `qwen2`, "
-                                          r"`qwen2-tied`, and the file's models with a `:names` mapping: `teacher`$"):
+                                          r"`qwen2-tied`, `qwen3`, `qwen3-tied`, `olmo2`, and the file's models with a `:names` mapping: `teacher`$"):
         check_options(p, RunOptions(export=tmp_path / "out", export_names="gtp2"))
     # the root model is the student, which has no `h.b1` (its teacher has `teacher.h.b1`)
     with pytest.raises(OptionError, match=r"^--export-names gpt2: parameter `h\.b1` is not a parameter of the model "

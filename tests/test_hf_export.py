@@ -25,6 +25,22 @@ def test_the_standard_mappings_give_each_tensor_one_parameter():
     assert {name: shared_tensors(m) for name, m in stdlib_names().items()} == {name: [] for name in stdlib_names()}
 
 
+def test_a_qwen3_export_states_head_dim_where_its_source_left_it_to_the_default():
+    """Qwen3Config's absent `head_dim` is 128, not width / heads: an export of a Qwen3 whose heads are width /
+    heads wide writes `head_dim` even where its source checkpoint's config.json had none (a Llama export
+    there leaves it out, as its source did)."""
+    from sexpgpu_lang.hf_config import export_config
+    shapes = {"embed": (96, 32), "layers.wq": (2, 32, 4, 8), "layers.wk": (2, 32, 2, 8), "layers.w-gate": (2, 32, 64)}
+    source = {"model_type": "qwen3", "hidden_size": 32, "num_attention_heads": 4, "tie_word_embeddings": True}
+    assert export_config("qwen3-tied", shapes, {}, source)["head_dim"] == 8
+    assert "head_dim" not in export_config("llama-tied", shapes, {}, {**source, "model_type": "llama"})
+    made = export_config("qwen3", shapes, {"eps": 1e-6}, None)
+    assert (made["architectures"], made["model_type"], made["head_dim"], made["tie_word_embeddings"],
+            made["use_sliding_window"], made["attention_bias"]) == (["Qwen3ForCausalLM"], "qwen3", 8, False, False, False)
+    made = export_config("olmo2", shapes, {"eps": 1e-5}, None)
+    assert (made["architectures"], made["model_type"], made["rms_norm_eps"]) == (["Olmo2ForCausalLM"], "olmo2", 1e-5)
+
+
 def tied_into_untied(tmp_path: Path) -> Path:
     """The llama3 fixture's run file reading the tied Llama fixture through a mapping of its own that
     reads the embedding into both `:embed` and `:lm-head`."""

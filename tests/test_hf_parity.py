@@ -59,6 +59,27 @@ def test_the_llama3_fixture_is_llama3():
     assert len(json.loads((FIXTURES / "llama3" / "model.safetensors.index.json").read_text())["weight_map"]) > 1
 
 
+def test_the_qwen3_and_olmo2_fixtures_have_what_sets_them_apart():
+    """Qwen3's heads are `head_dim` wide, not width / heads, with a q/k norm gain per head's width, untied and
+    tied; OLMo 2's q/k norms are over the whole projection, with norms after attention and the MLP and none
+    before: the parity above covers each."""
+    from sexpgpu_lang.checkpoint_files import tensors
+    for family, tied in (("qwen3", False), ("qwen3-tied", True)):
+        cfg = json.loads((FIXTURES / family / "config.json").read_text())
+        assert cfg["model_type"] == "qwen3" and cfg["tie_word_embeddings"] is tied
+        assert cfg["head_dim"] * cfg["num_attention_heads"] != cfg["hidden_size"]
+        t = tensors(str(FIXTURES / family))
+        assert t["model.layers.0.self_attn.q_norm.weight"][0] == (cfg["head_dim"],)
+        assert ("lm_head.weight" in t) is not tied
+    cfg = json.loads((FIXTURES / "olmo2" / "config.json").read_text())
+    t = tensors(str(FIXTURES / "olmo2"))
+    hd = cfg["hidden_size"] // cfg["num_attention_heads"]
+    assert t["model.layers.0.self_attn.q_norm.weight"][0] == (cfg["num_attention_heads"] * hd,)
+    assert t["model.layers.0.self_attn.k_norm.weight"][0] == (cfg["num_key_value_heads"] * hd,)
+    assert "model.layers.0.post_feedforward_layernorm.weight" in t
+    assert not any("input_layernorm" in name for name in t)
+
+
 @pytest.mark.slow
 def test_an_export_writes_config_json_and_reads_back(family, tmp_path):
     from sexpgpu_lang.name_mapping import stdlib_names

@@ -237,8 +237,10 @@ def test_an_npz_without_a_declared_field_is_run_s_error(tmp_path):
     assert lint(tmp_path, '(npz "d.npz")', read_files=False) == []
     np.savez(tmp_path / "d.npz", prompt=np.zeros((2, 3), np.int32))
     assert lint(tmp_path, '(npz "d.npz")') == []
-    (tmp_path / "d.npz").write_text("not a zip")   # what it is, the run says
-    assert lint(tmp_path, '(npz "d.npz")') == []
+    (tmp_path / "d.npz").write_text("not a zip")   # what it is, in the run's words (prompt_rows.not_an_npz)
+    assert lint(tmp_path, '(npz "d.npz")') == [
+        ("E-LOADER-001", '"d.npz"', f"`npz`'s file `d.npz`: {tmp_path / 'd.npz'} is a text file, not an .npz",
+         "read text with `(text-tokens ...)` or `(text-bytes ...)`, or save arrays with np.savez")]
 
 
 @pytest.mark.parametrize("version", [(1, 0), (2, 0)])

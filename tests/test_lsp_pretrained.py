@@ -146,7 +146,8 @@ MAPPING = ':names (:embed "model.embed.weight" :out (transpose "lm_head.weight")
 
 @pytest.mark.asyncio(loop_scope="module")
 @pytest.mark.parametrize("written,at,labels", [
-    (":names :", ":names :", [":gpt2", ":llama", ":llama-tied", ":qwen2", ":qwen2-tied"]),
+    (":names :", ":names :", [":gpt2", ":llama", ":llama-tied", ":qwen2", ":qwen2-tied", ":qwen3",
+                                ":qwen3-tied", ":olmo2"]),
     (':names ()', ':names (', [":embed", ":out"]),
     (':names (:embed "model.embed.weight" :)', '"model.embed.weight" :', [":out"]),
     (':names (:embed )', ':names (:embed ', ['"lm_head.weight"', '"model.embed.weight"']),

@@ -19,7 +19,7 @@ from sexpgpu_lang import analyze
 from sexpgpu_lang.hf_config import RECORDS
 
 FIXTURES = Path(__file__).parent / "fixtures" / "hf"
-FAMILIES = ("gpt2", "llama2", "llama3", "mistral", "qwen2", "llama-tied")
+FAMILIES = ("gpt2", "llama2", "llama3", "mistral", "qwen2", "qwen3", "qwen3-tied", "olmo2", "llama-tied")
 
 
 def one_form_text(family: str, extra: str = " :frozen true", fixture: str | None = None) -> str:

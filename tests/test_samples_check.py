@@ -80,6 +80,7 @@ def test_rows_more_than_a_tensor_has():
     text = variant(":batch 64", ":batch 2")
     got = errors(with_samples("(:text [:sample] :rows 3)", text))
     assert got == [("E-SAMPLE-003", "`:rows 3` is more than the 2 rows of `:sample` ([2 8] i32)")], got
+    assert errors(with_samples("(:text [:sample])", text)) == []   # the default 4: as many as there are
 
 
 def test_samples_show_the_generated_rows_as_text_and_the_accuracy_as_numbers():

@@ -1,8 +1,10 @@
 """The standard library's layers that take what a checkpoint's config.json varies (prelude.sx:
 `layer-norm-eps`, `rms-norm-eps`, `rope-inv-freq` with Llama 3's and linear scaling, `rotary-freq`,
-`gpt2-block-eps`, `gpt2-block-cached`, `llama-block-freq`, `qwen2-block` and their cached forms)
-against NumPy written here from Hugging Face's definitions (`_compute_llama3_parameters`,
-`_compute_linear_scaling_rope_parameters`, LlamaRMSNorm, Qwen2's biased q/k/v projections)."""
+`gpt2-block-eps`, `gpt2-block-cached`, `llama-block-freq`, `qwen2-block`, `qwen3-block`, `olmo2-block`,
+`rms-norm-heads` and their cached forms) against NumPy written here from Hugging Face's definitions
+(`_compute_llama3_parameters`, `_compute_linear_scaling_rope_parameters`, LlamaRMSNorm, Qwen2's biased
+q/k/v projections, Qwen3's q_norm/k_norm over each head, OLMo 2's over the whole projection and its
+post-norms)."""
 from __future__ import annotations
 
 import math
@@ -112,13 +114,76 @@ def test_qwen2_block_adds_qkv_biases():
     np.testing.assert_allclose(out, _ref_llama(x, positions, p, inv, 1e-6), rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("block,biases", [("llama-block-freq", False), ("qwen2-block", True)])
-def test_cached_blocks_equal_the_full_forward(block, biases):
+def _qk_norm_params(whole: bool):
+    """Qwen3's q/k norm gains [H] (each head's width), or OLMo 2's [N H] and [K H] (the whole projection)."""
+    p = _llama_params(False)
+    p.update(qn=rand(*((N, H) if whole else (H,)), seed=13) + 1, kn=rand(*((K, H) if whole else (H,)), seed=14) + 1)
+    return p
+
+
+def test_qwen3_block_norms_each_head_s_queries_and_keys():
+    """Qwen3Attention: q_norm and k_norm (RMSNorm over head_dim, one gain for every head) before the rotary
+    embedding; the head width H (6) is not D / N (8 / 4)."""
+    x, positions = rand(B, T, D), np.arange(T, dtype=np.int32)
+    p = _qk_norm_params(False)
+    t, out = run(f"(qwen3-block x positions {FREQ} 1e-6 g1 wq wk wv qn kn wo g2 wg wu wd)", x=x,
+                 positions=positions, **p)
+    assert (t.shape, t.dtype) == ((B, T, D), "f32") and N * H != D
+    inv = ref_inv_freq(H, 500000.0, "llama3", 8.0, 1.0, 4.0, 16)
+    a = ref_rms_norm(x, p["g1"], 1e-6)
+    q = ref_rms_norm(np.einsum("btd,dnh->btnh", a, p["wq"]), p["qn"], 1e-6)
+    k = ref_rms_norm(np.einsum("btd,dkh->btkh", a, p["wk"]), p["kn"], 1e-6)
+    v = np.einsum("btd,dkh->btkh", a, p["wv"])
+    q, k = ref_rotary_freq(q, positions, inv), ref_rotary_freq(k, positions, inv)
+    h = x + np.einsum("btnh,nhd->btd", ref_attention(q, k, v), p["wo"])
+    want = h + ref_swiglu(ref_rms_norm(h, p["g2"], 1e-6), p["wg"], p["wu"], p["wd"])
+    np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4)
+    assert not np.allclose(out, _ref_llama(x, positions, p, inv, 1e-6), rtol=1e-2)   # the norms matter
+
+
+def test_rms_norm_heads_is_over_the_whole_projection():
+    x, g = rand(B, T, N, H), rand(N, H, seed=1)
+    _, out = run("(rms-norm-heads x g 1e-5)", x=x, g=g)
+    flat = ref_rms_norm(x.reshape(B, T, N * H), g.reshape(N * H), 1e-5).reshape(B, T, N, H)
+    np.testing.assert_allclose(out, flat, rtol=1e-5, atol=1e-6)
+    assert not np.allclose(out, ref_rms_norm(x, g, 1e-5), rtol=1e-3)   # not each head on its own
+
+
+def _ref_olmo2(x, positions, p, inv, eps):
+    """Olmo2DecoderLayer: no pre-norms; q_norm and k_norm over the whole projection; RMSNorms after the
+    attention (post_attention_layernorm, `g1` here) and after the MLP (post_feedforward_layernorm, `g2`)."""
+    def whole(v, g):
+        n = v.shape[2] * v.shape[3]
+        return ref_rms_norm(v.reshape(*v.shape[:2], n), g.reshape(n), eps).reshape(v.shape)
+    q = whole(np.einsum("btd,dnh->btnh", x, p["wq"]), p["qn"])
+    k = whole(np.einsum("btd,dkh->btkh", x, p["wk"]), p["kn"])
+    v = np.einsum("btd,dkh->btkh", x, p["wv"])
+    q, k = ref_rotary_freq(q, positions, inv), ref_rotary_freq(k, positions, inv)
+    h = x + ref_rms_norm(np.einsum("btnh,nhd->btd", ref_attention(q, k, v), p["wo"]), p["g1"], eps)
+    return h + ref_rms_norm(ref_swiglu(h, p["wg"], p["wu"], p["wd"]), p["g2"], eps)
+
+
+def test_olmo2_block_norms_after_attention_and_the_mlp():
+    x, positions = rand(B, T, D), np.arange(T, dtype=np.int32)
+    p = _qk_norm_params(True)
+    t, out = run(f"(olmo2-block x positions {FREQ} 1e-5 wq wk wv qn kn wo g1 wg wu wd g2)", x=x,
+                 positions=positions, **p)
+    assert (t.shape, t.dtype) == ((B, T, D), "f32")
+    inv = ref_inv_freq(H, 500000.0, "llama3", 8.0, 1.0, 4.0, 16)
+    np.testing.assert_allclose(out, _ref_olmo2(x, positions, p, inv, 1e-5), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("block,params,w", [
+    ("llama-block-freq", _llama_params(False), "g1 wq wk wv wo g2 wg wu wd"),
+    ("qwen2-block", _llama_params(True), "g1 wq bq wk bk wv bv wo g2 wg wu wd"),
+    ("qwen3-block", _qk_norm_params(False), "g1 wq wk wv qn kn wo g2 wg wu wd"),
+    ("olmo2-block", _qk_norm_params(True), "wq wk wv qn kn wo g1 wg wu wd g2"),
+])
+def test_cached_blocks_equal_the_full_forward(block, params, w):
     """Prefill of 3 positions then one at a time: each output row equals the full block's."""
     S = T
     x, positions = rand(B, T, D), np.arange(T, dtype=np.int32)
-    p = _llama_params(biases)
-    w = "g1 wq bq wk bk wv bv wo g2 wg wu wd" if biases else "g1 wq wk wv wo g2 wg wu wd"
+    p = params
     _, full = run(f"({block} x positions {FREQ} 1e-5 {w})", x=x, positions=positions, **p)
     kc, vc = np.zeros((B, S, K, H), np.float32), np.zeros((B, S, K, H), np.float32)
     rows = []

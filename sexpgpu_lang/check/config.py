@@ -94,7 +94,8 @@ def config_def(ctx: CheckContext, node: ListNode) -> tuple[ir.Expr, str]:
         if (file, str(e)) not in ctx.refused_configs:   # one cause, said once: at the first `def` reading it
             ctx.refused_configs.add((file, str(e)))
             ctx.err("E-CONFIG-002", items[1].span, f"`{shown}`: {e}",
-                    help="point at a GPT-2, Llama, Mistral or Qwen2 checkpoint, or state the values with `def`"
+                    help="point at a GPT-2, Llama, Mistral, Qwen2, Qwen3 or OLMo 2 checkpoint, or state the values "
+                         "with `def`"
                     if "none of that family's sizes" not in str(e) else "fix `model_type` in the config.json")
         return ir.Const(ERROR, node.span), ""
     s = got.get(key.name) if key.name != "eos" else eos_ids(file, config)
@@ -187,6 +188,11 @@ _CALLS: dict[str, dict[str, object]] = {
     "llama-block-freq-cached": {"inv-freq": 5, "eps": 6},
     "qwen2-block": {"inv-freq": 3, "eps": 4},
     "qwen2-block-cached": {"inv-freq": 5, "eps": 6},
+    "qwen3-block": {"inv-freq": 3, "eps": 4},
+    "qwen3-block-cached": {"inv-freq": 5, "eps": 6},
+    "rms-norm-heads": {"eps": 3},
+    "olmo2-block": {"inv-freq": 3, "eps": 4},
+    "olmo2-block-cached": {"inv-freq": 5, "eps": 6},
 }
 #: `rope-inv-freq`'s arguments after the head width, as config keys.
 _ROPE_ARGS = ("rope-base", "rope-factor", "rope-low-freq-factor", "rope-high-freq-factor", "rope-original-positions")

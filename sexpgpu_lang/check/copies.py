@@ -21,9 +21,13 @@ from .scope import Scope
 def call_copy(ctx: CheckContext, node: ListNode, name: str, m: dict, scope: Scope) -> ir.Expr:
     """A call of a `:copy` model: its source's call (its `:apply` or entry, checked as the source's),
     on the copy's parameters (`ir.rebased`): the source's own and its trainable sub-models' places
-    moved below the copy's; frozen sub-models shared. E-MODEL-001 when the source is not reachable."""
+    moved below the copy's; frozen sub-models shared; a copy of a model with `:lora`, the source's
+    base without adapters (lora.call_base). E-MODEL-001 when the source is not reachable."""
     from .infer import call_model, infer   # (infer.call_model calls this for a copy)
     src = m["copy_of"]
+    if src in ctx.reachable and ctx.models[src].get("lora") is not None:
+        from .lora import call_base
+        return call_base(ctx, node, name, src, scope)   # a LoRA model's copy: its base, read in place
     if ctx.root_model is not None and name not in ctx.reachable:
         for a in node.items[1:]:
             infer(ctx, a, scope)

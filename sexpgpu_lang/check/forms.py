@@ -102,7 +102,7 @@ def top_loader(ctx: CheckContext, f: ListNode):
     source = loader_source(ctx, kws["source"][1])
     batch = const_int(ctx, kws["batch"][1], "`:batch`", 1, maximum=MAX_SIZE, why=" (XLA's sizes are 32-bit)")
     fields = loader_fields(ctx, kws["fields"][1])
-    if source is not None and not check_source(ctx, source[0], source[1], source[2], fields, kws["source"][1].span):
+    if source is not None and not check_source(ctx, source[0], source[1], source[2], fields, kws["source"][1].span, batch):
         source = None
     source = source[:2] if source is not None else None
     name = getattr(f.items[1], "name", "?")

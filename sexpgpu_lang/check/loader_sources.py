@@ -42,7 +42,7 @@ TOKEN_SOURCES = ("tokens", "text-tokens")
 _FIRST = {"tokens": "path", "text-tokens": "glob", "jsonl": "path", "parquet": "path"}
 
 
-def check_source(ctx: CheckContext, kind: str, args: dict, nodes: dict, fields, at: Span) -> bool:
+def check_source(ctx: CheckContext, kind: str, args: dict, nodes: dict, fields, at: Span, batch: int | None = None) -> bool:
     """Report what is wrong with a token or prompt source; True when its form is right (other kinds:
     True), so the loader is typed and the phases that read it are checked.
 
@@ -53,6 +53,9 @@ def check_source(ctx: CheckContext, kind: str, args: dict, nodes: dict, fields, 
     the file (E-GEN-003, E-CONTRACT-005) is still found."""
     if kind == "npz":
         return _npz_fields(ctx, args, nodes, fields)
+    if kind == "text-bytes":
+        _text_bytes(ctx, args, nodes, fields, batch)
+        return True
     if kind not in _FIRST:
         return True
     ok = True
@@ -110,14 +113,20 @@ def check_source(ctx: CheckContext, kind: str, args: dict, nodes: dict, fields, 
             and "path" not in missing:
         vocab = args.get("vocab") if isinstance(args.get("vocab"), int) else None
         ok = _jsonl_rows(ctx, args["path"], nodes["path"].span, fields, bool(args.get("tokenizer")), vocab) and ok
+        if ok and vocab is not None and isinstance(args.get("tokenizer"), str) and "tokenizer" not in missing:
+            ok = _jsonl_text_ids(ctx, args["path"], args["tokenizer"], fields, vocab, nodes["path"].span) and ok
+    if checked and ctx.read_files is True and kind == "parquet" and isinstance(args.get("path"), str) \
+            and "path" not in missing and fields:
+        vocab = args.get("vocab") if isinstance(args.get("vocab"), int) else None
+        ok = _parquet_rows(ctx, args["path"], nodes["path"].span, fields, bool(args.get("tokenizer")), vocab) and ok
     if checked and ctx.read_files is True and kind == "text-tokens" and isinstance(args.get("glob"), str) \
             and "glob" not in missing:
         ok = _text_files(ctx, args["glob"], nodes["glob"].span) and ok
         if ok and isinstance(args.get("tokenizer"), str) and "tokenizer" not in missing and fields:
-            _text_windows(ctx, args, fields, nodes["glob"].span)
+            _text_windows(ctx, args, fields, nodes["glob"].span, batch)
     if ok and ctx.read_files is True and kind == "tokens" and isinstance(args.get("path"), str) \
-            and args["path"].endswith(".npy") and args.get("dtype") in TOKEN_FILE_DTYPES:
-        ok = _npy_dtype(ctx, args["path"], args["dtype"], nodes["path"].span) and ok
+            and args["path"].endswith(".npy") and args.get("dtype") in TOKEN_FILE_DTYPES + (None,):
+        ok = _npy_dtype(ctx, args["path"], args.get("dtype"), nodes["path"].span) and ok
     if (ok and ctx.read_files and kind == "tokens" and isinstance(args.get("path"), str)
             and not args["path"].endswith(".npy") and args.get("dtype") in _ITEMSIZE):
         _token_file_dtype(ctx, args["path"], args["dtype"], args.get("vocab"), nodes["dtype"].span)
@@ -236,8 +245,15 @@ def _missing_file(ctx: CheckContext, kind: str, key: str, rel: str, at: Span) ->
         return True
     if key == "glob":
         import glob
-        if glob.glob(full, recursive=True):
+        from ..bounded_read import no_regular_match
+        matches = sorted(glob.glob(full, recursive=True))
+        if any(os.path.isfile(f) for f in matches):
             return True
+        why = no_regular_match(full, matches)   # (the runtime's words: data/files.glob_files)
+        if why is not None:
+            ctx.err("E-LOADER-001", at, f"`{kind}`'s glob `{rel}`: {why.split('; ')[0]}",
+                    help="name regular files (a pipe or a device would never end, or never start, being read)")
+            return False
         ctx.err("E-LOADER-001", at, f"`{kind}`'s glob `{rel}` matches no file ({full})",
                 help="fix the pattern (relative to the run file), or make the files")
         return False
@@ -362,11 +378,120 @@ def _bad_row(path: str, mtime_ns: int, size: int, fields=None, tokenizer: bool =
     return f"{line_no}:{col}", found.reason
 
 
-def _npy_dtype(ctx: CheckContext, rel: str, dtype: str, at: Span) -> bool:
-    """E-LOADER-001 at the path when a `.npy` token file's header says other ids than `:dtype`, in the
-    run's words (bounded_read.npy_header and npy_dtype_mismatch: the header alone is read). A header
-    that is not a 1-D token array's, or not read, is the runtime's to name."""
-    from ..bounded_read import NPY_TOKEN_DESCR, npy_dtype_mismatch
+#: The largest parquet file whose rows `lint --read-files` checks (pyarrow reads the declared columns whole).
+PARQUET_CHECK_LIMIT = 16 << 20
+
+
+def _parquet_rows(ctx: CheckContext, rel: str, at: Span, fields, tokenizer: bool, vocab: int | None) -> bool:
+    """E-LOADER-001 at the path when the parquet file `rel` is not one pyarrow reads, or lacks a declared
+    column, or a row of its declared columns is one the runtime refuses (prompt_rows.PromptRows, the
+    check the runtime makes, in its words: ``row N of column `name` ``). The rows of a file above
+    PARQUET_CHECK_LIMIT bytes are left to the run. False when reported."""
+    found = _regular_file(ctx, rel)
+    if found is None:
+        return True
+    full, st = found
+    key = tuple((n, tuple(s), d) for n, s, d in fields)
+    bad = _bad_parquet(full, st.st_mtime_ns, st.st_size, key, tokenizer, vocab)
+    if bad is None:
+        return True
+    reason, _, fix = bad.partition("; ")
+    ctx.err("E-LOADER-001", at, f"`parquet`'s file `{rel}`: {reason}", help=fix or None)
+    return False
+
+
+@functools.lru_cache(maxsize=16)
+def _bad_parquet(path: str, mtime_ns: int, size: int, fields: tuple, tokenizer: bool, vocab: int | None) -> str | None:
+    """What the runtime refuses in the parquet file at `path` (reason; fix), or None (see `_parquet_rows`)."""
+    from ..prompt_rows import PromptRows, derived, unreadable_parquet
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError:
+        return None
+    declared = {n for n, _, _ in fields}
+    wanted = [n for n, _, _ in fields if not derived(n, declared)]
+    check = PromptRows(fields, tokenizer, nulls=False, vocab=vocab)
+    try:
+        schema = pq.read_schema(path)
+        check.keys(schema.names)
+        present = [n for n in wanted if n in schema.names]
+        if size <= PARQUET_CHECK_LIMIT and present:
+            table = pq.read_table(path, columns=present)
+            columns = {n: table.column(n).to_pylist() for n in present}
+            for i in range(len(columns[present[0]])):
+                check.row({n: columns[n][i] for n in present})
+    except (pa.ArrowException, OSError) as e:
+        return unreadable_parquet(path, e)
+    bad = check.problem()
+    if bad is None:
+        return None
+    return bad.reason if bad.row is None else f"row {bad.row + 1} of column `{bad.field}`: {bad.reason}"
+
+
+def _jsonl_text_ids(ctx: CheckContext, rel: str, tok_rel: str, fields, vocab: int, at: Span) -> bool:
+    """E-LOADER-001 at the path when a `jsonl` row's text, tokenized as the run tokenizes it (the
+    tokenizer's ids without its special tokens, cut to the field's length), holds an id outside
+    `:vocab`, in the run's words (prompt_rows.outside_vocab) at the row's line and the value's column.
+    Only where the tokenizer has more ids than `:vocab` (else none can be outside), and only the first
+    SHORT_TEXT_LIMIT bytes of the file's rows are tokenized. False when reported."""
+    found, tok = _regular_file(ctx, rel), _regular_file(ctx, tok_rel)
+    if found is None or tok is None or not fields:
+        return True
+    size = vocab_size(tok[0], tok[1].st_mtime_ns, tok[1].st_size)
+    if not isinstance(size, int) or size <= vocab:
+        return True
+    key = tuple((n, tuple(s), d) for n, s, d in fields)
+    bad = _text_id_outside(found[0], found[1].st_mtime_ns, found[1].st_size, tok[0], tok[1].st_mtime_ns, key, vocab)
+    if bad is None:
+        return True
+    where, reason = bad
+    text, _, fix = reason.partition("; ")
+    ctx.err("E-LOADER-001", at, f"`jsonl`'s file `{rel}` has a row `run` refuses: {rel}:{where}: {text}", help=fix or None)
+    return False
+
+
+@functools.lru_cache(maxsize=16)
+def _text_id_outside(path: str, mtime_ns: int, size: int, tokenizer: str, tok_mtime_ns: int, fields: tuple,
+                     vocab: int) -> tuple[str, str] | None:
+    """(LINE:COL, reason and fix) of the first text value of a `[L]` field in the .jsonl at `path` whose
+    ids (by `tokenizer`, cut to L) hold one outside `vocab`; None when there is none in the rows read."""
+    from ..bounded_read import JSONL_LINE_LIMIT, BadJsonlRow, jsonl_rows, open_regular, read_lines_bounded
+    from ..prompt_rows import outside_vocab, value_column
+    from ..text_tokens import SHORT_TEXT_LIMIT
+    try:
+        from tokenizers import Tokenizer
+        tok = Tokenizer.from_str(read_bounded(tokenizer, TOKENIZER_JSON_LIMIT, "a tokenizer.json").decode("utf-8"))
+    except Exception:   # tokenizers raises a bare Exception; the tokenizer's own check names what is wrong
+        return None
+    lengths = {n: s[0] for n, s, _ in fields if len(s) == 1}
+    read = 0
+    try:
+        with open_regular(path) as fh:
+            for line_no, row in jsonl_rows(fh):
+                for name, length in lengths.items():
+                    v = row.get(name)
+                    if not isinstance(v, str):
+                        continue
+                    read += len(v)
+                    out = next((t for t in tok.encode(v, add_special_tokens=False).ids[:length] if t >= vocab), None)
+                    if out is not None:
+                        with open_regular(path) as again:
+                            col = value_column(read_lines_bounded(again, JSONL_LINE_LIMIT), line_no, name)
+                        return f"{line_no}:{col}", outside_vocab(name, out, vocab)
+                if read > SHORT_TEXT_LIMIT:
+                    return None
+    except (BadJsonlRow, OSError, UnicodeError):
+        return None
+    return None
+
+
+def _npy_dtype(ctx: CheckContext, rel: str, dtype: str | None, at: Span) -> bool:
+    """E-LOADER-001 at the path when a `.npy` token file's header says values that are not token ids
+    (a float, a big-endian array) or more than one axis (bounded_read.npy_token_problem), or other ids
+    than `:dtype` (npy_dtype_mismatch), in the run's words: the header alone is read. A header not
+    read is the runtime's to name."""
+    from ..bounded_read import NPY_DESCR_NAMES, NPY_TOKEN_DESCR, npy_dtype_mismatch, npy_token_problem
     found = _regular_file(ctx, rel)
     if found is None:
         return True
@@ -374,9 +499,16 @@ def _npy_dtype(ctx: CheckContext, rel: str, dtype: str, at: Span) -> bool:
     header = _npy_header(full, st.st_mtime_ns, st.st_size)
     if header is None:
         return True
-    stored = NPY_TOKEN_DESCR.get(header.get("descr"))
-    shape = header.get("shape")
-    if stored is None or stored == dtype or not isinstance(shape, tuple) or len(shape) != 1:
+    descr, shape = header.get("descr"), header.get("shape")
+    if not isinstance(descr, str) or descr[1:] not in NPY_DESCR_NAMES or not isinstance(shape, tuple):
+        return True
+    problem = npy_token_problem(f"`tokens`'s file `{rel}`", descr if descr[0] == ">" and descr[1:] not in ("u1", "i1", "b1")
+                                else NPY_DESCR_NAMES[descr[1:]], shape, TOKEN_FILE_DTYPES)
+    if problem is not None:
+        ctx.err("E-LOADER-001", at, problem[0], help=problem[1])
+        return False
+    stored = NPY_TOKEN_DESCR.get(descr)
+    if stored is None or dtype is None or stored == dtype:
         return True
     reason, fix = npy_dtype_mismatch(f"`tokens`'s file `{rel}`", stored, dtype)
     ctx.err("E-LOADER-001", at, reason, help=fix)
@@ -393,8 +525,10 @@ def _npy_header(path: str, mtime_ns: int, size: int) -> dict | None:
 def _npz_fields(ctx: CheckContext, args: dict, nodes: dict, fields) -> bool:
     """With `read_files` True (`run`, `lint --read-files`; not the server): E-LOADER-001 at the path
     when the `.npz` lacks a declared field, in the run's words (prompt_rows.no_field; its arrays named
-    from the zip's directory, nothing else read). True otherwise: a file that is missing or not an
-    .npz is the runtime's to name."""
+    from the zip's directory), holds one whose records are not of the declared shape and dtype
+    (prompt_rows.record_mismatch, on the members' `.npy` headers alone), or is not an .npz at all (empty, a `.npy`, text, no
+    zip header: prompt_rows.not_an_npz, its first bytes read). True otherwise: a missing file is the
+    runtime's to name."""
     rel = args.get("path")
     if ctx.read_files is not True or not isinstance(rel, str) or not fields:
         return True
@@ -404,14 +538,46 @@ def _npz_fields(ctx: CheckContext, args: dict, nodes: dict, fields) -> bool:
     full, st = found
     have = _npz_names(full, st.st_mtime_ns, st.st_size)
     if have is None:
+        why = _not_an_npz(full, st.st_mtime_ns, st.st_size, rel)
+        if why is not None:
+            ctx.err("E-LOADER-001", nodes["path"].span, f"`npz`'s file `{rel}`: {why.split('; ')[0]}",
+                    help=why.split("; ", 1)[1] if "; " in why else None)
+            return False
         return True
-    from ..prompt_rows import no_field
+    from ..prompt_rows import no_field, record_mismatch
     for name, _, _ in fields:
         if name not in have:
             ctx.err("E-LOADER-001", nodes["path"].span, f"`npz`'s file `{rel}`: {no_field(name, sorted(have))}",
                     help="save the field with np.savez, or fix the loader's `:fields`")
             return False
+    headers = _npz_headers(full, st.st_mtime_ns, st.st_size) or {}
+    for name, shape, dtype in fields:
+        why = record_mismatch(name, *headers[name], shape, dtype) if name in headers else None
+        if why is not None:
+            ctx.err("E-LOADER-001", nodes["path"].span, f"`npz`'s file `{rel}`: {why}",
+                    help="save the array with the declared record shape and dtype, or fix the loader's `:fields`")
+            return False
     return True
+
+
+@functools.lru_cache(maxsize=16)
+def _npz_headers(path: str, mtime_ns: int, size: int) -> dict | None:
+    """prompt_rows.npz_headers of `path`, cached by `mtime_ns` and `size`."""
+    from ..prompt_rows import npz_headers
+    return npz_headers(path)
+
+
+@functools.lru_cache(maxsize=16)
+def _not_an_npz(path: str, mtime_ns: int, size: int, rel: str) -> str | None:
+    """prompt_rows.not_an_npz of the first 4096 bytes of `path` (None when they cannot be read)."""
+    from ..bounded_read import open_regular
+    from ..prompt_rows import not_an_npz
+    try:
+        with open_regular(path) as fh:
+            head = fh.read(4096)
+    except OSError:
+        return None
+    return not_an_npz(head, path, rel)
 
 
 @functools.lru_cache(maxsize=16)
@@ -445,13 +611,45 @@ def _text_files(ctx: CheckContext, rel: str, at: Span) -> bool:
     return True
 
 
-def _text_windows(ctx: CheckContext, args: dict, fields, at: Span) -> None:
+def _text_bytes(ctx: CheckContext, args: dict, nodes: dict, fields, batch: int | None) -> None:
+    """With `read_files` True, `text-bytes`' glob checked as `run` reads it (data/loaders.py): E-LOADER-001
+    when it matches no file, or only what is not a regular file (`_missing_file`), or its files hold
+    fewer bytes than one window or fewer windows than one `batch` (text_tokens.fewer_than_a_batch);
+    sizes by `stat`, nothing read."""
+    import glob
+    from ..text_tokens import fewer_than_a_batch, window_count
+    rel = args.get("glob")
+    if ctx.read_files is not True or not isinstance(rel, str) or "glob" not in nodes:
+        return
+    at = nodes["glob"].span
+    if not _missing_file(ctx, "text-bytes", "glob", rel, at):
+        return
+    full = _full_path(ctx, rel)
+    seq = args.get("seq") if isinstance(args.get("seq"), int) else (
+        fields[0][1][0] if fields and len(fields) == 1 and len(fields[0][1]) == 1 else None)
+    if full is None or seq is None:
+        return
+    stride = args.get("stride") if isinstance(args.get("stride"), int) else seq
+    try:
+        total = sum(os.stat(f).st_size for f in glob.glob(full, recursive=True) if os.path.isfile(f))
+    except OSError:
+        return
+    if total < seq:
+        ctx.err("E-LOADER-001", at, f"`text-bytes`'s glob `{rel}`: the files matching it hold {total} bytes, fewer "
+                f"than one window of {seq}", help="give it more text, or lower `:seq`")
+        return
+    short = fewer_than_a_batch(window_count(total, seq, stride), batch, "window") if isinstance(batch, int) else None
+    if short is not None:
+        ctx.err("E-LOADER-001", at, f"`text-bytes`'s glob `{rel}` {short[0]}", help=short[1])
+
+
+def _text_windows(ctx: CheckContext, args: dict, fields, at: Span, batch: int | None = None) -> None:
     """E-LOADER-001 at the glob when the text its files hold, tokenized as the run does
-    (text_tokens.encoded), gives fewer tokens than one window, in the run's words
-    (text_tokens.fewer_than_a_window). Only a corpus of at most SHORT_TEXT_LIMIT bytes is tokenized
+    (text_tokens.encoded), gives fewer tokens than one window, or fewer windows than one `batch`,
+    in the run's words (text_tokens.fewer_than_a_window, fewer_than_a_batch). Only a corpus of at most SHORT_TEXT_LIMIT bytes is tokenized
     (in memory; nothing is written); a tokenizer or separator that does not load is the runtime's."""
     import glob
-    from ..text_tokens import SHORT_TEXT_LIMIT, fewer_than_a_window
+    from ..text_tokens import SHORT_TEXT_LIMIT, fewer_than_a_batch, fewer_than_a_window, window_count
     full, tok_path = _full_path(ctx, args["glob"]), _full_path(ctx, args["tokenizer"])
     if full is None or tok_path is None:
         return
@@ -466,7 +664,11 @@ def _text_windows(ctx: CheckContext, args: dict, fields, at: Span) -> None:
     sep = args.get("separator") if isinstance(args.get("separator"), str) else None
     tokens = _token_count(files, tok_path, st.st_mtime_ns, st.st_size, sep)
     seq = args.get("seq") if isinstance(args.get("seq"), int) else fields[0][1][0]
-    short = fewer_than_a_window(tokens, seq + (1 if len(fields) == 2 else 0)) if tokens is not None else None
+    span = seq + (1 if len(fields) == 2 else 0)
+    short = fewer_than_a_window(tokens, span) if tokens is not None else None
+    stride = args.get("stride") if isinstance(args.get("stride"), int) else seq
+    if short is None and tokens is not None and isinstance(batch, int):
+        short = fewer_than_a_batch(window_count(tokens, span, stride), batch, "window")
     if short is not None:
         reason, fix = short
         ctx.err("E-LOADER-001", at, f"`text-tokens`'s glob `{args['glob']}`: its text, tokenized, {reason}", help=fix)
@@ -533,7 +735,7 @@ def vocab_size(path: str, mtime_ns: int, size: int) -> int | str | None:
     """The number of ids of a Hugging Face tokenizer.json (its largest id plus one: the model's
     `vocab`, a dict of piece to id (BPE, WordPiece, WordLevel) or a list of [piece, score] pairs
     (Unigram), and its `added_tokens`), None where its ids cannot be told, or why the runtime refuses
-    it, in words: not a regular file, larger than `TOKENIZER_JSON_LIMIT`, JSON nested too deeply
+    it, in words: the OS's reason a read fails, not a regular file, larger than `TOKENIZER_JSON_LIMIT`, JSON nested too deeply
     (bounded_read), empty, not JSON (cut short), not an object with a `model` (as every
     tokenizer.json has). `mtime_ns` and `size` key the cache: an edited file is read again."""
     import json
@@ -541,8 +743,8 @@ def vocab_size(path: str, mtime_ns: int, size: int) -> int | str | None:
         raw = read_bounded(path, TOKENIZER_JSON_LIMIT, "a tokenizer.json")
     except (NotRegularFile, TooLarge) as e:
         return str(e)
-    except OSError:
-        return None
+    except OSError as e:   # (/proc/self/mem: a regular file by `stat`, whose read fails, as it does in `run`)
+        return e.strerror or str(e)
     if not raw.strip():
         return "it is empty, not a Hugging Face tokenizer.json"
     try:

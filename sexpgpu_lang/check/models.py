@@ -33,6 +33,7 @@ from .facts import Definition
 from .forms import define_global
 from .identity import place_hash
 from .infer import infer, lambda_params
+from .lora import add_adapters, read_lora
 from .pretrained import check_pretrained
 from .keywords import MAX_LAYERS, const_int, const_value, keyword_args, remat_policy, shape_in_range
 from .scope import Binding
@@ -44,7 +45,7 @@ def new_state() -> dict:
     holds the parameters that were reported (reading one is ERROR, not reported again)."""
     return {"params": {}, "param_defs": {}, "subs": {}, "repeats": {}, "failed": set(), "params_known": True,
             "apply": None, "frozen": False, "pretrained": None, "remat": None, "entries": {}, "copy_of": None,
-            "copy_node": None}
+            "copy_node": None, "lora": None}
 
 
 def declare_model(ctx: CheckContext, f: ListNode):
@@ -123,6 +124,8 @@ def _build_model(ctx: CheckContext, f: ListNode, name: str, kws: dict) -> dict:
         m["pretrained"] = kws["pretrained"][1]   # read by check/pretrained.py once the parameters are known
     if "remat" in kws:
         m["remat"] = remat_policy(ctx, kws["remat"][1])
+    if "lora" in kws:
+        m["lora"] = read_lora(ctx, kws["lora"][1])
     if "params" in kws:
         pnode = kws["params"][1]
         if not isinstance(pnode, ListNode) or (pnode.items and not isinstance(pnode.items[0], Kw)):
@@ -175,7 +178,8 @@ def _build_copy(ctx: CheckContext, f: ListNode, name: str, kws: dict, m: dict) -
 def place_copies(ctx: CheckContext) -> None:
     """Give each `:copy` model whose source `model` reaches its own parameters, at `(name,)` in the
     tree: one frozen leaf per trainable leaf of the source (its starting value, `ParamIR.copy_of`);
-    the source's frozen sub-models are shared, not copied. E-MODEL-007 for a copy of a copy, of a
+    the source's frozen sub-models are shared, not copied. A copy of a model with `:lora` gets none:
+    it is the source's frozen base with no adapter applied (check/lora.py `call_base`). E-MODEL-007 for a copy of a copy, of a
     repeated block's layer, or whose name the root model's `:params` already uses."""
     root = ctx.models.get(ctx.root_model) if ctx.root_model else None
     if root is None:
@@ -186,6 +190,8 @@ def place_copies(ctx: CheckContext) -> None:
         if src is None or src not in ctx.reachable:
             continue   # not reached: a call of the copy says so (E-MODEL-001)
         sm = ctx.models[src]
+        if sm.get("lora") is not None:
+            continue   # the base of a LoRA model, read in place: no parameters of its own (check/lora.py `call_base`)
         problem = (f"`{src}` is itself a copy (of `{sm['copy_of']}`)" if sm.get("copy_of") else
                    f"`{src}` is a layer of the repeated block `{ctx.stacked[src][0]}`" if src in ctx.stacked else
                    f"the root model `{ctx.root_model}` has a parameter `:{name}`, the place the copy's go"
@@ -305,6 +311,7 @@ def collect_params(ctx: CheckContext) -> None:
     _visit(ctx, ctx.root_model, (), False, [], None)
     place_copies(ctx)
     check_pretrained(ctx)
+    add_adapters(ctx)
 
 
 def _visit(ctx: CheckContext, name: str, path: tuple[str, ...], frozen: bool, stack: list[str],
@@ -424,7 +431,7 @@ def gradient_reads(e: ir.Expr, gradient_only: bool = True) -> set[tuple[str, ...
     `stop-gradient`, a report's value, or a value of integer or bool dtype (`argmax`, a
     comparison, a cast to an integer)."""
     found: set[tuple[str, ...]] = set()
-    stack: list[tuple[ir.Expr, tuple[str, tuple[str, ...]] | None]] = [(e, None)]
+    stack: list[tuple[ir.Expr, tuple[str, tuple[str, ...], dict] | None]] = [(e, None)]
     while stack:
         n, here = stack.pop()
         if gradient_only:
@@ -434,10 +441,12 @@ def gradient_reads(e: ir.Expr, gradient_only: bool = True) -> set[tuple[str, ...
                 continue
         if isinstance(n, ir.GetF) and here is not None and isinstance(n.obj, ir.Var) and n.obj.name == here[0]:
             found.add(here[1] + (n.key,))
+            if n.key in here[2]:   # a LoRA target: its adapters are read with it
+                found |= {here[1] + (n.key + ".lora-a",), here[1] + (n.key + ".lora-b",)}
             continue
         if isinstance(n, ir.ModelCall):
             stack.extend((a, here) for a in n.args)
-            stack.extend((b, (n.self_name, n.path)) for b in n.body)
+            stack.extend((b, (n.self_name, n.path, dict(n.adapters))) for b in n.body)
             continue
         stack.extend((c, here) for c in ir.children(n))
     return found

@@ -34,7 +34,7 @@ from .context import CheckContext
 from .keywords import const_value
 
 #: The keywords the one form takes besides `:pretrained`.
-ONE_FORM_KEYS = ("pretrained", "frozen", "remat")
+ONE_FORM_KEYS = ("pretrained", "frozen", "remat", "lora")
 #: The keywords that make a `defmodel` a written-out model.
 WRITTEN_OUT = ("params", "apply", "entries")
 
@@ -153,8 +153,8 @@ def expand(ctx: CheckContext, f: ListNode) -> list[ListNode] | None:
     pairs = list(zip(f.items[2::2], f.items[3::2]))
     for kw, _ in pairs:
         if not isinstance(kw, Kw) or kw.name not in ONE_FORM_KEYS:
-            ctx.err("E-FORM-002", kw.span, "a model made from its checkpoint takes `:pretrained`, `:frozen` and "
-                    "`:remat`", help="write the model out to change its parts (docs/checkpoints.md)")
+            ctx.err("E-FORM-002", kw.span, "a model made from its checkpoint takes `:pretrained`, `:frozen`, "
+                    "`:remat` and `:lora`", help="write the model out to change its parts (docs/checkpoints.md)")
             return None
     if len(f.items) % 2:
         ctx.err("E-FORM-002", f.items[-1].span, f"`:{getattr(f.items[-1], 'name', '')}` has no value")

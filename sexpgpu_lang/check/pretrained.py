@@ -23,6 +23,7 @@ cache (hf_cache.py). Never JAX.
 """
 from __future__ import annotations
 
+import errno
 import os
 
 from .. import ir
@@ -210,7 +211,7 @@ def check_pretrained(ctx: CheckContext) -> None:
         record = ir.PretrainedIR(prefix, full, tuple((r, src) for _, r, src, _ in todo), file_dtype, name,
                                  names is not None)
         current = label.split("`")[1] if label.startswith("the mapping `") else None
-        if not ctx.read_files or (ctx.read_files == LOCAL and not os.path.exists(full)):
+        if not ctx.read_files or (ctx.read_files == LOCAL and not _on_this_machine(full)):
             ctx.pretrained_files.append(record)
         elif _compare(ctx, name, rel, full, base, todo, names is not None, file_dtype, node, current):
             ctx.pretrained_files.append(record)
@@ -312,6 +313,21 @@ def _depth_summary(todo, header: dict, wrong: dict, rel: str) -> tuple[str, str]
             "in it",
             f"repeat the block {k} times, or bind the count from the checkpoint: "
             f"`(def layers (checkpoint-config \"{rel}\" :layers))`")
+
+
+def _on_this_machine(full: str) -> bool:
+    """Whether the checkpoint path `full` is something on this machine that the server compares (it
+    leaves a path that is not there to the machine that runs the file): there, or a symbolic link
+    that leads back to itself, which no machine can read (`run` refuses it, E-MODEL-003)."""
+    if os.path.exists(full):
+        return True
+    try:
+        os.stat(full)
+    except OSError as e:
+        return e.errno == errno.ELOOP
+    except ValueError:
+        return False
+    return False
 
 
 def _other_mapping(header: dict, current: str | None) -> str | None:

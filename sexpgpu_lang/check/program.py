@@ -20,7 +20,15 @@ def program(ctx: CheckContext, gen: ir.GenerateIR | None, prepare: ir.Phase | No
                       objective, passes, ctx.run_ir, identity(ctx.parsed), stackable,
                       all_reports(objective.body, "metric"), all_reports(objective.body, "diagnostic"),
                       ctx.counter_names, tuple(ctx.stages), tuple(ctx.pretrained_files), ctx.src.text,
-                      identity(ctx.parsed, apart_from_steps=True), stated_settings(ctx))
+                      identity(ctx.parsed, apart_from_steps=True), adapters=_adapters(ctx),
+                      settings=stated_settings(ctx))
+
+
+def _adapters(ctx: CheckContext) -> tuple[ir.AdapterIR, ...]:
+    """The LoRA adapters check/lora.py added, for the runtime's export."""
+    return tuple(ir.AdapterIR(path, k, ctx.reachable[model], lora.rank, lora.alpha, lora.rslora,
+                                 lora.pretrained)
+                 for path, k, lora, model in ctx.lora_params)
 
 
 def all_reports(e: ir.Expr, kind: str) -> tuple[str, ...]:

@@ -167,7 +167,7 @@ def top_samples(ctx: CheckContext, train: ir.LoaderIR | None, gen: ir.GenerateIR
                         help=f"give the prompt's length, less than {t.shape[1]}")
                 ok = False
                 continue
-            if rows is not None and t.shape and rows > t.shape[0]:
+            if "rows" in kws and rows is not None and t.shape and rows > t.shape[0]:   # (the default: as many as there are)
                 ctx.err("E-SAMPLE-003", kws["rows"][1].span, f"`:rows {rows}` is more than the {t.shape[0]} rows "
                         f"of `:{kw.name}` ({t.show()})", help=f"ask for at most {t.shape[0]} rows")
                 ok = False

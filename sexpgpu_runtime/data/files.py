@@ -12,7 +12,7 @@ import re
 
 import numpy as np
 
-from sexpgpu_lang.bounded_read import NotRegularFile, describe_mode, open_regular
+from sexpgpu_lang.bounded_read import NotRegularFile, no_regular_match, open_regular
 from sexpgpu_lang.ir import LoaderIR
 
 from ..errors import LoaderError
@@ -36,21 +36,6 @@ def first_nonfinite(arr: np.ndarray) -> tuple[int, ...] | None:
         return None
     bad = ~np.isfinite(arr.astype(np.float32) if arr.dtype.itemsize < 4 else arr)
     return tuple(int(i) for i in np.argwhere(bad)[0]) if bad.any() else None
-
-
-def is_text(data: bytes) -> bool:
-    """Whether `data` (a file, or its first bytes) reads as UTF-8 text: no NUL byte, and valid
-    UTF-8 but for a character the cut at the end may have split."""
-    if b"\0" in data:
-        return False
-    for cut in range(4):
-        try:
-            data[:len(data) - cut].decode("utf-8")
-            return True
-        except UnicodeDecodeError as e:
-            if e.start < len(data) - 4:
-                return False
-    return False
 
 
 _VAR = re.compile(r"\$(?:(\w+)|\{([^}]*)\})")
@@ -100,12 +85,7 @@ def glob_files(pattern: str, where: str) -> list[str]:
     files = [f for f in matches if os.path.isfile(f)]
     if files:
         return files
-    for f in matches:
-        try:
-            mode = os.stat(f).st_mode
-        except OSError:   # a dangling link: as if nothing matched
-            continue
-        which = "" if f == pattern else f" ({pattern} matches it)"
-        raise LoaderError(f"{where}: cannot read {f}{which}: it is {describe_mode(mode)}, not a regular file; "
-                          "name regular files")
+    why = no_regular_match(pattern, matches)
+    if why is not None:
+        raise LoaderError(f"{where}: {why}")
     raise LoaderError(f"{where}: no file matches {pattern}")

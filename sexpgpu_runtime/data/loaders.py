@@ -31,11 +31,13 @@ from tokenize import TokenError
 
 import numpy as np
 
+from sexpgpu_lang.bounded_read import is_text
 from sexpgpu_lang.ir import LoaderIR
-from sexpgpu_lang.prompt_rows import no_field
+from sexpgpu_lang.prompt_rows import no_field, not_an_npz, record_mismatch
+from sexpgpu_lang.text_tokens import fewer_than_a_batch
 
 from ..errors import LoaderError
-from .files import first_nonfinite, glob_files, is_text, np_dtype, open_data, resolve_path
+from .files import first_nonfinite, glob_files, np_dtype, open_data, resolve_path
 from .prompt_files import prompt_table
 from .token_files import permuted, widens
 from .token_loaders import token_windows
@@ -75,12 +77,9 @@ class Loader:
         self.where = _source_name(spec)
         self.source = open_records(spec, seed)
         self.records = self.source.records
-        if self.records < spec.batch:
-            # An epoch shorter than a batch would repeat records within every batch.
-            unit = "window" if self.source.permuted else "record"
-            raise LoaderError(f"{self.where} has {self.records} {unit}{'s' if self.records != 1 else ''}, "
-                              f"fewer than one batch of {spec.batch}; give it at least {spec.batch} {unit}s, "
-                              "or lower `:batch`" + (" or `:seq`" if self.source.permuted else ""))
+        short = fewer_than_a_batch(self.records, spec.batch, "window" if self.source.permuted else "record")
+        if short is not None:   # an epoch shorter than a batch would repeat records within every batch
+            raise LoaderError(f"{self.where} {short[0]}; {short[1]}")
         self._perms: dict[int, np.ndarray] = {}
 
     def _perm(self, epoch: int) -> np.ndarray:
@@ -164,12 +163,11 @@ def _check_table(spec: LoaderIR, table: dict[str, np.ndarray]) -> None:
         if name not in table:
             raise LoaderError(f"{where}: the data have no field `{name}` (they have {', '.join(sorted(table)) or 'nothing'})")
         arr = table[name]
-        if tuple(arr.shape[1:]) != tuple(shape):
-            raise LoaderError(f"{where}: field `{name}` has records of shape [{' '.join(map(str, arr.shape[1:]))}], "
-                              f"the declaration says [{' '.join(map(str, shape))}]")
+        if tuple(arr.shape[1:]) != tuple(shape) or (np.dtype(arr.dtype) != np.dtype(np_dtype(dtype))
+                                                    and not widens(np.dtype(arr.dtype).name, dtype)):
+            why = record_mismatch(name, arr.shape[1:], np.dtype(arr.dtype).name, shape, dtype)
+            raise LoaderError(f"{where}: " + (why or f"field `{name}` has dtype {arr.dtype}, the declaration says {dtype}"))
         if np.dtype(arr.dtype) != np.dtype(np_dtype(dtype)):
-            if not widens(np.dtype(arr.dtype).name, dtype):
-                raise LoaderError(f"{where}: field `{name}` has dtype {arr.dtype}, the declaration says {dtype}")
             table[name] = arr.astype(np_dtype(dtype))
         _check_finite(where, name, table[name])
 
@@ -213,17 +211,9 @@ def _npz(spec: LoaderIR, args: dict) -> dict[str, np.ndarray]:
     where = f"loader `{spec.name}`"
     with open_data(path, where) as fh:
         head = fh.read(4096)
-    if not head:
-        raise LoaderError(f"{where}: {path} is empty; write its fields with np.savez")
-    if head.startswith(b"\x93NUMPY"):
-        raise LoaderError(f"{where}: {path} is a .npy file (one array, no field names), not an .npz; read a token "
-                          f"stream with `(tokens \"{args.get('path')}\" :seq S)`, or save named fields with np.savez")
-    if not head.startswith(b"PK"):
-        if is_text(head):
-            raise LoaderError(f"{where}: {path} is a text file, not an .npz; read text with `(text-tokens ...)` or "
-                              "`(text-bytes ...)`, or save arrays with np.savez")
-        raise LoaderError(f"{where}: {path} is not an .npz (no zip header); a raw token file such as nanoGPT's .bin is "
-                          f"read with `(tokens \"{args.get('path')}\" :dtype :uint16 :seq S)`")
+    why = not_an_npz(head, path, str(args.get("path")))
+    if why is not None:
+        raise LoaderError(f"{where}: {why}")
     try:
         with np.load(path, allow_pickle=False) as data:
             files = list(data.files)

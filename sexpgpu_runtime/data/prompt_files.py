@@ -26,7 +26,7 @@ import numpy as np
 
 from sexpgpu_lang.bounded_read import (JSONL_LINE_LIMIT, BadJsonlRow, NotRegularFile, check_regular, jsonl_rows,
                                        read_lines_bounded)
-from sexpgpu_lang.prompt_rows import PromptRows, derived, value_column
+from sexpgpu_lang.prompt_rows import PromptRows, derived, outside_vocab, unreadable_parquet, value_column
 from sexpgpu_lang.ir import LoaderIR
 
 from .files import first_nonfinite, np_dtype, open_data, resolve_path
@@ -84,8 +84,7 @@ def prompt_table(spec: LoaderIR, args: dict) -> dict[str, np.ndarray]:
         over = real & ((table[name] >= int(vocab)) | (table[name] < 0)) if vocab is not None else None
         if over is not None and over.any():
             row = int(np.argmax(over.any(axis=1)))
-            raise LoaderError(f"{at(name, row)}: `{name}` has token {int(table[name][row][over[row]][0])}, outside "
-                              f"`:vocab {vocab}`; raise `:vocab` to the model's vocabulary, or tokenize with its tokenizer")
+            raise LoaderError(f"{at(name, row)}: {outside_vocab(name, int(table[name][row][over[row]][0]), int(vocab))}")
     for name, shape, dtype in spec.fields:
         base = _derived(name, declared)
         if base is None:
@@ -196,7 +195,6 @@ def _parquet(path: str, wanted: list[str], where: str):
     except NotRegularFile as e:
         raise LoaderError(f"{where}: cannot read {path}: {e}; name a regular file") from None
     except (pa.ArrowException, OSError) as e:
-        raise LoaderError(f"{where}: {path} is not a readable parquet file ({str(e).splitlines()[0]}); write it with "
-                          "pyarrow.parquet.write_table") from None
+        raise LoaderError(f"{where}: {unreadable_parquet(path, e)}") from None
     return ({n: table.column(n).to_pylist() for n in present}, list(schema.names),
             lambda name, row, column=True: f"{where}: row {row + 1} of column `{name}`")

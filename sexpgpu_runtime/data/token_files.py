@@ -32,11 +32,12 @@ from tokenize import TokenError
 
 import numpy as np
 
-from sexpgpu_lang.bounded_read import NotRegularFile, npy_dtype_mismatch, open_regular
+from sexpgpu_lang.bounded_read import NotRegularFile, npy_dtype_mismatch, npy_token_problem, open_regular
 
 from sexpgpu_lang.language import TOKEN_FILE_DTYPES
 
 from ..errors import TokenFileError
+from sexpgpu_lang.text_tokens import window_count
 
 #: The integer dtypes a token file may hold on disk (numpy's names, as nanoGPT's `np.uint16`).
 DISK_DTYPES = TOKEN_FILE_DTYPES
@@ -116,13 +117,9 @@ class TokenStream:
         offset, shape, stored = header.offset, header.shape, header.dtype
         del header
         name = np.dtype(stored).name
-        if stored.byteorder == ">" or name not in DISK_DTYPES:
-            raise TokenFileError(f"{path} holds {stored.str if stored.byteorder == '>' else name} values; a token file "
-                                 f"holds little-endian integer ids ({', '.join(DISK_DTYPES)}): convert it with "
-                                 "`a.astype(np.uint16)` or `np.uint32`")
-        if len(shape) != 1:
-            raise TokenFileError(f"{path} holds an array of shape [{' '.join(map(str, shape))}]; a token stream is "
-                                 "one-dimensional: save `a.reshape(-1)`, or read records already cut with `(npz ...)`")
+        problem = npy_token_problem(path, stored.str if stored.byteorder == ">" else name, tuple(shape), DISK_DTYPES)
+        if problem is not None:
+            raise TokenFileError(": ".join(problem))
         if dtype is not None and dtype != name:
             raise TokenFileError("; ".join(npy_dtype_mismatch(path, name, dtype)))
         return offset, name
@@ -263,7 +260,7 @@ class TokenWindows:
         self.seq = seq
         self.span = seq + (1 if len(fields) == 2 else 0)
         self.stride = stride
-        self.records = (len(stream) - self.span) // stride + 1 if len(stream) >= self.span else 0
+        self.records = window_count(len(stream), self.span, stride)
 
     def take(self, idx: np.ndarray) -> dict[str, np.ndarray]:
         """The windows at record indices `idx`, one array per field."""

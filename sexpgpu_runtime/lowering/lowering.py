@@ -418,6 +418,8 @@ class _Lowering(ir.Interpreter):
     def model_self(self, e: ir.ModelCall, params, args: list):
         for k in e.path:
             params = params[k]
+        if e.adapters:
+            params = adapted(params, e.adapters)
         if e.compute_dtype:
             params = _cast_floats(params, e.compute_dtype)
             args = [_cast_floats(a, e.compute_dtype) for a in args]
@@ -488,6 +490,19 @@ def evaluate(e: ir.Expr, env: dict, fx: Effects):
     """Evaluate (trace) one IR expression with JAX. `env` maps binding names to values (and
     `ir.Interpreter.PARAMS` to the parameter tree, where `e` calls a model)."""
     return _Lowering(fx).eval(e, env)
+
+
+def adapted(me: dict, adapters) -> dict:
+    """A model's parameters with each LoRA target `KEY` read as `KEY + scale * (A @ B)`, A and B its
+    adapters `KEY.lora-a` `[in r]` and `KEY.lora-b` `[r out]` (check/lora.py), the product reshaped
+    to KEY's shape and cast to its dtype: the adapters merged into the weight for this call (the
+    base itself is not changed). The gradient reaches A and B through the product."""
+    out = dict(me)
+    for key, scale in adapters:
+        w, a, b = me[key], me[key + ".lora-a"], me[key + ".lora-b"]
+        delta = jnp.matmul(a, b, preferred_element_type=jnp.float32) * jnp.float32(scale)
+        out[key] = w + delta.reshape(w.shape).astype(w.dtype)
+    return out
 
 
 def _nest(path: tuple, sub) -> dict:

@@ -16,6 +16,7 @@ from sexpgpu_lang import ir
 from sexpgpu_lang.bounded_read import open_regular
 from sexpgpu_lang.name_mapping import stdlib_names
 
+from ..weights.export_files import MANIFEST, holds_export
 from ..weights.pretrained import export_mapping
 from ..paths import check_output_file
 from ..errors import OptionError, PathProblem, RunError
@@ -35,6 +36,7 @@ class RunOptions:
     quiet: bool = False
     export: Path | None = None
     export_frozen: bool = False    # `--export-frozen`: the frozen parameters too
+    export_adapter: bool = False   # `--export-adapter`: the LoRA adapters alone, in PEFT's layout
     export_names: str | None = None   # `--export-names gpt2` (or a model of the file with `:names`): the HF layout, through that mapping
     max_shard_bytes: int = 5 * 10**9  # `--max-shard-size`: shards of that export above this size
     resume: bool = False
@@ -43,6 +45,31 @@ class RunOptions:
     fsdp: bool | None = None       # `--fsdp`/`--no-fsdp`: split parameters and optimizer state (else `:shard-params`)
     trip_loop: str | None = None   # `--trip-loop`: "host" (None) or "compiled" (generator_graphs.TRIP_LOOPS)
     compile_cache: str | None = None   # `--compile-cache DIR|off`: JAX's persistent cache (compile_cache.py)
+
+
+def check_adapter_export(program: ir.Program, options: RunOptions) -> None:
+    """OptionError, before training, for `--export-adapter` without `--export DIR`, beside
+    `--export-names`, in a run without `:lora`, or with adapters PEFT's layout cannot name."""
+    from ..errors import CheckpointError
+    from ..weights.lora import adapter_modules, peft_config
+    if options.export is None:
+        raise OptionError("--export-adapter says what --export writes; give --export DIR too")
+    if options.export_names is not None:
+        raise OptionError("--export-adapter writes the adapters alone and --export-names the merged model; give one")
+    if not program.adapters:
+        raise OptionError("--export-adapter: the run has no LoRA adapters (give a model `:lora`)")
+    try:
+        adapter_modules(program)
+        peft_config(program)
+    except CheckpointError as e:
+        raise OptionError(f"--export-adapter: {e}")
+    if options.export.exists() and not options.export.is_dir():
+        raise OptionError(f"cannot write {options.export}: an export in PEFT's layout is a directory")
+    try:
+        check_output_file(options.export / "adapter_model.safetensors")
+    except PathProblem as e:
+        if options.export.is_dir() or not options.export.parent.is_dir():
+            raise OptionError(str(e))
 
 
 def check_options(program: ir.Program, options: RunOptions) -> None:
@@ -55,12 +82,13 @@ def check_options(program: ir.Program, options: RunOptions) -> None:
         raise OptionError("--resume continues the run in the run dir and --overwrite starts it over; give one")
     if options.export_frozen and options.export is None:
         raise OptionError("--export-frozen says what --export writes; give --export PATH too")
+    if options.export_adapter:
+        check_adapter_export(program, options)
     if options.export_names is not None and options.export is not None:
-        if options.export.is_dir() and any(options.export.iterdir()) and not any(
-                (options.export / n).is_file() for n in ("model.safetensors", "model.safetensors.index.json")):
+        if options.export.is_dir() and any(options.export.iterdir()) and not holds_export(options.export):
             raise OptionError(f"cannot write {options.export}: it is a directory that holds no export (no "
-                              "model.safetensors or index), and an export replaces what is there; give a new or an "
-                              "earlier export's directory")
+                              f"{MANIFEST}, model.safetensors or index), and an export writes its files there; give "
+                              "a new or an earlier export's directory")
     if options.export_names is not None:
         found = export_mapping(program, options.export_names)
         if found is None:
@@ -80,8 +108,10 @@ def check_options(program: ir.Program, options: RunOptions) -> None:
                               + f" are all read from tensor `{tensor}`, so an export would write it "
                               f"{len(whom)} times with different values ({where}); export through a mapping that "
                               "names a tensor of its own for each (an untied model's `lm_head.weight`: `:names :llama`)")
-        have = {".".join(p.path) for p in program.params if options.export_frozen or not p.frozen}
-        trainable = {".".join(p.path) for p in program.params if not p.frozen}
+        lora = bool(program.adapters)   # the merged model: the frozen base, each adapter folded into it
+        have = {".".join(p.path) for p in program.params if options.export_frozen or lora or not p.frozen}
+        trainable = {".".join(p.path) for p in program.params if (lora or not p.frozen)
+                     and not p.path[-1].endswith((".lora-a", ".lora-b"))}
         wrong = sorted(set(names) - have) or sorted(trainable - set(names))
         if wrong:
             why = "is not a parameter of the model" if wrong[0] in set(names) - have else "has no entry in it"
@@ -93,7 +123,7 @@ def check_options(program: ir.Program, options: RunOptions) -> None:
         except PathProblem as e:
             if options.export.is_dir() or not options.export.parent.is_dir():
                 raise OptionError(str(e))
-    elif options.export is not None:
+    elif options.export is not None and not options.export_adapter:
         if options.export.exists() and not options.export.is_dir() and not _is_safetensors(options.export):
             raise OptionError(f"cannot write {options.export}: it exists and is not a safetensors file (an earlier "
                               "export), and an export replaces it; give a new path, or remove the file first")

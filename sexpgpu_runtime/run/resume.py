@@ -23,7 +23,7 @@ import jax
 import numpy as np
 
 from .checkpoint import Checkpoints
-from ..errors import RunFinished
+from ..errors import RunError, RunFinished
 
 
 def last_logged_step(path: Path) -> int | None:
@@ -55,25 +55,26 @@ def _everywhere(value: int | None) -> int | None:
 
 def export_written(export: Path, metrics: Path) -> bool:
     """Whether `export` (a `--export` path: a safetensors file, or a directory in the Hugging Face
-    layout) holds an export written after the last row of `metrics`, as the export of the run's
-    last step is (it is written after its checkpoint, whose row comes first): an export is
-    published whole (a temporary file renamed), so one that is there is complete, and one older than
-    the rows is an earlier run's. False when it is absent."""
+    layout or PEFT's, `--export-adapter`) holds the complete export of the run's last step, written after the last row of `metrics`
+    (the export is written after its checkpoint, whose row comes first; one older than the rows is an
+    earlier run's). A file is published whole (a temporary file renamed), so one that is there is
+    complete; a directory is complete when its manifest says so and every file it lists is there
+    (weights/export_files.py `is_complete`: the tokenizer and config.json too), so a cut export is
+    not. False when it is absent."""
+    from ..weights.export_files import is_complete
     export = Path(export)
-    candidates = ([export / "model.safetensors", export / "model.safetensors.index.json"] if export.is_dir()
-                  else [export])
     try:
         rows = metrics.stat().st_mtime_ns
     except OSError:
         rows = None
-    for p in candidates:
+    if export.is_dir():
+        at = is_complete(export)
+    else:
         try:
-            st = p.stat()
+            at = export.stat().st_mtime_ns if export.is_file() else None
         except OSError:
-            continue
-        if p.is_file() and (rows is None or st.st_mtime_ns >= rows):
-            return True
-    return False
+            at = None
+    return at is not None and (rows is None or at >= rows)
 
 
 def refuse_finished(store: Checkpoints | None, metrics: Path, run_dir: Path, total: int,
@@ -82,8 +83,10 @@ def refuse_finished(store: Checkpoints | None, metrics: Path, run_dir: Path, tot
     leaves at its end is there: by its newest checkpoint or by the last row of `metrics` (`store`
     None: no checkpoint dir, by the rows alone). A run with `:checkpoint` (`every`) has finished
     only when its checkpoint of step `total` or later is complete, and one given `--export`
-    (`export`) only when that export was written (`export_written`): a run whose last checkpoint
-    or export could not be written (a full disk, a kill while writing) is resumed, to write them.
+    (`export`) only when that export was written whole (`export_written`): a run whose last checkpoint
+    or export could not be written (a full disk, a kill while writing) is resumed, to write them. A
+    finished run whose export is missing and that saved no checkpoint to write it from is a RunError
+    (one line: why nothing can be written, and how to get the export).
     Nothing when the newest checkpoint is another run's (start.py then refuses it). Reads only;
     writes nothing.
 
@@ -99,9 +102,13 @@ def refuse_finished(store: Checkpoints | None, metrics: Path, run_dir: Path, tot
         return
     if every is not None and (saved is None or saved < total):
         return   # its last checkpoint is missing: the resume trains from the newest one and writes it
-    if export is not None and saved is not None and not _everywhere(
+    if export is not None and not _everywhere(
             int(export_written(export, metrics)) if jax.process_index() == 0 else None):
-        return   # its export is missing: the resume restores the last checkpoint and writes it
+        if saved is not None:
+            return   # its export is missing: the resume restores the last checkpoint and writes it
+        raise RunError(f"cannot write the export {export}: the run in {run_dir} has trained {done} steps but saved no "
+                       "checkpoint to export from; to get the export, start it over with `--overwrite --export "
+                       f"{export}`; nothing was changed")
     if done == total:
         what = f"the run in {run_dir} finished at step {done} of {done}"
     else:

@@ -97,6 +97,10 @@ class RunStart:
         if not self.options.quiet and (everywhere or jax.process_index() == 0):
             print(line, file=sys.stderr, flush=True)
 
+    def say(self, line: str) -> None:
+        """Print one line of the run's to stderr (process 0's, unless quiet)."""
+        self._say(line)
+
     def say_dropped(self, dropped: list[int], step: int, path: Path, again: str = "trained and logged again") -> None:
         """The one line of a resume that dropped rows past checkpoint `step` from `path` (resume.dropped_line)."""
         self._say(dropped_line(dropped, step, path, again), everywhere=True)

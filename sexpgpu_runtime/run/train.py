@@ -31,7 +31,7 @@ from ..lowering.context import context_row
 from ..lowering.finite_check import first_nonfinite_op
 from ..lowering.graphs import Graphs
 from ..weights.optim import learning_rate, make_optimizer
-from ..weights.hf_export import write_config, write_tokenizer
+from ..weights.hf_export import export_extras
 from ..weights.params import init_params
 from ..weights.pretrained import export_mapping, export_params, initial_params, nonfinite_param
 from .batches import Batches
@@ -407,12 +407,14 @@ def _run(start: RunStart, program: ir.Program, options: RunOptions, on_trip) -> 
     jax.block_until_ready(state.trainable)
     seconds = time.perf_counter() - t0
     if options.export is not None:
-        export_params(options.export, state.trainable, state.frozen, options.export_frozen,
-                      export_mapping(program, options.export_names)[0] if options.export_names else None,
-                      options.max_shard_bytes)
-        if options.export_names and jax.process_index() == 0:   # config.json and the tokenizer beside the shards
-            write_config(program, options.export, options.export_names)
-            write_tokenizer(program, options.export)
+        mapped = options.export_names is not None   # then config.json and the tokenizer beside the shards, one export
+        left = export_params(options.export, state.trainable, state.frozen, options.export_frozen,
+                             export_mapping(program, options.export_names)[0] if mapped else None,
+                             options.max_shard_bytes,
+                             export_extras(program, options.export_names) if mapped and jax.process_index() == 0 else (),
+                             str(options.run_dir.resolve()), program, options.export_adapter)
+        if left is not None:
+            start.say(left)
     feed = trainer.batches.feed
     data = feed.stats() if feed is not None else {"batches": 0, "read_s": 0.0, "wait_s": 0.0}
     return RunResult(state.trainable, state.frozen, history, dict(trainer.graphs.traces), seconds, trainer.steps,

@@ -35,7 +35,6 @@ from sexpgpu_lang.name_mapping import child_shape, layer_name, leaf, patterned, 
 from ..dtypes import jdt
 from ..errors import RunError
 from .params import set_path
-from ..paths import publish
 
 
 def forward(expr: tuple, tensor: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
@@ -303,13 +302,15 @@ def mapped_tensors(names: dict[str, tuple], values: dict[str, np.ndarray]) -> di
 
 
 def export_mapped(path: Path, names: dict[str, tuple], values: dict[str, np.ndarray],
-                  max_shard_bytes: int = 5 * 10**9) -> list[Path]:
+                  max_shard_bytes: int = 5 * 10**9, extra: list = (), run: str | None = None):
     """Write `values` through the mapping `names`, inverted, into the directory `path` in Hugging Face's
     layout: `model.safetensors`, or shards `model-0000k-of-0000n.safetensors` of at most `max_shard_bytes`
-    each (a tensor larger than that has a shard of its own) and `model.safetensors.index.json`. Each file
-    is written under a temporary name and renamed into place; the files an earlier export left that this
-    one does not write are removed. Returns the files written."""
+    each (a tensor larger than that has a shard of its own) and `model.safetensors.index.json`; then the
+    files of `extra` ((name, writer) pairs: config.json, the tokenizer). The whole is one export
+    (export_files.write_export: a manifest, each file renamed into place, an earlier export replaced
+    file by file). Returns its `Written`."""
     from safetensors.numpy import save_file
+    from .export_files import write_export
     tensors_out = mapped_tensors(names, values)
     shards: list[dict[str, np.ndarray]] = [{}]
     size = 0
@@ -319,27 +320,12 @@ def export_mapped(path: Path, names: dict[str, tuple], values: dict[str, np.ndar
             size = 0
         shards[-1][name] = t
         size += t.nbytes
-    path = Path(path)
-    try:
-        path.mkdir(parents=False, exist_ok=True)
-        files = ([SINGLE] if len(shards) == 1 else
-                 [f"model-{k + 1:05d}-of-{len(shards):05d}.safetensors" for k in range(len(shards))])
-        written = []
-        for fname, shard in zip(files, shards):
-            tmp = path / f".{fname}.tmp"
-            save_file(shard, str(tmp), metadata={"format": "pt"})
-            publish(tmp, path / fname)
-            written.append(path / fname)
-        if len(shards) > 1:
-            index = {"metadata": {"total_size": int(sum(t.nbytes for t in tensors_out.values()))},
-                     "weight_map": {name: fname for fname, shard in zip(files, shards) for name in shard}}
-            tmp = path / f".{INDEX}.tmp"
-            tmp.write_text(json.dumps(index, indent=2) + "\n", encoding="utf-8")
-            publish(tmp, path / INDEX)
-            written.append(path / INDEX)
-        for old in os.listdir(path):
-            if old.startswith("model") and (old.endswith(".safetensors") or old == INDEX) and path / old not in written:
-                (path / old).unlink()
-    except Exception as e:  # safetensors raises its own error types besides OSError
-        raise RunError(f"cannot write {path}: {e.strerror if isinstance(e, OSError) and e.strerror else e}")
-    return written
+    files = ([SINGLE] if len(shards) == 1 else
+             [f"model-{k + 1:05d}-of-{len(shards):05d}.safetensors" for k in range(len(shards))])
+    writers = [(fname, lambda tmp, shard=shard: save_file(shard, str(tmp), metadata={"format": "pt"}))
+               for fname, shard in zip(files, shards)]
+    if len(shards) > 1:
+        index = {"metadata": {"total_size": int(sum(t.nbytes for t in tensors_out.values()))},
+                 "weight_map": {name: fname for fname, shard in zip(files, shards) for name in shard}}
+        writers.append((INDEX, lambda tmp: Path(tmp).write_text(json.dumps(index, indent=2) + "\n", encoding="utf-8")))
+    return write_export(Path(path), writers + list(extra), run)

@@ -58,11 +58,13 @@ def set_path(tree: dict, path: tuple, value) -> None:
 def init_params(params: tuple[ParamIR, ...], seed: int, skip: tuple[tuple[str, ...], ...] = ()) -> tuple[dict, dict]:
     """(trainable, frozen) trees of freshly initialised parameters. The leaves below a path in
     `skip` (the `:pretrained` models', which a checkpoint fills: pretrained.initial_params) are
-    not drawn: their places hold None, for hf_layout.load_mapped to fill. Each leaf's key is its
+    not drawn: their places hold None, for hf_layout.load_mapped to fill; but a LoRA adapter's
+    (`KEY.lora-a`, `KEY.lora-b`), which no checkpoint of the base holds, is. Each leaf's key is its
     own place's, so skipping some leaves leaves the others' bits as they are. A `:copy` leaf is its
     drawn source's value in a buffer of its own, or None where a checkpoint fills the source
     (`fill_copies` copies it once it is read)."""
-    drawn = [p for p in params if p.copy_of is None and not any(p.path[:len(s)] == s for s in skip)]
+    drawn = [p for p in params if p.copy_of is None and not (any(p.path[:len(s)] == s for s in skip)
+                                                             and not p.path[-1].endswith((".lora-a", ".lora-b")))]
     # One graph draws them all (one compile, kept by the persistent cache), not one per op and shape.
     values = jax.jit(lambda: [init_leaf(p, jax.random.key(seed)) for p in drawn])() if drawn else []
     trainable: dict = {}

@@ -12,10 +12,12 @@ import train.py.
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from pathlib import Path
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from sexpgpu_lang import ir
@@ -23,8 +25,10 @@ from sexpgpu_lang.name_mapping import layer_name, leaf, patterned
 
 from .hf_layout import export_mapped, load_mapped
 from ..data.files import first_nonfinite
+from ..dtypes import jdt
 from ..errors import RunError
-from .params import fill_copies, flatten, init_params, merge
+from .lora import export_adapter, load_adapter, merged
+from .params import fill_copies, flatten, init_params, merge, set_path
 from ..paths import publish
 
 
@@ -52,6 +56,7 @@ def frozen_params(program: ir.Program, seed: int) -> dict:
     for spec in program.pretrained:
         if any(spec.fills(p.path) for p in needed):
             load_mapped(spec, needed, {False: starts, True: frozen})
+    load_adapters(program, {True: frozen}, frozen_only=True)
     fill_copies(needed, merge(starts, frozen), frozen)
     return frozen
 
@@ -88,6 +93,26 @@ def load_pretrained(program: ir.Program, trainable: dict, frozen: dict) -> None:
     """
     for spec in program.pretrained:
         load_mapped(spec, program.params, {False: trainable, True: frozen})
+    load_adapters(program, {False: trainable, True: frozen})
+
+
+def load_adapters(program: ir.Program, trees: dict[bool, dict], frozen_only: bool = False) -> None:
+    """The LoRA adapters whose `:lora` has `:pretrained` (a directory in PEFT's layout) read into
+    `trees[p.frozen]` at their places (only the frozen ones with `frozen_only`), replacing their
+    initial values. RunError naming the file and the tensor (lora.load_adapter)."""
+    from ..errors import CheckpointError
+    by_name = {".".join(p.path): p for p in program.params}
+    for directory in dict.fromkeys(ad.pretrained for ad in program.adapters if ad.pretrained):
+        try:
+            values = load_adapter(dataclasses.replace(
+                program, adapters=tuple(ad for ad in program.adapters if ad.pretrained == directory)), directory)
+        except CheckpointError as e:
+            raise RunError(str(e))
+        for name, value in values.items():
+            p = by_name[name]
+            if frozen_only and not p.frozen:
+                continue
+            set_path(trees[p.frozen], p.path, jnp.asarray(value, dtype=jdt(p.dtype)))
 
 
 def export_mapping(program: ir.Program, name: str) -> tuple[dict[str, tuple], str] | None:
@@ -104,14 +129,20 @@ def export_mapping(program: ir.Program, name: str) -> tuple[dict[str, tuple], st
 
 
 def content_hashes(program: ir.Program) -> dict[str, str]:
-    """The SHA-256 of every file each `:pretrained` checkpoint reads (index and shards), by path."""
+    """The SHA-256 of every file each `:pretrained` checkpoint reads (index and shards), and each
+    adapter directory of `:lora`'s `:pretrained` (adapter_model.safetensors, adapter_config.json), by path."""
     from sexpgpu_lang.checkpoint_files import SourceError, files
     out = {}
-    for spec in program.pretrained:
-        try:
-            paths = files(spec.path)
-        except SourceError as e:
-            raise RunError(f"cannot use {spec.path}: " + (f"{e.file}: " if e.file != spec.path else "") + str(e))
+    adapters = [str(Path(d) / name) for d in dict.fromkeys(ad.pretrained for ad in program.adapters if ad.pretrained)
+                for name in ("adapter_model.safetensors", "adapter_config.json")]
+    for spec in [*program.pretrained, *adapters]:
+        if isinstance(spec, str):
+            paths = [spec]
+        else:
+            try:
+                paths = files(spec.path)
+            except SourceError as e:
+                raise RunError(f"cannot use {spec.path}: " + (f"{e.file}: " if e.file != spec.path else "") + str(e))
         for path in paths:
             h = hashlib.sha256()
             try:
@@ -136,11 +167,18 @@ def _gathered(trainable: dict, frozen: dict):
 
 
 def export_params(path: Path, trainable: dict, frozen: dict, include_frozen: bool = False,
-                  names: dict | None = None, max_shard_bytes: int = 5 * 10**9) -> None:
+                  names: dict | None = None, max_shard_bytes: int = 5 * 10**9, extra: list = (),
+                  run: str | None = None, program: ir.Program | None = None, adapter: bool = False) -> str | None:
     """Write the trainable parameters (and the frozen ones too with `include_frozen`) to a
     .safetensors file, each named by its path below the root model joined with `.`; or, with a
     mapping `names` (parameter path -> source), into the directory `path` in the Hugging Face
-    layout (hf_layout.export_mapped: shards above `max_shard_bytes`, an index).
+    layout (hf_layout.export_mapped: shards above `max_shard_bytes`, an index), with the files of
+    `extra` ((name, writer) pairs: hf_export.export_extras) as one export of the run `run`
+    (export_files.write_export: finished or saying so, an earlier export replaced file by file).
+    Where `program` has LoRA adapters, that layout holds the merged model (each adapter folded into
+    its frozen base, lora.merged), and with `adapter` the directory gets the adapters alone in PEFT's
+    layout (lora.export_adapter, one export too). Returns the line naming the files such a directory
+    held that the export left, or None.
 
     A file is written beside `path` under a temporary name, then renamed into place with the
     permissions a new file gets (safetensors alone makes it 0600), so a failed write never
@@ -149,18 +187,25 @@ def export_params(path: Path, trainable: dict, frozen: dict, include_frozen: boo
     from safetensors.numpy import save_file
     got = _gathered(trainable, frozen)
     if got is None:
-        return
+        return None
     trainable, frozen = got
-    leaves = {**flatten(trainable), **(flatten(frozen) if include_frozen else {})}
+    lora = program is not None and bool(program.adapters)
+    leaves = {**flatten(trainable), **(flatten(frozen) if include_frozen or (lora and names is not None) else {})}
     tensors = {".".join(k): np.asarray(v) for k, v in leaves.items()}
+    if adapter:   # `--export-adapter`: PEFT's layout
+        return export_adapter(program, path, {".".join(k): np.asarray(v) for k, v in {**flatten(trainable),
+                                                                                        **flatten(frozen)}.items()},
+                              run)
+    if lora and names is not None:   # the merged model: each adapter folded into its frozen base
+        tensors = merged(program, tensors)
     if names is not None:
         missing = sorted(set(names) - set(tensors))
         if missing:
             raise RunError(f"cannot write {path} through the mapping: parameter `{missing[0]}` is "
                            + ("frozen (pass --export-frozen)" if missing[0] in {".".join(k) for k in flatten(frozen)}
                               else "not a parameter of the model"))
-        export_mapped(path, names, {k: v for k, v in tensors.items() if k in names}, max_shard_bytes)
-        return
+        return export_mapped(path, names, {k: v for k, v in tensors.items() if k in names}, max_shard_bytes,
+                             extra, run).left_line()
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp")
     try:
@@ -169,3 +214,4 @@ def export_params(path: Path, trainable: dict, frozen: dict, include_frozen: boo
     except Exception as e:  # safetensors raises its own error types besides OSError
         tmp.unlink(missing_ok=True)
         raise RunError(f"cannot write {path}: {e.strerror if isinstance(e, OSError) and e.strerror else e}")
+    return None

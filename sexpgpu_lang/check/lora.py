@@ -1,0 +1,234 @@
+"""LoRA adapters (`defmodel`'s `:lora`): low-rank adapters on named projections of a frozen model.
+
+`read_lora` reads the setting, `(:targets [:wq :wv] :rank 8 :alpha 16 :dropout 0.0 :rslora false)`,
+when the model is built; `add_adapters` runs once the parameters are collected and the
+`:pretrained` mappings read (check/models.py `collect_params`). For every parameter of the
+model, or of a model below it, whose key is a target, it adds two parameters beside it, named
+after it, trainable unless the model is `:frozen`; every other parameter of the model and the
+models below it (the base) is frozen:
+
+- `KEY.lora-a` `[in r]`, PEFT's `lora_A` transposed: drawn uniform in +-1/sqrt(in), which is
+  the bound of `torch.nn.init.kaiming_uniform_(a=sqrt(5))` that peft's default
+  `init_lora_weights=True` uses;
+- `KEY.lora-b` `[r out]`, PEFT's `lora_B` transposed: zeros, so the adapted model starts as the base.
+
+`in` is the parameter's first axis, or its first two where the model's `:pretrained` mapping
+splits the input into heads (`(split-heads ... :axis 0)`: Llama's `wo` `[N H D]`); `out` the
+product of the rest. Under a `(repeat block N)` both are stacked `[N ...]`. A model call then
+sees `KEY` as `KEY + scale * reshape(lora-a @ lora-b)` (`ir.ModelCall.adapters`), `scale` being
+`alpha / r` (`alpha / sqrt(r)` with `:rslora true`, as peft's `use_rslora`). With `:pretrained
+"dir"` the adapters start from a directory in PEFT's layout (`adapter_model.safetensors`, read by
+the runtime: sexpgpu_runtime/weights/lora.py) instead of their initialisation.
+
+A `:copy` of a model with `:lora` is its base (`call_base`): its calls with no adapter applied, on
+the frozen base in place, with no parameters of its own.
+
+E-MODEL-008: a target no parameter has, a rank past the matrix (`r > min(in, out)`), a
+`:dropout` other than 0 (the adapters are applied to the weight, where dropout on the input
+cannot be), a target adapted by two `:lora`s, a setting out of its range, and with the files
+read a `:pretrained` directory without adapter_config.json. Imports nothing outside
+`sexpgpu_lang`; never JAX.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+
+from .. import ir
+from ..syntax import Kw, ListNode, Node, VecNode
+from .context import CheckContext, near_miss
+from .identity import place_hash
+from .keywords import const_value, keyword_args
+
+#: The keys of `:lora`'s plist.
+LORA_KEYS = ("targets", "rank", "alpha", "dropout", "rslora", "pretrained")
+#: The suffixes of the two adapter parameters beside their base's key.
+A_SUFFIX, B_SUFFIX = ".lora-a", ".lora-b"
+
+
+@dataclasses.dataclass(frozen=True)
+class LoraSetting:
+    """A model's `:lora`: the target keys (with their nodes), rank, alpha, dropout and rslora."""
+
+    targets: tuple[tuple[str, Node], ...]
+    rank: int
+    alpha: float
+    dropout: float
+    rslora: bool
+    node: Node
+    rank_node: Node
+    pretrained: str | None = None   # a directory in PEFT's layout the adapters start from (absolute)
+
+    @property
+    def scale(self) -> float:
+        """`alpha / r`, or `alpha / sqrt(r)` with rslora (peft's `LoraLayer.update_layer`)."""
+        return self.alpha / (math.sqrt(self.rank) if self.rslora else self.rank)
+
+
+def read_lora(ctx: CheckContext, node: Node) -> LoraSetting | None:
+    """`:lora`'s plist, or None after E-FORM-002 or E-MODEL-008 (said at the value)."""
+    if not isinstance(node, ListNode) or (node.items and not isinstance(node.items[0], Kw)):
+        ctx.err("E-FORM-002", node.span, "`:lora` takes a plist: `(:targets [:wq :wv] :rank 8 :alpha 16)`")
+        return None
+    kws = keyword_args(ctx, node, 0, LORA_KEYS, ":lora")
+    if "targets" not in kws or "rank" not in kws:
+        ctx.err("E-MODEL-008", node.span, "`:lora` needs `:targets` and `:rank`",
+                help="write `(:targets [:wq :wv] :rank 8 :alpha 16)`")
+        return None
+    tnode = kws["targets"][1]
+    targets = []
+    if not isinstance(tnode, VecNode) or not tnode.items or not all(isinstance(t, Kw) for t in tnode.items):
+        ctx.err("E-MODEL-008", tnode.span, "`:targets` is a vector of parameter keys: `[:wq :wv]`")
+        return None
+    for t in tnode.items:
+        targets.append((t.name, t))
+    rank_node = kws["rank"][1]
+    rank = const_value(ctx, rank_node)
+    if not isinstance(rank, int) or isinstance(rank, bool) or rank < 1:
+        ctx.err("E-MODEL-008", rank_node.span, f"`:rank` must be an integer of 1 or more, got {_shown(rank)}")
+        return None
+    alpha = _number(ctx, kws, "alpha", float(rank))
+    dropout = _number(ctx, kws, "dropout", 0.0)
+    if alpha is None or dropout is None:
+        return None
+    if dropout != 0.0:
+        ctx.err("E-MODEL-008", kws["dropout"][1].span, f"`:dropout` {dropout}: the adapters are applied to the "
+                "weight, where dropout on the projection's input cannot be", help="use `:dropout 0.0`")
+        return None
+    rslora = False
+    if "rslora" in kws:
+        rslora = const_value(ctx, kws["rslora"][1])
+        if not isinstance(rslora, bool):
+            ctx.err("E-MODEL-008", kws["rslora"][1].span, "`:rslora` is `true` or `false`")
+            return None
+    pretrained = None
+    if "pretrained" in kws:
+        rel = const_value(ctx, kws["pretrained"][1])
+        if not isinstance(rel, str):
+            ctx.err("E-MODEL-008", kws["pretrained"][1].span, "`:pretrained` of `:lora` is the directory of an "
+                    "adapter in PEFT's layout: a string, or a `def` of one")
+            return None
+        base = os.path.dirname(os.path.abspath(ctx.src.path)) if not ctx.src.path.startswith("<") else "."
+        pretrained = rel if os.path.isabs(rel) else os.path.join(base, rel)
+        if ctx.read_files is True and not os.path.isfile(os.path.join(pretrained, "adapter_config.json")):
+            ctx.err("E-MODEL-008", kws["pretrained"][1].span, f"`{rel}` holds no adapter_config.json: `:pretrained` "
+                    "of `:lora` is a directory in PEFT's layout", help="give the directory `sexpgpu run "
+                    "--export-adapter` or peft's `save_pretrained` wrote")
+            return None
+    return LoraSetting(tuple(targets), rank, alpha, dropout, rslora, node, rank_node, pretrained)
+
+
+def _shown(v) -> str:
+    return "nothing" if v is None else str(v)
+
+
+def _number(ctx: CheckContext, kws: dict, key: str, default: float) -> float | None:
+    """`:alpha` or `:dropout` (a number of 0 or more, `default` when absent), or None after E-MODEL-008."""
+    if key not in kws:
+        return default
+    v = const_value(ctx, kws[key][1])
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0 or not math.isfinite(v):
+        ctx.err("E-MODEL-008", kws[key][1].span, f"`:{key}` must be a number of 0 or more, got {_shown(v)}")
+        return None
+    return float(v)
+
+
+def in_axes(ctx: CheckContext, p: ir.ParamIR) -> int:
+    """How many leading axes of parameter `p` (past a repeat's) are the projection's input: 2 where
+    the `:pretrained` mapping that fills it splits its first axis into heads, else 1."""
+    for spec in ctx.pretrained_files:
+        if spec.fills(p.path):
+            src = dict(spec.names)[".".join(p.path[len(spec.prefix):])]
+            if src[0] == "split-heads" and src[2] == 0:
+                return 2
+    return 1
+
+
+def add_adapters(ctx: CheckContext) -> None:
+    """The adapters of every reachable model with `:lora` (module docstring): the base frozen,
+    `KEY.lora-a` and `KEY.lora-b` added to `ctx.params`, each adapted model's keys and scale in
+    `ctx.adapters` (read where its calls are made, `infer.call_model`)."""
+    trains = {p.path: not p.frozen for p in ctx.params}   # before any base is frozen: the adapters' state
+    for name, prefix in ctx.reachable.items():
+        lora: LoraSetting | None = ctx.models[name].get("lora")
+        if lora is None:
+            continue
+        wanted = {k for k, _ in lora.targets}
+        found: set[str] = set()
+        out: list[ir.ParamIR] = []
+        for p in ctx.params:
+            if p.path[:len(prefix)] != prefix or p.path[-1].endswith((A_SUFFIX, B_SUFFIX)):
+                out.append(p)
+                continue
+            if p.path[-1] not in wanted:
+                out.append(dataclasses.replace(p, frozen=True))   # the base is frozen whole
+                continue
+            found.add(p.path[-1])
+            if any(q.path == p.path[:-1] + (p.path[-1] + A_SUFFIX,) for q in ctx.params):
+                ctx.err("E-MODEL-008", _target_node(lora, p.path[-1]).span,
+                        f"`:{p.path[-1]}` of `{_owner(ctx, p.path[:-1])}` has adapters already, from the `:lora` of a "
+                        "model above or below it", help="give each parameter's adapters in one `:lora`")
+                out.append(p)
+                continue
+            lead = p.shape[:1] if p.layers else ()
+            dims = p.shape[len(lead):]
+            k = min(in_axes(ctx, p), len(dims) - 1) if len(dims) > 1 else 0
+            fan_in, fan_out = math.prod(dims[:k]) if k else 0, math.prod(dims[k:])
+            owner = _owner(ctx, p.path[:-1])
+            if k == 0 or p.dtype not in ("f32", "bf16", "f16", "f64"):
+                ctx.err("E-MODEL-008", _target_node(lora, p.path[-1]).span,
+                        f"`:{p.path[-1]}` of `{owner}` is {_typed(p)}: an adapter needs a float matrix (two axes or more)")
+                out.append(p)
+                continue
+            if lora.rank > min(fan_in, fan_out):
+                ctx.err("E-MODEL-008", lora.rank_node.span,
+                        f"`:rank` {lora.rank} is past the matrix of `:{p.path[-1]}` of `{owner}`, {fan_in} inputs by "
+                        f"{fan_out} outputs: a rank is at most {min(fan_in, fan_out)}",
+                        help=f"give `:rank` {min(fan_in, fan_out)} or less")
+                out.append(p)
+                continue
+            out.append(dataclasses.replace(p, frozen=True))
+            bound = 1.0 / math.sqrt(fan_in)
+            key = p.path[-1]
+            out.append(ir.ParamIR(p.path[:-1] + (key + A_SUFFIX,), lead + (fan_in, lora.rank), p.dtype,
+                                  ("uniform", {"min": -bound, "max": bound}), not trains[p.path],
+                                  place_hash((p.place, "lora-a")), p.layers, p.span))
+            out.append(ir.ParamIR(p.path[:-1] + (key + B_SUFFIX,), lead + (lora.rank, fan_out), p.dtype,
+                                  ("zeros", {}), not trains[p.path], place_hash((p.place, "lora-b")), p.layers,
+                                  p.span))
+            ctx.adapters.setdefault(owner, {})[key] = lora.scale
+            ctx.lora_params.append((p.path, k, lora, name))
+        ctx.params[:] = out
+        for key, node in lora.targets:
+            if key not in found:
+                keys = sorted({p.path[-1] for p in ctx.params if p.path[:len(prefix)] == prefix
+                               and not p.path[-1].endswith((A_SUFFIX, B_SUFFIX))})
+                hint = near_miss(key, keys)
+                ctx.err("E-MODEL-008", node.span, f"`:{key}` is no parameter of `{name}` or of a model below it"
+                        + (f"; did you mean `:{hint}`?" if hint else ""),
+                        help="its parameters: " + " ".join(f":{k}" for k in keys[:16]),
+                        data={"replace": ":" + hint} if hint else None)
+
+
+def call_base(ctx: CheckContext, node: ListNode, name: str, src: str, scope) -> ir.Expr:
+    """A call of `(defmodel ref :copy student)` where `student` has `:lora`: `student`'s call (its
+    `:apply` or entry, checked as its own) with no adapter applied (`ir.without_adapters`), on its
+    frozen base read in place: the reference of a LoRA run is the model before its adapters, as
+    TRL's for a PEFT model (the adapters disabled), and it costs no parameter of its own."""
+    from .infer import call_model
+    e = call_model(ctx, node, src, scope)
+    return ir.without_adapters(dataclasses.replace(e, model=name) if isinstance(e, ir.ModelCall) else e)
+
+
+def _target_node(lora: LoraSetting, key: str) -> Node:
+    return next(n for k, n in lora.targets if k == key)
+
+
+def _owner(ctx: CheckContext, path: tuple[str, ...]) -> str:
+    """The model whose parameters are at `path` of the tree."""
+    return next((n for n, p in ctx.reachable.items() if p == path), "")
+
+
+def _typed(p: ir.ParamIR) -> str:
+    return "[" + " ".join(map(str, p.shape)) + "] " + p.dtype
