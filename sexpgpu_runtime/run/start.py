@@ -44,6 +44,14 @@ from .run_lock import RunDirLock, hold_run_dir_everywhere
 from .state import RunState, checkpoint_tree, from_checkpoint
 
 
+def state_like(program: ir.Program, trainer):
+    """The checkpoint tree's shapes and dtypes (`checkpoint_tree`), from the declared shapes: drawing
+    the parameters, even abstractly, costs start-up time."""
+    shapes, frozen_shapes = param_shapes(program.params)
+    return jax.eval_shape(lambda t: checkpoint_tree(RunState(
+        0, t, frozen_shapes, trainer.optimizer.init(t), 0, trainer.graphs.zero_counters())), shapes)
+
+
 class RunStart:
     """The start of one run of `program` with `options`: `prepare` (before the trainer is built),
     then `begin` (the checkpoint store, the first state and the reporter); `release` once the run
@@ -188,10 +196,7 @@ class RunStart:
         self._claim(store)
         try:
             # The state's shapes and dtypes, traced without computing anything.
-            # (from the declared shapes: drawing the parameters, even abstractly, costs the start-up time)
-            shapes, frozen_shapes = param_shapes(self.program.params)
-            like = jax.eval_shape(lambda t: checkpoint_tree(RunState(
-                0, t, frozen_shapes, trainer.optimizer.init(t), 0, trainer.graphs.zero_counters())), shapes)
+            like = state_like(self.program, trainer)
             store.check_space(like)
             if options.resume:
                 # Restore onto this run's devices (the mesh's, replicated, or the one device), whatever
