@@ -34,6 +34,14 @@ remaining trials are skipped and the counts say how many ran):
   random; an ill-typed one half the time with its digest written again for
   the edit, so only the validation can catch it); passes when `--resume` exits 0 from the
   checkpoint before it, saying so, without a traceback;
+- `hostile`: the next of the hostile files (a 60 MB string literal, a 64 MB
+  vector, 1e6 `def`s, 50,000 chained `def`s, 32e6 lines, comments or NULs, a
+  40,000-element vector given to `sum`, a config.json with a 1e6-character
+  `model_type` or of 15.9 MB of empty objects, a 200 MB tokenizer.json, a
+  glob over `/`) under `lint`, `lint --read-files` and `explain`; passes
+  when each stays under 1 GiB resident and 10 s of CPU (the command's, from
+  GNU time: the machine is shared), without a traceback, and a file past a
+  limit is a line naming it (`--trials 12` runs each once);
 - `concurrency`: two `sexpgpu run` of one file into one run dir started at
   once, or a second run, a `--resume` or an `--overwrite` while the first
   trains (at random); passes when one trains and the other exits 1 naming
@@ -225,6 +233,99 @@ def trial_special(rng: random.Random, tmp: Path) -> tuple[bool, str]:
     return ok, what + f": exit {r.returncode}" + ("" if ok else ": " + out.strip()[-300:])
 
 
+def _hostile_cases() -> dict:
+    """Each hostile file: (what to write into `tmp`, returning the run file; the words the output must
+    hold: the limit's line, or None for a file within every limit that is checked in full)."""
+    base = FIXTURE.read_text()
+    prompt = PROMPT_RUN
+
+    def run_file(body: str):
+        def write(tmp: Path) -> Path:
+            f = tmp / "hostile.sx"
+            with open(f, "w") as fh:
+                fh.write(base)
+                fh.write(body() if callable(body) else body)
+            return f
+        return write
+
+    def with_config(config: str):
+        def write(tmp: Path) -> Path:
+            (tmp / "ck").mkdir()
+            (tmp / "ck" / "config.json").write_text(config)
+            f = tmp / "hostile.sx"
+            f.write_text(base + '\n(def h (checkpoint-config "ck" :width))\n')
+            return f
+        return write
+
+    def with_tokenizer(size: int):
+        def write(tmp: Path) -> Path:
+            (tmp / "a.txt").write_text("some text to tokenize " * 20)
+            n = size // 24
+            with open(tmp / "tok.json", "w") as fh:
+                fh.write('{"model": {"type": "BPE", "vocab": {')
+                fh.write(",".join(f'"t{i:09d}": {i}' for i in range(n)))
+                fh.write('}, "merges": []}, "added_tokens": []}')
+            f = tmp / "hostile.sx"
+            f.write_text(prompt.replace("SOURCE", '(text-tokens "*.txt" :tokenizer "tok.json" :seq 8 :vocab 16)'))
+            return f
+        return write
+
+    def glob_root(tmp: Path) -> Path:
+        f = tmp / "hostile.sx"
+        (tmp / "tok.json").write_text('{"model": {"type": "WordLevel", "vocab": {"a": 0}, "unk_token": "a"}}')
+        f.write_text(prompt.replace("SOURCE", '(text-tokens "/**/*" :tokenizer "tok.json" :seq 8 :vocab 16)'))
+        return f
+
+    vec = " ".join(str(i % 10) for i in range(40_000))
+    return {
+        "literal 60 MB": (run_file(lambda: '(def s "' + "a" * 60_000_000 + '")\n'), None),
+        "vector 64 MB": (run_file(lambda: "(def v [" + "1 " * 32_000_000 + "])\n"), "TOKEN_LIMIT"),
+        "1e6 flat defs": (run_file(lambda: "".join(f"(def f{i} {i})\n" for i in range(1_000_000))), "TOKEN_LIMIT"),
+        "50,000 chained defs": (run_file(lambda: "(def d0 1)\n" + "".join(f"(def d{i} (+ d{i - 1} 1))\n"
+                                                                        for i in range(1, 50_000))), None),
+        "32e6 lines": (run_file(lambda: "\n(" * 32_000_000), "TOKEN_LIMIT"),
+        "32e6 comments": (run_file(lambda: ";\n" * 32_000_000), "TOKEN_LIMIT"),
+        "32e6 NULs": (run_file(lambda: "\x00 " * 32_000_000), "TOKEN_LIMIT"),
+        "40,000-element vector to sum": (run_file(f"(def a (sum [{vec}]))\n"), "39,984 more] shape"),
+        "1e6-character model_type": (with_config('{"model_type": "' + "q" * 1_000_000 + '"}'), "…"),
+        "15.9 MB config.json": (with_config('{"model_type": "gpt2", "x": [' + ",".join(["{}"] * 5_300_000) + "]}"),
+                                "JSON_MEMORY_BUDGET"),
+        "200 MB tokenizer.json": (with_tokenizer(200_000_000), "JSON_MEMORY_BUDGET"),
+        "glob over /": (glob_root, "GLOB_WALK_LIMIT"),
+    }
+
+
+HOSTILE_COMMANDS = (("lint",), ("lint", "--read-files"), ("explain",))
+READ_CASES = ("1e6-character model_type", "15.9 MB config.json", "200 MB tokenizer.json", "glob over /")
+_hostile_next = [0]
+
+
+def trial_hostile(rng: random.Random, tmp: Path) -> tuple[bool, str]:
+    """The next hostile file (in turn) under each of `lint`, `lint --read-files` and `explain`: passes
+    when each stays under 1 GiB resident and 10 s of CPU, without a traceback, saying the limit's
+    words (for a file past a limit) in a line. CPU time and peak RSS are the child's (GNU time)."""
+    cases = _hostile_cases()
+    name = list(cases)[_hostile_next[0] % len(cases)]
+    _hostile_next[0] += 1
+    write, words = cases[name]
+    f = write(tmp)
+    notes, ok = [], True
+    for command in HOSTILE_COMMANDS:
+        # Through GNU time, a small process: a child forked from this one (which wrote the file) would
+        # report this one's resident memory as its own peak (Linux keeps the forked copy's at exec).
+        p = subprocess.run(["/usr/bin/time", "-o", str(tmp / "usage"), "-f", "%U %S %M", *SEXPGPU, *command, str(f)],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=tmp)
+        out = p.stdout.decode("utf-8", "replace")
+        user, system, kib = (tmp / "usage").read_text().split()[-3:]
+        cpu, rss = float(user) + float(system), int(kib) / 1024
+        # a file the run file names is read by `lint --read-files`; the others need not say its words
+        said = words is None or words in out or (name in READ_CASES and command != ("lint", "--read-files"))
+        good = rss < 1024 and cpu < 10 and "Traceback" not in out and said and max(map(len, out.splitlines() or [""])) < 5_000
+        ok = ok and good
+        notes.append(f"{' '.join(command)}: {cpu:.1f} s CPU, {rss:.0f} MiB" + ("" if good else " FAIL: " + out.strip()[-200:]))
+    return ok, f"{name}: " + "; ".join(notes)
+
+
 def _rows(d: Path) -> list[int]:
     import json
     try:
@@ -309,7 +410,8 @@ def trial_meta(rng: random.Random, tmp: Path) -> tuple[bool, str]:
 
 
 TRIALS = {"lexer": trial_lexer, "nulrun": trial_nulrun, "ranges": trial_ranges, "signals": trial_signals, "kill": trial_kill,
-          "corrupt": trial_corrupt, "special": trial_special, "meta": trial_meta, "concurrency": trial_concurrency}
+          "corrupt": trial_corrupt, "special": trial_special, "meta": trial_meta, "concurrency": trial_concurrency,
+          "hostile": trial_hostile}
 
 
 def main() -> None:

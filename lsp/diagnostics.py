@@ -4,7 +4,8 @@
   "Text Document Synchronization") update the `DocumentStore`; open and
   change schedule a check whose diagnostics are published only if the
   document has not changed since (`SexpServer.diagnose_later`); close
-  publishes an empty list.
+  publishes an empty list, and the last close drops everything kept of the
+  files the documents named (`sexpgpu_lang.forget_files`).
 * `textDocument/diagnostic` (LSP 3.17, "Pull Diagnostics") answers with the
   diagnostics of the latest version; its `resultId` is the version's serial,
   so a client that sends back the same id gets "unchanged".
@@ -12,6 +13,8 @@
 from __future__ import annotations
 
 from lsprotocol import types
+
+from sexpgpu_lang import forget_files
 
 from .convert import to_lsp_diagnostics
 from .guard import guarded
@@ -38,6 +41,8 @@ def register(server) -> None:
     def did_close(ls, params: types.DidCloseTextDocumentParams) -> None:
         ls.store.close(params.text_document.uri)
         ls.clear(params.text_document.uri)
+        if not ls.store.uris():
+            forget_files()   # nothing the closed documents read stays in memory
 
     def empty_report():
         return types.RelatedFullDocumentDiagnosticReport(items=[])

@@ -148,6 +148,10 @@ class DocumentStore:
             self._analyses.pop(uri, None)
             self._caches.pop(uri, None)
 
+    def uris(self) -> list[str]:
+        """The open documents' URIs."""
+        return list(self._docs)
+
     def get(self, uri: str) -> Document | None:
         """The latest version of an open document."""
         return self._docs.get(uri)

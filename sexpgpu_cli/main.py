@@ -357,7 +357,7 @@ def run(
     max_shard_size: str = typer.Option("5GB", "--max-shard-size", metavar="SIZE", help="With --export-names, the largest shard (as Hugging Face's max_shard_size: 5GB, 500MB, 200KB)."),
     resume: bool = typer.Option(False, "--resume", help="Continue from the newest complete checkpoint in the run's checkpoint dir (it must have been made by this file's forms and seed); a run that has trained its steps already is left as it is."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Start over in a run dir an earlier run used, removing its checkpoints, metrics.jsonl and TensorBoard events."),
-    mesh: Optional[str] = typer.Option(None, "--mesh", metavar="data=N", help="Data parallel over N devices (instead of the file's `:devices`, default every device): each batch split N ways, the parameters on every device (split along the mesh with --fsdp)."),
+    mesh: Optional[str] = typer.Option(None, "--mesh", metavar="data=N,model=M", help="Data parallel over N devices (instead of the file's `:devices`, default every device): each batch split N ways, the parameters on every device (split along the mesh with --fsdp); model=M (instead of `:model-parallel`) splits attention by heads, the MLP by width and the vocabulary M ways (tensor parallel)."),
     coordinator: Optional[str] = typer.Option(None, "--coordinator", metavar="HOST:PORT", help="Multi-process run: the address of process 0 (with --num-processes and --process-id; jax.distributed)."),
     num_processes: Optional[int] = typer.Option(None, "--num-processes", min=1, metavar="N", help="Multi-process run: how many processes take part."),
     process_id: Optional[int] = typer.Option(None, "--process-id", min=0, metavar="I", help="Multi-process run: this process's index, 0 to N-1."),
@@ -391,7 +391,7 @@ def run(
         from sexpgpu_runtime.run.options import RunOptions, resume_command, shard_bytes
         from sexpgpu_runtime.run.train import train
         try:
-            devices = parse_mesh(mesh) if mesh is not None else None
+            devices, model = parse_mesh(mesh) if mesh is not None else (None, None)
             initialize(coordinator, num_processes, process_id, detect=distributed)
         except (ValueError, MeshError) as e:
             raise fail(str(e), 2)
@@ -421,6 +421,7 @@ def run(
             resume=resume,
             overwrite=overwrite,
             devices=devices,
+            model=model,
             fsdp=fsdp,
             compile_cache=compile_cache,
             trip_loop=trip_loop,
@@ -507,7 +508,7 @@ def explain(
     memory_budget: Optional[str] = typer.Option(None, "--memory-budget", metavar="SIZE",
                                                 help="Device memory for `:stack :auto` and the fit check, e.g. "
                                                 "80GiB or 16GB (default: the device's memory with --xla, else 16 GiB)."),
-    mesh: Optional[str] = typer.Option(None, "--mesh", metavar="data=N", help="Explain the step on a data-parallel mesh of N devices (instead of the file's `:devices`): the mesh line and the memory per device."),
+    mesh: Optional[str] = typer.Option(None, "--mesh", metavar="data=N,model=M", help="Explain the step on a mesh of N data-parallel devices (instead of the file's `:devices`) by M tensor-parallel ones (instead of `:model-parallel`): the mesh line, each parameter's sharding and the memory per device."),
     fsdp: Optional[bool] = typer.Option(None, "--fsdp/--no-fsdp", help="With a mesh: the parameters and optimizer state split over it (FSDP), or replicated, whatever the file's `:shard-params`."),
     target: Optional[str] = typer.Option(None, "--target", metavar="accelerator|cpu",
                                          help="The compiler whose fusion the live sets model (default: "
@@ -571,7 +572,10 @@ def tokenizer_train(
 ):
     """Train a byte-level BPE tokenizer (Hugging Face `tokenizers`' trainer) on text files; write its tokenizer.json."""
     from sexpgpu_cli.tokenizer import TokenizeError, expand, train_bpe  # tokenizers, not JAX
-    files = [f for pattern in corpus for f in expand(pattern)]
+    try:
+        files = [f for pattern in corpus for f in expand(pattern)]
+    except OSError as e:   # a glob past bounded_read's limits
+        raise fail(e.strerror or str(e))
     if not files:
         raise fail(f"no file matches {' '.join(corpus)}; give text files or a quoted glob")
     try:

@@ -7,9 +7,10 @@ and there is no unknown token), read by the runtime's `load_tokenizer`.
 """
 from __future__ import annotations
 
-import glob as globlib
 import os
 import sysconfig
+
+from sexpgpu_lang.bounded_read import glob_bounded
 
 
 class TokenizeError(Exception):
@@ -18,10 +19,11 @@ class TokenizeError(Exception):
 
 def expand(pattern: str) -> list[str]:
     """The files a pattern names, sorted: `$STDLIB` is the Python standard library, `**` matches
-    directories, and a plain path names itself."""
+    directories, and a plain path names itself; past bounded_read.glob_bounded's limits, its
+    GlobTooLarge (an OSError naming the limit)."""
     pattern = pattern.replace("$STDLIB", sysconfig.get_paths()["stdlib"]).replace("${STDLIB}", sysconfig.get_paths()["stdlib"])
     pattern = os.path.expanduser(os.path.expandvars(pattern))
-    return sorted(f for f in globlib.glob(pattern, recursive=True) if os.path.isfile(f))
+    return [f for f in glob_bounded(pattern) if os.path.isfile(f)]
 
 
 def check_text(path: str) -> None:

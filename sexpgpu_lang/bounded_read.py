@@ -50,6 +50,8 @@ SAFETENSORS_HEADER_LIMIT = 100_000_000
 INDEX_JSON_LIMIT = 64 << 20
 CONFIG_JSON_LIMIT = 16 << 20
 JSONL_LINE_LIMIT = 64 << 20
+#: The largest run file `analyze_file` reads (lint, explain, run): docs/runtime.md's budget is stated up to it.
+RUN_FILE_LIMIT = 64 << 20
 #: The largest Python file a `:reward` may name that the checker reads (and parses with `ast`, never imports).
 PYTHON_SOURCE_LIMIT = 16 << 20
 
@@ -134,6 +136,10 @@ class JsonNumberTooLong(ValueError):
     """A JSON integer has more digits than Python converts (its int-string limit)."""
 
 
+class JsonTooLarge(ValueError):
+    """A JSON document that would take more memory parsed than its budget (`loads_json`)."""
+
+
 def size_words(n: int) -> str:
     """A byte count in words: "512 bytes", "3.0 MiB", "1.5 GiB"."""
     if n < 1 << 20:
@@ -205,11 +211,35 @@ def read_lines_bounded(fh, limit: int):
         yield line
 
 
-def loads_json(raw):
-    """`json.loads(raw)`, with JsonTooDeep for a document that nests too deeply (Python's parser
-    raises RecursionError) and JsonNumberTooLong for an integer past Python's digit limit (it
-    raises a bare ValueError); json.JSONDecodeError and UnicodeDecodeError pass through."""
+JSON_MEMORY_BUDGET = 256 << 20
+"""The most memory one JSON document may take parsed, as `json_memory` estimates it before parsing:
+the byte bounds above say how much is read, this how much that becomes (Python's objects take 2 to
+25 bytes a byte of JSON: `[{},{},...]` the most)."""
+
+
+def json_memory(raw) -> int:
+    """An upper estimate of the bytes `json.loads(raw)` takes, from counts of its structural
+    characters (C loops; nothing parsed): each element (a comma) a pointer and a number, each
+    string a str object, each key a dict slot, each object a dict and each array a list, plus
+    twice the text. Measured at 0.9 to 4 times the parse's peak (tracemalloc) on documents of
+    each kind (numbers, strings, keys, empty objects, tokenizer vocabularies and merges)."""
+    q, c, o, a, k = ('"', ",", "{", "[", ":") if isinstance(raw, str) else (b'"', b",", b"{", b"[", b":")
+    return (2 * len(raw) + 64 * raw.count(c) + 30 * raw.count(q) + 100 * raw.count(k)
+            + 200 * raw.count(o) + 60 * raw.count(a))
+
+
+def loads_json(raw, budget: int = JSON_MEMORY_BUDGET):
+    """`json.loads(raw)`, with JsonTooLarge for a document `json_memory` says would take more than
+    `budget` bytes parsed (nothing is parsed then), JsonTooDeep for a document that nests too
+    deeply (Python's parser raises RecursionError) and JsonNumberTooLong for an integer past
+    Python's digit limit (it raises a bare ValueError); json.JSONDecodeError and
+    UnicodeDecodeError pass through."""
     import json
+    need = json_memory(raw)
+    if need > budget:
+        raise JsonTooLarge(f"it would take about {size_words(need)} of memory parsed ({size_words(len(raw))} of "
+                           f"JSON), more than the {size_words(budget)} one JSON file is read into "
+                           "(JSON_MEMORY_BUDGET)")
     try:
         return json.loads(raw)
     except RecursionError:
@@ -389,3 +419,110 @@ def jsonl_rows(fh):
     except TooLarge as e:
         raise BadJsonlRow(e.line, None, f"the line is longer than {size_words(e.limit)}, the most one row of a "
                           ".jsonl file is read up to (is it one JSON object a line?); split the row, or drop it") from None
+
+
+GLOB_WALK_LIMIT = 100_000
+"""The most directory entries one glob looks at (`glob_bounded`): a glob over `/` stops here."""
+GLOB_MATCH_LIMIT = 10_000
+"""The most paths one glob matches (`glob_bounded`)."""
+GLOB_SKIPPED = ("/proc", "/sys", "/dev")
+"""Directories a glob's wildcards never enter (their entries are the kernel's, not data files);
+a path that names one of them literally is still read, and refused there when it is not a
+regular file (`open_regular`)."""
+_MAGIC = frozenset("*?[")
+
+
+class GlobTooLarge(OSError):
+    """A glob that walks more than GLOB_WALK_LIMIT entries or matches more than GLOB_MATCH_LIMIT
+    paths; `strerror` says which limit, in one line, with the fix."""
+
+    def __init__(self, pattern: str, why: str):
+        super().__init__(errno.E2BIG, f"the glob {pattern} {why}; narrow it (a directory of the data, "
+                                      f"not `/`), or split the data into fewer files")
+
+
+def _skipped(directory: str) -> bool:
+    real = os.path.realpath(directory)
+    return any(real == s or real.startswith(s + "/") for s in GLOB_SKIPPED)
+
+
+def glob_bounded(pattern: str, walk_limit: int | None = None, match_limit: int | None = None) -> list[str]:
+    """The paths `pattern` matches, sorted, as `glob.glob(pattern, recursive=True)` gives them (`*`,
+    `?`, `[...]` within a name, `**` any number of directories, names starting with `.` matched
+    only by a pattern starting with `.`), with bounds: at most `walk_limit` directory entries looked
+    at and `match_limit` paths matched (GLOB_WALK_LIMIT and GLOB_MATCH_LIMIT by default), else GlobTooLarge (an OSError naming the limit); a wildcard
+    never enters /proc, /sys or /dev (GLOB_SKIPPED), and `**` never enters a directory twice on one
+    descent (a symlink loop). `sexpgpu run`, `lint --read-files` and `sexpgpu tokenizer train`
+    expand globs through it."""
+    import fnmatch
+    walk_limit = GLOB_WALK_LIMIT if walk_limit is None else walk_limit
+    match_limit = GLOB_MATCH_LIMIT if match_limit is None else match_limit
+    walked = 0
+
+    def listing(directory: str):
+        nonlocal walked
+        if _skipped(directory or "."):
+            return
+        try:
+            with os.scandir(directory or ".") as it:
+                for entry in it:
+                    walked += 1
+                    if walked > walk_limit:
+                        raise GlobTooLarge(pattern, f"looks at more than {walk_limit:,} directory entries "
+                                                    f"(GLOB_WALK_LIMIT)")
+                    yield entry
+        except OSError as e:
+            if isinstance(e, GlobTooLarge):
+                raise
+
+    def join(directory: str, name: str) -> str:
+        return os.path.join(directory, name) if directory else name
+
+    def is_dir(entry) -> bool:
+        try:
+            return entry.is_dir()
+        except OSError:
+            return False
+
+    def descend(directory: str, files: bool) -> list[str]:
+        """`directory` and every directory under it (and, with `files`, every file), hidden names left out."""
+        out = [directory]
+        stack = [(directory, ())]
+        while stack:
+            d, seen = stack.pop()
+            try:
+                st = os.stat(d or ".")
+                key = (st.st_dev, st.st_ino)
+            except OSError:
+                continue
+            if key in seen:
+                continue
+            for entry in listing(d):
+                if entry.name.startswith("."):
+                    continue
+                path = join(d, entry.name)
+                if is_dir(entry):
+                    out.append(path)
+                    stack.append((path, seen + (key,)))
+                elif files:
+                    out.append(path)
+        return out
+
+    absolute = pattern.startswith(os.sep)
+    parts = [p for p in pattern.split(os.sep) if p]
+    paths = [os.sep if absolute else ""]
+    for i, part in enumerate(parts):
+        last = i == len(parts) - 1
+        if not _MAGIC.intersection(part):
+            paths = [join(p, part) for p in paths]
+        elif part == "**":
+            paths = [q for p in paths for q in descend(p, last)]
+        else:
+            hidden = part.startswith(".")
+            paths = [join(p, e.name) for p in paths for e in listing(p)
+                     if (hidden or not e.name.startswith(".")) and fnmatch.fnmatchcase(e.name, part)
+                     and (last or is_dir(e))]
+    paths = [p for p in dict.fromkeys(paths) if p and os.path.lexists(p)]
+    if len(paths) > match_limit:
+        raise GlobTooLarge(pattern, f"matches more than {match_limit:,} paths (GLOB_MATCH_LIMIT)")
+    return sorted(paths)

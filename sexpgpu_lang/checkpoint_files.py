@@ -27,7 +27,8 @@ from __future__ import annotations
 import json
 import os
 
-from .bounded_read import INDEX_JSON_LIMIT, JsonNumberTooLong, JsonTooDeep, NotRegularFile, loads_json, read_bounded
+from .bounded_read import (INDEX_JSON_LIMIT, JsonNumberTooLong, JsonTooDeep, JsonTooLarge, NotRegularFile, loads_json,
+                           read_bounded)
 from .hf_cache import snapshot_repo
 from .safetensors_header import HeaderError, read_header
 
@@ -40,6 +41,11 @@ INDEX = "model.safetensors.index.json"
 #: result, or the HeaderError or SourceError raised); at most `_KEEP`, the oldest dropped first.
 _READ: dict[str, tuple[tuple[int, int, int, int], object, Exception | None]] = {}
 _KEEP = 512
+
+
+def forget() -> None:
+    """Drop every kept header and index (the language server, when its last document closes)."""
+    _READ.clear()
 
 
 class SourceError(Exception):
@@ -115,6 +121,8 @@ def _weight_map(index: str) -> dict[str, str]:
         raise SourceError(index, f"it is not a safetensors index ({e})")
     except JsonNumberTooLong as e:
         raise SourceError(index, f"it is not a safetensors index ({e})")
+    except JsonTooLarge as e:
+        raise SourceError(index, str(e))
     except FileNotFoundError:
         raise SourceError(index, "no such file")
     except OSError as e:

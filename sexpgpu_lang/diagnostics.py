@@ -12,6 +12,7 @@ Imports nothing outside `sexpgpu_lang.source`; never JAX.
 from __future__ import annotations
 
 import enum
+import re
 from dataclasses import dataclass, field
 
 from .source import Span
@@ -40,6 +41,7 @@ CODES: dict[str, str] = {
     "E-SYNTAX-003": "bad token",
     "E-SYNTAX-004": "mismatched bracket",
     "E-SYNTAX-005": "nesting too deep",
+    "E-SYNTAX-006": "too many tokens",
     "E-NAME-001": "unbound name",
     "E-NAME-002": "duplicate definition",
     "E-NAME-003": "unknown keyword argument",
@@ -126,6 +128,41 @@ def quote_controls(text: str) -> str:
     return "".join(c if c.isprintable() or c == "\n" else f"U+{ord(c):04X}" for c in text)
 
 
+QUOTE_LIMIT = 120
+"""The most characters of one value quoted in a message (between backticks or double quotes); a
+longer one keeps its first and last characters around an ellipsis (`clip`)."""
+MESSAGE_LIMIT = 4_000
+"""The most characters of a message, help or related message: past it the middle is cut to an
+ellipsis (a type of 40,000 entries, a list of names), so an editor never shows a megabyte."""
+
+_DOUBLE_QUOTED = re.compile(r'"[^"\\\n]*(?:\\.[^"\\\n]*)*"')   # (unrolled: no regex state a character)
+
+
+def clip(text: str, limit: int = QUOTE_LIMIT) -> str:
+    """`text` when it has at most `limit` characters, else its first and last characters around `…`
+    (`limit` characters in all): how a message quotes a value of any length."""
+    if len(text) <= limit:
+        return text
+    tail = limit // 4
+    return text[:limit - tail - 1] + "…" + text[len(text) - tail:]
+
+
+def bounded(text: str) -> str:
+    """`text` with each quoted value (between backticks or double quotes) of more than QUOTE_LIMIT
+    characters clipped, then the whole cut to MESSAGE_LIMIT characters (`clip`). Every message, help
+    and related message goes through it (`Diagnostic`, `Related`), after `quote_controls`."""
+    if len(text) <= QUOTE_LIMIT:
+        return text
+
+    def quoted(m) -> str:
+        return m.group(0) if len(m.group(0)) <= QUOTE_LIMIT + 2 else '"' + clip(m.group(0)[1:-1]) + '"'
+
+    # Between backticks: the odd parts of a split on them (so a closing backtick never opens a quote).
+    parts = text.split("`")
+    text = "`".join(clip(part) if i % 2 else _DOUBLE_QUOTED.sub(quoted, part) for i, part in enumerate(parts))
+    return clip(text, MESSAGE_LIMIT)
+
+
 def doc_anchor(code: str) -> str:
     """The anchor of `code`'s entry in docs/errors.md, e.g. `e-gen-002`."""
     return code.lower()
@@ -139,7 +176,7 @@ class Related:
     message: str
 
     def __post_init__(self):
-        object.__setattr__(self, "message", quote_controls(self.message))
+        object.__setattr__(self, "message", bounded(quote_controls(self.message)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,9 +198,10 @@ class Diagnostic:
 
     def __post_init__(self):
         # The one place source text quoted into a message is made safe to show (`quote_controls`).
-        object.__setattr__(self, "message", quote_controls(self.message))
+        # ... and cut to a bounded length (`bounded`): a value of any size is quoted clipped.
+        object.__setattr__(self, "message", bounded(quote_controls(self.message)))
         if self.help is not None:
-            object.__setattr__(self, "help", quote_controls(self.help))
+            object.__setattr__(self, "help", bounded(quote_controls(self.help)))
 
     @property
     def is_error(self) -> bool:

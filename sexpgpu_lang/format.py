@@ -27,6 +27,11 @@ in the style of Lisp formatters (Emacs `lisp-indent`, cljfmt):
   keeping its first keyword pair on the head line; `run` is a call (its
   keywords aligned under the first); `prepare` and `objective` keep
   `(lambda (...)` on the head line and indent its body by two from the form.
+* A vector of atoms (a literal vector of numbers or names) that does not
+  fit is filled: each element continues the line while it fits, a new line
+  (aligned under the first element) when it does not; a break the text
+  already has is kept. So a 100 KB vector takes lines of the usual width,
+  not one element a line.
 * A data plist (`(:every 50 :keep 3)`) breaks into `:key value` pairs, a
   `let*`'s bindings into one binding a line, a loader's `:fields` into one
   `:name [shape] :dtype` triple a line.
@@ -260,6 +265,8 @@ class _Formatter:
             indent = col + 1
         else:
             indent = col + 2
+        # A vector of atoms (a literal vector: numbers, names) is filled: as many elements a line as fit.
+        fill = isinstance(node, VecNode) and all(not isinstance(e.node, (ListNode, VecNode)) for e in content.entries)
         out[-1] += opener
         broke = False
         if content.after_open is not None:
@@ -272,7 +279,8 @@ class _Formatter:
                 broke = self.write_hang(unit[0], out, indent, last_trail)
                 continue
             unit_trail = last_trail if i == len(units) - 1 else 0
-            if self.same_line(units, i, header, keep and hint not in ("bindings", "triples"), broke, out, unit_trail):
+            if self.same_line(units, i, header, keep and hint not in ("bindings", "triples"), broke, out, unit_trail,
+                              fill):
                 if i:
                     out[-1] += " "
             else:
@@ -287,11 +295,13 @@ class _Formatter:
         out[-1] += closer
 
     def same_line(self, units: list[list[_Entry]], i: int, header: int, keep: bool, broke: bool,
-                  out: list[str], trail: int) -> bool:
+                  out: list[str], trail: int, fill: bool = False) -> bool:
         """Unit `i` continues the current line: never after a comment or before its own;
         a header unit does unless the kept text breaks before it; any other unit does
         only when the text is kept and has it on the line of the unit before, and then
-        when it fits on one line or is itself broken in the text (its own layout breaks it)."""
+        when it fits on one line or is itself broken in the text (its own layout breaks it).
+        In a `fill` (a vector of atoms) a unit the text does not break before continues the
+        line whenever it fits, the text kept or not."""
         unit = units[i]
         if broke or unit[0].leading:
             return False
@@ -300,7 +310,7 @@ class _Formatter:
         text_breaks = keep and self.broken_before(units[i - 1][-1], unit[0])
         if i < max(header, 1):
             return not text_breaks
-        if not keep or text_breaks:
+        if text_breaks or not (keep or fill):
             return False
         col = len(out[-1]) + 1
         for e in unit[:-1]:

@@ -74,6 +74,17 @@ KEYS: dict[str, str] = {
 ROPE_KEYS = ("rope-factor", "rope-low-freq-factor", "rope-high-freq-factor", "rope-original-positions")
 
 _READ: dict[str, tuple[tuple, object, Exception | None]] = {}
+#: Each kept config's memory, as bounded_read.json_memory estimates it.
+_SIZES: dict[str, int] = {}
+READ_MEMORY = 128 << 20
+"""The most memory the configs kept in `_READ` may take in all (estimated): the language server keeps
+them between checks."""
+
+
+def forget() -> None:
+    """Drop every kept config (the language server, when its last document closes)."""
+    _READ.clear()
+    _SIZES.clear()
 
 
 class ConfigError(Exception):
@@ -104,15 +115,20 @@ def config_path(path: str) -> str:
 
 def _load(path: str) -> dict:
     import json   # (only where a config is read: `sexpgpu lint` of a file without one imports no json)
-    from .bounded_read import CONFIG_JSON_LIMIT, JsonNumberTooLong, JsonTooDeep, loads_json, read_bounded
+    from .bounded_read import (CONFIG_JSON_LIMIT, JsonNumberTooLong, JsonTooDeep, JsonTooLarge, json_memory, loads_json,
+                               read_bounded)
     try:   # (a regular file only, and bounded: a pipe or a device could wait forever, or never end)
-        data = loads_json(read_bounded(path, CONFIG_JSON_LIMIT, "a config.json").decode("utf-8"))
+        raw = read_bounded(path, CONFIG_JSON_LIMIT, "a config.json").decode("utf-8")
+        data = loads_json(raw)
+        _SIZES[path] = json_memory(raw)
     except FileNotFoundError:
         raise ConfigError(path, "no such file")
     except OSError as e:   # (NotRegularFile and TooLarge say what in their own words)
         raise ConfigError(path, e.strerror or str(e))
     except (JsonTooDeep, JsonNumberTooLong) as e:
         raise ConfigError(path, f"it is not a config ({e})")
+    except JsonTooLarge as e:
+        raise ConfigError(path, str(e))
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise ConfigError(path, f"it is not JSON: {e}")
     except ValueError:
@@ -136,9 +152,12 @@ def read(path: str) -> tuple[str, dict]:
             got = (key, _load(file), None)
         except ConfigError as e:
             got = (key, None, e)
+        _READ.pop(file, None)
         _READ[file] = got
-        while len(_READ) > 64:
-            _READ.pop(next(iter(_READ)))
+        # At most 64 configs, and at most READ_MEMORY of them parsed (json_memory's estimate), the oldest out first.
+        while len(_READ) > 64 or (len(_READ) > 1 and sum(_SIZES.get(f, 0) for f in _READ) > READ_MEMORY):
+            _SIZES.pop(oldest := next(iter(_READ)), None)
+            _READ.pop(oldest)
     if got[2] is not None:
         raise got[2].with_traceback(None)
     return file, got[1]

@@ -428,7 +428,8 @@ class RewardIR:
     tensor of the batch decoded to the `prompts` (its first `prompt` columns) and `completions` (the rest)
     the function receives, as `decode` says (`SamplesIR.decode`); `fields` the batch's tensors it also
     receives as NumPy arrays, each (batch name, Python keyword). `where` is `FILE:LINE:COL` of `:reward`
-    in the run file, for the run's messages."""
+    in the run file, for the run's messages. `mask` (`TEXT-mask`, as `:samples` reads it): the prompt
+    without its padding, the completion up to its stop."""
 
     path: str
     function: str
@@ -439,6 +440,7 @@ class RewardIR:
     decode: tuple
     fields: tuple[tuple[str, str], ...] = ()
     where: str = ""
+    mask: str | None = None   # the batch's `TEXT-mask` of `text`'s shape: only the ids where it holds are decoded
 
 
 @dataclass(frozen=True)
@@ -500,6 +502,8 @@ class RunIR:
     diagnostics: tuple[str, ...] = ()
     devices: int | None = None     # `:devices N`: the data-parallel mesh size (None: every device)
     shard_params: str = "replicated"   # `:shard-params`: "replicated" or "fsdp" (docs/sharding.md)
+    model_parallel: int = 1   # `:model-parallel M`: the tensor-parallel `model` axis of the mesh (docs/sharding.md)
+    shard: tuple[tuple[str, int | None], ...] = ()   # `:shard (:name axis ...)`: mesh.model_split's overrides
     samples: SamplesIR | None = None   # `:samples`: the rows written to samples.jsonl (docs/metrics.md)
 
 

@@ -53,13 +53,14 @@ SPECIAL_FORMS: dict[str, tuple[str, str]] = {
 
 #: The keywords of `run`, in the order its signature shows them.
 RUN_KEYS: tuple[str, ...] = ("loader", "steps", "microbatches", "stack", "precision", "seed", "optimizer", "log",
-                             "checkpoint", "diagnostics", "devices", "shard-params", "remat", "samples")
+                             "checkpoint", "diagnostics", "devices", "model-parallel", "shard-params", "shard", "remat",
+                             "samples")
 
 #: Each of `run`'s keywords with the value its signature shows (signature help marks the one being written).
 RUN_PLACEHOLDERS: dict[str, str] = {
     "loader": "l", "steps": "n", "microbatches": "m", "stack": "s", "precision": ":f32", "seed": "0",
     "optimizer": "(...)", "log": "(:every 50)", "checkpoint": "(:every n)", "diagnostics": "[..]", "devices": "n",
-    "shard-params": ":fsdp", "remat": ":policy", "samples": "(...)",
+    "shard-params": ":fsdp", "model-parallel": "m", "shard": "(...)", "remat": ":policy", "samples": "(...)",
 }
 TOP_FORMS["run"] = ("(run " + " ".join(f":{k} {RUN_PLACEHOLDERS[k]}" for k in RUN_KEYS) + ")", TOP_FORMS["run"][1])
 
@@ -184,6 +185,9 @@ KEYWORD_DOCS: dict[tuple[str, str], str] = {
     ("run", "optimizer"): "`(adam :lr ...)`, `(adamw ...)`, `(sgd ...)`, `(lion ...)`; `:lr` a number or a "
                           "schedule like `(warmup-cosine-decay ...)`",
     ("run", "devices"): "data parallel over this many devices; divides every loader's `:batch`",
+    ("run", "model-parallel"): "tensor parallel over this many devices (the mesh's `model` axis): attention split "
+                               "by heads, the MLP by its hidden width, embeddings and output by vocabulary",
+    ("run", "shard"): "overrides of the `model` axis' split, per parameter name: `(:wq 2 :w-up :replicated)`",
     ("run", "shard-params"): "`:replicated` (every device holds every parameter) or `:fsdp` (each split over the mesh)",
     ("pass", "loader"): "the loader the pass reads",
     ("pass", "every"): "run the pass every this many steps",

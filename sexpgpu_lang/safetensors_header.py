@@ -15,8 +15,8 @@ from __future__ import annotations
 import json
 import struct
 
-from .bounded_read import (SAFETENSORS_HEADER_LIMIT, JsonNumberTooLong, JsonTooDeep, loads_json, open_regular,
-                           size_words)
+from .bounded_read import (SAFETENSORS_HEADER_LIMIT, JsonNumberTooLong, JsonTooDeep, JsonTooLarge, loads_json,
+                           open_regular, size_words)
 
 #: safetensors dtype names to SexpGPU's.
 DTYPES = {"F32": "f32", "F16": "f16", "BF16": "bf16", "I32": "i32", "I64": "i64", "BOOL": "bool"}
@@ -55,6 +55,8 @@ def read_header(path: str) -> dict[str, tuple[tuple[int, ...], str]]:
         raise HeaderError("it is not a safetensors file (its header is not JSON)")
     except (JsonTooDeep, JsonNumberTooLong) as e:
         raise HeaderError(f"it is not a safetensors file (its header {str(e).removeprefix('it ')})")
+    except JsonTooLarge as e:
+        raise HeaderError(f"its header {str(e).removeprefix('it ')}")
     if not isinstance(meta, dict):
         raise HeaderError("it is not a safetensors file")
     out = {}

@@ -31,6 +31,7 @@ when grammar.lark no longer matches the stored pattern.
 """
 from __future__ import annotations
 
+import itertools
 import pathlib
 import re
 from dataclasses import dataclass, field
@@ -205,7 +206,23 @@ def _lark():
                 maybe_placeholders=False)
 
 
-def _lex(text: str, diags: list[Diagnostic], unterminated: set[int] | None = None) -> tuple[list[Token], list[Span]]:
+TOKEN_LIMIT = 400_000
+"""The most tokens (and comments and bad-character reports) a run file may hold: past it, `parse`
+gives one E-SYNTAX-006 and no forms, having lexed only this far. It keeps every check of a file
+(lint, explain, the language server) within docs/runtime.md's budget (1 GB, 10 s); a run file by
+hand holds a few thousand."""
+
+
+class _TooManyTokens(Exception):
+    """Lexing passed its budget; `offset` is where (in the text lexed)."""
+
+    def __init__(self, offset: int):
+        super().__init__(offset)
+        self.offset = offset
+
+
+def _lex(text: str, diags: list[Diagnostic], unterminated: set[int] | None = None,
+         limit: int | None = None) -> tuple[list[Token], list[Span]]:
     """All tokens of `text` and its comments' ranges, as lark's lexer gives them, in one pass.
 
     A character that starts no token is reported (E-SYNTAX-003) and skipped; an
@@ -220,6 +237,7 @@ def _lex(text: str, diags: list[Diagnostic], unterminated: set[int] | None = Non
     tokens: list[Token] = []
     comments: list[Span] = []
     pos, line, line_start, n = 0, 1, 0, len(text)
+    recovered = 0   # bad characters reported: each counts as a token against `limit`
     while pos < n:
         # Each match starts where the previous one ended; one that starts later means that no
         # token starts at `pos ... start - 1`. Those characters are reported from this one
@@ -239,6 +257,9 @@ def _lex(text: str, diags: list[Diagnostic], unterminated: set[int] | None = Non
                 break
             while pos < start:
                 pos = _recover(text, pos, line, pos - line_start + 1, tokens, diags, unterminated, bad)
+                recovered += 1
+                if limit is not None and recovered > limit:
+                    raise _TooManyTokens(pos)
             if pos != start:
                 resumed = True
                 break
@@ -254,6 +275,8 @@ def _lex(text: str, diags: list[Diagnostic], unterminated: set[int] | None = Non
                 tokens.append(Token(kind, m.group(), pos, line, pos - line_start + 1, end))
                 if kind == "LPAR" and pos == line_start and bad:
                     bad.clear()   # a `(` in column 1 starts a form (as `_balance` reads it)
+            if limit is not None and len(tokens) + len(comments) + recovered > limit:
+                raise _TooManyTokens(pos)
             pos = end
         else:
             if len(patterns) == 1:
@@ -261,6 +284,9 @@ def _lex(text: str, diags: list[Diagnostic], unterminated: set[int] | None = Non
                 # is bad (searching again after each would be quadratic).
                 while pos < n:
                     pos = _recover(text, pos, line, pos - line_start + 1, tokens, diags, unterminated, bad)
+                    recovered += 1
+                    if limit is not None and recovered > limit:
+                        raise _TooManyTokens(pos)
         if pos < n and not resumed:
             pos = _recover(text, pos, line, pos - line_start + 1, tokens, diags, unterminated, bad)
     return _glued_numbers(tokens, diags), comments
@@ -600,18 +626,26 @@ def parse(source: SourceText) -> ParseResult:
     bracket diagnostics, so every diagnostic is exactly the whole-file one.
     """
     text = source.text
-    starts = [0] + [m.start() + 1 for m in _PIECE.finditer(text)]
+    starts = [0] + [m.start() + 1 for m in itertools.islice(_PIECE.finditer(text), TOKEN_LIMIT + 1)]
+    if len(starts) > TOKEN_LIMIT + 1:   # each piece starts with a `(`
+        return _too_many_tokens(source, starts[TOKEN_LIMIT])
     if len(starts) > 1 and starts[1] == 0:
         starts.pop(0)
     pieces = []   # (offset, first line, lexed)
-    line, prev = 1, 0
+    line, prev, budget = 1, 0, TOKEN_LIMIT
     for k, s in enumerate(starts):
         e = starts[k + 1] if k + 1 < len(starts) else len(text)
         line += text.count("\n", prev, s)
         prev = s
-        lexed = _lex_piece(text[s:e])
+        try:
+            lexed = _lex_piece(text[s:e], budget)
+        except _TooManyTokens as stop:
+            return _too_many_tokens(source, s + stop.offset)
         if lexed is None:
             return _parse_whole(source)
+        budget -= len(lexed[0]) + len(lexed[1])
+        if budget < 0:
+            return _too_many_tokens(source, s)
         pieces.append((s, line, lexed))
     # Group the pieces into top-level forms exactly as `_chunks` groups tokens.
     groups: list[list[int]] = []
@@ -669,6 +703,12 @@ _BUILT: dict[str, tuple] = {}
 _PLACED: dict[tuple[str, int], tuple] = {}
 
 
+def forget() -> None:
+    """Drop the parse caches (the language server, when its last document closes)."""
+    for cache in (_LEXED, _BUILT, _PLACED):
+        cache.clear()
+
+
 def _remember(cache: dict, key, value):
     if len(cache) >= _CACHE_MAX:
         cache.clear()
@@ -676,13 +716,23 @@ def _remember(cache: dict, key, value):
     return value
 
 
-def _lex_piece(piece: str):
-    """The piece's tokens, comments and closing depth (cached), or None when lexing it reports anything."""
+def _too_many_tokens(source: SourceText, offset: int) -> ParseResult:
+    """The one E-SYNTAX-006 of a file past TOKEN_LIMIT, at the token that passed it; no forms."""
+    at = Span(offset, min(offset + 1, len(source.text)))
+    return ParseResult(source, (), (error(
+        "E-SYNTAX-006", at, f"the file holds more than {TOKEN_LIMIT:,} tokens (TOKEN_LIMIT), so it is not "
+        "checked", help="a run file states a run: generate data into a data file (`tokens`, `jsonl`, `npz`) "
+        "and name it from a loader, rather than writing it into the run file"),), ())
+
+
+def _lex_piece(piece: str, limit: int | None = None):
+    """The piece's tokens, comments and closing depth (cached), or None when lexing it reports anything;
+    _TooManyTokens past `limit` tokens and comments."""
     hit = _LEXED.get(piece)
     if hit is not None:
         return hit
     diags: list[Diagnostic] = []
-    tokens, comments = _lex(piece, diags)
+    tokens, comments = _lex(piece, diags, limit=limit)
     if diags:
         return None
     return _remember(_LEXED, piece, (tokens, comments, _depth_after(tokens, 0)))
@@ -705,7 +755,10 @@ def _parse_whole(source: SourceText) -> ParseResult:
     """`parse` without the caches: lex the whole text, then parse each top-level form."""
     diags: list[Diagnostic] = []
     unterminated: set[int] = set()
-    tokens, comments = _lex(source.text, diags, unterminated)
+    try:
+        tokens, comments = _lex(source.text, diags, unterminated, limit=TOKEN_LIMIT)
+    except _TooManyTokens as stop:
+        return _too_many_tokens(source, stop.offset)
     forms: list[Node] = []
     for chunk in _chunks(tokens):
         forms.extend(_parse_chunk(chunk, diags, unterminated))
@@ -811,19 +864,19 @@ def _cut_deep(tokens: list[Token]) -> list[Token]:
     return out
 
 
+_ESCAPE = re.compile(r"\\(.)", re.S)
+_ESCAPED = {"n": "\n", "t": "\t"}
+
+
 def _unescape(s: str) -> str:
+    """A STRING token's value: the quotes dropped, `\\n` and `\\t` a newline and a tab, any other
+    escaped character itself. One regular-expression pass (linear time, no list a character)."""
     body = s[1:-1]
-    out, i = [], 0
-    while i < len(body):
-        c = body[i]
-        if c == "\\" and i + 1 < len(body):
-            n = body[i + 1]
-            out.append({"n": "\n", "t": "\t", '"': '"', "\\": "\\"}.get(n, n))
-            i += 2
-        else:
-            out.append(c)
-            i += 1
-    return "".join(out)
+    if "\\" not in body:
+        return body
+    if body.endswith("\\") and (len(body) - len(body.rstrip("\\"))) % 2:   # a lone backslash at the end stays
+        return _ESCAPE.sub(lambda m: _ESCAPED.get(m.group(1), m.group(1)), body[:-1]) + "\\"
+    return _ESCAPE.sub(lambda m: _ESCAPED.get(m.group(1), m.group(1)), body)
 
 
 def form_key(form: Node) -> str:

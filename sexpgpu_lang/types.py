@@ -15,6 +15,7 @@ Imports nothing outside the standard library; never JAX.
 """
 from __future__ import annotations
 
+import contextvars
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -108,6 +109,33 @@ class Type:
         return self.show()
 
 
+SHOWN_ITEMS = 16
+"""The most entries of a vector's type, or sizes of a shape, that `show` writes out; past it,
+how many more (`shown_items`): a vector of 40,000 values has a short type in a message."""
+
+
+_WHOLE = contextvars.ContextVar("whole", default=False)
+
+
+def shown_items(items, show=str, sep: str = " ") -> str:
+    """The first SHOWN_ITEMS of `items`, each written by `show`, joined by `sep`, then `… N more`
+    when there are more (all of them inside `exact`)."""
+    more = len(items) - SHOWN_ITEMS
+    if more <= 0 or _WHOLE.get():
+        return sep.join(show(i) for i in items)
+    return sep.join(show(i) for i in items[:SHOWN_ITEMS]) + (f"{sep}… {more:,} more" if more > 0 else "")
+
+
+def exact(t: "Type") -> str:
+    """`t.show()` with every entry and size written out: a type's identity where two types are
+    compared or keyed by their text (`show` cuts a long vector or shape for messages)."""
+    token = _WHOLE.set(True)
+    try:
+        return t.show()
+    finally:
+        _WHOLE.reset(token)
+
+
 @dataclass(frozen=True, slots=True)
 class TensorType(Type):
     """A tensor: static `shape` (ints), `dtype` (one of DTYPES), `weak` for
@@ -120,7 +148,7 @@ class TensorType(Type):
     value: int | float | bool | None = None
 
     def show(self) -> str:
-        dims = " ".join(str(d) for d in self.shape)
+        dims = shown_items(self.shape)
         return f"[{dims}] {self.dtype}" + ("*" if self.weak else "")
 
     @property
@@ -153,7 +181,7 @@ class ShapeType(Type):
     dims: tuple[int, ...]
 
     def show(self) -> str:
-        return "[" + " ".join(str(d) for d in self.dims) + "] shape"
+        return "[" + shown_items(self.dims) + "] shape"
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,7 +191,7 @@ class TupleType(Type):
     items: tuple[Type, ...]
 
     def show(self) -> str:
-        return "[" + ", ".join(t.show() for t in self.items) + "]"
+        return "[" + shown_items(self.items, lambda t: t.show(), ", ") + "]"
 
 
 @dataclass(frozen=True, slots=True)

@@ -413,3 +413,22 @@ def test_a_run_of_several_processes_is_refused(tmp_path, monkeypatch):
         reward_of(tmp_path, LOGGING)
     assert "this run has 2 processes: run it in one" in str(e.value)
     assert not (tmp_path / "src" / "calls.jsonl").exists()
+
+
+def test_a_text_mask_cuts_the_decoded_rows_as_samples_do(tmp_path):
+    """With `TEXT-mask` in the batch (a loader's padding, a generator's completion mask) the function
+    receives each row's prompt without its padding and its completion up to its stop, as `:samples`
+    shows them (TRL cuts completions at EOS before rewarding)."""
+    masked = {"(list :row (dynamic-update-slice row token [0 at]))))":
+              "(list :row (dynamic-update-slice row token [0 at]))))\n"
+              "  :finish (lambda (state ctx) (list :row (getf state :row) "
+              ":row-mask (!= (getf state :row) 11)))"}
+    text = small_text(**masked)
+    d = src_dir(tmp_path, LOGGING)
+    spec = program_of(text, str(d / "run.sx")).generate.reward
+    assert spec.mask == "row-mask"
+    from sexpgpu_runtime.run.rewards import PythonReward
+    reward = PythonReward(spec)
+    reward.call({"row": ROWS, "row-mask": ROWS != 11}, "step 1, microbatch 0")   # 11 is `=`
+    (call,) = calls(d)
+    assert call["prompts"] == ["3+5", "9+9", "0+0"] and call["completions"] == ["08", "18", "+"]

@@ -164,12 +164,13 @@ def test_devices_in_the_file_must_divide_every_batch():
 
 def test_parse_mesh():
     from sexpgpu_runtime.devices.sharding import parse_mesh
-    assert parse_mesh("data=8") == 8 and parse_mesh("4") == 4
-    for bad in ("model=2", "data=x", "data=0"):
+    assert parse_mesh("data=8") == (8, 1) and parse_mesh("4") == (4, 1)
+    assert parse_mesh("data=2,model=4") == (2, 4) and parse_mesh("model=8") == (1, 8)
+    for bad in ("data=x", "data=0", "model=0", "data=2,data=2"):
         with pytest.raises(ValueError):
             parse_mesh(bad)
-    with pytest.raises(ValueError, match="--mesh takes one axis, `data=N`; got `data=8,model=2`"):
-        parse_mesh("data=8,model=2")
+    with pytest.raises(ValueError, match="--mesh names the axis `pipe`; the axes are `data` and `model`"):
+        parse_mesh("data=8,pipe=2")
 
 
 @pytest.mark.slow

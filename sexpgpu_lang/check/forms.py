@@ -17,7 +17,8 @@ from ..diagnostics import Related
 from ..language import (DEFAULT_OPTIMIZER, FORM_KEYWORDS, KEYWORD_VALUES, PLIST_KEYWORDS, RESERVED_NAMES, RUN_KEYS,
                         SOURCES, SPECIAL_FORMS)
 from ..ops import REGISTRY
-from ..syntax import Kw, ListNode, Node, Sym, VecNode
+from ..mesh import undivided
+from ..syntax import Kw, ListNode, Node, Num, Sym, VecNode
 from ..types import (DTYPES, dtype_hint, ERROR, ErrorType, FunctionType, KeywordType, LoaderType, ShapeType,
                      StringType, TensorType, Type)
 from .config import FORM as CONFIG_FORM, config_def
@@ -224,6 +225,7 @@ def top_run(ctx: CheckContext) -> None:
     shard_params = const_keyword(
         ctx, kws, "shard-params", KEYWORD_VALUES["shard-params"],
         help="`:fsdp` splits every parameter and its optimizer state along the mesh's `data` axis")
+    model_parallel, shard = model_axis(ctx, kws)
     opt = run_optimizer(ctx, kws["optimizer"][1], steps) if "optimizer" in kws else \
         (DEFAULT_OPTIMIZER[0], dict(DEFAULT_OPTIMIZER[1]))
     log = config_plist(ctx, kws["log"][1], PLIST_KEYWORDS["log"], ":log") if "log" in kws else {}
@@ -240,7 +242,85 @@ def top_run(ctx: CheckContext) -> None:
         return
     ctx.run_ir = ir.RunIR(cfg["loader"], steps, mb, stack, stack_auto, seed, precision, opt,
                           int(log.get("every") or 50), log, ckpt, diag_sel, devices,
-                          shard_params=shard_params)
+                          shard_params=shard_params, model_parallel=model_parallel, shard=shard)
+
+
+def model_axis(ctx: CheckContext, kws: dict) -> tuple[int, tuple[tuple[str, int | None], ...]]:
+    """`run`'s `:model-parallel M` (the mesh's tensor-parallel axis, 1 without) and `:shard (:key how ...)`,
+    resolved per parameter (mesh.model_split's overrides: dotted path -> axis counted from the last, or
+    None). A key names a parameter (`:wq`), a key on its path (`:teacher`, `:layers`) or a model (the
+    root's `student`, a sub-model's `code-lm`); the deepest on a parameter's path decides. `how`: an axis
+    number of the shape `:params` declares, `:replicated`, or `:auto` (by its name and shape). E-FORM-002
+    at a parameter whose heads or MLP width M does not divide (sexpgpu_lang.mesh.undivided), at a bad
+    `:shard` entry, and at an axis the parameter does not have."""
+    model = 1
+    if "model-parallel" in kws:
+        model = const_int(ctx, kws["model-parallel"][1], "`:model-parallel`", 1) or 1
+    given: dict[str, int | None | str] = {}
+    at: dict[str, Node] = {}
+    if "shard" in kws:
+        sn = kws["shard"][1]
+        items = sn.items if isinstance(sn, ListNode) else None
+        if items is None or len(items) % 2 or not all(isinstance(k, Kw) for k in items[::2]):
+            ctx.err("E-FORM-002", sn.span, "`:shard` takes a plist of names and how to split them, like "
+                    "`(:student :replicated :teacher :auto :wq 2)`")
+            items = ()
+        for k, v in zip(items[::2], items[1::2]):
+            at[k.name] = v
+            if isinstance(v, Kw) and v.name in ("replicated", "auto"):
+                given[k.name] = None if v.name == "replicated" else "auto"
+            elif isinstance(v, Num) and not v.is_float and v.value >= 0:
+                given[k.name] = int(v.value)
+            else:
+                ctx.err("E-FORM-002", v.span, f"`:shard`'s `:{k.name}` takes an axis number (0 the first), "
+                        "`:replicated` or `:auto`")
+    shard: dict[str, int | None] = {}
+    for p in ctx.params:
+        how = _deepest(ctx, p.path, given)
+        if how is None or how[1] == "auto":
+            continue
+        key, d = how
+        declared = len(p.shape) - (1 if p.layers else 0)
+        if d is not None and d >= declared:
+            ctx.err("E-FORM-002", at[key].span, f"`:shard` splits `{'.'.join(p.path)}` along axis {d}, and it "
+                    f"has {declared} axes")
+            continue
+        shard[".".join(p.path)] = None if d is None else d - declared
+    where = kws["model-parallel"][1] if "model-parallel" in kws else None
+    for p in ctx.params:
+        dotted, span = ".".join(p.path), p.span or (where.span if where is not None else None)
+        why = undivided(dotted, tuple(p.shape), model, shard)
+        if why and span is not None:
+            name = p.path[-1]
+            ctx.err("E-FORM-002", span, f"{why}, parameter `{dotted}`: each device of the `model` axis "
+                    "takes an equal share of it",
+                    help=f"make `:model-parallel` divide {p.shape[undivided_axis(dotted, p.shape, shard)]}, or keep "
+                         f"`{name}` whole with `:shard (:{name} :replicated)` in `run`")
+    return model, tuple(shard.items())
+
+
+def _deepest(ctx: CheckContext, path: tuple[str, ...], given: dict) -> tuple[str, object] | None:
+    """The deepest key of `given` on a parameter's way from the root model: the root's name, then each key
+    of the path and the model it enters; (key, its value) or None."""
+    chain = [ctx.root_model] if ctx.root_model else []
+    m = ctx.root_model
+    for key in path:
+        chain.append(key)
+        subs = ctx.models.get(m, {}).get("subs", {}) if m else {}
+        m = subs.get(key)
+        if m is not None:
+            chain.append(m)
+    found = None
+    for key in chain:
+        if key in given:
+            found = (key, given[key])
+    return found
+
+
+def undivided_axis(name: str, shape: tuple[int, ...], shard: dict) -> int:
+    """The axis mesh.model_split names for a parameter (for a message)."""
+    from ..mesh import model_split
+    return model_split(name, tuple(shape), shard)[0]
 
 
 def top_curriculum(ctx: CheckContext, train):

@@ -24,7 +24,8 @@ from ..ops import REGISTRY, RuleCall, RuleError
 from ..source import Span
 from ..syntax import ErrorNode, Kw, ListNode, Node, Num, Str, Sym, VecNode, walk
 from ..types import (DTYPES, dtype_hint, ERROR, NIL, ErrorType, FunctionType, KeywordType, LoaderType, ModelType,
-                     NilType, PlistType, SelfType, ShapeType, StringType, TensorType, TupleType, Type, is_float, scalar)
+                     NilType, PlistType, SelfType, ShapeType, StringType, TensorType, TupleType, Type, exact, is_float,
+                     scalar)
 from . import incremental
 from .context import CheckContext, generator_param, near_miss
 from .contracts import batch_field
@@ -604,7 +605,7 @@ def call_model(ctx: CheckContext, node: ListNode, name: str, scope: Scope) -> ir
     # The whole type, its constant value included: the body is checked for these values (a `[0 pos]`
     # of a constant `pos` is a constant shape, a constant temperature a static one), so a call with
     # other constants must not reuse it.
-    key = (name, tuple(t.show() if not isinstance(t, TensorType) else t for t in arg_types))
+    key = (name, tuple(exact(t) if not isinstance(t, TensorType) else t for t in arg_types))
     if entry != "apply":
         key = key + (entry,)
     # the arguments' integer ranges (token ids, positions) reach the body: checked once per distinct ranges
@@ -693,7 +694,7 @@ def same_type(a: Type, b: Type) -> bool:
         return a.shape == b.shape and a.dtype == b.dtype
     if isinstance(a, PlistType) and isinstance(b, PlistType):
         return a.keys == b.keys and all(same_type(x, y) for (_, x), (_, y) in zip(a.entries, b.entries))
-    return a.show() == b.show()
+    return exact(a) == exact(b)
 
 
 def model_body(ctx: CheckContext, name: str, lam: ListNode, params: list[str], arg_types: list[Type], form: ListNode,

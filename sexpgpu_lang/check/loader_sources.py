@@ -31,8 +31,8 @@ import functools
 import os
 import stat
 
-from ..bounded_read import (TOKENIZER_JSON_LIMIT, JsonNumberTooLong, JsonTooDeep, NotRegularFile, TooLarge,
-                            describe_mode, loads_json, read_bounded)
+from ..bounded_read import (TOKENIZER_JSON_LIMIT, JsonNumberTooLong, JsonTooDeep, JsonTooLarge, NotRegularFile,
+                            TooLarge, describe_mode, loads_json, read_bounded)
 from ..diagnostics import warning
 from ..language import TOKEN_FILE_DTYPES
 from ..source import Span
@@ -244,9 +244,13 @@ def _missing_file(ctx: CheckContext, kind: str, key: str, rel: str, at: Span) ->
     if full is None:
         return True
     if key == "glob":
-        import glob
-        from ..bounded_read import no_regular_match
-        matches = sorted(glob.glob(full, recursive=True))
+        from ..bounded_read import glob_bounded, no_regular_match
+        try:
+            matches = glob_bounded(full)
+        except OSError as e:   # GlobTooLarge: the limit, in one line (the runtime's words)
+            ctx.err("E-LOADER-001", at, f"`{kind}`'s glob `{rel}`: {e.strerror}",
+                    help="a glob names the data's own files, within the limits docs/runtime.md lists")
+            return False
         if any(os.path.isfile(f) for f in matches):
             return True
         why = no_regular_match(full, matches)   # (the runtime's words: data/files.glob_files)
@@ -593,12 +597,15 @@ def _text_files(ctx: CheckContext, rel: str, at: Span) -> bool:
     is not UTF-8 text, with the runtime's reason (bounded_read.text_problem, which tokenize.read_text
     says it through). Each file is read a chunk at a time, its first TEXT_CHECK_LIMIT bytes, once per
     mtime and size. False when reported."""
-    import glob
-    from ..bounded_read import TEXT_FIX
+    from ..bounded_read import TEXT_FIX, glob_bounded
     full = _full_path(ctx, rel)
     if full is None:
         return True
-    for path in sorted(f for f in glob.glob(full, recursive=True) if os.path.isfile(f)):
+    try:
+        matches = glob_bounded(full)
+    except OSError:   # said by _missing_file
+        return False
+    for path in (f for f in matches if os.path.isfile(f)):
         try:
             st = os.stat(path)
         except OSError:
@@ -616,7 +623,7 @@ def _text_bytes(ctx: CheckContext, args: dict, nodes: dict, fields, batch: int |
     when it matches no file, or only what is not a regular file (`_missing_file`), or its files hold
     fewer bytes than one window or fewer windows than one `batch` (text_tokens.fewer_than_a_batch);
     sizes by `stat`, nothing read."""
-    import glob
+    from ..bounded_read import glob_bounded
     from ..text_tokens import fewer_than_a_batch, window_count
     rel = args.get("glob")
     if ctx.read_files is not True or not isinstance(rel, str) or "glob" not in nodes:
@@ -631,7 +638,7 @@ def _text_bytes(ctx: CheckContext, args: dict, nodes: dict, fields, batch: int |
         return
     stride = args.get("stride") if isinstance(args.get("stride"), int) else seq
     try:
-        total = sum(os.stat(f).st_size for f in glob.glob(full, recursive=True) if os.path.isfile(f))
+        total = sum(os.stat(f).st_size for f in glob_bounded(full) if os.path.isfile(f))
     except OSError:
         return
     if total < seq:
@@ -648,14 +655,14 @@ def _text_windows(ctx: CheckContext, args: dict, fields, at: Span, batch: int | 
     (text_tokens.encoded), gives fewer tokens than one window, or fewer windows than one `batch`,
     in the run's words (text_tokens.fewer_than_a_window, fewer_than_a_batch). Only a corpus of at most SHORT_TEXT_LIMIT bytes is tokenized
     (in memory; nothing is written); a tokenizer or separator that does not load is the runtime's."""
-    import glob
+    from ..bounded_read import glob_bounded
     from ..text_tokens import SHORT_TEXT_LIMIT, fewer_than_a_batch, fewer_than_a_window, window_count
     full, tok_path = _full_path(ctx, args["glob"]), _full_path(ctx, args["tokenizer"])
     if full is None or tok_path is None:
         return
     try:
         files = tuple((f, os.stat(f).st_mtime_ns, os.stat(f).st_size)
-                      for f in sorted(f for f in glob.glob(full, recursive=True) if os.path.isfile(f)))
+                      for f in glob_bounded(full) if os.path.isfile(f))
         st = os.stat(tok_path)
     except OSError:
         return
@@ -748,8 +755,8 @@ def vocab_size(path: str, mtime_ns: int, size: int) -> int | str | None:
     if not raw.strip():
         return "it is empty, not a Hugging Face tokenizer.json"
     try:
-        data = loads_json(raw.decode("utf-8"))
-    except (JsonTooDeep, JsonNumberTooLong) as e:
+        data = loads_json(raw)   # (bytes: the memory estimate comes before any copy; json decodes UTF-8)
+    except (JsonTooDeep, JsonNumberTooLong, JsonTooLarge) as e:
         return str(e)
     except UnicodeDecodeError as e:
         return f"it is not UTF-8 text (byte {e.start}), not a Hugging Face tokenizer.json"
@@ -786,3 +793,10 @@ def _token_fields(ctx: CheckContext, kind: str, args: dict, fields, at: Span) ->
                     help="declare it `:i32`")
             return False
     return True
+
+
+def forget() -> None:
+    """Drop what was kept of the files sources name (the language server, when its last document closes)."""
+    for f in list(globals().values()):
+        if callable(getattr(f, "cache_clear", None)) and getattr(f, "__module__", None) == __name__:
+            f.cache_clear()

@@ -129,7 +129,7 @@ def _op_range(e: ir.Op, args: list[Range | None]) -> Range | None:
     if name == "iota":
         dims, ax = st.get("shape", ()), st.get("axis", 0)
         return (0, dims[ax] - 1, True) if dims and _size(dims) else None
-    if name in ("argmax", "argmin"):
+    if name in ("argmax", "argmin", "categorical"):   # (a draw from V logits is an id 0 to V - 1 too)
         x = e.args[0].type
         ax = st.get("axis", -1)
         return (0, x.shape[ax] - 1, False) if isinstance(x, TensorType) and x.shape else None

@@ -29,7 +29,7 @@ from ..syntax import Kw, ListNode, Node, VecNode
 from ..types import ERROR, ErrorType, PlistType, TensorType, Type, is_int
 from .context import CheckContext, near_miss
 from .keywords import const_int, const_value, keyword_args
-from .samples import decoding
+from .samples import decoding, text_masks
 
 #: The keywords every call passes (beside one per `:fields` name).
 CALL_KEYWORDS = ("prompts", "completions")
@@ -40,6 +40,11 @@ DEFAULT_NAME = "reward"
 #: language server checks on every edit, and a file is parsed again only when it changes.
 _PARSED: dict[tuple, tuple[dict[str, ast.AST | None] | None, str | None]] = {}
 _PARSED_MAX = 64
+
+
+def forget() -> None:
+    """Drop every kept reward file (the language server, when its last document closes)."""
+    _PARSED.clear()
 
 
 def keyword_name(name: str) -> str:
@@ -97,9 +102,10 @@ def check_reward(ctx: CheckContext, node: Node, train: ir.LoaderIR,
     if not ok or rows is None:
         return None, name, t
     line, col = ctx.src.line_col(node.span.start)
+    masks = text_masks([(text, known[text].shape, known[text].dtype)], known)
     return ir.RewardIR(path, strings["function"], name, rows, text, prompt,
                        decoding(train, strings.get("tokenizer"), ctx.src.path), tuple(fields),
-                       f"{ctx.src.path}:{line + 1}:{col + 1}"), name, t
+                       f"{ctx.src.path}:{line + 1}:{col + 1}", masks[0][1] if masks else None), name, t
 
 
 def _text(ctx: CheckContext, kws: dict, known: dict, prompt: int | None) -> tuple[int | None, str | None]:

@@ -179,7 +179,7 @@ def check_stdlib_call(ctx: CheckContext, fn: str, params: list[str], args: list[
 
 def _eos_fits(ctx: CheckContext, fn: str, p: str, a: ir.Expr, by_name: dict, ranges) -> bool:
     """End-of-sequence ids: an integer id or vector of ids (E-TYPE-001, E-TYPE-002), none past the
-    ids the tokens can hold (`ranges` of `tokens`/`token`: `argmax` over V logits, a loader's
+    ids the tokens can hold (`ranges` of `tokens`/`token`: `argmax` or `categorical` over V logits, a loader's
     `:vocab`), which is E-SHAPE-005 at the id, in one line."""
     t = a.type
     if isinstance(t, ShapeType):

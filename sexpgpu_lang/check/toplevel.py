@@ -123,6 +123,8 @@ def missing_forms(ctx: CheckContext):
     needs = REQUIRED_FORMS
     if any(isinstance(f, ListNode) and not f.closed for f in ctx.parsed.forms):
         return   # an unclosed form (E-SYNTAX-001) may hold what looks missing: the file is being written
+    if any(d.code == "E-SYNTAX-006" for d in ctx.parsed.diagnostics):
+        return   # a file past TOKEN_LIMIT is not read: its one line says so
     missing = [h for h in needs if h not in ctx.forms and h not in ctx.lost_heads]
     if not missing:
         return

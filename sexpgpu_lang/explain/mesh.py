@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 
 from .. import ir
-from ..mesh import fsdp_dim, fsdp_spec
+from ..mesh import param_dims, shard_overrides, spec_text
 from ..types import TensorType
 
 
@@ -18,38 +18,53 @@ def mesh_report(program: ir.Program, plan: dict, stack: int = 1) -> dict | None:
     holds (the batch, the generator's state, the activations) is divided by N. Parameters, optimizer
     state and held gradients are whole on every device; under `:shard-params :fsdp` each array that N
     divides along some axis (sexpgpu_lang.mesh.fsdp_dim) is 1/N, and the parameters gathered for the
-    computation are counted whole once more. An estimate: XLA's collective buffers are not counted.
-    None without a mesh."""
-    n = getattr(program.run, "devices", None)
-    if not n or n == 1:
+    computation are counted whole once more. With `:model-parallel M` (`--mesh ...,model=M`) each
+    parameter that the `model` axis splits (sexpgpu_lang.mesh.model_dim: heads, MLP width, vocabulary) is
+    1/M more, its optimizer state and gradients with it; the activations are counted whole along `model`
+    (an upper bound: the attention's and the MLP's are 1/M). An estimate: XLA's collective buffers are
+    not counted. None without a mesh."""
+    n = getattr(program.run, "devices", None) or 1
+    model = getattr(program.run, "model_parallel", 1) or 1
+    if n == 1 and model == 1:
         return None
     fsdp = getattr(program.run, "shard_params", "replicated") == "fsdp"
     fixed = plan["params"] + plan["optimizer"] + plan["gradients_held"]
-    out = {"axis": "data", "devices": n, "shard_params": "fsdp" if fsdp else "replicated",
+    out = {"axis": "data", "devices": n, "model": model, "shard_params": "fsdp" if fsdp else "replicated",
            "records_per_device": {name: ld.batch // n for name, ld in program.loaders.items()}}
     records = "P('data')" if stack <= 1 else "P(None, 'data')"
-    if not fsdp:
+    if not fsdp and model == 1:
         out["shardings"] = {"batch": records, "generator state": records, "params": "P()", "optimizer": "P()",
                             "ctx": "P()"}
         out["params_per_device"], out["optimizer_per_device"] = plan["params"], plan["optimizer"]
         out["peak_per_device"] = fixed + -(-max(plan["peak"] - fixed, 0) // n)
         out["memory_per_device"] = _memory_per_device(plan, n, plan["params"], 1.0, out["peak_per_device"])
         return out
-    def mine(p) -> int:   # bytes of one parameter a device holds
+    over = shard_overrides(program)
+    dims = {p.path: param_dims(".".join(p.path), tuple(p.shape), n, model, fsdp, over) for p in program.params}
+
+    def mine(p, gathered: bool = False) -> int:   # bytes of one parameter a device holds (or gathers)
+        d, m = dims[p.path]
         b = TensorType(p.shape, p.dtype).nbytes
-        return b // n if fsdp_dim(p.shape, n) is not None else b
+        return b // (n if d is not None and not gathered else 1) // (model if m is not None else 1)
     params_pd = sum(mine(p) for p in program.params)
     trainable_pd = sum(mine(p) for p in program.params if not p.frozen)
     share = trainable_pd / plan["trainable"] if plan["trainable"] else 1.0   # optimizer state and gradients
     fixed_pd = params_pd + math.ceil(plan["optimizer"] * share) + math.ceil(plan["gradients_held"] * share)
-    split = sum(fsdp_dim(p.shape, n) is not None for p in program.params)
-    out["shardings"] = {"batch": records, "generator state": records,
-                        "params": f"FSDP: {split} of {len(program.params)} split on their largest axis {n} divides",
+    gathered = sum(mine(p, True) for p in program.params) - params_pd if fsdp else 0
+    parts = []
+    if model > 1:
+        split_m = sum(dims[p.path][1] is not None for p in program.params)
+        parts.append(f"{split_m} of {len(program.params)} split along model={model} by heads, MLP width or "
+                     "vocabulary")
+    if fsdp:
+        split = sum(dims[p.path][0] is not None for p in program.params)
+        parts.append(f"FSDP: {split} of {len(program.params)} split on their largest axis {n} divides")
+    out["shardings"] = {"batch": records, "generator state": records, "params": "; ".join(parts),
                         "optimizer": "as its parameter", "ctx": "P()"}
-    out["param_shardings"] = {".".join(p.path): fsdp_spec(p.shape, n) for p in program.params}
+    out["param_shardings"] = {".".join(p.path): spec_text(dims[p.path]) for p in program.params}
     out["params_per_device"] = params_pd
     out["optimizer_per_device"] = math.ceil(plan["optimizer"] * share)
-    out["peak_per_device"] = fixed_pd + (plan["params"] - params_pd) + -(-max(plan["peak"] - fixed, 0) // n)
+    out["peak_per_device"] = fixed_pd + gathered + -(-max(plan["peak"] - fixed, 0) // n)
     out["memory_per_device"] = _memory_per_device(plan, n, params_pd, share, out["peak_per_device"])
     return out
 

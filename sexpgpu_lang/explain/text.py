@@ -118,7 +118,8 @@ def to_text(report: dict) -> str:
         return " · ".join(parts + [f"peak {fmt_bytes(m['peak'])}"])
 
     if mesh:
-        lines.append(f"memory per device (1 of data={mesh['devices']}): " + memory_parts(mesh["memory_per_device"]))
+        axes = f"data={mesh['devices']}" + (f",model={mesh['model']}" if mesh.get("model", 1) > 1 else "")
+        lines.append(f"memory per device (1 of {axes}): " + memory_parts(mesh["memory_per_device"]))
         lines.append("memory, all devices together: " + memory_parts(mem))
     else:
         lines.append("memory: " + memory_parts(mem))
@@ -126,10 +127,10 @@ def to_text(report: dict) -> str:
         per = ", ".join(f"`{k}` {v}" for k, v in mesh["records_per_device"].items())
         ins = ", ".join(f"{k} {v}" for k, v in mesh["shardings"].items())
         held = ""
-        if mesh.get("shard_params") == "fsdp":
+        if mesh.get("shard_params") == "fsdp" or mesh.get("model", 1) > 1:
             held = (f"params per device {fmt_bytes(mesh['params_per_device'])}, optimizer per device "
                     f"{fmt_bytes(mesh['optimizer_per_device'])} · ")
-        lines.append(f"mesh: data={mesh['devices']} · records per device: {per} · inputs: {ins} · {held}"
+        lines.append(f"mesh: {axes} · records per device: {per} · inputs: {ins} · {held}"
                      f"peak per device about {fmt_bytes(mesh['peak_per_device'])}")
     lines += ["", "memory plan: bytes live in each phase beside the parameters and optimizer state"
               + (f", and beside a later group's, the {fmt_bytes(mem['gradients_held'])} of earlier groups' gradients"
@@ -184,4 +185,10 @@ def _graph_body(g: dict, pad: str, x: dict | None, mesh: dict | None = None) -> 
         out.append(pad + f"  xla  {fmt_flops(x['flops'])} · {fmt_bytes(x['bytes_accessed'])} accessed · live "
                          f"{fmt_bytes(x['live'])} (args {fmt_bytes(x['args'])}, out {fmt_bytes(x['outputs'])}, "
                          f"temps {fmt_bytes(x['temps'])})")
+        if x.get("split_outputs"):
+            out.append(pad + "  split " + ", ".join(f"{k} {v}" for k, v in x["split_outputs"].items()))
+        if x.get("collectives"):
+            kinds = ", ".join(f"{k} ×{v['count']} {fmt_bytes(v['bytes'])}" for k, v in x["collectives"].items())
+            step = x.get("collective_bytes_per_step")
+            out.append(pad + f"  comm {kinds} per call" + (f" · {fmt_bytes(step)} per step" if step else ""))
     return out

@@ -76,12 +76,16 @@ def open_data(path: str, where: str):
 
 
 def glob_files(pattern: str, where: str) -> list[str]:
-    """The regular files `pattern` matches (`**` recursive), sorted. None is LoaderError, `where`
+    """The regular files `pattern` matches (`**` recursive, within bounded_read.glob_bounded's limits:
+    past one, LoaderError naming it), sorted. None is LoaderError, `where`
     (``loader `name` ``) first: naming what the first match is when something matches but is not a
     regular file (a FIFO, /dev/zero, a directory: sexpgpu_lang.bounded_read's words), else saying
     that no file matches."""
-    import glob as globlib
-    matches = sorted(globlib.glob(pattern, recursive=True))
+    from sexpgpu_lang.bounded_read import glob_bounded
+    try:
+        matches = glob_bounded(pattern)
+    except OSError as e:   # GlobTooLarge: the limit, in one line
+        raise LoaderError(f"{where}: {e.strerror}") from None
     files = [f for f in matches if os.path.isfile(f)]
     if files:
         return files

@@ -34,7 +34,7 @@ import numpy as np
 import jax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from sexpgpu_lang.mesh import AXIS, fsdp_dim, parse_mesh  # noqa: F401  (parse_mesh: the CLI's import)
+from sexpgpu_lang.mesh import AXIS, MODEL_AXIS, param_dims, parse_mesh  # noqa: F401  (parse_mesh: the CLI's import)
 
 from ..errors import MeshError
 
@@ -114,28 +114,45 @@ def _devices(devs: list) -> str:
     return f"{len(devs)} {platforms} device{'s' if len(devs) != 1 else ''}" + (f" ({kinds})" if kinds else "")
 
 
+def _leaf_name(path) -> str:
+    """The dictionary keys on a tree path, dotted (a parameter's path, `teacher.layers.wq`; an optimizer
+    moment's is its parameter's), "" when there is none."""
+    return ".".join(k.key for k in path if isinstance(getattr(k, "key", None), str))
+
+
 class DataParallel:
     """The mesh of a data-parallel run and the shardings of what goes into its graphs.
 
     `fsdp`: split the parameters and the optimizer state along `data` (else replicated).
     """
 
-    def __init__(self, devices: int, fsdp: bool = False):
-        self.devices = devices
+    def __init__(self, devices: int, fsdp: bool = False, model: int = 1, overrides: dict | None = None):
+        self.devices = devices   # the `data` axis
+        self.model = model       # the `model` (tensor-parallel) axis
         self.fsdp = fsdp
-        self.mesh = Mesh(np.array(mesh_devices(devices)), (AXIS,))
+        self.overrides = dict(overrides or {})
+        self.mesh = Mesh(np.array(mesh_devices(devices * model)).reshape(devices, model), (AXIS, MODEL_AXIS))
         self.replicated = NamedSharding(self.mesh, P())
         self.batch = NamedSharding(self.mesh, P(AXIS))
         self.stacked_batch = NamedSharding(self.mesh, P(None, AXIS))
 
     @staticmethod
-    def of(program, devices: int | None, fsdp: bool | None = None) -> "DataParallel | None":
+    def of(program, devices: int | None, fsdp: bool | None = None, model: int | None = None) -> "DataParallel | None":
         """The run's mesh: `devices` (the command line's `--mesh`), else the file's `:devices`, else every
         device (as many as divide every loader's `:batch`, and a multiple of the process count). `fsdp`
         (`--fsdp`) overrides the file's `:shard-params`. None when that is one device: a one-device run
         uses no mesh at all. MeshError when the mesh cannot be built."""
         n = devices if devices is not None else getattr(program.run, "devices", None)
         procs = jax.process_count()
+        m = model if model is not None else getattr(program.run, "model_parallel", 1) or 1
+        if model is not None:
+            from sexpgpu_lang.mesh import check_model_axis
+            try:
+                check_model_axis(program, m)
+            except ValueError as e:
+                raise MeshError(str(e)) from None
+        if n is None and m > 1:
+            n = 1
         if n is None:
             # Every device, or as many as split every batch evenly (6 GPUs and `:batch 64`: 4 of them).
             batches = [ld.batch for ld in program.loaders.values()]
@@ -144,11 +161,12 @@ class DataParallel:
                 raise MeshError(f"no mesh over the {procs} processes divides every loader's `:batch` "
                                 f"({', '.join(map(str, batches))}); make each `:batch` a multiple of {procs}")
             n = max(fits)
-        if n == 1 and procs == 1:
+        if n == 1 and m == 1 and procs == 1:
             return None
         if fsdp is None:
             fsdp = getattr(program.run, "shard_params", "replicated") == "fsdp"
-        dp = DataParallel(n, fsdp)
+        from sexpgpu_lang.mesh import shard_overrides
+        dp = DataParallel(n, fsdp, m, shard_overrides(program))
         dp.check_batches(program)
         return dp
 
@@ -163,22 +181,40 @@ class DataParallel:
     def describe(self) -> str:
         """One line: the mesh's axis, size and devices."""
         how = "parameters split (FSDP)" if self.fsdp else "parameters replicated"
+        if self.model > 1:
+            how = f"parameters split by heads, MLP width and vocabulary along model={self.model}" + (
+                ", and FSDP along data" if self.fsdp else "")
         procs = jax.process_count()
+        axes = f"data={self.devices}" + (f",model={self.model}" if self.model > 1 else "")
         return (f"{_devices(list(self.mesh.devices.flat))} of the {len(jax.devices())} JAX sees"
-                + (f" in {procs} processes" if procs > 1 else "") + f"; mesh data={self.devices}, {how}")
+                + (f" in {procs} processes" if procs > 1 else "") + f"; mesh {axes}, {how}")
+
+    @property
+    def splits_state(self) -> bool:
+        """Whether any parameter may be split (FSDP along `data`, or a `model` axis): the update graph's
+        outputs and the gradients are then pinned to the state's shardings, not replicated."""
+        return self.fsdp or self.model > 1
 
     # -- the state: parameters, optimizer state, counters ---------------------------------------
-    def state_sharding(self, shape: tuple[int, ...]) -> NamedSharding:
-        """Where an array of the state lives: replicated, or under FSDP split along its largest axis
-        the mesh size divides (replicated when none does, and for scalars)."""
-        d = fsdp_dim(tuple(shape), self.devices) if self.fsdp else None
-        if d is None:
+    def state_sharding(self, shape: tuple[int, ...], name: str = "") -> NamedSharding:
+        """Where an array of the state named `name` (its dotted path in the tree: `teacher.layers.wq`)
+        lives: along `model` the axis its structure says (sexpgpu_lang.mesh.model_dim: heads, MLP width,
+        vocabulary), under FSDP along `data` its largest other axis the data size divides; replicated
+        otherwise, and for scalars."""
+        if name not in self.overrides:   # (an optimizer's or checkpoint's tree wraps the parameters' paths)
+            name = next((k for k in self.overrides if name.endswith("." + k)), name)
+        d, m = param_dims(name, tuple(shape), self.devices, self.model, self.fsdp, self.overrides)
+        if d is None and m is None:
             return self.replicated
-        return NamedSharding(self.mesh, P(*([None] * d), AXIS))
+        last = max(x for x in (d, m) if x is not None)
+        return NamedSharding(self.mesh, P(*[AXIS if i == d else MODEL_AXIS if i == m else None
+                                            for i in range(last + 1)]))
 
     def state_shardings(self, tree):
-        """A tree of `state_sharding`s, one per leaf of `tree` (arrays or `jax.ShapeDtypeStruct`s)."""
-        return jax.tree_util.tree_map(lambda x: self.state_sharding(tuple(getattr(x, "shape", ()))), tree)
+        """A tree of `state_sharding`s, one per leaf of `tree` (arrays or `jax.ShapeDtypeStruct`s), each
+        by its shape and the last name on its path (an optimizer's moments are split as their parameter)."""
+        return jax.tree_util.tree_map_with_path(
+            lambda path, x: self.state_sharding(tuple(getattr(x, "shape", ())), _leaf_name(path)), tree)
 
     def put_state(self, tree):
         """Parameters, optimizer state, counters onto the mesh (every process passes the same values)."""
@@ -187,7 +223,7 @@ class DataParallel:
     def constrain_state(self, tree):
         """Inside a traced function: pin each leaf (a gradient, say) to its state sharding, so under FSDP
         XLA reduce-scatters a gradient rather than all-reducing it."""
-        return jax.tree_util.tree_map(lambda x: jax.lax.with_sharding_constraint(x, self.state_sharding(x.shape)), tree)
+        return jax.tree_util.tree_map(jax.lax.with_sharding_constraint, tree, self.state_shardings(tree))
 
     def put_replicated(self, tree):
         """Contexts and other small values: the whole value on every device."""
@@ -230,9 +266,14 @@ class DataParallel:
 
     def constrain_records(self, tree, batch: int):
         """Inside a traced (per-copy) function: keep every per-record value (first axis == batch)
-        split along `data`; under stacking each copy's state is constrained, the stack axis unsplit."""
+        split along `data`; under stacking each copy's state is constrained, the stack axis unsplit. With a
+        `model` axis its other axes are left unconstrained (XLA keeps a KV cache split by heads)."""
         def one(x):
             if getattr(x, "ndim", 0) >= 1 and x.shape[0] == batch:
-                return jax.lax.with_sharding_constraint(x, self.batch)
+                if self.model == 1:
+                    return jax.lax.with_sharding_constraint(x, self.batch)
+                # along `model` left to XLA: a cache a split `wk` wrote stays split by heads
+                rest = [P.UNCONSTRAINED] * (x.ndim - 1)
+                return jax.lax.with_sharding_constraint(x, NamedSharding(self.mesh, P(AXIS, *rest)))
             return x
         return jax.tree_util.tree_map(one, tree)

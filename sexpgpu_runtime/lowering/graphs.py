@@ -59,7 +59,7 @@ def layout_of(program: ir.Program, dp=None) -> Layout:
         from sexpgpu_lang.explain import choose_stack
         from sexpgpu_lang.mesh import with_mesh
         budget, _ = device_budget()
-        planned = program if dp is None else with_mesh(program, dp.devices, dp.fsdp)
+        planned = program if dp is None else with_mesh(program, dp.devices, dp.fsdp, dp.model)
         stack, _ = choose_stack(planned, budget or 16 * 2**30)
     stack = stack if program.stackable else 1
     if run.microbatches % stack:

@@ -59,9 +59,9 @@ class TrainingGraphs:
                                      donate_argnums=(6,) if dn else ())
         # The new parameters and optimizer state are sharded as they came in: replicated (XLA all-reduced
         # the gradients inside the training graph, whose batch was split along the mesh's `data` axis),
-        # or under FSDP split as sharding.DataParallel.state_sharding says.
-        if dp is not None and dp.fsdp:
-            self.update = self._sharded_update(dn)
+        # or under FSDP or along `model` split as sharding.DataParallel.state_sharding says.
+        if dp is not None and dp.splits_state:
+            self.update = sharded_update(self, dn)
         else:
             out = {} if dp is None else {"out_shardings": dp.replicated}
             self.update = jax.jit(counted("update", self._update), donate_argnums=(0, 1) if dn else (), **out)
@@ -138,7 +138,7 @@ class TrainingGraphs:
         diagnostics, totals, bad); see `tally`. With `:samples` names computed in the graph (`keep`),
         one more entry: the first copy's kept rows (name -> array)."""
         l, g, m, d, dl, kept = self._group(trainable, frozen, batches, rows, base)
-        if self.dp is not None and self.dp.fsdp:
+        if self.dp is not None and self.dp.splits_state:
             # Each gradient split as its parameter is: XLA reduce-scatters instead of all-reducing.
             g = [self.dp.constrain_state(x) for x in g]
         if bad is None:
@@ -161,7 +161,7 @@ class TrainingGraphs:
         vg = jax.value_and_grad(loss, has_aux=True)
         (l, (m, d, dl, *_)), g = vg(trainable, frozen, batch, ctx, base, sums, summed)
         total = _sum_into(total, g, frozenset(summed), ())
-        if self.dp is not None and self.dp.fsdp:
+        if self.dp is not None and self.dp.splits_state:
             total = self.dp.constrain_state(total)
         totals, bad = tally(base, [dl], [l], ctx["step"], bad, rows[:1, 1], self._reports([m], [d]))
         return [l], total, [m], [d], totals, bad
@@ -187,19 +187,6 @@ class TrainingGraphs:
         if total is None:
             self.last_kept = kept[0] if kept else {}
         return l, self.add_group(total, gs), m, d, counters, bad
-
-    def _sharded_update(self, donate: bool):
-        """The update graph under FSDP: jitted at its first call, when the state's tree is known, with
-        `out_shardings` the parameters' and optimizer state's FSDP shardings."""
-        jitted = []
-
-        def update(trainable, opt_state, total, bad):
-            if not jitted:
-                out = self.dp.state_shardings((trainable, opt_state))
-                jitted.append(jax.jit(self.tracer.counted("update", self._update), out_shardings=out,
-                                      donate_argnums=(0, 1) if donate else ()))
-            return jitted[0](trainable, opt_state, total, bad)
-        return update
 
     def add_group(self, total, grads: list):
         """The running sum after one group: `grads` (the group's gradients, in microbatch order) added
@@ -330,3 +317,21 @@ def _sum_into(total, g, summed: frozenset, path: tuple):
         return {k: _sum_into(v, g[k], summed, path + (k,)) for k, v in total.items()}
     return add_into(total, g)
 
+
+def sharded_update(graphs: "TrainingGraphs", donate: bool):
+    """The update graph when the state is split (FSDP, the `model` axis): jitted at its first call (or
+    `lower`), when the state's tree is known, with `out_shardings` the parameters' and optimizer
+    state's shardings (sharding.DataParallel.state_shardings)."""
+    jitted = []
+
+    def graph(trainable, opt_state):
+        if not jitted:
+            out = graphs.dp.state_shardings((trainable, opt_state))
+            jitted.append(jax.jit(graphs.tracer.counted("update", graphs._update), out_shardings=out,
+                                  donate_argnums=(0, 1) if donate else ()))
+        return jitted[0]
+
+    def update(trainable, opt_state, total, bad):
+        return graph(trainable, opt_state)(trainable, opt_state, total, bad)
+    update.lower = lambda trainable, opt_state, *rest: graph(trainable, opt_state).lower(trainable, opt_state, *rest)
+    return update

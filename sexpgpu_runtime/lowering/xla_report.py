@@ -41,6 +41,7 @@ from ..dtypes import jdt
 from .graphs import Graphs
 from ..weights.optim import make_optimizer
 from ..weights.params import set_path
+from .collectives import collectives
 from .xla_loops import UNCOUNTED, loop_costs
 
 
@@ -85,12 +86,30 @@ def _read(lowered) -> dict:
     temps = int(getattr(mem, "temp_size_in_bytes", 0))
     alias = int(getattr(mem, "alias_size_in_bytes", 0))
     outputs = max(out_total - table, 0)
-    return {"flops": float(cost.get("flops", 0.0)), "transcendentals": float(cost.get("transcendentals", 0.0)),
+    split = _split_outputs(compiled)
+    return {**({"split_outputs": split} if split else {}), "flops": float(cost.get("flops", 0.0)), "transcendentals": float(cost.get("transcendentals", 0.0)),
             "bytes_accessed": float(cost.get("bytes accessed", 0.0)), "args": args_b, "outputs": outputs,
             "output_table": out_total - outputs, "output_leaves": leaves, "temps": temps, "alias": alias,
             "live": args_b + outputs + temps - alias, "compile_seconds": round(seconds, 3),
             **({"loops": loops} if loops else {}), **({"loops_uncounted": True} if loops is None else {}),
+            **({"collectives": found} if (found := collectives(text)) else {}),
             **({"bf16": True} if "bf16[" in text else {})}   # a bf16 value anywhere in the compiled module
+
+
+def _split_outputs(compiled) -> dict[str, str]:
+    """Each output of a compiled graph that is not whole on every device, by its dotted path, and its
+    PartitionSpec as text (a generator state's KV caches split by heads: `P(None, None, None, 'model')`)."""
+    try:
+        shardings = compiled.output_shardings
+    except Exception:   # (a backend that does not say)
+        return {}
+    out = {}
+    for path, sh in jax.tree_util.tree_flatten_with_path(shardings)[0]:
+        spec = getattr(sh, "spec", None)
+        if spec is not None and any(a is not None for a in spec):
+            name = ".".join(str(getattr(k, "key", getattr(k, "idx", k))) for k in path)
+            out[name] = "P(" + ", ".join(repr(a) for a in spec) + ")"
+    return out
 
 
 def _guarded(fn, *args) -> dict:
@@ -106,10 +125,15 @@ def compile_graphs(program: ir.Program, stack: int) -> dict[str, dict]:
     if run.stack != stack or run.stack_auto:
         program = dataclasses.replace(program, run=dataclasses.replace(run, stack=stack, stack_auto=False))
     optimizer = make_optimizer(run.optimizer, program)
-    g = Graphs(program, optimizer, frozenset(run.diagnostics), donate=False)
+    dp = _mesh(program)
+    g = Graphs(program, optimizer, frozenset(run.diagnostics), donate=False, dp=dp)
     S = g.layout.stack
     trainable, frozen = _params(program)
     batch_t = program.loaders[run.loader].batch_type()
+    if dp is not None:   # the inputs placed as a run places them, so XLA inserts the run's collectives
+        trainable, frozen = _placed(trainable, dp.state_shardings(trainable)), _placed(frozen, dp.state_shardings(frozen))
+    tree_of = _tree if dp is None else _on_mesh(dp, program.loaders[run.loader].batch, S)
+    rows_of = _rows if dp is None else _rows_on(dp)
     out: dict[str, dict] = {}
 
     lowered: dict = {}
@@ -121,31 +145,69 @@ def compile_graphs(program: ir.Program, stack: int) -> dict[str, dict]:
     trip = jax.ShapeDtypeStruct((), jnp.int64)
     drawn = (draw_like(),) if g.draw_sites else ()   # a checked trip's record of its temperatures (draw_check.py)
     if gen is not None:
-        batch, state, ctx = _tree(batch_t, S), _tree(gen.state, S), _rows(S)
+        batch, state, ctx = tree_of(batch_t, S), tree_of(gen.state, S), rows_of(S)
         guard("generate.init", g.gen_init, (trainable, frozen, batch, ctx))
         guard("generate.step", g.gen_step, (trainable, frozen, state, trip, ctx) + drawn)
         guard("generate.finish", g.gen_finish, (trainable, frozen, state, ctx))
-    tbatch = _tree(batch_t, S)
+    tbatch = tree_of(batch_t, S)
     if gen is not None:
-        tbatch.update(_tree(gen.out, S))
+        tbatch.update(tree_of(gen.out, S))
     base = {c: jax.ShapeDtypeStruct((), jdt(d)) for c, d in g.counter_types.items()}
-    guard("train", g.grads, (trainable, frozen, tbatch, _rows(S), base))
+    guard("train", g.grads, (trainable, frozen, tbatch, rows_of(S), base))
     opt_state = jax.eval_shape(optimizer.init, trainable)
+    if dp is not None:
+        opt_state = _placed(opt_state, dp.state_shardings(opt_state))
     guard("update", g.update, (trainable, opt_state, trainable, jax.ShapeDtypeStruct((), jnp.int64)))
     for ps in program.passes:
-        pb = _tree(program.loaders[ps.loader].batch_type(), 1)
+        pb = tree_of(program.loaders[ps.loader].batch_type(), 1)
         if ps.runs_generator and gen is not None:
-            pstate = _tree(gen.state, 1)
-            guard(f"pass {ps.name} generate.init", g.gen_init_1, (trainable, frozen, pb, _rows(1)))
-            guard(f"pass {ps.name} generate.step", g.gen_step_1, (trainable, frozen, pstate, trip, _rows(1)) + drawn)
-            guard(f"pass {ps.name} generate.finish", g.gen_finish_1, (trainable, frozen, pstate, _rows(1)))
-            pb.update(_tree(gen.out, 1))
-        guard(f"pass {ps.name}", g.passes[ps.name], (trainable, frozen, pb, _rows(1), base))
+            pstate = tree_of(gen.state, 1)
+            guard(f"pass {ps.name} generate.init", g.gen_init_1, (trainable, frozen, pb, rows_of(1)))
+            guard(f"pass {ps.name} generate.step", g.gen_step_1, (trainable, frozen, pstate, trip, rows_of(1)) + drawn)
+            guard(f"pass {ps.name} generate.finish", g.gen_finish_1, (trainable, frozen, pstate, rows_of(1)))
+            pb.update(tree_of(gen.out, 1))
+        guard(f"pass {ps.name}", g.passes[ps.name], (trainable, frozen, pb, rows_of(1), base))
     with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as pool:
         done = {name: pool.submit(_guarded, _read, low) for name, low in lowered.items() if not isinstance(low, dict)}
     for name, low in lowered.items():
         out[name] = low if isinstance(low, dict) else done[name].result()
     return out
+
+
+def _mesh(program: ir.Program):
+    """The run's mesh (sharding.DataParallel) when the program has one and JAX sees its devices, else None
+    (then every graph is compiled for one device, as without a mesh)."""
+    from ..devices.sharding import DataParallel
+    from sexpgpu_lang.mesh import shard_overrides
+    n, m = program.run.devices or 1, getattr(program.run, "model_parallel", 1) or 1
+    if n * m == 1 or n * m > len(jax.devices()):
+        return None
+    return DataParallel(n, program.run.shard_params == "fsdp", m, shard_overrides(program))
+
+
+def _placed(tree, shardings):
+    return jax.tree_util.tree_map(lambda x, w: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=w), tree, shardings)
+
+
+def _on_mesh(dp, batch: int, stack: int):
+    """`_tree` with each per-record leaf split along `data` (the batch axis, second when stacked)."""
+    def tree(t: PlistType, s: int) -> dict:
+        out = {}
+        for k, v in t.entries:
+            if isinstance(v, TensorType):
+                x = _sds(v, s)
+                axis = 1 if s > 1 else 0
+                rec = len(x.shape) > axis and x.shape[axis] == batch
+                where = (dp.stacked_batch if s > 1 else dp.batch) if rec else dp.replicated
+                out[k] = jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=where)
+        return out
+    return tree
+
+
+def _rows_on(dp):
+    def rows(stack: int):
+        return jax.ShapeDtypeStruct((stack, len(CONTEXT_KEYS)), jnp.int64, sharding=dp.replicated)
+    return rows
 
 
 def _ratio(est: float, xla: float) -> float | None:
@@ -165,6 +227,8 @@ def xla_report(program: ir.Program, report: dict) -> dict:
         e = est.get(name)
         if e is None or "error" in x:
             continue
+        if x.get("collectives") and e.get("calls_per_step"):
+            x["collective_bytes_per_step"] = e["calls_per_step"] * sum(v["bytes"] for v in x["collectives"].values())
         x["ratio"] = {"flops": _ratio(e["flops"], x["flops"]), "live": _ratio(e["live"]["total"], x["live"]),
                       "temps": _ratio(e["live"]["temps"], x["temps"]), "args": _ratio(e["live"]["args"], x["args"]),
                       "outputs": _ratio(e["live"]["outputs"], x["outputs"])}
@@ -189,6 +253,10 @@ def xla_report(program: ir.Program, report: dict) -> dict:
     if dev.platform == "cpu" and any(computes_bf16):   # only a file that computes in bf16 meets it
         notes.append("the CPU backend computes bf16 matmuls in f32, so under :bf16 its temporaries around a "
                      "matmul are up to twice the estimate's (docs/explain.md)")
+    moved = sum(x.get("collective_bytes_per_step", 0) for x in ok)
+    if moved:
+        from sexpgpu_lang.explain.text import fmt_bytes
+        summary += f"; collectives move {fmt_bytes(moved)} a device per step"
     return {"backend": dev.platform, "device": dev.device_kind, "stack": S, "graphs": graphs,
             "summary": summary, "notes": notes}
 

@@ -33,12 +33,12 @@ def refuse_never_fits(program: ir.Program, options: RunOptions) -> None:
     if budget is None:
         return
     try:
-        dp = DataParallel.of(program, options.devices, options.fsdp)
+        dp = DataParallel.of(program, options.devices, options.fsdp, options.model)
     except MeshError:
         return
-    planned = program if dp is None else with_mesh(program, dp.devices, dp.fsdp)
+    planned = program if dp is None else with_mesh(program, dp.devices, dp.fsdp, dp.model)
     cpu = jax.default_backend() == "cpu"
-    shared = min(dp.devices, jax.local_device_count()) if (cpu and dp is not None) else 1
+    shared = min(dp.devices * dp.model, jax.local_device_count()) if (cpu and dp is not None) else 1
     why = fit_verdict(planned, budget, where, layout_of(program, dp).stack, backend_target(), donate=not cpu,
                       shared=shared)
     if why is not None:

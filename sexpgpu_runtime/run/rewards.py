@@ -100,7 +100,7 @@ class PythonReward:
         (`[S B ...]` copies when `stacked`, the first being microbatch `first_microbatch` of step `step`,
         1-based; `pass_name`: an evaluation pass's batch after step `step`). Waits for the device."""
         spec = self.spec
-        names = [spec.text] + [n for n, _ in spec.fields]
+        names = list(dict.fromkeys([spec.text] + [n for n, _ in spec.fields] + ([spec.mask] if spec.mask else [])))
         host = {n: np.asarray(v) for n, v in jax.device_get({n: batch[n] for n in names}).items()}
         copies = host[spec.text].shape[0] if stacked else 1
         out = []
@@ -117,8 +117,12 @@ class PythonReward:
         decoded from `rows[spec.text]` ([B T] ids), and each field's `[B ...]` array by its keyword."""
         spec = self.spec
         ids = rows[spec.text]
-        prompts = [self.decode(r[:spec.prompt].tolist()) for r in ids]
-        completions = [self.decode(r[spec.prompt:].tolist()) for r in ids]
+        keep = np.asarray(rows[spec.mask]).astype(bool) if spec.mask else np.ones(ids.shape, bool)
+
+        def text(r, k, cols) -> str:   # (with `TEXT-mask`: no padding, nothing past a row's stop)
+            return self.decode([int(i) for i, m in zip(r[cols], k[cols]) if m])
+        prompts = [text(r, k, slice(None, spec.prompt)) for r, k in zip(ids, keep)]
+        completions = [text(r, k, slice(spec.prompt, None)) for r, k in zip(ids, keep)]
         return {"prompts": prompts, "completions": completions, **{k: rows[n] for n, k in spec.fields}}
 
     def call(self, rows: dict, where: str) -> np.ndarray:

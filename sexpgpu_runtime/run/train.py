@@ -79,9 +79,9 @@ class Trainer:
         self.optimizer = make_optimizer(run.optimizer, program)
         self.lr = learning_rate(run.optimizer)   # the learning rate of an optimizer step, logged as `lr`
         try:
-            self.dp = DataParallel.of(program, options.devices, options.fsdp)
+            self.dp = DataParallel.of(program, options.devices, options.fsdp, options.model)
         except MeshError as e:
-            raise (OptionError if options.devices is not None else RunError)(str(e))
+            raise (OptionError if options.devices is not None or options.model is not None else RunError)(str(e))
         self.trip_loop = options.trip_loop or "host"
         self.graphs = Graphs(program, self.optimizer, selected, donate=jax.default_backend() != "cpu", dp=self.dp,
                              trip_loop=self.trip_loop)
