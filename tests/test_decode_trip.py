@@ -158,3 +158,15 @@ def test_a_loader_without_like_needs_its_batch_and_fields():
     text = variant(":like train ", "", LIKE)
     result = check(marked(text, "held-out", "E-FORM-005", within="(loader held-out"), )
     assert "`:like` another loader" in result.diagnostics[0].message
+
+
+def test_a_field_read_from_a_loader_like_another_goes_to_that_loader_s_fields():
+    from helpers import cursor
+    from sexpgpu_lang import ide
+    text = variant("(pass held-out-eval :loader held-out :every 5)",
+                   "(pass held-out-eval :loader held-out :every 5\n"
+                   "  :prepare (lambda (batch ctx) (list :x (field batch :r$0ow) :y (field batch :row))))", LIKE)
+    ix, offset = cursor(":r$0ow)", ":r$0ow)", text)
+    [found] = ide.definition(ix, offset)
+    assert ix.text[found.span.start:found.span.end] == ":row"
+    assert ix.text.rfind("(loader", 0, found.span.start) == ix.text.index("(loader train")
