@@ -66,7 +66,7 @@ TOP_FORMS["run"] = ("(run " + " ".join(f":{k} {RUN_PLACEHOLDERS[k]}" for k in RU
 
 #: The keywords each keyword-taking form accepts (`stage` is the form inside `curriculum`).
 FORM_KEYWORDS: dict[str, tuple[str, ...]] = {
-    "loader": ("source", "batch", "fields"),
+    "loader": ("source", "batch", "fields", "like"),
     "defmodel": ("params", "apply", "frozen", "pretrained", "remat", "entries", "copy", "lora"),
     "repeat": ("remat",),
     "defgenerate": ("trips", "init", "step", "finish", "until", "reward"),
@@ -151,6 +151,8 @@ KEYWORD_DOCS: dict[tuple[str, str], str] = {
                           "`(tokens ...)`, `(text-tokens ...)`, `(jsonl ...)`, `(parquet ...)`",
     ("loader", "batch"): "records per batch",
     ("loader", "fields"): "each field's per-record shape and dtype: `(:name [shape] :dtype ...)`",
+    ("loader", "like"): "another loader, written before: its `:batch` and `:fields` for the ones this loader leaves "
+                        "out (a held-out split: `(loader held-out :like train :source (npz \"held-out.npz\"))`)",
     ("defmodel", "params"): "the parameters: initialisers or sub-models",
     ("defmodel", "apply"): "`(lambda (self x ...) ...)`: how the model applies",
     ("defmodel", "entries"): "more functions over the same parameters: `(:decode (lambda (self tok cache pos) ...))`, "

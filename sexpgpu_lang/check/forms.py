@@ -94,15 +94,19 @@ def top_loader(ctx: CheckContext, f: ListNode):
         ctx.err("E-FORM-003", f.span, "`loader` needs a name")
         return
     kws = keyword_args(ctx, f, 2, FORM_KEYWORDS["loader"], "loader")
-    for need in FORM_KEYWORDS["loader"]:
+    like, like_ok = _like(ctx, kws)
+    needs = ("source",) + tuple(k for k in ("batch", "fields") if "like" not in kws)
+    for need in needs:
         if need not in kws:
-            ctx.err("E-FORM-005", f.items[1].span if len(f.items) > 1 else f.span, f"`loader` needs `:{need}`")
-    if not all(k in kws for k in FORM_KEYWORDS["loader"]):
+            ctx.err("E-FORM-005", f.items[1].span if len(f.items) > 1 else f.span, f"`loader` needs `:{need}`"
+                    + (f" (or `:like` another loader, for its `:batch` and `:fields`)" if need != "source" else ""))
+    if not all(k in kws for k in needs) or not like_ok:
         define_global(ctx, f.items[1], "loader", f, LoaderType(getattr(f.items[1], "name", "?")))
         return
     source = loader_source(ctx, kws["source"][1])
-    batch = const_int(ctx, kws["batch"][1], "`:batch`", 1, maximum=MAX_SIZE, why=" (XLA's sizes are 32-bit)")
-    fields = loader_fields(ctx, kws["fields"][1])
+    batch = (const_int(ctx, kws["batch"][1], "`:batch`", 1, maximum=MAX_SIZE, why=" (XLA's sizes are 32-bit)")
+             if "batch" in kws else like.batch)
+    fields = loader_fields(ctx, kws["fields"][1]) if "fields" in kws else like.fields
     if source is not None and not check_source(ctx, source[0], source[1], source[2], fields, kws["source"][1].span, batch):
         source = None
     source = source[:2] if source is not None else None
@@ -114,6 +118,22 @@ def top_loader(ctx: CheckContext, f: ListNode):
     ctx.loaders[name] = ir.LoaderIR(name, source, batch, fields, f.span, base)
     ctx.facts.loader_fields[name] = tuple(n for n, _, _ in fields)
     d.detail = f"loader {name}: batch {batch}, " + " ".join(f":{n} [{' '.join(map(str, s))}] {dt}" for n, s, dt in fields)
+
+
+def _like(ctx: CheckContext, kws: dict) -> tuple[ir.LoaderIR | None, bool]:
+    """A loader's `:like L`: L's LoaderIR, whose `:batch` and `:fields` stand for the ones the loader
+    leaves out (a held-out split of the training data in one line), and whether the loader can be
+    built (False when `:like` names no loader, reported here, or a loader whose own check failed)."""
+    if "like" not in kws:
+        return None, True
+    node = kws["like"][1]
+    lt = infer(ctx, node, ctx.globals).type
+    if not isinstance(lt, LoaderType):
+        if not isinstance(lt, ErrorType):
+            ctx.err("E-TYPE-001", node.span, f"`:like` must name a loader written before this one, got {lt.show()}")
+        return None, False
+    like = ctx.loaders.get(lt.name)
+    return like, like is not None
 
 
 def loader_source(ctx: CheckContext, node: Node):

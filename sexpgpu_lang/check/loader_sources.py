@@ -37,6 +37,7 @@ from ..bounded_read import (TOKENIZER_JSON_LIMIT, JsonNumberTooLong, JsonTooDeep
 from ..diagnostics import warning
 from ..language import PAD_SIDES, TOKEN_FILE_DTYPES, TRUNCATE_SIDES
 from ..source import Span
+from ..types import is_int
 from .context import CheckContext, near_miss
 
 TOKEN_SOURCES = ("tokens", "text-tokens")
@@ -55,6 +56,8 @@ def check_source(ctx: CheckContext, kind: str, args: dict, nodes: dict, fields, 
     if kind == "npz":
         return _npz_fields(ctx, args, nodes, fields)
     if kind == "text-bytes":
+        if fields is not None and not _token_fields(ctx, kind, args, fields, at, unit="byte"):
+            return False
         _text_bytes(ctx, args, nodes, fields, batch)
         return True
     if kind not in _FIRST:
@@ -693,19 +696,20 @@ def _text_bytes(ctx: CheckContext, args: dict, nodes: dict, fields, batch: int |
         return
     full = _full_path(ctx, rel)
     seq = args.get("seq") if isinstance(args.get("seq"), int) else (
-        fields[0][1][0] if fields and len(fields) == 1 and len(fields[0][1]) == 1 else None)
+        fields[0][1][0] if fields and len(fields) in (1, 2) and len(fields[0][1]) == 1 else None)
     if full is None or seq is None:
         return
     stride = args.get("stride") if isinstance(args.get("stride"), int) else seq
+    span = seq + (len(fields) - 1 if fields else 0)   # a target field: each window reads one byte more
     try:
         total = sum(os.stat(f).st_size for f in glob_bounded(full) if os.path.isfile(f))
     except OSError:
         return
-    if total < seq:
+    if total < span:
         ctx.err("E-LOADER-001", at, f"`text-bytes`'s glob `{rel}`: the files matching it hold {total} bytes, fewer "
-                f"than one window of {seq}", help="give it more text, or lower `:seq`")
+                f"than one window of {span}", help="give it more text, or lower `:seq`")
         return
-    short = fewer_than_a_batch(window_count(total, seq, stride), batch, "window") if isinstance(batch, int) else None
+    short = fewer_than_a_batch(window_count(total, span, stride), batch, "window") if isinstance(batch, int) else None
     if short is not None:
         ctx.err("E-LOADER-001", at, f"`text-bytes`'s glob `{rel}` {short[0]}", help=short[1])
 
@@ -837,10 +841,12 @@ def vocab_size(path: str, mtime_ns: int, size: int) -> int | str | None:
         return None
 
 
-def _token_fields(ctx: CheckContext, kind: str, args: dict, fields, at: Span) -> bool:
+def _token_fields(ctx: CheckContext, kind: str, args: dict, fields, at: Span, unit: str = "token") -> bool:
+    """E-FORM-002 unless the loader declares one field of `[seq]` windows of `unit`s (token or byte
+    ids), or two (the windows and the next-`unit` targets); E-TYPE-002 unless they are integers."""
     if len(fields) not in (1, 2):
-        ctx.err("E-FORM-002", at, f"`{kind}` gives one field of token windows, or two (the windows and the "
-                f"next-token targets); the loader declares {len(fields)}")
+        ctx.err("E-FORM-002", at, f"`{kind}` gives one field of {unit} windows, or two (the windows and the "
+                f"next-{unit} targets); the loader declares {len(fields)}")
         return False
     seq = args.get("seq") if isinstance(args.get("seq"), int) else (fields[0][1][0] if len(fields[0][1]) == 1 else None)
     for name, shape, dtype in fields:
@@ -848,8 +854,8 @@ def _token_fields(ctx: CheckContext, kind: str, args: dict, fields, at: Span) ->
             ctx.err("E-FORM-002", at, f"field `:{name}` is [{' '.join(map(str, shape))}], but `{kind}` gives windows "
                     f"of [{seq if seq is not None else 'seq'}]", help=f"declare it `[{seq}]`, or change `:seq`")
             return False
-        if dtype not in ("i32", "i64"):
-            ctx.err("E-TYPE-002", at, f"field `:{name}` is {dtype}, but token ids are integers",
+        if not (is_int(dtype) if unit == "byte" else dtype in ("i32", "i64")):
+            ctx.err("E-TYPE-002", at, f"field `:{name}` is {dtype}, but {unit} ids are integers",
                     help="declare it `:i32`")
             return False
     return True

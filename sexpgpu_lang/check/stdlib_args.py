@@ -14,6 +14,9 @@ inlined:
   a vector of them (`(stack [2 7])`; a bare `[2 7]` is a shape), and an id
   past the tokens' vocabulary (the ids `argmax` over V logits can give, or a
   loader's `:vocab`) one line: it could never stop a row (E-SHAPE-005);
+- a decoding trip's rows [B S] integer and its column `at` an integer
+  scalar or [B] of the rows' batch: `row-token`'s and `decode-trip`'s
+  (E-TYPE-002, E-SHAPE-005);
 - a padding or completion mask [B T] bool or integer: `padded-positions`',
   `left-padded-start`'s, `stop-rows`' and the completion losses' `mask`
   (E-TYPE-002, E-SHAPE-005);
@@ -49,7 +52,8 @@ from .ranges import DECLARED, hi_occurs, lo_occurs
 #: function -> {parameter: what it must be}: "positions" (an integer tensor, [T] or [B T] of x), "pos"
 #: (an integer scalar or [B]), "heads" (the last axis even: a tensor of heads of width H), "table"
 #: ([V D], checked against the ids), "cache" ([B S K H] with wk's K and H, and x's T positions
-#: fitting S), "mask" ([B T], bool or integer), "eos" (an id or a vector of ids, within the tokens').
+#: fitting S), "mask" ([B T], bool or integer), "eos" (an id or a vector of ids, within the tokens'),
+#: "row" (the [B S] integer rows a generator writes).
 RULES: dict[str, dict[str, str]] = {
     "rotary": {"x": "heads", "positions": "positions"},
     "rotary-freq": {"x": "heads", "positions": "positions"},
@@ -69,6 +73,8 @@ RULES: dict[str, dict[str, str]] = {
     "cached-attention": {"pos": "pos"},
     "learned-positions": {"pos": "pos"},
     "row-positions": {"pos": "pos"},
+    "row-token": {"row": "row", "at": "pos"},
+    "decode-trip": {"row": "row", "at": "pos"},
     "padded-positions": {"mask": "mask"},
     "left-padded-start": {"mask": "mask"},
     "padded-causal-mask": {"positions": "positions"},
@@ -86,7 +92,7 @@ RULES: dict[str, dict[str, str]] = {
 _WEIGHTED = ("completion-cross-entropy", "completion-log-prob")
 
 #: the argument whose axis 0 is the batch a `[B]` pos must match, by function
-_BATCH_OF = {"cache-write": "cache", "cached-attention": "q"}
+_BATCH_OF = {"cache-write": "cache", "cached-attention": "q", "row-token": "row", "decode-trip": "row"}
 
 #: The post-training functions' tensors: "mask" [B T] bool or float, "bt" a value per token [B T],
 #: "btv" logits [B T V], "b" a value per row [B], "tokens" [B T] integer, "group" a constant
@@ -153,6 +159,11 @@ def check_stdlib_call(ctx: CheckContext, fn: str, params: list[str], args: list[
         if rule == "positions" and not _positions_fit(ctx, fn, p, a, by_name):
             return False
         if rule == "mask" and not _mask_fits(ctx, fn, p, a):
+            return False
+        if rule == "row" and (len(t.shape) != 2 or not is_int(t.dtype)):
+            ctx.err("E-TYPE-002" if len(t.shape) == 2 else "E-SHAPE-005", a.span, f"`{fn}`'s `{p}` is the rows a "
+                    f"generator writes, [B S] token ids (an integer); got {t.show()}",
+                    help="keep the rows in the generator's state as ids, e.g. `(field batch :x)` of an `:i32` field")
             return False
         if rule == "heads" and t.shape and t.shape[-1] % 2:
             what = "x [B T N H]" if p == "x" else "wq [D N H]"

@@ -100,6 +100,9 @@ class Index:
             name = form.items[1].name
             value = keyword_value(form, "fields", 2)
             if not isinstance(value, ListNode):
+                like = keyword_value(form, "like", 2)   # `:like L`: L's fields are this loader's
+                if isinstance(like, Sym):
+                    fields.update({(name, k): d for (ld, k), d in list(fields.items()) if ld == like.name})
                 continue
             items = value.items
             for i in range(0, len(items) - 2, 3):

@@ -241,13 +241,16 @@ def _npz(spec: LoaderIR, args: dict) -> dict[str, np.ndarray]:
 def _text_bytes(spec: LoaderIR, args: dict) -> dict[str, np.ndarray]:
     pattern = resolve_path(spec, str(args.get("glob", "")))
     files = glob_files(pattern, f"loader `{spec.name}`")
-    if len(spec.fields) != 1:
-        raise LoaderError(f"loader `{spec.name}`: text-bytes gives one field of byte windows; declare exactly one")
+    if len(spec.fields) not in (1, 2):
+        raise LoaderError(f"loader `{spec.name}`: text-bytes gives one field of byte windows, or two (the windows "
+                          f"and the next-byte targets); it declares {len(spec.fields)}")
     name, shape, dtype = spec.fields[0]
     seq = int(args.get("seq", shape[0] if shape else 64))
-    if tuple(shape) != (seq,):
-        raise LoaderError(f"loader `{spec.name}`: field `{name}` must be [{seq}] for windows of {seq} bytes")
+    for field, fshape, _ in spec.fields:
+        if tuple(fshape) != (seq,):
+            raise LoaderError(f"loader `{spec.name}`: field `{field}` must be [{seq}] for windows of {seq} bytes")
     stride = int(args.get("stride", seq))
+    span = seq + len(spec.fields) - 1   # a target field: each window reads one byte more
     data = bytearray()
     for f in files:
         with open(f, "rb") as fh:
@@ -257,8 +260,8 @@ def _text_bytes(spec: LoaderIR, args: dict) -> dict[str, np.ndarray]:
                               "with `(tokens ...)`, else narrow the glob to text files")
         data += text
     buf = np.frombuffer(bytes(data), dtype=np.uint8)
-    if len(buf) < seq:
-        raise LoaderError(f"loader `{spec.name}`: the files matching {pattern} hold {len(buf)} bytes, fewer than one window of {seq}")
-    starts = np.arange(0, len(buf) - seq + 1, stride)
-    windows = buf[starts[:, None] + np.arange(seq)[None, :]]
-    return {name: windows.astype(np_dtype(dtype))}
+    if len(buf) < span:
+        raise LoaderError(f"loader `{spec.name}`: the files matching {pattern} hold {len(buf)} bytes, fewer than one window of {span}")
+    starts = np.arange(0, len(buf) - span + 1, stride)
+    windows = buf[starts[:, None] + np.arange(span)[None, :]]
+    return {field: windows[:, i:i + seq].astype(np_dtype(fdtype)) for i, (field, _, fdtype) in enumerate(spec.fields)}
