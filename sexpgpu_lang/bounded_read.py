@@ -116,6 +116,18 @@ class NotRegularFile(OSError):
         return self.strerror
 
 
+class LinkProblem(OSError):
+    """`path` is a symbolic link whose target is missing, or a file of a Hugging Face cache snapshot that
+    resolves outside its model's folder (hf_cache.link_problem); `strerror` (and `str()`) says which,
+    naming the target, and the fix."""
+
+    def __init__(self, path: str, message: str):
+        super().__init__(errno.ENOENT, message, path)
+
+    def __str__(self) -> str:
+        return self.strerror
+
+
 class TooLarge(OSError):
     """A file, or one part of it (a header, a line), is larger than its format's bound (`limit`
     bytes); `strerror` (and `str()`) names what, the size and the limit."""
@@ -163,7 +175,12 @@ def open_regular(path: str, text: bool = False, encoding: str = "utf-8", newline
     """`path` opened for reading (bytes, or text in `encoding` with `text`, `newline` as `open`'s), once it is known to
     be a regular file: opened with O_NONBLOCK (a FIFO's open never waits for a writer), then
     `fstat` of that descriptor decides (NotRegularFile else), then made blocking again.
-    FileNotFoundError, PermissionError and ValueError (a NUL in the path) pass through."""
+    FileNotFoundError, PermissionError and ValueError (a NUL in the path) pass through; LinkProblem
+    for a link whose target is missing, or a snapshot's file linked out of its model's folder."""
+    from .hf_cache import link_problem
+    why = link_problem(path)
+    if why is not None:
+        raise LinkProblem(path, why)
     flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
     fd = os.open(path, flags)
     try:

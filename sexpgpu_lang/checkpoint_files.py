@@ -11,7 +11,9 @@
 A snapshot of the Hugging Face cache (`models--org--name/snapshots/<rev>/`)
 is such a directory, its files symbolic links into `../../blobs/`: a
 shard's real file may be anywhere inside that model's folder of the cache,
-never outside it (hf_cache.snapshot_repo).
+never outside it (hf_cache.snapshot_repo); so must a lone `model.safetensors`
+or the index itself, and a link whose target is missing (a deleted blob) is
+named as such (hf_cache.link_problem, asked by every read).
 
 `tensors` reads the headers only (safetensors_header.read_header) and
 returns each tensor's shape, dtype and file; SourceError says what is
@@ -29,7 +31,7 @@ import os
 
 from .bounded_read import (INDEX_JSON_LIMIT, JsonNumberTooLong, JsonTooDeep, JsonTooLarge, NotRegularFile, loads_json,
                            read_bounded)
-from .hf_cache import snapshot_repo
+from .hf_cache import link_problem, snapshot_repo
 from .safetensors_header import HeaderError, read_header
 
 #: Hugging Face's names for a checkpoint in one file and for the index of a sharded one.
@@ -60,10 +62,10 @@ class SourceError(Exception):
 def tensors(path: str) -> dict[str, tuple[tuple[int, ...], str, str]]:
     """Each tensor's (shape, SexpGPU dtype name or the file's own, file) in the checkpoint at `path`
     (a file, a directory or an index), from the headers only."""
-    if os.path.isdir(path):
-        if os.path.isfile(os.path.join(path, INDEX)):
+    if os.path.isdir(path):   # (a link to a missing file counts: its read says so, naming the target)
+        if os.path.lexists(os.path.join(path, INDEX)):
             return _indexed(os.path.join(path, INDEX))
-        if os.path.isfile(os.path.join(path, SINGLE)):
+        if os.path.lexists(os.path.join(path, SINGLE)):
             return _one(os.path.join(path, SINGLE))
         raise SourceError(path, f"it is a directory holding neither `{SINGLE}` nor `{INDEX}`")
     if os.path.exists(path) and not os.path.isfile(path):   # a pipe or a device: a read could wait forever
@@ -152,6 +154,9 @@ def _indexed(index: str) -> dict[str, tuple[tuple[int, ...], str, str]]:
                        if snapshot_repo(base) is not None else "a shard is a file in the index's own directory "
                        "(or below it): fix the index's `weight_map`")
                 raise SourceError(index, f"it places tensor `{name}` in `{shard}`, {outside}; {fix}")
+            broken = link_problem(full)
+            if broken is not None:
+                raise SourceError(index, f"it places tensor `{name}` in `{shard}`, which {broken.removeprefix('it ')}")
             if os.path.exists(full) and not os.path.isfile(full):
                 raise SourceError(index, f"it places tensor `{name}` in `{shard}`, which {NotRegularFile(full, os.stat(full).st_mode).strerror.removeprefix('it ')}")
             if not os.path.isfile(full):

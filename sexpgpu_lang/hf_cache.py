@@ -22,8 +22,12 @@ lint` of a file without one does not load it.
 (`.../models--org--name`) when `directory` lies in one of its snapshots
 (`snapshots/<revision>/`), whose files are symbolic links into the
 folder's `blobs/`: checkpoint_files.py lets a shard's real file be there,
-inside that model's folder of the cache, and nowhere else. Pure Python;
-never JAX.
+inside that model's folder of the cache, and nowhere else. `link_problem(path)`
+says why a file may not be read for what it links to: a link whose target is
+missing (a deleted blob), or, for any file of a snapshot (weights,
+config.json, generation_config.json, a tokenizer), a link resolving outside
+that model's folder (bounded_read.open_regular asks it before every read).
+Pure Python; never JAX.
 """
 from __future__ import annotations
 
@@ -83,9 +87,68 @@ def resolve(repo_id: str, path: str | None = None) -> str:
         if isinstance(got, str):
             return os.path.dirname(got)
     said = f"no such file or directory {path}, and " if path is not None else ""
+    missing = _missing_snapshot(where, repo_id)
+    if missing is not None:
+        raise NotCached(f"{said}the model id `{repo_id}` is in the local Hugging Face cache ({where}, {why}), but its "
+                        f"`refs/main` names the snapshot {missing}, which is not there; download it again "
+                        f"(`hf download {repo_id}`)" + (", or fix the path" if path is not None else ""))
     raise NotCached(f"{said}the model id `{repo_id}` is not in the local Hugging Face cache: looked for its "
                     f"`refs/main` snapshot in {where} ({why}); download it first (`hf download {repo_id}`)"
                     + (", or fix the path" if path is not None else ""))
+
+
+def _missing_snapshot(where: str, repo_id: str) -> str | None:
+    """The snapshot directory `refs/main` of `repo_id` names in the cache `where`, when that file names
+    one that is not there (a snapshot deleted by hand); else None."""
+    repo = os.path.join(where, "models--" + repo_id.replace("/", "--"))
+    try:
+        with open(os.path.join(repo, "refs", "main"), encoding="utf-8") as fh:
+            revision = fh.read(256).strip()
+    except (OSError, ValueError, UnicodeDecodeError):
+        return None
+    if not revision or "/" in revision or revision in (".", ".."):
+        return None
+    snap = os.path.join(repo, "snapshots", revision)
+    return None if os.path.isdir(snap) else snap
+
+
+def repo_id_of(repo: str) -> str:
+    """`org/name` of the cache's folder of one model (`.../models--org--name`)."""
+    return os.path.basename(repo).removeprefix("models--").replace("--", "/", 1)
+
+
+def link_problem(path: str) -> str | None:
+    """Why the file at `path` may not be read for what it links to, in words starting "it ": a symbolic
+    link whose target is missing (named; in a snapshot of the cache, a deleted blob: download the
+    model again), or a file of a snapshot whose real file is outside that model's folder of the cache
+    (another model's blobs included: it would read another checkpoint's weights). None otherwise."""
+    try:
+        if not os.path.lexists(path):
+            return None
+        repo = snapshot_repo(os.path.dirname(os.path.abspath(path)))
+        real = os.path.realpath(path)
+        if os.path.islink(path) and not os.path.exists(path) and _target_missing(path):
+            again = f"; download the model again (`hf download {repo_id_of(repo)}`)" if repo is not None else \
+                "; restore the file it links to, or fix the link"
+            return f"it is a link to {real}, which is missing{again}"
+        if repo is not None and os.path.commonpath([repo, real]) != repo:
+            return (f"it resolves to {real}, outside the cache's folder of that model {repo}; a cached snapshot's "
+                    f"file is a link into its model's `blobs/`: download the model again (`hf download "
+                    f"{repo_id_of(repo)}`)")
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+def _target_missing(link: str) -> bool:
+    """Whether the link `link` leads to no file (not a loop of links, whose read says so itself)."""
+    try:
+        os.stat(link)
+    except FileNotFoundError:
+        return True
+    except (OSError, ValueError):
+        return False
+    return False
 
 
 def locate(written: str, base: str) -> str:

@@ -491,7 +491,10 @@ def rope(config: dict) -> dict[str, Setting]:
         raise ConfigError("", f"`rope_scaling` is {_text(rs)}, not an object")
     kind = rs.get("rope_type", rs.get("type"))
     if kind == "default" or (kind is None and where == "rope_parameters"):
-        return rope({**config, "rope_scaling": None, "rope_parameters": None})
+        unscaled = rope({**config, "rope_scaling": None, "rope_parameters": None})
+        if where == "rope_parameters":   # (the key read is named: hover's "from" and messages)
+            return {k: Setting(v.value, where, "default") for k, v in unscaled.items()}
+        return unscaled
     if kind == "linear":
         try:
             f = _number(rs, "factor", False)
@@ -528,12 +531,14 @@ def eos_ids(path: str, config: dict) -> Setting | ConfigError:
         try:
             data = loads_json(read_bounded(gen, CONFIG_JSON_LIMIT, "a generation_config.json").decode("utf-8"))
         except (OSError, ValueError, json.JSONDecodeError) as e:
-            return ConfigError(gen, f"cannot read generation_config.json: {e}")
+            return ConfigError(gen, f"it cannot be read: {getattr(e, 'strerror', None) or e}")
         if isinstance(data, dict) and data.get("eos_token_id") is not None:
             where, got = "generation_config.json", data["eos_token_id"]
     ids = got if isinstance(got, list) else [got]
     if got is None or not ids or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
-        return ConfigError("", f"`eos_token_id` is {_text(got)} in {where}, not an id or a list of ids")
+        # (the file that holds it is the error's: a message names that one file)
+        return ConfigError(path if where == CONFIG else gen,
+                           f"`eos_token_id` is {_text(got)}, not an id or a list of ids")
     return Setting(tuple(ids), "eos_token_id", _text(got) + ("" if where == CONFIG else f" (in {where}, which wins)"))
 
 
@@ -555,6 +560,10 @@ def settings(config: dict) -> dict[str, Setting | ConfigError]:
             out[k.name] = Setting(v, k.config, _text(config.get(k.config, v)))
         except ConfigError as e:
             out[k.name] = e
+    heads, kv = out.get("heads"), out.get("kv-heads")
+    if isinstance(heads, Setting) and isinstance(kv, Setting) and heads.value % kv.value:
+        out["kv-heads"] = ConfigError("", f"`{heads.key}` {heads.value} is not a multiple of `{kv.key}` {kv.value} "
+                                      "(each key-value head serves the same number of query heads)")
     if fam.rope:
         params = config.get("rope_parameters")
         if config.get("rope_theta") is None and isinstance(params, dict) and "rope_theta" in params:

@@ -18,6 +18,10 @@ import sys
 
 import pytest
 
+# No test reads or writes the user's compilation cache (sexpgpu_runtime/run/compile_cache.py); a
+# process a test starts inherits this. A test of the cache gives its own directory.
+os.environ["SEXPGPU_COMPILE_CACHE"] = "off"
+
 #: Programs that are a real editor or its parts (Neovim, Emacs, code-server and the browser it
 #: is driven in, Node.js that runs them).
 EDITORS = frozenset({"nvim", "emacs", "code-server", "chromium", "node"})

@@ -662,3 +662,20 @@ def test_hover_on_a_checkpoint_config_path_and_key_and_on_a_pretrained_repeat():
         assert "from llama3/config.json: `num_hidden_layers` 2" in shown, shown
     shown = ide.hover(ix, text.index(":layers (repeat") + 2).markdown
     assert "- `layers.wq`: `model.layers.0.self_attn.q_proj.weight` [32 32] f32, and 1 more, one a layer" in shown, shown
+
+
+def test_an_eos_token_id_that_is_no_id_names_the_one_file_that_holds_it(tmp_path):
+    """generation_config.json's `eos_token_id` (which wins) that is no id: the message names that file alone."""
+    fixtures = Path(__file__).parent / "fixtures" / "hf"
+    shutil.copytree(fixtures / "llama3", tmp_path / "ck")
+    (tmp_path / "ck" / "generation_config.json").write_text(json.dumps({"eos_token_id": "</s>"}))
+    text = '(def eos (checkpoint-config "ck" :eos))\n'
+    res = analyze(text, str(tmp_path / "run.sx"))
+    (d,) = [d for d in res.diagnostics if d.code.startswith("E-CONFIG")]   # (the file has no run: E-FORM too)
+    assert d.code == "E-CONFIG-002"
+    assert d.message == '`ck/generation_config.json`: `eos_token_id` is "</s>", not an id or a list of ids', d.message
+    (tmp_path / "ck" / "generation_config.json").write_text(json.dumps({}))
+    cfg = json.loads((tmp_path / "ck" / "config.json").read_text())
+    (tmp_path / "ck" / "config.json").write_text(json.dumps({**cfg, "eos_token_id": [2, "x"]}))
+    (d,) = [d for d in analyze(text, str(tmp_path / "run.sx")).diagnostics if d.code.startswith("E-CONFIG")]
+    assert d.message == '`ck/config.json`: `eos_token_id` is [2, "x"], not an id or a list of ids', d.message

@@ -234,3 +234,70 @@ def test_sexpgpu_run_trains_a_student_made_from_a_cached_model_id(cache):
     assert [row["step"] for row in rows if "loss" in row][-1] == 2
     exported = json.loads((work / "out" / "config.json").read_text())
     assert exported["rope_parameters"]["rope_theta"] == 500000.0 or exported.get("rope_theta") == 500000.0
+
+
+def single_file_cache(root: Path, repo_id: str, tmp: Path) -> Path:
+    """A cache holding the Llama 3 fixture as `repo_id` with its shards merged into one `model.safetensors`
+    (no index): the snapshot directory."""
+    from safetensors.numpy import load_file, save_file
+    src = tmp / f"single-{repo_id.replace('/', '-')}"
+    src.mkdir()
+    merged = {}
+    for f in sorted((FIXTURES / "llama3").glob("model-*.safetensors")):
+        merged.update(load_file(str(f)))
+    save_file(merged, str(src / "model.safetensors"))
+    for name in ("config.json", "generation_config.json"):
+        shutil.copy(FIXTURES / "llama3" / name, src / name)
+    return make_cache(root, repo_id, src)
+
+
+@pytest.mark.parametrize("name", ["model.safetensors", "config.json"])
+def test_a_lone_snapshot_file_linked_outside_the_model_s_folder_is_refused(cache, tmp_path, name):
+    """docs/checkpoints.md "Snapshots and their blobs": a lone `model.safetensors` (no index) and the
+    config.json of a snapshot are confined to the model's folder of the cache as shards are: a link to
+    another model's blobs, or out of the cache, is refused naming the file it resolves to."""
+    root, _, work = cache
+    snap = single_file_cache(root, "tiny-org/single", tmp_path)
+    text = one_form_reading("tiny-org/single")
+    assert errors(analyze(text, str(work / "run.sx"), read_files=True)) == []   # as it is: clean
+    other = single_file_cache(root, "tiny-org/other", tmp_path)
+    for target in ((other / name).resolve(), tmp_path / f"elsewhere-{name}"):
+        shutil.copy((snap / name).resolve(), tmp_path / f"elsewhere-{name}")
+        (snap / name).unlink()
+        os.symlink(target, snap / name)
+        got = errors(analyze(text, str(work / "run.sx"), read_files=True))
+        code = "E-MODEL-003" if name == "model.safetensors" else "E-CONFIG-001"
+        assert [c for c, _ in got] == [code], got
+        assert f"resolves to {target}, outside the cache's folder of that model" in got[0][1], got
+        assert "hf download tiny-org/single" in got[0][1]
+
+
+def test_a_deleted_blob_is_named_as_a_link_whose_target_is_missing(cache, tmp_path):
+    """A snapshot's link to a blob that was deleted: the message names the link's missing target and says to
+    download the model again (not "a directory holding neither ...")."""
+    root, _, work = cache
+    snap = single_file_cache(root, "tiny-org/single", tmp_path)
+    blob = (snap / "model.safetensors").resolve()
+    blob.unlink()
+    got = errors(analyze(one_form_reading("tiny-org/single"), str(work / "run.sx"), read_files=True))
+    assert [c for c, _ in got] == ["E-MODEL-003"], got
+    assert f"is a link to {blob}, which is missing; download the model again (`hf download tiny-org/single`)" \
+        in got[0][1], got
+    assert "neither" not in got[0][1]
+    # a shard the index names, its blob deleted: the same words
+    _, snap3, _ = cache
+    shard = next(p for p in snap3.iterdir() if p.name.startswith("model-0000"))
+    gone = shard.resolve()
+    gone.unlink()
+    got = errors(analyze(one_form_reading("tiny-org/llama3"), str(work / "run.sx"), read_files=True))
+    assert [c for c, _ in got] == ["E-MODEL-003"], got
+    assert f"`{shard.name}`, which is a link to {gone}, which is missing" in got[0][1], got
+
+
+def test_refs_main_naming_a_snapshot_that_is_not_there_names_it(cache):
+    root, snap, work = cache
+    shutil.rmtree(snap)
+    got = errors(analyze(one_form_reading("tiny-org/llama3"), str(work / "run.sx"), read_files=True))
+    assert [c for c, _ in got] == ["E-CONFIG-001"], got
+    assert f"its `refs/main` names the snapshot {snap}, which is not there" in got[0][1], got
+    assert "is not in the local Hugging Face cache" not in got[0][1]

@@ -247,3 +247,97 @@ def test_the_one_form_decodes_a_left_padded_batch_per_row_as_generate_does(famil
     got = sexpgpu_batch(run)(padded_batch(want))
     assert np.array_equal(got["greedy"], want["completion"])
     assert np.array_equal(got["greedy-uncached"], want["completion"])
+
+
+def edited(tmp_path, family: str, **changes) -> Path:
+    """A copy of the fixture checkpoint `family` with its config.json's `changes` (None removes a key)."""
+    import shutil
+    ck = tmp_path / f"{family}-edited"
+    shutil.copytree(FIXTURES / family, ck)
+    cfg = json.loads((ck / "config.json").read_text())
+    cfg.update(changes)
+    (ck / "config.json").write_text(json.dumps({k: v for k, v in cfg.items() if v is not None}))
+    return ck
+
+
+def reading(text: str, family: str, ck: Path) -> str:
+    return text.replace(f'"{FIXTURES / family}"', f'"{ck}"')
+
+
+def diags(text: str, path: str, read_files=True):
+    res = analyze(text, path, read_files=read_files)
+    return [(d.code, text[d.span.start:d.span.end], d.message, d.help or "") for d in res.diagnostics]
+
+
+@pytest.mark.parametrize("value", ['"yes"', "0", "1", ":true"])
+def test_frozen_takes_true_or_false_only_in_the_one_form_and_written_out(value):
+    """`:frozen` is read as a bool, never by truthiness: anything else is E-TYPE-003 at the value."""
+    one = one_form_text("llama3", extra=f" :frozen {value}")
+    written = (FIXTURES / "llama3.sx").read_text().replace("(defmodel teacher", f"(defmodel teacher :frozen {value}")
+    for text, path in ((one, FIXTURES / "one-form.sx"), (written, FIXTURES / "llama3.sx")):
+        got = diags(text, str(path), read_files=False)
+        assert [(c, at) for c, at, _, _ in got] == [("E-TYPE-003", value)], got
+        assert "`:frozen` must be `true` or `false`" in got[0][2]
+    res = analyze(one_form_text("llama3", extra=" :frozen false"), str(FIXTURES / "one-form.sx"))
+    assert [d for d in res.diagnostics if d.is_error] == [] and not res.program.params[0].frozen
+
+
+DISTILL = Path(__file__).parents[1] / "examples" / "distill-gpt2.sx"
+
+
+@pytest.mark.parametrize("bad,at", [(':pretrained "gpt2-teacher" :frozn true', ":frozn"),
+                                    (":pretrained 5 :frozen true", "5"),
+                                    (':pretrained "no-such-org/absent" :frozen true', '"no-such-org/absent"'),
+                                    (':pretrained "gpt2-teacher" :frozen true :params (:x (zeros [2]))', ":params")])
+def test_a_failed_one_form_is_one_diagnostic_its_uses_are_not_reported(bad, at, tmp_path, monkeypatch):
+    """The teacher of examples/distill-gpt2.sx (used in the student's `:params` and called in `:finish`):
+    a one form that fails says why once, at its own form; no "`teacher` is not a model" where it is used."""
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
+    from huggingface_hub import constants
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path))
+    text = DISTILL.read_text()
+    assert ':pretrained "gpt2-teacher" :frozen true' in text
+    text = text.replace(':pretrained "gpt2-teacher" :frozen true', bad)
+    got = [d for d in diags(text, str(DISTILL), read_files=False) if d[0].startswith("E-")]
+    assert [at_ for _, at_, _, _ in got] == [at], got
+    if at == ":frozn":
+        assert "did you mean `:frozen`?" in got[0][2]
+    if at == ":params":
+        assert got[0][0] == "E-FORM-002" and "takes no `:params`" in got[0][2] and "drop `:params`" in got[0][3]
+
+
+@pytest.mark.parametrize("layers", [1, 3])
+def test_a_config_whose_layer_count_is_not_the_weights_is_one_error_naming_both(layers, tmp_path):
+    """config.json's `num_hidden_layers` against the layers the weights hold, in the one form and in a written-out
+    model whose count is bound by `checkpoint-config`: the checkpoint contradicts itself (not W-MODEL-001 for the
+    layers past the count, not a help to bind the count from the config that gave it)."""
+    ck = edited(tmp_path, "llama3", num_hidden_layers=layers)
+    one = reading(one_form_text("llama3"), "llama3", ck)
+    written = (FIXTURES / "llama3.sx").read_text().replace('"llama3"', f'"{ck}"')
+    for text in (one, written):
+        got = diags(text, str(tmp_path / "run.sx"))
+        assert [c for c, _, _, _ in got] == ["E-MODEL-003"], got
+        _, _, message, help_ = got[0]
+        assert f"has `num_hidden_layers` {layers}, and its weights hold 2 layers" in message, message
+        assert "make `num_hidden_layers` 2" in help_ and "checkpoint-config" not in help_, help_
+
+
+def test_heads_not_a_multiple_of_the_kv_heads_is_refused_at_the_path_before_expanding(tmp_path):
+    ck = edited(tmp_path, "llama3", num_attention_heads=5)
+    got = diags(reading(one_form_text("llama3"), "llama3", ck), str(tmp_path / "run.sx"), read_files=False)
+    assert [(c, at) for c, at, _, _ in got] == [("E-CONFIG-002", "ckpt")], got
+    assert "`num_attention_heads` 5 is not a multiple of `num_key_value_heads` 2" in got[0][2]
+    ck = edited(tmp_path / "b", "llama3", num_attention_heads=5, num_key_value_heads=5, head_dim=None)
+    got = diags(reading(one_form_text("llama3"), "llama3", ck), str(tmp_path / "run.sx"), read_files=False)
+    assert [(c, at) for c, at, _, _ in got] == [("E-CONFIG-002", "ckpt")], got
+    assert "`hidden_size` 32 is not a multiple of `num_attention_heads` 5" in got[0][2]
+
+
+def test_hover_rows_say_false_and_name_the_rope_key_read():
+    from sexpgpu_lang.ide.describe import one_form_text as hover_text
+    res = analyze(one_form_text("qwen2"), str(FIXTURES / "one-form.sx"))
+    shown = hover_text(res.facts.one_forms["teacher"])
+    assert "| `:rope-factor` | 1.0 | `rope_parameters` |" in shown, shown
+    res = analyze(one_form_text("llama2"), str(FIXTURES / "one-form.sx"))
+    shown = hover_text(res.facts.one_forms["teacher"])
+    assert "| `:tied` | false | `tie_word_embeddings` |" in shown and "False" not in shown, shown

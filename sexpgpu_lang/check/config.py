@@ -106,7 +106,8 @@ def config_def(ctx: CheckContext, node: ListNode) -> tuple[ir.Expr, str]:
     if isinstance(s, ConfigError):
         if (file, str(s)) not in ctx.refused_configs:   # (`rope_scaling` of an unknown type: four keys, one cause)
             ctx.refused_configs.add((file, str(s)))
-            ctx.err("E-CONFIG-002", items[1].span, f"`{shown}`: {s}",
+            held = _shown(ctx, s.file, rel) if s.file else shown   # (the file that holds it: generation_config.json's)
+            ctx.err("E-CONFIG-002", items[1].span, f"`{held}`: {s}",
                     help="fix the config, or state the value with `def`")
         return ir.Const(ERROR, node.span), ""
     v = s.value
@@ -157,7 +158,12 @@ def model_config(ctx: CheckContext, model: str, rel: str, where) -> tuple | None
         why.append(f"`tie_word_embeddings` is {got['tied'].text}, and the standard library has no "
                    f"{'tied' if got['tied'].value else 'untied'} {fam.title} mapping")
     if why:
-        ctx.err("E-CONFIG-002", where.span, f"`{shown}`: " + "; ".join(dict.fromkeys(why)),
+        # a cause a `checkpoint-config` of the same file said already (`:kv-heads`) is not said again
+        new = [w for w in dict.fromkeys(why) if (file, w) not in ctx.refused_configs]
+        ctx.refused_configs.update((file, w) for w in new)
+        if not new:
+            return None
+        ctx.err("E-CONFIG-002", where.span, f"`{shown}`: " + "; ".join(new),
                 help="fix the checkpoint's `config.json`, or write the model out (docs/checkpoints.md)")
         return None
     return shown, config, fam, got, mapping

@@ -108,6 +108,20 @@ def build_model(ctx: CheckContext, f: ListNode):
         m.update(incremental.reuse(ctx, key, f, "build", lambda: _build_model(ctx, f, name, m["kws"])))
 
 
+def frozen_value(ctx: CheckContext, node) -> bool:
+    """`:frozen`'s value: `true` or `false` (a `def` of one); anything else is E-TYPE-003 at the value,
+    as every bool setting's is (a string or a number is not read by its truthiness), and not frozen."""
+    v = const_value(ctx, node)
+    if isinstance(v, bool):
+        return v
+    if v is not None:
+        shown = ctx.src.text[node.span.start:node.span.end]
+        ctx.err("E-TYPE-003", node.span, f"`:frozen` must be `true` or `false`, got `{shown}`",
+                help="`:frozen true` keeps the model's parameters as they are; `:frozen false` (or no `:frozen`) "
+                     "trains them")
+    return False
+
+
 def _build_model(ctx: CheckContext, f: ListNode, name: str, kws: dict) -> dict:
     """The state of model `name` (`new_state`) built from its `defmodel` form `f` and its keywords."""
     m = new_state()
@@ -119,7 +133,7 @@ def _build_model(ctx: CheckContext, f: ListNode, name: str, kws: dict) -> dict:
     if "apply" not in kws:
         ctx.err("E-FORM-005", f.items[1].span, f"`defmodel {name}` needs `:apply (lambda (self x) ...)`")
     if "frozen" in kws:
-        m["frozen"] = bool(const_value(ctx, kws["frozen"][1]))
+        m["frozen"] = frozen_value(ctx, kws["frozen"][1])
     if "pretrained" in kws:
         m["pretrained"] = kws["pretrained"][1]   # read by check/pretrained.py once the parameters are known
     if "remat" in kws:
@@ -236,10 +250,13 @@ def repeat_entry(ctx: CheckContext, m: dict, model_name: str, kw: Kw, v: ListNod
 
 def _model_named(ctx: CheckContext, sym: Sym) -> Binding | None:
     """The binding of the model `sym` names (a sub-model or a repeated block), or None after
-    E-NAME-001 with the nearest model's name (a read of the set of models: `incremental.ALL_MODELS`)."""
+    E-NAME-001 with the nearest model's name (a read of the set of models: `incremental.ALL_MODELS`);
+    None unreported for a model whose own `defmodel` failed (bound to ERROR, said there: one cause, once)."""
     b = ctx.globals.lookup(sym.name)
     if b is not None and isinstance(b.type, ModelType):
         return b
+    if b is not None and isinstance(b.type, ErrorType):
+        return None
     ctx.tracker.model_read(incremental.ALL_MODELS)
     hint = near_miss(sym.name, ctx.models)
     ctx.err("E-NAME-001", sym.span, f"`{sym.name}` is not a model" + (f"; did you mean `{hint}`?" if hint else ""))
@@ -255,6 +272,7 @@ def model_param(ctx: CheckContext, m: dict, model_name: str, kw: Kw, v: Node) ->
     if isinstance(v, Sym):
         b = _model_named(ctx, v)
         if b is None:
+            m["failed"].add(kw.name)   # (its parameters unknown: not compared with a checkpoint)
             return
         ctx.facts.uses.append((v.span, b.definition))
         if "copy" in ctx.models.get(v.name, {}).get("kws", {}):

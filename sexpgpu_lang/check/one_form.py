@@ -30,7 +30,7 @@ from ..source import SourceText, Span
 from ..syntax import Kw, ListNode, Node, Sym, parse
 from ..types import ERROR
 from .config import model_config
-from .context import CheckContext
+from .context import CheckContext, near_miss
 from .keywords import const_value
 
 #: The keywords the one form takes besides `:pretrained`.
@@ -61,6 +61,21 @@ def is_one_form(f: ListNode) -> bool:
     """True for `(defmodel NAME :pretrained P ...)` with no `:params`, `:apply` or `:entries`."""
     kws = {it.name for it in f.items[2::2] if isinstance(it, Kw)} if f.head == "defmodel" else set()
     return "pretrained" in kws and not kws & set(WRITTEN_OUT)
+
+
+def _one_form_with_params(f: ListNode) -> Kw | None:
+    """The `:params` keyword of `(defmodel NAME :pretrained "dir" ... :params (...))` with neither `:apply`
+    nor `:entries`, whose `:pretrained` gives no mapping (`:names`): the one form given parts, not a
+    written-out model missing its `:apply`. None for anything else."""
+    if f.head != "defmodel":
+        return None
+    kws = {it.name: (it, v) for it, v in zip(f.items[2::2], f.items[3::2]) if isinstance(it, Kw)}
+    if "pretrained" not in kws or "params" not in kws or "apply" in kws or "entries" in kws or "copy" in kws:
+        return None
+    value = kws["pretrained"][1]
+    if isinstance(value, ListNode) and any(isinstance(k, Kw) and k.name == "names" for k in value.items[::2]):
+        return None
+    return kws["params"][0]
 
 
 def _num(v) -> str:
@@ -153,8 +168,11 @@ def expand(ctx: CheckContext, f: ListNode) -> list[ListNode] | None:
     pairs = list(zip(f.items[2::2], f.items[3::2]))
     for kw, _ in pairs:
         if not isinstance(kw, Kw) or kw.name not in ONE_FORM_KEYS:
+            hint = near_miss(kw.name, ONE_FORM_KEYS) if isinstance(kw, Kw) else None
             ctx.err("E-FORM-002", kw.span, "a model made from its checkpoint takes `:pretrained`, `:frozen`, "
-                    "`:remat` and `:lora`", help="write the model out to change its parts (docs/checkpoints.md)")
+                    "`:remat` and `:lora`" + (f"; did you mean `:{hint}`?" if hint else ""),
+                    help="write the model out to change its parts (docs/checkpoints.md)",
+                    data={"replace": f":{hint}"} if hint else None)
             return None
     if len(f.items) % 2:
         ctx.err("E-FORM-002", f.items[-1].span, f"`:{getattr(f.items[-1], 'name', '')}` has no value")
@@ -202,6 +220,15 @@ def expand_one_forms(ctx: CheckContext) -> None:
     from .forms import define_global
     out = []
     for f in ctx.forms.get("defmodel", []):
+        params = _one_form_with_params(f)
+        if params is not None:
+            ctx.err("E-FORM-002", params.span, "a model made from its checkpoint in one form (`:pretrained` and no "
+                    "`:apply`) takes no `:params`: its parameters are the checkpoint's",
+                    help="drop `:params`, or write the model out: `:params`, `:apply` and `:pretrained (:path \"dir\" "
+                         ":names :llama)` (docs/checkpoints.md)")
+            if len(f.items) > 1 and isinstance(f.items[1], Sym):
+                define_global(ctx, f.items[1], "model", f, ERROR)
+            continue
         if not is_one_form(f):
             out.append(f)
             continue

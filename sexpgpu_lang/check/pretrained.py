@@ -315,6 +315,35 @@ def _depth_summary(todo, header: dict, wrong: dict, rel: str) -> tuple[str, str]
             f"`(def layers (checkpoint-config \"{rel}\" :layers))`")
 
 
+def _layer_patterns(mapping: str) -> list[str]:
+    """The tensor names the standard-library `mapping` reads once per layer (with `{i}`)."""
+    return [leaf(src)[1] for src in stdlib_names()[mapping].values() if LAYER in leaf(src)[1]]
+
+
+def _layer_tensor(mapping: str, i: int) -> str:
+    return layer_name(_layer_patterns(mapping)[0], i)
+
+
+def _config_layers(full: str, header: dict, mapping: str):
+    """(the config.json's path, its layer count `Setting`, the layers the weights hold) for a checkpoint
+    read through the standard-library `mapping` whose config.json's count is not the number of layers
+    its tensors hold (layers 0 to M-1 of the mapping's per-layer names); None where they agree, or
+    where there is no config.json to read (its own check says why)."""
+    from ..hf_config import ConfigError, Setting, read, settings
+    try:
+        file, config = read(full)
+        n = settings(config).get("layers")
+    except ConfigError:
+        return None
+    patterns = _layer_patterns(mapping)
+    if not isinstance(n, Setting) or not patterns:
+        return None
+    m = 0
+    while any(layer_name(p, m) in header for p in patterns):
+        m += 1
+    return (file, n, m) if m and m != n.value else None
+
+
 def _on_this_machine(full: str) -> bool:
     """Whether the checkpoint path `full` is something on this machine that the server compares (it
     leaves a path that is not there to the machine that runs the file): there, or a symbolic link
@@ -367,6 +396,16 @@ def _compare(ctx: CheckContext, name: str, rel: str, full: str, base: str, todo,
         return False
     if name in ctx.facts.checkpoints:
         ctx.facts.checkpoints[name].header = header
+    off = _config_layers(full, header, current) if current is not None else None
+    if off is not None:   # (before the model's own depth: a count bound from the config is the config's)
+        file, n, m = off
+        cfg = as_written(file, rel, base)
+        ctx.err("E-MODEL-003", node.span, f"`{rel}` contradicts itself: `{cfg}` has `{n.key}` {n.text}, and its "
+                f"weights hold {m} layer{'s' if m != 1 else ''} (`{_layer_tensor(current, m - 1)}` is there"
+                + (f", `{_layer_tensor(current, n.value - 1)}` is not)" if n.value > m else ")"),
+                help=f"the config and the weights were saved from different models: make `{n.key}` {m} in `{cfg}` "
+                     "(the layers the weights hold), or download or save the checkpoint again")
+        return False
     # Each clause once per checkpoint tensor (or pattern), naming every parameter read from it: a fused
     # tensor split into several parameters (GPT-2's `c_attn` into q, k and v) is one clause, not three.
     wrong: dict[tuple, list] = {}   # a clause's key -> the (parameter path, parameter) it is about

@@ -63,7 +63,8 @@ def one_form_text(o) -> str:
     """Hover text for a model made from its checkpoint in one form (check/one_form.OneForm): its
     family, each size and setting with the config.json key it came from, its entries, and the
     written-out model it is."""
-    rows = "\n".join(f"| `:{k}` | {v} | `{key}` |" for k, v, key, _ in o.settings)
+    shown = lambda v: ("true" if v else "false") if isinstance(v, bool) else v  # noqa: E731 (SexpGPU's spelling)
+    rows = "\n".join(f"| `:{k}` | {shown(v)} | `{key}` |" for k, v, key, _ in o.settings)
     return (f"model `{o.model}`: a {o.family.title} causal LM (`model_type` `{o.model_type}`) made from "
             f"`{o.config}`, read through the mapping `{o.mapping}`\n\n| setting | value | from |\n|---|---|---|\n"
             f"{rows}\n\n`({o.model} ids)`: ids [B T] -> logits [B T V]; `({o.model} :decode ids pos k v)`: the "

@@ -1,17 +1,25 @@
-"""The generator's graphs: `generate.init`, `generate.step` (called `:trips` times from the host
-loop) and `generate.finish`, each jitted once per run, and the trip loop that calls them.
+"""The generator's graphs: `generate.init`, `generate.step` and `generate.finish`, each jitted once per
+run, and the trip loop that runs `generate.step` `:trips` times.
 
-The trip is an i64 device array, so the trip graph never retraces. A stacked group runs each
-phase's unstacked body once per copy (stacking.py `over_copies`), the batch and the state stacked
-and the rest shared. With traced `categorical` temperatures (draw_check.py) the trip graph also
+The trip loop is one of two (`TRIP_LOOPS`, docs/runtime.md "The trip loop"): `host`, the default,
+calls the jitted trip graph once per trip from a Python loop, the trip an i64 device array, so it
+never retraces; `compiled` runs every trip of a group in one call, a `lax.while_loop` whose body is
+the trip graph and which, before every trip, asks the host (an ordered `io_callback`, `TripWatch`)
+whether to go on. Both donate the state on every backend and make the same bits. A stacked group
+runs each phase's unstacked body once per copy (stacking.py `over_copies`), the batch and the state
+stacked and the rest shared. With traced `categorical` temperatures (draw_check.py) the trip graph also
 carries the record of the first bad one.
 """
 from __future__ import annotations
 
 import collections
+import threading
 
 import jax
 import jax.numpy as jnp
+import numpy as np
+from jax import lax
+from jax.experimental import io_callback
 
 from sexpgpu_lang import ir
 
@@ -25,13 +33,93 @@ from .stacking import over_copies
 #: read before trip t + UNTIL_LAG is dispatched, while trips t+1 ... t+UNTIL_LAG-1 are queued.
 UNTIL_LAG = 3
 
+#: The trip loops (`RunOptions.trip_loop`): one compiled `lax.while_loop` per group, or a host loop of jitted trips.
+TRIP_LOOPS = ("compiled", "host")
+
+
+class TripWatch:
+    """The host's side of the compiled trip loop's look before every trip.
+
+    Each compiled loop calls `first` once before its first trip and `next` after each trip (ordered
+    `io_callback`s without operands: an operand would cost a transfer per trip), in the order the
+    loops were queued; `queued(look)` is called by the host as it queues a loop, with the function
+    that decides, before each trip, whether that loop goes on (`look(trip) -> bool`; None: always).
+    So the watch knows which loop and which trip each call is about without being told. An
+    exception raised by `look` stops that loop and is kept in `error` for the host to raise."""
+
+    def __init__(self, trips: int):
+        self.trips = trips
+        self.looks: collections.deque = collections.deque()   # one per queued loop, in queue order
+        self.look = None
+        self.trip = 0
+        self.error: BaseException | None = None
+        self.lock = threading.Lock()
+
+    def queued(self, look) -> None:
+        """The host queued one more compiled loop, whose trips `look` decides on (None: never stops)."""
+        self.looks.append(look)
+
+    def first(self):
+        """Before trip 0 of the next queued loop: whether it runs (a bool, numpy)."""
+        with self.lock:
+            self.look, self.trip = self.looks.popleft(), 0
+            return self._ask()
+
+    def next(self):
+        """After a trip of the current loop: whether the next trip runs (True after the last trip)."""
+        with self.lock:
+            self.trip += 1
+            return self._ask() if self.trip < self.trips else np.True_
+
+    def _ask(self):
+        if self.look is None:
+            return np.True_
+        try:
+            return np.bool_(self.look(self.trip))
+        except BaseException as e:   # raised on the host at its next look (Trainer.poll)
+            if self.error is None:
+                self.error = e
+            return np.False_
+
+
+def compiled_loop(step, trips: int, until: bool, sites: bool, watch: TripWatch):
+    """`step` (the trip graph, as jitted for the host loop) run `trips` times in one `lax.while_loop`:
+    (trainable, frozen, state, rows[, draw]) -> (state, trips run[, draw]). Before trip 0 and after
+    each trip an ordered `io_callback` asks `watch` whether the next trip runs; the loop ends at
+    `trips`, at a no, or (`until`) once the flag `step` returns beside the state holds, read on the
+    device after every trip. `sites`: `step` takes and returns the traced temperatures' record."""
+    yes = jax.ShapeDtypeStruct((), jnp.bool_)
+
+    def loop(trainable, frozen, state, rows, *draw):
+        def cond(c):
+            t, _, _, done, go = c
+            return (t < trips) & go & ~done
+
+        def body(c):
+            t, st, dr, done, _ = c
+            out = step(trainable, frozen, st, t, rows, *dr)
+            if sites:
+                out, dr = out[0], (out[1],)
+            if until:
+                out, done = out
+            return t + 1, out, dr, done, io_callback(watch.next, yes, ordered=True)
+
+        go = io_callback(watch.first, yes, ordered=True)
+        start = (jnp.zeros((), jnp.int64), state, draw, jnp.zeros((), jnp.bool_), go)
+        t, st, dr, _, _ = lax.while_loop(cond, body, start)
+        return (st, t) + tuple(dr)
+    loop.__name__ = "generate_trips"
+    return loop
+
 
 class GeneratorGraphs:
     """The jitted generator phases of one run (`gen_init`, `gen_step`, `gen_finish` for a group of
     `layout.stack` copies; the `_1` graphs for one batch), built once; `generate` runs them."""
 
-    def __init__(self, program: ir.Program, layout, tracer: Tracer, donate: bool = False, dp=None):
+    def __init__(self, program: ir.Program, layout, tracer: Tracer, dp=None, trip_loop: str = "host"):
         self.p = program
+        self.trip_loop = trip_loop   # one of TRIP_LOOPS
+        self.watch = TripWatch(program.generate.trips)
         self.dp = dp   # a sharding.DataParallel, or None on one device
         self.tracer = tracer
         gen = program.generate
@@ -43,22 +131,34 @@ class GeneratorGraphs:
         self.trips_run = 0
         init, step, finish = self._phases(gen)
         checked = self._draw_checked if self.draw_sites else (lambda f: f)
-        donated = (2,) if donate else ()
+        # The state is donated on every backend (the CPU's included): each trip's state replaces the last.
+        donated = (2,)
         # generate.init also returns the group's batch and context rows: on one device they arrive as
         # numpy, and this call's copies on the device are what the group's later calls read.
-        self.gen_init_1 = jax.jit(counted("generate.init", self._start(init)))
+        # On one device its outputs are committed to it, as the state and the later trips' outputs are:
+        # otherwise a pass-through of the batch (an uncommitted input) comes back uncommitted, and the
+        # host loop's second trip, its state committed, would compile the trip graph again.
+        placed = {} if dp is not None else {"out_shardings": jax.sharding.SingleDeviceSharding(jax.devices()[0])}
+        self.gen_init_1 = jax.jit(counted("generate.init", self._start(init)), **placed)
         self.gen_step_1 = jax.jit(counted("generate.step", checked(step)), donate_argnums=donated)
         self.gen_finish_1 = jax.jit(counted("generate.finish", finish))
         if S > 1:
             # each phase once per copy, the batch and the state stacked, the rest shared (stacking.py).
-            self.gen_init = jax.jit(counted("generate.init stacked", self._start(over_copies(init, S, (2,)))))
+            self.gen_init = jax.jit(counted("generate.init stacked", self._start(over_copies(init, S, (2,)))),
+                                    **placed)
             stacked_step = over_copies(step, S, (2,))
             if gen.until is not None:   # the group's trips end once every copy's `:until` holds
                 stacked_step = self._all_done(stacked_step)
             self.gen_step = jax.jit(counted("generate.step stacked", checked(stacked_step)), donate_argnums=donated)
             self.gen_finish = jax.jit(counted("generate.finish stacked", over_copies(finish, S, (2,))))
+            self.gen_trips = jax.jit(self._looped(counted("generate.step stacked", checked(stacked_step))),
+                                     donate_argnums=donated)
         else:
             self.gen_init, self.gen_step, self.gen_finish = self.gen_init_1, self.gen_step_1, self.gen_finish_1
+        # The compiled trip loops: the trip graph (traced once, under its own name) as a while loop's body.
+        self.gen_trips_1 = jax.jit(self._looped(counted("generate.step", checked(step))), donate_argnums=donated)
+        if S == 1:
+            self.gen_trips = self.gen_trips_1
         self._trips = None
 
     @property
@@ -85,6 +185,11 @@ class GeneratorGraphs:
             out = stacked_step(*args)
             return (all_done(out[0]), out[1]) if self.draw_sites else all_done(out)
         return step
+
+    def _looped(self, step):
+        """`step` (the trip graph) as one `lax.while_loop` over the trips (`compiled_loop`)."""
+        return compiled_loop(step, self.p.generate.trips, self.p.generate.until is not None, bool(self.draw_sites),
+                             self.watch)
 
     def _draw_checked(self, step):
         """The trip graph of a generator with traced temperatures (`draw_sites`): `step`'s output and
@@ -151,7 +256,9 @@ class GeneratorGraphs:
         return batch, rows, finish(trainable, frozen, state, rows)
 
     def trips(self, trainable, frozen, state, rows, stacked: bool, on_trip=None, draw=None):
-        """The trip loop: for each trip t, `on_trip(t)` (the trainer's stop check) and one call of the
+        """The trip loop. Compiled (`trip_loop`): one call of the group's compiled loop (`_compiled_trips`),
+        `on_trip(t) -> bool` asked on the host before every trip. Host (the default): for each
+        trip t, `on_trip(t)` (the trainer's stop check, raising to stop) and one call of the
         jitted `generate.step` (stacked or not) with the trip as an i64 device array, the state staying on
         the device. Returns the state after the last trip (the generator's state keys, device arrays).
         Nothing here waits for the device: each call is queued (asynchronous dispatch).
@@ -166,10 +273,12 @@ class GeneratorGraphs:
         With traced temperatures to check (`draw_sites`), each trip also takes and returns the
         record of the first bad one (`draw_check.no_draw`): `draw`, a fresh one when None; `self.draw`
         is the record after the last trip, still on the device (read with `draw_check.bad_draw`)."""
-        step = self.gen_step if stacked else self.gen_step_1
-        until = self.p.generate.until is not None
         if self.draw_sites and draw is None:
             draw = no_draw(self.dp)
+        if self.trip_loop == "compiled":
+            return self._compiled_trips(trainable, frozen, state, rows, stacked, on_trip, draw)
+        step = self.gen_step if stacked else self.gen_step_1
+        until = self.p.generate.until is not None
         flags: collections.deque = collections.deque()
         self.trips_run = 0
         for t, trip in enumerate(self.trip_values):
@@ -186,4 +295,15 @@ class GeneratorGraphs:
                 flags.append(done)
             self.trips_run = t + 1
         self.draw = draw if self.draw_sites else None
+        return state
+
+    def _compiled_trips(self, trainable, frozen, state, rows, stacked: bool, look, draw):
+        """`trips` as one call of the compiled loop (`_looped`); `look(trip) -> bool`, called on the
+        host before every trip (`TripWatch`), ends the loop with a False. `self.trips_run` is then a
+        device scalar."""
+        loop = self.gen_trips if stacked else self.gen_trips_1
+        self.watch.queued(look)
+        out = loop(trainable, frozen, state, rows, *((draw,) if self.draw_sites else ()))
+        state, self.trips_run = out[0], out[1]
+        self.draw = out[2] if self.draw_sites else None
         return state

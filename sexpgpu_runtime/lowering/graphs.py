@@ -1,7 +1,7 @@
 """The step's graphs: each phase of the IR traced into one jitted function, built once per run.
 
-Per step and per group of microbatches: `generate.init`, `generate.step` (called `:trips` times
-from the host loop) and `generate.finish` (generator_graphs.py), then the training graph, the
+Per step and per group of microbatches: `generate.init`, `generate.step` (run `:trips` times, by
+one compiled loop or a host loop: generator_graphs.py) and `generate.finish` (generator_graphs.py), then the training graph, the
 running sum of the gradients and, after the last group, the update graph; each evaluation pass
 has its own graph (training_graphs.py). A run that stacks `S` microbatches runs each generator
 phase's unstacked body once per copy in a loop, and traces `S` copies of the training graph's
@@ -79,13 +79,13 @@ class Graphs:
     """
 
     def __init__(self, program: ir.Program, optimizer: optax.GradientTransformation,
-                 selected: frozenset = frozenset(), donate: bool = False, dp=None):
+                 selected: frozenset = frozenset(), donate: bool = False, dp=None, trip_loop: str = "host"):
         self.p = program
         self.dp = dp   # a sharding.DataParallel, or None on one device (then nothing below changes)
         self.layout = layout_of(program, dp)
         self.tracer = Tracer(program.run.seed, selected)
         self.traces = self.tracer.traces
-        gen = None if program.generate is None else GeneratorGraphs(program, self.layout, self.tracer, donate, dp)
+        gen = None if program.generate is None else GeneratorGraphs(program, self.layout, self.tracer, dp, trip_loop)
         self.generator = gen
         if gen is not None:
             self.gen_init, self.gen_step, self.gen_finish = gen.gen_init, gen.gen_step, gen.gen_finish
@@ -107,7 +107,8 @@ class Graphs:
 
     @property
     def trips_run(self) -> int:
-        """How many trips the last trip loop ran (`:until` may end it early)."""
+        """How many trips the last trip loop ran (`:until` may end it early): an int from the host loop,
+        an i64 device scalar from the compiled one."""
         return self.generator.trips_run
 
     @property

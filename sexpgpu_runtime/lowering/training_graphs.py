@@ -78,11 +78,11 @@ class TrainingGraphs:
     def no_bad(self) -> tuple:
         """The record the training graph keeps of the first non-finite loss and of the first non-finite
         metric or diagnostic (`tally`), before any step: (i64 -1, f32 0, i64 -1, the counters at 0,
-        (i64 -1, i64 -1, f32 0)), on the device (every device of the mesh)."""
+        (i64 -1, i64 -1, f32 0)), committed to the device as the state is, or on every device of the mesh."""
         bad = (jnp.asarray(-1, jnp.int64), jnp.asarray(0.0, jnp.float32), jnp.asarray(-1, jnp.int64),
                self.zero_counters(),
                (jnp.asarray(-1, jnp.int64), jnp.asarray(-1, jnp.int64), jnp.asarray(0.0, jnp.float32)))
-        return bad if self.dp is None else self.dp.put_replicated(bad)
+        return jax.device_put(bad, jax.devices()[0]) if self.dp is None else self.dp.put_replicated(bad)
 
     # -- training -----------------------------------------------------------------------------
     def _loss(self, prepare: ir.Phase | None, objective: ir.Phase):

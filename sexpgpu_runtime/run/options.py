@@ -44,6 +44,8 @@ class RunOptions:
     devices: int | None = None     # `--mesh data=N`: the data axis size (else the file's `:devices`, else every device)
     model: int | None = None       # `--mesh ...,model=M`: the tensor-parallel axis size (else the file's `:model-parallel`)
     fsdp: bool | None = None       # `--fsdp`/`--no-fsdp`: split parameters and optimizer state (else `:shard-params`)
+    trip_loop: str | None = None   # `--trip-loop`: "host" (None) or "compiled" (generator_graphs.TRIP_LOOPS)
+    compile_cache: str | None = None   # `--compile-cache DIR|off`: JAX's persistent cache (compile_cache.py)
 
 
 def check_adapter_export(program: ir.Program, options: RunOptions) -> None:
@@ -75,6 +77,8 @@ def check_options(program: ir.Program, options: RunOptions) -> None:
     """Refuse, before anything runs, options that cannot work: OptionError for the command line's
     (`--export`, `--diagnostics`, `--resume` with `--overwrite`), RunError for a `:diagnostics` name
     in the file's `run` form that no `diagnostic` reports."""
+    if options.trip_loop not in (None, "host", "compiled"):
+        raise OptionError(f"--trip-loop: `{options.trip_loop}` is not a trip loop; give host or compiled")
     if options.resume and options.overwrite:
         raise OptionError("--resume continues the run in the run dir and --overwrite starts it over; give one")
     if options.export_frozen and options.export is None:

@@ -24,6 +24,7 @@ from sexpgpu_lang import ir
 
 from ..devices.sharding import run_devices
 from ..errors import CheckpointError, RunError
+from ..weights.params import param_shapes
 from ..weights.pretrained import content_hashes, frozen_params
 from .checkpoint import Checkpoints, checkpoint_spec
 from .fits import refuse_never_fits
@@ -41,6 +42,14 @@ from .run_dir import (
 )
 from .run_lock import RunDirLock, hold_run_dir_everywhere
 from .state import RunState, checkpoint_tree, from_checkpoint
+
+
+def state_like(program: ir.Program, trainer):
+    """The checkpoint tree's shapes and dtypes (`checkpoint_tree`), from the declared shapes: drawing
+    the parameters, even abstractly, costs start-up time."""
+    shapes, frozen_shapes = param_shapes(program.params)
+    return jax.eval_shape(lambda t: checkpoint_tree(RunState(
+        0, t, frozen_shapes, trainer.optimizer.init(t), 0, trainer.graphs.zero_counters())), shapes)
 
 
 class RunStart:
@@ -187,7 +196,7 @@ class RunStart:
         self._claim(store)
         try:
             # The state's shapes and dtypes, traced without computing anything.
-            like = jax.eval_shape(lambda: checkpoint_tree(trainer.initial_state(load=False)))
+            like = state_like(self.program, trainer)
             store.check_space(like)
             if options.resume:
                 # Restore onto this run's devices (the mesh's, replicated, or the one device), whatever

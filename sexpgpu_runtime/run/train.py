@@ -16,6 +16,7 @@ device running out of memory (fits.py).
 """
 from __future__ import annotations
 
+import contextlib
 import time
 
 import jax
@@ -36,6 +37,7 @@ from ..weights.pretrained import export_mapping, export_params, initial_params, 
 from .batches import Batches
 from .checkpoint import Checkpoints
 from .checks import ValueChecks
+from .compile_cache import configure as configure_compile_cache
 from .fits import is_out_of_memory, out_of_memory
 from .loop import Loop
 from .options import RunOptions
@@ -45,6 +47,16 @@ from .samples import SampleLog, open_samples
 from .signals import StopSignals
 from .start import RunStart
 from .state import RunResult, RunState, checkpoint_tree
+
+
+def placed(state: RunState, dp: DataParallel | None) -> RunState:
+    """The parameters, optimizer state and counters committed to the one device (as a restore and the
+    graphs' outputs are: a fresh run and a resume compile each graph once), or on the mesh `dp`
+    replicated (under FSDP split along it: sharding.DataParallel.state_sharding)."""
+    parts = (state.trainable, state.frozen, state.opt_state, state.counters)
+    trainable, frozen, opt_state, counters = (jax.device_put(parts, jax.devices()[0]) if dp is None
+                                              else dp.put_state(parts))
+    return RunState(state.step, trainable, frozen, opt_state, state.records, counters)
 
 
 class Trainer:
@@ -70,12 +82,15 @@ class Trainer:
             self.dp = DataParallel.of(program, options.devices, options.fsdp, options.model)
         except MeshError as e:
             raise (OptionError if options.devices is not None or options.model is not None else RunError)(str(e))
-        self.graphs = Graphs(program, self.optimizer, selected, donate=jax.default_backend() != "cpu", dp=self.dp)
+        self.trip_loop = options.trip_loop or "host"
+        self.graphs = Graphs(program, self.optimizer, selected, donate=jax.default_backend() != "cpu", dp=self.dp,
+                             trip_loop=self.trip_loop)
         self.layout = self.graphs.layout
         self.batches.layout, self.batches.dp = self.layout, self.dp
         self.checks = ValueChecks(program, self.graphs.draw_sites, lambda: self.graphs.training.report_names)
         self.on_trip = None            # called before every trip with (step, trip), before the stop check
         self.stop: StopSignals | None = None
+        self.committed = -1            # the last step (0-based) whose update is queued: past abandoning (`_commit`)
         self.checkpoint_every: int | None = None   # steps whose values are checked in full before a save
         self.completed: RunState | None = None
         self.bad = None                # on the device: the first non-finite loss (training_graphs.tally), or None
@@ -99,25 +114,41 @@ class Trainer:
         return self.place(RunState(0, trainable, frozen, self.optimizer.init(trainable), 0, self.graphs.zero_counters()))
 
     def place(self, state: RunState) -> RunState:
-        """On a mesh, the parameters, optimizer state and counters replicated on every device (or, under
-        FSDP, split along the mesh: sharding.DataParallel.state_sharding)."""
-        if self.dp is None:
-            return state
-        trainable, frozen, opt_state, counters = self.dp.put_state(
-            (state.trainable, state.frozen, state.opt_state, state.counters))
-        return RunState(state.step, trainable, frozen, opt_state, state.records, counters)
+        """`state` placed as every step's graphs take it (`placed`)."""
+        return placed(state, self.dp)
 
     def poll(self) -> None:
-        """Raise `Stopped` if a stop signal has arrived (a phase boundary: nothing half-done is kept)."""
+        """Raise `Stopped` if a stop signal has arrived (a phase boundary: nothing half-done is kept), or
+        what `on_trip` raised inside a compiled trip loop (generator_graphs.TripWatch)."""
+        watch = self.graphs.generator.watch if self.graphs.generator is not None else None
+        if watch is not None and watch.error is not None:
+            error, watch.error = watch.error, None
+            raise error
         if self.stop is not None:
             self.stop.check()
 
+    def _commit(self, step: int) -> None:
+        """The last look before step `step`'s update is queued, under the compiled loops' lock: a loop of
+        this step that saw a stop (`_trip_hook`) has it raised here; one that did not runs every trip."""
+        gen = self.graphs.generator
+        with gen.watch.lock if gen is not None else contextlib.nullcontext():
+            self.poll()
+            self.committed = step
+
     def _trip_hook(self, step: int):
+        """Before every trip of step `step`: `on_trip(step, trip)`, then the look for a stop: the host loop
+        raises `Stopped`; the compiled loop's (from its callback) answers no once a signal came and the
+        step is not committed (`_commit` then raises it), so a loop cut short is never trained on."""
         def before_trip(trip: int):
             if self.on_trip is not None:
                 self.on_trip(step, trip)
             self.poll()
-        return before_trip
+
+        def look(trip: int) -> bool:
+            if self.on_trip is not None:
+                self.on_trip(step, trip)
+            return not (self.stop is not None and self.stop.received is not None and self.committed < step)
+        return look if self.trip_loop == "compiled" else before_trip
 
     def step(self, state: RunState) -> tuple[RunState, dict]:
         """Run one training step; return the new state and its reports (device values).
@@ -154,7 +185,7 @@ class Trainer:
             losses += l
             metrics.append(m)
             diags.append(d)
-        self.poll()
+        self._commit(state.step)
         trainable, opt_state = g.update(state.trainable, state.opt_state, total, bad[0])
         new = RunState(state.step + 1, trainable, state.frozen, opt_state, records, counters)
         self.bad, self.draw = bad, draw
@@ -320,10 +351,12 @@ def train(program: ir.Program, options: RunOptions, on_trip=None) -> RunResult:
     last good checkpoint); RunStopped when SIGINT or SIGTERM stopped it (after
     saving the last completed step); RunFinished, having changed nothing, when
     `options.resume` finds the run has trained its steps already. `on_trip(step,
-    trip)` is called before every trip of the generator. The run dir is held from before
+    trip)` is called before every trip of the generator (with `options.trip_loop` "compiled", on the
+    host from the loop's callback, what it raises raised at the host's next look). The run dir is held from before
     anything is written in it until the export is written (run_lock.py): RunDirInUse, having
     written nothing, when another process holds it.
     """
+    configure_compile_cache(options.compile_cache)   # before anything compiles
     start = RunStart(program, options)
     try:
         return _run(start, program, options, on_trip)

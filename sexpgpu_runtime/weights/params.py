@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+from jax import lax
 
 from sexpgpu_lang.ir import ParamIR
 
@@ -26,14 +27,20 @@ def init_leaf(p: ParamIR, seed_key) -> jax.Array:
 
 
 def _draw(p: ParamIR, key, shape: tuple[int, ...]) -> jax.Array:
-    """`p`'s initialiser drawn from `key` at `shape`, in `p.dtype`. ValueError for an unknown one."""
+    """`p`'s initialiser drawn from `key` at `shape`, in `p.dtype`. ValueError for an unknown one.
+
+    Traced inside `init_params`' one graph, each op behind an optimization barrier: XLA would
+    otherwise fuse `normal * std + mean` into one multiply-add, which rounds otherwise than the
+    two ops one at a time; so the bits are those of the ops run one by one (eagerly)."""
     kind, args = p.init
     dt = jdt(p.dtype)
+    b = lax.optimization_barrier
     if kind == "normal":
-        x = jax.random.normal(key, shape, jnp.float32) * float(args.get("std", 1.0)) + float(args.get("mean", 0.0))
-        return x.astype(dt)
+        x = b(b(jax.random.normal(key, shape, jnp.float32)) * float(args.get("std", 1.0)))
+        return b(x + float(args.get("mean", 0.0))).astype(dt)
     if kind == "uniform":
-        return jax.random.uniform(key, shape, jnp.float32, float(args.get("min", 0.0)), float(args.get("max", 1.0))).astype(dt)
+        return b(jax.random.uniform(key, shape, jnp.float32, float(args.get("min", 0.0)),
+                                    float(args.get("max", 1.0)))).astype(dt)
     if kind == "zeros":
         return jnp.zeros(shape, dt)
     if kind == "ones":
@@ -56,14 +63,27 @@ def init_params(params: tuple[ParamIR, ...], seed: int, skip: tuple[tuple[str, .
     own place's, so skipping some leaves leaves the others' bits as they are. A `:copy` leaf is its
     drawn source's value in a buffer of its own, or None where a checkpoint fills the source
     (`fill_copies` copies it once it is read)."""
-    seed_key = jax.random.key(seed)
+    drawn = [p for p in params if p.copy_of is None and not (any(p.path[:len(s)] == s for s in skip)
+                                                             and not p.path[-1].endswith((".lora-a", ".lora-b")))]
+    # One graph draws them all (one compile, kept by the persistent cache), not one per op and shape.
+    values = jax.jit(lambda: [init_leaf(p, jax.random.key(seed)) for p in drawn])() if drawn else []
     trainable: dict = {}
     frozen: dict = {}
     for p in params:
-        filled = p.copy_of is not None or (any(p.path[:len(s)] == s for s in skip)
-                                           and not p.path[-1].endswith((".lora-a", ".lora-b")))
-        set_path(frozen if p.frozen else trainable, p.path, None if filled else init_leaf(p, seed_key))
+        set_path(frozen if p.frozen else trainable, p.path, None)
+    for p, v in zip(drawn, values, strict=True):
+        set_path(frozen if p.frozen else trainable, p.path, v)
     fill_copies(params, merge(trainable, frozen), frozen)
+    return trainable, frozen
+
+
+def param_shapes(params: tuple[ParamIR, ...]) -> tuple[dict, dict]:
+    """(trainable, frozen) trees shaped as `init_params` makes them, each leaf a `jax.ShapeDtypeStruct`
+    of its declared shape and dtype: nothing drawn or traced (the state's shapes before a restore)."""
+    trainable: dict = {}
+    frozen: dict = {}
+    for p in params:
+        set_path(frozen if p.frozen else trainable, p.path, jax.ShapeDtypeStruct(tuple(p.shape), jdt(p.dtype)))
     return trainable, frozen
 
 
