@@ -116,7 +116,7 @@ def run_with(tmp_path: Path, source: str, fields: str = "(:x [8] :i32)") -> str:
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
     errors = [line for line in proc.stderr.splitlines() if line.startswith("sexpgpu: error:")]
     assert len(errors) == 1, proc.stderr
-    return errors[0]
+    return proc.stdout + proc.stderr   # (a file the check reads is named by its diagnostic, on stdout)
 
 
 @pytest.mark.slow
