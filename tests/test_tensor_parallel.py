@@ -271,7 +271,7 @@ def test_docs_distillation_run_splits_the_teacher_4_ways_and_keeps_the_student_w
     assert (specs["teacher.wq"], specs["teacher.wo"], specs["teacher.w1"], specs["teacher.embed"]) == (
         "P(None, 'model')", "P('model')", "P(None, 'model')", "P('model')")
     assert all(v == "P()" for k, v in specs.items() if not k.startswith("teacher."))
-    assert "mesh: data=2,model=4 · records per device: `stdlib` 16" in to_text(report)
+    assert "mesh: data=2,model=4 · records per device: `prompts` 16" in to_text(report)
     assert "params 9 of 34 split along model=4 by heads, MLP width or vocabulary" in to_text(report)
 
 
