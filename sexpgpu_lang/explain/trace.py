@@ -55,23 +55,35 @@ class Node:
 class _ParamView:
     """A model's `self`: the parameter subtree at `path`, cast to `compute` dtype on read (bf16);
     `layers`: (stacked path, layer) for each repeated block being applied, whose leaves read as
-    that layer's slice of the stack."""
+    that layer's slice of the stack; `adapters`: the call's LoRA targets (key, scale) among the
+    keys directly at `path` (`ir.ModelCall.adapters`), each read with its adapters folded in."""
 
     def __init__(self, tracer: "Trace", path: tuple[str, ...], compute: str | None,
-                 layers: tuple[tuple[tuple[str, ...], int], ...] = ()):
+                 layers: tuple[tuple[tuple[str, ...], int], ...] = (),
+                 adapters: tuple[tuple[str, float], ...] = ()):
         self.tracer, self.path, self.compute, self.layers = tracer, path, compute, layers
+        self.adapters = dict(adapters)
 
-    def at(self, path: tuple[str, ...], compute: str | None) -> "_ParamView":
-        """The view of the subtree at `path` (from the root), read in `compute` dtype."""
-        return _ParamView(self.tracer, path, compute, self.layers)
+    def at(self, path: tuple[str, ...], compute: str | None,
+           adapters: tuple[tuple[str, float], ...] = ()) -> "_ParamView":
+        """The view of the subtree at `path` (from the root), read in `compute` dtype, with `adapters`."""
+        return _ParamView(self.tracer, path, compute, self.layers, adapters)
+
+    def leaf(self, path: tuple[str, ...]) -> Node:
+        """The parameter at `path` as this view reads it: its layer's slice under a repeated block."""
+        node = self.tracer.param(path)
+        for prefix, i in self.layers:
+            if path[:len(prefix)] == prefix:
+                node = self.tracer.layer_slice(node, i)
+        return node
 
     def get(self, key: str):
         path = self.path + (key,)
         if path in self.tracer.param_leaves:
-            node = self.tracer.param(path)
-            for prefix, i in self.layers:
-                if path[:len(prefix)] == prefix:
-                    node = self.tracer.layer_slice(node, i)
+            node = self.leaf(path)
+            if key in self.adapters:
+                node = self.tracer.fold_adapters(node, self.leaf(path[:-1] + (key + ".lora-a",)),
+                                                 self.leaf(path[:-1] + (key + ".lora-b",)), self.adapters[key])
             if self.compute and is_float(node.type.dtype) and node.type.dtype != self.compute:
                 return self.tracer.cast_param(node, self.compute)
             return node
@@ -152,6 +164,21 @@ class Trace(ir.Interpreter):
         return self.new("slice", t, (node.id,), COSTS["slice"].flops([node.type], t, {}), per_copy=False,
                         static={"layer": i})
 
+    def fold_adapters(self, w: Node, a: Node, b: Node, scale: float) -> Node:
+        """A LoRA target `w` as a call reads it (sexpgpu_runtime.lowering.lowering `adapted`):
+        `w + cast(reshape(scale * (a @ b)))`, the product `[in r] @ [r out]` in f32, once per call
+        (per layer inside a repeated block's scan); `a` and `b` are the adapters, arguments of the graph."""
+        prod_t = TensorType(a.type.shape[:-1] + b.type.shape[-1:], "f32")
+        delta = self.new("matmul", prod_t, (a.id, b.id), COSTS["matmul"].flops([a.type, b.type], prod_t, {}))
+        delta = self.new("*", prod_t, (delta.id,), COSTS["*"].flops([prod_t], prod_t, {}), static={"scale": scale})
+        t = TensorType(w.type.shape, prod_t.dtype)
+        delta = self.new("reshape", t, (delta.id,))
+        if w.type.dtype != t.dtype:
+            t = TensorType(w.type.shape, w.type.dtype)
+            delta = self.new("cast", t, (delta.id,), COSTS["cast"].flops([delta.type], t, {"dtype": t.dtype}),
+                             static={"dtype": t.dtype})
+        return self.new("+", w.type, (w.id, delta.id), COSTS["+"].flops([w.type, t], w.type, {}))
+
     def cast_param(self, node: Node, dtype: str) -> Node:
         key = (node.id, dtype)
         if key not in self.casts:
@@ -184,7 +211,7 @@ class Trace(ir.Interpreter):
     def model_self(self, e: ir.ModelCall, params, args: list):
         if e.compute_dtype:
             args = [self.cast_value(a, e.compute_dtype) for a in args]
-        return params.at(tuple(e.path), e.compute_dtype), args
+        return params.at(tuple(e.path), e.compute_dtype, e.adapters), args
 
     def call(self, e: ir.ModelCall, params, args: list):
         """A model call; under a remat policy its nodes are tagged with a new region (`Node.remat`),
