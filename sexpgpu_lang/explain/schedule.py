@@ -29,7 +29,9 @@ class GraphEstimate:
 
     Bytes: `args` (the inputs it reads; `param_args` of them parameters),
     `outputs`, `temps` (the peak of its temporaries; `largest_temp` the
-    largest one), `live = args + outputs + temps`, and `bytes_moved`, the
+    largest one), `aliased` (the outputs written into donated arguments'
+    buffers: the trip's state, `jax.jit(donate_argnums=...)`, counted once, as
+    XLA's `alias_size_in_bytes`), `live = args + outputs + temps - aliased`, and `bytes_moved`, the
     bytes read and written per call (XLA's "bytes accessed"). `flops` and
     `transcendentals` per call. `input_list` and `output_list` hold
     `{name, type, bytes}` for the tree; `scans` the repeated blocks the
@@ -48,6 +50,7 @@ class GraphEstimate:
     outputs: int = 0
     temps: int = 0
     largest_temp: int = 0
+    aliased: int = 0
     param_args: int = 0
     input_list: list = field(default_factory=list)
     output_list: list = field(default_factory=list)
@@ -56,8 +59,8 @@ class GraphEstimate:
 
     @property
     def live(self) -> int:
-        """Arguments, outputs and the peak of temporaries (bytes)."""
-        return self.args + self.outputs + self.temps
+        """Arguments, outputs and the peak of temporaries, less the outputs held in donated arguments (bytes)."""
+        return self.args + self.outputs + self.temps - self.aliased
 
 
 def _live_nodes(nodes: list[Node], outputs: list[tuple[str, int]]) -> list[bool]:
@@ -157,10 +160,21 @@ class _Schedule:
             if self.live[n.id] and cost_of(n.op).whole_operands:
                 for i in n.inputs:
                     out[self._through_views(i)] = True
+            if self.live[n.id] and n.op == "at-set" and n.inputs and self._constant(n.inputs[0]):
+                out[self._through_views(n.inputs[0])] = True
             if self.target == "cpu" and self.live[n.id] and self._library_reduce(n):
                 for j in self._library_inputs(n.id):
                     out[j] = True
         return out
+
+    def _constant(self, i: int) -> bool:
+        """Whether value `i` is a constant XLA broadcasts (`zeros`, `full` ...: no argument under it).
+        A scatter (`at-set`) into one writes into a buffer of its own that the broadcast fills first
+        (the prefill's empty key-value caches); a scatter into a slice of an argument is written in place."""
+        n = self.nodes[i]
+        if n.op in _INPUTS:
+            return False
+        return all(self._constant(j) for j in n.inputs)
 
     def _through_views(self, i: int) -> int:
         while cost_of(self.nodes[i].op).see_through:
