@@ -287,7 +287,7 @@ class _Schedule:
         """(peak bytes of temporaries, bytes read and written, the largest temporary) under `stack` copies
         (`_copies`: the copies' fusions side by side, each buffer one copy's)."""
         nodes, mat = self.nodes, self.mat
-        roots = [n.id for n in nodes if mat[n.id]]
+        roots = self._order([n.id for n in nodes if mat[n.id]])
         pos = {r: k for k, r in enumerate(roots)}
         last = dict(pos)
         moved = 0.0
@@ -339,6 +339,18 @@ class _Schedule:
             done += m
             peak = max(peak, cur + done)
         return peak - done, moved, largest
+
+    def _order(self, roots: list[int]) -> list[int]:
+        """The fusions' schedule: the trace's order; on the CPU, in a graph without a gradient, by depth
+        (the longest chain of fusions under each, ties in trace order): XLA's CPU scheduler runs
+        independent chains side by side, step by step (lora.sx's pass computes both models' logits,
+        the student's and the frozen base's, before either loss reads them)."""
+        if self.target != "cpu" or self.grad is not None:
+            return roots
+        depth: dict[int, int] = {}
+        for r in roots:
+            depth[r] = 1 + max((depth[s] for s in self.reads(r)), default=0)
+        return sorted(roots, key=lambda r: depth[r])
 
     def _readers(self, i: int) -> set[int]:
         """The nodes that read value `i`, through views (reshapes, squeezes)."""
