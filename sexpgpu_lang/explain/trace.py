@@ -55,25 +55,51 @@ class Node:
 class _ParamView:
     """A model's `self`: the parameter subtree at `path`, cast to `compute` dtype on read (bf16);
     `layers`: (stacked path, layer) for each repeated block being applied, whose leaves read as
-    that layer's slice of the stack."""
+    that layer's slice of the stack; `adapters`: each LoRA target key of this subtree and its scale
+    (`ir.ModelCall.adapters`), read as the runtime's fold (`_adapted`)."""
 
     def __init__(self, tracer: "Trace", path: tuple[str, ...], compute: str | None,
-                 layers: tuple[tuple[tuple[str, ...], int], ...] = ()):
+                 layers: tuple[tuple[tuple[str, ...], int], ...] = (), adapters: tuple = ()):
         self.tracer, self.path, self.compute, self.layers = tracer, path, compute, layers
+        self.adapters = dict(adapters)
 
-    def at(self, path: tuple[str, ...], compute: str | None) -> "_ParamView":
+    def at(self, path: tuple[str, ...], compute: str | None, adapters: tuple = ()) -> "_ParamView":
         """The view of the subtree at `path` (from the root), read in `compute` dtype."""
-        return _ParamView(self.tracer, path, compute, self.layers)
+        return _ParamView(self.tracer, path, compute, self.layers, adapters)
+
+    def _leaf(self, path: tuple[str, ...]) -> Node:
+        node = self.tracer.param(path)
+        for prefix, i in self.layers:
+            if path[:len(prefix)] == prefix:
+                node = self.tracer.layer_slice(node, i)
+        return node
+
+    def _adapted(self, key: str, w: Node) -> Node:
+        """`KEY + scale * reshape(KEY.lora-a @ KEY.lora-b)` cast to KEY's dtype, as the runtime folds
+        an adapter into its weight on every call (sexpgpu_runtime/lowering/lowering.py `adapted`): the
+        product in f32, its gradient reaching A and B."""
+        tr = self.tracer
+        a, b = (self._leaf(self.path + (key + suffix,)) for suffix in (".lora-a", ".lora-b"))
+        prod_t = TensorType(a.type.shape[:-1] + b.type.shape[-1:], "f32")
+        prod = tr.new("matmul", prod_t, (a.id, b.id), COSTS["matmul"].flops([a.type, b.type], prod_t, {}))
+        scaled = tr.new("*", prod_t, (prod.id,), COSTS["*"].flops([prod_t], prod_t, {}),
+                        static={"scale": self.adapters[key]})
+        delta = tr.new("reshape", TensorType(w.type.shape, "f32"), (scaled.id,))
+        if w.type.dtype != "f32":
+            t = TensorType(w.type.shape, w.type.dtype)
+            delta = tr.new("cast", t, (delta.id,), COSTS["cast"].flops([delta.type], t, {"dtype": w.type.dtype}),
+                           static={"dtype": w.type.dtype})
+        return tr.new("+", w.type, (w.id, delta.id), COSTS["+"].flops([w.type, delta.type], w.type, {}))
 
     def get(self, key: str):
         path = self.path + (key,)
         if path in self.tracer.param_leaves:
-            node = self.tracer.param(path)
-            for prefix, i in self.layers:
-                if path[:len(prefix)] == prefix:
-                    node = self.tracer.layer_slice(node, i)
+            node = self._leaf(path)
+            if key in self.adapters:
+                node = self._adapted(key, node)
             if self.compute and is_float(node.type.dtype) and node.type.dtype != self.compute:
-                return self.tracer.cast_param(node, self.compute)
+                return self.tracer.cast_value(node, self.compute) if key in self.adapters \
+                    else self.tracer.cast_param(node, self.compute)
             return node
         if any(p[:len(path)] == path for p in self.tracer.param_leaves):
             return _ParamView(self.tracer, path, self.compute, self.layers)
@@ -184,7 +210,7 @@ class Trace(ir.Interpreter):
     def model_self(self, e: ir.ModelCall, params, args: list):
         if e.compute_dtype:
             args = [self.cast_value(a, e.compute_dtype) for a in args]
-        return params.at(tuple(e.path), e.compute_dtype), args
+        return params.at(tuple(e.path), e.compute_dtype, e.adapters), args
 
     def call(self, e: ir.ModelCall, params, args: list):
         """A model call; under a remat policy its nodes are tagged with a new region (`Node.remat`),
