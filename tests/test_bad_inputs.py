@@ -74,7 +74,28 @@ def test_a_bad_data_file(sines, kind):
         data.write_bytes(bytes(range(256)) * 40)
     else:   # an object array: loading it would unpickle, so it is refused
         save_npz(data, wave=np.array([object()] * 256, dtype=object), label=GOOD["label"])
-    one_clear_line(sexpgpu("run", sines, "--steps", 2, "--run-dir", sines.parent / "run"), "`train`", str(data))
+    refused(sexpgpu("run", sines, "--steps", 2, "--run-dir", sines.parent / "run"), "train", data)
+
+
+def refused(proc: subprocess.CompletedProcess, loader: str, data: Path, *names: str) -> None:
+    """A bad data file refused before anything trains: where the check reads it (as `lint --read-files`
+    does), one E-LOADER-001 at the loader's source naming the file (as the run file gives it) and
+    `names`; where the run reads it, one error line naming the loader and the file."""
+    if "error[E-LOADER-001]" in proc.stdout:
+        refused_at_check(proc, "data/" + data.name, *names)
+    else:
+        one_clear_line(proc, f"`{loader}`", str(data), *names)
+
+
+def refused_at_check(proc: subprocess.CompletedProcess, *names: str) -> str:
+    """A data file the check reads (as `lint --read-files` does) refused before the run: one E-LOADER-001
+    diagnostic at the loader's source naming every one of `names` (stdout), one error line, no traceback."""
+    one_clear_line(proc)
+    diags = [line for line in proc.stdout.splitlines() if "error[E-LOADER-001]" in line]
+    assert len(diags) == 1, proc.stdout
+    for name in names:
+        assert name in diags[0], (name, diags[0])
+    return diags[0]
 
 
 @pytest.mark.parametrize("field,value", [("label", GOOD["wave"][:, 0]), ("wave", np.zeros((256, 16), np.float32))],
@@ -82,7 +103,7 @@ def test_a_bad_data_file(sines, kind):
 def test_a_field_of_the_wrong_dtype_or_shape(sines, field, value):
     data = sines.parent / "data" / "sines-train.npz"
     save_npz(data, **{**GOOD, field: value})
-    one_clear_line(sexpgpu("run", sines, "--steps", 2, "--run-dir", sines.parent / "run"), f"`{field}`", str(data))
+    refused(sexpgpu("run", sines, "--steps", 2, "--run-dir", sines.parent / "run"), "train", data, f"`{field}`")
 
 
 def write_safetensors(path: Path, header: dict) -> None:
@@ -167,7 +188,8 @@ def test_a_nan_loss_keeps_the_last_good_checkpoint(tmp_path):
 
 
 def test_debug_shows_the_traceback(sines):
-    (sines.parent / "data" / "sines-train.npz").write_bytes(b"not a zip")
+    data = sines.parent / "data" / "sines-train.npz"   # fewer records than one batch: found when the run reads it
+    save_npz(data, **{k: v[:3] for k, v in GOOD.items()})
     proc = sexpgpu("run", sines, "--steps", 2, "--run-dir", sines.parent / "run", "--debug")
     assert proc.returncode == 1   # a data file not as declared, found before anything trained
     assert "Traceback (most recent call last)" in proc.stderr

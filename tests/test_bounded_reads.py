@@ -138,15 +138,15 @@ def test_without_the_files_read_nothing_is_looked_at(tmp_path):
 
 
 def test_a_tokenizer_past_its_bound_is_refused_naming_the_bound(tmp_path, monkeypatch):
-    from sexpgpu_lang.check import loader_sources
+    from sexpgpu_lang.check import source_files
     big = tmp_path / "tok.json"
     big.write_text(json.dumps({"model": {"vocab": {"a": 0}}, "pad": " " * 5000}))
     (tmp_path / "data").mkdir()
     (tmp_path / "data" / "a.txt").write_text("ab")   # (the case's glob matches a file)
-    monkeypatch.setattr(loader_sources, "TOKENIZER_JSON_LIMIT", 4096)
-    loader_sources.vocab_size.cache_clear()
+    monkeypatch.setattr(source_files, "TOKENIZER_JSON_LIMIT", 4096)
+    source_files.vocab_size.cache_clear()
     got = analyze(CASE.replace("data/tokenizer-24.json", str(big)), str(tmp_path / "run.sx"), read_files=True).diagnostics
-    loader_sources.vocab_size.cache_clear()
+    source_files.vocab_size.cache_clear()
     assert [(d.code, d.message) for d in got] == [
         ("E-LOADER-001", f"tokenizer `{big}` cannot be read: it is 5,0{len(big.read_bytes()) - 5000:02d} bytes, more "
                          "than the 4,096 bytes a tokenizer.json may be")]

@@ -358,6 +358,45 @@ def test_outputs_buffers_hold_temporaries_until_the_outputs_are_computed():
     assert g.temps <= 32 * 64 * 256 * 4 + 1024 ** 2 // 2
 
 
+def test_the_trips_donated_state_is_counted_once():
+    # generate.step's state is donated (sexpgpu_runtime/lowering/generator_graphs.py): XLA writes each
+    # output leaf into its argument's buffer and counts it once; select.sx's trip returns its state as it is
+    g = step_graphs(_example("select.sx"), 1)["generate.step"]
+    assert g.aliased == g.outputs > 0 and g.live == g.args + g.temps
+    assert step_graphs(_example("select.sx"), 1)["generate.finish"].aliased == 0
+
+
+def test_a_scatter_into_zeros_materialises_them():
+    # code-lm.sx's prefill writes its keys and values (`cache-write`, an `at-set`) into empty caches
+    # (`zeros` [32 64 4 16] f32): XLA fills a buffer with the zeros first, then scatters into it
+    cache = 32 * 64 * 4 * 16 * 4
+    program = _example("code-lm.sx")
+    init, step = (step_graphs(program, 1, "cpu")[f"generate.{p}"] for p in ("init", "step"))
+    assert init.temps >= cache
+    assert step.temps < 3 * cache   # a trip scatters into the caches it was given, in place
+
+
+def test_lora_weights_are_folded_on_every_call():
+    # lora.sx's adapters are the only trainable parameters: the training graph reads each adapted weight
+    # as `KEY + scale * reshape(A @ B)`, so its gradient runs back through the student (about twice its
+    # forward again), where a trace of the frozen weights alone would have no gradient at all and cost
+    # what the pass does (the student's forward and the base's)
+    graphs = step_graphs(_example("lora.sx"), 1, "cpu")
+    train, held_out = graphs["train"], graphs["pass held-out-eval"]
+    assert train.flops > 1.5 * held_out.flops
+    assert train.temps > 4 * 32 * 64 * 1024 * 4   # the backward's logits-sized buffers
+
+
+def test_the_cpu_runs_independent_chains_side_by_side():
+    # lora.sx's pass computes the student's and the frozen base's logits ([32 64 1024] f32 each) before
+    # either cross-entropy reads them on the CPU (XLA's schedule, by depth); an accelerator's estimate keeps
+    # the file's order, one model's logits at a time
+    logits = 32 * 64 * 1024 * 4
+    program = _example("lora.sx")
+    cpu, acc = (step_graphs(program, 1, t)["pass held-out-eval"] for t in ("cpu", "accelerator"))
+    assert cpu.temps >= 2 * logits > acc.temps
+
+
 def test_cli_target():
     r = sx("explain", "--target", "cpu", "--format", "json", str(FIXTURE))
     assert r.returncode == 0, r.stderr

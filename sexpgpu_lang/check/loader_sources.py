@@ -27,18 +27,18 @@ Imports nothing outside `sexpgpu_lang`; never JAX.
 """
 from __future__ import annotations
 
-import errno
 import functools
 import os
-import stat
 
-from ..bounded_read import (TOKENIZER_JSON_LIMIT, JsonNumberTooLong, JsonTooDeep, JsonTooLarge, NotRegularFile,
-                            TooLarge, describe_mode, loads_json, read_bounded)
+from ..bounded_read import read_bounded
 from ..diagnostics import warning
 from ..language import PAD_SIDES, TOKEN_FILE_DTYPES, TRUNCATE_SIDES
 from ..source import Span
 from ..types import is_int
 from .context import CheckContext, near_miss
+from . import prompt_sources, source_files
+from .prompt_sources import _jsonl_rows, _jsonl_text_ids, _parquet_rows
+from .source_files import _full_path, _missing_file, _regular_file, _special_file, vocab_size
 
 TOKEN_SOURCES = ("tokens", "text-tokens")
 _FIRST = {"tokens": "path", "text-tokens": "glob", "jsonl": "path", "parquet": "path"}
@@ -220,79 +220,6 @@ def token_dtype_evidence(path: str, mtime_ns: int, size: int, dtype: str, vocab:
     return None
 
 
-def _full_path(ctx: CheckContext, rel: str) -> str | None:
-    """`rel` (relative to the run file; `~` expanded) as a path on this machine, or None for one
-    holding a `$VAR` (the runtime expands those, and says when one is not set)."""
-    if "$" in rel:
-        return None
-    rel = os.path.expanduser(rel)
-    base = os.path.dirname(os.path.abspath(ctx.src.path)) if not ctx.src.path.startswith("<") else "."
-    return rel if os.path.isabs(rel) else os.path.join(base, rel)
-
-
-def _special_file(ctx: CheckContext, kind: str, key: str, rel: str, at: Span) -> bool:
-    """E-LOADER-001 at the path when the file a source names exists and is not a regular file (a
-    FIFO, a device such as /dev/zero, a socket; a directory for a path or tokenizer): reading it
-    could wait forever or never end. Looked at with `stat` only, which never blocks. False when
-    reported; a missing file is left to the runtime's error."""
-    full = _full_path(ctx, rel)
-    if full is None:
-        return True
-    what = "tokenizer" if key == "tokenizer" else "file"
-    try:
-        st = os.stat(full)
-    except OSError as e:
-        if e.errno == errno.ELOOP:   # (the runtime's open fails the same way)
-            ctx.err("E-LOADER-001", at, f"`{kind}`'s {what} `{rel}` is a symbolic link that leads back to itself "
-                    "(a loop); nothing can be read from it", help="point the link at the real file")
-            return False
-        return True
-    except ValueError:
-        return True
-    if stat.S_ISREG(st.st_mode):
-        return True
-    ctx.err("E-LOADER-001", at, f"`{kind}`'s {what} `{rel}` is {describe_mode(st.st_mode)}, not a regular file; "
-            "nothing is read from it", help="name a regular file (a pipe or a device would never end, or never "
-            "start, being read)")
-    return False
-
-
-def _missing_file(ctx: CheckContext, kind: str, key: str, rel: str, at: Span) -> bool:
-    """E-LOADER-001 at the path when the file (or, for `text-tokens`' glob, every match) a source names
-    is not there, which `run` refuses before training. False when reported; a path holding a `$VAR`
-    is left to the runtime (it says when one is not set)."""
-    full = _full_path(ctx, rel)
-    if full is None:
-        return True
-    if key == "glob":
-        from ..bounded_read import glob_bounded, no_regular_match
-        try:
-            matches = glob_bounded(full)
-        except OSError as e:   # GlobTooLarge: the limit, in one line (the runtime's words)
-            ctx.err("E-LOADER-001", at, f"`{kind}`'s glob `{rel}`: {e.strerror}",
-                    help="a glob names the data's own files, within the limits docs/runtime.md lists")
-            return False
-        if any(os.path.isfile(f) for f in matches):
-            return True
-        why = no_regular_match(full, matches)   # (the runtime's words: data/files.glob_files)
-        if why is not None:
-            ctx.err("E-LOADER-001", at, f"`{kind}`'s glob `{rel}`: {why.split('; ')[0]}",
-                    help="name regular files (a pipe or a device would never end, or never start, being read)")
-            return False
-        ctx.err("E-LOADER-001", at, f"`{kind}`'s glob `{rel}` matches no file ({full})",
-                help="fix the pattern (relative to the run file), or make the files")
-        return False
-    if os.path.lexists(full):
-        return True
-    if key == "tokenizer":
-        ctx.err("E-LOADER-001", at, f"`{kind}`'s tokenizer `{rel}` is not there ({full})",
-                help="make one with `sexpgpu tokenizer train`, or fix the path (relative to the run file)")
-    else:
-        ctx.err("E-LOADER-001", at, f"`{kind}`'s file `{rel}` is not there ({full})",
-                help="make it, or fix the path (relative to the run file)")
-    return False
-
-
 def tokenizer_file(ctx: CheckContext, kind: str, rel: str, at: Span) -> int | None | bool:
     """A tokenizer.json a file names (`rel`, relative to the run file, at `at`; `kind` says whose:
     a source's name or `:samples`) checked as `run` reads it: E-LOADER-001 when it is not a regular
@@ -328,229 +255,6 @@ def loader_vocab(ctx: CheckContext, loader) -> int | None:
             return size
     vocab = args.get("vocab")
     return vocab if isinstance(vocab, int) and not isinstance(vocab, bool) else None
-
-
-def _regular_file(ctx: CheckContext, rel: str) -> tuple[str, os.stat_result] | None:
-    """(full path, its stat) of `rel` (relative to the run file) when it is a regular file here;
-    None otherwise (not there, not a regular file, no path: the other checks tell those)."""
-    full = _full_path(ctx, rel)
-    try:
-        st = os.stat(full) if full is not None else None
-    except (OSError, ValueError):
-        return None
-    return (full, st) if st is not None and stat.S_ISREG(st.st_mode) else None
-
-
-def _jsonl_rows(ctx: CheckContext, rel: str, at: Span, fields=None, tokenizer: str | None = None,
-                vocab: int | None = None, layout=None) -> bool:
-    """E-LOADER-001 at the path when a row of the .jsonl file `rel` is one the runtime refuses (not
-    UTF-8, not JSON, nested too deeply, a number of too many digits, not an object, a line past its
-    bound: bounded_read.jsonl_rows, which the runtime reads through), or when with the loader's
-    `fields` its rows are ones the runtime refuses (a field no row has, a null, a token list holding
-    a non-integer, an infinite number, chat messages the template fails on, a row longer than its
-    left-padded field: prompt_rows.PromptRows, which the runtime checks with, encoding text and chat
-    rows with the `tokenizer` (its path, relative to the run file) as the runtime does:
-    prompt_encoder.PromptEncoder, laid out as `layout` says: prompt_rows.Layout, None for the default). False when reported; a file that is not there or not a regular
-    file is the other checks'."""
-    found = _regular_file(ctx, rel)
-    if found is None:
-        return True
-    full, st = found
-    key = tuple((n, tuple(s), d) for n, s, d in fields) if fields else None
-    tok = _regular_file(ctx, tokenizer) if tokenizer is not None else None
-    tok_key = (tok[0], tok[1].st_mtime_ns, tok[1].st_size, _template_stamp(tok[0])) if tok is not None else None
-    bad = _bad_row(full, st.st_mtime_ns, st.st_size, key, tokenizer is not None, vocab, layout, tok_key)
-    if bad is None:
-        return True
-    where, detail = bad
-    reason, _, fix = detail.partition("; ")
-    if where is None:
-        ctx.err("E-LOADER-001", at, f"`jsonl`'s file `{rel}`: {reason}", help=fix or None)
-    else:
-        ctx.err("E-LOADER-001", at, f"`jsonl`'s file `{rel}` has a row `run` refuses: {rel}:{where}: {reason}",
-                help=fix or None)
-    return False
-
-
-def _template_stamp(tokenizer_path: str) -> tuple:
-    """The (mtime_ns, size) of the files beside a tokenizer.json its chat template is read from: an
-    edited template is read again."""
-    folder = os.path.dirname(tokenizer_path)
-    out = []
-    for name in ("tokenizer_config.json", "chat_template.jinja", "special_tokens_map.json"):
-        try:
-            st = os.stat(os.path.join(folder, name))
-            out.append((st.st_mtime_ns, st.st_size))
-        except OSError:
-            out.append(None)
-    return tuple(out)
-
-
-def _encoder(tok_key):
-    """prompt_encoder.PromptEncoder of the tokenizer.json `tok_key[0]`, or None when it does not load
-    (the tokenizer's own check names that)."""
-    if tok_key is None:
-        return None
-    from ..prompt_encoder import PromptEncoder
-    try:
-        from tokenizers import Tokenizer
-        raw = read_bounded(tok_key[0], TOKENIZER_JSON_LIMIT, "a tokenizer.json").decode("utf-8")
-        return PromptEncoder(Tokenizer.from_str(raw), tok_key[0]).ids
-    except Exception:   # tokenizers raises a bare Exception; the runtime names what is wrong
-        return None
-
-
-@functools.lru_cache(maxsize=16)
-def _bad_row(path: str, mtime_ns: int, size: int, fields=None, tokenizer: bool = False,
-             vocab: int | None = None, layout=None, tok_key=None) -> tuple[str | None, str] | None:
-    """(LINE[:COL] or None for the whole file, the reason and fix) of the first thing in the .jsonl
-    file at `path` the runtime refuses, or None: a row it cannot read, or (with `fields`, the loader's
-    (name, shape, dtype) triples) rows that do not fit them, text and chat rows encoded with the
-    tokenizer `tok_key` names ((path, mtime_ns, size, its template's stamp), or None). Rows are read
-    one at a time (a line at most JSONL_LINE_LIMIT) and not kept. `mtime_ns` and `size` key the
-    cache: an edited file is read again."""
-    from ..bounded_read import JSONL_LINE_LIMIT, BadJsonlRow, jsonl_rows, open_regular, read_lines_bounded
-    from ..prompt_rows import Layout, PromptRows, value_column
-    check = (PromptRows(fields, tokenizer, vocab=vocab, layout=layout or Layout(), encode=_encoder(tok_key))
-             if fields else None)
-    try:
-        with open_regular(path) as fh:
-            for line_no, row in jsonl_rows(fh):
-                if check is not None:
-                    check.keys(row)
-                    check.row({n: row.get(n) for n in check.wanted}, line_no)
-    except BadJsonlRow as e:
-        return e.where("")[1:], e.detail
-    except OSError:
-        return None
-    found = check.problem() if check is not None else None
-    if found is None:
-        return None
-    if found.row is None:
-        return None, found.reason
-    line_no = found.line
-    if not found.column:
-        return str(line_no), found.reason
-    try:
-        with open_regular(path) as fh:
-            col = value_column(read_lines_bounded(fh, JSONL_LINE_LIMIT), line_no, found.field)
-    except OSError:
-        col = 1
-    return f"{line_no}:{col}", found.reason
-
-
-#: The largest parquet file whose rows `lint --read-files` checks (pyarrow reads the declared columns whole).
-PARQUET_CHECK_LIMIT = 16 << 20
-
-
-def _parquet_rows(ctx: CheckContext, rel: str, at: Span, fields, tokenizer: str | None, vocab: int | None,
-                  layout=None) -> bool:
-    """E-LOADER-001 at the path when the parquet file `rel` is not one pyarrow reads, or lacks a declared
-    column, or a row of its declared columns is one the runtime refuses (prompt_rows.PromptRows, the
-    check the runtime makes, in its words: ``row N of column `name` ``; text and chat rows encoded with
-    the `tokenizer` as the runtime does, laid out as `layout` says). The rows of a file above
-    PARQUET_CHECK_LIMIT bytes are left to the run. False when reported."""
-    found = _regular_file(ctx, rel)
-    if found is None:
-        return True
-    full, st = found
-    key = tuple((n, tuple(s), d) for n, s, d in fields)
-    tok = _regular_file(ctx, tokenizer) if tokenizer is not None else None
-    tok_key = (tok[0], tok[1].st_mtime_ns, tok[1].st_size, _template_stamp(tok[0])) if tok is not None else None
-    bad = _bad_parquet(full, st.st_mtime_ns, st.st_size, key, tokenizer is not None, vocab, layout, tok_key)
-    if bad is None:
-        return True
-    reason, _, fix = bad.partition("; ")
-    ctx.err("E-LOADER-001", at, f"`parquet`'s file `{rel}`: {reason}", help=fix or None)
-    return False
-
-
-@functools.lru_cache(maxsize=16)
-def _bad_parquet(path: str, mtime_ns: int, size: int, fields: tuple, tokenizer: bool, vocab: int | None,
-                 layout=None, tok_key=None) -> str | None:
-    """What the runtime refuses in the parquet file at `path` (reason; fix), or None (see `_parquet_rows`)."""
-    from ..prompt_rows import Layout, PromptRows, derived, unreadable_parquet
-    try:
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-    except ImportError:
-        return None
-    declared = {n for n, _, _ in fields}
-    wanted = [n for n, _, _ in fields if not derived(n, declared)]
-    check = PromptRows(fields, tokenizer, nulls=False, vocab=vocab, layout=layout or Layout(),
-                       encode=_encoder(tok_key))
-    try:
-        schema = pq.read_schema(path)
-        check.keys(schema.names)
-        present = [n for n in wanted if n in schema.names]
-        if size <= PARQUET_CHECK_LIMIT and present:
-            table = pq.read_table(path, columns=present)
-            columns = {n: table.column(n).to_pylist() for n in present}
-            for i in range(len(columns[present[0]])):
-                check.row({n: columns[n][i] for n in present})
-    except (pa.ArrowException, OSError) as e:
-        return unreadable_parquet(path, e)
-    bad = check.problem()
-    if bad is None:
-        return None
-    return bad.reason if bad.row is None else f"row {bad.row + 1} of column `{bad.field}`: {bad.reason}"
-
-
-def _jsonl_text_ids(ctx: CheckContext, rel: str, tok_rel: str, fields, vocab: int, at: Span) -> bool:
-    """E-LOADER-001 at the path when a `jsonl` row's text, tokenized as the run tokenizes it (the
-    tokenizer's ids without its special tokens, cut to the field's length), holds an id outside
-    `:vocab`, in the run's words (prompt_rows.outside_vocab) at the row's line and the value's column.
-    Only where the tokenizer has more ids than `:vocab` (else none can be outside), and only the first
-    SHORT_TEXT_LIMIT bytes of the file's rows are tokenized. False when reported."""
-    found, tok = _regular_file(ctx, rel), _regular_file(ctx, tok_rel)
-    if found is None or tok is None or not fields:
-        return True
-    size = vocab_size(tok[0], tok[1].st_mtime_ns, tok[1].st_size)
-    if not isinstance(size, int) or size <= vocab:
-        return True
-    key = tuple((n, tuple(s), d) for n, s, d in fields)
-    bad = _text_id_outside(found[0], found[1].st_mtime_ns, found[1].st_size, tok[0], tok[1].st_mtime_ns, key, vocab)
-    if bad is None:
-        return True
-    where, reason = bad
-    text, _, fix = reason.partition("; ")
-    ctx.err("E-LOADER-001", at, f"`jsonl`'s file `{rel}` has a row `run` refuses: {rel}:{where}: {text}", help=fix or None)
-    return False
-
-
-@functools.lru_cache(maxsize=16)
-def _text_id_outside(path: str, mtime_ns: int, size: int, tokenizer: str, tok_mtime_ns: int, fields: tuple,
-                     vocab: int) -> tuple[str, str] | None:
-    """(LINE:COL, reason and fix) of the first text value of a `[L]` field in the .jsonl at `path` whose
-    ids (by `tokenizer`, cut to L) hold one outside `vocab`; None when there is none in the rows read."""
-    from ..bounded_read import JSONL_LINE_LIMIT, BadJsonlRow, jsonl_rows, open_regular, read_lines_bounded
-    from ..prompt_rows import outside_vocab, value_column
-    from ..text_tokens import SHORT_TEXT_LIMIT
-    try:
-        from tokenizers import Tokenizer
-        tok = Tokenizer.from_str(read_bounded(tokenizer, TOKENIZER_JSON_LIMIT, "a tokenizer.json").decode("utf-8"))
-    except Exception:   # tokenizers raises a bare Exception; the tokenizer's own check names what is wrong
-        return None
-    lengths = {n: s[0] for n, s, _ in fields if len(s) == 1}
-    read = 0
-    try:
-        with open_regular(path) as fh:
-            for line_no, row in jsonl_rows(fh):
-                for name, length in lengths.items():
-                    v = row.get(name)
-                    if not isinstance(v, str):
-                        continue
-                    read += len(v)
-                    out = next((t for t in tok.encode(v, add_special_tokens=False).ids[:length] if t >= vocab), None)
-                    if out is not None:
-                        with open_regular(path) as again:
-                            col = value_column(read_lines_bounded(again, JSONL_LINE_LIMIT), line_no, name)
-                        return f"{line_no}:{col}", outside_vocab(name, out, vocab)
-                if read > SHORT_TEXT_LIMIT:
-                    return None
-    except (BadJsonlRow, OSError, UnicodeError):
-        return None
-    return None
 
 
 def _npy_dtype(ctx: CheckContext, rel: str, dtype: str | None, at: Span) -> bool:
@@ -801,46 +505,6 @@ def _tokenizer_vocab(ctx: CheckContext, rel: str, vocab: int | None, at: Span) -
     return True
 
 
-@functools.lru_cache(maxsize=16)
-def vocab_size(path: str, mtime_ns: int, size: int) -> int | str | None:
-    """The number of ids of a Hugging Face tokenizer.json (its largest id plus one: the model's
-    `vocab`, a dict of piece to id (BPE, WordPiece, WordLevel) or a list of [piece, score] pairs
-    (Unigram), and its `added_tokens`), None where its ids cannot be told, or why the runtime refuses
-    it, in words: the OS's reason a read fails, not a regular file, larger than `TOKENIZER_JSON_LIMIT`, JSON nested too deeply
-    (bounded_read), empty, not JSON (cut short), not an object with a `model` (as every
-    tokenizer.json has). `mtime_ns` and `size` key the cache: an edited file is read again."""
-    import json
-    try:
-        raw = read_bounded(path, TOKENIZER_JSON_LIMIT, "a tokenizer.json")
-    except (NotRegularFile, TooLarge) as e:
-        return str(e)
-    except OSError as e:   # (/proc/self/mem: a regular file by `stat`, whose read fails, as it does in `run`)
-        return e.strerror or str(e)
-    if not raw.strip():
-        return "it is empty, not a Hugging Face tokenizer.json"
-    try:
-        data = loads_json(raw)   # (bytes: the memory estimate comes before any copy; json decodes UTF-8)
-    except (JsonTooDeep, JsonNumberTooLong, JsonTooLarge) as e:
-        return str(e)
-    except UnicodeDecodeError as e:
-        return f"it is not UTF-8 text (byte {e.start}), not a Hugging Face tokenizer.json"
-    except json.JSONDecodeError as e:
-        return (f"it is not JSON ({e.msg} at line {e.lineno} column {e.colno}: cut short?), not a Hugging Face "
-                "tokenizer.json")
-    except ValueError:
-        return None
-    if not isinstance(data, dict) or not isinstance(data.get("model"), dict):
-        return "it is JSON but not a Hugging Face tokenizer.json (it has no `model` object)"
-    try:
-        model_vocab = data["model"]["vocab"]
-        ids = list(model_vocab.values()) if isinstance(model_vocab, dict) else [len(model_vocab) - 1]
-        ids += [t["id"] for t in data.get("added_tokens") or ()]
-        ids = [i for i in ids if isinstance(i, int) and not isinstance(i, bool)]
-        return max(ids) + 1 if ids else None
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return None
-
-
 def _token_fields(ctx: CheckContext, kind: str, args: dict, fields, at: Span, unit: str = "token") -> bool:
     """E-FORM-002 unless the loader declares one field of `[seq]` windows of `unit`s (token or byte
     ids), or two (the windows and the next-`unit` targets); E-TYPE-002 unless they are integers."""
@@ -866,3 +530,5 @@ def forget() -> None:
     for f in list(globals().values()):
         if callable(getattr(f, "cache_clear", None)) and getattr(f, "__module__", None) == __name__:
             f.cache_clear()
+    prompt_sources.forget()
+    source_files.forget()

@@ -153,6 +153,9 @@ def _generator_graphs(program: ir.Program, stack: int, prefix: str = "",
     g = estimate_graph(prefix + "generate.step", trace_generate(program, "step"), stack, target=target, loop=True)
     g.input_list = [_io("state", gen.state, stack), _io("trip", TensorType((), "i64")), _ctx_io(stack), _params_io(g)]
     g.output_list = [_io("state", gen.state, stack)]
+    # the state is donated to each trip on every backend (sexpgpu_runtime/lowering/generator_graphs.py):
+    # each output leaf is written into its argument's buffer, as XLA's aliases count it
+    g.aliased = g.outputs
     out[g.name] = g
     g = estimate_graph(prefix + "generate.finish", trace_generate(program, "finish"), stack, target=target, loop=True)
     g.input_list = [_io("state", gen.state, stack), _ctx_io(stack), _params_io(g)]

@@ -19,7 +19,7 @@ def _graph_dict(g: GraphEstimate, calls: int, trips: int | None = None) -> dict:
     return {"name": g.name, "stack": g.stack, "calls_per_step": calls, "trips": trips,
             "inputs": g.input_list, "outputs": g.output_list,
             "flops": g.flops, "transcendentals": g.transcendentals, "bytes_moved": g.bytes_moved,
-            "live": {"args": g.args, "outputs": g.outputs, "temps": g.temps, "total": g.live,
+            "live": {"args": g.args, "outputs": g.outputs, "temps": g.temps, "aliased": g.aliased, "total": g.live,
                      "largest_temp": g.largest_temp},
             **({"scans": g.scans} if g.scans else {})}
 

@@ -29,7 +29,9 @@ class GraphEstimate:
 
     Bytes: `args` (the inputs it reads; `param_args` of them parameters),
     `outputs`, `temps` (the peak of its temporaries; `largest_temp` the
-    largest one), `live = args + outputs + temps`, and `bytes_moved`, the
+    largest one), `aliased` (the outputs written into donated arguments'
+    buffers: the trip's state, `jax.jit(donate_argnums=...)`, counted once, as
+    XLA's `alias_size_in_bytes`), `live = args + outputs + temps - aliased`, and `bytes_moved`, the
     bytes read and written per call (XLA's "bytes accessed"). `flops` and
     `transcendentals` per call. `input_list` and `output_list` hold
     `{name, type, bytes}` for the tree; `scans` the repeated blocks the
@@ -48,6 +50,7 @@ class GraphEstimate:
     outputs: int = 0
     temps: int = 0
     largest_temp: int = 0
+    aliased: int = 0
     param_args: int = 0
     input_list: list = field(default_factory=list)
     output_list: list = field(default_factory=list)
@@ -56,8 +59,8 @@ class GraphEstimate:
 
     @property
     def live(self) -> int:
-        """Arguments, outputs and the peak of temporaries (bytes)."""
-        return self.args + self.outputs + self.temps
+        """Arguments, outputs and the peak of temporaries, less the outputs held in donated arguments (bytes)."""
+        return self.args + self.outputs + self.temps - self.aliased
 
 
 def _live_nodes(nodes: list[Node], outputs: list[tuple[str, int]]) -> list[bool]:
@@ -157,10 +160,21 @@ class _Schedule:
             if self.live[n.id] and cost_of(n.op).whole_operands:
                 for i in n.inputs:
                     out[self._through_views(i)] = True
+            if self.live[n.id] and n.op == "at-set" and n.inputs and self._constant(n.inputs[0]):
+                out[self._through_views(n.inputs[0])] = True
             if self.target == "cpu" and self.live[n.id] and self._library_reduce(n):
                 for j in self._library_inputs(n.id):
                     out[j] = True
         return out
+
+    def _constant(self, i: int) -> bool:
+        """Whether value `i` is a constant XLA broadcasts (`zeros`, `full` ...: no argument under it).
+        A scatter (`at-set`) into one writes into a buffer of its own that the broadcast fills first
+        (the prefill's empty key-value caches); a scatter into a slice of an argument is written in place."""
+        n = self.nodes[i]
+        if n.op in _INPUTS:
+            return False
+        return all(self._constant(j) for j in n.inputs)
 
     def _through_views(self, i: int) -> int:
         while cost_of(self.nodes[i].op).see_through:
@@ -273,7 +287,7 @@ class _Schedule:
         """(peak bytes of temporaries, bytes read and written, the largest temporary) under `stack` copies
         (`_copies`: the copies' fusions side by side, each buffer one copy's)."""
         nodes, mat = self.nodes, self.mat
-        roots = [n.id for n in nodes if mat[n.id]]
+        roots = self._order([n.id for n in nodes if mat[n.id]])
         pos = {r: k for k, r in enumerate(roots)}
         last = dict(pos)
         moved = 0.0
@@ -325,6 +339,18 @@ class _Schedule:
             done += m
             peak = max(peak, cur + done)
         return peak - done, moved, largest
+
+    def _order(self, roots: list[int]) -> list[int]:
+        """The fusions' schedule: the trace's order; on the CPU, in a graph without a gradient, by depth
+        (the longest chain of fusions under each, ties in trace order): XLA's CPU scheduler runs
+        independent chains side by side, step by step (lora.sx's pass computes both models' logits,
+        the student's and the frozen base's, before either loss reads them)."""
+        if self.target != "cpu" or self.grad is not None:
+            return roots
+        depth: dict[int, int] = {}
+        for r in roots:
+            depth[r] = 1 + max((depth[s] for s in self.reads(r)), default=0)
+        return sorted(roots, key=lambda r: depth[r])
 
     def _readers(self, i: int) -> set[int]:
         """The nodes that read value `i`, through views (reshapes, squeezes)."""

@@ -178,13 +178,15 @@ def _graph_body(g: dict, pad: str, x: dict | None, mesh: dict | None = None) -> 
                          f"stacked [{sc['layers']} ...]{remat})")
     out += [pad + f"  cost {fmt_flops(g['flops'])} · {fmt_bytes(g['bytes_moved'])} moved · live "
                   f"{fmt_bytes(lv['total'])} (args {fmt_bytes(lv['args'])}, out {fmt_bytes(lv['outputs'])}, "
-                  f"temps {fmt_bytes(lv['temps'])})"]
+                  f"temps {fmt_bytes(lv['temps'])}"
+                  + (f", aliased {fmt_bytes(lv['aliased'])}" if lv.get("aliased") else "") + ")"]
     if x and x.get("error"):
         out.append(pad + f"  xla  could not compile: {x['error']}")
     elif x:
         out.append(pad + f"  xla  {fmt_flops(x['flops'])} · {fmt_bytes(x['bytes_accessed'])} accessed · live "
                          f"{fmt_bytes(x['live'])} (args {fmt_bytes(x['args'])}, out {fmt_bytes(x['outputs'])}, "
-                         f"temps {fmt_bytes(x['temps'])})")
+                         f"temps {fmt_bytes(x['temps'])}"
+                         + (f", aliased {fmt_bytes(x['alias'])}" if x.get("alias") else "") + ")")
         if x.get("split_outputs"):
             out.append(pad + "  split " + ", ".join(f"{k} {v}" for k, v in x["split_outputs"].items()))
         if x.get("collectives"):

@@ -55,37 +55,51 @@ class Node:
 class _ParamView:
     """A model's `self`: the parameter subtree at `path`, cast to `compute` dtype on read (bf16);
     `layers`: (stacked path, layer) for each repeated block being applied, whose leaves read as
-    that layer's slice of the stack; `adapters`: the call's LoRA targets (key, scale) among the
-    keys directly at `path` (`ir.ModelCall.adapters`), each read with its adapters folded in."""
+    that layer's slice of the stack; `adapters`: each LoRA target key of this subtree and its scale
+    (`ir.ModelCall.adapters`), read as the runtime's fold (`_adapted`)."""
 
     def __init__(self, tracer: "Trace", path: tuple[str, ...], compute: str | None,
-                 layers: tuple[tuple[tuple[str, ...], int], ...] = (),
-                 adapters: tuple[tuple[str, float], ...] = ()):
+                 layers: tuple[tuple[tuple[str, ...], int], ...] = (), adapters: tuple = ()):
         self.tracer, self.path, self.compute, self.layers = tracer, path, compute, layers
         self.adapters = dict(adapters)
 
-    def at(self, path: tuple[str, ...], compute: str | None,
-           adapters: tuple[tuple[str, float], ...] = ()) -> "_ParamView":
-        """The view of the subtree at `path` (from the root), read in `compute` dtype, with `adapters`."""
+    def at(self, path: tuple[str, ...], compute: str | None, adapters: tuple = ()) -> "_ParamView":
+        """The view of the subtree at `path` (from the root), read in `compute` dtype."""
         return _ParamView(self.tracer, path, compute, self.layers, adapters)
 
-    def leaf(self, path: tuple[str, ...]) -> Node:
-        """The parameter at `path` as this view reads it: its layer's slice under a repeated block."""
+    def _leaf(self, path: tuple[str, ...]) -> Node:
         node = self.tracer.param(path)
         for prefix, i in self.layers:
             if path[:len(prefix)] == prefix:
                 node = self.tracer.layer_slice(node, i)
         return node
 
+    def _adapted(self, key: str, w: Node) -> Node:
+        """`KEY + scale * reshape(KEY.lora-a @ KEY.lora-b)` cast to KEY's dtype, as the runtime folds
+        an adapter into its weight on every call (sexpgpu_runtime/lowering/lowering.py `adapted`): the
+        product in f32, its gradient reaching A and B."""
+        tr = self.tracer
+        a, b = (self._leaf(self.path + (key + suffix,)) for suffix in (".lora-a", ".lora-b"))
+        prod_t = TensorType(a.type.shape[:-1] + b.type.shape[-1:], "f32")
+        prod = tr.new("matmul", prod_t, (a.id, b.id), COSTS["matmul"].flops([a.type, b.type], prod_t, {}))
+        scaled = tr.new("*", prod_t, (prod.id,), COSTS["*"].flops([prod_t], prod_t, {}),
+                        static={"scale": self.adapters[key]})
+        delta = tr.new("reshape", TensorType(w.type.shape, "f32"), (scaled.id,))
+        if w.type.dtype != "f32":
+            t = TensorType(w.type.shape, w.type.dtype)
+            delta = tr.new("cast", t, (delta.id,), COSTS["cast"].flops([delta.type], t, {"dtype": w.type.dtype}),
+                           static={"dtype": w.type.dtype})
+        return tr.new("+", w.type, (w.id, delta.id), COSTS["+"].flops([w.type, delta.type], w.type, {}))
+
     def get(self, key: str):
         path = self.path + (key,)
         if path in self.tracer.param_leaves:
-            node = self.leaf(path)
+            node = self._leaf(path)
             if key in self.adapters:
-                node = self.tracer.fold_adapters(node, self.leaf(path[:-1] + (key + ".lora-a",)),
-                                                 self.leaf(path[:-1] + (key + ".lora-b",)), self.adapters[key])
+                node = self._adapted(key, node)
             if self.compute and is_float(node.type.dtype) and node.type.dtype != self.compute:
-                return self.tracer.cast_param(node, self.compute)
+                return self.tracer.cast_value(node, self.compute) if key in self.adapters \
+                    else self.tracer.cast_param(node, self.compute)
             return node
         if any(p[:len(path)] == path for p in self.tracer.param_leaves):
             return _ParamView(self.tracer, path, self.compute, self.layers)
@@ -163,21 +177,6 @@ class Trace(ir.Interpreter):
         t = TensorType(node.type.shape[1:], node.type.dtype)
         return self.new("slice", t, (node.id,), COSTS["slice"].flops([node.type], t, {}), per_copy=False,
                         static={"layer": i})
-
-    def fold_adapters(self, w: Node, a: Node, b: Node, scale: float) -> Node:
-        """A LoRA target `w` as a call reads it (sexpgpu_runtime.lowering.lowering `adapted`):
-        `w + cast(reshape(scale * (a @ b)))`, the product `[in r] @ [r out]` in f32, once per call
-        (per layer inside a repeated block's scan); `a` and `b` are the adapters, arguments of the graph."""
-        prod_t = TensorType(a.type.shape[:-1] + b.type.shape[-1:], "f32")
-        delta = self.new("matmul", prod_t, (a.id, b.id), COSTS["matmul"].flops([a.type, b.type], prod_t, {}))
-        delta = self.new("*", prod_t, (delta.id,), COSTS["*"].flops([prod_t], prod_t, {}), static={"scale": scale})
-        t = TensorType(w.type.shape, prod_t.dtype)
-        delta = self.new("reshape", t, (delta.id,))
-        if w.type.dtype != t.dtype:
-            t = TensorType(w.type.shape, w.type.dtype)
-            delta = self.new("cast", t, (delta.id,), COSTS["cast"].flops([delta.type], t, {"dtype": t.dtype}),
-                             static={"dtype": t.dtype})
-        return self.new("+", w.type, (w.id, delta.id), COSTS["+"].flops([w.type, t], w.type, {}))
 
     def cast_param(self, node: Node, dtype: str) -> Node:
         key = (node.id, dtype)
