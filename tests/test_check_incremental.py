@@ -220,6 +220,21 @@ def test_an_edit_in_one_layer_reuses_the_others():
     assert observed(edited, cache, [0])["diagnostics"] == observed(edited, None, [0])["diagnostics"]
 
 
+def test_a_moved_model_with_lora_points_its_diagnostics_at_the_new_place():
+    # A `:lora` rank past the matrix is said at `:rank`'s value once the parameters are collected,
+    # after the model is built (from the cache, when only an earlier form changed).
+    text = (ROOT / "sexpgpu_lang" / "diagnostic_docs" / "models" / "E-MODEL-008.rank-past-the-matrix.sx").read_text()
+    cache = CheckCache()
+    check(parse(SourceText(text, "/work/x.sx")), cache=cache)
+    moved = text.replace("(def dim 32)", "(def dim   32)", 1)   # every form after it moves by 2
+    assert moved != text
+    hits = cache.hits
+    warm = check(parse(SourceText(moved, "/work/x.sx")), cache=cache).diagnostics
+    cold = check(parse(SourceText(moved, "/work/x.sx"))).diagnostics
+    assert cache.hits > hits, "the model should be built from the cache"
+    assert "E-MODEL-008" in {d.code for d in cold} and warm == cold
+
+
 def test_a_changed_def_is_seen_by_the_layers_that_read_it():
     text = many_models(8, block=False)
     cache = CheckCache()

@@ -193,6 +193,11 @@ def reuse(ctx: CheckContext, key: tuple, form: ListNode, kind: str, compute: Cal
         state["params"] = {k: (t, init, _node_at(form, node.path)) for k, (t, init, node) in state["params"].items()}
         if state["apply"] is not None:
             state["apply"] = _node_at(form, state["apply"].path)
+        if state["lora"] is not None:   # its nodes too: the adapters' diagnostics point at them
+            lora = state["lora"]
+            state["lora"] = replace(lora, node=_node_at(form, lora.node.path),
+                                    rank_node=_node_at(form, lora.rank_node.path),
+                                    targets=tuple((k, _node_at(form, n.path)) for k, n in lora.targets))
         return state
     out = []
     entry = _recorded(ctx, form, lambda: out.append(compute()))

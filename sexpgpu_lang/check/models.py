@@ -98,14 +98,21 @@ def build_model(ctx: CheckContext, f: ListNode):
     if m is None or m["form"] is not f:
         return
     if (ctx.cache is None or "entries" in m["kws"] or "pretrained" in m["kws"] or "copy" in m["kws"]
-            or id(f) in ctx.expanded):
+            or id(f) in ctx.expanded or _lora_reads_files(m["kws"])):
         # (a model with entry points, a checkpoint or a `:copy` holds nodes and definitions the cache
         # does not yet re-place after an edit: built afresh; so is one a one form expanded into, whose
-        # text is not the file's and changes with its config.json)
+        # text is not the file's and changes with its config.json, and one whose `:lora` names a
+        # `:pretrained` directory, whose adapter_config.json may come or go between checks)
         m.update(_build_model(ctx, f, name, m["kws"]))
     else:
         key = ("build", ctx.src.text[f.span.start:f.span.end], f.path)
         m.update(incremental.reuse(ctx, key, f, "build", lambda: _build_model(ctx, f, name, m["kws"])))
+
+
+def _lora_reads_files(kws: dict) -> bool:
+    """Whether a `defmodel`'s `:lora` names `:pretrained` (check/lora.py looks for its files)."""
+    node = kws["lora"][1] if "lora" in kws else None
+    return isinstance(node, ListNode) and any(isinstance(x, Kw) and x.name == "pretrained" for x in node.items)
 
 
 def frozen_value(ctx: CheckContext, node) -> bool:

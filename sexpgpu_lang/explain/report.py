@@ -95,7 +95,7 @@ def explain(program: ir.Program, budget: int | None = None, budget_source: str |
         generation = {"trips": gen.trips, "graphs": 3, "degree": S, "calls_per_step": G * (gen.trips + 2),
                       "state": gen.state.show(), "state_bytes": plist_bytes(gen.state),
                       "state_bytes_stacked": plist_bytes(gen.state) * S,
-                      "made": gen.out.show(), "made_bytes": plist_bytes(gen.out),
+                      "made": gen.finish_out.show(), "made_bytes": plist_bytes(gen.finish_out),
                       "flops_per_step": rows[0]["flops_per_step"], "live": plan["generation"],
                       "reward": None if gen.reward is None else {
                           "function": gen.reward.function, "file": os.path.basename(gen.reward.path),
