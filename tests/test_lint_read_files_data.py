@@ -338,3 +338,18 @@ def test_a_pass_loaders_bad_data_hides_none_of_the_files_other_mistakes(tmp_path
     f.write_text(text)
     codes = sorted(d.code for d in analyze(text, str(f), read_files=True).diagnostics)
     assert codes == ["E-CONTRACT-005", "E-GEN-003", "E-LOADER-001"], codes
+
+
+@pytest.mark.parametrize("fields, code, words", [
+    ("(:prompt [3] :f32)", "E-TYPE-002", "a `[L]` field is a row of token ids"),
+    ("(:prompt [3 2] :i32)", "E-FORM-002", "a column gives a scalar `[]` or a sequence of tokens `[L]`"),
+    ("(:prompt [3] :i32 :prompt-mask [2] :bool)", "E-FORM-002", "its mask is `[3]`, one a token"),
+    ("(:prompt [3] :i32 :prompt-length [3] :i32)", "E-FORM-002", "a length is `[]`"),
+    ("(:prompt [3] :i32 :prompt-positions [3] :f32)", "E-TYPE-002", "a length or position is an integer dtype"),
+])
+def test_a_prompt_field_declared_as_no_run_reads_it_is_one_error_without_the_files(tmp_path, fields, code, words):
+    """A jsonl/parquet field the runtime cannot read as declared (a token row of floats was a traceback
+    at run; a mask or length of the wrong shape passed lint) is refused by the checker, files or not."""
+    text = RUN.replace(":fields (:prompt [3] :i32)", f":fields {fields}").replace("SOURCE", '(jsonl "p.jsonl")')
+    got = [(d.code, d.message) for d in analyze(text, str(tmp_path / "r.sx")).diagnostics]
+    assert len(got) == 1 and got[0][0] == code and words in got[0][1], got

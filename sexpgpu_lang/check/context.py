@@ -69,6 +69,7 @@ class CheckContext:
         self.trips: int | None = None   # the generator's `:trips`, where it is a valid integer
         self.state_type: PlistType | None = None   # the generator's state (`getf` on it reads a state key)
         self.pretrained_files: list = []   # ir.PretrainedIR, by check/pretrained.py
+        self.pretrained_mapped: list = []   # every `:pretrained` whose mapping fits, its files read or not
         self.refused_configs: set = set()   # (config.json, why): a config whose family is refused, reported once
         # each `:pretrained` model read through a standard-library mapping, compared with its config.json once
         # the phases are checked (the values folded in the models' bodies are known then): check/config.py

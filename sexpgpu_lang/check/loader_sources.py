@@ -104,6 +104,8 @@ def check_source(ctx: CheckContext, kind: str, args: dict, nodes: dict, fields, 
         ok = False
     if kind in TOKEN_SOURCES and fields is not None:
         ok = _token_fields(ctx, kind, args, fields, at) and ok
+    if kind in ("jsonl", "parquet") and fields is not None:
+        ok = _prompt_fields(ctx, kind, fields, at) and ok
     form_ok = ok
     if ok and ctx.read_files:
         for key in (_FIRST[kind], "tokenizer"):
@@ -503,6 +505,46 @@ def _tokenizer_vocab(ctx: CheckContext, rel: str, vocab: int | None, at: Span) -
                            help=f"raise `:vocab` to {size} (and the model's vocabulary with it), or use the "
                                 "model's tokenizer"))
     return True
+
+
+def _prompt_fields(ctx: CheckContext, kind: str, fields, at: Span) -> bool:
+    """A prompt source's declared fields, as the runtime reads them (data/prompt_files.py): a column is a
+    scalar `[]` or a row of token ids `[L]` of an integer dtype; `NAME-length` is `[]`, `NAME-mask` `[L]`
+    and `NAME-positions` `[L]` of their token field's `L`, integers (a mask may be bool). E-FORM-002 for
+    a shape, E-TYPE-002 for a dtype, at the source; False when any is reported."""
+    from ..prompt_rows import derived
+    declared = {n for n, _, _ in fields}
+    widths = {n: shape[0] for n, shape, _ in fields if len(shape) == 1}
+    ok = True
+    for name, shape, dtype in fields:
+        dims = "[" + " ".join(map(str, shape)) + "]"
+        base = derived(name, declared)
+        if base is not None and base in widths:
+            want = () if name.endswith("-length") else (widths[base],)
+            if tuple(shape) != want:
+                what = "a length is `[]`" if not want else f"its {'mask' if name.endswith('-mask') else 'positions'} " \
+                    f"{'is' if name.endswith('-mask') else 'are'} `[{want[0]}]`, one a token"
+                ctx.err("E-FORM-002", at, f"field `{name}` of `{kind}` is {dims}, and it describes `{base}` "
+                        f"[{widths[base]}]: {what}",
+                        help=f"declare `:{name} [{' '.join(map(str, want))}] :{'bool' if name.endswith('-mask') else 'i32'}`")
+                ok = False
+            elif not (is_int(dtype) or (dtype == "bool" and name.endswith("-mask"))):
+                ctx.err("E-TYPE-002", at, f"field `{name}` of `{kind}` is {dtype}: a "
+                        + ("mask is bool or an integer dtype" if name.endswith("-mask") else
+                           "length or position is an integer dtype"),
+                        help=f"declare `:{name} {dims} :{'bool' if name.endswith('-mask') else 'i32'}`")
+                ok = False
+            continue
+        if len(shape) > 1:
+            ctx.err("E-FORM-002", at, f"field `{name}` of `{kind}` is {dims}; a column gives a scalar `[]` or a "
+                    "sequence of tokens `[L]`", help=f"declare `:{name} [{shape[-1]}] :i32` (a row of token ids)")
+            ok = False
+        elif len(shape) == 1 and not is_int(dtype):
+            ctx.err("E-TYPE-002", at, f"field `{name}` of `{kind}` is [{shape[0]}] {dtype}: a `[L]` field is a row "
+                    "of token ids (text and chat rows too), an integer dtype",
+                    help=f"declare `:{name} [{shape[0]}] :i32`")
+            ok = False
+    return ok
 
 
 def _token_fields(ctx: CheckContext, kind: str, args: dict, fields, at: Span, unit: str = "token") -> bool:

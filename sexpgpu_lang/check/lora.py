@@ -137,7 +137,7 @@ def _number(ctx: CheckContext, kws: dict, key: str, default: float) -> float | N
 def in_axes(ctx: CheckContext, p: ir.ParamIR) -> int:
     """How many leading axes of parameter `p` (past a repeat's) are the projection's input: 2 where
     the `:pretrained` mapping that fills it splits its first axis into heads, else 1."""
-    for spec in ctx.pretrained_files:
+    for spec in ctx.pretrained_mapped:   # (the mapping says it, whether or not its files could be read)
         if spec.fills(p.path):
             src = dict(spec.names)[".".join(p.path[len(spec.prefix):])]
             if src[0] == "split-heads" and src[2] == 0:

@@ -172,6 +172,7 @@ def check_pretrained(ctx: CheckContext) -> None:
     the checkpoint's headers against the parameters after the mapping (E-MODEL-003, W-MODEL-001).
     Records an `ir.PretrainedIR` for each that fits, for the runtime."""
     ctx.pretrained_files = []
+    ctx.pretrained_mapped = []
     for name, prefix in ctx.reachable.items():
         m = ctx.models[name]
         if m["pretrained"] is None:
@@ -210,6 +211,7 @@ def check_pretrained(ctx: CheckContext) -> None:
             continue
         record = ir.PretrainedIR(prefix, full, tuple((r, src) for _, r, src, _ in todo), file_dtype, name,
                                  names is not None)
+        ctx.pretrained_mapped.append(record)
         current = label.split("`")[1] if label.startswith("the mapping `") else None
         if not ctx.read_files or (ctx.read_files == LOCAL and not _on_this_machine(full)):
             ctx.pretrained_files.append(record)
