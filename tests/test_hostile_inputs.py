@@ -245,14 +245,22 @@ def test_a_vector_broken_by_hand_keeps_its_breaks():
 
 
 # -- the budget, on whole commands (slow: 64 MB files) ----------------------------------------------
+#: A small launcher: runs its arguments as a child and prints the child's peak resident memory (KiB).
+#: Started fresh, so the child it forks is small: a child forked from pytest itself (a worker that has
+#: run many tests) would count the worker's pages in its peak.
+_LAUNCH = ("import resource, subprocess, sys\n"
+           "p = subprocess.run(sys.argv[1:], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)\n"
+           "sys.stdout.buffer.write(p.stdout)\n"
+           "print('\\nmaxrss', resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\n")
+
+
 def child_maxrss_mib(args: list[str]) -> tuple[int, str]:
-    """Run `args`; its peak resident memory (MiB, from wait4's rusage) and output. An upper bound:
-    Linux counts the forked copy of this process (pytest) in the child's peak."""
-    p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=ROOT)
-    out = p.stdout.read().decode("utf-8", "replace")
-    _, status, usage = os.wait4(p.pid, 0)
-    p.returncode = os.waitstatus_to_exitcode(status)
-    return usage.ru_maxrss // 1024, out
+    """Run `args` from a fresh launcher (`_LAUNCH`); its peak resident memory (MiB, getrusage of the
+    launcher's children) and output."""
+    p = subprocess.run([sys.executable, "-c", _LAUNCH, *args], capture_output=True, cwd=ROOT)
+    out = p.stdout.decode("utf-8", "replace")
+    body, _, peak = out.rpartition("\nmaxrss ")
+    return int(peak) // 1024, body
 
 
 @pytest.mark.slow
