@@ -167,8 +167,9 @@ def _rotary(x, positions):
 
 
 def reference_step(p, row, caches, pos):
-    """One greedy decode step by hand: the token at column pos through both layers over the caches
-    (`lax.dynamic_update_slice` at pos), the argmax written at pos + 1. (row, caches)."""
+    """One greedy decode step by hand: the token at column pos through every layer (`p["b0"]`, `p["b1"]`
+    ..., one k and one v cache each) over the caches (`lax.dynamic_update_slice` at pos), the argmax
+    written at pos + 1. (row, caches)."""
     z = jnp.zeros((), jnp.int32)   # under x64 a Python 0 is i64; JAX wants the starts of one dtype
     tok = lax.dynamic_slice(row, (z, pos), (row.shape[0], 1))
     h = p["embed"][tok]
@@ -176,7 +177,8 @@ def reference_step(p, row, caches, pos):
     s = caches[0].shape[1]
     mask = (jnp.arange(s)[None, :] <= pos)[None, None]
     out = []
-    for i, b in enumerate((p["b0"], p["b1"])):
+    for i in range(len(caches) // 2):
+        b = p[f"b{i}"]
         a = _rms(h, b["attn-norm"])
         q = _rotary(jnp.einsum("btd,dnh->btnh", a, b["wq"]), positions)
         k = lax.dynamic_update_slice(caches[2 * i], _rotary(jnp.einsum("btd,dkh->btkh", a, b["wk"]), positions),

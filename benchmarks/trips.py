@@ -39,7 +39,7 @@ from jax import lax  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.decode import _BLOCK, _rms, _rotary  # noqa: E402
+from benchmarks.decode import _BLOCK, reference_step  # noqa: E402
 
 _HEAD = """(def vocab 64)
 (def width {width})
@@ -116,33 +116,12 @@ def run_file(layers: int, width: int, batch: int, prompt: int, gen: int) -> str:
     return head + blocks + "\n" + lm + generator + _TAIL
 
 
-def reference_trips(layers: int, prompt: int, trips: int):
-    """The same greedy decoding by hand: `trips` decode steps (decode.py's `reference_step` over
-    `layers` blocks) in one jitted `lax.fori_loop`. f(params, row, caches) -> (row, caches)."""
-    def step(p, row, caches, pos):
-        z = jnp.zeros((), jnp.int32)
-        tok = lax.dynamic_slice(row, (z, pos), (row.shape[0], 1))
-        h = p["embed"][tok]
-        positions = pos + jnp.arange(1, dtype=jnp.int32)
-        mask = (jnp.arange(caches[0].shape[1])[None, :] <= pos)[None, None]
-        out = []
-        for i in range(layers):
-            b = p[f"b{i}"]
-            a = _rms(h, b["attn-norm"])
-            q = _rotary(jnp.einsum("btd,dnh->btnh", a, b["wq"]), positions)
-            k = lax.dynamic_update_slice(caches[2 * i], _rotary(jnp.einsum("btd,dkh->btkh", a, b["wk"]), positions),
-                                         (z, pos, z, z))
-            v = lax.dynamic_update_slice(caches[2 * i + 1], jnp.einsum("btd,dkh->btkh", a, b["wv"]), (z, pos, z, z))
-            h = h + jnp.einsum("btnh,nhd->btd", jax.nn.dot_product_attention(q, k, v, mask=mask), b["wo"])
-            m = _rms(h, b["mlp-norm"])
-            h = h + (jax.nn.silu(m @ b["w-gate"]) * (m @ b["w-up"])) @ b["w-down"]
-            out += [k, v]
-        nxt = jnp.argmax(_rms(h, p["norm"]) @ p["out"], -1).astype(jnp.int32)
-        return lax.dynamic_update_slice(row, nxt, (z, pos + 1)), tuple(out)
-
+def reference_trips(prompt: int, trips: int):
+    """The same greedy decoding by hand: `trips` decode steps (decode.py's `reference_step`, over as
+    many blocks as the caches hold) in one jitted `lax.fori_loop`. f(params, row, caches) -> (row, caches)."""
     def loop(p, row, caches):
         def body(t, c):
-            return step(p, c[0], c[1], jnp.asarray(t, jnp.int32) + (prompt - 1))
+            return reference_step(p, c[0], c[1], jnp.asarray(t, jnp.int32) + (prompt - 1))
         return lax.fori_loop(0, trips, body, (row, caches))
     return jax.jit(loop)
 
@@ -184,7 +163,7 @@ def case(name: str, layers: int, width: int, batch: int, prompt: int, trips: int
         _, rows, first = g.gen_init_1(st.trainable, st.frozen, batch_np, rows)
         first = jax.tree_util.tree_map(np.asarray, first)   # kept on the host: each call starts from it
         params = {**st.trainable, **st.frozen}
-        ref = reference_trips(layers, prompt, trips)
+        ref = reference_trips(prompt, trips)
         keys = [k for i in range(layers) for k in (f"k{i}", f"v{i}")]
         hook = tr._trip_hook(0)
 
