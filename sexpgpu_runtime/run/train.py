@@ -29,6 +29,7 @@ from ..errors import (BadDraw, BadValue, CheckpointError, InternalTypeError, Loa
                       RunError, RunStopped, Stopped, TokenFileError)
 from ..lowering.context import context_row
 from ..lowering.finite_check import first_nonfinite_op
+from ..lowering.generator_graphs import default_trip_loop
 from ..lowering.graphs import Graphs
 from ..weights.optim import learning_rate, make_optimizer
 from ..weights.hf_export import export_extras
@@ -82,7 +83,7 @@ class Trainer:
             self.dp = DataParallel.of(program, options.devices, options.fsdp, options.model)
         except MeshError as e:
             raise (OptionError if options.devices is not None or options.model is not None else RunError)(str(e))
-        self.trip_loop = options.trip_loop or "host"
+        self.trip_loop = options.trip_loop or default_trip_loop(self.dp is None)
         self.graphs = Graphs(program, self.optimizer, selected, donate=jax.default_backend() != "cpu", dp=self.dp,
                              trip_loop=self.trip_loop)
         self.layout = self.graphs.layout
@@ -133,6 +134,8 @@ class Trainer:
         gen = self.graphs.generator
         with gen.watch.lock if gen is not None else contextlib.nullcontext():
             self.poll()
+            if gen is not None and gen.c_look is not None and not gen.c_look.commit(step):
+                raise Stopped(self.stop.received)   # (its stop bit is set only once a signal came)
             self.committed = step
 
     def _trip_hook(self, step: int):
@@ -148,7 +151,9 @@ class Trainer:
             if self.on_trip is not None:
                 self.on_trip(step, trip)
             return not (self.stop is not None and self.stop.received is not None and self.committed < step)
-        return look if self.trip_loop == "compiled" else before_trip
+        if self.trip_loop != "compiled":
+            return before_trip
+        return None if self.on_trip is None and self.graphs.generator.c_look is not None else look   # None: C
 
     def step(self, state: RunState) -> tuple[RunState, dict]:
         """Run one training step; return the new state and its reports (device values).
@@ -278,6 +283,9 @@ def _fit_saving(trainer: Trainer, store: Checkpoints, reporter: Reporter, state:
             save(s)
 
     with StopSignals() as trainer.stop:
+        look = trainer.graphs.generator.c_look if trainer.graphs.generator is not None else None
+        if look is not None:   # a signal sets the compiled loop's stop bit in C (trip_look.py)
+            trainer.stop.listen(look.stop)
         try:
             state, history = trainer.fit(state, reporter, after_step)
             store.wait()
