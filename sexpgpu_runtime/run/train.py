@@ -17,6 +17,7 @@ device running out of memory (fits.py).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import time
 
 import jax
@@ -359,12 +360,15 @@ def train(program: ir.Program, options: RunOptions, on_trip=None) -> RunResult:
     last good checkpoint); RunStopped when SIGINT or SIGTERM stopped it (after
     saving the last completed step); RunFinished, having changed nothing, when
     `options.resume` finds the run has trained its steps already. `on_trip(step,
-    trip)` is called before every trip of the generator (with `options.trip_loop` "compiled", on the
-    host from the loop's callback, what it raises raised at the host's next look). The run dir is held from before
+    trip)` is called before every trip of the generator: where `options.trip_loop` is None the run
+    then takes the host loop, which calls it in this thread before each call; with "compiled" it is
+    called on the host from the loop's callback, what it raises raised at the host's next look. The run dir is held from before
     anything is written in it until the export is written (run_lock.py): RunDirInUse, having
     written nothing, when another process holds it.
     """
     configure_compile_cache(options.compile_cache)   # before anything compiles
+    if on_trip is not None and options.trip_loop is None:   # a hook to call before each trip: the host loop
+        options = dataclasses.replace(options, trip_loop="host")
     start = RunStart(program, options)
     try:
         return _run(start, program, options, on_trip)
