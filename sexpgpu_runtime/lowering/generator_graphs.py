@@ -126,6 +126,15 @@ def compiled_loop(step, trips: int, until: bool, sites: bool, watch: TripWatch, 
     return loop
 
 
+def jitted_loops(step, gen: ir.GenerateIR, sites: bool, watch: TripWatch, c_look: TripLook | None) -> dict:
+    """`step` (the trip graph) as one `lax.while_loop` over `gen`'s trips (`compiled_loop`), jitted,
+    the state donated: {"c": looking in C (where `c_look`), "watch": asking `watch` from a callback}."""
+    loops = {"watch": compiled_loop(step, gen.trips, gen.until is not None, sites, watch)}
+    if c_look is not None:
+        loops["c"] = compiled_loop(step, gen.trips, gen.until is not None, sites, watch, c_look)
+    return {k: jax.jit(f, donate_argnums=(2,)) for k, f in loops.items()}
+
+
 class GeneratorGraphs:
     """The jitted generator phases of one run (`gen_init`, `gen_step`, `gen_finish` for a group of
     `layout.stack` copies; the `_1` graphs for one batch), built once; `generate` runs them."""
@@ -134,8 +143,7 @@ class GeneratorGraphs:
         self.p = program
         self.trip_loop = trip_loop   # one of TRIP_LOOPS
         self.watch = TripWatch(program.generate.trips)
-        # The compiled loop's look in C (trip_look.py) on one CPU device where it builds; else the
-        # `io_callback` to `watch`, which is also the look wherever a Python `on_trip` hook must run.
+        # The compiled loop's look in C (trip_look.py) on one CPU device; else (or with a hook) `watch`'s.
         self.c_look = TripLook() if trip_loop == "compiled" and dp is None and c_look_library() is not None else None
         self.dp = dp   # a sharding.DataParallel, or None on one device
         self.tracer = tracer
@@ -203,14 +211,8 @@ class GeneratorGraphs:
         return step
 
     def _looped(self, step):
-        """`step` (the trip graph) as one `lax.while_loop` over the trips (`compiled_loop`), jitted, the
-        state donated: {"c": looking in C (where `c_look`), "watch": asking `watch` from a callback}."""
-        gen = self.p.generate
-        loops = {"watch": compiled_loop(step, gen.trips, gen.until is not None, bool(self.draw_sites), self.watch)}
-        if self.c_look is not None:
-            loops["c"] = compiled_loop(step, gen.trips, gen.until is not None, bool(self.draw_sites), self.watch,
-                                       self.c_look)
-        return {k: jax.jit(f, donate_argnums=(2,)) for k, f in loops.items()}
+        """`step` (the trip graph) as the compiled loops (`jitted_loops`)."""
+        return jitted_loops(step, self.p.generate, bool(self.draw_sites), self.watch, self.c_look)
 
     def _draw_checked(self, step):
         """The trip graph of a generator with traced temperatures (`draw_sites`): `step`'s output and

@@ -135,26 +135,23 @@ class Trainer:
         gen = self.graphs.generator
         with gen.watch.lock if gen is not None else contextlib.nullcontext():
             self.poll()
-            if gen is not None and gen.c_look is not None and not gen.c_look.commit(step):
-                raise Stopped(self.stop.received)   # (its stop bit is set only once a signal came)
+            if gen is not None and gen.c_look is not None and not gen.c_look.commit(step):   # (a signal came)
+                raise Stopped(self.stop.received)
             self.committed = step
 
     def _trip_hook(self, step: int):
         """Before every trip of step `step`: `on_trip(step, trip)`, then the look for a stop: the host loop
-        raises `Stopped`; the compiled loop's (from its callback) answers no once a signal came and the
-        step is not committed (`_commit` then raises it), so a loop cut short is never trained on."""
+        raises `Stopped`; the compiled loop's (from its callback) answers no once a signal came and the step
+        is not committed (`_commit` then raises it). None: the compiled loop looks in C (no `on_trip`)."""
         def before_trip(trip: int):
-            if self.on_trip is not None:
-                self.on_trip(step, trip)
+            self.on_trip is not None and self.on_trip(step, trip)
             self.poll()
 
         def look(trip: int) -> bool:
-            if self.on_trip is not None:
-                self.on_trip(step, trip)
+            self.on_trip is not None and self.on_trip(step, trip)
             return not (self.stop is not None and self.stop.received is not None and self.committed < step)
-        if self.trip_loop != "compiled":
-            return before_trip
-        return None if self.on_trip is None and self.graphs.generator.c_look is not None else look   # None: C
+        return before_trip if self.trip_loop != "compiled" else (
+            None if self.on_trip is None and self.graphs.generator.c_look is not None else look)
 
     def step(self, state: RunState) -> tuple[RunState, dict]:
         """Run one training step; return the new state and its reports (device values).
