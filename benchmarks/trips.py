@@ -10,7 +10,8 @@ blocks), each generator writing one greedy token per trip:
   the host shows.
 
 Per case, on the same state and parameters: sexpgpu's trip loop (`Graphs.trips`, with the
-trainer's stop check before every trip, as a step runs it) against the same decode step written by
+trainer's stop check before every trip, as a step runs it: the host loop's in Python, the compiled
+loop's in C where it builds, docs/runtime.md "The trip loop") against the same decode step written by
 hand in JAX (decode.py's layers generalised to N) run as one jitted `lax.fori_loop`; the tokens
 are checked equal. Each side is timed in blocks of calls, alternating (sexpgpu, reference,
 sexpgpu, ...), in CPU time of the process (`time.process_time`: the host thread and XLA's); the
