@@ -179,10 +179,10 @@ LOWERINGS["reshape"] = lambda call: jnp.reshape(call.args[0], call.static["shape
 LOWERINGS["transpose"] = lambda call: jnp.transpose(call.args[0], call.static["perm"])
 LOWERINGS["concat"] = lambda call: jnp.concatenate([_as(a, call.static["dtype"]) for a in call.args[0]], axis=call.static["axis"])
 LOWERINGS["stack"] = lambda call: jnp.stack([_as(a, call.static["dtype"]) for a in call.args[0]], axis=call.static["axis"])
-# a Python scalar (a weakly typed literal, e.g. a position 0) takes the rule's dtype, not x64's i64
+# a Python scalar (a weakly typed literal, e.g. a position 0 or a fill value) takes the rule's dtype, not x64's i64
 LOWERINGS["expand-dims"] = lambda call: jnp.expand_dims(_as(call.args[0], call.out.dtype), call.static["axis"])
 LOWERINGS["squeeze"] = lambda call: jnp.squeeze(call.args[0], axis=call.static["axes"])
-LOWERINGS["broadcast-to"] = lambda call: jnp.broadcast_to(call.args[0], call.static["shape"])
+LOWERINGS["broadcast-to"] = lambda call: jnp.broadcast_to(_as(call.args[0], call.out.dtype), call.static["shape"])
 LOWERINGS["slice"] = lambda call: lax.slice_in_dim(call.args[0], call.static["start"], call.static["end"], axis=call.static["axis"])
 
 
