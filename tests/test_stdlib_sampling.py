@@ -260,3 +260,25 @@ def test_sample_trip_samples_salted_and_its_column_is_a_scalar():
     from helpers import check, marked
     bad = SAMPLED.replace("(+ (cast trip :i32) prompt) trip 0)", "(+ (iota [6] :axis 0) prompt) trip 0)")
     check(marked(bad, "(+ (iota [6] :axis 0) prompt)", "E-SHAPE-005"))
+
+
+def test_a_where_on_two_numbers_lowers_to_the_branch_it_selects():
+    """`generalized-jsd` at beta 0 is `forward-kl` bit for bit, value and gradient, under `jit`: its
+    `(where (<= beta 0.0) ...)` compares two numbers, so the lowering takes that branch alone (the
+    others are never differentiated: XLA does not fold their zeros-times-operands backward away)."""
+    from sexpgpu_runtime.lowering.lowering import Effects, evaluate
+    x = _gkd_inputs(2)
+    env = {k: jnp.asarray(v) for k, v in x.items()}
+    types = {k: TensorType(tuple(v.shape), {"float32": "f32", "bool": "bool"}[str(v.dtype)]) for k, v in x.items()}
+
+    def jitted(text):
+        e, diags = check_expression(text, types)
+        assert not diags
+        f = jax.jit(lambda s: evaluate(e, {**env, "s": s}, Effects(seed_key=jax.random.key(0))))
+        return f, jax.jit(jax.grad(f))
+    jsd, jsd_grad = jitted("(generalized-jsd s t 0.0 m)")
+    fwd, fwd_grad = jitted("(forward-kl s t m)")
+    assert np.asarray(jsd(env["s"])) == np.asarray(fwd(env["s"]))
+    np.testing.assert_array_equal(np.asarray(jsd_grad(env["s"])), np.asarray(fwd_grad(env["s"])))
+    ops = lambda f: len(jax.make_jaxpr(f)(env["s"]).eqns)   # noqa: E731
+    assert ops(jsd_grad) == ops(fwd_grad)      # the mixture's branch is not in the graph
