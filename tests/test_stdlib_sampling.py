@@ -282,3 +282,18 @@ def test_a_where_on_two_numbers_lowers_to_the_branch_it_selects():
     np.testing.assert_array_equal(np.asarray(jsd_grad(env["s"])), np.asarray(fwd_grad(env["s"])))
     ops = lambda f: len(jax.make_jaxpr(f)(env["s"]).eqns)   # noqa: E731
     assert ops(jsd_grad) == ops(fwd_grad)      # the mixture's branch is not in the graph
+
+
+def test_explain_prices_a_where_on_two_numbers_as_the_lowering_runs_it():
+    """`sexpgpu explain`'s trace folds the comparison of two numbers and takes the branch it selects, as
+    the lowering does: `generalized-jsd` at beta 0 costs what `forward-kl` costs."""
+    from sexpgpu_lang.explain import explain
+    objective = "(objective (lambda (b ctx) (mean (cast (field b :out) :f32))))"
+
+    def train_cost(loss):
+        text = CACHED.replace(objective, f"(objective (lambda (b ctx) (let* ((lg (lm (field b :out)))) {loss})))")
+        g = {g["name"]: g for g in explain(program_of(text))["graphs"]}["train"]
+        return g["flops"], g["live"]["total"]
+    jsd = train_cost("(generalized-jsd lg (stop-gradient lg) 0.0 (> (field b :out) 0))")
+    assert jsd == train_cost("(forward-kl lg (stop-gradient lg) (> (field b :out) 0))")
+    assert jsd != train_cost("(generalized-jsd lg (stop-gradient lg) 0.5 (> (field b :out) 0))")
