@@ -312,3 +312,88 @@ def test_a_model_axis_that_does_not_divide_the_heads_is_one_line_before_anything
         "sexpgpu: error: the `model` axis of 8 devices does not divide `wq`'s heads (4, axis 2 of [2, 32, 4, 4]), "
         "parameter `layers.wq`; pick a model axis that divides it")
     assert not (tmp_path / "r" / "metrics.jsonl").exists()
+
+
+def lora_teacher(targets: str = ":wq :wk :wo :w-up :w-down :lm-head") -> str:
+    """The teacher with LoRA adapters of rank 2 on `targets` (the base frozen)."""
+    return teacher_text().replace("(defmodel teacher\n",
+                                  f"(defmodel teacher\n  :lora (:targets [{targets}] :rank 2 :alpha 4)\n")
+
+
+#: The split each adapter takes with its base on model=4 (8 query heads, 2 KV heads, MLP 64, vocabulary 96):
+#: a base split on its output axis splits B on its output axis; on its input axis, A on its input axis;
+#: `wk`'s 2 KV heads do not split 4 ways, so its base and both adapters stay whole.
+LORA_SPECS = {"layers.wq.lora-a": "P()", "layers.wq.lora-b": "P(None, None, 'model')",
+              "layers.wo.lora-a": "P(None, 'model')", "layers.wo.lora-b": "P()",
+              "layers.w-up.lora-a": "P()", "layers.w-up.lora-b": "P(None, None, 'model')",
+              "layers.w-down.lora-a": "P(None, 'model')", "layers.w-down.lora-b": "P()",
+              "lm-head.lora-a": "P()", "lm-head.lora-b": "P(None, 'model')",
+              "layers.wk.lora-a": "P()", "layers.wk.lora-b": "P()"}
+
+
+def test_lora_adapters_split_with_their_base_in_explain():
+    """MaxText's and tunix's rule (sexpgpu_lang.mesh.adapter_overrides), as static explain shows it; a
+    `model` axis that splits the KV heads splits `wk`'s B with them; a `:shard` of the whole model
+    replicates the base and so its adapters."""
+    from sexpgpu_lang.explain import explain
+    from sexpgpu_lang.mesh import explain_mesh
+    program = program_of(lora_teacher())
+    specs = explain(explain_mesh(program, "data=2,model=4", None))["mesh"]["param_shardings"]
+    assert {k: specs[k] for k in LORA_SPECS} == LORA_SPECS
+    two = explain(explain_mesh(program, "model=2", None))["mesh"]["param_shardings"]
+    assert (two["layers.wk"], two["layers.wk.lora-a"], two["layers.wk.lora-b"]) == (
+        "P(None, None, 'model')", "P()", "P(None, None, 'model')")
+    # under FSDP as well, each adapter's other axes go to `data` by FSDP's rule
+    both = explain(explain_mesh(program, "data=2,model=4", True))["mesh"]["param_shardings"]
+    assert both["layers.wq.lora-b"] == "P('data', None, 'model')" and both["layers.wo.lora-a"] == "P('data', 'model')"
+    whole = program_of(lora_teacher().replace("(run :loader rows", "(run :loader rows :model-parallel 4 "
+                                                                   ":shard (:teacher :replicated)"))
+    specs = explain(whole)["mesh"]["param_shardings"]
+    assert set(specs.values()) == {"P()"}
+
+
+LORA_CHILD = textwrap.dedent(r'''
+    import json, sys
+    import jax
+    from benchmarks.hf_parity import sexpgpu_forward
+    from sexpgpu_runtime.devices.sharding import DataParallel
+    from sexpgpu_runtime.weights.optim import make_optimizer
+    from sexpgpu_runtime.weights.params import flatten
+
+    _, program, trainable, frozen = sexpgpu_forward(__import__("pathlib").Path(sys.argv[1]))
+    dp = DataParallel.of(program, 2, model=4)
+    placed = dp.put_state(trainable)
+    opt = jax.eval_shape(make_optimizer(program.run.optimizer, program).init, trainable)
+    mu = [x for x in jax.tree_util.tree_leaves(dp.state_shardings(opt)) if hasattr(x, "spec")]
+    out = {".".join(k): {"spec": str(v.sharding.spec), "shard": list(v.addressable_shards[0].data.shape),
+                         "shape": list(v.shape)} for k, v in flatten(placed).items()}
+    out["moments"] = sorted({str(s.spec) for s in mu})
+    print(json.dumps(out))
+''')
+
+
+@pytest.mark.slow
+def test_a_lora_run_on_a_model_axis_splits_its_adapters_with_the_base_and_gives_one_device_s_losses(tmp_path):
+    """The runtime places the adapters (and their optimizer moments) as explain says, and 3 steps of the LoRA
+    run on data=2 x model=4 log one device's losses."""
+    run = tmp_path / "lora.sx"
+    run.write_text(lora_teacher().replace("(run :loader rows :steps 1", "(run :loader rows :steps 3 :log (:every 1)"))
+    got = child(LORA_CHILD, str(run))
+    for name, want in LORA_SPECS.items():
+        assert got[name]["spec"] == want, name
+        full, shard = got[name]["shape"], got[name]["shard"]
+        split = [i for i, (a, b) in enumerate(zip(full, shard)) if a != b]
+        assert split == ([] if want == "P()" else [want.count("None")]) and \
+            all(a == (b * 4 if i in split else b) for i, (a, b) in enumerate(zip(full, shard))), name
+    assert "P(None, None, 'model')" in got["moments"]   # Adam's moments of B, split as B
+    env = {**os.environ, "XLA_FLAGS": EIGHT, "JAX_PLATFORMS": "cpu"}
+    base = [sys.executable, "-m", "sexpgpu_cli.main", "run", str(run), "--no-progress"]
+    for args in (["--mesh", "data=1", "--run-dir", str(tmp_path / "one")],
+                 ["--mesh", "data=2,model=4", "--run-dir", str(tmp_path / "split")]):
+        r = subprocess.run(base + args, env=env, capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr[-2000:]
+    rows = lambda d: [json.loads(l) for l in (tmp_path / d / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows("split")] == [1, 2, 3]
+    losses = [r["loss"] for r in rows("one")]
+    assert len(set(losses)) == 3   # the adapters train: the loss moves
+    np.testing.assert_allclose([r["loss"] for r in rows("split")], losses, rtol=1e-5)
