@@ -377,6 +377,15 @@ def test_lora_adapters_split_with_their_base_in_explain():
     specs = explain(whole)["mesh"]["param_shardings"]
     assert set(specs.values()) == {"P()"}
 
+    def specs_with(shard: str) -> dict:
+        text = lora_teacher(":wq :wo").replace("(run :loader rows", f"(run :loader rows :model-parallel 4 :shard ({shard})")
+        return {k: v for k, v in explain(program_of(text))["mesh"]["param_shardings"].items() if "lora" in k}
+    # an adapter named itself keeps the file's word; `wq` split on its input axis (`:teacher 0`) splits A;
+    # split inside its output group (its head width, axis 2) both adapters stay whole
+    assert specs_with(":wq.lora-b :replicated")["layers.wq.lora-b"] == "P()"
+    assert specs_with(":teacher 0")["layers.wq.lora-a"] == "P(None, 'model')"
+    assert specs_with(":wq 2")["layers.wq.lora-a"] == specs_with(":wq 2")["layers.wq.lora-b"] == "P()"
+
 
 LORA_CHILD = textwrap.dedent(r'''
     import json, sys
