@@ -1,5 +1,5 @@
-"""The data-parallel mesh in the report: each graph input's sharding, and the memory and peak per
-device (docs/sharding.md).
+"""The mesh in the report (`data` x `model`): each graph input's and generator state entry's sharding,
+and the memory and peak per device (docs/sharding.md).
 
 Imports only the standard library and sexpgpu_lang; never JAX.
 """
@@ -9,6 +9,7 @@ import math
 
 from .. import ir
 from ..mesh import param_dims, shard_overrides, spec_text
+from .split import spec
 from ..types import TensorType
 
 
@@ -46,8 +47,8 @@ def mesh_report(program: ir.Program, plan: dict, stack: int = 1, target: str = "
     over = shard_overrides(program, model)
     dims = {p.path: param_dims(".".join(p.path), tuple(p.shape), n, model, fsdp, over) for p in program.params}
     device = plan
-    if model > 1:   # the phases counted per device along `model` (imported here: memory imports this module)
-        from .graphs import step_graphs
+    if model > 1:   # the phases counted per device along `model`
+        from .graphs import step_graphs   # (here: both import this module, through text and memory)
         from .memory import memory_plan
         graphs = step_graphs(program, stack, target, model=model)
         device = memory_plan(program, graphs, stack, plan["donate"], model=model)
@@ -95,7 +96,6 @@ def _state_shardings(program: ir.Program, splits: dict, n: int, stack: int) -> d
     """Each generator state entry's PartitionSpec on the mesh: its records along `data` (the first axis, or
     the second under stacking) where `data` has more than one device, its split along `model` (a KV
     cache by heads) as the trips keep it."""
-    from .split import spec
     out = {}
     batch = program.loaders[program.run.loader].batch
     for k, t in program.generate.state.entries:
