@@ -187,7 +187,8 @@ def host_graphs(text, tmp_path):
 
 def test_a_committed_step_runs_every_trip_after_a_stop_and_the_next_step_none(tmp_path):
     """The commit and the stop are one word in C: once step 0 is committed (its update queued), its
-    loop, wherever it is, runs every trip; step 1's loop runs none and step 1 cannot be committed."""
+    loop, wherever it is, runs every trip; step 1's loop runs none and step 1 cannot be committed; an
+    evaluation pass's loop runs every trip."""
     tr, _ = _c_trainer(tmp_path)
     g, st = tr.graphs, tr.initial_state()
     look = g.generator.c_look
@@ -199,6 +200,10 @@ def test_a_committed_step_runs_every_trip_after_a_stop_and_the_next_step_none(tm
     assert int(g.trips_run) == tr.program.generate.trips
     g.trips(st.trainable, st.frozen, g.gen_init_1(st.trainable, st.frozen, batch, rows1)[2], rows1, False, None)
     assert int(g.trips_run) == 0 and not look.commit(1)
+    passed = rows1.copy()
+    passed[0, 5] = 1   # `:pass` 1: an evaluation pass's generator, past abandoning, runs every trip
+    g.trips(st.trainable, st.frozen, g.gen_init_1(st.trainable, st.frozen, batch, passed)[2], passed, False, None)
+    assert int(g.trips_run) == tr.program.generate.trips
 
 
 def test_without_a_c_compiler_the_look_is_the_callbacks_and_the_default_loop_the_hosts(tmp_path, monkeypatch):

@@ -101,7 +101,10 @@ def compiled_loop(step, trips: int, until: bool, sites: bool, watch: TripWatch, 
     yes = jax.ShapeDtypeStruct((), jnp.bool_)
 
     def loop(trainable, frozen, state, rows, *draw):
-        at = rows[0, 0]   # the step (0-based): a look answers no only for a step not yet committed
+        # The step (0-based, context_row's first column): a look answers no only for a step not yet
+        # committed. An evaluation pass's generator (`:pass`, the last column, > 0) runs after its step's
+        # update, past abandoning (Trainer.run_pass): -1, which every look lets run.
+        at = jnp.where(rows[0, 5] > 0, -1, rows[0, 0])
 
         def cond(c):
             t, _, _, done, go = c
