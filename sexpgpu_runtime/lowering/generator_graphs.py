@@ -1,11 +1,12 @@
 """The generator's graphs: `generate.init`, `generate.step` and `generate.finish`, each jitted once per
 run, and the trip loop that runs `generate.step` `:trips` times.
 
-The trip loop is one of two (`TRIP_LOOPS`, docs/runtime.md "The trip loop"): `host`, the default,
-calls the jitted trip graph once per trip from a Python loop, the trip an i64 device array, so it
-never retraces; `compiled` runs every trip of a group in one call, a `lax.while_loop` whose body is
-the trip graph and which, before every trip, asks the host (an ordered `io_callback`, `TripWatch`)
-whether to go on. Both donate the state on every backend and make the same bits. A stacked group
+The trip loop is one of two (`TRIP_LOOPS`, docs/runtime.md "The trip loop", `default_trip_loop`):
+`compiled` runs every trip of a group in one call, a `lax.while_loop` whose body is the trip graph
+and which, before every trip, looks for a stop: in C on one CPU device (trip_look.py, no Python), else
+by asking the host (an ordered `io_callback`, `TripWatch`); `host` calls the jitted trip graph once
+per trip from a Python loop, the trip an i64 device array, so it never retraces. Both donate the
+state on every backend and make the same bits. A stacked group
 runs each phase's unstacked body once per copy (stacking.py `over_copies`), the batch and the state
 stacked and the rest shared. With traced `categorical` temperatures (draw_check.py) the trip graph also
 carries the record of the first bad one.
