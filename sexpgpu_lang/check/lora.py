@@ -16,7 +16,10 @@ models below it (the base) is frozen:
 splits the input into heads (`(split-heads ... :axis 0)`: Llama's `wo` `[N H D]`); `out` the
 product of the rest. Under a `(repeat block N)` both are stacked `[N ...]`. A model call then
 sees `KEY` as `KEY + scale * reshape(lora-a @ lora-b)` (`ir.ModelCall.adapters`), `scale` being
-`alpha / r` (`alpha / sqrt(r)` with `:rslora true`, as peft's `use_rslora`). With `:pretrained
+`alpha / r` (`alpha / sqrt(r)` with `:rslora true`, as peft's `use_rslora`); with `:dropout p` the
+training step's forward applies the adapter unmerged instead, on its input dropped out with
+probability p, as peft does in training (the runtime's lowering: sexpgpu_runtime/lowering/lora.py).
+With `:pretrained
 "dir"` the adapters start from a directory in PEFT's layout (`adapter_model.safetensors`, read by
 the runtime: sexpgpu_runtime/weights/lora.py) instead of their initialisation.
 
@@ -24,8 +27,7 @@ A `:copy` of a model with `:lora` is its base (`call_base`): its calls with no a
 the frozen base in place, with no parameters of its own.
 
 E-MODEL-008: a target no parameter has, a rank past the matrix (`r > min(in, out)`), a
-`:dropout` other than 0 (the adapters are applied to the weight, where dropout on the input
-cannot be), a target adapted by two `:lora`s, a setting out of its range, and with the files
+`:dropout` outside [0, 1), a target adapted by two `:lora`s, a setting out of its range, and with the files
 read a `:pretrained` directory without adapter_config.json. Imports nothing outside
 `sexpgpu_lang`; never JAX.
 """
@@ -92,9 +94,9 @@ def read_lora(ctx: CheckContext, node: Node) -> LoraSetting | None:
     dropout = _number(ctx, kws, "dropout", 0.0)
     if alpha is None or dropout is None:
         return None
-    if dropout != 0.0:
-        ctx.err("E-MODEL-008", kws["dropout"][1].span, f"`:dropout` {dropout}: the adapters are applied to the "
-                "weight, where dropout on the projection's input cannot be", help="use `:dropout 0.0`")
+    if dropout >= 1.0:
+        ctx.err("E-MODEL-008", kws["dropout"][1].span, f"`:dropout` must be a probability below 1, got {dropout:g}: "
+                "the adapters' input would be dropped whole", help="give `:dropout` from 0.0 up to below 1, e.g. 0.05")
         return None
     rslora = False
     if "rslora" in kws:
@@ -147,7 +149,7 @@ def in_axes(ctx: CheckContext, p: ir.ParamIR) -> int:
 
 def add_adapters(ctx: CheckContext) -> None:
     """The adapters of every reachable model with `:lora` (module docstring): the base frozen,
-    `KEY.lora-a` and `KEY.lora-b` added to `ctx.params`, each adapted model's keys and scale in
+    `KEY.lora-a` and `KEY.lora-b` added to `ctx.params`, each adapted model's keys, scale and dropout in
     `ctx.adapters` (read where its calls are made, `infer.call_model`)."""
     trains = {p.path: not p.frozen for p in ctx.params}   # before any base is frozen: the adapters' state
     for name, prefix in ctx.reachable.items():
@@ -197,7 +199,7 @@ def add_adapters(ctx: CheckContext) -> None:
             out.append(ir.ParamIR(p.path[:-1] + (key + B_SUFFIX,), lead + (lora.rank, fan_out), p.dtype,
                                   ("zeros", {}), not trains[p.path], place_hash((p.place, "lora-b")), p.layers,
                                   p.span))
-            ctx.adapters.setdefault(owner, {})[key] = lora.scale
+            ctx.adapters.setdefault(owner, {})[key] = (lora.scale, lora.dropout)
             ctx.lora_params.append((p.path, k, lora, name))
         ctx.params[:] = out
         for key, node in lora.targets:

@@ -26,6 +26,7 @@ from sexpgpu_lang.types import PlistType, TensorType
 from .accumulate import add_into
 from .context import Tracer, check_result, unpack_ctx
 from ..dtypes import jdt
+from .lora import dropout_key, needs_dropout
 from .lowering import run_phase
 from ..weights.params import merge
 from .stacking import copy_of
@@ -44,6 +45,7 @@ class TrainingGraphs:
         self.layout = layout
         self.tracer = tracer
         self.counter_types = counter_types(program)
+        self.dropout = needs_dropout(program)   # LoRA dropout: the forward's adapters unmerged (lora.py)
         # `:samples` names computed in the graph by where (ir.SamplesIR.computed), their first rows one more
         # entry of the loss's aux; with none (no `:samples`, or only the batch's) the outputs are as without.
         self.keep, self.sample_rows = _keep(program.run.samples)
@@ -93,6 +95,8 @@ class TrainingGraphs:
         def loss(trainable, frozen, batch, ctx, base, sums=None, summed=None):
             params = merge(trainable, frozen)
             fx = self.tracer.fx()
+            if self.dropout:   # the microbatch's masks, from the step and the microbatch of its context
+                fx.dropout_key = dropout_key(fx.seed_key, ctx)
             if sums:   # running sums for repeated blocks' backward scans (`_grads_summing`)
                 fx.sums = dict(sums)
             inputs = (run_phase(prepare, [batch, ctx], params, fx, keep.get("prepare", ()))
