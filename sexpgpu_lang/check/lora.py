@@ -213,6 +213,35 @@ def add_adapters(ctx: CheckContext) -> None:
                         data={"replace": ":" + hint} if hint else None)
 
 
+def low_rank_subscripts(op: str, subscripts: str | None, w_at: int, w_rank: int, x_rank: int,
+                        in_axes: int) -> tuple[str, str] | None:
+    """The two einsums of an adapter applied unmerged in contraction `op` (`matmul`, or `einsum` of
+    `subscripts`) of an input x (rank `x_rank`) and an adapted weight W (rank `w_rank`, operand
+    `w_at`, its first `in_axes` axes its input): `(x, A') -> u` and `(u, B') -> out`, A' `[in... r]`
+    and B' `[r out...]` being `lora-a` and `lora-b` reshaped to W's axes, so that `out` is
+    `x (A B)` reshaped as W, at rank r's cost. None where W's input axes are not all contracted with
+    x alone or its output axes are not all the result's (the caller contracts x with `A B` whole).
+    Used by the runtime's lowering and by `explain`'s trace alike."""
+    letters = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+    if op == "matmul":
+        if w_at != 1 or w_rank != 2 or x_rank < 1 or in_axes != 1:
+            return None
+        xs = letters[:x_rank]
+        subscripts = f"{xs},{letters[x_rank]}{letters[x_rank + 1]}->{xs[:-1]}{letters[x_rank + 1]}"
+        subscripts = subscripts.replace(letters[x_rank], xs[-1], 1)
+    if not subscripts or "->" not in subscripts or subscripts.count(",") != 1:
+        return None
+    ins, out = subscripts.split("->")
+    xs, ws = ins.split(",")[::(1 if w_at == 1 else -1)]
+    w_in, w_out = ws[:in_axes], ws[in_axes:]
+    if (len(set(xs)) != len(xs) or len(set(ws)) != len(ws) or any(c not in xs or c in out for c in w_in)
+            or any(c in xs for c in w_out)):
+        return None
+    r = next(c for c in letters if c not in subscripts)
+    kept = "".join(c for c in xs if c not in w_in and c in out)
+    return f"{xs},{w_in}{r}->{kept}{r}", f"{kept}{r},{r}{w_out}->{out}"
+
+
 def call_base(ctx: CheckContext, node: ListNode, name: str, src: str, scope) -> ir.Expr:
     """A call of `(defmodel ref :copy student)` where `student` has `:lora`: `student`'s call (its
     `:apply` or entry, checked as its own) with no adapter applied (`ir.without_adapters`), on its

@@ -88,10 +88,11 @@ def trace_generate(program: ir.Program, which: str) -> Trace:
 
 
 def trace_loss(program: ir.Program, prepare: ir.Phase | None, objective: ir.Phase, loader: str,
-               with_generated: bool) -> tuple[Trace, int]:
+               with_generated: bool, training: bool = False) -> tuple[Trace, int]:
     """Trace prepare and objective as the runtime's `_loss` does (counters folded into the
-    objective's context); returns the trace and the loss node's id."""
-    tr = Trace(program, frozenset(program.run.diagnostics))
+    objective's context; with `training`, the training step's forward: LoRA adapters with dropout
+    unmerged); returns the trace and the loss node's id."""
+    tr = Trace(program, frozenset(program.run.diagnostics), training=training)
     batch = tr.args_of("batch", program.loaders[loader].batch_type(), True)
     if with_generated and program.generate is not None:
         batch.update(tr.args_of("made", program.generate.out, True))
@@ -166,7 +167,7 @@ def _generator_graphs(program: ir.Program, stack: int, prefix: str = "",
 
 def _train_graph(program: ir.Program, stack: int, target: str = "accelerator") -> GraphEstimate:
     gen = program.generate
-    tr, loss = trace_loss(program, program.prepare, program.objective, program.run.loader, True)
+    tr, loss = trace_loss(program, program.prepare, program.objective, program.run.loader, True, training=True)
     grads = []
     for p in program.params:  # a gradient for every trainable parameter, used or not (then zeros)
         if not p.frozen:

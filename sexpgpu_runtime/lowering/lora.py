@@ -32,6 +32,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from sexpgpu_lang.check.lora import low_rank_subscripts
+
 from ..dtypes import jdt
 
 #: Folded into the run's key before the step and microbatch: the stream LoRA dropout draws from.
@@ -157,20 +159,10 @@ def _pair(name: str, subs: str | None, w_at: int, x, w):
 
 
 def _low_rank(name: str, subs: str | None, w_at: int, xd, lw: LoraWeight, a, b):
-    """`(xd A) B` as two contractions where the weight's input axes are contracted with x and its
-    output axes are the result's, else None."""
-    k, r = lw.in_axes, a.shape[-1]
-    if name == "matmul":
-        if w_at != 1 or len(lw.shape) != 2 or xd.ndim < 1:
-            return None
-        return jnp.matmul(jnp.matmul(xd, a), b)
-    ins, out = subs.split("->")
-    xs, ws = ins.split(",")[::(1 if w_at == 1 else -1)]
-    w_in, w_out = ws[:k], ws[k:]
-    if (len(set(xs)) != len(xs) or len(set(ws)) != len(ws) or any(c not in xs or c in out for c in w_in)
-            or any(c in xs for c in w_out)):
+    """`(xd A) B` as two contractions (check/lora.py `low_rank_subscripts`), else None."""
+    plan = low_rank_subscripts(name, subs, w_at, len(lw.shape), xd.ndim, lw.in_axes)
+    if plan is None:
         return None
-    free = next(c for c in "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ" if c not in subs)
-    kept = "".join(c for c in xs if c not in w_in and c in out)
-    u = jnp.einsum(f"{xs},{w_in}{free}->{kept}{free}", xd, a.reshape(lw.shape[:k] + (r,)))
-    return jnp.einsum(f"{kept}{free},{free}{w_out}->{out}", u, b.reshape((r,) + lw.shape[k:]))
+    k, r = lw.in_axes, a.shape[-1]
+    u = jnp.einsum(plan[0], xd, a.reshape(lw.shape[:k] + (r,)))
+    return jnp.einsum(plan[1], u, b.reshape((r,) + lw.shape[k:]))
