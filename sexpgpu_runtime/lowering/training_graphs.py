@@ -87,15 +87,17 @@ class TrainingGraphs:
         return jax.device_put(bad, jax.devices()[0]) if self.dp is None else self.dp.put_replicated(bad)
 
     # -- training -----------------------------------------------------------------------------
-    def _loss(self, prepare: ir.Phase | None, objective: ir.Phase):
+    def _loss(self, prepare: ir.Phase | None, objective: ir.Phase, training: bool = False):
         """The loss of one microbatch: (loss, aux), aux (metrics, diagnostics, counter deltas), and with
-        `:samples` names computed here the first rows of each as a fourth entry (name -> array)."""
+        `:samples` names computed here the first rows of each as a fourth entry (name -> array). With
+        `training` (the training step's, not a pass's), LoRA adapters with dropout are unmerged."""
         counters, keep = tuple(self.counter_types), self.keep
+        dropout = training and self.dropout
 
         def loss(trainable, frozen, batch, ctx, base, sums=None, summed=None):
             params = merge(trainable, frozen)
             fx = self.tracer.fx()
-            if self.dropout:   # the microbatch's masks, from the step and the microbatch of its context
+            if dropout:   # the microbatch's masks, from the step and the microbatch of its context
                 fx.dropout_key = dropout_key(fx.seed_key, ctx)
             if sums:   # running sums for repeated blocks' backward scans (`_grads_summing`)
                 fx.sums = dict(sums)
@@ -122,7 +124,7 @@ class TrainingGraphs:
         deltas added one at a time, behind a barrier as in `tally`, so the totals are those the
         unstacked run passes from call to call)."""
         S = self.layout.stack
-        vg = jax.value_and_grad(self._loss(self.p.prepare, self.p.objective), has_aux=True)
+        vg = jax.value_and_grad(self._loss(self.p.prepare, self.p.objective, training=True), has_aux=True)
         if S == 1:
             (l, (m, d, dl, *kept)), g = vg(trainable, frozen, batches, unpack_ctx(rows), base)
             return [l], [g], [m], [d], [dl], kept
@@ -159,7 +161,7 @@ class TrainingGraphs:
         elementwise, as `accumulate` makes it (the bits of summing the list of gradients).
         Returns (losses, total, metrics, diagnostics, totals, bad), one copy's entries in lists."""
         ctx = unpack_ctx(rows)
-        loss = self._loss(self.p.prepare, self.p.objective)
+        loss = self._loss(self.p.prepare, self.p.objective, training=True)
         sums = {p: sub for p, sub in _subtrees(total, ()) if p}
         summed: list = []
         vg = jax.value_and_grad(loss, has_aux=True)
