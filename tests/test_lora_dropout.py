@@ -5,7 +5,8 @@ here: the unmerged form at p 0 is the folded one to rounding (on the Llama fixtu
 contracted by einsums with one and two input axes and by a matmul); at p > 0 the training graph's
 loss and gradients are a plain JAX computation of `x W + scale * (dropout(x) A) B` with the same masks
 (one per step, microbatch, target and layer), and a dropped-out contraction's mean over many masks is
-the undropped one; the generator and a pass do not depend on p; a run trains and resumes bit-exact;
+the undropped one; with peft's masks injected, peft's train-mode logits, loss and gradients
+(tests/fixtures/lora/dropout.npz); the generator and a pass do not depend on p; a run trains and resumes bit-exact;
 the export records p as `lora_dropout`."""
 from __future__ import annotations
 
@@ -148,6 +149,28 @@ def test_the_training_loss_and_gradients_are_the_masked_formula_with_the_run_s_m
     (loss0,), *_ = g0.grads(t, f, _batch(), _rows(3, 0), {})
     assert abs(float(loss0) - losses[3, 0]) > 1e-4   # the dropout matters
     np.testing.assert_allclose(float(loss0), float(_plain_loss(t, f, 3, 0, 0.0)), rtol=1e-5)
+
+
+def test_the_training_forward_with_peft_s_masks_is_peft_s_train_mode():
+    """tests/fixtures/lora/dropout.npz (benchmarks/peft_parity.py): peft's model in train mode with
+    `lora_dropout` 0.25, each module's mask given; sexpgpu's training forward with the same masks in
+    place of its own gives peft's logits, loss and adapters' gradients (`wo`: two input axes)."""
+    from benchmarks.hf_parity import relative
+    from benchmarks.peft_parity import OURS, peft_grad, sexpgpu_train_mode
+    from sexpgpu_runtime.weights.pretrained import initial_params
+    want = dict(np.load(LORA / "dropout.npz"))
+    p = float(want["p"])
+    program = program_of(fixture_text(lora=f'\n  :lora (:targets [:wq :wv :wo :w-gate] :rank 4 :alpha 8 :dropout {p} '
+                                           ':pretrained "adapter")'), str(LORA / "x.sx"))
+    trainable, frozen = initial_params(program, 0)
+    logits, loss, grads = sexpgpu_train_mode(program, trainable, frozen, want["ids"], want)
+    assert relative(logits, want["logits"]) <= 1e-5
+    assert relative(want["logits"], np.load(LORA / "lora.npz")["logits"]) > 0.1   # the masks matter
+    assert loss == pytest.approx(float(want["loss"]), rel=1e-5)
+    for key in OURS.values():
+        for part in ("lora-a", "lora-b"):
+            ours = np.asarray(grads["layers"][f"{key}.{part}"])
+            assert relative(ours, peft_grad(want, key, part, ours.shape[0])) <= 1e-4, (key, part)
 
 
 def test_a_dropped_out_contraction_is_the_undropped_one_in_expectation():
