@@ -20,7 +20,7 @@ The mask's key (`dropout_key`, `target_key`) is a pure function of the run's see
 microbatch, the target's path and the layer of each repeated block around the call: a new mask every
 step, microbatch, target and layer, the same in a stacked run and in a resume. Every call of one
 adapted model in one microbatch's forward draws the same mask for a target (an input of the same
-shape gets the same elements dropped). Imports JAX and sexpgpu_lang only.
+shape gets the same elements dropped). Imports JAX, sexpgpu_lang and the runtime's dtypes only.
 """
 from __future__ import annotations
 
