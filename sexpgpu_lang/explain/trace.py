@@ -12,6 +12,7 @@ Imports only the standard library and sexpgpu_lang; never JAX.
 """
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass, field
 
 from .. import ir
@@ -22,6 +23,11 @@ from ..check.lora import low_rank_subscripts
 from ..mesh import model_dim, shard_overrides
 from .cost import COSTS, Cost, einsum_layout, einsum_operands
 from .split import by_letters, contraction, letters, propagate
+
+#: a comparison of two numbers known while tracing, made as `sexpgpu_runtime`'s lowering makes it (a
+#: constant, so that a `where` on it is the branch it selects)
+_COMPARE = {"=": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le, ">": operator.gt,
+            ">=": operator.ge}
 
 
 @dataclass(eq=False)
@@ -342,6 +348,12 @@ class Trace(ir.Interpreter):
         if isinstance(e.type, TensorType) and e.type.value is not None and e.type.shape == ():
             return e.type.value  # a compile-time constant: no computation
         args = [self.eval(a, env) for a in e.args]
+        if e.name in _COMPARE and all(isinstance(a, (int, float)) and not isinstance(a, bool) for a in args):
+            return _COMPARE[e.name](*args)   # two numbers (`generalized-jsd`'s beta): no computation, as lowered
+        if e.name == "where" and isinstance(args[0], bool):
+            chosen = args[1] if args[0] else args[2]
+            if isinstance(chosen, Node) and chosen.type.shape == e.type.shape:
+                return chosen   # the lowering takes the branch a constant condition selects, alone
         if any(isinstance(a, _Unmerged) for a in args):
             outer, self.site = self.site, (self.stdlib_site[1] if self.stdlib_site else e.span)
             try:
