@@ -77,6 +77,10 @@ class CheckContext:
         self.stages: list[tuple[str, int | None]] = []
         self.expanded: set[int] = set()   # the `defmodel` forms a one form expanded into (by id: check/one_form.py)
 
+    def adapters_of(self, name: str) -> tuple[tuple[str, float, float], ...]:
+        """`ir.ModelCall.adapters` of a call of model `name`: each LoRA target key, its scale and dropout."""
+        return tuple((k, scale, p) for k, (scale, p) in self.adapters.get(name, {}).items())
+
     def report(self, d: Diagnostic) -> None:
         """Record a diagnostic once per (code, range); inside a standard-library layer, at the user's call."""
         if self.redirect is not None:
