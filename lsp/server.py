@@ -112,15 +112,22 @@ class SexpProtocol(LanguageServerProtocol):
 
 
 class SexpServer(LanguageServer):
-    """The server: open documents, settings, and the diagnostics scheduler."""
+    """The server: open documents, settings, the diagnostics scheduler and the query threads.
+
+    Three kinds of thread: the event loop's (pygls: reads messages, answers
+    `$/cancelRequest`, applies edits, publishes), one check worker (the
+    `DocumentStore`'s: one check at a time, cancelled when its version is
+    superseded), and `queries`, the threads a request's answer is computed
+    on (`lsp.handlers`), so that neither a check nor a long answer holds up
+    the loop."""
 
     def __init__(self):
         super().__init__("sexpgpu", VERSION, text_document_sync_kind=types.TextDocumentSyncKind.Incremental,
                          protocol_cls=SexpProtocol)
         self.store = DocumentStore()
         self.config = ServerConfig()
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sexpgpu-check")
-        self._running: dict[str, asyncio.Task] = {}
+        self.queries = ThreadPoolExecutor(max_workers=2, thread_name_prefix="sexpgpu-query")
+        self._pushing: dict[str, asyncio.Task] = {}
 
     @property
     def encoding(self) -> str:
@@ -130,19 +137,21 @@ class SexpServer(LanguageServer):
         except RuntimeError:
             return UTF16
 
-    def analysis(self, uri: str) -> Analysis | None:
-        """The analysis of the latest version of an open document."""
-        return self.store.analysis(uri)
+    async def off_loop(self, fn, *args):
+        """`fn(*args)` on a query thread, awaited (a cancelled request stops waiting for it)."""
+        return await asyncio.get_running_loop().run_in_executor(self.queries, fn, *args)
 
     # -- published diagnostics ---------------------------------------------------
     def diagnose_later(self, uri: str) -> None:
-        """Check the latest version of `uri` off the event loop and publish its
-        diagnostics, unless a newer version arrived meanwhile: then check that
-        one instead. At most one check per document runs at a time, so a burst
-        of edits costs one check of the version before it and one of the last."""
-        if not self.config.push or uri in self._running:
+        """Check the latest version of `uri` on the worker and publish its diagnostics
+        unless a newer version arrived meanwhile: then check that one instead. A
+        newer version cancels the check of an older one (`DocumentStore.change`), so a
+        burst of edits costs a check of the last version and the part of each
+        earlier one done before the next edit; an older version's diagnostics
+        are never published after a newer one's."""
+        if not self.config.push or uri in self._pushing:
             return
-        self._running[uri] = asyncio.get_running_loop().create_task(self._diagnose(uri))
+        self._pushing[uri] = asyncio.get_running_loop().create_task(self._diagnose(uri))
 
     async def _diagnose(self, uri: str) -> None:
         try:
@@ -150,16 +159,18 @@ class SexpServer(LanguageServer):
                 doc = self.store.get(uri)
                 if doc is None:
                     return
-                analysis = await asyncio.wrap_future(self.store.start(doc, self._executor))
-                if self.store.is_latest(doc):
+                done = self.store.finished(uri)
+                analysis = done if done is not None and done.document.serial == doc.serial else \
+                    await asyncio.wrap_future(self.store.start(doc))
+                if analysis is not None and self.store.is_latest(doc):
                     self.publish(analysis)
                     return
         except Exception as exc:
             report(self, "diagnostics", exc)
         finally:
             # No await between the last version check and this: a change that
-            # arrives later finds no check running and starts one.
-            self._running.pop(uri, None)
+            # arrives later finds no task and starts one.
+            self._pushing.pop(uri, None)
 
     def publish(self, analysis: Analysis) -> None:
         """Publish an analysis's diagnostics (LSP 3.17, "PublishDiagnostics")."""
