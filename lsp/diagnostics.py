@@ -76,7 +76,7 @@ def register(server) -> None:
                 return empty_report()
             done = ls.store.finished(doc.uri)
             analysis = done if done is not None and done.document.serial == doc.serial else \
-                await asyncio.wrap_future(ls.store.start(doc))
+                await asyncio.shield(asyncio.wrap_future(ls.store.start(doc)))
         doc = analysis.document
         result_id = str(doc.serial)
         if params.previous_result_id == result_id:

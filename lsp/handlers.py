@@ -43,7 +43,7 @@ from .documents import Analysis, Document
 from .guard import ContentModified, guarded
 
 #: How long a request that may answer from an older version waits for the check of its own, in seconds.
-FRESH_WAIT_S = 0.25
+FRESH_WAIT_S = 0.5
 
 
 @dataclass(frozen=True)
@@ -92,14 +92,15 @@ async def answering_analysis(ls, uri: str, fresh: bool) -> tuple[Document, Analy
     done = store.finished(uri)
     if done is not None and done.document.serial == doc.serial:
         return doc, done
-    future = asyncio.wrap_future(store.start(doc))
+    # (shielded: a cancelled request must not cancel a check that others wait for)
+    future = asyncio.shield(asyncio.wrap_future(store.start(doc)))
     if fresh:
         analysis = await future
         if analysis is None:
             raise ContentModified(f"{uri} changed while this request waited for its check")
         return doc, analysis
     try:
-        analysis = await asyncio.wait_for(asyncio.shield(future), FRESH_WAIT_S)
+        analysis = await asyncio.wait_for(future, FRESH_WAIT_S)
     except asyncio.TimeoutError:
         analysis = None
     if analysis is None:

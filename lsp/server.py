@@ -161,7 +161,7 @@ class SexpServer(LanguageServer):
                     return
                 done = self.store.finished(uri)
                 analysis = done if done is not None and done.document.serial == doc.serial else \
-                    await asyncio.wrap_future(self.store.start(doc))
+                    await asyncio.shield(asyncio.wrap_future(self.store.start(doc)))
                 if analysis is not None and self.store.is_latest(doc):
                     self.publish(analysis)
                     return
