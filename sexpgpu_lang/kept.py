@@ -201,12 +201,12 @@ def forget() -> None:
 
 
 def usage() -> dict:
-    """What is kept: `{"bytes", "limit", "spaces": {name: {"entries", "bytes", "max_entries",
-    "max_bytes"}}, "files": [{"space", "key", "bytes", "readers"}]}` (the entries of the spaces of
+    """What is kept: `{"bytes", "limit", "spaces": [{"name", "entries", "bytes", "max_entries",
+    "max_bytes"}], "files": [{"space", "key", "bytes", "readers"}]}` (the entries of the spaces of
     files; bytes estimated). The server answers `sexpgpu/memoryUsage` with it."""
     with _lock:
-        spaces = {s.name: {"entries": len(s.entries), "bytes": s.nbytes, "max_entries": s.max_entries,
-                           "max_bytes": s.max_bytes} for s in _spaces.values()}
+        spaces = [{"name": s.name, "entries": len(s.entries), "bytes": s.nbytes, "max_entries": s.max_entries,
+                   "max_bytes": s.max_bytes} for s in _spaces.values()]
         files = [{"space": s.name, "key": _shown(k), "bytes": e.nbytes, "readers": sorted(map(str, e.readers))}
                  for s in _spaces.values() if s.files for k, e in s.entries.items()]
         return {"bytes": _total, "limit": MEMORY_LIMIT, "spaces": spaces, "files": files}
