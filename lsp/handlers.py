@@ -9,9 +9,10 @@ DocumentRequest)` into pygls's async handler `(ls, params)`, which
    blocking the event loop: the version's own when its check has finished;
    else, for a handler that may answer from an older version (`fresh`
    False: hover, signature help, completion, definition, references,
-   highlights), the check of this version for at most `FRESH_WAIT_S`, then
-   the newest finished analysis of an older version (as rust-analyzer and
-   pyright answer from the last snapshot); a `fresh` handler (rename, code
+   highlights), the check of this version for at most `STALE_WAIT_S` when
+   the newest finished analysis (of an older version) can answer at the
+   request's position, else `FRESH_WAIT_S`, then that analysis (as
+   rust-analyzer and pyright answer from the last snapshot); a `fresh` handler (rename, code
    actions, symbols, folding, semantic tokens, inlay hints: whole-document
    answers or edits) waits for its version's check, and gets LSP's
    `ContentModified` should a newer version supersede it meanwhile;
@@ -42,8 +43,11 @@ from .convert import Drift, DriftedPositions, EditedRegion, PositionMap
 from .documents import Analysis, Document
 from .guard import ContentModified, guarded
 
-#: How long a request that may answer from an older version waits for the check of its own, in seconds.
+#: How long a request that may answer from an older version waits for the check of its own, in
+#: seconds: `FRESH_WAIT_S` when the older version's analysis cannot answer it (none has finished, or
+#: the position lies in the text edited since: completion as the user types), else `STALE_WAIT_S`.
 FRESH_WAIT_S = 0.5
+STALE_WAIT_S = 0.1
 
 
 @dataclass(frozen=True)
@@ -81,10 +85,11 @@ class DocumentRequest:
         return self.positions.span(self.params.range)
 
 
-async def answering_analysis(ls, uri: str, fresh: bool) -> tuple[Document, Analysis] | None:
+async def answering_analysis(ls, uri: str, fresh: bool, position=None) -> tuple[Document, Analysis] | None:
     """(the request's version of `uri`, the analysis to answer from), or None when the document is
     not open or no check of it has finished (nor, for `fresh`, of this version). See the module's
-    docstring; raises `ContentModified` for a `fresh` request whose version was superseded."""
+    docstring; raises `ContentModified` for a `fresh` request whose version was superseded.
+    `position`, the request's, decides how long a request that is not `fresh` waits."""
     store = ls.store
     doc = store.get(uri)
     if doc is None:
@@ -99,13 +104,23 @@ async def answering_analysis(ls, uri: str, fresh: bool) -> tuple[Document, Analy
         if analysis is None:
             raise ContentModified(f"{uri} changed while this request waited for its check")
         return doc, analysis
+    wait = FRESH_WAIT_S
+    if done is not None and position is not None and await ls.off_loop(_answers_at, ls, doc, done, position):
+        wait = STALE_WAIT_S
     try:
-        analysis = await asyncio.wait_for(future, FRESH_WAIT_S)
+        analysis = await asyncio.wait_for(future, wait)
     except asyncio.TimeoutError:
         analysis = None
     if analysis is None:
         analysis = store.finished(uri)
     return None if analysis is None else (doc, analysis)
+
+
+def _answers_at(ls, doc: Document, analysis: Analysis, position) -> bool:
+    """Whether `analysis` (of another version) can answer at `position` of `doc`: outside the text
+    edited between them."""
+    offset = doc.positions(ls.encoding).offset(position)
+    return Drift(analysis.document.text, doc.text).to_old(offset) is not None
 
 
 def _request(ls, doc: Document, analysis: Analysis, params) -> DocumentRequest:
@@ -129,7 +144,7 @@ def with_document(empty=lambda: None, fresh: bool = False):
 
         @functools.wraps(fn)
         async def handler(ls, params):
-            got = await answering_analysis(ls, params.text_document.uri, fresh)
+            got = await answering_analysis(ls, params.text_document.uri, fresh, getattr(params, "position", None))
             if got is None:
                 return empty()
             return await ls.off_loop(run, ls, params, *got)

@@ -701,16 +701,17 @@ def parse(source: SourceText, cancel: CancelToken | None = None) -> ParseResult:
 
 
 _PIECE = re.compile(r"\n\(")
-_CACHE_MAX = 4096
+#: At most so many pieces, forms and placed forms kept (and the bytes of each space below).
+_CACHE_MAX = 1 << 17
 #: piece text -> (tokens, comments, bracket depth after it from 0), positions relative to the piece.
 _LEXED = Space("lexed pieces of text", _CACHE_MAX, 48 << 20, files=False)
 #: form text -> its balanced tokens, positions relative to the form's first piece (forms without diagnostics).
 _BUILT = Space("balanced forms", _CACHE_MAX, 16 << 20, files=False)
 #: (form text, offset) -> its forms at that offset.
 _PLACED = Space("placed forms", _CACHE_MAX, 64 << 20, files=False)
-#: The estimated bytes of a token (its object, its text) and of a node, for the spaces' bounds
-#: (`sexpgpu_lang.kept`; measured with tracemalloc on the generated run files of benchmarks/).
-TOKEN_BYTES, NODE_BYTES = 120, 200
+#: The estimated bytes of a token (its object, its text), of a node and of an entry itself, for the
+#: spaces' bounds (`sexpgpu_lang.kept`; measured with tracemalloc on the generated run files of benchmarks/).
+TOKEN_BYTES, NODE_BYTES, ENTRY_BYTES = 120, 200, 300
 
 
 def forget() -> None:
@@ -722,7 +723,7 @@ def forget() -> None:
 def _remember(cache: Space, key, value, tokens: int):
     """Keep `value` (from `tokens` tokens) in `cache` under `key`."""
     text = key if isinstance(key, str) else key[0]
-    return cache.keep(key, value, len(text) + tokens * (NODE_BYTES if cache is _PLACED else TOKEN_BYTES))
+    return cache.keep(key, value, ENTRY_BYTES + len(text) + tokens * (NODE_BYTES if cache is _PLACED else TOKEN_BYTES))
 
 
 def _too_many_tokens(source: SourceText, offset: int) -> ParseResult:
