@@ -411,12 +411,15 @@ async def _server_session(rng: random.Random, seconds: float, rate: float) -> di
     sent_requests = sum(1 for _ in range(2, version + 1))
     sent_cancels = version // 10
     await asyncio.wait(pending, timeout=60)
-    deadline = time.perf_counter() + 120
+    deadline = time.perf_counter() + 60
     while not any(v == version for _, v in published) and time.perf_counter() < deadline:
         await asyncio.sleep(0.05)
     final = next((t - last_edit for t, v in published if v == version), None)
-    await client.shutdown_async(None)
-    client.exit(None)
+    try:   # (a server that answers nothing any more is stopped)
+        await asyncio.wait_for(client.shutdown_async(None), 30)
+        client.exit(None)
+    except asyncio.TimeoutError:
+        client._server.kill()
     await client.stop()
     return {"answers": answers, "sent": sent_requests, "cancels": cancels, "sent_cancels": sent_cancels,
             "versions": [v for _, v in published], "last": version, "final_s": final}
