@@ -415,6 +415,11 @@ async def _server_session(rng: random.Random, seconds: float, rate: float) -> di
     while not any(v == version for _, v in published) and time.perf_counter() < deadline:
         await asyncio.sleep(0.05)
     final = next((t - last_edit for t, v in published if v == version), None)
+    try:   # the server's peak resident memory (Linux /proc), in MiB
+        status = Path(f"/proc/{client._server.pid}/status").read_text()
+        peak = int(next(line for line in status.splitlines() if line.startswith("VmHWM:")).split()[1]) / 1024
+    except (OSError, StopIteration, AttributeError):
+        peak = None
     try:   # (a server that answers nothing any more is stopped)
         await asyncio.wait_for(client.shutdown_async(None), 30)
         client.exit(None)
@@ -422,7 +427,7 @@ async def _server_session(rng: random.Random, seconds: float, rate: float) -> di
         client._server.kill()
     await client.stop()
     return {"answers": answers, "sent": sent_requests, "cancels": cancels, "sent_cancels": sent_cancels,
-            "versions": [v for _, v in published], "last": version, "final_s": final}
+            "versions": [v for _, v in published], "last": version, "final_s": final, "peak_mib": peak}
 
 
 def trial_server(rng: random.Random, tmp: Path) -> tuple[bool, str]:
@@ -443,7 +448,7 @@ def trial_server(rng: random.Random, tmp: Path) -> tuple[bool, str]:
                 f"max {answers[-1]:.2f} s), cancellations {cancelled}/{got['sent_cancels']} within 1 s, "
                 f"diagnostics of versions {got['versions']} (in order: {ordered}), the last "
                 f"{got['final_s'] if got['final_s'] is None else round(got['final_s'], 1)} s after the last edit; "
-                f"load average {load:.1f}")
+                f"peak {got['peak_mib'] or 0:.0f} MiB resident; load average {load:.1f}")
 
 
 def _rows(d: Path) -> list[int]:

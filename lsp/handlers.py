@@ -46,7 +46,7 @@ from .guard import ContentModified, guarded
 #: How long a request that may answer from an older version waits for the check of its own, in
 #: seconds: `FRESH_WAIT_S` when the older version's analysis cannot answer it (none has finished, or
 #: the position lies in the text edited since: completion as the user types), else `STALE_WAIT_S`.
-FRESH_WAIT_S = 0.5
+FRESH_WAIT_S = 0.3
 STALE_WAIT_S = 0.1
 
 
