@@ -10,9 +10,9 @@ documents that read it (`readers`); it is dropped, oldest use first, when
 - its space holds more than its `max_entries` or its `max_bytes`;
 - all spaces together hold more than `MEMORY_LIMIT` bytes (the least
   recently used entry of any space goes first);
-- the last document that read it closes (`forget_reader`), or the check
-  of its last reader no longer reads it (`reading` settles that at the end
-  of each check that ran to its end).
+- the last document that read it closes (`forget_reader`), or, for an
+  entry of a file, the check of its last reader no longer reads it
+  (`reading` settles that at the end of each check that ran to its end).
 
 An entry made outside any `reading` block (`sexpgpu lint`, a test) has no
 reader: only the bounds and `forget` drop it. The language server checks
@@ -169,9 +169,10 @@ def reading(reader: Hashable) -> Iterator[None]:
 
 
 def settle(reader: Hashable, used: set) -> int:
-    """`reader` keeps only the entries in `used` ((space name, key) pairs); an entry no reader keeps
-    any more is dropped. Returns how many were dropped."""
-    return _release(reader, lambda space, key: (space.name, key) not in used)
+    """`reader` keeps only the entries of files in `used` ((space name, key) pairs); an entry no
+    reader keeps any more is dropped. Returns how many were dropped. (Pieces of parsed text stay
+    until their bounds or their readers' closes drop them: an undo brings the text back.)"""
+    return _release(reader, lambda space, key: space.files and (space.name, key) not in used)
 
 
 def forget_reader(reader: Hashable) -> int:
