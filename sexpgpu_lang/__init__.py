@@ -30,7 +30,7 @@ def analyze_file(path: str, read_files: bool = False, build_ir: bool = True) -> 
     """Read (UTF-8) and check a run file. Raises OSError / UnicodeDecodeError for unreadable files
     (bounded_read.NotRegularFile, an OSError, for a FIFO, a device or a directory: never waited on;
     bounded_read.TooLarge for one over RUN_FILE_LIMIT, 64 MiB)."""
-    from .bounded_read import RUN_FILE_LIMIT, read_bounded
+    from .files.bounded_read import RUN_FILE_LIMIT, read_bounded
     text = read_bounded(path, RUN_FILE_LIMIT, "a run file").decode("utf-8")
     return analyze(text, path, read_files, build_ir)
 

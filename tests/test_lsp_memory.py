@@ -18,11 +18,11 @@ from helpers import fixture_text
 from lsp.diagnostics import MEMORY_USAGE
 from lsp_client import Doc, client_fixture, published
 from sexpgpu_lang import kept
-from sexpgpu_lang.bounded_read import json_memory
+from sexpgpu_lang.files.bounded_read import json_memory
 
 #: The parsed-config space's bound in bytes in the server under test (each config below is 1/3 to 1/2 of it).
 BUDGET = 1_000_000
-SERVER = [sys.executable, "-c", f"from sexpgpu_lang import hf_config; hf_config.READ.max_bytes = {BUDGET}; "
+SERVER = [sys.executable, "-c", f"from sexpgpu_lang.files import hf_config; hf_config.READ.max_bytes = {BUDGET}; "
           "from lsp.server import main; main()"]
 
 client = client_fixture(client_capabilities("neovim@v0.7.0"), SERVER)

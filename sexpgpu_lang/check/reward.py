@@ -23,7 +23,7 @@ import ast
 import os
 
 from .. import ir
-from ..bounded_read import PYTHON_SOURCE_LIMIT, read_bounded
+from ..files.bounded_read import PYTHON_SOURCE_LIMIT, read_bounded
 from ..kept import MISSING, Space
 from ..language import PLIST_KEYWORDS
 from ..syntax import Kw, ListNode, Node, VecNode

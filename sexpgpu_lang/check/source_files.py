@@ -11,7 +11,7 @@ import errno
 import os
 import stat
 
-from ..bounded_read import (TOKENIZER_JSON_LIMIT, JsonNumberTooLong, JsonTooDeep, JsonTooLarge, NotRegularFile,
+from ..files.bounded_read import (TOKENIZER_JSON_LIMIT, JsonNumberTooLong, JsonTooDeep, JsonTooLarge, NotRegularFile,
                             TooLarge, describe_mode, loads_json, read_bounded)
 from ..kept import Space, memo
 from ..source import Span
@@ -63,7 +63,7 @@ def _missing_file(ctx: CheckContext, kind: str, key: str, rel: str, at: Span) ->
     if full is None:
         return True
     if key == "glob":
-        from ..bounded_read import glob_bounded, no_regular_match
+        from ..files.bounded_read import glob_bounded, no_regular_match
         try:
             matches = glob_bounded(full)
         except OSError as e:   # GlobTooLarge: the limit, in one line (the runtime's words)

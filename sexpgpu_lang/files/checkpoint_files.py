@@ -31,8 +31,8 @@ import os
 
 from .bounded_read import (INDEX_JSON_LIMIT, JsonNumberTooLong, JsonTooDeep, JsonTooLarge, NotRegularFile, loads_json,
                            read_bounded)
+from ..kept import MISSING, Space, estimate
 from .hf_cache import link_problem, snapshot_repo
-from .kept import MISSING, Space, estimate
 from .safetensors_header import HeaderError, read_header
 
 #: Hugging Face's names for a checkpoint in one file and for the index of a sharded one.

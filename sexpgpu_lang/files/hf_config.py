@@ -48,7 +48,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from .kept import MISSING, Space
+from ..kept import MISSING, Space
 
 #: The file's name beside a checkpoint's weights.
 CONFIG = "config.json"
