@@ -123,7 +123,7 @@ def _note(space: Space, key, entry: _Entry) -> None:
     if reader is not None:
         entry.readers.add(reader)
         used = _used.get()
-        if used is not None:
+        if used is not None and space.files:   # (what `settle` looks at)
             used.add((space.name, key))
 
 
@@ -172,7 +172,7 @@ def settle(reader: Hashable, used: set) -> int:
     """`reader` keeps only the entries of files in `used` ((space name, key) pairs); an entry no
     reader keeps any more is dropped. Returns how many were dropped. (Pieces of parsed text stay
     until their bounds or their readers' closes drop them: an undo brings the text back.)"""
-    return _release(reader, lambda space, key: space.files and (space.name, key) not in used)
+    return _release(reader, lambda space, key: (space.name, key) not in used, files_only=True)
 
 
 def forget_reader(reader: Hashable) -> int:
@@ -181,10 +181,12 @@ def forget_reader(reader: Hashable) -> int:
     return _release(reader, lambda space, key: True)
 
 
-def _release(reader: Hashable, leaves: Callable) -> int:
+def _release(reader: Hashable, leaves: Callable, files_only: bool = False) -> int:
     dropped = 0
     with _lock:
         for space in _spaces.values():
+            if files_only and not space.files:
+                continue
             for key, entry in list(space.entries.items()):
                 if reader in entry.readers and leaves(space, key):
                     entry.readers.discard(reader)
