@@ -246,7 +246,7 @@ def test_export_adapter_is_refused_before_training_without_lora_or_beside_export
 
 @pytest.mark.slow
 def test_a_lora_run_trains_the_adapters_alone_exports_them_and_a_run_starts_from_them(tmp_path):
-    from helpers import train_quiet
+    from helpers import run
     from sexpgpu_runtime.weights.pretrained import initial_params
     text = f"""(def ckpt {json.dumps(str(LLAMA3))})
 (def vocab (checkpoint-config ckpt :vocab))
@@ -262,7 +262,7 @@ def test_a_lora_run_trains_the_adapters_alone_exports_them_and_a_run_starts_from
 """
     program = program_of(text, str(tmp_path / "run.sx"))
     start_t, start_f = initial_params(program, 0)
-    res = train_quiet(text, 3, tmp_path / "a", export=tmp_path / "adapter", export_adapter=True)
+    res = run(text, tmp_path / "a", 3, export=tmp_path / "adapter", export_adapter=True)
     assert set(res.trainable["layers"]) == {"wq.lora-a", "wq.lora-b", "wv.lora-a", "wv.lora-b"}
     assert set(res.trainable) == {"layers"}
     assert not np.array_equal(np.asarray(res.trainable["layers"]["wq.lora-b"]), 0)   # B moved off zero
@@ -275,7 +275,7 @@ def test_a_lora_run_trains_the_adapters_alone_exports_them_and_a_run_starts_from
     for k in ("wq.lora-a", "wq.lora-b", "wv.lora-b"):
         assert np.array_equal(np.asarray(t2["layers"][k]), np.asarray(res.trainable["layers"][k])), k
     # the merged export through the family's mapping: the base's layout, the adapters folded in
-    res2 = train_quiet(text, 3, tmp_path / "b", export=tmp_path / "merged", export_names="llama")
+    res2 = run(text, tmp_path / "b", 3, export=tmp_path / "merged", export_names="llama")
     from safetensors.numpy import load_file
     merged = load_file(str(tmp_path / "merged" / "model.safetensors"))
     index = json.loads((LLAMA3 / "model.safetensors.index.json").read_text())

@@ -4,14 +4,14 @@ import json
 import numpy as np
 import pytest
 
-from helpers import fixture_text, program_of, train_quiet, variant
+from helpers import fixture_text, program_of, run, variant
 from sexpgpu_runtime.weights.params import flatten
 
 
 @pytest.fixture(scope="module")
 def short_run(tmp_path_factory):
     d = tmp_path_factory.mktemp("short")
-    return train_quiet(variant(":log (:every 50)", ":log (:every 25)"), 250, d), d
+    return run(variant(":log (:every 50)", ":log (:every 25)"), d, 250), d
 
 
 @pytest.mark.slow
@@ -43,8 +43,8 @@ def test_metrics_jsonl_has_a_row_per_logged_step(short_run):
 
 @pytest.mark.slow
 def test_stacked_run_equals_unstacked_bit_for_bit(tmp_path):
-    stacked = train_quiet(fixture_text(), 20, tmp_path / "s2")
-    unstacked = train_quiet(variant(":stack 2", ":stack 1"), 20, tmp_path / "s1")
+    stacked = run(fixture_text(), tmp_path / "s2", 20)
+    unstacked = run(variant(":stack 2", ":stack 1"), tmp_path / "s1", 20)
     assert "train stacked" in stacked.traces and "train" in unstacked.traces
     a, b = flatten(stacked.trainable), flatten(unstacked.trainable)
     assert a.keys() == b.keys()
@@ -54,9 +54,9 @@ def test_stacked_run_equals_unstacked_bit_for_bit(tmp_path):
 
 @pytest.mark.slow
 def test_a_run_is_a_pure_function_of_file_and_seed(tmp_path):
-    a = train_quiet(fixture_text(), 5, tmp_path / "a")
-    b = train_quiet(fixture_text(), 5, tmp_path / "b")
-    c = train_quiet(variant(":seed 0", ":seed 1"), 5, tmp_path / "c")
+    a = run(fixture_text(), tmp_path / "a", 5)
+    b = run(fixture_text(), tmp_path / "b", 5)
+    c = run(variant(":seed 0", ":seed 1"), tmp_path / "c", 5)
     fa, fb, fc = flatten(a.trainable), flatten(b.trainable), flatten(c.trainable)
     assert all(np.array_equal(fa[k], fb[k]) for k in fa)
     assert not all(np.array_equal(fa[k], fc[k]) for k in fa)
@@ -79,7 +79,7 @@ def test_pass_on_the_training_loaders_shape_runs_the_generator(tmp_path):
     text = with_held_out_pass(512)
     prog = program_of(text)
     assert prog.passes[0].runs_generator
-    result = train_quiet(text, 8, tmp_path)
+    result = run(text, tmp_path, 8)
     rows = [r for r in result.history if "held-out-eval/loss" in r]
     assert [r["step"] for r in rows] == [4, 8]
     assert "held-out-eval/generation-accuracy" in rows[0]
@@ -93,7 +93,7 @@ def test_bf16_keeps_the_cache_bf16_and_params_f32(tmp_path):
     text = variant(":precision :f32", ":precision :bf16", text)
     prog = program_of(text)
     assert prog.generate.state.get("cache").dtype == "bf16"
-    result = train_quiet(text, 3, tmp_path)
+    result = run(text, tmp_path, 3)
     assert all(str(v.dtype) == "float32" for v in flatten(result.trainable).values())
     assert np.isfinite(result.history[-1]["loss"])
 
@@ -160,7 +160,7 @@ def test_curriculum_switches_loader_and_sets_stage(tmp_path):
     text = variant(":log (:every 50)", ":log (:every 1)", text)
     prog = program_of(text)
     assert prog.stages == (("easy", 256), ("train", None))
-    result = train_quiet(text, 4, tmp_path)
+    result = run(text, tmp_path, 4)
     # 2 microbatches of 64 per step: steps 1-2 read `easy` (256 records), then `train`
     assert [r["stage"] for r in result.history] == [0.0, 0.0, 1.0, 1.0]
 
@@ -171,7 +171,7 @@ def test_a_pass_sees_the_curriculum_stage_training_is_in(tmp_path):
     text = variant("(metric :loss loss)", "(metric :loss loss)\n    (metric :stage (cast (getf ctx :stage) :f32))"
                    "\n    (metric :within (cast (getf ctx :stage-records) :f32))", text)
     text = variant(":log (:every 50)", ":log (:every 1)", text) + "\n(pass now :loader train :every 1 :batches 1)\n"
-    rows = train_quiet(text, 4, tmp_path).history
+    rows = run(text, tmp_path, 4).history
     # 128 records a step; the pass runs after the step, at the position training reached: 128, 256, 384, 512
     # records, i.e. stage 0 with 128 consumed, then stage 1 (from 256 on) with 0, 128, 256 consumed in it
     assert [(r["now/stage"], r["now/within"]) for r in rows] == [(0.0, 128.0), (1.0, 0.0), (1.0, 128.0), (1.0, 256.0)]
@@ -180,8 +180,8 @@ def test_a_pass_sees_the_curriculum_stage_training_is_in(tmp_path):
 @pytest.mark.slow
 def test_unselected_diagnostic_is_not_computed_and_selected_one_is(tmp_path):
     text = variant("(metric :loss loss)", "(metric :loss loss)\n    (diagnostic :logit-mean (mean logits))")
-    assert "logit-mean" not in train_quiet(text, 1, tmp_path / "a").history[-1]
-    assert "logit-mean" in train_quiet(text, 1, tmp_path / "b", diagnostics=("logit-mean",)).history[-1]
+    assert "logit-mean" not in run(text, tmp_path / "a", 1).history[-1]
+    assert "logit-mean" in run(text, tmp_path / "b", 1, diagnostics=("logit-mean",)).history[-1]
 
 
 @pytest.mark.slow
@@ -189,7 +189,7 @@ def test_stack_auto_takes_the_degree_the_cost_model_picks(tmp_path):
     from sexpgpu_runtime.lowering.graphs import layout_of
     prog = program_of(variant(":stack 2", ":stack :auto"))
     assert layout_of(prog).stack == 2          # the fixture fits easily: both microbatches in one call
-    result = train_quiet(variant(":stack 2", ":stack :auto"), 2, tmp_path)
+    result = run(variant(":stack 2", ":stack :auto"), tmp_path, 2)
     assert "train stacked" in result.traces
 
 
@@ -211,7 +211,7 @@ def test_a_label_out_of_range_stops_the_run_naming_the_cross_entropy(tmp_path):
     from sexpgpu_runtime.errors import RunError
     text = variant(":label (mod (+ row stride) vocab)", ":label (+ (mod (+ row stride) vocab) 1)")   # 1 ... vocab
     with pytest.raises(RunError) as e:
-        train_quiet(text, 3, tmp_path)
+        run(text, tmp_path, 3)
     msg = str(e.value)
     assert msg.startswith("step 1: `loss` is nan, so the run stopped; the first value of that step that was not "
                           "finite: `cross-entropy` at "), msg
@@ -242,14 +242,14 @@ def test_a_diagnostic_name_the_file_does_not_report_is_refused_before_training(t
     from sexpgpu_runtime.errors import OptionError, RunError
     text = variant("(metric :loss loss)", "(metric :loss loss)\n    (diagnostic :logit-mean (mean logits))")
     with pytest.raises(OptionError) as e:
-        train_quiet(text, 1, tmp_path / "a", diagnostics=("nope",))
+        run(text, tmp_path / "a", 1, diagnostics=("nope",))
     assert str(e.value) == "no diagnostic named `nope`; the file reports: `logit-mean`"
     with pytest.raises(RunError) as e:
-        train_quiet(variant(":log (:every 50)", ":log (:every 50)\n     :diagnostics [:nope]", text), 1, tmp_path / "b")
+        run(variant(":log (:every 50)", ":log (:every 50)\n     :diagnostics [:nope]", text), tmp_path / "b", 1)
     assert str(e.value) == ("`run` selects `:diagnostics` `nope`, but no diagnostic is named `nope`; "
                             "the file reports: `logit-mean`")
     with pytest.raises(OptionError, match=r"^no diagnostic named `nope`; the file reports none"):
-        train_quiet(fixture_text(), 1, tmp_path / "c", diagnostics=("nope",))
+        run(fixture_text(), tmp_path / "c", 1, diagnostics=("nope",))
     assert not any((tmp_path / d / "metrics.jsonl").exists() for d in "abc")
 
 
@@ -258,7 +258,7 @@ def test_diagnostics_option_adds_to_the_run_forms(tmp_path):
     text = variant("(metric :loss loss)", "(metric :loss loss)\n    (diagnostic :logit-mean (mean logits))\n"
                                           "    (diagnostic :logit-max (max logits))")
     text = variant(":log (:every 50)", ":log (:every 50)\n     :diagnostics [:logit-max]", text)
-    row = train_quiet(text, 1, tmp_path, diagnostics=("logit-mean",)).history[-1]
+    row = run(text, tmp_path, 1, diagnostics=("logit-mean",)).history[-1]
     assert {"logit-mean", "logit-max"} <= set(row)
 
 
@@ -266,7 +266,7 @@ def test_a_pass_reading_more_records_than_its_loader_holds_is_refused(tmp_path):
     from sexpgpu_runtime.errors import RunError
     text = with_held_out_pass(100)
     with pytest.raises(RunError) as e:
-        train_quiet(text, 1, tmp_path)
+        run(text, tmp_path, 1)
     assert str(e.value) == ("pass `held-out-eval` reads 2 batches of 64 (128 records), but loader `held-out` has 100; "
                             "lower its `:batches`, or give the loader more records")
 
@@ -275,9 +275,9 @@ def test_a_run_dir_that_is_a_file_says_so(tmp_path):
     from sexpgpu_runtime.errors import RunError
     (tmp_path / "afile").write_text("notes")
     with pytest.raises(RunError) as e:
-        train_quiet(fixture_text(), 1, tmp_path / "afile")
+        run(fixture_text(), tmp_path / "afile", 1)
     assert str(e.value) == f"cannot use {tmp_path / 'afile'} as the run dir: it is a file, not a directory"
     with pytest.raises(RunError) as e:
-        train_quiet(fixture_text(), 1, tmp_path / "afile" / "run")
+        run(fixture_text(), tmp_path / "afile" / "run", 1)
     assert str(e.value) == (f"cannot use {tmp_path / 'afile' / 'run'} as the run dir: "
                             f"{tmp_path / 'afile'} is a file, not a directory")
