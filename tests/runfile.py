@@ -15,7 +15,7 @@ A *place* names a node of the syntax tree (sexpgpu_lang/syntax.py) in words:
 So `"run :log :every"` is the `50` of `(run ... :log (:every 50))`, and
 `"defgenerate :step (argmax"` is `(argmax (model row))` inside the generator's `:step`.
 
-Every method returns a new `RunFile` (the text is a `str`, so `check`, `analyze` and
+Every change returns a new `RunFile` (the text is a `str`, so `check`, `analyze` and
 `train_quiet` read it as it is) and fails the test, naming what is there, when its place is
 not: a change meant for a form never silently lands somewhere else or nowhere.
 
@@ -24,6 +24,7 @@ not: a change meant for a form never silently lands somewhere else or nowhere.
     RunFile.small().set("defmodel lm", "(defmodel lm ...)")   # a whole form
     RunFile.fixture().drop("run :microbatches")               # a `:key value` pair removed
     RunFile.fixture().add("(def extra 3)", before="defmodel student")
+    RunFile.fixture().insert("defgenerate :step (guess", "(s (stop-rows ...))")   # a `let*` binding after it
     RunFile.fixture().edit("defgenerate :step", "(argmax (model row))", "(argmx (model row))")
     RunFile.fixture().set("defgenerate :step (argmax", "(argmx (model row))").mark(
         "defgenerate :step", "argmx", "E-NAME-001")           # a `;; ^^^ CODE` marker under it
@@ -154,6 +155,15 @@ class RunFile(str):
             return self._splice(at, at, forms + "\n\n")
         at = self._form(after).span.end if after is not None else len(str(self).rstrip("\n"))
         return self._splice(at, at, "\n\n" + forms + ("" if after is not None else "\n"))
+
+    def insert(self, place: str, text: str, *, before: bool = False) -> "RunFile":
+        """`text` put after the node at `place` (before it with `before`), on a line of its own at
+        the node's column: a `let*` binding after another, a statement before a body's last form."""
+        span = self.node(place).span
+        column = SourceText(str(self)).line_col(span.start)[1]
+        if before:
+            return self._splice(span.start, span.start, text + "\n" + " " * column)
+        return self._splice(span.end, span.end, "\n" + " " * column + text)
 
     def edit(self, place: str, old: str, new: str) -> "RunFile":
         """`old` replaced by `new` inside the node at `place`, where `old` occurs exactly once
