@@ -153,8 +153,10 @@ class RunFile(str):
         if before is not None:
             at = self._form(before).span.start
             return self._splice(at, at, forms + "\n\n")
-        at = self._form(after).span.end if after is not None else len(str(self).rstrip("\n"))
-        return self._splice(at, at, "\n\n" + forms + ("" if after is not None else "\n"))
+        if after is not None:
+            at = self._form(after).span.end
+            return self._splice(at, at, "\n\n" + forms)
+        return self._splice(len(str(self).rstrip("\n")), len(self), "\n\n" + forms + "\n")
 
     def insert(self, place: str, text: str, *, before: bool = False) -> "RunFile":
         """`text` put after the node at `place` (before it with `before`), on a line of its own at

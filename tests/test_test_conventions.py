@@ -18,8 +18,8 @@ from pathlib import Path
 TESTS = Path(__file__).resolve().parent
 
 #: The counts over tests/ (every .py below it) when the ceilings were last lowered.
-VARIANT_CEILING = 225
-REPLACE_CEILING = 283
+VARIANT_CEILING = 117
+REPLACE_CEILING = 233
 
 #: Characters one of which a `.replace()`'s first argument has when it is run-file text (a form, a
 #: keyword, two tokens); a literal without any (`"$0"`, `"PATH"`, `"-"`) is a placeholder or a
@@ -77,8 +77,15 @@ def test_string_surgery_on_run_files_stays_under_its_ceiling():
             f"the heaviest files: {counts[kind].most_common(5)}")
 
 
+#: Files whose `run` evaluates one expression with arrays bound (lowered by the runtime), not a run
+#: file: a different helper under the same name, left to a later change.
+EXPRESSION_RUNS = {"test_decode_ops.py", "test_decode_trip.py", "test_lm_ops.py", "test_row_stops.py",
+                   "test_stdlib_lm.py", "test_stdlib_posttrain.py"}
+
+
 def test_no_test_file_defines_its_own_run():
-    assert run_definitions() == [], "train with helpers.run (in this process) instead of a file's own `run`"
+    own = [d for d in run_definitions() if d.split(":")[0] not in EXPRESSION_RUNS]
+    assert own == [], "train a run file with helpers.run (in this process) instead of a file's own `run`"
 
 
 def test_the_counters_see_what_they_count(tmp_path):
