@@ -13,14 +13,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from helpers import ROOT, check, marked, program_of, run, variant
+from helpers import ROOT, check, marked, program_of, run
+from runfile import RunFile
 from sexpgpu_runtime.weights.params import flatten
 from sexpgpu_runtime.errors import RunError, RunFinished, RunStopped
 
 STEPS = 30
 TEST_SEED = 20240605
 # Every step logged (so every step's metrics can be compared), checkpoints every 7 steps, two kept.
-TEXT = variant(":log (:every 50))", ":log (:every 1 :tensorboard true)\n     :checkpoint (:every 7 :keep 2))")
+TEXT = RunFile.fixture().set("run :log", "(:every 1 :tensorboard true)").set("run :checkpoint", "(:every 7 :keep 2)")
 
 
 def rows(run_dir: Path) -> list[dict]:
@@ -117,7 +118,7 @@ def test_keep_holds_the_newest_checkpoints(full):
 @pytest.mark.slow
 def test_checkpoint_of_another_file_is_refused_naming_both(full, tmp_path):
     _, d = full
-    other = variant(":optimizer (adam :lr 3e-3)", ":optimizer (adam :lr 1e-3)", TEXT)
+    other = TEXT.set("run :optimizer :lr", "1e-3")
     with pytest.raises(RunError) as e:
         run(other, d, STEPS, resume=True)
     msg = str(e.value)
@@ -129,7 +130,7 @@ def test_checkpoint_of_another_file_is_refused_naming_both(full, tmp_path):
 @pytest.mark.slow
 def test_a_file_that_differs_in_steps_alone_is_another_run_and_the_message_says_how_to_train_longer(full):
     _, d = full
-    longer = variant(":steps 1500", ":steps 1600", TEXT)
+    longer = TEXT.set("run :steps", "1600")
     assert program_of(longer).identity != program_of(TEXT).identity
     assert program_of(longer).identity_apart_from_steps == program_of(TEXT).identity_apart_from_steps
     with pytest.raises(RunError) as e:
@@ -139,7 +140,7 @@ def test_a_file_that_differs_in_steps_alone_is_another_run_and_the_message_says_
     assert "with `:steps 1500`; this file differs from it in `:steps` alone (1600 now)" in msg
     assert "keep `:steps 1500` in the file and resume with `--steps 1600`" in msg
     # any other change as well: the message names both identities, as for another file
-    other = variant(":optimizer (adam :lr 3e-3)", ":optimizer (adam :lr 1e-3)", longer)
+    other = longer.set("run :optimizer :lr", "1e-3")
     assert program_of(other).identity_apart_from_steps != program_of(TEXT).identity_apart_from_steps
     with pytest.raises(RunError, match="this file has forms") as e:
         run(other, d, STEPS, resume=True)
@@ -252,7 +253,7 @@ def test_a_checkpoint_whose_write_was_cut_short_is_named_by_the_resume(full, tmp
 
 def test_unwritable_checkpoint_dir_is_one_error_before_training(tmp_path):
     (tmp_path / "a-file").write_text("not a dir")
-    text = variant(":checkpoint (:every 7 :keep 2)", ':checkpoint (:every 7 :dir "a-file/ckpt")', TEXT)
+    text = TEXT.set("run :checkpoint", '(:every 7 :dir "a-file/ckpt")')
     with pytest.raises(RunError) as e:
         run(text, tmp_path, STEPS)
     assert str(e.value) == (f"cannot write checkpoints to {tmp_path / 'a-file' / 'ckpt'}: "
@@ -291,23 +292,25 @@ def test_a_disk_that_fills_during_the_run_fails_the_save_naming_the_newest_check
 def test_bad_checkpoint_setting_is_one_line(tmp_path):
     from sexpgpu_runtime.run.checkpoint import checkpoint_spec
     from sexpgpu_runtime.errors import CheckpointError
-    bad = variant(":checkpoint (:every 7 :keep 2)", ":checkpoint (:every 0)", TEXT)
+    bad = TEXT.set("run :checkpoint", "(:every 0)")
     check(marked(bad, "0", "E-TYPE-003", within=":every 0"))   # the checker's, statically
     with pytest.raises(CheckpointError, match=r"^`:checkpoint` `:keep` must be a whole number of 1 or more, got 0$"):
         checkpoint_spec({"keep": 0}, tmp_path)                                     # the IR's, defensively
-    text = variant(":checkpoint (:every 7 :keep 2)", ':checkpoint (:dir "")', TEXT)
+    text = TEXT.set("run :checkpoint", '(:dir "")')
     with pytest.raises(RunError, match=r'^`:checkpoint` `:dir` must be a path in quotes like "checkpoints", got \'\'$'):
         run(text, tmp_path, STEPS)
+
+
+#: TEXT whose loss is NaN from the 7th step on (log(6 - step) is -inf at ctx :step 6), logged every 50 steps.
+NAN_FROM_STEP_7 = TEXT.set("objective (loss", "(loss (+ (mean (cross-entropy logits (getf inputs :target)))\n"
+                                              "                  (* 0.0 (log (- 6.0 (cast (getf ctx :step) :f32))))))").set(
+    "run :log", "(:every 50)")
 
 
 @pytest.mark.slow
 def test_nan_loss_names_the_step_the_metric_and_the_last_good_checkpoint(tmp_path):
     # log(6 - step) is -inf at the 7th step (ctx :step 6), so the loss is NaN there.
-    text = variant("(loss (mean (cross-entropy logits (getf inputs :target)))))",
-                   "(loss (+ (mean (cross-entropy logits (getf inputs :target)))\n"
-                   "                  (* 0.0 (log (- 6.0 (cast (getf ctx :step) :f32)))))))", TEXT)
-    text = variant(":log (:every 1 :tensorboard true)", ":log (:every 50)", text)
-    text = variant(":checkpoint (:every 7 :keep 2)", ":checkpoint (:every 2 :keep 2)", text)
+    text = NAN_FROM_STEP_7.set("run :checkpoint :every", "2")
     with pytest.raises(RunError) as e:
         run(text, tmp_path, 12)
     ckpts = tmp_path / "checkpoints"
@@ -326,11 +329,7 @@ def test_nan_loss_between_checks_names_its_step_and_is_never_saved(tmp_path, sto
     # The loss is NaN from the 7th step on; nothing is logged or saved until step 10 (or SIGTERM in step 9).
     # The loss is read back only then, yet the error names step 7, and the checkpoint of step 5 is the
     # last one: step 10 (or the last completed step, 8, at the stop) is never saved.
-    text = variant("(loss (mean (cross-entropy logits (getf inputs :target)))))",
-                   "(loss (+ (mean (cross-entropy logits (getf inputs :target)))\n"
-                   "                  (* 0.0 (log (- 6.0 (cast (getf ctx :step) :f32)))))))", TEXT)
-    text = variant(":log (:every 1 :tensorboard true)", ":log (:every 50)", text)
-    text = variant(":checkpoint (:every 7 :keep 2)", ":checkpoint (:every 5 :keep 3)", text)
+    text = NAN_FROM_STEP_7.set("run :checkpoint", "(:every 5 :keep 3)")
 
     sent = []
 
@@ -459,7 +458,7 @@ def test_plot_mistakes_are_one_line(tmp_path):
 
 @pytest.mark.slow
 def test_fresh_run_into_a_run_dir_with_metrics_but_no_checkpoints_is_refused(tmp_path):
-    text = variant(":log (:every 50))", ":log (:every 1))")      # no `:checkpoint`: nothing saved while training
+    text = RunFile.fixture().set("run :log :every", "1")      # no `:checkpoint`: nothing saved while training
     run(text, tmp_path, 2)
     before = (tmp_path / "metrics.jsonl").read_text()
     with pytest.raises(RunError) as e:
@@ -472,7 +471,7 @@ def test_fresh_run_into_a_run_dir_with_metrics_but_no_checkpoints_is_refused(tmp
 
 
 def test_a_run_whose_data_cannot_be_read_leaves_no_empty_run_dir(tmp_path):
-    text = variant("(stride-rows :vocab vocab :seq seq)", '(npz "missing.npz")', TEXT)
+    text = TEXT.set("loader train :source", '(npz "missing.npz")')
     run_dir = tmp_path / "runs" / "tiny"
     with pytest.raises(RunError, match="no file .*missing.npz"):
         run(text, run_dir, 2, path=tmp_path / "run.sx")
@@ -510,7 +509,7 @@ def test_overwrite_starts_over_removing_checkpoints_metrics_and_events(full, tmp
 @pytest.mark.slow
 def test_overwrite_replaces_another_runs_checkpoints_and_refuses_resume_with_it(full, tmp_path):
     from sexpgpu_runtime.errors import OptionError
-    other = variant(":optimizer (adam :lr 3e-3)", ":optimizer (adam :lr 1e-3)", TEXT)
+    other = TEXT.set("run :optimizer :lr", "1e-3")
     run(other, tmp_path, 7)
     with pytest.raises(RunError, match=r"checkpoints of another run .*pass --overwrite to replace that run"):
         run(TEXT, tmp_path, 7)
@@ -579,8 +578,8 @@ def test_a_stop_while_a_bad_row_waits_for_the_device_names_the_bad_step_and_save
     from sexpgpu_runtime.run.loop import Loop
     real = Loop._write_rows
     monkeypatch.setattr(Loop, "_write_rows", lambda self, wait: real(self, wait) if wait else None)
-    text = variant("(metric :loss loss)",
-                   "(metric :loss loss)\n    (metric :odd (log (abs (- (cast (getf ctx :step) :f32) 9.0))))", TEXT)
+    text = TEXT.edit("objective", "(metric :loss loss)",
+                     "(metric :loss loss)\n    (metric :odd (log (abs (- (cast (getf ctx :step) :f32) 9.0))))")
 
     def before_trip(step, trip):
         if (step, trip) == (12, 0):
