@@ -9,8 +9,9 @@ A *place* names a node of the syntax tree (sexpgpu_lang/syntax.py) in words:
   `"model"`, `"defgenerate"`, `"prepare"`, `"objective"`;
 * then, one after another, a keyword (`:step`, `:log`, `:every`): the value after it in the
   list reached so far (a form's `:key value` pairs, or a plist such as `(:every 50)`);
-* or `(NAME`: the one list below the node reached so far whose head is the symbol NAME (a call
-  `(argmax`, or a `let*` binding `(truth`); a name that heads more than one list is refused.
+* or `(NAME`: the list below the node reached so far whose head is the symbol NAME (a call
+  `(argmax`, or a `let*` binding `(truth`), the outermost where such lists nest; two such lists
+  side by side are refused.
 
 So `"run :log :every"` is the `50` of `(run ... :log (:every 50))`, and
 `"defgenerate :step (argmax"` is `(argmax (model row))` inside the generator's `:step`.
@@ -234,6 +235,7 @@ def _step(node: Node, step: str, place: str, text: str) -> Node:
     name = step[1:]
     found = [n for n in walk(node) if n is not node and isinstance(n, ListNode) and n.items
              and isinstance(n.items[0], Sym) and n.items[0].name == name]
+    found = [n for n in found if not any(o is not n and o.span.contains(n.span) for o in found)]   # the outermost
     if len(found) != 1:
         raise AssertionError(f"{len(found)} lists headed by {name!r} in {place!r}, not one: "
                              f"{[text[n.span.start:n.span.end] for n in found][:4]}")
