@@ -341,10 +341,9 @@ def test_a_model_axis_that_does_not_divide_the_heads_is_one_line_before_anything
     assert not (tmp_path / "r" / "metrics.jsonl").exists()
 
 
-def lora_teacher(targets: str = ":wq :wk :wo :w-up :w-down :lm-head") -> str:
+def lora_teacher(targets: str = ":wq :wk :wo :w-up :w-down :lm-head") -> RunFile:
     """The teacher with LoRA adapters of rank 2 on `targets` (the base frozen)."""
-    return teacher_text().replace("(defmodel teacher\n",
-                                  f"(defmodel teacher\n  :lora (:targets [{targets}] :rank 2 :alpha 4)\n")
+    return RunFile(teacher_text()).set("defmodel teacher :lora", f"(:targets [{targets}] :rank 2 :alpha 4)")
 
 
 #: The split each adapter takes with its base on model=4 (8 query heads, 2 KV heads, MLP 64, vocabulary 96):
@@ -373,13 +372,12 @@ def test_lora_adapters_split_with_their_base_in_explain():
     # under FSDP as well, each adapter's other axes go to `data` by FSDP's rule
     both = explain(explain_mesh(program, "data=2,model=4", True))["mesh"]["param_shardings"]
     assert both["layers.wq.lora-b"] == "P('data', None, 'model')" and both["layers.wo.lora-a"] == "P('data', 'model')"
-    whole = program_of(lora_teacher().replace("(run :loader rows", "(run :loader rows :model-parallel 4 "
-                                                                   ":shard (:teacher :replicated)"))
+    whole = program_of(lora_teacher().set("run :model-parallel", "4").set("run :shard", "(:teacher :replicated)"))
     specs = explain(whole)["mesh"]["param_shardings"]
     assert set(specs.values()) == {"P()"}
 
     def specs_with(shard: str) -> dict:
-        text = lora_teacher(":wq :wo").replace("(run :loader rows", f"(run :loader rows :model-parallel 4 :shard ({shard})")
+        text = lora_teacher(":wq :wo").set("run :model-parallel", "4").set("run :shard", f"({shard})")
         return {k: v for k, v in explain(program_of(text))["mesh"]["param_shardings"].items() if "lora" in k}
     # an adapter named itself keeps the file's word; `wq` split on its input axis (`:teacher 0`) splits A;
     # split inside its output group (its head width, axis 2) both adapters stay whole
