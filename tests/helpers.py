@@ -21,7 +21,10 @@ def fixture_text() -> str:
 
 
 def variant(old: str, new: str, text: str | None = None) -> str:
-    """`text` (the fixture when None) with the first `old` replaced by `new` (asserting it was there)."""
+    """`text` (the fixture when None) with the first `old` replaced by `new` (asserting it was there).
+
+    String surgery on the whole file, held under a ceiling (tests/test_test_conventions.py): a new
+    test changes a run file by form name with tests/runfile.py's `RunFile` instead."""
     text = fixture_text() if text is None else text
     assert old in text, old
     return text.replace(old, new, 1)
