@@ -106,7 +106,9 @@ def test_a_target_that_does_not_exist_and_a_rank_past_the_matrix_are_said_at_the
     assert "`:wqq` is no parameter of `student` or of a model below it; did you mean `:wq`?" in res.diagnostics[0].message
     res = check(small(":lora (:targets [:wq :out] :rank 20)", "20"))
     assert "past the matrix of `:out` of `student`, 32 inputs by 16 outputs" in res.diagnostics[0].message
-    check(small(":lora (:targets [:wq] :rank 2 :dropout 0.1)", "0.1"))
+    res = check(small(":lora (:targets [:wq] :rank 2 :dropout 1.0)", "1.0"))
+    assert "`:dropout` must be a probability below 1, got 1" in res.diagnostics[0].message
+    check(small(":lora (:targets [:wq] :rank 2 :dropout -0.1)", "-0.1"))
     check(small(":lora (:targets [:gain] :rank 1)", ":gain"))
     check(small(":lora (:targets [:wq] :rank 0)", "0"))
 
@@ -124,7 +126,7 @@ def test_a_copy_of_a_lora_model_is_its_base_with_no_parameters_and_a_copy_of_ano
     calls = [e for e in __import__("sexpgpu_lang.ir", fromlist=["walk"]).walk(lora.objective.body)
              if type(e).__name__ in ("ModelCall", "Repeat")]
     assert any(c.model == "ref" and not c.adapters for c in calls)
-    assert any(c.adapters == (("wq", 1.0),) for c in calls)   # the student's own call: alpha 2 / r 2
+    assert any(c.adapters == (("wq", 1.0, 0.0),) for c in calls)   # the student's own call: alpha 2 / r 2, no dropout
     plain = program_of(with_ref(small("")))
     assert any(q.path[0] == "ref" for q in plain.params)   # (main's `:copy`: a copy of the parameters)
 

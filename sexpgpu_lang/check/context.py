@@ -55,7 +55,7 @@ class CheckContext:
         self.repeats: dict[str, tuple] = {}   # a repeated block: (count, remat policy, its `repeat` entry)
         self.stacked: dict[str, tuple] = {}   # a model under a repeat: (block, count, the `repeat` entry)
         self.params: list[ir.ParamIR] = []
-        self.adapters: dict[str, dict[str, float]] = {}   # an adapted model: each `:lora` target key -> its scale
+        self.adapters: dict[str, dict[str, tuple[float, float]]] = {}   # an adapted model: each `:lora` target key -> (scale, dropout)
         self.lora_params: list[tuple] = []   # (base path, input axes, LoraSetting, the `:lora` model), check/lora.py
         self.frozen_models: set[str] = set()   # the reachable models whose parameters are frozen
         self.precision = "f32"
