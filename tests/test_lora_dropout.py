@@ -15,7 +15,8 @@ import json
 import numpy as np
 import pytest
 
-from helpers import program_of
+from helpers import program_of, run
+from runfile import RunFile
 from test_lora import LORA, fixture_text, small
 
 P = 0.3
@@ -28,11 +29,10 @@ EXTRA = """
 """
 
 
-def dropout_text(p: float) -> str:
+def dropout_text(p: float) -> RunFile:
     """tests/test_lora.py's small model (a 2-layer repeated block whose `:wq` an einsum reads, and the
     root's `:out`, a matmul's) with adapters of dropout `p` on both, a generator and a pass."""
-    return small(f":lora (:targets [:wq :out] :rank 2 :alpha 4 :dropout {p})").replace(
-        "(model student)", "(model student)\n" + EXTRA)
+    return RunFile(small(f":lora (:targets [:wq :out] :rank 2 :alpha 4 :dropout {p})")).add(EXTRA, after="model")
 
 
 def _state(program):
@@ -230,7 +230,7 @@ def test_the_adapter_export_records_the_dropout_as_peft_s_lora_dropout(tmp_path)
     layout = json.loads((LORA / "layout.json").read_text())
     assert set(config) <= set(layout["config"]) and config["r"] == layout["config"]["r"]
     # and a run starts from it again (its config read as peft's)
-    again = program_of(text.replace(json.dumps(str(LORA / "adapter")), json.dumps(str(tmp_path / "adapter"))),
+    again = program_of(RunFile(text).set("defmodel student :lora :pretrained", json.dumps(str(tmp_path / "adapter"))),
                        str(tmp_path / "x.sx"))
     t2, _ = initial_params(again, 0)
     assert np.array_equal(np.asarray(t2["layers"]["wq.lora-a"]), np.asarray(trainable["layers"]["wq.lora-a"]))
@@ -241,10 +241,9 @@ def test_a_run_with_dropout_trains_and_resumes_bit_exact(tmp_path):
     """Two microbatches a step (the later one adding into the running sum in its backward scan), a
     checkpoint every 3 steps; a crash at step 7 resumes from step 6 and ends with the uninterrupted
     run's parameters and metrics."""
-    from test_checkpoint import Crash, assert_same_params, rows, run
-    text = dropout_text(P).replace("(run :loader train :steps 2 :optimizer (adam :lr 1e-2))",
-                                   "(run :loader train :steps 10 :microbatches 2 :seed 3 :optimizer (adam :lr 3e-2)\n"
-                                   "     :log (:every 1) :checkpoint (:every 3 :keep 2))")
+    from test_checkpoint import Crash, assert_same_params, rows
+    text = dropout_text(P).set("run", "(run :loader train :steps 10 :microbatches 2 :seed 3 :optimizer (adam :lr 3e-2)\n"
+                                      "     :log (:every 1) :checkpoint (:every 3 :keep 2))")
     full = run(text, tmp_path / "full", steps=10)
     history = [r["loss"] for r in rows(tmp_path / "full")]
     assert history[-1] < history[0] - 0.05   # it trains
