@@ -53,7 +53,7 @@ async def opened_and_checked(client: LanguageClient) -> Doc:
 async def test_hover_and_completion_during_a_long_check_answer_from_the_last_one(client: LanguageClient):
     doc = await opened_and_checked(client)
     first = len(client.published)  # type: ignore[attr-defined]
-    big = doc.replace("(model student)\n", "(model student)\n" + BIG_TAIL)   # a check of seconds starts
+    big = doc.change("(model student)\n", "(model student)\n" + BIG_TAIL)   # a check of seconds starts
     hover, completion, signature = await asyncio.gather(   # sent at once
         client.text_document_hover_async(types.HoverParams(text_document=doc.id, position=doc.at("(def dim", 5))),
         client.text_document_completion_async(types.CompletionParams(
@@ -74,7 +74,7 @@ async def test_hover_and_completion_during_a_long_check_answer_from_the_last_one
 async def test_a_position_in_the_text_edited_since_the_last_check_gets_an_empty_answer(client: LanguageClient):
     doc = await opened_and_checked(client)
     first = len(client.published)  # type: ignore[attr-defined]
-    big = doc.replace("(model student)\n", "(model student)\n" + BIG_TAIL)
+    big = doc.change("(model student)\n", "(model student)\n" + BIG_TAIL)
     hover = await client.text_document_hover_async(types.HoverParams(
         text_document=doc.id, position=doc.at("(def pad7 7)", 6)))
     assert hover is None and mine(client, doc.uri, first) == []
@@ -89,7 +89,7 @@ async def test_a_position_in_the_text_edited_since_the_last_check_gets_an_empty_
 async def test_a_request_waiting_for_a_long_check_is_cancelled_at_once(client: LanguageClient):
     doc = await opened_and_checked(client)
     first = len(client.published)  # type: ignore[attr-defined]
-    big = doc.replace("(model student)\n", "(model student)\n" + BIG_TAIL)
+    big = doc.change("(model student)\n", "(model student)\n" + BIG_TAIL)
     # Symbols are of the whole document: the request waits for its version's check.
     symbols = asyncio.ensure_future(client.protocol.send_request_async(   # (pytest-lsp sends when the task runs)
         types.TEXT_DOCUMENT_DOCUMENT_SYMBOL, types.DocumentSymbolParams(text_document=doc.id), msg_id="symbols-1"))
@@ -107,11 +107,11 @@ async def test_a_request_waiting_for_a_long_check_is_cancelled_at_once(client: L
 async def test_a_newer_edit_supersedes_the_check_of_an_older_version(client: LanguageClient):
     doc = await opened_and_checked(client)
     first = len(client.published)  # type: ignore[attr-defined]
-    v2 = doc.replace("(model student)\n", "(model student)\n" + BIG_TAIL)
+    v2 = doc.change("(model student)\n", "(model student)\n" + BIG_TAIL)
     symbols = asyncio.ensure_future(client.text_document_document_symbol_async(
         types.DocumentSymbolParams(text_document=doc.id)))
     await client.protocol.send_request_async(MEMORY_USAGE, {})   # the server has read the request
-    v3 = doc.replace("(def pad0 0)", "(def pad0 oops)")     # while version 2 is being checked
+    v3 = doc.change("(def pad0 0)", "(def pad0 oops)")     # while version 2 is being checked
     with pytest.raises(JsonRpcException) as raised:          # version 2's answer will never be
         await symbols
     assert raised.value.code == types.LSPErrorCodes.ContentModified
