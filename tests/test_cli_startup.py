@@ -1,5 +1,5 @@
 """`sexpgpu lint` imports only what it needs (benchmarks/run_all.py's lint row), and converting
-option values without pydantic (`sexpgpu_cli.main._fast_process_value`) changes no value and no message."""
+option values without pydantic (`sexpgpu_cli.options.fast_process_value`) changes no value and no message."""
 from __future__ import annotations
 
 import subprocess
@@ -59,15 +59,16 @@ def test_values_are_converted_as_typer_converts_them(tmp_path, monkeypatch):
     from typer.testing import CliRunner
 
     import sexpgpu_cli.main as main
+    import sexpgpu_cli.options as options
     seen = {}
-    real = main._fast_process_value
+    real = options.fast_process_value
 
     def spy(param, ctx, value, base):
         out = real(param, ctx, value, base)
         seen[param.name] = (out, base.process_value(param, ctx, value))   # typer's own conversion
         return out
 
-    monkeypatch.setattr(main, "_fast_process_value", spy)
+    monkeypatch.setattr(options, "fast_process_value", spy)
     out = tmp_path / "report.json"
     r = CliRunner().invoke(main.app, ["lint", "-f", "json", "-o", str(out), str(FIXTURE), str(FIXTURE.parent)])
     assert r.exit_code == 0, r.output
@@ -81,5 +82,6 @@ def test_values_are_converted_as_typer_converts_them(tmp_path, monkeypatch):
 
 def test_the_cli_uses_no_private_module_of_typer():
     from pathlib import Path as P
-    text = (P(__file__).resolve().parents[1] / "sexpgpu_cli" / "main.py").read_text(encoding="utf-8")
-    assert "typer._" not in text and "._runtime_param" not in text and "type_descriptor" not in text
+    for path in sorted((P(__file__).resolve().parents[1] / "sexpgpu_cli").glob("*.py")):
+        text = path.read_text(encoding="utf-8")
+        assert "typer._" not in text and "._runtime_param" not in text and "type_descriptor" not in text, path.name
