@@ -233,7 +233,7 @@ def program_of(text: str, path: str = "variant.sx"):
 
 def train_quiet(text: str, steps: int, run_dir: Path, **kw):
     """Train a run file's text for `steps` steps without terminal output."""
-    from sexpgpu_runtime.run.train import RunOptions, train
+    from sexpgpu_runtime import RunOptions, train
     return train(program_of(text, str(run_dir / "run.sx")), RunOptions(steps=steps, run_dir=run_dir, quiet=True, **kw))
 
 

@@ -15,8 +15,7 @@ import pytest
 
 from helpers import ROOT, check, marked, program_of, variant
 from sexpgpu_runtime.weights.params import flatten
-from sexpgpu_runtime.errors import RunError, RunFinished, RunStopped
-from sexpgpu_runtime.run.train import RunOptions, train
+from sexpgpu_runtime import RunError, RunFinished, RunOptions, RunStopped, train
 
 STEPS = 30
 TEST_SEED = 20240605
@@ -516,7 +515,7 @@ def test_overwrite_starts_over_removing_checkpoints_metrics_and_events(full, tmp
 
 @pytest.mark.slow
 def test_overwrite_replaces_another_runs_checkpoints_and_refuses_resume_with_it(full, tmp_path):
-    from sexpgpu_runtime.errors import OptionError
+    from sexpgpu_runtime import OptionError
     other = variant(":optimizer (adam :lr 3e-3)", ":optimizer (adam :lr 1e-3)", TEXT)
     run(other, tmp_path, steps=7)
     with pytest.raises(RunError, match=r"checkpoints of another run .*pass --overwrite to replace that run"):

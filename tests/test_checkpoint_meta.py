@@ -16,7 +16,7 @@ pytest.importorskip("orbax.checkpoint")
 from helpers import program_of, variant  # noqa: E402
 from sexpgpu_runtime.run.checkpoint import META_DIGEST, meta_digest, meta_problem  # noqa: E402
 from sexpgpu_runtime.weights.params import flatten  # noqa: E402
-from sexpgpu_runtime.run.train import RunOptions, train  # noqa: E402
+from sexpgpu_runtime import RunOptions, train  # noqa: E402
 
 pytestmark = pytest.mark.slow   # (trains, or runs `sexpgpu run`)
 

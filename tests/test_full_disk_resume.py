@@ -15,11 +15,10 @@ import pytest
 pytest.importorskip("jax")
 
 from helpers import SMALL, program_of, variant  # noqa: E402
-from sexpgpu_runtime.errors import RunError, RunFinished  # noqa: E402
+from sexpgpu_runtime import RunError, RunFinished  # noqa: E402
 from sexpgpu_runtime.run import report  # noqa: E402
 from sexpgpu_runtime.run.checkpoint import FAILED_NOTE  # noqa: E402
-from sexpgpu_runtime.run.options import RunOptions  # noqa: E402
-from sexpgpu_runtime.run.train import train  # noqa: E402
+from sexpgpu_runtime import RunOptions, train  # noqa: E402
 
 pytestmark = pytest.mark.slow
 

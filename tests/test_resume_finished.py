@@ -13,9 +13,7 @@ from pathlib import Path
 import pytest
 
 from helpers import SMALL, program_of, signal_at_line, variant
-from sexpgpu_runtime.run.options import RunOptions
-from sexpgpu_runtime.errors import RunFinished
-from sexpgpu_runtime.run.train import train
+from sexpgpu_runtime import RunFinished, RunOptions, train
 
 pytestmark = pytest.mark.slow
 
@@ -139,7 +137,7 @@ def test_a_resume_whose_metrics_jsonl_is_gone_says_the_earlier_rows_are_not_in_i
 
 
 def test_a_longer_resume_of_a_run_that_saved_no_checkpoint_says_to_start_over(tmp_path):
-    from sexpgpu_runtime.errors import RunError
+    from sexpgpu_runtime import RunError
     run(NO_CHECKPOINT, tmp_path, 3, quiet=True)
     before = snapshot(tmp_path)
     with pytest.raises(RunError) as e:

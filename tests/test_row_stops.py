@@ -97,7 +97,7 @@ def test_an_eos_id_past_the_vocabulary_is_one_line():
 
 
 def trained(text, steps, run_dir):
-    from sexpgpu_runtime.run.train import RunOptions, train
+    from sexpgpu_runtime import RunOptions, train
     seen = []
     result = train(program_of(text, str(run_dir / "run.sx")), RunOptions(steps=steps, run_dir=run_dir, quiet=True),
                    on_trip=lambda step, trip: seen.append((step, trip)))
@@ -279,7 +279,7 @@ GENERATE = """(def vocab (checkpoint-config "qwen2" :vocab))
 @pytest.mark.slow
 def test_a_generator_decodes_left_padded_prompts_per_row_with_caches_as_generate_does(tmp_path):
     from sexpgpu_lang import analyze
-    from sexpgpu_runtime.run.train import RunOptions, train
+    from sexpgpu_runtime import RunOptions, train
     want = np.load(HF / "qwen2-padded.npz")
     path = HF / "generate-check.sx"            # (never written: the paths resolve beside the fixtures)
     res = analyze(GENERATE, str(path), read_files=True)

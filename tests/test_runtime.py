@@ -102,7 +102,7 @@ def test_bf16_keeps_the_cache_bf16_and_params_f32(tmp_path):
 def test_export_then_pretrained_frozen_teacher(tmp_path):
     """One run's student is the next run's teacher: --export names match `:pretrained`."""
     from sexpgpu_lang import analyze
-    from sexpgpu_runtime.run.train import RunOptions, train
+    from sexpgpu_runtime import RunOptions, train
     student = train(program_of(fixture_text()), RunOptions(steps=3, run_dir=tmp_path / "a", quiet=True,
                                                             export=tmp_path / "student.safetensors"))
     teacher = variant("(model student)", """(defmodel teacher
@@ -208,7 +208,7 @@ def test_cross_entropy_of_a_label_out_of_range_is_nan():
 
 @pytest.mark.slow
 def test_a_label_out_of_range_stops_the_run_naming_the_cross_entropy(tmp_path):
-    from sexpgpu_runtime.errors import RunError
+    from sexpgpu_runtime import RunError
     text = variant(":label (mod (+ row stride) vocab)", ":label (+ (mod (+ row stride) vocab) 1)")   # 1 ... vocab
     with pytest.raises(RunError) as e:
         train_quiet(text, 3, tmp_path)
@@ -223,8 +223,7 @@ def test_export_is_checked_before_training_and_written_with_normal_permissions(t
     import os
     import stat
     from sexpgpu_runtime.paths import umask
-    from sexpgpu_runtime.run.train import RunOptions, train
-    from sexpgpu_runtime.errors import OptionError
+    from sexpgpu_runtime import OptionError, RunOptions, train
     prog = program_of(fixture_text())
     for bad, why in [(tmp_path / "nowhere" / "x.safetensors", f"there is no directory {tmp_path / 'nowhere'}"),
                      (tmp_path, "it is a directory")]:
@@ -239,7 +238,7 @@ def test_export_is_checked_before_training_and_written_with_normal_permissions(t
 
 
 def test_a_diagnostic_name_the_file_does_not_report_is_refused_before_training(tmp_path):
-    from sexpgpu_runtime.errors import OptionError, RunError
+    from sexpgpu_runtime import OptionError, RunError
     text = variant("(metric :loss loss)", "(metric :loss loss)\n    (diagnostic :logit-mean (mean logits))")
     with pytest.raises(OptionError) as e:
         train_quiet(text, 1, tmp_path / "a", diagnostics=("nope",))
@@ -263,7 +262,7 @@ def test_diagnostics_option_adds_to_the_run_forms(tmp_path):
 
 
 def test_a_pass_reading_more_records_than_its_loader_holds_is_refused(tmp_path):
-    from sexpgpu_runtime.errors import RunError
+    from sexpgpu_runtime import RunError
     text = with_held_out_pass(100)
     with pytest.raises(RunError) as e:
         train_quiet(text, 1, tmp_path)
@@ -272,7 +271,7 @@ def test_a_pass_reading_more_records_than_its_loader_holds_is_refused(tmp_path):
 
 
 def test_a_run_dir_that_is_a_file_says_so(tmp_path):
-    from sexpgpu_runtime.errors import RunError
+    from sexpgpu_runtime import RunError
     (tmp_path / "afile").write_text("notes")
     with pytest.raises(RunError) as e:
         train_quiet(fixture_text(), 1, tmp_path / "afile")

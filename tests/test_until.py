@@ -30,7 +30,7 @@ def flat(tree):
 
 
 def trips_of(text, steps, run_dir):
-    from sexpgpu_runtime.run.train import RunOptions, train
+    from sexpgpu_runtime import RunOptions, train
     seen = []
     result = train(program_of(text, str(run_dir / "run.sx")), RunOptions(steps=steps, run_dir=run_dir, quiet=True),
                    on_trip=lambda step, trip: seen.append((step, trip)))
@@ -69,7 +69,7 @@ def test_until_is_in_the_ir():
 def test_the_context_says_training_or_which_pass(tmp_path):
     """`:pass` is 0 while training and the pass's number (1, 2 ... in the file's order) in a pass,
     in the generator too: here `:finish` returns it and `objective` reports it."""
-    from sexpgpu_runtime.run.train import RunOptions, train
+    from sexpgpu_runtime import RunOptions, train
     text = variant("""                    :correct (mean (cast (= row truth) :f32) :axes [1] :keepdims true)))))""",
                    """                    :correct (mean (cast (= row truth) :f32) :axes [1] :keepdims true)
                     :seen (full [64 1] (getf ctx :pass))))))""", FROZEN)
