@@ -4,8 +4,10 @@
 command's start-up; the target is `sexpgpu lint` of the tiny-generate
 fixture (73 lines) in at most 1.5x the time of that import.
 
-Each round runs the two processes one after the other, the order alternating
-between rounds, so that a change of load hits both sides alike. Per side it
+Each round runs the processes one after the other, the order alternating
+between rounds, so that a change of load hits every side alike: `import
+typer`, `sexpgpu lint`, and the same lint with typer's own conversion of the
+option values (through pydantic: sexpgpu_cli/options.py's reason to be). Per side it
 prints the median wall time over the rounds and the median CPU time (user +
 system, from `wait4`: it does not count the waits for a core on a loaded
 machine, so it varies less), and the ratios: of the medians, and the median
@@ -40,6 +42,8 @@ SEXPGPU = Path(sys.executable).with_name("sexpgpu")
 #: The children's environment (`main` sets the bytecode cache).
 ENV = dict(os.environ)
 TARGET = 1.5
+#: `sexpgpu lint` with typer's own conversion of every option value (pydantic's), for the comparison.
+PYDANTIC = ("import sexpgpu_cli.options as o; o._FAST.clear(); import sexpgpu_cli; sexpgpu_cli.main()")
 
 
 def timed(cmd: list[str], env: dict | None = None) -> tuple[float, float, str]:
@@ -72,7 +76,8 @@ def main() -> None:
     cache = tempfile.TemporaryDirectory(prefix="sexpgpu-pyc-")
     ENV.pop("PYTHONDONTWRITEBYTECODE", None)
     ENV["PYTHONPYCACHEPREFIX"] = cache.name
-    sides = {"typer": [sys.executable, "-c", "import typer"], "lint": [str(SEXPGPU), "lint", str(FIXTURE)]}
+    sides = {"typer": [sys.executable, "-c", "import typer"], "lint": [str(SEXPGPU), "lint", str(FIXTURE)],
+             "pydantic": [sys.executable, "-c", PYDANTIC, "lint", str(FIXTURE)]}
     for cmd in sides.values():
         timed(cmd)   # the bytecode cache filled, the page cache warm
     runs = {name: [] for name in sides}
@@ -84,7 +89,9 @@ def main() -> None:
     med = statistics.median
     print(f"{args.rounds} rounds, interleaved; load average (2 cores) {load0:.1f} -> {load1:.1f}; medians")
     for name, cmd in sides.items():
-        print(f"  {' '.join(Path(c).name if c.startswith('/') else c for c in cmd):40s}"
+        shown = "sexpgpu lint, typer's conversion" if name == "pydantic" else \
+            " ".join(Path(c).name if c.startswith("/") else c for c in cmd)
+        print(f"  {shown:40s}"
               f" wall {med(w for w, _ in runs[name]) * 1e3:6.1f} ms   cpu {med(c for _, c in runs[name]) * 1e3:6.1f} ms")
     for k, what in ((0, "wall"), (1, "cpu ")):
         lint, ref = [x[k] for x in runs["lint"]], [x[k] for x in runs["typer"]]
@@ -92,6 +99,8 @@ def main() -> None:
         paired = med(a / b for a, b in zip(lint, ref))
         print(f"  lint / import typer, {what}: {ratio:.2f}x (paired {paired:.2f}x); target <= {TARGET}x: "
               f"{'met' if ratio <= TARGET else 'NOT met'}")
+    slow = med(c for _, c in runs["pydantic"]) - med(c for _, c in runs["lint"])
+    print(f"  typer's own conversion (pydantic) would add {slow * 1e3:.0f} ms of cpu to lint")
     if args.importtime:
         env = dict(ENV, PYTHONPROFILEIMPORTTIME="1")
         own = collections.defaultdict(list)
