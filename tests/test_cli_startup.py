@@ -13,15 +13,20 @@ from helpers import FIXTURE, modules_after
 SEXPGPU = Path(sys.executable).with_name("sexpgpu")
 
 
+def modules_of(*args: str) -> set[str]:
+    """The modules imported by `sexpgpu ARGS` run in a fresh interpreter."""
+    return modules_after("import sys\n"
+                         f"sys.argv = ['sexpgpu', *{list(args)!r}]\n"
+                         "from sexpgpu_cli.main import main\n"
+                         "try:\n"
+                         "    main()\n"
+                         "except SystemExit:\n"
+                         "    pass\n")
+
+
 def imported_by(*args: str) -> set[str]:
     """The top-level packages imported by `sexpgpu ARGS` run in a fresh interpreter."""
-    return {m.split(".")[0] for m in modules_after("import sys\n"
-                                                    f"sys.argv = ['sexpgpu', *{list(args)!r}]\n"
-                                                    "from sexpgpu_cli.main import main\n"
-                                                    "try:\n"
-                                                    "    main()\n"
-                                                    "except SystemExit:\n"
-                                                    "    pass\n")}
+    return {m.split(".")[0] for m in modules_of(*args)}
 
 
 def test_lint_imports_no_pydantic_lark_json_or_server():
@@ -29,6 +34,14 @@ def test_lint_imports_no_pydantic_lark_json_or_server():
     assert "sexpgpu_lang" in mods
     assert not mods & {"pydantic", "pydantic_core", "lark", "json", "rich", "lsprotocol", "pygls", "jax", "numpy",
                         "jinja2", "tokenizers"}
+
+
+def test_lint_reads_checkpoint_configs_with_modules_it_imports_only_for_them(tmp_path):
+    """check/config.py and hf_config (the families' records) are imported where a file reads a config.json."""
+    config = {"sexpgpu_lang.hf_config", "sexpgpu_lang.check.config"}
+    assert not modules_of("lint", str(FIXTURE)) & config
+    (tmp_path / "run.sx").write_text(FIXTURE.read_text() + '\n(def layers (checkpoint-config "ckpt" :layers))\n')
+    assert config <= modules_of("lint", str(tmp_path / "run.sx"))
 
 
 def test_lint_imports_huggingface_hub_only_for_a_model_id(tmp_path):
