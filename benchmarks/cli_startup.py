@@ -17,8 +17,9 @@ temporary folder filled by an untimed first run), as an installed package
 does, even where the environment sets `PYTHONDONTWRITEBYTECODE`.
 
 `--importtime` also prints where `sexpgpu lint`'s start-up goes: each
-module's own import time (`python -X importtime`, median over the rounds),
-the largest first, and the share of each top-level package.
+module's own import time (`python -X importtime`, wall time: the least over
+the rounds, the figure least disturbed by other processes), the largest
+first, and the share of each top-level package.
 
     .venv/bin/python benchmarks/cli_startup.py [--rounds 31] [--importtime]
 
@@ -107,11 +108,11 @@ def main() -> None:
         for _ in range(args.rounds):
             for name, us in self_times(timed(sides["lint"], env)[2]).items():
                 own[name].append(us)
-        times = {name: med(v) for name, v in own.items()}
+        times = {name: min(v) for name, v in own.items()}
         by_package = collections.Counter()
         for name, us in times.items():
             by_package[name.split(".")[0]] += us
-        print(f"sexpgpu lint's imports: {sum(times.values()) / 1e3:.1f} ms (own times, medians), by package:")
+        print(f"sexpgpu lint's imports: {sum(times.values()) / 1e3:.1f} ms (own times, least of {args.rounds}), by package:")
         for name, us in by_package.most_common(8):
             print(f"  {name:40s} {us / 1e3:6.1f} ms")
         print("the largest modules:")
