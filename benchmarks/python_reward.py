@@ -43,7 +43,7 @@ DEVICE_REWARD = (':finish (lambda (state ctx)\n'
                  '            (let* ((row (getf state :row)))\n'
                  '              (list :row row\n'
                  '                    :reward (reshape (cast (= (slice row :axis 1 :start prompt :end (+ prompt 1)) 0)'
-                 ' :f32) [rows]))))')
+                 ' :f32) [(axis-size row 0)]))))')
 
 
 def variants(folder: Path) -> dict[str, str]:

@@ -12,7 +12,7 @@ import sys
 import sysconfig
 from pathlib import Path
 
-from sexpgpu_lang.bounded_read import glob_bounded
+from sexpgpu_lang.files.bounded_read import glob_bounded
 
 from .output import fail
 

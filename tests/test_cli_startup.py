@@ -38,14 +38,14 @@ def test_lint_imports_no_pydantic_lark_json_or_server():
 
 def test_lint_reads_checkpoint_configs_with_modules_it_imports_only_for_them(tmp_path):
     """check/config.py and hf_config (the families' records) are imported where a file reads a config.json."""
-    config = {"sexpgpu_lang.hf_config", "sexpgpu_lang.check.config"}
+    config = {"sexpgpu_lang.files.hf_config", "sexpgpu_lang.check.config"}
     assert not modules_of("lint", str(FIXTURE)) & config
     (tmp_path / "run.sx").write_text(FIXTURE.read_text() + '\n(def layers (checkpoint-config "ckpt" :layers))\n')
     assert config <= modules_of("lint", str(tmp_path / "run.sx"))
 
 
 def test_lint_imports_huggingface_hub_only_for_a_model_id(tmp_path):
-    """The Hugging Face cache is looked in (sexpgpu_lang/hf_cache.py) only where a path is a model id."""
+    """The Hugging Face cache is looked in (sexpgpu_lang/files/hf_cache.py) only where a path is a model id."""
     assert "huggingface_hub" not in imported_by("lint", str(FIXTURE))
     text = FIXTURE.read_text()
     assert "(model " in text

@@ -299,6 +299,9 @@ def model_axis(ctx: CheckContext, kws: dict) -> tuple[int, tuple[tuple[str, int 
         how = _deepest(ctx, p.path, given)
         if how is None or how[1] == "auto":
             continue
+        from .lora import A_SUFFIX, B_SUFFIX   # (check/lora.py: imported only where `:shard` names a parameter)
+        if p.path[-1].endswith((A_SUFFIX, B_SUFFIX)) and how[0] != p.path[-1]:
+            continue   # a LoRA adapter splits with its base (mesh.adapter_overrides) unless named itself
         key, d = how
         declared = len(p.shape) - (1 if p.layers else 0)
         if d is not None and d >= declared:

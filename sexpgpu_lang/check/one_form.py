@@ -33,7 +33,7 @@ from .context import CheckContext, near_miss
 from .keywords import const_value
 
 if TYPE_CHECKING:
-    from ..hf_config import Family
+    from ..files.hf_config import Family
 
 #: The keywords the one form takes besides `:pretrained`.
 ONE_FORM_KEYS = ("pretrained", "frozen", "remat", "lora")
@@ -184,7 +184,7 @@ def expand(ctx: CheckContext, f: ListNode) -> list[ListNode] | None:
     rel, where, dtype = _path(ctx, value)
     if rel is None:
         return None
-    from ..hf_config import Setting   # (with check/config.py: imported only for a one form)
+    from ..files.hf_config import Setting   # (with check/config.py: imported only for a one form)
     from .config import model_config
     made = model_config(ctx, name.name, rel, where)
     if made is None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+import numpy as np
 import jax
 import jax.numpy as jnp
 from jax import lax
@@ -113,6 +114,14 @@ LOWERINGS["gelu"] = _ew(lambda x: jax.nn.gelu(x, approximate=True))
 LOWERINGS["silu"] = _ew(jax.nn.silu)
 LOWERINGS["sin"] = _ew(jnp.sin)
 LOWERINGS["cos"] = _ew(jnp.cos)
+def _known_number(x) -> bool:
+    """A number known while tracing (a literal, a function's constant argument), not a tracer."""
+    return isinstance(x, (int, float, np.number)) and not isinstance(x, bool)
+
+
+#: the comparisons, and NumPy's, for two numbers known while tracing (`_Lowering.op`)
+_NUMPY_COMPARE = {"=": np.equal, "!=": np.not_equal, "<": np.less, "<=": np.less_equal, ">": np.greater,
+                  ">=": np.greater_equal}
 for _n, _f in (("=", jnp.equal), ("!=", jnp.not_equal), ("<", jnp.less), ("<=", jnp.less_equal),
                (">", jnp.greater), (">=", jnp.greater_equal)):
     LOWERINGS[_n] = (lambda f: lambda call: f(*[_as(a, call.static["dtype"]) for a in call.args]))(_f)
@@ -133,8 +142,13 @@ def _not(call):
 
 @lowering("where")
 def _where(call):
+    """`jnp.where`; with a constant scalar condition (a comparison of two numbers: `_Lowering.op`) the
+    branch it selects alone, broadcast to the rule's shape, so that the other is never differentiated
+    (its backward, zeros times its operands, is work XLA does not fold away)."""
     c, a, b = call.args
     dt = call.static["dtype"]
+    if isinstance(c, (np.bool_, bool)):
+        return jnp.broadcast_to(_as(a if c else b, dt), call.out.shape)
     return jnp.where(_as(c, "bool"), _as(a, dt), _as(b, dt))
 
 
@@ -179,10 +193,10 @@ LOWERINGS["reshape"] = lambda call: jnp.reshape(call.args[0], call.static["shape
 LOWERINGS["transpose"] = lambda call: jnp.transpose(call.args[0], call.static["perm"])
 LOWERINGS["concat"] = lambda call: jnp.concatenate([_as(a, call.static["dtype"]) for a in call.args[0]], axis=call.static["axis"])
 LOWERINGS["stack"] = lambda call: jnp.stack([_as(a, call.static["dtype"]) for a in call.args[0]], axis=call.static["axis"])
-# a Python scalar (a weakly typed literal, e.g. a position 0) takes the rule's dtype, not x64's i64
+# a Python scalar (a weakly typed literal, e.g. a position 0 or a fill value) takes the rule's dtype, not x64's i64
 LOWERINGS["expand-dims"] = lambda call: jnp.expand_dims(_as(call.args[0], call.out.dtype), call.static["axis"])
 LOWERINGS["squeeze"] = lambda call: jnp.squeeze(call.args[0], axis=call.static["axes"])
-LOWERINGS["broadcast-to"] = lambda call: jnp.broadcast_to(call.args[0], call.static["shape"])
+LOWERINGS["broadcast-to"] = lambda call: jnp.broadcast_to(_as(call.args[0], call.out.dtype), call.static["shape"])
 LOWERINGS["slice"] = lambda call: lax.slice_in_dim(call.args[0], call.static["start"], call.static["end"], axis=call.static["axis"])
 
 
@@ -401,7 +415,11 @@ class _Lowering(ir.Interpreter):
         self.fx = fx
 
     def op(self, e: ir.Op, env: dict):
-        args = [_materialise(a, self.eval(a, env)) for a in e.args]
+        raw = [self.eval(a, env) for a in e.args]
+        if e.name in _NUMPY_COMPARE and all(_known_number(v) for v in raw):
+            # two numbers (`generalized-jsd`'s `(<= beta 0.0)`): a NumPy bool, which `where` selects with
+            return _NUMPY_COMPARE[e.name](*[np.asarray(v, dtype=jdt(e.static["dtype"])) for v in raw])
+        args = [_materialise(a, v) for a, v in zip(e.args, raw)]
         kwargs = {k: self.eval(v, env) for k, v in e.kwargs}
         static = e.static if e.name not in _SHARED else {**e.static, "op": e.name}
         out = LOWERINGS[e.name](LowerCall(args, kwargs, static, e.type, self.fx))
