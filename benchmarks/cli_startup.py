@@ -21,7 +21,12 @@ module's own import time (`python -X importtime`, wall time: the least over
 the rounds, the figure least disturbed by other processes), the largest
 first, and the share of each top-level package.
 
-    .venv/bin/python benchmarks/cli_startup.py [--rounds 31] [--importtime]
+`--tree DIR` adds a side: the same lint with the `sexpgpu_cli` and
+`sexpgpu_lang` of another tree (before a change: `mkdir DIR && git archive
+COMMIT sexpgpu_cli sexpgpu_lang | tar -x -C DIR`), so that before and after
+are measured in the same rounds.
+
+    .venv/bin/python benchmarks/cli_startup.py [--rounds 31] [--importtime] [--tree DIR]
 
 Not a test: the numbers depend on the machine (BENCHMARKS.md records them).
 """
@@ -73,12 +78,17 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rounds", type=int, default=31)
     ap.add_argument("--importtime", action="store_true", help="also where lint's start-up goes, by module")
+    ap.add_argument("--tree", type=Path, help="also lint with the sexpgpu_cli and sexpgpu_lang of this checkout")
     args = ap.parse_args()
     cache = tempfile.TemporaryDirectory(prefix="sexpgpu-pyc-")
     ENV.pop("PYTHONDONTWRITEBYTECODE", None)
     ENV["PYTHONPYCACHEPREFIX"] = cache.name
     sides = {"typer": [sys.executable, "-c", "import typer"], "lint": [str(SEXPGPU), "lint", str(FIXTURE)],
              "pydantic": [sys.executable, "-c", PYDANTIC, "lint", str(FIXTURE)]}
+    if args.tree is not None:
+        tree = str(args.tree.resolve())
+        sides["tree"] = [sys.executable, "-c", f"import sys; sys.path.insert(0, {tree!r}); import sexpgpu_cli; "
+                         f"assert sexpgpu_cli.__file__.startswith({tree!r}); sexpgpu_cli.main()", "lint", str(FIXTURE)]
     for cmd in sides.values():
         timed(cmd)   # the bytecode cache filled, the page cache warm
     runs = {name: [] for name in sides}
@@ -90,7 +100,7 @@ def main() -> None:
     med = statistics.median
     print(f"{args.rounds} rounds, interleaved; load average (2 cores) {load0:.1f} -> {load1:.1f}; medians")
     for name, cmd in sides.items():
-        shown = "sexpgpu lint, typer's conversion" if name == "pydantic" else \
+        shown = {"pydantic": "sexpgpu lint, typer's conversion", "tree": f"sexpgpu lint of {args.tree}"}.get(name) or \
             " ".join(Path(c).name if c.startswith("/") else c for c in cmd)
         print(f"  {shown:40s}"
               f" wall {med(w for w, _ in runs[name]) * 1e3:6.1f} ms   cpu {med(c for _, c in runs[name]) * 1e3:6.1f} ms")
@@ -100,6 +110,8 @@ def main() -> None:
         paired = med(a / b for a, b in zip(lint, ref))
         print(f"  lint / import typer, {what}: {ratio:.2f}x (paired {paired:.2f}x); target <= {TARGET}x: "
               f"{'met' if ratio <= TARGET else 'NOT met'}")
+    if args.tree is not None:
+        print(f"  lint of {args.tree} / import typer, cpu: {med(c for _, c in runs['tree']) / med(ref):.2f}x")
     slow = med(c for _, c in runs["pydantic"]) - med(c for _, c in runs["lint"])
     print(f"  typer's own conversion (pydantic) would add {slow * 1e3:.0f} ms of cpu to lint")
     if args.importtime:
