@@ -4,9 +4,10 @@ every command.
 Values converted without pydantic: typer converts every parameter's value through a pydantic
 `TypeAdapter`, and importing pydantic (and its plugin loader, which imports importlib.metadata)
 and building the adapters costs more than the rest of `sexpgpu lint` (benchmarks/cli_startup.py
-measures both: 50-70 ms of CPU, against lint's 26-30 beyond `import typer`). `fast_process_value` converts, in click's
-public `Parameter.process_value`, the values typer would convert the same way, and leaves any
-other to typer. Help that reads like a usual command line (`_PlainHelp`).
+measures both: 50-70 ms of CPU, against lint's 26-30 beyond `import typer`).
+`fast_process_value` converts, in click's public `Parameter.process_value`, the values typer
+would convert the same way, and leaves any other to typer. Help that reads like a usual command
+line (`_PlainHelp`).
 
 Imports typer only (the commands' own modules import what they need).
 """
