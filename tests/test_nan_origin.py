@@ -3,7 +3,7 @@ the bad microbatch re-run op by op from the same parameters, batch, context and 
 import numpy as np
 import pytest
 
-from helpers import SMALL, program_of, train_quiet, variant
+from helpers import SMALL, program_of, run, variant
 
 
 def origin_of(text: str, path: str = "run.sx", step: int = 0, micro: int = 0):
@@ -105,7 +105,7 @@ def test_grpo_dividing_by_a_group_spread_of_zero_names_the_division(tmp_path):
                    "(reward (* (cast (< (getf ctx :step) 2) :f32) (/ (sum (cast right :f32) :axes [1]) (- seq 2))))",
                    text)
     with pytest.raises(RunError) as e:
-        train_quiet(text, 5, tmp_path)
+        run(text, tmp_path, 5)
     line = next(i for i, s in enumerate(text.splitlines(), 1) if "(/ centred spread)" in s)
     col = text.splitlines()[line - 1].index("(/ centred spread)") + 1
     assert str(e.value) == (f"step 3: `loss` is nan, so the run stopped; the first value of that step that was not "
@@ -123,7 +123,7 @@ def test_a_later_microbatch_of_a_later_step_is_re_run_from_the_parameters_it_rea
                          "   (sqrt (- 3.5 (cast (+ (getf ctx :step) (cast (getf ctx :microbatch) :i64)) :f32))))")
     text = text.replace("(run :loader train :steps 10", "(run :loader train :steps 10 :microbatches 2")
     with pytest.raises(RunError) as e:
-        train_quiet(text, 8, tmp_path)
+        run(text, tmp_path, 8)
     msg = str(e.value)
     assert msg.startswith("step 4: `loss` is nan, so the run stopped; the first value of that step that was not "
                           f"finite: `sqrt` at {tmp_path / 'run.sx'}:13:4 (in `objective`) gave nan from finite "

@@ -477,7 +477,7 @@ def gradient_reads(e: ir.Expr, gradient_only: bool = True) -> set[tuple[str, ...
             continue
         if isinstance(n, ir.ModelCall):
             stack.extend((a, here) for a in n.args)
-            stack.extend((b, (n.self_name, n.path, dict(n.adapters))) for b in n.body)
+            stack.extend((b, (n.self_name, n.path, {a[0] for a in n.adapters})) for b in n.body)
             continue
         stack.extend((c, here) for c in ir.children(n))
     return found

@@ -27,7 +27,7 @@ def program(ctx: CheckContext, gen: ir.GenerateIR | None, prepare: ir.Phase | No
 def _adapters(ctx: CheckContext) -> tuple[ir.AdapterIR, ...]:
     """The LoRA adapters check/lora.py added, for the runtime's export."""
     return tuple(ir.AdapterIR(path, k, ctx.reachable[model], lora.rank, lora.alpha, lora.rslora,
-                                 lora.pretrained)
+                                 lora.pretrained, lora.dropout)
                  for path, k, lora, model in ctx.lora_params)
 
 
