@@ -90,7 +90,7 @@ def step_seconds(program, short: int, long: int) -> tuple[float, float]:
     `short` to it starting step `long - 1` (the generator's one trip; compilation and start-up left
     out, and the host held back by the device, so that is the device's pace): (wall seconds, the
     process's CPU seconds, every thread's: less moved by other jobs on a shared machine)."""
-    from sexpgpu_runtime.run.train import RunOptions, train
+    from sexpgpu_runtime import RunOptions, train
     at: dict[int, tuple[float, float]] = {}
 
     def on_trip(step: int, trip: int) -> None:

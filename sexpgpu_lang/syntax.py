@@ -778,6 +778,21 @@ def _parse_whole(source: SourceText, cancel: CancelToken | None = None) -> Parse
     return ParseResult(source, tuple(forms), tuple(diags), tuple(comments))
 
 
+def parse_region(text: str, start: int, end: int) -> tuple[tuple[Node, ...], tuple[Diagnostic, ...]]:
+    """The top-level forms of `text[start:end]`, a region starting at a line's start and holding whole
+    forms, with their spans in `text`: the nodes `parse` gives for them in the whole text. Also the
+    region's syntax diagnostics, their spans relative to the region (a caller reading a trusted text
+    in part expects none). The standard library's functions are parsed so, one at a time, when a
+    file first calls them (check/scope.py)."""
+    diags: list[Diagnostic] = []
+    unterminated: set[int] = set()
+    tokens, _ = _lex(text[start:end], diags, unterminated)
+    forms: list[Node] = []
+    for chunk in _chunks(tokens):
+        forms.extend(_build_all(_balanced_chunk(chunk, diags, unterminated), start))
+    return tuple(forms), tuple(diags)
+
+
 def _parse_chunk(chunk: list[Token], diags: list[Diagnostic], unterminated: set[int]) -> list[Node]:
     """The forms of one top-level chunk of tokens, with their paths; its diagnostics go to `diags`."""
     return _build_all(_balanced_chunk(chunk, diags, unterminated), 0)

@@ -243,7 +243,7 @@ def run(text: str, run_dir: Path, steps: int, *, on_trip=None, path: Path | None
     are `RunOptions`' (`resume`, `overwrite`, `export`, `stop_at`...), `on_trip` is `train`'s.
     Without terminal output unless `quiet=False`. The one place tests start a training run in
     this process; a `sexpgpu run` process is started with `sexpgpu_program()`."""
-    from sexpgpu_runtime.run.train import RunOptions, train
+    from sexpgpu_runtime import RunOptions, train
     program = program_of(text, str(path if path is not None else run_dir / "run.sx"))
     return train(program, RunOptions(steps=steps, run_dir=run_dir, quiet=quiet, **kw), on_trip=on_trip)
 

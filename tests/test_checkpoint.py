@@ -16,7 +16,7 @@ import pytest
 from helpers import ROOT, check, marked, program_of, run
 from runfile import RunFile
 from sexpgpu_runtime.weights.params import flatten
-from sexpgpu_runtime.errors import RunError, RunFinished, RunStopped
+from sexpgpu_runtime import RunError, RunFinished, RunStopped
 
 STEPS = 30
 TEST_SEED = 20240605
@@ -508,7 +508,7 @@ def test_overwrite_starts_over_removing_checkpoints_metrics_and_events(full, tmp
 
 @pytest.mark.slow
 def test_overwrite_replaces_another_runs_checkpoints_and_refuses_resume_with_it(full, tmp_path):
-    from sexpgpu_runtime.errors import OptionError
+    from sexpgpu_runtime import OptionError
     other = TEXT.set("run :optimizer :lr", "1e-3")
     run(other, tmp_path, 7)
     with pytest.raises(RunError, match=r"checkpoints of another run .*pass --overwrite to replace that run"):

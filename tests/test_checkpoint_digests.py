@@ -15,7 +15,7 @@ pytest.importorskip("orbax.checkpoint")
 
 from helpers import run, variant  # noqa: E402
 from sexpgpu_runtime.run.checkpoint import digests, first_difference  # noqa: E402
-from sexpgpu_runtime.errors import RunError, RunFinished  # noqa: E402
+from sexpgpu_runtime import RunError, RunFinished  # noqa: E402
 from sexpgpu_runtime.weights.params import flatten  # noqa: E402
 
 pytestmark = pytest.mark.slow

@@ -428,7 +428,7 @@ def checked(key):
     """(program, static report for the CPU target, XLA's analysis of each graph on the CPU), compiled
     once per test session."""
     if key not in _XLA:
-        from sexpgpu_runtime.lowering.xla_report import backend_target, xla_report
+        from sexpgpu_runtime import backend_target, xla_report
         assert backend_target() == "cpu"
         program = _program(key)
         report = explain(program, target="cpu")

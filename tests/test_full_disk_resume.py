@@ -15,7 +15,7 @@ import pytest
 pytest.importorskip("jax")
 
 from helpers import SMALL, run, variant  # noqa: E402
-from sexpgpu_runtime.errors import RunError, RunFinished  # noqa: E402
+from sexpgpu_runtime import RunError, RunFinished  # noqa: E402
 from sexpgpu_runtime.run import report  # noqa: E402
 from sexpgpu_runtime.run.checkpoint import FAILED_NOTE  # noqa: E402
 

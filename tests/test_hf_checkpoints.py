@@ -21,7 +21,7 @@ from safetensors.numpy import save_file
 from sexpgpu_lang import analyze_file
 from sexpgpu_runtime.lowering.context import make_ctx
 from sexpgpu_runtime.lowering.lowering import Effects, run_phase
-from sexpgpu_runtime.errors import RunError
+from sexpgpu_runtime import RunError
 from sexpgpu_runtime.weights.params import init_params
 from sexpgpu_runtime.weights.pretrained import export_params, initial_params, load_pretrained
 from sexpgpu_lang.name_mapping import stdlib_names
@@ -594,8 +594,7 @@ def test_export_writes_the_trainable_parameters_unless_asked_for_the_frozen_too(
 
 
 def test_export_names_is_checked_before_training(tmp_path):
-    from sexpgpu_runtime.run.options import RunOptions, check_options
-    from sexpgpu_runtime.errors import OptionError
+    from sexpgpu_runtime import OptionError, RunOptions, check_options
     write_hf(tmp_path / "hf", gpt2_tensors(np.random.default_rng(0)))
     p = program(run_file("gpt2", '(:path "hf" :names :gpt2 :file-dtype :bf16)'), tmp_path / "run.sx")
     with pytest.raises(OptionError, match=r"^--export-names: no standard-library mapping `gtp2`; they are `gpt2`, `llama`, `llama-tied`, `qwen2`, "

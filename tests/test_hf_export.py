@@ -15,7 +15,7 @@ from sexpgpu_lang import analyze_file
 from sexpgpu_lang.name_mapping import STDLIB_NAMES, shared_tensors, stdlib_names
 from sexpgpu_runtime.weights.hf_export import run_tokenizer, write_tokenizer
 from sexpgpu_runtime.weights.hf_layout import mapped_tensors
-from sexpgpu_runtime.run.options import OptionError, RunError, RunOptions, check_options
+from sexpgpu_runtime import OptionError, RunError, RunOptions, check_options
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures" / "hf"

@@ -229,7 +229,7 @@ def test_the_export_has_peft_s_names_shapes_and_config_and_the_merged_export_is_
 
 
 def test_an_adapter_of_another_rank_is_refused_naming_the_file(tmp_path):
-    from sexpgpu_runtime.errors import RunError
+    from sexpgpu_runtime import RunError
     from sexpgpu_runtime.weights.pretrained import initial_params
     text = RunFile(fixture_text()).set("defmodel student :lora :rank", "2")
     with pytest.raises(RunError, match="adapter_config.json has r 4 and lora_alpha 8; the file's `:lora` has `:rank` 2"):
@@ -237,8 +237,7 @@ def test_an_adapter_of_another_rank_is_refused_naming_the_file(tmp_path):
 
 
 def test_export_adapter_is_refused_before_training_without_lora_or_beside_export_names(tmp_path):
-    from sexpgpu_runtime.errors import OptionError
-    from sexpgpu_runtime.run.options import RunOptions, check_options
+    from sexpgpu_runtime import OptionError, RunOptions, check_options
     plain = program_of(small(""))
     with pytest.raises(OptionError, match="has no LoRA adapters"):
         check_options(plain, RunOptions(export=tmp_path / "a", export_adapter=True))

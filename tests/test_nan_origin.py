@@ -97,7 +97,7 @@ GRPO_NO_EPS = ("(reshape (/ centred (+ spread 1e-4)) [rows 1])", "(reshape (/ ce
 @pytest.mark.slow
 def test_grpo_dividing_by_a_group_spread_of_zero_names_the_division(tmp_path):
     from pathlib import Path
-    from sexpgpu_runtime.errors import RunError
+    from sexpgpu_runtime import RunError
     text = (Path(__file__).parent / "fixtures" / "grpo-by-hand.sx").read_text()
     text = variant(*GRPO_NO_EPS, text)
     # every answer scores alike from step 3 on (the reward is 0 before it): each group's spread is 0 there
@@ -117,7 +117,7 @@ def test_grpo_dividing_by_a_group_spread_of_zero_names_the_division(tmp_path):
 def test_a_later_microbatch_of_a_later_step_is_re_run_from_the_parameters_it_read(tmp_path):
     # NaN only in microbatch 1 of step 4 (ctx :step 3): the re-run must take that microbatch's batch,
     # context and the parameters after 3 updates (the update kept them), else it finds nothing.
-    from sexpgpu_runtime.errors import RunError
+    from sexpgpu_runtime import RunError
     text = SMALL.replace("(mean (cross-entropy (model (getf inputs :x)) (getf inputs :y)))",
                          "(+ (mean (cross-entropy (model (getf inputs :x)) (getf inputs :y)))\n"
                          "   (sqrt (- 3.5 (cast (+ (getf ctx :step) (cast (getf ctx :microbatch) :i64)) :f32))))")

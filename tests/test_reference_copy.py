@@ -152,8 +152,7 @@ def test_a_copy_of_a_pretrained_model_holds_the_checkpoints_values(tmp_path):
 @pytest.mark.slow
 def test_the_copy_stays_at_the_start_while_the_source_trains_and_a_resume_keeps_it(tmp_path):
     from helpers import run
-    from sexpgpu_runtime.errors import RunStopped
-    from sexpgpu_runtime.run.train import RunOptions, train
+    from sexpgpu_runtime import RunOptions, RunStopped, train
     from sexpgpu_runtime.weights.params import flatten
     text = TEXT.replace(":log (:every 1))", ":log (:every 1) :checkpoint (:every 2 :keep 2))")
     full = run(text, tmp_path / "full", 6)

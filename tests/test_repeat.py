@@ -280,7 +280,7 @@ def test_train_export_and_pretrained_see_the_stacked_parameters(tmp_path):
     it with `:pretrained`, and a file of another depth is E-MODEL-003 naming both depths."""
     from safetensors.numpy import load_file
     from sexpgpu_runtime.weights.params import flatten
-    from sexpgpu_runtime.run.train import RunOptions, train
+    from sexpgpu_runtime import RunOptions, train
     p = repeated(" :remat :nothing-saveable")
     out = train(p, RunOptions(steps=2, run_dir=tmp_path / "a", quiet=True, export=tmp_path / "s.safetensors"))
     tensors = load_file(str(tmp_path / "s.safetensors"))

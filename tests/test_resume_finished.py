@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from helpers import SMALL, run, signal_at_line, variant
-from sexpgpu_runtime.errors import RunFinished
+from sexpgpu_runtime import RunFinished
 
 pytestmark = pytest.mark.slow
 
@@ -133,7 +133,7 @@ def test_a_resume_whose_metrics_jsonl_is_gone_says_the_earlier_rows_are_not_in_i
 
 
 def test_a_longer_resume_of_a_run_that_saved_no_checkpoint_says_to_start_over(tmp_path):
-    from sexpgpu_runtime.errors import RunError
+    from sexpgpu_runtime import RunError
     run(NO_CHECKPOINT, tmp_path, 3)
     before = snapshot(tmp_path)
     with pytest.raises(RunError) as e:

@@ -250,7 +250,7 @@ GENERATE = """(def vocab (checkpoint-config "qwen2" :vocab))
 @pytest.mark.slow
 def test_a_generator_decodes_left_padded_prompts_per_row_with_caches_as_generate_does(tmp_path):
     from sexpgpu_lang import analyze
-    from sexpgpu_runtime.run.train import RunOptions, train
+    from sexpgpu_runtime import RunOptions, train
     want = np.load(HF / "qwen2-padded.npz")
     path = HF / "generate-check.sx"            # (never written: the paths resolve beside the fixtures)
     res = analyze(GENERATE, str(path), read_files=True)

@@ -204,7 +204,7 @@ def test_cross_entropy_of_a_label_out_of_range_is_nan():
 
 @pytest.mark.slow
 def test_a_label_out_of_range_stops_the_run_naming_the_cross_entropy(tmp_path):
-    from sexpgpu_runtime.errors import RunError
+    from sexpgpu_runtime import RunError
     text = FIXTURE.set("defgenerate :finish (list :label", "(+ (mod (+ row stride) vocab) 1)")   # 1 ... vocab
     with pytest.raises(RunError) as e:
         run(text, tmp_path, 3)
@@ -219,7 +219,7 @@ def test_export_is_checked_before_training_and_written_with_normal_permissions(t
     import os
     import stat
     from sexpgpu_runtime.paths import umask
-    from sexpgpu_runtime.errors import OptionError
+    from sexpgpu_runtime import OptionError
     for bad, why in [(tmp_path / "nowhere" / "x.safetensors", f"there is no directory {tmp_path / 'nowhere'}"),
                      (tmp_path, "it is a directory")]:
         with pytest.raises(OptionError) as e:
@@ -233,7 +233,7 @@ def test_export_is_checked_before_training_and_written_with_normal_permissions(t
 
 
 def test_a_diagnostic_name_the_file_does_not_report_is_refused_before_training(tmp_path):
-    from sexpgpu_runtime.errors import OptionError, RunError
+    from sexpgpu_runtime import OptionError, RunError
     text = WITH_LOGIT_MEAN
     with pytest.raises(OptionError) as e:
         run(text, tmp_path / "a", 1, diagnostics=("nope",))
@@ -257,7 +257,7 @@ def test_diagnostics_option_adds_to_the_run_forms(tmp_path):
 
 
 def test_a_pass_reading_more_records_than_its_loader_holds_is_refused(tmp_path):
-    from sexpgpu_runtime.errors import RunError
+    from sexpgpu_runtime import RunError
     text = with_held_out_pass(100)
     with pytest.raises(RunError) as e:
         run(text, tmp_path, 1)
@@ -266,7 +266,7 @@ def test_a_pass_reading_more_records_than_its_loader_holds_is_refused(tmp_path):
 
 
 def test_a_run_dir_that_is_a_file_says_so(tmp_path):
-    from sexpgpu_runtime.errors import RunError
+    from sexpgpu_runtime import RunError
     (tmp_path / "afile").write_text("notes")
     with pytest.raises(RunError) as e:
         run(fixture_text(), tmp_path / "afile", 1)

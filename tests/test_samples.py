@@ -15,8 +15,8 @@ import pytest
 from helpers import ROOT, program_of, run, variant
 from sexpgpu_runtime.data.loaders import Loader
 from sexpgpu_runtime.weights.params import init_params
-from sexpgpu_runtime.run.samples import SampleError, cut, markdown_table, row_line
-from sexpgpu_runtime.run.train import RunError
+from sexpgpu_runtime import RunError, SampleError
+from sexpgpu_runtime.run.samples import cut, markdown_table, row_line
 
 SAMPLES = "(:every 3 :rows 3 :text [:sample] :values [:correct :stride] :prompt 2)"
 

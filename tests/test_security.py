@@ -175,7 +175,7 @@ def test_checking_runs_no_code_from_the_file(spy, monkeypatch):
 def test_pretrained_npz_and_checkpoints_never_unpickle(tmp_path, monkeypatch):
     import numpy as np
 
-    from sexpgpu_runtime.run.train import RunOptions, train
+    from sexpgpu_runtime import RunOptions, train
 
     def refuse(*a, **k):
         raise AssertionError("unpickled")

@@ -148,8 +148,7 @@ def test_shard_params_in_the_file_is_checked():
 
 
 def test_a_mesh_larger_than_the_devices_is_refused(tmp_path):
-    from sexpgpu_runtime.run.train import RunOptions, train
-    from sexpgpu_runtime.errors import OptionError
+    from sexpgpu_runtime import OptionError, RunOptions, train
     import jax
     n = len(jax.devices()) + 1
     with pytest.raises(OptionError, match=f"asks for {n} devices"):
@@ -166,7 +165,7 @@ def test_devices_in_the_file_must_divide_every_batch():
 
 
 def test_parse_mesh():
-    from sexpgpu_runtime.devices.sharding import parse_mesh
+    from sexpgpu_runtime import parse_mesh
     assert parse_mesh("data=8") == (8, 1) and parse_mesh("4") == (4, 1)
     assert parse_mesh("data=2,model=4") == (2, 4) and parse_mesh("model=8") == (1, 8)
     for bad in ("data=x", "data=0", "model=0", "data=2,data=2"):

@@ -19,7 +19,6 @@ from ..syntax import Kw, ListNode, Sym, walk
 from .context import CheckContext, listed, near_miss
 from .facts import CheckResult
 from .forms import top_curriculum, top_def, top_loader, top_run
-from .config import compare_configs
 from .generate import top_generate
 from .models import build_model, collect_params, declare_model, gradient_free_params, top_model_binding
 from .one_form import expand_one_forms, strip_facts
@@ -123,7 +122,9 @@ def _check_forms(ctx: CheckContext, build_ir: bool) -> CheckResult:
     top_curriculum(ctx, train)
     top_samples(ctx, train, gen, prepare, objective)   # `run`'s `:samples`: names of the batch and phases
     ctx.poll()
-    compare_configs(ctx, gen)   # each `:pretrained` model against its config.json, its bodies' values folded
+    if ctx.stated_configs:   # each `:pretrained` model against its config.json, its bodies' values folded
+        from .config import compare_configs   # (with hf_config: imported only where a file reads a config.json)
+        compare_configs(ctx, gen)
     missing_forms(ctx)
     strip_facts(ctx)
     ctx.diags.sort(key=lambda d: (d.span.start, d.code))
