@@ -18,7 +18,7 @@ from pathlib import Path
 TESTS = Path(__file__).resolve().parent
 
 #: The counts over tests/ (every .py below it) when the ceilings were last lowered.
-VARIANT_CEILING = 73
+VARIANT_CEILING = 72
 REPLACE_CEILING = 171
 
 #: Characters one of which a `.replace()`'s first argument has when it is run-file text (a form, a
