@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from sexpgpu_lang import analyze_file
-from sexpgpu_runtime.run.train import RunOptions, train
+from sexpgpu_runtime import RunOptions, train
 
 pytestmark = pytest.mark.slow
 

@@ -19,6 +19,7 @@ import jax
 import jax.numpy as jnp
 
 from helpers import program_of
+from runfile import RunFile
 from sexpgpu_lang.check import check_expression
 from sexpgpu_lang.types import TensorType
 from test_stdlib_posttrain import grad, log_softmax, run, sequence_mean, surrogate, token_mean
@@ -253,12 +254,12 @@ def test_sample_trip_writes_the_token_from_the_column_before_each_trip():
 
 
 def test_sample_trip_samples_salted_and_its_column_is_a_scalar():
-    sampled = SAMPLED.replace("(+ (cast trip :i32) prompt) trip 0)", "(+ (cast trip :i32) prompt) trip 1)")
+    sampled = RunFile(SAMPLED).edit("defgenerate :step (sample-trip", "prompt) trip 0)", "prompt) trip 1)")
     a, _ = _generate(sampled, {"row": np.ones((B, P), np.int32), "stride": np.ones((B, 1), np.int32)})
     assert (a["out"][:, :P] == 1).all() and a["out"].max() < V
     assert len({tuple(r) for r in a["out"][:, P:]}) > 1     # the rows' draws differ
     from helpers import check, marked
-    bad = SAMPLED.replace("(+ (cast trip :i32) prompt) trip 0)", "(+ (iota [6] :axis 0) prompt) trip 0)")
+    bad = RunFile(SAMPLED).set("defgenerate :step (sample-trip (+", "(+ (iota [6] :axis 0) prompt)")
     check(marked(bad, "(+ (iota [6] :axis 0) prompt)", "E-SHAPE-005"))
 
 
@@ -288,10 +289,9 @@ def test_explain_prices_a_where_on_two_numbers_as_the_lowering_runs_it():
     """`sexpgpu explain`'s trace folds the comparison of two numbers and takes the branch it selects, as
     the lowering does: `generalized-jsd` at beta 0 costs what `forward-kl` costs."""
     from sexpgpu_lang.explain import explain
-    objective = "(objective (lambda (b ctx) (mean (cast (field b :out) :f32))))"
 
     def train_cost(loss):
-        text = CACHED.replace(objective, f"(objective (lambda (b ctx) (let* ((lg (lm (field b :out)))) {loss})))")
+        text = RunFile(CACHED).set("objective", f"(objective (lambda (b ctx) (let* ((lg (lm (field b :out)))) {loss})))")
         g = {g["name"]: g for g in explain(program_of(text))["graphs"]}["train"]
         return g["flops"], g["live"]["total"]
     jsd = train_cost("(generalized-jsd lg (stop-gradient lg) 0.0 (> (field b :out) 0))")
