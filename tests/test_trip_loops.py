@@ -138,8 +138,8 @@ def test_the_watch_maps_each_callback_to_its_loop_and_trip():
 def _c_trainer(tmp_path):
     from sexpgpu_runtime.run.options import RunOptions
     from sexpgpu_runtime.run.train import Trainer
-    from helpers import FIXTURE
-    text = variant(":stack 2", ":stack 1", Path(FIXTURE).read_text())
+    from runfile import RunFile
+    text = RunFile.fixture().set("run :stack", "1")
     return Trainer(program_of(text, str(tmp_path / "run.sx")), RunOptions(run_dir=tmp_path, quiet=True)), text
 
 
