@@ -452,6 +452,30 @@ class Provenance:
                                   "another --run-dir to start afresh)")
 
 
+def has_steps(folder: Path) -> bool:
+    """Whether `folder` holds anything named like a step (a checkpoint orbax would list)."""
+    return any(p.name.isdigit() for p in folder.iterdir())
+
+
+def open_manager(spec: CheckpointSpec, folder: Path):
+    """(orbax.checkpoint, its CheckpointManager of `folder`), imported and opened now: importing orbax
+    costs about 0.2 s of CPU, which `Checkpoints` spends only at its first read or write, so a run
+    that neither reads nor writes a checkpoint (no `:checkpoint`, no stop, a run dir without
+    checkpoints) never pays it. CheckpointError when it cannot be opened."""
+    import orbax.checkpoint as ocp
+    _quiet_orbax()
+    # The checkpoint's directories are made before `save` returns, not by a background thread
+    # whose failure (a full disk) would leave orbax's other threads waiting for its signal until
+    # a 300 s timeout, holding the process's exit for as long.
+    options = ocp.CheckpointManagerOptions(
+        max_to_keep=spec.keep, create=True, enable_async_checkpointing=True,
+        async_options=ocp.options.AsyncOptions(create_directories_asynchronously=False))
+    try:
+        return ocp, ocp.CheckpointManager(folder, options=options)
+    except Exception as e:  # orbax raises its own and the OS's errors
+        raise CheckpointError(f"cannot open checkpoints in {spec.dir}: {_reason(e)}")
+
+
 class Checkpoints:
     """The checkpoints of one run dir: list, save (atomic, asynchronous), restore the newest, check identity.
 
@@ -460,10 +484,7 @@ class Checkpoints:
     """
 
     def __init__(self, spec: CheckpointSpec, identity: Identity, file: str = ""):
-        import orbax.checkpoint as ocp  # ~0.5 s to import; only runs that train pay it
-
-        _quiet_orbax()
-        self.ocp = ocp
+        self.ocp = self._manager = None   # orbax.checkpoint and its manager, once opened (`manager`)
         self.spec = spec
         self.provenance = Provenance(identity, file, spec.dir)   # who made the checkpoints; who resumes them
         self.cut_short: list[int] = []   # the steps whose writes a killed process left unfinished (removed)
@@ -477,24 +498,28 @@ class Checkpoints:
         same_dir_everywhere(self.dir)
         if jax.process_index() == 0:
             self.cut_short = remove_torn_writes(self.dir)
-        # The checkpoint's directories are made before `save` returns, not by a background thread
-        # whose failure (a full disk) would leave orbax's other threads waiting for its signal until
-        # a 300 s timeout, holding the process's exit for as long.
-        options = ocp.CheckpointManagerOptions(
-            max_to_keep=spec.keep, create=True, enable_async_checkpointing=True,
-            async_options=ocp.options.AsyncOptions(create_directories_asynchronously=False))
-        try:
-            self.manager = ocp.CheckpointManager(self.dir, options=options)
-        except Exception as e:  # orbax raises its own and the OS's errors
-            raise CheckpointError(f"cannot open checkpoints in {spec.dir}: {_reason(e)}")
         latest = self.latest()
         self.failed = {k: v for k, v in read_failed_writes(self.dir).items() if latest is None or k > latest}
         # a failed write's note is not a kill's: those steps are told by why they failed
         self.cut_short = [k for k in self.cut_short if k not in self.failed]
 
+    @property
+    def manager(self):
+        """orbax's CheckpointManager, opened at its first use (`open_manager`)."""
+        if self._manager is None:
+            self.ocp, self._manager = open_manager(self.spec, self.dir)
+        return self._manager
+
+    def _orbax(self):
+        """orbax.checkpoint, its manager opened first (`manager`)."""
+        _ = self.manager
+        return self.ocp
+
     # -- what is there --------------------------------------------------------------------------
     def steps(self) -> list[int]:
         """The steps of the complete checkpoints, oldest first (a half-written one is not among them)."""
+        if self._manager is None and not has_steps(self.dir):
+            return []
         self.manager.reload()
         return sorted(self.manager.all_steps())
 
@@ -514,8 +539,8 @@ class Checkpoints:
         The write finishes in the background; the checkpoint appears, complete,
         when it is done. Older checkpoints beyond `:keep` are deleted after it.
         """
-        ocp = self.ocp
         self.check_space(tree, step)
+        ocp = self._orbax()
         meta = {"format": FORMAT, "step": int(step), "records": int(records), **self.provenance.record()}
         sums = digests(tree)
         if sums is not None:
@@ -542,6 +567,8 @@ class Checkpoints:
 
     def wait(self) -> None:
         """Block until every checkpoint started has been written (or raise why not)."""
+        if self._manager is None:   # nothing was ever started
+            return
         try:
             self.manager.wait_until_finished()
         except Exception as e:
@@ -555,7 +582,7 @@ class Checkpoints:
     # -- reading --------------------------------------------------------------------------------
     def meta(self, step: int) -> dict:
         """The JSON item of checkpoint `step`."""
-        ocp = self.ocp
+        ocp = self._orbax()
         if not (self.dir / str(step) / "meta").exists():   # (orbax's own words list the items it found)
             raise CheckpointError(f"cannot read checkpoint step {step} in {self.spec.dir}: it has no `meta` item "
                                   "(the step, the identity and the digests sexpgpu writes beside the arrays), so "
@@ -591,7 +618,7 @@ class Checkpoints:
         steps = self.steps()
         if not steps:
             raise CheckpointError(f"no complete checkpoint in {self.spec.dir} to resume from")
-        ocp = self.ocp
+        ocp = self._orbax()
         abstract = jax.tree_util.tree_map(ocp.utils.to_shape_dtype_struct, like)
         failed: list[str] = []
         for step in reversed(steps):
@@ -636,6 +663,8 @@ class Checkpoints:
         reported by `wait` (which every path that trains calls), and a torn write is absent, not corrupt;
         one that fails here (the run stopped for another reason, a full disk at its metrics say)
         has its leftovers removed and is noted all the same (`_write_failed`)."""
+        if self._manager is None:
+            return
         try:
             self.manager.wait_until_finished()
         except Exception as e:

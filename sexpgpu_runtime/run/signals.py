@@ -55,6 +55,7 @@ class StopSignals:
         self.signals = signals
         self.received: int | None = None
         self._old: dict[int, object] = {}
+        self._listeners: list = []
 
     def __enter__(self) -> "StopSignals":
         if threading.current_thread() is threading.main_thread():
@@ -72,9 +73,18 @@ class StopSignals:
                 old.received = self.received   # a later signal is a second one
         self._old.clear()
 
+    def listen(self, listener) -> None:
+        """Call `listener()` when the first stop signal is noted (at once if it already was): the
+        compiled trip loop's stop bit in C (lowering/trip_look.py), which no Python look reads."""
+        self._listeners.append(listener)
+        if self.received is not None:
+            listener()
+
     def _note(self, signum, frame) -> None:
         if self.received is None:
             self.received = signum
+            for listener in self._listeners:
+                listener()
             return
         exit_now(signum)
 

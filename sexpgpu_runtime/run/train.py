@@ -17,6 +17,7 @@ device running out of memory (fits.py).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import time
 
 import jax
@@ -29,6 +30,7 @@ from ..errors import (BadDraw, BadValue, CheckpointError, InternalTypeError, Loa
                       RunError, RunStopped, Stopped, TokenFileError)
 from ..lowering.context import context_row
 from ..lowering.finite_check import first_nonfinite_op
+from ..lowering.generator_graphs import default_trip_loop
 from ..lowering.graphs import Graphs
 from ..weights.optim import learning_rate, make_optimizer
 from ..weights.hf_export import export_extras
@@ -82,7 +84,7 @@ class Trainer:
             self.dp = DataParallel.of(program, options.devices, options.fsdp, options.model)
         except MeshError as e:
             raise (OptionError if options.devices is not None or options.model is not None else RunError)(str(e))
-        self.trip_loop = options.trip_loop or "host"
+        self.trip_loop = options.trip_loop or default_trip_loop(self.dp is None)
         self.graphs = Graphs(program, self.optimizer, selected, donate=jax.default_backend() != "cpu", dp=self.dp,
                              trip_loop=self.trip_loop)
         self.layout = self.graphs.layout
@@ -133,22 +135,23 @@ class Trainer:
         gen = self.graphs.generator
         with gen.watch.lock if gen is not None else contextlib.nullcontext():
             self.poll()
+            if gen is not None and gen.c_look is not None and not gen.c_look.commit(step):   # (a signal came)
+                raise Stopped(self.stop.received)
             self.committed = step
 
     def _trip_hook(self, step: int):
         """Before every trip of step `step`: `on_trip(step, trip)`, then the look for a stop: the host loop
-        raises `Stopped`; the compiled loop's (from its callback) answers no once a signal came and the
-        step is not committed (`_commit` then raises it), so a loop cut short is never trained on."""
+        raises `Stopped`; the compiled loop's (from its callback) answers no once a signal came and the step
+        is not committed (`_commit` then raises it). None: the compiled loop looks in C (no `on_trip`)."""
         def before_trip(trip: int):
-            if self.on_trip is not None:
-                self.on_trip(step, trip)
+            self.on_trip is not None and self.on_trip(step, trip)
             self.poll()
 
         def look(trip: int) -> bool:
-            if self.on_trip is not None:
-                self.on_trip(step, trip)
+            self.on_trip is not None and self.on_trip(step, trip)
             return not (self.stop is not None and self.stop.received is not None and self.committed < step)
-        return look if self.trip_loop == "compiled" else before_trip
+        return before_trip if self.trip_loop != "compiled" else (
+            None if self.on_trip is None and self.graphs.generator.c_look is not None else look)
 
     def step(self, state: RunState) -> tuple[RunState, dict]:
         """Run one training step; return the new state and its reports (device values).
@@ -278,6 +281,9 @@ def _fit_saving(trainer: Trainer, store: Checkpoints, reporter: Reporter, state:
             save(s)
 
     with StopSignals() as trainer.stop:
+        look = trainer.graphs.generator.c_look if trainer.graphs.generator is not None else None
+        if look is not None:   # a signal sets the compiled loop's stop bit in C (trip_look.py)
+            trainer.stop.listen(look.stop)
         try:
             state, history = trainer.fit(state, reporter, after_step)
             store.wait()
@@ -351,12 +357,15 @@ def train(program: ir.Program, options: RunOptions, on_trip=None) -> RunResult:
     last good checkpoint); RunStopped when SIGINT or SIGTERM stopped it (after
     saving the last completed step); RunFinished, having changed nothing, when
     `options.resume` finds the run has trained its steps already. `on_trip(step,
-    trip)` is called before every trip of the generator (with `options.trip_loop` "compiled", on the
-    host from the loop's callback, what it raises raised at the host's next look). The run dir is held from before
+    trip)` is called before every trip of the generator: where `options.trip_loop` is None the run
+    then takes the host loop, which calls it in this thread before each call; with "compiled" it is
+    called on the host from the loop's callback, what it raises raised at the host's next look. The run dir is held from before
     anything is written in it until the export is written (run_lock.py): RunDirInUse, having
     written nothing, when another process holds it.
     """
     configure_compile_cache(options.compile_cache)   # before anything compiles
+    if on_trip is not None and options.trip_loop is None:   # a hook to call before each trip: the host loop
+        options = dataclasses.replace(options, trip_loop="host")
     start = RunStart(program, options)
     try:
         return _run(start, program, options, on_trip)
