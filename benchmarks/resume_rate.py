@@ -64,8 +64,8 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=30, help="N: the fresh run's steps; the resume trains N more")
     a = ap.parse_args()
     from sexpgpu_lang import analyze
-    from sexpgpu_runtime.run.options import RunOptions
-    from sexpgpu_runtime.run.train import train
+    from sexpgpu_runtime import RunOptions
+    from sexpgpu_runtime import train
     made = rated_runs()
     text = FIXTURE.read_text().replace(":log (:every 50))", f":log (:every 50)\n     :checkpoint (:every {a.steps}))")
     print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")

@@ -136,7 +136,7 @@ def test_the_watch_maps_each_callback_to_its_loop_and_trip():
 
 
 def _c_trainer(tmp_path):
-    from sexpgpu_runtime.run.options import RunOptions
+    from sexpgpu_runtime import RunOptions
     from sexpgpu_runtime.run.train import Trainer
     from runfile import RunFile
     text = RunFile.fixture().set("run :stack", "1")
@@ -179,7 +179,7 @@ def test_a_stop_seen_in_c_ends_the_loop_before_that_trip(tmp_path):
 
 
 def host_graphs(text, tmp_path):
-    from sexpgpu_runtime.run.options import RunOptions
+    from sexpgpu_runtime import RunOptions
     from sexpgpu_runtime.run.train import Trainer
     return Trainer(program_of(text, str(tmp_path / "run.sx")), RunOptions(run_dir=tmp_path, quiet=True,
                                                                           trip_loop="host")).graphs
@@ -223,7 +223,7 @@ def test_a_signal_during_the_c_looked_loop_abandons_the_step_and_the_resume_is_b
     uninterrupted run."""
     import threading
     import time
-    from sexpgpu_runtime.errors import RunStopped
+    from sexpgpu_runtime import RunStopped
     STEPS = 60   # (many steps after the first row, so the signal lands before the run's end)
     full = train_with(LOGGED, tmp_path / "full", STEPS, None)
     d = tmp_path / "stopped"
