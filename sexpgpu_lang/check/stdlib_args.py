@@ -51,6 +51,7 @@ from ..diagnostics import warning
 from ..types import ShapeType, TensorType, is_float, is_int
 from .context import CheckContext
 from .ranges import DECLARED, hi_occurs, lo_occurs
+from .stdlib_settings import settings_fit
 
 #: function -> {parameter: what it must be}: "positions" (an integer tensor, [T] or [B T] of x), "pos"
 #: (an integer scalar or [B]), "heads" (the last axis even: a tensor of heads of width H), "table"
@@ -94,9 +95,6 @@ RULES: dict[str, dict[str, str]] = {
     "eos-hit": {"eos": "eos"},
     "embedding": {"table": "table"},
 }
-
-#: the functions whose mask may be float (a weight per token), as the post-training functions' may
-_WEIGHTED = ("completion-cross-entropy", "completion-log-prob")
 
 #: the argument whose axis 0 is the batch a `[B]` pos must match, by function
 _BATCH_OF = {"cache-write": "cache", "cached-attention": "q", "row-token": "row", "decode-trip": "row",
@@ -142,9 +140,11 @@ def check_stdlib_call(ctx: CheckContext, fn: str, params: list[str], args: list[
     against `RULES` (and the post-training functions' `LAYOUTS`); `ranges(e)` gives an argument's
     `ranges.value_range`, `forms(e)` its `ranges.trip_form`. Reports the first that breaks one (at that
     argument) and returns False; True when all hold. A cached layer's `pos` that provably writes past its
-    cache on a trip is W-SHAPE-002 at the call (`span`), which still holds."""
+    cache on a trip is W-SHAPE-002 at the call (`span`), which still holds. The settings beside the
+    tensors (a KL weight, a clip range, a fill) are `stdlib_settings.settings_fit`'s."""
     if fn in LAYOUTS:
-        return _layouts_fit(ctx, fn, dict(zip(params, args)))
+        by_name = dict(zip(params, args))
+        return _layouts_fit(ctx, fn, by_name) and settings_fit(ctx, fn, by_name)
     rules = RULES.get(fn)
     if not rules:
         return True
@@ -322,14 +322,14 @@ def _positions_fit(ctx: CheckContext, fn: str, p: str, a: ir.Expr, by_name: dict
 
 
 def _mask_fits(ctx: CheckContext, fn: str, p: str, a: ir.Expr) -> bool:
-    """A padding or completion mask: [B T], bool or integer (1 at the tokens it keeps); E-TYPE-002 or
-    E-SHAPE-005."""
+    """A mask, padding or completion: [B T], bool, integer or float (E-TYPE-002, E-SHAPE-005). The one
+    rule of every standard-library function that takes a mask: true, or nonzero, at the tokens it keeps;
+    a function that reduces over the tokens casts it to f32, so a float mask weighs each token (TRL's
+    masks are integer 0/1 tensors, a bool one is a comparison's)."""
     t = a.type
-    weights = fn in _WEIGHTED   # a loss's mask may be a float weight, as the post-training functions' is
-    if t.dtype != "bool" and not is_int(t.dtype) and not (weights and is_float(t.dtype)):
-        kinds = "bool, integer or float" if weights else "bool or integer"
-        ctx.err("E-TYPE-002", a.span, f"`{fn}`'s `{p}` is a mask, {kinds} (true or 1 at the tokens it "
-                f"keeps); got {t.show()}", help="a loader's `NAME-mask` field is one; or compare: `(!= ids pad)`")
+    if t.dtype != "bool" and not is_int(t.dtype) and not is_float(t.dtype):
+        ctx.err("E-TYPE-002", a.span, f"`{fn}`'s `{p}` is a mask, bool, integer or float (true or 1 at the tokens "
+                f"it keeps); got {t.show()}", help="a loader's `NAME-mask` field is one; or compare: `(!= ids pad)`")
         return False
     if len(t.shape) != 2:
         ctx.err("E-SHAPE-005", a.span, f"`{fn}`'s `{p}` is a mask [B T], one entry per token of each row; "
@@ -365,6 +365,9 @@ def _cache_fits(ctx: CheckContext, fn: str, p: str, cache: ir.Expr, by_name: dic
     return True
 
 
+#: the functions whose group compares its rows with each other: a group of one row is refused
+_GROUPS = ("group-advantages", "group-advantages-unscaled")
+
 _LAYOUT_WORDS = {"mask": "the completion mask [B T]", "bt": "a value per token [B T]", "btv": "logits [B T V]",
                  "b": "a value per row [B]", "tokens": "token ids [B T]"}
 
@@ -386,18 +389,21 @@ def _layouts_fit(ctx: CheckContext, fn: str, by_name: dict) -> bool:
         rule, t = rules[p], a.type
         rank = {"mask": 2, "bt": 2, "btv": 3, "b": 1, "tokens": 2}.get(rule)
         if rule == "group":
-            if t.shape != () or not isinstance(t.value, int) or isinstance(t.value, bool) or t.value < 1:
-                ctx.err("E-TYPE-003", a.span, f"`{fn}`'s `{p}` is a count of rows, a constant integer of 1 or "
-                        f"more; got {t.show()}", help="give the number of answers per prompt, e.g. `(def group 8)`")
+            least = 2 if fn in _GROUPS else 1
+            if t.shape != () or not isinstance(t.value, int) or isinstance(t.value, bool) or t.value < least:
+                alone = (": a group of one row has nothing to compare with, so every advantage is 0 and the "
+                         "policy's gradient too (TRL refuses `num_generations` below 2)") if least == 2 \
+                    and t.shape == () and t.value == 1 else ""
+                ctx.err("E-TYPE-003", a.span, f"`{fn}`'s `{p}` is a count of rows, a constant integer of {least} or "
+                        f"more; got {1 if alone else t.show()}{alone}",
+                        help="give the number of answers per prompt, e.g. `(def group 8)`")
                 return False
             if rows is not None and rows % t.value:
                 ctx.err("E-SHAPE-005", a.span, f"`{fn}` groups the {rows} rows by {t.value}, which does not divide "
                         f"them", help=f"make the rows a multiple of the group: prompts times {t.value}")
                 return False
             continue
-        if rule == "mask" and not (t.dtype == "bool" or is_float(t.dtype)):
-            ctx.err("E-TYPE-002", a.span, f"`{fn}`'s `{p}` is the completion mask, bool or float; got {t.show()}",
-                    help=f"compare to make it bool, e.g. `(> {p} 0)`, or `(cast {p} :f32)`")
+        if rule == "mask" and not _mask_fits(ctx, fn, p, a):
             return False
         if rule == "tokens" and not is_int(t.dtype):
             ctx.err("E-TYPE-002", a.span, f"`{fn}`'s `{p}` are token ids, integers; got {t.show()}",
