@@ -736,9 +736,19 @@ def call_function(ctx: CheckContext, node: ListNode, b: Binding, scope: Scope) -
     args = [infer(ctx, a, scope) for a in node.items[1:]]
     if len(args) != len(params):
         name = node.items[0].name if isinstance(node.items[0], Sym) else "this function"
+        signature = f"`({name} {' '.join(params)})`"
+        # `(gkd-objective s t :beta 0.5 :mask m)`: a function's arguments have no names (a keyword
+        # that names no parameter may be a value, `:f32`)
+        kw = next((a for a in node.items[1:] if isinstance(a, Kw) and a.name in params), None)
+        if kw is not None:
+            return ir.Const(ctx.err("E-FORM-003", kw.span,
+                                    f"`{name}` takes its {_count(len(params), 'argument')} by position, not by "
+                                    f"keyword: {signature}, got `:{kw.name}`",
+                                    help=f"drop the keywords and give the arguments in this order: {signature}"),
+                            node.span)
         return ir.Const(ctx.err("E-FORM-003", node.span,
-                                f"`{name}` takes {_count(len(params), 'argument')} "
-                                f"`({name} {' '.join(params)})`, got {len(args)}"), node.span)
+                                f"`{name}` takes {_count(len(params), 'argument')} {signature}, got {len(args)}"),
+                        node.span)
     if any(isinstance(a.type, ErrorType) for a in args):
         return ir.Const(ERROR, node.span)
     if len(ctx.active) > 32:

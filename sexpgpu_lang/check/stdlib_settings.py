@@ -13,9 +13,10 @@ at its own argument, before the body is inlined:
   the mixture `beta p_t + (1 - beta) p_s` is no distribution and the log of it NaN;
 - each a number scalar: a string is E-TYPE-001, a tensor of more than one entry E-SHAPE-005, a
   constant outside its range E-TYPE-003 (a computed one, a schedule, is not checked);
-- `repeat-prompts`' fill a scalar of the prompt's dtype (an integer constant for an integer
-  prompt, `true`/`false` for a bool one): a float fill would make the rows float, and the
-  model's `take` of them fail far from the call (E-TYPE-002, E-TYPE-001, E-SHAPE-005).
+- `repeat-prompts`' prompt integer ids (or a bool padding mask) and its fill a scalar of the
+  prompt's dtype (an integer constant for an integer prompt, `true`/`false` for a bool one): a
+  float fill would make the rows float, and the model's `take` of them fail far from the call
+  (E-TYPE-002, E-TYPE-001, E-SHAPE-005).
 
 Imports nothing outside `sexpgpu_lang`; never JAX.
 """
@@ -95,11 +96,16 @@ def _in_range(ctx: CheckContext, fn: str, p: str, a: ir.Expr, rule: tuple) -> bo
 
 
 def _fill_fits(ctx: CheckContext, prompt: ir.Expr | None, fill: ir.Expr | None) -> bool:
-    """`repeat-prompts`' fill: a scalar of the prompt's dtype, or a constant integer (`true`/`false`)
-    that fits an integer (bool) prompt."""
+    """`repeat-prompts`' prompt integer ids or a bool mask, and its fill a scalar of the prompt's dtype
+    (a constant integer fits any integer prompt)."""
     if prompt is None or fill is None or not isinstance(prompt.type, TensorType) or isinstance(fill.type, ErrorType):
         return True
     pt, ft = prompt.type, fill.type
+    if is_float(pt.dtype):
+        ctx.err("E-TYPE-002", prompt.span, f"`repeat-prompts`' `prompt` is token ids [B P], integers (or a prompt's "
+                f"padding mask, bool); got {pt.show()}", help="pass the loader's integer field as it is; a float "
+                "row cannot be fed to a model's `take`")
+        return False
     need = f"a scalar of the prompt's dtype ({pt.dtype}, the prompt {pt.show()})"
     if not isinstance(ft, TensorType):
         shown = shown_value(ft.value) if isinstance(ft, StringType) else ft.show()
@@ -112,10 +118,9 @@ def _fill_fits(ctx: CheckContext, prompt: ir.Expr | None, fill: ir.Expr | None) 
         return False
     same = ft.dtype == pt.dtype
     literal_int = is_int(pt.dtype) and is_int(ft.dtype) and isinstance(ft.value, int) and not isinstance(ft.value, bool)
-    literal_float = is_float(pt.dtype) and ft.value is not None and not isinstance(ft.value, bool)
-    if same or literal_int or literal_float:
+    if same or literal_int:
         return True
     ctx.err("E-TYPE-002", fill.span, f"`repeat-prompts`' `fill` is {need}; got {ft.show()}, which would make "
             f"the rows {ft.dtype}", help="give the padding id the trips overwrite, e.g. 0 (token ids stay integers)"
-            if is_int(pt.dtype) else f"cast it: `(cast fill :{pt.dtype})`")
+            if is_int(pt.dtype) else "give `true` (the new columns real) or `false`")
     return False
