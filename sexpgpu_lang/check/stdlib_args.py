@@ -20,9 +20,10 @@ inlined:
   and its `at` an integer scalar; `prefill-prompts`' prompt [B P] integer
   and its mask (E-TYPE-002, E-SHAPE-005); `repeat-prompts`' width a
   constant of at least the prompt's columns (E-TYPE-003, E-SHAPE-005);
-- a padding or completion mask [B T] bool or integer: `padded-positions`',
-  `left-padded-start`'s, `stop-rows`' and the completion losses' `mask`
-  (E-TYPE-002, E-SHAPE-005);
+- a padding or completion mask [B T], of any dtype (bool, integer 0/1 or float
+  weights: one rule, `_mask_fits`): `padded-positions`', `left-padded-start`'s,
+  `prefill-prompts`', the completion losses' and the post-training functions'
+  `mask` (E-SHAPE-005); `stop-rows`' bool, the mask it writes (E-TYPE-002);
 - rotary's head width even: `rotary`'s x [B T N H], `llama-block`'s and
   `llama-block-cached`'s wq [D N H] (E-SHAPE-004);
 - a cache in its layout and long enough: `llama-block-cached`'s and
@@ -32,11 +33,15 @@ inlined:
   its ids provably reach past V but not past D (a loader's `:vocab`,
   `ranges`) is transposed (E-SHAPE-005);
 - the post-training functions' tensors in their layouts: the completion
-  mask [B T] bool or float (E-TYPE-002, E-SHAPE-005), per-token values
+  mask [B T] (E-SHAPE-005), per-token values
   [B T] and logits [B T V] on the mask's [B T], per-row values (rewards,
   advantages) [B] (E-SHAPE-005), `token-log-probs`' tokens integer, and a
-  group size a constant integer that divides the rows (E-TYPE-003,
+  group size a constant integer that divides the rows, of 2 or more for
+  `group-advantages` (a group of one makes every advantage 0) (E-TYPE-003,
   E-SHAPE-005).
+
+The numbers beside the tensors (GRPO's and GKD's `beta`, the clip range) and
+`repeat-prompts`' fill are `stdlib_settings.py`'s.
 
 A call that fails one is reported once, there, and typed ERROR: nothing in
 its body is reported after it. Imports nothing outside `sexpgpu_lang`;
@@ -56,7 +61,7 @@ from .stdlib_settings import settings_fit
 #: function -> {parameter: what it must be}: "positions" (an integer tensor, [T] or [B T] of x), "pos"
 #: (an integer scalar or [B]), "heads" (the last axis even: a tensor of heads of width H), "table"
 #: ([V D], checked against the ids), "cache" ([B S K H] with wk's K and H, and x's T positions
-#: fitting S), "mask" ([B T], bool or integer), "eos" (an id or a vector of ids, within the tokens'),
+#: fitting S), "mask" ([B T]; `_mask_fits`), "eos" (an id or a vector of ids, within the tokens'),
 #: "row" (the [B S] integer rows a generator writes), "column" (an integer scalar: the column a trip writes).
 RULES: dict[str, dict[str, str]] = {
     "rotary": {"x": "heads", "positions": "positions"},
@@ -100,7 +105,7 @@ RULES: dict[str, dict[str, str]] = {
 _BATCH_OF = {"cache-write": "cache", "cached-attention": "q", "row-token": "row", "decode-trip": "row",
              "decode-logits": "row"}
 
-#: The post-training functions' tensors: "mask" [B T] bool or float, "bt" a value per token [B T],
+#: The post-training functions' tensors: "mask" [B T] (`_mask_fits`), "bt" a value per token [B T],
 #: "btv" logits [B T V], "b" a value per row [B], "tokens" [B T] integer, "group" a constant
 #: integer dividing the rows; each B and T is the mask's (the rows' `b` where there is no mask).
 _POLICY = {"log-p": "bt", "old-log-p": "bt", "advantages": "b", "mask": "mask"}
@@ -322,14 +327,16 @@ def _positions_fit(ctx: CheckContext, fn: str, p: str, a: ir.Expr, by_name: dict
 
 
 def _mask_fits(ctx: CheckContext, fn: str, p: str, a: ir.Expr) -> bool:
-    """A mask, padding or completion: [B T], bool, integer or float (E-TYPE-002, E-SHAPE-005). The one
-    rule of every standard-library function that takes a mask: true, or nonzero, at the tokens it keeps;
-    a function that reduces over the tokens casts it to f32, so a float mask weighs each token (TRL's
-    masks are integer 0/1 tensors, a bool one is a comparison's)."""
+    """A mask, padding or completion: [B T] of any dtype (E-SHAPE-005). The one rule of every
+    standard-library function that takes a mask: true, or nonzero, at the tokens it keeps. A function
+    that reduces over the tokens casts it to f32, so a float mask weighs each token; one that selects
+    tokens keeps the nonzero ones (TRL's masks are integer 0/1 tensors, a comparison's is bool).
+    `stop-rows`' mask, which it writes, is bool (E-TYPE-002)."""
     t = a.type
-    if t.dtype != "bool" and not is_int(t.dtype) and not is_float(t.dtype):
-        ctx.err("E-TYPE-002", a.span, f"`{fn}`'s `{p}` is a mask, bool, integer or float (true or 1 at the tokens "
-                f"it keeps); got {t.show()}", help="a loader's `NAME-mask` field is one; or compare: `(!= ids pad)`")
+    if fn == "stop-rows" and t.dtype != "bool":
+        ctx.err("E-TYPE-002", a.span, f"`{fn}`'s `{p}` is the completion mask it writes a token's entry into, "
+                f"bool; got {t.show()}", help="start it false, e.g. `(< (zeros [B C] :dtype :i32) 0)`, and keep "
+                f"the `:mask` each trip returns; or compare: `(!= {p} 0)`")
         return False
     if len(t.shape) != 2:
         ctx.err("E-SHAPE-005", a.span, f"`{fn}`'s `{p}` is a mask [B T], one entry per token of each row; "
