@@ -43,6 +43,10 @@ inlined:
 The numbers beside the tensors (GRPO's and GKD's `beta`, the clip range) and
 `repeat-prompts`' fill are `stdlib_settings.py`'s.
 
+A function's call with the wrong number of arguments is `arity_error`'s
+(E-FORM-003, with the signature; at the first keyword that names a
+parameter, since the arguments are positional).
+
 A call that fails one is reported once, there, and typed ERROR: nothing in
 its body is reported after it. Imports nothing outside `sexpgpu_lang`;
 never JAX.
@@ -53,7 +57,8 @@ from typing import Callable
 
 from .. import ir
 from ..diagnostics import warning
-from ..types import ShapeType, TensorType, is_float, is_int
+from ..syntax import Kw, ListNode, Sym
+from ..types import ShapeType, TensorType, Type, is_float, is_int
 from .context import CheckContext
 from .ranges import DECLARED, hi_occurs, lo_occurs
 from .stdlib_settings import settings_fit
@@ -136,6 +141,21 @@ LAYOUTS: dict[str, dict[str, str]] = {
     "grpo-objective": {"logits": "btv", "ref-logits": "btv", "row": "tokens", "mask": "mask", "rewards": "b",
                        "advantages": "b"},
 }
+
+
+def arity_error(ctx: CheckContext, node: ListNode, params: list[str]) -> Type:
+    """E-FORM-003 for a call of a function (`def`'d or the standard library's) whose arguments, `node`'s
+    items after the head, are not `params`' count, with the signature; its ERROR type. A keyword that
+    names a parameter, `(gkd-objective s t :beta 0.5 :mask m)`, is the mistake said at it: a function's
+    arguments are positional (a keyword that names none may be a value, `:f32`)."""
+    name = node.items[0].name if isinstance(node.items[0], Sym) else "this function"
+    signature, n = f"`({name} {' '.join(params)})`", len(params)
+    count = f"{n} argument{'' if n == 1 else 's'}"
+    kw = next((a for a in node.items[1:] if isinstance(a, Kw) and a.name in params), None)
+    if kw is not None:
+        return ctx.err("E-FORM-003", kw.span, f"`{name}` takes its {count} by position, not by keyword: {signature}, "
+                       f"got `:{kw.name}`", help=f"drop the keywords and give the arguments in this order: {signature}")
+    return ctx.err("E-FORM-003", node.span, f"`{name}` takes {count} {signature}, got {len(node.items) - 1}")
 
 
 def check_stdlib_call(ctx: CheckContext, fn: str, params: list[str], args: list[ir.Expr],
