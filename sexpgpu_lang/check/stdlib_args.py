@@ -51,6 +51,7 @@ from ..diagnostics import warning
 from ..types import ShapeType, TensorType, is_float, is_int
 from .context import CheckContext
 from .ranges import DECLARED, hi_occurs, lo_occurs
+from .stdlib_calls import check_sampling_call, said as in_words
 
 #: function -> {parameter: what it must be}: "positions" (an integer tensor, [T] or [B T] of x), "pos"
 #: (an integer scalar or [B]), "heads" (the last axis even: a tensor of heads of width H), "table"
@@ -142,7 +143,10 @@ def check_stdlib_call(ctx: CheckContext, fn: str, params: list[str], args: list[
     against `RULES` (and the post-training functions' `LAYOUTS`); `ranges(e)` gives an argument's
     `ranges.value_range`, `forms(e)` its `ranges.trip_form`. Reports the first that breaks one (at that
     argument) and returns False; True when all hold. A cached layer's `pos` that provably writes past its
-    cache on a trip is W-SHAPE-002 at the call (`span`), which still holds."""
+    cache on a trip is W-SHAPE-002 at the call (`span`), which still holds. The sampling functions'
+    and the objectives' models, tensors and sizes across arguments are `stdlib_calls`' first."""
+    if not check_sampling_call(ctx, fn, dict(zip(params, args)), forms or (lambda e: None), span):
+        return False
     if fn in LAYOUTS:
         return _layouts_fit(ctx, fn, dict(zip(params, args)))
     rules = RULES.get(fn)
@@ -161,7 +165,8 @@ def check_stdlib_call(ctx: CheckContext, fn: str, params: list[str], args: list[
         if not isinstance(t, TensorType):
             continue
         if rule in ("positions", "pos") and not is_int(t.dtype):
-            what = "an integer position" if rule == "pos" else "integer positions"
+            what = "integer positions" if rule == "positions" else "an integer column" if p == "at" else \
+                "an integer position"
             ctx.err("E-TYPE-002", a.span, f"`{fn}`'s `{p}` must be {what}, got {t.show()}",
                     help=f"positions count tokens: cast them, `(cast {p} :i32)`, or build them with `iota` "
                          f"(an integer); a {t.dtype} position rotates or writes by a fraction, silently")
@@ -299,6 +304,10 @@ def _pos_fits(ctx: CheckContext, fn: str, p: str, a: ir.Expr, by_name: dict) -> 
     if t.shape == () or (len(t.shape) == 1 and (b is None or t.shape[0] in (b, 1))):
         return True
     per_row = f"[{b}]" if b is not None else "[B]"
+    if p == "at":   # a decoding trip's column (docs/stdlib.md "One decoding trip")
+        ctx.err("E-SHAPE-005", a.span, f"`{fn}`'s `at` is the column each row writes: an integer scalar, or {per_row} "
+                f"one per row; got {t.show()}", help="give the trip's column, e.g. `(+ (cast trip :i32) prompt)`")
+        return False
     ctx.err("E-SHAPE-005", a.span, f"`{fn}`'s `{p}` is the position of the first new column: an integer scalar, "
             f"or {per_row} one per row; got {t.show()}",
             help="give each row's position of its first new token (a left-padded prompt's is its length minus "
@@ -388,7 +397,7 @@ def _layouts_fit(ctx: CheckContext, fn: str, by_name: dict) -> bool:
         if rule == "group":
             if t.shape != () or not isinstance(t.value, int) or isinstance(t.value, bool) or t.value < 1:
                 ctx.err("E-TYPE-003", a.span, f"`{fn}`'s `{p}` is a count of rows, a constant integer of 1 or "
-                        f"more; got {t.show()}", help="give the number of answers per prompt, e.g. `(def group 8)`")
+                        f"more; got {in_words(ctx, a)}", help="give the number of answers per prompt, e.g. `(def group 8)`")
                 return False
             if rows is not None and rows % t.value:
                 ctx.err("E-SHAPE-005", a.span, f"`{fn}` groups the {rows} rows by {t.value}, which does not divide "
