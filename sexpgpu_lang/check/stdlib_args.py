@@ -55,7 +55,7 @@ from .stdlib_calls import check_sampling_call, said as in_words
 
 #: function -> {parameter: what it must be}: "positions" (an integer tensor, [T] or [B T] of x), "pos"
 #: (an integer scalar or [B]), "heads" (the last axis even: a tensor of heads of width H), "table"
-#: ([V D], checked against the ids), "cache" ([B S K H] with wk's K and H, and x's T positions
+#: ([V D], checked against the ids), "cache" ([B S K H] with wk's last two axes, and x's T positions
 #: fitting S), "mask" ([B T], bool or integer), "eos" (an id or a vector of ids, within the tokens'),
 #: "row" (the [B S] integer rows a generator writes), "column" (an integer scalar: the column a trip writes).
 RULES: dict[str, dict[str, str]] = {
@@ -349,13 +349,14 @@ def _mask_fits(ctx: CheckContext, fn: str, p: str, a: ir.Expr) -> bool:
 
 def _cache_fits(ctx: CheckContext, fn: str, p: str, cache: ir.Expr, by_name: dict) -> bool:
     """A cached layer's cache `p` ([B S K H], K and H from `wk` [D K H]) in that layout, and long
-    enough for the positions of `x` [B T D]: E-SHAPE-005 at the cache, naming the layout."""
+    enough for the positions of `x` [B T D]: E-SHAPE-005 at the cache, naming the layout (K the key-value
+    heads, H their width, whatever letters the layer's weights use: `transformer-block-cached`'s wk is [D H K])."""
     t, wk, x = cache.type, by_name.get("wk"), by_name.get("x")
     if not (isinstance(wk, ir.Expr) and isinstance(wk.type, TensorType) and len(wk.type.shape) == 3
             and len(t.shape) == 4):
         return True
     k, h = wk.type.shape[1:]
-    layout = "[B S K H]" if fn == "llama-block-cached" else "[B S H K]"
+    layout = "[B S K H]"   # one spelling for every cached layer (docs/stdlib.md "Cached attention")
     if t.shape[2:] != (k, h):
         swapped = t.shape[1] == k and t.shape[2] != k
         ctx.err("E-SHAPE-005", cache.span, f"`{fn}`'s `{p}` is {t.show()}, but its layout is {layout}: batch, "
