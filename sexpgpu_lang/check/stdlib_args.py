@@ -48,7 +48,7 @@ from typing import Callable
 
 from .. import ir
 from ..diagnostics import warning
-from ..types import ShapeType, TensorType, is_float, is_int
+from ..types import PlistType, ShapeType, TensorType, is_float, is_int
 from .context import CheckContext
 from .ranges import DECLARED, hi_occurs, lo_occurs
 from .stdlib_calls import check_sampling_call, said as in_words
@@ -101,7 +101,7 @@ _WEIGHTED = ("completion-cross-entropy", "completion-log-prob")
 
 #: the argument whose axis 0 is the batch a `[B]` pos must match, by function
 _BATCH_OF = {"cache-write": "cache", "cached-attention": "q", "row-token": "row", "decode-trip": "row",
-             "decode-logits": "row"}
+             "decode-logits": "row", "cached-trip": "state"}
 
 #: The post-training functions' tensors: "mask" [B T] bool or float, "bt" a value per token [B T],
 #: "btv" logits [B T V], "b" a value per row [B], "tokens" [B T] integer, "group" a constant
@@ -291,9 +291,11 @@ def _writes_past_cache(ctx: CheckContext, fn: str, by_name: dict, ranges, forms,
 
 
 def _batch(fn: str, by_name: dict) -> int | None:
-    """The batch size B of `fn`'s call: axis 0 of x, q or the cache, where it is known."""
+    """The batch size B of `fn`'s call: axis 0 of x, q, the cache, the row or a state's :row, where it is known."""
     a = by_name.get(_BATCH_OF.get(fn, "x"))
     t = a.type if isinstance(a, ir.Expr) else None
+    if isinstance(t, PlistType):   # `cached-trip`'s state: its :row [B S]
+        t = t.get("row")
     return t.shape[0] if isinstance(t, TensorType) and t.shape else None
 
 

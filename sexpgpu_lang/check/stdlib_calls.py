@@ -304,6 +304,7 @@ def _trips_fit(ctx: CheckContext, at: ir.Expr, form, width: int, shown: str) -> 
 def _left_padded(ctx: CheckContext, a: ir.Expr) -> None:
     """W-LOADER-003 at `a` when it is `(field batch :name)` (or a `cast` of one) of a loader whose
     `:pad-side` is not `:left`: the prompts end in padding and the trips write after it."""
+    at = a.span
     while isinstance(a, ir.Op) and a.name == "cast" and a.args:
         a = a.args[0]
     if not (isinstance(a, ir.GetF) and a.obj is not None):
@@ -319,7 +320,7 @@ def _left_padded(ctx: CheckContext, a: ir.Expr) -> None:
     side = args.get("pad-side") or "right"
     if side == "left":
         return
-    ctx.report(warning("W-LOADER-003", a.span, f"`:{a.key}` of loader `{name}` is padded on the {side} (its "
+    ctx.report(warning("W-LOADER-003", at, f"`:{a.key}` of loader `{name}` is padded on the {side} (its "
                        f"`:pad-side`), but `prefill-prompts` decodes after each prompt's last column: a row whose "
                        "prompt is shorter than the field would continue its padding",
                        help=f"give loader `{name}`'s source `:pad-side :left`, so that each prompt ends at the last "
