@@ -173,3 +173,31 @@ def test_a_wrong_argument_of_an_objective_is_one_error_at_it_in_the_docs_words(t
     assert "column t" not in (diags[0].help or "")
     assert text[diags[0].span.start:diags[0].span.end] == at
     assert e.type.show() == "{error}"
+
+
+TB = """(defmodel tb
+  :params (:embed (normal [vocab width] :std 0.1) :out (normal [width vocab] :std 0.1)
+           :ln1-gain (ones [width]) :ln1-bias (zeros [width]) :ln2-gain (ones [width]) :ln2-bias (zeros [width])
+           :wq (normal [width 1 width] :std 0.1) :wk (normal [width 1 width] :std 0.1)
+           :wv (normal [width 1 width] :std 0.1) :wo (normal [1 width width] :std 0.1)
+           :w1 (normal [width 8] :std 0.1) :b1 (zeros [8]) :w2 (normal [8 width] :std 0.1) :b2 (zeros [width]))
+  :apply (lambda (self x) (matmul (embedding (getf self :embed) x) (getf self :out)))
+  :entries (:decode (lambda (self x pos k v)
+                      (let* ((b (transformer-block-cached (embedding (getf self :embed) x) pos k v
+                                                          (getf self :ln1-gain) (getf self :ln1-bias) (getf self :wq)
+                                                          (getf self :wk) (getf self :wv) (getf self :wo)
+                                                          (getf self :ln2-gain) (getf self :ln2-bias) (getf self :w1)
+                                                          (getf self :b1) (getf self :w2) (getf self :b2))))
+                        (list :logits (matmul (getf b :h) (getf self :out)) :k (getf b :k) :v (getf b :v)))))
+  :frozen true)"""
+
+
+def test_a_cache_whose_heads_the_model_s_layer_refuses_is_reported_at_the_user_s_cache():
+    text = (BASE.add(TB, before="model").set("defmodel both :params", "(:lm lm :plain plain :tb tb)")
+            .set(INIT, "(prefill-prompts tb (field batch :prompt) (field batch :prompt-mask) (zeros [3 seq 2 width]))")
+            .mark("defgenerate :init", "(zeros [3 seq 2 width])", "E-SHAPE-005"))
+    (d,) = check(text).diagnostics
+    assert d.message == ("in `prefill-prompts` (standard library): `transformer-block-cached`'s `k-cache` is "
+                         "[3 7 2 4] f32, but its layout is [B S K H]: batch, positions, 1 key-value head of width 4 "
+                         "(wk's last two axes)")
+    assert d.related[0].message.startswith("`prefill-prompts` (standard library) calls `(tb :decode ...)` from here")

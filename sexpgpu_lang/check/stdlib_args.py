@@ -361,7 +361,7 @@ def _cache_fits(ctx: CheckContext, fn: str, p: str, cache: ir.Expr, by_name: dic
     layout = "[B S K H]"   # one spelling for every cached layer (docs/stdlib.md "Cached attention")
     if t.shape[2:] != (k, h):
         swapped = t.shape[1] == k and t.shape[2] != k
-        ctx.err("E-SHAPE-005", cache.span, f"`{fn}`'s `{p}` is {t.show()}, but its layout is {layout}: batch, "
+        ctx.err("E-SHAPE-005", ctx.argument_span(cache), f"`{fn}`'s `{p}` is {t.show()}, but its layout is {layout}: batch, "
                 f"positions, {k} key-value head{'' if k == 1 else 's'} of width {h} (wk's last two axes)"
                 + ("; its axes 1 and 2 look swapped" if swapped else ""),
                 help=f"make it [{t.shape[0]} {t.shape[2] if swapped else 'S'} {k} {h}]" + (
