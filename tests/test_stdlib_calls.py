@@ -119,6 +119,15 @@ def test_a_right_padded_prompt_reaching_prefill_prompts_warns_at_each_field():
     res = check(right)
     assert [d.help for d in res.diagnostics] == ["give loader `train`'s source `:pad-side :left`, so that each prompt "
                                                  "ends at the last column"] * 2
+    assert "`prefill-prompts` takes left-padded prompts" in res.diagnostics[0].message
+    # `left-padded-start`, the cached layers' first position of such a prompt, is traced the same way
+    start = (BASE.set("loader train :source :pad-side", ":right")
+             .set(INIT, "(let* ((s (left-padded-start (field batch :prompt-mask)))) (prefill-prompts lm "
+                        "(field batch :prompt) (field batch :prompt-mask) (zeros [3 seq 1 width])))")
+             .mark("defgenerate :init (left-padded-start", "(field batch :prompt-mask)", "W-LOADER-003")
+             .mark("defgenerate :init (prefill-prompts", "(field batch :prompt)", "W-LOADER-003")
+             .mark("defgenerate :init (prefill-prompts", "(field batch :prompt-mask)", "W-LOADER-003"))
+    assert "`left-padded-start` takes left-padded prompts" in check(start).diagnostics[0].message
     # without `:pad-side` a prompt is padded on the right (the default), and a `cast` of the field is traced
     check(BASE.drop("loader train :source :pad-side")
           .edit(INIT, "(field batch :prompt) (field", "(cast (field batch :prompt) :i32) (field")

@@ -19,8 +19,9 @@ diagnostic at it, not an error deep in the body at the whole call:
   against its row [B S];
 - the trips against the row (W-SHAPE-002): `cached-trip`'s column `at`, `a * trip + b` on the
   generator's trips, past the row's last column on a trip: that trip writes nothing;
-- left padding (W-LOADER-003): a `prefill-prompts` prompt or mask that is `(field batch :name)`
-  (or a `cast` of one) of a loader whose `:pad-side` is not `:left` decodes after the padding.
+- left padding (W-LOADER-003): a `prefill-prompts` prompt or mask, or a `left-padded-start` mask,
+  that is `(field batch :name)` (or a `cast` of one) of a loader whose `:pad-side` is not `:left`:
+  the trips would decode after the padding.
 
 Imports nothing outside `sexpgpu_lang`; never JAX.
 """
@@ -102,6 +103,8 @@ def check_sampling_call(ctx: CheckContext, fn: str, by_name: dict, forms, span) 
         return False
     if fn == "prefill-prompts" and not _prefill_fits(ctx, by_name):
         return False
+    if fn == "left-padded-start":   # the cached layers' `pos` of a left-padded prompt
+        _left_padded(ctx, fn, by_name["mask"])
     if fn == "decode-logits" and not _cache_holds_row(ctx, fn, by_name["cache"], by_name["row"]):
         return False
     if fn == "cached-trip" and not _state_fits(ctx, by_name, forms):
@@ -234,7 +237,7 @@ def _prefill_fits(ctx: CheckContext, by_name: dict) -> bool:
                          f"[{c[0]} {p} + trips {c[2]} {c[3]}]")
             return False
     for p in ("prompt", "mask"):
-        _left_padded(ctx, by_name[p])
+        _left_padded(ctx, "prefill-prompts", by_name[p])
     return True
 
 
@@ -301,7 +304,7 @@ def _trips_fit(ctx: CheckContext, at: ir.Expr, form, width: int, shown: str) -> 
                             "or make the row and its cache wider"))
 
 
-def _left_padded(ctx: CheckContext, a: ir.Expr) -> None:
+def _left_padded(ctx: CheckContext, fn: str, a: ir.Expr) -> None:
     """W-LOADER-003 at `a` when it is `(field batch :name)` (or a `cast` of one) of a loader whose
     `:pad-side` is not `:left`: the prompts end in padding and the trips write after it."""
     at = a.span
@@ -321,7 +324,7 @@ def _left_padded(ctx: CheckContext, a: ir.Expr) -> None:
     if side == "left":
         return
     ctx.report(warning("W-LOADER-003", at, f"`:{a.key}` of loader `{name}` is padded on the {side} (its "
-                       f"`:pad-side`), but `prefill-prompts` decodes after each prompt's last column: a row whose "
-                       "prompt is shorter than the field would continue its padding",
+                       f"`:pad-side`), but `{fn}` takes left-padded prompts (the trips decode after each prompt's "
+                       "last column): a row whose prompt is shorter than the field would continue its padding",
                        help=f"give loader `{name}`'s source `:pad-side :left`, so that each prompt ends at the last "
                             "column"))
