@@ -38,8 +38,8 @@ MODELS = {"sample-trip": ("m", "apply"), "prefill-prompts": ("m", "decode"), "ca
 
 #: function -> its parameters that must be tensors, with what each is (in the docs' words)
 TENSORS = {
-    "gkd-objective": {"student-logits": "logits [B T V]", "teacher-logits": "logits [B T V]",
-                      "mask": "the completion mask [B T]"},
+    "gkd-objective": {"student-logits": "logits [B S V]", "teacher-logits": "logits [B S V]",
+                      "mask": "the completion mask [B S]"},
     "grpo-objective": {"logits": "logits [B S V]", "ref-logits": "logits [B S V]", "row": "token ids [B S]",
                        "mask": "the completion mask [B S]", "rewards": "a value per row [B]",
                        "advantages": "a value per row [B]"},
