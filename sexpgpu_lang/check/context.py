@@ -20,7 +20,7 @@ from ..cancel import CancelToken
 from ..diagnostics import Diagnostic, error
 from ..source import Span
 from ..syntax import ListNode, Node, ParseResult, Sym, keyword_value
-from ..types import ERROR, ErrorType, PlistType, Type
+from ..types import ERROR, ErrorType, PlistType, TensorType, Type
 from .facts import Facts
 from .incremental import CheckCache, Tracker
 from .scope import Frame, Scope, prelude_scope
@@ -103,6 +103,17 @@ class CheckContext:
         if key not in self.seen:
             self.seen.add(key)
             self.diags.append(d)
+
+    def enter_stdlib(self, redirect: tuple[Span, str, str], params: list[str], args: list[ir.Expr]) -> None:
+        """Start checking a standard-library function's body for the user's call `redirect` (its range,
+        the function's name, what it takes): its arguments `args` (of `params`) by their types' ids, and
+        the user's range of each tensor passed (a plist argument's entries too), for `argument_span`."""
+        self.redirect, self.redirect_args, self.redirect_spans = redirect, {}, {}
+        for p, a in zip(params, args):
+            self.redirect_args.setdefault(id(a.type), []).append(p)
+            for t in ([v for _, v in a.type.entries] if isinstance(a.type, PlistType) else [a.type]):
+                if type(t) is TensorType and t.shape:
+                    self.redirect_spans.setdefault(id(t), a.span)
 
     def argument_span(self, e: ir.Expr) -> Span:
         """Where a diagnostic about value `e` points: inside a standard-library function, the user's

@@ -754,14 +754,8 @@ def call_function(ctx: CheckContext, node: ListNode, b: Binding, scope: Scope) -
         saved_facts, ctx.facts = ctx.facts, Facts()
         sig, doc = stdlib_docs()[b.stdlib]
         got = ", ".join(f"{p} {a.type.show()}" for p, a in zip(params, args))
-        ctx.redirect = (node.span, b.stdlib, f"`{sig}` takes {doc.removesuffix(' (standard library)')}; "
-                        f"this call gives {got}")
-        ctx.redirect_args, ctx.redirect_spans = {}, {}
-        for p, a in zip(params, args):
-            ctx.redirect_args.setdefault(id(a.type), []).append(p)
-            for t in ([v for _, v in a.type.entries] if isinstance(a.type, PlistType) else [a.type]):
-                if type(t) is TensorType and t.shape:
-                    ctx.redirect_spans.setdefault(id(t), a.span)
+        ctx.enter_stdlib((node.span, b.stdlib, f"`{sig}` takes {doc.removesuffix(' (standard library)')}; "
+                          f"this call gives {got}"), params, args)
     inner = fscope.child()
     for p, a, pn in zip(params, args, lam.items[1].items):
         inner.names[p] = Binding(a.type, ctx.facts.define(Definition(p, "binding", pn.span, lam.span, a.type.show())),
