@@ -111,6 +111,7 @@ CODES: dict[str, str] = {
     "W-LOADER-001": "a tokenizer with more ids than the loader's `:vocab`",
     "W-SAMPLE-001": "a `:samples` `:tokenizer` whose vocabulary is not the training loader's",
     "W-LOADER-002": "a token file whose size or ids make its `:dtype` implausible",
+    "W-LOADER-003": "a prompt padded on the right reaches `prefill-prompts`, which decodes after its last column",
     "E-LOADER-001": "a loader's file that is not there, not a regular file, or not readable as its source reads it",
 }
 

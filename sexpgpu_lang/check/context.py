@@ -20,7 +20,7 @@ from ..cancel import CancelToken
 from ..diagnostics import Diagnostic, error
 from ..source import Span
 from ..syntax import ListNode, Node, ParseResult, Sym, keyword_value
-from ..types import ERROR, ErrorType, PlistType, Type
+from ..types import ERROR, ErrorType, PlistType, TensorType, Type
 from .facts import Facts
 from .incremental import CheckCache, Tracker
 from .scope import Frame, Scope, prelude_scope
@@ -49,6 +49,7 @@ class CheckContext:
             self.globals.tracker = self.tracker
         self.redirect: tuple[Span, str, str] | None = None   # inside a standard-library layer: its call
         self.redirect_args: dict[int, list[str]] = {}   # there: the layer's arguments by their type's id
+        self.redirect_spans: dict[int, Span] = {}   # there: the user's argument (its range) by its tensor type's id
         self.contract005: set[int] = set()   # the batches (by id) a generated name was read from (E-CONTRACT-005)
         self.forms: dict[str, list[ListNode]] = {}
         self.loaders: dict[str, ir.LoaderIR] = {}
@@ -92,14 +93,35 @@ class CheckContext:
     def report(self, d: Diagnostic) -> None:
         """Record a diagnostic once per (code, range); inside a standard-library layer, at the user's call."""
         if self.redirect is not None:
-            # A mistake inside a standard-library layer shows at the user's call of it.
+            # A mistake inside a standard-library layer shows at the user's call of it, or at the
+            # user's argument where the check named it (`argument_span`).
             span, name, expects = self.redirect
-            d = replace(d, span=span, message=f"in `{name}` (standard library): {d.message}", related=(),
-                        help=expects)
+            at = d.span if any(d.span is s for s in self.redirect_spans.values()) else span
+            d = replace(d, span=at, message=f"in `{name}` (standard library): {d.message}", related=(),
+                        help=expects if at is span else d.help)
         key = (d.code, d.span.start, d.span.end)
         if key not in self.seen:
             self.seen.add(key)
             self.diags.append(d)
+
+    def enter_stdlib(self, redirect: tuple[Span, str, str], params: list[str], args: list[ir.Expr]) -> None:
+        """Start checking a standard-library function's body for the user's call `redirect` (its range,
+        the function's name, what it takes): its arguments `args` (of `params`) by their types' ids, and
+        the user's range of each tensor passed (a plist argument's entries too), for `argument_span`."""
+        self.redirect, self.redirect_args, self.redirect_spans = redirect, {}, {}
+        for p, a in zip(params, args):
+            self.redirect_args.setdefault(id(a.type), []).append(p)
+            for t in ([v for _, v in a.type.entries] if isinstance(a.type, PlistType) else [a.type]):
+                if type(t) is TensorType and t.shape:
+                    self.redirect_spans.setdefault(id(t), a.span)
+
+    def argument_span(self, e: ir.Expr) -> Span:
+        """Where a diagnostic about value `e` points: inside a standard-library function, the user's
+        argument it is (a tensor passed through, or an entry of a plist argument, by identity) where it
+        is one; else `e`'s own range."""
+        if self.redirect is not None and isinstance(e, ir.Expr):
+            return self.redirect_spans.get(id(e.type), e.span)
+        return e.span
 
     def err(self, code, span, message, **kw) -> ErrorType:
         """Report an error and return ERROR, the type that silences follow-on errors."""

@@ -74,10 +74,19 @@ def entry_call(ctx: CheckContext, node: ListNode, name: str, m: dict) -> tuple[L
 def called_here(ctx: CheckContext, before: int, call: ListNode, name: str, entry: str, arg_types: list) -> None:
     """Each error the body of model `name`'s `entry` (`apply` or an `:entries` key) gave for these
     argument types (the diagnostics from `before` on) gets the call that passed them as a related
-    place, `(name :entry ...)` with each argument's type: the mistake may be the caller's."""
+    place, `(name :entry ...)` with each argument's type: the mistake may be the caller's. Called from
+    inside a standard-library function's body (`ctx.redirect`), the place is the user's call of it."""
     shown = f"`({name}{'' if entry == 'apply' else ' :' + entry} ...)` is called here with " + \
         ", ".join(t.show() for t in arg_types)
+    at = call.span
+    if ctx.redirect is not None:
+        # A call in a standard-library body (prelude.sx, not this file): the place is the user's
+        # call of that function, which passed the model.
+        call_span, fn, _ = ctx.redirect
+        shown = f"`{fn}` (standard library) calls `({name}{'' if entry == 'apply' else ' :' + entry} ...)` " \
+            "from here with " + ", ".join(t.show() for t in arg_types)
+        at = call_span
     for i in range(before, len(ctx.diags)):
         d = ctx.diags[i]
-        if d.is_error and not any(r.span == call.span for r in d.related):
-            ctx.diags[i] = dataclasses.replace(d, related=d.related + (Related(call.span, shown),))
+        if d.is_error and not any(r.span == at for r in d.related):
+            ctx.diags[i] = dataclasses.replace(d, related=d.related + (Related(at, shown),))

@@ -751,11 +751,8 @@ def call_function(ctx: CheckContext, node: ListNode, b: Binding, scope: Scope) -
         saved_facts, ctx.facts = ctx.facts, Facts()
         sig, doc = stdlib_docs()[b.stdlib]
         got = ", ".join(f"{p} {a.type.show()}" for p, a in zip(params, args))
-        ctx.redirect = (node.span, b.stdlib, f"`{sig}` takes {doc.removesuffix(' (standard library)')}; "
-                        f"this call gives {got}")
-        ctx.redirect_args = {}
-        for p, a in zip(params, args):
-            ctx.redirect_args.setdefault(id(a.type), []).append(p)
+        ctx.enter_stdlib((node.span, b.stdlib, f"`{sig}` takes {doc.removesuffix(' (standard library)')}; "
+                          f"this call gives {got}"), params, args)
     inner = fscope.child()
     for p, a, pn in zip(params, args, lam.items[1].items):
         inner.names[p] = Binding(a.type, ctx.facts.define(Definition(p, "binding", pn.span, lam.span, a.type.show())),
@@ -770,7 +767,7 @@ def call_function(ctx: CheckContext, node: ListNode, b: Binding, scope: Scope) -
         ctx.active.pop()
         fr, ctx.frame = ctx.frame, saved
         if redirect:
-            ctx.facts, ctx.redirect, ctx.redirect_args = saved_facts, None, {}
+            ctx.facts, ctx.redirect, ctx.redirect_args, ctx.redirect_spans = saved_facts, None, {}, {}
     _resite(ctx, fr.effects, node.span)
     return ir.Apply(body.type, node.span, tuple(params), tuple(args), body.body if isinstance(body, ir.Seq) else (body,),
                     b.stdlib)

@@ -58,14 +58,15 @@ from typing import Callable
 from .. import ir
 from ..diagnostics import warning
 from ..syntax import Kw, ListNode, Sym
-from ..types import ShapeType, TensorType, Type, is_float, is_int
+from ..types import PlistType, ShapeType, TensorType, Type, is_float, is_int
 from .context import CheckContext
 from .ranges import DECLARED, hi_occurs, lo_occurs
+from .stdlib_calls import check_sampling_call, said as in_words
 from .stdlib_settings import settings_fit
 
 #: function -> {parameter: what it must be}: "positions" (an integer tensor, [T] or [B T] of x), "pos"
 #: (an integer scalar or [B]), "heads" (the last axis even: a tensor of heads of width H), "table"
-#: ([V D], checked against the ids), "cache" ([B S K H] with wk's K and H, and x's T positions
+#: ([V D], checked against the ids), "cache" ([B S K H] with wk's last two axes, and x's T positions
 #: fitting S), "mask" ([B T]; `_mask_fits`), "eos" (an id or a vector of ids, within the tokens'),
 #: "row" (the [B S] integer rows a generator writes), "column" (an integer scalar: the column a trip writes).
 RULES: dict[str, dict[str, str]] = {
@@ -108,7 +109,7 @@ RULES: dict[str, dict[str, str]] = {
 
 #: the argument whose axis 0 is the batch a `[B]` pos must match, by function
 _BATCH_OF = {"cache-write": "cache", "cached-attention": "q", "row-token": "row", "decode-trip": "row",
-             "decode-logits": "row"}
+             "decode-logits": "row", "cached-trip": "state"}
 
 #: The post-training functions' tensors: "mask" [B T] (`_mask_fits`), "bt" a value per token [B T],
 #: "btv" logits [B T V], "b" a value per row [B], "tokens" [B T] integer, "group" a constant
@@ -165,8 +166,11 @@ def check_stdlib_call(ctx: CheckContext, fn: str, params: list[str], args: list[
     against `RULES` (and the post-training functions' `LAYOUTS`); `ranges(e)` gives an argument's
     `ranges.value_range`, `forms(e)` its `ranges.trip_form`. Reports the first that breaks one (at that
     argument) and returns False; True when all hold. A cached layer's `pos` that provably writes past its
-    cache on a trip is W-SHAPE-002 at the call (`span`), which still holds. The settings beside the
-    tensors (a KL weight, a clip range, a fill) are `stdlib_settings.settings_fit`'s."""
+    cache on a trip is W-SHAPE-002 at the call (`span`), which still holds. The sampling functions'
+    and the objectives' models, tensors and sizes across arguments are `stdlib_calls`' first; the
+    settings beside the tensors (a KL weight, a clip range, a fill) `stdlib_settings.settings_fit`'s."""
+    if not check_sampling_call(ctx, fn, dict(zip(params, args)), forms or (lambda e: None), span):
+        return False
     if fn in LAYOUTS:
         by_name = dict(zip(params, args))
         return _layouts_fit(ctx, fn, by_name) and settings_fit(ctx, fn, by_name)
@@ -186,7 +190,8 @@ def check_stdlib_call(ctx: CheckContext, fn: str, params: list[str], args: list[
         if not isinstance(t, TensorType):
             continue
         if rule in ("positions", "pos") and not is_int(t.dtype):
-            what = "an integer position" if rule == "pos" else "integer positions"
+            what = "integer positions" if rule == "positions" else "an integer column" if p == "at" else \
+                "an integer position"
             ctx.err("E-TYPE-002", a.span, f"`{fn}`'s `{p}` must be {what}, got {t.show()}",
                     help=f"positions count tokens: cast them, `(cast {p} :i32)`, or build them with `iota` "
                          f"(an integer); a {t.dtype} position rotates or writes by a fraction, silently")
@@ -311,9 +316,11 @@ def _writes_past_cache(ctx: CheckContext, fn: str, by_name: dict, ranges, forms,
 
 
 def _batch(fn: str, by_name: dict) -> int | None:
-    """The batch size B of `fn`'s call: axis 0 of x, q or the cache, where it is known."""
+    """The batch size B of `fn`'s call: axis 0 of x, q, the cache, the row or a state's :row, where it is known."""
     a = by_name.get(_BATCH_OF.get(fn, "x"))
     t = a.type if isinstance(a, ir.Expr) else None
+    if isinstance(t, PlistType):   # `cached-trip`'s state: its :row [B S]
+        t = t.get("row")
     return t.shape[0] if isinstance(t, TensorType) and t.shape else None
 
 
@@ -324,6 +331,10 @@ def _pos_fits(ctx: CheckContext, fn: str, p: str, a: ir.Expr, by_name: dict) -> 
     if t.shape == () or (len(t.shape) == 1 and (b is None or t.shape[0] in (b, 1))):
         return True
     per_row = f"[{b}]" if b is not None else "[B]"
+    if p == "at":   # a decoding trip's column (docs/stdlib.md "One decoding trip")
+        ctx.err("E-SHAPE-005", a.span, f"`{fn}`'s `at` is the column each row writes: an integer scalar, or {per_row} "
+                f"one per row; got {t.show()}", help="give the trip's column, e.g. `(+ (cast trip :i32) prompt)`")
+        return False
     ctx.err("E-SHAPE-005", a.span, f"`{fn}`'s `{p}` is the position of the first new column: an integer scalar, "
             f"or {per_row} one per row; got {t.show()}",
             help="give each row's position of its first new token (a left-padded prompt's is its length minus "
@@ -367,16 +378,17 @@ def _mask_fits(ctx: CheckContext, fn: str, p: str, a: ir.Expr) -> bool:
 
 def _cache_fits(ctx: CheckContext, fn: str, p: str, cache: ir.Expr, by_name: dict) -> bool:
     """A cached layer's cache `p` ([B S K H], K and H from `wk` [D K H]) in that layout, and long
-    enough for the positions of `x` [B T D]: E-SHAPE-005 at the cache, naming the layout."""
+    enough for the positions of `x` [B T D]: E-SHAPE-005 at the cache, naming the layout (K the key-value
+    heads, H their width, whatever letters the layer's weights use: `transformer-block-cached`'s wk is [D H K])."""
     t, wk, x = cache.type, by_name.get("wk"), by_name.get("x")
     if not (isinstance(wk, ir.Expr) and isinstance(wk.type, TensorType) and len(wk.type.shape) == 3
             and len(t.shape) == 4):
         return True
     k, h = wk.type.shape[1:]
-    layout = "[B S K H]" if fn == "llama-block-cached" else "[B S H K]"
+    layout = "[B S K H]"   # one spelling for every cached layer (docs/stdlib.md "Cached attention")
     if t.shape[2:] != (k, h):
         swapped = t.shape[1] == k and t.shape[2] != k
-        ctx.err("E-SHAPE-005", cache.span, f"`{fn}`'s `{p}` is {t.show()}, but its layout is {layout}: batch, "
+        ctx.err("E-SHAPE-005", ctx.argument_span(cache), f"`{fn}`'s `{p}` is {t.show()}, but its layout is {layout}: batch, "
                 f"positions, {k} key-value head{'' if k == 1 else 's'} of width {h} (wk's last two axes)"
                 + ("; its axes 1 and 2 look swapped" if swapped else ""),
                 help=f"make it [{t.shape[0]} {t.shape[2] if swapped else 'S'} {k} {h}]" + (
@@ -422,7 +434,7 @@ def _layouts_fit(ctx: CheckContext, fn: str, by_name: dict) -> bool:
                          "policy's gradient too (TRL refuses `num_generations` below 2)") if least == 2 \
                     and t.shape == () and t.value == 1 else ""
                 ctx.err("E-TYPE-003", a.span, f"`{fn}`'s `{p}` is a count of rows, a constant integer of {least} or "
-                        f"more; got {1 if alone else t.show()}{alone}",
+                        f"more; got {1 if alone else in_words(ctx, a)}{alone}",
                         help="give the number of answers per prompt, e.g. `(def group 8)`")
                 return False
             if rows is not None and rows % t.value:
