@@ -169,8 +169,8 @@ ENV = {"lg": TensorType((4, 6, 5), "f32"), "lg3": TensorType((4, 6, 3), "f32"), 
     ("(grpo-objective lg lg row m5 rw rw 0.04 0.2 0.28)", "E-SHAPE-005", "m5", "`grpo-objective`'s `mask` is [4 5] "
      "bool, but the row is [4 6] i32"),
     ("(grpo-objective lg lg row m rw rw \"0.04\" 0.2 0.28)", "E-TYPE-001", "\"0.04\"", "`grpo-objective`'s `beta` "
-     "is a number; got string"),
-    ("(gkd-objective lg lg rw m)", "E-SHAPE-005", "rw", "`gkd-objective`'s `beta` is a number, one for every row"),
+     "is a number 0 or more; got \"0.04\""),
+    ("(gkd-objective lg lg rw m)", "E-SHAPE-005", "rw", "`gkd-objective`'s `beta` is one number from 0 to 1 for every token"),
     ("(repeat-prompts p1 2 4 0)", "E-SHAPE-005", "p1", "`repeat-prompts`' `prompt` is the prompts [B P], one row "
      "per prompt; got [2] i32"),
     ("(repeat-prompts row 0 8 0)", "E-TYPE-003", "0", "a constant integer of 1 or more; got the number 0"),

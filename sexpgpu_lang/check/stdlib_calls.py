@@ -9,7 +9,7 @@ diagnostic at it, not an error deep in the body at the whole call:
   `sample-trip`, `:decode` for the cached ones): E-TYPE-004 at a value that is no model (a number,
   a lambda, a loader), E-NAME-004 at a model without the entry;
 - a tensor argument (`TENSORS`) is a tensor (E-TYPE-001 at a model or a string), a number
-  argument (`NUMBERS`: salt, temperature, beta, eps) a scalar number (E-TYPE-001, E-SHAPE-005), a
+  argument (`NUMBERS`: salt, temperature) a scalar number (E-TYPE-001, E-SHAPE-005), a
   constant temperature 0 or more (E-RAND-001); `repeat-prompts`' prompt [B P] (E-SHAPE-005);
   `cached-trip`'s state the plist `prefill-prompts` makes (E-TYPE-001, E-NAME-004);
 - sizes that must agree across arguments, compared at the call and naming both (E-SHAPE-005): the
@@ -52,10 +52,9 @@ TENSORS = {
     "sample-trip": {"row": "rows [B S]"},
 }
 
-#: function -> its parameters that are numbers (a scalar)
-NUMBERS = {"sample-trip": ("salt", "temperature"), "cached-trip": ("salt", "temperature"),
-           "gkd-objective": ("beta",), "generalized-jsd": ("beta",),
-           "grpo-objective": ("beta", "eps-low", "eps-high")}
+#: function -> its parameters that are numbers (a scalar); the objectives' beta and clip range are
+#: checked with their ranges by `stdlib_settings` (`RANGES`)
+NUMBERS = {"sample-trip": ("salt", "temperature"), "cached-trip": ("salt", "temperature")}
 
 #: function -> (the student's or policy's logits, the teacher's or reference's): one vocabulary
 _VOCAB = {"gkd-objective": ("student-logits", "teacher-logits"), "forward-kl": ("student-logits", "teacher-logits"),

@@ -78,7 +78,7 @@ def _in_range(ctx: CheckContext, fn: str, p: str, a: ir.Expr, rule: tuple) -> bo
     if not isinstance(t, TensorType):
         shown = shown_value(t.value) if isinstance(t, StringType) else t.show()
         ctx.err("E-TYPE-001", a.span, f"`{fn}`'s `{p}` is a number {words}; got {shown}",
-                help=f"write the number without quotes: {rule[4]}")
+                help=f"write the number without quotes ({rule[4]})")
         return False
     if t.shape != () and math.prod(t.shape) != 1:
         ctx.err("E-SHAPE-005", a.span, f"`{fn}`'s `{p}` is one number {words} for every token; got {t.show()}",
