@@ -66,6 +66,10 @@ def check_adapter_export(program: ir.Program, options: RunOptions) -> None:
         raise OptionError(f"--export-adapter: {e}")
     if options.export.exists() and not options.export.is_dir():
         raise OptionError(f"cannot write {options.export}: an export in PEFT's layout is a directory")
+    if options.export.suffix == ".safetensors":
+        raise OptionError(f"--export-adapter writes a directory in PEFT's layout (adapter_model.safetensors, "
+                          f"adapter_config.json), and {options.export} names a file; give a directory, e.g. "
+                          f"{options.export.with_suffix('')}")
     try:
         check_output_file(options.export / "adapter_model.safetensors")
     except PathProblem as e:
