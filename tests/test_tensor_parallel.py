@@ -336,9 +336,28 @@ def test_a_model_axis_that_does_not_divide_the_heads_is_one_line_before_anything
                         "--run-dir", str(tmp_path / "r"), "--no-progress"], env=env, capture_output=True, text=True,
                        timeout=120)
     assert r.returncode == 2 and r.stderr.strip() == (
-        "sexpgpu: error: the `model` axis of 8 devices does not divide `wq`'s heads (4, axis 2 of [2, 32, 4, 4]), "
-        "parameter `layers.wq`; pick a model axis that divides it")
+        f"sexpgpu: error: {wq_place(run)}: the `model` axis of 8 devices does not divide `wq`'s heads (4, axis 2 of "
+        "[2, 32, 4, 4]), parameter `layers.wq`; pick a model axis that divides it")
     assert not (tmp_path / "r" / "metrics.jsonl").exists()
+
+
+def wq_place(run) -> str:
+    """`FILE:LINE:COL` (1-based) of `layers.wq`'s `:params` entry, where its head count is written."""
+    text = run.read_text()
+    [wq] = [p for p in program_of(text, str(run)).params if p.path == ("layers", "wq")]
+    before = text[:wq.span.start]
+    assert text[wq.span.start:].startswith("(")   # the entry's value: its initialiser and shape
+    return f"{run}:{before.count(chr(10)) + 1}:{len(before) - before.rfind(chr(10))}"
+
+
+def test_explain_s_model_axis_refusal_names_the_parameter_s_place(tmp_path):
+    run = tmp_path / "h4.sx"
+    run.write_text(teacher_text(heads=4))
+    r = subprocess.run([sys.executable, "-m", "sexpgpu_cli.main", "explain", str(run), "--mesh", "data=2,model=8"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and r.stderr.strip() == (
+        f"sexpgpu: error: {wq_place(run)}: the `model` axis of 8 devices does not divide `wq`'s heads (4, axis 2 of "
+        "[2, 32, 4, 4]), parameter `layers.wq`; pick a model axis that divides it")
 
 
 def lora_teacher(targets: str = ":wq :wk :wo :w-up :w-down :lm-head") -> RunFile:
