@@ -54,17 +54,32 @@ def test_broadcast_to_of_a_literal_lowers_to_the_rule_s_dtype():
 
 
 def _gkd_inputs(seed=0):
+    """Logits over whole rows [3 5 6] and the completion mask on the rows' columns: row 0 sampled
+    columns 2 ... 4, row 1 column 3 alone (then stopped), row 2 column 4 (its prompt 4 long)."""
     r = np.random.default_rng(seed)
-    return {"s": (r.standard_normal((3, 4, 6)) * 2).astype(np.float32),
-            "t": (r.standard_normal((3, 4, 6)) * 2).astype(np.float32),
-            "m": np.arange(4)[None, :] < np.array([4, 2, 1])[:, None]}
+    cols = np.arange(5)[None, :]
+    return {"s": (r.standard_normal((3, 5, 6)) * 2).astype(np.float32),
+            "t": (r.standard_normal((3, 5, 6)) * 2).astype(np.float32),
+            "m": (cols >= np.array([2, 3, 4])[:, None]) & (cols < np.array([5, 4, 5])[:, None])}
+
+
+def _predicts_a_sampled_token(m):
+    """[B S] bool: the positions whose logits predict a token the mask holds (position t's logits
+    predict the token at t + 1; the last position's predict none)."""
+    out = np.zeros_like(m)
+    for b in range(m.shape[0]):
+        for t in range(m.shape[1] - 1):
+            out[b, t] = m[b, t + 1]
+    return out
 
 
 @pytest.mark.parametrize("beta", [0.0, 0.5, 1.0])
 def test_gkd_objective_is_the_generalized_jsd_with_agreement_and_completion_metrics(beta):
     x = _gkd_inputs()
     typ, got, metrics = run(f"(gkd-objective s t {beta} m)", **x)
-    s, t, m = log_softmax(x["s"]), log_softmax(x["t"]), x["m"]
+    s, t = log_softmax(x["s"]), log_softmax(x["t"])
+    m = _predicts_a_sampled_token(x["m"])
+    assert m.sum() == 5 and not m[:, -1].any()        # 3 + 1 + 1 sampled tokens; the last column never
     ps, pt = np.exp(s), np.exp(t)
     if beta == 0:
         per = (pt * (t - s)).sum(-1)
@@ -79,7 +94,20 @@ def test_gkd_objective_is_the_generalized_jsd_with_agreement_and_completion_metr
     agree = (x["s"].argmax(-1) == x["t"].argmax(-1))
     assert metrics["agreement"] == pytest.approx(token_mean(agree, m))
     np.testing.assert_allclose(metrics["entropy"], token_mean(-(ps * s).sum(-1), m), rtol=1e-5)
-    assert metrics["completion-length"] == pytest.approx(7 / 3) and metrics["completion-length-max"] == 4
+    assert metrics["completion-length"] == pytest.approx(5 / 3) and metrics["completion-length-max"] == 3
+    assert metrics["stopped"] == pytest.approx(1 / 3)   # row 1 alone ends before the last column
+
+
+def test_gkd_objective_reads_nothing_of_the_last_column_s_logits():
+    """The last column's logits predict a token past the row: changing them changes nothing (TRL's
+    GKDTrainer drops that position too)."""
+    x = _gkd_inputs()
+    _, got, metrics = run("(gkd-objective s t 0.0 m)", **x)
+    y = dict(x, s=x["s"].copy(), t=x["t"].copy())
+    y["s"][:, -1] = 50.0 * np.arange(6)
+    y["t"][:, -1] = -50.0 * np.arange(6)
+    _, again, metrics_again = run("(gkd-objective s t 0.0 m)", **y)
+    assert float(again) == float(got) and metrics_again == metrics
 
 
 def _grpo_inputs(seed=0):
