@@ -64,7 +64,7 @@ def test_a_directory_holding_only_the_files_the_export_writes_as_it_writes_them_
     extras["config.json"](ready / "config.json")
     written = (ready / "config.json").read_bytes()
     assert check_options(program, options(tmp_path, ready, export_names="gpt2")) is None
-    edited = written.replace(b"{", b"{ ", 1)
+    edited = written + b"\n"   # one byte more: a file of the user's
     (ready / "config.json").write_bytes(edited)
     with pytest.raises(OptionError, match="its file config.json is not one this export writes as it is"):
         check_options(program, options(tmp_path, ready, export_names="gpt2"))
