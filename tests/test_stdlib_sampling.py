@@ -174,18 +174,58 @@ ENV = {"p": TensorType((2, 6), "i32"), "lg": TensorType((4, 6, 5), "f32"), "row"
     ("(repeat-prompts p 4 (axis-size (sum f :axes [1]) 0) 0)", "E-SHAPE-005", "(axis-size (sum f :axes [1]) 0)",
      "`width` is 4, fewer"),
     ("(repeat-prompts p rw 12 0)", "E-TYPE-003", "rw", "`n` is a count of rows"),
-    ("(gkd-objective lg lg 0.5 mi)", "E-TYPE-002", "mi", "`mask` is the completion mask, bool or float"),
+    ("(gkd-objective lg lg 0.5 rw)", "E-SHAPE-005", "rw", "`mask` is a mask [B T], one entry per token"),
+    ("(gkd-objective lg lg -0.5 m)", "E-TYPE-003", "-0.5", "`beta` must be from 0 to 1; got -0.5"),
+    ("(gkd-objective lg lg 1.5 m)", "E-TYPE-003", "1.5", "`beta` must be from 0 to 1; got 1.5"),
+    ("(gkd-objective lg lg :beta 0.5 :mask m)", "E-FORM-003", ":beta", "`gkd-objective` takes its 4 arguments by "
+     "position, not by keyword: `(gkd-objective student-logits teacher-logits beta mask)`, got `:beta`"),
+    ("(grpo-objective lg lg row m rw rw -0.04 0.2 0.28)", "E-TYPE-003", "-0.04", "`beta` must be 0 or more"),
+    ("(grpo-objective lg lg row m rw rw 0.04 -0.2 0.28)", "E-TYPE-003", "-0.2", "`eps-low` must be from 0 to "
+     "below 1; got -0.2"),
+    ("(grpo-objective lg lg row m rw rw 0.04 1 0.28)", "E-TYPE-003", "1", "`eps-low` must be from 0 to below 1"),
+    ("(grpo-objective lg lg row m rw rw 0.04 0.2 -0.28)", "E-TYPE-003", "-0.28", "`eps-high` must be 0 or more"),
+    ("(grpo-objective lg lg row m rw rw \"0.04\" 0.2 0.28)", "E-TYPE-001", "\"0.04\"", "`beta` is a number 0 or "
+     "more; got \"0.04\""),
+    ("(repeat-prompts p 4 12 0.5)", "E-TYPE-002", "0.5", "`fill` is a scalar of the prompt's dtype (i32, the prompt "
+     "[2 6] i32); got [] f32"),
+    ("(repeat-prompts p 4 12 \"a\")", "E-TYPE-001", "\"a\"", "`fill` is a scalar of the prompt's dtype"),
+    ("(repeat-prompts p 4 12 (cast 0 :i64))", "E-TYPE-002", "(cast 0 :i64)", "which would make the rows i64"),
+    ("(repeat-prompts m 4 12 0)", "E-TYPE-002", "0", "(bool, the prompt [4 6] bool); got [] i32"),
+    ("(repeat-prompts f 4 12 0)", "E-TYPE-002", "f", "`prompt` is token ids [B P], integers (or a prompt's padding "
+     "mask, bool); got [4 6] f32"),
+    ("(sample-trip lg row 3 :salt 1 :temperature 0)", "E-FORM-003", ":salt", "takes its 5 arguments by position, not by keyword"),
     ("(gkd-objective lg5 lg 0.5 m)", "E-SHAPE-005", "lg5", "takes logits [B T V] on the mask's [4 6]"),
     ("(grpo-objective lg lg f m rw rw 0.04 0.2 0.28)", "E-TYPE-002", "f", "`row` are token ids, integers"),
     ("(grpo-objective lg lg row m rw f 0.04 0.2 0.28)", "E-SHAPE-005", "f", "`advantages` is [4 6] f32, but it "
      "takes a value per row [B]"),
 ])
 def test_a_wrong_argument_is_one_error_at_it(text, code, at, words):
+    """Each mistake one error at its argument: the settings' ranges are TRL's (GRPOConfig's beta >= 0,
+    epsilon in [0, 1); GKDConfig's beta in [0, 1]), a fill the prompt's dtype (docs/stdlib.md)."""
     e, diags = check_expression(text, ENV)
     assert [d.code for d in diags] == [code], [d.message for d in diags]
     assert words in diags[0].message
     assert text[diags[0].span.start:diags[0].span.end] == at
     assert e.type.show() == "{error}"
+
+
+@pytest.mark.parametrize("text", ["(repeat-prompts p 4 12 0)", "(repeat-prompts p 4 12 (cast 0 :i32))",
+                                  "(repeat-prompts m 1 12 true)", "(gkd-objective lg lg 0 m)",
+                                  "(gkd-objective lg lg 1 mi)", "(grpo-objective lg lg row f rw rw 0 0 0)"])
+def test_settings_at_their_ends_and_a_fill_of_the_prompt_s_dtype_are_clean(text):
+    assert check_expression(text, ENV)[1] == []
+
+
+@pytest.mark.parametrize("call", ["(gkd-objective s t 0.5 m)", GRPO])
+def test_a_completion_mask_may_be_bool_integer_or_float_and_counts_the_same(call):
+    """One rule for every post-training function's mask (TRL's are integer 0/1): bool, i32 and f32
+    0/1 masks give the same loss and metrics."""
+    x = _gkd_inputs() if call.startswith("(gkd") else _grpo_inputs()
+    got = [run(call, **{**x, "m": x["m"].astype(dt)}) for dt in (bool, np.int32, np.float32)]
+    for typ, value, metrics in got[1:]:
+        assert typ.show() == "[] f32"
+        np.testing.assert_allclose(value, got[0][1], rtol=1e-6)
+        assert metrics == pytest.approx(got[0][2])
 
 
 # --------------------------------------------------------------------------- the functions that take a model
