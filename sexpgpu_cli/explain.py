@@ -30,9 +30,11 @@ def explain_file(file: Path, format: str, xla: bool, memory_budget: str | None, 
         raise fail(f"unknown --target {target!r}; expected one of {', '.join(TARGETS)}")
     program = res.program
     if mesh is not None or fsdp is not None:
-        from sexpgpu_lang.mesh import explain_mesh
+        from sexpgpu_lang.mesh import ModelAxisError, explain_mesh
         try:
             program = explain_mesh(program, mesh, fsdp)
+        except ModelAxisError as e:   # placed where the file writes the size the axis does not divide
+            raise fail(e.placed(res.source))
         except ValueError as e:
             raise fail(str(e))
     if xla:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sexpgpu_lang.format import Layout, format_text
+from sexpgpu_lang.lint import bad_utf8_text
 from sexpgpu_lang.source import SourceText
 from sexpgpu_lang.syntax import parse
 
@@ -83,7 +84,7 @@ def format_files(paths: list[Path], mode: str = "write", width: int | None = Non
             result.refuse(path, f"cannot read {path}: no such file")
             continue
         except UnicodeDecodeError as e:
-            result.refuse(path, f"cannot read {path}: not UTF-8 text ({e.reason} at byte {e.start})")
+            result.refuse(path, f"cannot read {path}: not UTF-8 text: {bad_utf8_text(e.object)}; save it as UTF-8")
             continue
         except OSError as e:
             result.refuse(path, f"cannot read {path}: {e.strerror or e}")

@@ -11,34 +11,41 @@ from typing import List
 from .output import cannot_read, fail, print_text
 
 
-def run_files(paths: List[Path]) -> List[tuple[Path, bool]]:
+def run_files(paths: List[Path]) -> tuple[List[tuple[Path, bool]], int]:
     """The files `lint` checks, each with whether a DIR named it: each FILE as given, and every
-    *.sx below each DIR (recursively, sorted). A directory holding no *.sx is one line and exit 2."""
+    *.sx below each DIR (recursively, sorted); and how many DIRs held none (each one line on
+    standard error: a usage problem, exit 2, the other files still checked)."""
     out: List[tuple[Path, bool]] = []
+    empty = 0
     for path in paths:
         if path.is_dir():
             found = sorted(p for p in path.rglob("*.sx") if p.is_file())
             if not found:
-                raise fail(f"no run files (*.sx) under {path}")
+                fail(f"no run files (*.sx) under {path}")
+                empty += 1
             out += [(p, True) for p in found]
         else:
             out.append((path, False))
-    return out
+    return out, empty
 
 
 def lint_one(path: Path, found: bool, read_files: bool):
-    """`lint`'s check of one file (sexpgpu_lang.lint); a file it cannot read is one line and exit 2."""
+    """`lint`'s check of one file (sexpgpu_lang.lint); None for a file it cannot read, after one
+    line on standard error saying why (`cannot_read`)."""
     from sexpgpu_lang.lint import lint_file
     try:
         return lint_file(str(path), found, read_files)
     except (OSError, UnicodeDecodeError) as e:
-        raise cannot_read(path, e)
+        cannot_read(path, e)
+        return None
 
 
 def lint_files(files: List[Path], format: str, output: Path | None, read_files: bool, version: str,
                exits_after: bool) -> int:
     """Check `files` and write their report (`format`: text, json or sarif) to `output` or standard
-    output; the exit status: 1 when a file has an error, else 0. `exits_after`: the process ends
+    output; the exit status: the worst of 2 when a named file or DIR could not be read (each one
+    line on standard error, every other file still checked and reported, as compilers do), 1 when
+    a file has an error, else 0. `exits_after`: the process ends
     after the command (what was built is then frozen, below)."""
     import gc
     # No cyclic garbage collection while importing the front end and checking: lint keeps every
@@ -50,7 +57,10 @@ def lint_files(files: List[Path], format: str, output: Path | None, read_files: 
     gc.disable()
     try:
         from sexpgpu_lang import render
-        results = [lint_one(f, found, read_files) for f, found in run_files(files)]
+        named, unread = run_files(files)
+        checked = [lint_one(f, found, read_files) for f, found in named]
+        results = [r for r in checked if r is not None]
+        unread += len(checked) - len(results)
     finally:
         if collecting:
             if exits_after:
@@ -65,8 +75,10 @@ def lint_files(files: List[Path], format: str, output: Path | None, read_files: 
                 raise fail(f"cannot write {output}: {e.strerror or e}")
         else:
             n_err, n_warn, n_note = print_text(results)
-        print(f"{len(results)} file{'s' if len(results) != 1 else ''} checked: {render.summary(n_err, n_warn, n_note)}",
-              file=sys.stderr)
+        could_not = f"; {unread} could not be read" if unread else ""
+        if results or not unread:   # nothing checked: the lines saying why are the report
+            print(f"{len(results)} file{'s' if len(results) != 1 else ''} checked: {render.summary(n_err, n_warn, n_note)}"
+                  f"{could_not}", file=sys.stderr)
     else:
         pairs = [(r.source, r.diagnostics) for r in results]
         text = render.to_json(pairs) if format == "json" else render.to_sarif(pairs, version)
@@ -77,5 +89,5 @@ def lint_files(files: List[Path], format: str, output: Path | None, read_files: 
                 raise fail(f"cannot write {output}: {e.strerror or e}")
         else:
             print(text)
-    return 1 if any(r.has_errors for r in results) else 0
+    return 2 if unread else 1 if any(r.has_errors for r in results) else 0
 

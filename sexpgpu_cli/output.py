@@ -36,8 +36,18 @@ def cannot_read(path: Path, e: Exception) -> "typer.Exit":
     if isinstance(e, IsADirectoryError):
         return fail(f"cannot read {path}: it is a directory")
     if isinstance(e, UnicodeDecodeError):
-        return fail(f"cannot read {path}: not UTF-8 text ({e.reason} at byte {e.start})")
+        return fail(f"cannot read {path}: {not_utf8(path, e)}; save it as UTF-8")
     return fail(f"cannot read {path}: {e.strerror or e}")
+
+
+def not_utf8(path: Path, e: UnicodeDecodeError) -> str:
+    """`not UTF-8 text: byte 0xff at 2:1 (invalid start byte)` for the file at `path`, whose reading
+    raised `e` (its offset may count from a chunk of the file: the file is read again to place it)."""
+    from sexpgpu_lang.lint import bad_utf8_text
+    try:
+        return f"not UTF-8 text: {bad_utf8_text(Path(path).read_bytes())}"
+    except (OSError, ValueError):
+        return f"not UTF-8 text ({e.reason})"
 
 
 def print_text(results, file=None) -> tuple[int, int, int]:

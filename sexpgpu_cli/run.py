@@ -61,9 +61,14 @@ def _run(req: RunRequest, early: EarlySignals) -> None:
         print(f"sexpgpu: error: {req.file} has {render.summary(n_err, n_warn)}; fix them before running", file=sys.stderr)
         raise typer.Exit(1)
     import sexpgpu_runtime as rt   # JAX is imported only here
+    from sexpgpu_lang.mesh import ModelAxisError, check_model_axis
     try:
         devices, model = rt.parse_mesh(req.mesh) if req.mesh is not None else (None, None)
+        if model is not None:   # placed where the file writes the size the axis does not divide
+            check_model_axis(res.program, model)
         rt.initialize(req.coordinator, req.num_processes, req.process_id, detect=req.distributed)
+    except ModelAxisError as e:
+        raise fail(e.placed(res.source), 2)
     except (ValueError, rt.MeshError) as e:
         raise fail(str(e), 2)
     early.stop_if_received()

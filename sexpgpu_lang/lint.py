@@ -10,6 +10,30 @@ from .diagnostics import error
 from .source import SourceText, Span
 
 
+def bad_utf8(data: bytes) -> tuple[int, int, int, str] | None:
+    """Where `data` stops being UTF-8 text: (line, column, the byte's value, the decoder's reason),
+    line and column 1-based, the column counting the characters of the line before the byte (as
+    a diagnostic's place does); None when all of it decodes."""
+    try:
+        data.decode("utf-8")
+        return None
+    except UnicodeDecodeError as e:
+        before = data[:e.start]
+        line_start = before.rfind(b"\n") + 1
+        column = len(before[line_start:].decode("utf-8")) + 1
+        return before.count(b"\n") + 1, column, data[e.start], e.reason
+
+
+def bad_utf8_text(data: bytes) -> str:
+    """`bad_utf8`'s place in words: `byte 0xff at 2:1 (invalid start byte)`; raises ValueError
+    when `data` is UTF-8 text."""
+    found = bad_utf8(data)
+    if found is None:
+        raise ValueError("the bytes are UTF-8 text")
+    line, column, value, reason = found
+    return f"byte 0x{value:02x} at {line}:{column} ({reason})"
+
+
 class NotUtf8:
     """A file found under a DIR that is not UTF-8 text, as `lint` reports it: one E-SYNTAX-003
     at the first byte that does not decode (its text shown with U+FFFD for such bytes), so the
@@ -22,7 +46,7 @@ class NotUtf8:
         self.source = SourceText(data.decode("utf-8", errors="replace"), str(path))
         at = len(data[:e.start].decode("utf-8"))
         self.diagnostics = [error("E-SYNTAX-003", Span(at, at + 1),
-                                  f"this file is not UTF-8 text ({e.reason} at byte {e.start}); nothing in it was checked",
+                                  f"this file is not UTF-8 text: {bad_utf8_text(data)}; nothing in it was checked",
                                   help="save the file as UTF-8")]
 
 

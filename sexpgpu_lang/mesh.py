@@ -181,14 +181,34 @@ def explain_mesh(program, mesh: str | None, fsdp: bool | None):
     return program
 
 
+class ModelAxisError(ValueError):
+    """`check_model_axis`'s refusal: its message (one line), and `span`, the parameter's `:params` entry in
+    the run file (None where the IR has no place for it), where the size the axis does not divide is
+    written; `placed` gives the line with that place first, as a command prints it."""
+
+    def __init__(self, message: str, span=None):
+        super().__init__(message)
+        self.span = span
+
+    def placed(self, source) -> str:
+        """`FILE:LINE:COL: MESSAGE` (1-based, `source` the run file's SourceText), or the message alone
+        without a span."""
+        if self.span is None:
+            return str(self)
+        line, col = source.line_col(self.span.start)
+        return f"{source.path}:{line + 1}:{col + 1}: {self}"
+
+
 def check_model_axis(program, model: int) -> None:
-    """ValueError (one line) naming the first parameter whose heads or MLP width a `model` axis of `model`
-    devices does not divide."""
+    """ModelAxisError (a ValueError, one line, with the parameter's place) naming the first parameter whose
+    heads or MLP width a `model` axis of `model` devices does not divide."""
     over = shard_overrides(program, model)
-    for path, shape in param_shapes(program):
+    for p in program.params:
+        path, shape = tuple(p.path), tuple(p.shape)
         why = undivided(".".join(path), shape, model, over)
         if why:
-            raise ValueError(f"{why}, parameter `{'.'.join(path)}`; pick a model axis that divides it")
+            raise ModelAxisError(f"{why}, parameter `{'.'.join(path)}`; pick a model axis that divides it",
+                                 getattr(p, "span", None))
 
 
 def shard_overrides(program, model: int | None = None) -> dict:

@@ -165,3 +165,46 @@ def test_distill_teacher_matches_code_lm():
     teacher = model_form((EXAMPLES_DIR / "distill.sx").read_text(encoding="utf-8"), "code-lm")
     assert teacher.startswith(code_lm[:-1])
     assert teacher.endswith(':frozen true :pretrained "code-lm.safetensors")')
+
+
+def committed_examples(target: Path) -> Path:
+    """A copy of examples/ as a fresh clone has it (.gitignore's outputs left out: the exports under
+    examples/gpt2-teacher/ but its committed config.json, examples/*.safetensors, an adapter export)."""
+    import shutil
+
+    def outputs(directory: str, names: list[str]) -> list[str]:
+        if Path(directory).name == "gpt2-teacher":
+            return [n for n in names if n != "config.json"]
+        if Path(directory) == EXAMPLES_DIR:
+            return [n for n in names if n.endswith(".safetensors") or n == "lora-adapter"]
+        return []
+    shutil.copytree(EXAMPLES_DIR, target / "examples", ignore=outputs)
+    return target
+
+
+def documented_commands(name: str) -> list[list[str]]:
+    """The `sexpgpu run ...` command lines of the example's leading comment, as words."""
+    lines = (EXAMPLES_DIR / name).read_text(encoding="utf-8").splitlines()
+    return [line[2:].split() for line in lines if line.startswith(";;   sexpgpu run ")]
+
+
+def test_the_documented_export_commands_work_on_a_fresh_copy_of_the_examples(tmp_path):
+    """gpt2-teacher.sx, lora.sx and distill-gpt2.sx's commands, as written (a few steps each, from the
+    copy's root): the teacher's export goes into examples/gpt2-teacher/, whose committed config.json
+    is the one the export writes, so it is written into and the config is left as committed."""
+    import subprocess
+    import sys
+    teacher = ["sexpgpu", "run", "examples/gpt2-teacher.sx", "--export", "examples/gpt2-teacher", "--export-names", "gpt2"]
+    assert all(documented_commands(n)[0] == teacher for n in ("gpt2-teacher.sx", "lora.sx", "distill-gpt2.sx"))
+    commands = [teacher] + documented_commands("lora.sx")[1:] + documented_commands("distill-gpt2.sx")[1:]
+    assert [c[2] for c in commands] == ["examples/gpt2-teacher.sx", "examples/lora.sx", "examples/distill-gpt2.sx"]
+    root = committed_examples(tmp_path)
+    config = (root / "examples" / "gpt2-teacher" / "config.json").read_bytes()
+    for i, words in enumerate(commands):
+        r = subprocess.run([sys.executable, "-m", "sexpgpu_cli.main", *words[1:], "--steps", "2",
+                            "--run-dir", f"runs/{i}"], cwd=root, capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, (words, r.stderr)
+    teacher_dir = root / "examples" / "gpt2-teacher"
+    assert {p.name for p in teacher_dir.iterdir()} >= {"config.json", "model.safetensors", "sexpgpu-export.json"}
+    assert (teacher_dir / "config.json").read_bytes() == config
+    assert (root / "examples" / "lora-adapter" / "adapter_model.safetensors").is_file()

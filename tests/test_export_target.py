@@ -3,6 +3,8 @@ file (a text file, /etc/passwd), or a directory that holds no export, is refused
 starts (run/options.check_options); an earlier export is replaced, as `save_pretrained` does."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from safetensors.numpy import save_file
@@ -36,10 +38,34 @@ def test_an_earlier_export_and_a_new_path_are_accepted_and_left_as_they_are(tmp_
     assert not new.exists() and not (tmp_path / "run").exists()
 
 
+def gpt2_program():
+    """tests/fixtures/hf/gpt2.sx: a model the standard library's `gpt2` mapping names."""
+    from sexpgpu_lang import analyze_file
+    return analyze_file(str(Path(__file__).parent / "fixtures" / "hf" / "gpt2.sx"), read_files=True).program
+
+
 def test_a_directory_that_holds_no_export_is_refused_in_the_hf_layout(tmp_path):
     other = tmp_path / "project"
     other.mkdir()
     (other / "README").write_text("not an export\n")
-    with pytest.raises(OptionError, match="a directory that holds no export"):
-        check_options(program_of(SMALL), options(tmp_path, other, export_names="gpt2"))
+    with pytest.raises(OptionError, match="a directory that holds no export .* its file README is not one this export"):
+        check_options(gpt2_program(), options(tmp_path, other, export_names="gpt2"))
     assert (other / "README").read_text() == "not an export\n"
+
+
+def test_a_directory_holding_only_the_files_the_export_writes_as_it_writes_them_is_written_into(tmp_path):
+    """A directory made ready for the export (examples/gpt2-teacher/config.json, committed for lint) is
+    accepted; the same file differing by one byte is a file of the user's, refused and left as it is."""
+    from sexpgpu_runtime.weights.hf_export import export_extras
+    program = gpt2_program()
+    ready = tmp_path / "teacher"
+    ready.mkdir()
+    extras = dict(export_extras(program, "gpt2"))
+    extras["config.json"](ready / "config.json")
+    written = (ready / "config.json").read_bytes()
+    assert check_options(program, options(tmp_path, ready, export_names="gpt2")) is None
+    edited = written + b"\n"   # one byte more: a file of the user's
+    (ready / "config.json").write_bytes(edited)
+    with pytest.raises(OptionError, match="its file config.json is not one this export writes as it is"):
+        check_options(program, options(tmp_path, ready, export_names="gpt2"))
+    assert (ready / "config.json").read_bytes() == edited

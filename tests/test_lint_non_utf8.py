@@ -1,5 +1,7 @@
 """`sexpgpu lint DIR` with a file that is not UTF-8: that file is one
-E-SYNTAX-003 diagnostic at its first bad byte, and every other file is still checked."""
+E-SYNTAX-003 diagnostic at its first bad byte, and every other file is still checked; a named file
+that cannot be read is one line (its bad byte's value and line:col) and the others are still
+reported."""
 import json
 import subprocess
 import sys
@@ -21,7 +23,7 @@ def test_a_non_utf8_file_in_a_dir_is_a_diagnostic_and_the_others_are_checked(tmp
     assert ("a-binary.sx", "E-SYNTAX-003", 2, 1) in got      # the byte 0xff
     assert ("b-broken.sx", "E-SYNTAX-001", 1, 1) in got      # the other file's real error
     binary = [d for d in json.loads(r.stdout) if d["file"].endswith("a-binary.sx")]
-    assert len(binary) == 1 and "not UTF-8 text (invalid start byte at byte 10)" in binary[0]["message"]
+    assert len(binary) == 1 and "not UTF-8 text: byte 0xff at 2:1 (invalid start byte)" in binary[0]["message"]
 
 
 def test_text_format_shows_the_file_and_counts_it(tmp_path):
@@ -57,3 +59,33 @@ def test_lint_file_in_process(tmp_path):
     ok = tmp_path / "ok.sx"
     ok.write_text("(def y 1)\n", encoding="utf-8")
     assert [d.code for d in lint_file(str(ok), True).diagnostics] == [d.code for d in lint_file(str(ok), False).diagnostics] == ["E-FORM-001"]
+
+
+def test_a_bad_byte_is_placed_by_line_and_column_with_its_value(tmp_path):
+    from sexpgpu_lang.lint import bad_utf8, bad_utf8_text
+    data = "(def x 1)\n(def \u00e9t".encode() + b"\xff 2)"
+    assert bad_utf8(data) == (2, 8, 0xFF, "invalid start byte")   # 1-based; `é` is one column
+    assert bad_utf8_text(data) == "byte 0xff at 2:8 (invalid start byte)"
+    assert bad_utf8(b"(def x 1)") is None
+    p = tmp_path / "bin.sx"
+    p.write_bytes(data)
+    want = f"cannot read {p}: not UTF-8 text: byte 0xff at 2:8 (invalid start byte); save it as UTF-8"
+    for command in ("lint", "fmt"):
+        r = sx(command, str(p))
+        assert r.returncode == 2 and want in r.stderr, (command, r.stderr)
+
+
+def test_lint_reports_every_file_it_can_read_and_names_those_it_cannot(tmp_path):
+    bad = tmp_path / "bad.sx"
+    bad.write_text("(def y 1\n", encoding="utf-8")
+    binary = tmp_path / "bin.sx"
+    binary.write_bytes(b"\xff(run)")
+    missing = tmp_path / "missing.sx"
+    r = sx("lint", str(bad), str(missing), str(binary))
+    assert r.returncode == 2   # the worst: a file named that cannot be read
+    assert r.stdout.startswith(f"{bad}:1:1: error[E-SYNTAX-001]")
+    assert f"sexpgpu: error: cannot read {missing}: no such file" in r.stderr
+    assert f"sexpgpu: error: cannot read {binary}: not UTF-8 text" in r.stderr
+    assert "1 file checked: 1 error; 2 could not be read" in r.stderr
+    r = sx("lint", "--format", "json", str(missing), str(bad))
+    assert r.returncode == 2 and [d["code"] for d in json.loads(r.stdout)] == ["E-SYNTAX-001"]

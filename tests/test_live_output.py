@@ -123,8 +123,9 @@ def test_the_steady_rate_leaves_out_the_first_step_and_paused_time():
         now[0] += 0.5
         t.ended(k, 100)
     assert t.rates() == pytest.approx((2.0, 200.0))
+    now[0] += 10.0
     t.pause(10.0)   # a pass of 10 s, then one more step
-    now[0] += 10.5
+    now[0] += 0.5
     t.ended(12, 100)
     assert t.rates() == pytest.approx((2.0, 200.0))
     plain = Throughput(start=5, clock=lambda: now[0])
@@ -190,3 +191,63 @@ def test_the_bar_shows_the_metrics_the_file_names(tmp_path):
         assert rep.bar.tasks[0].fields["shown"] == "loss 2.0000  reward 0.2500"
     finally:
         rep.close()
+
+
+def test_a_resume_whose_first_step_ends_inside_a_save_shows_the_true_rate():
+    # The first step after a resume (its compilation) ends while a checkpoint step waits for the queued
+    # steps: that wait is the step's compute, not the save's, so it stays out of the paused time.
+    now = [0.0]
+    t = Throughput(start=3, clock=lambda: now[0])
+    now[0] = 30.0                 # step 4: the restore and the compilation
+    t.ended(4, 100)
+    now[0] = 35.0                 # its checkpoint's save, timed from before the step ended
+    t.pause(35.0)
+    assert t.pending == pytest.approx(5.0)
+    now[0] += 0.5
+    t.ended(5, 100)
+    assert t.rates() == pytest.approx((2.0, 200.0))
+
+
+def test_no_rate_is_shown_over_a_near_zero_window():
+    now = [0.0]
+    t = Throughput(start=0, clock=lambda: now[0])
+    t.ended(1)
+    t.ended(2)                    # the same clock reading: no window yet
+    assert t.rates() == (None, None)
+    now[0] = 1e-12
+    t.ended(3)
+    assert t.rates() == (None, None)
+    now[0] = 1.0
+    t.ended(4)
+    assert t.rates() == pytest.approx((3.0, None))
+
+
+class RatedReporter:
+    """The loop's reporter reduced to the steady rate, on the fake device's clock."""
+
+    def __init__(self, throughput: Throughput):
+        self.throughput = throughput
+
+    def ended(self, done, tokens=None):
+        self.throughput.ended(done, tokens)
+
+    def pause(self, seconds):
+        self.throughput.pause(seconds)
+
+    def log(self, row, done):
+        pass
+
+
+def test_the_loop_counts_the_queued_steps_compute_at_a_save_in_the_rate(monkeypatch):
+    # A resume from step 3 to 5 with a checkpoint every 2 steps: step 4 (30 s: its compilation) ends
+    # while step 4's save waits for it; each save takes 5 s; step 5 computes for 1 s.
+    tr = FakeTrainer(steps=5, log_every=1)
+    tr.checkpoint_every = 2
+    cost = {("wait", 4): 30.0, ("wait", 5): 1.0, ("save", 4): 5.0, ("save", 5): 5.0}
+    clock = lambda: sum(cost.get(e, 0.0) for e in tr.events)   # noqa: E731
+    monkeypatch.setattr(loop_mod, "time", SimpleNamespace(perf_counter=clock))
+    throughput = Throughput(start=3, clock=clock)
+    loop = loop_mod.Loop(tr, RatedReporter(throughput), after_step=lambda state, row: tr.events.append(("save", state.step)))
+    loop._steps(SimpleNamespace(step=3))
+    assert throughput.paused == pytest.approx(5.0)   # step 4's save; step 5's is after its window
+    assert throughput.rates() == pytest.approx((1.0, 64.0))

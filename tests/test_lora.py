@@ -254,6 +254,17 @@ def test_export_adapter_is_refused_before_training_without_lora_or_beside_export
     check_options(lora, RunOptions(export=tmp_path / "a", export_adapter=True))
 
 
+def test_export_adapter_to_a_safetensors_path_is_refused_and_makes_nothing(tmp_path):
+    from sexpgpu_runtime import OptionError, RunOptions, check_options
+    lora = program_of(fixture_text(), str(tmp_path / "x.sx"))
+    target = tmp_path / "adapter.safetensors"
+    with pytest.raises(OptionError) as e:
+        check_options(lora, RunOptions(export=target, export_adapter=True))
+    assert str(e.value) == (f"--export-adapter writes a directory in PEFT's layout (adapter_model.safetensors, "
+                            f"adapter_config.json), and {target} names a file; give a directory, e.g. {tmp_path / 'adapter'}")
+    assert "\n" not in str(e.value) and not target.exists()
+
+
 @pytest.mark.slow
 def test_a_lora_run_trains_the_adapters_alone_exports_them_and_a_run_starts_from_them(tmp_path):
     from helpers import run

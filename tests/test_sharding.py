@@ -209,7 +209,7 @@ def test_explain_shows_the_mesh_and_the_peak_per_device():
     text = to_text(report)
     line = next(l for l in text.splitlines() if l.startswith("memory per device (1 of data=8): "))
     assert f"train {fmt_bytes(per['train'])}" in line and f"peak {fmt_bytes(per['peak'])}" in line
-    assert "memory: " not in text and f"memory, all devices together: params {fmt_bytes(mem['params'])}" in text
+    assert "memory: " not in text and f"memory of the whole run, unsharded (as one device would hold it): params {fmt_bytes(mem['params'])}" in text
     # Each graph's inputs and their shardings, under the graph's `in` line.
     shards = [l.split("shard ", 1)[1] for l in text.splitlines() if "  shard " in l]
     assert shards[:2] == ["batch P(None, 'data'), ctx P(), params P()",

@@ -302,6 +302,31 @@ def test_docs_distillation_run_splits_the_teacher_4_ways_and_keeps_the_student_w
     assert "params 9 of 34 split along model=4 by heads, MLP width or vocabulary" in to_text(report)
 
 
+def test_each_graph_s_shard_line_counts_the_parameters_it_reads_and_the_whole_run_line_says_unsharded():
+    """On docs/sharding.md's distillation mesh the student's generator reads none of the teacher's split
+    parameters: its `shard` line says `params P()`; `generate.finish` (which runs the teacher) counts
+    the parameters it reads. The whole-run memory line is the unsharded plan, so labelled."""
+    from sexpgpu_lang.explain import explain, graph_shardings, to_text
+    split = (RunFile.read(ROOT / "examples" / "distill.sx").set("run :devices", "2").set("run :model-parallel", "4")
+             .set("run :shard", "(:student :replicated :teacher :auto)"))
+    report = explain(program_of(split, "examples/distill.sx"))
+    specs = report["mesh"]["param_shardings"]
+    graphs = {g["name"]: g for g in report["graphs"]}
+    read = {name: next(i["read"] for i in g["inputs"] if i["name"] == "params") for name, g in graphs.items()}
+    assert read["generate.init"] and not any(k.startswith("teacher.") for k in read["generate.init"])
+    assert graph_shardings(report["mesh"], graphs["generate.init"])["params"] == "P()"
+    finish = read["generate.finish"]
+    teacher_split = sum("'model'" in specs[k] for k in finish)
+    assert teacher_split == 9 and len(finish) < len(specs)
+    assert graph_shardings(report["mesh"], graphs["generate.finish"])["params"] == (
+        f"9 of {len(finish)} split along model=4 by heads, MLP width or vocabulary")
+    assert read["update"] == sorted(k for k in specs if not k.startswith("teacher."))   # the trainable student
+    assert graph_shardings(report["mesh"], graphs["update"])["gradients"] == "P()"
+    text = to_text(report)
+    assert "memory of the whole run, unsharded (as one device would hold it): params " in text
+    assert "all devices together" not in text
+
+
 def test_the_one_form_teacher_from_a_checkpoint_carries_the_split():
     """`(defmodel teacher :pretrained "llama3" :frozen true)` expands to the family's block (hf_config.py),
     whose parameters the `model` axis splits by name; a head count it does not divide is refused at the
@@ -336,9 +361,28 @@ def test_a_model_axis_that_does_not_divide_the_heads_is_one_line_before_anything
                         "--run-dir", str(tmp_path / "r"), "--no-progress"], env=env, capture_output=True, text=True,
                        timeout=120)
     assert r.returncode == 2 and r.stderr.strip() == (
-        "sexpgpu: error: the `model` axis of 8 devices does not divide `wq`'s heads (4, axis 2 of [2, 32, 4, 4]), "
-        "parameter `layers.wq`; pick a model axis that divides it")
+        f"sexpgpu: error: {wq_place(run)}: the `model` axis of 8 devices does not divide `wq`'s heads (4, axis 2 of "
+        "[2, 32, 4, 4]), parameter `layers.wq`; pick a model axis that divides it")
     assert not (tmp_path / "r" / "metrics.jsonl").exists()
+
+
+def wq_place(run) -> str:
+    """`FILE:LINE:COL` (1-based) of `layers.wq`'s `:params` entry, where its head count is written."""
+    text = run.read_text()
+    [wq] = [p for p in program_of(text, str(run)).params if p.path == ("layers", "wq")]
+    before = text[:wq.span.start]
+    assert text[wq.span.start:].startswith("(")   # the entry's value: its initialiser and shape
+    return f"{run}:{before.count(chr(10)) + 1}:{len(before) - before.rfind(chr(10))}"
+
+
+def test_explain_s_model_axis_refusal_names_the_parameter_s_place(tmp_path):
+    run = tmp_path / "h4.sx"
+    run.write_text(teacher_text(heads=4))
+    r = subprocess.run([sys.executable, "-m", "sexpgpu_cli.main", "explain", str(run), "--mesh", "data=2,model=8"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and r.stderr.strip() == (
+        f"sexpgpu: error: {wq_place(run)}: the `model` axis of 8 devices does not divide `wq`'s heads (4, axis 2 of "
+        "[2, 32, 4, 4]), parameter `layers.wq`; pick a model axis that divides it")
 
 
 def lora_teacher(targets: str = ":wq :wk :wo :w-up :w-down :lm-head") -> RunFile:

@@ -156,7 +156,8 @@ def _ctx_io(stack: int) -> dict:
 
 
 def _params_io(g: GraphEstimate) -> dict:
-    return {"name": "params", "type": fmt_bytes(g.param_args), "bytes": g.param_args}
+    return {"name": "params", "type": fmt_bytes(g.param_args), "bytes": g.param_args,
+            "read": sorted(".".join(path) for path in g.param_paths)}
 
 
 def _state_splits(program: ir.Program, model: int) -> tuple[Trace, Trace, Trace]:
@@ -290,7 +291,8 @@ def _update_graph(program: ir.Program) -> GraphEstimate:
     g.outputs = tr + opt
     # the scale reads the sum and writes it; then the optimizer's traffic
     g.bytes_moved = tr * (2 + _OPT_TRAFFIC.get(name, 10) + (3 if a.get("momentum") is not None else 0))
-    g.input_list = [{"name": "params", "type": fmt_bytes(tr), "bytes": tr},
+    trainable = sorted(".".join(p.path) for p in program.params if not p.frozen)
+    g.input_list = [{"name": "params", "type": fmt_bytes(tr), "bytes": tr, "read": trainable},
                     {"name": "optimizer", "type": f"{name} state", "bytes": opt},
                     {"name": "gradients", "type": f"summed over {M} microbatch{'es' if M != 1 else ''}", "bytes": tr}]
     g.output_list = [{"name": "params", "type": fmt_bytes(tr), "bytes": tr},

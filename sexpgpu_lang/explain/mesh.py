@@ -66,21 +66,14 @@ def mesh_report(program: ir.Program, plan: dict, stack: int = 1, target: str = "
     share = trainable_pd / plan["trainable"] if plan["trainable"] else 1.0   # optimizer state and gradients
     fixed_pd = params_pd + math.ceil(plan["optimizer"] * share) + math.ceil(plan["gradients_held"] * share)
     gathered = sum(mine(p, True) for p in program.params) - params_pd if fsdp else 0
-    parts = []
-    if model > 1:
-        split_m = sum(dims[p.path][1] is not None for p in program.params)
-        parts.append(f"{split_m} of {len(program.params)} split along model={model} by heads, MLP width or "
-                     "vocabulary")
-    if fsdp:
-        split = sum(dims[p.path][0] is not None for p in program.params)
-        parts.append(f"FSDP: {split} of {len(program.params)} split on their largest axis {n} divides")
+    specs = {".".join(p.path): spec_text(dims[p.path]) for p in program.params}
     state = records
     cut = {k: v for k, v in out.get("state_shardings", {}).items() if "'model'" in v}
     if cut:   # the caches the trips keep split by heads
         state += "; along model " + ", ".join(f"`{k}` {v}" for k, v in cut.items())
-    out["shardings"] = {"batch": records, "generator state": state, "params": "; ".join(parts),
+    out["shardings"] = {"batch": records, "generator state": state, "params": params_sharding(specs, specs, n, model),
                         "optimizer": "as its parameter", "ctx": "P()"}
-    out["param_shardings"] = {".".join(p.path): spec_text(dims[p.path]) for p in program.params}
+    out["param_shardings"] = specs
     out["params_per_device"] = params_pd
     out["optimizer_per_device"] = math.ceil(plan["optimizer"] * share)
     if "graphs_per_device" in out:   # the update reads and writes the trainable state: its share of it
@@ -116,6 +109,22 @@ def _graph_per_device(g, n: int) -> dict:
     return {"live": g.param_args + -(-rest // n), "temps": -(-g.temps // n), "params": g.param_args}
 
 
+def params_sharding(specs: dict[str, str], read, n: int, model: int) -> str:
+    """How the parameters `read` (dotted paths) lie on the mesh, from each parameter's PartitionSpec
+    (`specs`, as `param_shardings`): `9 of 34 split along model=4 by heads, MLP width or vocabulary`,
+    `FSDP: 12 of 34 split on their largest axis 2 divides`, joined by `; `; `P()` when none of them
+    is split."""
+    read = list(read)
+    parts = []
+    split_m = sum("'model'" in specs[k] for k in read)
+    split_d = sum("'data'" in specs[k] for k in read)
+    if split_m:
+        parts.append(f"{split_m} of {len(read)} split along model={model} by heads, MLP width or vocabulary")
+    if split_d:
+        parts.append(f"FSDP: {split_d} of {len(read)} split on their largest axis {n} divides")
+    return "; ".join(parts) or "P()"
+
+
 #: Which of `mesh["shardings"]` each named input of a graph (`_graph_dict`'s `inputs`) takes.
 _INPUT_SHARDING = {"batch": "batch", "state": "generator state", "params": "params", "optimizer": "optimizer",
                    "gradients": "params", "ctx": "ctx", "trip": "ctx"}
@@ -125,8 +134,14 @@ def graph_shardings(mesh: dict, graph: dict) -> dict[str, str]:
     """Each input of one graph of the report (`graph["inputs"]`) and its sharding on the mesh (a
     `PartitionSpec` as text, or the FSDP rule): the batch and the generator state split along `data`,
     the trip and the context scalars replicated, the parameters (and the gradients and optimizer state
-    that follow them) replicated or split as `:shard-params` says (docs/sharding.md)."""
-    return {i["name"]: mesh["shardings"][_INPUT_SHARDING.get(i["name"], "ctx")] for i in graph["inputs"]}
+    that follow them) replicated or split as `:shard-params` says (docs/sharding.md), counting only the
+    parameters the graph reads (`params_sharding`)."""
+    out = {i["name"]: mesh["shardings"][_INPUT_SHARDING.get(i["name"], "ctx")] for i in graph["inputs"]}
+    read = next((i["read"] for i in graph["inputs"] if i["name"] == "params" and "read" in i), None)
+    if read is not None and "param_shardings" in mesh:   # the parameters this graph reads, not all of them
+        text = params_sharding(mesh["param_shardings"], read, mesh["devices"], mesh.get("model", 1))
+        out.update({k: text for k in out if _INPUT_SHARDING.get(k) == "params"})
+    return out
 
 
 def _memory_per_device(plan: dict, n: int, params: int, share: float, peak: int, device: dict | None = None) -> dict:

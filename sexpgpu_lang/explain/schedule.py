@@ -52,6 +52,7 @@ class GraphEstimate:
     largest_temp: int = 0
     aliased: int = 0
     param_args: int = 0
+    param_paths: set = field(default_factory=set)   # the parameters the graph reads (their paths)
     input_list: list = field(default_factory=list)
     output_list: list = field(default_factory=list)
     scans: list = field(default_factory=list)
@@ -493,6 +494,7 @@ def estimate_graph(name: str, trace: Trace, stack: int, loss: int | None = None,
             g.args += n.bytes_at(stack)
             if n.op == "param":
                 g.param_args += n.bytes_at(stack)
+                g.param_paths.add(tuple(n.static["path"]))
     for _, i in trace.outputs:
         g.outputs += nodes[i].nbytes * stack  # every output is returned with the stack axis (restacked)
     g.temps = temps

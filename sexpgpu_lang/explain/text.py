@@ -120,7 +120,7 @@ def to_text(report: dict) -> str:
     if mesh:
         axes = f"data={mesh['devices']}" + (f",model={mesh['model']}" if mesh.get("model", 1) > 1 else "")
         lines.append(f"memory per device (1 of {axes}): " + memory_parts(mesh["memory_per_device"]))
-        lines.append("memory, all devices together: " + memory_parts(mem))
+        lines.append(f"{UNSHARDED_LABEL}: " + memory_parts(mem))
     else:
         lines.append("memory: " + memory_parts(mem))
     if mesh:
@@ -160,6 +160,11 @@ def to_text(report: dict) -> str:
         lines += ["", f"XLA on {xla['device']} ({xla['backend']}): {xla['summary']}"]
         lines += ["  " + n for n in xla.get("notes", [])]
     return "\n".join(lines)
+
+
+#: The label of the `memory` line under a mesh: the plan of the whole model and batch, unsplit (what one
+#: device would hold without the mesh), not a sum over the devices (a replicated array counts once).
+UNSHARDED_LABEL = "memory of the whole run, unsharded (as one device would hold it)"
 
 
 def _io_text(items: list[dict]) -> str:

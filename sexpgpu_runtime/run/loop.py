@@ -133,9 +133,9 @@ class Loop:
                 self.waiting.append((done, reports, tr.bad, tr.draw))
             self.in_flight.append((done, tr.bad, tr.step_tokens))
             self._ended(done - STEPS_AHEAD)
-            paused = time.perf_counter()   # a pass or a save: left out of the steady rate
             if save_now or passes_now:
-                self._write_rows(wait=True)
+                self._write_rows(wait=True)   # the queued steps' compute counts in the rate
+                paused = time.perf_counter()   # the pass or the save from here: left out of it
                 tr.settle()
                 pass_rows = {}
                 for ps in passes_now:

@@ -3,8 +3,9 @@ options that cannot work (OptionError, or RunError for the file's own `:diagnost
 `shard_bytes`, the `--max-shard-size` value; `resume_command`, the command line that takes a
 stopped run up again.
 
-Plain data and checks: it calls no JAX, and of the runtime imports only paths.py, errors.py and
-weights.pretrained (for `--export-names`' mapping).
+Plain data and checks: it calls no JAX, and of the runtime imports only paths.py, errors.py,
+weights.pretrained (for `--export-names`' mapping), weights.export_files and, when it checks an
+export's directory, weights.hf_export (the files the export writes).
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from sexpgpu_lang import ir
 from sexpgpu_lang.files.bounded_read import open_regular
 from sexpgpu_lang.name_mapping import stdlib_names
 
-from ..weights.export_files import MANIFEST, holds_export
+from ..weights.export_files import MANIFEST, foreign_file, holds_export
 from ..weights.pretrained import export_mapping
 from ..paths import check_output_file
 from ..errors import OptionError, PathProblem, RunError
@@ -66,6 +67,10 @@ def check_adapter_export(program: ir.Program, options: RunOptions) -> None:
         raise OptionError(f"--export-adapter: {e}")
     if options.export.exists() and not options.export.is_dir():
         raise OptionError(f"cannot write {options.export}: an export in PEFT's layout is a directory")
+    if options.export.suffix == ".safetensors":
+        raise OptionError(f"--export-adapter writes a directory in PEFT's layout (adapter_model.safetensors, "
+                          f"adapter_config.json), and {options.export} names a file; give a directory, e.g. "
+                          f"{options.export.with_suffix('')}")
     try:
         check_output_file(options.export / "adapter_model.safetensors")
     except PathProblem as e:
@@ -85,11 +90,6 @@ def check_options(program: ir.Program, options: RunOptions) -> None:
         raise OptionError("--export-frozen says what --export writes; give --export PATH too")
     if options.export_adapter:
         check_adapter_export(program, options)
-    if options.export_names is not None and options.export is not None:
-        if options.export.is_dir() and any(options.export.iterdir()) and not holds_export(options.export):
-            raise OptionError(f"cannot write {options.export}: it is a directory that holds no export (no "
-                              f"{MANIFEST}, model.safetensors or index), and an export writes its files there; give "
-                              "a new or an earlier export's directory")
     if options.export_names is not None:
         found = export_mapping(program, options.export_names)
         if found is None:
@@ -119,6 +119,7 @@ def check_options(program: ir.Program, options: RunOptions) -> None:
             raise OptionError(f"--export-names {options.export_names}: parameter `{wrong[0]}` {why} ({where})")
         if options.export.exists() and not options.export.is_dir():
             raise OptionError(f"cannot write {options.export}: an export in the Hugging Face layout is a directory")
+        _check_export_directory(program, options)
         try:
             check_output_file(options.export / "model.safetensors")
         except PathProblem as e:
@@ -141,6 +142,22 @@ def check_options(program: ir.Program, options: RunOptions) -> None:
     for name in program.run.diagnostics:
         if name not in reported:
             raise RunError(f"`run` selects `:diagnostics` `{name}`, but no diagnostic is named `{name}`; {known}")
+
+
+def _check_export_directory(program: ir.Program, options: RunOptions) -> None:
+    """OptionError for `--export DIR --export-names` into a directory that holds no export and a file
+    the export would not write as it is (a file of the user's, never overwritten); a directory whose
+    files are all ones the export writes, byte for byte (examples/gpt2-teacher/config.json, committed
+    so lint reads the teacher's config before it is exported), is written into."""
+    directory = options.export
+    if not directory.is_dir() or not any(directory.iterdir()) or holds_export(directory):
+        return
+    from ..weights.hf_export import export_extras
+    odd = foreign_file(directory, export_extras(program, options.export_names))
+    if odd is not None:
+        raise OptionError(f"cannot write {directory}: it is a directory that holds no export (no {MANIFEST}, "
+                          f"model.safetensors or index) and its file {odd} is not one this export writes as it "
+                          "is, and an export writes its files there; give a new or an earlier export's directory")
 
 
 def _is_safetensors(path: Path) -> bool:

@@ -38,18 +38,30 @@ def batch_tokens(batch: dict, stacked: bool) -> int:
     return max(sizes, default=0)
 
 
+#: The shortest time per step a rate is computed over (seconds): a window shorter than this for its
+#: steps is no real measurement (clocks a few ticks apart), and no rate is shown until there is one.
+MIN_STEP_SECONDS = 1e-6
+
+
 class Throughput:
     """The steady rate of a run: steps/s and tokens/s from the end of its first step (`start` + 1,
-    which holds the compilation) to the end of the last step reported, less the time `pause` was
-    told of (passes, checkpoint saves). `clock` gives seconds (`time.perf_counter`)."""
+    which holds the compilation, and in a resumed run the restore) to the end of the last step
+    reported, less the time `pause` was told of (passes, checkpoint saves) in that window. `clock` gives seconds
+    (`time.perf_counter`).
+
+    A pause counts only from the end of the last step reported before it ended: time before that is
+    a counted step's compute (a pass or a save first waits for the queued steps), and time before the
+    first step ended (the compilation) is never in the window. So the window is never negative, and
+    `rates` gives None until it is a real one (`MIN_STEP_SECONDS` per step counted)."""
 
     def __init__(self, start: int, clock=time.perf_counter):
         self.start, self.clock = start, clock
         self.since: float | None = None   # when the first step ended
         self.steps = 0
         self.tokens: int | None = 0
-        self.paused = 0.0
-        self.last: float | None = None
+        self.paused = 0.0                 # paused time inside the window (before `last`)
+        self.pending = 0.0                # paused time since `last`: in the window once a step ends
+        self.last: float | None = None    # when the last step counted ended
 
     def ended(self, done: int, tokens: int | None = None) -> None:
         """Step `done` ended now, its batches holding `tokens` tokens (None: not token rows)."""
@@ -58,19 +70,27 @@ class Throughput:
             self.since = now
             return
         self.steps += 1
+        self.paused, self.pending = self.paused + self.pending, 0.0
         self.tokens = None if tokens is None or self.tokens is None else self.tokens + tokens
         self.last = now
 
     def pause(self, seconds: float) -> None:
-        """Leave `seconds` (a pass, a save) out of the rate, once it is counting."""
-        if self.since is not None:
-            self.paused += seconds
+        """The `seconds` up to now (a pass, a save) are left out of the rate: the part of them after
+        the last step reported ended (see the class docstring)."""
+        if self.since is None:
+            return
+        now = self.clock()
+        counted_to = self.since if self.last is None else self.last
+        self.pending += max(0.0, now - max(now - seconds, counted_to))
 
     def rates(self) -> tuple[float | None, float | None]:
-        """(steps/s, tokens/s): None until a step after the first has ended; tokens/s None without tokens."""
+        """(steps/s, tokens/s): None until a step after the first has ended over a real window
+        (`MIN_STEP_SECONDS` per step); tokens/s None without tokens."""
         if not self.steps or self.last is None:
             return None, None
-        seconds = max(self.last - self.since - self.paused, 1e-9)
+        seconds = self.last - self.since - self.paused
+        if seconds < self.steps * MIN_STEP_SECONDS:
+            return None, None
         return self.steps / seconds, (None if not self.tokens else self.tokens / seconds)
 
 

@@ -102,6 +102,26 @@ def holds_export(directory: Path) -> bool:
     return _manifest(directory) is not None or any((directory / n).is_file() for n in (_SINGLE, _INDEX))
 
 
+def foreign_file(directory: Path, writers: list[tuple[str, Callable[[Path], None]]]) -> str | None:
+    """The first file of `directory` (sorted by name) that is not one of `writers`' files with the very
+    bytes its writer writes (each writer run into a temporary directory), or None when every file is
+    one: a directory made ready for an export (a checkpoint's committed `config.json` that lint reads
+    before the export exists), which the export may write into, since it changes no file there."""
+    import tempfile
+    directory = Path(directory)
+    present = sorted(n for n in os.listdir(directory))
+    write = dict(writers)
+    if any(n not in write or not (directory / n).is_file() for n in present):
+        return next(n for n in present if n not in write or not (directory / n).is_file())
+    with tempfile.TemporaryDirectory() as scratch:
+        for name in present:
+            made = Path(scratch) / name
+            write[name](made)
+            if made.read_bytes() != (directory / name).read_bytes():
+                return name
+    return None
+
+
 def is_complete(directory: Path) -> int | None:
     """When `directory` holds a complete export (its manifest says so and every file it lists is there):
     the manifest's modification time (ns, the export's end); None otherwise (none, or a cut one)."""
