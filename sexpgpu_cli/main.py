@@ -449,15 +449,15 @@ def run(
                   "finished, so it stopped as it would have", file=sys.stderr)
         last = result.history[-1] if result.history else {}
         shown = "  ".join(f"{k} {v:.4g}" for k, v in last.items() if k != "step")
-        done = f"trained {result.steps} steps" if not resume else f"trained steps {result.extra['start'] + 1}-{result.steps}"
+        done = f"trained {result.steps} steps" if not resume else f"trained steps {result.start + 1}-{result.steps}"
         parts = [f"{done} in {result.seconds:.1f} s"]
-        if resume and result.extra["start"] >= result.steps:   # its last checkpoint was there, its export not
+        if resume and result.start >= result.steps:   # its last checkpoint was there, its export not
             parts = [f"trained no step (the run had trained its {result.steps}); wrote the export {export}"]
         parts += [shown] if shown else []
-        data = result.extra.get("data") or {}
-        if data.get("batches"):   # the loader's own cost (read ahead on a thread) and what the loop waited for it
-            parts.append(f"data {data['read_s']:.2f} s to read ahead, {data['wait_s']:.2f} s waited "
-                         f"({100 * data['wait_s'] / max(result.seconds, 1e-9):.1f}% of the run)")
+        data = result.data
+        if data.batches:   # the loader's own cost (read ahead on a thread) and what the loop waited for it
+            parts.append(f"data {data.read_s:.2f} s to read ahead, {data.wait_s:.2f} s waited "
+                         f"({100 * data.wait_s / max(result.seconds, 1e-9):.1f}% of the run)")
         print("; ".join(parts + [f"metrics in {opts.run_dir / 'metrics.jsonl'}"]), file=sys.stderr)
     finally:
         early.restore()   # the handlers `run` found: a library caller's own stay theirs

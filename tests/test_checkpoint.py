@@ -79,7 +79,7 @@ def test_stop_abandons_the_step_in_flight_and_saves_the_last_completed(stopped):
 def test_resume_is_bit_exact_with_the_uninterrupted_run(full, stopped):
     full_result, full_dir = full
     (step, _), _, _, resumed, d = stopped
-    assert resumed.extra["start"] == step
+    assert resumed.start == step
     assert_same_params(resumed.trainable, full_result.trainable)
     assert_same_params(resumed.frozen, full_result.frozen)
     # Every step after the resume point has the uninterrupted run's metrics, and the
@@ -104,14 +104,15 @@ def test_a_crash_resumes_from_the_last_periodic_checkpoint_and_drops_the_later_r
         run(TEXT, tmp_path, on_trip=before_trip)
     assert [r["step"] for r in rows(tmp_path)] == list(range(1, 18))
     resumed = run(TEXT, tmp_path, resume=True)
-    assert resumed.extra["start"] == 14                  # the newest `:every 7` checkpoint
+    assert resumed.start == 14                  # the newest `:every 7` checkpoint
     assert rows(tmp_path) == rows(full_dir)              # rows 15-17 were dropped, then logged again
     assert_same_params(resumed.trainable, full_result.trainable)
 
 
 @pytest.mark.slow
 def test_keep_holds_the_newest_checkpoints(full):
-    from sexpgpu_runtime.run.checkpoint import Checkpoints, Identity, checkpoint_spec
+    from sexpgpu_runtime.run.checkpoint import Checkpoints, Identity
+    from sexpgpu_runtime.run.checkpoint_policy import checkpoint_spec
     _, d = full
     prog = program_of(TEXT)
     store = Checkpoints(checkpoint_spec(prog.run.checkpoint, d), Identity(prog.identity, prog.run.seed))
@@ -202,7 +203,8 @@ def test_resume_without_a_checkpoint_says_so(tmp_path):
 @pytest.mark.slow
 def test_a_checkpoint_without_its_meta_item_is_named_in_our_words_and_the_older_one_resumes(full, tmp_path):
     import shutil
-    from sexpgpu_runtime.run.checkpoint import Checkpoints, Identity, checkpoint_spec
+    from sexpgpu_runtime.run.checkpoint import Checkpoints, Identity
+    from sexpgpu_runtime.run.checkpoint_policy import checkpoint_spec
     from sexpgpu_runtime.errors import CheckpointError
     d = tmp_path / "run"
     shutil.copytree(full[1], d)
@@ -225,7 +227,8 @@ def test_a_checkpoint_whose_write_was_cut_short_is_named_by_the_resume(full, tmp
     """A process killed while orbax wrote a checkpoint leaves `<step>.orbax-checkpoint-tmp-*`: the
     resume removes it and says so, from the older checkpoint or, with none, in its refusal."""
     import shutil
-    from sexpgpu_runtime.run.checkpoint import Checkpoints, Identity, checkpoint_spec
+    from sexpgpu_runtime.run.checkpoint import Checkpoints, Identity
+    from sexpgpu_runtime.run.checkpoint_policy import checkpoint_spec
     from sexpgpu_runtime.run.resume import resuming_line
     d = tmp_path / "run"
     shutil.copytree(full[1], d)
@@ -279,7 +282,8 @@ def test_full_disk_is_one_error_before_training(tmp_path, monkeypatch):
 def test_a_disk_that_fills_during_the_run_fails_the_save_naming_the_newest_checkpoint(tmp_path, monkeypatch):
     import shutil
     from sexpgpu_runtime.run import checkpoint
-    from sexpgpu_runtime.run.checkpoint import Checkpoints, CheckpointSpec, Identity
+    from sexpgpu_runtime.run.checkpoint import Checkpoints, Identity
+    from sexpgpu_runtime.run.checkpoint_policy import CheckpointSpec
     from sexpgpu_runtime.errors import CheckpointError
     store = Checkpoints(CheckpointSpec(tmp_path, 1, 3), Identity("f00d", 0))
     tree = {"w": np.ones((64, 64), np.float32)}
@@ -296,7 +300,7 @@ def test_a_disk_that_fills_during_the_run_fails_the_save_naming_the_newest_check
 
 
 def test_bad_checkpoint_setting_is_one_line(tmp_path):
-    from sexpgpu_runtime.run.checkpoint import checkpoint_spec
+    from sexpgpu_runtime.run.checkpoint_policy import checkpoint_spec
     from sexpgpu_runtime.errors import CheckpointError
     bad = variant(":checkpoint (:every 7 :keep 2)", ":checkpoint (:every 0)", TEXT)
     check(marked(bad, "0", "E-TYPE-003", within=":every 0"))   # the checker's, statically
@@ -360,7 +364,8 @@ KILL_MID_WRITE = textwrap.dedent("""
     import os, sys, time
     from pathlib import Path
     import numpy as np
-    from sexpgpu_runtime.run.checkpoint import Checkpoints, CheckpointSpec, Identity
+    from sexpgpu_runtime.run.checkpoint import Checkpoints, Identity
+    from sexpgpu_runtime.run.checkpoint_policy import CheckpointSpec
 
     store = Checkpoints(CheckpointSpec(Path(sys.argv[1]), 1, 3), Identity("f00d", 0))
     store.save(1, {"w": np.full((256, 256), 1.0, np.float32), "n": np.array(1, np.int64)}, records=64)
@@ -381,7 +386,8 @@ KILL_MID_WRITE = textwrap.dedent("""
 
 @pytest.mark.slow
 def test_sigkill_during_a_checkpoint_write_leaves_the_previous_one_loadable(tmp_path):
-    from sexpgpu_runtime.run.checkpoint import Checkpoints, CheckpointSpec, Identity
+    from sexpgpu_runtime.run.checkpoint import Checkpoints, Identity
+    from sexpgpu_runtime.run.checkpoint_policy import CheckpointSpec
     d = tmp_path / "ckpt"
     p = subprocess.Popen([sys.executable, "-c", KILL_MID_WRITE, str(d)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          text=True, cwd=ROOT)

@@ -62,7 +62,7 @@ def resumed_from(d: Path, capfd, base) -> tuple[int, str]:
     res = run(d, LONGER, resume=True)
     err = capfd.readouterr().err
     assert same(res.trainable, base[2])   # trained again from the fallback: bit-exact
-    return res.extra["start"], err
+    return res.start, err
 
 
 def test_every_array_has_a_digest_in_the_meta(base):

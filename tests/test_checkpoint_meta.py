@@ -57,7 +57,7 @@ def edit(base, tmp_path: Path, change, redigest: bool) -> Path:
 def resumes_from_10(d: Path, base, capfd) -> str:
     res = run(d, LONGER, resume=True)
     err = capfd.readouterr().err
-    assert res.extra["start"] == 10
+    assert res.start == 10
     fa, fb = flatten(res.trainable), flatten(base[1])
     assert fa.keys() == fb.keys() and all(np.array_equal(np.asarray(fa[k]), np.asarray(fb[k])) for k in fa)
     assert "Traceback" not in err

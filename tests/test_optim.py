@@ -183,7 +183,7 @@ def test_resume_with_a_schedule_is_bit_exact(tmp_path):
     full = train_quiet(text, 6, tmp_path / "full")
     train_quiet(text, 3, tmp_path / "part")
     resumed = train_quiet(text, 6, tmp_path / "part", resume=True)
-    assert resumed.extra["start"] == 3
+    assert resumed.start == 3
     a, b = flatten(full.trainable), flatten(resumed.trainable)
     for k in a:
         assert np.array_equal(np.asarray(a[k]).view(np.uint32), np.asarray(b[k]).view(np.uint32)), k

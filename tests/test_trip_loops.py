@@ -82,7 +82,7 @@ def test_a_stop_inside_the_compiled_loop_abandons_the_step_and_the_resume_is_bit
     assert seen[:4 * 6] == [(s, t) for s in range(4) for t in range(6)]   # every trip looked at, in order
     assert [r["step"] for r in rows(d)] == list(range(1, stop.value.saved + 1))
     resumed = train_with(LOGGED, d, 10, "compiled", resume=True)
-    assert resumed.extra["start"] == stop.value.saved
+    assert resumed.start == stop.value.saved
     assert_same(resumed.trainable, full.trainable)
     assert rows(d) == rows(tmp_path / "full")
 

@@ -73,6 +73,8 @@ class Tracer:
         traced.__name__ = name.replace(" ", "_").replace(".", "_")
         return traced
 
-    def fx(self, in_generator: bool = False) -> Effects:
-        """A fresh `Effects` for one trace of a phase (the generator's phases with `in_generator`)."""
-        return Effects(seed_key=jax.random.key(self.seed), selected=self.selected, in_generator=in_generator)
+    def fx(self, in_generator: bool = False, sums: dict | None = None) -> Effects:
+        """A fresh `Effects` for one trace of a phase (the generator's phases with `in_generator`;
+        `sums`: the running sums of the gradients its repeated blocks add into, `Effects.sums`)."""
+        return Effects(seed_key=jax.random.key(self.seed), selected=self.selected, in_generator=in_generator,
+                       sums=dict(sums or {}))

@@ -55,6 +55,11 @@ class TripWatch:
         self.error: BaseException | None = None
         self.lock = threading.Lock()
 
+    def take_error(self) -> BaseException | None:
+        """The exception a `look` raised, if any, forgotten once taken (the host raises it)."""
+        error, self.error = self.error, None
+        return error
+
     def queued(self, look) -> None:
         """The host queued one more compiled loop, whose trips `look` decides on (None: never stops)."""
         self.looks.append(look)

@@ -407,9 +407,7 @@ class _Lowering(ir.Interpreter):
         out = LOWERINGS[e.name](LowerCall(args, kwargs, static, e.type, self.fx))
         why = mismatch(out, e.type)
         if why:
-            err = InternalTypeError(f"internal error: `{e.name}`: {why}")
-            err.offset = e.span.start
-            raise err
+            raise InternalTypeError(f"internal error: `{e.name}`: {why}", e.span.start)
         return out
 
     def getf(self, obj, key: str):

@@ -92,9 +92,7 @@ class TrainingGraphs:
 
         def loss(trainable, frozen, batch, ctx, base, sums=None, summed=None):
             params = merge(trainable, frozen)
-            fx = self.tracer.fx()
-            if sums:   # running sums for repeated blocks' backward scans (`_grads_summing`)
-                fx.sums = dict(sums)
+            fx = self.tracer.fx(sums=sums)   # running sums for repeated blocks' backward scans (`_grads_summing`)
             inputs = (run_phase(prepare, [batch, ctx], params, fx, keep.get("prepare", ()))
                       if prepare is not None else batch)
             if prepare is not None and isinstance(inputs, dict):

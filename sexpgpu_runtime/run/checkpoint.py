@@ -28,8 +28,8 @@ disk, a truncated data file, a stray empty step directory, an edited or
 ill-typed meta item) is skipped, saying so on stderr,
 and the newest one that verifies is resumed (docs/checkpoints.md).
 
-`:checkpoint (:every N :dir D :keep K)`: D is relative to the run dir
-(docs/checkpoints.md says why).
+When to save, what and how many to keep is the policy's (checkpoint_policy.py, which also reads
+`:checkpoint`); this module writes, lists, verifies and reads what it is handed.
 
 Several processes (jax.distributed, docs/sharding.md): every process opens
 the same directory (a shared file system across hosts; `same_dir_everywhere`
@@ -38,8 +38,7 @@ each array's shards from the process that holds them, the metadata and the
 JSON item from process 0 alone, and puts barriers between the steps. A
 checkpoint does not record how many processes or devices wrote it: it is
 restored onto whatever shardings the resuming run asks for. This module knows nothing of RunState or the
-training loop: train.py hands it trees and numbers. It must not import
-sexpgpu_runtime.run.train.
+training loop: the policy hands it trees and numbers.
 """
 from __future__ import annotations
 
@@ -56,11 +55,9 @@ import numpy as np
 
 from ..paths import make_writable_dir
 from ..errors import CheckpointError, PathProblem
+from .checkpoint_policy import CheckpointSpec
 
 FORMAT = "sexpgpu-checkpoint 1"
-DEFAULT_DIR = "checkpoints"
-DEFAULT_EVERY = 1000
-DEFAULT_KEEP = 3
 TMP_SUFFIX = ".orbax-checkpoint-tmp"   # orbax's name for a directory being written
 CORRUPT_SUFFIX = ".corrupt"           # a checkpoint that failed to read or verify, moved aside
 FAILED_NOTE = ".failed-writes.json"   # the checkpoints whose writes failed (a full disk), and why
@@ -235,35 +232,6 @@ class Identity:
         return f"forms {self.forms}, seed {self.seed}"
 
 
-@dataclass(frozen=True)
-class CheckpointSpec:
-    """Where checkpoints go and how often. `every` is None when the file has no `:checkpoint`:
-    then a checkpoint is written only when a signal stops the run (so that `--resume` works)."""
-
-    dir: Path
-    every: int | None
-    keep: int
-
-
-def checkpoint_spec(setting: dict | None, run_dir: Path) -> CheckpointSpec:
-    """The spec of a `:checkpoint (:every N :dir D :keep K)` plist (None when absent); D relative to `run_dir`."""
-    if setting is None:
-        return CheckpointSpec(run_dir / DEFAULT_DIR, None, 1)
-
-    def positive(key: str, default: int) -> int:
-        v = setting.get(key)
-        if v is None:
-            return default
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or v != int(v) or v < 1:
-            raise CheckpointError(f"`:checkpoint` `:{key}` must be a whole number of 1 or more, got {v!r}")
-        return int(v)
-
-    d = setting.get("dir", DEFAULT_DIR)
-    if not isinstance(d, str) or not d:
-        raise CheckpointError(f"`:checkpoint` `:dir` must be a path in quotes like \"checkpoints\", got {d!r}")
-    return CheckpointSpec(run_dir / Path(d).expanduser(), positive("every", DEFAULT_EVERY), positive("keep", DEFAULT_KEEP))
-
-
 def same_dir_everywhere(path: Path) -> None:
     """In a multi-process run, CheckpointError on every process unless all name the same checkpoint
     dir (a collective: every process must call it). Two dirs would split each checkpoint between them."""
@@ -387,9 +355,9 @@ class Provenance:
     `:pretrained` file's SHA-256 (weights.pretrained.content_hashes). `where` is the checkpoint dir
     the messages name."""
 
-    def __init__(self, identity: Identity, file: str, where: Path):
+    def __init__(self, identity: Identity, file: str, where: Path, pretrained: dict[str, str] | None = None):
         self.identity, self.file, self.where = identity, file, where
-        self.pretrained: dict[str, str] = {}
+        self.pretrained: dict[str, str] = dict(pretrained or {})
 
     def record(self) -> dict:
         """The JSON item's fields that say who made a checkpoint."""
@@ -453,19 +421,19 @@ class Provenance:
 
 
 class Checkpoints:
-    """The checkpoints of one run dir: list, save (atomic, asynchronous), restore the newest, check identity.
+    """The checkpoints of one run dir: list, save (atomic, asynchronous), restore the newest, check
+    identity (`provenance`: the run's `identity`, run `file` and `pretrained` files' hashes). Opening
+    creates the directory and proves it writable, so an unwritable dir is one `CheckpointError`
+    before any training."""
 
-    Opening creates the directory and proves it writable, so an unwritable dir
-    is one `CheckpointError` before any training.
-    """
-
-    def __init__(self, spec: CheckpointSpec, identity: Identity, file: str = ""):
+    def __init__(self, spec: CheckpointSpec, identity: Identity, file: str = "",
+                 pretrained: dict[str, str] | None = None):   # (`Provenance`'s)
         import orbax.checkpoint as ocp  # ~0.5 s to import; only runs that train pay it
 
         _quiet_orbax()
         self.ocp = ocp
         self.spec = spec
-        self.provenance = Provenance(identity, file, spec.dir)   # who made the checkpoints; who resumes them
+        self.provenance = Provenance(identity, file, spec.dir, pretrained)   # who made the checkpoints; who resumes them
         self.cut_short: list[int] = []   # the steps whose writes a killed process left unfinished (removed)
         self.failed: dict[int, str] = {}  # the steps whose writes failed (a full disk), and why (`FAILED_NOTE`)
         self.pending: int | None = None   # the step of the write in flight
@@ -549,8 +517,11 @@ class Checkpoints:
         self.pending = None
 
     def _write_failed(self, step: int | None, e: BaseException) -> str:
-        """The message of a failed write, once its leftovers are gone (`failed_write_message`)."""
-        return failed_write_message(self, step, e)
+        """The message of a failed write, once its leftovers are gone (`failed_write_message`); no
+        write is in flight after it."""
+        message = failed_write_message(self, step, e)
+        self.pending = None
+        return message
 
     # -- reading --------------------------------------------------------------------------------
     def meta(self, step: int) -> dict:
@@ -694,7 +665,6 @@ def failed_write_message(store: Checkpoints, step: int | None, e: BaseException)
         except Exception:
             done = False
         failed = step if done else store.pending
-    store.pending = None
     what = f"checkpoint step {failed}" if failed is not None else "a checkpoint"
     if jax.process_index() == 0:
         try:
