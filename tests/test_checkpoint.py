@@ -111,7 +111,8 @@ def test_a_crash_resumes_from_the_last_periodic_checkpoint_and_drops_the_later_r
 
 @pytest.mark.slow
 def test_keep_holds_the_newest_checkpoints(full):
-    from sexpgpu_runtime.run.checkpoint import Checkpoints, Identity
+    from sexpgpu_runtime.run.checkpoint import Checkpoints
+    from sexpgpu_runtime.run.checkpoint_meta import Identity
     from sexpgpu_runtime.run.checkpoint_policy import checkpoint_spec
     _, d = full
     prog = program_of(TEXT)
@@ -203,7 +204,8 @@ def test_resume_without_a_checkpoint_says_so(tmp_path):
 @pytest.mark.slow
 def test_a_checkpoint_without_its_meta_item_is_named_in_our_words_and_the_older_one_resumes(full, tmp_path):
     import shutil
-    from sexpgpu_runtime.run.checkpoint import Checkpoints, Identity
+    from sexpgpu_runtime.run.checkpoint import Checkpoints
+    from sexpgpu_runtime.run.checkpoint_meta import Identity
     from sexpgpu_runtime.run.checkpoint_policy import checkpoint_spec
     from sexpgpu_runtime.errors import CheckpointError
     d = tmp_path / "run"
@@ -227,7 +229,8 @@ def test_a_checkpoint_whose_write_was_cut_short_is_named_by_the_resume(full, tmp
     """A process killed while orbax wrote a checkpoint leaves `<step>.orbax-checkpoint-tmp-*`: the
     resume removes it and says so, from the older checkpoint or, with none, in its refusal."""
     import shutil
-    from sexpgpu_runtime.run.checkpoint import Checkpoints, Identity
+    from sexpgpu_runtime.run.checkpoint import Checkpoints
+    from sexpgpu_runtime.run.checkpoint_meta import Identity
     from sexpgpu_runtime.run.checkpoint_policy import checkpoint_spec
     from sexpgpu_runtime.run.resume import resuming_line
     d = tmp_path / "run"
@@ -282,7 +285,8 @@ def test_full_disk_is_one_error_before_training(tmp_path, monkeypatch):
 def test_a_disk_that_fills_during_the_run_fails_the_save_naming_the_newest_checkpoint(tmp_path, monkeypatch):
     import shutil
     from sexpgpu_runtime.run import checkpoint
-    from sexpgpu_runtime.run.checkpoint import Checkpoints, Identity
+    from sexpgpu_runtime.run.checkpoint import Checkpoints
+    from sexpgpu_runtime.run.checkpoint_meta import Identity
     from sexpgpu_runtime.run.checkpoint_policy import CheckpointSpec
     from sexpgpu_runtime.errors import CheckpointError
     store = Checkpoints(CheckpointSpec(tmp_path, 1, 3), Identity("f00d", 0))
@@ -364,7 +368,8 @@ KILL_MID_WRITE = textwrap.dedent("""
     import os, sys, time
     from pathlib import Path
     import numpy as np
-    from sexpgpu_runtime.run.checkpoint import Checkpoints, Identity
+    from sexpgpu_runtime.run.checkpoint import Checkpoints
+    from sexpgpu_runtime.run.checkpoint_meta import Identity
     from sexpgpu_runtime.run.checkpoint_policy import CheckpointSpec
 
     store = Checkpoints(CheckpointSpec(Path(sys.argv[1]), 1, 3), Identity("f00d", 0))
@@ -386,7 +391,8 @@ KILL_MID_WRITE = textwrap.dedent("""
 
 @pytest.mark.slow
 def test_sigkill_during_a_checkpoint_write_leaves_the_previous_one_loadable(tmp_path):
-    from sexpgpu_runtime.run.checkpoint import Checkpoints, Identity
+    from sexpgpu_runtime.run.checkpoint import Checkpoints
+    from sexpgpu_runtime.run.checkpoint_meta import Identity
     from sexpgpu_runtime.run.checkpoint_policy import CheckpointSpec
     d = tmp_path / "ckpt"
     p = subprocess.Popen([sys.executable, "-c", KILL_MID_WRITE, str(d)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,

@@ -14,7 +14,7 @@ import pytest
 pytest.importorskip("orbax.checkpoint")
 
 from helpers import program_of, variant  # noqa: E402
-from sexpgpu_runtime.run.checkpoint import digests, first_difference  # noqa: E402
+from sexpgpu_runtime.run.checkpoint_meta import digests, first_difference  # noqa: E402
 from sexpgpu_runtime.errors import RunError, RunFinished  # noqa: E402
 from sexpgpu_runtime.weights.params import flatten  # noqa: E402
 from sexpgpu_runtime.run.train import RunOptions, train  # noqa: E402

@@ -14,7 +14,7 @@ import pytest
 pytest.importorskip("orbax.checkpoint")
 
 from helpers import program_of, variant  # noqa: E402
-from sexpgpu_runtime.run.checkpoint import META_DIGEST, meta_digest, meta_problem  # noqa: E402
+from sexpgpu_runtime.run.checkpoint_meta import META_DIGEST, meta_digest, meta_problem  # noqa: E402
 from sexpgpu_runtime.weights.params import flatten  # noqa: E402
 from sexpgpu_runtime.run.train import RunOptions, train  # noqa: E402
 

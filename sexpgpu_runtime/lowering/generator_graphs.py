@@ -81,7 +81,7 @@ class TripWatch:
             return np.True_
         try:
             return np.bool_(self.look(self.trip))
-        except BaseException as e:   # raised on the host at its next look (Trainer.poll)
+        except BaseException as e:   # raised on the host at its next look (run.signals.StopLooks.poll)
             if self.error is None:
                 self.error = e
             return np.False_

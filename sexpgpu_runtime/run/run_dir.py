@@ -14,7 +14,8 @@ import jax
 
 from sexpgpu_lang import ir
 
-from .checkpoint import Checkpoints, Identity
+from .checkpoint import Checkpoints
+from .checkpoint_meta import Identity
 from .checkpoint_policy import checkpoint_spec
 from ..errors import CheckpointError, FileInTheWay, PathProblem, RunError
 from .options import RunOptions

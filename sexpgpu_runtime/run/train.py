@@ -27,7 +27,7 @@ from sexpgpu_lang import ir
 from ..data.prefetch import ReadStats
 from ..devices.sharding import DataParallel
 from ..errors import (BadDraw, BadValue, CheckpointError, InternalTypeError, LoaderError, MeshError, OptionError,
-                      RunError, RunStopped, Stopped, TokenFileError)
+                      RunError, Stopped, TokenFileError)
 from ..lowering.context import context_row
 from ..lowering.finite_check import first_nonfinite_op
 from ..lowering.graphs import Graphs
