@@ -123,7 +123,7 @@ def reference(out: Path) -> dict:
 def ours(out: Path) -> dict:
     """sexpgpu's ids of each conversation under each template in `out` (prompt_encoder.PromptEncoder)."""
     from tokenizers import Tokenizer
-    from sexpgpu_lang.prompt_encoder import PromptEncoder
+    from sexpgpu_lang.files.prompt_encoder import PromptEncoder
     got = {}
     for name in CONFIGS:
         path = str(out / name / "tokenizer.json")

@@ -130,7 +130,7 @@ def child(a) -> None:
     p = res.program
     teacher = [q for q in p.params if q.path[0] == "teacher"]
     param_bytes = sum(int(np.prod(q.shape)) * 4 for q in teacher)
-    from sexpgpu_lang.checkpoint_files import tensors
+    from sexpgpu_lang.files.checkpoint_files import tensors
     found = tensors(str(ckpt))
     largest = max(int(np.prod(s)) * 4 for s, _, _ in found.values())
     shards = sorted({f for _, _, f in found.values()})

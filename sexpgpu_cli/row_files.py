@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
-from sexpgpu_lang.bounded_read import JSONL_LINE_LIMIT, TooLarge, loads_json, open_regular, read_lines_bounded
+from sexpgpu_lang.files.bounded_read import JSONL_LINE_LIMIT, TooLarge, loads_json, open_regular, read_lines_bounded
 
 
 def read_row_file(path: Path, is_row: Callable[[object], bool], what: str, error: type[Exception]) -> list[dict]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import sysconfig
 
-from sexpgpu_lang.bounded_read import glob_bounded
+from sexpgpu_lang.files.bounded_read import glob_bounded
 
 
 class TokenizeError(Exception):

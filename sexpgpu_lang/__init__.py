@@ -30,7 +30,7 @@ def analyze_file(path: str, read_files: bool = False, build_ir: bool = True) -> 
     """Read (UTF-8) and check a run file. Raises OSError / UnicodeDecodeError for unreadable files
     (bounded_read.NotRegularFile, an OSError, for a FIFO, a device or a directory: never waited on;
     bounded_read.TooLarge for one over RUN_FILE_LIMIT, 64 MiB)."""
-    from .bounded_read import RUN_FILE_LIMIT, read_bounded
+    from .files.bounded_read import RUN_FILE_LIMIT, read_bounded
     text = read_bounded(path, RUN_FILE_LIMIT, "a run file").decode("utf-8")
     return analyze(text, path, read_files, build_ir)
 
@@ -39,7 +39,8 @@ def forget_files() -> None:
     """Drop everything kept of the files run files name (parsed configs, checkpoint headers, reward
     files, token and text file checks) and of the parsed texts: the language server calls it when
     its last document closes, so nothing it read stays in memory."""
-    from . import checkpoint_files, hf_config, syntax
+    from . import syntax
+    from .files import checkpoint_files, hf_config
     from .check import loader_sources, reward
     for module in (checkpoint_files, hf_config, loader_sources, reward, syntax):
         module.forget()

@@ -184,16 +184,51 @@ def explain_mesh(program, mesh: str | None, fsdp: bool | None):
 def check_model_axis(program, model: int) -> None:
     """ValueError (one line) naming the first parameter whose heads or MLP width a `model` axis of `model`
     devices does not divide."""
+    over = shard_overrides(program, model)
     for path, shape in param_shapes(program):
-        why = undivided(".".join(path), shape, model, shard_overrides(program))
+        why = undivided(".".join(path), shape, model, over)
         if why:
             raise ValueError(f"{why}, parameter `{'.'.join(path)}`; pick a model axis that divides it")
 
 
-def shard_overrides(program) -> dict:
+def shard_overrides(program, model: int | None = None) -> dict:
     """The run file's `(run ... :shard (:name axis ...))` resolved per parameter, `model_split`'s overrides
-    (dotted path -> axis counted from the last, or None: replicated)."""
-    return dict(getattr(program.run, "shard", None) or {})
+    (dotted path -> axis counted from the last, or None: replicated), with each LoRA adapter's split
+    beside it for a `model` axis of `model` devices (the run's `:model-parallel` when None):
+    `adapter_overrides`. An adapter the file names itself keeps the file's word."""
+    over = dict(getattr(program.run, "shard", None) or {})
+    m = model if model is not None else getattr(program.run, "model_parallel", 1) or 1
+    for name, axis in adapter_overrides(program, m, over).items():
+        over.setdefault(name, axis)
+    return over
+
+
+def adapter_overrides(program, model: int, over: dict | None = None) -> dict[str, int | None]:
+    """Each LoRA adapter's split along a `model` axis of `model` devices, as `model_split`'s overrides
+    (`KEY.lora-a`'s and `KEY.lora-b`'s dotted paths -> the axis counted from the last, or None: whole on
+    every device). The adapters split with their base, as MaxText's and tunix's LoRA do: the base `[in
+    out]` (its input axes first, `ir.AdapterIR.in_axes` of them) is `base + scale * (A @ B)` with A `[in
+    r]` and B `[r out]`, so a base split on its first output axis (`wq` by heads, `w-up` by width,
+    `lm-head` by vocabulary) splits B on its output axis and keeps A whole, and a base split on its first
+    input axis (`wo` by heads, `w-down` by width, `embed` by vocabulary) splits A on its input axis and
+    keeps B whole: each device's share of `A @ B` is its share of the base, and nothing is gathered to
+    add them. A base kept whole (a KV head count the axis does not divide, an override), or split on an
+    axis inside its input or output group (whose share of the flattened group is not contiguous), keeps
+    both adapters whole."""
+    if model <= 1 or not getattr(program, "adapters", ()):
+        return {}
+    params = {tuple(p.path): p for p in program.params}
+    out: dict[str, int | None] = {}
+    for a in program.adapters:
+        base = params.get(tuple(a.path))
+        if base is None:
+            continue
+        dotted = ".".join(a.path)
+        lead = 1 if base.layers else 0
+        d = model_dim(dotted, tuple(base.shape), model, over)
+        out[dotted + ".lora-a"] = -2 if d == lead else None
+        out[dotted + ".lora-b"] = -1 if d is not None and d == lead + a.in_axes else None
+    return out
 
 
 def param_shapes(program) -> list[tuple[tuple[str, ...], tuple[int, ...]]]:

@@ -1,6 +1,6 @@
 """Files that never end, JSON that nests forever, a shard outside its checkpoint (issue 35, items 2, 3, 4, 8).
 
-Every file a run file names is read through sexpgpu_lang/bounded_read.py: only a regular file (a
+Every file a run file names is read through sexpgpu_lang/files/bounded_read.py: only a regular file (a
 FIFO, /dev/zero or a directory is one line saying what the path is, never a wait), with a bound
 where the format has one (a tokenizer.json, a safetensors header or index, a jsonl line). The
 FIFO and device cases run in a subprocess with a timeout, so that a regression fails the test
@@ -19,8 +19,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sexpgpu_lang import analyze, bounded_read, checkpoint_files
-from sexpgpu_lang.bounded_read import NotRegularFile, TooLarge
+from sexpgpu_lang import analyze
+from sexpgpu_lang.files import bounded_read, checkpoint_files
+from sexpgpu_lang.files.bounded_read import NotRegularFile, TooLarge
 
 ROOT = Path(__file__).resolve().parents[1]
 CASE = (ROOT / "tests" / "cases-files" / "warn-loader-001-tokenizer-larger-than-vocab.sx").read_text()
@@ -53,7 +54,7 @@ WHAT = {"fifo": "a named pipe (FIFO)", "zero": "a character device", "dir": "a d
 def test_open_regular_refuses_a_fifo_without_waiting_and_a_device_and_a_directory(tmp_path):
     paths = specials(tmp_path)
     out = bounded(f"""
-        from sexpgpu_lang.bounded_read import open_regular, NotRegularFile
+        from sexpgpu_lang.files.bounded_read import open_regular, NotRegularFile
         for p in {list(paths.values())!r}:
             try:
                 open_regular(p)
@@ -157,7 +158,7 @@ def _safetensors(path: Path, header: bytes) -> None:
 
 
 def test_a_safetensors_header_that_nests_forever_or_claims_2_60_bytes_is_one_line(tmp_path):
-    from sexpgpu_lang.safetensors_header import HeaderError, read_header
+    from sexpgpu_lang.files.safetensors_header import HeaderError, read_header
     _safetensors(tmp_path / "deep.safetensors", b'{"a": ' + b"[" * 50_000 + b"]" * 50_000 + b"}")
     with pytest.raises(HeaderError, match="its header nests deeper than JSON is read here"):
         read_header(str(tmp_path / "deep.safetensors"))

@@ -42,7 +42,7 @@ RUN = """\
 
 def encoder(name: str):
     from tokenizers import Tokenizer
-    from sexpgpu_lang.prompt_encoder import PromptEncoder
+    from sexpgpu_lang.files.prompt_encoder import PromptEncoder
     path = str(CHAT / name / "tokenizer.json")
     return PromptEncoder(Tokenizer.from_file(path), path)
 

@@ -1,4 +1,4 @@
-"""A checkpoint's config.json in a run file (sexpgpu_lang/hf_config.py, check/config.py): `checkpoint-config`
+"""A checkpoint's config.json in a run file (sexpgpu_lang/files/hf_config.py, check/config.py): `checkpoint-config`
 binds its settings to `def`s (hover names the key), a value the file states is compared with it where
 the checkpoint is read, and what the standard library does not compute is refused (E-CONFIG)."""
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from sexpgpu_lang import analyze, ide
-from sexpgpu_lang.hf_config import ConfigError, refusals, settings
+from sexpgpu_lang.files.hf_config import ConfigError, refusals, settings
 
 CASES = Path(__file__).parent / "cases-files"
 LLAMA3 = json.loads((CASES / "data" / "llama3-tiny" / "config.json").read_text())

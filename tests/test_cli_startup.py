@@ -32,7 +32,7 @@ def test_lint_imports_no_pydantic_lark_json_or_server():
 
 
 def test_lint_imports_huggingface_hub_only_for_a_model_id(tmp_path):
-    """The Hugging Face cache is looked in (sexpgpu_lang/hf_cache.py) only where a path is a model id."""
+    """The Hugging Face cache is looked in (sexpgpu_lang/files/hf_cache.py) only where a path is a model id."""
     assert "huggingface_hub" not in imported_by("lint", str(FIXTURE))
     text = FIXTURE.read_text()
     assert "(model " in text

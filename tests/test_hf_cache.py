@@ -1,4 +1,4 @@
-"""A checkpoint in the local Hugging Face cache (sexpgpu_lang/hf_cache.py): a snapshot directory whose shards
+"""A checkpoint in the local Hugging Face cache (sexpgpu_lang/files/hf_cache.py): a snapshot directory whose shards
 are symbolic links into the model's `blobs/`, read by its path and by its model id (`refs/main`), offline;
 the confinement of shards to that model's folder of the cache; a model id the cache lacks in one line."""
 from __future__ import annotations
@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from sexpgpu_lang import analyze
-from sexpgpu_lang.hf_cache import model_id
+from sexpgpu_lang.files.hf_cache import model_id
 
 FIXTURES = Path(__file__).parent / "fixtures" / "hf"
 REVISION = "0123456789abcdef0123456789abcdef01234567"

@@ -300,7 +300,7 @@ def test_pretrained_parameters_are_not_drawn_and_the_others_keep_their_bits(tmp_
 def test_a_checkpoint_changed_after_the_check_is_refused_naming_the_file_and_the_tensor(tmp_path, file_dtype):
     # bf16 into f32 reads each tensor into a buffer of its own and casts it; a bf16 teacher reads
     # straight into its parameters (each layer's c_attn scattered into query, key and value)
-    from sexpgpu_lang.checkpoint_files import tensors as headers
+    from sexpgpu_lang.files.checkpoint_files import tensors as headers
     from sexpgpu_runtime.weights.hf_layout import _Reader
     tensors = gpt2_tensors(np.random.default_rng(8))
     write_hf(tmp_path / "hf", tensors, shards=1)

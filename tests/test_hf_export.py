@@ -29,7 +29,7 @@ def test_a_qwen3_export_states_head_dim_where_its_source_left_it_to_the_default(
     """Qwen3Config's absent `head_dim` is 128, not width / heads: an export of a Qwen3 whose heads are width /
     heads wide writes `head_dim` even where its source checkpoint's config.json had none (a Llama export
     there leaves it out, as its source did)."""
-    from sexpgpu_lang.hf_config import export_config
+    from sexpgpu_lang.files.hf_config import export_config
     shapes = {"embed": (96, 32), "layers.wq": (2, 32, 4, 8), "layers.wk": (2, 32, 2, 8), "layers.w-gate": (2, 32, 64)}
     source = {"model_type": "qwen3", "hidden_size": 32, "num_attention_heads": 4, "tie_word_embeddings": True}
     assert export_config("qwen3-tied", shapes, {}, source)["head_dim"] == 8

@@ -63,7 +63,7 @@ def test_the_qwen3_and_olmo2_fixtures_have_what_sets_them_apart():
     """Qwen3's heads are `head_dim` wide, not width / heads, with a q/k norm gain per head's width, untied and
     tied; OLMo 2's q/k norms are over the whole projection, with norms after attention and the MLP and none
     before: the parity above covers each."""
-    from sexpgpu_lang.checkpoint_files import tensors
+    from sexpgpu_lang.files.checkpoint_files import tensors
     for family, tied in (("qwen3", False), ("qwen3-tied", True)):
         cfg = json.loads((FIXTURES / family / "config.json").read_text())
         assert cfg["model_type"] == "qwen3" and cfg["tie_word_embeddings"] is tied
@@ -106,7 +106,7 @@ def test_a_config_made_from_the_file_alone_has_its_settings(family, tmp_path):
     """For a model trained from scratch: the sizes of its parameters, the settings its calls state."""
     import dataclasses
     from sexpgpu_runtime.weights.hf_export import write_config
-    from sexpgpu_lang.hf_config import settings
+    from sexpgpu_lang.files.hf_config import settings
     mapping = FAMILIES[family][2]
     _, program, _, _ = sexpgpu_forward(FIXTURES / f"{family}.sx")
     write_config(dataclasses.replace(program, pretrained=()), tmp_path, mapping)

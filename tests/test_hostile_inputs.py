@@ -27,8 +27,9 @@ from pathlib import Path
 
 import pytest
 
-from sexpgpu_lang import analyze, bounded_read, forget_files, hf_config, syntax
-from sexpgpu_lang.bounded_read import GlobTooLarge, JsonTooLarge, glob_bounded, json_memory, loads_json
+from sexpgpu_lang import analyze, forget_files, syntax
+from sexpgpu_lang.files import bounded_read, hf_config
+from sexpgpu_lang.files.bounded_read import GlobTooLarge, JsonTooLarge, glob_bounded, json_memory, loads_json
 from sexpgpu_lang.diagnostics import MESSAGE_LIMIT, QUOTE_LIMIT, Severity, error
 from sexpgpu_lang.format import Layout, format_text
 from sexpgpu_lang.source import SourceText, Span

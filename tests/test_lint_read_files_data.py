@@ -82,7 +82,7 @@ def test_a_tokenizer_run_refuses_is_one_error_with_or_without_vocab(tmp_path, co
 
 
 def test_a_jsonl_row_run_refuses_is_one_error_saying_the_runtime_s_reason(tmp_path):
-    from sexpgpu_lang.bounded_read import BadJsonlRow, jsonl_rows, open_regular
+    from sexpgpu_lang.files.bounded_read import BadJsonlRow, jsonl_rows, open_regular
     p = tmp_path / "p.jsonl"
     p.write_text('{"prompt": [1, 2, 3]}\n{"prompt": [1, 2, ' + "9" * 5000 + ']}\n{"prompt": [4, 5\n')
     got = lint(tmp_path, '(jsonl "p.jsonl")')
@@ -109,7 +109,7 @@ def test_sexpgpu_lint_read_files_exits_1_for_it(tmp_path):
 
 
 # The rows `run` refuses for what they hold against the fields: lint says the runtime's own reason
-# (both check through sexpgpu_lang.prompt_rows.PromptRows), at the loader's path.
+# (both check through sexpgpu_lang.files.prompt_rows.PromptRows), at the loader's path.
 SCALAR = RUN.replace(":fields (:prompt [3] :i32)", ":fields (:prompt [3] :i32 :r [] :f32)")
 
 
@@ -191,7 +191,7 @@ def test_an_edited_jsonl_is_read_again(tmp_path):
     (b"ab\xc3", "byte 2 is 0xc3", "convert it to UTF-8, or narrow the glob to text files"),
 ], ids=["NUL", "0xff", "cut short"])
 def test_a_text_tokens_file_that_is_not_utf8_is_run_s_error(tmp_path, data, problem, fix):
-    from sexpgpu_lang.bounded_read import file_chunks, text_problem
+    from sexpgpu_lang.files.bounded_read import file_chunks, text_problem
     from sexpgpu_runtime.data.tokenize import read_text
     from sexpgpu_runtime.errors import TokenizeError
     (tmp_path / "tok.json").write_text(WS_TOKENIZER)

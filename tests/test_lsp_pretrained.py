@@ -16,7 +16,8 @@ from pytest_lsp import LanguageClient, client_capabilities
 from safetensors.numpy import save_file
 
 from lsp_client import Doc, client_fixture, published
-from sexpgpu_lang import analyze, checkpoint_files
+from sexpgpu_lang import analyze
+from sexpgpu_lang.files import checkpoint_files
 
 client = client_fixture(client_capabilities("neovim@v0.7.0"))
 

@@ -16,7 +16,7 @@ import pytest
 
 from helpers import check, program_of
 from sexpgpu_lang import analyze
-from sexpgpu_lang.hf_config import RECORDS
+from sexpgpu_lang.files.hf_config import RECORDS
 
 FIXTURES = Path(__file__).parent / "fixtures" / "hf"
 FAMILIES = ("gpt2", "llama2", "llama3", "mistral", "qwen2", "qwen3", "qwen3-tied", "olmo2", "llama-tied")

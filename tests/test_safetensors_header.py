@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from sexpgpu_lang import analyze_file
-from sexpgpu_lang.safetensors_header import HeaderError, read_header
+from sexpgpu_lang.files.safetensors_header import HeaderError, read_header
 
 CASES = Path(__file__).resolve().parent / "cases-files"
 

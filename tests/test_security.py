@@ -76,7 +76,7 @@ class FileSpy:
 
 @pytest.fixture
 def spy(monkeypatch):
-    from sexpgpu_lang import checkpoint_files
+    from sexpgpu_lang.files import checkpoint_files
     for path in (PRETRAINED, NPZ, TEXT_BYTES):   # the grammar and the standard library load once, before the spy
         analyze_file(str(path))
     monkeypatch.setattr(checkpoint_files, "_READ", {})   # no header kept from an earlier test's read

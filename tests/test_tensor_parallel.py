@@ -68,6 +68,32 @@ TEACHER_CHILD = textwrap.dedent(r'''
 ''')
 
 
+#: A generator whose trips decode with the teacher's KV caches in the state ([layers B seq kv-heads
+#: head-width]), and an objective on what it wrote: the caches split by heads with `wk` and `wv`.
+GENERATE = """(defgenerate :trips 4
+  :init (lambda (records ctx)
+          (let* ((row (field records :row))
+                 (empty (zeros [layers (axis-size row 0) seq kv-heads head-width]))
+                 (o (teacher :decode (slice row :axis 1 :start 0 :end 3) 0 empty empty)))
+            (list :row row :k (getf o :k) :v (getf o :v))))
+  :step (lambda (state trip ctx)
+          (let* ((at (+ (cast trip :i32) 4))
+                 (out (teacher :decode (row-token (getf state :row) (- at 1)) (- at 1) (getf state :k) (getf state :v))))
+            (decode-trip (getf state :row) out at trip 0)))
+  :finish (lambda (state ctx) (list :sample (getf state :row))))
+
+(objective (lambda (b ctx)
+  (mean (cross-entropy (model (field b :sample)) (field b :sample)))))
+"""
+
+
+def generating_teacher(**sizes) -> str:
+    """The teacher (a batch of 4) decoding in a generator with its caches in the state (`GENERATE`)."""
+    text = teacher_text(batch=4, **sizes)
+    start, end = text.index("(prepare "), text.index("(run ")
+    return text[:start] + GENERATE + "\n" + text[end:]
+
+
 def child(script: str, *args: str, timeout: int = 300) -> dict:
     env = {**os.environ, "XLA_FLAGS": EIGHT, "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(ROOT)}
     r = subprocess.run([sys.executable, "-c", script, *args], env=env, capture_output=True, text=True,
@@ -312,3 +338,184 @@ def test_a_model_axis_that_does_not_divide_the_heads_is_one_line_before_anything
         "sexpgpu: error: the `model` axis of 8 devices does not divide `wq`'s heads (4, axis 2 of [2, 32, 4, 4]), "
         "parameter `layers.wq`; pick a model axis that divides it")
     assert not (tmp_path / "r" / "metrics.jsonl").exists()
+
+
+def lora_teacher(targets: str = ":wq :wk :wo :w-up :w-down :lm-head") -> str:
+    """The teacher with LoRA adapters of rank 2 on `targets` (the base frozen)."""
+    return teacher_text().replace("(defmodel teacher\n",
+                                  f"(defmodel teacher\n  :lora (:targets [{targets}] :rank 2 :alpha 4)\n")
+
+
+#: The split each adapter takes with its base on model=4 (8 query heads, 2 KV heads, MLP 64, vocabulary 96):
+#: a base split on its output axis splits B on its output axis; on its input axis, A on its input axis;
+#: `wk`'s 2 KV heads do not split 4 ways, so its base and both adapters stay whole.
+LORA_SPECS = {"layers.wq.lora-a": "P()", "layers.wq.lora-b": "P(None, None, 'model')",
+              "layers.wo.lora-a": "P(None, 'model')", "layers.wo.lora-b": "P()",
+              "layers.w-up.lora-a": "P()", "layers.w-up.lora-b": "P(None, None, 'model')",
+              "layers.w-down.lora-a": "P(None, 'model')", "layers.w-down.lora-b": "P()",
+              "lm-head.lora-a": "P()", "lm-head.lora-b": "P(None, 'model')",
+              "layers.wk.lora-a": "P()", "layers.wk.lora-b": "P()"}
+
+
+def test_lora_adapters_split_with_their_base_in_explain():
+    """MaxText's and tunix's rule (sexpgpu_lang.mesh.adapter_overrides), as static explain shows it; a
+    `model` axis that splits the KV heads splits `wk`'s B with them; a `:shard` of the whole model
+    replicates the base and so its adapters."""
+    from sexpgpu_lang.explain import explain
+    from sexpgpu_lang.mesh import explain_mesh
+    program = program_of(lora_teacher())
+    specs = explain(explain_mesh(program, "data=2,model=4", None))["mesh"]["param_shardings"]
+    assert {k: specs[k] for k in LORA_SPECS} == LORA_SPECS
+    two = explain(explain_mesh(program, "model=2", None))["mesh"]["param_shardings"]
+    assert (two["layers.wk"], two["layers.wk.lora-a"], two["layers.wk.lora-b"]) == (
+        "P(None, None, 'model')", "P()", "P(None, None, 'model')")
+    # under FSDP as well, each adapter's other axes go to `data` by FSDP's rule
+    both = explain(explain_mesh(program, "data=2,model=4", True))["mesh"]["param_shardings"]
+    assert both["layers.wq.lora-b"] == "P('data', None, 'model')" and both["layers.wo.lora-a"] == "P('data', 'model')"
+    whole = program_of(lora_teacher().replace("(run :loader rows", "(run :loader rows :model-parallel 4 "
+                                                                   ":shard (:teacher :replicated)"))
+    specs = explain(whole)["mesh"]["param_shardings"]
+    assert set(specs.values()) == {"P()"}
+
+    def specs_with(shard: str) -> dict:
+        text = lora_teacher(":wq :wo").replace("(run :loader rows", f"(run :loader rows :model-parallel 4 :shard ({shard})")
+        return {k: v for k, v in explain(program_of(text))["mesh"]["param_shardings"].items() if "lora" in k}
+    # an adapter named itself keeps the file's word; `wq` split on its input axis (`:teacher 0`) splits A;
+    # split inside its output group (its head width, axis 2) both adapters stay whole
+    assert specs_with(":wq.lora-b :replicated")["layers.wq.lora-b"] == "P()"
+    assert specs_with(":teacher 0")["layers.wq.lora-a"] == "P(None, 'model')"
+    assert specs_with(":wq 2")["layers.wq.lora-a"] == specs_with(":wq 2")["layers.wq.lora-b"] == "P()"
+
+
+LORA_CHILD = textwrap.dedent(r'''
+    import json, sys
+    import jax
+    from benchmarks.hf_parity import sexpgpu_forward
+    from sexpgpu_runtime.devices.sharding import DataParallel
+    from sexpgpu_runtime.weights.optim import make_optimizer
+    from sexpgpu_runtime.weights.params import flatten
+
+    _, program, trainable, frozen = sexpgpu_forward(__import__("pathlib").Path(sys.argv[1]))
+    dp = DataParallel.of(program, 2, model=4)
+    placed = dp.put_state(trainable)
+    opt = jax.eval_shape(make_optimizer(program.run.optimizer, program).init, trainable)
+    mu = [x for x in jax.tree_util.tree_leaves(dp.state_shardings(opt)) if hasattr(x, "spec")]
+    out = {".".join(k): {"spec": str(v.sharding.spec), "shard": list(v.addressable_shards[0].data.shape),
+                         "shape": list(v.shape)} for k, v in flatten(placed).items()}
+    out["moments"] = sorted({str(s.spec) for s in mu})
+    print(json.dumps(out))
+''')
+
+
+@pytest.mark.slow
+def test_a_lora_run_on_a_model_axis_splits_its_adapters_with_the_base_and_gives_one_device_s_losses(tmp_path):
+    """The runtime places the adapters (and their optimizer moments) as explain says, and 3 steps of the LoRA
+    run on data=2 x model=4 log one device's losses."""
+    run = tmp_path / "lora.sx"
+    run.write_text(lora_teacher().replace("(run :loader rows :steps 1", "(run :loader rows :steps 3 :log (:every 1)"))
+    got = child(LORA_CHILD, str(run))
+    for name, want in LORA_SPECS.items():
+        assert got[name]["spec"] == want, name
+        full, shard = got[name]["shape"], got[name]["shard"]
+        split = [i for i, (a, b) in enumerate(zip(full, shard)) if a != b]
+        assert split == ([] if want == "P()" else [want.count("None")]) and \
+            all(a == (b * 4 if i in split else b) for i, (a, b) in enumerate(zip(full, shard))), name
+    assert "P(None, None, 'model')" in got["moments"]   # Adam's moments of B, split as B
+    env = {**os.environ, "XLA_FLAGS": EIGHT, "JAX_PLATFORMS": "cpu"}
+    base = [sys.executable, "-m", "sexpgpu_cli.main", "run", str(run), "--no-progress"]
+    for args in (["--mesh", "data=1", "--run-dir", str(tmp_path / "one")],
+                 ["--mesh", "data=2,model=4", "--run-dir", str(tmp_path / "split")]):
+        r = subprocess.run(base + args, env=env, capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr[-2000:]
+    rows = lambda d: [json.loads(l) for l in (tmp_path / d / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows("split")] == [1, 2, 3]
+    losses = [r["loss"] for r in rows("one")]
+    assert len(set(losses)) == 3   # the adapters train: the loss moves
+    np.testing.assert_allclose([r["loss"] for r in rows("split")], losses, rtol=1e-5)
+
+
+def test_static_explain_counts_one_device_s_share_of_what_the_model_axis_splits():
+    """Each phase's activations per device: the attention's by heads, the MLP's by width, the logits by
+    vocabulary, the KV caches by heads (and whole where the KV heads are replicated), so the memory per
+    device is below the unsplit figure, and the caches' shardings are shown."""
+    from sexpgpu_lang.explain import explain, to_text
+    from sexpgpu_lang.mesh import explain_mesh
+    program = program_of(generating_teacher(**{"kv-heads": 4}))
+    whole = explain(program, target="cpu")
+    tp = explain(explain_mesh(program, "model=4", None), target="cpu")["mesh"]
+    assert tp["state_shardings"] == {"row": "P()", "k": "P(None, None, None, 'model')",
+                                     "v": "P(None, None, None, 'model')"}
+    per, mem = tp["memory_per_device"], whole["memory"]
+    for phase in ("generation", "train"):
+        assert 0 < per[phase] < mem[phase] / 2, phase
+    assert tp["peak_per_device"] < mem["peak"] / 2
+    # the state the trips carry: the row whole, each cache a quarter
+    cache = 2 * 4 * 8 * 4 * 4 * 4
+    step = next(p for p in explain(explain_mesh(program, "model=4", None), target="cpu")["plan"]
+                if p["phase"] == "generate.step")
+    assert step["parts"]["state"] == 4 * 8 * 4 + 2 * cache   # (the report's plan is the whole run's)
+    from sexpgpu_lang.explain import memory_plan, step_graphs
+    device = memory_plan(program, step_graphs(program, 1, "cpu", model=4), 1, model=4)
+    assert next(p for p in device["phases"] if p["phase"] == "generate.step")["parts"]["state"] == \
+        4 * 8 * 4 + 2 * cache // 4
+    # 2 KV heads over 4 devices: `wk`, `wv` and so the caches whole on every device; the query heads and
+    # the MLP still split
+    gqa = explain(explain_mesh(program_of(generating_teacher()), "model=4", None), target="cpu")["mesh"]
+    assert gqa["state_shardings"]["k"] == "P()"
+    assert per["generation"] < gqa["memory_per_device"]["generation"] < mem["generation"]
+    # data x model: the records 1/2 more, the caches' split shown in the mesh line and each graph's shard line
+    both = explain(explain_mesh(program, "data=2,model=4", None), target="cpu")
+    assert both["mesh"]["memory_per_device"]["train"] < per["train"]
+    text = to_text(both)
+    assert "generator state P('data'); along model `k` P(None, None, None, 'model'), `v` P(None, None, None, 'model')" \
+        in text.split("\nmesh: ")[1]
+    assert "shard state P('data'); along model `k` P(None, None, None, 'model')" in text
+
+
+def test_the_split_follows_reshapes_contractions_and_reductions():
+    from sexpgpu_lang.explain.split import propagate, regroup
+    # heads merged into the width keep the split as its major part; split back, into the heads
+    assert regroup((2, 8, 8, 4), (2,), (2, 8, 32), 4) == (2,)
+    assert regroup((2, 8, 32), (2,), (2, 8, 8, 4), 4) == (2,)
+    # 8 query heads grouped by 2 KV heads on 4 devices: the split runs over both group axes
+    assert regroup((2, 8, 8, 4), (2,), (2, 8, 2, 4, 4), 4) == (2, 3)
+    assert regroup((2, 8, 8, 4), (2,), (16, 32), 4) == (1,)   # the rows merged: the heads still major
+    assert regroup((2, 8, 8, 4), (2,), (2, 64, 4), 4) == ()   # merged with an axis before it: XLA moves it
+    # a contraction over the split heads is whole (all-reduced); over the width it keeps the heads' split
+    assert propagate("einsum", (2, 8, 32), [((2, 8, 8, 4), (2,)), ((8, 4, 32), (0,))],
+                     {"subscripts": "btnh,nhd->btd"}, 4) == ()
+    assert propagate("einsum", (2, 8, 8, 4), [((2, 8, 32), ()), ((32, 8, 4), (1,))],
+                     {"subscripts": "btd,dnh->btnh"}, 4) == (2,)
+    # logits split by vocabulary: a softmax keeps it, the cross-entropy and an argmax over it do not
+    assert propagate("softmax", (2, 8, 96), [((2, 8, 96), (2,))], {"axis": 2}, 4) == (2,)
+    assert propagate("cross-entropy", (2, 8), [((2, 8, 96), (2,)), ((2, 8), ())], {}, 4) == ()
+    assert propagate("argmax", (2, 8), [((2, 8, 96), (2,))], {"axis": 2, "keepdims": False}, 4) == ()
+    assert propagate("sum", (2, 8), [((2, 8, 8, 4), (2,))], {"axes": (2, 3), "keepdims": False}, 4) == ()
+    assert propagate("mean", (2, 8, 1), [((2, 8, 96), ())], {"axes": (2,), "keepdims": True}, 4) == ()
+    assert propagate("+", (2, 8, 8, 4), [((2, 8, 8, 4), (2,)), ((4,), ())], {}, 4) == (2,)
+    assert propagate("take", (2, 8, 4, 4), [((2, 2, 8, 4, 4), (3,)), ((), ())], {"axis": 0}, 4) == (2,)
+
+
+@pytest.mark.slow
+def test_static_memory_per_device_is_within_a_factor_of_xla_s_on_a_split_teacher(tmp_path):
+    """On 8 simulated CPU devices, `model=4` (4 KV heads: the caches split): each graph's live set on one
+    device, statically (`mesh.graphs_per_device`), is within 1.25x either way of what XLA's memory analysis
+    of the graph compiled with the run's shardings says (`xla.graphs.*.live`, per device), and below the
+    static unsplit figure; the caches XLA's compiled graphs return are split as the static report says."""
+    run = tmp_path / "gen.sx"
+    run.write_text(generating_teacher(**{"kv-heads": 4}))
+    env = {**os.environ, "XLA_FLAGS": EIGHT, "JAX_PLATFORMS": "cpu"}
+    r = subprocess.run([sys.executable, "-m", "sexpgpu_cli.main", "explain", str(run), "--xla", "--mesh", "model=4",
+                        "--format", "json"], env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    report = json.loads(r.stdout)
+    assert report["step"]["target"] == "cpu"
+    static, xla = report["mesh"]["graphs_per_device"], report["xla"]["graphs"]
+    whole = {g["name"]: g["live"]["total"] for g in report["graphs"]}
+    assert set(static) == set(xla) == {"generate.init", "generate.step", "generate.finish", "train", "update"}
+    for name, got in static.items():
+        assert 0.8 <= got["live"] / xla[name]["live"] <= 1.25, (name, got["live"], xla[name]["live"])
+        if whole[name] > 1024:   # (`generate.finish` copies the row: nothing to split)
+            assert got["live"] < whole[name] / 2, name
+    assert xla["generate.step"]["split_outputs"] == {k: v for k, v in report["mesh"]["state_shardings"].items()
+                                                     if v != "P()"}

@@ -1,7 +1,7 @@
 """A checkpoint's `config.json` in a run file: `(def NAME (checkpoint-config "dir" :key))` binds one of its
 settings, and the values a file states itself are checked against it (every E-CONFIG code).
 
-`config_def` reads the setting (sexpgpu_lang/hf_config.py) for a `def`: its
+`config_def` reads the setting (sexpgpu_lang/files/hf_config.py) for a `def`: its
 value, and the hover line saying where it came from. E-CONFIG-001: the
 config cannot be read; E-CONFIG-002: a field the standard library does not
 compute (an unknown `model_type` or `rope_scaling` type, another
@@ -24,8 +24,8 @@ import os
 
 from .. import ir
 from ..diagnostics import Related, warning
-from ..hf_cache import NotCached, as_written, locate
-from ..hf_config import (KEYS, MAPPING_FAMILIES, RECORDS, ConfigError, Setting, eos_ids, family, read, refusals,
+from ..files.hf_cache import NotCached, as_written, locate
+from ..files.hf_config import (KEYS, MAPPING_FAMILIES, RECORDS, ConfigError, Setting, eos_ids, family, read, refusals,
                          settings)
 from ..syntax import Kw, ListNode, Num, Str, Sym, walk
 from ..types import ERROR, ShapeType, TensorType, is_int, scalar

@@ -22,6 +22,7 @@ from ..syntax import Kw, ListNode, Node, Num, Sym, VecNode
 from ..types import (DTYPES, dtype_hint, ERROR, ErrorType, FunctionType, KeywordType, LoaderType, ShapeType,
                      StringType, TensorType, Type)
 from .config import FORM as CONFIG_FORM, config_def
+from .lora import A_SUFFIX, B_SUFFIX
 from .context import CheckContext, near_miss
 from .contracts import stage_loader
 from .facts import Definition
@@ -299,6 +300,8 @@ def model_axis(ctx: CheckContext, kws: dict) -> tuple[int, tuple[tuple[str, int 
         how = _deepest(ctx, p.path, given)
         if how is None or how[1] == "auto":
             continue
+        if p.path[-1].endswith((A_SUFFIX, B_SUFFIX)) and how[0] != p.path[-1]:
+            continue   # a LoRA adapter splits with its base (mesh.adapter_overrides) unless named itself
         key, d = how
         declared = len(p.shape) - (1 if p.layers else 0)
         if d is not None and d >= declared:

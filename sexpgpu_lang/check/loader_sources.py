@@ -30,7 +30,7 @@ from __future__ import annotations
 import functools
 import os
 
-from ..bounded_read import read_bounded
+from ..files.bounded_read import read_bounded
 from ..diagnostics import warning
 from ..language import PAD_SIDES, TOKEN_FILE_DTYPES, TRUNCATE_SIDES
 from ..source import Span
@@ -125,7 +125,7 @@ def check_source(ctx: CheckContext, kind: str, args: dict, nodes: dict, fields, 
             and "path" not in missing:
         vocab = args.get("vocab") if isinstance(args.get("vocab"), int) else None
         tokenizer = args.get("tokenizer") if isinstance(args.get("tokenizer"), str) else None
-        from ..prompt_rows import Layout   # (not at start-up: it imports json)
+        from ..files.prompt_rows import Layout   # (not at start-up: it imports json)
         layout = Layout(args.get("pad-side") or "right", args.get("truncate"))
         ok = _jsonl_rows(ctx, args["path"], nodes["path"].span, fields, tokenizer, vocab, layout) and ok
         if ok and vocab is not None and isinstance(args.get("tokenizer"), str) and "tokenizer" not in missing:
@@ -134,7 +134,7 @@ def check_source(ctx: CheckContext, kind: str, args: dict, nodes: dict, fields, 
             and "path" not in missing and fields:
         vocab = args.get("vocab") if isinstance(args.get("vocab"), int) else None
         tokenizer = args.get("tokenizer") if isinstance(args.get("tokenizer"), str) else None
-        from ..prompt_rows import Layout
+        from ..files.prompt_rows import Layout
         layout = Layout(args.get("pad-side") or "right", args.get("truncate"))
         ok = _parquet_rows(ctx, args["path"], nodes["path"].span, fields, tokenizer, vocab, layout) and ok
     if checked and ctx.read_files is True and kind == "text-tokens" and isinstance(args.get("glob"), str) \
@@ -264,7 +264,7 @@ def _npy_dtype(ctx: CheckContext, rel: str, dtype: str | None, at: Span) -> bool
     (a float, a big-endian array) or more than one axis (bounded_read.npy_token_problem), or other ids
     than `:dtype` (npy_dtype_mismatch), in the run's words: the header alone is read. A header not
     read is the runtime's to name."""
-    from ..bounded_read import NPY_DESCR_NAMES, NPY_TOKEN_DESCR, npy_dtype_mismatch, npy_token_problem
+    from ..files.bounded_read import NPY_DESCR_NAMES, NPY_TOKEN_DESCR, npy_dtype_mismatch, npy_token_problem
     found = _regular_file(ctx, rel)
     if found is None:
         return True
@@ -291,7 +291,7 @@ def _npy_dtype(ctx: CheckContext, rel: str, dtype: str | None, at: Span) -> bool
 @functools.lru_cache(maxsize=16)
 def _npy_header(path: str, mtime_ns: int, size: int) -> dict | None:
     """bounded_read.npy_header of `path`, cached by `mtime_ns` and `size`."""
-    from ..bounded_read import npy_header
+    from ..files.bounded_read import npy_header
     return npy_header(path)
 
 
@@ -317,7 +317,7 @@ def _npz_fields(ctx: CheckContext, args: dict, nodes: dict, fields) -> bool:
                     help=why.split("; ", 1)[1] if "; " in why else None)
             return False
         return True
-    from ..prompt_rows import no_field, record_mismatch
+    from ..files.prompt_rows import no_field, record_mismatch
     for name, _, _ in fields:
         if name not in have:
             ctx.err("E-LOADER-001", nodes["path"].span, f"`npz`'s file `{rel}`: {no_field(name, sorted(have))}",
@@ -336,15 +336,15 @@ def _npz_fields(ctx: CheckContext, args: dict, nodes: dict, fields) -> bool:
 @functools.lru_cache(maxsize=16)
 def _npz_headers(path: str, mtime_ns: int, size: int) -> dict | None:
     """prompt_rows.npz_headers of `path`, cached by `mtime_ns` and `size`."""
-    from ..prompt_rows import npz_headers
+    from ..files.prompt_rows import npz_headers
     return npz_headers(path)
 
 
 @functools.lru_cache(maxsize=16)
 def _not_an_npz(path: str, mtime_ns: int, size: int, rel: str) -> str | None:
     """prompt_rows.not_an_npz of the first 4096 bytes of `path` (None when they cannot be read)."""
-    from ..bounded_read import open_regular
-    from ..prompt_rows import not_an_npz
+    from ..files.bounded_read import open_regular
+    from ..files.prompt_rows import not_an_npz
     try:
         with open_regular(path) as fh:
             head = fh.read(4096)
@@ -356,7 +356,7 @@ def _not_an_npz(path: str, mtime_ns: int, size: int, rel: str) -> str | None:
 @functools.lru_cache(maxsize=16)
 def _npz_names(path: str, mtime_ns: int, size: int) -> tuple[str, ...] | None:
     """prompt_rows.npz_fields of `path`, cached by `mtime_ns` and `size`."""
-    from ..prompt_rows import npz_fields
+    from ..files.prompt_rows import npz_fields
     names = npz_fields(path)
     return tuple(names) if names is not None else None
 
@@ -366,7 +366,7 @@ def _text_files(ctx: CheckContext, rel: str, at: Span) -> bool:
     is not UTF-8 text, with the runtime's reason (bounded_read.text_problem, which tokenize.read_text
     says it through). Each file is read a chunk at a time, its first TEXT_CHECK_LIMIT bytes, once per
     mtime and size. False when reported."""
-    from ..bounded_read import TEXT_FIX, glob_bounded
+    from ..files.bounded_read import TEXT_FIX, glob_bounded
     full = _full_path(ctx, rel)
     if full is None:
         return True
@@ -392,8 +392,8 @@ def _text_bytes(ctx: CheckContext, args: dict, nodes: dict, fields, batch: int |
     when it matches no file, or only what is not a regular file (`_missing_file`), or its files hold
     fewer bytes than one window or fewer windows than one `batch` (text_tokens.fewer_than_a_batch);
     sizes by `stat`, nothing read."""
-    from ..bounded_read import glob_bounded
-    from ..text_tokens import fewer_than_a_batch, window_count
+    from ..files.bounded_read import glob_bounded
+    from ..files.text_tokens import fewer_than_a_batch, window_count
     rel = args.get("glob")
     if ctx.read_files is not True or not isinstance(rel, str) or "glob" not in nodes:
         return
@@ -425,8 +425,8 @@ def _text_windows(ctx: CheckContext, args: dict, fields, at: Span, batch: int | 
     (text_tokens.encoded), gives fewer tokens than one window, or fewer windows than one `batch`,
     in the run's words (text_tokens.fewer_than_a_window, fewer_than_a_batch). Only a corpus of at most SHORT_TEXT_LIMIT bytes is tokenized
     (in memory; nothing is written); a tokenizer or separator that does not load is the runtime's."""
-    from ..bounded_read import glob_bounded
-    from ..text_tokens import SHORT_TEXT_LIMIT, fewer_than_a_batch, fewer_than_a_window, window_count
+    from ..files.bounded_read import glob_bounded
+    from ..files.text_tokens import SHORT_TEXT_LIMIT, fewer_than_a_batch, fewer_than_a_window, window_count
     full, tok_path = _full_path(ctx, args["glob"]), _full_path(ctx, args["tokenizer"])
     if full is None or tok_path is None:
         return
@@ -455,8 +455,8 @@ def _text_windows(ctx: CheckContext, args: dict, fields, at: Span, batch: int | 
 def _token_count(files: tuple, tokenizer: str, mtime_ns: int, size: int, separator: str | None) -> int | None:
     """How many ids the text `files` ((path, mtime_ns, size) each) give with the tokenizer.json at
     `tokenizer` (by text_tokens.encoded), or None when the tokenizer or a file does not load."""
-    from ..bounded_read import TOKENIZER_JSON_LIMIT, file_chunks, open_regular
-    from ..text_tokens import encoded
+    from ..files.bounded_read import TOKENIZER_JSON_LIMIT, file_chunks, open_regular
+    from ..files.text_tokens import encoded
     try:
         from tokenizers import Tokenizer
         tok = Tokenizer.from_str(read_bounded(tokenizer, TOKENIZER_JSON_LIMIT, "a tokenizer.json").decode("utf-8"))
@@ -476,7 +476,7 @@ def _token_count(files: tuple, tokenizer: str, mtime_ns: int, size: int, separat
 def _text_problem(path: str, mtime_ns: int, size: int) -> str | None:
     """bounded_read.text_problem of the file at `path`, read a chunk at a time (None when it is text,
     or cannot be read: the runtime says that). `mtime_ns` and `size` key the cache."""
-    from ..bounded_read import TEXT_CHECK_LIMIT, file_chunks, open_regular, text_problem
+    from ..files.bounded_read import TEXT_CHECK_LIMIT, file_chunks, open_regular, text_problem
     try:
         with open_regular(path) as fh:
             return text_problem(file_chunks(fh, limit=TEXT_CHECK_LIMIT), final=size <= TEXT_CHECK_LIMIT)
@@ -512,7 +512,7 @@ def _prompt_fields(ctx: CheckContext, kind: str, fields, at: Span) -> bool:
     scalar `[]` or a row of token ids `[L]` of an integer dtype; `NAME-length` is `[]`, `NAME-mask` `[L]`
     and `NAME-positions` `[L]` of their token field's `L`, integers (a mask may be bool). E-FORM-002 for
     a shape, E-TYPE-002 for a dtype, at the source; False when any is reported."""
-    from ..prompt_rows import derived
+    from ..files.prompt_rows import derived
     declared = {n for n, _, _ in fields}
     widths = {n: shape[0] for n, shape, _ in fields if len(shape) == 1}
     ok = True

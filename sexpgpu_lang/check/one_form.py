@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..hf_config import Family, Setting
+from ..files.hf_config import Family, Setting
 from ..source import SourceText, Span
 from ..syntax import Kw, ListNode, Node, Sym, parse
 from ..types import ERROR

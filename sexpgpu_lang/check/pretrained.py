@@ -28,7 +28,7 @@ import os
 
 from .. import ir
 from ..diagnostics import warning
-from ..hf_cache import NotCached, as_written, locate
+from ..files.hf_cache import NotCached, as_written, locate
 from ..name_mapping import LAYER, MappingError, layer_name, leaf, parse_names, patterned, source_shape, stdlib_names
 from ..syntax import Kw, ListNode, Str
 from ..types import DTYPES
@@ -199,7 +199,7 @@ def check_pretrained(ctx: CheckContext) -> None:
             _owners(ctx, prefix))
         if todo is None:
             if ctx.read_files and os.path.exists(full):   # the tensor names, for completing the mapping
-                from ..checkpoint_files import SourceError, tensors
+                from ..files.checkpoint_files import SourceError, tensors
                 try:
                     seen.header = tensors(full)
                 except SourceError:
@@ -331,7 +331,7 @@ def _config_layers(full: str, header: dict, mapping: str):
     read through the standard-library `mapping` whose config.json's count is not the number of layers
     its tensors hold (layers 0 to M-1 of the mapping's per-layer names); None where they agree, or
     where there is no config.json to read (its own check says why)."""
-    from ..hf_config import ConfigError, Setting, read, settings
+    from ..files.hf_config import ConfigError, Setting, read, settings
     try:
         file, config = read(full)
         n = settings(config).get("layers")
@@ -383,7 +383,7 @@ def _compare(ctx: CheckContext, name: str, rel: str, full: str, base: str, todo,
     """E-MODEL-003 unless every tensor the plan reads is in the checkpoint with its shape and dtype;
     W-MODEL-001 for the tensors nothing reads. Whether it fits. `current`: the standard-library
     mapping `:names` gives, if any."""
-    from ..checkpoint_files import SourceError, tensors   # (json, struct): only when reading
+    from ..files.checkpoint_files import SourceError, tensors   # (json, struct): only when reading
     try:
         header = tensors(full)
     except SourceError as e:

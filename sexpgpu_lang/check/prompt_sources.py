@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import os
 
-from ..bounded_read import TOKENIZER_JSON_LIMIT, read_bounded
+from ..files.bounded_read import TOKENIZER_JSON_LIMIT, read_bounded
 from ..source import Span
 from .context import CheckContext
 from .source_files import _regular_file, vocab_size
@@ -67,7 +67,7 @@ def _encoder(tok_key):
     (the tokenizer's own check names that)."""
     if tok_key is None:
         return None
-    from ..prompt_encoder import PromptEncoder
+    from ..files.prompt_encoder import PromptEncoder
     try:
         from tokenizers import Tokenizer
         raw = read_bounded(tok_key[0], TOKENIZER_JSON_LIMIT, "a tokenizer.json").decode("utf-8")
@@ -85,8 +85,8 @@ def _bad_row(path: str, mtime_ns: int, size: int, fields=None, tokenizer: bool =
     tokenizer `tok_key` names ((path, mtime_ns, size, its template's stamp), or None). Rows are read
     one at a time (a line at most JSONL_LINE_LIMIT) and not kept. `mtime_ns` and `size` key the
     cache: an edited file is read again."""
-    from ..bounded_read import JSONL_LINE_LIMIT, BadJsonlRow, jsonl_rows, open_regular, read_lines_bounded
-    from ..prompt_rows import Layout, PromptRows, value_column
+    from ..files.bounded_read import JSONL_LINE_LIMIT, BadJsonlRow, jsonl_rows, open_regular, read_lines_bounded
+    from ..files.prompt_rows import Layout, PromptRows, value_column
     check = (PromptRows(fields, tokenizer, vocab=vocab, layout=layout or Layout(), encode=_encoder(tok_key))
              if fields else None)
     try:
@@ -145,7 +145,7 @@ def _parquet_rows(ctx: CheckContext, rel: str, at: Span, fields, tokenizer: str 
 def _bad_parquet(path: str, mtime_ns: int, size: int, fields: tuple, tokenizer: bool, vocab: int | None,
                  layout=None, tok_key=None) -> str | None:
     """What the runtime refuses in the parquet file at `path` (reason; fix), or None (see `_parquet_rows`)."""
-    from ..prompt_rows import Layout, PromptRows, derived, unreadable_parquet
+    from ..files.prompt_rows import Layout, PromptRows, derived, unreadable_parquet
     try:
         import pyarrow as pa
         import pyarrow.parquet as pq
@@ -199,9 +199,9 @@ def _text_id_outside(path: str, mtime_ns: int, size: int, tokenizer: str, tok_mt
                      vocab: int) -> tuple[str, str] | None:
     """(LINE:COL, reason and fix) of the first text value of a `[L]` field in the .jsonl at `path` whose
     ids (by `tokenizer`, cut to L) hold one outside `vocab`; None when there is none in the rows read."""
-    from ..bounded_read import JSONL_LINE_LIMIT, BadJsonlRow, jsonl_rows, open_regular, read_lines_bounded
-    from ..prompt_rows import outside_vocab, value_column
-    from ..text_tokens import SHORT_TEXT_LIMIT
+    from ..files.bounded_read import JSONL_LINE_LIMIT, BadJsonlRow, jsonl_rows, open_regular, read_lines_bounded
+    from ..files.prompt_rows import outside_vocab, value_column
+    from ..files.text_tokens import SHORT_TEXT_LIMIT
     try:
         from tokenizers import Tokenizer
         tok = Tokenizer.from_str(read_bounded(tokenizer, TOKENIZER_JSON_LIMIT, "a tokenizer.json").decode("utf-8"))

@@ -23,7 +23,7 @@ import ast
 import os
 
 from .. import ir
-from ..bounded_read import PYTHON_SOURCE_LIMIT, read_bounded
+from ..files.bounded_read import PYTHON_SOURCE_LIMIT, read_bounded
 from ..language import PLIST_KEYWORDS
 from ..syntax import Kw, ListNode, Node, VecNode
 from ..types import ERROR, ErrorType, PlistType, TensorType, Type, is_int

@@ -12,7 +12,7 @@ import functools
 import os
 import stat
 
-from ..bounded_read import (TOKENIZER_JSON_LIMIT, JsonNumberTooLong, JsonTooDeep, JsonTooLarge, NotRegularFile,
+from ..files.bounded_read import (TOKENIZER_JSON_LIMIT, JsonNumberTooLong, JsonTooDeep, JsonTooLarge, NotRegularFile,
                             TooLarge, describe_mode, loads_json, read_bounded)
 from ..source import Span
 from .context import CheckContext
@@ -63,7 +63,7 @@ def _missing_file(ctx: CheckContext, kind: str, key: str, rel: str, at: Span) ->
     if full is None:
         return True
     if key == "glob":
-        from ..bounded_read import glob_bounded, no_regular_match
+        from ..files.bounded_read import glob_bounded, no_regular_match
         try:
             matches = glob_bounded(full)
         except OSError as e:   # GlobTooLarge: the limit, in one line (the runtime's words)

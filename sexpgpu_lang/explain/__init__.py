@@ -41,8 +41,8 @@ Modules, in the order the estimate runs: `cost` (each op's `OpCost` in
 `COSTS`: FLOP rule, fusion, gradient), `trace` (the symbolic trace, an
 `ir.Interpreter`), `schedule` (one graph's estimate: fusion, live set,
 bytes moved), `graphs` (the step's graphs), `memory` (the memory plan and
-`choose_stack`, the `:stack :auto` policy), `mesh` (shardings and memory per
-device), `report` (`explain`, `generation_line`), `text` (units, `to_text`).
+`choose_stack`, the `:stack :auto` policy), `split` (each value's split along the
+`model` axis), `mesh` (shardings and memory per device), `report` (`explain`, `generation_line`), `text` (units, `to_text`).
 
 Imports only the standard library and sexpgpu_lang; never JAX.
 """

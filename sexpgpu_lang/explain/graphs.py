@@ -13,6 +13,7 @@ from .schedule import GraphEstimate, estimate_graph
 from .text import fmt_bytes
 from ..language import CONTEXT_KEYS
 from .trace import Node, Trace
+from ..mesh import model_dim, shard_overrides
 
 
 def layout_stack(program: ir.Program, stack: int | None = None) -> int:
@@ -26,18 +27,33 @@ def layout_stack(program: ir.Program, stack: int | None = None) -> int:
     return s
 
 
-def param_bytes(program: ir.Program, frozen: bool | None = None) -> int:
-    """Bytes of the run's parameters: all of them, or only the frozen (`True`) or trainable (`False`) ones."""
-    return sum(TensorType(p.shape, p.dtype).nbytes for p in program.params if frozen is None or p.frozen == frozen)
+def param_bytes(program: ir.Program, frozen: bool | None = None, model: int = 1) -> int:
+    """Bytes of the run's parameters: all of them, or only the frozen (`True`) or trainable (`False`) ones;
+    with `model` > 1, what one device of a `model` axis of that size holds (a split parameter 1/model,
+    sexpgpu_lang.mesh.model_dim)."""
+    over = shard_overrides(program, model) if model > 1 else {}
+
+    def held(p) -> int:
+        b = TensorType(p.shape, p.dtype).nbytes
+        return b // model if model > 1 and model_dim(".".join(p.path), tuple(p.shape), model, over) is not None else b
+    return sum(held(p) for p in program.params if frozen is None or p.frozen == frozen)
 
 
-def optimizer_bytes(program: ir.Program) -> int:
+def split_bytes(t: Type | None, splits: dict, role: str, model: int) -> int:
+    """`plist_bytes` of a plist whose entries `splits` names `ROLE:KEY`, a split one 1/model (one device's)."""
+    if not isinstance(t, PlistType):
+        return plist_bytes(t)
+    return sum(v.nbytes // (model if splits.get(f"{role}:{k}") else 1)
+               for k, v in t.entries if isinstance(v, TensorType))
+
+
+def optimizer_bytes(program: ir.Program, model: int = 1) -> int:
     """Bytes of optax's state for the run's optimizer: adam and adamw keep two moments per trainable
     parameter and an i32 step count, lion one moment and a count, sgd nothing (one trace with
     `:momentum`); a schedule as `:lr` (`(name settings)`) adds its own i32 count
-    (`optax.scale_by_schedule`'s state)."""
+    (`optax.scale_by_schedule`'s state). `model`: one device's, as `param_bytes`."""
     name, a = program.run.optimizer
-    tr = param_bytes(program, frozen=False)
+    tr = param_bytes(program, frozen=False, model=model)
     count = 4 if isinstance(a.get("lr"), tuple) else 0
     if name == "lion":
         return tr + 4 + count
@@ -64,11 +80,11 @@ def _stacked(t: Type, stack: int) -> str:
     return t.show()
 
 
-def trace_generate(program: ir.Program, which: str) -> Trace:
+def trace_generate(program: ir.Program, which: str, model: int = 1, splits: dict | None = None) -> Trace:
     """Trace `generate.init`, `generate.step` or `generate.finish` (`which`) as the runtime jits it:
-    the batch and state per copy, the context and the trip shared."""
+    the batch and state per copy, the context and the trip shared. `model`, `splits`: as `Trace`'s."""
     gen = program.generate
-    tr = Trace(program, in_generator=True)
+    tr = Trace(program, in_generator=True, model=model, arg_splits=splits)
     if which == "init":
         batch = tr.args_of("batch", program.loaders[program.run.loader].batch_type(), True)
         out = tr.phase(gen.init, [batch, tr.ctx(False)])
@@ -88,10 +104,10 @@ def trace_generate(program: ir.Program, which: str) -> Trace:
 
 
 def trace_loss(program: ir.Program, prepare: ir.Phase | None, objective: ir.Phase, loader: str,
-               with_generated: bool) -> tuple[Trace, int]:
+               with_generated: bool, model: int = 1, splits: dict | None = None) -> tuple[Trace, int]:
     """Trace prepare and objective as the runtime's `_loss` does (counters folded into the
-    objective's context); returns the trace and the loss node's id."""
-    tr = Trace(program, frozenset(program.run.diagnostics))
+    objective's context); returns the trace and the loss node's id. `model`, `splits`: as `Trace`'s."""
+    tr = Trace(program, frozenset(program.run.diagnostics), model=model, arg_splits=splits)
     batch = tr.args_of("batch", program.loaders[loader].batch_type(), True)
     if with_generated and program.generate is not None:
         batch.update(tr.args_of("made", program.generate.out, True))
@@ -141,37 +157,56 @@ def _params_io(g: GraphEstimate) -> dict:
     return {"name": "params", "type": fmt_bytes(g.param_args), "bytes": g.param_args}
 
 
+def _state_splits(program: ir.Program, model: int) -> tuple[Trace, Trace, Trace]:
+    """The generator's three traces with the state's split along `model` carried between them: what
+    `generate.init` returns, and what the trips write where init left an entry whole (a cache filled only
+    by the trips), as XLA keeps a cache written by split keys split by heads (sexpgpu_runtime/devices/
+    sharding.py `constrain_records`)."""
+    init = trace_generate(program, "init", model)
+    state = {n: init.nodes[i].split for n, i in init.outputs if n.startswith("state:")}
+    step = trace_generate(program, "step", model, state)
+    if model > 1:
+        wrote = {n: step.nodes[i].split for n, i in step.outputs}
+        merged = {k: state.get(k) or wrote.get(k, ()) for k in wrote}
+        if merged != state:
+            state = merged
+            step = trace_generate(program, "step", model, state)
+    return init, step, trace_generate(program, "finish", model, state)
+
+
 def _generator_graphs(program: ir.Program, stack: int, prefix: str = "",
-                      target: str = "accelerator") -> dict[str, GraphEstimate]:
+                      target: str = "accelerator", model: int = 1) -> dict[str, GraphEstimate]:
     gen = program.generate
     batch_t = program.loaders[program.run.loader].batch_type()
     out = {}
-    g = estimate_graph(prefix + "generate.init", trace_generate(program, "init"), stack, target=target, loop=True)
+    init, step, finish = _state_splits(program, model)
+    g = estimate_graph(prefix + "generate.init", init, stack, target=target, loop=True)
     g.input_list = [_io("batch", batch_t, stack), _ctx_io(stack), _params_io(g)]
     g.output_list = [_io("state", gen.state, stack), _io("batch", batch_t, stack), _ctx_io(stack)]
     out[g.name] = g
-    g = estimate_graph(prefix + "generate.step", trace_generate(program, "step"), stack, target=target, loop=True)
+    g = estimate_graph(prefix + "generate.step", step, stack, target=target, loop=True)
     g.input_list = [_io("state", gen.state, stack), _io("trip", TensorType((), "i64")), _ctx_io(stack), _params_io(g)]
     g.output_list = [_io("state", gen.state, stack)]
     # the state is donated to each trip on every backend (sexpgpu_runtime/lowering/generator_graphs.py):
     # each output leaf is written into its argument's buffer, as XLA's aliases count it
     g.aliased = g.outputs
     out[g.name] = g
-    g = estimate_graph(prefix + "generate.finish", trace_generate(program, "finish"), stack, target=target, loop=True)
+    g = estimate_graph(prefix + "generate.finish", finish, stack, target=target, loop=True)
     g.input_list = [_io("state", gen.state, stack), _ctx_io(stack), _params_io(g)]
     g.output_list = [_io("made", gen.finish_out, stack)]
     out[g.name] = g
     return out
 
 
-def _train_graph(program: ir.Program, stack: int, target: str = "accelerator") -> GraphEstimate:
+def _train_graph(program: ir.Program, stack: int, target: str = "accelerator", model: int = 1,
+                 made: dict | None = None) -> GraphEstimate:
     gen = program.generate
-    tr, loss = trace_loss(program, program.prepare, program.objective, program.run.loader, True)
+    tr, loss = trace_loss(program, program.prepare, program.objective, program.run.loader, True, model, made)
     grads = []
     for p in program.params:  # a gradient for every trainable parameter, used or not (then zeros)
-        if not p.frozen:
+        if not p.frozen:   # (split as its parameter: the runtime constrains it so)
             t = TensorType(p.shape, p.dtype)
-            tr.output("grad:" + "/".join(p.path), tr.new("grad", t, per_copy=True))
+            tr.output("grad:" + "/".join(p.path), tr.new("grad", t, per_copy=True, split=tr.param_split(tuple(p.path))))
             grads.append(("/".join(p.path), t))
     _kept_samples(tr, program.run.samples, program.prepare, program.objective)
     g = estimate_graph("train", tr, stack, loss, target)
@@ -207,9 +242,10 @@ def _top_names(phase: ir.Phase | None) -> set[str]:
     return set(phase.body.names) if phase is not None and isinstance(phase.body, ir.Let) else set()
 
 
-def _pass_graph(program: ir.Program, ps: ir.PassIR, target: str = "accelerator") -> GraphEstimate:
+def _pass_graph(program: ir.Program, ps: ir.PassIR, target: str = "accelerator", model: int = 1,
+                made: dict | None = None) -> GraphEstimate:
     runs_gen = ps.runs_generator and program.generate is not None
-    tr, _ = trace_loss(program, ps.prepare, ps.objective, ps.loader, runs_gen)
+    tr, _ = trace_loss(program, ps.prepare, ps.objective, ps.loader, runs_gen, model, made)
     tr.outputs = [(n, i) for n, i in tr.outputs if n == "loss" or n.startswith("metric:")]  # what a pass returns
     _kept_samples(tr, program.run.samples, ps.prepare, ps.objective)
     g = estimate_graph(f"pass {ps.name}", tr, 1, target=target)
@@ -259,9 +295,11 @@ def _update_graph(program: ir.Program) -> GraphEstimate:
     return g
 
 
-def step_graphs(program: ir.Program, stack: int, target: str = "accelerator") -> dict[str, GraphEstimate]:
+def step_graphs(program: ir.Program, stack: int, target: str = "accelerator", model: int = 1) -> dict[str, GraphEstimate]:
     """Every graph of one step at stacking degree `stack`, keyed by the names `sexpgpu explain` prints,
-    their live sets as `target` (`TARGETS`) would make them.
+    their live sets as `target` (`TARGETS`) would make them. With `model` > 1, each graph's bytes are
+    what one device of a `model` axis of that size holds (a value the axis splits, `split.propagate`,
+    1/model; the batch still whole along `data`): the memory per device of a tensor-parallel run.
 
     Keys: `generate.init`, `generate.step`, `generate.finish` (when the file
     has `defgenerate`), `train`, `update`, and `pass NAME` for each pass; a
@@ -269,12 +307,14 @@ def step_graphs(program: ir.Program, stack: int, target: str = "accelerator") ->
     (unstacked, as the runtime runs them).
     """
     out: dict[str, GraphEstimate] = {}
+    made: dict = {}
     if program.generate is not None:
-        out.update(_generator_graphs(program, stack, target=target))
-    out["train"] = _train_graph(program, stack, target)
+        out.update(_generator_graphs(program, stack, target=target, model=model))
+        made = {k: v for k, v in out["generate.finish"].splits.items() if k.startswith("made:")}
+    out["train"] = _train_graph(program, stack, target, model, made)
     out["update"] = _update_graph(program)
     for ps in program.passes:
         if ps.runs_generator and program.generate is not None:
-            out.update(_generator_graphs(program, 1, f"pass {ps.name} ", target))
-        out[f"pass {ps.name}"] = _pass_graph(program, ps, target)
+            out.update(_generator_graphs(program, 1, f"pass {ps.name} ", target, model))
+        out[f"pass {ps.name}"] = _pass_graph(program, ps, target, model, made)
     return out

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from .. import ir
 from ..types import ITEMSIZE
-from .graphs import optimizer_bytes, param_bytes, plist_bytes, step_graphs
+from .graphs import optimizer_bytes, param_bytes, plist_bytes, split_bytes, step_graphs
 from .mesh import mesh_report
 from .schedule import GraphEstimate
 from ..language import CONTEXT_KEYS
@@ -16,7 +16,8 @@ from ..language import CONTEXT_KEYS
 DEFAULT_BUDGET = 16 * 1024 ** 3
 
 
-def memory_plan(program: ir.Program, graphs: dict[str, GraphEstimate], stack: int, donate: bool = True) -> dict:
+def memory_plan(program: ir.Program, graphs: dict[str, GraphEstimate], stack: int, donate: bool = True,
+                model: int = 1) -> dict:
     """Bytes live on the device in each phase of the step, beside the resident parameters and optimizer state.
 
     Each generator graph is a phase: its temporaries beside the batch
@@ -38,16 +39,19 @@ def memory_plan(program: ir.Program, graphs: dict[str, GraphEstimate], stack: in
     `donate`: the runtime donates the state to each trip, the running sum
     to each add, and the parameters and optimizer state to `update`, on an
     accelerator (not on the CPU).
+    `model` > 1: what one device of a `model` axis of that size holds (`graphs` from `step_graphs` with
+    the same `model`): the parameters, optimizer state and gradients it splits, and the generator state
+    entries the trips keep split (a KV cache by heads), 1/model.
     Returns the totals (bytes) and `phases`, each `{phase, parts, live}`.
     """
     M = program.run.microbatches
     gen = program.generate
-    trainable = param_bytes(program, frozen=False)
-    params = param_bytes(program)
-    opt = optimizer_bytes(program)
+    trainable = param_bytes(program, frozen=False, model=model)
+    params = param_bytes(program, model=model)
+    opt = optimizer_bytes(program, model)
     batch = plist_bytes(program.loaders[program.run.loader].batch_type()) * stack
-    state = plist_bytes(gen.state) * stack if gen else 0
-    made = plist_bytes(gen.out) * stack if gen else 0
+    state = split_bytes(gen.state, graphs["generate.step"].splits, "state", model) * stack if gen else 0
+    made = split_bytes(gen.out, graphs["generate.finish"].splits, "made", model) * stack if gen else 0
     ctx = ITEMSIZE["i64"] * len(CONTEXT_KEYS)   # one row of the context rows per copy (`_ctx_io`)
     phases: list[dict] = []
 
@@ -94,10 +98,10 @@ def memory_plan(program: ir.Program, graphs: dict[str, GraphEstimate], stack: in
             "passes": passes, "peak": peak, "phases": phases, "donate": donate}
 
 
-def device_peak(program: ir.Program, plan: dict, stack: int) -> int:
+def device_peak(program: ir.Program, plan: dict, stack: int, target: str = "accelerator") -> int:
     """The peak one device holds (bytes): the plan's peak, or on a mesh `mesh_report`'s peak per device;
     what a device's memory budget is compared with."""
-    mesh = mesh_report(program, plan, stack)
+    mesh = mesh_report(program, plan, stack, target)
     return plan["peak"] if mesh is None else mesh["peak_per_device"]
 
 
@@ -111,7 +115,7 @@ def choose_stack(program: ir.Program, budget: int, target: str = "accelerator") 
     M = program.run.microbatches
     cands = []
     for s in (d for d in range(1, M + 1) if M % d == 0):
-        peak = device_peak(program, memory_plan(program, step_graphs(program, s, target), s), s)
+        peak = device_peak(program, memory_plan(program, step_graphs(program, s, target), s), s, target)
         cands.append({"degree": s, "peak": peak, "fits": peak <= budget})
     fitting = [c["degree"] for c in cands if c["fits"]]
     return (max(fitting) if fitting else 1), cands

@@ -104,7 +104,7 @@ def explain(program: ir.Program, budget: int | None = None, budget_source: str |
     per_step = [r for r in rows if r["calls_per_step"] is not None]
     memory = {k: plan[k] for k in ("params", "trainable", "frozen", "optimizer", "gradients_held",
                                    "generation", "train", "update", "passes", "peak", "donate")}
-    mesh = mesh_report(program, plan, S)
+    mesh = mesh_report(program, plan, S, target)
     memory.update(budget=budget, budget_source=budget_source or "given",
                   fits=(plan["peak"] if mesh is None else mesh["peak_per_device"]) <= budget)
     notes = []

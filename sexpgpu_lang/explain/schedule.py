@@ -56,6 +56,8 @@ class GraphEstimate:
     output_list: list = field(default_factory=list)
     scans: list = field(default_factory=list)
     biggest: tuple[int, Node] | None = None
+    splits: dict = field(default_factory=dict)   # each argument (by role) and output (by name) split along
+    #                                             `model` (trace.Node.split), where the trace counts per device
 
     @property
     def live(self) -> int:
@@ -497,6 +499,9 @@ def estimate_graph(name: str, trace: Trace, stack: int, loss: int | None = None,
     g.largest_temp = largest
     g.bytes_moved = moved
     g.scans = list(trace.scans)
+    if trace.ways > 1:
+        g.splits = {n.role: n.split for n in nodes if n.op == "arg" and n.split}
+        g.splits.update({name: nodes[i].split for name, i in trace.outputs if nodes[i].split})
     g.biggest = _biggest(nodes, live, schedule, stack)
     return g
 

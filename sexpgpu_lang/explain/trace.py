@@ -18,7 +18,9 @@ from .. import ir
 from ..language import CONTEXT_KEYS
 from ..source import Span
 from ..types import PlistType, TensorType, Type, is_float
+from ..mesh import model_dim, shard_overrides
 from .cost import COSTS, Cost, einsum_layout, einsum_operands
+from .split import by_letters, contraction, letters, propagate
 
 
 @dataclass(eq=False)
@@ -41,11 +43,13 @@ class Node:
     remat: tuple[int, str] | None = None   # computed inside a rematerialised call: (its region, its policy)
     scan: bool = False   # computed in the body of a repeated block's scan without remat (`Trace.repeat`)
     span: Span | None = None   # the op of the file that made it (None: an argument, a parameter, a gradient)
+    split: tuple[int, ...] = ()   # the axes the `model` axis splits (`split.propagate`); () whole
+    ways: int = 1                 # the `model` axis' size when the trace counts one device's share
 
     @property
     def nbytes(self) -> int:
-        """Bytes of one copy."""
-        return self.type.nbytes
+        """Bytes of one copy (one device's share along `model` when the trace counts per device)."""
+        return self.type.nbytes // self.ways if self.split else self.type.nbytes
 
     def bytes_at(self, stack: int) -> int:
         """Bytes held under a stack of `stack` copies."""
@@ -109,9 +113,16 @@ class _ParamView:
 class Trace(ir.Interpreter):
     """Builds the node list of one graph by walking phases' IR the way the runtime's evaluator does."""
 
-    def __init__(self, program: ir.Program, selected: frozenset = frozenset(), in_generator: bool = False):
+    def __init__(self, program: ir.Program, selected: frozenset = frozenset(), in_generator: bool = False,
+                 model: int = 1, arg_splits: dict | None = None):
+        """`model`: with more than 1, each node's split along a `model` axis of that size (`split.propagate`)
+        and its bytes one device's share; `arg_splits`: the split of each argument by its role
+        (`state:k`: a generator state's cache split by heads)."""
         super().__init__(selected, in_generator)
         self.program = program
+        self.ways = model
+        self.arg_splits = dict(arg_splits or {})
+        self.overrides = shard_overrides(program, model) if model > 1 else {}
         self.nodes: list[Node] = []
         self.outputs: list[tuple[str, int]] = []
         self.param_leaves = {p.path: p for p in program.params}
@@ -127,8 +138,10 @@ class Trace(ir.Interpreter):
         self.site: Span | None = None   # the op being traced: where the nodes made now come from (`Node.span`)
 
     # -- nodes ---------------------------------------------------------------------------------
-    def new(self, op: str, t: TensorType, inputs=(), cost=Cost(), per_copy=None, role="", static=None) -> Node:
-        """A node; an op already computed on the same inputs is reused, as XLA's CSE reuses it."""
+    def new(self, op: str, t: TensorType, inputs=(), cost=Cost(), per_copy=None, role="", static=None,
+            split: tuple[int, ...] | None = None) -> Node:
+        """A node; an op already computed on the same inputs is reused, as XLA's CSE reuses it. `split`: its
+        split along `model` (else propagated from its inputs' when the trace counts per device)."""
         ins = tuple(inputs)
         pc = any(self.nodes[i].per_copy for i in ins) if per_copy is None else per_copy
         t = t.strong() if isinstance(t, TensorType) else t
@@ -139,13 +152,17 @@ class Trace(ir.Interpreter):
                 return self.cse[key]
         n = Node(len(self.nodes), op, t, ins, cost, pc, role, static or {}, self.region,
                  self.scanning and self.region is None, None if op in ("arg", "param", "grad", "sample") else self.site)
+        if self.ways > 1 and isinstance(t, TensorType):
+            n.ways = self.ways
+            n.split = split if split is not None else propagate(
+                op, t.shape, [(self.nodes[i].type.shape, self.nodes[i].split) for i in ins], static or {}, self.ways)
         self.nodes.append(n)
         if key is not None:
             self.cse[key] = n
         return n
 
     def arg(self, role: str, t: TensorType, per_copy: bool) -> Node:
-        return self.new("arg", t, per_copy=per_copy, role=role)
+        return self.new("arg", t, per_copy=per_copy, role=role, split=self.arg_splits.get(role, ()))
 
     def args_of(self, role: str, t: Type, per_copy: bool) -> dict:
         """A plist argument as a dict of argument nodes."""
@@ -169,14 +186,24 @@ class Trace(ir.Interpreter):
         if path not in self.param_nodes:
             p = self.param_leaves[path]
             self.param_nodes[path] = self.new("param", TensorType(p.shape, p.dtype), per_copy=False,
-                                              role="frozen" if p.frozen else "param", static={"path": path})
+                                              role="frozen" if p.frozen else "param", static={"path": path},
+                                              split=self.param_split(path))
         return self.param_nodes[path]
+
+    def param_split(self, path: tuple) -> tuple[int, ...]:
+        """The axis the `model` axis splits a parameter along (sexpgpu_lang.mesh.model_dim), as a split."""
+        if self.ways <= 1:
+            return ()
+        p = self.param_leaves[path]
+        d = model_dim(".".join(path), tuple(p.shape), self.ways, self.overrides)
+        return () if d is None else (d,)
 
     def layer_slice(self, node: Node, i: int) -> Node:
         """Layer `i` of a stacked parameter `node` (`[N ...]` to `[...]`): what a scan's body reads."""
         t = TensorType(node.type.shape[1:], node.type.dtype)
+        split = () if 0 in node.split else tuple(a - 1 for a in node.split)
         return self.new("slice", t, (node.id,), COSTS["slice"].flops([node.type], t, {}), per_copy=False,
-                        static={"layer": i})
+                        static={"layer": i}, split=split)
 
     def cast_param(self, node: Node, dtype: str) -> Node:
         key = (node.id, dtype)
@@ -336,9 +363,10 @@ class Trace(ir.Interpreter):
         # XLA copies the value into the second dot's order before the first dot, as it does the key
         plan = einsum_layout("bnts,bsnh->btnh" if g == 1 else "bkgts,bskh->btkgh", 4 if g == 1 else 5, 4)
         if plan is not None and plan[1] is not None:
-            sizes = dict(zip("bsnh" if g == 1 else "bskh", v.type.shape))
+            names = "bsnh" if g == 1 else "bskh"
+            sizes = dict(zip(names, v.type.shape))
             self.new("relayout", TensorType(tuple(sizes[c] for c in plan[1]), v.type.dtype), (v.id,),
-                     static={"order": plan[1]})
+                     static={"order": plan[1]}, split=by_letters(letters(v.split, names), plan[1]))
         if g == 1:
             scores = dot("btnh,bsnh->bnts", q, k, TensorType((b, n, t, s_len), "f32"))
         else:
@@ -348,14 +376,18 @@ class Trace(ir.Interpreter):
         if e.static["causal"] or len(ins) > 3:
             scaled = self.new("where", scores.type, (scaled.id,) + tuple(ins[3:]))
         mapped_t = TensorType((g, b, kh, t, s_len), "f32")
-        mapped = self.new("relayout", mapped_t, (scaled.id,), static={"order": "gbkts"})
+        names = "bkts" if g == 1 else "bkgts"   # (one query head a KV head: n is k)
+        mapped = self.new("relayout", mapped_t, (scaled.id,), static={"order": "gbkts"},
+                          split=by_letters(letters(scaled.split, names), "gbkts"))
         probs = self.new("softmax", mapped_t, (mapped.id,), Cost(0.0, cost.transcendentals), static={"axis": -1})
         if v.type.dtype != "f32":
             probs = self.new("cast", TensorType(mapped_t.shape, v.type.dtype), (probs.id,), static={"dtype": v.type.dtype})
         if g == 1:
-            probs = self.new("relayout", TensorType((b, n, t, s_len), probs.type.dtype), (probs.id,), static={"order": "bnts"})
+            probs = self.new("relayout", TensorType((b, n, t, s_len), probs.type.dtype), (probs.id,), static={"order": "bnts"},
+                             split=by_letters(letters(probs.split, "gbkts"), "gbkts".replace("g", "")))
             return dot("bnts,bsnh->btnh", probs, v, e.type)
-        probs = self.new("relayout", TensorType((b, kh, g, t, s_len), probs.type.dtype), (probs.id,), static={"order": "bkgts"})
+        probs = self.new("relayout", TensorType((b, kh, g, t, s_len), probs.type.dtype), (probs.id,), static={"order": "bkgts"},
+                         split=by_letters(letters(probs.split, "gbkts"), "bkgts"))
         out = dot("bkgts,bskh->btkgh", probs, v, TensorType((b, t, kh, g, h), e.type.dtype))
         return self.new("reshape", e.type, (out.id,))
 
@@ -375,13 +407,15 @@ class Trace(ir.Interpreter):
         sizes = dict(zip(lhs, x.type.shape))
         sizes.update(zip(rhs, y.type.shape))
         operands = []
-        for node, order in ((x, lhs_order), (y, rhs_order)):
+        for node, order, names in ((x, lhs_order, lhs), (y, rhs_order, rhs)):
             if order is not None:
                 node = self.new("relayout", TensorType(tuple(sizes[c] for c in order), node.type.dtype), (node.id,),
-                                static={"order": order})
+                                static={"order": order}, split=by_letters(letters(node.split, names), order))
             operands.append(node.id)
         dot_t = TensorType(tuple(sizes[c] for c in natural), e.type.dtype)
-        dot = self.new("einsum", dot_t, operands, cost, static=dict(e.static, natural=natural))
+        dot = self.new("einsum", dot_t, operands, cost, static=dict(e.static, natural=natural),
+                       split=contraction([(lhs, x.split), (rhs, y.split)], natural))
         if natural == out:
             return dot
-        return self.new("relayout", e.type, (dot.id,), static={"order": out})
+        return self.new("relayout", e.type, (dot.id,), static={"order": out},
+                        split=by_letters(letters(dot.split, natural), out))

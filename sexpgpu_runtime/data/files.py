@@ -12,7 +12,7 @@ import re
 
 import numpy as np
 
-from sexpgpu_lang.bounded_read import NotRegularFile, no_regular_match, open_regular
+from sexpgpu_lang.files.bounded_read import NotRegularFile, no_regular_match, open_regular
 from sexpgpu_lang.ir import LoaderIR
 
 from ..errors import LoaderError
@@ -63,7 +63,7 @@ def resolve_path(spec: LoaderIR, path: str) -> str:
 
 def open_data(path: str, where: str):
     """`path` opened for reading bytes; a missing or unreadable file, or one that is not a regular
-    file (a FIFO, /dev/zero, a directory: sexpgpu_lang.bounded_read), is LoaderError, `where`
+    file (a FIFO, /dev/zero, a directory: sexpgpu_lang.files.bounded_read), is LoaderError, `where`
     (``loader `name` ``) first, naming the path and the fix."""
     try:
         return open_regular(path)   # a FIFO or a device is refused, never waited on
@@ -79,9 +79,9 @@ def glob_files(pattern: str, where: str) -> list[str]:
     """The regular files `pattern` matches (`**` recursive, within bounded_read.glob_bounded's limits:
     past one, LoaderError naming it), sorted. None is LoaderError, `where`
     (``loader `name` ``) first: naming what the first match is when something matches but is not a
-    regular file (a FIFO, /dev/zero, a directory: sexpgpu_lang.bounded_read's words), else saying
+    regular file (a FIFO, /dev/zero, a directory: sexpgpu_lang.files.bounded_read's words), else saying
     that no file matches."""
-    from sexpgpu_lang.bounded_read import glob_bounded
+    from sexpgpu_lang.files.bounded_read import glob_bounded
     try:
         matches = glob_bounded(pattern)
     except OSError as e:   # GlobTooLarge: the limit, in one line

@@ -31,10 +31,10 @@ from tokenize import TokenError
 
 import numpy as np
 
-from sexpgpu_lang.bounded_read import is_text
+from sexpgpu_lang.files.bounded_read import is_text
 from sexpgpu_lang.ir import LoaderIR
-from sexpgpu_lang.prompt_rows import no_field, not_an_npz, record_mismatch
-from sexpgpu_lang.text_tokens import fewer_than_a_batch
+from sexpgpu_lang.files.prompt_rows import no_field, not_an_npz, record_mismatch
+from sexpgpu_lang.files.text_tokens import fewer_than_a_batch
 
 from ..errors import LoaderError
 from .files import first_nonfinite, glob_files, np_dtype, open_data, resolve_path

@@ -14,7 +14,7 @@ A declared field takes the column of its name:
 With `:pad-side :left` the padding comes before the ids; a row longer than
 `L` is then refused unless `:truncate` says which end to cut
 (prompt_rows.Layout). A column of chat messages is rendered through the
-tokenizer's chat template and tokenized (sexpgpu_lang/prompt_encoder.py).
+tokenizer's chat template and tokenized (sexpgpu_lang/files/prompt_encoder.py).
 A file with `prompt` and `answer` columns so gives the split as two fields
 (`:prompt [P] :i32 :answer [A] :i32`, with their lengths or masks).
 
@@ -30,10 +30,10 @@ import math
 
 import numpy as np
 
-from sexpgpu_lang.bounded_read import (JSONL_LINE_LIMIT, BadJsonlRow, NotRegularFile, check_regular, jsonl_rows,
+from sexpgpu_lang.files.bounded_read import (JSONL_LINE_LIMIT, BadJsonlRow, NotRegularFile, check_regular, jsonl_rows,
                                        read_lines_bounded)
-from sexpgpu_lang.prompt_encoder import PromptEncoder
-from sexpgpu_lang.prompt_rows import Layout, PromptRows, derived, unreadable_parquet, value_column
+from sexpgpu_lang.files.prompt_encoder import PromptEncoder
+from sexpgpu_lang.files.prompt_rows import Layout, PromptRows, derived, unreadable_parquet, value_column
 from sexpgpu_lang.ir import LoaderIR
 
 from .files import first_nonfinite, np_dtype, open_data, resolve_path
@@ -112,7 +112,7 @@ def prompt_table(spec: LoaderIR, args: dict) -> dict[str, np.ndarray]:
 
 
 def _derived(name: str, declared: set[str]) -> str | None:
-    """The token field that `name` is the length or mask of, or None (sexpgpu_lang.prompt_rows.derived)."""
+    """The token field that `name` is the length or mask of, or None (sexpgpu_lang.files.prompt_rows.derived)."""
     return derived(name, declared)
 
 

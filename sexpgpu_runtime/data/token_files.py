@@ -32,12 +32,12 @@ from tokenize import TokenError
 
 import numpy as np
 
-from sexpgpu_lang.bounded_read import NotRegularFile, npy_dtype_mismatch, npy_token_problem, open_regular
+from sexpgpu_lang.files.bounded_read import NotRegularFile, npy_dtype_mismatch, npy_token_problem, open_regular
 
 from sexpgpu_lang.language import TOKEN_FILE_DTYPES
 
 from ..errors import TokenFileError
-from sexpgpu_lang.text_tokens import window_count
+from sexpgpu_lang.files.text_tokens import window_count
 
 #: The integer dtypes a token file may hold on disk (numpy's names, as nanoGPT's `np.uint16`).
 DISK_DTYPES = TOKEN_FILE_DTYPES

@@ -19,7 +19,7 @@ import numpy as np
 
 from sexpgpu_lang.check.loader_sources import token_dtype_evidence
 from sexpgpu_lang.ir import LoaderIR
-from sexpgpu_lang.text_tokens import fewer_than_a_window
+from sexpgpu_lang.files.text_tokens import fewer_than_a_window
 
 from .files import glob_files, resolve_path
 from ..errors import LoaderError, TokenFileError, TokenizeError

@@ -25,8 +25,8 @@ import sys
 import numpy as np
 
 from ..errors import TokenizeError
-from sexpgpu_lang.text_tokens import encoded
-from sexpgpu_lang.bounded_read import (TEXT_FIX, TOKENIZER_JSON_LIMIT, NotRegularFile, loads_json, open_regular,
+from sexpgpu_lang.files.text_tokens import encoded
+from sexpgpu_lang.files.bounded_read import (TEXT_FIX, TOKENIZER_JSON_LIMIT, NotRegularFile, loads_json, open_regular,
                                        read_bounded, text_problem)
 
 #: The directory beside the run file where tokenized text is kept.

@@ -166,7 +166,7 @@ class DataParallel:
         if fsdp is None:
             fsdp = getattr(program.run, "shard_params", "replicated") == "fsdp"
         from sexpgpu_lang.mesh import shard_overrides
-        dp = DataParallel(n, fsdp, m, shard_overrides(program))
+        dp = DataParallel(n, fsdp, m, shard_overrides(program, m))
         dp.check_batches(program)
         return dp
 

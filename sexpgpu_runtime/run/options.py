@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sexpgpu_lang import ir
-from sexpgpu_lang.bounded_read import open_regular
+from sexpgpu_lang.files.bounded_read import open_regular
 from sexpgpu_lang.name_mapping import stdlib_names
 
 from ..weights.export_files import MANIFEST, holds_export

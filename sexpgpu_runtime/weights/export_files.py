@@ -36,7 +36,7 @@ from ..paths import publish
 
 #: The manifest's name in an export directory.
 MANIFEST = "sexpgpu-export.json"
-#: An export's weights in the Hugging Face layout (sexpgpu_lang/checkpoint_files.py's names).
+#: An export's weights in the Hugging Face layout (sexpgpu_lang/files/checkpoint_files.py's names).
 _SINGLE, _INDEX = "model.safetensors", "model.safetensors.index.json"
 #: How many of the files an export left are named in its line (the rest are counted).
 _NAMED = 8

@@ -1,7 +1,7 @@
 """What an export in the Hugging Face layout writes beside the weights: `config.json`, and the run's tokenizer.
 
 `config_of` gives the `config.json` transformers' `AutoConfig` and
-`AutoModelForCausalLM.from_pretrained` read (sexpgpu_lang/hf_config.py
+`AutoModelForCausalLM.from_pretrained` read (sexpgpu_lang/files/hf_config.py
 `export_config`): the root model's own checkpoint's config, where it was
 loaded from one, with the model's sizes; else one made from the sizes of
 its parameters and the settings its standard-library calls state. A
@@ -23,7 +23,7 @@ import shutil
 from pathlib import Path
 
 from sexpgpu_lang import ir
-from sexpgpu_lang.hf_config import ARCHITECTURES, CONFIG, ConfigError, config_path, export_config, read
+from sexpgpu_lang.files.hf_config import ARCHITECTURES, CONFIG, ConfigError, config_path, export_config, read
 
 from ..data.files import resolve_path
 from ..errors import LoaderError, RunError

@@ -2,7 +2,7 @@
 time, and a trained model written through a mapping inverted, with an index and shards above a size.
 
 Reading (`load_mapped`): the checkpoint's headers give each tensor's file
-(sexpgpu_lang/checkpoint_files.py); each parameter is filled from the
+(sexpgpu_lang/files/checkpoint_files.py); each parameter is filled from the
 tensors its source names (sexpgpu_lang/name_mapping.py), one tensor at a
 time besides the parameters it fills: read straight into the parameters'
 buffers where the mapping only reshapes and splits it (one scatter read
@@ -29,7 +29,7 @@ import jax
 import numpy as np
 
 from sexpgpu_lang import ir
-from sexpgpu_lang.checkpoint_files import INDEX, SINGLE, SourceError, tensors
+from sexpgpu_lang.files.checkpoint_files import INDEX, SINGLE, SourceError, tensors
 from sexpgpu_lang.name_mapping import child_shape, layer_name, leaf, patterned, source_shape
 
 from ..dtypes import jdt
@@ -102,7 +102,7 @@ class _Reader:
         """(file, its handle, the tensor's first byte, its byte count, its dtype) for tensor `name`,
         checked against the shape the checker found and the dtypes each parameter reading it accepts
         (`readers`: (parameter, dtypes))."""
-        from sexpgpu_lang.safetensors_header import data_offsets
+        from sexpgpu_lang.files.safetensors_header import data_offsets
         got = self.found.get(name)
         if got is None:
             raise RunError(f"the checkpoint has no tensor `{name}` (for parameter `{readers[0][0]}`)")
@@ -121,7 +121,7 @@ class _Reader:
 
     def read(self, name: str, shape: tuple[int, ...], readers: list[tuple[str, set[str]]]) -> np.ndarray:
         """Tensor `name` (checked as `_locate` does), read into an array of its own."""
-        from sexpgpu_lang.safetensors_header import HeaderError
+        from sexpgpu_lang.files.safetensors_header import HeaderError
         file = self.found.get(name, (None, None, "?"))[2]
         try:
             file, fh, at, size, fdtype = self._locate(name, shape, readers)
@@ -135,7 +135,7 @@ class _Reader:
                 outer: int, parts: list[np.ndarray]) -> None:
         """Tensor `name` (checked as `_locate` does), `[outer len(parts) run]` in C order, read with
         part k going into `parts[k]` (C-contiguous, `outer * run` entries of the file's dtype)."""
-        from sexpgpu_lang.safetensors_header import HeaderError
+        from sexpgpu_lang.files.safetensors_header import HeaderError
         file = self.found.get(name, (None, None, "?"))[2]
         try:
             file, fh, at, size, _ = self._locate(name, shape, readers)

@@ -131,7 +131,7 @@ def export_mapping(program: ir.Program, name: str) -> tuple[dict[str, tuple], st
 def content_hashes(program: ir.Program) -> dict[str, str]:
     """The SHA-256 of every file each `:pretrained` checkpoint reads (index and shards), and each
     adapter directory of `:lora`'s `:pretrained` (adapter_model.safetensors, adapter_config.json), by path."""
-    from sexpgpu_lang.checkpoint_files import SourceError, files
+    from sexpgpu_lang.files.checkpoint_files import SourceError, files
     out = {}
     adapters = [str(Path(d) / name) for d in dict.fromkeys(ad.pretrained for ad in program.adapters if ad.pretrained)
                 for name in ("adapter_model.safetensors", "adapter_config.json")]
