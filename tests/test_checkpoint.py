@@ -612,3 +612,57 @@ def test_a_stop_while_a_bad_row_waits_for_the_device_names_the_bad_step_and_save
     assert str(e.value).endswith(f"the last good checkpoint is step 7 in {ckpts}")
     assert sorted(int(p.name) for p in ckpts.iterdir() if p.name.isdigit()) == [7]
     assert [r["step"] for r in rows(tmp_path)] == list(range(1, 10))
+
+
+class FakeStore:
+    """The writer's face the policy sees (checkpoint_policy.Store): what was saved and waited for."""
+
+    def __init__(self, every, latest=None):
+        from sexpgpu_runtime.run.checkpoint_policy import CheckpointSpec
+        self.spec, self.events, self.newest = CheckpointSpec(Path("ck"), every, 2), [], latest
+
+    def save(self, step, tree, records):
+        self.events.append(("save", step, sorted(tree), records))
+        self.newest = step
+
+    def wait(self):
+        self.events.append(("wait",))
+
+    def latest(self):
+        return self.newest
+
+
+def policy_of(store, last=10):
+    from types import SimpleNamespace
+    from sexpgpu_runtime.run.checkpoint_policy import CheckpointPolicy
+    checks = SimpleNamespace(check_params=lambda step, trainable: store.events.append(("check", step)))
+    return CheckpointPolicy(store, last, lambda: store.events.append(("settle",)), checks, None)
+
+
+def state_at(step):
+    from sexpgpu_runtime.run.state import RunState
+    return RunState(step, {"w": 1}, {"f": 2}, {"m": 3}, 4 * step, {"c": 0})
+
+
+def test_the_policy_saves_every_n_steps_and_the_last_checked_first():
+    store = FakeStore(every=4)
+    policy = policy_of(store, last=10)
+    assert [s for s in range(1, 11) if policy.due(s)] == [4, 8, 10]
+    for s in range(1, 11):
+        policy.after_step(state_at(s))
+    saves = [e for e in store.events if e[0] == "save"]
+    assert saves == [("save", s, ["counters", "opt_state", "trainable"], 4 * s) for s in (4, 8, 10)]
+    # what is saved: the checkpoint tree (no frozen parameters), only after the losses and parameters are checked
+    assert store.events[:3] == [("settle",), ("check", 4), ("save", 4, ["counters", "opt_state", "trainable"], 16)]
+    assert not any(policy_of(FakeStore(every=None)).due(s) for s in range(1, 11))   # no `:checkpoint`
+
+
+def test_at_a_stop_the_policy_saves_the_last_completed_step_unless_it_is_saved():
+    from sexpgpu_runtime.errors import Stopped
+    store = FakeStore(every=None)
+    stopped = policy_of(store).at_stop(Stopped(signal.SIGINT), state_at(6))
+    assert (stopped.step, stopped.saved, stopped.exit_code) == (7, 6, 130)
+    assert [e[:2] for e in store.events] == [("wait",), ("settle",), ("settle",), ("check", 6), ("save", 6), ("wait",)]
+    again = FakeStore(every=3, latest=6)
+    assert policy_of(again).at_stop(Stopped(signal.SIGTERM), state_at(6)).saved == 6
+    assert again.events == [("wait",)]   # its checkpoint is there already: nothing written twice
