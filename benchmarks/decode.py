@@ -142,7 +142,7 @@ def run_file(cached: bool, batch: int = 8, width: int = 128, prompt: int = 64, g
 def trainer_of(text: str, run_dir: Path):
     """A Trainer of `text` (checked), its graphs and its initial state."""
     from sexpgpu_lang import analyze
-    from sexpgpu_runtime.run.options import RunOptions
+    from sexpgpu_runtime import RunOptions
     from sexpgpu_runtime.run.train import Trainer
     res = analyze(text, str(run_dir / "decode.sx"))
     assert res.program is not None, [d.message for d in res.diagnostics if d.is_error]

@@ -82,7 +82,7 @@ def llama_text(layers: int | None = None, with_pass: bool = True, **defs: int) -
 def trainer_for(text: str):
     """A `Trainer` of a run file's text (checked clean), with its options' defaults."""
     from sexpgpu_lang import analyze
-    from sexpgpu_runtime.run.options import RunOptions
+    from sexpgpu_runtime import RunOptions
     from sexpgpu_runtime.run.train import Trainer
     res = analyze(text, str(LLAMA))
     errors = [d for d in res.diagnostics if d.is_error]

@@ -1,20 +1,24 @@
-"""Benchmark: LoRA against full fine-tuning of the same model, in one process: step time and memory.
+"""Benchmark: LoRA against full fine-tuning of the same model, and LoRA with dropout against without, in
+one process: step time and memory.
 
 A Llama-family checkpoint with random weights (width 256, 4 layers, 4 heads of 64, MLP 704, vocabulary
 2048 by default: `--width`, `--layers`, ...) is written to a temporary directory (config.json and
 model.safetensors, the names `save_pretrained` gives), and the one-form model of it is fine-tuned by
 two run files that differ only in `:lora (:targets [:wq :wk :wv :wo :w-gate :w-up :w-down] :rank 8
-:alpha 16)`: every parameter trained with adam, or the adapters alone on the frozen base.
+:alpha 16)`: every parameter trained with adam, or the adapters alone on the frozen base; a third adds
+`:dropout` (`--dropout`, 0.1 by default), whose training step applies the adapters unmerged on their
+dropped-out inputs (sexpgpu_runtime/lowering/lora.py) where the second folds them into the weights.
 
 Step time: each variant trained `--long` steps in a fresh run dir (the runs alternate, `--repeats`
 times), timed by the host from step `--short` to step `--long - 1` (a one-trip generator that copies
 the batch gives the loop its `on_trip` clock, the same in both), so loading, compilation and start-up
-are left out; wall and CPU time, the median over the repeats, and the ratio LoRA / full.
+are left out; wall and CPU time, the median over the repeats, and the ratios LoRA / full and LoRA with
+dropout / LoRA without.
 Memory: the memory plan `sexpgpu explain` prints (parameters, optimizer state, the training graph's
 peak: sexpgpu_lang.explain), and XLA's own analysis of the compiled training graph (arguments,
 temporaries, outputs: sexpgpu_runtime.lowering.xla_report.compile_graphs), with the ratios.
 
-    .venv/bin/python benchmarks/lora_step.py [--short 3 --long 23 --repeats 3 --batch 8 --seq 128]
+    .venv/bin/python benchmarks/lora_step.py [--short 3 --long 23 --repeats 3 --batch 8 --seq 128 --dropout 0.1]
 """
 from __future__ import annotations
 
@@ -61,8 +65,9 @@ def write_checkpoint(directory: Path, width: int, layers: int, heads: int, hidde
         "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "tie_word_embeddings": False, "hidden_act": "silu"}))
 
 
-def run_text(ckpt: Path, lora: bool, batch: int, seq: int) -> str:
-    setting = f"\n  :lora (:targets {TARGETS} :rank 8 :alpha 16)" if lora else ""
+def run_text(ckpt: Path, lora: bool, batch: int, seq: int, dropout: float = 0.0) -> str:
+    extra = f" :dropout {dropout}" if dropout else ""
+    setting = f"\n  :lora (:targets {TARGETS} :rank 8 :alpha 16{extra})" if lora else ""
     return f"""(def ckpt {json.dumps(str(ckpt))})
 (def vocab (checkpoint-config ckpt :vocab))
 (loader rows
@@ -85,7 +90,7 @@ def step_seconds(program, short: int, long: int) -> tuple[float, float]:
     `short` to it starting step `long - 1` (the generator's one trip; compilation and start-up left
     out, and the host held back by the device, so that is the device's pace): (wall seconds, the
     process's CPU seconds, every thread's: less moved by other jobs on a shared machine)."""
-    from sexpgpu_runtime.run.train import RunOptions, train
+    from sexpgpu_runtime import RunOptions, train
     at: dict[int, tuple[float, float]] = {}
 
     def on_trip(step: int, trip: int) -> None:
@@ -125,6 +130,7 @@ def main(argv=None) -> int:
     ap.add_argument("--heads", type=int, default=4)
     ap.add_argument("--hidden", type=int, default=704)
     ap.add_argument("--vocab", type=int, default=2048)
+    ap.add_argument("--dropout", type=float, default=0.1)
     args = ap.parse_args(argv)
     import jax
     from sexpgpu_lang import analyze
@@ -132,8 +138,8 @@ def main(argv=None) -> int:
         ckpt = Path(d) / "ckpt"
         write_checkpoint(ckpt, args.width, args.layers, args.heads, args.hidden, args.vocab)
         programs = {}
-        for name, lora in (("full", False), ("lora", True)):
-            res = analyze(run_text(ckpt, lora, args.batch, args.seq), str(Path(d) / f"{name}.sx"), read_files=True)
+        for name, lora, p in (("full", False, 0.0), ("lora", True, 0.0), ("drop", True, args.dropout)):
+            res = analyze(run_text(ckpt, lora, args.batch, args.seq, p), str(Path(d) / f"{name}.sx"), read_files=True)
             assert res.program is not None, [d.message for d in res.diagnostics]
             programs[name] = res.program
         mem = {name: memory(p) for name, p in programs.items()}
@@ -142,9 +148,9 @@ def main(argv=None) -> int:
                   f"{mib(m['optimizer'])}, plan peak {mib(m['plan_peak'])}; XLA train graph {mib(m['xla_train'])} "
                   f"(temps {mib(m['xla_temps'])})", flush=True)
         step_seconds(programs["lora"], 1, 3)   # warm-up: imports
-        per_step: dict[str, list[tuple[float, float]]] = {"full": [], "lora": []}
+        per_step: dict[str, list[tuple[float, float]]] = {"full": [], "lora": [], "drop": []}
         for r in range(args.repeats):
-            for name in (("full", "lora") if r % 2 == 0 else ("lora", "full")):
+            for name in (("full", "lora", "drop") if r % 2 == 0 else ("drop", "lora", "full")):
                 t = step_seconds(programs[name], args.short, args.long)
                 per_step[name].append(t)
                 print(f"repeat {r + 1} {name:4s} {t[0] * 1e3:.1f} ms/step wall, {t[1] * 1e3:.1f} CPU", flush=True)
@@ -153,9 +159,13 @@ def main(argv=None) -> int:
         for i, what in ((0, "wall"), (1, "CPU")):
             full = statistics.median(t[i] for t in per_step["full"])
             lora = statistics.median(t[i] for t in per_step["lora"])
-            print(f"step time ({what}): full {full * 1e3:.1f} ms, LoRA {lora * 1e3:.1f} ms; LoRA / full "
-                  f"{lora / full:.3f}")
-        f, lo = mem["full"], mem["lora"]
+            drop = statistics.median(t[i] for t in per_step["drop"])
+            print(f"step time ({what}): full {full * 1e3:.1f} ms, LoRA {lora * 1e3:.1f} ms, LoRA with dropout "
+                  f"{args.dropout} {drop * 1e3:.1f} ms; LoRA / full {lora / full:.3f}; with dropout / without "
+                  f"{drop / lora:.3f}")
+        f, lo, dr = mem["full"], mem["lora"], mem["drop"]
+        print(f"with dropout / without: memory plan peak {dr['plan_peak'] / lo['plan_peak']:.3f}, XLA train graph "
+              f"{dr['xla_train'] / lo['xla_train']:.3f} (temps {dr['xla_temps'] / lo['xla_temps']:.3f})")
         print(f"memory plan peak: full {mib(f['plan_peak'])}, LoRA {mib(lo['plan_peak'])}; LoRA / full "
               f"{lo['plan_peak'] / f['plan_peak']:.3f} (optimizer state {lo['optimizer'] / f['optimizer']:.4f})")
         print(f"XLA train graph + optimizer state: full {mib(f['xla_train'] + f['optimizer'])}, LoRA "

@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from sexpgpu_lang import analyze  # noqa: E402
-from sexpgpu_runtime.run.train import RunOptions, train  # noqa: E402
+from sexpgpu_runtime import RunOptions, train  # noqa: E402
 
 EXAMPLE = ROOT / "examples" / "grpo-arith.sx"
 REWARD = '''
@@ -43,7 +43,7 @@ DEVICE_REWARD = (':finish (lambda (state ctx)\n'
                  '            (let* ((row (getf state :row)))\n'
                  '              (list :row row\n'
                  '                    :reward (reshape (cast (= (slice row :axis 1 :start prompt :end (+ prompt 1)) 0)'
-                 ' :f32) [rows]))))')
+                 ' :f32) [(axis-size row 0)]))))')
 
 
 def variants(folder: Path) -> dict[str, str]:

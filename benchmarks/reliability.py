@@ -42,6 +42,12 @@ remaining trials are skipped and the counts say how many ran):
   when each stays under 1 GiB resident and 10 s of CPU (the command's, from
   GNU time: the machine is shared), without a traceback, and a file past a
   limit is a line naming it (`--trials 12` runs each once);
+- `server`: the language server at 20 edits/s for 10 s on a run file near
+  the token cap (the fixture and 78,000 `def`s: each check takes seconds),
+  a hover or a completion after each edit and a document-symbols request
+  cancelled at once every tenth; passes when every hover and completion is
+  answered within 1 s, every cancellation within 1 s, no version's
+  diagnostics arrive after a newer one's and the last version's arrive;
 - `concurrency`: two `sexpgpu run` of one file into one run dir started at
   once, or a second run, a `--resume` or an `--overwrite` while the first
   trains (at random); passes when one trains and the other exits 1 naming
@@ -326,6 +332,125 @@ def trial_hostile(rng: random.Random, tmp: Path) -> tuple[bool, str]:
     return ok, f"{name}: " + "; ".join(notes)
 
 
+SERVER_DEFS = 78_000   # with the fixture, just under TOKEN_LIMIT (400,000 tokens): a check of seconds
+
+
+async def _server_session(rng: random.Random, seconds: float, rate: float) -> dict:
+    """The language server (`python -m lsp`, as editors start it) on a run file near the token cap,
+    edited `rate` times a second for `seconds` while its checks run; after each edit a hover or a
+    completion (alternately) in the unchanged part, and every tenth edit a document-symbols request
+    cancelled at once. Returns each answer's latency (s), each cancellation's, the versions whose
+    diagnostics were published (in order), and the seconds from the last edit to its diagnostics."""
+    import asyncio
+
+    from lsprotocol import types
+    from pygls.lsp.client import LanguageClient
+
+    base = FIXTURE.read_text()
+    text = base + "".join(f"(def pad{i} {i})\n" for i in range(SERVER_DEFS))
+    client = LanguageClient("reliability", "1")
+    published: list[tuple[float, int]] = []
+
+    @client.feature(types.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS)
+    def on_publish(params: types.PublishDiagnosticsParams):
+        published.append((time.perf_counter(), params.version))
+
+    await client.start_io(sys.executable, "-m", "lsp", cwd=str(ROOT))
+    await client.initialize_async(types.InitializeParams(capabilities=types.ClientCapabilities()))
+    client.initialized(types.InitializedParams())
+    uri = "file:///reliability/near-the-cap.sx"
+    doc = types.TextDocumentIdentifier(uri=uri)
+    client.text_document_did_open(types.DidOpenTextDocumentParams(
+        text_document=types.TextDocumentItem(uri=uri, language_id="sexpgpu", version=1, text=text)))
+    lines = base.split("\n")
+    dim = next(i for i, line in enumerate(lines) if line.startswith("(def dim"))
+    stride = next(i for i, line in enumerate(lines) if "(getf state :stride)" in line)
+    stride_at = types.Position(line=stride, character=lines[stride].index("(getf state :stride)") + 13)
+    last = base.count("\n") + SERVER_DEFS - 1    # the line of the last def: `(def padN N)`
+    answers: list[float] = []
+    cancels: list[float] = []
+    pending = []
+
+    def timed(sent: float, into: list):
+        def done(fut):
+            into.append(time.perf_counter() - sent)
+            if not fut.cancelled():
+                fut.exception()   # (a cancelled request's error is its answer)
+        return done
+
+    version = 1
+    t_end = time.perf_counter() + seconds
+    while time.perf_counter() < t_end:
+        version += 1
+        digit = str(rng.randrange(10))
+        col = len(f"(def pad{SERVER_DEFS - 1} ")
+        client.text_document_did_change(types.DidChangeTextDocumentParams(
+            text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=version),
+            content_changes=[types.TextDocumentContentChangePartial(
+                range=types.Range(start=types.Position(line=last, character=col),
+                                  end=types.Position(line=last, character=col + 1)), text=digit)]))
+        sent = time.perf_counter()
+        if version % 2:
+            fut = client.text_document_hover_async(types.HoverParams(
+                text_document=doc, position=types.Position(line=dim, character=5)))
+        else:
+            fut = client.text_document_completion_async(types.CompletionParams(text_document=doc, position=stride_at))
+        fut = asyncio.ensure_future(fut)
+        fut.add_done_callback(timed(sent, answers))
+        pending.append(fut)
+        if version % 10 == 0:
+            msg_id = f"symbols-{version}"
+            sym = asyncio.ensure_future(client.protocol.send_request_async(
+                types.TEXT_DOCUMENT_DOCUMENT_SYMBOL, types.DocumentSymbolParams(text_document=doc), msg_id=msg_id))
+            await asyncio.sleep(0)
+            client.protocol.notify(types.CANCEL_REQUEST, types.CancelParams(id=msg_id))
+            sym.add_done_callback(timed(time.perf_counter(), cancels))
+            pending.append(sym)
+        await asyncio.sleep(1 / rate)
+    last_edit = time.perf_counter()
+    sent_requests = sum(1 for _ in range(2, version + 1))
+    sent_cancels = version // 10
+    await asyncio.wait(pending, timeout=60)
+    deadline = time.perf_counter() + 60
+    while not any(v == version for _, v in published) and time.perf_counter() < deadline:
+        await asyncio.sleep(0.05)
+    final = next((t - last_edit for t, v in published if v == version), None)
+    try:   # the server's peak resident memory (Linux /proc), in MiB
+        status = Path(f"/proc/{client._server.pid}/status").read_text()
+        peak = int(next(line for line in status.splitlines() if line.startswith("VmHWM:")).split()[1]) / 1024
+    except (OSError, StopIteration, AttributeError):
+        peak = None
+    try:   # (a server that answers nothing any more is stopped)
+        await asyncio.wait_for(client.shutdown_async(None), 30)
+        client.exit(None)
+    except asyncio.TimeoutError:
+        client._server.kill()
+    await client.stop()
+    return {"answers": answers, "sent": sent_requests, "cancels": cancels, "sent_cancels": sent_cancels,
+            "versions": [v for _, v in published], "last": version, "final_s": final, "peak_mib": peak}
+
+
+def trial_server(rng: random.Random, tmp: Path) -> tuple[bool, str]:
+    """The server at 20 edits/s for 10 s on a run file near the token cap: passes when every hover
+    and completion is answered within 1 s, every cancelled request within 1 s of its cancellation,
+    no version's diagnostics arrive after a newer one's, and the last version's arrive."""
+    import asyncio
+    import os
+    load = os.getloadavg()[0]
+    got = asyncio.run(_server_session(rng, seconds=10, rate=20))
+    within = sum(1 for a in got["answers"] if a < 1.0)
+    cancelled = sum(1 for a in got["cancels"] if a < 1.0)
+    ordered = got["versions"] == sorted(got["versions"])
+    ok = (within == got["sent"] and cancelled == got["sent_cancels"] and ordered
+          and got["final_s"] is not None and got["versions"][-1] == got["last"])
+    answers = sorted(got["answers"]) or [float("nan")]
+    return ok, (f"hover/completion {within}/{got['sent']} within 1 s (p50 {answers[len(answers) // 2]:.2f} s, "
+                f"max {answers[-1]:.2f} s), cancellations {cancelled}/{got['sent_cancels']} within 1 s, "
+                f"diagnostics of versions {got['versions']} (in order: {ordered}), the last "
+                f"{got['final_s'] if got['final_s'] is None else round(got['final_s'], 1)} s after the last edit; "
+                f"peak {got['peak_mib'] or 0:.0f} MiB resident; load average {load:.1f}")
+
+
 def _rows(d: Path) -> list[int]:
     import json
     try:
@@ -411,7 +536,7 @@ def trial_meta(rng: random.Random, tmp: Path) -> tuple[bool, str]:
 
 TRIALS = {"lexer": trial_lexer, "nulrun": trial_nulrun, "ranges": trial_ranges, "signals": trial_signals, "kill": trial_kill,
           "corrupt": trial_corrupt, "special": trial_special, "meta": trial_meta, "concurrency": trial_concurrency,
-          "hostile": trial_hostile}
+          "hostile": trial_hostile, "server": trial_server}
 
 
 def main() -> None:

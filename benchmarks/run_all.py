@@ -191,7 +191,7 @@ class RefLoop:
 def trainer_for(text: str):
     _jax()
     from sexpgpu_lang import analyze
-    from sexpgpu_runtime.run.options import RunOptions
+    from sexpgpu_runtime import RunOptions
     from sexpgpu_runtime.run.train import Trainer
     res = analyze(text, str(FIXTURE))
     assert res.program is not None, [d.code for d in res.diagnostics]
@@ -316,8 +316,7 @@ def bench_stack(steps: int) -> None:
 def bench_compiles(steps: int) -> None:
     _jax()
     from sexpgpu_lang import analyze_file
-    from sexpgpu_runtime.run.options import RunOptions
-    from sexpgpu_runtime.run.train import train
+    from sexpgpu_runtime import RunOptions, train
     res = analyze_file(str(FIXTURE))
     with tempfile.TemporaryDirectory() as d:
         out = train(res.program, RunOptions(steps=steps, run_dir=Path(d), quiet=True))

@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from sexpgpu_lang import analyze  # noqa: E402
-from sexpgpu_runtime.run.train import RunOptions, train  # noqa: E402
+from sexpgpu_runtime import RunOptions, train  # noqa: E402
 
 GRPO = ROOT / "tests" / "fixtures" / "grpo-by-hand.sx"   # examples/grpo.sx as written by hand
 

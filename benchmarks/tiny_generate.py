@@ -99,8 +99,7 @@ def reference(steps: int, seed: int = 0) -> tuple[float, float]:
 def sexpgpu(steps: int) -> tuple[float, float]:
     """`sexpgpu run` on the fixture, checked and trained in this process."""
     from sexpgpu_lang import analyze_file
-    from sexpgpu_runtime.run.options import RunOptions
-    from sexpgpu_runtime.run.train import train
+    from sexpgpu_runtime import RunOptions, train
     t0 = time.perf_counter()
     res = analyze_file(str(ROOT / "tests" / "fixtures" / "tiny-generate.sx"))
     with tempfile.TemporaryDirectory() as d:

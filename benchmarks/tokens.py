@@ -133,7 +133,7 @@ RUN = """(def vocab 256)
 
 def step_share(path: Path, steps: int, run_dir: Path) -> dict:
     from sexpgpu_lang import analyze
-    from sexpgpu_runtime.run.train import RunOptions, train
+    from sexpgpu_runtime import RunOptions, train
     text = RUN.replace("DATA", str(path)).replace("STEPS", str(steps))
     res = analyze(text, str(run_dir / "run.sx"))
     assert res.program is not None, [d.message for d in res.diagnostics]

@@ -129,7 +129,7 @@ def reference_trips(prompt: int, trips: int):
 def trainer_of(text: str, run_dir: Path, loop: str | None):
     """A Trainer of `text` (checked), its initial state and its first group (numpy)."""
     from sexpgpu_lang import analyze
-    from sexpgpu_runtime.run.options import RunOptions
+    from sexpgpu_runtime import RunOptions
     from sexpgpu_runtime.run.train import Trainer
     res = analyze(text, str(run_dir / "trips.sx"))
     assert res.program is not None, [d.message for d in res.diagnostics if d.is_error]

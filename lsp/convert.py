@@ -110,6 +110,83 @@ class PositionMap:
         return bisect.bisect_right(self.starts, max(0, min(offset, len(self.text)))) - 1
 
 
+class Drift:
+    """How a text differs from another (an older version of a document from the version a request is
+    about): one changed region, `old[start:old_end]` became `new[start:new_end]`, the text before and
+    after it the same (the longest common prefix, then suffix). Found a chunk at a time."""
+
+    CHUNK = 1 << 16
+
+    def __init__(self, old: str, new: str):
+        n = min(len(old), len(new))
+        start = 0
+        while start < n and old[start:start + self.CHUNK] == new[start:start + self.CHUNK]:
+            start += self.CHUNK
+        start = min(start, n)
+        while start < n and old[start] == new[start]:
+            start += 1
+        tail, most = 0, n - start
+        while tail < most and old[len(old) - tail - self.CHUNK:len(old) - tail] == new[len(new) - tail - self.CHUNK:len(new) - tail] \
+                and tail + self.CHUNK <= most:
+            tail += self.CHUNK
+        while tail < most and old[len(old) - tail - 1] == new[len(new) - tail - 1]:
+            tail += 1
+        self.start, self.old_end, self.new_end = start, len(old) - tail, len(new) - tail
+
+    def to_old(self, offset: int) -> int | None:
+        """The offset in the old text of the new text's `offset`, or None inside the changed region."""
+        if offset <= self.start:
+            return offset
+        if offset >= self.new_end:
+            return offset - self.new_end + self.old_end
+        return None
+
+    def to_new(self, offset: int, end: bool = False) -> int:
+        """The offset in the new text of the old text's `offset`; inside the changed region, its
+        start (or, for the `end` of a span, its end)."""
+        if offset <= self.start and not (end and offset == self.start and self.old_end > self.start):
+            return offset
+        if offset >= self.old_end:
+            return offset - self.old_end + self.new_end
+        return self.new_end if end else self.start
+
+
+class EditedRegion(Exception):
+    """A request's position lies in what changed since the analysis it is answered from."""
+
+
+class DriftedPositions:
+    """A `PositionMap` for answering from the analysis of an older text (`drift.old`): offsets are
+    the analysis's, positions the new text's (`pm`'s). A request's position inside the changed
+    region raises `EditedRegion` (nothing there was analysed)."""
+
+    def __init__(self, pm: PositionMap, drift: Drift):
+        self.pm, self.drift, self.encoding = pm, drift, pm.encoding
+
+    def position(self, offset: int) -> types.Position:
+        return self.pm.position(self.drift.to_new(offset))
+
+    def line_char(self, offset: int) -> tuple[int, int]:
+        return self.pm.line_char(self.drift.to_new(offset))
+
+    def line_of(self, offset: int) -> int:
+        return self.pm.line_of(self.drift.to_new(offset))
+
+    def range(self, span: Span) -> types.Range:
+        a, b = self.drift.to_new(span.start), self.drift.to_new(span.end, end=True)
+        return types.Range(start=self.pm.position(a), end=self.pm.position(max(a, b)))
+
+    def offset(self, pos: types.Position) -> int:
+        old = self.drift.to_old(self.pm.offset(pos))
+        if old is None:
+            raise EditedRegion()
+        return old
+
+    def span(self, rng: types.Range) -> Span:
+        a, b = self.offset(rng.start), self.offset(rng.end)
+        return Span(min(a, b), max(a, b))
+
+
 def apply_change(text: str, change: types.TextDocumentContentChangeEvent, encoding: str,
                  pm: PositionMap | None = None) -> str:
     """The text after one `didChange` content change: a whole new text, or a

@@ -5,8 +5,9 @@
 positions through `lsp.convert`), so that one line-break rule and one
 position codec serve the whole server. Each change makes a new `Document`
 with a new `serial`, a number no other version of any document has: an
-analysis is keyed by it, and a result is only ever used (or published) for
-the serial it was computed from.
+analysis is keyed by it; it is published only while its version is the
+latest, and a request answered from an older version's analysis maps its
+positions across the text that changed (`lsp.handlers`, `convert.Drift`).
 
 Each open document keeps a `CheckCache`, so that checking a version reuses
 what checking the one before found for the forms an edit did not touch
@@ -19,14 +20,14 @@ from __future__ import annotations
 import itertools
 import logging
 import threading
-from concurrent.futures import Executor, Future
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from functools import cached_property
 from urllib.parse import unquote, urlparse
 
 from lsprotocol import types
 
-from sexpgpu_lang import CheckResult, SourceText, ide
+from sexpgpu_lang import CheckResult, SourceText, ide, kept
+from sexpgpu_lang.cancel import CancelToken, Cancelled
 from sexpgpu_lang.check import CheckCache, Facts, check
 from sexpgpu_lang.check.pretrained import LOCAL
 from sexpgpu_lang.syntax import ParseResult, parse
@@ -34,6 +35,10 @@ from sexpgpu_lang.syntax import ParseResult, parse
 from .convert import PositionMap, apply_change
 
 _serials = itertools.count(1)
+#: A document at least this long (characters) gets its query index built on the worker right after
+#: its check: building one takes about 15 ms per 100,000 characters, which a request would otherwise
+#: wait for; a shorter one's is built by the first request that needs it (most edits get none).
+EAGER_INDEX_CHARS = 500_000
 log = logging.getLogger("sexpgpu.lsp")
 
 
@@ -70,33 +75,47 @@ class Document:
 @dataclass(frozen=True)
 class Analysis:
     """A document version and the front end's result for it; `index`, for
-    the editor queries, is built on first use (publishing needs none).
-    `failure` says why the front end failed on this text (a bug in it: the
-    result is then empty), else None."""
+    the editor queries, is built on first use (publishing needs none), once
+    (a lock keeps two threads from building it twice). `failure` says why
+    the front end failed on this text (a bug in it: the result is then
+    empty), else None."""
 
     document: Document
     result: CheckResult
     failure: str | None = None
+    _lock: threading.Lock = field(default_factory=threading.Lock, compare=False, repr=False)
 
-    @cached_property
+    @property
     def index(self) -> ide.Index:
         """The query index of the result."""
-        return ide.index(self.result)
+        got = self.__dict__.get("_index")
+        if got is None:
+            with self._lock:
+                got = self.__dict__.get("_index")
+                if got is None:
+                    got = self.__dict__["_index"] = ide.index(self.result)
+        return got
+
+    @property
+    def indexed(self) -> bool:
+        """Whether `index` is built already."""
+        return "_index" in self.__dict__
 
 
-def analyze_document(doc: Document, cache: CheckCache | None = None) -> Analysis:
+def analyze_document(doc: Document, cache: CheckCache | None = None, cancel: CancelToken | None = None) -> Analysis:
     """Check a document's text with the front end, as `sexpgpu lint --read-files`
     does where a `:pretrained` checkpoint is on this machine (a `file:`
     document's, relative to it: headers only, each read again only once its
     file changes), but without building the IR (no editor feature reads
     it), reusing `cache` (kept from the document's earlier versions) when
-    given. Never raises:
+    given. Raises `Cancelled` once `cancel` is cancelled, and nothing else:
     should the front end fail (it must not, for any text), the analysis is
     empty and says why in `failure`, and the error is logged."""
     path = uri_to_path(doc.uri)
     local = LOCAL if urlparse(doc.uri).scheme == "file" else False
     try:
-        return Analysis(doc, check(parse(SourceText(doc.text, path)), local, cache=cache, build_ir=False))
+        parsed = parse(SourceText(doc.text, path), cancel)
+        return Analysis(doc, check(parsed, local, cache=cache, build_ir=False, cancel=cancel))
     except Exception as exc:  # RecursionError included: a bug in the front end, not in the file
         log.error("the front end failed on %s", doc.uri, exc_info=exc)
         src = SourceText(doc.text, path)
@@ -104,21 +123,37 @@ def analyze_document(doc: Document, cache: CheckCache | None = None) -> Analysis
         return Analysis(doc, empty, f"{type(exc).__name__}: {exc}")
 
 
-class DocumentStore:
-    """The open documents by URI, the latest analysis of each, and the checks running.
+class _Check:
+    """A check in flight: the version, its future (the analysis, or None when it was cancelled) and its token."""
 
-    Texts change only on the event loop's thread; analyses are computed on a
-    worker thread (`start`) or on the loop's (`analysis`), and a version is
-    never checked twice at once: a request that needs a version being checked
-    waits for that check.
+    __slots__ = ("doc", "future", "token")
+
+    def __init__(self, doc: Document, future: Future, token: CancelToken):
+        self.doc, self.future, self.token = doc, future, token
+
+
+class DocumentStore:
+    """The open documents by URI, the newest finished analysis of each, and the check in flight of each.
+
+    Texts change only on the event loop's thread. Analyses are computed on
+    one worker thread (`start`), one check at a time: a version is never
+    checked twice at once (a second `start` of it joins the first), and a
+    newer version (`change`, or `start` of it) cancels the check of an older
+    one in flight (its future gives None): no check runs for a version
+    nobody will see. `finished` is the newest analysis that ran to its end,
+    of any version: requests answer from it while the latest version is
+    being checked. Each check reads files through `sexpgpu_lang.kept`
+    as its document (`kept.reading(uri)`), so closing a document drops what
+    only it read.
     """
 
-    def __init__(self):
+    def __init__(self, executor: Executor | None = None):
         self._docs: dict[str, Document] = {}
-        self._analyses: dict[str, Analysis] = {}
-        self._running: dict[int, Future] = {}
+        self._finished: dict[str, Analysis] = {}
+        self._checks: dict[str, _Check] = {}
         self._caches: dict[str, CheckCache] = {}
         self._lock = threading.Lock()
+        self.executor = executor or ThreadPoolExecutor(max_workers=1, thread_name_prefix="sexpgpu-check")
         #: Called (from the thread that checked) after each check; `lsp.server.main` sets it.
         self.on_checked = None
 
@@ -126,10 +161,12 @@ class DocumentStore:
         """Start tracking a document (LSP 3.17, "DidOpenTextDocument")."""
         doc = Document(item.uri, item.version, item.text)
         self._docs[item.uri] = doc
+        self._supersede(doc)
         return doc
 
     def change(self, params: types.DidChangeTextDocumentParams, encoding: str) -> Document | None:
-        """Apply the changes in order (LSP 3.17, "DidChangeTextDocument"); None for a document not open."""
+        """Apply the changes in order (LSP 3.17, "DidChangeTextDocument"); None for a document not
+        open. A check of an older version in flight is cancelled."""
         doc = self._docs.get(params.text_document.uri)
         if doc is None:
             return None
@@ -139,14 +176,20 @@ class DocumentStore:
             text = apply_change(text, change, encoding, doc.positions(encoding) if i == 0 else None)
         doc = Document(doc.uri, params.text_document.version, text)
         self._docs[doc.uri] = doc
+        self._supersede(doc)
         return doc
 
     def close(self, uri: str) -> None:
-        """Stop tracking a document and drop its analysis."""
+        """Stop tracking a document: cancel its check, drop its analysis, its check cache and what
+        only it read of other files (`kept.forget_reader`)."""
         self._docs.pop(uri, None)
         with self._lock:
-            self._analyses.pop(uri, None)
+            self._finished.pop(uri, None)
             self._caches.pop(uri, None)
+            running = self._checks.pop(uri, None)
+        if running is not None:
+            running.token.cancel()
+        kept.forget_reader(uri)
 
     def uris(self) -> list[str]:
         """The open documents' URIs."""
@@ -161,20 +204,24 @@ class DocumentStore:
         cur = self._docs.get(doc.uri)
         return cur is not None and cur.serial == doc.serial
 
-    def analysis(self, uri: str) -> Analysis | None:
-        """The analysis of the latest version of `uri`, computed now if needed;
-        None when the document is not open."""
-        doc = self._docs.get(uri)
-        if doc is None:
-            return None
+    def finished(self, uri: str) -> Analysis | None:
+        """The newest analysis of `uri` that ran to its end (of its latest version or an older one), or None."""
         with self._lock:
-            cached = self._analyses.get(uri)
-            running = self._running.get(doc.serial)
-        if cached is not None and cached.document.serial == doc.serial:
-            return cached
-        if running is not None:
-            return running.result()
-        return self.remember(analyze_document(doc, self.cache(uri)))
+            return self._finished.get(uri)
+
+    def analysis(self, uri: str) -> Analysis | None:
+        """The analysis of the latest version of `uri`, waiting for its check (blocking: for tests and
+        scripts; the server's handlers await `start`); None when the document is not open."""
+        while True:
+            doc = self._docs.get(uri)
+            if doc is None:
+                return None
+            done = self.finished(uri)
+            if done is not None and done.document.serial == doc.serial:
+                return done
+            got = self.start(doc).result()
+            if got is not None:
+                return got
 
     def cache(self, uri: str) -> CheckCache:
         """The check cache of a document (made on first use; dropped when it closes)."""
@@ -184,26 +231,64 @@ class DocumentStore:
                 cache = self._caches[uri] = CheckCache()
             return cache
 
-    def start(self, doc: Document, executor: Executor) -> Future:
-        """Check `doc` on `executor` (or join the check of it already running)."""
+    def start(self, doc: Document) -> Future:
+        """Check `doc` on the worker (or join the check of it in flight), cancelling the check of an
+        older version of the document in flight. The future gives the analysis, or None when the
+        check was cancelled (a newer version, or the document closed)."""
         with self._lock:
-            running = self._running.get(doc.serial)
-            if running is None:
-                running = self._running[doc.serial] = executor.submit(self._check, doc)
-        return running
+            running = self._checks.get(doc.uri)
+            if running is not None and running.doc.serial == doc.serial:
+                return running.future
+            if running is not None:
+                running.token.cancel()
+            token = CancelToken()
+            future = self.executor.submit(self._run, doc, token)
+            self._checks[doc.uri] = _Check(doc, future, token)
+            return future
 
-    def _check(self, doc: Document) -> Analysis:
+    def _supersede(self, doc: Document) -> None:
+        """Cancel the check in flight of an older version of `doc`'s document."""
+        with self._lock:
+            running = self._checks.get(doc.uri)
+        if running is not None and running.doc.serial != doc.serial:
+            running.token.cancel()
+
+    def _run(self, doc: Document, token: CancelToken) -> Analysis | None:
         try:
-            return self.remember(analyze_document(doc, self.cache(doc.uri)))
+            if token.cancelled or not self.is_latest(doc):
+                return None
+            with kept.reading(doc.uri):
+                analysis = analyze_document(doc, self.cache(doc.uri), token)
+        except Cancelled:
+            return None
         finally:
             with self._lock:
-                self._running.pop(doc.serial, None)
+                running = self._checks.get(doc.uri)
+                if running is not None and running.doc.serial == doc.serial:
+                    del self._checks[doc.uri]
+            if doc.uri not in self._docs:   # closed meanwhile: what it read is no one's
+                kept.forget_reader(doc.uri)
+        self.remember(analysis)
+        if len(doc.text) >= EAGER_INDEX_CHARS and self.finished(doc.uri) is analysis:
+            # Build the query index next on the worker, unless a newer version comes first: a request
+            # then finds it made (on a large file it would otherwise wait for it).
+            self.executor.submit(self._index, analysis)
+        return analysis
+
+    def _index(self, analysis: Analysis) -> None:
+        if self.finished(analysis.document.uri) is analysis and self.is_latest(analysis.document):
+            try:
+                analysis.index
+            except Exception as exc:   # the request that needs it reports it
+                log.debug("building the index of %s failed: %s", analysis.document.uri, exc)
 
     def remember(self, analysis: Analysis) -> Analysis:
-        """Keep an analysis if its document is still the latest version (from any thread)."""
+        """Keep an analysis if it is newer than the one kept and its document is open (from any thread)."""
         with self._lock:
-            if self.is_latest(analysis.document):
-                self._analyses[analysis.document.uri] = analysis
+            doc = analysis.document
+            kept_now = self._finished.get(doc.uri)
+            if doc.uri in self._docs and (kept_now is None or kept_now.document.serial < doc.serial):
+                self._finished[doc.uri] = analysis
         if self.on_checked is not None:
             self.on_checked()
         return analysis

@@ -6,7 +6,9 @@ exception (to stderr and, as `window/logMessage`, to the client) and
 answers `default()`, the feature's empty result.
 
 `Refused` is a request the server declines on purpose (a name that cannot
-be renamed): the client gets the error, the log a line at INFO.
+be renamed), `ContentModified` one whose version a newer one superseded
+before its answer was ready: the client gets the error, the log a line at
+INFO.
 `ProtocolLogFilter` gives pygls's own log lines about ordinary protocol
 events the level they deserve: a refusal, a `$/cancelRequest` for a request
 already answered (LSP 3.17, "Cancellation Support": the server may have
@@ -21,6 +23,7 @@ Imports only the standard library, lsprotocol and pygls's exception type.
 from __future__ import annotations
 
 import functools
+import inspect
 import logging
 import traceback
 
@@ -35,6 +38,14 @@ class Refused(JsonRpcException):
 
     def __init__(self, message: str):
         super().__init__(message, code=int(types.LSPErrorCodes.RequestFailed))
+
+
+class ContentModified(JsonRpcException):
+    """A request whose answer needs its version's check, when a newer version superseded it first:
+    LSP's `ContentModified` (-32801: the client asks again, or drops it, and shows nothing)."""
+
+    def __init__(self, message: str):
+        super().__init__(message, code=int(types.LSPErrorCodes.ContentModified))
 
 
 class InvalidParams(JsonRpcException):
@@ -57,8 +68,9 @@ class ProtocolLogFilter(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         exc = record.exc_info[1] if record.exc_info else None
-        if isinstance(exc, (Refused, InvalidParams)):
-            what = "request refused: %s" if isinstance(exc, Refused) else "invalid params: %s"
+        if isinstance(exc, (Refused, InvalidParams, ContentModified)):
+            what = {Refused: "request refused: %s", InvalidParams: "invalid params: %s",
+                    ContentModified: "content modified: %s"}[type(exc)]
             record.msg, record.args, record.exc_info, record.exc_text = what, (exc.message,), None, None
         elif isinstance(record.msg, str) and record.msg.startswith(_UNPARSED):
             # The client's mistake, answered with -32602 (a request) or dropped: one line, no traceback.
@@ -91,8 +103,22 @@ def report(ls, what: str, exc: BaseException) -> None:
 
 
 def guarded(default=lambda: None):
-    """Decorate a handler `(ls, params)`: on an exception, log it and return `default()`."""
+    """Decorate a handler `(ls, params)`, plain or async: on an exception, log it and return
+    `default()`. `ContentModified` and a cancellation (asyncio's, a BaseException) go to pygls,
+    which answers them as errors of the request."""
     def deco(fn):
+        if inspect.iscoroutinefunction(fn):
+            @functools.wraps(fn)
+            async def async_handler(ls, params):
+                try:
+                    return await fn(ls, params)
+                except ContentModified:
+                    raise
+                except Exception as exc:
+                    report(ls, fn.__name__, exc)
+                    return default()
+            return async_handler
+
         @functools.wraps(fn)
         def handler(ls, params):
             try:

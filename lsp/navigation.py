@@ -1,7 +1,9 @@
 """Navigation: definition, references, document highlight, rename (with
 prepareRename), document symbols and folding ranges (LSP 3.17, "Language
-Features"). Each handler reads the latest analysis (`lsp.handlers`) and asks
-`sexpgpu_lang.ide`.
+Features"). Each handler reads the analysis `lsp.handlers` finds and asks
+`sexpgpu_lang.ide`: definition, references and highlights may answer from
+an older version's while the request's own is checked; rename (with
+prepareRename), symbols and folding ranges wait for their version's.
 """
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ from lsprotocol import types
 from sexpgpu_lang import ide
 
 from . import convert
-from .guard import Refused, report
+from .guard import ContentModified, Refused, report
 from .handlers import DocumentRequest, on_document, with_document
 
 
@@ -36,35 +38,38 @@ def register(server) -> None:
         return convert.to_lsp_highlights(doc.positions, ide.highlights(doc.index, doc.offset))
 
     @server.feature(types.TEXT_DOCUMENT_PREPARE_RENAME)
-    @on_document()
+    @on_document(fresh=True)
     def prepare_rename(ls, params: types.PrepareRenameParams, doc: DocumentRequest):
         span = ide.prepare_rename(doc.index, doc.offset)
         return doc.positions.range(span) if span is not None else None
 
-    @with_document()
+    @with_document(fresh=True)
     def rename_edit(ls, params: types.RenameParams, doc: DocumentRequest):
         edits = ide.rename(doc.index, doc.offset, params.new_name)
         return convert.to_lsp_workspace_edit(doc.positions, doc.uri, edits)
 
     @server.feature(types.TEXT_DOCUMENT_RENAME)
-    def rename(ls, params: types.RenameParams):
+    async def rename(ls, params: types.RenameParams):
         # Not `guarded`: a name that cannot be renamed is answered with an
-        # error the client shows (LSP 3.17, "Rename Request"); other errors
-        # are logged and answered with no edit.
+        # error the client shows (LSP 3.17, "Rename Request"), as is a
+        # version superseded before its check finished (ContentModified);
+        # other errors are logged and answered with no edit.
         try:
-            return rename_edit(ls, params)
+            return await rename_edit(ls, params)
         except ide.RenameError as e:
             raise Refused(str(e)) from None
+        except ContentModified:
+            raise
         except Exception as exc:
             report(ls, "rename", exc)
             return None
 
     @server.feature(types.TEXT_DOCUMENT_DOCUMENT_SYMBOL)
-    @on_document(list)
+    @on_document(list, fresh=True)
     def symbols(ls, params: types.DocumentSymbolParams, doc: DocumentRequest):
         return convert.to_lsp_symbols(doc.positions, ide.document_symbols(doc.index))
 
     @server.feature(types.TEXT_DOCUMENT_FOLDING_RANGE)
-    @on_document(list)
+    @on_document(list, fresh=True)
     def folding(ls, params: types.FoldingRangeParams, doc: DocumentRequest):
         return convert.to_lsp_folding_ranges(doc.positions, ide.folding_ranges(doc.index))

@@ -43,6 +43,8 @@ from .documents import Analysis, DocumentStore
 from .guard import InvalidParams, quiet_protocol_log, report
 
 VERSION = "0.1.0"
+#: The interpreter's thread switch interval in the server (`sys.setswitchinterval`), in seconds.
+SWITCH_INTERVAL_S = 0.001
 
 
 @dataclass(frozen=True)
@@ -112,15 +114,22 @@ class SexpProtocol(LanguageServerProtocol):
 
 
 class SexpServer(LanguageServer):
-    """The server: open documents, settings, and the diagnostics scheduler."""
+    """The server: open documents, settings, the diagnostics scheduler and the query threads.
+
+    Three kinds of thread: the event loop's (pygls: reads messages, answers
+    `$/cancelRequest`, applies edits, publishes), one check worker (the
+    `DocumentStore`'s: one check at a time, cancelled when its version is
+    superseded), and `queries`, the threads a request's answer is computed
+    on (`lsp.handlers`), so that neither a check nor a long answer holds up
+    the loop."""
 
     def __init__(self):
         super().__init__("sexpgpu", VERSION, text_document_sync_kind=types.TextDocumentSyncKind.Incremental,
                          protocol_cls=SexpProtocol)
         self.store = DocumentStore()
         self.config = ServerConfig()
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sexpgpu-check")
-        self._running: dict[str, asyncio.Task] = {}
+        self.queries = ThreadPoolExecutor(max_workers=2, thread_name_prefix="sexpgpu-query")
+        self._pushing: dict[str, asyncio.Task] = {}
 
     @property
     def encoding(self) -> str:
@@ -130,19 +139,21 @@ class SexpServer(LanguageServer):
         except RuntimeError:
             return UTF16
 
-    def analysis(self, uri: str) -> Analysis | None:
-        """The analysis of the latest version of an open document."""
-        return self.store.analysis(uri)
+    async def off_loop(self, fn, *args):
+        """`fn(*args)` on a query thread, awaited (a cancelled request stops waiting for it)."""
+        return await asyncio.get_running_loop().run_in_executor(self.queries, fn, *args)
 
     # -- published diagnostics ---------------------------------------------------
     def diagnose_later(self, uri: str) -> None:
-        """Check the latest version of `uri` off the event loop and publish its
-        diagnostics, unless a newer version arrived meanwhile: then check that
-        one instead. At most one check per document runs at a time, so a burst
-        of edits costs one check of the version before it and one of the last."""
-        if not self.config.push or uri in self._running:
+        """Check the latest version of `uri` on the worker and publish its diagnostics
+        unless a newer version arrived meanwhile: then check that one instead. A
+        newer version cancels the check of an older one (`DocumentStore.change`), so a
+        burst of edits costs a check of the last version and the part of each
+        earlier one done before the next edit; an older version's diagnostics
+        are never published after a newer one's."""
+        if not self.config.push or uri in self._pushing:
             return
-        self._running[uri] = asyncio.get_running_loop().create_task(self._diagnose(uri))
+        self._pushing[uri] = asyncio.get_running_loop().create_task(self._diagnose(uri))
 
     async def _diagnose(self, uri: str) -> None:
         try:
@@ -150,16 +161,18 @@ class SexpServer(LanguageServer):
                 doc = self.store.get(uri)
                 if doc is None:
                     return
-                analysis = await asyncio.wrap_future(self.store.start(doc, self._executor))
-                if self.store.is_latest(doc):
+                done = self.store.finished(uri)
+                analysis = done if done is not None and done.document.serial == doc.serial else \
+                    await asyncio.shield(asyncio.wrap_future(self.store.start(doc)))
+                if analysis is not None and self.store.is_latest(doc):
                     self.publish(analysis)
                     return
         except Exception as exc:
             report(self, "diagnostics", exc)
         finally:
             # No await between the last version check and this: a change that
-            # arrives later finds no check running and starts one.
-            self._running.pop(uri, None)
+            # arrives later finds no task and starts one.
+            self._pushing.pop(uri, None)
 
     def publish(self, analysis: Analysis) -> None:
         """Publish an analysis's diagnostics (LSP 3.17, "PublishDiagnostics")."""
@@ -247,6 +260,10 @@ def main() -> None:
     """Serve on stdin and stdout until the client exits; logs go to stderr."""
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="sexpgpu-lsp %(levelname)s %(message)s")
     quiet_protocol_log()
+    # The check worker holds the interpreter while it computes; a thread that waits for it (the
+    # loop, a query) gets it within the switch interval, 5 ms by default, at each of the dozen
+    # hand-overs a request takes. 1 ms keeps a request's answer near its own cost during a check.
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
     server = build_server()
     collector = QuietCollector()
     server.store.on_checked = collector.checked

@@ -97,18 +97,13 @@ def params_hash(tree) -> str:
 
 
 def result_fields(res) -> dict:
-    start = res.start if hasattr(res, "start") else res.extra["start"]
-    data = res.data if hasattr(res, "data") else res.extra.get("data") or {}
-    batches = data.batches if hasattr(data, "batches") else data.get("batches")
-    return {"steps": res.steps, "start": start, "batches": batches, "history": res.history,
+    return {"steps": res.steps, "start": res.start, "batches": res.data.batches, "history": res.history,
             "params": params_hash(res.trainable), "frozen": params_hash(res.frozen)}
 
 
 def one(name: str, text: str, where: Path, run_dir: Path, export: Path | None, export_names=None, stop_at=None):
     from sexpgpu_lang import analyze
-    from sexpgpu_runtime.errors import RunStopped
-    from sexpgpu_runtime.run.options import RunOptions
-    from sexpgpu_runtime.run.train import train
+    from sexpgpu_runtime import RunOptions, RunStopped, train
     path = where / name
     path.write_text(text, encoding="utf-8")
     if (EXAMPLES / "arith_reward.py").is_file() and "arith_reward.py" in text:   # a `:reward`'s file, beside it

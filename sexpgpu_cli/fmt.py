@@ -121,3 +121,16 @@ def summary(result: Outcome, mode: str) -> str:
     elif not parts:
         parts.append("no file formatted")
     return ", ".join(parts)
+
+
+def fmt_command(paths: list[Path], mode: str, width: int | None) -> int:
+    """`sexpgpu fmt`: `format_files`, then each file that would change named (`check`), the error
+    lines on stderr, the summary last; returns the exit status (`Outcome.exit_code`)."""
+    result = format_files(paths, mode, width)
+    if mode == "check":
+        for path in result.changed:
+            print(f"would reformat {path}")
+    for line in result.errors:
+        print(f"sexpgpu: error: {line}", file=sys.stderr)
+    print(summary(result, mode), file=sys.stderr)
+    return result.exit_code(mode)

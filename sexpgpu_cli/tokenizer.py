@@ -8,9 +8,13 @@ and there is no unknown token), read by the runtime's `load_tokenizer`.
 from __future__ import annotations
 
 import os
+import sys
 import sysconfig
+from pathlib import Path
 
 from sexpgpu_lang.files.bounded_read import glob_bounded
+
+from .output import fail
 
 
 class TokenizeError(Exception):
@@ -61,3 +65,25 @@ def train_bpe(files: list[str], vocab_size: int, output: str, min_frequency: int
     tok.train(files, trainer)
     tok.save(output)
     return tok.get_vocab_size()
+
+
+def train_command(corpus: list[str], output: Path, vocab_size: int, min_frequency: int,
+                  special: tuple[str, ...]) -> None:
+    """`sexpgpu tokenizer train`: the files `corpus` names (`expand`) trained on and the tokenizer
+    written to `output`, said in one line; a corpus that names no file, a file that is not text and an
+    unwritable output are each one `sexpgpu: error:` line (exit 2)."""
+    try:
+        files = [f for pattern in corpus for f in expand(pattern)]
+    except OSError as e:   # a glob past bounded_read's limits
+        raise fail(e.strerror or str(e))
+    if not files:
+        raise fail(f"no file matches {' '.join(corpus)}; give text files or a quoted glob")
+    try:
+        size = train_bpe(files, vocab_size, str(output), min_frequency, special)
+    except TokenizeError as e:
+        raise fail(str(e))
+    except OSError as e:
+        raise fail(f"cannot write {output}: {e.strerror or e}")
+    except Exception as e:   # tokenizers raises bare Exceptions (e.g. an unwritable output)
+        raise fail(f"cannot train or write {output}: {e}")
+    print(f"wrote {output}: {size} tokens, trained on {len(files)} file{'s' if len(files) != 1 else ''}", file=sys.stderr)

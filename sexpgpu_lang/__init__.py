@@ -37,10 +37,7 @@ def analyze_file(path: str, read_files: bool = False, build_ir: bool = True) -> 
 
 def forget_files() -> None:
     """Drop everything kept of the files run files name (parsed configs, checkpoint headers, reward
-    files, token and text file checks) and of the parsed texts: the language server calls it when
-    its last document closes, so nothing it read stays in memory."""
-    from . import syntax
-    from .files import checkpoint_files, hf_config
-    from .check import loader_sources, reward
-    for module in (checkpoint_files, hf_config, loader_sources, reward, syntax):
-        module.forget()
+    files, token and text file checks) and of the parsed texts (`sexpgpu_lang.kept`): the language
+    server calls it when its last document closes, so nothing it read stays in memory."""
+    from . import kept
+    kept.forget()

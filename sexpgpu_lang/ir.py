@@ -111,9 +111,10 @@ class ModelCall(Expr):
     body: tuple[Expr, ...] = ()
     compute_dtype: str | None = None
     remat: str | None = None
-    #: LoRA: each adapted parameter's key and scale; the body sees `KEY + scale * (KEY.lora-a @ KEY.lora-b)`
-    #: reshaped to KEY's shape (check/lora.py)
-    adapters: tuple[tuple[str, float], ...] = ()
+    #: LoRA: each adapted parameter's key, scale and dropout; the body sees `KEY + scale * (KEY.lora-a @
+    #: KEY.lora-b)` reshaped to KEY's shape (check/lora.py), applied unmerged on a dropped-out input in the
+    #: training step's forward where the dropout is over 0 (sexpgpu_runtime/lowering/lora.py)
+    adapters: tuple[tuple[str, float, float], ...] = ()
 
 
 @dataclass(frozen=True, eq=False)
@@ -384,7 +385,7 @@ class ParamIR:
 class AdapterIR:
     """One LoRA adapter (check/lora.py): the base parameter's `path`, its input axes past a repeat's
     (`in_axes`: the leading axes flattened into `lora-a`'s `[in r]`), the `:lora` model's path
-    (`model`, for naming it below its checkpoint), rank, alpha and rslora."""
+    (`model`, for naming it below its checkpoint), rank, alpha, rslora and dropout."""
 
     path: tuple[str, ...]
     in_axes: int
@@ -393,6 +394,7 @@ class AdapterIR:
     alpha: float
     rslora: bool = False
     pretrained: str | None = None   # `:lora`'s `:pretrained`: a directory in PEFT's layout they start from
+    dropout: float = 0.0   # `:lora`'s `:dropout`: the probability an input of the adapter is dropped in training
 
     @property
     def scale(self) -> float:

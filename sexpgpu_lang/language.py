@@ -38,6 +38,9 @@ SINGLE_FORMS: tuple[str, ...] = ("model", "defgenerate", "prepare", "objective",
 #: Names every file has (`model` once `(model NAME)` binds it, and the constants): no form may define them.
 RESERVED_NAMES: tuple[str, ...] = ("model", "true", "false", "nil")
 
+#: A checkpoint's config.json setting as a `def`'s value (check/config.py).
+CONFIG_FORM = "checkpoint-config"
+
 #: Each special form of expressions: its signature and a one-line doc.
 SPECIAL_FORMS: dict[str, tuple[str, str]] = {
     "let*": ("(let* ((name value) ...) body ...)", "bind names in order, then evaluate the body"),
@@ -48,7 +51,7 @@ SPECIAL_FORMS: dict[str, tuple[str, str]] = {
     "counter": ("(counter :name value)", "add value to a run-long total that `objective` reads as `(getf ctx :name)`; only in `prepare`"),
     "metric": ("(metric :name value)", "report a value at every logged step; not inside a generator"),
     "diagnostic": ("(diagnostic :name value)", "report a value only when selected with `:diagnostics`"),
-    "checkpoint-config": ("(checkpoint-config \"dir\" :key)", "a setting of a checkpoint's config.json (`:layers`, `:width`, `:rope-base` ...); only as a `def`'s value"),
+    CONFIG_FORM: ("(checkpoint-config \"dir\" :key)", "a setting of a checkpoint's config.json (`:layers`, `:width`, `:rope-base` ...); only as a `def`'s value"),
 }
 
 #: The keywords of `run`, in the order its signature shows them.

@@ -37,7 +37,9 @@ import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 
+from .cancel import CancelToken
 from .diagnostics import Diagnostic, error
+from .kept import MISSING, Space
 from .language import TOP_LEVEL_HEADS
 from .source import SourceText, Span
 
@@ -609,8 +611,9 @@ def _chunks(tokens: list[Token]) -> list[list[Token]]:
     return chunks
 
 
-def parse(source: SourceText) -> ParseResult:
-    """Parse a whole file. Never raises for any input text.
+def parse(source: SourceText, cancel: CancelToken | None = None) -> ParseResult:
+    """Parse a whole file. Never raises for any input text, but `Cancelled` once `cancel` is
+    cancelled (checked between pieces of text and between top-level forms).
 
     Returns the top-level forms (each a `Node` with a `Span`), the syntax
     diagnostics (E-SYNTAX-001..004) and the comment ranges.
@@ -634,6 +637,8 @@ def parse(source: SourceText) -> ParseResult:
     pieces = []   # (offset, first line, lexed)
     line, prev, budget = 1, 0, TOKEN_LIMIT
     for k, s in enumerate(starts):
+        if cancel is not None and not k & 255:
+            cancel.check()
         e = starts[k + 1] if k + 1 < len(starts) else len(text)
         line += text.count("\n", prev, s)
         prev = s
@@ -642,7 +647,7 @@ def parse(source: SourceText) -> ParseResult:
         except _TooManyTokens as stop:
             return _too_many_tokens(source, s + stop.offset)
         if lexed is None:
-            return _parse_whole(source)
+            return _parse_whole(source, cancel)
         budget -= len(lexed[0]) + len(lexed[1])
         if budget < 0:
             return _too_many_tokens(source, s)
@@ -666,15 +671,17 @@ def parse(source: SourceText) -> ParseResult:
     comments: list[Span] = []
     for s, _, lexed in pieces:
         comments.extend(Span(c.start + s, c.end + s) for c in lexed[1])
-    for group in groups:
+    for n, group in enumerate(groups):
+        if cancel is not None and not n & 255:
+            cancel.check()
         off, first_line, _ = pieces[group[0]]
         last = group[-1] + 1
         end = pieces[last][0] if last < len(pieces) else len(text)
         key = text[off:end]
-        placed = _PLACED.get((key, off))
-        if placed is None:
-            balanced = _BUILT.get(key)
-            if balanced is None:
+        placed = _PLACED.lookup((key, off))
+        if placed is MISSING:
+            balanced = _BUILT.lookup(key)
+            if balanced is MISSING:
                 tokens = [t if (s - off, ln - first_line) == (0, 0) else _moved(t, s - off, ln - first_line)
                           for s, ln, lexed in (pieces[i] for i in group) for t in lexed[0]]
                 local: list[Diagnostic] = []
@@ -686,34 +693,37 @@ def parse(source: SourceText) -> ParseResult:
                     tokens = [_moved(t, s, ln - 1) for s, ln, lexed in (pieces[i] for i in group) for t in lexed[0]]
                     forms.extend(_build_all(_balanced_chunk(tokens, diags, set()), 0))
                     continue
-                _remember(_BUILT, key, balanced)
-            placed = _remember(_PLACED, (key, off), tuple(_build_all(balanced, off)))
+                _remember(_BUILT, key, balanced, len(balanced))
+            placed = _remember(_PLACED, (key, off), tuple(_build_all(balanced, off)), len(balanced))
         forms.extend(placed)
     diags.sort(key=lambda d: d.span.start)
     return ParseResult(source, tuple(forms), tuple(diags), tuple(comments))
 
 
 _PIECE = re.compile(r"\n\(")
-_CACHE_MAX = 4096
+#: At most so many pieces, forms and placed forms kept (and the bytes of each space below).
+_CACHE_MAX = 1 << 17
 #: piece text -> (tokens, comments, bracket depth after it from 0), positions relative to the piece.
-_LEXED: dict[str, tuple] = {}
+_LEXED = Space("lexed pieces of text", _CACHE_MAX, 48 << 20, files=False)
 #: form text -> its balanced tokens, positions relative to the form's first piece (forms without diagnostics).
-_BUILT: dict[str, tuple] = {}
+_BUILT = Space("balanced forms", _CACHE_MAX, 16 << 20, files=False)
 #: (form text, offset) -> its forms at that offset.
-_PLACED: dict[tuple[str, int], tuple] = {}
+_PLACED = Space("placed forms", _CACHE_MAX, 64 << 20, files=False)
+#: The estimated bytes of a token (its object, its text), of a node and of an entry itself, for the
+#: spaces' bounds (`sexpgpu_lang.kept`; measured with tracemalloc on the generated run files of benchmarks/).
+TOKEN_BYTES, NODE_BYTES, ENTRY_BYTES = 120, 200, 300
 
 
 def forget() -> None:
-    """Drop the parse caches (the language server, when its last document closes)."""
+    """Drop the parse caches."""
     for cache in (_LEXED, _BUILT, _PLACED):
         cache.clear()
 
 
-def _remember(cache: dict, key, value):
-    if len(cache) >= _CACHE_MAX:
-        cache.clear()
-    cache[key] = value
-    return value
+def _remember(cache: Space, key, value, tokens: int):
+    """Keep `value` (from `tokens` tokens) in `cache` under `key`."""
+    text = key if isinstance(key, str) else key[0]
+    return cache.keep(key, value, ENTRY_BYTES + len(text) + tokens * (NODE_BYTES if cache is _PLACED else TOKEN_BYTES))
 
 
 def _too_many_tokens(source: SourceText, offset: int) -> ParseResult:
@@ -728,14 +738,14 @@ def _too_many_tokens(source: SourceText, offset: int) -> ParseResult:
 def _lex_piece(piece: str, limit: int | None = None):
     """The piece's tokens, comments and closing depth (cached), or None when lexing it reports anything;
     _TooManyTokens past `limit` tokens and comments."""
-    hit = _LEXED.get(piece)
-    if hit is not None:
+    hit = _LEXED.lookup(piece)
+    if hit is not MISSING:
         return hit
     diags: list[Diagnostic] = []
     tokens, comments = _lex(piece, diags, limit=limit)
     if diags:
         return None
-    return _remember(_LEXED, piece, (tokens, comments, _depth_after(tokens, 0)))
+    return _remember(_LEXED, piece, (tokens, comments, _depth_after(tokens, 0)), len(tokens) + len(comments))
 
 
 def _depth_after(tokens: list[Token], depth: int) -> int:
@@ -751,7 +761,7 @@ def _moved(tok: Token, dpos: int, dline: int) -> Token:
     return Token(tok.type, tok.value, tok.start_pos + dpos, tok.line + dline, tok.column, tok.end_pos + dpos)
 
 
-def _parse_whole(source: SourceText) -> ParseResult:
+def _parse_whole(source: SourceText, cancel: CancelToken | None = None) -> ParseResult:
     """`parse` without the caches: lex the whole text, then parse each top-level form."""
     diags: list[Diagnostic] = []
     unterminated: set[int] = set()
@@ -760,10 +770,27 @@ def _parse_whole(source: SourceText) -> ParseResult:
     except _TooManyTokens as stop:
         return _too_many_tokens(source, stop.offset)
     forms: list[Node] = []
-    for chunk in _chunks(tokens):
+    for n, chunk in enumerate(_chunks(tokens)):
+        if cancel is not None and not n & 255:
+            cancel.check()
         forms.extend(_parse_chunk(chunk, diags, unterminated))
     diags.sort(key=lambda d: d.span.start)
     return ParseResult(source, tuple(forms), tuple(diags), tuple(comments))
+
+
+def parse_region(text: str, start: int, end: int) -> tuple[tuple[Node, ...], tuple[Diagnostic, ...]]:
+    """The top-level forms of `text[start:end]`, a region starting at a line's start and holding whole
+    forms, with their spans in `text`: the nodes `parse` gives for them in the whole text. Also the
+    region's syntax diagnostics, their spans relative to the region (a caller reading a trusted text
+    in part expects none). The standard library's functions are parsed so, one at a time, when a
+    file first calls them (check/scope.py)."""
+    diags: list[Diagnostic] = []
+    unterminated: set[int] = set()
+    tokens, _ = _lex(text[start:end], diags, unterminated)
+    forms: list[Node] = []
+    for chunk in _chunks(tokens):
+        forms.extend(_build_all(_balanced_chunk(chunk, diags, unterminated), start))
+    return tuple(forms), tuple(diags)
 
 
 def _parse_chunk(chunk: list[Token], diags: list[Diagnostic], unterminated: set[int]) -> list[Node]:

@@ -1,7 +1,9 @@
 """The test tiers. `pytest -m "not slow"` is the everyday loop; the `slow` marker (pyproject.toml's
 `markers`) holds what takes seconds a test: training runs and comparisons with XLA's compiled
 graphs, `sexpgpu run` and other processes that start JAX, real editors and LSP clients, fuzz and
-random-edit tests. A quick process (`sexpgpu lint`, `fmt`, `explain`, `python -c`) may stay.
+random-edit sequences (a property test bounded to a few seconds may stay, as the incremental
+check's in tests/test_check_incremental.py). A quick process (`sexpgpu lint`, `fmt`, `explain`,
+`python -c`) may stay.
 
 One part of that is checked here: a test that starts `sexpgpu run` or a real editor must be marked.
 

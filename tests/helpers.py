@@ -1,7 +1,7 @@
 """Shared test helpers: the fixture, a small run file, variants and case copies; `check` (a run
 file whose `;; ^^^ CODE` markers show every diagnostic) and `cursor` (`$0` marks the offset an
-editor query is asked at); a case's `;; expect:` header, docs/errors.md's sections, a quiet
-training call, and the modules a fresh interpreter imported."""
+editor query is asked at); a case's `;; expect:` header, docs/errors.md's sections, `run` (a
+training run in this process), and the modules a fresh interpreter imported."""
 from __future__ import annotations
 
 import re
@@ -21,7 +21,10 @@ def fixture_text() -> str:
 
 
 def variant(old: str, new: str, text: str | None = None) -> str:
-    """`text` (the fixture when None) with the first `old` replaced by `new` (asserting it was there)."""
+    """`text` (the fixture when None) with the first `old` replaced by `new` (asserting it was there).
+
+    String surgery on the whole file, held under a ceiling (tests/test_test_conventions.py): a new
+    test changes a run file by form name with tests/runfile.py's `RunFile` instead."""
     text = fixture_text() if text is None else text
     assert old in text, old
     return text.replace(old, new, 1)
@@ -231,10 +234,18 @@ def program_of(text: str, path: str = "variant.sx"):
     return res.program
 
 
-def train_quiet(text: str, steps: int, run_dir: Path, **kw):
-    """Train a run file's text for `steps` steps without terminal output."""
-    from sexpgpu_runtime.run.train import RunOptions, train
-    return train(program_of(text, str(run_dir / "run.sx")), RunOptions(steps=steps, run_dir=run_dir, quiet=True, **kw))
+def run(text: str, run_dir: Path, steps: int, *, on_trip=None, path: Path | None = None, quiet: bool = True, **kw):
+    """Train a run file's text for `steps` steps in this process, as `sexpgpu run` does (the
+    runtime's `train`), writing into `run_dir`; return its `RunResult`.
+
+    The text is checked first (its diagnostics fail the test, see `program_of`) as the file
+    `path` (`run_dir/run.sx` by default: a file the run file names is read beside it); `kw`
+    are `RunOptions`' (`resume`, `overwrite`, `export`, `stop_at`...), `on_trip` is `train`'s.
+    Without terminal output unless `quiet=False`. The one place tests start a training run in
+    this process; a `sexpgpu run` process is started with `sexpgpu_program()`."""
+    from sexpgpu_runtime import RunOptions, train
+    program = program_of(text, str(path if path is not None else run_dir / "run.sx"))
+    return train(program, RunOptions(steps=steps, run_dir=run_dir, quiet=quiet, **kw), on_trip=on_trip)
 
 
 def sexpgpu_program() -> str | None:

@@ -128,7 +128,7 @@ class Doc:
         """The position of `needle` (plus `delta`) in the current text."""
         return position(self.text, needle, delta)
 
-    def replace(self, old: str, new: str) -> int:
+    def change(self, old: str, new: str) -> int:
         """Send an incremental change replacing the first `old` with `new`; return the new version."""
         start = self.text.index(old)
         rng = types.Range(start=position(self.text, old), end=position(self.text, old, len(old)))

@@ -10,7 +10,7 @@ import pytest
 
 from helpers import program_of
 from sexpgpu_lang.explain import explain
-from sexpgpu_runtime.run.options import RunOptions
+from sexpgpu_runtime import RunOptions
 from sexpgpu_runtime.weights.params import flatten
 from sexpgpu_runtime.run.train import Trainer
 

@@ -10,7 +10,7 @@ import pytest
 
 from helpers import program_of
 from sexpgpu_runtime.lowering.training_graphs import accumulate
-from sexpgpu_runtime.run.options import RunOptions
+from sexpgpu_runtime import RunOptions
 from sexpgpu_runtime.run.train import Trainer
 from test_accumulation import bits, old_step
 from test_explain_depth import tinyllama_text

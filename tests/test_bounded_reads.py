@@ -189,7 +189,7 @@ def test_an_index_naming_a_shard_outside_its_directory_is_refused_naming_the_ent
     index = _index(ckpt, {"w": shard})
     if where == "symlink":
         (ckpt / "link.safetensors").symlink_to(tmp_path / "elsewhere.safetensors")
-    checkpoint_files._READ.clear()
+    checkpoint_files.forget()
     with pytest.raises(checkpoint_files.SourceError) as e:
         checkpoint_files.tensors(str(index))
     msg = str(e.value)
@@ -202,10 +202,10 @@ def test_a_shard_inside_its_directory_or_below_it_is_read(tmp_path):
     index = _index(ckpt, {"w": "inside.safetensors"})
     (ckpt / "sub").mkdir()
     os.symlink(ckpt / "inside.safetensors", ckpt / "sub" / "again.safetensors")
-    checkpoint_files._READ.clear()
+    checkpoint_files.forget()
     assert checkpoint_files.tensors(str(index)) == {"w": ((2, 2), "f32", str(ckpt / "inside.safetensors"))}
     index.write_text(json.dumps({"weight_map": {"w": "sub/again.safetensors"}}))
-    checkpoint_files._READ.clear()
+    checkpoint_files.forget()
     assert checkpoint_files.tensors(str(index))["w"][:2] == ((2, 2), "f32")
 
 
@@ -215,7 +215,7 @@ def test_lint_read_files_refuses_the_passwd_index_at_the_pretrained_form(tmp_pat
     text = (ROOT / "tests" / "test_lsp_pretrained.py").read_text().split('RUN = """', 1)[1].split('"""', 1)[0]
     text = text.replace("PATH", "hf")
     for read_files in (True, LOCAL):
-        checkpoint_files._READ.clear()
+        checkpoint_files.forget()
         got = analyze(text, str(tmp_path / "run.sx"), read_files=read_files).diagnostics
         assert [d.code for d in got] == ["E-MODEL-003"]
         assert "`hf/model.safetensors.index.json` places tensor `model.embed.weight` in `../../../../../../../etc/passwd`" in got[0].message

@@ -263,7 +263,7 @@ def test_the_loader_s_positions_and_start_are_the_standard_library_s_from_its_ma
 def test_the_whole_path_of_docs_stdlib_checks_and_trains(tmp_path):
     # docs/stdlib.md "From a prompt file to a completion", with its `def`s, examples/distill.sx's student as
     # the model and the examples' chat prompts: lint clean, and two steps on the completion it decodes
-    from helpers import train_quiet
+    from helpers import run
     from sexpgpu_lang import analyze
     root = Path(__file__).resolve().parents[1]
     doc = (root / "docs" / "stdlib.md").read_text(encoding="utf-8")
@@ -287,5 +287,5 @@ def test_the_whole_path_of_docs_stdlib_checks_and_trains(tmp_path):
     text = defs + code + "\n" + student + tail
     res = analyze(text, str(tmp_path / "run.sx"), read_files=True)
     assert [d.message for d in res.diagnostics if d.severity <= 2] == []
-    out = train_quiet(text, 2, tmp_path)
+    out = run(text, tmp_path, 2)
     assert [row["step"] for row in out.history][-1] == 2

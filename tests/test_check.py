@@ -1,7 +1,10 @@
 """Front-end checks, written as the language: a run file with `;; ^^^ CODE` markers under
 each range a diagnostic must cover (`helpers.check`; docs/dev/style.md, rust-analyzer's fixtures)."""
-from helpers import SMALL, check, fixture_text, marked, variant
+from helpers import SMALL, check, fixture_text, marked
+from runfile import RunFile
 from sexpgpu_lang import analyze
+
+FIXTURE = RunFile.fixture()
 
 
 def test_fixture_is_clean():
@@ -9,25 +12,25 @@ def test_fixture_is_clean():
 
 
 def test_unbound_name_is_reported_once_not_at_every_enclosing_call():
-    check(marked(variant("(argmax (model row))", "(argmx (model row))"), "argmx", "E-NAME-001"))
+    check(FIXTURE.set("defgenerate :step (argmax", "(argmx (model row))").mark("defgenerate :step", "argmx", "E-NAME-001"))
 
 
 def test_after_E_GEN_002_later_phases_use_the_state_init_made():
     # :finish and prepare read :row as [64 8] i32 (what :init made), so nothing after the drift is reported
     drift = "(cast (where (= column at) guess row) :f32)"
-    check(marked(variant("(list :row (where (= column at) guess row)", "(list :row " + drift), drift, "E-GEN-002"))
+    check(FIXTURE.set("defgenerate :step (list :row", drift).mark("defgenerate :step (list :row", drift, "E-GEN-002"))
 
 
 def test_broadcast_mismatch_quotes_both_shapes():
-    src = variant("(truth (mod (+ (take row [0] :axis 1) (* column stride)) vocab)))",
-                  "(truth (mod (+ (take row [0] :axis 1) (* column stride)) vocab))\n"
-                  "                   (bad (+ row (iota [3]))))")
-    [d] = check(marked(src, "(+ row (iota [3]))", "E-SHAPE-001")).diagnostics
+    src = FIXTURE.set("defgenerate :finish (truth", "(truth (mod (+ (take row [0] :axis 1) (* column stride)) vocab))\n"
+                                                     "                   (bad (+ row (iota [3])))")
+    [d] = check(src.mark("defgenerate :finish (bad", "(+ row (iota [3]))", "E-SHAPE-001")).diagnostics
     assert "[64 8] and [3]" in d.message
 
 
 def test_unknown_keyword_suggests_the_near_miss():
-    check(marked(variant(":f32) :axes [1]", ":f32) :axis [1]"), ":axis", "E-NAME-003", within=":axis [1]"))
+    src = FIXTURE.edit("defgenerate :finish (list :correct", ":axes", ":axis")
+    check(src.mark("defgenerate :finish (list :correct", ":axis", "E-NAME-003"))
 
 
 def test_hover_types_come_from_the_rules():
@@ -49,7 +52,7 @@ def test_hover_types_come_from_the_rules():
 
 
 def test_bf16_precision_shows_bf16_inside_models():
-    text = variant(":precision :f32", ":precision :bf16")
+    text = FIXTURE.set("run :precision", ":bf16")
     res = analyze(text, "t.sx")
     start = text.index("(model (getf inputs :input))")
     assert res.facts.types[(start, start + len("(model (getf inputs :input))"))].show() == "[64 8 16] bf16"
@@ -59,11 +62,12 @@ def test_bf16_precision_shows_bf16_inside_models():
 
 def test_weak_float_promotes_like_jax():
     weak = "(+ (where (= column at) guess row) 0.5)"
-    check(marked(variant("(list :row (where (= column at) guess row)", "(list :row " + weak), weak, "E-GEN-002"))
+    check(FIXTURE.set("defgenerate :step (list :row", weak).mark("defgenerate :step (list :row", weak, "E-GEN-002"))
 
 
 def test_objective_must_return_a_float_scalar():
-    check(variant("    loss)))\n\n(run", "    (argmax logits))))\n;;  ^^^^^^^^^^^^^^^ E-CONTRACT-002\n\n(run"))
+    src = FIXTURE.edit("objective", "\n    loss)", "\n    (argmax logits))")   # the value the objective returns
+    check(src.mark("objective", "(argmax logits)", "E-CONTRACT-002"))
 
 
 def test_half_typed_and_binary_text_never_raise():
@@ -82,71 +86,67 @@ def test_deep_nesting_is_one_diagnostic_not_a_crash():
 
 def test_a_long_let_star_checks():
     body = "(let* (" + " ".join(f"(v{i} (+ row {i}))" for i in range(2000)) + ") v1999)"
-    check(variant("(list :row (where (= column at) guess row)", f"(list :row (where (= column at) guess {body})"))
+    check(FIXTURE.set("defgenerate :step (list :row", f"(where (= column at) guess {body})"))
 
 
 def test_near_misses_for_sources_optimizers_initialisers_and_dtypes():
-    cases = [((":source (stride-rows", ":source (stride-row"), "(stride-row :vocab vocab :seq seq)", "E-FORM-002",
-              "did you mean `stride-rows`?"),
-             (("(adam :lr", "(adma :lr"), "(adma :lr 3e-3)", "E-FORM-002", "did you mean `adam`?"),
-             (("(normal [vocab dim] :std 0.1)\n           :first", "(norml [vocab dim] :std 0.1)\n           :first"),
-              "(norml [vocab dim] :std 0.1)", "E-FORM-002", "did you mean `normal`?"),
-             ((":row [seq] :i32", ":row [seq] :int32"), ":int32", "E-TYPE-002", "did you mean `:i32`?"),
-             (("(cast (= row truth) :f32)", "(cast (= row truth) :float32)"), ":float32", "E-TYPE-002",
-              "did you mean `:f32`?")]
-    for (old, new), snippet, code, hint in cases:
-        [d] = check(marked(variant(old, new), snippet, code)).diagnostics
+    cases = [("loader train :source", "(stride-row :vocab vocab :seq seq)", "E-FORM-002", "did you mean `stride-rows`?"),
+             ("run :optimizer", "(adma :lr 3e-3)", "E-FORM-002", "did you mean `adam`?"),
+             ("defmodel student :params :embed", "(norml [vocab dim] :std 0.1)", "E-FORM-002", "did you mean `normal`?"),
+             ("defgenerate :finish (cast", "(cast (= row truth) :float32)", "E-TYPE-002", "did you mean `:f32`?")]
+    for place, new, code, hint in cases:
+        snippet = new if code == "E-FORM-002" else ":float32"
+        [d] = check(FIXTURE.set(place, new).mark(place, snippet, code)).diagnostics
         assert hint in d.message, d.message
+    [d] = check(FIXTURE.edit("loader train :fields", ":i32\n", ":int32\n").mark("loader train :fields", ":int32", "E-TYPE-002")).diagnostics
+    assert "did you mean `:i32`?" in d.message, d.message
 
 
 def test_a_misspelt_op_keyword_is_read_as_meant_and_not_reported_again():
-    check(marked(variant(":axes [1]\n                             :keepdims true",
-                         ":axes [1]\n                             :kepdims true"), ":kepdims", "E-NAME-003"))
+    src = FIXTURE.edit("defgenerate :step (sum", ":keepdims", ":kepdims")
+    check(src.mark("defgenerate :step (sum", ":kepdims", "E-NAME-003"))
 
 
 def test_learning_rate_must_be_positive_and_constant_take_indices_in_range():
-    check(marked(variant(":lr 3e-3", ":lr -1"), "-1", "E-FORM-002", within=":lr -1"))
-    check(marked(variant("(take row [0] :axis 1) (* column", "(take row [9] :axis 1) (* column"), "[9]", "E-SHAPE-003",
-                 within="(take row [9]"))
+    check(FIXTURE.set("run :optimizer :lr", "-1").mark("run :optimizer", "-1", "E-FORM-002"))
+    src = FIXTURE.edit("defgenerate :finish (truth", "[0]", "[9]")
+    check(src.mark("defgenerate :finish (truth", "[9]", "E-SHAPE-003"))
 
 
 def test_a_flush_left_binding_inside_a_balanced_form_does_not_split_it():
-    check(variant("  (let* ((logits (model (getf inputs :input)))", "  (let* (\n(logits (model (getf inputs :input)))"))
+    check(FIXTURE.edit("objective", "(let* ((logits", "(let* (\n(logits"))
 
 
 def test_standard_library_layers_check_like_user_code():
     """prelude.sx's layers are in scope; a mistake inside one shows at the user's call, naming it."""
-    text = variant("(h (relu (matmul (+ here start next) (getf self :hidden)))))",
-                   "(h (mlp (layer-norm (+ here start next) (getf self :first) (getf self :second))\n"
-                   "                           (getf self :hidden) (getf self :second) (getf self :hidden) (getf self :second))))")
+    text = FIXTURE.set("defmodel student (h",
+                       "(h (mlp (layer-norm (+ here start next) (getf self :first) (getf self :second))\n"
+                       "                           (getf self :hidden) (getf self :second) (getf self :hidden) (getf self :second)))")
     # :first is [16 64], not a gain of [64]: a broadcast error inside `layer-norm`, shown at its call
     # (and the `mlp` around it is not reported again)
     call = "(layer-norm (+ here start next) (getf self :first) (getf self :second))"
-    [err] = check(marked(text, call, "E-SHAPE-001")).diagnostics
+    [err] = check(text.mark("defmodel student (h", call, "E-SHAPE-001")).diagnostics
     assert err.message.startswith("in `layer-norm` (standard library): "), err
-    ok = variant("(h (relu (matmul (+ here start next) (getf self :hidden)))))",
-                 "(h (linear (layer-norm (+ here start next) (take (getf self :first) 0) (take (getf self :second) 0))\n"
-                 "                           (getf self :hidden) (take (getf self :hidden) 0))))")
+    ok = FIXTURE.set("defmodel student (h",
+                     "(h (linear (layer-norm (+ here start next) (take (getf self :first) 0) (take (getf self :second) 0))\n"
+                     "                           (getf self :hidden) (take (getf self :hidden) 0)))")
     check(ok)
 
 
 def test_an_unterminated_string_is_one_diagnostic():
-    check(marked(variant("(def seq 8)", '(def seq 8)\n(def title "tiny', SMALL), '"tiny', "E-SYNTAX-003"))
+    check(marked(RunFile.small().add('(def title "tiny', after="def seq"), '"tiny', "E-SYNTAX-003"))
 
 
 def test_a_misspelt_model_binding_still_checks_the_rest():
-    text = variant("(model student)", "(model studnt)")
-    text = variant("(metric :loss loss)", '(metric :loss (+ "x" loss))', text)
-    check(marked(marked(text, "studnt", "E-NAME-001"), '"x"', "E-TYPE-001"))
+    text = FIXTURE.set("model", "(model studnt)").edit("objective", "(metric :loss loss)", '(metric :loss (+ "x" loss))')
+    check(text.mark("model", "studnt", "E-NAME-001").mark("objective", '"x"', "E-TYPE-001"))
 
 
 def test_standard_library_mistakes_say_what_the_layer_takes_and_got():
-    text = variant("(h (relu (matmul (+ here start next) (getf self :hidden)))))",
-                   "(h (linear (+ here start next) (getf self :out) (getf self :hidden))))")
-    [d] = check(marked(text, "(linear (+ here start next) (getf self :out) (getf self :hidden))", "E-SHAPE-001")).diagnostics
+    call = "(linear (+ here start next) (getf self :out) (getf self :hidden))"
+    [d] = check(FIXTURE.set("defmodel student (h", f"(h {call})").mark("defmodel student (h", call, "E-SHAPE-001")).diagnostics
     assert d.message.startswith("in `linear` (standard library): `+`: shapes [64 8 16] and [64 64] do not broadcast")
     assert "`(linear x w b)` takes" in d.help and "w [64 16] f32" in d.help
-    text = variant("(h (relu (matmul (+ here start next) (getf self :hidden)))))",
-                   "(h (linear (+ here start next) (getf self :hidden))))")
-    [d] = check(marked(text, "(linear (+ here start next) (getf self :hidden))", "E-FORM-003")).diagnostics
+    call = "(linear (+ here start next) (getf self :hidden))"
+    [d] = check(FIXTURE.set("defmodel student (h", f"(h {call})").mark("defmodel student (h", call, "E-FORM-003")).diagnostics
     assert d.message == "`linear` takes 3 arguments `(linear x w b)`, got 2"

@@ -22,10 +22,12 @@ import zlib
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
 
 from sexpgpu_lang import SourceText, ide
 from sexpgpu_lang.check import CheckCache, check
-from sexpgpu_lang.syntax import parse
+from sexpgpu_lang.syntax import ListNode, VecNode, parse, walk
 
 ROOT = Path(__file__).resolve().parents[1]
 SEED_DIRS = [ROOT / "examples", ROOT / "tests" / "cases", ROOT / "tests" / "fixtures",
@@ -246,3 +248,77 @@ def test_a_changed_def_is_seen_by_the_layers_that_read_it():
     cold = check(parse(SourceText(edited)))
     assert warm.diagnostics == cold.diagnostics and warm.facts == cold.facts
     assert any(t.show().startswith("[32 32]") for t in warm.facts.types.values())
+
+
+# --------------------------------------------------------------------------- the server's re-check, generated edits
+
+#: The fast tier's seed texts: the fixture (a generator), helpers.SMALL (None), and a transformer
+#: from the standard library's layers.
+PROPERTY_SEEDS = [ROOT / "tests" / "fixtures" / "tiny-generate.sx", None, ROOT / "examples" / "stdlib-transformer.sx"]
+CHARACTERS = "()[] \n:\"x1;"
+
+
+def edit_place(text: str, unit: str, i: int) -> tuple[int, int]:
+    """The range a generated edit works on: a character, a token (an atom of the syntax tree) or a
+    form (a list or vector of it), the `i`-th modulo how many the text has; an empty range at the
+    end of a text that has none."""
+    if unit == "character":
+        return (i % len(text), i % len(text) + 1) if text else (0, 0)
+    nodes = [n for form in parse(SourceText(text)).forms for n in walk(form)
+             if isinstance(n, (ListNode, VecNode)) == (unit == "form")]
+    if not nodes:
+        return len(text), len(text)
+    span = nodes[i % len(nodes)].span
+    return span.start, span.end
+
+
+def apply_edit(text: str, edit: tuple) -> tuple[int, int, str]:
+    """(start, end, new text) of a generated edit `(kind, unit, i, j, ch)`: delete the place, replace
+    it by another place's text (the `j`-th of the same unit) or a character, or insert before it a
+    copy of another place or a character."""
+    kind, unit, i, j, ch = edit
+    start, end = edit_place(text, unit, i)
+    other = text[slice(*edit_place(text, unit, j))] if unit != "character" else ch
+    if kind == "delete":
+        return start, end, ""
+    if kind == "replace":
+        return start, end, other
+    return start, start, other + (" " if unit != "character" else "")
+
+
+EDITS = st.tuples(st.sampled_from(["insert", "delete", "replace"]), st.sampled_from(["character", "token", "form"]),
+                  st.integers(0, 10**6), st.integers(0, 10**6), st.sampled_from(CHARACTERS))
+
+
+@settings(max_examples=25, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow],
+          phases=[Phase.explicit, Phase.generate])   # no shrinking: a failure prints its seed text and edits
+@given(seed=st.sampled_from(PROPERTY_SEEDS), edits=st.lists(EDITS, min_size=1, max_size=3),
+       places=st.lists(st.integers(0, 10**6), min_size=3, max_size=3))
+def test_the_servers_recheck_after_generated_edits_equals_a_cold_check(seed, edits, places):
+    """The language server's document store (lsp/documents.py) applies each edit as an incremental
+    `didChange` (a UTF-16 range) and re-checks with the document's `CheckCache`; after every edit
+    its text, diagnostics, editor facts (types by range, definitions and uses) and hovers at three
+    places equal a check from scratch of the same text."""
+    from helpers import SMALL
+    from lsp.documents import Document, DocumentStore, analyze_document
+    from lsprotocol import types
+    text = seed.read_text(encoding="utf-8") if seed is not None else SMALL
+    store, uri = DocumentStore(), "untitled:edited.sx"
+    store.open(types.TextDocumentItem(uri=uri, language_id="sexpgpu", version=1, text=text))
+    store.analysis(uri)
+    for version, edit in enumerate(edits, start=2):
+        start, end, new = apply_edit(text, edit)
+        positions = store.get(uri).positions("utf-16")
+        change = types.TextDocumentContentChangePartial(
+            range=types.Range(positions.position(start), positions.position(end)), text=new)
+        store.change(types.DidChangeTextDocumentParams(
+            types.VersionedTextDocumentIdentifier(version=version, uri=uri), [change]), "utf-16")
+        text = text[:start] + new + text[end:]
+        warm = store.analysis(uri)
+        cold = analyze_document(Document(uri, version, text))
+        assert warm.document.text == text and warm.failure is None and cold.failure is None
+        assert warm.result.diagnostics == cold.result.diagnostics, (edit, text)
+        assert warm.result.facts == cold.result.facts, (edit, text)   # types by range, definitions, uses...
+        for at in places:
+            offset = at % (len(text) + 1)
+            assert ide.hover(warm.index, offset) == ide.hover(cold.index, offset), (edit, offset, text)

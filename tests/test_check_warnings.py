@@ -10,12 +10,22 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from helpers import check, fixture_text, marked, variant
+from helpers import check
+from runfile import RunFile
 from sexpgpu_lang import Severity, analyze, ir
 from sexpgpu_lang.check.ranges import value_range
 
-LOSS = "(loss (mean (cross-entropy logits (getf inputs :target))))"
-EMBED = "(let* ((here (take (getf self :embed) row))"
+FIXTURE = RunFile.fixture()
+
+
+def with_labels(labels: str) -> RunFile:
+    """The fixture whose objective's cross-entropy reads `labels`."""
+    return FIXTURE.set("objective (cross-entropy", f"(cross-entropy logits {labels})")
+
+
+def with_embedded(indices: str) -> RunFile:
+    """The fixture whose student embeds `indices` (its `here` binding)."""
+    return FIXTURE.set("defmodel student (here", f"(here (take (getf self :embed) {indices}))")
 
 
 def shown(text: str):
@@ -32,8 +42,7 @@ def shown(text: str):
     ("(- (iota [64 seq] :axis 1) 1)", "the labels reach -1, outside the 16 classes of the logits' last axis (0 to 15)"),
 ])
 def test_labels_outside_the_vocabulary(labels, message):
-    src = variant(LOSS, f"(loss (mean (cross-entropy logits {labels})))")
-    [d] = check(marked(src, labels, "W-SHAPE-001")).diagnostics
+    [d] = check(with_labels(labels).mark("objective (cross-entropy", labels, "W-SHAPE-001")).diagnostics
     assert d.message == message
 
 
@@ -43,16 +52,15 @@ def test_labels_outside_the_vocabulary(labels, message):
     "(full [64 seq] 16)",
 ])
 def test_indices_past_the_table(indices):
-    src = variant(EMBED, f"(let* ((here (take (getf self :embed) {indices}))")
-    [d] = check(marked(src, indices, "W-SHAPE-001")).diagnostics
+    [d] = check(with_embedded(indices).mark("defmodel student (here", indices, "W-SHAPE-001")).diagnostics
     assert "outside axis 0 of `take`'s [16 64] f32 (0 to 15)" in d.message
 
 
 def test_a_let_bound_or_function_argument_index_is_followed():
-    src = variant(EMBED, "(let* ((pos (+ (iota [64 seq] :axis 1) 1)) (here (take (getf self :embed) (* pos 2)))")
-    check(marked(src, "(* pos 2)", "W-SHAPE-001"))
-    src = variant("(defmodel student", "(def at-table (lambda (t i) (take t i)))\n\n(defmodel student")
-    src = variant(EMBED, "(let* ((here (at-table (getf self :embed) (+ (iota [64 seq] :axis 1) 9)))", src)
+    src = with_embedded("(* pos 2)").edit("defmodel student :apply", "(let* (", "(let* ((pos (+ (iota [64 seq] :axis 1) 1))\n")
+    check(src.mark("defmodel student (here", "(* pos 2)", "W-SHAPE-001"))
+    src = FIXTURE.add("(def at-table (lambda (t i) (take t i)))", before="defmodel student").set(
+        "defmodel student (here", "(here (at-table (getf self :embed) (+ (iota [64 seq] :axis 1) 9)))")
     [d] = shown(src)
     assert d.code == "W-SHAPE-001"
 
@@ -66,12 +74,11 @@ def test_a_let_bound_or_function_argument_index_is_followed():
     "(full [64 seq] 15)",
 ])
 def test_labels_not_proven_outside_are_not_reported(labels):
-    check(variant(LOSS, f"(loss (mean (cross-entropy logits {labels})))"))
+    check(with_labels(labels))
 
 
 def test_one_hot_indices_past_its_classes():
-    src = variant(":correct (mean (cast (= row truth) :f32) :axes [1] :keepdims true)",
-                  ":correct (mean (one-hot (+ (iota [64 1] :axis 0) 1) 64) :axes [1] :keepdims true)")
+    src = FIXTURE.set("defgenerate :finish (list :correct", "(mean (one-hot (+ (iota [64 1] :axis 0) 1) 64) :axes [1] :keepdims true)")
     [d] = shown(src)
     assert d.code == "W-SHAPE-001" and "outside the 64 classes of `one-hot` (0 to 63)" in d.message
 
@@ -85,7 +92,7 @@ NUMPY = [lambda r, c: c + 3, lambda r, c: (r - 2) * -3, lambda r, c: np.mod(c + 
 
 @pytest.mark.parametrize("expr,reference", list(zip(EXPRS, NUMPY)))
 def test_a_proven_range_holds_the_values_numpy_computes(expr, reference):
-    src = variant(":stride (getf state :stride))))", f":stride (+ (getf state :stride) (* 0 (sum {expr}))))))")
+    src = FIXTURE.set("defgenerate :step (list :stride", f"(+ (getf state :stride) (* 0 (sum {expr})))")
     res = analyze(src, "case.sx")
     assert not res.diagnostics, [d.message for d in res.diagnostics]
     step = res.program.generate.step
@@ -107,8 +114,8 @@ def test_a_proven_range_holds_the_values_numpy_computes(expr, reference):
 
 def test_a_salt_the_same_at_every_trip_is_information():
     draw = "(categorical (model row) :salt (getf ctx :step))"
-    src = variant("(argmax (model row))", draw)
-    [d] = check(marked(src, "(getf ctx :step)", "W-RAND-003", within=draw)).diagnostics
+    src = FIXTURE.set("defgenerate :step (argmax", draw)
+    [d] = check(src.mark("defgenerate :step (categorical :salt", "(getf ctx :step)", "W-RAND-003")).diagnostics
     assert d.severity == Severity.INFORMATION
     assert d.message == "this salt is the same at every trip of `:step`, so `categorical` draws the same bits at every trip"
     assert d.help.endswith("`:salt (+ (* (getf ctx :step) 65536) trip)`")
@@ -120,25 +127,31 @@ def test_a_salt_the_same_at_every_trip_is_information():
     "(sum row)",                                # the state
 ])
 def test_a_salt_that_changes_between_trips_is_not_reported(salt):
-    check(variant("(argmax (model row))", f"(categorical (model row) :salt {salt})"))
+    check(FIXTURE.set("defgenerate :step (argmax", f"(categorical (model row) :salt {salt})"))
 
 
 def test_a_draw_outside_step_or_inside_a_model_is_not_judged():
     # :init runs once per step: a step salt is right there
-    check(variant(":stride (field batch :stride)))",
-                  ":stride (+ (field batch :stride) (cast (bernoulli (full [64 1] 0.0) :salt (getf ctx :step)) :i32))))"))
+    check(FIXTURE.set("defgenerate :init (list :stride",
+                      "(+ (field batch :stride) (cast (bernoulli (full [64 1] 0.0) :salt (getf ctx :step)) :i32))"))
     # inside a model the salt comes from its argument, whatever that is at each trip
     # (frozen: a trainable model read only by the generator would be W-MODEL-002)
-    src = variant("(model student)", "(defmodel sampler\n  :frozen true\n  :params (:embed (normal [vocab vocab] :std 0.1))\n"
-                  "  :apply (lambda (self row salt) (categorical (take (getf self :embed) row) :salt salt)))\n\n"
-                  "(defmodel pair\n  :params (:student student :sampler sampler)\n"
-                  "  :apply (lambda (self row) (student row)))\n\n(model pair)")
-    check(variant("(argmax (model row))", "(sampler row (getf ctx :step))", src))
+    src = FIXTURE.set("model", "(model pair)").add(
+        "(defmodel sampler\n  :frozen true\n  :params (:embed (normal [vocab vocab] :std 0.1))\n"
+        "  :apply (lambda (self row salt) (categorical (take (getf self :embed) row) :salt salt)))\n\n"
+        "(defmodel pair\n  :params (:student student :sampler sampler)\n"
+        "  :apply (lambda (self row) (student row)))", before="model")
+    check(src.set("defgenerate :step (argmax", "(sampler row (getf ctx :step))"))
 
 
 # --------------------------------------------------------------------------- W-GEN-001
 
-BF16 = variant(":precision :f32", ":precision :bf16")
+BF16 = FIXTURE.set("run :precision", ":bf16")
+
+
+def with_cache(text: RunFile, made: str, kept: str) -> RunFile:
+    """`text` whose generator's state holds `:cache`, made in `:init` by `made` and kept by `:step` as `kept`."""
+    return text.set("defgenerate :init (list :cache", made).set("defgenerate :step (list :cache", kept)
 
 
 @pytest.mark.parametrize("made,help_fix", [
@@ -147,9 +160,8 @@ BF16 = variant(":precision :f32", ":precision :bf16")
     ("(full [64 seq vocab] 0.5)", "`(full [64 8 16] ... :bf16)`"),
 ])
 def test_an_f32_state_entry_under_bf16_is_a_hint_with_its_bytes(made, help_fix):
-    src = variant(":stride (field batch :stride)))", f":stride (field batch :stride)\n                :cache {made}))", BF16)
-    src = variant(":stride (getf state :stride))))", ":stride (getf state :stride)\n                  :cache (cast (model row) :f32))))", src)
-    [d] = check(marked(src, made, "W-GEN-001")).diagnostics
+    src = with_cache(BF16, made, "(cast (model row) :f32)")
+    [d] = check(src.mark("defgenerate :init", made, "W-GEN-001")).diagnostics
     assert d.severity == Severity.HINT
     nbytes = 64 * 8 * 16 * 4
     assert d.message == (f"the state entry `:cache` is `[64 8 16] f32` under `:precision :bf16`: "
@@ -158,10 +170,8 @@ def test_an_f32_state_entry_under_bf16_is_a_hint_with_its_bytes(made, help_fix):
 
 
 def test_a_bf16_or_computed_f32_state_or_an_f32_run_gives_no_hint():
-    bf16_cache = variant(":stride (field batch :stride)))", ":stride (field batch :stride)\n                :cache (zeros [64 seq vocab] :bf16)))", BF16)
-    check(variant(":stride (getf state :stride))))", ":stride (getf state :stride)\n                  :cache (cast (model row) :bf16))))", bf16_cache))
-    f32 = variant(":stride (field batch :stride)))", ":stride (field batch :stride)\n                :cache (zeros [64 seq vocab])))")
-    check(variant(":stride (getf state :stride))))", ":stride (getf state :stride)\n                  :cache (model row))))", f32))
+    check(with_cache(BF16, "(zeros [64 seq vocab] :bf16)", "(cast (model row) :bf16)"))
+    check(with_cache(FIXTURE, "(zeros [64 seq vocab])", "(model row)"))
     # an f32 entry computed from the batch, not made with zeros or a cast
-    computed = variant(":stride (field batch :stride)))", ":stride (field batch :stride)\n                :score (mean (cast (field batch :row) :f32) :axes [1])))", BF16)
-    check(variant(":stride (getf state :stride))))", ":stride (getf state :stride)\n                  :score (getf state :score))))", computed))
+    check(BF16.set("defgenerate :init (list :score", "(mean (cast (field batch :row) :f32) :axes [1])")
+          .set("defgenerate :step (list :score", "(getf state :score)"))

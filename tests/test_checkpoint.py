@@ -13,21 +13,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from helpers import ROOT, check, marked, program_of, variant
+from helpers import ROOT, check, marked, program_of, run
+from runfile import RunFile
 from sexpgpu_runtime.weights.params import flatten
-from sexpgpu_runtime.errors import RunError, RunFinished, RunStopped
-from sexpgpu_runtime.run.train import RunOptions, train
+from sexpgpu_runtime import RunError, RunFinished, RunStopped
 
 STEPS = 30
 TEST_SEED = 20240605
 # Every step logged (so every step's metrics can be compared), checkpoints every 7 steps, two kept.
-TEXT = variant(":log (:every 50))", ":log (:every 1 :tensorboard true)\n     :checkpoint (:every 7 :keep 2))")
-
-
-def run(text: str, run_dir: Path, steps: int = STEPS, on_trip=None, **kw):
-    """Train quietly; the program's path is inside the run dir."""
-    return train(program_of(text, str(run_dir / "run.sx")), RunOptions(steps=steps, run_dir=run_dir, quiet=True, **kw),
-                 on_trip=on_trip)
+TEXT = RunFile.fixture().set("run :log", "(:every 1 :tensorboard true)").set("run :checkpoint", "(:every 7 :keep 2)")
 
 
 def rows(run_dir: Path) -> list[dict]:
@@ -45,7 +39,7 @@ def assert_same_params(a, b):
 def full(tmp_path_factory):
     """The uninterrupted 30-step run."""
     d = tmp_path_factory.mktemp("full")
-    return run(TEXT, d), d
+    return run(TEXT, d, STEPS), d
 
 
 @pytest.fixture(scope="module")
@@ -60,9 +54,9 @@ def stopped(tmp_path_factory):
             os.kill(os.getpid(), signal.SIGTERM)
 
     with pytest.raises(RunStopped) as stop:
-        run(TEXT, d, on_trip=before_trip)
+        run(TEXT, d, STEPS, on_trip=before_trip)
     first_part = rows(d)
-    resumed = run(TEXT, d, resume=True)
+    resumed = run(TEXT, d, STEPS, resume=True)
     return target, stop.value, first_part, resumed, d
 
 
@@ -101,9 +95,9 @@ def test_a_crash_resumes_from_the_last_periodic_checkpoint_and_drops_the_later_r
             raise Crash
 
     with pytest.raises(Crash):
-        run(TEXT, tmp_path, on_trip=before_trip)
+        run(TEXT, tmp_path, STEPS, on_trip=before_trip)
     assert [r["step"] for r in rows(tmp_path)] == list(range(1, 18))
-    resumed = run(TEXT, tmp_path, resume=True)
+    resumed = run(TEXT, tmp_path, STEPS, resume=True)
     assert resumed.start == 14                  # the newest `:every 7` checkpoint
     assert rows(tmp_path) == rows(full_dir)              # rows 15-17 were dropped, then logged again
     assert_same_params(resumed.trainable, full_result.trainable)
@@ -126,9 +120,9 @@ def test_keep_holds_the_newest_checkpoints(full):
 @pytest.mark.slow
 def test_checkpoint_of_another_file_is_refused_naming_both(full, tmp_path):
     _, d = full
-    other = variant(":optimizer (adam :lr 3e-3)", ":optimizer (adam :lr 1e-3)", TEXT)
+    other = TEXT.set("run :optimizer :lr", "1e-3")
     with pytest.raises(RunError) as e:
-        run(other, d, resume=True)
+        run(other, d, STEPS, resume=True)
     msg = str(e.value)
     assert "\n" not in msg
     assert program_of(TEXT).identity in msg and program_of(other).identity in msg
@@ -138,20 +132,20 @@ def test_checkpoint_of_another_file_is_refused_naming_both(full, tmp_path):
 @pytest.mark.slow
 def test_a_file_that_differs_in_steps_alone_is_another_run_and_the_message_says_how_to_train_longer(full):
     _, d = full
-    longer = variant(":steps 1500", ":steps 1600", TEXT)
+    longer = TEXT.set("run :steps", "1600")
     assert program_of(longer).identity != program_of(TEXT).identity
     assert program_of(longer).identity_apart_from_steps == program_of(TEXT).identity_apart_from_steps
     with pytest.raises(RunError) as e:
-        run(longer, d, resume=True)
+        run(longer, d, STEPS, resume=True)
     msg = str(e.value)
     assert "\n" not in msg
     assert "with `:steps 1500`; this file differs from it in `:steps` alone (1600 now)" in msg
     assert "keep `:steps 1500` in the file and resume with `--steps 1600`" in msg
     # any other change as well: the message names both identities, as for another file
-    other = variant(":optimizer (adam :lr 3e-3)", ":optimizer (adam :lr 1e-3)", longer)
+    other = longer.set("run :optimizer :lr", "1e-3")
     assert program_of(other).identity_apart_from_steps != program_of(TEXT).identity_apart_from_steps
     with pytest.raises(RunError, match="this file has forms") as e:
-        run(other, d, resume=True)
+        run(other, d, STEPS, resume=True)
 
 
 @pytest.mark.slow
@@ -159,7 +153,7 @@ def test_comments_and_layout_keep_the_identity(full):
     reformatted = ";; a comment the identity ignores\n" + TEXT.replace("(run :loader train", "(run\n  :loader   train")
     assert program_of(reformatted).identity == program_of(TEXT).identity
     with pytest.raises(RunFinished, match=f"finished at step {STEPS} of {STEPS}"):   # the same run: it has finished
-        run(reformatted, full[1], resume=True)
+        run(reformatted, full[1], STEPS, resume=True)
 
 
 @pytest.mark.slow
@@ -170,16 +164,16 @@ def test_samples_keep_the_identity(full):
     assert program_of(shown).identity == program_of(TEXT).identity
     assert program_of(shown).identity_apart_from_steps == program_of(TEXT).identity_apart_from_steps
     with pytest.raises(RunFinished, match=f"finished at step {STEPS} of {STEPS}"):
-        run(shown, full[1], resume=True)
+        run(shown, full[1], STEPS, resume=True)
     other = TEXT.replace(":seed 0", ":seed 1", 1)
     assert program_of(other).identity != program_of(TEXT).identity
 
 
 @pytest.mark.slow
 def test_fresh_run_into_a_dir_with_checkpoints_is_refused(full, tmp_path):
-    run(TEXT, tmp_path, steps=7)                         # unfinished: resume it, or start over
+    run(TEXT, tmp_path, 7)                         # unfinished: resume it, or start over
     with pytest.raises(RunError, match="already holds checkpoints of this run .*--resume"):
-        run(TEXT, tmp_path, steps=STEPS)
+        run(TEXT, tmp_path, STEPS)
 
 
 @pytest.mark.slow
@@ -188,7 +182,7 @@ def test_fresh_run_of_a_finished_run_says_where_it_is_and_changes_nothing(full):
     RunFinished, exit 0, naming its metrics and checkpoints and how to train again."""
     before = sorted((p.relative_to(full[1]), p.stat().st_mtime_ns) for p in full[1].rglob("*") if p.is_file())
     with pytest.raises(RunFinished) as e:
-        run(TEXT, full[1])
+        run(TEXT, full[1], STEPS)
     assert str(e.value) == (f"the run in {full[1]} finished at step {STEPS} of {STEPS}: nothing was changed; its "
                             f"metrics are in {full[1] / 'metrics.jsonl'}, its checkpoints in {full[1] / 'checkpoints'}. "
                             f"Pass --overwrite to train it again, or `--resume --steps N` above {STEPS} to train it "
@@ -198,7 +192,7 @@ def test_fresh_run_of_a_finished_run_says_where_it_is_and_changes_nothing(full):
 
 def test_resume_without_a_checkpoint_says_so(tmp_path):
     with pytest.raises(RunError, match="nothing to resume: no complete checkpoint in"):
-        run(TEXT, tmp_path, resume=True)
+        run(TEXT, tmp_path, STEPS, resume=True)
 
 
 @pytest.mark.slow
@@ -249,7 +243,7 @@ def test_a_checkpoint_whose_write_was_cut_short_is_named_by_the_resume(full, tmp
     # with the older one cut short too, nothing is left to resume, and the refusal says why
     (d / "checkpoints" / "28").rename(d / "checkpoints" / "28.orbax-checkpoint-tmp-1764611000")
     with pytest.raises(RunError) as e:
-        run(TEXT, d, steps=40, resume=True)
+        run(TEXT, d, 40, resume=True)
     assert str(e.value) == (f"nothing to resume: no complete checkpoint in {d / 'checkpoints'} (the write of step "
                             "28 was cut short: its process was killed while writing it); pass --overwrite instead of "
                             "--resume to start over at step 0 (metrics.jsonl holds the rows of a run none of whose "
@@ -258,16 +252,16 @@ def test_a_checkpoint_whose_write_was_cut_short_is_named_by_the_resume(full, tmp
     for p in (d / "checkpoints").iterdir():
         shutil.rmtree(p)
     with pytest.raises(RunError) as e:
-        run(TEXT, d, steps=40, resume=True)
+        run(TEXT, d, 40, resume=True)
     assert "(the write of step 28 was cut short: its process was killed while writing it)" in str(e.value)
     assert "none of whose checkpoints was completed" in str(e.value)
 
 
 def test_unwritable_checkpoint_dir_is_one_error_before_training(tmp_path):
     (tmp_path / "a-file").write_text("not a dir")
-    text = variant(":checkpoint (:every 7 :keep 2)", ':checkpoint (:every 7 :dir "a-file/ckpt")', TEXT)
+    text = TEXT.set("run :checkpoint", '(:every 7 :dir "a-file/ckpt")')
     with pytest.raises(RunError) as e:
-        run(text, tmp_path)
+        run(text, tmp_path, STEPS)
     assert str(e.value) == (f"cannot write checkpoints to {tmp_path / 'a-file' / 'ckpt'}: "
                             f"{tmp_path / 'a-file'} is a file, not a directory")
     assert not (tmp_path / "metrics.jsonl").exists()
@@ -278,7 +272,7 @@ def test_full_disk_is_one_error_before_training(tmp_path, monkeypatch):
     from sexpgpu_runtime.run import checkpoint
     monkeypatch.setattr(checkpoint.shutil, "disk_usage", lambda p: shutil._ntuple_diskusage(10**9, 10**9 - 4096, 4096))
     with pytest.raises(RunError, match=r"not enough free space for checkpoints in .*: one needs about 1\.\d MiB, 0\.0 MiB free"):
-        run(TEXT, tmp_path)
+        run(TEXT, tmp_path, STEPS)
     assert not (tmp_path / "metrics.jsonl").exists()
 
 
@@ -306,25 +300,27 @@ def test_a_disk_that_fills_during_the_run_fails_the_save_naming_the_newest_check
 def test_bad_checkpoint_setting_is_one_line(tmp_path):
     from sexpgpu_runtime.run.checkpoint_policy import checkpoint_spec
     from sexpgpu_runtime.errors import CheckpointError
-    bad = variant(":checkpoint (:every 7 :keep 2)", ":checkpoint (:every 0)", TEXT)
+    bad = TEXT.set("run :checkpoint", "(:every 0)")
     check(marked(bad, "0", "E-TYPE-003", within=":every 0"))   # the checker's, statically
     with pytest.raises(CheckpointError, match=r"^`:checkpoint` `:keep` must be a whole number of 1 or more, got 0$"):
         checkpoint_spec({"keep": 0}, tmp_path)                                     # the IR's, defensively
-    text = variant(":checkpoint (:every 7 :keep 2)", ':checkpoint (:dir "")', TEXT)
+    text = TEXT.set("run :checkpoint", '(:dir "")')
     with pytest.raises(RunError, match=r'^`:checkpoint` `:dir` must be a path in quotes like "checkpoints", got \'\'$'):
-        run(text, tmp_path)
+        run(text, tmp_path, STEPS)
+
+
+#: TEXT whose loss is NaN from the 7th step on (log(6 - step) is -inf at ctx :step 6), logged every 50 steps.
+NAN_FROM_STEP_7 = TEXT.set("objective (loss", "(loss (+ (mean (cross-entropy logits (getf inputs :target)))\n"
+                                              "                  (* 0.0 (log (- 6.0 (cast (getf ctx :step) :f32))))))").set(
+    "run :log", "(:every 50)")
 
 
 @pytest.mark.slow
 def test_nan_loss_names_the_step_the_metric_and_the_last_good_checkpoint(tmp_path):
     # log(6 - step) is -inf at the 7th step (ctx :step 6), so the loss is NaN there.
-    text = variant("(loss (mean (cross-entropy logits (getf inputs :target)))))",
-                   "(loss (+ (mean (cross-entropy logits (getf inputs :target)))\n"
-                   "                  (* 0.0 (log (- 6.0 (cast (getf ctx :step) :f32)))))))", TEXT)
-    text = variant(":log (:every 1 :tensorboard true)", ":log (:every 50)", text)
-    text = variant(":checkpoint (:every 7 :keep 2)", ":checkpoint (:every 2 :keep 2)", text)
+    text = NAN_FROM_STEP_7.set("run :checkpoint :every", "2")
     with pytest.raises(RunError) as e:
-        run(text, tmp_path, steps=12)
+        run(text, tmp_path, 12)
     ckpts = tmp_path / "checkpoints"
     line = next(i for i, s in enumerate(text.splitlines(), 1) if "(log (- 6.0" in s)
     col = text.splitlines()[line - 1].index("(log (- 6.0") + 1
@@ -341,11 +337,7 @@ def test_nan_loss_between_checks_names_its_step_and_is_never_saved(tmp_path, sto
     # The loss is NaN from the 7th step on; nothing is logged or saved until step 10 (or SIGTERM in step 9).
     # The loss is read back only then, yet the error names step 7, and the checkpoint of step 5 is the
     # last one: step 10 (or the last completed step, 8, at the stop) is never saved.
-    text = variant("(loss (mean (cross-entropy logits (getf inputs :target)))))",
-                   "(loss (+ (mean (cross-entropy logits (getf inputs :target)))\n"
-                   "                  (* 0.0 (log (- 6.0 (cast (getf ctx :step) :f32)))))))", TEXT)
-    text = variant(":log (:every 1 :tensorboard true)", ":log (:every 50)", text)
-    text = variant(":checkpoint (:every 7 :keep 2)", ":checkpoint (:every 5 :keep 3)", text)
+    text = NAN_FROM_STEP_7.set("run :checkpoint", "(:every 5 :keep 3)")
 
     sent = []
 
@@ -355,7 +347,7 @@ def test_nan_loss_between_checks_names_its_step_and_is_never_saved(tmp_path, sto
             os.kill(os.getpid(), signal.SIGTERM)
 
     with pytest.raises(RunError) as e:
-        run(text, tmp_path, steps=12, on_trip=before_trip)
+        run(text, tmp_path, 12, on_trip=before_trip)
     assert sent == ([] if stop_in is None else [stop_in])
     ckpts = tmp_path / "checkpoints"
     assert str(e.value).startswith("step 7: `loss` is nan, so the run stopped;"), str(e.value)
@@ -478,46 +470,46 @@ def test_plot_mistakes_are_one_line(tmp_path):
 
 @pytest.mark.slow
 def test_fresh_run_into_a_run_dir_with_metrics_but_no_checkpoints_is_refused(tmp_path):
-    text = variant(":log (:every 50))", ":log (:every 1))")      # no `:checkpoint`: nothing saved while training
-    run(text, tmp_path, steps=2)
+    text = RunFile.fixture().set("run :log :every", "1")      # no `:checkpoint`: nothing saved while training
+    run(text, tmp_path, 2)
     before = (tmp_path / "metrics.jsonl").read_text()
     with pytest.raises(RunError) as e:
-        run(text, tmp_path, steps=3)
+        run(text, tmp_path, 3)
     assert str(e.value) == (f"{tmp_path} already holds the metrics.jsonl of an earlier run (and no checkpoint to "
                             "resume from); pass --overwrite to start over, or give another --run-dir")
     assert (tmp_path / "metrics.jsonl").read_text() == before          # untouched
-    run(text, tmp_path, steps=3, overwrite=True)
+    run(text, tmp_path, 3, overwrite=True)
     assert [r["step"] for r in rows(tmp_path)] == [1, 2, 3]
 
 
 def test_a_run_whose_data_cannot_be_read_leaves_no_empty_run_dir(tmp_path):
-    text = variant("(stride-rows :vocab vocab :seq seq)", '(npz "missing.npz")', TEXT)
+    text = TEXT.set("loader train :source", '(npz "missing.npz")')
     run_dir = tmp_path / "runs" / "tiny"
     with pytest.raises(RunError, match="no file .*missing.npz"):
-        train(program_of(text, str(tmp_path / "run.sx")), RunOptions(steps=2, run_dir=run_dir, quiet=True))
+        run(text, run_dir, 2, path=tmp_path / "run.sx")
     assert list(tmp_path.iterdir()) == []                 # neither runs/tiny nor runs/ is left
     (tmp_path / "runs").mkdir()
     (tmp_path / "runs" / "notes.txt").write_text("mine")
     with pytest.raises(RunError, match="no file .*missing.npz"):
-        train(program_of(text, str(tmp_path / "run.sx")), RunOptions(steps=2, run_dir=run_dir, quiet=True))
+        run(text, run_dir, 2, path=tmp_path / "run.sx")
     assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["notes.txt"]   # what was there stays
 
 
 @pytest.mark.slow
 def test_an_empty_metrics_jsonl_is_no_earlier_run(tmp_path):
     (tmp_path / "metrics.jsonl").write_text("")         # left by a run that failed before its first logged step
-    run(TEXT, tmp_path, steps=1)
+    run(TEXT, tmp_path, 1)
     assert [r["step"] for r in rows(tmp_path)] == [1]
 
 
 @pytest.mark.slow
 def test_overwrite_starts_over_removing_checkpoints_metrics_and_events(full, tmp_path):
     full_result, full_dir = full
-    run(TEXT, tmp_path, steps=9)                        # checkpoints 7 and 9, 9 rows, events to step 9
+    run(TEXT, tmp_path, 9)                        # checkpoints 7 and 9, 9 rows, events to step 9
     with pytest.raises(RunFinished, match=r"has trained 9 steps, more than the 3 asked for: nothing was changed"):
-        run(TEXT, tmp_path, steps=3)
+        run(TEXT, tmp_path, 3)
     (tmp_path / "notes.txt").write_text("mine")
-    again = run(TEXT, tmp_path, steps=STEPS, overwrite=True)
+    again = run(TEXT, tmp_path, STEPS, overwrite=True)
     assert rows(tmp_path) == rows(full_dir)             # one fresh run's rows, nothing of the first
     assert_same_params(again.trainable, full_result.trainable)
     assert sorted(tensorboard_scalars(tmp_path)["loss"]) == list(range(1, STEPS + 1))
@@ -528,15 +520,15 @@ def test_overwrite_starts_over_removing_checkpoints_metrics_and_events(full, tmp
 
 @pytest.mark.slow
 def test_overwrite_replaces_another_runs_checkpoints_and_refuses_resume_with_it(full, tmp_path):
-    from sexpgpu_runtime.errors import OptionError
-    other = variant(":optimizer (adam :lr 3e-3)", ":optimizer (adam :lr 1e-3)", TEXT)
-    run(other, tmp_path, steps=7)
+    from sexpgpu_runtime import OptionError
+    other = TEXT.set("run :optimizer :lr", "1e-3")
+    run(other, tmp_path, 7)
     with pytest.raises(RunError, match=r"checkpoints of another run .*pass --overwrite to replace that run"):
-        run(TEXT, tmp_path, steps=7)
-    run(TEXT, tmp_path, steps=7, overwrite=True)
+        run(TEXT, tmp_path, 7)
+    run(TEXT, tmp_path, 7, overwrite=True)
     assert [r["step"] for r in rows(tmp_path)] == list(range(1, 8))
     with pytest.raises(OptionError, match="^--resume continues the run in the run dir and --overwrite starts it over"):
-        run(TEXT, tmp_path, resume=True, overwrite=True)
+        run(TEXT, tmp_path, STEPS, resume=True, overwrite=True)
 
 
 def test_plot_output_format_comes_from_the_suffix(tmp_path):
@@ -598,15 +590,15 @@ def test_a_stop_while_a_bad_row_waits_for_the_device_names_the_bad_step_and_save
     from sexpgpu_runtime.run.loop import Loop
     real = Loop._write_rows
     monkeypatch.setattr(Loop, "_write_rows", lambda self, wait: real(self, wait) if wait else None)
-    text = variant("(metric :loss loss)",
-                   "(metric :loss loss)\n    (metric :odd (log (abs (- (cast (getf ctx :step) :f32) 9.0))))", TEXT)
+    text = TEXT.edit("objective", "(metric :loss loss)",
+                     "(metric :loss loss)\n    (metric :odd (log (abs (- (cast (getf ctx :step) :f32) 9.0))))")
 
     def before_trip(step, trip):
         if (step, trip) == (12, 0):
             os.kill(os.getpid(), signal.SIGTERM)
 
     with pytest.raises(RunError) as e:
-        run(text, tmp_path, on_trip=before_trip)
+        run(text, tmp_path, STEPS, on_trip=before_trip)
     ckpts = tmp_path / "checkpoints"
     assert str(e.value).startswith("step 10: `odd` is -inf, so the run stopped;"), str(e.value)
     assert str(e.value).endswith(f"the last good checkpoint is step 7 in {ckpts}")

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from runfile import RunFile
 from sexpgpu_lang import analyze, ide
 from sexpgpu_lang.files.hf_config import ConfigError, refusals, settings
 
@@ -97,22 +98,22 @@ def test_nothing_refused_for_the_families_read():
 def project(tmp_path):
     """The E-CONFIG-004 case's run file and checkpoint in a folder of their own."""
     shutil.copytree(CASES / "data" / "llama3-tiny", tmp_path / "data" / "llama3-tiny")
-    text = (CASES / "config-004-stated-rope.sx").read_text()
+    text = RunFile.read(CASES / "config-004-stated-rope.sx")
     return tmp_path, text
 
 
-def bound(text: str) -> str:
+def bound(text: RunFile) -> RunFile:
     """The case with every number of the model bound from the config, and `llama-block-freq`."""
     ck = '"data/llama3-tiny"'
-    for name, key in (("layers", "layers"), ("width", "width"), ("heads", "heads"), ("kv-heads", "kv-heads"),
-                      ("head-width", "head-width"), ("hidden", "hidden"), ("vocab", "vocab")):
-        text = text.replace(f"(def {name} ", f"(def {name} (checkpoint-config {ck} :{key})) ;", 1)
-    text = text.replace("(def seq 8)", "(def seq 8)\n" + "\n".join(
-        f"(def {k} (checkpoint-config {ck} :{k}))" for k in ("eps", "rope-base", "rope-factor", "rope-low-freq-factor",
-                                                           "rope-high-freq-factor", "rope-original-positions")))
-    text = text.replace("(llama-block h positions", "(llama-block-freq h positions (rope-inv-freq head-width rope-base "
-                        "rope-factor rope-low-freq-factor rope-high-freq-factor rope-original-positions) eps")
-    return text.replace("(getf self :norm) 1e-5)", "(getf self :norm) eps)")
+    for name in ("layers", "width", "heads", "kv-heads", "head-width", "hidden", "vocab"):
+        text = text.set(f"def {name}", f"(def {name} (checkpoint-config {ck} :{name}))")
+    text = text.add("\n".join(f"(def {k} (checkpoint-config {ck} :{k}))" for k in (
+        "eps", "rope-base", "rope-factor", "rope-low-freq-factor", "rope-high-freq-factor", "rope-original-positions")),
+        after="def seq")
+    text = text.edit("defmodel block", "(llama-block h positions", "(llama-block-freq h positions (rope-inv-freq head-width "
+                     "rope-base rope-factor rope-low-freq-factor rope-high-freq-factor rope-original-positions) eps")
+    return text.set("defmodel llama3 (rms-norm-eps", "(rms-norm-eps (block (embedding (getf self :embed) x) (iota [seq])) "
+                    "(getf self :norm) eps)")
 
 
 def test_a_file_that_states_no_number_checks_clean_and_hover_names_the_key(project):
@@ -153,15 +154,14 @@ def test_stated_values_are_checked_by_plain_lint_as_by_the_editor(project):
 
 def test_a_stated_value_that_agrees_is_clean_and_one_that_does_not_names_the_key(project):
     root, text = project
-    text = text.replace("(llama-block h positions", "(llama-block-freq h positions (rope-inv-freq head-width "
-                        "500000.0 8.0 1.0 4.0 8) 1e-5")
+    text = text.edit("defmodel block", "(llama-block h positions", "(llama-block-freq h positions (rope-inv-freq head-width "
+                     "500000.0 8.0 1.0 4.0 8) 1e-5")
     assert codes(analyze(text, str(root / "run.sx"), read_files=True)) == []
-    wrong = text.replace("(rope-inv-freq head-width 500000.0 8.0 1.0 4.0 8) 1e-5",
-                         "(rope-inv-freq head-width 500000.0 8.0 1.0 4.0 8192) 1e-5")
+    wrong = text.set("defmodel block (rope-inv-freq", "(rope-inv-freq head-width 500000.0 8.0 1.0 4.0 8192)")
     got = codes(analyze(wrong, str(root / "run.sx"), read_files=True))
     assert got == [("E-CONFIG-004", "`data/llama3-tiny/config.json` has `rope_scaling.original_max_position_embeddings`"
                     " 8, and `llama-block-freq` here uses 8192")]
-    assert codes(analyze(text.replace("(def layers 2)", "(def layers 3)"), str(root / "run.sx"),
+    assert codes(analyze(text.set("def layers", "(def layers 3)"), str(root / "run.sx"),
                          read_files=True))[0][0] == "E-MODEL-003"   # a shape the tensors tell already
 
 
@@ -175,7 +175,7 @@ def test_the_mapping_must_be_for_the_config(project):
 
 def test_checkpoint_config_outside_a_def_is_a_form_error(project):
     root, text = project
-    text = text.replace("(iota [seq])", "(iota [(checkpoint-config \"data/llama3-tiny\" :positions)])")
+    text = text.set("defmodel llama3 (iota", "(iota [(checkpoint-config \"data/llama3-tiny\" :positions)])")
     got = dict(codes(analyze(text, str(root / "run.sx"))))
     assert "is a `def`'s value" in got["E-FORM-002"], got
 
@@ -194,7 +194,7 @@ HF = Path(__file__).parent / "fixtures" / "hf"
 def test_file_dtype_of_another_dtype_than_the_file_s_says_so_and_how_to_fix_it(tmp_path):
     """`:file-dtype :bf16` on an f32 file: the file's dtype differs from `:file-dtype`, not the parameters'."""
     shutil.copytree(HF / "gpt2", tmp_path / "gpt2")
-    text = (HF / "gpt2.sx").read_text().replace(":names :gpt2)", ":names :gpt2 :file-dtype :bf16)")
+    text = RunFile.read(HF / "gpt2.sx").set("defmodel teacher :pretrained :file-dtype", ":bf16")
     res = analyze(text, str(tmp_path / "run.sx"), read_files=True)
     d, = [d for d in res.diagnostics if d.is_error]
     assert d.code == "E-MODEL-003"
@@ -290,11 +290,8 @@ def test_a_wrong_model_type_is_one_error_at_the_first_def_not_a_cascade(tmp_path
 
 
 def test_a_mapping_mistake_beside_a_parameter_that_did_not_check_is_still_said():
-    from helpers import SMALL
-    text = SMALL.replace("(model lm)", "") + ""
-    text = text.replace(":params (:embed (normal [vocab 32] :std 0.1)", ":params (:embed (normal [nothing 32] :std 0.1)")
-    text = text.replace("(defmodel lm", "(defmodel lm\n  :pretrained (:path \"x.safetensors\" :names (:embed \"e\" :outt \"o\"))", 1)
-    text += "(model lm)\n"
+    text = (RunFile.small().set("defmodel lm :params :embed", "(normal [nothing 32] :std 0.1)")
+            .set("defmodel lm :pretrained", '(:path "x.safetensors" :names (:embed "e" :outt "o"))'))
     res = analyze(text, "run.sx")
     got = {d.code: d.message for d in res.diagnostics}
     assert "E-NAME-001" in got or any(c.startswith("E-") for c in got if c != "E-MODEL-006"), got
@@ -323,13 +320,12 @@ def test_a_qwen3_head_width_of_width_over_heads_is_not_its_head_dim(tmp_path):
     is refused where the checkpoint is read, naming the projection's shape and the parameter's."""
     from test_hf_parity import FIXTURES
     shutil.copytree(FIXTURES / "qwen3", tmp_path / "qwen3")
-    text = (FIXTURES / "qwen3.sx").read_text().replace(
-        '(def head-width (checkpoint-config "qwen3" :head-width))', "(def head-width (/ width heads))")
+    text = RunFile.read(FIXTURES / "qwen3.sx").set("def head-width", "(def head-width (/ width heads))")
     got = codes(analyze(text, str(tmp_path / "run.sx"), read_files=True))
     assert [c for c, _ in got] == ["E-MODEL-003"], got
     assert "tensor `model.layers.0.self_attn.q_proj.weight` is [64 32] f32, parameter `layers.wq` [2 32 4 8]" \
         in got[0][1], got
-    fixed = text.replace("(def head-width (/ width heads))", "(def head-width 16)")
+    fixed = text.set("def head-width", "(def head-width 16)")
     assert codes(analyze(fixed, str(tmp_path / "run.sx"), read_files=True)) == []
 
 
@@ -338,13 +334,10 @@ def test_a_stated_size_is_reported_at_the_parameter_of_the_model_that_reads_the_
     and a student's after it. E-CONFIG-004 stands at the teacher block's `:wq`, not at the last `:wq`
     of the file."""
     shutil.copytree(CASES / "data" / "llama3-tiny", tmp_path / "data" / "llama3-tiny")
-    text = (CASES / "config-004-stated-heads.sx").read_text()
-    text = text.replace("(model llama3)", """(defmodel pair
+    text = RunFile.read(CASES / "config-004-stated-heads.sx").set("model", "(model pair)").add("""(defmodel pair
   :params (:teacher llama3 :wq (normal [width heads head-width] :std 0.02))
-  :apply (lambda (self x) (+ (llama3 x) (sum (getf self :wq)))))
-
-(model pair)""")
-    text = text.replace("(model (getf inputs :x))", "(pair (getf inputs :x))")
+  :apply (lambda (self x) (+ (llama3 x) (sum (getf self :wq)))))""", before="model")
+    text = text.edit("objective", "(model (getf inputs :x))", "(pair (getf inputs :x))")
     f = tmp_path / "pair.sx"
     f.write_text(text)
     res = analyze(text, str(f), read_files=True)
@@ -586,7 +579,7 @@ def test_a_bad_config_read_by_a_def_and_by_pretrained_is_said_once(project, conf
     the one bad config.json, which is one diagnostic, at the `def`."""
     root, text = project
     (root / "data" / "llama3-tiny" / "config.json").write_text(config)
-    text = text.replace("(def seq 8)", '(def seq 8)\n(def eps (checkpoint-config "data/llama3-tiny" :eps))')
+    text = text.add('(def eps (checkpoint-config "data/llama3-tiny" :eps))', after="def seq")
     for read_files in (False, True):
         got = codes(analyze(text, str(root / "run.sx"), read_files=read_files))
         assert [c for c, _ in got] == [code], (read_files, got)
@@ -613,7 +606,7 @@ def test_a_block_in_a_function_of_the_file_s_own_is_compared_or_said_uncompared(
     """The final norm written through a function `(def my-norm (lambda ...))`: its literal epsilon is
     compared; one it takes as an argument (each call may give another) is W-CONFIG-001, not silence."""
     path, text = llama3
-    text = text.replace("(defmodel layer", f"(def my-norm {helper})\n\n(defmodel layer", 1)
+    text = RunFile(text).add(f"(def my-norm {helper})", before="defmodel layer")
     old = "(rms-norm-eps (getf c :h) (getf self :norm) eps)"
     assert text.count(old) == 2
     text = text.replace(old, call)
@@ -628,9 +621,8 @@ def test_e_config_004_has_a_quick_fix_that_makes_the_file_clean(tmp_path):
     a `def` the call names is bound with `checkpoint-config`; applied, the file checks clean."""
     hf = Path(__file__).parent / "fixtures" / "hf"
     shutil.copytree(hf / "llama3", tmp_path / "llama3")
-    text = (hf / "llama3.sx").read_text()
-    text = text.replace('(def eps (checkpoint-config "llama3" :eps))', "(def eps 1e-6)")
-    text = text.replace("(rope-inv-freq head-width rope-base", "(rope-inv-freq head-width 10000.0", 1)
+    text = (RunFile.read(hf / "llama3.sx").set("def eps", "(def eps 1e-6)")
+            .edit("defmodel layer (rope-inv-freq", "rope-base", "10000.0"))
     f = tmp_path / "llama3.sx"
     f.write_text(text)
     res = analyze(text, str(f))

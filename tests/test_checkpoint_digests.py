@@ -13,11 +13,10 @@ import pytest
 
 pytest.importorskip("orbax.checkpoint")
 
-from helpers import program_of, variant  # noqa: E402
+from helpers import run, variant  # noqa: E402
 from sexpgpu_runtime.run.checkpoint_meta import digests, first_difference  # noqa: E402
-from sexpgpu_runtime.errors import RunError, RunFinished  # noqa: E402
+from sexpgpu_runtime import RunError, RunFinished  # noqa: E402
 from sexpgpu_runtime.weights.params import flatten  # noqa: E402
-from sexpgpu_runtime.run.train import RunOptions, train  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -27,17 +26,13 @@ STEPS = 15
 LONGER = 17   # the resumes train on to here: a resume to STEPS would find the run finished, and change nothing
 
 
-def run(run_dir: Path, steps: int = STEPS, **kw):
-    return train(program_of(TEXT, str(run_dir / "run.sx")), RunOptions(steps=steps, run_dir=run_dir, quiet=True, **kw))
-
-
 @pytest.fixture(scope="module")
 def base(tmp_path_factory):
     """A 15-step run with checkpoints at steps 5, 10 and 15, and the parameters of the same run trained on
     to step 17 without a stop (what each resume below must give, bit for bit)."""
     d = tmp_path_factory.mktemp("base")
-    first = run(d)
-    return first, d, run(tmp_path_factory.mktemp("longer"), LONGER).trainable
+    first = run(TEXT, d, STEPS)
+    return first, d, run(TEXT, tmp_path_factory.mktemp("longer"), LONGER).trainable
 
 
 def copy_of(base, tmp_path: Path) -> Path:
@@ -59,7 +54,7 @@ def same(a, b):
 
 
 def resumed_from(d: Path, capfd, base) -> tuple[int, str]:
-    res = run(d, LONGER, resume=True)
+    res = run(TEXT, d, LONGER, resume=True)
     err = capfd.readouterr().err
     assert same(res.trainable, base[2])   # trained again from the fallback: bit-exact
     return res.start, err
@@ -80,7 +75,7 @@ def test_overwritten_bytes_fall_back_to_the_newest_checkpoint_that_verifies(base
         data[mid:mid + 4] = bytes(255 - b for b in data[mid:mid + 4])
         f.write_bytes(bytes(data))
     with pytest.raises(RunFinished):      # the run had finished: its resume reads no array, moves nothing aside
-        run(d, resume=True)
+        run(TEXT, d, STEPS, resume=True)
     assert (d / "checkpoints" / "15").is_dir() and not (d / "checkpoints" / "15.corrupt").exists()
     start, err = resumed_from(d, capfd, base)
     assert start == 10
@@ -113,7 +108,7 @@ def test_when_nothing_verifies_the_error_lists_why(base, tmp_path, capfd):
         for f in data_files(d / "checkpoints" / step):
             f.write_bytes(b"")
     with pytest.raises(RunError, match=r"no checkpoint in .* verifies: .*step 15.*step 10.*step 5"):
-        run(d, LONGER, resume=True)
+        run(TEXT, d, LONGER, resume=True)
 
 
 def test_first_difference_names_the_array():

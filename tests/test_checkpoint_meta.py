@@ -13,10 +13,9 @@ import pytest
 
 pytest.importorskip("orbax.checkpoint")
 
-from helpers import program_of, variant  # noqa: E402
+from helpers import run, variant  # noqa: E402
 from sexpgpu_runtime.run.checkpoint_meta import META_DIGEST, meta_digest, meta_problem  # noqa: E402
 from sexpgpu_runtime.weights.params import flatten  # noqa: E402
-from sexpgpu_runtime.run.train import RunOptions, train  # noqa: E402
 
 pytestmark = pytest.mark.slow   # (trains, or runs `sexpgpu run`)
 
@@ -24,16 +23,12 @@ TEXT = variant(":log (:every 50))", ":log (:every 1)\n     :checkpoint (:every 5
 STEPS, LONGER = 15, 17
 
 
-def run(run_dir: Path, steps: int = STEPS, **kw):
-    return train(program_of(TEXT, str(run_dir / "run.sx")), RunOptions(steps=steps, run_dir=run_dir, quiet=True, **kw))
-
-
 @pytest.fixture(scope="module")
 def base(tmp_path_factory):
     """A 15-step run with checkpoints at 5, 10 and 15, and the same run trained to 17 without a stop."""
     d = tmp_path_factory.mktemp("base")
-    run(d)
-    return d, run(tmp_path_factory.mktemp("longer"), LONGER).trainable
+    run(TEXT, d, STEPS)
+    return d, run(TEXT, tmp_path_factory.mktemp("longer"), LONGER).trainable
 
 
 def meta_file(step_dir: Path) -> Path:
@@ -55,7 +50,7 @@ def edit(base, tmp_path: Path, change, redigest: bool) -> Path:
 
 
 def resumes_from_10(d: Path, base, capfd) -> str:
-    res = run(d, LONGER, resume=True)
+    res = run(TEXT, d, LONGER, resume=True)
     err = capfd.readouterr().err
     assert res.start == 10
     fa, fb = flatten(res.trainable), flatten(base[1])

@@ -45,7 +45,7 @@ def test_a_directory_that_cannot_be_made_turns_the_cache_off(tmp_path, capsys):
 @pytest.mark.slow
 def test_a_run_fills_the_cache_it_is_given(tmp_path):
     from sexpgpu_runtime.run.compile_cache import configure
-    from sexpgpu_runtime.run.train import RunOptions, train
+    from sexpgpu_runtime import RunOptions, train
     cache = tmp_path / "cache"
     program = program_of(Path(FIXTURE).read_text(), str(tmp_path / "run.sx"))
     import jax

@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from helpers import fixture_text, program_of, train_quiet, variant
+from helpers import fixture_text, program_of, run, variant
 from sexpgpu_lang import ir
 
 DEFS = "(def vocab 16)\n(def seq 8)\n(def dim 64)\n(def two (* 2 1))\n(def half-seq (/ seq 2))\n(def nine (+ vocab -7))\n"
@@ -53,15 +53,15 @@ def metrics(run_dir):
 @pytest.mark.slow
 @pytest.mark.parametrize("use", sorted(USES))
 def test_a_folded_def_used_as_a_value_trains(tmp_path, use):
-    train_quiet(folded(use), 2, tmp_path / "run")
+    run(folded(use), tmp_path / "run", 2)
     assert [r["step"] for r in metrics(tmp_path / "run")][-1] == 2
 
 
 @pytest.mark.slow
 def test_the_folded_def_gives_the_literals_bits(tmp_path):
     # `two` where the fixture says 2: the same run, bit for bit.
-    train_quiet(fixture_text(), 3, tmp_path / "literal")
-    train_quiet(folded("generator step"), 3, tmp_path / "folded")
+    run(fixture_text(), tmp_path / "literal", 3)
+    run(folded("generator step"), tmp_path / "folded", 3)
     keep = ("step", "loss", "generation-accuracy")
     rows = lambda d: [{k: r[k] for k in keep if k in r} for r in metrics(d)]
     assert rows(tmp_path / "literal") == rows(tmp_path / "folded")

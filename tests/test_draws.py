@@ -4,7 +4,8 @@ import pytest
 
 from helpers import program_of, variant
 from sexpgpu_runtime.lowering.context import make_ctx
-from sexpgpu_runtime.run.train import RunOptions, Trainer
+from sexpgpu_runtime import RunOptions
+from sexpgpu_runtime.run.train import Trainer
 
 pytestmark = pytest.mark.slow
 

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from sexpgpu_lang import analyze
-from sexpgpu_runtime.run.options import RunOptions
+from sexpgpu_runtime import RunOptions
 from sexpgpu_runtime.run.train import Trainer
 
 from benchmarks import depth

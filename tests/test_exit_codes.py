@@ -65,8 +65,8 @@ def raising(error):
 
 
 def test_run_s_runtime_errors(files, tmp_path, monkeypatch):
-    from sexpgpu_runtime.errors import BadDraw, BadValue, DataError, OptionError, RunError
-    from sexpgpu_runtime.run import train
+    import sexpgpu_runtime as runtime   # the surface, which the command calls
+    from sexpgpu_runtime import BadDraw, BadValue, DataError, OptionError, RunError
     clean = files[0]
     cases = [(DataError("loader `train`: no file none.bin"), 1),
              (BadDraw(3, "r.sx:4:5", 2, -0.5), 1),
@@ -74,11 +74,11 @@ def test_run_s_runtime_errors(files, tmp_path, monkeypatch):
              (RunError("the disk is full"), 1),
              (OptionError("--resume continues the run and --overwrite starts it over"), 2)]
     for error, status in cases:
-        monkeypatch.setattr(train, "train", raising(error))
+        monkeypatch.setattr(runtime, "train", raising(error))
         r = invoke("run", clean, "--run-dir", tmp_path / "r", "--no-progress")
         assert r.exit_code == status, (type(error).__name__, r.output)
         assert r.output.strip().splitlines()[-1] == f"sexpgpu: error: {error}"
-    monkeypatch.setattr(train, "train", raising(DataError("x")))
+    monkeypatch.setattr(runtime, "train", raising(DataError("x")))
     assert invoke("run", clean, "--max-shard-size", "lots").exit_code == 2
 
 

@@ -18,7 +18,8 @@ import time
 
 import pytest
 
-from helpers import FIXTURE, ROOT, SMALL, fixture_text, modules_after, program_of, variant, write_case
+from helpers import FIXTURE, ROOT, SMALL, fixture_text, modules_after, program_of, write_case
+from runfile import RunFile
 from sexpgpu_lang.language import CONTEXT_KEYS
 from sexpgpu_lang import analyze_file
 from sexpgpu_lang.explain import (DEFAULT_BUDGET, TARGETS, choose_stack, einsum_layout, explain,
@@ -177,7 +178,7 @@ def test_the_step_graph_counts_its_matmuls_and_the_trips():
 
 
 def test_the_training_graph_costs_about_three_forward_passes():
-    text = variant(":stack 2", ":stack 1") + "\n(pass eval :loader train :every 10)\n"
+    text = RunFile.fixture().set("run :stack", "1").add("(pass eval :loader train :every 10)")
     report = explain(program_of(text))
     train = next(g for g in report["graphs"] if g["name"] == "train")
     forward = report["passes"][0]
@@ -185,7 +186,7 @@ def test_the_training_graph_costs_about_three_forward_passes():
 
 
 def test_an_unstacked_run_has_a_generate_row():
-    report = explain(program_of(variant(":stack 2", ":stack 1")))
+    report = explain(program_of(RunFile.fixture().set("run :stack", "1")))
     assert [r["row"] for r in report["lowering"]] == ["generate", "train", "update"]
     assert report["lowering"][0]["calls_per_step"] == 2 * 8  # two microbatches, init + 6 trips + finish each
     assert report["step"]["groups"] == 2
@@ -212,7 +213,7 @@ def test_a_pass_on_the_training_loaders_shape_runs_the_generator_unstacked():
     ("(adam :lr 3e-3)", 2 * PARAMS + 4), ("(adamw :lr 3e-3)", 2 * PARAMS + 4), ("(lion :lr 3e-4)", PARAMS + 4),
     ("(sgd :lr 0.1)", 0), ("(sgd :lr 0.1 :momentum 0.9)", PARAMS)])
 def test_optimizer_state_bytes(optimizer, state):
-    report = explain(program_of(variant("(adam :lr 3e-3)", optimizer)))
+    report = explain(program_of(RunFile.fixture().set("run :optimizer", optimizer)))
     assert report["memory"]["optimizer"] == state
 
 
@@ -241,14 +242,14 @@ def test_the_memory_plan_has_a_phase_per_generator_graph():
 
 
 def test_earlier_groups_gradients_are_held_until_the_update():
-    report = explain(program_of(variant(":microbatches 2", ":microbatches 4")))
+    report = explain(program_of(RunFile.fixture().set("run :microbatches", "4")))
     assert report["step"]["groups"] == 2
     assert report["memory"]["gradients_held"] == PARAMS   # summed into one running buffer
     assert " · gradients 32.0 KiB · " in to_text(report)
 
 
 def test_stack_auto_picks_the_largest_degree_whose_peak_fits():
-    program = program_of(variant(":microbatches 2\n     :stack 2", ":microbatches 4\n     :stack :auto"))
+    program = program_of(RunFile.fixture().set("run :microbatches", "4").set("run :stack", ":auto"))
     _, cands = choose_stack(program, DEFAULT_BUDGET)
     peaks = {c["degree"]: c["peak"] for c in cands}
     assert list(peaks) == [1, 2, 4] and peaks[1] < peaks[2] < peaks[4]
@@ -412,7 +413,7 @@ CHECKED.update({f"example {p.name}": (p, None) for p in EXAMPLES})
 
 
 def _program(key):
-    path, text = {**CHECKED, "bf16": (None, variant(":precision :f32", ":precision :bf16"))}[key]
+    path, text = {**CHECKED, "bf16": (None, RunFile.fixture().set("run :precision", ":bf16"))}[key]
     if path is not None:
         res = analyze_file(str(path))
         assert res.program is not None, [d.message for d in res.diagnostics]
@@ -427,7 +428,7 @@ def checked(key):
     """(program, static report for the CPU target, XLA's analysis of each graph on the CPU), compiled
     once per test session."""
     if key not in _XLA:
-        from sexpgpu_runtime.lowering.xla_report import backend_target, xla_report
+        from sexpgpu_runtime import backend_target, xla_report
         assert backend_target() == "cpu"
         program = _program(key)
         report = explain(program, target="cpu")

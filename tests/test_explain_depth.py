@@ -92,7 +92,7 @@ _XLA: dict = {}
 
 def against_xla(remat: str):
     if remat not in _XLA:
-        from sexpgpu_runtime.lowering.xla_report import xla_report
+        from sexpgpu_runtime import xla_report
         p = program_of(small_text(remat))
         report = explain(p, target="cpu")
         _XLA[remat] = (report, xla_report(p, report)["graphs"])
@@ -142,7 +142,7 @@ def test_the_step_peak_within_25_percent_of_xla_at_1_and_4_microbatches(tmp_path
     phase): the first group's graph (:microbatches 1's only one, whose plan is the same) and a later one's
     each within 25%, and XLA's later graph holds no second gradient-sized buffer either."""
     import jax
-    from sexpgpu_runtime.run.options import RunOptions
+    from sexpgpu_runtime import RunOptions
     from sexpgpu_runtime.run.train import Trainer
     one = program_of(small_text(":nothing-saveable"))
     p = program_of(small_text(":nothing-saveable").replace(":microbatches 1 ", ":microbatches 4 "))

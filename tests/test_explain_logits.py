@@ -47,7 +47,7 @@ def lm(metrics: str) -> str:
 @pytest.mark.parametrize("metrics,buffers", [("", 1), (ACCURACY, 2), ("(metric :mean-logit (mean logits))", 2)],
                          ids=["loss alone", "beside an argmax", "beside a mean"])
 def test_a_pass_holds_the_shifted_logits_beside_logits_read_twice(metrics, buffers):
-    from sexpgpu_runtime.lowering.xla_report import xla_report
+    from sexpgpu_runtime import xla_report
     program = program_of(lm(metrics))
     report = explain(program, target="cpu")
     est = next(p for p in report["passes"] if p["name"] == "pass eval")["live"]["temps"]
@@ -60,7 +60,7 @@ def test_a_pass_holds_the_shifted_logits_beside_logits_read_twice(metrics, buffe
 def test_the_training_graph_counts_the_shifted_logits_once():
     # On the gradient path the gradient's residual of the logits' size (cross-entropy's
     # `inner_residual`) is the shifted buffer: the argmax beside the loss adds no third logits buffer.
-    from sexpgpu_runtime.lowering.xla_report import xla_report
+    from sexpgpu_runtime import xla_report
     program = program_of(lm(ACCURACY))
     report = explain(program, target="cpu")
     est = next(g for g in report["graphs"] if g["name"] == "train")["live"]["temps"]

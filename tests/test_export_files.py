@@ -24,8 +24,7 @@ import pytest
 from safetensors.numpy import save_file
 
 from helpers import sexpgpu_program
-from sexpgpu_runtime.errors import OptionError, RunError, RunFinished
-from sexpgpu_runtime.run.options import RunOptions, check_options
+from sexpgpu_runtime import OptionError, RunError, RunFinished, RunOptions, check_options
 from sexpgpu_runtime.run.resume import export_written, refuse_finished
 from sexpgpu_runtime.weights.export_files import MANIFEST, earlier_files, is_complete, write_export
 

@@ -8,8 +8,7 @@ import pytest
 from safetensors.numpy import save_file
 
 from helpers import SMALL, program_of
-from sexpgpu_runtime.errors import OptionError
-from sexpgpu_runtime.run.options import RunOptions, check_options
+from sexpgpu_runtime import OptionError, RunOptions, check_options
 
 
 def options(tmp_path, export, **kw):

@@ -14,21 +14,15 @@ import pytest
 
 pytest.importorskip("jax")
 
-from helpers import SMALL, program_of, variant  # noqa: E402
-from sexpgpu_runtime.errors import RunError, RunFinished  # noqa: E402
+from helpers import SMALL, run, variant  # noqa: E402
+from sexpgpu_runtime import RunError, RunFinished  # noqa: E402
 from sexpgpu_runtime.run import report  # noqa: E402
 from sexpgpu_runtime.run.checkpoint import FAILED_NOTE  # noqa: E402
-from sexpgpu_runtime.run.options import RunOptions  # noqa: E402
-from sexpgpu_runtime.run.train import train  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
 TEXT = variant(":steps 10", ":steps 10 :log (:every 1) :checkpoint (:every 3 :keep 2)", SMALL)
 ENOSPC = os.strerror(errno.ENOSPC)
-
-
-def run(d: Path, quiet: bool = True, **kw):
-    return train(program_of(TEXT, str(d.parent / "run.sx")), RunOptions(steps=10, run_dir=d, quiet=quiet, **kw))
 
 
 def full_at_checkpoint(monkeypatch, step: int) -> None:
@@ -47,7 +41,7 @@ def full_at_checkpoint(monkeypatch, step: int) -> None:
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory):
     d = tmp_path_factory.mktemp("ref") / "run"
-    run(d, export=d.parent / "ref.safetensors")
+    run(TEXT, d, 10, export=d.parent / "ref.safetensors")
     return d
 
 
@@ -56,14 +50,14 @@ def test_a_full_disk_at_the_last_checkpoint_is_resumed_to_write_it_and_the_expor
     d, export = tmp_path / "run", tmp_path / "x.safetensors"
     full_at_checkpoint(monkeypatch, 10)
     with pytest.raises(RunError) as e:
-        run(d, export=export)
+        run(TEXT, d, 10, export=export)
     assert str(e.value) == (f"cannot write checkpoint step 10 to {d / 'checkpoints'}: {ENOSPC}; the newest complete "
                             "checkpoint is step 9")
     assert sorted(p.name for p in (d / "checkpoints").iterdir()) == [FAILED_NOTE, "6", "9"]   # nothing torn left
     assert not export.exists()
     monkeypatch.undo()
     capsys.readouterr()
-    resumed = run(d, export=export, resume=True, quiet=False)   # not "finished": its checkpoint and export are missing
+    resumed = run(TEXT, d, 10, export=export, resume=True, quiet=False)   # not "finished": its checkpoint and export are missing
     assert resumed.start == 9
     assert [x for x in capsys.readouterr().err.splitlines() if "resuming" in x] == [
         f"sexpgpu: resuming from step 9 of 10 (checkpoint {d / 'checkpoints' / '9'}); the checkpoint of step 10 "
@@ -72,7 +66,7 @@ def test_a_full_disk_at_the_last_checkpoint_is_resumed_to_write_it_and_the_expor
     assert export.read_bytes() == (reference.parent / "ref.safetensors").read_bytes()
     assert (d / "checkpoints" / "10").is_dir()
     with pytest.raises(RunFinished):
-        run(d, export=export, resume=True)
+        run(TEXT, d, 10, export=export, resume=True)
 
 
 def test_a_full_disk_at_the_export_is_resumed_to_write_it(tmp_path, monkeypatch, reference):
@@ -83,34 +77,34 @@ def test_a_full_disk_at_the_export_is_resumed_to_write_it(tmp_path, monkeypatch,
         raise OSError(errno.ENOSPC, ENOSPC)
     monkeypatch.setattr(safetensors.numpy, "save_file", save_file)
     with pytest.raises(RunError, match=f"^cannot write {export}: {ENOSPC}$"):
-        run(d, export=export)
+        run(TEXT, d, 10, export=export)
     monkeypatch.undo()
     with pytest.raises(RunFinished):                 # without --export, the run has finished
-        run(d, resume=True)
-    again = run(d, export=export, resume=True)       # its last checkpoint restored, no step trained
+        run(TEXT, d, 10, resume=True)
+    again = run(TEXT, d, 10, export=export, resume=True)       # its last checkpoint restored, no step trained
     assert again.start == 10 and again.history == []
     assert export.read_bytes() == (reference.parent / "ref.safetensors").read_bytes()
     assert (d / "metrics.jsonl").read_bytes() == (reference / "metrics.jsonl").read_bytes()
     with pytest.raises(RunFinished):
-        run(d, export=export, resume=True)
+        run(TEXT, d, 10, export=export, resume=True)
     old = (d / "metrics.jsonl").stat().st_mtime_ns - 10**9
     os.utime(export, ns=(old, old))                  # an export older than the run's rows is an earlier run's
-    assert run(d, export=export, resume=True).start == 10
+    assert run(TEXT, d, 10, export=export, resume=True).start == 10
 
 
 def test_a_resume_after_a_failed_first_checkpoint_says_it_failed_not_that_it_was_killed(tmp_path, monkeypatch):
     d = tmp_path / "run"
     full_at_checkpoint(monkeypatch, 3)
     with pytest.raises(RunError, match=f"^cannot write checkpoint step 3 to {d / 'checkpoints'}: {ENOSPC}$"):
-        run(d)
+        run(TEXT, d, 10)
     monkeypatch.undo()
     with pytest.raises(RunError) as e:
-        run(d, resume=True)
+        run(TEXT, d, 10, resume=True)
     assert str(e.value) == (f"nothing to resume: no complete checkpoint in {d / 'checkpoints'} (the write of step 3 "
                             f"failed: {ENOSPC}); pass --overwrite instead of --resume to start over at step 0 "
                             "(metrics.jsonl holds the rows of a run none of whose checkpoints was completed)")
     assert "killed" not in str(e.value)
-    run(d, overwrite=True)                            # --overwrite clears the note with the rest
+    run(TEXT, d, 10, overwrite=True)                            # --overwrite clears the note with the rest
     assert not (d / "checkpoints" / FAILED_NOTE).exists()
 
 
@@ -127,8 +121,8 @@ def test_a_full_disk_at_the_metrics_of_step_8_resumes_from_step_6(tmp_path, monk
         return real(fd, data)
     monkeypatch.setattr(report.os, "write", write)
     with pytest.raises(RunError, match=f"^cannot write the metrics of step 8 in {d}: {ENOSPC}$"):
-        run(d)
+        run(TEXT, d, 10)
     monkeypatch.undo()
     assert [json.loads(x)["step"] for x in (d / "metrics.jsonl").read_text().splitlines()] == list(range(1, 8))
-    assert run(d, resume=True).start == 6
+    assert run(TEXT, d, 10, resume=True).start == 6
     assert (d / "metrics.jsonl").read_bytes() == (reference / "metrics.jsonl").read_bytes()

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from sexpgpu_lang import analyze_file
-from sexpgpu_runtime.run.train import RunOptions, train
+from sexpgpu_runtime import RunOptions, train
 
 pytestmark = pytest.mark.slow
 
@@ -41,7 +41,8 @@ ARITH = GRPO.parent / "grpo-arith.sx"
 
 def test_the_python_reward_rises(tmp_path):
     """examples/grpo-arith.sx: the reward `score` in arith_reward.py computes on the decoded text rises
-    from chance (about 0.1: each of the answer's two characters right one time in twelve) within 150 steps."""
+    from chance (about 0.1: each of the answer's two characters right one time in twelve) within 150 steps,
+    under `grpo-objective` (the metrics people read logged beside it)."""
     res = analyze_file(str(ARITH), read_files=True)
     assert [d for d in res.diagnostics if d.severity <= 2] == []
     assert res.program.generate.reward.function == "score"
@@ -51,3 +52,6 @@ def test_the_python_reward_rises(tmp_path):
     out = train(program, RunOptions(steps=150, run_dir=tmp_path, quiet=True))
     rewards = [row["reward"] for row in out.history]
     assert rewards[0] < 0.15 and sum(rewards[-3:]) / 3 > 0.4, rewards
+    first, last = out.history[0], out.history[-1]
+    assert METRICS <= set(first) and first["kl"] == 0.0 and last["kl"] > 0.01
+    assert first["completion-length"] == 2 and last["entropy"] < first["entropy"]

@@ -18,16 +18,16 @@ import pytest
 from safetensors import safe_open
 from safetensors.numpy import save_file
 
-from sexpgpu_lang import analyze, analyze_file
+from sexpgpu_lang import analyze_file
 from sexpgpu_runtime.lowering.context import make_ctx
 from sexpgpu_runtime.lowering.lowering import Effects, run_phase
-from sexpgpu_runtime.errors import RunError
+from sexpgpu_runtime import RunError
 from sexpgpu_runtime.weights.params import init_params
 from sexpgpu_runtime.weights.pretrained import export_params, initial_params, load_pretrained
 from sexpgpu_lang.name_mapping import stdlib_names
 
 from benchmarks.gpt2_run_file import gpt2_teacher
-from helpers import numpy_attention, train_quiet
+from helpers import numpy_attention, run
 
 V, T, D, H, K, F, N = 64, 8, 32, 4, 8, 128, 2      # GPT-2: vocab, positions, width, heads, head width, MLP, layers
 LK = 2                                              # Llama: key/value heads (grouped-query)
@@ -483,7 +483,7 @@ def test_frozen_parameters_are_not_in_checkpoints_and_a_changed_teacher_refuses_
     write_hf(tmp_path / "hf", tensors)
     text = run_file("gpt2", '(:path "hf" :names :gpt2 :file-dtype :bf16)')
     (tmp_path / "run.sx").write_text(text)
-    train_quiet(text, 2, tmp_path)
+    run(text, tmp_path, 2)
     meta = json.loads((tmp_path / "checkpoints" / "2" / "meta" / "metadata").read_text())
     # the checkpoint's arrays (its digests name each): the student's and the optimizer's, not the teacher's
     assert sorted(meta["digests"]) == ["['opt_state'][0].count", "['opt_state'][0].mu['out']",
@@ -492,14 +492,14 @@ def test_frozen_parameters_are_not_in_checkpoints_and_a_changed_teacher_refuses_
                                        ("model.safetensors.index.json", "model-00001-of-00002.safetensors",
                                         "model-00002-of-00002.safetensors")}
     # the same teacher resumes
-    res = train_quiet(text, 3, tmp_path, resume=True)
+    res = run(text, tmp_path, 3, resume=True)
     assert res.start == 2
     # a changed teacher (same names and shapes, other values) is refused, nothing written
     tensors["transformer.ln_f.bias"] = tensors["transformer.ln_f.bias"] + 1
     write_hf(tmp_path / "hf", tensors)
     before = (tmp_path / "metrics.jsonl").read_bytes()
     with pytest.raises(RunError) as e:
-        train_quiet(text, 4, tmp_path, resume=True)
+        run(text, tmp_path, 4, resume=True)
     assert "\n" not in str(e.value)
     assert "was made with the pretrained file " + str(tmp_path / "hf") in str(e.value)
     assert "which has changed since" in str(e.value)
@@ -515,17 +515,17 @@ def test_a_project_moved_with_its_run_dir_resumes_and_a_changed_teacher_there_is
     write_hf(tmp_path / "a" / "hf", tensors)
     text = run_file("gpt2", '(:path "hf" :names :gpt2 :file-dtype :bf16)')
     (tmp_path / "a" / "run.sx").write_text(text)
-    train_quiet(text, 2, tmp_path / "a")
+    run(text, tmp_path / "a", 2)
     shutil.copytree(tmp_path / "a", tmp_path / "b")
     shutil.rmtree(tmp_path / "a")
     changed = dict(tensors, **{"transformer.ln_f.bias": tensors["transformer.ln_f.bias"] + 1})
     write_hf(tmp_path / "b" / "hf", changed)
     with pytest.raises(RunError) as e:
-        train_quiet(text, 3, tmp_path / "b", resume=True)
+        run(text, tmp_path / "b", 3, resume=True)
     assert "was made with the pretrained file " + str(tmp_path / "a" / "hf") in str(e.value)
     assert "which has changed since (read now as " + str(tmp_path / "b" / "hf") in str(e.value)
     write_hf(tmp_path / "b" / "hf", tensors)
-    moved = train_quiet(text, 3, tmp_path / "b", resume=True)
+    moved = run(text, tmp_path / "b", 3, resume=True)
     assert moved.start == 2
 
 
@@ -542,7 +542,7 @@ def test_a_nan_loss_from_a_teacher_checkpoint_that_holds_a_nan_names_the_paramet
     text = text.replace(plain, f"(+ {plain} (* 0.0 (mean (getf inputs :logits))))")   # a loss that reads the teacher
     (tmp_path / "run.sx").write_text(text)
     with pytest.raises(RunError) as e:
-        train_quiet(text, 2, tmp_path)
+        run(text, tmp_path, 2)
     assert str(e.value) == (f"step 1: `loss` is nan, so the run stopped: frozen parameter `teacher.lnf-gain` holds "
                             "nan at [3] (its values are read from tensor `transformer.ln_f.weight` of "
                             f"{tmp_path / 'hf'}: the checkpoint holds it; fix or replace the file); no checkpoint was "
@@ -551,7 +551,7 @@ def test_a_nan_loss_from_a_teacher_checkpoint_that_holds_a_nan_names_the_paramet
     tune = HEAD + gpt2_teacher(N, '(:path "../hf" :names :gpt2 :file-dtype :bf16)').replace("  :frozen true\n", "") \
         + FINETUNE
     with pytest.raises(RunError) as e:
-        train_quiet(tune, 2, tmp_path / "tune")
+        run(tune, tmp_path / "tune", 2)
     assert str(e.value).startswith("step 1: `loss` is nan, so the run stopped: initial parameter `lnf-gain` holds nan "
                                    "at [3] (its values are read from tensor `transformer.ln_f.weight` of ")
 
@@ -565,7 +565,7 @@ def test_a_resume_draws_and_reads_only_the_frozen_parameters(tmp_path, monkeypat
     write_hf(tmp_path / "hf", gpt2_tensors(np.random.default_rng(7)))
     text = run_file("gpt2", '(:path "hf" :names :gpt2 :file-dtype :bf16)')
     (tmp_path / "run.sx").write_text(text)
-    first = train_quiet(text, 2, tmp_path)
+    first = run(text, tmp_path, 2)
     drawn = []     # the leaves drawn with values (the resume's eval_shape of the state only traces them)
     real = params_module.init_leaf
 
@@ -575,7 +575,7 @@ def test_a_resume_draws_and_reads_only_the_frozen_parameters(tmp_path, monkeypat
             drawn.append((p.path, p.frozen))
         return out
     monkeypatch.setattr(params_module, "init_leaf", init_leaf)
-    res = train_quiet(text, 3, tmp_path, resume=True)
+    res = run(text, tmp_path, 3, resume=True)
     assert res.start == 2
     assert [path for path, frozen in drawn if not frozen] == []
     assert flatten(first.frozen) and flatten(first.frozen).keys() == flatten(res.frozen).keys()
@@ -594,8 +594,7 @@ def test_export_writes_the_trainable_parameters_unless_asked_for_the_frozen_too(
 
 
 def test_export_names_is_checked_before_training(tmp_path):
-    from sexpgpu_runtime.run.options import RunOptions, check_options
-    from sexpgpu_runtime.errors import OptionError
+    from sexpgpu_runtime import OptionError, RunOptions, check_options
     write_hf(tmp_path / "hf", gpt2_tensors(np.random.default_rng(0)))
     p = program(run_file("gpt2", '(:path "hf" :names :gpt2 :file-dtype :bf16)'), tmp_path / "run.sx")
     with pytest.raises(OptionError, match=r"^--export-names: no standard-library mapping `gtp2`; they are `gpt2`, `llama`, `llama-tied`, `qwen2`, "
@@ -640,7 +639,7 @@ def test_export_names_with_the_files_own_mapping_writes_the_hf_layout_that_loads
     # fine-tuning: the checkpoint loaded through the file's own mapping is the root model, and is trained
     text = HEAD + gpt2_teacher(N, f'(:path "hf" :names {own_mapping()} :file-dtype :bf16)').replace(
         "  :frozen true\n", "") + FINETUNE
-    res = train_quiet(text, 2, tmp_path, export=tmp_path / "out", export_names="teacher", max_shard_bytes=20_000)
+    res = run(text, tmp_path, 2, export=tmp_path / "out", export_names="teacher", max_shard_bytes=20_000)
     index = json.loads((tmp_path / "out" / "model.safetensors.index.json").read_text())
     assert set(index["weight_map"]) == set(tensors) and len(set(index["weight_map"].values())) > 1
     # the trained values, not the checkpoint's: the export is the run's

@@ -15,7 +15,7 @@ from sexpgpu_lang import analyze_file
 from sexpgpu_lang.name_mapping import STDLIB_NAMES, shared_tensors, stdlib_names
 from sexpgpu_runtime.weights.hf_export import run_tokenizer, write_tokenizer
 from sexpgpu_runtime.weights.hf_layout import mapped_tensors
-from sexpgpu_runtime.run.options import OptionError, RunError, RunOptions, check_options
+from sexpgpu_runtime import OptionError, RunError, RunOptions, check_options
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures" / "hf"
@@ -84,10 +84,10 @@ def test_the_run_s_tokenizer_is_copied_beside_the_export(tmp_path):
 def test_a_run_s_export_writes_config_json_beside_the_shards(tmp_path):
     """`sexpgpu run --export DIR --export-names qwen2-tied` of a Qwen2 fine-tune: its config.json is the
     source checkpoint's with the trained sizes, so the directory loads where HF checkpoints load."""
-    from helpers import train_quiet
+    from helpers import run
     shutil.copytree(FIXTURES / "qwen2", tmp_path / "qwen2")
     text = (FIXTURES / "qwen2.sx").read_text()
-    train_quiet(text, 1, tmp_path, export=tmp_path / "out", export_names="qwen2-tied", max_shard_bytes=30_000)
+    run(text, tmp_path, 1, export=tmp_path / "out", export_names="qwen2-tied", max_shard_bytes=30_000)
     config = json.loads((tmp_path / "out" / "config.json").read_text())
     source = json.loads((FIXTURES / "qwen2" / "config.json").read_text())
     assert {k: config[k] for k in source if k != "dtype"} == {k: v for k, v in source.items() if k != "dtype"}

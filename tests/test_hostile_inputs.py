@@ -7,7 +7,7 @@
 3. A glob is bounded: entries walked and paths matched (GLOB_WALK_LIMIT, GLOB_MATCH_LIMIT),
    never into /proc, /sys or /dev; past a bound, one line naming it.
 4. Parsed JSON is bounded in memory (`json_memory` against JSON_MEMORY_BUDGET), and the kept
-   configs in total (hf_config.READ_MEMORY); the server's last close drops them.
+   configs in total (hf_config.READ, a `sexpgpu_lang.kept` space); the server's last close drops them.
 5. A value quoted in a message is clipped with an ellipsis; a type of 40,000 entries is short.
 6. The formatter fills a long literal vector on lines of the usual width.
 
@@ -188,17 +188,17 @@ def test_a_config_past_the_json_budget_is_one_line(tmp_path, monkeypatch):
 
 
 def test_kept_configs_are_bounded_in_memory_and_dropped_on_the_last_close(tmp_path, monkeypatch):
-    monkeypatch.setattr(hf_config, "READ_MEMORY", 200_000)
+    monkeypatch.setattr(hf_config.READ, "max_bytes", 200_000)
     hf_config.forget()
     for i in range(6):
         d = tmp_path / f"m{i}"
         d.mkdir()
         (d / "config.json").write_text(json.dumps({"model_type": "gpt2", "pad": list(range(2_000 + i))}))
         hf_config.read(str(d))
-    assert 1 <= len(hf_config._READ) < 6
-    assert sum(hf_config._SIZES.values()) <= 200_000 or len(hf_config._READ) == 1
+    assert 1 <= len(hf_config.READ) < 6
+    assert hf_config.READ.nbytes <= 200_000
     forget_files()
-    assert not hf_config._READ and not hf_config._SIZES
+    assert not len(hf_config.READ) and hf_config.READ.nbytes == 0
 
 
 # -- 5. quoted values ------------------------------------------------------------------------------

@@ -40,7 +40,7 @@ def test_a_field_is_followed_to_the_tables_it_indexes():
 
 
 def test_a_token_past_the_embedding_is_named_with_its_position_and_the_table(tmp_path):
-    from sexpgpu_runtime.errors import DataError
+    from sexpgpu_runtime import DataError
     ids = np.arange(40, dtype=np.uint16) % 16
     ids[21] = 1023
     ids.tofile(tmp_path / "t.bin")
@@ -56,7 +56,7 @@ def test_a_token_past_the_embedding_is_named_with_its_position_and_the_table(tmp
 
 
 def test_hugging_faces_ignored_label_in_a_jsonl_is_named_with_its_record(tmp_path):
-    from sexpgpu_runtime.errors import DataError
+    from sexpgpu_runtime import DataError
     rows = [{"x": [1, 2, 3, 4], "y": [2, 3, 4, 5]}, {"x": [5, 6, 7, 8], "y": [-100, -100, 8, 9]}]
     (tmp_path / "p.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     text = lm('(jsonl "p.jsonl")', "(:x [4] :i32 :y [4] :i32)",
@@ -100,7 +100,7 @@ def test_a_token_file_whose_vocab_bounds_its_ids_inside_the_table_is_not_read_ag
 
 @pytest.mark.parametrize("suffix", [".bin", ".npy"])
 def test_an_int32_file_read_as_uint16_is_refused_before_training_naming_the_dtype(tmp_path, suffix):
-    from sexpgpu_runtime.errors import DataError
+    from sexpgpu_runtime import DataError
     ids = (np.arange(1, 2000) % 16).astype("<i4")
     path = tmp_path / f"t{suffix}"
     if suffix == ".npy":   # an int32 array viewed as uint16 and saved: the header says uint16
@@ -119,7 +119,7 @@ def test_an_int32_file_read_as_uint16_is_refused_before_training_naming_the_dtyp
 
 @pytest.mark.parametrize("bad", [-100, -1])
 def test_a_negative_id_into_one_hot_is_told_to_be_masked_never_a_longer_table(tmp_path, bad):
-    from sexpgpu_runtime.errors import DataError
+    from sexpgpu_runtime import DataError
     rows = [{"x": [1, 2, 3, 4], "y": [2, 3, 4, 5]}, {"x": [5, 6, 7, 8], "y": [bad, 3, 8, 9]}]
     (tmp_path / "p.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     text = lm('(jsonl "p.jsonl")', "(:x [4] :i32 :y [4] :i32)",

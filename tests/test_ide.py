@@ -13,7 +13,8 @@ import re
 
 import pytest
 
-from helpers import check, cursor, cursor_at, fixture_text, marked, variant
+from helpers import check, cursor, cursor_at, fixture_text
+from runfile import RunFile
 from sexpgpu_lang import analyze, ide
 from sexpgpu_lang.source import Span
 
@@ -395,14 +396,22 @@ def fix(text: str, code: str) -> tuple[ide.Fix, str]:
     return fixes[0], apply(text, fixes[0].edits)
 
 
+FIXTURE = RunFile.fixture()
+
+
+def with_row(value: str) -> RunFile:
+    """The fixture whose `:step` returns `value` as `:row`."""
+    return FIXTURE.set("defgenerate :step (list :row", value)
+
+
 def test_fix_near_miss():
-    f, fixed = fix(variant("(argmax (model row))", "(argmx (model row))"), "E-NAME-001")
+    f, fixed = fix(FIXTURE.set("defgenerate :step (argmax", "(argmx (model row))"), "E-NAME-001")
     assert f.title == "replace `argmx` with `argmax`" and f.preferred
     check(fixed)
 
 
 def test_fix_gen_002_dtype_removes_a_cast_away_from_the_init_dtype():
-    text = variant("(list :row (where (= column at) guess row)", "(list :row (cast (where (= column at) guess row) :f32)")
+    text = with_row("(cast (where (= column at) guess row) :f32)")
     f, fixed = fix(text, "E-GEN-002")
     assert f.title == "remove the cast of `:row` to f32" and f.preferred
     assert fixed == fixture_text()
@@ -410,13 +419,12 @@ def test_fix_gen_002_dtype_removes_a_cast_away_from_the_init_dtype():
 
 
 def test_fix_gen_002_dtype_casts_to_the_init_dtype():
-    text = variant("(list :row (where (= column at) guess row)", "(list :row (* (where (= column at) guess row) 1.5)")
+    text = with_row("(* (where (= column at) guess row) 1.5)")
     f, fixed = fix(text, "E-GEN-002")
     assert f.title == "cast `:row` back to i32"
     assert "(cast (* (where (= column at) guess row) 1.5) :i32)" in fixed
     check(fixed)
-    text = variant("(list :row (where (= column at) guess row)",
-                   "(list :row (cast (* (where (= column at) guess row) 1.5) :f32)")
+    text = with_row("(cast (* (where (= column at) guess row) 1.5) :f32)")
     f, fixed = fix(text, "E-GEN-002")
     assert f.title == "cast `:row` to i32 instead of f32"
     assert "(cast (* (where (= column at) guess row) 1.5) :i32)" in fixed
@@ -424,20 +432,21 @@ def test_fix_gen_002_dtype_casts_to_the_init_dtype():
 
 
 def test_fix_gen_002_weak_float():
-    text = variant("(list :row (where (= column at) guess row)", "(list :row (+ (where (= column at) guess row) 0.5)")
+    text = with_row("(+ (where (= column at) guess row) 0.5)")
     _, fixed = fix(text, "E-GEN-002")
     check(fixed)
 
 
 def test_fix_gen_002_dropped_key_returns_it():
-    text = variant("\n                  :stride (getf state :stride))))", ")))")
+    text = FIXTURE.drop("defgenerate :step (list :stride")
     f, fixed = fix(text, "E-GEN-002")
     assert "(getf state :stride)" in fixed
     check(fixed)
 
 
 def test_fix_contract_010_moves_a_counter_from_step_into_prepare():
-    text = variant("(let* ((row (getf state :row))\n", "(counter :trips-run 1)\n          (let* ((row (getf state :row))\n")
+    text = FIXTURE.edit("defgenerate :step", "(let* ((row (getf state :row))\n",
+                        "(counter :trips-run 1)\n          (let* ((row (getf state :row))\n")
     f, fixed = fix(text, "E-CONTRACT-010")
     assert f.title == "move the counter into `prepare`"
     check(fixed)
@@ -445,12 +454,11 @@ def test_fix_contract_010_moves_a_counter_from_step_into_prepare():
 
 
 def test_fix_contract_010_makes_a_prepare_when_there_is_none():
-    text = fixture_text()
-    start, end = text.index("(prepare"), text.index("(objective")
-    text = text[:start] + text[end:]
-    text = text.replace("(getf inputs :input)", "(getf inputs :sample)").replace(
-        "(getf inputs :target)", "(getf inputs :label)").replace("(metric :loss loss)", "(counter :seen 1)\n    (metric :loss loss)")
-    check(marked(text, "(counter :seen 1)", "E-CONTRACT-010"))
+    text = (FIXTURE.drop("prepare")
+            .edit("objective", "(getf inputs :input)", "(getf inputs :sample)")
+            .edit("objective", "(getf inputs :target)", "(getf inputs :label)")
+            .edit("objective", "(metric :loss loss)", "(counter :seen 1)\n    (metric :loss loss)"))
+    check(text.mark("objective", "(counter :seen 1)", "E-CONTRACT-010"))
     _, fixed = fix(text, "E-CONTRACT-010")
     check(fixed)
 
@@ -462,8 +470,8 @@ def test_fix_contract_010_makes_a_prepare_when_there_is_none():
     ("init", "(list :row (field batch :row)", "(metric :first (sum (field batch :row)))\n          (list :row (field batch :row)"),
 ])
 def test_fix_gen_004_reports_from_objective(where, old, new):
-    text = variant(old, new)
-    check(marked(text, new.split("\n")[0], "E-GEN-004"))
+    text = FIXTURE.edit(f"defgenerate :{where}", old, new)
+    check(text.mark(f"defgenerate :{where}", new.split("\n")[0], "E-GEN-004"))
     f, fixed = fix(text, "E-GEN-004")
     check(fixed)
     name = new.split()[1]
@@ -471,7 +479,8 @@ def test_fix_gen_004_reports_from_objective(where, old, new):
 
 
 def test_no_fix_for_a_metric_inside_a_model_the_generator_runs():
-    text = variant("(matmul h (getf self :out))", "(metric :h (mean h))\n             (matmul h (getf self :out))")
+    text = FIXTURE.edit("defmodel student :apply", "(matmul h (getf self :out))",
+                        "(metric :h (mean h))\n             (matmul h (getf self :out))")
     ix = ide.index(analyze(text))
     gen4 = [d for d in ix.result.diagnostics if d.code == "E-GEN-004"]
     assert gen4 and all(not ide.quick_fixes(ix, d.span) for d in gen4)
@@ -517,7 +526,7 @@ def test_binary_text():
     assert ide.semantic_tokens(ix) is not None
 
 
-SAMPLES_RUN = ("     :log (:every 50))", "     :log (:every 50)\n     :samples (:text [:sample] :values [:correct]))")
+SAMPLES_RUN = RunFile.fixture().set("run :samples", "(:text [:sample] :values [:correct])")
 
 
 @pytest.mark.parametrize("where", ["(list :sample$0 row", ":samples (:text [:sam$0ple]"])
@@ -525,7 +534,7 @@ def test_a_generated_name_renamed_from_anywhere_renames_its_samples_entry(where)
     """Renaming `:sample` (made by `:finish`) edits `:samples (:text [:sample])` too, so the file stays
     clean (it was E-SAMPLE-001); from inside `:samples`, prepareRename, references and highlights
     find the name."""
-    text = variant(*SAMPLES_RUN)
+    text = SAMPLES_RUN
     plain = where.replace("$0", "")
     ix, offset = cursor_at(text.replace(plain, where, 1))
     assert ide.prepare_rename(ix, offset) is not None
@@ -538,7 +547,7 @@ def test_a_generated_name_renamed_from_anywhere_renames_its_samples_entry(where)
 
 
 def test_completion_in_samples_offers_what_may_be_shown():
-    ix, offset = cursor_at(variant(*SAMPLES_RUN).replace(":values [:correct]", ":values [:correct :$0]"))
+    ix, offset = cursor_at(SAMPLES_RUN.edit("run :samples", ":values [:correct]", ":values [:correct :$0]"))
     found = {c.text: c.detail for c in ide.completions(ix, offset).items}
     assert found[":sample"].startswith("[64 8] i32 of the batch") and ":row" in found and ":input" in found
     assert ":correct" not in found   # already shown

@@ -17,6 +17,7 @@ from __future__ import annotations
 import pytest
 
 from helpers import CASE_COPIES, SMALL, check, fixture_text, marked
+from runfile import RunFile
 from sexpgpu_lang import analyze
 from sexpgpu_lang.check.ranges import _bad_trips
 
@@ -104,13 +105,12 @@ def test_a_start_through_a_function_and_the_standard_library():
     fn = "(def put (lambda (row tok pos) (dynamic-update-slice row tok [0 pos])))\n"
     body = """\
             (list :tokens (put row (slice row :axis 1 :start 0 :end 1) at))"""
-    src = generator(8, body).replace("(model lm)\n", "(model lm)\n" + fn)
+    src = RunFile(generator(8, body)).add(fn, after="model")
     [d] = analyze(src, "case.sx").diagnostics
     assert d.code == "W-SHAPE-002" and "on trip 6 (of trips 0 to 7): this start is 8 there" in d.message
     body = """\
             (list :tokens (getf state :tokens) :cache (cache-write (getf state :cache) (zeros [4 1 2 4]) at))"""
-    src = (generator(8, body).replace("(list :tokens (field batch :row))",
-                                      "(list :tokens (field batch :row) :cache (zeros [4 seq 2 4]))"))
+    src = RunFile(generator(8, body)).set("defgenerate :init (list :cache", "(zeros [4 seq 2 4])")
     [d] = analyze(src, "case.sx").diagnostics
     assert d.code == "W-SHAPE-002" and "on trip 6 (of trips 0 to 7): this position is 8 there" in d.message
     assert "is dropped" in d.help and "with `:trips 6` every trip fits" in d.help
@@ -133,8 +133,7 @@ def test_a_start_provably_outside_anywhere_is_reported_by_its_range():
 def test_starts_not_proven_outside_are_clean(starts):
     body = f"""\
             (list :tokens (dynamic-update-slice row (slice row :axis 1 :start 0 :end 1) {starts}) :x (getf state :x))"""
-    src = generator(8, body).replace("(list :tokens (field batch :row))",
-                                     "(list :tokens (field batch :row) :x (cast (sum (field batch :stride)) :i32))")
+    src = RunFile(generator(8, body)).set("defgenerate :init (list :x", "(cast (sum (field batch :stride)) :i32)")
     check(src)
 
 
@@ -148,11 +147,12 @@ def test_the_bad_trips_are_those_counted_one_by_one(a, b, lo, hi, trips):
 
 # --------------------------------------------------------------------------- W-MODEL-002
 
-TEACHER = CASE_COPIES["teacher-reachable-clean.sx"]
+TEACHER = RunFile(CASE_COPIES["teacher-reachable-clean.sx"])
+TRAINABLE_TEACHER = TEACHER.drop("defmodel teacher :frozen")
 
 
 def test_a_trainable_teacher_read_only_by_the_generator_is_named():
-    src = marked(TEACHER.replace("  :frozen true\n", ""), "teacher", "W-MODEL-002", within="(defmodel teacher")
+    src = TRAINABLE_TEACHER.mark("defmodel teacher", "teacher", "W-MODEL-002")
     [d] = check(src).diagnostics
     assert d.message == ("no parameter of `teacher` gets a gradient from the loss (`:embed`, `:out`): only the "
                          "generator reads them, and no gradient passes through it, so the optimizer never trains them")
@@ -160,11 +160,10 @@ def test_a_trainable_teacher_read_only_by_the_generator_is_named():
 
 
 def test_weight_decay_is_named_where_the_optimizer_decays():
-    src = TEACHER.replace("  :frozen true\n", "").replace("(adam :lr 3e-3)", "(adamw :lr 3e-3)")
-    [d] = check(marked(src, "teacher", "W-MODEL-002", within="(defmodel teacher")).diagnostics
+    src = TRAINABLE_TEACHER.set("run :optimizer", "(adamw :lr 3e-3)")
+    [d] = check(src.mark("defmodel teacher", "teacher", "W-MODEL-002")).diagnostics
     assert d.message.endswith("never trains them, and `adamw`'s weight decay still shrinks them every step")
-    check(src.replace("(adamw :lr 3e-3)", "(adamw :lr 3e-3 :weight-decay 0)")
-          .replace("(defmodel teacher\n", "(defmodel teacher\n  :frozen true\n"))
+    check(src.set("run :optimizer :weight-decay", "0").set("defmodel teacher :frozen", "true"))
 
 
 def test_a_frozen_teacher_and_a_model_trained_by_the_loss_are_clean():
@@ -173,40 +172,42 @@ def test_a_frozen_teacher_and_a_model_trained_by_the_loss_are_clean():
     check(fixture_text())
 
 
+#: helpers.SMALL whose model has a parameter `:extra` it does not read.
+EXTRA = RunFile.small().set("defmodel lm :params :extra", "(normal [32] :std 0.1)")
+
+
 @pytest.mark.parametrize("use", [
     "(stop-gradient (getf self :extra))",                  # no gradient through stop-gradient
     "(cast (argmax (getf self :extra)) :f32)",             # nor through an integer
 ])
 def test_a_parameter_the_loss_reads_without_a_gradient(use):
-    src = SMALL.replace(":out (normal [32 vocab] :std 0.1))", ":out (normal [32 vocab] :std 0.1) :extra (normal [32] :std 0.1))")
-    src = src.replace("(getf self :out)))", f"(+ (getf self :out) (sum {use}))))")
-    [d] = check(marked(src, "lm", "W-MODEL-002", within="(defmodel lm")).diagnostics
+    src = EXTRA.edit("defmodel lm :apply", "(getf self :out)", f"(+ (getf self :out) (sum {use}))")
+    [d] = check(src.mark("defmodel lm", "lm", "W-MODEL-002")).diagnostics
     assert d.message == ("1 parameter of `lm` gets no gradient from the loss (`:extra`): the loss does not depend on "
                          "them, so the optimizer never trains them")
     assert d.help == "use them in the loss, or drop them from `:params`"
 
 
 def test_a_parameter_never_read_and_a_metric_only_read():
-    src = SMALL.replace(":out (normal [32 vocab] :std 0.1))", ":out (normal [32 vocab] :std 0.1) :extra (normal [32] :std 0.1))")
-    check(marked(src, "lm", "W-MODEL-002", within="(defmodel lm"))
-    src = src.replace("(objective (lambda (inputs ctx) (mean", "(objective (lambda (inputs ctx) (metric :e (sum (lm :probe 0))) (mean")
-    src = src.replace("(getf self :out))))", "(getf self :out)))\n  :entries (:probe (lambda (self z) (getf self :extra))))")
-    check(marked(src, "lm", "W-MODEL-002", within="(defmodel lm"))
+    check(EXTRA.mark("defmodel lm", "lm", "W-MODEL-002"))
+    src = EXTRA.edit("objective", "(lambda (inputs ctx) (mean", "(lambda (inputs ctx) (metric :e (sum (lm :probe 0))) (mean")
+    src = src.set("defmodel lm :entries", "(:probe (lambda (self z) (getf self :extra)))")
+    check(src.mark("defmodel lm", "lm", "W-MODEL-002"))
 
 
 def test_a_file_with_an_error_is_not_judged():
-    src = TEACHER.replace("  :frozen true\n", "").replace("(getf inputs :target)", "(getf inputs :targte)")
+    src = TRAINABLE_TEACHER.edit("objective", "(getf inputs :target)", "(getf inputs :targte)")
     assert [d.code for d in analyze(src, "case.sx").diagnostics] == ["E-NAME-004"]
 
 
 # --------------------------------------------------------------------------- W-SHAPE-001: declared vocabularies
 
-IDS = SMALL.replace("(stride-rows :vocab vocab :seq seq)", "(stride-rows :vocab 32 :seq seq)")
+IDS = RunFile.small().set("loader train :source :vocab", "32")
 
 
 def test_a_loaders_vocabulary_past_the_embedding_table_is_reported_in_the_model():
     # the loader declares ids 0 to 31, the table has 16 rows: the lookup inside the model and the label
-    src = IDS.replace(":y (mod (+ (field batch :row) (field batch :stride)) vocab)", ":y (field batch :row)")
+    src = IDS.set("prepare (list :y", "(field batch :row)")
     src = marked(marked(src, "row", "W-SHAPE-001", within="(take (getf self :embed) row)"),
                  "(getf inputs :y)", "W-SHAPE-001")
     lookup, label = sorted(check(src).diagnostics, key=lambda d: d.span.start)
@@ -218,33 +219,32 @@ def test_a_loaders_vocabulary_past_the_embedding_table_is_reported_in_the_model(
 
 
 def test_declared_ids_through_a_slice_a_let_and_a_standard_library_embedding():
-    src = IDS.replace("(matmul (take (getf self :embed) row) (getf self :out))",
-                      "(let* ((h (embedding (getf self :embed) row))) (matmul h (getf self :out)))")
-    src = src.replace("(normal [vocab 32] :std 0.1) :out (normal [32 vocab] :std 0.1)",
-                      "(normal [vocab 24] :std 0.1) :out (normal [24 vocab] :std 0.1)")
-    src = src.replace(":x (field batch :row)", ":x (slice (field batch :row) :axis 1 :start 0 :end 4)")
-    src = src.replace("(cross-entropy (model (getf inputs :x)) (getf inputs :y))",
-                      "(cross-entropy (model (getf inputs :x)) (slice (getf inputs :y) :axis 1 :start 0 :end 4))")
-    [d] = check(marked(src, "(embedding (getf self :embed) row)", "W-SHAPE-001")).diagnostics
+    src = (IDS.set("defmodel lm (matmul", "(let* ((h (embedding (getf self :embed) row))) (matmul h (getf self :out)))")
+           .set("defmodel lm :params :embed", "(normal [vocab 24] :std 0.1)")
+           .set("defmodel lm :params :out", "(normal [24 vocab] :std 0.1)")
+           .set("prepare (list :x", "(slice (field batch :row) :axis 1 :start 0 :end 4)")
+           .set("objective (cross-entropy",
+                "(cross-entropy (model (getf inputs :x)) (slice (getf inputs :y) :axis 1 :start 0 :end 4))"))
+    [d] = check(src.mark("defmodel lm", "(embedding (getf self :embed) row)", "W-SHAPE-001")).diagnostics
     assert d.message.startswith("in `embedding` (standard library): the indices reach 31")
 
 
 def test_a_loader_whose_vocabulary_fits_the_table_is_clean():
     check(SMALL)
-    check(IDS.replace("(normal [vocab 32] :std 0.1)", "(normal [32 32] :std 0.1)")
-          .replace("(normal [32 vocab] :std 0.1)", "(normal [32 32] :std 0.1)")
-          .replace(":y (mod (+ (field batch :row) (field batch :stride)) vocab)", ":y (field batch :row)"))
+    check(IDS.set("defmodel lm :params :embed", "(normal [32 32] :std 0.1)")
+          .set("defmodel lm :params :out", "(normal [32 32] :std 0.1)")
+          .set("prepare (list :y", "(field batch :row)"))
 
 
 def test_hugging_faces_ignore_label_is_reported_with_the_mask_to_use():
     labels = "(where (> (field batch :row) 3) (field batch :row) -100)"
-    src = SMALL.replace(":y (mod (+ (field batch :row) (field batch :stride)) vocab)", f":y {labels}")
-    [d] = check(marked(src, "(getf inputs :y)", "W-SHAPE-001")).diagnostics
+    src = RunFile.small().set("prepare (list :y", labels)
+    [d] = check(src.mark("objective", "(getf inputs :y)", "W-SHAPE-001")).diagnostics
     assert d.message == "the labels reach -100, outside the 16 classes of the logits' last axis (0 to 15)"
     assert "`cross-entropy` has no ignored label (Hugging Face's -100 is read as a class)" in d.help
     # a padding label inside the classes is fine, and so is a where whose branches are not constant
-    check(src.replace(labels, "(where (> (field batch :row) 3) (field batch :row) 0)"))
-    check(src.replace(labels, "(where (> (field batch :row) 3) (field batch :row) (- (field batch :row) 1))"))
+    check(src.set("prepare (list :y", "(where (> (field batch :row) 3) (field batch :row) 0)"))
+    check(src.set("prepare (list :y", "(where (> (field batch :row) 3) (field batch :row) (- (field batch :row) 1))"))
 
 
 # --------------------------------------------------------------------------- the standard library's arguments
@@ -284,10 +284,11 @@ LLAMA = """\
 """
 
 #: The same model's blocks through `llama-block` (positions [T]).
-PLAIN = (LLAMA.replace("""           (let* ((out (llama-block-cached (getf c :h) positions (getf c :k) (getf c :v)""",
-                       """           (let* ((out (llama-block (getf c :h) positions""")
-         .replace("(list :h (getf out :h) :k (getf out :k) :v (getf out :v))", "(list :h out :k (getf c :k) :v (getf c :v))")
-         .replace("head-width])) 0)))", "head-width])) (iota [seq]))))"))
+LLAMA = RunFile(LLAMA)
+PLAIN = (LLAMA.edit("defmodel block (out", "(llama-block-cached (getf c :h) positions (getf c :k) (getf c :v)",
+                    "(llama-block (getf c :h) positions")
+         .set("defmodel block (list", "(list :h out :k (getf c :k) :v (getf c :v))")
+         .edit("defmodel lm (block", "head-width])) 0)", "head-width])) (iota [seq]))"))
 
 
 def test_the_llama_models_are_clean():
@@ -296,35 +297,35 @@ def test_the_llama_models_are_clean():
 
 
 def test_float_positions_of_the_standard_library_are_an_error_at_the_argument():
-    src = PLAIN.replace("(iota [seq]))))", "(cast (iota [seq]) :f32))))")
+    src = PLAIN.set("defmodel lm (block (iota", "(cast (iota [seq]) :f32)")
     [d] = check(marked(src, "positions", "E-TYPE-002", within="(llama-block (getf c :h) positions")).diagnostics
     assert d.message == "`llama-block`'s `positions` must be integer positions, got [8] f32"
     assert d.help.startswith("positions count tokens: cast them, `(cast positions :i32)`")
-    src = LLAMA.replace("head-width])) 0)))", "head-width])) 0.0)))")
+    src = LLAMA.edit("defmodel lm (block", "head-width])) 0)", "head-width])) 0.0)")
     [d] = check(marked(src, "positions", "E-TYPE-002", within="(llama-block-cached (getf c :h) positions")).diagnostics
     assert d.message == "`llama-block-cached`'s `pos` must be an integer position, got [] f32*"
 
 
 def test_rotary_called_directly_checks_its_positions_and_head_width():
-    src = SMALL.replace("(matmul (take (getf self :embed) row) (getf self :out))",
-                        "(matmul (reshape (rotary (reshape (take (getf self :embed) row) [32 seq 4 8]) "
-                        "(cast (iota [seq]) :f32) 10000) [32 seq 32]) (getf self :out))")
+    src = RunFile.small().set("defmodel lm (matmul",
+                              "(matmul (reshape (rotary (reshape (take (getf self :embed) row) [32 seq 4 8]) "
+                              "(cast (iota [seq]) :f32) 10000) [32 seq 32]) (getf self :out))")
     check(marked(src, "(cast (iota [seq]) :f32)", "E-TYPE-002"))
-    src = SMALL.replace("(matmul (take (getf self :embed) row) (getf self :out))",
-                        "(matmul (reshape (rotary (reshape (take (getf self :embed) row) [32 seq 32 1]) "
-                        "(iota [seq]) 10000) [32 seq 32]) (getf self :out))")
+    src = RunFile.small().set("defmodel lm (matmul",
+                              "(matmul (reshape (rotary (reshape (take (getf self :embed) row) [32 seq 32 1]) "
+                              "(iota [seq]) 10000) [32 seq 32]) (getf self :out))")
     [d] = check(marked(src, "(reshape (take (getf self :embed) row) [32 seq 32 1])", "E-SHAPE-004")).diagnostics
     assert d.message == "rotary embeddings need an even head width: `rotary`'s x [B T N H] has H = 1"
 
 
 def test_an_odd_head_width_is_said_so_not_as_a_reshape():
-    src = PLAIN.replace("(def head-width 4)", "(def head-width 3)")
+    src = PLAIN.set("def head-width", "(def head-width 3)")
     [d] = check(marked(src, "(getf self :wq)", "E-SHAPE-004", within="(llama-block (getf c :h)")).diagnostics
     assert d.message == "rotary embeddings need an even head width: `llama-block`'s wq [D N H] has H = 3"
 
 
 def test_a_transposed_embedding_table_is_reported_at_the_table_once():
-    src = PLAIN.replace(":params (:embed (normal [vocab width] :std 0.02)", ":params (:embed (normal [width vocab] :std 0.02)")
+    src = PLAIN.set("defmodel lm :params :embed", "(normal [width vocab] :std 0.02)")
     [d] = check(marked(src, "(getf self :embed)", "E-SHAPE-005", within="(embedding")).diagnostics
     assert d.message == ("the embedding table is [8 16] f32, but the ids reach 15 (as a loader's `:vocab` declares): "
                          "it looks transposed (`embedding` takes table [V D], one row per id)")
@@ -333,36 +334,34 @@ def test_a_transposed_embedding_table_is_reported_at_the_table_once():
 
 
 def test_a_prefill_past_the_cache_and_a_swapped_cache_are_one_error_each_not_an_e_model_004():
-    short = LLAMA.replace("(zeros [4 seq 1 head-width])", "(zeros [4 4 1 head-width])")
+    short = LLAMA.set("defmodel lm (list :k", "(zeros [4 4 1 head-width])").set("defmodel lm (list :v", "(zeros [4 4 1 head-width])")
     [d] = check(marked(short, "(getf c :h)", "E-SHAPE-005", within="(llama-block-cached")).diagnostics
     assert d.message == ("`llama-block-cached` writes the 8 positions of x [4 8 8] f32 into `k-cache`, which holds 4 "
                          "([4 4 1 4] f32)")
-    swapped = LLAMA.replace(":k (zeros [4 seq 1 head-width])", ":k (zeros [4 1 seq head-width])")
+    swapped = LLAMA.set("defmodel lm (list :k", "(zeros [4 1 seq head-width])")
     [d] = check(marked(swapped, "(getf c :k)", "E-SHAPE-005", within="(llama-block-cached")).diagnostics
     assert d.message.endswith("its axes 1 and 2 look swapped") and d.help.startswith("make it [4 8 1 4]")
 
 
 def test_an_error_inside_a_repeated_blocks_plist_carry_is_not_also_e_model_004():
     # the block's result holds an error (its :h) where it went wrong: the carry is not compared with it
-    src = PLAIN.replace("(list :h out :k (getf c :k) :v (getf c :v))",
-                        "(list :h (rms-norm out (ones [3])) :k (getf c :k) :v (getf c :v))")
+    src = PLAIN.set("defmodel block (list :h", "(rms-norm out (ones [3]))")
     assert [d.code for d in analyze(src, "case.sx").diagnostics] == ["E-SHAPE-001"]
 
 
 def test_a_boolean_keyword_given_a_number_is_already_an_error():
-    src = SMALL.replace("(matmul (take (getf self :embed) row) (getf self :out))",
-                        "(let* ((h (reshape (take (getf self :embed) row) [32 seq 4 8])))"
-                        " (matmul (reshape (dot-product-attention h h h :causal 1) [32 seq 32]) (getf self :out)))")
+    src = RunFile.small().set("defmodel lm (matmul",
+                              "(let* ((h (reshape (take (getf self :embed) row) [32 seq 4 8])))"
+                              " (matmul (reshape (dot-product-attention h h h :causal 1) [32 seq 32]) (getf self :out)))")
     [d] = check(marked(src, "1", "E-TYPE-003", within=":causal 1")).diagnostics
     assert d.message == "`:causal` of `dot-product-attention` must be `true` or `false`"
 
 
 # --------------------------------------------------------------------------- W-LOADER-002
 
-TOKENS = SMALL.replace("(stride-rows :vocab vocab :seq seq)",
-                       '(tokens "train.bin" :dtype :uint16 :seq seq :vocab vocab)').replace(
-    ":fields (:row [seq] :i32 :stride [1] :i32))", ":fields (:row [seq] :i32 :next [seq] :i32))").replace(
-    ":y (mod (+ (field batch :row) (field batch :stride)) vocab)", ":y (field batch :next)")
+TOKENS = (RunFile.small().set("loader train :source", '(tokens "train.bin" :dtype :uint16 :seq seq :vocab vocab)')
+          .set("loader train :fields", "(:row [seq] :i32 :next [seq] :i32)")
+          .set("prepare (list :y", "(field batch :next)"))
 
 
 def lint_with_file(tmp_path, ids, dtype: str, text: str = TOKENS):
@@ -391,5 +390,5 @@ def test_a_size_not_a_whole_number_of_ids_and_ids_past_the_vocabulary(tmp_path):
     [d] = lint_with_file(tmp_path, [1, 2, 3], "u1")
     assert d.message == "`train.bin` read as `:uint16`: its 3 bytes are not a whole number of 2-byte ids"
     # a uint16 file read as int32: two ids in each, huge
-    [d] = lint_with_file(tmp_path, [i % 16 for i in range(1, 2001)], "<u2", TOKENS.replace(":uint16", ":int32"))
+    [d] = lint_with_file(tmp_path, [i % 16 for i in range(1, 2001)], "<u2", TOKENS.set("loader train :source :dtype", ":int32"))
     assert "its first 1000 ids reach" in d.message and "past `:vocab 16`" in d.message

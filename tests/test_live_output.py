@@ -166,7 +166,7 @@ def test_a_real_run_shows_each_step_before_the_host_is_two_steps_past_it(tmp_pat
     # When the host starts step k's generator, the line of step k - 2 is on the terminal already: a stop
     # signal sent at a line lands at most two steps after it (queued eight ahead, it landed six later).
     from helpers import program_of, variant
-    from sexpgpu_runtime.run.train import RunOptions, train
+    from sexpgpu_runtime import RunOptions, train
     text = variant(":log (:every 50))", ":log (:every 1))")
     shown_at: dict[int, int] = {}
 

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from helpers import check, program_of
+from runfile import RunFile
 from sexpgpu_lang import analyze
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -105,22 +106,28 @@ def test_a_target_that_does_not_exist_and_a_rank_past_the_matrix_are_said_at_the
     assert "`:wqq` is no parameter of `student` or of a model below it; did you mean `:wq`?" in res.diagnostics[0].message
     res = check(small(":lora (:targets [:wq :out] :rank 20)", "20"))
     assert "past the matrix of `:out` of `student`, 32 inputs by 16 outputs" in res.diagnostics[0].message
-    check(small(":lora (:targets [:wq] :rank 2 :dropout 0.1)", "0.1"))
+    res = check(small(":lora (:targets [:wq] :rank 2 :dropout 1.0)", "1.0"))
+    assert "`:dropout` must be a probability below 1, got 1" in res.diagnostics[0].message
+    check(small(":lora (:targets [:wq] :rank 2 :dropout -0.1)", "-0.1"))
     check(small(":lora (:targets [:gain] :rank 1)", ":gain"))
     check(small(":lora (:targets [:wq] :rank 0)", "0"))
 
 
+def with_ref(text: str) -> RunFile:
+    """`text` with `ref`, a `:copy` of the student, whose mean output the objective adds to its loss."""
+    return (RunFile(text).add("(defmodel ref :copy student)", after="model")
+            .set("objective (mean", "(+ (mean (ref (field batch :row))) (mean (cross-entropy (model (field batch :row)) "
+                                    "(field batch :row))))"))
+
+
 def test_a_copy_of_a_lora_model_is_its_base_with_no_parameters_and_a_copy_of_another_model_is_a_copy():
-    call = ("(mean (cross-entropy (model (field batch :row)) (field batch :row)))",
-            "(+ (mean (ref (field batch :row))) (mean (cross-entropy (model (field batch :row)) (field batch :row))))")
-    lora = program_of(small(":lora (:targets [:wq] :rank 2)").replace("(model student)", "(model student)\n(defmodel ref :copy student)")
-                      .replace(*call))
+    lora = program_of(with_ref(small(":lora (:targets [:wq] :rank 2)")))
     assert not any(q.path[0] == "ref" for q in lora.params)
     calls = [e for e in __import__("sexpgpu_lang.ir", fromlist=["walk"]).walk(lora.objective.body)
              if type(e).__name__ in ("ModelCall", "Repeat")]
     assert any(c.model == "ref" and not c.adapters for c in calls)
-    assert any(c.adapters == (("wq", 1.0),) for c in calls)   # the student's own call: alpha 2 / r 2
-    plain = program_of(small("").replace("(model student)", "(model student)\n(defmodel ref :copy student)").replace(*call))
+    assert any(c.adapters == (("wq", 1.0, 0.0),) for c in calls)   # the student's own call: alpha 2 / r 2, no dropout
+    plain = program_of(with_ref(small("")))
     assert any(q.path[0] == "ref" for q in plain.params)   # (main's `:copy`: a copy of the parameters)
 
 
@@ -222,16 +229,15 @@ def test_the_export_has_peft_s_names_shapes_and_config_and_the_merged_export_is_
 
 
 def test_an_adapter_of_another_rank_is_refused_naming_the_file(tmp_path):
-    from sexpgpu_runtime.errors import RunError
+    from sexpgpu_runtime import RunError
     from sexpgpu_runtime.weights.pretrained import initial_params
-    text = fixture_text().replace(":rank 4 :alpha 8", ":rank 2 :alpha 8")
+    text = RunFile(fixture_text()).set("defmodel student :lora :rank", "2")
     with pytest.raises(RunError, match="adapter_config.json has r 4 and lora_alpha 8; the file's `:lora` has `:rank` 2"):
         initial_params(program_of(text, str(tmp_path / "x.sx")), 0)
 
 
 def test_export_adapter_is_refused_before_training_without_lora_or_beside_export_names(tmp_path):
-    from sexpgpu_runtime.errors import OptionError
-    from sexpgpu_runtime.run.options import RunOptions, check_options
+    from sexpgpu_runtime import OptionError, RunOptions, check_options
     plain = program_of(small(""))
     with pytest.raises(OptionError, match="has no LoRA adapters"):
         check_options(plain, RunOptions(export=tmp_path / "a", export_adapter=True))
@@ -246,7 +252,7 @@ def test_export_adapter_is_refused_before_training_without_lora_or_beside_export
 
 @pytest.mark.slow
 def test_a_lora_run_trains_the_adapters_alone_exports_them_and_a_run_starts_from_them(tmp_path):
-    from helpers import train_quiet
+    from helpers import run
     from sexpgpu_runtime.weights.pretrained import initial_params
     text = f"""(def ckpt {json.dumps(str(LLAMA3))})
 (def vocab (checkpoint-config ckpt :vocab))
@@ -262,7 +268,7 @@ def test_a_lora_run_trains_the_adapters_alone_exports_them_and_a_run_starts_from
 """
     program = program_of(text, str(tmp_path / "run.sx"))
     start_t, start_f = initial_params(program, 0)
-    res = train_quiet(text, 3, tmp_path / "a", export=tmp_path / "adapter", export_adapter=True)
+    res = run(text, tmp_path / "a", 3, export=tmp_path / "adapter", export_adapter=True)
     assert set(res.trainable["layers"]) == {"wq.lora-a", "wq.lora-b", "wv.lora-a", "wv.lora-b"}
     assert set(res.trainable) == {"layers"}
     assert not np.array_equal(np.asarray(res.trainable["layers"]["wq.lora-b"]), 0)   # B moved off zero
@@ -270,12 +276,12 @@ def test_a_lora_run_trains_the_adapters_alone_exports_them_and_a_run_starts_from
     config = json.loads((tmp_path / "adapter" / "adapter_config.json").read_text())
     assert config["r"] == 4 and config["target_modules"] == ["q_proj", "v_proj"]
     # a later run starts from the saved adapter: its first parameters are the export's
-    again = text.replace(":alpha 8)", f":alpha 8 :pretrained {json.dumps(str(tmp_path / 'adapter'))})")
+    again = RunFile(text).set("defmodel student :lora :pretrained", json.dumps(str(tmp_path / "adapter")))
     t2, _ = initial_params(program_of(again, str(tmp_path / "run.sx")), 0)
     for k in ("wq.lora-a", "wq.lora-b", "wv.lora-b"):
         assert np.array_equal(np.asarray(t2["layers"][k]), np.asarray(res.trainable["layers"][k])), k
     # the merged export through the family's mapping: the base's layout, the adapters folded in
-    res2 = train_quiet(text, 3, tmp_path / "b", export=tmp_path / "merged", export_names="llama")
+    res2 = run(text, tmp_path / "b", 3, export=tmp_path / "merged", export_names="llama")
     from safetensors.numpy import load_file
     merged = load_file(str(tmp_path / "merged" / "model.safetensors"))
     index = json.loads((LLAMA3 / "model.safetensors.index.json").read_text())
@@ -286,13 +292,11 @@ def test_a_lora_run_trains_the_adapters_alone_exports_them_and_a_run_starts_from
 
 
 def test_adapters_of_two_models_train_and_a_parameter_adapted_twice_is_refused():
-    text = small(":lora (:targets [:out] :rank 2)").replace(
-        "(defmodel block\n  :params (:wq (normal [dim 4 8] :std 0.1) :gain (ones [dim]))",
-        "(defmodel block\n  :lora (:targets [:wq] :rank 2)\n  :params (:wq (normal [dim 4 8] :std 0.1) :gain (ones [dim]))")
+    text = RunFile(small(":lora (:targets [:out] :rank 2)")).set("defmodel block :lora", "(:targets [:wq] :rank 2)")
     p = program_of(text)
     assert {".".join(q.path) for q in p.params if not q.frozen} == {
         "out.lora-a", "out.lora-b", "blocks.wq.lora-a", "blocks.wq.lora-b"}
-    twice = text.replace(":lora (:targets [:out] :rank 2)", ":lora (:targets [:out :wq] :rank 2)")
+    twice = text.set("defmodel student :lora :targets", "[:out :wq]")
     res = analyze(twice, "check.sx")
     assert [d.code for d in res.diagnostics] == ["E-MODEL-008"] and "has adapters already" in res.diagnostics[0].message
 

@@ -67,7 +67,7 @@ async def test_a_reward_s_python_file_is_read_never_imported(client: LanguageCli
     assert [(d.code, d.message.split("\nhelp: ")[0]) for d in got] == [
         ("E-REWARD-002", "arith_reward.py defines no top-level `scor`; did you mean `score`?")]
     hover = await client.text_document_hover_async(types.HoverParams(text_document=doc.id,
-                                                                     position=doc.at("(field batch :reward)", 15)))
+                                                                     position=doc.at("(field b :reward)", 9)))
     assert hover is not None and "reward" in str(hover.contents)
     assert not (tmp_path / "IMPORTED").exists()
     doc.close()

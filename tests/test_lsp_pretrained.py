@@ -78,7 +78,7 @@ async def test_the_server_reports_a_local_checkpoint_that_does_not_fit_and_follo
     assert (await published(client, doc.uri, 1)).diagnostics == ()
     # the head written [in out] as it is, not [out in]: wrong after the mapping's transpose, and an extra tensor
     write_hf(tmp_path / "hf", {"model.embed.weight": (16, 64), "lm_head.weight": (64, 16), "lm_head.bias": (16,)})
-    v2 = doc.replace(";; a frozen", ";;  a frozen")   # any edit: the file is checked again
+    v2 = doc.change(";; a frozen", ";;  a frozen")   # any edit: the file is checked again
     got = (await published(client, doc.uri, v2)).diagnostics
     assert [d.code for d in got] == ["E-MODEL-003"]
     assert got[0].message == ("`hf`: tensor `lm_head.weight` is [64 16] f32, parameter `out` [64 16] f32 of `teacher` "
@@ -86,13 +86,13 @@ async def test_the_server_reports_a_local_checkpoint_that_does_not_fit_and_follo
     assert got[0].range.start == doc.at('(:path "hf"')
     # fixed on disk, with the extra tensor left: the warning names it
     write_hf(tmp_path / "hf", {**GOOD, "lm_head.bias": (16,)})
-    v3 = doc.replace(";;  a frozen", ";; a frozen")
+    v3 = doc.change(";;  a frozen", ";; a frozen")
     got = (await published(client, doc.uri, v3)).diagnostics
     assert [(d.code, d.severity) for d in got] == [("W-MODEL-001", types.DiagnosticSeverity.Warning)]
     assert "`lm_head.bias`" in got[0].message
     # a shard gone: the index names it
     (tmp_path / "hf" / "model-00002-of-00002.safetensors").unlink()
-    v4 = doc.replace(";; a frozen", ";;  a frozen")
+    v4 = doc.change(";; a frozen", ";;  a frozen")
     got = (await published(client, doc.uri, v4)).diagnostics
     assert [d.code for d in got] == ["E-MODEL-003"]
     assert got[0].message == ("cannot use `hf`: `hf/model.safetensors.index.json` places tensor `lm_head.weight` in "

@@ -68,7 +68,7 @@ async def test_diagnostics_follow_edits_that_introduce_and_fix_gen_002(client: L
     doc = open_doc(client)
     assert (await published(client, doc.uri, 1)).diagnostics == ()
     # make :step return the row as f32: E-GEN-002 at the entry
-    v2 = doc.replace("guess row)\n                  :stride", "guess (cast row :f32))\n                  :stride")
+    v2 = doc.change("guess row)\n                  :stride", "guess (cast row :f32))\n                  :stride")
     got = await published(client, doc.uri, v2)
     assert [d.code for d in got.diagnostics] == ["E-GEN-002"]
     assert "`:step` returns `:row` as `[64 8] f32`, but `:init` made it `[64 8] i32`" in got.diagnostics[0].message
@@ -83,9 +83,9 @@ async def test_diagnostics_follow_edits_that_introduce_and_fix_gen_002(client: L
     # break it again with a weak float, then undo by hand
     fixed = "(cast (where (= column at) guess (cast row :f32)) :i32)"
     assert fixed in doc.text
-    v4 = doc.replace(fixed, "(+ (where (= column at) guess row) 0.5)")
+    v4 = doc.change(fixed, "(+ (where (= column at) guess row) 0.5)")
     assert [d.code for d in (await published(client, doc.uri, v4)).diagnostics] == ["E-GEN-002"]
-    v5 = doc.replace("(+ (where (= column at) guess row) 0.5)", "(where (= column at) guess row)")
+    v5 = doc.change("(+ (where (= column at) guess row) 0.5)", "(where (= column at) guess row)")
     assert (await published(client, doc.uri, v5)).diagnostics == ()
 
 
@@ -95,7 +95,7 @@ async def test_a_burst_of_edits_publishes_only_in_version_order(client: Language
     value = "64"
     for i in range(30):  # toggle an error in and out, without waiting for the server
         new = "oops" if i % 2 == 0 else str(64 + i)
-        doc.replace(f"(def dim {value})", f"(def dim {new})")
+        doc.change(f"(def dim {value})", f"(def dim {new})")
         value = new
     got = await published(client, doc.uri, doc.version)
     assert [d.code for d in got.diagnostics] == [d.code for d in analyze(doc.text).diagnostics]
@@ -121,7 +121,7 @@ async def test_pull_diagnostics(client: LanguageClient):
     again = await client.text_document_diagnostic_async(types.DocumentDiagnosticParams(
         text_document=doc.id, previous_result_id=report.result_id))
     assert again.kind == "unchanged" and again.result_id == report.result_id
-    doc.replace("argmx", "argmax")
+    doc.change("argmx", "argmax")
     fresh = await client.text_document_diagnostic_async(types.DocumentDiagnosticParams(
         text_document=doc.id, previous_result_id=report.result_id))
     assert fresh.kind == "full" and fresh.items == ()
@@ -281,13 +281,13 @@ async def test_document_symbols_and_folding(client: LanguageClient):
 
 async def test_completion(client: LanguageClient):
     doc = open_doc(client)
-    doc.replace("(getf state :stride))))", "(getf state :))))")
+    doc.change("(getf state :stride))))", "(getf state :))))")
     got = await client.text_document_completion_async(types.CompletionParams(
         text_document=doc.id, position=doc.at("(getf state :))))", 13)))
     assert {":row", ":stride"} <= {i.label for i in got.items}
     item = next(i for i in got.items if i.label == ":row")
     assert item.text_edit.range.start == doc.at("(getf state :))))", 12)
-    doc.replace(";; A student", ";; (getf state :")
+    doc.change(";; A student", ";; (getf state :")
     none = await client.text_document_completion_async(types.CompletionParams(
         text_document=doc.id, position=doc.at(";; (getf state :", 16)))
     assert none.items == ()

@@ -19,9 +19,9 @@ jax = pytest.importorskip("jax")
 from sexpgpu_lang.explain import device_peak, memory_plan, step_graphs  # noqa: E402
 from sexpgpu_runtime.devices import device  # noqa: E402
 from sexpgpu_runtime.devices.device import FIT_MARGIN, fit_verdict  # noqa: E402
-from sexpgpu_runtime.errors import RunError  # noqa: E402
+from sexpgpu_runtime import RunError  # noqa: E402
 from sexpgpu_runtime.run import fits  # noqa: E402
-from sexpgpu_runtime.run.train import RunOptions, train  # noqa: E402
+from sexpgpu_runtime import RunOptions, train  # noqa: E402
 
 GRPO = (ROOT / "tests" / "fixtures" / "grpo-by-hand.sx").read_text()   # examples/grpo.sx as written by hand
 #: The tester's mutant: every prompt answered 1048577 times (about 160 GiB by the memory plan,

@@ -8,7 +8,7 @@ import math
 import jax.numpy as jnp
 import pytest
 
-from sexpgpu_runtime.errors import BadValue
+from sexpgpu_runtime import BadValue
 from sexpgpu_runtime.lowering.training_graphs import tally
 from sexpgpu_runtime.run.checks import ValueChecks
 
@@ -54,10 +54,10 @@ def test_the_earlier_of_a_bad_loss_and_a_bad_metric_is_named_the_loss_first_at_o
 
 @pytest.mark.slow
 def test_a_run_stops_at_the_first_step_with_an_inf_metric_though_it_logs_every_50(tmp_path):
-    from helpers import train_quiet, variant
-    from sexpgpu_runtime.errors import RunError
+    from helpers import run, variant
+    from sexpgpu_runtime import RunError
     text = variant("(metric :generation-accuracy (mean (getf inputs :correct)))",
                    "(metric :generation-accuracy (/ (mean (getf inputs :correct)) "
                    "(- 7.0 (cast (getf ctx :step) :f32))))")
     with pytest.raises(RunError, match=r"step 8: `generation-accuracy` is inf"):
-        train_quiet(text, 20, tmp_path / "run")
+        run(text, tmp_path / "run", 20)

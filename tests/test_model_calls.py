@@ -14,7 +14,7 @@ import json
 
 import numpy as np
 
-from helpers import SMALL, program_of, train_quiet, variant
+from helpers import SMALL, program_of, run, variant
 
 ENTRY = variant(
     "  :apply (lambda (self row) (matmul (take (getf self :embed) row) (getf self :out))))",
@@ -35,7 +35,7 @@ def with_objective(metrics: str) -> str:
 
 
 def first_row(text: str, tmp_path) -> dict:
-    train_quiet(text, 1, tmp_path)
+    run(text, tmp_path, 1)
     return json.loads((tmp_path / "metrics.jsonl").read_text().splitlines()[0])
 
 

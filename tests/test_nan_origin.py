@@ -3,7 +3,7 @@ the bad microbatch re-run op by op from the same parameters, batch, context and 
 import numpy as np
 import pytest
 
-from helpers import SMALL, program_of, train_quiet, variant
+from helpers import SMALL, program_of, run, variant
 
 
 def origin_of(text: str, path: str = "run.sx", step: int = 0, micro: int = 0):
@@ -97,7 +97,7 @@ GRPO_NO_EPS = ("(reshape (/ centred (+ spread 1e-4)) [rows 1])", "(reshape (/ ce
 @pytest.mark.slow
 def test_grpo_dividing_by_a_group_spread_of_zero_names_the_division(tmp_path):
     from pathlib import Path
-    from sexpgpu_runtime.errors import RunError
+    from sexpgpu_runtime import RunError
     text = (Path(__file__).parent / "fixtures" / "grpo-by-hand.sx").read_text()
     text = variant(*GRPO_NO_EPS, text)
     # every answer scores alike from step 3 on (the reward is 0 before it): each group's spread is 0 there
@@ -105,7 +105,7 @@ def test_grpo_dividing_by_a_group_spread_of_zero_names_the_division(tmp_path):
                    "(reward (* (cast (< (getf ctx :step) 2) :f32) (/ (sum (cast right :f32) :axes [1]) (- seq 2))))",
                    text)
     with pytest.raises(RunError) as e:
-        train_quiet(text, 5, tmp_path)
+        run(text, tmp_path, 5)
     line = next(i for i, s in enumerate(text.splitlines(), 1) if "(/ centred spread)" in s)
     col = text.splitlines()[line - 1].index("(/ centred spread)") + 1
     assert str(e.value) == (f"step 3: `loss` is nan, so the run stopped; the first value of that step that was not "
@@ -117,13 +117,13 @@ def test_grpo_dividing_by_a_group_spread_of_zero_names_the_division(tmp_path):
 def test_a_later_microbatch_of_a_later_step_is_re_run_from_the_parameters_it_read(tmp_path):
     # NaN only in microbatch 1 of step 4 (ctx :step 3): the re-run must take that microbatch's batch,
     # context and the parameters after 3 updates (the update kept them), else it finds nothing.
-    from sexpgpu_runtime.errors import RunError
+    from sexpgpu_runtime import RunError
     text = SMALL.replace("(mean (cross-entropy (model (getf inputs :x)) (getf inputs :y)))",
                          "(+ (mean (cross-entropy (model (getf inputs :x)) (getf inputs :y)))\n"
                          "   (sqrt (- 3.5 (cast (+ (getf ctx :step) (cast (getf ctx :microbatch) :i64)) :f32))))")
     text = text.replace("(run :loader train :steps 10", "(run :loader train :steps 10 :microbatches 2")
     with pytest.raises(RunError) as e:
-        train_quiet(text, 8, tmp_path)
+        run(text, tmp_path, 8)
     msg = str(e.value)
     assert msg.startswith("step 4: `loss` is nan, so the run stopped; the first value of that step that was not "
                           f"finite: `sqrt` at {tmp_path / 'run.sx'}:13:4 (in `objective`) gave nan from finite "

@@ -91,7 +91,7 @@ def test_a_student_made_from_a_checkpoint_is_trainable_and_its_settings_come_fro
 
 @pytest.mark.slow
 def test_a_student_made_from_a_checkpoint_trains(tmp_path):
-    from helpers import train_quiet
+    from helpers import run
     from sexpgpu_runtime.weights.pretrained import initial_params
     text = f"""(def ckpt "{FIXTURES / 'llama3'}")
 (def vocab (checkpoint-config ckpt :vocab))
@@ -106,7 +106,7 @@ def test_a_student_made_from_a_checkpoint_trains(tmp_path):
 (run :loader rows :steps 2 :seed 0 :optimizer (adam :lr 1e-2))
 """
     start, _ = initial_params(program_of(text, str(tmp_path / "run.sx")), 0)
-    res = train_quiet(text, 2, tmp_path)
+    res = run(text, tmp_path, 2)
     assert len(res.history) >= 1 and all(np.isfinite(h["loss"]) for h in res.history if "loss" in h)
     before, after = np.asarray(start["layers"]["wq"]), np.asarray(res.trainable["layers"]["wq"])
     assert before.shape == after.shape == (2, 32, 4, 8) and not np.array_equal(before, after)

@@ -9,7 +9,7 @@ import numpy as np
 import optax
 import pytest
 
-from helpers import fixture_text, program_of, train_quiet, variant
+from helpers import fixture_text, program_of, run
 from sexpgpu_lang import analyze
 from sexpgpu_runtime.weights.optim import decay_mask, embedding_tables, learning_rate, make_optimizer
 from sexpgpu_runtime.weights.params import flatten, init_params
@@ -167,12 +167,12 @@ def test_every_logged_row_has_the_learning_rate_its_update_used(tmp_path):
     sched = optax.warmup_cosine_decay_schedule(0.0, 1e-2, 3, 8, 1e-3)
     text = with_optimizer("(adam :lr (warmup-cosine-decay :peak-value 1e-2 :warmup-steps 3 :decay-steps 8 "
                           ":end-value 1e-3))").replace(":steps 3", ":steps 8 :log (:every 1)")
-    result = train_quiet(text, 8, tmp_path)
+    result = run(text, tmp_path, 8)
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == list(range(1, 9))
     assert [r["lr"] for r in rows] == [float(sched(s - 1)) for s in range(1, 9)]
     assert rows == result.history
-    constant = train_quiet(run_text(2, 1), 2, tmp_path / "c")
+    constant = run(run_text(2, 1), tmp_path / "c", 2)
     assert [r["lr"] for r in constant.history] == [1e-2, 1e-2]
 
 
@@ -180,9 +180,9 @@ def test_every_logged_row_has_the_learning_rate_its_update_used(tmp_path):
 def test_resume_with_a_schedule_is_bit_exact(tmp_path):
     text = with_optimizer("(adamw :lr (warmup-cosine-decay :peak-value 1e-2 :warmup-steps 2 :decay-steps 6) "
                           ":weight-decay 0.1)").replace(":steps 3", ":steps 6 :log (:every 1) :checkpoint (:every 1)")
-    full = train_quiet(text, 6, tmp_path / "full")
-    train_quiet(text, 3, tmp_path / "part")
-    resumed = train_quiet(text, 6, tmp_path / "part", resume=True)
+    full = run(text, tmp_path / "full", 6)
+    run(text, tmp_path / "part", 3)
+    resumed = run(text, tmp_path / "part", 6, resume=True)
     assert resumed.start == 3
     a, b = flatten(full.trainable), flatten(resumed.trainable)
     for k in a:

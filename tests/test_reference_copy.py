@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -152,12 +151,11 @@ def test_a_copy_of_a_pretrained_model_holds_the_checkpoints_values(tmp_path):
 
 @pytest.mark.slow
 def test_the_copy_stays_at_the_start_while_the_source_trains_and_a_resume_keeps_it(tmp_path):
-    from helpers import train_quiet
-    from sexpgpu_runtime.errors import RunStopped
-    from sexpgpu_runtime.run.train import RunOptions, train
+    from helpers import run
+    from sexpgpu_runtime import RunOptions, RunStopped, train
     from sexpgpu_runtime.weights.params import flatten
     text = TEXT.replace(":log (:every 1))", ":log (:every 1) :checkpoint (:every 2 :keep 2))")
-    full = train_quiet(text, 6, tmp_path / "full")
+    full = run(text, tmp_path / "full", 6)
     kl = [json.loads(line)["kl"] for line in (tmp_path / "full" / "metrics.jsonl").read_text().splitlines()]
     assert kl[0] == 0.0 and kl[-1] > 1e-3        # the policy moves away from its frozen start
     d = tmp_path / "stopped"

@@ -12,6 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from runfile import RunFile
 from sexpgpu_lang import analyze
 from sexpgpu_runtime.lowering.context import make_ctx
 from sexpgpu_runtime.lowering.lowering import Effects, run_phase
@@ -193,14 +194,18 @@ def test_each_layer_is_initialised_apart_and_deterministically():
     np.testing.assert_allclose(w.std(), 0.3, rtol=0.3)
 
 
+#: REPEATED with no `:remat` and TAIL with no more `run` settings: three layers of `block` in `student`.
+PLAIN = RunFile(REPEATED.format(remat="") + TAIL.format(run=""))
+#: The layer's body, the value `block`'s `:apply` returns.
+LAYER = "(+ h (* scale (tanh (+ (matmul h (getf self :w)) (getf self :b)))))"
+
+
 def diags(text):
     return [(d.code, text[d.span.start:d.span.end], d.message) for d in analyze(text).diagnostics if d.is_error]
 
 
 def test_carry_that_changes_type_is_e_model_004_at_the_result():
-    text = (REPEATED.format(remat="") + TAIL.format(run="")).replace(
-        "(+ h (* scale (tanh (+ (matmul h (getf self :w)) (getf self :b)))))",
-        "(cast (+ h (* scale (tanh (+ (matmul h (getf self :w)) (getf self :b))))) :bf16)")
+    text = PLAIN.set("defmodel block :apply (+", f"(cast {LAYER} :bf16)")
     (code, at, msg), = diags(text)
     assert code == "E-MODEL-004"
     assert at.startswith("(cast (+ h")
@@ -211,12 +216,11 @@ def test_carry_that_changes_type_is_e_model_004_at_the_result():
 
 
 def test_count_must_be_a_constant_of_one_or_more():
-    text = REPEATED.format(remat="") + TAIL.format(run="")
-    (code, at, msg), = diags(text.replace("(repeat block 3", "(repeat block 0"))
+    (code, at, msg), = diags(PLAIN.set("defmodel student :params :blocks", "(repeat block 0)"))
     assert (code, at) == ("E-MODEL-005", "0") and "1 or more" in msg
-    (code, at, msg), = diags(text.replace("(repeat block 3", "(repeat block 2.5"))
+    (code, at, msg), = diags(PLAIN.set("defmodel student :params :blocks", "(repeat block 2.5)"))
     assert (code, at) == ("E-MODEL-005", "2.5")
-    (code, at, msg), = diags(text.replace("(repeat block 3", "(repeat block 100000000"))
+    (code, at, msg), = diags(PLAIN.set("defmodel student :params :blocks", "(repeat block 100000000)"))
     assert (code, at) == ("E-MODEL-005", "100000000") and "at most 4096" in msg
 
 
@@ -227,15 +231,13 @@ def test_unknown_remat_policy_lists_the_policies():
 
 
 def test_a_repeated_block_also_reached_as_a_plain_sub_model_is_e_model_005():
-    text = (REPEATED.format(remat="") + TAIL.format(run="")).replace(
-        ":blocks (repeat block 3)", ":blocks (repeat block 3) :extra block")
+    text = PLAIN.set("defmodel student :params :extra", "block")
     (code, at, msg), = diags(text)
     assert (code, at) == ("E-MODEL-005", "(repeat block 3)") and "plain sub-model" in msg
 
 
 def test_a_metric_inside_a_repeated_block_is_e_model_005():
-    text = (REPEATED.format(remat="") + TAIL.format(run="")).replace(
-        ":apply (lambda (self h scale)\n", ":apply (lambda (self h scale)\n           (metric :h (mean h))\n")
+    text = PLAIN.insert("defmodel block :apply (+", "(metric :h (mean h))", before=True)
     codes = [c for c, _, _ in diags(text)]
     assert codes == ["E-MODEL-005"]
 
@@ -278,26 +280,23 @@ def test_train_export_and_pretrained_see_the_stacked_parameters(tmp_path):
     it with `:pretrained`, and a file of another depth is E-MODEL-003 naming both depths."""
     from safetensors.numpy import load_file
     from sexpgpu_runtime.weights.params import flatten
-    from sexpgpu_runtime.run.train import RunOptions, train
+    from sexpgpu_runtime import RunOptions, train
     p = repeated(" :remat :nothing-saveable")
     out = train(p, RunOptions(steps=2, run_dir=tmp_path / "a", quiet=True, export=tmp_path / "s.safetensors"))
     tensors = load_file(str(tmp_path / "s.safetensors"))
     assert tensors["blocks.w"].shape == (3, 8, 8) and tensors["blocks.b"].shape == (3, 8)
     np.testing.assert_array_equal(tensors["blocks.w"], np.asarray(out.trainable["blocks"]["w"]))
-    text = REPEATED.format(remat="") + TAIL.format(run="")
-    text = text.replace("(defmodel student", '(defmodel student\n  :frozen true\n  :pretrained "s.safetensors"', 1)
-    text = text.replace("(model student)", """(defmodel top
+    text = (PLAIN.set("defmodel student :frozen", "true").set("defmodel student :pretrained", '"s.safetensors"')
+            .set("model", "(model top)").add("""(defmodel top
   :params (:student student :head (normal [vocab vocab] :std 0.1))
-  :apply (lambda (self row) (matmul (student row) (getf self :head))))
-
-(model top)""")
+  :apply (lambda (self row) (matmul (student row) (getf self :head))))""", before="model"))
     path = tmp_path / "next.sx"
     path.write_text(text)
     res = analyze(text, str(path), read_files=True)
     assert res.program is not None, [d.message for d in res.diagnostics]
     got = train(res.program, RunOptions(steps=1, run_dir=tmp_path / "b", quiet=True))
     np.testing.assert_array_equal(np.asarray(flatten(got.frozen)[("student", "blocks", "w")]), tensors["blocks.w"])
-    bad = text.replace("(repeat block 3)", "(repeat block 2)")
+    bad = text.set("defmodel student :params :blocks", "(repeat block 2)")
     msgs = [d.message for d in analyze(bad, str(path), read_files=True).diagnostics if d.code == "E-MODEL-003"]
     assert msgs and "`blocks.w` is [3 8 8] f32" in msgs[0] and "expects [2 8 8] f32" in msgs[0]
     assert "the file has 3 layers, the run 2" in msgs[0]
@@ -350,7 +349,7 @@ def test_a_sub_model_of_a_repeated_block_is_stacked_and_sliced_per_layer(precisi
 def test_remat_on_a_plain_model_gives_the_same_gradients():
     text = UNROLLED + TAIL.format(run="")
     p0 = program(text)
-    p1 = program(text.replace("(defmodel block1\n", "(defmodel block1\n  :remat :nothing-saveable\n"))
+    p1 = program(RunFile(text).set("defmodel block1 :remat", ":nothing-saveable"))
     params = unrolled_params(stacked_params())
     g0 = jax.grad(loss_fn(p0))(params)
     g1 = jax.grad(loss_fn(p1))(params)
@@ -382,13 +381,14 @@ def test_the_incremental_check_follows_edits_of_a_repeat():
     sys.path.insert(0, str(Path(__file__).parent))
     from test_check_incremental import observed
     from sexpgpu_lang.check import CheckCache
-    text = REPEATED.format(remat="") + TAIL.format(run="")
+    text = PLAIN
+    blocks = "defmodel student :params :blocks"
     edits = [text,
-             text.replace("(repeat block 3)", "(repeat block 5)"),
-             text.replace("(repeat block 3)", "(repeat block 5 :remat :dots-saveable)"),
-             text.replace("(repeat block 3)", "(repeat block 0)"),
-             text.replace("(+ h (* scale", "(cast (+ h (* scale").replace("(getf self :b)))))", "(getf self :b))))) :bf16)"),
-             text.replace(":blocks (repeat block 3)", ":blocks block"),
+             text.set(blocks, "(repeat block 5)"),
+             text.set(blocks, "(repeat block 5 :remat :dots-saveable)"),
+             text.set(blocks, "(repeat block 0)"),
+             text.set("defmodel block :apply (+", f"(cast {LAYER} :bf16)"),
+             text.set(blocks, "block"),
              text]
     cache = CheckCache()
     codes = []
@@ -405,5 +405,5 @@ def test_adamw_decays_a_stacked_matrix_and_not_a_stacked_bias_or_the_embedding()
     """The `:matrices` decay mask judges a stacked parameter by one layer's rank ([3 8 8] decays,
     [3 8] does not), and finds the embedding table through a repeated model."""
     from sexpgpu_runtime.weights.optim import decay_mask
-    prog = program(REPEATED.format(remat="") + TAIL.format(run="").replace("(adam :lr 1e-2)", "(adamw :lr 1e-2)"))
+    prog = program(PLAIN.set("run :optimizer", "(adamw :lr 1e-2)"))
     assert decay_mask(prog, "matrices") == {"embed": False, "blocks": {"w": True, "b": False}, "out": True}

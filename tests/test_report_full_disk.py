@@ -12,7 +12,7 @@ import pytest
 pytest.importorskip("jax")
 
 from sexpgpu_runtime.run import report  # noqa: E402
-from sexpgpu_runtime.errors import RunError  # noqa: E402
+from sexpgpu_runtime import RunError  # noqa: E402
 
 
 def full_after(monkeypatch, budget: int):

@@ -47,7 +47,7 @@ def step_graphs(seen) -> dict:
 @pytest.mark.slow
 @pytest.mark.parametrize("loop", ["compiled", "host"])
 def test_a_resume_compiles_each_graph_once_as_a_fresh_run_does(tmp_path, loop):
-    from sexpgpu_runtime.run.train import RunOptions, train
+    from sexpgpu_runtime import RunOptions, train
     program = program_of(TEXT, str(tmp_path / "run.sx"))
     jax.clear_caches()   # (a graph compiled by an earlier test would not be compiled again here)
     with compiles() as fresh:

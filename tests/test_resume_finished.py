@@ -12,10 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from helpers import SMALL, program_of, signal_at_line, variant
-from sexpgpu_runtime.run.options import RunOptions
-from sexpgpu_runtime.errors import RunFinished
-from sexpgpu_runtime.run.train import train
+from helpers import SMALL, run, signal_at_line, variant
+from sexpgpu_runtime import RunFinished
 
 pytestmark = pytest.mark.slow
 
@@ -73,47 +71,43 @@ def test_a_sigint_then_resume_goes_on_from_the_stop_and_a_second_resume_changes_
     assert snapshot(d) == before
 
 
-def run(text: str, run_dir: Path, steps: int, **kw):
-    return train(program_of(text, str(run_dir / "run.sx")), RunOptions(steps=steps, run_dir=run_dir, **kw))
-
-
 def test_a_finished_run_with_checkpoints_and_tensorboard_is_left_byte_for_byte(tmp_path):
     text = variant(":steps 10", ":steps 10 :log (:every 1 :tensorboard true) :checkpoint (:every 4 :keep 2)", SMALL)
-    run(text, tmp_path, 10, quiet=True)
+    run(text, tmp_path, 10)
     before = snapshot(tmp_path)
     assert "checkpoints/10/meta/metadata" in before and any("tfevents" in k for k in before)
     with pytest.raises(RunFinished) as e:
-        run(text, tmp_path, 10, quiet=True, resume=True)
+        run(text, tmp_path, 10, resume=True)
     assert (e.value.step, e.value.total) == (10, 10)
     assert str(e.value) == (f"the run in {tmp_path} finished at step 10 of 10: nothing to resume, nothing was "
                             "changed; to train it longer, resume with `--steps N` above 10")
     assert snapshot(tmp_path) == before                # no events file, no row, no checkpoint
-    longer = run(text, tmp_path, 12, quiet=True, resume=True)   # what the line says to do
+    longer = run(text, tmp_path, 12, resume=True)   # what the line says to do
     assert longer.start == 10 and steps_of(tmp_path) == list(range(1, 13))
 
 
 def test_a_finished_run_that_saved_no_checkpoint_says_how_to_start_over(tmp_path):
-    run(NO_CHECKPOINT, tmp_path, 5, quiet=True)
+    run(NO_CHECKPOINT, tmp_path, 5)
     before = snapshot(tmp_path)
     with pytest.raises(RunFinished, match=r"finished at step 5 of 5: nothing to resume, nothing was changed; it "
                                           r"saved no checkpoint, so to train it longer start it over with "
                                           r"`--overwrite` and more `--steps`$"):
-        run(NO_CHECKPOINT, tmp_path, 5, quiet=True, resume=True)
+        run(NO_CHECKPOINT, tmp_path, 5, resume=True)
     assert snapshot(tmp_path) == before
 
 
 def test_a_resume_from_a_checkpoint_older_than_the_last_row_drops_only_the_later_rows_and_says_so(tmp_path, capsys):
     text = variant(":steps 10", ":steps 12 :log (:every 1) :checkpoint (:every 5)", SMALL)
     uninterrupted = tmp_path / "full"
-    run(text, uninterrupted, 12, quiet=True)
+    run(text, uninterrupted, 12)
     # A process killed after logging step 8 leaves the checkpoint of step 5 and rows 1-8.
     d = tmp_path / "killed"
-    run(text, d, 8, quiet=True)
+    run(text, d, 8)
     rows = (uninterrupted / "metrics.jsonl").read_text().splitlines(True)
     (d / "metrics.jsonl").write_text("".join(rows[:8]))
     shutil.rmtree(d / "checkpoints" / "8")
     capsys.readouterr()
-    run(text, d, 12, resume=True)
+    run(text, d, 12, resume=True, quiet=False)
     err = capsys.readouterr().err.splitlines()
     assert err[0] == f"sexpgpu: resuming from step 5 of 12 (checkpoint {d / 'checkpoints' / '5'})"
     assert (f"sexpgpu: dropped 3 rows of {d / 'metrics.jsonl'} (steps 6-8), logged after checkpoint step 5 by the "
@@ -124,26 +118,26 @@ def test_a_resume_from_a_checkpoint_older_than_the_last_row_drops_only_the_later
 
 def test_a_resume_whose_metrics_jsonl_is_gone_says_the_earlier_rows_are_not_in_it(tmp_path, capsys):
     text = variant(":steps 10", ":steps 12 :log (:every 1) :checkpoint (:every 5)", SMALL)
-    run(text, tmp_path, 5, quiet=True)
+    run(text, tmp_path, 5)
     (tmp_path / "metrics.jsonl").unlink()
     capsys.readouterr()
-    run(text, tmp_path, 7, resume=True)
+    run(text, tmp_path, 7, resume=True, quiet=False)
     err = capsys.readouterr().err.splitlines()
     assert err[2] == (f"sexpgpu: warning: {tmp_path / 'metrics.jsonl'} is missing, so it will hold the rows after step 5 "
                       "only (those of steps up to it were logged by the earlier run); put it back before resuming to "
                       "keep them")
     assert steps_of(tmp_path) == [6, 7]
     capsys.readouterr()
-    run(text, tmp_path, 8, resume=True)                               # the file is there again: no warning
+    run(text, tmp_path, 8, resume=True, quiet=False)                               # the file is there again: no warning
     assert not [line for line in capsys.readouterr().err.splitlines() if "warning" in line]
 
 
 def test_a_longer_resume_of_a_run_that_saved_no_checkpoint_says_to_start_over(tmp_path):
-    from sexpgpu_runtime.errors import RunError
-    run(NO_CHECKPOINT, tmp_path, 3, quiet=True)
+    from sexpgpu_runtime import RunError
+    run(NO_CHECKPOINT, tmp_path, 3)
     before = snapshot(tmp_path)
     with pytest.raises(RunError) as e:
-        run(NO_CHECKPOINT, tmp_path, 5, quiet=True, resume=True)
+        run(NO_CHECKPOINT, tmp_path, 5, resume=True)
     assert str(e.value) == (f"nothing to resume: no complete checkpoint in {tmp_path / 'checkpoints'}; pass "
                             "--overwrite instead of --resume to start over at step 0 (metrics.jsonl holds the rows "
                             "of a run that saved no checkpoint)")

@@ -265,7 +265,7 @@ def test_a_stacked_group_calls_it_once_per_microbatch(tmp_path):
     ("return [float('inf')] * 3", "returned inf at row 0"),
 ])
 def test_its_failures_are_one_line_naming_the_function_the_row_and_the_step(tmp_path, body, message):
-    from sexpgpu_runtime.errors import RewardError
+    from sexpgpu_runtime import RewardError
     reward, _ = reward_of(tmp_path, f"def score(prompts, completions):\n    {body}\n")
     with pytest.raises(RewardError) as e:
         reward.call({"row": ROWS}, "step 4, microbatch 1")
@@ -284,7 +284,7 @@ def test_numbers_of_any_numeric_type_are_rewards(tmp_path):
 
 
 def test_an_import_that_fails_is_one_line_naming_the_file_and_its_line(tmp_path):
-    from sexpgpu_runtime.errors import RewardError
+    from sexpgpu_runtime import RewardError
     with pytest.raises(RewardError) as e:
         reward_of(tmp_path, "import os\nx = 1 / 0\ndef score(prompts, completions):\n    return []\n")
     assert "raised ZeroDivisionError: division by zero (arith_reward.py:2) while it was imported" in str(e.value)
@@ -299,7 +299,7 @@ def test_an_import_that_fails_is_one_line_naming_the_file_and_its_line(tmp_path)
 # -- in a run ---------------------------------------------------------------------------------------
 
 def train_small(tmp_path, run_dir: Path, steps: int, text: str | None = None, on_trip=None, **kw):
-    from sexpgpu_runtime.run.train import RunOptions, train
+    from sexpgpu_runtime import RunOptions, train
     d = tmp_path / "src"
     return train(program_of(text or small_text(), str(d / "run.sx")),
                  RunOptions(steps=steps, run_dir=run_dir, quiet=True, **kw), on_trip=on_trip)
@@ -323,7 +323,7 @@ def test_a_run_calls_it_once_per_microbatch_stacked_or_not_with_the_same_bits(tm
 
 @pytest.mark.slow
 def test_a_resume_gets_the_same_rewards_and_bits(tmp_path):
-    from sexpgpu_runtime.errors import RunStopped
+    from sexpgpu_runtime import RunStopped
     from test_checkpoint import assert_same_params
     src_dir(tmp_path)
     text = small_text(**{":log (:every 1)": ":log (:every 1)\n     :checkpoint (:every 2)"})
@@ -406,7 +406,7 @@ def test_an_evaluation_pass_that_runs_the_generator_calls_it_too(tmp_path):
 
 
 def test_a_run_of_several_processes_is_refused(tmp_path, monkeypatch):
-    from sexpgpu_runtime.errors import RewardError
+    from sexpgpu_runtime import RewardError
     from sexpgpu_runtime.run import rewards
     monkeypatch.setattr(rewards.jax, "process_count", lambda: 2)
     with pytest.raises(RewardError) as e:

@@ -12,46 +12,29 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from helpers import check, marked, program_of, variant
+from helpers import check, program_of, run
+from runfile import RunFile
 
 #: tiny-generate's student, its completion kept per row: a row stops at an end-of-sequence id (here
 #: every id under 16, so every row stops at its first trip and `:until` can end the trips early),
 #: frozen after; the training reads the completion's length.
-STOPS = variant("""  :init (lambda (batch ctx)
-          (list :row (field batch :row)
-                :stride (field batch :stride)))""", """  :init (lambda (batch ctx)
-          (list :row (field batch :row)
-                :stride (field batch :stride)
-                :completion (zeros [64 6] :dtype :i32)
-                :mask (< (zeros [64 6] :dtype :i32) 0)
-                :done (< (take (field batch :stride) 0 :axis 1) 0)))""")
-STOPS = variant("""                 (guess (sum (where (= column (- at 1)) (argmax (model row)) 0)
-                             :axes [1]
-                             :keepdims true)))
-            (list :row (where (= column at) guess row)
-                  :stride (getf state :stride))))""", """                 (guess (sum (where (= column (- at 1)) (argmax (model row)) 0)
-                             :axes [1]
-                             :keepdims true))
-                 (s (stop-rows (getf state :completion) (getf state :mask) (getf state :done)
-                               (squeeze guess :axes [1]) trip (iota [16]) 0)))
-            (list :row (where (and (= column at) (expand-dims (not (getf state :done)) :axis -1)) guess row)
-                  :stride (getf state :stride)
-                  :completion (getf s :completion)
-                  :mask (getf s :mask)
-                  :done (getf s :done))))""", STOPS)
-STOPS = variant("""              (list :sample row
-                    :label (mod (+ row stride) vocab)""", """              (list :sample row
-                    :completion (getf state :completion)
-                    :completion-mask (getf state :mask)
-                    :completion-length (completion-length (getf state :mask))
-                    :label (mod (+ row stride) vocab)""", STOPS)
-STOPS = variant("""        :correct (field batch :correct))))""", """        :correct (field batch :correct)
-        :weight (cast (field batch :completion-length) :f32))))""", STOPS)
-STOPS = variant("""         (loss (mean (cross-entropy logits (getf inputs :target)))))""",
-                """         (loss (+ (mean (cross-entropy logits (getf inputs :target)))
-                  (* 0.01 (mean (getf inputs :weight))))))""", STOPS)
-UNTIL = variant("  :finish (lambda (state ctx)", """  :until (lambda (state ctx) (all-stopped (getf state :done)))
-  :finish (lambda (state ctx)""", STOPS)
+STOPS = (RunFile.fixture()
+         .set("defgenerate :init (list :completion", "(zeros [64 6] :dtype :i32)")
+         .set("defgenerate :init (list :mask", "(< (zeros [64 6] :dtype :i32) 0)")
+         .set("defgenerate :init (list :done", "(< (take (field batch :stride) 0 :axis 1) 0)")
+         .insert("defgenerate :step (guess", "(s (stop-rows (getf state :completion) (getf state :mask) (getf state :done)\n"
+                                             "                               (squeeze guess :axes [1]) trip (iota [16]) 0))")
+         .set("defgenerate :step (list :row", "(where (and (= column at) (expand-dims (not (getf state :done)) :axis -1)) guess row)")
+         .set("defgenerate :step (list :completion", "(getf s :completion)")
+         .set("defgenerate :step (list :mask", "(getf s :mask)")
+         .set("defgenerate :step (list :done", "(getf s :done)")
+         .set("defgenerate :finish (list :completion", "(getf state :completion)")
+         .set("defgenerate :finish (list :completion-mask", "(getf state :mask)")
+         .set("defgenerate :finish (list :completion-length", "(completion-length (getf state :mask))")
+         .set("prepare (list :weight", "(cast (field batch :completion-length) :f32)")
+         .set("objective (loss", "(loss (+ (mean (cross-entropy logits (getf inputs :target)))\n"
+                                 "                  (* 0.01 (mean (getf inputs :weight)))))"))
+UNTIL = STOPS.set("defgenerate :until", "(lambda (state ctx) (all-stopped (getf state :done)))")
 
 
 def test_stop_rows_with_until_is_clean():
@@ -60,25 +43,19 @@ def test_stop_rows_with_until_is_clean():
 
 def test_a_step_writing_past_a_row_s_stop_is_a_warning_at_the_write():
     unguarded = "(where (= column at) guess row)"
-    text = variant("(where (and (= column at) (expand-dims (not (getf state :done)) :axis -1)) guess row)",
-                   unguarded, UNTIL)
-    [d] = check(marked(text, unguarded, "W-GEN-002")).diagnostics
+    text = UNTIL.set("defgenerate :step (list :row", unguarded)
+    [d] = check(text.mark("defgenerate :step (list :row", unguarded, "W-GEN-002")).diagnostics
     assert "`:row` without reading `:done`" in d.message and d.help and "stop-rows" in d.help
     # without `:until` there is no early exit to change the result: no warning
-    check(variant("  :until (lambda (state ctx) (all-stopped (getf state :done)))\n", "", text))
+    check(text.drop("defgenerate :until"))
     # an entry `:finish` does not read (a cache) may change after a row's stop
-    cache = variant(":done (< (take (field batch :stride) 0 :axis 1) 0)))",
-                    ":done (< (take (field batch :stride) 0 :axis 1) 0)\n"
-                    "                :cache (zeros [64 seq] :dtype :i32)))", UNTIL)
-    cache = variant(":done (getf s :done))))", ":done (getf s :done)\n                  :cache (+ (getf state :cache) 1))))",
-                    cache)
-    check(cache)
+    check(UNTIL.set("defgenerate :init (list :cache", "(zeros [64 seq] :dtype :i32)")
+          .set("defgenerate :step (list :cache", "(+ (getf state :cache) 1)"))
 
 
 def test_a_scalar_until_flag_is_not_judged():
     """The `freeze` pattern's flag is a bool scalar: not a per-row stop; W-GEN-002 is for the per-row one."""
-    text = variant("  :until (lambda (state ctx) (all-stopped (getf state :done)))",
-                   "  :until (lambda (state ctx) (> (sum (cast (getf state :row) :i32)) 0))", UNTIL)
+    text = UNTIL.set("defgenerate :until", "(lambda (state ctx) (> (sum (cast (getf state :row) :i32)) 0))")
     check(text)
 
 
@@ -90,18 +67,16 @@ def test_the_completion_fields_are_generated_with_their_types():
 
 
 def test_an_eos_id_past_the_vocabulary_is_one_line():
-    text = variant("(squeeze guess :axes [1]) trip (iota [16]) 0)", "(argmax (take (model row) 1 :axis 1)) trip 40 0)",
-                   UNTIL)   # the tokens an argmax over the 16 logits gives
-    [d] = [d for d in check(marked(text, "40", "E-SHAPE-005", within="(stop-rows")).diagnostics]
+    text = UNTIL.edit("defgenerate :step (stop-rows", "(squeeze guess :axes [1]) trip (iota [16]) 0",
+                      "(argmax (take (model row) 1 :axis 1)) trip 40 0")   # the tokens an argmax over the 16 logits gives
+    [d] = [d for d in check(text.mark("defgenerate :step (stop-rows", "40", "E-SHAPE-005")).diagnostics]
     assert d.message == "end-of-sequence id 40 is past the vocabulary: the tokens are 0 to 15, so it would never stop a row"
 
 
 def trained(text, steps, run_dir):
-    from sexpgpu_runtime.run.train import RunOptions, train
+    """The run's result and the (step, trip) of every trip it ran."""
     seen = []
-    result = train(program_of(text, str(run_dir / "run.sx")), RunOptions(steps=steps, run_dir=run_dir, quiet=True),
-                   on_trip=lambda step, trip: seen.append((step, trip)))
-    return result, seen
+    return run(text, run_dir, steps, on_trip=lambda step, trip: seen.append((step, trip))), seen
 
 
 def flat(tree):
@@ -111,11 +86,9 @@ def flat(tree):
 
 @pytest.mark.slow
 def test_until_all_stopped_ends_early_and_equals_every_trip_bit_for_bit(tmp_path):
-    samples = "     :samples (:every 1 :rows 4 :text [:completion] :values [:completion-length])\n"
-    full, every = trained(variant("     :log (:every 50))", "     :log (:every 50)\n" + samples[:-1] + ")", STOPS),
-                          2, tmp_path / "full")
-    early, few = trained(variant("     :log (:every 50))", "     :log (:every 50)\n" + samples[:-1] + ")", UNTIL),
-                         2, tmp_path / "early")
+    samples = "(:every 1 :rows 4 :text [:completion] :values [:completion-length])"
+    full, every = trained(STOPS.set("run :samples", samples), 2, tmp_path / "full")
+    early, few = trained(UNTIL.set("run :samples", samples), 2, tmp_path / "early")
     assert len(every) == 2 * 6 and len(few) < len(every)
     a, b = flat(full.trainable), flat(early.trainable)
     for k in a:
@@ -131,8 +104,7 @@ def test_until_all_stopped_ends_early_and_equals_every_trip_bit_for_bit(tmp_path
 
 def test_samples_show_a_prompt_without_its_padding_and_a_completion_up_to_its_stop(tmp_path):
     from sexpgpu_runtime.run.samples import SampleLog
-    text = variant("     :log (:every 50))", "     :log (:every 50)\n"
-                   "     :samples (:every 1 :rows 2 :text [:completion :sample] :prompt 2))", UNTIL)
+    text = UNTIL.set("run :samples", "(:every 1 :rows 2 :text [:completion :sample] :prompt 2)")
     program = program_of(text, str(tmp_path / "run.sx"))
     assert program.run.samples.masks == (("completion", "completion-mask"),)
     log = SampleLog(program, tmp_path, 10, 0, False, None)
@@ -184,8 +156,7 @@ HF = Path(__file__).parent / "fixtures" / "hf"
 
 def _padded_with_config_eos(family: str) -> str:
     """The padded parity fixture of `family` stopping at its checkpoint's own end-of-sequence ids."""
-    text = (HF / f"{family}-padded.sx").read_text()
-    text = variant("(eos (take (field batch :eos) 0))", "(eos (stack eos-ids))", text)
+    text = RunFile.read(HF / f"{family}-padded.sx").set("prepare (eos", "(eos (stack eos-ids))")
     return f'(def eos-ids (checkpoint-config "{family}" :eos))\n' + text
 
 
@@ -204,7 +175,7 @@ def test_checkpoint_config_gives_the_end_of_sequence_ids_and_one_past_the_vocabu
                                            "so it would never stop a row"}
     assert all(text[d.span.start:d.span.end] == "eos" for d in errors)
     # a bare vector is a shape, not a tensor: said at the argument, with the fix
-    text = variant("(eos (stack eos-ids))", "(eos eos-ids)", _padded_with_config_eos("llama3"))
+    text = RunFile(_padded_with_config_eos("llama3")).set("prepare (eos", "(eos eos-ids)")
     errors = errors_of(text)
     assert errors and errors[0].code == "E-TYPE-001" and "(stack eos)" in errors[0].help
 
@@ -279,7 +250,7 @@ GENERATE = """(def vocab (checkpoint-config "qwen2" :vocab))
 @pytest.mark.slow
 def test_a_generator_decodes_left_padded_prompts_per_row_with_caches_as_generate_does(tmp_path):
     from sexpgpu_lang import analyze
-    from sexpgpu_runtime.run.train import RunOptions, train
+    from sexpgpu_runtime import RunOptions, train
     want = np.load(HF / "qwen2-padded.npz")
     path = HF / "generate-check.sx"            # (never written: the paths resolve beside the fixtures)
     res = analyze(GENERATE, str(path), read_files=True)

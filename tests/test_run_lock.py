@@ -16,10 +16,9 @@ import pytest
 pytest.importorskip("jax")
 
 from helpers import SMALL, program_of, variant  # noqa: E402
-from sexpgpu_runtime.errors import RunDirInUse, RunError  # noqa: E402
-from sexpgpu_runtime.run.options import RunOptions  # noqa: E402
+from sexpgpu_runtime import RunDirInUse, RunError, RunOptions  # noqa: E402
 from sexpgpu_runtime.run.run_lock import LOCK_NAME, describe_holder, hold_run_dir  # noqa: E402
-from sexpgpu_runtime.run.train import train  # noqa: E402
+from sexpgpu_runtime import train  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 

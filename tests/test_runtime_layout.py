@@ -8,8 +8,9 @@ module level, inside a function (an import put there to dodge a cycle is still a
 a package's `__init__` counts as a module. What sits outside the runtime is no edge.
 
 The layers, lowest first (ARCHITECTURE.md): the top-level modules (`errors`, `dtypes`, `paths`),
-`data`, `devices`, `weights`, `lowering`, `run`; a module imports only its own sub-package's modules
-and those of lower layers.
+`data`, `devices`, `weights`, `lowering`, `run`, and on top the surface (the package's own
+`__init__.py`, which re-exports what callers use); a module imports only its own sub-package's
+modules and those of lower layers, so no module of the runtime imports the surface.
 
 The run's parts receive what they use: no runtime class's attribute is assigned from outside the
 class, the step loop reads only the `LoopParts` it is handed, the loop, the run's start and the
@@ -24,7 +25,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 RUNTIME = ROOT / "sexpgpu_runtime"
 MAX_CLASS_LINES = 200
-LAYERS = ("", "data", "devices", "weights", "lowering", "run")   # "": the modules at the top of the runtime
+#: "": the modules at the top of the runtime; "surface": `sexpgpu_runtime/__init__.py`.
+LAYERS = ("", "data", "devices", "weights", "lowering", "run", "surface")
 
 
 def module_name(path: Path, root: Path = ROOT) -> str:
@@ -119,8 +121,11 @@ def test_the_runtime_imports_have_no_cycle():
 
 
 def layer(module: str) -> str:
-    """`sexpgpu_runtime.run.train` -> "run"; a top-level module (`sexpgpu_runtime.errors`) -> ""."""
+    """`sexpgpu_runtime.run.train` -> "run"; a top-level module (`sexpgpu_runtime.errors`) -> "";
+    the package itself (`sexpgpu_runtime`) -> "surface"."""
     parts = module.split(".")
+    if len(parts) == 1:
+        return "surface"
     return parts[1] if len(parts) > 2 or (len(parts) == 2 and parts[1] in LAYERS) else ""
 
 

@@ -12,11 +12,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from helpers import ROOT, program_of, variant
+from helpers import ROOT, program_of, run, variant
 from sexpgpu_runtime.data.loaders import Loader
 from sexpgpu_runtime.weights.params import init_params
-from sexpgpu_runtime.run.samples import SampleError, cut, markdown_table, row_line
-from sexpgpu_runtime.run.train import RunError, RunOptions, train
+from sexpgpu_runtime import RunError, SampleError
+from sexpgpu_runtime.run.samples import cut, markdown_table, row_line
 
 SAMPLES = "(:every 3 :rows 3 :text [:sample] :values [:correct :stride] :prompt 2)"
 
@@ -25,11 +25,6 @@ def text_with(samples: str = SAMPLES, extra: str = "", stack: str = "2") -> str:
     text = variant("     :log (:every 50))", f"     :log (:every 50)\n     :samples {samples}{extra})")
     text = variant(":stack 2", f":stack {stack}", text)
     return text + "\n(pass held :loader train :every 4 :batches 1)\n"
-
-
-def run(text: str, run_dir: Path, steps: int, on_trip=None, **kw):
-    return train(program_of(text, str(run_dir / "run.sx")),
-                 RunOptions(steps=steps, run_dir=run_dir, quiet=True, **kw), on_trip=on_trip)
 
 
 def rows(run_dir: Path) -> list[dict]:
@@ -53,7 +48,7 @@ def test_the_first_steps_rows_are_the_greedy_completions_of_the_initial_model(tm
     # The generator's argmax at the parameters step 1 starts from: the rows are known exactly.
     text = text_with()
     program = program_of(text, str(tmp_path / "run.sx"))
-    run(text, tmp_path, steps=7)
+    run(text, tmp_path, 7)
     got = rows(tmp_path)
     first = Loader(program.loaders["train"], program.run.seed).batch(0)
     want = greedy(program, first)
@@ -78,7 +73,7 @@ def test_a_crash_and_a_resume_leave_samples_jsonl_as_the_uninterrupted_run_write
     text = text_with("(:every 1 :rows 2 :text [:sample] :values [:correct] :prompt 2)",
                      "\n     :checkpoint (:every 4)", stack="1")
     full = tmp_path / "full"
-    run(text, full, steps=12)
+    run(text, full, 12)
     calls = []
 
     def crash(step, trip):
@@ -88,11 +83,10 @@ def test_a_crash_and_a_resume_leave_samples_jsonl_as_the_uninterrupted_run_write
 
     part = tmp_path / "part"
     with pytest.raises((KeyboardInterrupt, RunError)):
-        run(text, part, steps=12, on_trip=crash)
+        run(text, part, 12, on_trip=crash)
     assert max(r["step"] for r in rows(part)) == 10
     capsys.readouterr()
-    train(program_of(text, str(part / "run.sx")),
-          RunOptions(steps=12, run_dir=part, quiet=False, progress=False, resume=True))
+    run(text, part, 12, quiet=False, progress=False, resume=True)
     err = capsys.readouterr().err.splitlines()
     assert (f"sexpgpu: dropped 4 rows of {part / 'samples.jsonl'} (steps 9-10), logged after checkpoint step 8 by "
             "the earlier run; they are sampled again") in err, err   # (two rows a step)
@@ -103,9 +97,9 @@ def test_a_crash_and_a_resume_leave_samples_jsonl_as_the_uninterrupted_run_write
 
 @pytest.mark.slow
 def test_overwrite_removes_samples_jsonl_and_nothing_else(tmp_path):
-    run(text_with(), tmp_path, steps=3)
+    run(text_with(), tmp_path, 3)
     (tmp_path / "notes.txt").write_text("mine")
-    run(variant(":stack 2", ":stack 2"), tmp_path, steps=2, overwrite=True)   # without `:samples`: no stale rows
+    run(variant(":stack 2", ":stack 2"), tmp_path, 2, overwrite=True)   # without `:samples`: no stale rows
     assert not (tmp_path / "samples.jsonl").exists() and (tmp_path / "notes.txt").read_text() == "mine"
 
 
@@ -115,7 +109,7 @@ def test_names_computed_in_prepare_and_objective_are_written_and_leave_the_train
     # `:logits` and `:loss` what objective's let* binds; stacked, so the rows are the first copy's.
     text = text_with("(:every 3 :rows 2 :values [:target :logits :loss :stride])")
     program = program_of(text, str(tmp_path / "run.sx"))
-    run(text, tmp_path / "with", steps=4)
+    run(text, tmp_path / "with", 4)
     got = rows(tmp_path / "with")
     first = Loader(program.loaders["train"], program.run.seed).batch(0)
     want = greedy(program, first)
@@ -129,20 +123,20 @@ def test_names_computed_in_prepare_and_objective_are_written_and_leave_the_train
     assert step1[0]["fields"]["loss"] == step1[1]["fields"]["loss"]   # a scalar beside every row
     assert {r["pass"] for r in got} == {"train", "held"} and set(got[-1]["fields"]) == {"target", "logits", "loss",
                                                                                      "stride"}
-    run(text_with("(:every 3 :rows 2 :values [:stride])"), tmp_path / "without", steps=4)
+    run(text_with("(:every 3 :rows 2 :values [:stride])"), tmp_path / "without", 4)
     metrics = [(tmp_path / d / "metrics.jsonl").read_text() for d in ("with", "without")]
     assert metrics[0] == metrics[1]   # the same losses, bit for bit
 
 
 def test_a_run_without_samples_writes_no_file(tmp_path):
-    run(variant("", ""), tmp_path, steps=2)
+    run(variant("", ""), tmp_path, 2)
     assert not (tmp_path / "samples.jsonl").exists()
 
 
 def test_a_missing_tokenizer_is_one_error_naming_it(tmp_path):
     text = text_with('(:text [:sample] :tokenizer "missing.json")')
     with pytest.raises(SampleError) as e:
-        run(text, tmp_path, steps=2)
+        run(text, tmp_path, 2)
     assert "`:samples`: no tokenizer file" in str(e.value) and "missing.json" in str(e.value)
 
 
@@ -271,7 +265,7 @@ def tensorboard_texts(run_dir: Path) -> dict[str, dict[int, str]]:
 @pytest.mark.slow
 def test_tensorboard_shows_each_sampled_step_as_a_table_of_its_rows(tmp_path):
     text = variant("     :log (:every 50)\n", "     :log (:every 50 :tensorboard true)\n", text_with())
-    run(text, tmp_path, steps=4)
+    run(text, tmp_path, 4)
     texts = tensorboard_texts(tmp_path)
     written = rows(tmp_path)
     # the tags docs/metrics.md names: tensorboardX's add_text adds `/text_summary` to the tag given

@@ -79,7 +79,7 @@ def spy(monkeypatch):
     from sexpgpu_lang.files import checkpoint_files
     for path in (PRETRAINED, NPZ, TEXT_BYTES):   # the grammar and the standard library load once, before the spy
         analyze_file(str(path))
-    monkeypatch.setattr(checkpoint_files, "_READ", {})   # no header kept from an earlier test's read
+    checkpoint_files.forget()   # no header kept from an earlier test's read
     return FileSpy(monkeypatch)
 
 
@@ -175,7 +175,7 @@ def test_checking_runs_no_code_from_the_file(spy, monkeypatch):
 def test_pretrained_npz_and_checkpoints_never_unpickle(tmp_path, monkeypatch):
     import numpy as np
 
-    from sexpgpu_runtime.run.train import RunOptions, train
+    from sexpgpu_runtime import RunOptions, train
 
     def refuse(*a, **k):
         raise AssertionError("unpickled")

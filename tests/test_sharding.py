@@ -16,7 +16,10 @@ import textwrap
 import numpy as np
 import pytest
 
-from helpers import ROOT, cursor, fixture_text, program_of, variant
+from helpers import ROOT, cursor, fixture_text, program_of
+from runfile import RunFile
+
+FIXTURE = RunFile.fixture()
 
 CHILD = textwrap.dedent(r'''
     import json, sys
@@ -24,15 +27,15 @@ CHILD = textwrap.dedent(r'''
     sys.path.insert(0, str(Path(sys.argv[1]) / "tests"))
     import jax
     import numpy as np
-    from helpers import variant, program_of
+    from helpers import program_of
+    from runfile import RunFile
     from sexpgpu_runtime.data import loaders
     from sexpgpu_runtime.run import train as tr
     from sexpgpu_runtime.weights.params import flatten
 
     devices, stack, steps, run_dir = int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), Path(sys.argv[5])
     fsdp = sys.argv[6] == "fsdp"
-    text = variant(":log (:every 50)", ":log (:every 1)")
-    text = variant(":stack 2", f":stack {stack}", text)
+    text = RunFile.fixture().set("run :log :every", "1").set("run :stack", str(stack))
     read = []
     batch = loaders.Loader.batch
     def logged(self, start, *rows):
@@ -138,15 +141,14 @@ def test_fsdp_splits_the_largest_axis_the_mesh_divides():
 
 def test_shard_params_in_the_file_is_checked():
     from sexpgpu_lang import analyze
-    assert program_of(variant(":seed 0", ":shard-params :fsdp :seed 0")).run.shard_params == "fsdp"
+    assert program_of(FIXTURE.set("run :shard-params", ":fsdp")).run.shard_params == "fsdp"
     assert program_of(fixture_text()).run.shard_params == "replicated"
-    res = analyze(variant(":seed 0", ":shard-params :zero3 :seed 0"), "x.sx")
+    res = analyze(FIXTURE.set("run :shard-params", ":zero3"), "x.sx")
     assert [d.message for d in res.diagnostics if d.code == "E-FORM-002"] == ["`:shard-params` has no value `:zero3`"]
 
 
 def test_a_mesh_larger_than_the_devices_is_refused(tmp_path):
-    from sexpgpu_runtime.run.train import RunOptions, train
-    from sexpgpu_runtime.errors import OptionError
+    from sexpgpu_runtime import OptionError, RunOptions, train
     import jax
     n = len(jax.devices()) + 1
     with pytest.raises(OptionError, match=f"asks for {n} devices"):
@@ -155,15 +157,15 @@ def test_a_mesh_larger_than_the_devices_is_refused(tmp_path):
 
 def test_devices_in_the_file_must_divide_every_batch():
     from sexpgpu_lang import analyze
-    res = analyze(variant(":seed 0", ":devices 5 :seed 0"), "x.sx")
+    res = analyze(FIXTURE.set("run :devices", "5"), "x.sx")
     errs = [d for d in res.diagnostics if d.code == "E-FORM-002"]
     assert errs and "`:devices 5` does not divide `:batch 64` of loader `train`" in errs[0].message
-    assert program_of(variant(":seed 0", ":devices 8 :seed 0")).run.devices == 8
+    assert program_of(FIXTURE.set("run :devices", "8")).run.devices == 8
     assert program_of(fixture_text()).run.devices is None
 
 
 def test_parse_mesh():
-    from sexpgpu_runtime.devices.sharding import parse_mesh
+    from sexpgpu_runtime import parse_mesh
     assert parse_mesh("data=8") == (8, 1) and parse_mesh("4") == (4, 1)
     assert parse_mesh("data=2,model=4") == (2, 4) and parse_mesh("model=8") == (1, 8)
     for bad in ("data=x", "data=0", "model=0", "data=2,data=2"):
@@ -192,7 +194,7 @@ def test_explain_shows_the_mesh_and_the_peak_per_device():
     from sexpgpu_lang.explain import explain, fmt_bytes, to_text
     one = explain(program_of(fixture_text()))
     assert one["mesh"] is None and "mesh:" not in to_text(one)
-    report = explain(program_of(variant(":seed 0", ":devices 8 :seed 0")))
+    report = explain(program_of(FIXTURE.set("run :devices", "8")))
     mesh = report["mesh"]
     assert mesh["devices"] == 8 and mesh["records_per_device"] == {"train": 8}
     assert mesh["shardings"]["batch"] == "P(None, 'data')" and mesh["shardings"]["params"] == "P()"
@@ -216,25 +218,25 @@ def test_explain_shows_the_mesh_and_the_peak_per_device():
     assert "  shard " not in to_text(one)
     # A memory budget is one device's: the peak per device is what must fit in it.
     budget = (mesh["peak_per_device"] + mem["peak"]) // 2
-    on_mesh = explain(program_of(variant(":seed 0", ":devices 8 :seed 0")), budget, "given")
+    on_mesh = explain(program_of(FIXTURE.set("run :devices", "8")), budget, "given")
     assert on_mesh["memory"]["fits"] and not explain(program_of(fixture_text()), budget, "given")["memory"]["fits"]
     assert f"peak per device {fmt_bytes(mesh['peak_per_device'])} fits in" in to_text(on_mesh)
     # and `:stack :auto` picks its degree against it: on 8 devices the stacked step fits where on one it does not.
     from sexpgpu_lang.explain import choose_stack
-    auto = variant(":stack 2", ":stack :auto")
+    auto = FIXTURE.set("run :stack", ":auto")
     one_cands = dict((c["degree"], c["peak"]) for c in choose_stack(program_of(auto), 10 ** 12)[1])
     mesh_cands = dict((c["degree"], c["peak"]) for c in
-                      choose_stack(program_of(variant(":seed 0", ":devices 8 :seed 0", auto)), 10 ** 12)[1])
+                      choose_stack(program_of(auto.set("run :devices", "8")), 10 ** 12)[1])
     tight = (one_cands[2] + mesh_cands[2]) // 2
     assert choose_stack(program_of(auto), tight)[0] == 1
-    assert choose_stack(program_of(variant(":seed 0", ":devices 8 :seed 0", auto)), tight)[0] == 2
+    assert choose_stack(program_of(auto.set("run :devices", "8")), tight)[0] == 2
 
 
 def test_explain_with_fsdp_divides_the_parameters_and_optimizer_state_per_device():
     from sexpgpu_lang.explain import explain, to_text
     from sexpgpu_lang.mesh import with_mesh
-    replicated = explain(program_of(variant(":seed 0", ":devices 8 :seed 0")))
-    fsdp = explain(program_of(variant(":seed 0", ":devices 8 :shard-params :fsdp :seed 0")))
+    replicated = explain(program_of(FIXTURE.set("run :devices", "8")))
+    fsdp = explain(program_of(FIXTURE.set("run :devices", "8").set("run :shard-params", ":fsdp")))
     mem, mesh = fsdp["memory"], fsdp["mesh"]
     assert mesh["shard_params"] == "fsdp" and replicated["mesh"]["shard_params"] == "replicated"
     # Every parameter of the fixture has an axis 8 divides: each device holds 1/8, and 1/8 of Adam's moments.
@@ -266,7 +268,7 @@ def test_explain_mesh_is_the_command_line_s_mesh_and_refuses_fsdp_without_one():
         explain_mesh(program, None, True)
     with pytest.raises(ValueError, match="--mesh data=N needs N >= 1"):
         explain_mesh(program, "data=0", None)
-    assert explain_mesh(program_of(variant(":seed 0", ":devices 8 :seed 0")), None, True).run.devices == 8
+    assert explain_mesh(program_of(FIXTURE.set("run :devices", "8")), None, True).run.devices == 8
 
 
 @pytest.mark.slow
@@ -334,9 +336,8 @@ def test_a_run_on_eight_devices_saves_and_resumes_its_checkpoint(tmp_path):
     """Orbax saves the state of a run on one device and restores it onto a mesh of eight (and a mesh's
     checkpoint resumes on a mesh, an FSDP one on one device); the resumed steps log what the
     uninterrupted run logs."""
-    from helpers import variant as v
     run_file = tmp_path / "ck.sx"
-    run_file.write_text(v(":log (:every 50))", ":log (:every 1) :checkpoint (:every 2))"))
+    run_file.write_text(FIXTURE.set("run :log :every", "1").set("run :checkpoint", "(:every 2)"))
     env = {**os.environ, "XLA_FLAGS": EIGHT_DEVICES, "JAX_PLATFORMS": "cpu"}
     base = [sys.executable, "-m", "sexpgpu_cli.main", "run", str(run_file), "--no-progress"]
     a, b, c = (["--run-dir", str(tmp_path / d)] for d in "abc")

@@ -75,10 +75,11 @@ def test_two_sigints_end_a_run_promptly_and_the_checkpoints_still_resume(tmp_pat
 
 
 def test_a_signal_after_the_loop_looked_last_is_handed_back_to_the_start_up_handler():
-    code = ("import importlib, os, signal\n"
-            "main = importlib.import_module('sexpgpu_cli.main')\n"
+    code = ("import os, signal\n"
+            "import sexpgpu_cli.main\n"   # typer loaded, as under the command
+            "from sexpgpu_cli.early_signals import EarlySignals\n"
             "from sexpgpu_runtime.run.signals import StopSignals\n"
-            "early = main.EarlySignals.install()\n"
+            "early = EarlySignals.install()\n"
             "with StopSignals() as stop:\n"
             "    os.kill(os.getpid(), signal.SIGTERM)\n"     # after the last check: the loop never raises
             "assert early.received == signal.SIGTERM, early.received\n"
@@ -91,10 +92,11 @@ def test_a_signal_after_the_loop_looked_last_is_handed_back_to_the_start_up_hand
 
 
 def test_a_signal_noted_while_starting_stops_the_loop_at_its_first_look():
-    code = ("import importlib, os, signal\n"
-            "main = importlib.import_module('sexpgpu_cli.main')\n"
+    code = ("import os, signal\n"
+            "import sexpgpu_cli.main\n"   # typer loaded, as under the command
+            "from sexpgpu_cli.early_signals import EarlySignals\n"
             "from sexpgpu_runtime.run.signals import StopSignals, Stopped\n"
-            "early = main.EarlySignals.install()\n"
+            "early = EarlySignals.install()\n"
             "os.kill(os.getpid(), signal.SIGINT)\n"
             "with StopSignals() as stop:\n"
             "    try:\n"

@@ -69,7 +69,7 @@ def test_sigint_stops_sexpgpu_run_and_resume_finishes_it(tmp_path):
 def test_the_resume_hint_repeats_how_the_run_was_started():
     # Each process of a multi-process run is told its own command: coordinator, count and id included.
     from pathlib import Path
-    from sexpgpu_runtime.run.options import resume_command
+    from sexpgpu_runtime import resume_command
     assert resume_command(Path("f.sx")) == ["sexpgpu", "run", "f.sx", "--resume"]
     assert resume_command(Path("f.sx"), run_dir=Path("runs/two"), steps=60, mesh="data=4", fsdp=True,
                           coordinator="10.0.0.1:1234", num_processes=2, process_id=1) == [

@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from helpers import train_quiet
+from helpers import run
 from sexpgpu_runtime.weights.params import flatten
 from sexpgpu_runtime.lowering.stacking import over_copies
 
@@ -140,8 +140,8 @@ def text_of(template: str, mb: int, stack: int, precision: str) -> str:
 
 
 def assert_same_bits(template: str, mb: int, stack: int, precision: str, tmp_path, steps: int = 3):
-    one = train_quiet(text_of(template, mb, 1, precision), steps, tmp_path / "s1")
-    many = train_quiet(text_of(template, mb, stack, precision), steps, tmp_path / "sn")
+    one = run(text_of(template, mb, 1, precision), tmp_path / "s1", steps)
+    many = run(text_of(template, mb, stack, precision), tmp_path / "sn", steps)
     assert "train stacked" in many.traces and "train stacked" not in one.traces
     assert [r["loss"] for r in one.history] == [r["loss"] for r in many.history]
     a, b = flatten(one.trainable), flatten(many.trainable)

@@ -216,7 +216,7 @@ def test_a_llama_block_model_checks_and_explain_agrees_with_xla_on_flops():
     graph (attention expanded as XLA runs JAX's implementation) are within 25% of XLA's count."""
     from sexpgpu_lang import analyze
     from sexpgpu_lang.explain import explain
-    from sexpgpu_runtime.lowering.xla_report import xla_report
+    from sexpgpu_runtime import xla_report
     res = analyze(llama_file(), "llama.sx")
     assert res.program is not None and not [d for d in res.diagnostics if d.is_error], \
         [d.message for d in res.diagnostics]

@@ -17,6 +17,7 @@ import pytest
 
 from benchmarks.tensor_parallel import teacher_text
 from helpers import ROOT, program_of
+from runfile import RunFile
 
 EIGHT = "--xla_force_host_platform_device_count=8"
 
@@ -172,10 +173,10 @@ def test_the_split_of_each_parameter_comes_from_its_name_and_shape():
 
 def test_the_checker_knows_the_model_axis():
     from sexpgpu_lang import analyze
-    clean = teacher_text().replace("(run :loader rows", "(run :loader rows :model-parallel 8")
+    clean = RunFile(teacher_text()).set("run :model-parallel", "8")
     assert not [d for d in analyze(clean, "x.sx").diagnostics if d.is_error]
     assert program_of(clean).run.model_parallel == 8
-    bad = teacher_text(heads=4).replace("(run :loader rows", "(run :loader rows :model-parallel 8")
+    bad = RunFile(teacher_text(heads=4)).set("run :model-parallel", "8")
     errs = [d for d in analyze(bad, "x.sx").diagnostics if d.is_error]
     # at each parameter whose heads 8 does not divide, in its `:params` entry
     assert [(d.code, bad[d.span.start:d.span.end]) for d in errs] == [
@@ -184,16 +185,16 @@ def test_the_checker_knows_the_model_axis():
     assert errs[0].message == ("the `model` axis of 8 devices does not divide `wq`'s heads (4, axis 2 of [2, 32, 4, 4]), "
                                "parameter `layers.wq`: each device of the `model` axis takes an equal share of it")
     assert "keep `wq` whole with `:shard (:wq :replicated)`" in errs[0].help
-    kept = bad.replace(":model-parallel 8", ":model-parallel 8 :shard (:wq :replicated :wo :replicated)")
+    kept = bad.set("run :shard", "(:wq :replicated :wo :replicated)")
     assert not [d for d in analyze(kept, "x.sx").diagnostics if d.is_error]
     assert program_of(kept).run.shard == (("layers.wq", None), ("layers.wo", None))
-    wrong = bad.replace(":model-parallel 8", ":model-parallel 4 :shard (:wo 5)")
+    wrong = bad.set("run :model-parallel", "4").set("run :shard", "(:wo 5)")
     errs = [d for d in analyze(wrong, "x.sx").diagnostics if d.is_error]
     assert [d.message for d in errs] == ["`:shard` splits `layers.wo` along axis 5, and it has 3 axes"]
     assert wrong[errs[0].span.start:errs[0].span.end] == "5"
     # a model's name covers its parameters, a deeper key wins: the whole teacher whole, its `wq` by heads;
     # an axis of the declared shape (the layer axis of a repeated block not counted)
-    deeper = clean.replace(":model-parallel 8", ":model-parallel 8 :shard (:teacher :replicated :wq :auto :w-up 0)")
+    deeper = clean.set("run :shard", "(:teacher :replicated :wq :auto :w-up 0)")
     run = program_of(deeper).run
     assert dict(run.shard)["layers.wo"] is None and "layers.wq" not in dict(run.shard)
     assert dict(run.shard)["layers.w-up"] == -2 and len(run.shard) == 11
@@ -286,12 +287,12 @@ def test_docs_distillation_run_splits_the_teacher_4_ways_and_keeps_the_student_w
     :teacher :auto)`; without the override the student's 2 heads are refused."""
     from sexpgpu_lang import analyze
     from sexpgpu_lang.explain import explain, to_text
-    text = (ROOT / "examples" / "distill.sx").read_text()
-    bare = text.replace("(run ", "(run :devices 2 :model-parallel 4 ", 1)
+    text = RunFile.read(ROOT / "examples" / "distill.sx")
+    bare = text.set("run :devices", "2").set("run :model-parallel", "4")
     errs = [d for d in analyze(bare, "examples/distill.sx").diagnostics if d.code == "E-FORM-002"]
     assert [bare[d.span.start:d.span.end].split()[0] for d in errs] == ["(normal", "(normal"]
     assert "does not divide `wq`'s heads (2" in errs[0].message
-    split = text.replace("(run ", "(run :devices 2 :model-parallel 4 :shard (:student :replicated :teacher :auto) ", 1)
+    split = bare.set("run :shard", "(:student :replicated :teacher :auto)")
     report = explain(program_of(split, "examples/distill.sx"))
     specs = report["mesh"]["param_shardings"]
     assert (specs["teacher.wq"], specs["teacher.wo"], specs["teacher.w1"], specs["teacher.embed"]) == (
@@ -308,19 +309,19 @@ def test_the_one_form_teacher_from_a_checkpoint_carries_the_split():
     from sexpgpu_lang import analyze
     from sexpgpu_lang.explain import explain
     fixtures = ROOT / "tests" / "fixtures" / "hf"
-    text = (fixtures / "llama3.sx").read_text()
-    start, end = text.index("(defmodel layer"), text.index("(model teacher)")
-    one = text[:start] + '(defmodel teacher :pretrained "llama3" :frozen true)\n\n' + text[end:]
-    one = one.replace("(model teacher)", "(defmodel student :params (:w (zeros [2]) :teacher teacher) :apply (lambda (self ids) "
-                                         "(* (sum (getf self :w)) (teacher ids))))\n(model student)")
-    four = one.replace("(run :loader rows", "(run :loader rows :model-parallel 4")
+    one = (RunFile.read(fixtures / "llama3.sx").drop("defmodel layer")
+           .set("defmodel teacher", '(defmodel teacher :pretrained "llama3" :frozen true)')
+           .set("model", "(model student)")
+           .add("(defmodel student :params (:w (zeros [2]) :teacher teacher) :apply (lambda (self ids) "
+                "(* (sum (getf self :w)) (teacher ids))))", before="model"))
+    four = one.set("run :model-parallel", "4")
     res = analyze(four, str(fixtures / "one-form.sx"), read_files=True)
     assert not [d for d in res.diagnostics if d.is_error], [d.message for d in res.diagnostics]
     specs = explain(res.program)["mesh"]["param_shardings"]
     teacher = {k: v for k, v in specs.items() if "wq" in k or "wk" in k or "w-up" in k or "lm-head" in k}
     assert set(teacher.values()) == {"P(None, None, 'model')", "P()", "P(None, 'model')"}
     assert [v for k, v in teacher.items() if k.endswith(".wk")] == ["P()"]   # 2 KV heads over 4: replicated
-    eight = one.replace("(run :loader rows", "(run :loader rows :model-parallel 8")
+    eight = one.set("run :model-parallel", "8")
     errs = [d for d in analyze(eight, str(fixtures / "one-form.sx"), read_files=True).diagnostics if d.is_error]
     assert errs and all(d.code == "E-FORM-002" and eight[d.span.start:d.span.end] == '"llama3"' for d in errs)
     assert "does not divide `wq`'s heads (4" in errs[0].message
@@ -340,10 +341,9 @@ def test_a_model_axis_that_does_not_divide_the_heads_is_one_line_before_anything
     assert not (tmp_path / "r" / "metrics.jsonl").exists()
 
 
-def lora_teacher(targets: str = ":wq :wk :wo :w-up :w-down :lm-head") -> str:
+def lora_teacher(targets: str = ":wq :wk :wo :w-up :w-down :lm-head") -> RunFile:
     """The teacher with LoRA adapters of rank 2 on `targets` (the base frozen)."""
-    return teacher_text().replace("(defmodel teacher\n",
-                                  f"(defmodel teacher\n  :lora (:targets [{targets}] :rank 2 :alpha 4)\n")
+    return RunFile(teacher_text()).set("defmodel teacher :lora", f"(:targets [{targets}] :rank 2 :alpha 4)")
 
 
 #: The split each adapter takes with its base on model=4 (8 query heads, 2 KV heads, MLP 64, vocabulary 96):
@@ -372,13 +372,12 @@ def test_lora_adapters_split_with_their_base_in_explain():
     # under FSDP as well, each adapter's other axes go to `data` by FSDP's rule
     both = explain(explain_mesh(program, "data=2,model=4", True))["mesh"]["param_shardings"]
     assert both["layers.wq.lora-b"] == "P('data', None, 'model')" and both["layers.wo.lora-a"] == "P('data', 'model')"
-    whole = program_of(lora_teacher().replace("(run :loader rows", "(run :loader rows :model-parallel 4 "
-                                                                   ":shard (:teacher :replicated)"))
+    whole = program_of(lora_teacher().set("run :model-parallel", "4").set("run :shard", "(:teacher :replicated)"))
     specs = explain(whole)["mesh"]["param_shardings"]
     assert set(specs.values()) == {"P()"}
 
     def specs_with(shard: str) -> dict:
-        text = lora_teacher(":wq :wo").replace("(run :loader rows", f"(run :loader rows :model-parallel 4 :shard ({shard})")
+        text = lora_teacher(":wq :wo").set("run :model-parallel", "4").set("run :shard", f"({shard})")
         return {k: v for k, v in explain(program_of(text))["mesh"]["param_shardings"].items() if "lora" in k}
     # an adapter named itself keeps the file's word; `wq` split on its input axis (`:teacher 0`) splits A;
     # split inside its output group (its head width, axis 2) both adapters stay whole

@@ -1,13 +1,12 @@
 """Token streams (`tokens` over a nanoGPT .bin or a .npy), text tokenized once (`text-tokens`), the tokenizer
 trainer, read-ahead and resume: on files each test makes, with windows, widening and positions asserted exactly."""
-import os
 import re
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from helpers import check, train_quiet
+from helpers import check, run
 from sexpgpu_lang.ir import LoaderIR
 from sexpgpu_lang.source import Span
 from sexpgpu_runtime.data import loaders
@@ -305,16 +304,16 @@ RUN = """(def vocab 64)
 @pytest.mark.slow
 def test_a_resumed_run_reads_the_exact_records_and_ends_with_the_same_bits(tmp_path, monkeypatch):
     (np.arange(4000) % 64).astype(np.uint16).tofile(tmp_path / "train.bin")
-    run = RUN.replace("DATA", str(tmp_path / "train.bin"))
+    text = RUN.replace("DATA", str(tmp_path / "train.bin"))
     reads = []
     batch = loaders.Loader.batch
     monkeypatch.setattr(loaders.Loader, "batch", lambda self, p, *r: reads.append(int(p)) or batch(self, p, *r))
-    full = train_quiet(run, 4, tmp_path / "full")
+    full = run(text, tmp_path / "full", 4)
     assert reads == [0, 8, 16, 24]                                       # read ahead, in order, never past the run
     assert full.data.batches == 4 and full.data.read_s > 0
     reads.clear()
-    train_quiet(run, 2, tmp_path / "half")
-    resumed = train_quiet(run, 4, tmp_path / "half", resume=True)
+    run(text, tmp_path / "half", 2)
+    resumed = run(text, tmp_path / "half", 4, resume=True)
     assert reads == [0, 8, 16, 24] and resumed.start == 2      # the resume continues at record 16
     assert [r["loss"] for r in resumed.history] == [r["loss"] for r in full.history][2:]
     for k in full.trainable:

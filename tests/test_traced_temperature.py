@@ -44,7 +44,7 @@ def place_of(text: str) -> tuple[int, int]:
 
 
 def train_of(text: str, steps: int, run_dir: Path, **kw):
-    from sexpgpu_runtime.run.train import RunOptions, train
+    from sexpgpu_runtime import RunOptions, train
     return train(program_of(text, str(run_dir / "run.sx")), RunOptions(steps=steps, run_dir=run_dir, quiet=True), **kw)
 
 
@@ -80,7 +80,7 @@ def test_a_nan_temperature_is_named_with_its_trip_read_with_the_steps_records(tm
     """sqrt(3.5 - trip * `:step`) is first NaN at trip 4 of step 2; logged every 50 steps (and at
     steps 1 and 3, the first and last) and never checkpointed, the record is read at the end:
     every trip of the 3 steps (two groups of one microbatch each) was queued without waiting."""
-    from sexpgpu_runtime.errors import BadDraw
+    from sexpgpu_runtime import BadDraw
     text = unstacked(sampled("(sqrt (- 3.5 (* (cast trip :f32) (cast (getf ctx :step) :f32))))"))
     seen = []
     with pytest.raises(BadDraw) as err:
@@ -96,7 +96,7 @@ def test_a_nan_temperature_is_named_with_its_trip_read_with_the_steps_records(tm
 def test_a_negative_temperature_with_until(tmp_path):
     """With `:until` (every row done after trip 1, the flag read 3 trips late): 0.5 - `:step` is
     -0.5 at step 2, named at its first trip."""
-    from sexpgpu_runtime.errors import BadDraw
+    from sexpgpu_runtime import BadDraw
     text = sampled("(- 0.5 (cast (getf ctx :step) :f32))", UNTIL)
     seen = []
     with pytest.raises(BadDraw) as err:
@@ -147,7 +147,7 @@ def test_only_traced_temperatures_are_checked():
 
 def test_a_pass_names_itself(tmp_path):
     """1 - 2 `:pass`: 1 in training, -1 in the pass after step 2, which the error names."""
-    from sexpgpu_runtime.errors import BadDraw
+    from sexpgpu_runtime import BadDraw
     text = unstacked(sampled("(- 1.0 (* 2.0 (cast (getf ctx :pass) :f32)))"))
     text = variant("(run :loader train", "(pass check :loader train :every 2 :batches 1)\n\n(run :loader train", text)
     with pytest.raises(BadDraw) as err:
@@ -169,8 +169,7 @@ def test_a_checked_trip_graph_compiles_for_xla_report_and_the_differential():
 def test_after_a_resume_the_error_names_the_last_good_checkpoint(tmp_path):
     """1.5 - `:step` is -0.5 at step 3: a first run of 2 steps (checkpointed every step), then a
     resume to 4 stops at step 3 with the same line as a run that was never resumed."""
-    from sexpgpu_runtime.errors import BadDraw
-    from sexpgpu_runtime.run.train import RunOptions, train
+    from sexpgpu_runtime import BadDraw, RunOptions, train
     text = sampled("(- 1.5 (cast (getf ctx :step) :f32))")
     text = variant(":log (:every 50))", ":log (:every 50)\n     :checkpoint (:every 1))", text)
     prog = program_of(text, str(tmp_path / "run.sx"))

@@ -22,7 +22,7 @@ GREEDY = "(sum (where (= column (- at 1)) (argmax (model row)) 0)"
 
 
 def train_with(text: str, run_dir: Path, steps: int, loop: str, on_trip=None, **kw):
-    from sexpgpu_runtime.run.train import RunOptions, train
+    from sexpgpu_runtime import RunOptions, train
     return train(program_of(text, str(run_dir / "run.sx")),
                  RunOptions(steps=steps, run_dir=run_dir, quiet=True, trip_loop=loop, **kw), on_trip=on_trip)
 
@@ -65,7 +65,7 @@ def test_the_compiled_loop_trains_the_host_loops_bits(case, tmp_path):
 
 @pytest.mark.slow
 def test_a_stop_inside_the_compiled_loop_abandons_the_step_and_the_resume_is_bit_exact(tmp_path):
-    from sexpgpu_runtime.errors import RunStopped
+    from sexpgpu_runtime import RunStopped
     full = train_with(LOGGED, tmp_path / "full", 10, "compiled")
     seen = []
 
@@ -89,7 +89,7 @@ def test_a_stop_inside_the_compiled_loop_abandons_the_step_and_the_resume_is_bit
 
 def test_a_no_ends_the_compiled_loop_before_that_trip(tmp_path):
     """The look before trip 2 says no: the loop runs trips 0 and 1 only, and the state is theirs."""
-    from sexpgpu_runtime.run.options import RunOptions
+    from sexpgpu_runtime import RunOptions
     from sexpgpu_runtime.run.train import Trainer
     from helpers import FIXTURE
     text = variant(":stack 2", ":stack 1", Path(FIXTURE).read_text())

@@ -7,22 +7,16 @@ import numpy as np
 import jax
 import pytest
 
-from helpers import check, program_of, variant
+from helpers import check, program_of, run
+from runfile import RunFile
 
 #: The fixture's student writes greedily; a row is done once it wrote the end token 5 or column 3,
 #: and a done row is frozen: only rows not done are written, and `:done` only grows.
-FROZEN = variant("""  :init (lambda (batch ctx)
-          (list :row (field batch :row)
-                :stride (field batch :stride)))""", """  :init (lambda (batch ctx)
-          (list :row (field batch :row)
-                :stride (field batch :stride)
-                :done (= (field batch :stride) -1)))""")
-FROZEN = variant("""            (list :row (where (= column at) guess row)
-                  :stride (getf state :stride))))""", """            (list :row (where (and (= column at) (not (getf state :done))) guess row)
-                  :stride (getf state :stride)
-                  :done (or (getf state :done) (= guess 5) (>= at 3)))))""", FROZEN)
-UNTIL = variant("  :finish (lambda (state ctx)", """  :until (lambda (state ctx) (= (sum (cast (getf state :done) :i32)) 64))
-  :finish (lambda (state ctx)""", FROZEN)
+FROZEN = (RunFile.fixture()
+          .set("defgenerate :init (list :done", "(= (field batch :stride) -1)")
+          .set("defgenerate :step (list :row", "(where (and (= column at) (not (getf state :done))) guess row)")
+          .set("defgenerate :step (list :done", "(or (getf state :done) (= guess 5) (>= at 3))"))
+UNTIL = FROZEN.set("defgenerate :until", "(lambda (state ctx) (= (sum (cast (getf state :done) :i32)) 64))")
 
 
 def flat(tree):
@@ -30,11 +24,9 @@ def flat(tree):
 
 
 def trips_of(text, steps, run_dir):
-    from sexpgpu_runtime.run.train import RunOptions, train
+    """The run's result and the (step, trip) of every trip it ran."""
     seen = []
-    result = train(program_of(text, str(run_dir / "run.sx")), RunOptions(steps=steps, run_dir=run_dir, quiet=True),
-                   on_trip=lambda step, trip: seen.append((step, trip)))
-    return result, seen
+    return run(text, run_dir, steps, on_trip=lambda step, trip: seen.append((step, trip))), seen
 
 
 @pytest.mark.slow
@@ -52,11 +44,8 @@ def test_early_exit_equals_all_trips_bit_for_bit(tmp_path):
 
 
 def test_until_must_be_a_bool_scalar():
-    text = variant("(= (sum (cast (getf state :done) :i32)) 64)", "(sum (cast (getf state :done) :i32))", UNTIL)
-    text = text.replace("  :until (lambda (state ctx) (sum (cast (getf state :done) :i32)))",
-                        "  :until (lambda (state ctx) (sum (cast (getf state :done) :i32)))\n"
-                        ";;" + " " * 27 + "^" * 36 + " E-GEN-006")
-    check(text)
+    text = UNTIL.set("defgenerate :until (=", "(sum (cast (getf state :done) :i32))")
+    check(text.mark("defgenerate :until", "(sum (cast (getf state :done) :i32))", "E-GEN-006"))
 
 
 def test_until_is_in_the_ir():
@@ -69,18 +58,14 @@ def test_until_is_in_the_ir():
 def test_the_context_says_training_or_which_pass(tmp_path):
     """`:pass` is 0 while training and the pass's number (1, 2 ... in the file's order) in a pass,
     in the generator too: here `:finish` returns it and `objective` reports it."""
-    from sexpgpu_runtime.run.train import RunOptions, train
-    text = variant("""                    :correct (mean (cast (= row truth) :f32) :axes [1] :keepdims true)))))""",
-                   """                    :correct (mean (cast (= row truth) :f32) :axes [1] :keepdims true)
-                    :seen (full [64 1] (getf ctx :pass))))))""", FROZEN)
-    text = variant("        :correct (field batch :correct))))",
-                   "        :correct (field batch :correct)\n        :seen (field batch :seen))))", text)
-    text = variant("    (metric :generation-accuracy (mean (getf inputs :correct)))",
-                   "    (metric :generation-accuracy (mean (getf inputs :correct)))\n"
-                   "    (metric :seen (mean (cast (getf inputs :seen) :f32)))", text)
-    text = variant("(run :loader train", "(pass first :loader train :every 2 :batches 1)\n"
-                   "(pass second :loader train :every 2 :batches 1)\n\n(run :loader train", text)
-    text = variant(":log (:every 50)", ":log (:every 1)", text)
-    result = train(program_of(text, str(tmp_path / "run.sx")), RunOptions(steps=2, run_dir=tmp_path, quiet=True))
+    text = (FROZEN.set("defgenerate :finish (list :seen", "(full [64 1] (getf ctx :pass))")
+            .set("prepare (list :seen", "(field batch :seen)")
+            .edit("objective", "    (metric :generation-accuracy (mean (getf inputs :correct)))",
+                  "    (metric :generation-accuracy (mean (getf inputs :correct)))\n"
+                  "    (metric :seen (mean (cast (getf inputs :seen) :f32)))")
+            .add("(pass first :loader train :every 2 :batches 1)\n(pass second :loader train :every 2 :batches 1)",
+                 before="run")
+            .set("run :log :every", "1"))
+    result = run(text, tmp_path, 2)
     last = result.history[-1]
     assert last["seen"] == 0.0 and last["first/seen"] == 1.0 and last["second/seen"] == 2.0, last

@@ -26,6 +26,7 @@ Imports nothing outside `sexpgpu_lang`; never JAX.
 from __future__ import annotations
 
 from .. import ir
+from ..cancel import CancelToken
 from ..diagnostics import Diagnostic
 from ..language import OPTIMIZERS, RUN_KEYS, SOURCES, SPECIAL_FORMS, TOP_FORMS
 from ..source import SourceText
@@ -45,14 +46,16 @@ __all__ = ["check", "check_expression", "CheckCache", "CheckResult", "Definition
 
 
 def check(parsed: ParseResult, read_files: bool | str = False, cache: CheckCache | None = None,
-          build_ir: bool = True) -> CheckResult:
+          build_ir: bool = True, cancel: CancelToken | None = None) -> CheckResult:
     """Check a parsed file: diagnostics, editor facts, and the IR when there is no error. Never raises for user input.
 
     Opens no file unless `read_files` (then each `:pretrained` file's header, for E-MODEL-003;
     with `"local"`, as the language server checks, only the checkpoints that are on this machine).
     `cache`, kept from the check of an earlier version of the same file, makes the check
-    incremental (the result is the same); `build_ir=False` leaves `program` None."""
-    return check_file(CheckContext(parsed, read_files, cache), build_ir)
+    incremental (the result is the same); `build_ir=False` leaves `program` None. Raises
+    `cancel.Cancelled` (between two top-level forms) once `cancel` is cancelled: the language server
+    abandons the check of a version a newer one superseded."""
+    return check_file(CheckContext(parsed, read_files, cache, cancel), build_ir)
 
 
 def check_expression(text: str, names: dict[str, Type]) -> tuple[ir.Expr | None, list[Diagnostic]]:

@@ -25,6 +25,7 @@ import os
 from .. import ir
 from ..diagnostics import Related, warning
 from ..files.hf_cache import NotCached, as_written, locate
+from ..language import CONFIG_FORM
 from ..files.hf_config import (KEYS, MAPPING_FAMILIES, RECORDS, ConfigError, Setting, eos_ids, family, read, refusals,
                          settings)
 from ..syntax import Kw, ListNode, Num, Str, Sym, walk
@@ -32,7 +33,7 @@ from ..types import ERROR, ShapeType, TensorType, is_int, scalar
 from .context import CheckContext, near_miss
 
 #: The form's name.
-FORM = "checkpoint-config"
+FORM = CONFIG_FORM
 
 
 def _base(ctx: CheckContext) -> str:

@@ -16,6 +16,7 @@ import difflib
 from dataclasses import replace
 
 from .. import ir
+from ..cancel import CancelToken
 from ..diagnostics import Diagnostic, error
 from ..source import Span
 from ..syntax import ListNode, Node, ParseResult, Sym, keyword_value
@@ -28,8 +29,10 @@ from .scope import Frame, Scope, prelude_scope
 class CheckContext:
     """The state of one check of one parsed file (`check()` makes one and runs `toplevel.check_file` on it)."""
 
-    def __init__(self, parsed: ParseResult, read_files: bool | str = False, cache: CheckCache | None = None):
+    def __init__(self, parsed: ParseResult, read_files: bool | str = False, cache: CheckCache | None = None,
+                 cancel: CancelToken | None = None):
         self.parsed = parsed
+        self.cancel = cancel           # looked at before each top-level form (`poll`): the server's token
         self.cache = cache             # results of an earlier check of this file (`CheckCache`), or None
         self.tracker = Tracker()       # what a cached computation reads and calls (`incremental`)
         # `toplevel.check_file(build_ir)`: without the IR, cached model bodies keep their IR's old ranges
@@ -55,7 +58,7 @@ class CheckContext:
         self.repeats: dict[str, tuple] = {}   # a repeated block: (count, remat policy, its `repeat` entry)
         self.stacked: dict[str, tuple] = {}   # a model under a repeat: (block, count, the `repeat` entry)
         self.params: list[ir.ParamIR] = []
-        self.adapters: dict[str, dict[str, float]] = {}   # an adapted model: each `:lora` target key -> its scale
+        self.adapters: dict[str, dict[str, tuple[float, float]]] = {}   # an adapted model: each `:lora` target key -> (scale, dropout)
         self.lora_params: list[tuple] = []   # (base path, input axes, LoraSetting, the `:lora` model), check/lora.py
         self.frozen_models: set[str] = set()   # the reachable models whose parameters are frozen
         self.precision = "f32"
@@ -76,6 +79,15 @@ class CheckContext:
         self.stated_configs: list = []
         self.stages: list[tuple[str, int | None]] = []
         self.expanded: set[int] = set()   # the `defmodel` forms a one form expanded into (by id: check/one_form.py)
+
+    def adapters_of(self, name: str) -> tuple[tuple[str, float, float], ...]:
+        """`ir.ModelCall.adapters` of a call of model `name`: each LoRA target key, its scale and dropout."""
+        return tuple((k, scale, p) for k, (scale, p) in self.adapters.get(name, {}).items())
+
+    def poll(self) -> None:
+        """Between two top-level forms: raise `cancel.Cancelled` when the check was cancelled."""
+        if self.cancel is not None:
+            self.cancel.check()
 
     def report(self, d: Diagnostic) -> None:
         """Record a diagnostic once per (code, range); inside a standard-library layer, at the user's call."""

@@ -14,15 +14,13 @@ import os
 
 from .. import ir
 from ..diagnostics import Related
-from ..language import (DEFAULT_OPTIMIZER, FORM_KEYWORDS, KEYWORD_VALUES, PLIST_KEYWORDS, RESERVED_NAMES, RUN_KEYS,
-                        SOURCES, SPECIAL_FORMS)
+from ..language import (CONFIG_FORM, DEFAULT_OPTIMIZER, FORM_KEYWORDS, KEYWORD_VALUES, PLIST_KEYWORDS, RESERVED_NAMES,
+                        RUN_KEYS, SOURCES, SPECIAL_FORMS)
 from ..ops import REGISTRY
 from ..mesh import undivided
 from ..syntax import Kw, ListNode, Node, Num, Sym, VecNode
 from ..types import (DTYPES, dtype_hint, ERROR, ErrorType, FunctionType, KeywordType, LoaderType, ShapeType,
                      StringType, TensorType, Type)
-from .config import FORM as CONFIG_FORM, config_def
-from .lora import A_SUFFIX, B_SUFFIX
 from .context import CheckContext, near_miss
 from .contracts import stage_loader
 from .facts import Definition
@@ -72,6 +70,7 @@ def top_def(ctx: CheckContext, f: ListNode):
                       fn=(val, ctx.globals))
         return
     if isinstance(val, ListNode) and val.head == CONFIG_FORM:
+        from .config import config_def   # (with hf_config: imported only where a file reads a config.json)
         e, where = config_def(ctx, val)
         d = define_global(ctx, f.items[1], "def", f, e.type, ir=e if where else None)
         if d is not None and where:
@@ -300,6 +299,7 @@ def model_axis(ctx: CheckContext, kws: dict) -> tuple[int, tuple[tuple[str, int 
         how = _deepest(ctx, p.path, given)
         if how is None or how[1] == "auto":
             continue
+        from .lora import A_SUFFIX, B_SUFFIX   # (check/lora.py: imported only where `:shard` names a parameter)
         if p.path[-1].endswith((A_SUFFIX, B_SUFFIX)) and how[0] != p.path[-1]:
             continue   # a LoRA adapter splits with its base (mesh.adapter_overrides) unless named itself
         key, d = how

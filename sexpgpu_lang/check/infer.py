@@ -634,7 +634,7 @@ def call_model(ctx: CheckContext, node: ListNode, name: str, scope: Scope) -> ir
     if name in ctx.repeats:
         return call_repeat(ctx, node, name, lam, params, args, arg_types, body, effects, items, compute)
     return ir.ModelCall(out, node.span, name, ctx.reachable[name], params[0], tuple(params[1:]), tuple(args),
-                        items, compute, m["remat"], tuple(ctx.adapters.get(name, {}).items()))
+                        items, compute, m["remat"], ctx.adapters_of(name))
 
 
 def call_repeat(ctx: CheckContext, node: ListNode, name: str, lam: ListNode, params: list[str], args: list,
@@ -669,7 +669,7 @@ def call_repeat(ctx: CheckContext, node: ListNode, name: str, lam: ListNode, par
                                      "project back to the input width or `cast` to its dtype"), node.span)
     policy = remat if remat is not None else ctx.models[name]["remat"] or ctx.remat
     return ir.Repeat(out, node.span, name, ctx.reachable[name], params[0], tuple(params[1:]), tuple(args), items,
-                     compute, policy, tuple(ctx.adapters.get(name, {}).items()), count)
+                     compute, policy, ctx.adapters_of(name), count)
 
 
 def _holds_error(t: Type) -> bool:

@@ -27,11 +27,11 @@ Imports nothing outside `sexpgpu_lang`; never JAX.
 """
 from __future__ import annotations
 
-import functools
 import os
 
 from ..files.bounded_read import read_bounded
 from ..diagnostics import warning
+from ..kept import Space, memo
 from ..language import PAD_SIDES, TOKEN_FILE_DTYPES, TRUNCATE_SIDES
 from ..source import Span
 from ..types import is_int
@@ -182,7 +182,7 @@ def _token_file_dtype(ctx: CheckContext, rel: str, dtype: str, vocab, at: Span) 
     ctx.report(warning("W-LOADER-002", at, f"`{rel}` read as `:{dtype}`: {message}", help=fix))
 
 
-@functools.lru_cache(maxsize=16)
+@memo(Space("token file dtype checks", 16, 4 << 20))
 def token_dtype_evidence(path: str, mtime_ns: int, size: int, dtype: str, vocab: int | None,
                          offset: int = 0) -> tuple[str, str] | None:
     """(what makes `dtype` implausible for the token file at `path`, its ids from byte `offset` (a
@@ -288,7 +288,7 @@ def _npy_dtype(ctx: CheckContext, rel: str, dtype: str | None, at: Span) -> bool
     return False
 
 
-@functools.lru_cache(maxsize=16)
+@memo(Space(".npy headers", 16, 4 << 20))
 def _npy_header(path: str, mtime_ns: int, size: int) -> dict | None:
     """bounded_read.npy_header of `path`, cached by `mtime_ns` and `size`."""
     from ..files.bounded_read import npy_header
@@ -333,14 +333,14 @@ def _npz_fields(ctx: CheckContext, args: dict, nodes: dict, fields) -> bool:
     return True
 
 
-@functools.lru_cache(maxsize=16)
+@memo(Space(".npz headers", 16, 4 << 20))
 def _npz_headers(path: str, mtime_ns: int, size: int) -> dict | None:
     """prompt_rows.npz_headers of `path`, cached by `mtime_ns` and `size`."""
     from ..files.prompt_rows import npz_headers
     return npz_headers(path)
 
 
-@functools.lru_cache(maxsize=16)
+@memo(Space(".npz magic checks", 16, 4 << 20))
 def _not_an_npz(path: str, mtime_ns: int, size: int, rel: str) -> str | None:
     """prompt_rows.not_an_npz of the first 4096 bytes of `path` (None when they cannot be read)."""
     from ..files.bounded_read import open_regular
@@ -353,7 +353,7 @@ def _not_an_npz(path: str, mtime_ns: int, size: int, rel: str) -> str | None:
     return not_an_npz(head, path, rel)
 
 
-@functools.lru_cache(maxsize=16)
+@memo(Space(".npz field names", 16, 4 << 20))
 def _npz_names(path: str, mtime_ns: int, size: int) -> tuple[str, ...] | None:
     """prompt_rows.npz_fields of `path`, cached by `mtime_ns` and `size`."""
     from ..files.prompt_rows import npz_fields
@@ -451,7 +451,7 @@ def _text_windows(ctx: CheckContext, args: dict, fields, at: Span, batch: int | 
         ctx.err("E-LOADER-001", at, f"`text-tokens`'s glob `{args['glob']}`: its text, tokenized, {reason}", help=fix)
 
 
-@functools.lru_cache(maxsize=16)
+@memo(Space("text file token counts", 16, 4 << 20))
 def _token_count(files: tuple, tokenizer: str, mtime_ns: int, size: int, separator: str | None) -> int | None:
     """How many ids the text `files` ((path, mtime_ns, size) each) give with the tokenizer.json at
     `tokenizer` (by text_tokens.encoded), or None when the tokenizer or a file does not load."""
@@ -472,7 +472,7 @@ def _token_count(files: tuple, tokenizer: str, mtime_ns: int, size: int, separat
         return None
 
 
-@functools.lru_cache(maxsize=64)
+@memo(Space("text file checks", 64, 4 << 20))
 def _text_problem(path: str, mtime_ns: int, size: int) -> str | None:
     """bounded_read.text_problem of the file at `path`, read a chunk at a time (None when it is text,
     or cannot be read: the runtime says that). `mtime_ns` and `size` key the cache."""

@@ -16,7 +16,10 @@ models below it (the base) is frozen:
 splits the input into heads (`(split-heads ... :axis 0)`: Llama's `wo` `[N H D]`); `out` the
 product of the rest. Under a `(repeat block N)` both are stacked `[N ...]`. A model call then
 sees `KEY` as `KEY + scale * reshape(lora-a @ lora-b)` (`ir.ModelCall.adapters`), `scale` being
-`alpha / r` (`alpha / sqrt(r)` with `:rslora true`, as peft's `use_rslora`). With `:pretrained
+`alpha / r` (`alpha / sqrt(r)` with `:rslora true`, as peft's `use_rslora`); with `:dropout p` the
+training step's forward applies the adapter unmerged instead, on its input dropped out with
+probability p, as peft does in training (the runtime's lowering: sexpgpu_runtime/lowering/lora.py).
+With `:pretrained
 "dir"` the adapters start from a directory in PEFT's layout (`adapter_model.safetensors`, read by
 the runtime: sexpgpu_runtime/weights/lora.py) instead of their initialisation.
 
@@ -24,8 +27,7 @@ A `:copy` of a model with `:lora` is its base (`call_base`): its calls with no a
 the frozen base in place, with no parameters of its own.
 
 E-MODEL-008: a target no parameter has, a rank past the matrix (`r > min(in, out)`), a
-`:dropout` other than 0 (the adapters are applied to the weight, where dropout on the input
-cannot be), a target adapted by two `:lora`s, a setting out of its range, and with the files
+`:dropout` outside [0, 1), a target adapted by two `:lora`s, a setting out of its range, and with the files
 read a `:pretrained` directory without adapter_config.json. Imports nothing outside
 `sexpgpu_lang`; never JAX.
 """
@@ -92,9 +94,9 @@ def read_lora(ctx: CheckContext, node: Node) -> LoraSetting | None:
     dropout = _number(ctx, kws, "dropout", 0.0)
     if alpha is None or dropout is None:
         return None
-    if dropout != 0.0:
-        ctx.err("E-MODEL-008", kws["dropout"][1].span, f"`:dropout` {dropout}: the adapters are applied to the "
-                "weight, where dropout on the projection's input cannot be", help="use `:dropout 0.0`")
+    if dropout >= 1.0:
+        ctx.err("E-MODEL-008", kws["dropout"][1].span, f"`:dropout` must be a probability below 1, got {dropout:g}: "
+                "the adapters' input would be dropped whole", help="give `:dropout` from 0.0 up to below 1, e.g. 0.05")
         return None
     rslora = False
     if "rslora" in kws:
@@ -147,7 +149,7 @@ def in_axes(ctx: CheckContext, p: ir.ParamIR) -> int:
 
 def add_adapters(ctx: CheckContext) -> None:
     """The adapters of every reachable model with `:lora` (module docstring): the base frozen,
-    `KEY.lora-a` and `KEY.lora-b` added to `ctx.params`, each adapted model's keys and scale in
+    `KEY.lora-a` and `KEY.lora-b` added to `ctx.params`, each adapted model's keys, scale and dropout in
     `ctx.adapters` (read where its calls are made, `infer.call_model`)."""
     trains = {p.path: not p.frozen for p in ctx.params}   # before any base is frozen: the adapters' state
     for name, prefix in ctx.reachable.items():
@@ -197,7 +199,7 @@ def add_adapters(ctx: CheckContext) -> None:
             out.append(ir.ParamIR(p.path[:-1] + (key + B_SUFFIX,), lead + (lora.rank, fan_out), p.dtype,
                                   ("zeros", {}), not trains[p.path], place_hash((p.place, "lora-b")), p.layers,
                                   p.span))
-            ctx.adapters.setdefault(owner, {})[key] = lora.scale
+            ctx.adapters.setdefault(owner, {})[key] = (lora.scale, lora.dropout)
             ctx.lora_params.append((p.path, k, lora, name))
         ctx.params[:] = out
         for key, node in lora.targets:
@@ -209,6 +211,35 @@ def add_adapters(ctx: CheckContext) -> None:
                         + (f"; did you mean `:{hint}`?" if hint else ""),
                         help="its parameters: " + " ".join(f":{k}" for k in keys[:16]),
                         data={"replace": ":" + hint} if hint else None)
+
+
+def low_rank_subscripts(op: str, subscripts: str | None, w_at: int, w_rank: int, x_rank: int,
+                        in_axes: int) -> tuple[str, str] | None:
+    """The two einsums of an adapter applied unmerged in contraction `op` (`matmul`, or `einsum` of
+    `subscripts`) of an input x (rank `x_rank`) and an adapted weight W (rank `w_rank`, operand
+    `w_at`, its first `in_axes` axes its input): `(x, A') -> u` and `(u, B') -> out`, A' `[in... r]`
+    and B' `[r out...]` being `lora-a` and `lora-b` reshaped to W's axes, so that `out` is
+    `x (A B)` reshaped as W, at rank r's cost. None where W's input axes are not all contracted with
+    x alone or its output axes are not all the result's (the caller contracts x with `A B` whole).
+    Used by the runtime's lowering and by `explain`'s trace alike."""
+    letters = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+    if op == "matmul":
+        if w_at != 1 or w_rank != 2 or x_rank < 1 or in_axes != 1:
+            return None
+        xs = letters[:x_rank]
+        subscripts = f"{xs},{letters[x_rank]}{letters[x_rank + 1]}->{xs[:-1]}{letters[x_rank + 1]}"
+        subscripts = subscripts.replace(letters[x_rank], xs[-1], 1)
+    if not subscripts or "->" not in subscripts or subscripts.count(",") != 1:
+        return None
+    ins, out = subscripts.split("->")
+    xs, ws = ins.split(",")[::(1 if w_at == 1 else -1)]
+    w_in, w_out = ws[:in_axes], ws[in_axes:]
+    if (len(set(xs)) != len(xs) or len(set(ws)) != len(ws) or any(c not in xs or c in out for c in w_in)
+            or any(c in xs for c in w_out)):
+        return None
+    r = next(c for c in letters if c not in subscripts)
+    kept = "".join(c for c in xs if c not in w_in and c in out)
+    return f"{xs},{w_in}{r}->{kept}{r}", f"{kept}{r},{r}{w_out}->{out}"
 
 
 def call_base(ctx: CheckContext, node: ListNode, name: str, src: str, scope) -> ir.Expr:

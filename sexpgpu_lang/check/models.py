@@ -33,8 +33,6 @@ from .facts import Definition
 from .forms import define_global
 from .identity import place_hash
 from .infer import infer, lambda_params
-from .lora import add_adapters, read_lora
-from .pretrained import check_pretrained
 from .keywords import MAX_LAYERS, const_int, const_value, keyword_args, remat_policy, shape_in_range
 from .scope import Binding
 
@@ -146,6 +144,7 @@ def _build_model(ctx: CheckContext, f: ListNode, name: str, kws: dict) -> dict:
     if "remat" in kws:
         m["remat"] = remat_policy(ctx, kws["remat"][1])
     if "lora" in kws:
+        from .lora import read_lora   # (check/lora.py: imported only for a model with `:lora`)
         m["lora"] = read_lora(ctx, kws["lora"][1])
     if "params" in kws:
         pnode = kws["params"][1]
@@ -335,8 +334,15 @@ def collect_params(ctx: CheckContext) -> None:
         return
     _visit(ctx, ctx.root_model, (), False, [], None)
     place_copies(ctx)
-    check_pretrained(ctx)
-    add_adapters(ctx)
+    # check/pretrained.py and check/lora.py (and the modules they use) are imported only for a
+    # model with `:pretrained` or `:lora` (`sexpgpu lint` of a file without them starts sooner)
+    reached = [ctx.models[name] for name in ctx.reachable]
+    if any(m["pretrained"] is not None for m in reached):
+        from .pretrained import check_pretrained
+        check_pretrained(ctx)
+    if any(m.get("lora") is not None for m in reached):
+        from .lora import add_adapters
+        add_adapters(ctx)
 
 
 def _visit(ctx: CheckContext, name: str, path: tuple[str, ...], frozen: bool, stack: list[str],
@@ -471,7 +477,7 @@ def gradient_reads(e: ir.Expr, gradient_only: bool = True) -> set[tuple[str, ...
             continue
         if isinstance(n, ir.ModelCall):
             stack.extend((a, here) for a in n.args)
-            stack.extend((b, (n.self_name, n.path, dict(n.adapters))) for b in n.body)
+            stack.extend((b, (n.self_name, n.path, {a[0] for a in n.adapters})) for b in n.body)
             continue
         stack.extend((c, here) for c in ir.children(n))
     return found

@@ -24,14 +24,16 @@ E-CONFIG-002: a family or setting the standard library does not compute. Never J
 from __future__ import annotations
 
 import dataclasses
+from typing import TYPE_CHECKING
 
-from ..files.hf_config import Family, Setting
 from ..source import SourceText, Span
 from ..syntax import Kw, ListNode, Node, Sym, parse
 from ..types import ERROR
-from .config import model_config
 from .context import CheckContext, near_miss
 from .keywords import const_value
+
+if TYPE_CHECKING:
+    from ..files.hf_config import Family
 
 #: The keywords the one form takes besides `:pretrained`.
 ONE_FORM_KEYS = ("pretrained", "frozen", "remat", "lora")
@@ -182,6 +184,8 @@ def expand(ctx: CheckContext, f: ListNode) -> list[ListNode] | None:
     rel, where, dtype = _path(ctx, value)
     if rel is None:
         return None
+    from ..files.hf_config import Setting   # (with check/config.py: imported only for a one form)
+    from .config import model_config
     made = model_config(ctx, name.name, rel, where)
     if made is None:
         return None

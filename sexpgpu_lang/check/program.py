@@ -5,7 +5,6 @@ Imports nothing outside `sexpgpu_lang`; never JAX.
 from __future__ import annotations
 
 from .. import ir
-from .config import stated_settings
 from .context import CheckContext
 from .generate import per_microbatch_keys
 from .identity import identity
@@ -15,6 +14,7 @@ def program(ctx: CheckContext, gen: ir.GenerateIR | None, prepare: ir.Phase | No
             passes: tuple[ir.PassIR, ...]) -> ir.Program:
     """The Program IR of a file without errors: stackable unless the generator reads a context key
     that moves between microbatches; the metrics and diagnostics `objective` reports."""
+    from .config import stated_settings   # (with hf_config: not imported by `sexpgpu lint`, which builds no IR)
     stackable = not (gen is not None and gen.ctx_keys & set(per_microbatch_keys(ctx)))
     return ir.Program(ctx.src.path, dict(ctx.loaders), tuple(ctx.params), ctx.root_model, gen, prepare,
                       objective, passes, ctx.run_ir, identity(ctx.parsed), stackable,
@@ -27,7 +27,7 @@ def program(ctx: CheckContext, gen: ir.GenerateIR | None, prepare: ir.Phase | No
 def _adapters(ctx: CheckContext) -> tuple[ir.AdapterIR, ...]:
     """The LoRA adapters check/lora.py added, for the runtime's export."""
     return tuple(ir.AdapterIR(path, k, ctx.reachable[model], lora.rank, lora.alpha, lora.rslora,
-                                 lora.pretrained)
+                                 lora.pretrained, lora.dropout)
                  for path, k, lora, model in ctx.lora_params)
 
 

@@ -8,10 +8,10 @@ Imports nothing outside `sexpgpu_lang`; never JAX.
 """
 from __future__ import annotations
 
-import functools
 import os
 
 from ..files.bounded_read import TOKENIZER_JSON_LIMIT, read_bounded
+from ..kept import Space, memo
 from ..source import Span
 from .context import CheckContext
 from .source_files import _regular_file, vocab_size
@@ -76,7 +76,7 @@ def _encoder(tok_key):
         return None
 
 
-@functools.lru_cache(maxsize=16)
+@memo(Space(".jsonl prompt file checks", 16, 4 << 20))
 def _bad_row(path: str, mtime_ns: int, size: int, fields=None, tokenizer: bool = False,
              vocab: int | None = None, layout=None, tok_key=None) -> tuple[str | None, str] | None:
     """(LINE[:COL] or None for the whole file, the reason and fix) of the first thing in the .jsonl
@@ -141,7 +141,7 @@ def _parquet_rows(ctx: CheckContext, rel: str, at: Span, fields, tokenizer: str 
     return False
 
 
-@functools.lru_cache(maxsize=16)
+@memo(Space("parquet prompt file checks", 16, 4 << 20))
 def _bad_parquet(path: str, mtime_ns: int, size: int, fields: tuple, tokenizer: bool, vocab: int | None,
                  layout=None, tok_key=None) -> str | None:
     """What the runtime refuses in the parquet file at `path` (reason; fix), or None (see `_parquet_rows`)."""
@@ -194,7 +194,7 @@ def _jsonl_text_ids(ctx: CheckContext, rel: str, tok_rel: str, fields, vocab: in
     return False
 
 
-@functools.lru_cache(maxsize=16)
+@memo(Space(".jsonl text id checks", 16, 4 << 20))
 def _text_id_outside(path: str, mtime_ns: int, size: int, tokenizer: str, tok_mtime_ns: int, fields: tuple,
                      vocab: int) -> tuple[str, str] | None:
     """(LINE:COL, reason and fix) of the first text value of a `[L]` field in the .jsonl at `path` whose

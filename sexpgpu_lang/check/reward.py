@@ -24,6 +24,7 @@ import os
 
 from .. import ir
 from ..files.bounded_read import PYTHON_SOURCE_LIMIT, read_bounded
+from ..kept import MISSING, Space
 from ..language import PLIST_KEYWORDS
 from ..syntax import Kw, ListNode, Node, VecNode
 from ..types import ERROR, ErrorType, PlistType, TensorType, Type, is_int
@@ -37,14 +38,15 @@ CALL_KEYWORDS = ("prompts", "completions")
 DEFAULT_NAME = "reward"
 
 #: (path, mtime_ns, size) -> the file's top-level definitions (or the reason it cannot be read): the
-#: language server checks on every edit, and a file is parsed again only when it changes.
-_PARSED: dict[tuple, tuple[dict[str, ast.AST | None] | None, str | None]] = {}
-_PARSED_MAX = 64
+#: language server checks on every edit, and a file is parsed again only when it changes. At most 64
+#: files and 32 MiB (estimated: `ast`'s nodes take some 45 bytes a byte of source) in all.
+PARSED = Space("reward files", 64, 32 << 20)
+AST_BYTES_PER_BYTE = 48
 
 
 def forget() -> None:
-    """Drop every kept reward file (the language server, when its last document closes)."""
-    _PARSED.clear()
+    """Drop every kept reward file."""
+    PARSED.clear()
 
 
 def keyword_name(name: str) -> str:
@@ -215,13 +217,11 @@ def top_definitions(path: str) -> tuple[dict[str, ast.AST | None] | None, str | 
         key = (path, st.st_mtime_ns, st.st_size)
     except OSError:
         key = None
-    if key is not None and key in _PARSED:
-        return _PARSED[key]
-    got = _parse(path)
-    if key is not None:
-        if len(_PARSED) >= _PARSED_MAX:
-            _PARSED.clear()
-        _PARSED[key] = got
+    got = PARSED.lookup(key) if key is not None else MISSING
+    if got is MISSING:
+        got = _parse(path)
+        if key is not None:
+            PARSED.keep(key, got, 1024 + key[2] * AST_BYTES_PER_BYTE)
     return got
 
 

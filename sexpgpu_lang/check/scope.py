@@ -12,13 +12,15 @@ Imports nothing outside `sexpgpu_lang`; never JAX.
 from __future__ import annotations
 
 import pathlib
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 
 from ..ir import Expr
 from ..language import CONTEXT_KEYS
-from ..source import SourceText, Span
-from ..syntax import ListNode, Sym, parse as parse_text
+from ..source import Span
+from ..syntax import parse_region
 from ..types import FunctionType, PlistType, TensorType, Type, scalar
 from .facts import Definition
 
@@ -124,19 +126,51 @@ class BatchType(PlistType):
 
 
 PRELUDE = pathlib.Path(__file__).parent.parent / "prelude.sx"
+#: A standard-library function's first line in prelude.sx: `(def NAME (lambda (PARAMS ...)`.
+_STDLIB_DEF = re.compile(r"^\(def ([^\s()]+) \(lambda \(([^()]*)\)", re.M)
+
+
+class StdlibNames(Mapping):
+    """The standard library's bindings (prelude.sx) by name, as a `Scope`'s `names`.
+
+    Each function's name and arity are read from its first line, `(def NAME (lambda (PARAMS ...)`;
+    its lambda is parsed (`syntax.parse_region`, the nodes a parse of the whole file gives) when the
+    name is first looked up, and the binding kept: a file calls a few of the library's functions,
+    and parsing all of them was most of the check of a small file (`sexpgpu lint`'s start-up)."""
+
+    def __init__(self, text: str, scope: Scope):
+        self._text, self._scope = text, scope
+        starts = list(_STDLIB_DEF.finditer(text))
+        ends = [m.start() for m in starts[1:]] + [len(text)]
+        self._where = {m.group(1): (m.start(), end, len(m.group(2).split())) for m, end in zip(starts, ends)}
+        self._built: dict[str, Binding] = {}
+
+    def __getitem__(self, name: str) -> Binding:
+        b = self._built.get(name)
+        if b is None:
+            start, end, arity = self._where[name]
+            forms, diags = parse_region(self._text, start, end)
+            assert not diags and len(forms) == 1, (name, diags)
+            lam = forms[0].items[2]
+            assert len(lam.items[1].items) == arity, name
+            b = self._built[name] = Binding(FunctionType(arity, name), None, fn=(lam, self._scope), stdlib=name)
+        return b
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._where
+
+    def __iter__(self):
+        return iter(self._where)
+
+    def __len__(self) -> int:
+        return len(self._where)
 
 
 @lru_cache(maxsize=1)
 def prelude_scope() -> Scope:
     """The standard library's functions (prelude.sx), in a scope every file's globals sit in."""
-    parsed = parse_text(SourceText(PRELUDE.read_text(encoding="utf-8"), str(PRELUDE)))
-    assert not parsed.diagnostics, parsed.diagnostics
     scope = Scope()
-    for form in parsed.forms:
-        if isinstance(form, ListNode) and form.head == "def" and len(form.items) == 3 and isinstance(form.items[1], Sym):
-            lam = form.items[2]
-            name = form.items[1].name
-            scope.names[name] = Binding(FunctionType(len(lam.items[1].items), name), None, fn=(lam, scope), stdlib=name)
+    scope.names = StdlibNames(PRELUDE.read_text(encoding="utf-8"), scope)
     return scope
 
 

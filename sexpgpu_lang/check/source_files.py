@@ -8,12 +8,12 @@ Imports nothing outside `sexpgpu_lang`; never JAX.
 from __future__ import annotations
 
 import errno
-import functools
 import os
 import stat
 
 from ..files.bounded_read import (TOKENIZER_JSON_LIMIT, JsonNumberTooLong, JsonTooDeep, JsonTooLarge, NotRegularFile,
                             TooLarge, describe_mode, loads_json, read_bounded)
+from ..kept import Space, memo
 from ..source import Span
 from .context import CheckContext
 
@@ -102,7 +102,7 @@ def _regular_file(ctx: CheckContext, rel: str) -> tuple[str, os.stat_result] | N
     return (full, st) if st is not None and stat.S_ISREG(st.st_mode) else None
 
 
-@functools.lru_cache(maxsize=16)
+@memo(Space("tokenizer vocabulary sizes", 16, 4 << 20))
 def vocab_size(path: str, mtime_ns: int, size: int) -> int | str | None:
     """The number of ids of a Hugging Face tokenizer.json (its largest id plus one: the model's
     `vocab`, a dict of piece to id (BPE, WordPiece, WordLevel) or a list of [piece, score] pairs

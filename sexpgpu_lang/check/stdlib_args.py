@@ -15,8 +15,11 @@ inlined:
   past the tokens' vocabulary (the ids `argmax` over V logits can give, or a
   loader's `:vocab`) one line: it could never stop a row (E-SHAPE-005);
 - a decoding trip's rows [B S] integer and its column `at` an integer
-  scalar or [B] of the rows' batch: `row-token`'s and `decode-trip`'s
-  (E-TYPE-002, E-SHAPE-005);
+  scalar or [B] of the rows' batch: `row-token`'s, `decode-trip`'s,
+  `cached-trip`'s and `decode-logits`' (its `start`); `sample-trip`'s rows
+  and its `at` an integer scalar; `prefill-prompts`' prompt [B P] integer
+  and its mask (E-TYPE-002, E-SHAPE-005); `repeat-prompts`' width a
+  constant of at least the prompt's columns (E-TYPE-003, E-SHAPE-005);
 - a padding or completion mask [B T] bool or integer: `padded-positions`',
   `left-padded-start`'s, `stop-rows`' and the completion losses' `mask`
   (E-TYPE-002, E-SHAPE-005);
@@ -53,7 +56,7 @@ from .ranges import DECLARED, hi_occurs, lo_occurs
 #: (an integer scalar or [B]), "heads" (the last axis even: a tensor of heads of width H), "table"
 #: ([V D], checked against the ids), "cache" ([B S K H] with wk's K and H, and x's T positions
 #: fitting S), "mask" ([B T], bool or integer), "eos" (an id or a vector of ids, within the tokens'),
-#: "row" (the [B S] integer rows a generator writes).
+#: "row" (the [B S] integer rows a generator writes), "column" (an integer scalar: the column a trip writes).
 RULES: dict[str, dict[str, str]] = {
     "rotary": {"x": "heads", "positions": "positions"},
     "rotary-freq": {"x": "heads", "positions": "positions"},
@@ -75,6 +78,10 @@ RULES: dict[str, dict[str, str]] = {
     "row-positions": {"pos": "pos"},
     "row-token": {"row": "row", "at": "pos"},
     "decode-trip": {"row": "row", "at": "pos"},
+    "sample-trip": {"row": "row", "at": "column"},
+    "prefill-prompts": {"prompt": "row", "mask": "mask"},
+    "cached-trip": {"at": "pos"},
+    "decode-logits": {"row": "row", "start": "pos"},
     "padded-positions": {"mask": "mask"},
     "left-padded-start": {"mask": "mask"},
     "padded-causal-mask": {"positions": "positions"},
@@ -92,7 +99,8 @@ RULES: dict[str, dict[str, str]] = {
 _WEIGHTED = ("completion-cross-entropy", "completion-log-prob")
 
 #: the argument whose axis 0 is the batch a `[B]` pos must match, by function
-_BATCH_OF = {"cache-write": "cache", "cached-attention": "q", "row-token": "row", "decode-trip": "row"}
+_BATCH_OF = {"cache-write": "cache", "cached-attention": "q", "row-token": "row", "decode-trip": "row",
+             "decode-logits": "row"}
 
 #: The post-training functions' tensors: "mask" [B T] bool or float, "bt" a value per token [B T],
 #: "btv" logits [B T V], "b" a value per row [B], "tokens" [B T] integer, "group" a constant
@@ -120,6 +128,10 @@ LAYOUTS: dict[str, dict[str, str]] = {
     "kl-k3": {"log-p": "bt", "ref-log-p": "bt", "mask": "mask"},
     "completion-metrics": {"logits": "btv", "mask": "mask"},
     "grpo-metrics": {"rewards": "b", "logits": "btv", "ref-log-p": "bt", **_POLICY},
+    "repeat-prompts": {"prompt": "bt", "n": "group"},
+    "gkd-objective": {"student-logits": "btv", "teacher-logits": "btv", "mask": "mask"},
+    "grpo-objective": {"logits": "btv", "ref-logits": "btv", "row": "tokens", "mask": "mask", "rewards": "b",
+                       "advantages": "b"},
 }
 
 
@@ -155,6 +167,12 @@ def check_stdlib_call(ctx: CheckContext, fn: str, params: list[str], args: list[
                          f"(an integer); a {t.dtype} position rotates or writes by a fraction, silently")
             return False
         if rule == "pos" and not _pos_fits(ctx, fn, p, a, by_name):
+            return False
+        if rule == "column" and (t.shape != () or not is_int(t.dtype)):
+            ctx.err("E-TYPE-002" if t.shape == () else "E-SHAPE-005", a.span, f"`{fn}`'s `{p}` is the column every "
+                    f"row writes, an integer scalar; got {t.show()}",
+                    help="give the trip's column, e.g. `(+ (cast trip :i32) prompt)`; a column per row [B] "
+                         "needs a cache and `cached-trip`")
             return False
         if rule == "positions" and not _positions_fit(ctx, fn, p, a, by_name):
             return False
@@ -362,6 +380,8 @@ def _layouts_fit(ctx: CheckContext, fn: str, by_name: dict) -> bool:
                                                if rules[p] == "b" and len(a.type.shape) == 1), None)
     if fn == "top-k-rows":
         return _top_k_rows_fit(ctx, by_name)
+    if fn == "repeat-prompts" and not _width_fits(ctx, by_name):
+        return False
     for p, a in typed.items():
         rule, t = rules[p], a.type
         rank = {"mask": 2, "bt": 2, "btv": 3, "b": 1, "tokens": 2}.get(rule)
@@ -396,6 +416,24 @@ def _layouts_fit(ctx: CheckContext, fn: str, by_name: dict) -> bool:
                          "(the logits at column t score the token at column t)" if rule != "b" else
                          "give one value per row (reduce over the columns first)")
             return False
+    return True
+
+
+def _width_fits(ctx: CheckContext, by_name: dict) -> bool:
+    """`repeat-prompts`' width a constant integer, at least the prompt's P columns (E-TYPE-003,
+    E-SHAPE-005)."""
+    prompt, width = by_name["prompt"], by_name["width"]
+    if not (isinstance(prompt.type, TensorType) and isinstance(width.type, TensorType)) or len(prompt.type.shape) != 2:
+        return True
+    wt, p = width.type, prompt.type.shape[1]
+    if wt.shape != () or not isinstance(wt.value, int) or isinstance(wt.value, bool):
+        ctx.err("E-TYPE-003", width.span, f"`repeat-prompts`' `width` is the row's columns, a constant integer; got "
+                f"{wt.show()}", help="give the prompt's columns and the completion's, e.g. `(def seq 12)`")
+        return False
+    if wt.value < p:
+        ctx.err("E-SHAPE-005", width.span, f"`repeat-prompts`' `width` is {wt.value}, fewer than the prompt's {p} "
+                f"columns ({prompt.type.show()})", help=f"make it {p} plus the columns the trips write")
+        return False
     return True
 
 

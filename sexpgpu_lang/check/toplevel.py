@@ -11,6 +11,7 @@ Imports nothing outside `sexpgpu_lang`; never JAX.
 """
 from __future__ import annotations
 
+from ..cancel import Cancelled
 from ..diagnostics import Related
 from ..language import REQUIRED_FORMS, SINGLE_FORMS, TOP_FORMS
 from ..source import Span
@@ -18,7 +19,6 @@ from ..syntax import Kw, ListNode, Sym, walk
 from .context import CheckContext, listed, near_miss
 from .facts import CheckResult
 from .forms import top_curriculum, top_def, top_loader, top_run
-from .config import compare_configs
 from .generate import top_generate
 from .models import build_model, collect_params, declare_model, gradient_free_params, top_model_binding
 from .one_form import expand_one_forms, strip_facts
@@ -32,17 +32,25 @@ def check_file(ctx: CheckContext, build_ir: bool = True) -> CheckResult:
     error, and only with `build_ir`: the language server needs none)."""
     ctx.build_ir = build_ir
     try:
-        return _check_forms(ctx, build_ir)
-    finally:
+        result = _check_forms(ctx, build_ir)
+    except Cancelled:
+        raise   # (the cache keeps what it had and what this check added: entries are verified on use)
+    except BaseException:
         if ctx.cache is not None:
             ctx.cache.rotate()
+        raise
+    if ctx.cache is not None:
+        ctx.cache.rotate()
+    return result
 
 
 def _check_forms(ctx: CheckContext, build_ir: bool) -> CheckResult:
     # A run of items outside any form (a form that lost its `(`, say) is reported at
     # its first item only, up to the next form.
     stray = False
-    for form in ctx.parsed.forms:
+    for n, form in enumerate(ctx.parsed.forms):
+        if not n & 255:
+            ctx.poll()
         if isinstance(form, ListNode) and not form.items and not form.closed:
             continue   # a lone `(`: its E-SYNTAX-001 says all there is to say
         if isinstance(form, ListNode) and not form.closed and not form.head:
@@ -81,14 +89,18 @@ def _check_forms(ctx: CheckContext, build_ir: bool) -> CheckResult:
                     related=[Related(first.items[0].span, "the first one")])
     scan_counters(ctx)
     for f in ctx.forms.get("def", []):
+        ctx.poll()
         top_def(ctx, f)
     for f in ctx.forms.get("loader", []):
+        ctx.poll()
         top_loader(ctx, f)
     expand_one_forms(ctx)   # `(defmodel NAME :pretrained "dir")`: the written-out model its family's record makes
     for f in ctx.forms.get("defmodel", []):
+        ctx.poll()
         declare_model(ctx, f)
     top_model_binding(ctx)
     for f in ctx.forms.get("defmodel", []):
+        ctx.poll()
         build_model(ctx, f)
     ctx.tracker.models_built()
     collect_params(ctx)
@@ -98,15 +110,21 @@ def _check_forms(ctx: CheckContext, build_ir: bool) -> CheckResult:
         # `run` is broken (reported already): check the phases against the first loader
         # rather than not at all, so their own mistakes still show.
         train = next(iter(ctx.loaders.values()))
+    ctx.poll()
     gen = top_generate(ctx, train)
+    ctx.poll()
     prepare, objective = top_train(ctx, train, gen)
     if objective is not None and not any(d.is_error for d in ctx.diags):
         gradient_free_params(ctx, objective, gen)
+    ctx.poll()
     passes = top_passes(ctx, train, gen)
     shown_metrics(ctx, objective)   # `:log (:show [...])`: metrics `objective` reports
     top_curriculum(ctx, train)
     top_samples(ctx, train, gen, prepare, objective)   # `run`'s `:samples`: names of the batch and phases
-    compare_configs(ctx, gen)   # each `:pretrained` model against its config.json, its bodies' values folded
+    ctx.poll()
+    if ctx.stated_configs:   # each `:pretrained` model against its config.json, its bodies' values folded
+        from .config import compare_configs   # (with hf_config: imported only where a file reads a config.json)
+        compare_configs(ctx, gen)
     missing_forms(ctx)
     strip_facts(ctx)
     ctx.diags.sort(key=lambda d: (d.span.start, d.code))

@@ -104,10 +104,12 @@ def trace_generate(program: ir.Program, which: str, model: int = 1, splits: dict
 
 
 def trace_loss(program: ir.Program, prepare: ir.Phase | None, objective: ir.Phase, loader: str,
-               with_generated: bool, model: int = 1, splits: dict | None = None) -> tuple[Trace, int]:
+               with_generated: bool, model: int = 1, splits: dict | None = None,
+               training: bool = False) -> tuple[Trace, int]:
     """Trace prepare and objective as the runtime's `_loss` does (counters folded into the
-    objective's context); returns the trace and the loss node's id. `model`, `splits`: as `Trace`'s."""
-    tr = Trace(program, frozenset(program.run.diagnostics), model=model, arg_splits=splits)
+    objective's context; with `training`, the training step's forward: LoRA adapters with dropout
+    unmerged); returns the trace and the loss node's id. `model`, `splits`: as `Trace`'s."""
+    tr = Trace(program, frozenset(program.run.diagnostics), model=model, arg_splits=splits, training=training)
     batch = tr.args_of("batch", program.loaders[loader].batch_type(), True)
     if with_generated and program.generate is not None:
         batch.update(tr.args_of("made", program.generate.out, True))
@@ -201,7 +203,8 @@ def _generator_graphs(program: ir.Program, stack: int, prefix: str = "",
 def _train_graph(program: ir.Program, stack: int, target: str = "accelerator", model: int = 1,
                  made: dict | None = None) -> GraphEstimate:
     gen = program.generate
-    tr, loss = trace_loss(program, program.prepare, program.objective, program.run.loader, True, model, made)
+    tr, loss = trace_loss(program, program.prepare, program.objective, program.run.loader, True, model, made,
+                          training=True)
     grads = []
     for p in program.params:  # a gradient for every trainable parameter, used or not (then zeros)
         if not p.frozen:   # (split as its parameter: the runtime constrains it so)

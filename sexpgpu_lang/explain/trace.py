@@ -12,15 +12,22 @@ Imports only the standard library and sexpgpu_lang; never JAX.
 """
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass, field
 
 from .. import ir
 from ..language import CONTEXT_KEYS
 from ..source import Span
 from ..types import PlistType, TensorType, Type, is_float
+from ..check.lora import low_rank_subscripts
 from ..mesh import model_dim, shard_overrides
 from .cost import COSTS, Cost, einsum_layout, einsum_operands
 from .split import by_letters, contraction, letters, propagate
+
+#: a comparison of two numbers known while tracing, made as `sexpgpu_runtime`'s lowering makes it (a
+#: constant, so that a `where` on it is the branch it selects)
+_COMPARE = {"=": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le, ">": operator.gt,
+            ">=": operator.ge}
 
 
 @dataclass(eq=False)
@@ -56,16 +63,32 @@ class Node:
         return self.nbytes * (stack if self.per_copy else 1)
 
 
+@dataclass(eq=False)
+class _Unmerged:
+    """An adapted weight read unmerged in the training step's forward (LoRA dropout: the runtime's
+    sexpgpu_runtime/lowering/lora.py `LoraWeight`): the base `w`, the adapters `a` `[in r]` and `b`
+    `[r out]` (read in the call's compute dtype), `fold` making the folded weight where an op other
+    than a contraction reads it, `in_axes`, `scale`."""
+
+    w: Node
+    a: Node
+    b: Node
+    fold: object
+    in_axes: int
+    scale: float
+
+
 class _ParamView:
     """A model's `self`: the parameter subtree at `path`, cast to `compute` dtype on read (bf16);
     `layers`: (stacked path, layer) for each repeated block being applied, whose leaves read as
-    that layer's slice of the stack; `adapters`: each LoRA target key of this subtree and its scale
-    (`ir.ModelCall.adapters`), read as the runtime's fold (`_adapted`)."""
+    that layer's slice of the stack; `adapters`: each LoRA target key of this subtree, its scale and
+    dropout (`ir.ModelCall.adapters`), read as the runtime's fold (`_adapted`), or in the training
+    graph where the dropout is over 0 unmerged (`_Unmerged`, which `Trace.unmerged` lowers)."""
 
     def __init__(self, tracer: "Trace", path: tuple[str, ...], compute: str | None,
                  layers: tuple[tuple[tuple[str, ...], int], ...] = (), adapters: tuple = ()):
         self.tracer, self.path, self.compute, self.layers = tracer, path, compute, layers
-        self.adapters = dict(adapters)
+        self.adapters = {k: (scale, p) for k, scale, p in adapters}
 
     def at(self, path: tuple[str, ...], compute: str | None, adapters: tuple = ()) -> "_ParamView":
         """The view of the subtree at `path` (from the root), read in `compute` dtype."""
@@ -87,7 +110,7 @@ class _ParamView:
         prod_t = TensorType(a.type.shape[:-1] + b.type.shape[-1:], "f32")
         prod = tr.new("matmul", prod_t, (a.id, b.id), COSTS["matmul"].flops([a.type, b.type], prod_t, {}))
         scaled = tr.new("*", prod_t, (prod.id,), COSTS["*"].flops([prod_t], prod_t, {}),
-                        static={"scale": self.adapters[key]})
+                        static={"scale": self.adapters[key][0]})
         delta = tr.new("reshape", TensorType(w.type.shape, "f32"), (scaled.id,))
         if w.type.dtype != "f32":
             t = TensorType(w.type.shape, w.type.dtype)
@@ -99,6 +122,8 @@ class _ParamView:
         path = self.path + (key,)
         if path in self.tracer.param_leaves:
             node = self._leaf(path)
+            if key in self.adapters and self.tracer.training and self.adapters[key][1] > 0:
+                return self._unmerged(key, node)
             if key in self.adapters:
                 node = self._adapted(key, node)
             if self.compute and is_float(node.type.dtype) and node.type.dtype != self.compute:
@@ -110,16 +135,41 @@ class _ParamView:
         return None
 
 
+    def _unmerged(self, key: str, w: Node) -> _Unmerged:
+        """`KEY` read unmerged: its base and adapters in the call's compute dtype."""
+        a, b = (self._leaf(self.path + (key + suffix,)) for suffix in (".lora-a", ".lora-b"))
+        if self.compute:
+            w, a, b = (self.tracer.cast_param(n, self.compute) if is_float(n.type.dtype)
+                       and n.type.dtype != self.compute else n for n in (w, a, b))
+        base = self._leaf(self.path + (key,))
+
+        def fold() -> Node:
+            folded = self._adapted(key, base)
+            return self.tracer.cast_value(folded, self.compute) if self.compute else folded
+
+        k = next((i for i in range(1, w.type.rank) if _prod(w.type.shape[:i]) == a.type.shape[0]), 1)
+        return _Unmerged(w, a, b, fold, k, self.adapters[key][0])
+
+
+def _prod(shape) -> int:
+    out = 1
+    for d in shape:
+        out *= d
+    return out
+
+
 class Trace(ir.Interpreter):
     """Builds the node list of one graph by walking phases' IR the way the runtime's evaluator does."""
 
     def __init__(self, program: ir.Program, selected: frozenset = frozenset(), in_generator: bool = False,
-                 model: int = 1, arg_splits: dict | None = None):
+                 model: int = 1, arg_splits: dict | None = None, training: bool = False):
         """`model`: with more than 1, each node's split along a `model` axis of that size (`split.propagate`)
         and its bytes one device's share; `arg_splits`: the split of each argument by its role
-        (`state:k`: a generator state's cache split by heads)."""
+        (`state:k`: a generator state's cache split by heads); `training`: the training step's forward,
+        where LoRA adapters with dropout are read unmerged (`_Unmerged`)."""
         super().__init__(selected, in_generator)
         self.program = program
+        self.training = training
         self.ways = model
         self.arg_splits = dict(arg_splits or {})
         self.overrides = shard_overrides(program, model) if model > 1 else {}
@@ -298,6 +348,21 @@ class Trace(ir.Interpreter):
         if isinstance(e.type, TensorType) and e.type.value is not None and e.type.shape == ():
             return e.type.value  # a compile-time constant: no computation
         args = [self.eval(a, env) for a in e.args]
+        if e.name in _COMPARE and all(isinstance(a, (int, float)) and not isinstance(a, bool) for a in args):
+            return _COMPARE[e.name](*args)   # two numbers (`generalized-jsd`'s beta): no computation, as lowered
+        if e.name == "where" and isinstance(args[0], bool):
+            chosen = args[1] if args[0] else args[2]
+            if isinstance(chosen, Node) and chosen.type.shape == e.type.shape:
+                return chosen   # the lowering takes the branch a constant condition selects, alone
+        if any(isinstance(a, _Unmerged) for a in args):
+            outer, self.site = self.site, (self.stdlib_site[1] if self.stdlib_site else e.span)
+            try:
+                out = self.unmerged(e, args)
+            finally:
+                self.site = outer
+            if out is not None:
+                return out
+            args = [a.fold() if isinstance(a, _Unmerged) else a for a in args]
         kwargs = [self.eval(v, env) for _, v in e.kwargs]
         ins: list[int] = []
         in_types: list = []
@@ -339,6 +404,45 @@ class Trace(ir.Interpreter):
             if lowered is not None:
                 return lowered
         return self.new(e.name, e.type, ins, cost, static=e.static)
+
+    def unmerged(self, e: ir.Op, args: list) -> Node | None:
+        """A contraction of an input x with an adapted weight read unmerged, as the runtime lowers it
+        (sexpgpu_runtime/lowering/lora.py `contract`): `x W`, a mask of x's shape, x dropped out
+        (`where`), `x' A'` and `(x' A') B'` (check/lora.py `low_rank_subscripts`; else `x'` with the
+        folded weight), scaled and added. None for any other op (the weight is then read folded)."""
+        operands = [a for a in args if isinstance(a, (Node, _Unmerged))]
+        if e.name not in ("matmul", "einsum") or len(operands) != 2 or not isinstance(e.type, TensorType):
+            return None
+        at = [i for i, o in enumerate(operands) if isinstance(o, _Unmerged)]
+        if len(at) != 1 or not isinstance(operands[1 - at[0]], Node):
+            return None
+        lw, x = operands[at[0]], operands[1 - at[0]]
+
+        def contract(op: ir.Op, xn: Node, wn: Node) -> Node:
+            pair = (xn, wn) if at[0] == 1 else (wn, xn)
+            return self._op_nodes(op, [n.id for n in pair], [n.type for n in pair])
+
+        base = contract(e, x, lw.w)
+        mask_t = TensorType(x.type.shape, "bool")
+        mask = self.new("bernoulli", mask_t, (), COSTS["bernoulli"].flops([mask_t], mask_t, {}), per_copy=True)
+        dropped = self.new("where", x.type, (mask.id, x.id), COSTS["where"].flops([mask_t, x.type], x.type, {}))
+        plan = low_rank_subscripts(e.name, e.static.get("subscripts"), at[0], lw.w.type.rank, x.type.rank,
+                                   lw.in_axes)
+        if plan is None:
+            low = contract(e, dropped, lw.fold())
+        else:
+            k, r = lw.in_axes, lw.a.type.shape[-1]
+            a2 = self.new("reshape", TensorType(lw.w.type.shape[:k] + (r,), lw.a.type.dtype), (lw.a.id,))
+            b2 = self.new("reshape", TensorType((r,) + lw.w.type.shape[k:], lw.b.type.dtype), (lw.b.id,))
+            lhs, rhs = plan[0].split("->")[0].split(",")
+            sizes = dict(zip(lhs, dropped.type.shape)) | dict(zip(rhs, a2.type.shape))
+            u_t = TensorType(tuple(sizes[c] for c in plan[0].split("->")[1]), e.type.dtype)
+            u_op, v_op = (ir.Op(t, e.span, "einsum", static={"subscripts": sub})
+                          for t, sub in ((u_t, plan[0]), (e.type, plan[1])))
+            u = self._op_nodes(u_op, [dropped.id, a2.id], [dropped.type, a2.type])
+            v = self._op_nodes(v_op, [u.id, b2.id], [u.type, b2.type])
+            low = self.new("*", e.type, (v.id,), COSTS["*"].flops([e.type], e.type, {}), static={"scale": lw.scale})
+        return self.new("+", e.type, (base.id, low.id), COSTS["+"].flops([e.type, e.type], e.type, {}))
 
     def attention(self, e: ir.Op, ins: list[int], cost: Cost) -> Node:
         """`dot-product-attention` as XLA runs JAX's implementation of it

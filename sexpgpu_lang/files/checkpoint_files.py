@@ -31,6 +31,7 @@ import os
 
 from .bounded_read import (INDEX_JSON_LIMIT, JsonNumberTooLong, JsonTooDeep, JsonTooLarge, NotRegularFile, loads_json,
                            read_bounded)
+from ..kept import MISSING, Space, estimate
 from .hf_cache import link_problem, snapshot_repo
 from .safetensors_header import HeaderError, read_header
 
@@ -40,14 +41,14 @@ INDEX = "model.safetensors.index.json"
 
 
 #: What each header or index read gave, by path: ((inode, size, mtime, ctime in ns) when read, the
-#: result, or the HeaderError or SourceError raised); at most `_KEEP`, the oldest dropped first.
-_READ: dict[str, tuple[tuple[int, int, int, int], object, Exception | None]] = {}
-_KEEP = 512
+#: result, or the HeaderError or SourceError raised); at most 512 of them and 128 MiB (estimated) in all,
+#: the least recently used dropped first (`sexpgpu_lang.kept`).
+READ = Space("safetensors headers and indexes", 512, 128 << 20)
 
 
 def forget() -> None:
-    """Drop every kept header and index (the language server, when its last document closes)."""
-    _READ.clear()
+    """Drop every kept header and index."""
+    READ.clear()
 
 
 class SourceError(Exception):
@@ -92,16 +93,13 @@ def _cached(path: str, read):
     except (OSError, ValueError):
         return read(path)
     key = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-    got = _READ.get(path)
-    if got is None or got[0] != key:
+    got = READ.lookup(path)
+    if got is MISSING or got[0] != key:
         try:
             got = (key, read(path), None)
         except (HeaderError, SourceError) as e:
             got = (key, None, e)
-        _READ.pop(path, None)
-        _READ[path] = got
-        while len(_READ) > _KEEP:
-            _READ.pop(next(iter(_READ)), None)
+        READ.keep(path, got, estimate(got))
     if got[2] is not None:
         raise got[2].with_traceback(None)
     return got[1]

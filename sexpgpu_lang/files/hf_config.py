@@ -48,6 +48,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from ..kept import MISSING, Space
+
 #: The file's name beside a checkpoint's weights.
 CONFIG = "config.json"
 
@@ -73,18 +75,16 @@ KEYS: dict[str, str] = {
 }
 ROPE_KEYS = ("rope-factor", "rope-low-freq-factor", "rope-high-freq-factor", "rope-original-positions")
 
-_READ: dict[str, tuple[tuple, object, Exception | None]] = {}
-#: Each kept config's memory, as bounded_read.json_memory estimates it.
-_SIZES: dict[str, int] = {}
-READ_MEMORY = 128 << 20
-"""The most memory the configs kept in `_READ` may take in all (estimated): the language server keeps
-them between checks."""
+#: Each config read, by its file: ((inode, size, mtime, ctime in ns) when read, the settings, or the
+#: ConfigError raised), at most 64 of them and 128 MiB (bounded_read.json_memory's estimate) in all: the
+#: language server keeps them between checks (`sexpgpu_lang.kept` also drops them when the documents
+#: that read them close).
+READ = Space("config.json", 64, 128 << 20)
 
 
 def forget() -> None:
-    """Drop every kept config (the language server, when its last document closes)."""
-    _READ.clear()
-    _SIZES.clear()
+    """Drop every kept config."""
+    READ.clear()
 
 
 class ConfigError(Exception):
@@ -113,14 +113,14 @@ def config_path(path: str) -> str:
     return os.path.join(os.path.dirname(path), CONFIG)
 
 
-def _load(path: str) -> dict:
+def _load(path: str) -> tuple[dict, int]:
     import json   # (only where a config is read: `sexpgpu lint` of a file without one imports no json)
     from .bounded_read import (CONFIG_JSON_LIMIT, JsonNumberTooLong, JsonTooDeep, JsonTooLarge, json_memory, loads_json,
                                read_bounded)
     try:   # (a regular file only, and bounded: a pipe or a device could wait forever, or never end)
         raw = read_bounded(path, CONFIG_JSON_LIMIT, "a config.json").decode("utf-8")
         data = loads_json(raw)
-        _SIZES[path] = json_memory(raw)
+        size = json_memory(raw)
     except FileNotFoundError:
         raise ConfigError(path, "no such file")
     except OSError as e:   # (NotRegularFile and TooLarge say what in their own words)
@@ -135,7 +135,7 @@ def _load(path: str) -> dict:
         raise ConfigError(path, "no such file (its name holds a character no file name can)")
     if not isinstance(data, dict):
         raise ConfigError(path, "it is not a JSON object of settings")
-    return data
+    return data, size
 
 
 def read(path: str) -> tuple[str, dict]:
@@ -145,19 +145,15 @@ def read(path: str) -> tuple[str, dict]:
         st = os.stat(file)
         key = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
     except (OSError, ValueError):
-        return file, _load(file)
-    got = _READ.get(file)
-    if got is None or got[0] != key:
+        return file, _load(file)[0]
+    got = READ.lookup(file)
+    if got is MISSING or got[0] != key:
         try:
-            got = (key, _load(file), None)
+            data, size = _load(file)
+            got = (key, data, None)
         except ConfigError as e:
-            got = (key, None, e)
-        _READ.pop(file, None)
-        _READ[file] = got
-        # At most 64 configs, and at most READ_MEMORY of them parsed (json_memory's estimate), the oldest out first.
-        while len(_READ) > 64 or (len(_READ) > 1 and sum(_SIZES.get(f, 0) for f in _READ) > READ_MEMORY):
-            _SIZES.pop(oldest := next(iter(_READ)), None)
-            _READ.pop(oldest)
+            got, size = (key, None, e), 1024
+        READ.keep(file, got, size)
     if got[2] is not None:
         raise got[2].with_traceback(None)
     return file, got[1]

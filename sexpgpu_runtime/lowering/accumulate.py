@@ -54,10 +54,11 @@ def summable(e: ir.Repeat) -> bool:
     return True
 
 
-def scan_summing(layer: Callable, count: int, carry, stacked, rest: list, sums):
+def scan_summing(layer: Callable, count: int, carry, stacked, rest: list, sums, indexed: bool = False):
     """`count` layers in sequence, as `lax.scan(layer, carry, stacked)` would run them: layer `i` is
     `layer(p_i, h, rest)` with `p_i` slice `i` of every leaf of `stacked` ([count ...] arrays) and `h`
-    the carry; returns the last carry.
+    the carry (with `indexed`, `layer(p_i, h, rest, i)`, `i` the layer's index as a traced i32
+    scalar: LoRA dropout's masks differ by layer); returns the last carry.
 
     Differentiated, the cotangent it gives `stacked` is `sums + g` (`sums` has `stacked`'s tree,
     shapes and dtypes; `g` the layers' gradient), made by the backward scan adding layer `i`'s
@@ -69,9 +70,13 @@ def scan_summing(layer: Callable, count: int, carry, stacked, rest: list, sums):
     `rest`: read from `stacked` and `rest` again, as `lax.scan`'s partial evaluation forwards them.
     """
     meta: dict = {}
+    index = jnp.arange(count, dtype=jnp.int32) if indexed else None   # (None: no input scanned)
 
-    def fwd_layer(rest, h, p):
-        out, vjp = jax.vjp(layer, p, h, rest)
+    def at(i):
+        return layer if i is None else (lambda p, h, r: layer(p, h, r, i))
+
+    def fwd_layer(rest, h, p, i):
+        out, vjp = jax.vjp(at(i), p, h, rest)
         leaves, tree = jax.tree_util.tree_flatten(vjp)
         p_leaves, r_leaves = jax.tree_util.tree_leaves(p), jax.tree_util.tree_leaves(rest)
         kinds, saved = [], []
@@ -87,10 +92,10 @@ def scan_summing(layer: Callable, count: int, carry, stacked, rest: list, sums):
 
     @jax.custom_vjp
     def run(stacked, carry, rest, sums):
-        return lax.scan(lambda h, p: (layer(p, h, rest), None), carry, stacked, length=count)[0]
+        return lax.scan(lambda h, xs: (at(xs[1])(xs[0], h, rest), None), carry, (stacked, index), length=count)[0]
 
     def fwd(stacked, carry, rest, sums):
-        out, saved = lax.scan(lambda h, p: fwd_layer(rest, h, p), carry, stacked, length=count)
+        out, saved = lax.scan(lambda h, xs: fwd_layer(rest, h, *xs), carry, (stacked, index), length=count)
         return out, (stacked, rest, sums, saved)
 
     def bwd(res, ct):

@@ -25,7 +25,8 @@ import numpy as np
 from sexpgpu_lang import ir
 
 from .context import Tracer, unpack_ctx
-from .lowering import LOWERINGS, _SHARED, LowerCall, _Lowering, _materialise, _replace
+from .lora import needs_dropout
+from .lowering import _Lowering, _materialise, _replace
 from ..dtypes import jdt
 from ..weights.params import merge
 
@@ -103,8 +104,7 @@ class FiniteCheck(_Lowering):
     def op(self, e: ir.Op, env: dict):
         args = [_materialise(a, self.eval(a, env)) for a in e.args]
         kwargs = {k: self.eval(v, env) for k, v in e.kwargs}
-        static = e.static if e.name not in _SHARED else {**e.static, "op": e.name}
-        out = LOWERINGS[e.name](LowerCall(args, kwargs, static, e.type, self.fx))
+        out = self.lowered(e, args, kwargs)
         outs = _leaves(out)
         bad = next((b for b in map(_first_bad, outs) if b is not None), None)
         self.made.append(_Made(e, self.stdlib_site, self.phase, self.trip, outs, _leaves([args, kwargs]), bad))
@@ -120,7 +120,8 @@ class FiniteCheck(_Lowering):
         carry, rest = args[0], list(args[1:])
         for layer in range(e.count):
             sliced = jax.tree_util.tree_map(lambda x: x[layer], stacked)
-            carry = self.call(e, _replace(params, e.path, sliced), [carry] + rest)
+            index = jnp.asarray(layer, jnp.int32) if self.fx.dropout_key is not None else None   # LoRA dropout's
+            carry = self._in_layer(index, lambda: self.call(e, _replace(params, e.path, sliced), [carry] + rest))
         return carry
 
 
@@ -173,7 +174,7 @@ def first_nonfinite_op(program: ir.Program, tracer: Tracer, trainable, frozen, b
         if joined is not None:
             batch = joined(batch)
     ctx = unpack_ctx(jnp.asarray(rows))
-    fx = tracer.fx()
+    fx = tracer.fx(dropout_ctx=ctx if needs_dropout(program) else None)   # the masks the training graph drew (lora.py)
     inputs = _phase(program.prepare, [batch, ctx], params, fx, made) if program.prepare is not None else batch
     octx = dict(ctx)
     octx.update({c: base[c] + jnp.asarray(fx.counters.get(c, 0)).astype(jdt(d)) for c, d in counter_types.items()})

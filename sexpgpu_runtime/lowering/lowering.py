@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+import numpy as np
 import jax
 import jax.numpy as jnp
 from jax import lax
@@ -26,6 +27,7 @@ from sexpgpu_lang import ir
 from sexpgpu_lang.types import TensorType
 
 from .accumulate import scan_summing, summable
+from .lora import LoraWeight, adapted, contract
 from ..dtypes import jdt, mismatch
 from ..errors import InternalTypeError
 
@@ -113,6 +115,14 @@ LOWERINGS["gelu"] = _ew(lambda x: jax.nn.gelu(x, approximate=True))
 LOWERINGS["silu"] = _ew(jax.nn.silu)
 LOWERINGS["sin"] = _ew(jnp.sin)
 LOWERINGS["cos"] = _ew(jnp.cos)
+def _known_number(x) -> bool:
+    """A number known while tracing (a literal, a function's constant argument), not a tracer."""
+    return isinstance(x, (int, float, np.number)) and not isinstance(x, bool)
+
+
+#: the comparisons, and NumPy's, for two numbers known while tracing (`_Lowering.op`)
+_NUMPY_COMPARE = {"=": np.equal, "!=": np.not_equal, "<": np.less, "<=": np.less_equal, ">": np.greater,
+                  ">=": np.greater_equal}
 for _n, _f in (("=", jnp.equal), ("!=", jnp.not_equal), ("<", jnp.less), ("<=", jnp.less_equal),
                (">", jnp.greater), (">=", jnp.greater_equal)):
     LOWERINGS[_n] = (lambda f: lambda call: f(*[_as(a, call.static["dtype"]) for a in call.args]))(_f)
@@ -133,8 +143,13 @@ def _not(call):
 
 @lowering("where")
 def _where(call):
+    """`jnp.where`; with a constant scalar condition (a comparison of two numbers: `_Lowering.op`) the
+    branch it selects alone, broadcast to the rule's shape, so that the other is never differentiated
+    (its backward, zeros times its operands, is work XLA does not fold away)."""
     c, a, b = call.args
     dt = call.static["dtype"]
+    if isinstance(c, (np.bool_, bool)):
+        return jnp.broadcast_to(_as(a if c else b, dt), call.out.shape)
     return jnp.where(_as(c, "bool"), _as(a, dt), _as(b, dt))
 
 
@@ -179,10 +194,10 @@ LOWERINGS["reshape"] = lambda call: jnp.reshape(call.args[0], call.static["shape
 LOWERINGS["transpose"] = lambda call: jnp.transpose(call.args[0], call.static["perm"])
 LOWERINGS["concat"] = lambda call: jnp.concatenate([_as(a, call.static["dtype"]) for a in call.args[0]], axis=call.static["axis"])
 LOWERINGS["stack"] = lambda call: jnp.stack([_as(a, call.static["dtype"]) for a in call.args[0]], axis=call.static["axis"])
-# a Python scalar (a weakly typed literal, e.g. a position 0) takes the rule's dtype, not x64's i64
+# a Python scalar (a weakly typed literal, e.g. a position 0 or a fill value) takes the rule's dtype, not x64's i64
 LOWERINGS["expand-dims"] = lambda call: jnp.expand_dims(_as(call.args[0], call.out.dtype), call.static["axis"])
 LOWERINGS["squeeze"] = lambda call: jnp.squeeze(call.args[0], axis=call.static["axes"])
-LOWERINGS["broadcast-to"] = lambda call: jnp.broadcast_to(call.args[0], call.static["shape"])
+LOWERINGS["broadcast-to"] = lambda call: jnp.broadcast_to(_as(call.args[0], call.out.dtype), call.static["shape"])
 LOWERINGS["slice"] = lambda call: lax.slice_in_dim(call.args[0], call.static["start"], call.static["end"], axis=call.static["axis"])
 
 
@@ -380,6 +395,11 @@ class Effects:
     #: The values `run_phase` kept for `:samples` (name -> value): an entry a phase returned or a name
     #: its top-level `let*` bound (`ir.top_bindings`), as `run_phase`'s `keep` asked.
     kept: dict = field(default_factory=dict)
+    #: The key of the microbatch's LoRA dropout in the training step's forward (lora.py `dropout_key`);
+    #: None elsewhere (the generator, a pass): every adapter is then folded into its weight.
+    dropout_key: Any = None
+    #: With `dropout_key`: every adapter unmerged, those of dropout 0 too (lora.py `adapted`).
+    unmerged: bool = False
 
 
 #: The remat policies (`sexpgpu_lang.language.REMAT_POLICIES`) as `jax.checkpoint_policies`;
@@ -399,16 +419,31 @@ class _Lowering(ir.Interpreter):
     def __init__(self, fx: Effects):
         super().__init__(fx.selected, fx.in_generator)
         self.fx = fx
+        self.layers: tuple = ()   # the layer index of each repeated block being traced (LoRA dropout's keys)
 
     def op(self, e: ir.Op, env: dict):
-        args = [_materialise(a, self.eval(a, env)) for a in e.args]
+        raw = [self.eval(a, env) for a in e.args]
+        if e.name in _NUMPY_COMPARE and all(_known_number(v) for v in raw):
+            # two numbers (`generalized-jsd`'s `(<= beta 0.0)`): a NumPy bool, which `where` selects with
+            return _NUMPY_COMPARE[e.name](*[np.asarray(v, dtype=jdt(e.static["dtype"])) for v in raw])
+        args = [_materialise(a, v) for a, v in zip(e.args, raw)]
         kwargs = {k: self.eval(v, env) for k, v in e.kwargs}
-        static = e.static if e.name not in _SHARED else {**e.static, "op": e.name}
-        out = LOWERINGS[e.name](LowerCall(args, kwargs, static, e.type, self.fx))
+        out = self.lowered(e, args, kwargs)
         why = mismatch(out, e.type)
         if why:
             raise InternalTypeError(f"internal error: `{e.name}`: {why}", e.span.start)
         return out
+
+    def lowered(self, e: ir.Op, args: list, kwargs: dict):
+        """Op `e`'s lowering on its evaluated `args` and `kwargs`; a contraction reading an adapter
+        unmerged (a `LoraWeight`) as lora.py `contract` lowers it, any other op reading it folded."""
+        static = e.static if e.name not in _SHARED else {**e.static, "op": e.name}
+        if any(isinstance(a, LoraWeight) for a in args):
+            out = contract(e.name, args, static)
+            if out is not None:
+                return out
+            args = [a.folded() if isinstance(a, LoraWeight) else a for a in args]
+        return LOWERINGS[e.name](LowerCall(args, kwargs, static, e.type, self.fx))
 
     def getf(self, obj, key: str):
         return obj[key]
@@ -417,7 +452,7 @@ class _Lowering(ir.Interpreter):
         for k in e.path:
             params = params[k]
         if e.adapters:
-            params = adapted(params, e.adapters)
+            params = adapted(params, e.adapters, tuple(e.path), self.fx.dropout_key, self.layers, self.fx.unmerged)
         if e.compute_dtype:
             params = _cast_floats(params, e.compute_dtype)
             args = [_cast_floats(a, e.compute_dtype) for a in args]
@@ -443,7 +478,8 @@ class _Lowering(ir.Interpreter):
         """A repeated block as one `lax.scan` over its stacked parameters: one traced body
         whatever `e.count`, the carry `args[0]`, the other arguments closed over. With a running
         sum for its path in `self.fx.sums` (every stacked parameter trainable, and `summable`), the
-        scan's backward adds its gradient into that sum (`accumulate.scan_summing`)."""
+        scan's backward adds its gradient into that sum (`accumulate.scan_summing`). Under LoRA
+        dropout the scan also carries the layer index (`self.layers`: each layer's own masks)."""
         stacked = params
         for k in e.path:
             stacked = stacked[k]
@@ -453,26 +489,40 @@ class _Lowering(ir.Interpreter):
                 and summable(e):
             del self.fx.sums[e.path]
             return self._repeat_summing(e, stacked, args[0], rest, sums)
+        indexed = self.fx.dropout_key is not None
 
-        def layer(carry, sliced):
-            return self.call(e, _replace(params, e.path, sliced), [carry] + rest), None
+        def layer(carry, xs):
+            sliced, i = xs if indexed else (xs, None)
+            return self._in_layer(i, lambda: self.call(e, _replace(params, e.path, sliced), [carry] + rest)), None
 
-        out, _ = lax.scan(layer, args[0], stacked, length=e.count)
+        xs = (stacked, jnp.arange(e.count)) if indexed else stacked
+        out, _ = lax.scan(layer, args[0], xs, length=e.count)
         return out
+
+    def _in_layer(self, i, fn):
+        """`fn()` with layer index `i` (a traced scalar, or None: no index kept) after `self.layers`."""
+        if i is None:
+            return fn()
+        outer, self.layers = self.layers, self.layers + (i,)
+        try:
+            return fn()
+        finally:
+            self.layers = outer
 
     def _repeat_summing(self, e: ir.Repeat, stacked, carry, rest: list, sums):
         """`repeat` whose gradient is added into `sums`: the layer a function of its slice, the carry
         and the array arguments alone (the others are constants; `summable` says no other parameter
         is read), as `scan_summing` needs."""
         dynamic = [i for i, a in enumerate(rest) if isinstance(a, (jax.Array, dict))]
+        indexed = self.fx.dropout_key is not None
 
-        def layer(sliced, h, arrays):
+        def layer(sliced, h, arrays, index=None):
             full = list(rest)
             for i, a in zip(dynamic, arrays):
                 full[i] = a
-            return self.call(e, _nest(e.path, sliced), [h] + full)
+            return self._in_layer(index, lambda: self.call(e, _nest(e.path, sliced), [h] + full))
 
-        return scan_summing(layer, e.count, carry, stacked, [rest[i] for i in dynamic], sums)
+        return scan_summing(layer, e.count, carry, stacked, [rest[i] for i in dynamic], sums, indexed)
 
     def report(self, e: ir.Report, v) -> None:
         fx = self.fx
@@ -488,19 +538,6 @@ def evaluate(e: ir.Expr, env: dict, fx: Effects):
     """Evaluate (trace) one IR expression with JAX. `env` maps binding names to values (and
     `ir.Interpreter.PARAMS` to the parameter tree, where `e` calls a model)."""
     return _Lowering(fx).eval(e, env)
-
-
-def adapted(me: dict, adapters) -> dict:
-    """A model's parameters with each LoRA target `KEY` read as `KEY + scale * (A @ B)`, A and B its
-    adapters `KEY.lora-a` `[in r]` and `KEY.lora-b` `[r out]` (check/lora.py), the product reshaped
-    to KEY's shape and cast to its dtype: the adapters merged into the weight for this call (the
-    base itself is not changed). The gradient reaches A and B through the product."""
-    out = dict(me)
-    for key, scale in adapters:
-        w, a, b = me[key], me[key + ".lora-a"], me[key + ".lora-b"]
-        delta = jnp.matmul(a, b, preferred_element_type=jnp.float32) * jnp.float32(scale)
-        out[key] = w + delta.reshape(w.shape).astype(w.dtype)
-    return out
 
 
 def _nest(path: tuple, sub) -> dict:

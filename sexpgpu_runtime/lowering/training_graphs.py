@@ -26,6 +26,7 @@ from sexpgpu_lang.types import PlistType, TensorType
 from .accumulate import add_into
 from .context import Tracer, check_result, unpack_ctx
 from ..dtypes import jdt
+from .lora import needs_dropout
 from .lowering import run_phase
 from ..weights.params import merge
 from .stacking import copy_of
@@ -44,6 +45,7 @@ class TrainingGraphs:
         self.layout = layout
         self.tracer = tracer
         self.counter_types = counter_types(program)
+        self.dropout = needs_dropout(program)   # LoRA dropout: the forward's adapters unmerged (lora.py)
         # `:samples` names computed in the graph by where (ir.SamplesIR.computed), their first rows one more
         # entry of the loss's aux; with none (no `:samples`, or only the batch's) the outputs are as without.
         self.keep, self.sample_rows = _keep(program.run.samples)
@@ -85,14 +87,17 @@ class TrainingGraphs:
         return jax.device_put(bad, jax.devices()[0]) if self.dp is None else self.dp.put_replicated(bad)
 
     # -- training -----------------------------------------------------------------------------
-    def _loss(self, prepare: ir.Phase | None, objective: ir.Phase):
+    def _loss(self, prepare: ir.Phase | None, objective: ir.Phase, training: bool = False):
         """The loss of one microbatch: (loss, aux), aux (metrics, diagnostics, counter deltas), and with
-        `:samples` names computed here the first rows of each as a fourth entry (name -> array)."""
+        `:samples` names computed here the first rows of each as a fourth entry (name -> array). With
+        `training` (the training step's, not a pass's), LoRA adapters with dropout are unmerged."""
         counters, keep = tuple(self.counter_types), self.keep
+        dropout = training and self.dropout
 
         def loss(trainable, frozen, batch, ctx, base, sums=None, summed=None):
             params = merge(trainable, frozen)
-            fx = self.tracer.fx(sums=sums)   # running sums for repeated blocks' backward scans (`_grads_summing`)
+            fx = self.tracer.fx(sums=sums,   # running sums for repeated blocks' backward scans (`_grads_summing`)
+                                dropout_ctx=ctx if dropout else None)   # the microbatch's masks (lora.py)
             inputs = (run_phase(prepare, [batch, ctx], params, fx, keep.get("prepare", ()))
                       if prepare is not None else batch)
             if prepare is not None and isinstance(inputs, dict):
@@ -116,7 +121,7 @@ class TrainingGraphs:
         deltas added one at a time, behind a barrier as in `tally`, so the totals are those the
         unstacked run passes from call to call)."""
         S = self.layout.stack
-        vg = jax.value_and_grad(self._loss(self.p.prepare, self.p.objective), has_aux=True)
+        vg = jax.value_and_grad(self._loss(self.p.prepare, self.p.objective, training=True), has_aux=True)
         if S == 1:
             (l, (m, d, dl, *kept)), g = vg(trainable, frozen, batches, unpack_ctx(rows), base)
             return [l], [g], [m], [d], [dl], kept
@@ -153,7 +158,7 @@ class TrainingGraphs:
         elementwise, as `accumulate` makes it (the bits of summing the list of gradients).
         Returns (losses, total, metrics, diagnostics, totals, bad), one copy's entries in lists."""
         ctx = unpack_ctx(rows)
-        loss = self._loss(self.p.prepare, self.p.objective)
+        loss = self._loss(self.p.prepare, self.p.objective, training=True)
         sums = {p: sub for p, sub in _subtrees(total, ()) if p}
         summed: list = []
         vg = jax.value_and_grad(loss, has_aux=True)

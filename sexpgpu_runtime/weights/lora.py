@@ -118,13 +118,14 @@ def target_modules(program: ir.Program, adapted: set[str]) -> list[str]:
 def peft_config(program: ir.Program) -> dict:
     """adapter_config.json's keys (PEFT's `LoraConfig`) for the run's adapters, all of one `:lora`."""
     modules, fan_in_fan_out = adapter_modules(program)
-    settings = {(ad.rank, ad.alpha, ad.rslora) for ad in program.adapters}
+    settings = {(ad.rank, ad.alpha, ad.rslora, ad.dropout) for ad in program.adapters}
     if len(settings) > 1:
-        raise CheckpointError("the adapters have different ranks or alphas, which one adapter_config.json cannot say")
-    (rank, alpha, rslora), = settings
+        raise CheckpointError("the adapters have different ranks, alphas or dropouts, which one adapter_config.json "
+                              "cannot say")
+    (rank, alpha, rslora, dropout), = settings
     base = next((spec.path for spec in program.pretrained if any(spec.fills(ad.path) for ad in program.adapters)), None)
     return {"peft_type": "LORA", "task_type": "CAUSAL_LM", "base_model_name_or_path": base,
-            "r": rank, "lora_alpha": alpha, "lora_dropout": 0.0, "bias": "none", "use_rslora": rslora,
+            "r": rank, "lora_alpha": alpha, "lora_dropout": dropout, "bias": "none", "use_rslora": rslora,
             "fan_in_fan_out": fan_in_fan_out, "init_lora_weights": True, "inference_mode": True,
             "target_modules": target_modules(program, set(modules.values())),
             "modules_to_save": None, "layers_to_transform": None, "layers_pattern": None,

@@ -179,7 +179,7 @@ def train_bits(text: str, steps: int, start=None):
     import numpy as np
 
     from sexpgpu_lang import analyze
-    from sexpgpu_runtime.run.options import RunOptions
+    from sexpgpu_runtime import RunOptions
     from sexpgpu_runtime.weights.params import flatten
     from sexpgpu_runtime.run.state import RunState
     from sexpgpu_runtime.run.train import Trainer
