@@ -6,7 +6,7 @@ the same step written by hand in JAX and optax (`reference(1)`: four jitted grap
 JAX's persistent compilation cache, **cold** (a new empty directory each process) and **warm** (a
 directory an earlier process of the same side filled): sexpgpu's through `SEXPGPU_COMPILE_CACHE`,
 the hand script's through JAX's own `JAX_COMPILATION_CACHE_DIR` (every graph cached, as
-compile_cache.py configures sexpgpu's). Measured: each process's CPU time (user + system, its
+compile_cache.py configures sexpgpu's), and Python's bytecode cache on for both (`one`). Measured: each process's CPU time (user + system, its
 threads included: `resource.getrusage(RUSAGE_CHILDREN)`), and wall time; the processes alternate
 (sexpgpu, hand, sexpgpu ...); the figure is the median over the rounds of sexpgpu's over the
 hand script's next to it. Prints the load average before and after.
@@ -37,6 +37,11 @@ def one(side: str, cache: Path) -> tuple[float, float]:
     """(CPU seconds, wall seconds) of one fresh process of `side`, its compilation cache at `cache`."""
     env = dict(os.environ, SEXPGPU_COMPILE_CACHE=str(cache), JAX_COMPILATION_CACHE_DIR=str(cache),
                JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0", JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")
+    # Python's own bytecode cache on, as an installed package has it (pip compiles a wheel's modules):
+    # with PYTHONDONTWRITEBYTECODE (set on the development machine) every process would compile
+    # sexpgpu's ~130 modules from source again (about 0.2 s of CPU), which the hand script's
+    # dependencies, installed with their bytecode, never do.
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     subprocess.run([sys.executable, "-c", SIDES[side]], cwd=ROOT, env=env, check=True,

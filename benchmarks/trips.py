@@ -10,10 +10,11 @@ blocks), each generator writing one greedy token per trip:
   the host shows.
 
 Per case, on the same state and parameters: sexpgpu's trip loop (`Graphs.trips`, with the
-trainer's stop check before every trip, as a step runs it) against the same decode step written by
+trainer's stop check before every trip, as a step runs it: the host loop's in Python, the compiled
+loop's in C where it builds, docs/runtime.md "The trip loop") against the same decode step written by
 hand in JAX (decode.py's layers generalised to N) run as one jitted `lax.fori_loop`; the tokens
 are checked equal. Each side is timed in blocks of calls, alternating (sexpgpu, reference,
-sexpgpu, ...), in CPU time of the process (`time.process_time`: the host thread and XLA's); the
+sexpgpu, ...; each block about 1024 trips), in CPU time of the process (`time.process_time`: the host thread and XLA's); the
 figure is the median over the rounds of sexpgpu's block over the reference's block next to it.
 Prints the load average before and after.
 
@@ -177,7 +178,7 @@ def case(name: str, layers: int, width: int, batch: int, prompt: int, trips: int
 
         a, b = np.asarray(sx()), np.asarray(hand())
         assert np.array_equal(a, b), f"{name}: sexpgpu's trips and the hand-written loop write different tokens"
-        per = max(1, 256 // trips)
+        per = max(1, 1024 // trips)   # blocks of about 1024 trips a side: the shortest (8 trips) no longer 15 ms
         cpu_blocks({"sx": sx, "hand": hand}, 1, per)   # warm
         t = cpu_blocks({"sx": sx, "hand": hand}, rounds, per)
     ratio = statistics.median(x / y for x, y in zip(t["sx"], t["hand"]))

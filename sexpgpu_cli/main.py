@@ -105,7 +105,7 @@ def run(
     process_id: Optional[int] = typer.Option(None, "--process-id", min=0, metavar="I", help="Multi-process run: this process's index, 0 to N-1."),
     fsdp: Optional[bool] = typer.Option(None, "--fsdp/--no-fsdp", help="Split the parameters and optimizer state over the mesh (FSDP), or replicate them, whatever the file's `:shard-params`."),
     distributed: bool = typer.Option(False, "--distributed", help="Join a multi-process run with the settings JAX finds itself (JAX_COORDINATOR_ADDRESS, SLURM, Open MPI, Kubernetes, Cloud TPU)."),
-    trip_loop: Optional[str] = typer.Option(None, "--trip-loop", metavar="host|compiled", help="How the generator's trips run: host (default), one call of the trip graph per trip; compiled, one lax.while_loop per group that asks the host before every trip (cheaper for a deep model's many small trips)."),
+    trip_loop: Optional[str] = typer.Option(None, "--trip-loop", metavar="host|compiled", help="How the generator's trips run: compiled, one lax.while_loop per group that looks for a stop before every trip (the default on one CPU device, where that look is a handler in C); host, one call of the trip graph per trip (the default elsewhere)."),
     compile_cache: Optional[str] = typer.Option(None, "--compile-cache", metavar="DIR|off", help="JAX's persistent compilation cache: this directory, or off (default: $SEXPGPU_COMPILE_CACHE, else ~/.cache/sexpgpu/jax); a later run of the same file reads its graphs from it instead of compiling them."),
     debug: bool = typer.Option(False, "--debug", help="On an error, also print its traceback (for a bug report)."),
 ):

@@ -17,12 +17,16 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 
 import pytest
 
 # No test reads or writes the user's compilation cache (sexpgpu_runtime/run/compile_cache.py); a
 # process a test starts inherits this. A test of the cache gives its own directory.
 os.environ["SEXPGPU_COMPILE_CACHE"] = "off"
+# Nor its directory of built native code: the compiled trip loop's look in C
+# (sexpgpu_runtime/lowering/trip_look.py) is built into one of this session's.
+os.environ["SEXPGPU_FFI_CACHE"] = tempfile.mkdtemp(prefix="sexpgpu-ffi-")
 
 #: Programs that are a real editor or its parts (Neovim, Emacs, code-server and the browser it
 #: is driven in, Node.js that runs them).

@@ -80,7 +80,7 @@ async def test_closing_a_document_drops_what_only_it_read(client: LanguageClient
     assert readers(after, b_config) == [b.uri] and readers(after, shared_config) == [b.uri]
     assert after["documents"] == [b.uri]
     # An edit that stops naming a file lets it go too, once the check of that edit ends.
-    version = b.replace(f'(def h1 (checkpoint-config "{shared_name}" :width))\n', "")
+    version = b.change(f'(def h1 (checkpoint-config "{shared_name}" :width))\n', "")
     await published(client, b.uri, version)
     assert readers(await usage(client), shared_config) is None
     assert readers(await usage(client), b_config) == [b.uri]

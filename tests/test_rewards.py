@@ -18,14 +18,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from helpers import ROOT, check, marked, program_of, variant
+from helpers import ROOT, check, program_of
+from runfile import RunFile
+from sexpgpu_lang import SourceText
 
 EXAMPLE = ROOT / "examples" / "grpo-arith.sx"
 DATA = ROOT / "examples" / "data"
 
-#: The example made tiny: 4 prompts, each answered 4 times (16 rows a microbatch), width 32, every step logged.
-SMALL = {"(def dim 128)": "(def dim 32)", "(def prompts 16)": "(def prompts 4)", "(def group 8)": "(def group 4)",
-         ":log (:every 50)": ":log (:every 1)"}
+#: The example made tiny (place: new text, tests/runfile.py): 4 prompts, each answered 4 times (16 rows a
+#: microbatch), width 32, every step logged.
+SMALL = {"def dim": "(def dim 32)", "def prompts": "(def prompts 4)", "def group": "(def group 4)",
+         "run :log :every": "1"}
 
 #: A reward that checks the sum and writes each call's arguments to calls.jsonl beside it (a test's
 #: side effect: the rewards are still a pure function of the rows).
@@ -45,12 +48,19 @@ def score(prompts, completions, row=None):
 '''
 
 
-def small_text(**extra: str) -> str:
-    """The example's text, tiny (`SMALL`), with the data paths absolute and each `old=new` of `extra`."""
-    text = EXAMPLE.read_text(encoding="utf-8")
-    for old, new in {**SMALL, **extra}.items():
-        text = variant(old, new, text)
-    return text.replace('"data/', f'"{DATA}/')
+def small_text() -> RunFile:
+    """The example's text, tiny (`SMALL`), with the data paths absolute; tests change it by place."""
+    text = RunFile(EXAMPLE.read_text(encoding="utf-8").replace('"data/', f'"{DATA}/'))
+    for place, new in SMALL.items():
+        text = text.set(place, new)
+    return text
+
+
+def reward_at(text: str) -> str:
+    """`line:col` (1-based) of `defgenerate`'s `:reward` settings in `text`: where the reward's
+    diagnostics and run errors point."""
+    line, col = SourceText(str(text)).line_col(RunFile(text).node("defgenerate :reward").span.start)
+    return f"{line + 1}:{col + 1}"
 
 
 def src_dir(tmp_path: Path, reward: str = LOGGING, name: str = "arith_reward.py") -> Path:
@@ -70,7 +80,7 @@ def calls(d: Path) -> list[dict]:
 
 def test_the_rewards_join_the_batch_typed_rows_f32_and_the_ir_says_how_to_call(tmp_path):
     d = src_dir(tmp_path)
-    text = small_text(**{":text :row :prompt prompt": ":text :row :prompt prompt :fields [:row]"})
+    text = small_text().set("defgenerate :reward :fields", "[:row]")
     p = program_of(text, str(d / "run.sx"))
     gen = p.generate
     assert gen.out.get("reward").show() == "[16] f32"
@@ -79,50 +89,52 @@ def test_the_rewards_join_the_batch_typed_rows_f32_and_the_ir_says_how_to_call(t
     assert (r.path, r.function, r.name, r.rows, r.text, r.prompt) == (str(d / "arith_reward.py"), "score", "reward",
                                                                       16, "row", 4)
     assert r.fields == (("row", "row"),)
-    assert r.decode[0] == "tokenizer" and r.where.endswith("run.sx:52:11")
+    assert r.decode[0] == "tokenizer" and r.where == f"{d / 'run.sx'}:{reward_at(text)}"
 
 
 def test_a_reward_read_as_another_name_hovers_as_generated(tmp_path):
     from sexpgpu_lang import analyze, ide
     d = src_dir(tmp_path)
-    tok = ':tokenizer "data/sums-tokenizer.json"))'   # the first is `:reward`'s
-    text = small_text(**{tok: tok[:-2] + " :name :score))", "(field batch :reward)": "(field batch :score)",
-                         ":values [:reward]": ":values [:score]"})
+    text = (small_text().set("defgenerate :reward :name", ":score")
+            .edit("objective (group-advantages", "(field b :reward)", "(field b :score)")
+            .edit("objective (grpo-objective", "(field b :reward)", "(field b :score)")
+            .set("run :samples :values", "[:score :adv]"))
     res = analyze(text, str(d / "run.sx"), read_files=True)
     assert [x.message for x in res.diagnostics] == []
     assert res.program.generate.out.get("score").show() == "[16] f32"
     idx = ide.index(res)
-    hover = ide.hover(idx, text.index("(field batch :score)") + len("(field batch :"))
+    read = text.index("(field b :score)") + len("(field b :")   # in `group-advantages`
+    hover = ide.hover(idx, read)
     assert hover is not None and "[16] f32" in hover.markdown and "the Python function `score`" in hover.markdown
     at = text.index(":name :score") + len(":name :")
-    assert [t.span.start for t in ide.definition(idx, text.index("(field batch :score)") + 14)] == [at - 1]
+    assert [t.span.start for t in ide.definition(idx, read)] == [at - 1]
     with pytest.raises(ide.RenameError):   # (without `:name` the name is `defgenerate`'s `:reward` keyword)
-        ide.rename(idx, text.index("(field batch :score)") + 14, "points")
+        ide.rename(idx, read, "points")
 
 
 def test_missing_file_function_and_a_near_miss(tmp_path):
     d = src_dir(tmp_path)
     path = str(d / "run.sx")
-    text = small_text(**{'"arith_reward.py"': '"nope.py"'})
-    check(marked(text, '"nope.py"', "E-REWARD-001"), path, read_files=True)
-    text = small_text(**{':function "score"': ':function "scor"'})
-    res = check(marked(text, '"scor"', "E-REWARD-002"), path, read_files=True)
+    text = small_text().set("defgenerate :reward :python", '"nope.py"')
+    check(text.mark("defgenerate :reward", '"nope.py"', "E-REWARD-001"), path, read_files=True)
+    text = small_text().set("defgenerate :reward :function", '"scor"')
+    res = check(text.mark("defgenerate :reward", '"scor"', "E-REWARD-002"), path, read_files=True)
     d0 = res.diagnostics[0]
     assert "defines no top-level `scor`; did you mean `score`?" in d0.message and d0.data == {"replace": '"score"'}
     (d / "broken.py").write_text("def score(:\n")
-    text = small_text(**{'"arith_reward.py"': '"broken.py"'})
-    res = check(marked(text, '"broken.py"', "E-REWARD-001"), path, read_files=True)
+    text = small_text().set("defgenerate :reward :python", '"broken.py"')
+    res = check(text.mark("defgenerate :reward", '"broken.py"', "E-REWARD-001"), path, read_files=True)
     assert "not valid Python" in res.diagnostics[0].message and "(line 1)" in res.diagnostics[0].message
     (d / "latin.py").write_bytes(b"# \xe9\ndef score(**k): pass\n")
-    text = small_text(**{'"arith_reward.py"': '"latin.py"'})
-    check(marked(text, '"latin.py"', "E-REWARD-001"), path, read_files=True)
-    text = small_text(**{':function "score"': ':function "not a name"'})
-    check(marked(text, '"not a name"', "E-REWARD-002"), path, read_files=True)
+    text = small_text().set("defgenerate :reward :python", '"latin.py"')
+    check(text.mark("defgenerate :reward", '"latin.py"', "E-REWARD-001"), path, read_files=True)
+    text = small_text().set("defgenerate :reward :function", '"not a name"')
+    check(text.mark("defgenerate :reward", '"not a name"', "E-REWARD-002"), path, read_files=True)
 
 
 def test_plain_lint_opens_no_file_so_says_nothing_of_a_missing_one(tmp_path):
     d = src_dir(tmp_path)
-    text = small_text(**{'"arith_reward.py"': '"nope.py"'})
+    text = small_text().set("defgenerate :reward :python", '"nope.py"')
     check(text, str(d / "run.sx"))   # no diagnostic: only `run`, `lint --read-files` and the editor read files
 
 
@@ -135,7 +147,7 @@ def test_plain_lint_opens_no_file_so_says_nothing_of_a_missing_one(tmp_path):
 ])
 def test_a_signature_that_cannot_take_the_call(tmp_path, signature, why):
     d = src_dir(tmp_path, signature + "\n")
-    res = check(marked(small_text(), '"score"', "E-REWARD-003"), str(d / "run.sx"), read_files=True)
+    res = check(small_text().mark("defgenerate :reward", '"score"', "E-REWARD-003"), str(d / "run.sx"), read_files=True)
     assert why in res.diagnostics[0].message, res.diagnostics[0].message
 
 
@@ -153,29 +165,34 @@ def test_signatures_that_take_the_call_or_cannot_be_told(tmp_path, source):
     check(small_text(), str(d / "run.sx"), read_files=True)
 
 
-@pytest.mark.parametrize("new,snippet", [
-    (":text :rows :prompt prompt", ":rows"),          # nothing of the batch
-    (":text :row :prompt seq", "seq"),                # no completion left
-    (":text :row :prompt prompt :fields [:prompt]", ":prompt]"),   # [4 4]: a row per prompt, not per answer
-    (":text :row :prompt prompt :fields [:nothing]", ":nothing"),
+@pytest.mark.parametrize("key,value,snippet", [
+    (":text", ":rows", ":rows"),              # nothing of the batch
+    (":prompt", "seq", "seq"),                # no completion left
+    (":fields", "[:prompt]", ":prompt"),      # [4 4]: a row per prompt, not per answer
+    (":fields", "[:nothing]", ":nothing"),
 ])
-def test_settings_that_do_not_fit_the_batch(tmp_path, new, snippet):
+def test_settings_that_do_not_fit_the_batch(tmp_path, key, value, snippet):
     d = src_dir(tmp_path)
-    text = small_text(**{":text :row :prompt prompt": new})
-    check(marked(text, snippet.rstrip("]"), "E-REWARD-004", within=new.split(" :prompt prompt ")[-1]),
-          str(d / "run.sx"), read_files=True)
+    place = f"defgenerate :reward {key}"
+    check(small_text().set(place, value).mark(place, snippet, "E-REWARD-004"), str(d / "run.sx"), read_files=True)
+
+
+def no_reward_read(text: RunFile) -> RunFile:
+    """`text` with a marker under each read of `:reward` (E-CONTRACT-001, E-SAMPLE-001): the rewards go by
+    another name."""
+    for place in ("objective (group-advantages", "objective (grpo-objective"):
+        text = text.mark(place, ":reward", "E-CONTRACT-001")
+    return text.mark("run :samples :values", ":reward", "E-SAMPLE-001")
 
 
 def test_a_name_finish_or_a_loader_has(tmp_path):
     d = src_dir(tmp_path)
-    tok = ':tokenizer "data/sums-tokenizer.json"))'   # the first is `:reward`'s
-    text = small_text(**{tok: tok[:-2] + " :name :prompt))"})
-    text = marked(text, ":prompt", "E-GEN-003", within=":name :prompt")
-    text = marked(text, ":reward", "E-CONTRACT-001", within="(field batch :reward)")   # (it is `:prompt` now)
+    text = small_text().set("defgenerate :reward :name", ":prompt")   # the loader's field
+    text = no_reward_read(text.mark("defgenerate :reward :name", ":prompt", "E-GEN-003"))
     check(text, str(d / "run.sx"), read_files=True)
-    text = small_text(**{tok: tok[:-2] + " :name :row))"})
-    text = marked(text, ":reward", "E-CONTRACT-001", within="(field batch :reward)")
-    res = check(marked(text, ":row", "E-REWARD-004", within=":name :row"), str(d / "run.sx"), read_files=True)
+    text = small_text().set("defgenerate :reward :name", ":row")      # what `:finish` (here `:step`) makes
+    text = no_reward_read(text.mark("defgenerate :reward :name", ":row", "E-REWARD-004"))
+    res = check(text, str(d / "run.sx"), read_files=True)
     assert "makes `:row` already" in res.diagnostics[0].message
 
 
@@ -209,7 +226,7 @@ def test_lint_explain_and_the_editor_never_import_it(tmp_path):
     assert res.program is not None and not res.has_errors
     idx = ide.index(res)
     text = run_file.read_text()
-    for at in (text.index('"score"'), text.index("(field batch :reward)") + 14):
+    for at in (text.index('"score"'), text.index("(field b :reward)") + len("(field b :")):
         ide.hover(idx, at)
         ide.completions(idx, at)
     assert not (d / "IMPORTED").exists()
@@ -218,10 +235,10 @@ def test_lint_explain_and_the_editor_never_import_it(tmp_path):
 
 # -- what the function receives, and its errors (no training) -------------------------------------
 
-def reward_of(tmp_path, source: str, **extra):
+def reward_of(tmp_path, source: str, text: str | None = None):
     from sexpgpu_runtime.run.rewards import PythonReward
     d = src_dir(tmp_path, source)
-    return PythonReward(program_of(small_text(**extra), str(d / "run.sx")).generate.reward), d
+    return PythonReward(program_of(text or small_text(), str(d / "run.sx")).generate.reward), d
 
 
 def ids(text: str) -> list[int]:
@@ -232,7 +249,7 @@ ROWS = np.array([ids("3+5=08"), ids("9+9=18"), ids("0+0=+=")], np.int32)
 
 
 def test_it_receives_the_decoded_prompts_and_completions_and_the_named_fields(tmp_path):
-    reward, d = reward_of(tmp_path, LOGGING, **{":text :row :prompt prompt": ":text :row :prompt prompt :fields [:row]"})
+    reward, d = reward_of(tmp_path, LOGGING, small_text().set("defgenerate :reward :fields", "[:row]"))
     got = reward.call({"row": ROWS}, "step 1, microbatch 0")
     assert got.dtype == np.float32 and got.tolist() == [1.0, 1.0, 0.0]
     (call,) = calls(d)
@@ -271,7 +288,7 @@ def test_its_failures_are_one_line_naming_the_function_the_row_and_the_step(tmp_
         reward.call({"row": ROWS}, "step 4, microbatch 1")
     text = str(e.value)
     assert "\n" not in text and message in text, text
-    assert text.startswith(f"{tmp_path / 'src' / 'run.sx'}:52:11: ")
+    assert text.startswith(f"{tmp_path / 'src' / 'run.sx'}:{reward_at(small_text())}: ")
 
 
 def test_numbers_of_any_numeric_type_are_rewards(tmp_path):
@@ -309,12 +326,12 @@ def train_small(tmp_path, run_dir: Path, steps: int, text: str | None = None, on
 def test_a_run_calls_it_once_per_microbatch_stacked_or_not_with_the_same_bits(tmp_path):
     from test_checkpoint import assert_same_params
     d = src_dir(tmp_path)
-    two = ":optimizer (adam :lr 3e-3)\n     :microbatches 2"
-    plain = train_small(tmp_path, tmp_path / "plain", 3, small_text(**{":optimizer (adam :lr 3e-3)": two}))
+    two = small_text().set("run :microbatches", "2")
+    plain = train_small(tmp_path, tmp_path / "plain", 3, two)
     plain_calls = calls(d)
     (d / "calls.jsonl").unlink()
     stacked = train_small(tmp_path, tmp_path / "stacked", 3,
-                          small_text(**{":optimizer (adam :lr 3e-3)": two + " :stack 2"}))
+                          two.set("run :stack", "2"))
     assert len(plain_calls) == 6 and all(len(c["prompts"]) == 16 for c in plain_calls)
     assert calls(d) == plain_calls   # the same rows, microbatch by microbatch, in the same order
     assert plain.history == stacked.history
@@ -326,7 +343,7 @@ def test_a_resume_gets_the_same_rewards_and_bits(tmp_path):
     from sexpgpu_runtime import RunStopped
     from test_checkpoint import assert_same_params
     src_dir(tmp_path)
-    text = small_text(**{":log (:every 1)": ":log (:every 1)\n     :checkpoint (:every 2)"})
+    text = small_text().set("run :checkpoint", "(:every 2)")
     full = train_small(tmp_path, tmp_path / "full", 6, text)
 
     def before_trip(step, trip):
@@ -350,7 +367,7 @@ def test_sexpgpu_run_says_so_first_and_a_bad_reward_is_one_line(tmp_path):
                        capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert r.returncode == 1, r.stderr
     lines = r.stderr.strip().splitlines()
-    assert lines[0].startswith(f"sexpgpu: {run_file}:52:11: this run imports {d / 'arith_reward.py'} and calls "
+    assert lines[0].startswith(f"sexpgpu: {run_file}:{reward_at(small_text())}: this run imports {d / 'arith_reward.py'} and calls "
                                "its function `score` on the host"), lines
     assert "Traceback" not in r.stderr
     assert lines[-1].endswith("the reward function `score` of arith_reward.py returned nan at row 0 of step 1, "
@@ -394,9 +411,10 @@ def test_data_parallel_calls_it_with_every_row_of_the_microbatch(tmp_path):
 @pytest.mark.slow
 def test_an_evaluation_pass_that_runs_the_generator_calls_it_too(tmp_path):
     d = src_dir(tmp_path)
-    held = ('(loader held\n  :source (npz "data/sums.npz")\n  :batch prompts\n  :fields (:prompt [prompt] :i32))\n\n'
-            '(pass check :loader held :every 2 :batches 1)\n\n(run :loader train')
-    out = train_small(tmp_path, tmp_path / "run", 2, small_text(**{"(run :loader train": held}))
+    text = small_text()
+    held = (f'(loader held\n  :source {text.text_of("loader train :source")}\n  :batch prompts\n'
+            '  :fields (:prompt [prompt] :i32))\n\n(pass check :loader held :every 2 :batches 1)')
+    out = train_small(tmp_path, tmp_path / "run", 2, text.add(held, before="run"))
     got = calls(d)
     assert len(got) == 3 and all(len(c["prompts"]) == 16 for c in got)   # steps 1 and 2, then the pass
     assert 0.0 <= out.history[-1]["check/reward"] <= 1.0
@@ -419,11 +437,8 @@ def test_a_text_mask_cuts_the_decoded_rows_as_samples_do(tmp_path):
     """With `TEXT-mask` in the batch (a loader's padding, a generator's completion mask) the function
     receives each row's prompt without its padding and its completion up to its stop, as `:samples`
     shows them (TRL cuts completions at EOS before rewarding)."""
-    masked = {"(list :row (dynamic-update-slice row token [0 at]))))":
-              "(list :row (dynamic-update-slice row token [0 at]))))\n"
-              "  :finish (lambda (state ctx) (list :row (getf state :row) "
-              ":row-mask (!= (getf state :row) 11)))"}
-    text = small_text(**masked)
+    text = small_text().set("defgenerate :finish", "(lambda (state ctx) (list :row (getf state :row) "
+                                                   ":row-mask (!= (getf state :row) 11)))")
     d = src_dir(tmp_path, LOGGING)
     spec = program_of(text, str(d / "run.sx")).generate.reward
     assert spec.mask == "row-mask"

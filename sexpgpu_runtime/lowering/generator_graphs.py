@@ -1,11 +1,12 @@
 """The generator's graphs: `generate.init`, `generate.step` and `generate.finish`, each jitted once per
 run, and the trip loop that runs `generate.step` `:trips` times.
 
-The trip loop is one of two (`TRIP_LOOPS`, docs/runtime.md "The trip loop"): `host`, the default,
-calls the jitted trip graph once per trip from a Python loop, the trip an i64 device array, so it
-never retraces; `compiled` runs every trip of a group in one call, a `lax.while_loop` whose body is
-the trip graph and which, before every trip, asks the host (an ordered `io_callback`, `TripWatch`)
-whether to go on. Both donate the state on every backend and make the same bits. A stacked group
+The trip loop is one of two (`TRIP_LOOPS`, docs/runtime.md "The trip loop", `default_trip_loop`):
+`compiled` runs every trip of a group in one call, a `lax.while_loop` whose body is the trip graph
+and which, before every trip, looks for a stop: in C on one CPU device (trip_look.py, no Python), else
+by asking the host (an ordered `io_callback`, `TripWatch`); `host` calls the jitted trip graph once
+per trip from a Python loop, the trip an i64 device array, so it never retraces. Both donate the
+state on every backend and make the same bits. A stacked group
 runs each phase's unstacked body once per copy (stacking.py `over_copies`), the batch and the state
 stacked and the rest shared. With traced `categorical` temperatures (draw_check.py) the trip graph also
 carries the record of the first bad one.
@@ -28,6 +29,7 @@ from .draw_check import no_draw, note_draws, temperatures, traced_temperatures
 from .lowering import run_phase
 from ..weights.params import merge
 from .stacking import over_copies
+from .trip_look import TripLook, library as c_look_library
 
 #: How many trips late the trip loop reads `:until`'s flag (`GeneratorGraphs.trips`): trip t's flag is
 #: read before trip t + UNTIL_LAG is dispatched, while trips t+1 ... t+UNTIL_LAG-1 are queued.
@@ -35,6 +37,13 @@ UNTIL_LAG = 3
 
 #: The trip loops (`RunOptions.trip_loop`): one compiled `lax.while_loop` per group, or a host loop of jitted trips.
 TRIP_LOOPS = ("compiled", "host")
+
+
+def default_trip_loop(one_device: bool) -> str:
+    """The trip loop of a run that names none: `compiled` where its look before every trip is the
+    handler in C (one CPU device, and the handler builds: trip_look.py), `host` elsewhere (a look
+    from an `io_callback` makes every call of the loop slow: docs/runtime.md "The trip loop")."""
+    return "compiled" if one_device and c_look_library() is not None else "host"
 
 
 class TripWatch:
@@ -87,17 +96,25 @@ class TripWatch:
             return np.False_
 
 
-def compiled_loop(step, trips: int, until: bool, sites: bool, watch: TripWatch):
+def compiled_loop(step, trips: int, until: bool, sites: bool, watch: TripWatch, look: TripLook | None = None):
     """`step` (the trip graph, as jitted for the host loop) run `trips` times in one `lax.while_loop`:
-    (trainable, frozen, state, rows[, draw]) -> (state, trips run[, draw]). Before trip 0 and after
-    each trip an ordered `io_callback` asks `watch` whether the next trip runs; the loop ends at
-    `trips`, at a no, or (`until`) once the flag `step` returns beside the state holds, read on the
-    device after every trip. `sites`: `step` takes and returns the traced temperatures' record."""
+    (trainable, frozen, state, rows[, draw]) -> (state, trips run[, draw]). Before every trip the
+    loop looks for a stop: with `look` (trip_look.py), the handler in C called in the loop's
+    condition with the step (`rows[0, 0]`) and the trip; else an ordered `io_callback` before trip 0
+    and after each trip asks `watch` whether the next trip runs. The loop ends at `trips`, at a no,
+    or (`until`) once the flag `step` returns beside the state holds, read on the device after every
+    trip. `sites`: `step` takes and returns the traced temperatures' record."""
     yes = jax.ShapeDtypeStruct((), jnp.bool_)
 
     def loop(trainable, frozen, state, rows, *draw):
+        # The step (0-based, context_row's first column): a look answers no only for a step not yet
+        # committed. An evaluation pass's generator (`:pass`, the last column, > 0) runs after its step's
+        # update, past abandoning (Trainer.run_pass): -1, which every look lets run.
+        at = jnp.where(rows[0, 5] > 0, -1, rows[0, 0])
+
         def cond(c):
             t, _, _, done, go = c
+            go = look.look(at, t, trips) if look is not None else go
             return (t < trips) & go & ~done
 
         def body(c):
@@ -107,14 +124,24 @@ def compiled_loop(step, trips: int, until: bool, sites: bool, watch: TripWatch):
                 out, dr = out[0], (out[1],)
             if until:
                 out, done = out
-            return t + 1, out, dr, done, io_callback(watch.next, yes, ordered=True)
+            go = jnp.bool_(True) if look is not None else io_callback(watch.next, yes, ordered=True)
+            return t + 1, out, dr, done, go
 
-        go = io_callback(watch.first, yes, ordered=True)
+        go = jnp.bool_(True) if look is not None else io_callback(watch.first, yes, ordered=True)
         start = (jnp.zeros((), jnp.int64), state, draw, jnp.zeros((), jnp.bool_), go)
         t, st, dr, _, _ = lax.while_loop(cond, body, start)
         return (st, t) + tuple(dr)
     loop.__name__ = "generate_trips"
     return loop
+
+
+def jitted_loops(step, gen: ir.GenerateIR, sites: bool, watch: TripWatch, c_look: TripLook | None) -> dict:
+    """`step` (the trip graph) as one `lax.while_loop` over `gen`'s trips (`compiled_loop`), jitted,
+    the state donated: {"c": looking in C (where `c_look`), "watch": asking `watch` from a callback}."""
+    loops = {"watch": compiled_loop(step, gen.trips, gen.until is not None, sites, watch)}
+    if c_look is not None:
+        loops["c"] = compiled_loop(step, gen.trips, gen.until is not None, sites, watch, c_look)
+    return {k: jax.jit(f, donate_argnums=(2,)) for k, f in loops.items()}
 
 
 class GeneratorGraphs:
@@ -125,6 +152,8 @@ class GeneratorGraphs:
         self.p = program
         self.trip_loop = trip_loop   # one of TRIP_LOOPS
         self.watch = TripWatch(program.generate.trips)
+        # The compiled loop's look in C (trip_look.py) on one CPU device; else (or with a hook) `watch`'s.
+        self.c_look = TripLook() if trip_loop == "compiled" and dp is None and c_look_library() is not None else None
         self.dp = dp   # a sharding.DataParallel, or None on one device
         self.tracer = tracer
         gen = program.generate
@@ -156,12 +185,11 @@ class GeneratorGraphs:
                 stacked_step = self._all_done(stacked_step)
             self.gen_step = jax.jit(counted("generate.step stacked", checked(stacked_step)), donate_argnums=donated)
             self.gen_finish = jax.jit(counted("generate.finish stacked", over_copies(finish, S, (2,))))
-            self.gen_trips = jax.jit(self._looped(counted("generate.step stacked", checked(stacked_step))),
-                                     donate_argnums=donated)
+            self.gen_trips = self._looped(counted("generate.step stacked", checked(stacked_step)))
         else:
             self.gen_init, self.gen_step, self.gen_finish = self.gen_init_1, self.gen_step_1, self.gen_finish_1
         # The compiled trip loops: the trip graph (traced once, under its own name) as a while loop's body.
-        self.gen_trips_1 = jax.jit(self._looped(counted("generate.step", checked(step))), donate_argnums=donated)
+        self.gen_trips_1 = self._looped(counted("generate.step", checked(step)))
         if S == 1:
             self.gen_trips = self.gen_trips_1
         self._trips = None
@@ -192,9 +220,8 @@ class GeneratorGraphs:
         return step
 
     def _looped(self, step):
-        """`step` (the trip graph) as one `lax.while_loop` over the trips (`compiled_loop`)."""
-        return compiled_loop(step, self.p.generate.trips, self.p.generate.until is not None, bool(self.draw_sites),
-                             self.watch)
+        """`step` (the trip graph) as the compiled loops (`jitted_loops`)."""
+        return jitted_loops(step, self.p.generate, bool(self.draw_sites), self.watch, self.c_look)
 
     def _draw_checked(self, step):
         """The trip graph of a generator with traced temperatures (`draw_sites`): `step`'s output and
@@ -303,11 +330,16 @@ class GeneratorGraphs:
         return state
 
     def _compiled_trips(self, trainable, frozen, state, rows, stacked: bool, look, draw):
-        """`trips` as one call of the compiled loop (`_looped`); `look(trip) -> bool`, called on the
-        host before every trip (`TripWatch`), ends the loop with a False. `self.trips_run` is then a
-        device scalar."""
-        loop = self.gen_trips if stacked else self.gen_trips_1
-        self.watch.queued(look)
+        """`trips` as one call of the compiled loop (`_looped`). `look` None with `c_look`: the loop
+        looks in C (trip_look.py); else `look(trip) -> bool` (None: always yes), called on the host
+        before every trip (`TripWatch`), ends the loop with a False. `self.trips_run` is then a device
+        scalar."""
+        loops = self.gen_trips if stacked else self.gen_trips_1
+        if look is None and "c" in loops:
+            loop = loops["c"]
+        else:
+            loop = loops["watch"]
+            self.watch.queued(look)
         out = loop(trainable, frozen, state, rows, *((draw,) if self.draw_sites else ()))
         state, self.trips_run = out[0], out[1]
         self.draw = out[2] if self.draw_sites else None

@@ -266,6 +266,30 @@ def _quiet_orbax() -> None:
         sys.unraisablehook = _quiet_closed_loop(sys.unraisablehook)
 
 
+def has_steps(folder: Path) -> bool:
+    """Whether `folder` holds anything named like a step (a checkpoint orbax would list)."""
+    return any(p.name.isdigit() for p in folder.iterdir())
+
+
+def open_manager(spec: CheckpointSpec, folder: Path):
+    """(orbax.checkpoint, its CheckpointManager of `folder`), imported and opened now: importing orbax
+    costs about 0.2 s of CPU, which `Checkpoints` spends only at its first read or write, so a run
+    that neither reads nor writes a checkpoint (no `:checkpoint`, no stop, a run dir without
+    checkpoints) never pays it. CheckpointError when it cannot be opened."""
+    import orbax.checkpoint as ocp
+    _quiet_orbax()
+    # The checkpoint's directories are made before `save` returns, not by a background thread
+    # whose failure (a full disk) would leave orbax's other threads waiting for its signal until
+    # a 300 s timeout, holding the process's exit for as long.
+    options = ocp.CheckpointManagerOptions(
+        max_to_keep=spec.keep, create=True, enable_async_checkpointing=True,
+        async_options=ocp.options.AsyncOptions(create_directories_asynchronously=False))
+    try:
+        return ocp, ocp.CheckpointManager(folder, options=options)
+    except Exception as e:  # orbax raises its own and the OS's errors
+        raise CheckpointError(f"cannot open checkpoints in {spec.dir}: {_reason(e)}")
+
+
 class Checkpoints:
     """The checkpoints of one run dir: list, save (atomic, asynchronous), restore the newest, check
     identity (`provenance`: the run's `identity`, run `file` and `pretrained` files' hashes). Opening
@@ -274,10 +298,7 @@ class Checkpoints:
 
     def __init__(self, spec: CheckpointSpec, identity: Identity, file: str = "",
                  pretrained: dict[str, str] | None = None):   # (`Provenance`'s)
-        import orbax.checkpoint as ocp  # ~0.5 s to import; only runs that train pay it
-
-        _quiet_orbax()
-        self.ocp = ocp
+        self.ocp = self._manager = None   # orbax.checkpoint and its manager, once opened (`manager`)
         self.spec = spec
         self.provenance = Provenance(identity, file, spec.dir, pretrained)   # who made the checkpoints; who resumes them
         self.cut_short: list[int] = []   # the steps whose writes a killed process left unfinished (removed)
@@ -291,24 +312,28 @@ class Checkpoints:
         same_dir_everywhere(self.dir)
         if jax.process_index() == 0:
             self.cut_short = remove_torn_writes(self.dir)
-        # The checkpoint's directories are made before `save` returns, not by a background thread
-        # whose failure (a full disk) would leave orbax's other threads waiting for its signal until
-        # a 300 s timeout, holding the process's exit for as long.
-        options = ocp.CheckpointManagerOptions(
-            max_to_keep=spec.keep, create=True, enable_async_checkpointing=True,
-            async_options=ocp.options.AsyncOptions(create_directories_asynchronously=False))
-        try:
-            self.manager = ocp.CheckpointManager(self.dir, options=options)
-        except Exception as e:  # orbax raises its own and the OS's errors
-            raise CheckpointError(f"cannot open checkpoints in {spec.dir}: {_reason(e)}")
         latest = self.latest()
         self.failed = {k: v for k, v in read_failed_writes(self.dir).items() if latest is None or k > latest}
         # a failed write's note is not a kill's: those steps are told by why they failed
         self.cut_short = [k for k in self.cut_short if k not in self.failed]
 
+    @property
+    def manager(self):
+        """orbax's CheckpointManager, opened at its first use (`open_manager`)."""
+        if self._manager is None:
+            self.ocp, self._manager = open_manager(self.spec, self.dir)
+        return self._manager
+
+    def _orbax(self):
+        """orbax.checkpoint, its manager opened first (`manager`)."""
+        _ = self.manager
+        return self.ocp
+
     # -- what is there --------------------------------------------------------------------------
     def steps(self) -> list[int]:
         """The steps of the complete checkpoints, oldest first (a half-written one is not among them)."""
+        if self._manager is None and not has_steps(self.dir):
+            return []
         self.manager.reload()
         return sorted(self.manager.all_steps())
 
@@ -328,8 +353,8 @@ class Checkpoints:
         The write finishes in the background; the checkpoint appears, complete,
         when it is done. Older checkpoints beyond `:keep` are deleted after it.
         """
-        ocp = self.ocp
         self.check_space(tree, step)
+        ocp = self._orbax()
         meta = {"format": FORMAT, "step": int(step), "records": int(records), **self.provenance.record()}
         sums = digests(tree)
         if sums is not None:
@@ -356,6 +381,8 @@ class Checkpoints:
 
     def wait(self) -> None:
         """Block until every checkpoint started has been written (or raise why not)."""
+        if self._manager is None:   # nothing was ever started
+            return
         try:
             self.manager.wait_until_finished()
         except Exception as e:
@@ -372,7 +399,7 @@ class Checkpoints:
     # -- reading --------------------------------------------------------------------------------
     def meta(self, step: int) -> dict:
         """The JSON item of checkpoint `step`."""
-        ocp = self.ocp
+        ocp = self._orbax()
         if not (self.dir / str(step) / "meta").exists():   # (orbax's own words list the items it found)
             raise CheckpointError(f"cannot read checkpoint step {step} in {self.spec.dir}: it has no `meta` item "
                                   "(the step, the identity and the digests sexpgpu writes beside the arrays), so "
@@ -408,14 +435,14 @@ class Checkpoints:
         steps = self.steps()
         if not steps:
             raise CheckpointError(f"no complete checkpoint in {self.spec.dir} to resume from")
-        ocp = self.ocp
+        ocp = self._orbax()
         abstract = jax.tree_util.tree_map(ocp.utils.to_shape_dtype_struct, like)
         failed: list[str] = []
         for step in reversed(steps):
             try:
                 meta = self.meta(step)
             except CheckpointError as e:
-                failed.append(self._skip(step, str(e)))
+                failed.append(skip_checkpoint(self, step, str(e)))
                 continue
             self.provenance.check(step, meta)
             try:
@@ -427,32 +454,24 @@ class Checkpoints:
                           "(a data file cut short or corrupt)"
                 else:
                     why = f"cannot read checkpoint step {step} in {self.spec.dir}: {_reason(e)}"
-                failed.append(self._skip(step, why))
+                failed.append(skip_checkpoint(self, step, why))
                 continue
             wrong = first_difference(meta.get("digests") or {}, got.state)
             if wrong is not None:
-                failed.append(self._skip(step, f"checkpoint step {step} in {self.spec.dir} is corrupt: {wrong}"))
+                failed.append(skip_checkpoint(self, step, f"checkpoint step {step} in {self.spec.dir} is corrupt: {wrong}"))
                 continue
             if failed:
                 print(f"sexpgpu: resuming from checkpoint step {step}, the newest that verifies", file=sys.stderr)
             return step, got.state, int(meta["records"])
         raise CheckpointError("no checkpoint in " + str(self.spec.dir) + " verifies: " + "; ".join(failed))
 
-    def _skip(self, step: int, why: str) -> str:
-        """Say on stderr that checkpoint `step` is skipped, and why, and move it aside to
-        `<step>.corrupt` (kept for inspection; orbax reads only step-named directories), so that
-        the resumed run can write that step again; return the why."""
-        aside = move_aside(self.dir, step)
-        self.manager.reload()
-        where = f" (moved to {aside.name})" if aside is not None else ""
-        print(f"sexpgpu: warning: {why}; skipping it{where}", file=sys.stderr)
-        return why
-
     def close(self) -> None:
         """Finish pending writes and release the manager's threads. Never raises: a failed write was
         reported by `wait` (which every path that trains calls), and a torn write is absent, not corrupt;
         one that fails here (the run stopped for another reason, a full disk at its metrics say)
         has its leftovers removed and is noted all the same (`_write_failed`)."""
+        if self._manager is None:
+            return
         try:
             self.manager.wait_until_finished()
         except Exception as e:
@@ -464,6 +483,17 @@ class Checkpoints:
             self.manager.close()
         except Exception:
             pass
+
+
+def skip_checkpoint(store: Checkpoints, step: int, why: str) -> str:
+    """Say on stderr that checkpoint `step` of `store` is skipped, and why, and move it aside to
+    `<step>.corrupt` (kept for inspection; orbax reads only step-named directories), so that the
+    resumed run can write that step again; return the why."""
+    aside = move_aside(store.dir, step)
+    store.manager.reload()
+    where = f" (moved to {aside.name})" if aside is not None else ""
+    print(f"sexpgpu: warning: {why}; skipping it{where}", file=sys.stderr)
+    return why
 
 
 def refuse_no_space(store: Checkpoints, tree, step: int | None = None) -> None:

@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import jax
+from jax.experimental.compilation_cache import compilation_cache
 
 #: The environment variable that moves the cache or turns it off (`off`); the tests set it to `off`.
 ENV = "SEXPGPU_COMPILE_CACHE"
@@ -47,4 +48,7 @@ def configure(option: str | None = None) -> Path | None:
     if where is not None:
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
         jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    # JAX decides once per process, at its first compile, whether the cache is used: a later run in
+    # the same process (another `train` call) would keep the first run's choice without this.
+    compilation_cache.reset_cache()
     return where

@@ -44,7 +44,7 @@ class RunOptions:
     devices: int | None = None     # `--mesh data=N`: the data axis size (else the file's `:devices`, else every device)
     model: int | None = None       # `--mesh ...,model=M`: the tensor-parallel axis size (else the file's `:model-parallel`)
     fsdp: bool | None = None       # `--fsdp`/`--no-fsdp`: split parameters and optimizer state (else `:shard-params`)
-    trip_loop: str | None = None   # `--trip-loop`: "host" (None) or "compiled" (generator_graphs.TRIP_LOOPS)
+    trip_loop: str | None = None   # `--trip-loop`: "host" or "compiled" (generator_graphs.TRIP_LOOPS); None: default_trip_loop
     compile_cache: str | None = None   # `--compile-cache DIR|off`: JAX's persistent cache (compile_cache.py)
 
 

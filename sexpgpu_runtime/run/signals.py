@@ -59,6 +59,7 @@ class StopSignals:
         self.signals = signals
         self.received: int | None = None
         self._old: dict[int, object] = {}
+        self._listeners: list = []
 
     def __enter__(self) -> "StopSignals":
         if threading.current_thread() is threading.main_thread():
@@ -76,9 +77,18 @@ class StopSignals:
                 old(self.received, None)   # noted by it as its first: a later signal is a second one
         self._old.clear()
 
+    def listen(self, listener) -> None:
+        """Call `listener()` when the first stop signal is noted (at once if it already was): the
+        compiled trip loop's stop bit in C (lowering/trip_look.py), which no Python look reads."""
+        self._listeners.append(listener)
+        if self.received is not None:
+            listener()
+
     def _note(self, signum, frame) -> None:
         if self.received is None:
             self.received = signum
+            for listener in self._listeners:
+                listener()
             return
         exit_now(signum)
 
@@ -95,8 +105,9 @@ class StopLooks:
     whether the trip loop is the compiled one (`compiled`). `committed` is the last step (0-based)
     whose update is queued: past abandoning (`commit`)."""
 
-    def __init__(self, stop: StopSignals | None, on_trip, watch, compiled: bool):
-        self.stop, self.on_trip, self.watch, self.compiled = stop, on_trip, watch, compiled
+    def __init__(self, stop: StopSignals | None, on_trip, watch, compiled: bool, c_look=None):
+        """`c_look`: the compiled loop's stop bit in C (lowering/trip_look.py), or None."""
+        self.stop, self.on_trip, self.watch, self.compiled, self.c_look = stop, on_trip, watch, compiled, c_look
         self.committed = -1
 
     def poll(self) -> None:
@@ -113,12 +124,15 @@ class StopLooks:
         this step that saw a stop (`trip_hook`) has it raised here; one that did not runs every trip."""
         with self.watch.lock if self.watch is not None else contextlib.nullcontext():
             self.poll()
+            if self.c_look is not None and not self.c_look.commit(step):   # (a signal came)
+                raise Stopped(self.stop.received)
             self.committed = step
 
     def trip_hook(self, step: int):
         """Before every trip of step `step`: `on_trip(step, trip)`, then the look for a stop: the host loop
         raises `Stopped`; the compiled loop's (from its callback) answers no once a signal came and the
-        step is not committed (`commit` then raises it), so a loop cut short is never trained on."""
+        step is not committed (`commit` then raises it), so a loop cut short is never trained on. None:
+        the compiled loop looks in C (no `on_trip`)."""
         def before_trip(trip: int):
             if self.on_trip is not None:
                 self.on_trip(step, trip)
@@ -128,4 +142,4 @@ class StopLooks:
             if self.on_trip is not None:
                 self.on_trip(step, trip)
             return not (self.stop is not None and self.stop.received is not None and self.committed < step)
-        return look if self.compiled else before_trip
+        return before_trip if not self.compiled else (None if self.on_trip is None and self.c_look is not None else look)

@@ -17,6 +17,7 @@ device running out of memory (fits.py).
 """
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import jax
@@ -30,6 +31,7 @@ from ..errors import (BadDraw, BadValue, CheckpointError, InternalTypeError, Loa
                       RunError, Stopped, TokenFileError)
 from ..lowering.context import context_row
 from ..lowering.finite_check import first_nonfinite_op
+from ..lowering.generator_graphs import default_trip_loop
 from ..lowering.graphs import Graphs
 from ..weights.optim import learning_rate, make_optimizer
 from ..weights.hf_export import export_extras
@@ -83,14 +85,15 @@ class Trainer:
             self.dp = DataParallel.of(program, options.devices, options.fsdp, options.model)
         except MeshError as e:
             raise (OptionError if options.devices is not None or options.model is not None else RunError)(str(e))
-        self.trip_loop = options.trip_loop or "host"
+        self.trip_loop = options.trip_loop or default_trip_loop(self.dp is None)
         self.graphs = Graphs(program, self.optimizer, selected, donate=jax.default_backend() != "cpu", dp=self.dp,
                              trip_loop=self.trip_loop)
         self.layout = self.graphs.layout
         self.batches = Batches(program, loaders, self.layout, self.dp)
         self.checks = ValueChecks(program, self.graphs.draw_sites, lambda: self.graphs.training.report_names)
-        watch = self.graphs.generator.watch if self.graphs.generator is not None else None
-        self.looks = StopLooks(stop, on_trip, watch, self.trip_loop == "compiled")
+        gen = self.graphs.generator
+        self.looks = StopLooks(stop, on_trip, gen.watch if gen is not None else None, self.trip_loop == "compiled",
+                               gen.c_look if gen is not None else None)
         self.bad = None                # on the device: the first non-finite loss (training_graphs.tally), or None
         self.draw = None               # on the device: the first bad traced temperature (draw_check.py), or None
         # tokens/s (report.Throughput): whether the training loader's records are token rows
@@ -236,10 +239,13 @@ class Trainer:
             self.checks.check_records(self.bad, self.draw)
 
 
-def _fit_saving(loop: Loop, policy: CheckpointPolicy, signals: StopSignals, state: RunState):
-    """`loop.run` with the stop signals noted, the checkpoints the policy saves written, and at a stop
-    the last completed step saved (then RunStopped)."""
+def _fit_saving(loop: Loop, policy: CheckpointPolicy, signals: StopSignals, state: RunState, c_look=None):
+    """`loop.run` with the stop signals noted (and told to the compiled trip loop's stop bit in C,
+    `c_look`: lowering/trip_look.py), the checkpoints the policy saves written, and at a stop the
+    last completed step saved (then RunStopped)."""
     with signals:
+        if c_look is not None:   # a signal sets the compiled loop's stop bit in C (trip_look.py)
+            signals.listen(c_look.stop)
         try:
             state, history = loop.run(state)
             policy.finish()
@@ -307,12 +313,15 @@ def train(program: ir.Program, options: RunOptions, on_trip=None) -> RunResult:
     last good checkpoint); RunStopped when SIGINT or SIGTERM stopped it (after
     saving the last completed step); RunFinished, having changed nothing, when
     `options.resume` finds the run has trained its steps already. `on_trip(step,
-    trip)` is called before every trip of the generator (with `options.trip_loop` "compiled", on the
-    host from the loop's callback, what it raises raised at the host's next look). The run dir is held from before
+    trip)` is called before every trip of the generator: where `options.trip_loop` is None the run
+    then takes the host loop, which calls it in this thread before each call; with "compiled" it is
+    called on the host from the loop's callback, what it raises raised at the host's next look. The run dir is held from before
     anything is written in it until the export is written (run_lock.py): RunDirInUse, having
     written nothing, when another process holds it.
     """
     configure_compile_cache(options.compile_cache)   # before anything compiles
+    if on_trip is not None and options.trip_loop is None:   # a hook to call before each trip: the host loop
+        options = dataclasses.replace(options, trip_loop="host")
     start = RunStart(program, options)
     try:
         return _run(start, program, options, on_trip)
@@ -359,7 +368,8 @@ def _run(start: RunStart, program: ir.Program, options: RunOptions, on_trip) -> 
                 start.say_dropped(samples.dropped, first, samples.path, "sampled again")
             policy = CheckpointPolicy(store, trainer.steps, trainer.settle, trainer.checks, samples)
             loop = Loop(trainer.loop_parts(), reporter, trainer.steps, policy, samples)
-            state, history = _fit_saving(loop, policy, signals, state)
+            gen = trainer.graphs.generator
+            state, history = _fit_saving(loop, policy, signals, state, gen.c_look if gen is not None else None)
         except InternalTypeError as e:
             line, col = program.line_col(e.offset)
             raise RunError(f"{e} ({program.path}:{line}:{col}); this is a bug in sexpgpu, please report it")
