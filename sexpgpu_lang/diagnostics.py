@@ -147,6 +147,22 @@ def clip(text: str, limit: int = QUOTE_LIMIT) -> str:
     return text[:limit - tail - 1] + "…" + text[len(text) - tail:]
 
 
+def shown_value(value, keyword: bool = False) -> str:
+    """How a message shows a constant `value` as the file wrote it: a string between double quotes
+    (its quotes and backslashes escaped, `clip`ped), a keyword's name as `:name` (`keyword`), a bool
+    as `true`/`false`, None as `nothing`, a number or shape as Python writes it. So `:dropout "0.1"`
+    reads `got "0.1"`, not `got 0.1`, which looks like the number it is not."""
+    if value is None:
+        return "nothing"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        if keyword:
+            return ":" + clip(value)
+        return '"' + clip(value.replace("\\", "\\\\").replace('"', '\\"')) + '"'
+    return clip(str(value))
+
+
 def bounded(text: str) -> str:
     """`text` with each quoted value (between backticks or double quotes) of more than QUOTE_LIMIT
     characters clipped, then the whole cut to MESSAGE_LIMIT characters (`clip`). Every message, help

@@ -114,6 +114,8 @@ def test_example_is_clean_and_loss_falls(path, tmp_path, request):
     assert last["loss"] < first["loss"], f"{path.name}: loss {first['loss']} at step 1, {last['loss']} at {STEPS}"
     if path.name == "distill.sx":   # the student comes to agree with the teacher on its own rows
         assert last["agreement"] > first["agreement"] + 0.1, (first["agreement"], last["agreement"])
+        # one position per sampled byte (seq - prompt = 16): the last column's logits predict none
+        assert first["completion-length"] == 16 and first["stopped"] == 0, first
 
 
 def test_lora_example_trains_the_adapters_alone_and_exports_them_in_peft_s_layout(tmp_path, request):

@@ -109,6 +109,10 @@ def test_a_target_that_does_not_exist_and_a_rank_past_the_matrix_are_said_at_the
     res = check(small(":lora (:targets [:wq] :rank 2 :dropout 1.0)", "1.0"))
     assert "`:dropout` must be a probability below 1, got 1" in res.diagnostics[0].message
     check(small(":lora (:targets [:wq] :rank 2 :dropout -0.1)", "-0.1"))
+    res = check(small(':lora (:targets [:wq] :rank 2 :dropout "0.1")', '"0.1"'))   # a string, shown as one
+    assert res.diagnostics[0].message.endswith('must be a number of 0 or more, got "0.1"')
+    res = check(small(":lora (:targets [:wq] :rank :two)", ":two"))
+    assert res.diagnostics[0].message.endswith("must be an integer of 1 or more, got :two")
     check(small(":lora (:targets [:gain] :rank 1)", ":gain"))
     check(small(":lora (:targets [:wq] :rank 0)", "0"))
 

@@ -303,13 +303,24 @@ def test_grpo_metrics_give_trls_logged_ones(trl):
 ENV = {"lg": TensorType((2, 3, 5), "f32"), "lg4": TensorType((2, 4, 5), "f32"), "tok": TensorType((2, 3), "i32"),
        "m": TensorType((2, 3), "bool"), "mi": TensorType((2, 3), "i32"), "lp": TensorType((2, 3), "f32"),
        "lp1": TensorType((2, 1, 3), "f32"), "r": TensorType((4,), "f32"), "adv": TensorType((2,), "f32"),
-       "adv3": TensorType((3,), "f32")}
+       "adv3": TensorType((3,), "f32"), "mi1": TensorType((2, 3, 1), "i32")}
 
 
 @pytest.mark.parametrize("text,code,at,words", [
     ("(forward-kl lg4 lg m)", "E-SHAPE-005", "lg4", "`student-logits` is [2 4 5] f32, but it takes logits [B T V] on the mask's [2 3]"),
     ("(token-log-probs lg lp m)", "E-TYPE-002", "lp", "`tokens` are token ids, integers; got [2 3] f32"),
-    ("(token-mean lp mi)", "E-TYPE-002", "mi", "`mask` is the completion mask, bool or float"),
+    ("(token-mean lp mi1)", "E-SHAPE-005", "mi1", "`mask` is a mask [B T], one entry per token of each row"),
+    ("(group-advantages r 1)", "E-TYPE-003", "1", "a constant integer of 2 or more; got 1: a group of one row has "
+     "nothing to compare with, so every advantage is 0"),
+    ("(group-advantages-unscaled r 1)", "E-TYPE-003", "1", "TRL refuses `num_generations` below 2"),
+    ("(grpo-loss lp lp adv -0.2 0.2 m)", "E-TYPE-003", "-0.2", "`eps-low` must be from 0 to below 1; got -0.2"),
+    ("(bnpo-loss lp lp adv 0.2 -0.1 m)", "E-TYPE-003", "-0.1", "`eps-high` must be 0 or more; got -0.1"),
+    ("(clipped-surrogate lp lp adv 1.0 0.2 m)", "E-TYPE-003", "1.0", "`eps-low` must be from 0 to below 1; got 1"),
+    ("(generalized-jsd lg lg 1.5 m)", "E-TYPE-003", "1.5", "`beta` must be from 0 to 1; got 1.5"),
+    ("(generalized-jsd lg lg \"0.5\" m)", "E-TYPE-001", "\"0.5\"", "`beta` is a number from 0 to 1; got \"0.5\""),
+    ("(generalized-jsd lg lg lp m)", "E-SHAPE-005", "lp", "`beta` is one number from 0 to 1 for every token"),
+    ("(stop-rows tok mi (< adv 0.0) (cast adv :i32) 1 2 0)", "E-TYPE-002", "mi", "the completion mask it writes a "
+     "token's entry into, bool; got [2 3] i32"),
     ("(group-advantages r 3)", "E-SHAPE-005", "3", "groups the 4 rows by 3, which does not divide them"),
     ("(group-advantages r lp)", "E-TYPE-003", "lp", "`group` is a count of rows, a constant integer"),
     ("(repeat-rows tok 0)", "E-TYPE-003", "0", "`n` is a count of rows, a constant integer of 1 or more"),
@@ -317,6 +328,8 @@ ENV = {"lg": TensorType((2, 3, 5), "f32"), "lg4": TensorType((2, 4, 5), "f32"), 
     ("(kl-k3 lp1 lp m)", "E-SHAPE-005", "lp1", "`log-p` is [2 1 3] f32, but it takes a value per token [B T]"),
 ])
 def test_a_wrong_argument_is_one_error_at_it(text, code, at, words):
+    """Each mistake one error at its argument; the settings' ranges are TRL's (GRPOConfig's beta >= 0 and
+    epsilon in [0, 1); GKDConfig's beta in [0, 1])."""
     e, diags = check_expression(text, ENV)
     assert [d.code for d in diags] == [code], [d.message for d in diags]
     assert words in diags[0].message

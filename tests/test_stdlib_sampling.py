@@ -54,17 +54,32 @@ def test_broadcast_to_of_a_literal_lowers_to_the_rule_s_dtype():
 
 
 def _gkd_inputs(seed=0):
+    """Logits over whole rows [3 5 6] and the completion mask on the rows' columns: row 0 sampled
+    columns 2 ... 4, row 1 column 3 alone (then stopped), row 2 column 4 (its prompt 4 long)."""
     r = np.random.default_rng(seed)
-    return {"s": (r.standard_normal((3, 4, 6)) * 2).astype(np.float32),
-            "t": (r.standard_normal((3, 4, 6)) * 2).astype(np.float32),
-            "m": np.arange(4)[None, :] < np.array([4, 2, 1])[:, None]}
+    cols = np.arange(5)[None, :]
+    return {"s": (r.standard_normal((3, 5, 6)) * 2).astype(np.float32),
+            "t": (r.standard_normal((3, 5, 6)) * 2).astype(np.float32),
+            "m": (cols >= np.array([2, 3, 4])[:, None]) & (cols < np.array([5, 4, 5])[:, None])}
+
+
+def _predicts_a_sampled_token(m):
+    """[B S] bool: the positions whose logits predict a token the mask holds (position t's logits
+    predict the token at t + 1; the last position's predict none)."""
+    out = np.zeros_like(m)
+    for b in range(m.shape[0]):
+        for t in range(m.shape[1] - 1):
+            out[b, t] = m[b, t + 1]
+    return out
 
 
 @pytest.mark.parametrize("beta", [0.0, 0.5, 1.0])
 def test_gkd_objective_is_the_generalized_jsd_with_agreement_and_completion_metrics(beta):
     x = _gkd_inputs()
     typ, got, metrics = run(f"(gkd-objective s t {beta} m)", **x)
-    s, t, m = log_softmax(x["s"]), log_softmax(x["t"]), x["m"]
+    s, t = log_softmax(x["s"]), log_softmax(x["t"])
+    m = _predicts_a_sampled_token(x["m"])
+    assert m.sum() == 5 and not m[:, -1].any()        # 3 + 1 + 1 sampled tokens; the last column never
     ps, pt = np.exp(s), np.exp(t)
     if beta == 0:
         per = (pt * (t - s)).sum(-1)
@@ -79,7 +94,20 @@ def test_gkd_objective_is_the_generalized_jsd_with_agreement_and_completion_metr
     agree = (x["s"].argmax(-1) == x["t"].argmax(-1))
     assert metrics["agreement"] == pytest.approx(token_mean(agree, m))
     np.testing.assert_allclose(metrics["entropy"], token_mean(-(ps * s).sum(-1), m), rtol=1e-5)
-    assert metrics["completion-length"] == pytest.approx(7 / 3) and metrics["completion-length-max"] == 4
+    assert metrics["completion-length"] == pytest.approx(5 / 3) and metrics["completion-length-max"] == 3
+    assert metrics["stopped"] == pytest.approx(1 / 3)   # row 1 alone ends before the last column
+
+
+def test_gkd_objective_reads_nothing_of_the_last_column_s_logits():
+    """The last column's logits predict a token past the row: changing them changes nothing (TRL's
+    GKDTrainer drops that position too)."""
+    x = _gkd_inputs()
+    _, got, metrics = run("(gkd-objective s t 0.0 m)", **x)
+    y = dict(x, s=x["s"].copy(), t=x["t"].copy())
+    y["s"][:, -1] = 50.0 * np.arange(6)
+    y["t"][:, -1] = -50.0 * np.arange(6)
+    _, again, metrics_again = run("(gkd-objective s t 0.0 m)", **y)
+    assert float(again) == float(got) and metrics_again == metrics
 
 
 def _grpo_inputs(seed=0):
@@ -146,18 +174,58 @@ ENV = {"p": TensorType((2, 6), "i32"), "lg": TensorType((4, 6, 5), "f32"), "row"
     ("(repeat-prompts p 4 (axis-size (sum f :axes [1]) 0) 0)", "E-SHAPE-005", "(axis-size (sum f :axes [1]) 0)",
      "`width` is 4, fewer"),
     ("(repeat-prompts p rw 12 0)", "E-TYPE-003", "rw", "`n` is a count of rows"),
-    ("(gkd-objective lg lg 0.5 mi)", "E-TYPE-002", "mi", "`mask` is the completion mask, bool or float"),
+    ("(gkd-objective lg lg 0.5 rw)", "E-SHAPE-005", "rw", "`mask` is a mask [B T], one entry per token"),
+    ("(gkd-objective lg lg -0.5 m)", "E-TYPE-003", "-0.5", "`beta` must be from 0 to 1; got -0.5"),
+    ("(gkd-objective lg lg 1.5 m)", "E-TYPE-003", "1.5", "`beta` must be from 0 to 1; got 1.5"),
+    ("(gkd-objective lg lg :beta 0.5 :mask m)", "E-FORM-003", ":beta", "`gkd-objective` takes its 4 arguments by "
+     "position, not by keyword: `(gkd-objective student-logits teacher-logits beta mask)`, got `:beta`"),
+    ("(grpo-objective lg lg row m rw rw -0.04 0.2 0.28)", "E-TYPE-003", "-0.04", "`beta` must be 0 or more"),
+    ("(grpo-objective lg lg row m rw rw 0.04 -0.2 0.28)", "E-TYPE-003", "-0.2", "`eps-low` must be from 0 to "
+     "below 1; got -0.2"),
+    ("(grpo-objective lg lg row m rw rw 0.04 1 0.28)", "E-TYPE-003", "1", "`eps-low` must be from 0 to below 1"),
+    ("(grpo-objective lg lg row m rw rw 0.04 0.2 -0.28)", "E-TYPE-003", "-0.28", "`eps-high` must be 0 or more"),
+    ("(grpo-objective lg lg row m rw rw \"0.04\" 0.2 0.28)", "E-TYPE-001", "\"0.04\"", "`beta` is a number 0 or "
+     "more; got \"0.04\""),
+    ("(repeat-prompts p 4 12 0.5)", "E-TYPE-002", "0.5", "`fill` is a scalar of the prompt's dtype (i32, the prompt "
+     "[2 6] i32); got [] f32"),
+    ("(repeat-prompts p 4 12 \"a\")", "E-TYPE-001", "\"a\"", "`fill` is a scalar of the prompt's dtype"),
+    ("(repeat-prompts p 4 12 (cast 0 :i64))", "E-TYPE-002", "(cast 0 :i64)", "which would make the rows i64"),
+    ("(repeat-prompts m 4 12 0)", "E-TYPE-002", "0", "(bool, the prompt [4 6] bool); got [] i32"),
+    ("(repeat-prompts f 4 12 0)", "E-TYPE-002", "f", "`prompt` is token ids [B P], integers (or a prompt's padding "
+     "mask, bool); got [4 6] f32"),
+    ("(sample-trip lg row 3 :salt 1 :temperature 0)", "E-FORM-003", ":salt", "takes its 5 arguments by position, not by keyword"),
     ("(gkd-objective lg5 lg 0.5 m)", "E-SHAPE-005", "lg5", "takes logits [B T V] on the mask's [4 6]"),
     ("(grpo-objective lg lg f m rw rw 0.04 0.2 0.28)", "E-TYPE-002", "f", "`row` are token ids, integers"),
     ("(grpo-objective lg lg row m rw f 0.04 0.2 0.28)", "E-SHAPE-005", "f", "`advantages` is [4 6] f32, but it "
      "takes a value per row [B]"),
 ])
 def test_a_wrong_argument_is_one_error_at_it(text, code, at, words):
+    """Each mistake one error at its argument: the settings' ranges are TRL's (GRPOConfig's beta >= 0,
+    epsilon in [0, 1); GKDConfig's beta in [0, 1]), a fill the prompt's dtype (docs/stdlib.md)."""
     e, diags = check_expression(text, ENV)
     assert [d.code for d in diags] == [code], [d.message for d in diags]
     assert words in diags[0].message
     assert text[diags[0].span.start:diags[0].span.end] == at
     assert e.type.show() == "{error}"
+
+
+@pytest.mark.parametrize("text", ["(repeat-prompts p 4 12 0)", "(repeat-prompts p 4 12 (cast 0 :i32))",
+                                  "(repeat-prompts m 1 12 true)", "(gkd-objective lg lg 0 m)",
+                                  "(gkd-objective lg lg 1 mi)", "(grpo-objective lg lg row f rw rw 0 0 0)"])
+def test_settings_at_their_ends_and_a_fill_of_the_prompt_s_dtype_are_clean(text):
+    assert check_expression(text, ENV)[1] == []
+
+
+@pytest.mark.parametrize("call", ["(gkd-objective s t 0.5 m)", GRPO])
+def test_a_completion_mask_may_be_bool_integer_or_float_and_counts_the_same(call):
+    """One rule for every post-training function's mask (TRL's are integer 0/1): bool, i32 and f32
+    0/1 masks give the same loss and metrics."""
+    x = _gkd_inputs() if call.startswith("(gkd") else _grpo_inputs()
+    got = [run(call, **{**x, "m": x["m"].astype(dt)}) for dt in (bool, np.int32, np.float32)]
+    for typ, value, metrics in got[1:]:
+        assert typ.show() == "[] f32"
+        np.testing.assert_allclose(value, got[0][1], rtol=1e-6)
+        assert metrics == pytest.approx(got[0][2])
 
 
 # --------------------------------------------------------------------------- the functions that take a model

@@ -32,7 +32,7 @@ from .contracts import batch_field
 from .entries import called_here, entry_call
 from .facts import Definition, Facts
 from .identity import place_hash
-from .stdlib_args import check_stdlib_call
+from .stdlib_args import arity_error, check_stdlib_call
 from .copies import call_copy
 from .ranges import INDEXED, WINDOWED, check_index, check_window, trip_form, value_range, zero_divisor
 from .trips import reads_varying, salt_across_trips
@@ -735,10 +735,7 @@ def call_function(ctx: CheckContext, node: ListNode, b: Binding, scope: Scope) -
     params = [p.name for p in lam.items[1].items]
     args = [infer(ctx, a, scope) for a in node.items[1:]]
     if len(args) != len(params):
-        name = node.items[0].name if isinstance(node.items[0], Sym) else "this function"
-        return ir.Const(ctx.err("E-FORM-003", node.span,
-                                f"`{name}` takes {_count(len(params), 'argument')} "
-                                f"`({name} {' '.join(params)})`, got {len(args)}"), node.span)
+        return ir.Const(arity_error(ctx, node, params), node.span)
     if any(isinstance(a.type, ErrorType) for a in args):
         return ir.Const(ERROR, node.span)
     if len(ctx.active) > 32:
@@ -790,8 +787,3 @@ SPECIAL_RULES = {"let*": form_let_star, "lambda": form_lambda, "list": form_list
                  "field": form_field, "counter": form_counter, "metric": form_metric,
                  "diagnostic": form_diagnostic,
                  "checkpoint-config": form_checkpoint_config}
-
-
-def _count(n: int, noun: str) -> str:
-    """`1 argument`, `3 arguments`."""
-    return f"{n} {noun}" + ("" if n == 1 else "s")

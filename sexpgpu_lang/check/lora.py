@@ -38,6 +38,7 @@ import math
 import os
 
 from .. import ir
+from ..diagnostics import shown_value
 from ..syntax import Kw, ListNode, Node, VecNode
 from .context import CheckContext, near_miss
 from .identity import place_hash
@@ -88,7 +89,8 @@ def read_lora(ctx: CheckContext, node: Node) -> LoraSetting | None:
     rank_node = kws["rank"][1]
     rank = const_value(ctx, rank_node)
     if not isinstance(rank, int) or isinstance(rank, bool) or rank < 1:
-        ctx.err("E-MODEL-008", rank_node.span, f"`:rank` must be an integer of 1 or more, got {_shown(rank)}")
+        ctx.err("E-MODEL-008", rank_node.span,
+                f"`:rank` must be an integer of 1 or more, got {shown_value(rank, isinstance(rank_node, Kw))}")
         return None
     alpha = _number(ctx, kws, "alpha", float(rank))
     dropout = _number(ctx, kws, "dropout", 0.0)
@@ -121,17 +123,14 @@ def read_lora(ctx: CheckContext, node: Node) -> LoraSetting | None:
     return LoraSetting(tuple(targets), rank, alpha, dropout, rslora, node, rank_node, pretrained)
 
 
-def _shown(v) -> str:
-    return "nothing" if v is None else str(v)
-
-
 def _number(ctx: CheckContext, kws: dict, key: str, default: float) -> float | None:
     """`:alpha` or `:dropout` (a number of 0 or more, `default` when absent), or None after E-MODEL-008."""
     if key not in kws:
         return default
     v = const_value(ctx, kws[key][1])
     if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0 or not math.isfinite(v):
-        ctx.err("E-MODEL-008", kws[key][1].span, f"`:{key}` must be a number of 0 or more, got {_shown(v)}")
+        node = kws[key][1]
+        ctx.err("E-MODEL-008", node.span, f"`:{key}` must be a number of 0 or more, got {shown_value(v, isinstance(node, Kw))}")
         return None
     return float(v)
 

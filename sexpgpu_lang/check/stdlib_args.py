@@ -20,9 +20,10 @@ inlined:
   and its `at` an integer scalar; `prefill-prompts`' prompt [B P] integer
   and its mask (E-TYPE-002, E-SHAPE-005); `repeat-prompts`' width a
   constant of at least the prompt's columns (E-TYPE-003, E-SHAPE-005);
-- a padding or completion mask [B T] bool or integer: `padded-positions`',
-  `left-padded-start`'s, `stop-rows`' and the completion losses' `mask`
-  (E-TYPE-002, E-SHAPE-005);
+- a padding or completion mask [B T], of any dtype (bool, integer 0/1 or float
+  weights: one rule, `_mask_fits`): `padded-positions`', `left-padded-start`'s,
+  `prefill-prompts`', the completion losses' and the post-training functions'
+  `mask` (E-SHAPE-005); `stop-rows`' bool, the mask it writes (E-TYPE-002);
 - rotary's head width even: `rotary`'s x [B T N H], `llama-block`'s and
   `llama-block-cached`'s wq [D N H] (E-SHAPE-004);
 - a cache in its layout and long enough: `llama-block-cached`'s and
@@ -32,11 +33,19 @@ inlined:
   its ids provably reach past V but not past D (a loader's `:vocab`,
   `ranges`) is transposed (E-SHAPE-005);
 - the post-training functions' tensors in their layouts: the completion
-  mask [B T] bool or float (E-TYPE-002, E-SHAPE-005), per-token values
+  mask [B T] (E-SHAPE-005), per-token values
   [B T] and logits [B T V] on the mask's [B T], per-row values (rewards,
   advantages) [B] (E-SHAPE-005), `token-log-probs`' tokens integer, and a
-  group size a constant integer that divides the rows (E-TYPE-003,
+  group size a constant integer that divides the rows, of 2 or more for
+  `group-advantages` (a group of one makes every advantage 0) (E-TYPE-003,
   E-SHAPE-005).
+
+The numbers beside the tensors (GRPO's and GKD's `beta`, the clip range) and
+`repeat-prompts`' fill are `stdlib_settings.py`'s.
+
+A function's call with the wrong number of arguments is `arity_error`'s
+(E-FORM-003, with the signature; at the first keyword that names a
+parameter, since the arguments are positional).
 
 A call that fails one is reported once, there, and typed ERROR: nothing in
 its body is reported after it. Imports nothing outside `sexpgpu_lang`;
@@ -48,14 +57,16 @@ from typing import Callable
 
 from .. import ir
 from ..diagnostics import warning
-from ..types import ShapeType, TensorType, is_float, is_int
+from ..syntax import Kw, ListNode, Sym
+from ..types import ShapeType, TensorType, Type, is_float, is_int
 from .context import CheckContext
 from .ranges import DECLARED, hi_occurs, lo_occurs
+from .stdlib_settings import settings_fit
 
 #: function -> {parameter: what it must be}: "positions" (an integer tensor, [T] or [B T] of x), "pos"
 #: (an integer scalar or [B]), "heads" (the last axis even: a tensor of heads of width H), "table"
 #: ([V D], checked against the ids), "cache" ([B S K H] with wk's K and H, and x's T positions
-#: fitting S), "mask" ([B T], bool or integer), "eos" (an id or a vector of ids, within the tokens'),
+#: fitting S), "mask" ([B T]; `_mask_fits`), "eos" (an id or a vector of ids, within the tokens'),
 #: "row" (the [B S] integer rows a generator writes), "column" (an integer scalar: the column a trip writes).
 RULES: dict[str, dict[str, str]] = {
     "rotary": {"x": "heads", "positions": "positions"},
@@ -95,14 +106,11 @@ RULES: dict[str, dict[str, str]] = {
     "embedding": {"table": "table"},
 }
 
-#: the functions whose mask may be float (a weight per token), as the post-training functions' may
-_WEIGHTED = ("completion-cross-entropy", "completion-log-prob")
-
 #: the argument whose axis 0 is the batch a `[B]` pos must match, by function
 _BATCH_OF = {"cache-write": "cache", "cached-attention": "q", "row-token": "row", "decode-trip": "row",
              "decode-logits": "row"}
 
-#: The post-training functions' tensors: "mask" [B T] bool or float, "bt" a value per token [B T],
+#: The post-training functions' tensors: "mask" [B T] (`_mask_fits`), "bt" a value per token [B T],
 #: "btv" logits [B T V], "b" a value per row [B], "tokens" [B T] integer, "group" a constant
 #: integer dividing the rows; each B and T is the mask's (the rows' `b` where there is no mask).
 _POLICY = {"log-p": "bt", "old-log-p": "bt", "advantages": "b", "mask": "mask"}
@@ -135,6 +143,21 @@ LAYOUTS: dict[str, dict[str, str]] = {
 }
 
 
+def arity_error(ctx: CheckContext, node: ListNode, params: list[str]) -> Type:
+    """E-FORM-003 for a call of a function (`def`'d or the standard library's) whose arguments, `node`'s
+    items after the head, are not `params`' count, with the signature; its ERROR type. A keyword that
+    names a parameter, `(gkd-objective s t :beta 0.5 :mask m)`, is the mistake said at it: a function's
+    arguments are positional (a keyword that names none may be a value, `:f32`)."""
+    name = node.items[0].name if isinstance(node.items[0], Sym) else "this function"
+    signature, n = f"`({name} {' '.join(params)})`", len(params)
+    count = f"{n} argument{'' if n == 1 else 's'}"
+    kw = next((a for a in node.items[1:] if isinstance(a, Kw) and a.name in params), None)
+    if kw is not None:
+        return ctx.err("E-FORM-003", kw.span, f"`{name}` takes its {count} by position, not by keyword: {signature}, "
+                       f"got `:{kw.name}`", help=f"drop the keywords and give the arguments in this order: {signature}")
+    return ctx.err("E-FORM-003", node.span, f"`{name}` takes {count} {signature}, got {len(node.items) - 1}")
+
+
 def check_stdlib_call(ctx: CheckContext, fn: str, params: list[str], args: list[ir.Expr],
                       ranges: Callable[[ir.Expr], object],
                       forms: Callable[[ir.Expr], object] | None = None, span=None) -> bool:
@@ -142,9 +165,11 @@ def check_stdlib_call(ctx: CheckContext, fn: str, params: list[str], args: list[
     against `RULES` (and the post-training functions' `LAYOUTS`); `ranges(e)` gives an argument's
     `ranges.value_range`, `forms(e)` its `ranges.trip_form`. Reports the first that breaks one (at that
     argument) and returns False; True when all hold. A cached layer's `pos` that provably writes past its
-    cache on a trip is W-SHAPE-002 at the call (`span`), which still holds."""
+    cache on a trip is W-SHAPE-002 at the call (`span`), which still holds. The settings beside the
+    tensors (a KL weight, a clip range, a fill) are `stdlib_settings.settings_fit`'s."""
     if fn in LAYOUTS:
-        return _layouts_fit(ctx, fn, dict(zip(params, args)))
+        by_name = dict(zip(params, args))
+        return _layouts_fit(ctx, fn, by_name) and settings_fit(ctx, fn, by_name)
     rules = RULES.get(fn)
     if not rules:
         return True
@@ -322,14 +347,16 @@ def _positions_fit(ctx: CheckContext, fn: str, p: str, a: ir.Expr, by_name: dict
 
 
 def _mask_fits(ctx: CheckContext, fn: str, p: str, a: ir.Expr) -> bool:
-    """A padding or completion mask: [B T], bool or integer (1 at the tokens it keeps); E-TYPE-002 or
-    E-SHAPE-005."""
+    """A mask, padding or completion: [B T] of any dtype (E-SHAPE-005). The one rule of every
+    standard-library function that takes a mask: true, or nonzero, at the tokens it keeps. A function
+    that reduces over the tokens casts it to f32, so a float mask weighs each token; one that selects
+    tokens keeps the nonzero ones (TRL's masks are integer 0/1 tensors, a comparison's is bool).
+    `stop-rows`' mask, which it writes, is bool (E-TYPE-002)."""
     t = a.type
-    weights = fn in _WEIGHTED   # a loss's mask may be a float weight, as the post-training functions' is
-    if t.dtype != "bool" and not is_int(t.dtype) and not (weights and is_float(t.dtype)):
-        kinds = "bool, integer or float" if weights else "bool or integer"
-        ctx.err("E-TYPE-002", a.span, f"`{fn}`'s `{p}` is a mask, {kinds} (true or 1 at the tokens it "
-                f"keeps); got {t.show()}", help="a loader's `NAME-mask` field is one; or compare: `(!= ids pad)`")
+    if fn == "stop-rows" and t.dtype != "bool":
+        ctx.err("E-TYPE-002", a.span, f"`{fn}`'s `{p}` is the completion mask it writes a token's entry into, "
+                f"bool; got {t.show()}", help="start it false, e.g. `(< (zeros [B C] :dtype :i32) 0)`, and keep "
+                f"the `:mask` each trip returns; or compare: `(!= {p} 0)`")
         return False
     if len(t.shape) != 2:
         ctx.err("E-SHAPE-005", a.span, f"`{fn}`'s `{p}` is a mask [B T], one entry per token of each row; "
@@ -365,6 +392,9 @@ def _cache_fits(ctx: CheckContext, fn: str, p: str, cache: ir.Expr, by_name: dic
     return True
 
 
+#: the functions whose group compares its rows with each other: a group of one row is refused
+_GROUPS = ("group-advantages", "group-advantages-unscaled")
+
 _LAYOUT_WORDS = {"mask": "the completion mask [B T]", "bt": "a value per token [B T]", "btv": "logits [B T V]",
                  "b": "a value per row [B]", "tokens": "token ids [B T]"}
 
@@ -386,18 +416,21 @@ def _layouts_fit(ctx: CheckContext, fn: str, by_name: dict) -> bool:
         rule, t = rules[p], a.type
         rank = {"mask": 2, "bt": 2, "btv": 3, "b": 1, "tokens": 2}.get(rule)
         if rule == "group":
-            if t.shape != () or not isinstance(t.value, int) or isinstance(t.value, bool) or t.value < 1:
-                ctx.err("E-TYPE-003", a.span, f"`{fn}`'s `{p}` is a count of rows, a constant integer of 1 or "
-                        f"more; got {t.show()}", help="give the number of answers per prompt, e.g. `(def group 8)`")
+            least = 2 if fn in _GROUPS else 1
+            if t.shape != () or not isinstance(t.value, int) or isinstance(t.value, bool) or t.value < least:
+                alone = (": a group of one row has nothing to compare with, so every advantage is 0 and the "
+                         "policy's gradient too (TRL refuses `num_generations` below 2)") if least == 2 \
+                    and t.shape == () and t.value == 1 else ""
+                ctx.err("E-TYPE-003", a.span, f"`{fn}`'s `{p}` is a count of rows, a constant integer of {least} or "
+                        f"more; got {1 if alone else t.show()}{alone}",
+                        help="give the number of answers per prompt, e.g. `(def group 8)`")
                 return False
             if rows is not None and rows % t.value:
                 ctx.err("E-SHAPE-005", a.span, f"`{fn}` groups the {rows} rows by {t.value}, which does not divide "
                         f"them", help=f"make the rows a multiple of the group: prompts times {t.value}")
                 return False
             continue
-        if rule == "mask" and not (t.dtype == "bool" or is_float(t.dtype)):
-            ctx.err("E-TYPE-002", a.span, f"`{fn}`'s `{p}` is the completion mask, bool or float; got {t.show()}",
-                    help=f"compare to make it bool, e.g. `(> {p} 0)`, or `(cast {p} :f32)`")
+        if rule == "mask" and not _mask_fits(ctx, fn, p, a):
             return False
         if rule == "tokens" and not is_int(t.dtype):
             ctx.err("E-TYPE-002", a.span, f"`{fn}`'s `{p}` are token ids, integers; got {t.show()}",
