@@ -194,9 +194,8 @@ class SxLoop:
 
     def block(self, n: int) -> float:
         jax.block_until_ready(self.state.trainable)
-        self.tr.steps = self.state.step + n
         t0 = time.perf_counter()
-        self.state, _ = self.tr.fit(self.state, self.rep)
+        self.state, _ = self.tr.fit(self.state, self.rep, self.state.step + n)
         jax.block_until_ready(self.state.trainable)
         return (time.perf_counter() - t0) / n
 

@@ -75,7 +75,7 @@ def main() -> None:
             program = analyze(text, str(Path(d) / "run.sx")).program
             for kind, steps, resume in (("fresh", a.steps, False), ("resume", 2 * a.steps, True)):
                 result = train(program, RunOptions(steps=steps, run_dir=Path(d), quiet=True, resume=resume))
-                assert result.extra["start"] == (a.steps if resume else 0)
+                assert result.start == (a.steps if resume else 0)
                 rates[kind].append((steady(made[-1], 1), steady(made[-1], 2)))
     for i, clock in enumerate(("CPU", "wall")):
         j = 1 - i   # rates hold (wall, cpu)

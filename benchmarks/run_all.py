@@ -212,9 +212,8 @@ class SxLoop:
 
     def block(self, n: int) -> float:
         self.jax.block_until_ready(self.state.trainable)
-        self.tr.steps = self.state.step + n
         t0 = time.perf_counter()
-        self.state, _ = self.tr.fit(self.state, self.rep)
+        self.state, _ = self.tr.fit(self.state, self.rep, self.state.step + n)
         self.jax.block_until_ready(self.state.trainable)
         return (time.perf_counter() - t0) / n
 
@@ -265,7 +264,7 @@ def trip_rows(reps: int) -> list[tuple[str, str, str, str, str]]:
     init = g.gen_init if stacked else g.gen_init_1
     b, rows, first = init(state.trainable, state.frozen, b, rows)
     carry = {"s": first}
-    hook = tr._trip_hook(0)
+    hook = tr.looks.trip_hook(0)
 
     def sx_trips():
         carry["s"] = g.trips(state.trainable, state.frozen, carry["s"], rows, stacked, hook)

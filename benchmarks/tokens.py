@@ -140,9 +140,9 @@ def step_share(path: Path, steps: int, run_dir: Path) -> dict:
     short = train(res.program, RunOptions(steps=20, run_dir=run_dir / "warm", quiet=True))   # compile and warm
     full = train(res.program, RunOptions(steps=steps, run_dir=run_dir / "full", quiet=True))
     steady = max(full.seconds - short.seconds, 1e-9)   # the compile-and-first-steps part taken out
-    data = full.extra["data"]
+    data = full.data
     return {"steps": steps, "seconds": full.seconds, "step_ms": 1000 * steady / (steps - 20),
-            "wait_share": data["wait_s"] / full.seconds, "read_share": data["read_s"] / full.seconds}
+            "wait_share": data.wait_s / full.seconds, "read_share": data.read_s / full.seconds}
 
 
 def main() -> None:

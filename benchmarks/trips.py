@@ -166,7 +166,7 @@ def case(name: str, layers: int, width: int, batch: int, prompt: int, trips: int
         params = {**st.trainable, **st.frozen}
         ref = reference_trips(prompt, trips)
         keys = [k for i in range(layers) for k in (f"k{i}", f"v{i}")]
-        hook = tr._trip_hook(0)
+        hook = tr.looks.trip_hook(0)
 
         def sx():
             s = jax.device_put(first)   # a fresh copy: the trip loop may donate its state

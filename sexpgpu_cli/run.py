@@ -131,13 +131,13 @@ def summary(req: RunRequest, result, run_dir: Path) -> str:
     what reading the data cost, where the metrics are."""
     last = result.history[-1] if result.history else {}
     shown = "  ".join(f"{k} {v:.4g}" for k, v in last.items() if k != "step")
-    done = f"trained {result.steps} steps" if not req.resume else f"trained steps {result.extra['start'] + 1}-{result.steps}"
+    done = f"trained {result.steps} steps" if not req.resume else f"trained steps {result.start + 1}-{result.steps}"
     parts = [f"{done} in {result.seconds:.1f} s"]
-    if req.resume and result.extra["start"] >= result.steps:   # its last checkpoint was there, its export not
+    if req.resume and result.start >= result.steps:   # its last checkpoint was there, its export not
         parts = [f"trained no step (the run had trained its {result.steps}); wrote the export {req.export}"]
     parts += [shown] if shown else []
-    data = result.extra.get("data") or {}
-    if data.get("batches"):   # the loader's own cost (read ahead on a thread) and what the loop waited for it
-        parts.append(f"data {data['read_s']:.2f} s to read ahead, {data['wait_s']:.2f} s waited "
-                     f"({100 * data['wait_s'] / max(result.seconds, 1e-9):.1f}% of the run)")
+    data = result.data
+    if data.batches:   # the loader's own cost (read ahead on a thread) and what the loop waited for it
+        parts.append(f"data {data.read_s:.2f} s to read ahead, {data.wait_s:.2f} s waited "
+                     f"({100 * data.wait_s / max(result.seconds, 1e-9):.1f}% of the run)")
     return "; ".join(parts + [f"metrics in {run_dir / 'metrics.jsonl'}"])

@@ -159,4 +159,9 @@ class LoopCostUnavailable(Exception):
 
 
 class InternalTypeError(AssertionError):
-    """JAX's result type differs from the registry rule's: a bug in sexpgpu, not in the run file."""
+    """JAX's result type differs from the registry rule's: a bug in sexpgpu, not in the run file.
+    `offset`: where in the run file the op is (a character offset), when known."""
+
+    def __init__(self, message: str, offset: int = 0):
+        super().__init__(message)
+        self.offset = offset

@@ -73,7 +73,7 @@ def test_stop_abandons_the_step_in_flight_and_saves_the_last_completed(stopped):
 def test_resume_is_bit_exact_with_the_uninterrupted_run(full, stopped):
     full_result, full_dir = full
     (step, _), _, _, resumed, d = stopped
-    assert resumed.extra["start"] == step
+    assert resumed.start == step
     assert_same_params(resumed.trainable, full_result.trainable)
     assert_same_params(resumed.frozen, full_result.frozen)
     # Every step after the resume point has the uninterrupted run's metrics, and the
@@ -98,14 +98,16 @@ def test_a_crash_resumes_from_the_last_periodic_checkpoint_and_drops_the_later_r
         run(TEXT, tmp_path, STEPS, on_trip=before_trip)
     assert [r["step"] for r in rows(tmp_path)] == list(range(1, 18))
     resumed = run(TEXT, tmp_path, STEPS, resume=True)
-    assert resumed.extra["start"] == 14                  # the newest `:every 7` checkpoint
+    assert resumed.start == 14                  # the newest `:every 7` checkpoint
     assert rows(tmp_path) == rows(full_dir)              # rows 15-17 were dropped, then logged again
     assert_same_params(resumed.trainable, full_result.trainable)
 
 
 @pytest.mark.slow
 def test_keep_holds_the_newest_checkpoints(full):
-    from sexpgpu_runtime.run.checkpoint import Checkpoints, Identity, checkpoint_spec
+    from sexpgpu_runtime.run.checkpoint import Checkpoints
+    from sexpgpu_runtime.run.checkpoint_meta import Identity
+    from sexpgpu_runtime.run.checkpoint_policy import checkpoint_spec
     _, d = full
     prog = program_of(TEXT)
     store = Checkpoints(checkpoint_spec(prog.run.checkpoint, d), Identity(prog.identity, prog.run.seed))
@@ -196,7 +198,9 @@ def test_resume_without_a_checkpoint_says_so(tmp_path):
 @pytest.mark.slow
 def test_a_checkpoint_without_its_meta_item_is_named_in_our_words_and_the_older_one_resumes(full, tmp_path):
     import shutil
-    from sexpgpu_runtime.run.checkpoint import Checkpoints, Identity, checkpoint_spec
+    from sexpgpu_runtime.run.checkpoint import Checkpoints
+    from sexpgpu_runtime.run.checkpoint_meta import Identity
+    from sexpgpu_runtime.run.checkpoint_policy import checkpoint_spec
     from sexpgpu_runtime.errors import CheckpointError
     d = tmp_path / "run"
     shutil.copytree(full[1], d)
@@ -219,7 +223,9 @@ def test_a_checkpoint_whose_write_was_cut_short_is_named_by_the_resume(full, tmp
     """A process killed while orbax wrote a checkpoint leaves `<step>.orbax-checkpoint-tmp-*`: the
     resume removes it and says so, from the older checkpoint or, with none, in its refusal."""
     import shutil
-    from sexpgpu_runtime.run.checkpoint import Checkpoints, Identity, checkpoint_spec
+    from sexpgpu_runtime.run.checkpoint import Checkpoints
+    from sexpgpu_runtime.run.checkpoint_meta import Identity
+    from sexpgpu_runtime.run.checkpoint_policy import checkpoint_spec
     from sexpgpu_runtime.run.resume import resuming_line
     d = tmp_path / "run"
     shutil.copytree(full[1], d)
@@ -273,7 +279,9 @@ def test_full_disk_is_one_error_before_training(tmp_path, monkeypatch):
 def test_a_disk_that_fills_during_the_run_fails_the_save_naming_the_newest_checkpoint(tmp_path, monkeypatch):
     import shutil
     from sexpgpu_runtime.run import checkpoint
-    from sexpgpu_runtime.run.checkpoint import Checkpoints, CheckpointSpec, Identity
+    from sexpgpu_runtime.run.checkpoint import Checkpoints
+    from sexpgpu_runtime.run.checkpoint_meta import Identity
+    from sexpgpu_runtime.run.checkpoint_policy import CheckpointSpec
     from sexpgpu_runtime.errors import CheckpointError
     store = Checkpoints(CheckpointSpec(tmp_path, 1, 3), Identity("f00d", 0))
     tree = {"w": np.ones((64, 64), np.float32)}
@@ -290,7 +298,7 @@ def test_a_disk_that_fills_during_the_run_fails_the_save_naming_the_newest_check
 
 
 def test_bad_checkpoint_setting_is_one_line(tmp_path):
-    from sexpgpu_runtime.run.checkpoint import checkpoint_spec
+    from sexpgpu_runtime.run.checkpoint_policy import checkpoint_spec
     from sexpgpu_runtime.errors import CheckpointError
     bad = TEXT.set("run :checkpoint", "(:every 0)")
     check(marked(bad, "0", "E-TYPE-003", within=":every 0"))   # the checker's, statically
@@ -352,7 +360,9 @@ KILL_MID_WRITE = textwrap.dedent("""
     import os, sys, time
     from pathlib import Path
     import numpy as np
-    from sexpgpu_runtime.run.checkpoint import Checkpoints, CheckpointSpec, Identity
+    from sexpgpu_runtime.run.checkpoint import Checkpoints
+    from sexpgpu_runtime.run.checkpoint_meta import Identity
+    from sexpgpu_runtime.run.checkpoint_policy import CheckpointSpec
 
     store = Checkpoints(CheckpointSpec(Path(sys.argv[1]), 1, 3), Identity("f00d", 0))
     store.save(1, {"w": np.full((256, 256), 1.0, np.float32), "n": np.array(1, np.int64)}, records=64)
@@ -373,7 +383,9 @@ KILL_MID_WRITE = textwrap.dedent("""
 
 @pytest.mark.slow
 def test_sigkill_during_a_checkpoint_write_leaves_the_previous_one_loadable(tmp_path):
-    from sexpgpu_runtime.run.checkpoint import Checkpoints, CheckpointSpec, Identity
+    from sexpgpu_runtime.run.checkpoint import Checkpoints
+    from sexpgpu_runtime.run.checkpoint_meta import Identity
+    from sexpgpu_runtime.run.checkpoint_policy import CheckpointSpec
     d = tmp_path / "ckpt"
     p = subprocess.Popen([sys.executable, "-c", KILL_MID_WRITE, str(d)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          text=True, cwd=ROOT)
@@ -592,3 +604,57 @@ def test_a_stop_while_a_bad_row_waits_for_the_device_names_the_bad_step_and_save
     assert str(e.value).endswith(f"the last good checkpoint is step 7 in {ckpts}")
     assert sorted(int(p.name) for p in ckpts.iterdir() if p.name.isdigit()) == [7]
     assert [r["step"] for r in rows(tmp_path)] == list(range(1, 10))
+
+
+class FakeStore:
+    """The writer's face the policy sees (checkpoint_policy.Store): what was saved and waited for."""
+
+    def __init__(self, every, latest=None):
+        from sexpgpu_runtime.run.checkpoint_policy import CheckpointSpec
+        self.spec, self.events, self.newest = CheckpointSpec(Path("ck"), every, 2), [], latest
+
+    def save(self, step, tree, records):
+        self.events.append(("save", step, sorted(tree), records))
+        self.newest = step
+
+    def wait(self):
+        self.events.append(("wait",))
+
+    def latest(self):
+        return self.newest
+
+
+def policy_of(store, last=10):
+    from types import SimpleNamespace
+    from sexpgpu_runtime.run.checkpoint_policy import CheckpointPolicy
+    checks = SimpleNamespace(check_params=lambda step, trainable: store.events.append(("check", step)))
+    return CheckpointPolicy(store, last, lambda: store.events.append(("settle",)), checks, None)
+
+
+def state_at(step):
+    from sexpgpu_runtime.run.state import RunState
+    return RunState(step, {"w": 1}, {"f": 2}, {"m": 3}, 4 * step, {"c": 0})
+
+
+def test_the_policy_saves_every_n_steps_and_the_last_checked_first():
+    store = FakeStore(every=4)
+    policy = policy_of(store, last=10)
+    assert [s for s in range(1, 11) if policy.due(s)] == [4, 8, 10]
+    for s in range(1, 11):
+        policy.after_step(state_at(s))
+    saves = [e for e in store.events if e[0] == "save"]
+    assert saves == [("save", s, ["counters", "opt_state", "trainable"], 4 * s) for s in (4, 8, 10)]
+    # what is saved: the checkpoint tree (no frozen parameters), only after the losses and parameters are checked
+    assert store.events[:3] == [("settle",), ("check", 4), ("save", 4, ["counters", "opt_state", "trainable"], 16)]
+    assert not any(policy_of(FakeStore(every=None)).due(s) for s in range(1, 11))   # no `:checkpoint`
+
+
+def test_at_a_stop_the_policy_saves_the_last_completed_step_unless_it_is_saved():
+    from sexpgpu_runtime.errors import Stopped
+    store = FakeStore(every=None)
+    stopped = policy_of(store).at_stop(Stopped(signal.SIGINT), state_at(6))
+    assert (stopped.step, stopped.saved, stopped.exit_code) == (7, 6, 130)
+    assert [e[:2] for e in store.events] == [("wait",), ("settle",), ("settle",), ("check", 6), ("save", 6), ("wait",)]
+    again = FakeStore(every=3, latest=6)
+    assert policy_of(again).at_stop(Stopped(signal.SIGTERM), state_at(6)).saved == 6
+    assert again.events == [("wait",)]   # its checkpoint is there already: nothing written twice

@@ -14,7 +14,7 @@ import pytest
 pytest.importorskip("orbax.checkpoint")
 
 from helpers import run, variant  # noqa: E402
-from sexpgpu_runtime.run.checkpoint import digests, first_difference  # noqa: E402
+from sexpgpu_runtime.run.checkpoint_meta import digests, first_difference  # noqa: E402
 from sexpgpu_runtime import RunError, RunFinished  # noqa: E402
 from sexpgpu_runtime.weights.params import flatten  # noqa: E402
 
@@ -57,7 +57,7 @@ def resumed_from(d: Path, capfd, base) -> tuple[int, str]:
     res = run(TEXT, d, LONGER, resume=True)
     err = capfd.readouterr().err
     assert same(res.trainable, base[2])   # trained again from the fallback: bit-exact
-    return res.extra["start"], err
+    return res.start, err
 
 
 def test_every_array_has_a_digest_in_the_meta(base):

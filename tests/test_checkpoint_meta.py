@@ -14,7 +14,7 @@ import pytest
 pytest.importorskip("orbax.checkpoint")
 
 from helpers import run, variant  # noqa: E402
-from sexpgpu_runtime.run.checkpoint import META_DIGEST, meta_digest, meta_problem  # noqa: E402
+from sexpgpu_runtime.run.checkpoint_meta import META_DIGEST, meta_digest, meta_problem  # noqa: E402
 from sexpgpu_runtime.weights.params import flatten  # noqa: E402
 
 pytestmark = pytest.mark.slow   # (trains, or runs `sexpgpu run`)
@@ -52,7 +52,7 @@ def edit(base, tmp_path: Path, change, redigest: bool) -> Path:
 def resumes_from_10(d: Path, base, capfd) -> str:
     res = run(TEXT, d, LONGER, resume=True)
     err = capfd.readouterr().err
-    assert res.extra["start"] == 10
+    assert res.start == 10
     fa, fb = flatten(res.trainable), flatten(base[1])
     assert fa.keys() == fb.keys() and all(np.array_equal(np.asarray(fa[k]), np.asarray(fb[k])) for k in fa)
     assert "Traceback" not in err

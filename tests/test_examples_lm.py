@@ -86,7 +86,7 @@ def sexpgpu_losses(tr: Trainer, steps: int) -> tuple[dict, list[float]]:
     losses = []
     for _ in range(steps):
         state, reports = tr.step(state)
-        losses.append(float(reports["losses"][0]))
+        losses.append(float(reports.losses[0]))
     return first, losses
 
 

@@ -58,7 +58,7 @@ def test_a_full_disk_at_the_last_checkpoint_is_resumed_to_write_it_and_the_expor
     monkeypatch.undo()
     capsys.readouterr()
     resumed = run(TEXT, d, 10, export=export, resume=True, quiet=False)   # not "finished": its checkpoint and export are missing
-    assert resumed.extra["start"] == 9
+    assert resumed.start == 9
     assert [x for x in capsys.readouterr().err.splitlines() if "resuming" in x] == [
         f"sexpgpu: resuming from step 9 of 10 (checkpoint {d / 'checkpoints' / '9'}); the checkpoint of step 10 "
         f"could not be written ({ENOSPC})"]
@@ -82,14 +82,14 @@ def test_a_full_disk_at_the_export_is_resumed_to_write_it(tmp_path, monkeypatch,
     with pytest.raises(RunFinished):                 # without --export, the run has finished
         run(TEXT, d, 10, resume=True)
     again = run(TEXT, d, 10, export=export, resume=True)       # its last checkpoint restored, no step trained
-    assert again.extra["start"] == 10 and again.history == []
+    assert again.start == 10 and again.history == []
     assert export.read_bytes() == (reference.parent / "ref.safetensors").read_bytes()
     assert (d / "metrics.jsonl").read_bytes() == (reference / "metrics.jsonl").read_bytes()
     with pytest.raises(RunFinished):
         run(TEXT, d, 10, export=export, resume=True)
     old = (d / "metrics.jsonl").stat().st_mtime_ns - 10**9
     os.utime(export, ns=(old, old))                  # an export older than the run's rows is an earlier run's
-    assert run(TEXT, d, 10, export=export, resume=True).extra["start"] == 10
+    assert run(TEXT, d, 10, export=export, resume=True).start == 10
 
 
 def test_a_resume_after_a_failed_first_checkpoint_says_it_failed_not_that_it_was_killed(tmp_path, monkeypatch):
@@ -124,5 +124,5 @@ def test_a_full_disk_at_the_metrics_of_step_8_resumes_from_step_6(tmp_path, monk
         run(TEXT, d, 10)
     monkeypatch.undo()
     assert [json.loads(x)["step"] for x in (d / "metrics.jsonl").read_text().splitlines()] == list(range(1, 8))
-    assert run(TEXT, d, 10, resume=True).extra["start"] == 6
+    assert run(TEXT, d, 10, resume=True).start == 6
     assert (d / "metrics.jsonl").read_bytes() == (reference / "metrics.jsonl").read_bytes()

@@ -493,7 +493,7 @@ def test_frozen_parameters_are_not_in_checkpoints_and_a_changed_teacher_refuses_
                                         "model-00002-of-00002.safetensors")}
     # the same teacher resumes
     res = run(text, tmp_path, 3, resume=True)
-    assert res.extra["start"] == 2
+    assert res.start == 2
     # a changed teacher (same names and shapes, other values) is refused, nothing written
     tensors["transformer.ln_f.bias"] = tensors["transformer.ln_f.bias"] + 1
     write_hf(tmp_path / "hf", tensors)
@@ -526,7 +526,7 @@ def test_a_project_moved_with_its_run_dir_resumes_and_a_changed_teacher_there_is
     assert "which has changed since (read now as " + str(tmp_path / "b" / "hf") in str(e.value)
     write_hf(tmp_path / "b" / "hf", tensors)
     moved = run(text, tmp_path / "b", 3, resume=True)
-    assert moved.extra["start"] == 2
+    assert moved.start == 2
 
 
 @pytest.mark.slow
@@ -576,7 +576,7 @@ def test_a_resume_draws_and_reads_only_the_frozen_parameters(tmp_path, monkeypat
         return out
     monkeypatch.setattr(params_module, "init_leaf", init_leaf)
     res = run(text, tmp_path, 3, resume=True)
-    assert res.extra["start"] == 2
+    assert res.start == 2
     assert [path for path, frozen in drawn if not frozen] == []
     assert flatten(first.frozen) and flatten(first.frozen).keys() == flatten(res.frozen).keys()
     for path, a in flatten(first.frozen).items():

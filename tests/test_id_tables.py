@@ -23,11 +23,11 @@ def lm(source: str, fields: str, objective: str) -> str:
 """
 
 
-def batches(text, tmp_path):
-    from sexpgpu_runtime.run.batches import Batches
+def loaders(text, tmp_path):
+    from sexpgpu_runtime.run.batches import open_loaders
     path = tmp_path / "run.sx"
     path.write_text(text)
-    return Batches(program_of(text, str(path)))
+    return open_loaders(program_of(text, str(path)))
 
 
 def test_a_field_is_followed_to_the_tables_it_indexes():
@@ -47,7 +47,7 @@ def test_a_token_past_the_embedding_is_named_with_its_position_and_the_table(tmp
     text = lm('(tokens "t.bin" :dtype :uint16 :seq 4)', "(:x [4] :i32 :y [4] :i32)",
               "(mean (cross-entropy (model (field batch :x)) (field batch :y)))")
     with pytest.raises(DataError) as e:
-        batches(text, tmp_path)
+        loaders(text, tmp_path)
     assert str(e.value) == (
         f"loader `train` ({tmp_path / 't.bin'}): field `x` has token 1023 at position 21 of {tmp_path / 't.bin'} "
         f"(record 5 and on), outside the 16 rows of the table `take` inside `embedding`, called at "
@@ -62,7 +62,7 @@ def test_hugging_faces_ignored_label_in_a_jsonl_is_named_with_its_record(tmp_pat
     text = lm('(jsonl "p.jsonl")', "(:x [4] :i32 :y [4] :i32)",
               "(mean (cross-entropy (model (field batch :x)) (field batch :y)))")
     with pytest.raises(DataError) as e:
-        batches(text, tmp_path)
+        loaders(text, tmp_path)
     line = text.splitlines().index(next(s for s in text.splitlines() if "cross-entropy" in s)) + 1
     assert str(e.value) == (
         f"loader `train` ({tmp_path / 'p.jsonl'}): field `y` has token -100 in record 1 (0-based), outside the 16 "
@@ -81,7 +81,7 @@ def test_ids_inside_the_table_and_ids_changed_by_arithmetic_are_not_refused(tmp_
     text = lm('(jsonl "p.jsonl")', "(:x [4] :i32 :y [4] :i32)",
               "(let* ((y (field batch :y))) (mean (cross-entropy (model (- (field batch :x) 1)) "
               "(where (>= y 0) y 0))))")
-    assert batches(text, tmp_path).loaders["train"].records == 2
+    assert loaders(text, tmp_path).training["train"].records == 2
 
 
 def test_a_token_file_whose_vocab_bounds_its_ids_inside_the_table_is_not_read_again(tmp_path, monkeypatch):
@@ -91,7 +91,7 @@ def test_a_token_file_whose_vocab_bounds_its_ids_inside_the_table_is_not_read_ag
               "(mean (cross-entropy (model (field batch :x)) (field batch :y)))")
     read = []
     monkeypatch.setattr(id_tables, "first_outside", lambda *a: read.append(a))
-    batches(text, tmp_path)
+    loaders(text, tmp_path)
     assert read == []
 
 
@@ -110,7 +110,7 @@ def test_an_int32_file_read_as_uint16_is_refused_before_training_naming_the_dtyp
     text = lm(f'(tokens "t{suffix}" :dtype :uint16 :seq 4)', "(:x [4] :i32 :y [4] :i32)",
               "(mean (cross-entropy (model (field batch :x)) (field batch :y)))")
     with pytest.raises(DataError) as e:
-        batches(text, tmp_path)
+        loaders(text, tmp_path)
     assert str(e.value) == (f"loader `train`: {path} read as `:uint16`: every other id of its first 3998 is 0, as "
                             "when a file of 4-byte ids (`:int32`) is read as 2-byte ones: the run would train on "
                             "those zeros; give the dtype the file was written with, likely `:dtype :int32`")
@@ -125,7 +125,7 @@ def test_a_negative_id_into_one_hot_is_told_to_be_masked_never_a_longer_table(tm
     text = lm('(jsonl "p.jsonl")', "(:x [4] :i32 :y [4] :i32)",
               "(mean (* (one-hot (field batch :y) 16) (model (field batch :x))))")
     with pytest.raises(DataError) as e:
-        batches(text, tmp_path)
+        loaders(text, tmp_path)
     msg = str(e.value)
     assert f"field `y` has token {bad} in record 1 (0-based), outside the 16 classes of `one-hot`" in msg
     assert "or more long" not in msg and "the table" not in msg.split(";")[-1]

@@ -11,6 +11,7 @@ import pytest
 
 from sexpgpu_runtime.run import loop as loop_mod
 from sexpgpu_runtime.run.report import Reporter, Throughput, batch_tokens, rate_text
+from sexpgpu_runtime.run.state import StepReport
 
 
 class Marker:
@@ -29,39 +30,36 @@ class Marker:
         return self
 
 
-class FakeTrainer:
-    """The trainer's face the loop sees; a device `behind` steps behind the host (a step's marker is
-    ready once step + behind is queued)."""
+class FakeDevice:
+    """The run's face the loop sees (loop.LoopParts): a device `behind` steps behind the host (a step's
+    marker is ready once step + behind is queued)."""
 
     def __init__(self, steps: int, log_every: int, behind: int = 3, passes=()):
-        self.steps, self.events, self.behind = steps, [], behind
-        self.program = SimpleNamespace(run=SimpleNamespace(log_every=log_every), passes=passes)
-        self.checkpoint_every, self.samples, self.dp, self.completed = None, None, None, None
-        self.checks = SimpleNamespace(check_records=lambda bad, draw, *a: None, check_row=lambda row: None)
+        self.steps, self.log_every, self.passes, self.events, self.behind = steps, log_every, passes, [], behind
         self.markers: dict[int, Marker] = {}
-        self.bad = self.draw = None
-        self.step_tokens = 64
 
-    def lr(self, step):
-        return 0.1
+    def parts(self) -> loop_mod.LoopParts:
+        checks = SimpleNamespace(check_records=lambda bad, draw, *a: None, check_row=lambda row: None)
+        feed = SimpleNamespace(close=lambda: None)
+        return loop_mod.LoopParts(self.step, self.run_pass, self.settle, checks, lambda step: 0.1,
+                                  lambda records, steps: feed, self.log_every, self.passes)
 
     def settle(self):
         for m in self.markers.values():
             m.block_until_ready()
 
-    def run_pass(self, ps, state):
+    def run_pass(self, ps, state, samples):
         self.events.append(("pass", state.step))
         return {f"{ps.name}/loss": 1.0}
 
-    def step(self, state):
+    def step(self, state, samples):
         done = state.step + 1
         self.events.append(("queue", done))
         for k, m in self.markers.items():   # the device has run every step `behind` before this one
             if k <= done - self.behind:
                 m.ready = True
         m = self.markers[done] = Marker(done, self.events)
-        self.bad = (m, m)
-        return SimpleNamespace(step=done), {"losses": [float(done)], "metrics": [], "diagnostics": []}
+        return SimpleNamespace(step=done, records=0), StepReport([float(done)], [], [], (m, m), None, 64)
 
 
 class FakeReporter:
@@ -78,14 +76,14 @@ class FakeReporter:
         self.events.append(("log", done))
 
 
-def run_loop(tr: FakeTrainer) -> list:
-    loop = loop_mod.Loop(tr, FakeReporter(tr.events))
-    loop._steps(SimpleNamespace(step=0))
-    return tr.events
+def run_loop(device: FakeDevice) -> list:
+    loop = loop_mod.Loop(device.parts(), FakeReporter(device.events), device.steps)
+    loop.run(SimpleNamespace(step=0, records=0))
+    return device.events
 
 
 def test_each_step_is_reported_when_it_ends_and_the_host_is_at_most_one_step_ahead():
-    events = run_loop(FakeTrainer(steps=12, log_every=1))
+    events = run_loop(FakeDevice(steps=12, log_every=1))
     ended = [s for e, s in events if e == "ended"]
     assert ended == list(range(1, 13))   # every step once, in order
     for i, (e, n) in enumerate(events):
@@ -97,7 +95,7 @@ def test_each_step_is_reported_when_it_ends_and_the_host_is_at_most_one_step_ahe
 
 
 def test_each_logged_row_comes_right_after_its_step_ends_not_in_a_burst():
-    events = run_loop(FakeTrainer(steps=12, log_every=2))
+    events = run_loop(FakeDevice(steps=12, log_every=2))
     logs = [i for i, (e, _) in enumerate(events) if e == "log"]
     assert [events[i][1] for i in logs] == [1, 2, 4, 6, 8, 10, 12]
     for i in logs:
@@ -106,7 +104,7 @@ def test_each_logged_row_comes_right_after_its_step_ends_not_in_a_burst():
 
 def test_a_pass_waits_for_every_queued_step_and_its_time_is_left_out_of_the_rate():
     ps = SimpleNamespace(name="held", every=5)
-    events = run_loop(FakeTrainer(steps=6, log_every=100, passes=(ps,)))
+    events = run_loop(FakeDevice(steps=6, log_every=100, passes=(ps,)))
     at = events.index(("pass", 5))
     assert {s for e, s in events[:at] if e == "ended"} == {1, 2, 3, 4, 5}
     assert events[at + 1:at + 3] == [("log", 5), ("pause", True)]

@@ -255,6 +255,6 @@ def test_a_run_with_dropout_trains_and_resumes_bit_exact(tmp_path):
     with pytest.raises(Crash):
         run(text, tmp_path / "cut", steps=10, on_trip=before_trip)
     resumed = run(text, tmp_path / "cut", steps=10, resume=True)
-    assert resumed.extra["start"] == 6
+    assert resumed.start == 6
     assert_same_params(resumed.trainable, full.trainable)
     assert rows(tmp_path / "cut") == rows(tmp_path / "full")

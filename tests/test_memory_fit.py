@@ -142,7 +142,7 @@ def test_a_run_that_fits_runs_and_one_out_of_memory_anyway_resumes(tmp_path, mon
     assert str(e.value).endswith(f"the last checkpoint is step 2 in {run_dir / 'checkpoints'}, which --resume "
                                  "continues from")
     result = train(program, RunOptions(steps=6, run_dir=run_dir, quiet=True, resume=True))
-    assert result.steps == 6 and result.extra["start"] == 2
+    assert result.steps == 6 and result.start == 2
     steps = [json.loads(r)["step"] for r in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert steps == [1, 2, 3, 4, 5, 6]
 

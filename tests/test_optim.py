@@ -183,7 +183,7 @@ def test_resume_with_a_schedule_is_bit_exact(tmp_path):
     full = run(text, tmp_path / "full", 6)
     run(text, tmp_path / "part", 3)
     resumed = run(text, tmp_path / "part", 6, resume=True)
-    assert resumed.extra["start"] == 3
+    assert resumed.start == 3
     a, b = flatten(full.trainable), flatten(resumed.trainable)
     for k in a:
         assert np.array_equal(np.asarray(a[k]).view(np.uint32), np.asarray(b[k]).view(np.uint32)), k

@@ -55,7 +55,7 @@ def test_a_resume_compiles_each_graph_once_as_a_fresh_run_does(tmp_path, loop):
     jax.clear_caches()
     with compiles() as resumed:
         result = train(program, RunOptions(steps=6, run_dir=tmp_path, quiet=True, resume=True, trip_loop=loop))
-    assert result.extra["start"] == 3
+    assert result.start == 3
     graphs = step_graphs(fresh)
     assert {"jit(train_stacked)", "jit(update)"} <= set(graphs) and set(graphs.values()) == {1}, fresh
     assert step_graphs(resumed) == graphs, (fresh, resumed)

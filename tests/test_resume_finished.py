@@ -83,7 +83,7 @@ def test_a_finished_run_with_checkpoints_and_tensorboard_is_left_byte_for_byte(t
                             "changed; to train it longer, resume with `--steps N` above 10")
     assert snapshot(tmp_path) == before                # no events file, no row, no checkpoint
     longer = run(text, tmp_path, 12, resume=True)   # what the line says to do
-    assert longer.extra["start"] == 10 and steps_of(tmp_path) == list(range(1, 13))
+    assert longer.start == 10 and steps_of(tmp_path) == list(range(1, 13))
 
 
 def test_a_finished_run_that_saved_no_checkpoint_says_how_to_start_over(tmp_path):

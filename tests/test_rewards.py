@@ -352,7 +352,7 @@ def test_a_resume_gets_the_same_rewards_and_bits(tmp_path):
     with pytest.raises(RunStopped):
         train_small(tmp_path, tmp_path / "stopped", 6, text, on_trip=before_trip)
     resumed = train_small(tmp_path, tmp_path / "stopped", 6, text, resume=True)
-    assert resumed.extra["start"] == 3
+    assert resumed.start == 3
     assert resumed.history == full.history[3:]   # the rewards' mean among each step's metrics
     assert_same_params(resumed.trainable, full.trainable)
 

@@ -157,12 +157,12 @@ def test_a_checkpoint_dir_outside_the_run_dir_is_held_too(tmp_path):
     text = variant(":log (:every 1)", f':log (:every 1) :checkpoint (:every 2 :dir "{shared}")', TEXT)
     program = program_of(text, str(tmp_path / "a.sx"))
     first = RunStart(program, RunOptions(steps=4, run_dir=tmp_path / "a", quiet=True))
-    first.prepare(lambda: None)
+    first.prepare()
     try:
         assert (shared / LOCK_NAME).exists() and (tmp_path / "a" / LOCK_NAME).exists()
         second = RunStart(program, RunOptions(steps=4, run_dir=tmp_path / "b", quiet=True))
         with pytest.raises(RunDirInUse) as e:
-            second.prepare(lambda: None)
+            second.prepare()
         assert str(e.value).startswith(f"the checkpoint dir {shared} is in use by another run: pid {os.getpid()} on "
                                        f"host {socket.gethostname()}, since ")
         assert str(e.value).endswith("or give another `:checkpoint (:dir ...)`") and "\n" not in str(e.value)
@@ -171,9 +171,9 @@ def test_a_checkpoint_dir_outside_the_run_dir_is_held_too(tmp_path):
         first.release()
     assert not (shared / LOCK_NAME).exists()
     again = RunStart(program, RunOptions(steps=4, run_dir=tmp_path / "b", quiet=True))
-    again.prepare(lambda: None)
+    again.prepare()
     again.release()
     inside = RunStart(program_of(TEXT, str(tmp_path / "a.sx")), RunOptions(steps=4, run_dir=tmp_path / "c", quiet=True))
-    inside.prepare(lambda: None)   # the default dir lies in the run dir: its lock holds it
+    inside.prepare()   # the default dir lies in the run dir: its lock holds it
     assert inside.checkpoint_lock is None
     inside.release()

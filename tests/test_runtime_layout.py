@@ -11,10 +11,15 @@ The layers, lowest first (ARCHITECTURE.md): the top-level modules (`errors`, `dt
 `data`, `devices`, `weights`, `lowering`, `run`, and on top the surface (the package's own
 `__init__.py`, which re-exports what callers use); a module imports only its own sub-package's
 modules and those of lower layers, so no module of the runtime imports the surface.
+
+The run's parts receive what they use: no runtime class's attribute is assigned from outside the
+class, the step loop reads only the `LoopParts` it is handed, the loop, the run's start and the
+checkpoints never name the trainer, and only the checkpoint policy saves a checkpoint.
 """
 from __future__ import annotations
 
 import ast
+import textwrap
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -142,3 +147,168 @@ def test_no_runtime_class_is_over_200_lines():
                 if size > MAX_CLASS_LINES:
                     long.append(f"{name}.{node.name}: {size} lines")
     assert not long, long
+
+
+# --------------------------------------------------------------------------- the run's parts
+
+#: The product code whose assignments are checked: the runtime and the CLI (tests and benchmarks may
+#: put a double in a part's place).
+ASSIGNERS = ("sexpgpu_runtime", "sexpgpu_cli")
+
+
+def class_attributes(trees: dict[str, ast.Module]) -> dict[str, set[str]]:
+    """Each attribute a class of `trees` owns (assigned as `self.X` in its methods, or declared in its
+    body: a dataclass field, a class variable), and the classes (`module.Class`) that own it."""
+    owners: dict[str, set[str]] = {}
+    for name, tree in trees.items():
+        for cls in (n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)):
+            owned = set()
+            for stmt in cls.body:
+                targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target] \
+                    if isinstance(stmt, ast.AnnAssign) else []
+                owned |= {t.id for t in targets if isinstance(t, ast.Name)}
+            for node in ast.walk(cls):
+                for t in assigned(node):
+                    if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self":
+                        owned.add(t.attr)
+            for attr in owned:
+                owners.setdefault(attr, set()).add(f"{name}.{cls.name}")
+    return owners
+
+
+def assigned(node: ast.AST) -> list[ast.expr]:
+    """The targets `node` assigns (tuples and lists taken apart)."""
+    if isinstance(node, ast.Assign):
+        targets = list(node.targets)
+    elif isinstance(node, (ast.AugAssign, ast.AnnAssign, ast.For, ast.AsyncFor)):
+        targets = [node.target]
+    elif isinstance(node, ast.withitem) and node.optional_vars is not None:
+        targets = [node.optional_vars]
+    else:
+        return []
+    out = []
+    while targets:
+        t = targets.pop()
+        if isinstance(t, (ast.Tuple, ast.List)):
+            targets += t.elts
+        elif isinstance(t, ast.Starred):
+            targets.append(t.value)
+        else:
+            out.append(t)
+    return out
+
+
+def outside_assignments(owners: dict[str, set[str]], trees: dict[str, ast.Module]) -> list[str]:
+    """Every `obj.X = ...` in `trees` where X is an attribute a runtime class owns (`owners`) and `obj`
+    is not `self` (nor `cls` in a classmethod): an attribute set from outside its class."""
+    out = []
+    for name, tree in trees.items():
+        for node in ast.walk(tree):
+            for t in assigned(node):
+                if isinstance(t, ast.Attribute) and t.attr in owners and not (
+                        isinstance(t.value, ast.Name) and t.value.id in ("self", "cls")):
+                    out.append(f"{name}:{t.lineno}: {ast.unparse(t)} = ... ({', '.join(sorted(owners[t.attr]))} own it)")
+    return out
+
+
+def parsed(packages=ASSIGNERS, root: Path = ROOT) -> dict[str, ast.Module]:
+    return {module_name(p, root): ast.parse(p.read_text(encoding="utf-8"))
+            for pkg in packages for p in sorted((root / pkg).rglob("*.py"))}
+
+
+def test_the_outside_assignment_check_sees_each_form():
+    runtime = ast.parse(textwrap.dedent("""
+        class Part:
+            size: int = 0
+            def __init__(self):
+                self.done = None
+                self.bad, self.draw = None, None
+            def step(self):
+                self.done = 1
+    """))
+    user = ast.parse(textwrap.dedent("""
+        def run(part, other):
+            part.done = 2
+            other.inner.bad, x = 1, 2
+            part.size += 1
+            with open("f") as part.draw:
+                pass
+            other.unrelated = 3
+            self_like = part
+    """))
+    owners = class_attributes({"rt.part": runtime})
+    assert owners["done"] == {"rt.part.Part"} and "size" in owners
+    found = outside_assignments(owners, {"rt.part": runtime, "user": user})
+    assert [f.split(":")[1] for f in found] == ["3", "4", "5", "6"], found
+
+
+def test_no_runtime_class_s_attribute_is_set_from_outside_it():
+    """A part's attributes are set by the part alone: what it uses comes in through its constructor
+    (or a method's arguments), never by another object writing into it."""
+    owners = class_attributes(parsed(("sexpgpu_runtime",)))
+    found = outside_assignments(owners, parsed())
+    assert not found, "\n".join(found)
+
+
+def names_used(tree: ast.AST) -> set[str]:
+    """Every identifier `tree` uses: names, arguments, attributes, imported modules and names."""
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            out.add(node.id)
+        elif isinstance(node, ast.arg):
+            out.add(node.arg)
+        elif isinstance(node, ast.Attribute):
+            out.add(node.attr)
+        elif isinstance(node, ast.ImportFrom):
+            out |= {node.module or ""} | {a.name for a in node.names}
+        elif isinstance(node, ast.Import):
+            out |= {a.name for a in node.names}
+    return out
+
+
+def test_the_loop_start_and_checkpoints_know_nothing_of_the_trainer():
+    """loop.py, start.py and the checkpoint modules are handed what they use; none names the trainer
+    (train.py builds them and hands it over), so none can reach into its attributes."""
+    for module in ("loop", "start", "checkpoint", "checkpoint_meta", "checkpoint_policy"):
+        tree = ast.parse((RUNTIME / "run" / f"{module}.py").read_text(encoding="utf-8"))
+        assert not {"train", "Trainer", "trainer", "tr"} & names_used(tree), module
+
+
+def test_the_loop_reads_only_the_parts_it_is_handed():
+    """Every attribute `Loop` reads of its `parts` is a field of the frozen `LoopParts`; the loop's
+    other collaborators (reporter, checkpoint policy, sample log) are its constructor's arguments."""
+    import dataclasses
+
+    from sexpgpu_runtime.run.loop import Loop, LoopParts
+    fields = {f.name for f in dataclasses.fields(LoopParts)}
+    assert LoopParts.__dataclass_params__.frozen
+    tree = ast.parse((RUNTIME / "run" / "loop.py").read_text(encoding="utf-8"))
+    loop = next(n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == "Loop")
+    read = set()
+    for fn in (n for n in loop.body if isinstance(n, ast.FunctionDef)):
+        aliases = {"self.parts"}
+        for node in ast.walk(fn):   # `parts = self.parts` (or in a tuple): an alias of the parts
+            if isinstance(node, ast.Assign):
+                pairs = zip(node.targets[0].elts, node.value.elts) if isinstance(node.targets[0], ast.Tuple) \
+                    and isinstance(node.value, ast.Tuple) else [(node.targets[0], node.value)]
+                aliases |= {ast.unparse(t) for t, v in pairs if ast.unparse(v) in aliases}
+        read |= {node.attr for node in ast.walk(fn)
+                 if isinstance(node, ast.Attribute) and ast.unparse(node.value) in aliases}
+    assert read and read <= fields, read - fields
+    import inspect
+    assert list(inspect.signature(Loop).parameters) == ["parts", "reporter", "last", "checkpoints", "samples"]
+
+
+def test_the_checkpoint_policy_is_the_one_caller_of_a_store_s_save():
+    """When and what to save is decided in checkpoint_policy.py alone: no other module of the
+    runtime calls a checkpoint store's `save` (checkpoint.py's own orbax manager aside)."""
+    callers = []
+    for name, tree in parsed(("sexpgpu_runtime",)).items():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "save":
+                callers.append(f"{name}: {ast.unparse(node.func)}")
+    assert sorted(callers) == ["sexpgpu_runtime.run.checkpoint: self.manager.save",
+                               "sexpgpu_runtime.run.checkpoint_policy: self.save",
+                               "sexpgpu_runtime.run.checkpoint_policy: self.save",
+                               "sexpgpu_runtime.run.checkpoint_policy: self.store.save"], callers

@@ -209,5 +209,5 @@ def test_pretrained_npz_and_checkpoints_never_unpickle(tmp_path, monkeypatch):
         first = train(prog, RunOptions(steps=4, run_dir=d, quiet=True))
         assert first.steps == 4
         resumed = train(prog, RunOptions(steps=6, run_dir=d, quiet=True, resume=True))
-        assert resumed.extra["start"] >= 2 and resumed.steps == 6
+        assert resumed.start >= 2 and resumed.steps == 6
     assert loads and all(v is False for v in loads), loads

@@ -52,8 +52,8 @@ CHILD = textwrap.dedent(r'''
         return out
     tr.Graphs.generate = watched
     step = tr.Trainer.step
-    def stepped(self, state):
-        new, reports = step(self, state)
+    def stepped(self, state, *a, **k):
+        new, reports = step(self, state, *a, **k)
         seen["opt_state"] = sorted({str(getattr(v.sharding, "spec", None)) for v in jax.tree_util.tree_leaves(new.opt_state)})
         return new, reports
     tr.Trainer.step = stepped

@@ -310,11 +310,11 @@ def test_a_resumed_run_reads_the_exact_records_and_ends_with_the_same_bits(tmp_p
     monkeypatch.setattr(loaders.Loader, "batch", lambda self, p, *r: reads.append(int(p)) or batch(self, p, *r))
     full = run(text, tmp_path / "full", 4)
     assert reads == [0, 8, 16, 24]                                       # read ahead, in order, never past the run
-    assert full.extra["data"]["batches"] == 4 and full.extra["data"]["read_s"] > 0
+    assert full.data.batches == 4 and full.data.read_s > 0
     reads.clear()
     run(text, tmp_path / "half", 2)
     resumed = run(text, tmp_path / "half", 4, resume=True)
-    assert reads == [0, 8, 16, 24] and resumed.extra["start"] == 2      # the resume continues at record 16
+    assert reads == [0, 8, 16, 24] and resumed.start == 2      # the resume continues at record 16
     assert [r["loss"] for r in resumed.history] == [r["loss"] for r in full.history][2:]
     for k in full.trainable:
         assert np.array_equal(np.asarray(full.trainable[k]), np.asarray(resumed.trainable[k]))
@@ -334,7 +334,7 @@ def test_a_read_that_fails_on_the_thread_is_raised_in_the_loop_at_its_batch():
     assert feed.take(30) == 30 and feed.take(0) == 0                     # any other position starts over
     assert feed.take(40) == 40                                           # past the end: read at once
     feed.close()
-    assert feed.stats()["batches"] == 5
+    assert feed.stats().batches == 5
 
 
 def test_tokenizer_train_names_the_first_byte_that_is_not_text(tmp_path):

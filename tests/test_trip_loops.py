@@ -82,7 +82,7 @@ def test_a_stop_inside_the_compiled_loop_abandons_the_step_and_the_resume_is_bit
     assert seen[:4 * 6] == [(s, t) for s in range(4) for t in range(6)]   # every trip looked at, in order
     assert [r["step"] for r in rows(d)] == list(range(1, stop.value.saved + 1))
     resumed = train_with(LOGGED, d, 10, "compiled", resume=True)
-    assert resumed.extra["start"] == stop.value.saved
+    assert resumed.start == stop.value.saved
     assert_same(resumed.trainable, full.trainable)
     assert rows(d) == rows(tmp_path / "full")
 
@@ -148,9 +148,11 @@ def test_the_default_loop_on_one_cpu_device_is_the_compiled_one_looking_in_c(tmp
     assert library() is not None, why_not()   # a C compiler is on this machine
     tr, _ = _c_trainer(tmp_path)
     assert tr.trip_loop == "compiled" and tr.graphs.generator.c_look is not None
-    assert tr._trip_hook(0) is None   # no Python look: the loop looks in C
-    tr.on_trip = lambda step, trip: None
-    assert callable(tr._trip_hook(0))   # a Python hook must run before each trip: the callback's look
+    assert tr.looks.trip_hook(0) is None   # no Python look: the loop looks in C
+    from sexpgpu_runtime.run.signals import StopLooks
+    gen = tr.graphs.generator
+    hooked = StopLooks(None, lambda step, trip: None, gen.watch, True, gen.c_look)
+    assert callable(hooked.trip_hook(0))   # a Python hook must run before each trip: the callback's look
 
 
 def test_a_stop_seen_in_c_ends_the_loop_before_that_trip(tmp_path):
@@ -238,6 +240,6 @@ def test_a_signal_during_the_c_looked_loop_abandons_the_step_and_the_resume_is_b
     assert stop.value.saved == stop.value.step - 1 and stop.value.saved >= 1
     assert [r["step"] for r in rows(d)] == list(range(1, stop.value.saved + 1))
     resumed = train_with(LOGGED, d, STEPS, None, resume=True)
-    assert resumed.extra["start"] == stop.value.saved
+    assert resumed.start == stop.value.saved
     assert_same(resumed.trainable, full.trainable)
     assert rows(d) == rows(tmp_path / "full")

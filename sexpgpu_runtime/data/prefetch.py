@@ -18,9 +18,20 @@ from __future__ import annotations
 import queue
 import threading
 import time
+from dataclasses import dataclass
 
 #: Batches made ahead of the loop at most (each waits in memory on the host).
 DEPTH = 4
+
+
+@dataclass(frozen=True)
+class ReadStats:
+    """What reading the training batches cost a run: `batches` taken, `read_s` seconds the thread
+    spent making them (the loader's own cost), `wait_s` seconds the loop waited for one."""
+
+    batches: int = 0
+    read_s: float = 0.0
+    wait_s: float = 0.0
 
 
 class Prefetch:
@@ -91,6 +102,6 @@ class Prefetch:
             self._thread.join(timeout=1.0)
             self._thread = None
 
-    def stats(self) -> dict:
-        """{"batches", "read_s", "wait_s"}: batches taken, seconds making them, seconds waiting for them."""
-        return {"batches": self.batches, "read_s": self.read_s, "wait_s": self.wait_s}
+    def stats(self) -> ReadStats:
+        """The batches taken so far, the seconds making them and the seconds waiting for them."""
+        return ReadStats(self.batches, self.read_s, self.wait_s)

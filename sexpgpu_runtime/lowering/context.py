@@ -16,6 +16,7 @@ from sexpgpu_lang.language import CONTEXT_KEYS
 
 from ..errors import InternalTypeError
 from ..dtypes import JAX_DTYPES, mismatch
+from .lora import dropout_key
 from .lowering import Effects
 
 #: The context keys and their numpy dtypes, in the order of a context row (`language.CONTEXT_KEYS`).
@@ -73,6 +74,11 @@ class Tracer:
         traced.__name__ = name.replace(" ", "_").replace(".", "_")
         return traced
 
-    def fx(self, in_generator: bool = False) -> Effects:
-        """A fresh `Effects` for one trace of a phase (the generator's phases with `in_generator`)."""
-        return Effects(seed_key=jax.random.key(self.seed), selected=self.selected, in_generator=in_generator)
+    def fx(self, in_generator: bool = False, sums: dict | None = None, dropout_ctx: dict | None = None) -> Effects:
+        """A fresh `Effects` for one trace of a phase (the generator's phases with `in_generator`;
+        `sums`: the running sums of the gradients its repeated blocks add into, `Effects.sums`;
+        `dropout_ctx`: the context of a training microbatch whose LoRA dropout masks are drawn,
+        `Effects.dropout_key` from its step and microbatch, lora.py `dropout_key`)."""
+        seed_key = jax.random.key(self.seed)
+        return Effects(seed_key=seed_key, selected=self.selected, in_generator=in_generator, sums=dict(sums or {}),
+                       dropout_key=None if dropout_ctx is None else dropout_key(seed_key, dropout_ctx))

@@ -25,7 +25,7 @@ import numpy as np
 from sexpgpu_lang import ir
 
 from .context import Tracer, unpack_ctx
-from .lora import dropout_key, needs_dropout
+from .lora import needs_dropout
 from .lowering import _Lowering, _materialise, _replace
 from ..dtypes import jdt
 from ..weights.params import merge
@@ -174,9 +174,7 @@ def first_nonfinite_op(program: ir.Program, tracer: Tracer, trainable, frozen, b
         if joined is not None:
             batch = joined(batch)
     ctx = unpack_ctx(jnp.asarray(rows))
-    fx = tracer.fx()
-    if needs_dropout(program):   # the masks the training graph drew (lora.py)
-        fx.dropout_key = dropout_key(fx.seed_key, ctx)
+    fx = tracer.fx(dropout_ctx=ctx if needs_dropout(program) else None)   # the masks the training graph drew (lora.py)
     inputs = _phase(program.prepare, [batch, ctx], params, fx, made) if program.prepare is not None else batch
     octx = dict(ctx)
     octx.update({c: base[c] + jnp.asarray(fx.counters.get(c, 0)).astype(jdt(d)) for c, d in counter_types.items()})

@@ -64,6 +64,11 @@ class TripWatch:
         self.error: BaseException | None = None
         self.lock = threading.Lock()
 
+    def take_error(self) -> BaseException | None:
+        """The exception a `look` raised, if any, forgotten once taken (the host raises it)."""
+        error, self.error = self.error, None
+        return error
+
     def queued(self, look) -> None:
         """The host queued one more compiled loop, whose trips `look` decides on (None: never stops)."""
         self.looks.append(look)
@@ -85,7 +90,7 @@ class TripWatch:
             return np.True_
         try:
             return np.bool_(self.look(self.trip))
-        except BaseException as e:   # raised on the host at its next look (Trainer.poll)
+        except BaseException as e:   # raised on the host at its next look (run.signals.StopLooks.poll)
             if self.error is None:
                 self.error = e
             return np.False_

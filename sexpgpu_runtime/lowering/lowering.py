@@ -431,9 +431,7 @@ class _Lowering(ir.Interpreter):
         out = self.lowered(e, args, kwargs)
         why = mismatch(out, e.type)
         if why:
-            err = InternalTypeError(f"internal error: `{e.name}`: {why}")
-            err.offset = e.span.start
-            raise err
+            raise InternalTypeError(f"internal error: `{e.name}`: {why}", e.span.start)
         return out
 
     def lowered(self, e: ir.Op, args: list, kwargs: dict):

@@ -26,7 +26,7 @@ from sexpgpu_lang.types import PlistType, TensorType
 from .accumulate import add_into
 from .context import Tracer, check_result, unpack_ctx
 from ..dtypes import jdt
-from .lora import dropout_key, needs_dropout
+from .lora import needs_dropout
 from .lowering import run_phase
 from ..weights.params import merge
 from .stacking import copy_of
@@ -96,11 +96,8 @@ class TrainingGraphs:
 
         def loss(trainable, frozen, batch, ctx, base, sums=None, summed=None):
             params = merge(trainable, frozen)
-            fx = self.tracer.fx()
-            if dropout:   # the microbatch's masks, from the step and the microbatch of its context
-                fx.dropout_key = dropout_key(fx.seed_key, ctx)
-            if sums:   # running sums for repeated blocks' backward scans (`_grads_summing`)
-                fx.sums = dict(sums)
+            fx = self.tracer.fx(sums=sums,   # running sums for repeated blocks' backward scans (`_grads_summing`)
+                                dropout_ctx=ctx if dropout else None)   # the microbatch's masks (lora.py)
             inputs = (run_phase(prepare, [batch, ctx], params, fx, keep.get("prepare", ()))
                       if prepare is not None else batch)
             if prepare is not None and isinstance(inputs, dict):

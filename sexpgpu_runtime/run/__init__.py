@@ -7,7 +7,8 @@ ahead of the device, rows logged in order); `state` what a step changes;
 `batches` the step's data; `checks` the NaN and Inf checks; `options` the
 run's options; `run_dir` and `resume` the run dir's upkeep and what
 `--resume` decides first; `checkpoint` the orbax checkpoints stamped with
-the run's identity; `signals` SIGINT/SIGTERM noted and acted on where the
+the run's identity, `checkpoint_policy` when, what and how many to save;
+each part is handed what it uses by `train`; `signals` SIGINT/SIGTERM noted and acted on where the
 loop looks; `report` and `tensorboard` the terminal, metrics.jsonl and
 TensorBoard rows. It uses every other sub-package; none of them imports it.
 """

@@ -8,6 +8,8 @@ several processes, each reads only its own rows.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from sexpgpu_lang import ir
@@ -23,31 +25,49 @@ def _stack(trees: list[dict]) -> dict:
     return {k: np.stack([t[k] for t in trees]) for k in trees[0]}
 
 
-class Batches:
-    """The loaders of one run (`loaders` by name for training, `pass_loaders` by pass) and the
-    batches of each step. DataError when a loader's data are not as declared, give an id outside a
-    table it indexes (id_tables.py), or a pass would read more records than its loader holds. `layout` (graphs.Layout) and `dp` (a sharding.DataParallel, or
-    None on one device) are the graphs', set once they are built; `feed` while the loop runs (prefetch.py)."""
+@dataclass(frozen=True)
+class Loaders:
+    """A run's loaders, opened and checked (`open_loaders`): `training` by loader name (the
+    curriculum's stages', or the run's one), `passes` by pass name."""
 
-    def __init__(self, program: ir.Program, layout=None, dp=None):
+    training: dict[str, Loader]
+    passes: dict[str, Loader]
+
+
+def open_loaders(program: ir.Program) -> Loaders:
+    """Open the loaders of `program`, the first thing a run reads: DataError when a loader's data
+    are not as declared, give an id outside a table it indexes (id_tables.py), or a pass would read
+    more records than its loader holds."""
+    run = program.run
+    try:
+        stage_loaders = [name for name, _ in program.stages] or [run.loader]
+        training = {name: Loader(program.loaders[name], run.seed) for name in dict.fromkeys(stage_loaders)}
+        passes = {ps.name: Loader(program.loaders[ps.loader], run.seed) for ps in program.passes}
+        # the ids each loader gives against the tables they index, before training (id_tables.py)
+        opened = {**{ps.loader: passes[ps.name] for ps in program.passes}, **training}
+        check_ids(program, opened, index_limits(program))
+    except LoaderError as e:
+        raise DataError(str(e)) from None
+    for ps in program.passes:
+        # A pass reads its loader's first K batches; more than the loader holds would repeat records.
+        ld = passes[ps.name]
+        if ps.batches * ld.spec.batch > ld.records:
+            raise DataError(f"pass `{ps.name}` reads {ps.batches} batches of {ld.spec.batch} "
+                           f"({ps.batches * ld.spec.batch} records), but {ld.where} has {ld.records}; "
+                           "lower its `:batches`, or give the loader more records")
+    return Loaders(training, passes)
+
+
+class Batches:
+    """The batches of each step of one run of `program`, from its `loaders` (`open_loaders`:
+    `loaders` by name for training, `pass_loaders` by pass), grouped as the graphs' `layout`
+    (graphs.Layout) says and placed on the mesh `dp` (a sharding.DataParallel, or None on one
+    device); `feed` while the loop runs (prefetch.py)."""
+
+    def __init__(self, program: ir.Program, loaders: Loaders, layout, dp=None):
         run = program.run
         self.program, self.layout, self.dp = program, layout, dp
-        try:
-            stage_loaders = [name for name, _ in program.stages] or [run.loader]
-            self.loaders = {name: Loader(program.loaders[name], run.seed) for name in dict.fromkeys(stage_loaders)}
-            self.pass_loaders = {ps.name: Loader(program.loaders[ps.loader], run.seed) for ps in program.passes}
-            # the ids each loader gives against the tables they index, before training (id_tables.py)
-            opened = {**{ps.loader: self.pass_loaders[ps.name] for ps in program.passes}, **self.loaders}
-            check_ids(program, opened, index_limits(program))
-        except LoaderError as e:
-            raise DataError(str(e)) from None
-        for ps in program.passes:
-            # A pass reads its loader's first K batches; more than the loader holds would repeat records.
-            ld = self.pass_loaders[ps.name]
-            if ps.batches * ld.spec.batch > ld.records:
-                raise DataError(f"pass `{ps.name}` reads {ps.batches} batches of {ld.spec.batch} "
-                               f"({ps.batches * ld.spec.batch} records), but {ld.where} has {ld.records}; "
-                               "lower its `:batches`, or give the loader more records")
+        self.loaders, self.pass_loaders = loaders.training, loaders.passes
         self.stages = [(name, n) for name, n in program.stages] or [(run.loader, None)]
         self.batch_size = program.loaders[run.loader].batch
         self.feed: Prefetch | None = None   # the training batches, read ahead on a thread while the loop runs

@@ -22,14 +22,15 @@ Each checkpoint holds two items:
   (`meta_digest`).
 
 Restoring verifies what was read against those digests, and the meta item
-as an input (`meta_problem`: its types and ranges, its own digest); a
+as an input (`meta_problem`: its types and ranges, its own digest), both
+defined with the identity checks in checkpoint_meta.py; a
 checkpoint that cannot be read or does not verify (bytes overwritten on
 disk, a truncated data file, a stray empty step directory, an edited or
 ill-typed meta item) is skipped, saying so on stderr,
 and the newest one that verifies is resumed (docs/checkpoints.md).
 
-`:checkpoint (:every N :dir D :keep K)`: D is relative to the run dir
-(docs/checkpoints.md says why).
+When to save, what and how many to keep is the policy's (checkpoint_policy.py, which also reads
+`:checkpoint`); this module writes, lists, verifies and reads what it is handed.
 
 Several processes (jax.distributed, docs/sharding.md): every process opens
 the same directory (a shared file system across hosts; `same_dir_everywhere`
@@ -38,8 +39,7 @@ each array's shards from the process that holds them, the metadata and the
 JSON item from process 0 alone, and puts barriers between the steps. A
 checkpoint does not record how many processes or devices wrote it: it is
 restored onto whatever shardings the resuming run asks for. This module knows nothing of RunState or the
-training loop: train.py hands it trees and numbers. It must not import
-sexpgpu_runtime.run.train.
+training loop: the policy hands it trees and numbers.
 """
 from __future__ import annotations
 
@@ -47,8 +47,6 @@ import logging
 import os
 import shutil
 import sys
-import zlib
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import jax
@@ -56,11 +54,10 @@ import numpy as np
 
 from ..paths import make_writable_dir
 from ..errors import CheckpointError, PathProblem
+from .checkpoint_meta import META_DIGEST, Identity, Provenance, digests, first_difference, meta_digest, meta_problem
+from .checkpoint_policy import CheckpointSpec
 
 FORMAT = "sexpgpu-checkpoint 1"
-DEFAULT_DIR = "checkpoints"
-DEFAULT_EVERY = 1000
-DEFAULT_KEEP = 3
 TMP_SUFFIX = ".orbax-checkpoint-tmp"   # orbax's name for a directory being written
 CORRUPT_SUFFIX = ".corrupt"           # a checkpoint that failed to read or verify, moved aside
 FAILED_NOTE = ".failed-writes.json"   # the checkpoints whose writes failed (a full disk), and why
@@ -150,118 +147,6 @@ def _contain_read_leftovers() -> None:
     hook.sexpgpu_read_leftovers = True
     hook.sexpgpu_quiet = getattr(previous, "sexpgpu_quiet", False)
     sys.unraisablehook = hook
-
-
-def digests(tree) -> dict[str, int] | None:
-    """A CRC-32 of each array's bytes in `tree`, by its tree path (`jax.tree_util.keystr`); None
-    where some array is not wholly on this process (a multi-process run: not digested)."""
-    out = {}
-    for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
-        if isinstance(leaf, jax.Array) and not leaf.is_fully_addressable:
-            return None
-        a = np.ascontiguousarray(np.asarray(leaf))
-        out[jax.tree_util.keystr(path)] = zlib.crc32(a.reshape(-1).view(np.uint8)) if a.size else 0
-    return out
-
-
-def first_difference(saved: dict, tree) -> str | None:
-    """The first array of `tree` whose digest differs from `saved` (or is absent from `tree`), described; None when all agree."""
-    got = digests(tree)
-    if got is None:
-        return None
-    for key, crc in saved.items():
-        if key not in got:
-            return f"array {key} is missing"
-        if got[key] != crc:
-            return f"array {key} does not match the digest written with it"
-    return None
-
-
-#: The key of the meta item's own CRC-32 (`meta_digest`), beside the arrays' `digests`.
-META_DIGEST = "meta_digest"
-
-
-def meta_digest(meta: dict) -> int:
-    """A CRC-32 of the meta item without its own digest: its JSON with sorted keys and no spaces,
-    which orbax's JSON round trip gives back exactly (only text, integers, lists and dicts)."""
-    import json
-    rest = {k: v for k, v in meta.items() if k != META_DIGEST}
-    return zlib.crc32(json.dumps(rest, sort_keys=True, separators=(",", ":")).encode())
-
-
-def _count(v) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
-
-
-def meta_problem(step: int, meta: dict) -> str | None:
-    """What is wrong with checkpoint `step`'s meta item, in words, or None. It is an input like any
-    other: `step` and `records` counts (integers of 0 or more, `step` the directory's), `seed` an
-    integer from 0 to 2**63 - 1, `identity` text, `digests` integers by array; and when it has a
-    `meta_digest` (every checkpoint written since it existed), the CRC-32 of the rest must be it,
-    so an edited `records` or `identity` is a corrupt checkpoint, not another run's or a silent
-    change of the loader's position."""
-    if META_DIGEST in meta and meta[META_DIGEST] != meta_digest(meta):
-        return "its meta item (the step, records, identity and seed) does not match the digest written with it"
-    def shown(v) -> str:
-        import json
-        return "null" if v is None else json.dumps(v)[:40] if isinstance(v, str) else repr(v)[:40]
-    if not _count(meta.get("step")) or meta["step"] != step:
-        return f"its meta item's `step` is {shown(meta.get('step'))}, not {step}, the step it is saved as"
-    if not _count(meta.get("records")):
-        return f"its meta item's `records` is {shown(meta.get('records'))}, not a count of records (0 or more)"
-    seed = meta.get("seed")
-    if not _count(seed) or seed > 2**63 - 1:
-        return f"its meta item's `seed` is {shown(seed)}, not a seed (an integer from 0 to 2**63 - 1)"
-    if not isinstance(meta.get("identity"), str):
-        return f"its meta item's `identity` is {shown(meta.get('identity'))}, not the hash of a file's forms"
-    sums = meta.get("digests")
-    if sums is not None and not (isinstance(sums, dict) and all(isinstance(v, int) and not isinstance(v, bool)
-                                                                for v in sums.values())):
-        return "its meta item's `digests` are not a CRC-32 per array"
-    return None
-
-
-@dataclass(frozen=True)
-class Identity:
-    """What a checkpoint must match to be resumed: the hash of the run file's forms, and the seed."""
-
-    forms: str
-    seed: int
-    # (the hash of the forms apart from the `run` form's `:steps`, the file's `:steps`): not compared,
-    # only for the message when a checkpoint's file differs from this one in `:steps` alone
-    apart_from_steps: tuple[str, int] | None = field(default=None, compare=False)
-
-    def show(self) -> str:
-        return f"forms {self.forms}, seed {self.seed}"
-
-
-@dataclass(frozen=True)
-class CheckpointSpec:
-    """Where checkpoints go and how often. `every` is None when the file has no `:checkpoint`:
-    then a checkpoint is written only when a signal stops the run (so that `--resume` works)."""
-
-    dir: Path
-    every: int | None
-    keep: int
-
-
-def checkpoint_spec(setting: dict | None, run_dir: Path) -> CheckpointSpec:
-    """The spec of a `:checkpoint (:every N :dir D :keep K)` plist (None when absent); D relative to `run_dir`."""
-    if setting is None:
-        return CheckpointSpec(run_dir / DEFAULT_DIR, None, 1)
-
-    def positive(key: str, default: int) -> int:
-        v = setting.get(key)
-        if v is None:
-            return default
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or v != int(v) or v < 1:
-            raise CheckpointError(f"`:checkpoint` `:{key}` must be a whole number of 1 or more, got {v!r}")
-        return int(v)
-
-    d = setting.get("dir", DEFAULT_DIR)
-    if not isinstance(d, str) or not d:
-        raise CheckpointError(f"`:checkpoint` `:dir` must be a path in quotes like \"checkpoints\", got {d!r}")
-    return CheckpointSpec(run_dir / Path(d).expanduser(), positive("every", DEFAULT_EVERY), positive("keep", DEFAULT_KEEP))
 
 
 def same_dir_everywhere(path: Path) -> None:
@@ -381,77 +266,6 @@ def _quiet_orbax() -> None:
         sys.unraisablehook = _quiet_closed_loop(sys.unraisablehook)
 
 
-class Provenance:
-    """Who made a run's checkpoints, as each one's JSON item records it, and the checks a resume makes
-    against it: the run's `identity` (its forms and seed), the run file `file`, and `pretrained`, each
-    `:pretrained` file's SHA-256 (weights.pretrained.content_hashes). `where` is the checkpoint dir
-    the messages name."""
-
-    def __init__(self, identity: Identity, file: str, where: Path):
-        self.identity, self.file, self.where = identity, file, where
-        self.pretrained: dict[str, str] = {}
-
-    def record(self) -> dict:
-        """The JSON item's fields that say who made a checkpoint."""
-        meta = {"identity": self.identity.forms, "seed": int(self.identity.seed), "file": str(self.file)}
-        if self.identity.apart_from_steps is not None:
-            meta["forms_apart_from_steps"], meta["file_steps"] = self.identity.apart_from_steps
-        if self.pretrained:
-            meta["pretrained"] = self.pretrained
-            meta["pretrained_relative"] = {path: self._relative(path) for path in self.pretrained}
-        return meta
-
-    @staticmethod
-    def identity_of(meta: dict) -> Identity:
-        """The identity a checkpoint's JSON item records."""
-        return Identity(str(meta.get("identity")), int(meta.get("seed", -1)))
-
-    def is_ours(self, meta: dict) -> bool:
-        """Whether a checkpoint was made by this run file's forms and seed."""
-        return self.identity_of(meta) == self.identity
-
-    def check(self, step: int, meta: dict) -> None:
-        """Refuse a checkpoint that another run file (or seed) wrote, naming both identities."""
-        if not self.is_ours(meta):
-            made_by = f" by {meta['file']}" if meta.get("file") else ""
-            ours = self.identity.apart_from_steps
-            if ours is not None and meta.get("forms_apart_from_steps") == ours[0] \
-                    and self.identity_of(meta).seed == self.identity.seed and meta.get("file_steps") != ours[1]:
-                then = meta.get("file_steps")
-                raise CheckpointError(f"checkpoint step {step} in {self.where} was made{made_by} with `:steps "
-                                      f"{then}`; this file differs from it in `:steps` alone ({ours[1]} now), which "
-                                      f"makes it another run; to train that run longer, keep `:steps {then}` in the "
-                                      f"file and resume with `--steps {ours[1]}`, or give another --run-dir to start "
-                                      "this file afresh")
-            raise CheckpointError(f"checkpoint step {step} in {self.where} was made{made_by} with "
-                                  f"{self.identity_of(meta).show()}; this file has {self.identity.show()}, so it "
-                                  "cannot resume it (give another --run-dir to start this file afresh)")
-        self.check_pretrained(step, meta)
-
-    def _relative(self, path: str) -> str:
-        """`path` relative to the run file's folder (`..` where it lies outside)."""
-        return os.path.relpath(os.path.abspath(path), os.path.dirname(os.path.abspath(str(self.file))))
-
-    def check_pretrained(self, step: int, meta: dict) -> None:
-        """Refuse a checkpoint made with other `:pretrained` bytes than this run reads. A file is the
-        same when it has the same SHA-256 at the same path, or at the same path relative to the run
-        file (a project moved or mounted elsewhere with its run dir: `pretrained_relative`)."""
-        now_relative = {self._relative(path): (path, digest) for path, digest in self.pretrained.items()}
-        for path, digest in (meta.get("pretrained") or {}).items():
-            now_path, now = path, self.pretrained.get(path)
-            relative = (meta.get("pretrained_relative") or {}).get(path)
-            if now != digest and relative in now_relative:
-                now_path, now = now_relative[relative]
-            if now == digest:
-                continue
-            where = "" if now_path == path else f" (read now as {now_path})"
-            change = (f"has changed since{where} (SHA-256 {digest[:16]} then, {now[:16]} now)" if now
-                      else "is not read now")
-            raise CheckpointError(f"checkpoint step {step} in {self.where} was made with the pretrained file "
-                                  f"{path}, which {change}, so it cannot resume it (put the file back, or give "
-                                  "another --run-dir to start afresh)")
-
-
 def has_steps(folder: Path) -> bool:
     """Whether `folder` holds anything named like a step (a checkpoint orbax would list)."""
     return any(p.name.isdigit() for p in folder.iterdir())
@@ -477,16 +291,16 @@ def open_manager(spec: CheckpointSpec, folder: Path):
 
 
 class Checkpoints:
-    """The checkpoints of one run dir: list, save (atomic, asynchronous), restore the newest, check identity.
+    """The checkpoints of one run dir: list, save (atomic, asynchronous), restore the newest, check
+    identity (`provenance`: the run's `identity`, run `file` and `pretrained` files' hashes). Opening
+    creates the directory and proves it writable, so an unwritable dir is one `CheckpointError`
+    before any training."""
 
-    Opening creates the directory and proves it writable, so an unwritable dir
-    is one `CheckpointError` before any training.
-    """
-
-    def __init__(self, spec: CheckpointSpec, identity: Identity, file: str = ""):
+    def __init__(self, spec: CheckpointSpec, identity: Identity, file: str = "",
+                 pretrained: dict[str, str] | None = None):   # (`Provenance`'s)
         self.ocp = self._manager = None   # orbax.checkpoint and its manager, once opened (`manager`)
         self.spec = spec
-        self.provenance = Provenance(identity, file, spec.dir)   # who made the checkpoints; who resumes them
+        self.provenance = Provenance(identity, file, spec.dir, pretrained)   # who made the checkpoints; who resumes them
         self.cut_short: list[int] = []   # the steps whose writes a killed process left unfinished (removed)
         self.failed: dict[int, str] = {}  # the steps whose writes failed (a full disk), and why (`FAILED_NOTE`)
         self.pending: int | None = None   # the step of the write in flight
@@ -576,8 +390,11 @@ class Checkpoints:
         self.pending = None
 
     def _write_failed(self, step: int | None, e: BaseException) -> str:
-        """The message of a failed write, once its leftovers are gone (`failed_write_message`)."""
-        return failed_write_message(self, step, e)
+        """The message of a failed write, once its leftovers are gone (`failed_write_message`); no
+        write is in flight after it."""
+        message = failed_write_message(self, step, e)
+        self.pending = None
+        return message
 
     # -- reading --------------------------------------------------------------------------------
     def meta(self, step: int) -> dict:
@@ -625,7 +442,7 @@ class Checkpoints:
             try:
                 meta = self.meta(step)
             except CheckpointError as e:
-                failed.append(self._skip(step, str(e)))
+                failed.append(skip_checkpoint(self, step, str(e)))
                 continue
             self.provenance.check(step, meta)
             try:
@@ -637,26 +454,16 @@ class Checkpoints:
                           "(a data file cut short or corrupt)"
                 else:
                     why = f"cannot read checkpoint step {step} in {self.spec.dir}: {_reason(e)}"
-                failed.append(self._skip(step, why))
+                failed.append(skip_checkpoint(self, step, why))
                 continue
             wrong = first_difference(meta.get("digests") or {}, got.state)
             if wrong is not None:
-                failed.append(self._skip(step, f"checkpoint step {step} in {self.spec.dir} is corrupt: {wrong}"))
+                failed.append(skip_checkpoint(self, step, f"checkpoint step {step} in {self.spec.dir} is corrupt: {wrong}"))
                 continue
             if failed:
                 print(f"sexpgpu: resuming from checkpoint step {step}, the newest that verifies", file=sys.stderr)
             return step, got.state, int(meta["records"])
         raise CheckpointError("no checkpoint in " + str(self.spec.dir) + " verifies: " + "; ".join(failed))
-
-    def _skip(self, step: int, why: str) -> str:
-        """Say on stderr that checkpoint `step` is skipped, and why, and move it aside to
-        `<step>.corrupt` (kept for inspection; orbax reads only step-named directories), so that
-        the resumed run can write that step again; return the why."""
-        aside = move_aside(self.dir, step)
-        self.manager.reload()
-        where = f" (moved to {aside.name})" if aside is not None else ""
-        print(f"sexpgpu: warning: {why}; skipping it{where}", file=sys.stderr)
-        return why
 
     def close(self) -> None:
         """Finish pending writes and release the manager's threads. Never raises: a failed write was
@@ -676,6 +483,17 @@ class Checkpoints:
             self.manager.close()
         except Exception:
             pass
+
+
+def skip_checkpoint(store: Checkpoints, step: int, why: str) -> str:
+    """Say on stderr that checkpoint `step` of `store` is skipped, and why, and move it aside to
+    `<step>.corrupt` (kept for inspection; orbax reads only step-named directories), so that the
+    resumed run can write that step again; return the why."""
+    aside = move_aside(store.dir, step)
+    store.manager.reload()
+    where = f" (moved to {aside.name})" if aside is not None else ""
+    print(f"sexpgpu: warning: {why}; skipping it{where}", file=sys.stderr)
+    return why
 
 
 def refuse_no_space(store: Checkpoints, tree, step: int | None = None) -> None:
@@ -723,7 +541,6 @@ def failed_write_message(store: Checkpoints, step: int | None, e: BaseException)
         except Exception:
             done = False
         failed = step if done else store.pending
-    store.pending = None
     what = f"checkpoint step {failed}" if failed is not None else "a checkpoint"
     if jax.process_index() == 0:
         try:

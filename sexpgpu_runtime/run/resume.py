@@ -6,7 +6,7 @@ made (`refuse_finished` raises RunFinished, one line: the step it finished
 at and how to train longer). Whether it finished is read from two places,
 since a run without `:checkpoint` saves none at its end: the newest
 checkpoint of this run (its JSON item) and the last whole row of
-metrics.jsonl (the last step is always logged, `Trainer.fit`). A resume
+metrics.jsonl (the last step is always logged, loop.py). A resume
 that goes on says the step it resumes from (`resuming_line`), and the rows
 an interrupted process logged past that checkpoint, which it drops
 (`dropped_line`).

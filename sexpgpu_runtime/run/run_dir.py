@@ -14,7 +14,9 @@ import jax
 
 from sexpgpu_lang import ir
 
-from .checkpoint import Checkpoints, Identity, checkpoint_spec
+from .checkpoint import Checkpoints
+from .checkpoint_meta import Identity
+from .checkpoint_policy import checkpoint_spec
 from ..errors import CheckpointError, FileInTheWay, PathProblem, RunError
 from .options import RunOptions
 from ..paths import make_writable_dir
@@ -59,12 +61,14 @@ def remove_made(run_dir: Path, made: Path | None) -> None:
         path = path.parent
 
 
-def open_checkpoints(program: ir.Program, options: RunOptions) -> Checkpoints:
-    """The run's checkpoint dir, created and proven writable (RunError otherwise)."""
+def open_checkpoints(program: ir.Program, options: RunOptions, pretrained: dict[str, str] | None = None) -> Checkpoints:
+    """The run's checkpoint dir, created and proven writable (RunError otherwise); `pretrained`: the
+    SHA-256 of each `:pretrained` file by path (weights.pretrained.content_hashes), which each
+    checkpoint records."""
     try:
         spec = checkpoint_spec(program.run.checkpoint, options.run_dir)
         identity = Identity(program.identity, program.run.seed, (program.identity_apart_from_steps, program.run.steps))
-        return Checkpoints(spec, identity, program.path)
+        return Checkpoints(spec, identity, program.path, pretrained)
     except CheckpointError as e:
         raise RunError(str(e))
 

@@ -20,10 +20,14 @@ object with a `received` attribute, see sexpgpu_cli.main.EarlySignals);
 its own back to it on exit, so a signal in the start-up or after the last
 step is acted on too, and a later one is always a second.
 
+`StopLooks` is the looking side: the looks a step makes for a stop (before each group, every
+trip and the update), with the compiled trip loop's answers (generator_graphs.TripWatch).
+
 Imports nothing from JAX or sexpgpu_lang.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import threading
@@ -70,7 +74,7 @@ class StopSignals:
         for s, old in self._old.items():
             signal.signal(s, old)
             if self.received is not None and getattr(old, "received", 0) is None:
-                old.received = self.received   # a later signal is a second one
+                old(self.received, None)   # noted by it as its first: a later signal is a second one
         self._old.clear()
 
     def listen(self, listener) -> None:
@@ -92,3 +96,50 @@ class StopSignals:
         """Raise `Stopped` if a stop signal has arrived since the run began."""
         if self.received is not None:
             raise Stopped(self.received)
+
+
+class StopLooks:
+    """The looks one run's steps make for a stop: `stop` (a StopSignals, or None: never stops),
+    `on_trip(step, trip)` called just before each trip's look (or None; tests send signals from it),
+    `watch` the compiled trip loops' generator_graphs.TripWatch (or None without a generator), and
+    whether the trip loop is the compiled one (`compiled`). `committed` is the last step (0-based)
+    whose update is queued: past abandoning (`commit`)."""
+
+    def __init__(self, stop: StopSignals | None, on_trip, watch, compiled: bool, c_look=None):
+        """`c_look`: the compiled loop's stop bit in C (lowering/trip_look.py), or None."""
+        self.stop, self.on_trip, self.watch, self.compiled, self.c_look = stop, on_trip, watch, compiled, c_look
+        self.committed = -1
+
+    def poll(self) -> None:
+        """Raise `Stopped` if a stop signal has arrived (a phase boundary: nothing half-done is kept), or
+        what `on_trip` raised inside a compiled trip loop (generator_graphs.TripWatch)."""
+        error = self.watch.take_error() if self.watch is not None else None
+        if error is not None:
+            raise error
+        if self.stop is not None:
+            self.stop.check()
+
+    def commit(self, step: int) -> None:
+        """The last look before step `step`'s update is queued, under the compiled loops' lock: a loop of
+        this step that saw a stop (`trip_hook`) has it raised here; one that did not runs every trip."""
+        with self.watch.lock if self.watch is not None else contextlib.nullcontext():
+            self.poll()
+            if self.c_look is not None and not self.c_look.commit(step):   # (a signal came)
+                raise Stopped(self.stop.received)
+            self.committed = step
+
+    def trip_hook(self, step: int):
+        """Before every trip of step `step`: `on_trip(step, trip)`, then the look for a stop: the host loop
+        raises `Stopped`; the compiled loop's (from its callback) answers no once a signal came and the
+        step is not committed (`commit` then raises it), so a loop cut short is never trained on. None:
+        the compiled loop looks in C (no `on_trip`)."""
+        def before_trip(trip: int):
+            if self.on_trip is not None:
+                self.on_trip(step, trip)
+            self.poll()
+
+        def look(trip: int) -> bool:
+            if self.on_trip is not None:
+                self.on_trip(step, trip)
+            return not (self.stop is not None and self.stop.received is not None and self.committed < step)
+        return before_trip if not self.compiled else (None if self.on_trip is None and self.c_look is not None else look)

@@ -12,6 +12,10 @@ replaces it (`--overwrite` clears that run first). A resume of a run that has tr
 already raises RunFinished, having changed nothing (resume.py). Identity and free space are
 checked before anything is computed, and a step whose memory plan could never fit the device before
 anything is allocated (fits.py). Every error is a RunError (or OptionError, RunFinished).
+
+`RunStart` knows nothing of the trainer: it is handed what it needs (the checkpoint tree's shapes,
+the mesh, the first step) and hands back the checkpoint store, a restored state and the reporter;
+train.py builds the trainer between `prepare` and `checkpoints` and makes the fresh state.
 """
 from __future__ import annotations
 
@@ -22,11 +26,11 @@ import jax
 
 from sexpgpu_lang import ir
 
-from ..devices.sharding import run_devices
+from ..devices.sharding import DataParallel, run_devices
 from ..errors import CheckpointError, RunError
-from ..weights.params import param_shapes
 from ..weights.pretrained import content_hashes, frozen_params
-from .checkpoint import Checkpoints, checkpoint_spec
+from .checkpoint import Checkpoints
+from .checkpoint_policy import checkpoint_spec
 from .fits import refuse_never_fits
 from .options import RunOptions, check_options
 from .report import Reporter
@@ -41,21 +45,31 @@ from .run_dir import (
     remove_made,
 )
 from .run_lock import RunDirLock, hold_run_dir_everywhere
-from .state import RunState, checkpoint_tree, from_checkpoint
+from .state import RunState, from_checkpoint
 
 
-def state_like(program: ir.Program, trainer):
-    """The checkpoint tree's shapes and dtypes (`checkpoint_tree`), from the declared shapes: drawing
-    the parameters, even abstractly, costs start-up time."""
-    shapes, frozen_shapes = param_shapes(program.params)
-    return jax.eval_shape(lambda t: checkpoint_tree(RunState(
-        0, t, frozen_shapes, trainer.optimizer.init(t), 0, trainer.graphs.zero_counters())), shapes)
+def refuse_resume_of_nothing(program: ir.Program, options: RunOptions, metrics: Path, total: int) -> None:
+    """With `resume`, before anything is created: when the checkpoint dir does not exist, RunFinished
+    for a run whose `metrics` (metrics.jsonl) say it trained its `total` steps already
+    (`refuse_finished`), else the RunError "nothing to resume"; nothing when the dir exists
+    (`RunStart._claim` decides then). So a mistyped `--run-dir` leaves no empty run dir behind."""
+    if not options.resume:
+        return
+    try:
+        spec = checkpoint_spec(program.run.checkpoint, options.run_dir)
+    except CheckpointError as e:
+        raise RunError(str(e))
+    if spec.dir.exists():
+        return
+    refuse_finished(None, metrics, options.run_dir, total, spec.every, options.export)
+    raise RunError(nothing_to_resume(spec.dir, metrics, every=spec.every))
 
 
 class RunStart:
-    """The start of one run of `program` with `options`: `prepare` (before the trainer is built),
-    then `begin` (the checkpoint store, the first state and the reporter); `release` once the run
-    has ended, however it ended (the run dir's lock, taken by `prepare`)."""
+    """The start of one run of `program` with `options`: `prepare` (before the trainer is built;
+    `abandon` if that fails), then `checkpoints` (the checkpoint store and, with `resume`, the
+    restored state) and `reporter` (once the first state is made); `release` once the run has
+    ended, however it ended (the run dir's lock, taken by `prepare`)."""
 
     def __init__(self, program: ir.Program, options: RunOptions):
         self.program, self.options = program, options
@@ -63,6 +77,7 @@ class RunStart:
         self.metrics = options.run_dir / "metrics.jsonl"
         self.lock: RunDirLock | None = None
         self.checkpoint_lock: RunDirLock | None = None   # a checkpoint dir outside the run dir (`_hold_checkpoints`)
+        self.made: list = []   # (dir, the outermost folder `prepare` made for it), for `abandon`
 
     def release(self) -> None:
         """Let the run dir and an outside checkpoint dir go (their locks released, the lock files
@@ -113,20 +128,19 @@ class RunStart:
         """The one line of a resume that dropped rows past checkpoint `step` from `path` (resume.dropped_line)."""
         self._say(dropped_line(dropped, step, path, again), everywhere=True)
 
-    def prepare(self, make_trainer):
+    def prepare(self) -> None:
         """Check the options, refuse a resume of nothing and a step that could never fit the device's
-        memory (fits.py: explain's memory plan against the device's), make the run dir, then build the trainer
-        (`make_trainer()`, which opens the loaders); if that fails, the folders made for the run dir
-        are removed again (where still empty). The run dir is held (its lock taken) from before
-        anything is read or written in it; on any failure here it is let go again. Returns the
-        trainer."""
+        memory (fits.py: explain's memory plan against the device's), make the run dir (and an outside
+        checkpoint dir). The run dir is held (its lock taken) from before anything is read or written
+        in it; on any failure here it is let go again and the folders made are removed (where still
+        empty). The trainer is built next (which opens the loaders); `abandon` if that fails."""
         check_options(self.program, self.options)
         made = None
         try:
             held = self.options.run_dir.is_dir()
             if held:   # a second run is told before anything else
                 self._hold()
-            self._refuse_resume_of_nothing()
+            refuse_resume_of_nothing(self.program, self.options, self.metrics, self.total)
             refuse_never_fits(self.program, self.options)   # the memory plan against the device's, before allocating
             made = outermost_missing(self.options.run_dir)
             prepare_run_dir(self.options.run_dir)
@@ -137,83 +151,75 @@ class RunStart:
             self.release()
             remove_made(self.options.run_dir, made)   # (a checkpoint dir another run holds: nothing left made)
             raise
-        try:
-            return make_trainer()
-        except BaseException:
-            self.release()
-            remove_made(self.options.run_dir, made)
-            for ck, ck_made in outside:
-                remove_made(ck, ck_made)
-            raise
+        self.made = [(self.options.run_dir, made), *outside]
 
-    def _refuse_resume_of_nothing(self) -> None:
-        """With `resume`, before anything is created: when the checkpoint dir does not exist, RunFinished
-        for a run whose metrics.jsonl says it trained its steps already (`refuse_finished`), else the
-        RunError "nothing to resume"; nothing when the dir exists (`_claim` decides then). So a
-        mistyped `--run-dir` leaves no empty run dir behind."""
-        if not self.options.resume:
-            return
-        try:
-            spec = checkpoint_spec(self.program.run.checkpoint, self.options.run_dir)
-        except CheckpointError as e:
-            raise RunError(str(e))
-        if spec.dir.exists():
-            return
-        refuse_finished(None, self.metrics, self.options.run_dir, self.total, spec.every, self.options.export)
-        raise RunError(nothing_to_resume(spec.dir, self.metrics, every=spec.every))
+    def abandon(self) -> None:
+        """The trainer could not be built (a missing data file, say): let the run dir go and remove
+        the folders `prepare` made (where still empty)."""
+        self.release()
+        for folder, made in self.made:
+            remove_made(folder, made)
+        self.made = []
 
-    def begin(self, trainer) -> tuple[Checkpoints, RunState, Reporter]:
-        """The run's checkpoint store (opened, proven writable), its first state (fresh, or with
-        `resume` the newest complete checkpoint's, said in one line) and its reporter (metrics.jsonl
-        appended to on a resume, its rows past the checkpoint dropped and said so). The store is
-        closed again if any of it fails."""
-        options = self.options
-        store = open_checkpoints(self.program, options)
-        store.provenance.pretrained = content_hashes(self.program)
+    def checkpoints(self, like, dp: DataParallel | None) -> tuple[Checkpoints, RunState | None]:
+        """The run's checkpoint store (opened, proven writable, holding the `:pretrained` files'
+        hashes) and, with `resume`, the newest complete checkpoint's state (said in one line; its
+        frozen parameters made again; not yet placed), else None: a fresh start. `like` is the
+        checkpoint tree's shapes and dtypes (state.checkpoint_tree, train.Trainer.state_like), which
+        the disk must have room for; `dp` the run's mesh (sharding.DataParallel), or None on one
+        device. A finished run is refused first (RunFinished), an earlier run's dir refused or
+        cleared (`_claim`). The store is closed again if any of it fails."""
+        store = open_checkpoints(self.program, self.options, content_hashes(self.program))
         try:
-            state = self._first_state(trainer, store)
-            self._say(f"sexpgpu: training on {run_devices(trainer.dp)}")   # once the run dir and checkpoints are settled
-            lost = missing_rows_line(self.metrics, state.step) if options.resume else None
-            if lost is not None:
-                self._say(lost)
-            reporter = Reporter(options.run_dir, trainer.steps, options.progress, options.quiet,
-                                Path(self.program.path).stem, start=state.step, append=options.resume,
-                                tensorboard=bool(self.program.run.log.get("tensorboard")),
-                                shown=self.program.run.log.get("show") or ("loss",))
-            if reporter.dropped:
-                self.say_dropped(reporter.dropped, state.step, reporter.path)
+            resumed = self._restored(like, dp, store)
         except BaseException:
             store.close()
             raise
-        return store, state, reporter
+        return store, resumed
 
-    def _first_state(self, trainer, store: Checkpoints) -> RunState:
-        """A fresh state, or with `resume` the newest complete checkpoint's (saying which, in one line)."""
+    def reporter(self, step: int, dp: DataParallel | None) -> Reporter:
+        """Once the first state (at `step`) is made: the lines that say where the run trains and what a
+        resume lost, and the run's reporter (metrics.jsonl appended to on a resume, its rows past
+        the checkpoint dropped and said so)."""
+        options = self.options
+        self._say(f"sexpgpu: training on {run_devices(dp)}")   # once the run dir and checkpoints are settled
+        lost = missing_rows_line(self.metrics, step) if options.resume else None
+        if lost is not None:
+            self._say(lost)
+        reporter = Reporter(options.run_dir, self.total, options.progress, options.quiet,
+                            Path(self.program.path).stem, start=step, append=options.resume,
+                            tensorboard=bool(self.program.run.log.get("tensorboard")),
+                            shown=self.program.run.log.get("show") or ("loss",))
+        if reporter.dropped:
+            self.say_dropped(reporter.dropped, step, reporter.path)
+        return reporter
+
+    def _restored(self, like, dp: DataParallel | None, store: Checkpoints) -> RunState | None:
+        """With `resume` the newest complete checkpoint's state (saying which, in one line); None for a
+        fresh start."""
         options = self.options
         if not options.overwrite:   # (a second plain `sexpgpu run FILE` of a finished run says where it is)
-            refuse_finished(store, self.metrics, options.run_dir, trainer.steps, store.spec.every, options.export,
+            refuse_finished(store, self.metrics, options.run_dir, self.total, store.spec.every, options.export,
                             again=not options.resume)
         self._claim(store)
         try:
-            # The state's shapes and dtypes, traced without computing anything.
-            like = state_like(self.program, trainer)
             store.check_space(like)
             if options.resume:
                 # Restore onto this run's devices (the mesh's, replicated, or the one device), whatever
                 # devices the checkpoint was saved from: orbax refuses another topology otherwise.
                 # Under FSDP each array comes back split as the run splits it (sharding.py).
                 one = jax.sharding.SingleDeviceSharding(jax.devices()[0])
-                where = (trainer.dp.state_shardings(like) if trainer.dp is not None
+                where = (dp.state_shardings(like) if dp is not None
                          else jax.tree_util.tree_map(lambda _: one, like))
                 like = jax.tree_util.tree_map(lambda x, w: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=w), like, where)
                 step, tree, records = store.restore(like)
-                self._say(resuming_line(step, trainer.steps, store.spec.dir, store.cut_short, store.failed))
+                self._say(resuming_line(step, self.total, store.spec.dir, store.cut_short, store.failed))
                 # A checkpoint holds no frozen parameters: they are drawn or read again, and only they.
                 frozen = frozen_params(self.program, self.program.run.seed)
-                return trainer.place(from_checkpoint(step, tree, records, frozen))
+                return from_checkpoint(step, tree, records, frozen)
         except CheckpointError as e:
             raise RunError(str(e))
-        return trainer.initial_state()
+        return None
 
     def _claim(self, store: Checkpoints) -> None:
         """Refuse a run dir that an earlier run used, unless this run continues or replaces it.

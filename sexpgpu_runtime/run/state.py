@@ -1,8 +1,10 @@
-"""What a run carries from step to step and what it leaves: `RunState`, `RunResult`, and the part of
-a state a checkpoint holds (`checkpoint_tree`, `from_checkpoint`)."""
+"""What a run carries from step to step and what it leaves: `RunState`, a step's `StepReport`,
+`RunResult`, and the part of a state a checkpoint holds (`checkpoint_tree`, `from_checkpoint`)."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+
+from ..data.prefetch import ReadStats
 
 
 @dataclass
@@ -18,17 +20,39 @@ class RunState:
     counters: dict
 
 
-@dataclass
+@dataclass(frozen=True)
+class StepReport:
+    """What one training step (train.Trainer.step) leaves beside its state, all on the device until
+    read: each microbatch's `losses` (scalars), its `metrics` and `diagnostics` (a dict of scalars per
+    group); `bad`, the record of the first non-finite loss or metric of any step so far
+    (training_graphs.tally; its first entry is ready once the step has ended); `draw`, the record of
+    the first bad traced temperature so far (draw_check.py), or None; `tokens`, the tokens of the
+    step's batches (report.batch_tokens), or None where the training records are not token rows."""
+
+    losses: list
+    metrics: list[dict]
+    diagnostics: list[dict]
+    bad: tuple
+    draw: object | None
+    tokens: int | None
+
+
+@dataclass(frozen=True)
 class RunResult:
-    """What a finished run leaves: the final state, the logged metrics, and how often each graph was traced."""
+    """What a finished run leaves: its final `trainable` and `frozen` parameters, the logged rows
+    (`history`, metrics.jsonl's of this process's run), how often each graph was traced (`traces`),
+    the seconds from the first step to the last (`seconds`), the step it ended at (`steps`) and the
+    one it started from (`start`: 0, or the resumed checkpoint's), and what reading the training
+    data cost (`data`)."""
 
     trainable: dict
     frozen: dict
     history: list[dict]
     traces: dict
     seconds: float
-    steps: int = 0
-    extra: dict = field(default_factory=dict)
+    steps: int
+    start: int
+    data: ReadStats
 
 
 def checkpoint_tree(state: RunState) -> dict:

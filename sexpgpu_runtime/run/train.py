@@ -5,10 +5,11 @@
 it resumes the run exactly. A run is a pure function of its file, its data and its seed: parameter
 initialisation, record order and every draw derive from `:seed`.
 
-`train` wires the pieces: the start of the run, fresh or resumed, decided before anything trains
-(start.py), the step loop (loop.py) with SIGINT/SIGTERM looked for before every trip and between
-phases (signals.py), checkpoints saved as `:checkpoint` says and at a stop (checkpoint.py), the
-metrics (report.py), `--export` (weights/pretrained.py). A stop abandons the step in flight; what
+`train` wires the pieces, each handed what it uses: the start of the run, fresh or resumed, decided
+before anything trains (start.py), the step loop (loop.py, given the trainer's `LoopParts`) with
+SIGINT/SIGTERM looked for before every trip and between phases (signals.py, the trainer's
+`stop`), checkpoints saved when the policy says, at a stop too (checkpoint_policy.py, writing
+through checkpoint.py), the metrics (report.py), `--export` (weights/pretrained.py). A stop abandons the step in flight; what
 was saved is the last completed step, and the resume takes the abandoned step again, so the
 resumed run's bits are the uninterrupted run's. The parts' errors become the run's here
 (errors.py): a NaN or infinite value, a checkpoint or data file failing while the run trains, the
@@ -16,7 +17,6 @@ device running out of memory (fits.py).
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import time
 
@@ -25,30 +25,32 @@ import numpy as np
 
 from sexpgpu_lang import ir
 
+from ..data.prefetch import ReadStats
 from ..devices.sharding import DataParallel
 from ..errors import (BadDraw, BadValue, CheckpointError, InternalTypeError, LoaderError, MeshError, OptionError,
-                      RunError, RunStopped, Stopped, TokenFileError)
+                      RunError, Stopped, TokenFileError)
 from ..lowering.context import context_row
 from ..lowering.finite_check import first_nonfinite_op
 from ..lowering.generator_graphs import default_trip_loop
 from ..lowering.graphs import Graphs
 from ..weights.optim import learning_rate, make_optimizer
 from ..weights.hf_export import export_extras
-from ..weights.params import init_params
+from ..weights.params import init_params, param_shapes
 from ..weights.pretrained import export_mapping, export_params, initial_params, nonfinite_param
-from .batches import Batches
+from .batches import Batches, open_loaders
 from .checkpoint import Checkpoints
+from .checkpoint_policy import CheckpointPolicy
 from .checks import ValueChecks
 from .compile_cache import configure as configure_compile_cache
 from .fits import is_out_of_memory, out_of_memory
-from .loop import Loop
+from .loop import Loop, LoopParts
 from .options import RunOptions
 from .report import TOKEN_SOURCES, Reporter, batch_tokens
 from .rewards import PythonReward
 from .samples import SampleLog, open_samples
-from .signals import StopSignals
+from .signals import StopLooks, StopSignals
 from .start import RunStart
-from .state import RunResult, RunState, checkpoint_tree
+from .state import RunResult, RunState, StepReport, checkpoint_tree
 
 
 def placed(state: RunState, dp: DataParallel | None) -> RunState:
@@ -64,19 +66,18 @@ def placed(state: RunState, dp: DataParallel | None) -> RunState:
 class Trainer:
     """One run of a checked program: its batches, graphs, optimizer, the step and the passes.
 
-    `stop` (a StopSignals, set by `train`) is looked at before every trip of
-    the generator and between the phases of a step; `on_trip(step, trip)` is
-    called just before that look (tests send signals from it). `completed` is
-    the last state whose step finished (update, passes and logging), the one
-    a stop saves. Raises DataError when a loader's data are not as declared.
+    `stop` (signals.StopSignals, or None: never stops) is looked at before every trip of the
+    generator and between the phases of a step, `on_trip(step, trip)` just before that look (tests
+    send signals from it): `looks` (signals.StopLooks). `steps` is the run's last step. Raises DataError when a
+    loader's data are not as declared.
     """
 
-    def __init__(self, program: ir.Program, options: RunOptions):
+    def __init__(self, program: ir.Program, options: RunOptions, on_trip=None, stop: StopSignals | None = None):
         self.program = program
         self.options = options
         run = program.run
         self.steps = options.steps or run.steps
-        self.batches = Batches(program)   # (opens the loaders: a missing or bad data file fails here)
+        loaders = open_loaders(program)   # (a missing or bad data file fails here, first)
         selected = frozenset(options.diagnostics) | frozenset(run.diagnostics)
         self.optimizer = make_optimizer(run.optimizer, program)
         self.lr = learning_rate(run.optimizer)   # the learning rate of an optimizer step, logged as `lr`
@@ -88,20 +89,15 @@ class Trainer:
         self.graphs = Graphs(program, self.optimizer, selected, donate=jax.default_backend() != "cpu", dp=self.dp,
                              trip_loop=self.trip_loop)
         self.layout = self.graphs.layout
-        self.batches.layout, self.batches.dp = self.layout, self.dp
+        self.batches = Batches(program, loaders, self.layout, self.dp)
         self.checks = ValueChecks(program, self.graphs.draw_sites, lambda: self.graphs.training.report_names)
-        self.on_trip = None            # called before every trip with (step, trip), before the stop check
-        self.stop: StopSignals | None = None
-        self.committed = -1            # the last step (0-based) whose update is queued: past abandoning (`_commit`)
-        self.checkpoint_every: int | None = None   # steps whose values are checked in full before a save
-        self.completed: RunState | None = None
+        gen = self.graphs.generator
+        self.looks = StopLooks(stop, on_trip, gen.watch if gen is not None else None, self.trip_loop == "compiled",
+                               gen.c_look if gen is not None else None)
         self.bad = None                # on the device: the first non-finite loss (training_graphs.tally), or None
         self.draw = None               # on the device: the first bad traced temperature (draw_check.py), or None
-        self.samples: SampleLog | None = None   # `run`'s `:samples` (samples.py), set by `train`
-        # tokens/s (report.Throughput): the tokens of the last step's batches (report.batch_tokens), or
-        # None where the training loader's records are not token rows
+        # tokens/s (report.Throughput): whether the training loader's records are token rows
         self.counts_tokens = program.loaders[run.loader].source[0] in TOKEN_SOURCES
-        self.step_tokens: int | None = None
         # `defgenerate`'s `:reward`: the Python function called after the generator (rewards.py), imported here
         gen = program.generate
         self.reward = PythonReward(gen.reward, self.dp) if gen is not None and gen.reward is not None else None
@@ -119,42 +115,16 @@ class Trainer:
         """`state` placed as every step's graphs take it (`placed`)."""
         return placed(state, self.dp)
 
-    def poll(self) -> None:
-        """Raise `Stopped` if a stop signal has arrived (a phase boundary: nothing half-done is kept), or
-        what `on_trip` raised inside a compiled trip loop (generator_graphs.TripWatch)."""
-        watch = self.graphs.generator.watch if self.graphs.generator is not None else None
-        if watch is not None and watch.error is not None:
-            error, watch.error = watch.error, None
-            raise error
-        if self.stop is not None:
-            self.stop.check()
+    def state_like(self):
+        """The checkpoint tree's shapes and dtypes (`checkpoint_tree`), from the declared shapes: drawing
+        the parameters, even abstractly, costs start-up time."""
+        shapes, frozen_shapes = param_shapes(self.program.params)
+        return jax.eval_shape(lambda t: checkpoint_tree(RunState(
+            0, t, frozen_shapes, self.optimizer.init(t), 0, self.graphs.zero_counters())), shapes)
 
-    def _commit(self, step: int) -> None:
-        """The last look before step `step`'s update is queued, under the compiled loops' lock: a loop of
-        this step that saw a stop (`_trip_hook`) has it raised here; one that did not runs every trip."""
-        gen = self.graphs.generator
-        with gen.watch.lock if gen is not None else contextlib.nullcontext():
-            self.poll()
-            if gen is not None and gen.c_look is not None and not gen.c_look.commit(step):   # (a signal came)
-                raise Stopped(self.stop.received)
-            self.committed = step
-
-    def _trip_hook(self, step: int):
-        """Before every trip of step `step`: `on_trip(step, trip)`, then the look for a stop: the host loop
-        raises `Stopped`; the compiled loop's (from its callback) answers no once a signal came and the step
-        is not committed (`_commit` then raises it). None: the compiled loop looks in C (no `on_trip`)."""
-        def before_trip(trip: int):
-            self.on_trip is not None and self.on_trip(step, trip)
-            self.poll()
-
-        def look(trip: int) -> bool:
-            self.on_trip is not None and self.on_trip(step, trip)
-            return not (self.stop is not None and self.stop.received is not None and self.committed < step)
-        return before_trip if self.trip_loop != "compiled" else (
-            None if self.on_trip is None and self.graphs.generator.c_look is not None else look)
-
-    def step(self, state: RunState) -> tuple[RunState, dict]:
-        """Run one training step; return the new state and its reports (device values).
+    def step(self, state: RunState, samples: SampleLog | None = None) -> tuple[RunState, StepReport]:
+        """Run one training step; return the new state and its report (device values). `samples`
+        (samples.SampleLog, or None) takes the first group's rows of a step it is due at.
 
         Looks for a stop before each group, before every trip, before the
         training graph and before the update; `state` is never changed before
@@ -170,33 +140,33 @@ class Trainer:
         draw = self.draw
         tokens = 0
         for group in range(self.layout.groups):
-            self.poll()
+            self.looks.poll()
             batch, rows, records = self.batches.next_group(state.step, group, records)
             if self.program.generate is not None:
                 batch, rows, made = g.generate(state.trainable, state.frozen, batch, rows, self.layout.stack > 1,
-                                               self._trip_hook(state.step), draw)
+                                               self.looks.trip_hook(state.step), draw)
                 batch, draw = {**batch, **made}, g.draw
                 if self.reward is not None:   # on the host, between `generate.finish` and the training graph
                     batch = self.reward.join(batch, state.step + 1, group * self.layout.stack, self.layout.stack > 1)
-                self.poll()
+                self.looks.poll()
             if self.counts_tokens:   # the rows the training graph reads: the generated ones, where it runs
                 tokens += batch_tokens(batch, self.layout.stack > 1)
             l, total, m, d, counters, bad = g.train_group(total, state.trainable, state.frozen, batch, rows,
                                                           counters, bad)
-            if group == 0 and self.samples is not None and self.samples.due(state.step + 1):
-                self.samples.take(state.step + 1, batch, self.layout.stack > 1, kept=g.training.last_kept)
+            if group == 0 and samples is not None and samples.due(state.step + 1):
+                samples.take(state.step + 1, batch, self.layout.stack > 1, kept=g.training.last_kept)
             losses += l
             metrics.append(m)
             diags.append(d)
-        self._commit(state.step)
+        self.looks.commit(state.step)
         trainable, opt_state = g.update(state.trainable, state.opt_state, total, bad[0])
         new = RunState(state.step + 1, trainable, state.frozen, opt_state, records, counters)
         self.bad, self.draw = bad, draw
-        self.step_tokens = tokens if self.counts_tokens else None
-        return new, {"losses": losses, "metrics": metrics, "diagnostics": diags}
+        return new, StepReport(losses, metrics, diags, bad, draw, tokens if self.counts_tokens else None)
 
-    def run_pass(self, ps: ir.PassIR, state: RunState) -> dict:
-        """K batches of the pass's loader (always its first K, so evaluations compare), no gradient.
+    def run_pass(self, ps: ir.PassIR, state: RunState, samples: SampleLog | None = None) -> dict:
+        """K batches of the pass's loader (always its first K, so evaluations compare), no gradient;
+        `samples` (or None) takes each pass's first rows.
 
         A pass does not look for a stop: it runs after its step's update, which
         on an accelerator donated the previous state's buffers, so the step is
@@ -214,24 +184,30 @@ class Trainer:
                 if self.graphs.draw is not None:   # (the pass waits for its loss below anyway)
                     self.checks.check_records(None, self.graphs.draw, ps.name)
             loss, metrics, *kept = fn(state.trainable, state.frozen, batch, rows, state.counters)
-            if k == 0 and self.samples is not None:   # every pass's first rows
-                self.samples.take(state.step, batch, False, ps.name, kept=kept[0] if kept else None)
+            if k == 0 and samples is not None:   # every pass's first rows
+                samples.take(state.step, batch, False, ps.name, kept=kept[0] if kept else None)
             for m, v in {"loss": float(loss), **{m: float(v) for m, v in metrics.items()}}.items():
                 sums[m] = sums.get(m, 0.0) + v
         return {f"{ps.name}/{m}": v / ps.batches for m, v in sums.items()}
 
-    def fit(self, state: RunState, reporter: Reporter, after_step=None) -> tuple[RunState, list[dict]]:
-        """Train from `state` to `self.steps`, logging every `:log :every` steps, running passes
-        (loop.py's `Loop`); returns the last state and the logged rows."""
-        return Loop(self, reporter, after_step).run(state)
+    def loop_parts(self) -> LoopParts:
+        """What the step loop uses of this run (loop.LoopParts)."""
+        run = self.program.run
+        return LoopParts(self.step, self.run_pass, self.settle, self.checks, self.lr, self.batches.prefetch,
+                         run.log_every, tuple(self.program.passes))
 
-    def nonfinite_origin(self):
+    def fit(self, state: RunState, reporter: Reporter, last: int | None = None) -> tuple[RunState, list[dict]]:
+        """Train from `state` to step `last` (default `self.steps`), logging every `:log :every` steps,
+        running passes, saving no checkpoint (loop.py's `Loop`); returns the last state and the
+        logged rows."""
+        return Loop(self.loop_parts(), reporter, self.steps if last is None else last).run(state)
+
+    def nonfinite_origin(self, done: RunState | None):
         """Where the first non-finite loss's microbatch first made a non-finite value (a
         finite_check.Origin), or None: none kept, nothing non-finite op by op, or a multi-process run
-        (each process holds only its rows). Re-runs that microbatch from the last state, whose
-        parameters the update kept from the bad step on (training_graphs `_update`), its records
-        and context rows as the step read them, and the counter totals the record kept."""
-        done = self.completed
+        (each process holds only its rows). Re-runs that microbatch from `done`, the last completed
+        state, whose parameters the update kept from the bad step on (training_graphs `_update`), its
+        records and context rows as the step read them, and the counter totals the record kept."""
         if self.bad is None or done is None or jax.process_count() > 1:
             return None
         step, _, micro, base = jax.device_get(self.bad[:4])
@@ -263,57 +239,37 @@ class Trainer:
             self.checks.check_records(self.bad, self.draw)
 
 
-def _fit_saving(trainer: Trainer, store: Checkpoints, reporter: Reporter, state: RunState):
-    """`trainer.fit`, saving a checkpoint every `:checkpoint :every` steps (and at the last), and at a
-    stop the last completed step (then RunStopped). A NaN loss of any step so far, or a NaN
-    parameter, is never checkpointed."""
-    every = trainer.checkpoint_every = store.spec.every
-
-    def save(s: RunState) -> None:
-        trainer.settle()          # a NaN loss of any step so far is never checkpointed
-        trainer.checks.check_params(s.step, s.trainable)
-        if trainer.samples is not None:   # every sample row up to the checkpoint is written first
-            trainer.samples.flush(s.step)
-        store.save(s.step, checkpoint_tree(s), s.records)
-
-    def after_step(s: RunState, row) -> None:
-        if every is not None and (s.step % every == 0 or s.step == trainer.steps):
-            save(s)
-
-    with StopSignals() as trainer.stop:
-        look = trainer.graphs.generator.c_look if trainer.graphs.generator is not None else None
-        if look is not None:   # a signal sets the compiled loop's stop bit in C (trip_look.py)
-            trainer.stop.listen(look.stop)
+def _fit_saving(loop: Loop, policy: CheckpointPolicy, signals: StopSignals, state: RunState, c_look=None):
+    """`loop.run` with the stop signals noted (and told to the compiled trip loop's stop bit in C,
+    `c_look`: lowering/trip_look.py), the checkpoints the policy saves written, and at a stop the
+    last completed step saved (then RunStopped)."""
+    with signals:
+        if c_look is not None:   # a signal sets the compiled loop's stop bit in C (trip_look.py)
+            signals.listen(c_look.stop)
         try:
-            state, history = trainer.fit(state, reporter, after_step)
-            store.wait()
+            state, history = loop.run(state)
+            policy.finish()
         except Stopped as stop:
-            done = trainer.completed
-            store.wait()
-            if store.latest() != done.step:
-                trainer.settle()
-                save(done)
-                store.wait()
-            raise RunStopped(stop.name, stop.exit_code, done.step + 1, done.step, store.spec.dir)
+            raise policy.at_stop(stop, loop.completed)
     return state, history
 
 
-def _out_of_memory(e: BaseException, trainer: Trainer, store: Checkpoints, first: int) -> RunError:
+def _out_of_memory(e: BaseException, done: RunState | None, store: Checkpoints, first: int) -> RunError:
     """The RunError of a step that ran out of device memory (fits.py `out_of_memory`): the step it was
-    in and the newest checkpoint saved, which `--resume` continues from."""
+    in (after `done`, the last completed state) and the newest checkpoint saved, which `--resume`
+    continues from."""
     try:
         store.wait()
     except CheckpointError:
         pass
-    done = trainer.completed
     step = (done.step if done is not None else first) + 1
     return out_of_memory(e, step, store.latest(), store.spec.dir)
 
 
-def _diverged(e: BadValue, trainer: Trainer, store: Checkpoints) -> BaseException:
+def _diverged(e: BadValue, trainer: Trainer, store: Checkpoints, done: RunState | None) -> BaseException:
     """The error a NaN or infinite value stops the run with, naming the last good checkpoint: a bad
     traced temperature stays a BadDraw (an error of the file, not a divergence); any other is a RunError naming the cause
-    (a non-finite frozen or initial parameter) or the likely ones."""
+    (a non-finite frozen or initial parameter) or the likely ones. `done`: the last completed state."""
     try:
         store.wait()
     except CheckpointError:
@@ -323,12 +279,12 @@ def _diverged(e: BadValue, trainer: Trainer, store: Checkpoints) -> BaseExceptio
              else "no checkpoint was saved")
     if isinstance(e, BadDraw):   # a setting the file computes wrongly, not a divergence
         return e.saved_at(where)
-    program, done = trainer.program, trainer.completed
+    program = trainer.program
     cause = None if done is None else nonfinite_param(program, done.frozen) or (
         nonfinite_param(program, done.trainable, "initial") if done.step == 0 else None)
     if cause is not None:
         return RunError(f"{e}, so the run stopped: {cause}; {where}")
-    origin = _origin(e, trainer)
+    origin = _origin(e, trainer, done)
     if origin is not None:
         return RunError(f"{e}, so the run stopped; the first value of that step that was not finite: "
                         f"{origin.describe(program)}; {where}")
@@ -337,14 +293,14 @@ def _diverged(e: BadValue, trainer: Trainer, store: Checkpoints) -> BaseExceptio
                     f"in a pretrained checkpoint's trainable tensors; {where}")
 
 
-def _origin(e: BadValue, trainer: Trainer):
+def _origin(e: BadValue, trainer: Trainer, done: RunState | None):
     """The check of the bad step's intermediates (`Trainer.nonfinite_origin`) for a non-finite loss
     the training graph kept; None for another value (a row's metric, a parameter) or when the
     re-run itself fails (the generic causes are said then)."""
     if e.metric != "`loss`":
         return None
     try:
-        return trainer.nonfinite_origin()
+        return trainer.nonfinite_origin(done)
     except Exception:   # the diagnosis must never hide the error it explains
         return None
 
@@ -373,29 +329,52 @@ def train(program: ir.Program, options: RunOptions, on_trip=None) -> RunResult:
         start.release()   # the run dir, held since `prepare`, let go however the run ended
 
 
+def _begin(start: RunStart, trainer: Trainer) -> tuple[Checkpoints, RunState, Reporter]:
+    """The checkpoint store, the first state (fresh, or the resumed checkpoint's) and the reporter;
+    the store closed again if any of it fails."""
+    store, resumed = start.checkpoints(trainer.state_like(), trainer.dp)
+    try:
+        state = trainer.initial_state() if resumed is None else trainer.place(resumed)
+        reporter = start.reporter(state.step, trainer.dp)
+    except BaseException:
+        store.close()
+        raise
+    return store, state, reporter
+
+
 def _run(start: RunStart, program: ir.Program, options: RunOptions, on_trip) -> RunResult:
     """`train`'s body, from `start` (whose run dir it holds) to the export."""
-    trainer = start.prepare(lambda: Trainer(program, options))
-    trainer.on_trip = on_trip
+    signals = StopSignals()   # (installed while the loop runs: `_fit_saving`)
+    start.prepare()
     try:
-        store, state, reporter = start.begin(trainer)
+        trainer = Trainer(program, options, on_trip, signals)
+    except BaseException:
+        start.abandon()
+        raise
+    try:
+        store, state, reporter = _begin(start, trainer)
     except jax.errors.JaxRuntimeError as e:   # the first state did not fit
         if is_out_of_memory(e):
             raise out_of_memory(e, None, None, "") from None
         raise
     first = state.step
+    samples: SampleLog | None = None
+    loop: Loop | None = None
     try:
         t0 = time.perf_counter()
         try:
-            trainer.samples = open_samples(program, options, trainer.steps, first, reporter)
-            if trainer.samples is not None and trainer.samples.dropped:
-                start.say_dropped(trainer.samples.dropped, first, trainer.samples.path, "sampled again")
-            state, history = _fit_saving(trainer, store, reporter, state)
+            samples = open_samples(program, options, trainer.steps, first, reporter)
+            if samples is not None and samples.dropped:
+                start.say_dropped(samples.dropped, first, samples.path, "sampled again")
+            policy = CheckpointPolicy(store, trainer.steps, trainer.settle, trainer.checks, samples)
+            loop = Loop(trainer.loop_parts(), reporter, trainer.steps, policy, samples)
+            gen = trainer.graphs.generator
+            state, history = _fit_saving(loop, policy, signals, state, gen.c_look if gen is not None else None)
         except InternalTypeError as e:
-            line, col = program.line_col(getattr(e, "offset", 0))
+            line, col = program.line_col(e.offset)
             raise RunError(f"{e} ({program.path}:{line}:{col}); this is a bug in sexpgpu, please report it")
         except BadValue as e:
-            err = _diverged(e, trainer, store)
+            err = _diverged(e, trainer, store, loop.completed if loop is not None else None)
             if isinstance(err, BadDraw):
                 raise err from None
             raise err
@@ -406,10 +385,11 @@ def _run(start: RunStart, program: ir.Program, options: RunOptions, on_trip) -> 
         except jax.errors.JaxRuntimeError as e:   # XLA out of memory where the plan said it would fit
             if not is_out_of_memory(e):
                 raise
-            raise _out_of_memory(e, trainer, store, first) from None
+            raise _out_of_memory(e, loop.completed if loop is not None else None, store, first) from None
         finally:
-            if trainer.samples is not None:   # the rows of the completed steps, then the file closed
-                trainer.samples.close(trainer.completed.step if trainer.completed is not None else None)
+            done = loop.completed if loop is not None else None
+            if samples is not None:   # the rows of the completed steps, then the file closed
+                samples.close(done.step if done is not None else None)
             reporter.close()
     finally:
         store.close()
@@ -425,6 +405,5 @@ def _run(start: RunStart, program: ir.Program, options: RunOptions, on_trip) -> 
         if left is not None:
             start.say(left)
     feed = trainer.batches.feed
-    data = feed.stats() if feed is not None else {"batches": 0, "read_s": 0.0, "wait_s": 0.0}
     return RunResult(state.trainable, state.frozen, history, dict(trainer.graphs.traces), seconds, trainer.steps,
-                     extra={"start": first, "data": data})
+                     first, feed.stats() if feed is not None else ReadStats())

@@ -199,7 +199,7 @@ def train_bits(text: str, steps: int, start=None):
         losses = []
         for _ in range(steps):
             state, rep = tr.step(state)
-            losses.append([np.float32(x).view(np.uint32) for x in jax.device_get(rep["losses"])])
+            losses.append([np.float32(x).view(np.uint32) for x in jax.device_get(rep.losses)])
         params = {k: np.asarray(v).view(np.uint16 if v.dtype.itemsize == 2 else np.uint32)
                   for k, v in flatten(jax.device_get(state.trainable)).items()}
     return losses, params, tr.layout, start
