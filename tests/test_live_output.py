@@ -236,16 +236,30 @@ class RatedReporter:
         pass
 
 
+class FakeSaves:
+    """The checkpoint policy's face the loop sees: a save every `every` steps and at the last."""
+
+    def __init__(self, events: list, every: int, last: int):
+        self.events, self.every, self.last = events, every, last
+
+    def due(self, step: int) -> bool:
+        return step % self.every == 0 or step == self.last
+
+    def after_step(self, state) -> None:
+        if self.due(state.step):
+            self.events.append(("save", state.step))
+
+
 def test_the_loop_counts_the_queued_steps_compute_at_a_save_in_the_rate(monkeypatch):
     # A resume from step 3 to 5 with a checkpoint every 2 steps: step 4 (30 s: its compilation) ends
     # while step 4's save waits for it; each save takes 5 s; step 5 computes for 1 s.
-    tr = FakeTrainer(steps=5, log_every=1)
-    tr.checkpoint_every = 2
+    device = FakeDevice(steps=5, log_every=1)
     cost = {("wait", 4): 30.0, ("wait", 5): 1.0, ("save", 4): 5.0, ("save", 5): 5.0}
-    clock = lambda: sum(cost.get(e, 0.0) for e in tr.events)   # noqa: E731
+    clock = lambda: sum(cost.get(e, 0.0) for e in device.events)   # noqa: E731
     monkeypatch.setattr(loop_mod, "time", SimpleNamespace(perf_counter=clock))
     throughput = Throughput(start=3, clock=clock)
-    loop = loop_mod.Loop(tr, RatedReporter(throughput), after_step=lambda state, row: tr.events.append(("save", state.step)))
-    loop._steps(SimpleNamespace(step=3))
+    loop = loop_mod.Loop(device.parts(), RatedReporter(throughput), device.steps, FakeSaves(device.events, 2, 5))
+    loop._steps(SimpleNamespace(step=3, records=0))
+    assert ("save", 4) in device.events and ("save", 5) in device.events
     assert throughput.paused == pytest.approx(5.0)   # step 4's save; step 5's is after its window
     assert throughput.rates() == pytest.approx((1.0, 64.0))
