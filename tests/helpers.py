@@ -1,7 +1,9 @@
 """Shared test helpers: the fixture, a small run file, variants and case copies; `check` (a run
 file whose `;; ^^^ CODE` markers show every diagnostic) and `cursor` (`$0` marks the offset an
 editor query is asked at); a case's `;; expect:` header, docs/errors.md's sections, `run` (a
-training run in this process), and the modules a fresh interpreter imported."""
+training run in this process), `evaluate_expression` and `lowered_expression` (one expression
+checked and evaluated by the runtime with arrays bound), and the modules a fresh interpreter
+imported."""
 from __future__ import annotations
 
 import re
@@ -9,6 +11,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import NamedTuple
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE = ROOT / "tests" / "fixtures" / "tiny-generate.sx"
@@ -246,6 +249,64 @@ def run(text: str, run_dir: Path, steps: int, *, on_trip=None, path: Path | None
     from sexpgpu_runtime import RunOptions, train
     program = program_of(text, str(path if path is not None else run_dir / "run.sx"))
     return train(program, RunOptions(steps=steps, run_dir=run_dir, quiet=quiet, **kw), on_trip=on_trip)
+
+
+#: NumPy/JAX dtype names to the language's.
+DTYPE_NAMES = {"float32": "f32", "int32": "i32", "int64": "i64", "bool": "bool", "bfloat16": "bf16"}
+
+
+def types_of(values: dict) -> dict:
+    """{name: TensorType} of arrays (NumPy or JAX): each array's shape and dtype (`DTYPE_NAMES`)."""
+    import numpy as np
+    from sexpgpu_lang.types import TensorType
+    return {k: TensorType(tuple(np.shape(v)), DTYPE_NAMES[str(getattr(v, "dtype", np.asarray(v).dtype))])
+            for k, v in values.items()}
+
+
+def lowered_expression(src: str, types: dict, *, seed: int = 0, clean: bool = False):
+    """`src` checked as an expression in user code is (`check_expression`, the names typed by
+    `types`: {name: TensorType}), asserting it has no error diagnostic (no diagnostic at all when
+    `clean`); (the checked expression, a function of {name: JAX array} giving its value as the
+    runtime's lowering computes it, with the random key of `seed`). The function is pure, so a
+    test may `jax.jit` or `jax.grad` it. The one place tests check and evaluate an expression."""
+    import sexpgpu_runtime  # noqa: F401  (enables x64)
+    import jax
+    from sexpgpu_lang.check import check_expression
+    from sexpgpu_runtime.lowering.lowering import Effects, evaluate
+    expr, diags = check_expression(src, types)
+    shown = [f"{d.code}: {d.message}" for d in diags]
+    assert not (diags if clean else [d for d in diags if d.is_error]), shown
+    return expr, lambda values, effects=None: evaluate(expr, values, effects or Effects(seed_key=jax.random.key(seed)))
+
+
+class Evaluated(NamedTuple):
+    """What `evaluate_expression` gives: the checked type, the value as NumPy (an array; a dict of
+    arrays for a plist; None for no value) and the metrics the expression reported ({name: float})."""
+    type: object
+    value: object
+    metrics: dict
+
+
+def evaluate_expression(src: str, values: dict, *, types: dict | None = None, seed: int = 0,
+                        clean: bool = False) -> Evaluated:
+    """`src` checked with each name of `values` typed by `types` (by default each array's own shape
+    and dtype, `types_of`), asserting no error diagnostic (none at all when `clean`), then evaluated
+    by the runtime's lowering with `values` bound (as JAX arrays) and the random key of `seed`. A
+    tensor result's shape and dtype must be its checked type's (asserted)."""
+    import numpy as np
+    import jax
+    import jax.numpy as jnp
+    from sexpgpu_lang.types import TensorType
+    from sexpgpu_runtime.dtypes import name_of
+    from sexpgpu_runtime.lowering.lowering import Effects
+    expr, fn = lowered_expression(src, types_of(values) if types is None else types, seed=seed, clean=clean)
+    effects = Effects(seed_key=jax.random.key(seed))
+    out = fn({k: jnp.asarray(v) for k, v in values.items()}, effects)
+    if out is not None and isinstance(expr.type, TensorType):
+        out = jnp.asarray(out)
+        assert (tuple(out.shape), name_of(out.dtype)) == (expr.type.shape, expr.type.dtype), expr.type
+    value = None if out is None else jax.tree.map(np.asarray, out)
+    return Evaluated(expr.type, value, {k: float(np.asarray(v)) for k, v in effects.metrics.items()})
 
 
 def sexpgpu_program() -> str | None:

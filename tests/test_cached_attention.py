@@ -9,9 +9,7 @@ import sexpgpu_runtime  # noqa: F401  (enables x64)
 import jax
 import jax.numpy as jnp
 
-from sexpgpu_lang.check import check_expression
-from sexpgpu_lang.types import TensorType
-from sexpgpu_runtime.lowering.lowering import Effects, evaluate
+from helpers import lowered_expression, types_of
 
 B, T, S, D, N, K, H, F, P = 2, 7, 9, 16, 4, 2, 8, 32, 3
 FULL = "(llama-block x (iota [T]) attn-norm wq wk wv wo mlp-norm w-gate w-up w-down)"
@@ -19,10 +17,8 @@ STEP = "(llama-block-cached x pos k-cache v-cache attn-norm wq wk wv wo mlp-norm
 
 
 def compiled(text: str, env: dict):
-    types = {k: TensorType(tuple(v.shape), {"float32": "f32", "int32": "i32"}[str(v.dtype)]) for k, v in env.items()}
-    e, diags = check_expression(text.replace("[T]", f"[{T}]"), types)
-    assert not [d for d in diags if d.is_error], [d.message for d in diags]
-    return e, jax.jit(lambda vals: evaluate(e, vals, Effects(seed_key=jax.random.key(0))))
+    e, fn = lowered_expression(text.replace("[T]", f"[{T}]"), types_of(env))
+    return e, jax.jit(fn)
 
 
 def weights():

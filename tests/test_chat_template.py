@@ -240,20 +240,14 @@ def test_sexpgpu_run_refuses_a_failing_chat_row_before_training(tmp_path):
 def test_the_loader_s_positions_and_start_are_the_standard_library_s_from_its_mask(tmp_path, side):
     # the fields the generator's blocks take directly (docs/stdlib.md, per-row positions): `-positions` is
     # `(padded-positions mask)`, and `-length` minus the width is `(left-padded-start mask)` for left padding
-    import jax
-    import jax.numpy as jnp
-    from sexpgpu_lang.check import check_expression
-    from sexpgpu_lang.types import TensorType
-    from sexpgpu_runtime.lowering.lowering import Effects, evaluate
+    from helpers import evaluate_expression
     (tmp_path / "p.jsonl").write_text("".join(json.dumps({"prompt": list(range(1, n + 1))}) + "\n" for n in (5, 1, 3, 0)))
     fields = (("prompt", (5,), "i32"), ("prompt-length", (), "i32"), ("prompt-mask", (5,), "bool"),
               ("prompt-positions", (5,), "i32"))
     t = table(tmp_path, ("jsonl", {"path": "p.jsonl", "pad-side": side}), fields)
 
     def stdlib(text):
-        e, diags = check_expression(text, {"mask": TensorType((4, 5), "bool")})
-        assert not [d for d in diags if d.is_error], [d.message for d in diags]
-        return np.asarray(evaluate(e, {"mask": jnp.asarray(t["prompt-mask"])}, Effects(seed_key=jax.random.key(0))))
+        return evaluate_expression(text, {"mask": t["prompt-mask"]}).value
     assert t["prompt-positions"].tolist() == stdlib("(padded-positions mask)").tolist()
     if side == "left":
         assert (t["prompt-length"] - 5).tolist() == stdlib("(left-padded-start mask)").tolist() == [0, -4, -2, -5]

@@ -10,25 +10,16 @@ import sysconfig
 import numpy as np
 import pytest
 
-from helpers import SMALL, check, marked, program_of, variant
+from helpers import SMALL, check, evaluate_expression, marked, program_of, variant
 from sexpgpu_lang.ir import LoaderIR
 from sexpgpu_lang.source import Span
 
 B, S, V = 3, 6, 7
 
 
-def _run(text: str, env: dict, seed: int = 0):
-    import sexpgpu_runtime  # noqa: F401
-    import jax
-    import jax.numpy as jnp
-    from sexpgpu_lang.check import check_expression
-    from sexpgpu_lang.types import TensorType
-    from sexpgpu_runtime.lowering.lowering import Effects, evaluate
-    types = {k: TensorType(v.shape, {"int32": "i32", "float32": "f32"}[str(v.dtype)]) for k, v in env.items()}
-    e, diags = check_expression(text, types)
-    assert not diags, [d.message for d in diags]
-    out = evaluate(e, {k: jnp.asarray(v) for k, v in env.items()}, Effects(seed_key=jax.random.key(seed)))
-    return {k: np.asarray(v) for k, v in out.items()} if isinstance(out, dict) else np.asarray(out)
+def evaluated(text: str, env: dict, seed: int = 0):
+    """`text`'s value (NumPy; a dict of them for a plist), checked without any diagnostic."""
+    return evaluate_expression(text, env, seed=seed, clean=True).value
 
 
 def _env():
@@ -42,25 +33,25 @@ def _env():
 def test_row_token_is_each_row_s_token_at_its_column():
     env = _env()
     r = env["r"]
-    assert _run("(row-token r 2)", env).tolist() == r[:, 2:3].tolist()
-    assert _run("(row-token r a)", env).tolist() == r[np.arange(B), env["a"]][:, None].tolist()
+    assert evaluated("(row-token r 2)", env).tolist() == r[:, 2:3].tolist()
+    assert evaluated("(row-token r a)", env).tolist() == r[np.arange(B), env["a"]][:, None].tolist()
 
 
 def test_decode_trip_at_temperature_0_writes_the_argmax_at_each_row_s_column_and_keeps_the_caches():
     env = _env()
     r, l, k = env["r"], env["l"], env["k"]
-    out = _run("(decode-trip r (list :logits l :k k :v (* k 2.0)) a 3 0)", env)
+    out = evaluated("(decode-trip r (list :logits l :k k :v (* k 2.0)) a 3 0)", env)
     want = r.copy()
     want[np.arange(B), env["a"]] = l[:, 0].argmax(-1)
     assert out["row"].tolist() == want.tolist()
     np.testing.assert_array_equal(out["k"], k)
     np.testing.assert_array_equal(out["v"], k * 2)
-    out = _run("(decode-trip r (list :logits l :k k :v k) 2 3 0)", env)   # one column for every row
+    out = evaluated("(decode-trip r (list :logits l :k k :v k) 2 3 0)", env)   # one column for every row
     want = r.copy()
     want[:, 2] = l[:, 0].argmax(-1)
     assert out["row"].tolist() == want.tolist()
     # a column past the row is not written (as `cache-write` drops a position past the cache)
-    assert _run("(decode-trip r (list :logits l :k k :v k) 6 3 0)", env)["row"].tolist() == r.tolist()
+    assert evaluated("(decode-trip r (list :logits l :k k :v k) 6 3 0)", env)["row"].tolist() == r.tolist()
 
 
 def test_decode_trip_samples_from_the_logits_salted():
@@ -69,14 +60,14 @@ def test_decode_trip_samples_from_the_logits_salted():
     env["l"][:, 0, [2, 5]] = 0.0                       # two tokens alike, every other impossible
     seen = set()
     for salt in range(12):
-        out = _run(f"(decode-trip r (list :logits l :k k :v k) a {salt} 1)", env)["row"]
+        out = evaluated(f"(decode-trip r (list :logits l :k k :v k) a {salt} 1)", env)["row"]
         picked = out[np.arange(B), env["a"]]
         assert set(picked.tolist()) <= {2, 5}
         untouched = np.ones((B, S), bool)
         untouched[np.arange(B), env["a"]] = False
         assert (out[untouched] == env["r"][untouched]).all()
         seen.update(picked.tolist())
-        again = _run(f"(decode-trip r (list :logits l :k k :v k) a {salt} 1)", env)["row"]
+        again = evaluated(f"(decode-trip r (list :logits l :k k :v k) a {salt} 1)", env)["row"]
         assert again.tolist() == out.tolist()          # a pure function of the seed and the salt
     assert seen == {2, 5}
 

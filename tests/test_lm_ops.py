@@ -11,24 +11,17 @@ import sexpgpu_runtime  # noqa: F401  (enables x64)
 import jax
 import jax.numpy as jnp
 
-from helpers import numpy_attention
+from helpers import evaluate_expression, numpy_attention
 from sexpgpu_lang import analyze
 from sexpgpu_lang.check import check_expression
 from sexpgpu_lang.explain.cost import COSTS
 from sexpgpu_lang.types import TensorType
-from sexpgpu_runtime.dtypes import name_of
-from sexpgpu_runtime.lowering.lowering import Effects, evaluate
-
-DT = {"float32": "f32", "int32": "i32", "int64": "i64", "bool": "bool", "bfloat16": "bf16"}
 
 
-def run(text: str, **arrays):
-    env = {k: TensorType(tuple(v.shape), DT[str(v.dtype)]) for k, v in arrays.items()}
-    e, diags = check_expression(text, env)
-    assert not [d for d in diags if d.is_error], [d.message for d in diags]
-    out = jnp.asarray(evaluate(e, {k: jnp.asarray(v) for k, v in arrays.items()}, Effects(seed_key=jax.random.key(0))))
-    assert (tuple(out.shape), name_of(out.dtype)) == (e.type.shape, e.type.dtype)
-    return e.type, out
+def evaluated(text: str, **arrays):
+    """(`text`'s checked type, its value), the value's shape and dtype asserted to be the type's."""
+    r = evaluate_expression(text, arrays)
+    return r.type, r.value
 
 
 def errors(text: str, **types):
@@ -46,11 +39,11 @@ def rand(*shape, seed=0):
 @pytest.mark.parametrize("name,fn", [("sin", jnp.sin), ("cos", jnp.cos)])
 def test_sin_cos_are_jax(name, fn):
     x = rand(3, 4)
-    t, out = run(f"({name} x)", x=x)
+    t, out = evaluated(f"({name} x)", x=x)
     assert t.dtype == "f32"
     np.testing.assert_allclose(out, fn(x), rtol=1e-6)
     i = np.arange(6, dtype=np.int32).reshape(2, 3)
-    t, out = run(f"({name} i)", i=i)        # integers give f32, as exp does
+    t, out = evaluated(f"({name} i)", i=i)        # integers give f32, as exp does
     assert t.dtype == "f32"
     np.testing.assert_allclose(out, fn(i.astype(np.float32)), rtol=1e-6)
 
@@ -66,18 +59,18 @@ def test_cumsum_keeps_i32_under_x64():
     """The language keeps the input dtype, as `sum` does (whose jnp default under x64 is i64)."""
     i = np.arange(12, dtype=np.int32).reshape(3, 4)
     assert jnp.sum(jnp.asarray(i)).dtype == jnp.int64
-    t, out = run("(cumsum i :axis 1)", i=i)
+    t, out = evaluated("(cumsum i :axis 1)", i=i)
     assert (t.shape, t.dtype) == ((3, 4), "i32")
     np.testing.assert_array_equal(out, np.cumsum(i, axis=1))
 
 
 def test_cumsum_default_axis_is_the_last_and_bool_counts_in_i32():
     x = rand(2, 3, 4)
-    _, out = run("(cumsum x)", x=x)
+    _, out = evaluated("(cumsum x)", x=x)
     np.testing.assert_allclose(out, jnp.cumsum(x, axis=-1), rtol=1e-6)
     b = np.array([[True, False, True], [True, True, False]])
     assert jnp.cumsum(jnp.asarray(b), axis=0).dtype == jnp.int64     # JAX's default integer under x64
-    t, out = run("(cumsum b :axis 0)", b=b)
+    t, out = evaluated("(cumsum b :axis 0)", b=b)
     assert t.dtype == "i32"
     np.testing.assert_array_equal(out, np.cumsum(b, axis=0))
 
@@ -99,7 +92,7 @@ reference = numpy_attention
 @pytest.mark.parametrize("causal", [False, True])
 def test_attention_is_jax_and_the_formula(kv_heads, causal):
     q, k, v = rand(B, T, N, H), rand(B, T, kv_heads, H, seed=1), rand(B, T, kv_heads, H, seed=2)
-    t, out = run(f"(dot-product-attention q k v :causal {'true' if causal else 'false'})", q=q, k=k, v=v)
+    t, out = evaluated(f"(dot-product-attention q k v :causal {'true' if causal else 'false'})", q=q, k=k, v=v)
     assert (t.shape, t.dtype) == ((B, T, N, H), "f32")
     np.testing.assert_allclose(out, jax.nn.dot_product_attention(q, k, v, is_causal=causal), rtol=1e-6, atol=1e-6)
     np.testing.assert_allclose(out, reference(q, k, v, causal=causal), rtol=1e-5, atol=1e-5)
@@ -109,7 +102,7 @@ def test_attention_mask_broadcasts_and_scale():
     q, k, v = rand(B, T, N, H), rand(B, S, K, H, seed=1), rand(B, S, K, H, seed=2)
     mask = np.random.default_rng(3).random((T, S)) > 0.3
     mask[:, 0] = True                           # every query attends to something
-    _, out = run("(dot-product-attention q k v :mask m :scale 0.5)", q=q, k=k, v=v, m=mask)
+    _, out = evaluated("(dot-product-attention q k v :mask m :scale 0.5)", q=q, k=k, v=v, m=mask)
     np.testing.assert_allclose(out, reference(q, k, v, mask=mask, scale=0.5), rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(out, jax.nn.dot_product_attention(q, k, v, mask=mask[None, None], scale=0.5),
                                rtol=1e-6, atol=1e-6)
@@ -117,7 +110,7 @@ def test_attention_mask_broadcasts_and_scale():
 
 def test_attention_keeps_bf16():
     q = jnp.asarray(rand(B, T, N, H), jnp.bfloat16)
-    t, out = run("(dot-product-attention q q q :causal true)", q=q)
+    t, out = evaluated("(dot-product-attention q q q :causal true)", q=q)
     assert t.dtype == "bf16"
 
 

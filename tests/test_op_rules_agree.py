@@ -9,14 +9,13 @@ import numpy as np
 import pytest
 
 import sexpgpu_runtime  # noqa: F401  (enables x64)
-import jax
 import jax.numpy as jnp
 
-from sexpgpu_lang.check import check_expression
+from helpers import evaluate_expression
 from sexpgpu_lang.ops import EXAMPLE_ENV, REGISTRY
 from sexpgpu_lang.types import PlistType, TensorType
 from sexpgpu_runtime.dtypes import jdt, name_of
-from sexpgpu_runtime.lowering.lowering import LOWERINGS, Effects, evaluate
+from sexpgpu_runtime.lowering.lowering import LOWERINGS
 
 
 def sample(t: TensorType, seed: int):
@@ -36,11 +35,8 @@ def test_registry_and_lowerings_have_the_same_ops():
 def test_jax_agrees_with_rule(name):
     spec = REGISTRY[name]
     assert spec.example, f"{name} has no example"
-    expr, diags = check_expression(spec.example, EXAMPLE_ENV)
-    assert not [d for d in diags if d.is_error], [d.message for d in diags]
     env = {k: sample(t, i) for i, (k, t) in enumerate(EXAMPLE_ENV.items())}
-    out = evaluate(expr, env, Effects(seed_key=jax.random.key(0)))
-    rule = expr.type
+    rule, out, _ = evaluate_expression(spec.example, env, types=EXAMPLE_ENV)
     if isinstance(rule, PlistType):
         for k, t in rule.entries:
             assert (tuple(out[k].shape), name_of(out[k].dtype)) == (t.shape, t.dtype), k
@@ -59,9 +55,7 @@ def test_jax_agrees_with_rule(name):
     ("(+ h 1.0)", (2, 3), "bf16"),              # weak float keeps bf16
 ])
 def test_dtype_rules_where_jax_defaults_differ(text, shape, dtype):
-    expr, diags = check_expression(text, EXAMPLE_ENV)
-    assert not diags
-    assert (expr.type.shape, expr.type.dtype) == (shape, dtype)
     env = {k: sample(t, 1) for k, t in EXAMPLE_ENV.items()}
-    out = jnp.asarray(evaluate(expr, env, Effects(seed_key=jax.random.key(0))))
+    rule, out, _ = evaluate_expression(text, env, types=EXAMPLE_ENV, clean=True)
+    assert (rule.shape, rule.dtype) == (shape, dtype)
     assert (out.shape, name_of(out.dtype)) == (shape, dtype)

@@ -12,25 +12,21 @@ import sexpgpu_runtime  # noqa: F401  (enables x64)
 import jax
 import jax.numpy as jnp
 
+from helpers import lowered_expression, types_of
 from sexpgpu_lang.check import check_expression
 from sexpgpu_lang.types import TensorType
-
-from sexpgpu_runtime.lowering.lowering import Effects, evaluate
 
 B, P, S, D, N, K, H, F = 3, 5, 9, 16, 4, 2, 8, 32
 LENGTHS = [5, 2, 3]          # each row's prompt: left-padded to P
 TRIPS = 3
-_DT = {"float32": "f32", "int32": "i32", "bool": "bool"}
 
 LLAMA = "attn-norm wq wk wv wo mlp-norm w-gate w-up w-down"
 GPT2 = "eps ln1-gain ln1-bias wq bq wk bk wv bv wo bo ln2-gain ln2-bias w1 b1 w2 b2"
 
 
 def compiled(text: str, env: dict):
-    types = {k: TensorType(tuple(np.shape(v)), _DT[str(np.asarray(v).dtype)]) for k, v in env.items()}
-    e, diags = check_expression(text, types)
-    assert not [d for d in diags if d.is_error], [d.message for d in diags]
-    fn = jax.jit(lambda vals: evaluate(e, vals, Effects(seed_key=jax.random.key(0))))
+    _, lowered = lowered_expression(text, types_of(env))
+    fn = jax.jit(lowered)
     return lambda **vals: jax.tree.map(np.asarray, fn({k: jnp.asarray(v) for k, v in {**env, **vals}.items()}))
 
 

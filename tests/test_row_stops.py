@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from helpers import check, program_of, run
+from helpers import check, evaluate_expression, program_of, run
 from runfile import RunFile
 
 #: tiny-generate's student, its completion kept per row: a row stops at an end-of-sequence id (here
@@ -124,31 +124,22 @@ def test_samples_show_a_prompt_without_its_padding_and_a_completion_up_to_its_st
 
 
 def test_the_completion_losses_count_the_mask_s_tokens_only():
-    import sexpgpu_runtime  # noqa: F401
-    import jax
-    import jax.numpy as jnp
-    from sexpgpu_lang.check import check_expression
-    from sexpgpu_lang.types import TensorType
-    from sexpgpu_runtime.lowering.lowering import Effects, evaluate
     rng = np.random.default_rng(0)
     logits = rng.standard_normal((2, 4, 5)).astype(np.float32)
     targets = np.array([[1, 2, -100, 7], [0, 4, 3, 2]], np.int32)     # outside the mask: -100, 7 (past V)
     mask = np.array([[1, 1, 0, 0], [1, 1, 1, 1]], bool)
     env = {"l": logits, "y": targets, "m": mask}
-    types = {"l": TensorType((2, 4, 5), "f32"), "y": TensorType((2, 4), "i32"), "m": TensorType((2, 4), "bool")}
 
-    def run(text):
-        e, diags = check_expression(text, types)
-        assert not diags, [d.message for d in diags]
-        return np.asarray(evaluate(e, {k: jnp.asarray(v) for k, v in env.items()}, Effects(seed_key=jax.random.key(0))))
+    def evaluated(text):
+        return evaluate_expression(text, env, clean=True).value
     logp = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
     picked = np.where(mask, np.take_along_axis(logp, np.where(mask, targets, 0)[..., None], -1)[..., 0], 0)
-    np.testing.assert_allclose(run("(completion-cross-entropy l y m)"), -picked.sum() / mask.sum(), rtol=1e-6)
-    np.testing.assert_allclose(run("(completion-log-prob l y m)"), picked.sum(1), rtol=1e-6)
-    assert run("(row-completion-mask m 3)").tolist() == [[False] * 3 + r for r in mask.tolist()]
+    np.testing.assert_allclose(evaluated("(completion-cross-entropy l y m)"), -picked.sum() / mask.sum(), rtol=1e-6)
+    np.testing.assert_allclose(evaluated("(completion-log-prob l y m)"), picked.sum(1), rtol=1e-6)
+    assert evaluated("(row-completion-mask m 3)").tolist() == [[False] * 3 + r for r in mask.tolist()]
     # no token at all: 0, not a division by zero
     env["m"] = np.zeros((2, 4), bool)
-    assert run("(completion-cross-entropy l y m)") == 0.0
+    assert evaluated("(completion-cross-entropy l y m)") == 0.0
 
 
 HF = Path(__file__).parent / "fixtures" / "hf"

@@ -16,7 +16,7 @@ import sexpgpu_runtime  # noqa: F401  (enables x64)
 import jax.numpy as jnp
 
 from test_stdlib_lm import (B, D, F, H, K, N, T, ref_attention, ref_layer_norm, ref_rms_norm, ref_swiglu, gelu,
-                            rand, run)
+                            rand, evaluated)
 
 
 def ref_inv_freq(h, base, rope_type=None, factor=1.0, low=1.0, high=4.0, original=8192):
@@ -52,7 +52,7 @@ def ref_rotary_freq(x, positions, inv):
 ])
 def test_rope_inv_freq_is_transformers(args, kind):
     h = 64
-    _, out = run(f"(rope-inv-freq {h} {args})")
+    _, out = evaluated(f"(rope-inv-freq {h} {args})")
     base = float(args.split()[0])
     np.testing.assert_allclose(out, ref_inv_freq(h, base, **kind), rtol=2e-6)
 
@@ -60,17 +60,17 @@ def test_rope_inv_freq_is_transformers(args, kind):
 def test_rope_inv_freq_unscaled_is_rotary_bit_for_bit():
     """factor 1 and original 0 give `rotary`'s own frequencies: `rotary-freq` equals `rotary` exactly."""
     x, positions = rand(B, T, N, H), np.arange(T, dtype=np.int32)
-    _, a = run("(rotary x positions 500000.0)", x=x, positions=positions)
-    _, b = run(f"(rotary-freq x positions (rope-inv-freq {H} 500000.0 1.0 1.0 4.0 0))", x=x, positions=positions)
+    _, a = evaluated("(rotary x positions 500000.0)", x=x, positions=positions)
+    _, b = evaluated(f"(rotary-freq x positions (rope-inv-freq {H} 500000.0 1.0 1.0 4.0 0))", x=x, positions=positions)
     assert np.array_equal(a, b)
 
 
 def test_norms_take_their_epsilon():
     x, g, b = rand(B, T, D, scale=1e-3), rand(D, seed=1), rand(D, seed=2)
-    _, out = run("(rms-norm-eps x g 1e-5)", x=x, g=g)
+    _, out = evaluated("(rms-norm-eps x g 1e-5)", x=x, g=g)
     np.testing.assert_allclose(out, ref_rms_norm(x, g, eps=1e-5), rtol=1e-5, atol=1e-6)
     assert not np.allclose(out, ref_rms_norm(x, g, eps=1e-6), rtol=1e-3)
-    _, out = run("(layer-norm-eps x g b 1e-3)", x=x, g=g, b=b)
+    _, out = evaluated("(layer-norm-eps x g b 1e-3)", x=x, g=g, b=b)
     np.testing.assert_allclose(out, ref_layer_norm(x, g, b, eps=1e-3), rtol=1e-5, atol=1e-6)
 
 
@@ -99,7 +99,7 @@ FREQ = f"(rope-inv-freq {H} 500000.0 8.0 1.0 4.0 16)"
 def test_llama_block_freq_is_llama3():
     x, positions = rand(B, T, D), np.arange(T, dtype=np.int32)
     p = _llama_params(False)
-    t, out = run(f"(llama-block-freq x positions {FREQ} 1e-5 g1 wq wk wv wo g2 wg wu wd)", x=x, positions=positions, **p)
+    t, out = evaluated(f"(llama-block-freq x positions {FREQ} 1e-5 g1 wq wk wv wo g2 wg wu wd)", x=x, positions=positions, **p)
     assert (t.shape, t.dtype) == ((B, T, D), "f32")
     inv = ref_inv_freq(H, 500000.0, "llama3", 8.0, 1.0, 4.0, 16)
     np.testing.assert_allclose(out, _ref_llama(x, positions, p, inv, 1e-5), rtol=1e-4, atol=1e-4)
@@ -108,7 +108,7 @@ def test_llama_block_freq_is_llama3():
 def test_qwen2_block_adds_qkv_biases():
     x, positions = rand(B, T, D), np.arange(T, dtype=np.int32)
     p = _llama_params(True)
-    _, out = run(f"(qwen2-block x positions {FREQ} 1e-6 g1 wq bq wk bk wv bv wo g2 wg wu wd)", x=x,
+    _, out = evaluated(f"(qwen2-block x positions {FREQ} 1e-6 g1 wq bq wk bk wv bv wo g2 wg wu wd)", x=x,
                  positions=positions, **p)
     inv = ref_inv_freq(H, 500000.0, "llama3", 8.0, 1.0, 4.0, 16)
     np.testing.assert_allclose(out, _ref_llama(x, positions, p, inv, 1e-6), rtol=1e-4, atol=1e-4)
@@ -126,7 +126,7 @@ def test_qwen3_block_norms_each_head_s_queries_and_keys():
     embedding; the head width H (6) is not D / N (8 / 4)."""
     x, positions = rand(B, T, D), np.arange(T, dtype=np.int32)
     p = _qk_norm_params(False)
-    t, out = run(f"(qwen3-block x positions {FREQ} 1e-6 g1 wq wk wv qn kn wo g2 wg wu wd)", x=x,
+    t, out = evaluated(f"(qwen3-block x positions {FREQ} 1e-6 g1 wq wk wv qn kn wo g2 wg wu wd)", x=x,
                  positions=positions, **p)
     assert (t.shape, t.dtype) == ((B, T, D), "f32") and N * H != D
     inv = ref_inv_freq(H, 500000.0, "llama3", 8.0, 1.0, 4.0, 16)
@@ -143,7 +143,7 @@ def test_qwen3_block_norms_each_head_s_queries_and_keys():
 
 def test_rms_norm_heads_is_over_the_whole_projection():
     x, g = rand(B, T, N, H), rand(N, H, seed=1)
-    _, out = run("(rms-norm-heads x g 1e-5)", x=x, g=g)
+    _, out = evaluated("(rms-norm-heads x g 1e-5)", x=x, g=g)
     flat = ref_rms_norm(x.reshape(B, T, N * H), g.reshape(N * H), 1e-5).reshape(B, T, N, H)
     np.testing.assert_allclose(out, flat, rtol=1e-5, atol=1e-6)
     assert not np.allclose(out, ref_rms_norm(x, g, 1e-5), rtol=1e-3)   # not each head on its own
@@ -166,7 +166,7 @@ def _ref_olmo2(x, positions, p, inv, eps):
 def test_olmo2_block_norms_after_attention_and_the_mlp():
     x, positions = rand(B, T, D), np.arange(T, dtype=np.int32)
     p = _qk_norm_params(True)
-    t, out = run(f"(olmo2-block x positions {FREQ} 1e-5 wq wk wv qn kn wo g1 wg wu wd g2)", x=x,
+    t, out = evaluated(f"(olmo2-block x positions {FREQ} 1e-5 wq wk wv qn kn wo g1 wg wu wd g2)", x=x,
                  positions=positions, **p)
     assert (t.shape, t.dtype) == ((B, T, D), "f32")
     inv = ref_inv_freq(H, 500000.0, "llama3", 8.0, 1.0, 4.0, 16)
@@ -184,14 +184,14 @@ def test_cached_blocks_equal_the_full_forward(block, params, w):
     S = T
     x, positions = rand(B, T, D), np.arange(T, dtype=np.int32)
     p = params
-    _, full = run(f"({block} x positions {FREQ} 1e-5 {w})", x=x, positions=positions, **p)
+    _, full = evaluated(f"({block} x positions {FREQ} 1e-5 {w})", x=x, positions=positions, **p)
     kc, vc = np.zeros((B, S, K, H), np.float32), np.zeros((B, S, K, H), np.float32)
     rows = []
     for start, end in [(0, 3)] + [(i, i + 1) for i in range(3, T)]:
         xs = np.ascontiguousarray(x[:, start:end])
-        _, h = run(f"(getf ({block}-cached xs {start} kc vc {FREQ} 1e-5 {w}) :h)", xs=xs, kc=kc, vc=vc, **p)
-        _, kc = run(f"(getf ({block}-cached xs {start} kc vc {FREQ} 1e-5 {w}) :k)", xs=xs, kc=kc, vc=vc, **p)
-        _, vc = run(f"(getf ({block}-cached xs {start} kc vc {FREQ} 1e-5 {w}) :v)", xs=xs, kc=kc, vc=vc, **p)
+        _, h = evaluated(f"(getf ({block}-cached xs {start} kc vc {FREQ} 1e-5 {w}) :h)", xs=xs, kc=kc, vc=vc, **p)
+        _, kc = evaluated(f"(getf ({block}-cached xs {start} kc vc {FREQ} 1e-5 {w}) :k)", xs=xs, kc=kc, vc=vc, **p)
+        _, vc = evaluated(f"(getf ({block}-cached xs {start} kc vc {FREQ} 1e-5 {w}) :v)", xs=xs, kc=kc, vc=vc, **p)
         rows.append(h)
     np.testing.assert_allclose(np.concatenate(rows, 1), full, rtol=1e-4, atol=1e-4)
 
@@ -209,10 +209,10 @@ GPT2_W = "g1 b1 wq bq wk bk wv bv wo bo g2 b2 w1 c1 w2 c2"
 
 def test_gpt2_block_eps_default_is_gpt2_block_bit_for_bit():
     x, p = rand(B, T, D), _gpt2_params()
-    _, a = run(f"(gpt2-block x {GPT2_W})", x=x, **p)
-    _, b = run(f"(gpt2-block-eps x 1e-5 {GPT2_W})", x=x, **p)
+    _, a = evaluated(f"(gpt2-block x {GPT2_W})", x=x, **p)
+    _, b = evaluated(f"(gpt2-block-eps x 1e-5 {GPT2_W})", x=x, **p)
     assert np.array_equal(a, b)
-    _, c = run(f"(gpt2-block-eps x 0.1 {GPT2_W})", x=x, **p)
+    _, c = evaluated(f"(gpt2-block-eps x 0.1 {GPT2_W})", x=x, **p)
     ln = lambda v, g, b: ref_layer_norm(v, g, b, eps=0.1)  # noqa: E731
     a1 = ln(x, p["g1"], p["b1"])
     q, k, v = (np.einsum("btd,dhk->bthk", a1, p["w" + c_]) + p["b" + c_] for c_ in "qkv")
@@ -224,15 +224,15 @@ def test_gpt2_block_eps_default_is_gpt2_block_bit_for_bit():
 def test_gpt2_block_cached_equals_the_full_forward():
     S = T
     x, p = rand(B, T, D), _gpt2_params()
-    _, full = run(f"(gpt2-block x {GPT2_W})", x=x, **p)
+    _, full = evaluated(f"(gpt2-block x {GPT2_W})", x=x, **p)
     kc, vc = np.zeros((B, S, N, H), np.float32), np.zeros((B, S, N, H), np.float32)
     rows = []
     for start, end in [(0, 2)] + [(i, i + 1) for i in range(2, T)]:
         xs = np.ascontiguousarray(x[:, start:end])
         call = f"(gpt2-block-cached xs {start} kc vc 1e-5 {GPT2_W})"
-        _, h = run(f"(getf {call} :h)", xs=xs, kc=kc, vc=vc, **p)
-        _, kc2 = run(f"(getf {call} :k)", xs=xs, kc=kc, vc=vc, **p)
-        _, vc = run(f"(getf {call} :v)", xs=xs, kc=kc, vc=vc, **p)
+        _, h = evaluated(f"(getf {call} :h)", xs=xs, kc=kc, vc=vc, **p)
+        _, kc2 = evaluated(f"(getf {call} :k)", xs=xs, kc=kc, vc=vc, **p)
+        _, vc = evaluated(f"(getf {call} :v)", xs=xs, kc=kc, vc=vc, **p)
         kc = kc2
         rows.append(h)
     np.testing.assert_allclose(np.concatenate(rows, 1), full, rtol=1e-4, atol=1e-4)

@@ -11,25 +11,19 @@ import numpy as np
 import pytest
 
 import sexpgpu_runtime  # noqa: F401  (enables x64)
-import jax
 import jax.numpy as jnp
 
-from helpers import numpy_attention
+from helpers import evaluate_expression, numpy_attention
 from sexpgpu_lang.check import check_expression
 from sexpgpu_lang.types import TensorType
-from sexpgpu_runtime.lowering.lowering import Effects, evaluate
 
 B, T, D, N, K, H, F = 2, 5, 8, 4, 2, 6, 16
 
 
-def run(text: str, **arrays):
-    """Check `text` with the names' types, lower it with these arrays; the result as NumPy."""
-    env = {k: TensorType(tuple(v.shape), {"float32": "f32", "int32": "i32", "bfloat16": "bf16"}[str(v.dtype)])
-           for k, v in arrays.items()}
-    e, diags = check_expression(text, env)
-    assert not [d for d in diags if d.is_error], [d.message for d in diags]
-    out = evaluate(e, {k: jnp.asarray(v) for k, v in arrays.items()}, Effects(seed_key=jax.random.key(0)))
-    return e.type, np.asarray(jnp.asarray(out, jnp.float32))
+def evaluated(text: str, **arrays):
+    """(`text`'s checked type, its value as f32 NumPy), the names typed by these arrays."""
+    r = evaluate_expression(text, arrays)
+    return r.type, np.asarray(r.value, np.float32)
 
 
 def rand(*shape, seed=0, scale=1.0):
@@ -83,7 +77,7 @@ def ref_swiglu(x, wg, wu, wd):
 
 def test_rms_norm_is_llamas():
     x, g = rand(B, T, D), rand(D, seed=1)
-    t, out = run("(rms-norm x g)", x=x, g=g)
+    t, out = evaluated("(rms-norm x g)", x=x, g=g)
     assert (t.shape, t.dtype) == ((B, T, D), "f32")
     np.testing.assert_allclose(out, ref_rms_norm(x, g), rtol=1e-5, atol=1e-5)
 
@@ -92,14 +86,14 @@ def test_rms_norm_is_llamas():
                          ids=["per-position", "per-row"])
 def test_rotary_is_hf_rotate_half(positions):
     x = rand(B, T, N, H)
-    t, out = run("(rotary x positions 10000)", x=x, positions=positions)
+    t, out = evaluated("(rotary x positions 10000)", x=x, positions=positions)
     assert (t.shape, t.dtype) == ((B, T, N, H), "f32")
     np.testing.assert_allclose(out, ref_rotary(x, positions), rtol=1e-5, atol=1e-5)
 
 
 def test_rotary_base_is_an_argument():
     x, positions = rand(B, T, N, H), np.arange(T, dtype=np.int32) * 7
-    _, out = run("(rotary x positions 500000.0)", x=x, positions=positions)
+    _, out = evaluated("(rotary x positions 500000.0)", x=x, positions=positions)
     np.testing.assert_allclose(out, ref_rotary(x, positions, 500000.0), rtol=1e-5, atol=1e-5)
     assert not np.allclose(out, ref_rotary(x, positions, 10000.0), atol=1e-3)
 
@@ -108,7 +102,7 @@ def test_rotary_keeps_bf16():
     """The angle table is weakly typed (a float constant times integers), so a bf16 query stays
     bf16, as HF's casts cos and sin to the query's dtype."""
     x, positions = rand(B, T, N, H), np.arange(T, dtype=np.int32)
-    t, out = run("(rotary x positions 10000)", x=jnp.asarray(x, jnp.bfloat16), positions=positions)
+    t, out = evaluated("(rotary x positions 10000)", x=jnp.asarray(x, jnp.bfloat16), positions=positions)
     assert t.dtype == "bf16"
     np.testing.assert_allclose(out, ref_rotary(x, positions), rtol=0.05, atol=0.05)
 
@@ -124,14 +118,14 @@ def test_rotary_of_an_odd_width_is_a_shape_error_at_the_call():
 
 def test_swiglu_mlp():
     x, wg, wu, wd = rand(B, T, D), rand(D, F, seed=1), rand(D, F, seed=2), rand(F, D, seed=3)
-    _, out = run("(swiglu-mlp x wg wu wd)", x=x, wg=wg, wu=wu, wd=wd)
+    _, out = evaluated("(swiglu-mlp x wg wu wd)", x=x, wg=wg, wu=wu, wd=wd)
     np.testing.assert_allclose(out, ref_swiglu(x, wg, wu, wd), rtol=1e-4, atol=1e-4)
 
 
 def test_causal_self_attention_keeps_its_results():
     """Re-written on `dot-product-attention`: the same numbers as the explicit masked softmax."""
     x, wq, wk, wv, wo = rand(B, T, D), rand(D, N, H, seed=1), rand(D, N, H, seed=2), rand(D, N, H, seed=3), rand(N, H, D, seed=4)
-    _, out = run("(causal-self-attention x wq wk wv wo)", x=x, wq=wq, wk=wk, wv=wv, wo=wo)
+    _, out = evaluated("(causal-self-attention x wq wk wv wo)", x=x, wq=wq, wk=wk, wv=wv, wo=wo)
     q, k, v = (np.einsum("btd,dhk->bthk", x, w) for w in (wq, wk, wv))
     want = np.einsum("bthk,hkd->btd", ref_attention(q, k, v), wo)
     np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4)
@@ -143,7 +137,7 @@ def test_gpt2_block():
              wk=rand(D, N, H, seed=5, scale=0.3), bk=rand(N, H, seed=6), wv=rand(D, N, H, seed=7), bv=rand(N, H, seed=8),
              wo=rand(N, H, D, seed=9), bo=rand(D, seed=10), g2=rand(D, seed=11), b2=rand(D, seed=12),
              w1=rand(D, F, seed=13), c1=rand(F, seed=14), w2=rand(F, D, seed=15), c2=rand(D, seed=16))
-    t, out = run("(gpt2-block x g1 b1 wq bq wk bk wv bv wo bo g2 b2 w1 c1 w2 c2)", x=x, **p)
+    t, out = evaluated("(gpt2-block x g1 b1 wq bq wk bk wv bv wo bo g2 b2 w1 c1 w2 c2)", x=x, **p)
     assert (t.shape, t.dtype) == ((B, T, D), "f32")
     a = ref_layer_norm(x, p["g1"], p["b1"])
     q, k, v = (np.einsum("btd,dhk->bthk", a, p["w" + c]) + p["b" + c] for c in "qkv")
@@ -158,7 +152,7 @@ def test_llama_block_with_grouped_query_heads():
     p = dict(g1=rand(D, seed=1), wq=rand(D, N, H, seed=2, scale=0.3), wk=rand(D, K, H, seed=3, scale=0.3),
              wv=rand(D, K, H, seed=4), wo=rand(N, H, D, seed=5), g2=rand(D, seed=6), wg=rand(D, F, seed=7),
              wu=rand(D, F, seed=8), wd=rand(F, D, seed=9))
-    t, out = run("(llama-block x positions g1 wq wk wv wo g2 wg wu wd)", x=x, positions=positions, **p)
+    t, out = evaluated("(llama-block x positions g1 wq wk wv wo g2 wg wu wd)", x=x, positions=positions, **p)
     assert (t.shape, t.dtype) == ((B, T, D), "f32")
     a = ref_rms_norm(x, p["g1"])
     q = ref_rotary(np.einsum("btd,dnh->btnh", a, p["wq"]), positions)

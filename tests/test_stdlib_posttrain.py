@@ -18,39 +18,24 @@ import sexpgpu_runtime  # noqa: F401  (enables x64)
 import jax
 import jax.numpy as jnp
 
+from helpers import evaluate_expression, lowered_expression, types_of
 from sexpgpu_lang.check import check_expression
 from sexpgpu_lang.types import TensorType
-from sexpgpu_runtime.lowering.lowering import Effects, evaluate
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "posttrain" / "trl.npz"
-DTYPES = {"float32": "f32", "int32": "i32", "bfloat16": "bf16", "bool": "bool"}
 
 
-def _typed(text: str, arrays: dict):
-    env = {k: TensorType(tuple(v.shape), DTYPES[str(v.dtype)]) for k, v in arrays.items()}
-    e, diags = check_expression(text, env)
-    assert not [d for d in diags if d.is_error], [d.message for d in diags]
-    return e
-
-
-def run(text: str, **arrays):
-    """Check `text` with the names' types, lower it with these arrays: (its type, its value, the
-    metrics it reported)."""
-    e = _typed(text, arrays)
-    fx = Effects(seed_key=jax.random.key(0))
-    out = evaluate(e, {k: jnp.asarray(v) for k, v in arrays.items()}, fx)
-    value = None if out is None else np.asarray(jnp.asarray(out, jnp.float32))
-    return e.type, value, {k: float(np.asarray(v)) for k, v in fx.metrics.items()}
+def evaluated(text: str, **arrays):
+    """(`text`'s checked type, its value as f32 NumPy or None, the metrics it reported)."""
+    r = evaluate_expression(text, arrays)
+    return r.type, None if r.value is None else np.asarray(r.value, np.float32), r.metrics
 
 
 def grad(text: str, wrt: str, **arrays):
     """The gradient of scalar `text` with respect to the array `wrt`."""
-    e = _typed(text, arrays)
+    _, f = lowered_expression(text, types_of(arrays))
     env = {k: jnp.asarray(v) for k, v in arrays.items()}
-
-    def f(x):
-        return evaluate(e, {**env, wrt: x}, Effects(seed_key=jax.random.key(0)))
-    return np.asarray(jax.grad(f)(env[wrt]))
+    return np.asarray(jax.grad(lambda x: f({**env, wrt: x}))(env[wrt]))
 
 
 def rng(seed=0):
@@ -103,7 +88,7 @@ def surrogate(lp, old, adv, lo, hi):
 
 def test_token_log_probs_pick_each_token_and_zero_outside_the_mask():
     x = inputs()
-    typ, got, _ = run("(token-log-probs s tok m)", s=x["s"], tok=x["tok"], m=x["m"])
+    typ, got, _ = evaluated("(token-log-probs s tok m)", s=x["s"], tok=x["tok"], m=x["m"])
     want = np.take_along_axis(log_softmax(x["s"]), x["tok"][..., None], -1)[..., 0] * x["m"]
     assert typ.show() == f"[{B} {T}] f32"
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
@@ -111,7 +96,7 @@ def test_token_log_probs_pick_each_token_and_zero_outside_the_mask():
 
 def test_token_entropy_is_minus_sum_p_log_p():
     x = inputs()
-    _, got, _ = run("(token-entropy s m)", s=x["s"], m=x["m"])
+    _, got, _ = evaluated("(token-entropy s m)", s=x["s"], m=x["m"])
     lp = log_softmax(x["s"])
     np.testing.assert_allclose(got, -(np.exp(lp) * lp).sum(-1) * x["m"], rtol=1e-5, atol=1e-6)
 
@@ -119,7 +104,7 @@ def test_token_entropy_is_minus_sum_p_log_p():
 @pytest.mark.parametrize("fn", ["forward-kl", "reverse-kl"])
 def test_kl_directions_over_the_vocabulary_averaged_over_the_mask(fn):
     x = inputs()
-    _, got, _ = run(f"({fn} s t m)", s=x["s"], t=x["t"], m=x["m"])
+    _, got, _ = evaluated(f"({fn} s t m)", s=x["s"], t=x["t"], m=x["m"])
     s, t = log_softmax(x["s"]), log_softmax(x["t"])
     per = (np.exp(t) * (t - s)).sum(-1) if fn == "forward-kl" else (np.exp(s) * (s - t)).sum(-1)
     np.testing.assert_allclose(got, token_mean(per, x["m"]), rtol=1e-5)
@@ -128,7 +113,7 @@ def test_kl_directions_over_the_vocabulary_averaged_over_the_mask(fn):
 @pytest.mark.parametrize("beta", [0.0, 0.2, 0.5, 0.9, 1.0])
 def test_generalized_jsd_is_gkds_formula(beta):
     x = inputs()
-    _, got, _ = run(f"(generalized-jsd s t {beta} m)", s=x["s"], t=x["t"], m=x["m"])
+    _, got, _ = evaluated(f"(generalized-jsd s t {beta} m)", s=x["s"], t=x["t"], m=x["m"])
     s, t = log_softmax(x["s"]), log_softmax(x["t"])
     ps, pt = np.exp(s), np.exp(t)
     if beta == 0:
@@ -151,7 +136,7 @@ def test_generalized_jsd_at_the_ends_has_a_finite_gradient():
 
 def test_repeat_rows_repeats_each_row_in_place():
     x = inputs()
-    typ, got, _ = run("(repeat-rows tok 3)", tok=x["tok"])
+    typ, got, _ = evaluated("(repeat-rows tok 3)", tok=x["tok"])
     assert typ.show() == f"[{B * 3} {T}] i32"
     np.testing.assert_array_equal(got, np.repeat(x["tok"], 3, axis=0))
 
@@ -159,7 +144,7 @@ def test_repeat_rows_repeats_each_row_in_place():
 def test_top_k_rows_keeps_the_best_scored_rows_best_first():
     x = inputs()
     scores = np.array([0.3, 2.0, -1.0, 0.9], np.float32)
-    typ, got, _ = run("(top-k-rows s scores 2)", s=x["s"], scores=scores)
+    typ, got, _ = evaluated("(top-k-rows s scores 2)", s=x["s"], scores=scores)
     assert typ.show() == f"[2 {T} {V}] f32"
     np.testing.assert_array_equal(got, x["s"][[1, 3]])
     e, diags = check_expression("(top-k-rows s scores 5)", {"s": TensorType((B, T, V), "f32"), "scores": TensorType((B,), "f32")})
@@ -168,19 +153,19 @@ def test_top_k_rows_keeps_the_best_scored_rows_best_first():
 
 def test_group_advantages_centre_and_scale_each_group():
     x = inputs()
-    _, got, _ = run("(group-advantages r 4)", r=x["r"])
+    _, got, _ = evaluated("(group-advantages r 4)", r=x["r"])
     g = x["r"].astype(np.float64).reshape(-1, 4)
     c = g - g.mean(1, keepdims=True)
     want = (c / (g.std(1, ddof=1, keepdims=True) + 1e-4)).reshape(-1)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
-    _, got, _ = run("(group-advantages-unscaled r 2)", r=x["r"])
+    _, got, _ = evaluated("(group-advantages-unscaled r 2)", r=x["r"])
     g = x["r"].reshape(-1, 2)
     np.testing.assert_allclose(got, (g - g.mean(1, keepdims=True)).reshape(-1), atol=1e-7)
 
 
 def test_clipped_surrogate_clips_the_ratio_with_two_epsilons():
     x = inputs()
-    _, got, _ = run("(clipped-surrogate lp old adv 0.2 0.28 m)", lp=x["lp"], old=x["old"], adv=x["adv"], m=x["m"])
+    _, got, _ = evaluated("(clipped-surrogate lp old adv 0.2 0.28 m)", lp=x["lp"], old=x["old"], adv=x["adv"], m=x["m"])
     want = surrogate(x["lp"], x["old"], x["adv"], 0.2, 0.28) * x["m"]
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
     ratio = np.exp(x["lp"] - x["old"])
@@ -191,7 +176,7 @@ def test_clipped_surrogate_clips_the_ratio_with_two_epsilons():
 def test_grpo_losses_normalise_as_named(fn, norm):
     x = inputs()
     extra = " 8" if norm == "constant" else ""
-    _, got, _ = run(f"({fn} lp old adv 0.2 0.28 m{extra})", lp=x["lp"], old=x["old"], adv=x["adv"], m=x["m"])
+    _, got, _ = evaluated(f"({fn} lp old adv 0.2 0.28 m{extra})", lp=x["lp"], old=x["old"], adv=x["adv"], m=x["m"])
     per = surrogate(x["lp"], x["old"], x["adv"], 0.2, 0.28)
     want = {"sequence": sequence_mean(per, x["m"]), "token": token_mean(per, x["m"]),
             "constant": (per * x["m"]).sum() / (B * 8)}[norm]
@@ -200,19 +185,19 @@ def test_grpo_losses_normalise_as_named(fn, norm):
 
 def test_the_normalisations_alone():
     x = inputs()
-    _, a, _ = run("(token-mean lp m)", lp=x["lp"], m=x["m"])
-    _, b, _ = run("(sequence-mean lp m)", lp=x["lp"], m=x["m"])
-    _, c, _ = run("(constant-mean lp m 6)", lp=x["lp"], m=x["m"])
+    _, a, _ = evaluated("(token-mean lp m)", lp=x["lp"], m=x["m"])
+    _, b, _ = evaluated("(sequence-mean lp m)", lp=x["lp"], m=x["m"])
+    _, c, _ = evaluated("(constant-mean lp m 6)", lp=x["lp"], m=x["m"])
     np.testing.assert_allclose([a, b, c], [token_mean(x["lp"], x["m"]), sequence_mean(x["lp"], x["m"]),
                                            (x["lp"] * x["m"]).sum() / (B * 6)], rtol=1e-5)
-    _, none, _ = run("(token-mean lp m)", lp=x["lp"], m=np.zeros((B, T), bool))
+    _, none, _ = evaluated("(token-mean lp m)", lp=x["lp"], m=np.zeros((B, T), bool))
     assert none == 0.0   # no token: 0, not NaN
 
 
 @pytest.mark.parametrize("k", ["k1", "k2", "k3"])
 def test_kl_estimators(k):
     x = inputs()
-    _, got, _ = run(f"(kl-{k} lp ref m)", lp=x["lp"], ref=x["ref"], m=x["m"])
+    _, got, _ = evaluated(f"(kl-{k} lp ref m)", lp=x["lp"], ref=x["ref"], m=x["m"])
     d = x["lp"].astype(np.float64) - x["ref"]
     want = {"k1": d, "k2": d * d / 2, "k3": np.exp(-d) + d - 1}[k] * x["m"]
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7)
@@ -220,8 +205,8 @@ def test_kl_estimators(k):
 
 def test_a_float_mask_weighs_as_a_bool_one():
     x = inputs()
-    _, a, _ = run("(forward-kl s t m)", s=x["s"], t=x["t"], m=x["m"])
-    _, b, _ = run("(forward-kl s t m)", s=x["s"], t=x["t"], m=x["m"].astype(np.float32))
+    _, a, _ = evaluated("(forward-kl s t m)", s=x["s"], t=x["t"], m=x["m"])
+    _, b, _ = evaluated("(forward-kl s t m)", s=x["s"], t=x["t"], m=x["m"].astype(np.float32))
     assert a == b
 
 
@@ -230,7 +215,7 @@ def test_under_bf16_inputs_the_results_are_f32():
     s16 = jnp.asarray(x["s"], jnp.bfloat16)
     for text in ("(forward-kl s t m)", "(generalized-jsd s t 0.5 m)", "(token-entropy s m)", "(token-log-probs s tok m)",
                  "(grpo-loss lp lp adv 0.2 0.2 m)"):
-        typ, got, _ = run(text, s=s16, t=s16, tok=x["tok"], m=x["m"], lp=jnp.asarray(x["lp"], jnp.bfloat16),
+        typ, got, _ = evaluated(text, s=s16, t=s16, tok=x["tok"], m=x["m"], lp=jnp.asarray(x["lp"], jnp.bfloat16),
                           adv=x["adv"])
         assert typ.dtype == "f32", (text, typ.show())
         assert np.isfinite(got).all()
@@ -238,7 +223,7 @@ def test_under_bf16_inputs_the_results_are_f32():
 
 def test_completion_metrics_report_entropy_and_lengths():
     x = inputs()
-    typ, _, metrics = run("(completion-metrics s m)", s=x["s"], m=x["m"])
+    typ, _, metrics = evaluated("(completion-metrics s m)", s=x["s"], m=x["m"])
     lp = log_softmax(x["s"])
     assert typ.show() == "nil"
     np.testing.assert_allclose(metrics["entropy"], token_mean(-(np.exp(lp) * lp).sum(-1), x["m"]), rtol=1e-5)
@@ -257,12 +242,12 @@ def trl():
 
 @pytest.mark.parametrize("beta", [0.0, 0.3, 0.5, 1.0])
 def test_generalized_jsd_gives_trls_number(trl, beta):
-    _, got, _ = run(f"(generalized-jsd s t {beta} m)", s=trl["student"], t=trl["teacher"], m=trl["mask"])
+    _, got, _ = evaluated(f"(generalized-jsd s t {beta} m)", s=trl["student"], t=trl["teacher"], m=trl["mask"])
     np.testing.assert_allclose(got, trl[f"jsd_{beta}"], rtol=1e-5)
 
 
 def test_group_advantages_give_trls(trl):
-    _, got, _ = run("(group-advantages r 2)", r=trl["rewards"])
+    _, got, _ = evaluated("(group-advantages r 2)", r=trl["rewards"])
     np.testing.assert_allclose(got, trl["advantages"], rtol=1e-5, atol=1e-6)
 
 
@@ -274,20 +259,20 @@ def test_group_advantages_give_trls(trl):
 ])
 def test_grpo_loss_and_gradient_give_trls(trl, loss_type, text):
     arrays = dict(lp=trl["log_p"], old=trl["old_log_p"], ref=trl["ref_log_p"], adv=trl["advantages"], m=trl["mask"])
-    _, got, _ = run(text, **arrays)
+    _, got, _ = evaluated(text, **arrays)
     np.testing.assert_allclose(got, trl[f"{loss_type}_loss"], rtol=1e-5)
     np.testing.assert_allclose(grad(text, "lp", **arrays), trl[f"{loss_type}_grad"], rtol=1e-4, atol=1e-7)
 
 
 def test_grpo_loss_without_kl_is_the_surrogates_sequence_mean(trl):
     arrays = dict(lp=trl["log_p"], old=trl["old_log_p"], adv=trl["advantages"], m=trl["mask"])
-    _, a, _ = run("(grpo-loss lp old adv 0.2 0.28 m)", **arrays)
-    _, b, _ = run("(sequence-mean (clipped-surrogate lp old adv 0.2 0.28 m) m)", **arrays)
+    _, a, _ = evaluated("(grpo-loss lp old adv 0.2 0.28 m)", **arrays)
+    _, b, _ = evaluated("(sequence-mean (clipped-surrogate lp old adv 0.2 0.28 m) m)", **arrays)
     assert a == b
 
 
 def test_grpo_metrics_give_trls_logged_ones(trl):
-    _, _, metrics = run("(grpo-metrics r s lp old ref adv 0.2 0.28 m)", r=trl["rewards"], s=trl["student"],
+    _, _, metrics = evaluated("(grpo-metrics r s lp old ref adv 0.2 0.28 m)", r=trl["rewards"], s=trl["student"],
                         lp=trl["log_p"], old=trl["old_log_p"], ref=trl["ref_log_p"], adv=trl["advantages"],
                         m=trl["mask"])
     np.testing.assert_allclose(metrics["kl"], trl["kl"], rtol=1e-5)

@@ -18,11 +18,11 @@ import sexpgpu_runtime  # noqa: F401  (enables x64)
 import jax
 import jax.numpy as jnp
 
-from helpers import program_of
+from helpers import evaluate_expression, lowered_expression, program_of, types_of
 from runfile import RunFile
 from sexpgpu_lang.check import check_expression
 from sexpgpu_lang.types import TensorType
-from test_stdlib_posttrain import grad, log_softmax, run, sequence_mean, surrogate, token_mean
+from test_stdlib_posttrain import evaluated, grad, log_softmax, sequence_mean, surrogate, token_mean
 
 
 # --------------------------------------------------------------------------- repeat-prompts
@@ -31,11 +31,11 @@ from test_stdlib_posttrain import grad, log_softmax, run, sequence_mean, surroga
 def test_repeat_prompts_repeats_each_prompt_in_place_then_fills_the_columns():
     p = np.array([[3, 4, 5], [6, 7, 8]], np.int32)
     m = np.array([[False, True, True], [True, True, True]])
-    typ, got, _ = run("(repeat-prompts p 3 5 0)", p=p)
+    typ, got, _ = evaluated("(repeat-prompts p 3 5 0)", p=p)
     want = np.concatenate([np.repeat(p, 3, axis=0), np.zeros((6, 2), np.int32)], axis=1)
     assert typ.show() == "[6 5] i32"          # the literal fill takes the prompt's dtype (not x64's i64)
     np.testing.assert_array_equal(got, want)
-    typ, got, _ = run("(repeat-prompts m 3 5 true)", m=m)
+    typ, got, _ = evaluated("(repeat-prompts m 3 5 true)", m=m)
     assert typ.show() == "[6 5] bool"
     np.testing.assert_array_equal(got, np.concatenate([np.repeat(m, 3, axis=0), np.ones((6, 2), bool)], axis=1))
 
@@ -43,11 +43,9 @@ def test_repeat_prompts_repeats_each_prompt_in_place_then_fills_the_columns():
 def test_broadcast_to_of_a_literal_lowers_to_the_rule_s_dtype():
     """`broadcast-to` of a weakly typed literal is the checker's dtype, as the rule says (x64's i64 was
     an internal error)."""
-    e, diags = check_expression("(broadcast-to 7 [2 3])", {})
-    assert not diags and e.type.show() == "[2 3] i32*"   # weak, as the literal
-    from sexpgpu_runtime.lowering.lowering import Effects, evaluate
-    out = evaluate(e, {}, Effects(seed_key=jax.random.key(0)))
-    assert out.dtype == jnp.int32 and np.asarray(out).tolist() == [[7] * 3] * 2
+    typ, out, _ = evaluate_expression("(broadcast-to 7 [2 3])", {}, clean=True)
+    assert typ.show() == "[2 3] i32*"   # weak, as the literal
+    assert out.dtype == np.int32 and out.tolist() == [[7] * 3] * 2
 
 
 # --------------------------------------------------------------------------- the objectives in one call
@@ -76,7 +74,7 @@ def _predicts_a_sampled_token(m):
 @pytest.mark.parametrize("beta", [0.0, 0.5, 1.0])
 def test_gkd_objective_is_the_generalized_jsd_with_agreement_and_completion_metrics(beta):
     x = _gkd_inputs()
-    typ, got, metrics = run(f"(gkd-objective s t {beta} m)", **x)
+    typ, got, metrics = evaluated(f"(gkd-objective s t {beta} m)", **x)
     s, t = log_softmax(x["s"]), log_softmax(x["t"])
     m = _predicts_a_sampled_token(x["m"])
     assert m.sum() == 5 and not m[:, -1].any()        # 3 + 1 + 1 sampled tokens; the last column never
@@ -102,11 +100,11 @@ def test_gkd_objective_reads_nothing_of_the_last_column_s_logits():
     """The last column's logits predict a token past the row: changing them changes nothing (TRL's
     GKDTrainer drops that position too)."""
     x = _gkd_inputs()
-    _, got, metrics = run("(gkd-objective s t 0.0 m)", **x)
+    _, got, metrics = evaluated("(gkd-objective s t 0.0 m)", **x)
     y = dict(x, s=x["s"].copy(), t=x["t"].copy())
     y["s"][:, -1] = 50.0 * np.arange(6)
     y["t"][:, -1] = -50.0 * np.arange(6)
-    _, again, metrics_again = run("(gkd-objective s t 0.0 m)", **y)
+    _, again, metrics_again = evaluated("(gkd-objective s t 0.0 m)", **y)
     assert float(again) == float(got) and metrics_again == metrics
 
 
@@ -137,7 +135,7 @@ def _grpo_numpy(x, beta=0.04):
 
 def test_grpo_objective_is_trls_loss_from_the_logits_with_its_metrics():
     x = _grpo_inputs()
-    typ, got, metrics = run(GRPO, **x)
+    typ, got, metrics = evaluated(GRPO, **x)
     want, lp, ref, m = _grpo_numpy(x)
     assert typ.show() == "[] f32"
     np.testing.assert_allclose(got, want, rtol=1e-5)
@@ -221,7 +219,7 @@ def test_a_completion_mask_may_be_bool_integer_or_float_and_counts_the_same(call
     """One rule for every post-training function's mask (TRL's are integer 0/1): bool, i32 and f32
     0/1 masks give the same loss and metrics."""
     x = _gkd_inputs() if call.startswith("(gkd") else _grpo_inputs()
-    got = [run(call, **{**x, "m": x["m"].astype(dt)}) for dt in (bool, np.int32, np.float32)]
+    got = [evaluated(call, **{**x, "m": x["m"].astype(dt)}) for dt in (bool, np.int32, np.float32)]
     for typ, value, metrics in got[1:]:
         assert typ.show() == "[] f32"
         np.testing.assert_allclose(value, got[0][1], rtol=1e-6)
@@ -335,15 +333,12 @@ def test_a_where_on_two_numbers_lowers_to_the_branch_it_selects():
     """`generalized-jsd` at beta 0 is `forward-kl` bit for bit, value and gradient, under `jit`: its
     `(where (<= beta 0.0) ...)` compares two numbers, so the lowering takes that branch alone (the
     others are never differentiated: XLA does not fold their zeros-times-operands backward away)."""
-    from sexpgpu_runtime.lowering.lowering import Effects, evaluate
     x = _gkd_inputs(2)
     env = {k: jnp.asarray(v) for k, v in x.items()}
-    types = {k: TensorType(tuple(v.shape), {"float32": "f32", "bool": "bool"}[str(v.dtype)]) for k, v in x.items()}
 
     def jitted(text):
-        e, diags = check_expression(text, types)
-        assert not diags
-        f = jax.jit(lambda s: evaluate(e, {**env, "s": s}, Effects(seed_key=jax.random.key(0))))
+        _, fn = lowered_expression(text, types_of(x), clean=True)
+        f = jax.jit(lambda s: fn({**env, "s": s}))
         return f, jax.jit(jax.grad(f))
     jsd, jsd_grad = jitted("(generalized-jsd s t 0.0 m)")
     fwd, fwd_grad = jitted("(forward-kl s t m)")

@@ -1,7 +1,8 @@
 """How the tests build run files, held by counts: string surgery on whole run files (`variant()`
-calls and `.replace()` of run-file text) stays at or under its ceiling, and no test file defines
-its own `run` (helpers.run trains a run file in this process; tests/runfile.py's `RunFile`
-changes a run file by form name).
+calls and `.replace()` of run-file text) stays at or under its ceiling, no test file defines its
+own `run` (helpers.run trains a run file in this process; tests/runfile.py's `RunFile` changes a
+run file by form name), and no test file evaluates an expression with the runtime's lowering
+itself (helpers.evaluate_expression and helpers.lowered_expression check and evaluate one).
 
 `python tests/test_test_conventions.py` prints the counts, file by file (what the ceilings were
 set from). Lower a ceiling when a change brings its count down; a new test that needs a changed
@@ -77,24 +78,45 @@ def test_string_surgery_on_run_files_stays_under_its_ceiling():
             f"the heaviest files: {counts[kind].most_common(5)}")
 
 
-#: Files whose `run` evaluates one expression with arrays bound (lowered by the runtime), not a run
-#: file: a different helper under the same name, left to a later change.
-EXPRESSION_RUNS = {"test_decode_ops.py", "test_decode_trip.py", "test_lm_ops.py", "test_row_stops.py",
-                   "test_stdlib_lm.py", "test_stdlib_posttrain.py"}
+def own_evaluations(root: Path = TESTS) -> list[str]:
+    """`file:line` of each place a test file evaluates an expression with the runtime's lowering
+    itself: an import of its `evaluate` (`from sexpgpu_runtime.lowering.lowering import evaluate`)
+    or a call of a function or method named `evaluate` (tests/helpers.py's is the one)."""
+    found = []
+    for path in sorted(root.glob("test_*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            imported = isinstance(node, ast.ImportFrom) and (node.module or "").startswith("sexpgpu_runtime") \
+                and any(a.name == "evaluate" for a in node.names)
+            called = isinstance(node, ast.Call) and (
+                (isinstance(node.func, ast.Name) and node.func.id == "evaluate")
+                or (isinstance(node.func, ast.Attribute) and node.func.attr == "evaluate"))
+            if imported or called:
+                found.append(f"{path.name}:{node.lineno}")
+    return found
 
 
 def test_no_test_file_defines_its_own_run():
-    own = [d for d in run_definitions() if d.split(":")[0] not in EXPRESSION_RUNS]
-    assert own == [], "train a run file with helpers.run (in this process) instead of a file's own `run`"
+    assert run_definitions() == [], "train a run file with helpers.run (in this process) instead of a file's own `run`"
+
+
+def test_no_test_file_checks_and_evaluates_an_expression_itself():
+    assert own_evaluations() == [], (
+        "check and evaluate an expression with helpers.evaluate_expression (its value as NumPy) or "
+        "helpers.lowered_expression (a function to jit or differentiate), not the lowering's `evaluate`")
 
 
 def test_the_counters_see_what_they_count(tmp_path):
     (tmp_path / "test_x.py").write_text(
         "t = variant('(a)', '(b)')\nu = t.replace(':every 1', ':every 2').replace('PATH', p)\n"
         "v = text.replace(old, new)\ndef run(x):\n    pass\n")
+    (tmp_path / "test_y.py").write_text(
+        "from sexpgpu_runtime.lowering.lowering import Effects, evaluate\n"
+        "from sexpgpu_runtime.lowering import lowering\n"
+        "out = lowering.evaluate(e, env, fx)\nhelpers.evaluate_expression('(sum x)', env)\n")
     counts = surgery_counts(tmp_path)
     assert (counts["variant"]["test_x.py"], counts["replace"]["test_x.py"]) == (1, 2)
     assert run_definitions(tmp_path) == ["test_x.py:4"]
+    assert own_evaluations(tmp_path) == ["test_y.py:1", "test_y.py:3"]
 
 
 if __name__ == "__main__":
@@ -105,4 +127,5 @@ if __name__ == "__main__":
             if n:
                 print(f"  {n:4d} {name}")
     print("run definitions:", run_definitions() or "none")
+    print("own evaluations:", own_evaluations() or "none")
     sys.exit(0)
