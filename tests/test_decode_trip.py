@@ -79,7 +79,7 @@ def test_decode_trip_s_arguments_are_checked_at_the_call():
              "a": TensorType((B + 1,), "i32"), "p": TensorType((), "f32")}
     for text, code, what in [("(row-token f 2)", "E-TYPE-002", "[B S] token ids"),
                              ("(row-token r a)", "E-SHAPE-005", "one per row"),
-                             ("(row-token r p)", "E-TYPE-002", "an integer position"),
+                             ("(row-token r p)", "E-TYPE-002", "an integer column"),
                              ("(decode-trip f (list :logits l :k l :v l) 2 0 1)", "E-TYPE-002", "[B S] token ids")]:
         _, diags = check_expression(text, types)
         assert [d.code for d in diags] == [code], (text, [d.message for d in diags])
