@@ -67,6 +67,19 @@ def log_softmax(x):
     return x - np.log(np.exp(x).sum(-1, keepdims=True))
 
 
+def gjsd_per_token(s, t, beta):
+    """GKD's generalized JSD per token (its paper's eq. 1, TRL's `generalized_jsd_loss` before the
+    reduction) of the student's log-probs `s` and the teacher's `t` [..., V]: forward KL at beta 0,
+    reverse KL at 1."""
+    ps, pt = np.exp(s), np.exp(t)
+    if beta == 0:
+        return (pt * (t - s)).sum(-1)
+    if beta == 1:
+        return (ps * (s - t)).sum(-1)
+    mix = np.log(beta * pt + (1 - beta) * ps)
+    return beta * (pt * (t - mix)).sum(-1) + (1 - beta) * (ps * (s - mix)).sum(-1)
+
+
 def token_mean(x, m):
     m = m.astype(np.float64)
     return (x * m).sum() / max(m.sum(), 1.0)
@@ -115,14 +128,7 @@ def test_generalized_jsd_is_gkds_formula(beta):
     x = inputs()
     _, got, _ = evaluated(f"(generalized-jsd s t {beta} m)", s=x["s"], t=x["t"], m=x["m"])
     s, t = log_softmax(x["s"]), log_softmax(x["t"])
-    ps, pt = np.exp(s), np.exp(t)
-    if beta == 0:
-        per = (pt * (t - s)).sum(-1)
-    elif beta == 1:
-        per = (ps * (s - t)).sum(-1)
-    else:
-        mix = np.log(beta * pt + (1 - beta) * ps)
-        per = beta * (pt * (t - mix)).sum(-1) + (1 - beta) * (ps * (s - mix)).sum(-1)
+    per = gjsd_per_token(s, t, beta)
     np.testing.assert_allclose(got, token_mean(per, x["m"]), rtol=1e-5, atol=1e-7)
 
 

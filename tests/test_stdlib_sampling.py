@@ -22,7 +22,7 @@ from helpers import evaluate_expression, lowered_expression, program_of, types_o
 from runfile import RunFile
 from sexpgpu_lang.check import check_expression
 from sexpgpu_lang.types import TensorType
-from test_stdlib_posttrain import evaluated, grad, log_softmax, sequence_mean, surrogate, token_mean
+from test_stdlib_posttrain import evaluated, gjsd_per_token, grad, log_softmax, sequence_mean, surrogate, token_mean
 
 
 # --------------------------------------------------------------------------- repeat-prompts
@@ -78,20 +78,13 @@ def test_gkd_objective_is_the_generalized_jsd_with_agreement_and_completion_metr
     s, t = log_softmax(x["s"]), log_softmax(x["t"])
     m = _predicts_a_sampled_token(x["m"])
     assert m.sum() == 5 and not m[:, -1].any()        # 3 + 1 + 1 sampled tokens; the last column never
-    ps, pt = np.exp(s), np.exp(t)
-    if beta == 0:
-        per = (pt * (t - s)).sum(-1)
-    elif beta == 1:
-        per = (ps * (s - t)).sum(-1)
-    else:
-        mix = np.log(beta * pt + (1 - beta) * ps)
-        per = beta * (pt * (t - mix)).sum(-1) + (1 - beta) * (ps * (s - mix)).sum(-1)
+    per = gjsd_per_token(s, t, beta)
     assert typ.show() == "[] f32"
     np.testing.assert_allclose(got, token_mean(per, m), rtol=1e-5)
     assert metrics["loss"] == pytest.approx(float(got))
     agree = (x["s"].argmax(-1) == x["t"].argmax(-1))
     assert metrics["agreement"] == pytest.approx(token_mean(agree, m))
-    np.testing.assert_allclose(metrics["entropy"], token_mean(-(ps * s).sum(-1), m), rtol=1e-5)
+    np.testing.assert_allclose(metrics["entropy"], token_mean(-(np.exp(s) * s).sum(-1), m), rtol=1e-5)
     assert metrics["completion-length"] == pytest.approx(5 / 3) and metrics["completion-length-max"] == 3
     assert metrics["stopped"] == pytest.approx(1 / 3)   # row 1 alone ends before the last column
 
