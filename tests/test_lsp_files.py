@@ -61,7 +61,7 @@ async def test_a_reward_s_python_file_is_read_never_imported(client: LanguageCli
     its import would write IMPORTED beside it (tests/test_rewards.py checks lint and explain)."""
     from test_rewards import BOOBY_TRAP, small_text
     (tmp_path / "arith_reward.py").write_text(BOOBY_TRAP)
-    text = small_text(**{':function "score"': ':function "scor"'})
+    text = small_text().set("defgenerate :reward :function", '"scor"')
     doc = Doc(client, (tmp_path / "run.sx").as_uri(), text)
     got = (await published(client, doc.uri, 1)).diagnostics
     assert [(d.code, d.message.split("\nhelp: ")[0]) for d in got] == [
