@@ -48,7 +48,8 @@ def _run_and_signal(tmp_path: Path, k: int, sig: int, delay: float) -> tuple[int
 
 def test_a_sigterm_or_sigint_after_the_trained_line_exits_0_saying_so(tmp_path):
     said = 0
-    for k, (sig, delay) in enumerate([(signal.SIGTERM, 0.0), (signal.SIGTERM, 0.05), (signal.SIGINT, 0.0)]):
+    trials = [(signal.SIGTERM, 0.0), (signal.SIGTERM, 0.05), (signal.SIGINT, 0.0)] * 3
+    for k, (sig, delay) in enumerate(trials):
         rc, err, alive = _run_and_signal(tmp_path, k, sig, delay)
         assert rc == 0, (signal.Signals(sig).name, delay, rc, err)
         assert "Traceback" not in err and "trained 2 steps" in err, err
@@ -56,5 +57,8 @@ def test_a_sigterm_or_sigint_after_the_trained_line_exits_0_saying_so(tmp_path):
         said += line in err
         if not alive:
             assert line not in err
-    # the process takes a few tenths of a second to end after its last line: the signal lands in it
+        if said and k >= 2:   # every kind tried once, and one signal landed in the process and was said
+            break
+    # the process takes a few tenths of a second to end after its last line: a signal lands in it
+    # (on a loaded machine the test may read the line only after the process ended: more trials)
     assert said >= 1
