@@ -40,7 +40,7 @@ from jax import lax  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.decode import _BLOCK, reference_step  # noqa: E402
+from benchmarks.decode import _BLOCK, _TAIL, reference_step  # noqa: E402
 
 _HEAD = """(def vocab 64)
 (def width {width})
@@ -58,16 +58,6 @@ _HEAD = """(def vocab 64)
   :batch rows
   :fields (:row [total] :i32 :stride [1] :i32))
 
-"""
-
-_TAIL = """
-(prepare (lambda (batch ctx)
-  (let* ((s (field batch :sample)))
-    (list :x (slice s :axis 1 :start 0 :end (- total 1)) :y (slice s :axis 1 :start 1 :end total)))))
-
-(objective (lambda (inputs ctx) (mean (cross-entropy (model (getf inputs :x)) (getf inputs :y)))))
-
-(run :loader text :steps 1 :seed 0 :optimizer (adam :lr 1e-3))
 """
 
 
