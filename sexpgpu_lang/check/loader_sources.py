@@ -36,7 +36,6 @@ from ..language import PAD_SIDES, TOKEN_FILE_DTYPES, TRUNCATE_SIDES
 from ..source import Span
 from ..types import is_int
 from .context import CheckContext, near_miss
-from . import prompt_sources, source_files
 from .prompt_sources import _jsonl_rows, _jsonl_text_ids, _parquet_rows
 from .source_files import _full_path, _missing_file, _regular_file, _special_file, vocab_size
 
@@ -565,12 +564,3 @@ def _token_fields(ctx: CheckContext, kind: str, args: dict, fields, at: Span, un
                     help="declare it `:i32`")
             return False
     return True
-
-
-def forget() -> None:
-    """Drop what was kept of the files sources name (the language server, when its last document closes)."""
-    for f in list(globals().values()):
-        if callable(getattr(f, "cache_clear", None)) and getattr(f, "__module__", None) == __name__:
-            f.cache_clear()
-    prompt_sources.forget()
-    source_files.forget()

@@ -227,10 +227,3 @@ def _text_id_outside(path: str, mtime_ns: int, size: int, tokenizer: str, tok_mt
     except (BadJsonlRow, OSError, UnicodeError):
         return None
     return None
-
-
-def forget() -> None:
-    """Drop what was kept of the prompt files (the language server, when its last document closes)."""
-    for f in list(globals().values()):
-        if callable(getattr(f, "cache_clear", None)) and getattr(f, "__module__", None) == __name__:
-            f.cache_clear()

@@ -44,11 +44,6 @@ PARSED = Space("reward files", 64, 32 << 20)
 AST_BYTES_PER_BYTE = 48
 
 
-def forget() -> None:
-    """Drop every kept reward file."""
-    PARSED.clear()
-
-
 def keyword_name(name: str) -> str:
     """The Python keyword a batch name is passed as: `-` becomes `_` (`:row-reward` is `row_reward`)."""
     return name.replace("-", "_")

@@ -140,10 +140,3 @@ def vocab_size(path: str, mtime_ns: int, size: int) -> int | str | None:
         return max(ids) + 1 if ids else None
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
-
-
-def forget() -> None:
-    """Drop what was kept of the files sources name (the language server, when its last document closes)."""
-    for f in list(globals().values()):
-        if callable(getattr(f, "cache_clear", None)) and getattr(f, "__module__", None) == __name__:
-            f.cache_clear()
