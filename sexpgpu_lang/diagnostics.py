@@ -16,6 +16,7 @@ import re
 from dataclasses import dataclass, field
 
 from .source import Span
+from .records import Record
 
 
 class Severity(enum.IntEnum):
@@ -185,8 +186,8 @@ def doc_anchor(code: str) -> str:
     return code.lower()
 
 
-@dataclass(frozen=True, slots=True)
-class Related:
+@dataclass(frozen=True, slots=True, repr=False)
+class Related(Record):
     """A second place that explains a diagnostic (LSP `DiagnosticRelatedInformation`)."""
 
     span: Span
@@ -196,8 +197,8 @@ class Related:
         object.__setattr__(self, "message", bounded(quote_controls(self.message)))
 
 
-@dataclass(frozen=True, slots=True)
-class Diagnostic:
+@dataclass(frozen=True, slots=True, repr=False)
+class Diagnostic(Record):
     """One problem in a run file.
 
     `span` is the smallest range that shows the problem; `related` are other

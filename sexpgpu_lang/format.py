@@ -55,6 +55,7 @@ import difflib
 import re
 from dataclasses import dataclass, field
 
+from .records import Record
 from .source import SourceText, Span
 from .syntax import Kw, ListNode, Node, Sym, VecNode, parse
 
@@ -68,15 +69,15 @@ HANG_LAMBDA_FORMS = ("prepare", "objective")
 PLAIN_BODY_FORMS = ("curriculum",)
 
 
-@dataclass(frozen=True)
-class Layout:
+@dataclass(frozen=True, repr=False)
+class Layout(Record):
     """Formatting settings: `width` is the column limit in code points."""
 
     width: int = 120
 
 
-@dataclass
-class _Entry:
+@dataclass(repr=False)
+class _Entry(Record):
     """A child node with the comments around it: own-line comments before it, and
     the comment after it on the same line (comment ranges)."""
 
@@ -85,8 +86,8 @@ class _Entry:
     trailing: Span | None = None
 
 
-@dataclass
-class _Content:
+@dataclass(repr=False)
+class _Content(Record):
     """A container's children, the comment right after its opening bracket, and
     own-line comments after its last child."""
 
@@ -95,8 +96,8 @@ class _Content:
     dangling: list[Span] = field(default_factory=list)
 
 
-@dataclass(frozen=True)
-class TopItem:
+@dataclass(frozen=True, repr=False)
+class TopItem(Record):
     """One top-level item: a form (with the comment that ends its last line) or
     a comment on its own line; `span` is its original range, `text` its
     formatted text (lines joined by `\\n`), `blank_before` whether a blank

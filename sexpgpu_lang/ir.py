@@ -13,33 +13,34 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
+from .records import Record
 from .source import Span
 from .types import PlistType, TensorType, Type
 
 
-@dataclass(frozen=True, eq=False)
-class Expr:
+@dataclass(eq=False, repr=False)
+class Expr(Record):
     """Base IR node: its type and source range."""
 
     type: Type
     span: Span
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(eq=False, repr=False)
 class Const(Expr):
     """A compile-time value: a number, bool, shape tuple, keyword or string name, or None for nil."""
 
     value: Any = None
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(eq=False, repr=False)
 class Var(Expr):
     """A reference to a `let*` or `lambda` binding."""
 
     name: str = ""
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(eq=False, repr=False)
 class Op(Expr):
     """A registry op: `args` positional, `kwargs` the non-constant keyword
     arguments (e.g. `:salt`), `static` the constants its rule normalised."""
@@ -50,14 +51,14 @@ class Op(Expr):
     static: dict = field(default_factory=dict)
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(eq=False, repr=False)
 class Vector(Expr):
     """A vector of non-constant values, e.g. the `[row guess]` of `concat`."""
 
     items: tuple[Expr, ...] = ()
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(eq=False, repr=False)
 class Let(Expr):
     """`let*`: bind `names` to `values` in order, then evaluate `body`; the last is the value."""
 
@@ -66,7 +67,7 @@ class Let(Expr):
     body: tuple[Expr, ...] = ()
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(eq=False, repr=False)
 class Plist(Expr):
     """`(list :k v ...)`."""
 
@@ -74,7 +75,7 @@ class Plist(Expr):
     values: tuple[Expr, ...] = ()
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(eq=False, repr=False)
 class GetF(Expr):
     """`(getf obj :key)` or `(field batch :key)`: one entry of a plist, context, batch or model's self."""
 
@@ -82,7 +83,7 @@ class GetF(Expr):
     key: str = ""
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(eq=False, repr=False)
 class Apply(Expr):
     """A call of a user `lambda`, inlined: bind `params` to `args`, evaluate `body`. `stdlib`: the
     standard-library function's name when it is one (its body's spans are then in prelude.sx, not
@@ -94,7 +95,7 @@ class Apply(Expr):
     stdlib: str | None = None
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(eq=False, repr=False)
 class ModelCall(Expr):
     """A call of a model: `self` is bound to the parameters at `path` (keys
     from the root model's parameter tree), `params` to `args`. Under bf16,
@@ -117,7 +118,7 @@ class ModelCall(Expr):
     adapters: tuple[tuple[str, float, float], ...] = ()
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(eq=False, repr=False)
 class Repeat(ModelCall):
     """A call of a repeated block (`(repeat block N)` in a `:params`): the body applied `count`
     times in sequence, `args[0]` the carry (each layer's result is the next one's first
@@ -129,7 +130,7 @@ class Repeat(ModelCall):
     count: int = 1
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(eq=False, repr=False)
 class Report(Expr):
     """`(metric :name v)`, `(diagnostic :name v)` or `(counter :name v)`; its value is nil."""
 
@@ -138,7 +139,7 @@ class Report(Expr):
     value: Expr | None = None
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(eq=False, repr=False)
 class Seq(Expr):
     """A body of several expressions; the last is the value."""
 
@@ -329,8 +330,8 @@ class Interpreter:
         raise NotImplementedError
 
 
-@dataclass(frozen=True)
-class Phase:
+@dataclass(eq=False, repr=False)
+class Phase(Record):
     """One traced function of the step: `params` names bound to `param_types`, and `body`."""
 
     name: str
@@ -345,8 +346,8 @@ class Phase:
         return self.body.type
 
 
-@dataclass(frozen=True)
-class LoaderIR:
+@dataclass(eq=False, repr=False)
+class LoaderIR(Record):
     """A loader: `source` is (kind, {keyword: constant}); `fields` per record (name, shape, dtype)."""
 
     name: str
@@ -365,8 +366,8 @@ class LoaderIR:
         return (self.batch, tuple(sorted(self.fields)))
 
 
-@dataclass(frozen=True)
-class ParamIR:
+@dataclass(eq=False, repr=False)
+class ParamIR(Record):
     """One parameter leaf: its path in the tree (model-relative keys), shape, dtype, initialiser, frozen flag,
     and where it is declared (`span`, None where unknown)."""
 
@@ -381,8 +382,8 @@ class ParamIR:
     copy_of: tuple[str, ...] | None = None   # a `:copy` model's leaf: the path of the leaf whose starting value it holds
 
 
-@dataclass(frozen=True)
-class AdapterIR:
+@dataclass(eq=False, repr=False)
+class AdapterIR(Record):
     """One LoRA adapter (check/lora.py): the base parameter's `path`, its input axes past a repeat's
     (`in_axes`: the leading axes flattened into `lora-a`'s `[in r]`), the `:lora` model's path
     (`model`, for naming it below its checkpoint), rank, alpha, rslora and dropout."""
@@ -402,8 +403,8 @@ class AdapterIR:
         return self.alpha / (self.rank ** 0.5 if self.rslora else self.rank)
 
 
-@dataclass(frozen=True)
-class PretrainedIR:
+@dataclass(eq=False, repr=False)
+class PretrainedIR(Record):
     """A `:pretrained` model: where its parameters' values are and how the checkpoint's names map to them."""
 
     prefix: tuple[str, ...]          # the model's path below the root model
@@ -420,8 +421,8 @@ class PretrainedIR:
             ".".join(path[len(self.prefix):]) in {rel for rel, _ in self.names}
 
 
-@dataclass(frozen=True)
-class RewardIR:
+@dataclass(eq=False, repr=False)
+class RewardIR(Record):
     """`defgenerate`'s `:reward` (check/reward.py, docs/language.md "Rewards in Python"): a Python function
     that `sexpgpu run` calls on the host after `generate.finish`, once per microbatch, whose result joins
     the batch as `name`, `[rows] f32`.
@@ -445,8 +446,8 @@ class RewardIR:
     mask: str | None = None   # the batch's `TEXT-mask` of `text`'s shape: only the ids where it holds are decoded
 
 
-@dataclass(frozen=True)
-class GenerateIR:
+@dataclass(eq=False, repr=False)
+class GenerateIR(Record):
     """`defgenerate`: the trips and its three phases (finish may be None), and its `:until` (or None).
 
     `out` is everything that joins the batch: what `:finish` returns (or the last state) and, with a
@@ -472,8 +473,8 @@ class GenerateIR:
         return PlistType(tuple((k, t) for k, t in self.out.entries if k != self.reward.name))
 
 
-@dataclass(frozen=True)
-class PassIR:
+@dataclass(eq=False, repr=False)
+class PassIR(Record):
     """An evaluation pass: its loader, schedule, and its own prepare and objective phases."""
 
     name: str
@@ -486,8 +487,8 @@ class PassIR:
     span: Span
 
 
-@dataclass(frozen=True)
-class RunIR:
+@dataclass(eq=False, repr=False)
+class RunIR(Record):
     """The `run` form's settings."""
 
     loader: str
@@ -509,8 +510,8 @@ class RunIR:
     samples: SamplesIR | None = None   # `:samples`: the rows written to samples.jsonl (docs/metrics.md)
 
 
-@dataclass(frozen=True)
-class SamplesIR:
+@dataclass(eq=False, repr=False)
+class SamplesIR(Record):
     """`run`'s `:samples` (check/samples.py): which tensors of the batch to show, how many rows, how often.
 
     `text` and `values` are (name, shape, dtype) of batch entries (loader fields and generated names,
@@ -548,8 +549,8 @@ def top_bindings(phase: Phase | None) -> dict[str, Expr]:
     return dict(zip(phase.body.names, phase.body.values))
 
 
-@dataclass(frozen=True)
-class Program:
+@dataclass(eq=False, repr=False)
+class Program(Record):
     """A checked run file, ready to lower: only built when the file has no errors."""
 
     path: str

@@ -17,12 +17,14 @@ from dataclasses import dataclass
 from itertools import accumulate, repeat
 from operator import add
 
+from .records import Record
+
 _LINE_BREAK = re.compile(r"\r\n?|\n")
 _CHUNK = 1 << 16
 
 
-@dataclass(frozen=True, slots=True, order=True)
-class Span:
+@dataclass(frozen=True, slots=True, order=True, repr=False)
+class Span(Record):
     """A half-open range `[start, end)` of code-point offsets into one file's text."""
 
     start: int
@@ -37,8 +39,8 @@ class Span:
         return self.start <= offset <= self.end
 
 
-@dataclass(frozen=True)
-class SourceText:
+@dataclass(frozen=True, repr=False)
+class SourceText(Record):
     """One run file's text with a line index.
 
     `line_col(offset)` gives the 0-based line and the 0-based column in code

@@ -40,14 +40,15 @@ from functools import lru_cache
 from .cancel import CancelToken
 from .diagnostics import Diagnostic, error
 from .kept import MISSING, Space
+from .records import Record
 from .language import TOP_LEVEL_HEADS
 from .source import SourceText, Span
 
 # --------------------------------------------------------------------------- nodes
 
 
-@dataclass(frozen=True, slots=True, eq=False)
-class Node:
+@dataclass(slots=True, eq=False, repr=False)
+class Node(Record):
     """A syntax node: its range in the file and its structural path.
 
     `path` is the node's position inside its top-level form: the top-level
@@ -60,21 +61,21 @@ class Node:
     path: tuple = field(default=(), repr=False)
 
 
-@dataclass(frozen=True, slots=True, eq=False)
+@dataclass(slots=True, eq=False, repr=False)
 class Sym(Node):
     """A symbol: `row`, `log-softmax`, `+`, `true`, `nil`."""
 
     name: str = ""
 
 
-@dataclass(frozen=True, slots=True, eq=False)
+@dataclass(slots=True, eq=False, repr=False)
 class Kw(Node):
     """A keyword `:name`; `name` is without the colon."""
 
     name: str = ""
 
 
-@dataclass(frozen=True, slots=True, eq=False)
+@dataclass(slots=True, eq=False, repr=False)
 class Num(Node):
     """An integer or float literal; `is_float` tells which."""
 
@@ -82,14 +83,14 @@ class Num(Node):
     is_float: bool = False
 
 
-@dataclass(frozen=True, slots=True, eq=False)
+@dataclass(slots=True, eq=False, repr=False)
 class Str(Node):
     """A string literal, escapes resolved."""
 
     value: str = ""
 
 
-@dataclass(frozen=True, slots=True, eq=False)
+@dataclass(slots=True, eq=False, repr=False)
 class ListNode(Node):
     """A list `( ... )`. `closed` is False when recovery supplied the `)`."""
 
@@ -104,7 +105,7 @@ class ListNode(Node):
         return None
 
 
-@dataclass(frozen=True, slots=True, eq=False)
+@dataclass(slots=True, eq=False, repr=False)
 class VecNode(Node):
     """A vector `[ ... ]`: shapes, axis lists, lists of tensors."""
 
@@ -112,15 +113,15 @@ class VecNode(Node):
     closed: bool = True
 
 
-@dataclass(frozen=True, slots=True, eq=False)
+@dataclass(slots=True, eq=False, repr=False)
 class ErrorNode(Node):
     """A part of the file the parser did not read: brackets nested deeper than
     MAX_DEPTH (E-SYNTAX-005). The checker gives it the error type, so the rest of
     its form is still checked and nothing that depends on it is reported again."""
 
 
-@dataclass(frozen=True)
-class ParseResult:
+@dataclass(eq=False, repr=False)
+class ParseResult(Record):
     """The forms of one file, the syntax diagnostics, and the comments' ranges."""
 
     source: SourceText

@@ -19,6 +19,8 @@ import contextvars
 from dataclasses import dataclass
 from functools import lru_cache
 
+from .records import Record
+
 DTYPES = ("bool", "i32", "i64", "f16", "bf16", "f32")
 
 #: The names other libraries use, for "did you mean" (`:int32` -> `:i32`).
@@ -98,7 +100,7 @@ def is_int(dtype: str) -> bool:
     return dtype in INT_DTYPES
 
 
-class Type:
+class Type(Record):
     """Base class of all SexpGPU types. Every type prints in one short form."""
 
     def show(self) -> str:  # pragma: no cover - overridden
@@ -136,7 +138,7 @@ def exact(t: "Type") -> str:
         _WHOLE.reset(token)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, repr=False)
 class TensorType(Type):
     """A tensor: static `shape` (ints), `dtype` (one of DTYPES), `weak` for
     Python-literal types, and `value` when the scalar is a compile-time
@@ -174,7 +176,7 @@ class TensorType(Type):
         return TensorType(self.shape, self.dtype)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, repr=False)
 class ShapeType(Type):
     """A vector of compile-time integers: a shape or an axis list, `[8 64]`."""
 
@@ -184,7 +186,7 @@ class ShapeType(Type):
         return "[" + shown_items(self.dims) + "] shape"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, repr=False)
 class TupleType(Type):
     """A vector of values that are not all constants: `[row guess]` for `concat`."""
 
@@ -194,7 +196,7 @@ class TupleType(Type):
         return "[" + shown_items(self.items, lambda t: t.show(), ", ") + "]"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, repr=False)
 class KeywordType(Type):
     """A keyword used as a value: a dtype (`:i32`) or a plist key."""
 
@@ -204,7 +206,7 @@ class KeywordType(Type):
         return f":{self.name} keyword"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, repr=False)
 class StringType(Type):
     """A string constant."""
 
@@ -214,7 +216,7 @@ class StringType(Type):
         return "string"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, repr=False)
 class PlistType(Type):
     """A plist: keys (without colons) to types, in order."""
 
@@ -236,7 +238,7 @@ class PlistType(Type):
         return tuple(k for k, _ in self.entries)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, repr=False)
 class ModelType(Type):
     """A model (`defmodel`); calling it runs its `:apply`."""
 
@@ -246,7 +248,7 @@ class ModelType(Type):
         return f"model {self.name}"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, repr=False)
 class SelfType(Type):
     """A model's `self`: `(getf self :key)` reads a parameter or a sub-model."""
 
@@ -256,7 +258,7 @@ class SelfType(Type):
         return f"self of {self.model}"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, repr=False)
 class FunctionType(Type):
     """A `lambda` value; its parameters are typed at each call."""
 
@@ -267,7 +269,7 @@ class FunctionType(Type):
         return f"function of {self.arity}"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, repr=False)
 class LoaderType(Type):
     """A named loader, as a value."""
 
@@ -277,7 +279,7 @@ class LoaderType(Type):
         return f"loader {self.name}"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, repr=False)
 class NilType(Type):
     """`nil`, or an absent value; `reason` says why it is nil, for messages."""
 
@@ -287,7 +289,7 @@ class NilType(Type):
         return "nil"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, repr=False)
 class ErrorType(Type):
     """The type of an expression already reported: silences follow-on errors."""
 

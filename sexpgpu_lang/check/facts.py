@@ -13,13 +13,14 @@ from dataclasses import dataclass, field
 
 from .. import ir
 from ..diagnostics import Diagnostic
+from ..records import Record
 from ..source import SourceText, Span
 from ..syntax import ParseResult
 from ..types import Type
 
 
-@dataclass
-class Definition:
+@dataclass(repr=False)
+class Definition(Record):
     """A named thing the file defines: `kind` is def, loader, model, param, binding, state-key, generated,
     reward (the batch name of `:reward`'s rewards), ..."""
 
@@ -30,8 +31,8 @@ class Definition:
     detail: str = ""
 
 
-@dataclass
-class Checkpoint:
+@dataclass(repr=False)
+class Checkpoint(Record):
     """A reachable model's `:pretrained` as the check saw it, for hover and completion:
     the path as written and resolved, `:file-dtype`, each parameter path below the
     model (`layers.wq`) with its dtype and the file tensors it reads (name and the
@@ -50,8 +51,8 @@ class Checkpoint:
     header: dict[str, tuple[tuple[int, ...], str, str]] | None = None
 
 
-@dataclass
-class Facts:
+@dataclass(repr=False)
+class Facts(Record):
     """What the editor features read: types by range, definitions, uses."""
 
     types: dict[tuple[int, int], Type] = field(default_factory=dict)
@@ -75,8 +76,8 @@ class Facts:
         return d
 
 
-@dataclass
-class CheckResult:
+@dataclass(repr=False)
+class CheckResult(Record):
     """The outcome of checking one file: diagnostics, facts for editors, and the IR when there is no error."""
 
     source: SourceText

@@ -39,6 +39,7 @@ import os
 
 from .. import ir
 from ..diagnostics import shown_value
+from ..records import Record
 from ..syntax import Kw, ListNode, Node, VecNode
 from .context import CheckContext, near_miss
 from .identity import place_hash
@@ -50,8 +51,8 @@ LORA_KEYS = ("targets", "rank", "alpha", "dropout", "rslora", "pretrained")
 A_SUFFIX, B_SUFFIX = ".lora-a", ".lora-b"
 
 
-@dataclasses.dataclass(frozen=True)
-class LoraSetting:
+@dataclasses.dataclass(frozen=True, repr=False)
+class LoraSetting(Record):
     """A model's `:lora`: the target keys (with their nodes), rank, alpha, dropout and rslora."""
 
     targets: tuple[tuple[str, Node], ...]

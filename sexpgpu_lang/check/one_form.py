@@ -27,6 +27,7 @@ import dataclasses
 from typing import TYPE_CHECKING
 
 from ..source import SourceText, Span
+from ..records import Record
 from ..syntax import Kw, ListNode, Node, Sym, parse
 from ..types import ERROR
 from .context import CheckContext, near_miss
@@ -41,8 +42,8 @@ ONE_FORM_KEYS = ("pretrained", "frozen", "remat", "lora")
 WRITTEN_OUT = ("params", "apply", "entries")
 
 
-@dataclasses.dataclass(frozen=True)
-class OneForm:
+@dataclasses.dataclass(eq=False, repr=False)
+class OneForm(Record):
     """A one-form model as the check expanded it: its family, the checkpoint (as written, and its
     config.json as shown), each setting (name, value, config key, the config's text), the
     mapping, and the written-out text it stands for."""

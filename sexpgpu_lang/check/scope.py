@@ -19,6 +19,7 @@ from functools import lru_cache
 
 from ..ir import Expr
 from ..language import CONTEXT_KEYS
+from ..records import Record
 from ..source import Span
 from ..syntax import parse_region
 from ..types import FunctionType, PlistType, TensorType, Type, scalar
@@ -31,8 +32,8 @@ CTX_KEYS: dict[str, TensorType] = {name: scalar(dtype) for name, dtype in CONTEX
 ALL_NAMES = "\0every global name"
 
 
-@dataclass
-class Binding:
+@dataclass(repr=False)
+class Binding(Record):
     """One name in scope: its type, where it was defined, and for functions the lambda and its scope."""
 
     type: Type
@@ -80,8 +81,8 @@ class Scope:
         return out
 
 
-@dataclass
-class Effect:
+@dataclass(repr=False)
+class Effect(Record):
     """Something an expression does besides computing a value: a report, a counter,
     a draw, a context read. `site` is where it shows in the phase being checked (a
     call of a model that does it, or the form itself); `origin` is the form itself."""
@@ -93,8 +94,8 @@ class Effect:
     salted: bool = True
 
 
-@dataclass
-class Frame:
+@dataclass(repr=False)
+class Frame(Record):
     """The phase being checked: its name, the context's type, and the effects seen."""
 
     phase: str

@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..diagnostics import CODES
+from ..records import Record
 
 HERE = Path(__file__).resolve().parent
 
@@ -54,8 +55,8 @@ FAMILIES: tuple[str, ...] = (
 FIX = "**Fix:**"
 
 
-@dataclass(frozen=True)
-class Family:
+@dataclass(frozen=True, repr=False)
+class Family(Record):
     """One family's folder: `name` (its anchor), `title` (its heading) and `intro` (Markdown,
     possibly empty)."""
 
@@ -64,8 +65,8 @@ class Family:
     intro: str
 
 
-@dataclass(frozen=True)
-class Record:
+@dataclass(frozen=True, repr=False)
+class Record(Record):
     """One code's documentation: `explanation` (Markdown, when the code fires, with its
     excerpts), `fix` (the Markdown after `**Fix:**`), and `examples` (the paths of its
     marked run files, sorted by name)."""

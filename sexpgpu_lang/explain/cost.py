@@ -16,11 +16,12 @@ import re
 from dataclasses import dataclass
 from typing import Callable
 
+from ..records import Record
 from ..types import PlistType, TensorType, Type, is_float
 
 
-@dataclass(frozen=True)
-class Cost:
+@dataclass(frozen=True, repr=False)
+class Cost(Record):
     """An op's forward cost per copy: `flops` and `transcendentals` (exp, log, tanh ... evaluations)."""
 
     flops: float = 0.0
@@ -213,8 +214,8 @@ def _grad_per_output(k: float) -> GradRule:
     return lambda flops, out, ins: k * out * len(ins)
 
 
-@dataclass(frozen=True)
-class OpCost:
+@dataclass(frozen=True, repr=False)
+class OpCost(Record):
     """One op's cost and fusion behaviour, for the static estimate.
 
     - `flops`: the FLOP rule (`FlopRule`), counted as XLA's cost analysis

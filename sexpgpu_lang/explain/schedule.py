@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..ops import REGISTRY
+from ..records import Record
 from ..types import ITEMSIZE, is_float
 from .cost import cost_of
 from .trace import Node, Trace
@@ -23,8 +24,8 @@ TARGETS = ("accelerator", "cpu")
 _LIBRARY_REDUCE_MIN = 32 * 1024
 
 
-@dataclass
-class GraphEstimate:
+@dataclass(repr=False)
+class GraphEstimate(Record):
     """The static estimate of one jitted graph at one stacking degree.
 
     Bytes: `args` (the inputs it reads; `param_args` of them parameters),

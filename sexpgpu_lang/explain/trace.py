@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from .. import ir
 from ..language import CONTEXT_KEYS
+from ..records import Record
 from ..source import Span
 from ..types import PlistType, TensorType, Type, is_float
 from ..check.lora import low_rank_subscripts
@@ -30,8 +31,8 @@ _COMPARE = {"=": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operato
             ">=": operator.ge}
 
 
-@dataclass(eq=False)
-class Node:
+@dataclass(eq=False, repr=False)
+class Node(Record):
     """One value of a traced graph: an argument, a parameter, or an op's result (per copy).
 
     `per_copy`: the value differs between the copies of a stacked call (it
@@ -63,8 +64,8 @@ class Node:
         return self.nbytes * (stack if self.per_copy else 1)
 
 
-@dataclass(eq=False)
-class _Unmerged:
+@dataclass(eq=False, repr=False)
+class _Unmerged(Record):
     """An adapted weight read unmerged in the training step's forward (LoRA dropout: the runtime's
     sexpgpu_runtime/lowering/lora.py `LoraWeight`): the base `w`, the adapters `a` `[in r]` and `b`
     `[r out]` (read in the call's compute dtype), `fold` making the folded weight where an op other

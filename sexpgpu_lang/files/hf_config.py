@@ -49,6 +49,7 @@ import os
 from dataclasses import dataclass
 
 from ..kept import MISSING, Space
+from ..records import Record
 
 #: The file's name beside a checkpoint's weights.
 CONFIG = "config.json"
@@ -95,8 +96,8 @@ class ConfigError(Exception):
         self.file = file
 
 
-@dataclass(frozen=True)
-class Setting:
+@dataclass(frozen=True, repr=False)
+class Setting(Record):
     """One setting: its value (int, float or bool), the config key it came from, and how the config wrote it."""
 
     value: object
@@ -171,8 +172,8 @@ def _text(v) -> str:
     return json.dumps(v)
 
 
-@dataclass(frozen=True)
-class Key:
+@dataclass(frozen=True, repr=False)
+class Key(Record):
     """One setting of a family's config: the run file's name for it (`KEYS`), the config key it is read
     from (None: always derived), whether it is a count, its default where the key is absent, and
     `absent(config, out)`: the Setting (or ConfigError) where the key is absent or null and there is
@@ -198,8 +199,8 @@ def _same_as(name: str, key: str):
                                 if isinstance(out.get(name), Setting) else None)
 
 
-@dataclass(frozen=True)
-class Family:
+@dataclass(frozen=True, repr=False)
+class Family(Record):
     """One family of checkpoints the standard library reads: the one record the settings, the
     refusals, the comparisons of a model with its config.json, the one-form model
     (check/one_form.py) and an export's config.json read. Adding a family is one record here, its

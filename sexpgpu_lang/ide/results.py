@@ -8,43 +8,44 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..diagnostics import Diagnostic
+from ..records import Record
 from ..source import Span
 
 
-@dataclass(frozen=True)
-class HoverInfo:
+@dataclass(frozen=True, repr=False)
+class HoverInfo(Record):
     """Markdown for the node at `span`."""
 
     span: Span
     markdown: str
 
 
-@dataclass(frozen=True)
-class Target:
+@dataclass(frozen=True, repr=False)
+class Target(Record):
     """A definition: `span` is its name, `full` the range of the whole definition."""
 
     span: Span
     full: Span
 
 
-@dataclass(frozen=True)
-class Ref:
+@dataclass(frozen=True, repr=False)
+class Ref(Record):
     """A place a name occurs; `write` for its definition (and for a state key, `:step` writing it)."""
 
     span: Span
     write: bool
 
 
-@dataclass(frozen=True)
-class Edit:
+@dataclass(frozen=True, repr=False)
+class Edit(Record):
     """Replace `span` of the text with `text`."""
 
     span: Span
     text: str
 
 
-@dataclass(frozen=True)
-class Symbol:
+@dataclass(frozen=True, repr=False)
+class Symbol(Record):
     """A document symbol; `kind` is an LSP SymbolKind name in lower case (`class`, `field`...)."""
 
     name: str
@@ -55,16 +56,16 @@ class Symbol:
     children: tuple["Symbol", ...] = ()
 
 
-@dataclass(frozen=True)
-class Fold:
+@dataclass(frozen=True, repr=False)
+class Fold(Record):
     """A foldable range; `kind` is `region` or `comment`."""
 
     span: Span
     kind: str
 
 
-@dataclass(frozen=True)
-class Completion:
+@dataclass(frozen=True, repr=False)
+class Completion(Record):
     """A completion item. `kind` is an LSP CompletionItemKind name in lower case;
     `text` is inserted in place of the word being typed."""
 
@@ -75,16 +76,16 @@ class Completion:
     text: str = ""
 
 
-@dataclass(frozen=True)
-class Completions:
+@dataclass(frozen=True, repr=False)
+class Completions(Record):
     """Completion items and the range (the word being typed) they replace."""
 
     span: Span
     items: tuple[Completion, ...]
 
 
-@dataclass(frozen=True)
-class Signature:
+@dataclass(frozen=True, repr=False)
+class Signature(Record):
     """An operation's signature; `params` are (start, end) offsets into `label`,
     `active` the index of the parameter at the cursor (None: none)."""
 
@@ -94,16 +95,16 @@ class Signature:
     active: int | None
 
 
-@dataclass(frozen=True)
-class InlayHint:
+@dataclass(frozen=True, repr=False)
+class InlayHint(Record):
     """A label shown at `offset` (a type after a name)."""
 
     offset: int
     label: str
 
 
-@dataclass(frozen=True)
-class Token:
+@dataclass(frozen=True, repr=False)
+class Token(Record):
     """A semantic token: `type` from TOKEN_TYPES, `modifiers` from TOKEN_MODIFIERS."""
 
     span: Span
@@ -111,8 +112,8 @@ class Token:
     modifiers: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True)
-class Fix:
+@dataclass(frozen=True, repr=False)
+class Fix(Record):
     """A quick fix for `diagnostic`: a title and the edits that apply it."""
 
     title: str

@@ -9,13 +9,15 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from ..records import Record
+
 #: A word that starts like a number (`1`, `-2`, `.5`): nothing completes it.
 NUMBER_START = re.compile(r"[+-]?(\d|\.\d)")
 _DELIMS = set(" \t\r\n\f\v()[]\";")
 
 
-@dataclass
-class Item:
+@dataclass(repr=False)
+class Item(Record):
     """A complete item of an open list while scanning text: its text and range."""
 
     text: str
@@ -23,8 +25,8 @@ class Item:
     end: int
 
 
-@dataclass
-class Frame:
+@dataclass(repr=False)
+class Frame(Record):
     """An open bracket before the cursor, and the complete items after it."""
 
     open: int

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
+from ..records import Record
 from ..types import DTYPES, KeywordType, NilType, ShapeType, TensorType, Type, dtype_hint
 
 
@@ -22,8 +23,8 @@ class RuleError(Exception):
         self.code, self.message, self.arg, self.help = code, message, arg, help
 
 
-@dataclass
-class RuleCall:
+@dataclass(eq=False, repr=False)
+class RuleCall(Record):
     """What a rule sees: the op name, argument types, keyword types, and the
     `static` dict it fills for the lowering."""
 
@@ -124,8 +125,8 @@ class RuleCall:
         return tuple(sorted(axes))
 
 
-@dataclass(frozen=True)
-class OpSpec:
+@dataclass(eq=False, repr=False)
+class OpSpec(Record):
     """One registry entry. `rule(call) -> Type`; `example` is a SexpGPU
     expression over the sample names of `EXAMPLE_ENV`, used by the test that
     checks this rule against the op's JAX lowering."""

@@ -1,0 +1,38 @@
+"""What the front end's dataclasses share instead of generating it class by class.
+
+Python 3.11 and 3.12 compile every method a `@dataclass` generates when its module is imported
+(one `exec` each: `__init__`, `__repr__`, `__eq__`, `__hash__`, and a frozen class's
+`__setattr__` and `__delattr__`), 0.05-0.5 ms a method by its number of fields. The front end's
+59 dataclasses on `sexpgpu lint`'s path took 19 ms that way, two thirds of the front end's
+import and the largest part of `sexpgpu lint`'s start-up beyond typer's
+(benchmarks/cli_startup.py). So each dataclass of `sexpgpu_lang` generates only what its use needs:
+
+- Every one is declared `repr=False` and takes `Record.__repr__` (`fields_repr`): the text a
+  generated `__repr__` writes, built when a repr is asked for.
+- Values, compared or hashed by what they hold (types, spans, diagnostics, the results the
+  editor features return), keep `eq` and `frozen` (so a `__hash__`).
+- Trees and records, built once and then read (syntax nodes, the typed IR, the checker's facts
+  and bindings, the op registry's entries), compare by identity (`eq=False`) and are not frozen:
+  nothing assigns to them after they are built (tests/test_records.py keeps the rule, and
+  checks that a check and a run leave the trees and the IR as they were).
+
+tests/test_records.py holds every dataclass of the package to `repr=False` and a `Record` base.
+"""
+from __future__ import annotations
+
+from dataclasses import fields
+
+
+def fields_repr(self) -> str:
+    """`Name(field=value, ...)`, what a dataclass's generated `__repr__` writes (the class's
+    qualified name; the fields declared `repr=False` left out)."""
+    shown = ", ".join(f"{f.name}={getattr(self, f.name)!r}" for f in fields(self) if f.repr)
+    return f"{type(self).__qualname__}({shown})"
+
+
+class Record:
+    """The base of `sexpgpu_lang`'s dataclasses: their one `__repr__` (`fields_repr`). Has no
+    slots of its own (`__slots__ = ()`), so a `slots=True` dataclass keeps only its fields'."""
+
+    __slots__ = ()
+    __repr__ = fields_repr
