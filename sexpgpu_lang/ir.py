@@ -378,7 +378,7 @@ class ParamIR(Record):
     frozen: bool
     place: int
     layers: int = 0    # stacked by `(repeat block N)`: N, the leading axis of `shape` (0: not stacked)
-    span: Span | None = field(default=None, compare=False)   # its `:params` entry's value in the run file
+    span: Span | None = None   # its `:params` entry's value in the run file
     copy_of: tuple[str, ...] | None = None   # a `:copy` model's leaf: the path of the leaf whose starting value it holds
 
 

@@ -21,7 +21,7 @@ One pass over the text gives the tokens lark's lexer gives; it reports a
 character that starts no token and resumes after it, so lexing stays linear
 in the text's length however many characters are bad. Once
 the balancer has paired every bracket, the grammar's two rules (`list`,
-`vector`) are applied to the balanced tokens directly, building frozen
+`vector`) are applied to the balanced tokens directly, building
 dataclasses that carry a `Span`; this replaced feeding lark's LALR parser
 token by token, which gave the same trees (benchmarks/parse_incremental.py
 --check compares the two on every run file in the repository and random

@@ -237,17 +237,20 @@ def program_of(text: str, path: str = "variant.sx"):
     return res.program
 
 
-def run(text: str, run_dir: Path, steps: int, *, on_trip=None, path: Path | None = None, quiet: bool = True, **kw):
+def run(text: str, run_dir: Path, steps: int, *, on_trip=None, path: Path | None = None, quiet: bool = True,
+        program=None, **kw):
     """Train a run file's text for `steps` steps in this process, as `sexpgpu run` does (the
     runtime's `train`), writing into `run_dir`; return its `RunResult`.
 
     The text is checked first (its diagnostics fail the test, see `program_of`) as the file
-    `path` (`run_dir/run.sx` by default: a file the run file names is read beside it); `kw`
+    `path` (`run_dir/run.sx` by default: a file the run file names is read beside it), unless
+    `program` gives its IR (the check's, for a test of what the run does to it); `kw`
     are `RunOptions`' (`resume`, `overwrite`, `export`, `stop_at`...), `on_trip` is `train`'s.
     Without terminal output unless `quiet=False`. The one place tests start a training run in
     this process; a `sexpgpu run` process is started with `sexpgpu_program()`."""
     from sexpgpu_runtime import RunOptions, train
-    program = program_of(text, str(path if path is not None else run_dir / "run.sx"))
+    if program is None:
+        program = program_of(text, str(path if path is not None else run_dir / "run.sx"))
     return train(program, RunOptions(steps=steps, run_dir=run_dir, quiet=quiet, **kw), on_trip=on_trip)
 
 
