@@ -2,10 +2,10 @@
 
 Python 3.11 and 3.12 compile every method a `@dataclass` generates when its module is imported
 (one `exec` each: `__init__`, `__repr__`, `__eq__`, `__hash__`, and a frozen class's
-`__setattr__` and `__delattr__`), 0.05-0.5 ms a method by its number of fields. The front end's
-59 dataclasses on `sexpgpu lint`'s path took 19 ms that way, two thirds of the front end's
-import and the largest part of `sexpgpu lint`'s start-up beyond typer's
-(benchmarks/cli_startup.py). So each dataclass of `sexpgpu_lang` generates only what its use needs:
+`__setattr__` and `__delattr__`), 0.05-0.5 ms a method by its number of fields. All of them, for
+the 59 dataclasses on `sexpgpu lint`'s path, take 18 ms, most of the front end's import and of
+`sexpgpu lint`'s start-up beyond typer's (benchmarks/cli_startup.py); what these need, 10 ms.
+So each dataclass of `sexpgpu_lang` generates only what its use needs:
 
 - Every one is declared `repr=False` and takes `Record.__repr__` (`fields_repr`): the text a
   generated `__repr__` writes, built when a repr is asked for.
