@@ -15,8 +15,8 @@ import enum
 import re
 from dataclasses import dataclass, field
 
-from .source import Span
 from .records import Record
+from .source import Span
 
 
 class Severity(enum.IntEnum):

@@ -11,12 +11,14 @@ So each dataclass of `sexpgpu_lang` generates only what its use needs:
   generated `__repr__` writes, built when a repr is asked for.
 - Values, compared or hashed by what they hold (types, spans, diagnostics, the results the
   editor features return), keep `eq` and `frozen` (so a `__hash__`).
-- Trees and records, built once and then read (syntax nodes, the typed IR, the checker's facts
-  and bindings, the op registry's entries), compare by identity (`eq=False`) and are not frozen:
-  nothing assigns to them after they are built (tests/test_records.py keeps the rule, and
-  checks that a check and a run leave the trees and the IR as they were).
+- Trees and records, built once and then read (syntax nodes, the typed IR, the op registry's
+  entries, a one-form model's expansion), compare by identity (`eq=False`) and are not frozen:
+  nothing assigns to them after they are built.
+- What the checker fills in as it goes (its facts, bindings and effects) is not frozen either,
+  and keeps its generated `__eq__`.
 
-tests/test_records.py holds every dataclass of the package to `repr=False` and a `Record` base.
+tests/test_records.py holds every dataclass of the package to these rules, and checks that a
+check leaves the syntax tree, and a run the IR, as they were built.
 """
 from __future__ import annotations
 

@@ -14,9 +14,8 @@ from helpers import FIXTURE, program_of, run
 from sexpgpu_lang import ir
 from sexpgpu_lang.diagnostics import Diagnostic, Related, Severity
 from sexpgpu_lang.records import Record, fields_repr
-from sexpgpu_lang.source import Span
+from sexpgpu_lang.source import SourceText, Span
 from sexpgpu_lang.syntax import Node, parse
-from sexpgpu_lang.source import SourceText
 from sexpgpu_lang.types import TensorType
 
 

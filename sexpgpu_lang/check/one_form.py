@@ -26,8 +26,8 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING
 
-from ..source import SourceText, Span
 from ..records import Record
+from ..source import SourceText, Span
 from ..syntax import Kw, ListNode, Node, Sym, parse
 from ..types import ERROR
 from .context import CheckContext, near_miss

@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..diagnostics import CODES
-from ..records import Record
+from .. import records as shared
 
 HERE = Path(__file__).resolve().parent
 
@@ -56,7 +56,7 @@ FIX = "**Fix:**"
 
 
 @dataclass(frozen=True, repr=False)
-class Family(Record):
+class Family(shared.Record):
     """One family's folder: `name` (its anchor), `title` (its heading) and `intro` (Markdown,
     possibly empty)."""
 
@@ -66,7 +66,7 @@ class Family(Record):
 
 
 @dataclass(frozen=True, repr=False)
-class Record(Record):
+class Record(shared.Record):
     """One code's documentation: `explanation` (Markdown, when the code fires, with its
     excerpts), `fix` (the Markdown after `**Fix:**`), and `examples` (the paths of its
     marked run files, sorted by name)."""
